@@ -1,0 +1,70 @@
+"""Program and kernel caches.
+
+A program is built once per context (keyed by its source and build options) behind a lock;
+PoCL takes ~0.4 s per cold build, so sources are grouped into a few programs per family.
+``Kernel`` objects are cached per *thread*: ``clSetKernelArg`` on one kernel object from two
+threads is a data race, so replica threads never share one.
+"""
+
+from __future__ import annotations
+
+import threading
+from importlib import resources
+
+import pyopencl as cl
+
+from ..errors import ParclError
+
+_programs: dict[tuple, cl.Program] = {}
+_build_locks: dict[tuple, threading.Lock] = {}
+_lock = threading.Lock()
+_local = threading.local()
+
+
+class KernelBuildError(ParclError):
+    """An OpenCL program failed to build; the message carries the build log."""
+
+
+def load_source(name: str) -> str:
+    """The text of ``parcl/kernels/cl/<name>.cl`` (shipped as package data)."""
+    return resources.files(__package__).joinpath("cl", f"{name}.cl").read_text()
+
+
+def get_program(context: cl.Context, source: str, options: tuple[str, ...] = ()) -> cl.Program:
+    """The built program for ``source`` in ``context``: built on first request, then reused."""
+    key = (context.int_ptr, hash(source), source, tuple(options))
+    prog = _programs.get(key)
+    if prog is not None:
+        return prog
+    with _lock:
+        build_lock = _build_locks.setdefault(key, threading.Lock())
+    with build_lock:                     # one build per key, others wait for it
+        prog = _programs.get(key)
+        if prog is None:
+            try:
+                prog = cl.Program(context, source).build(options=list(options))
+            except cl.RuntimeError as exc:
+                first = source.strip().splitlines()[0][:80] if source.strip() else ""
+                raise KernelBuildError(f"OpenCL build failed (options {list(options)}, "
+                                       f"source starting {first!r}):\n{exc}") from exc
+            _programs[key] = prog
+    return prog
+
+
+def get_kernel(queue: cl.CommandQueue, source: str, name: str,
+               options: tuple[str, ...] = ()) -> cl.Kernel:
+    """This thread's ``Kernel`` object for ``name`` in ``source`` on ``queue``'s context."""
+    cache = getattr(_local, "kernels", None)
+    if cache is None:
+        cache = _local.kernels = {}
+    ctx = queue.context
+    key = (ctx.int_ptr, hash(source), tuple(options), name)
+    k = cache.get(key)
+    if k is None:
+        k = cl.Kernel(get_program(ctx, source, options), name)
+        cache[key] = k
+    return k
+
+
+def round_up(n: int, multiple: int) -> int:
+    return (n + multiple - 1) // multiple * multiple

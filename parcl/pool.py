@@ -1,0 +1,128 @@
+"""A memory pool per command queue, with the counters tape-memory measurements read.
+
+Why per queue: a buffer freed by one queue is only safe to hand to new work on *that* queue
+(in-order queues run the new work after the old). Work that another queue enqueues on a buffer
+must make the owner queue wait for it (``parcl.tensor.foreign_use``), so reuse stays ordered.
+
+Freed buffers are binned by a rounded size (3 significant bits, at most ~25% slack) and reused;
+when the device is out of memory the pool drops what it holds and tries again.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pyopencl as cl
+
+
+def bin_size(nbytes: int) -> int:
+    """Round an allocation up to its bin: 256 B minimum, 3 significant bits above that."""
+    if nbytes <= 256:
+        return 256
+    step = 1 << max(nbytes.bit_length() - 3, 8)
+    return (nbytes + step - 1) // step * step
+
+
+class Allocation:
+    """A buffer on loan from a pool; goes back when the last reference is dropped."""
+
+    __slots__ = ("pool", "buffer", "nbytes", "__weakref__")
+
+    def __init__(self, pool: MemoryPool, buffer: cl.Buffer, nbytes: int):
+        self.pool = pool
+        self.buffer = buffer
+        self.nbytes = nbytes
+
+    def __del__(self):
+        pool = self.pool
+        if pool is not None:
+            self.pool = None
+            pool._give_back(self.buffer, self.nbytes)
+
+
+class MemoryPool:
+    """Buffers for one queue's context, reused by size bin; thread-safe."""
+
+    def __init__(self, context: cl.Context):
+        self.context = context
+        self._free: dict[int, list[cl.Buffer]] = {}
+        self._lock = threading.Lock()
+        self.bytes_in_use = 0
+        self.peak_bytes_in_use = 0
+        self.allocations = 0
+        self.pool_bytes = 0
+
+    def allocate(self, nbytes: int) -> Allocation:
+        size = bin_size(max(int(nbytes), 1))
+        with self._lock:
+            bucket = self._free.get(size)
+            buf = bucket.pop() if bucket else None
+            if buf is None:
+                buf = self._new_buffer(size)
+                self.pool_bytes += size
+            self.bytes_in_use += size
+            self.allocations += 1
+            if self.bytes_in_use > self.peak_bytes_in_use:
+                self.peak_bytes_in_use = self.bytes_in_use
+        return Allocation(self, buf, size)
+
+    def _new_buffer(self, size: int) -> cl.Buffer:
+        try:
+            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
+        except (cl.MemoryError, cl.Error):
+            # Out of device memory: give back everything we hold and try once more.
+            self._drop_free_locked()
+            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
+
+    def _give_back(self, buf: cl.Buffer, size: int) -> None:
+        with self._lock:
+            self._free.setdefault(size, []).append(buf)
+            self.bytes_in_use -= size
+            self.allocations -= 1
+
+    def _drop_free_locked(self) -> None:
+        for size, bucket in self._free.items():
+            self.pool_bytes -= size * len(bucket)
+        self._free.clear()
+
+    def free_held(self) -> None:
+        """Release every buffer the pool holds but has not handed out."""
+        with self._lock:
+            self._drop_free_locked()
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"bytes_in_use": self.bytes_in_use,
+                    "peak_bytes_in_use": self.peak_bytes_in_use,
+                    "allocations": self.allocations,
+                    "pool_bytes": self.pool_bytes}
+
+    def reset_peak(self) -> None:
+        with self._lock:
+            self.peak_bytes_in_use = self.bytes_in_use
+
+
+_pools: dict[int, tuple[cl.CommandQueue, MemoryPool]] = {}
+_pools_lock = threading.Lock()
+
+
+def pool_of(queue: cl.CommandQueue) -> MemoryPool:
+    """The pool of ``queue``: a parcl ``Queue`` carries its own; a plain pyopencl queue gets
+    one registered on first use (``release_pool`` drops it)."""
+    pool = getattr(queue, "pool", None)
+    if pool is not None:
+        return pool
+    with _pools_lock:
+        entry = _pools.get(queue.int_ptr)
+        if entry is None:
+            entry = (queue, MemoryPool(queue.context))
+            _pools[queue.int_ptr] = entry
+        return entry[1]
+
+
+def release_pool(queue: cl.CommandQueue) -> None:
+    """Forget the pool registered for a plain pyopencl queue (its free buffers are released)."""
+    with _pools_lock:
+        entry = _pools.pop(queue.int_ptr, None)
+    if entry is not None:
+        entry[1].free_held()

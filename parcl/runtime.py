@@ -1,0 +1,243 @@
+"""Devices, contexts and command queues.
+
+One context per set of devices resolved together (a platform's GPUs, or the CPU split into
+sub-devices), so replicas' buffers can be read by each other's kernels. Sub-devices are created
+once per (device, count) and cached: their identity, and so their context, is stable for the
+life of the process. Everything here is safe to call from several threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pyopencl as cl
+
+from .errors import DeviceError
+from .pool import MemoryPool, pool_of
+
+_lock = threading.RLock()
+_subdevices: dict[tuple[int, int], list[cl.Device]] = {}   # (parent int_ptr, n) -> subs
+_contexts: dict[tuple[int, ...], cl.Context] = {}           # device int_ptrs -> context
+_context_of: dict[int, cl.Context] = {}                      # device int_ptr -> context
+_local = threading.local()
+_launch_devices: list[cl.Device] | None = None               # set by parcl-launch
+
+DEVICES_ENV = "PARCL_DEVICES"
+
+
+def _platforms() -> list[cl.Platform]:
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:
+        platforms = []
+    if not platforms:
+        raise DeviceError(
+            "no OpenCL platform found: install a driver, or the embedded CPU device with "
+            "`pip install 'parcl[pocl]'` (pocl-binary-distribution)")
+    return platforms
+
+
+def _all_of_type(kind: int) -> list[cl.Device]:
+    found = []
+    for platform in _platforms():
+        try:
+            found.extend(platform.get_devices(device_type=kind))
+        except cl.Error:   # CL_DEVICE_NOT_FOUND on platforms without this kind
+            pass
+    return found
+
+
+def _cpu_device() -> cl.Device:
+    cpus = _all_of_type(cl.device_type.CPU)
+    if not cpus:
+        raise DeviceError("no OpenCL CPU device: install the embedded one with "
+                          "`pip install 'parcl[pocl]'`")
+    # Prefer PoCL's CPU device when several CPU platforms exist: it is the one we ship.
+    cpus.sort(key=lambda d: 0 if "Portable" in d.platform.name else 1)
+    return cpus[0]
+
+
+def split_device(device: cl.Device, n: int) -> list[cl.Device]:
+    """Partition ``device`` into ``n`` equal sub-devices (OpenCL device fission), cached."""
+    if n < 1:
+        raise DeviceError(f"split_device: n must be >= 1, got {n}")
+    if n == 1:
+        return [device]
+    units = device.max_compute_units
+    if n > units:
+        raise DeviceError(f"cannot split {device.name.strip()!r} into {n} sub-devices: it has "
+                          f"only {units} compute units; ask for at most {units}")
+    key = (device.int_ptr, n)
+    with _lock:
+        if key not in _subdevices:
+            try:
+                subs = device.create_sub_devices(
+                    [cl.device_partition_property.EQUALLY, units // n])
+            except cl.Error as exc:
+                raise DeviceError(f"device fission of {device.name.strip()!r} into {n} failed: "
+                                  f"{exc}") from exc
+            _subdevices[key] = list(subs[:n])
+        return list(_subdevices[key])
+
+
+def _register(devices: list[cl.Device]) -> list[cl.Device]:
+    """Give the devices resolved together one shared context (reusing a known one)."""
+    with _lock:
+        unique = []
+        for dev in devices:
+            if dev.int_ptr not in {d.int_ptr for d in unique}:
+                unique.append(dev)
+        if all(d.int_ptr in _context_of for d in unique):
+            return devices
+        # Group by platform: a context cannot span platforms.
+        by_platform: dict[int, list[cl.Device]] = {}
+        for dev in unique:
+            if dev.int_ptr not in _context_of:
+                by_platform.setdefault(dev.platform.int_ptr, []).append(dev)
+        for group in by_platform.values():
+            key = tuple(d.int_ptr for d in group)
+            ctx = _contexts.get(key)
+            if ctx is None:
+                ctx = cl.Context(group)
+                _contexts[key] = ctx
+            for dev in group:
+                _context_of[dev.int_ptr] = ctx
+    return devices
+
+
+def _from_pyopencl_ctx(spec: str) -> list[cl.Device]:
+    parts = spec.split(":")
+    platforms = _platforms()
+    try:
+        platform = platforms[int(parts[0] or 0)]
+        devs = platform.get_devices()
+        if len(parts) > 1 and parts[1] != "":
+            devs = [devs[int(parts[1])]]
+        else:
+            devs = devs[:1]
+    except (ValueError, IndexError) as exc:
+        raise DeviceError(f"PYOPENCL_CTX={spec!r} does not name a platform:device here") from exc
+    return devs
+
+
+def parse_spec(spec: str) -> list[cl.Device]:
+    """Resolve a device spec: ``cpu``, ``cpu:N``, ``gpu``, ``gpu:I,J``, ``all``."""
+    s = spec.strip().lower()
+    if s == "cpu":
+        return [_cpu_device()]
+    if s.startswith("cpu:"):
+        try:
+            n = int(s[4:])
+        except ValueError:
+            raise DeviceError(f"unknown device spec {spec!r}: cpu:N needs an integer N") from None
+        return split_device(_cpu_device(), n)
+    if s == "gpu" or s.startswith("gpu:"):
+        gpus = _all_of_type(cl.device_type.GPU)
+        if not gpus:
+            raise DeviceError(f"device spec {spec!r}: no OpenCL GPU on this machine "
+                              "(use 'cpu' or 'cpu:N')")
+        if s == "gpu":
+            return gpus
+        try:
+            idx = [int(i) for i in s[4:].split(",")]
+            return [gpus[i] for i in idx]
+        except (ValueError, IndexError):
+            raise DeviceError(f"device spec {spec!r}: there are {len(gpus)} GPUs "
+                              f"(indices 0..{len(gpus) - 1})") from None
+    if s == "all":
+        gpus = _all_of_type(cl.device_type.GPU)
+        return gpus if gpus else [_cpu_device()]
+    raise DeviceError(f"unknown device spec {spec!r}: expected cpu, cpu:N, gpu, gpu:I,J or all")
+
+
+def devices(split: int | None = None) -> list[cl.Device]:
+    """OpenCL devices to run replicas on, in a stable order.
+
+    ``split=N`` partitions one CPU device into N sub-devices. Without it: the devices set by
+    ``parcl-launch``, else ``PARCL_DEVICES``, else ``PYOPENCL_CTX``, else every GPU, else the
+    CPU device (the pip-installed PoCL one when nothing else is there).
+
+    >>> import parcl as pc
+    >>> len(pc.devices(split=2))
+    2
+    """
+    if split is not None:
+        return _register(split_device(_cpu_device(), int(split)))
+    if _launch_devices is not None:
+        return list(_launch_devices)
+    env = os.environ.get(DEVICES_ENV)
+    if env:
+        return _register(parse_spec(env))
+    ctx_env = os.environ.get("PYOPENCL_CTX")
+    if ctx_env:
+        return _register(_from_pyopencl_ctx(ctx_env))
+    return _register(parse_spec("all"))
+
+
+def set_launch_devices(devs: list[cl.Device] | None) -> None:
+    """Used by parcl-launch: the devices ``devices()`` returns in the launched script."""
+    global _launch_devices
+    _launch_devices = _register(list(devs)) if devs else None
+
+
+def context_for(device: cl.Device) -> cl.Context:
+    """The shared context of ``device`` (created on first use)."""
+    ctx = _context_of.get(device.int_ptr)
+    if ctx is None:
+        _register([device])
+        ctx = _context_of[device.int_ptr]
+    return ctx
+
+
+def is_gpu(device: cl.Device) -> bool:
+    return bool(device.type & cl.device_type.GPU)
+
+
+def describe(device: cl.Device) -> str:
+    """A short human name: 'cpu Intel Xeon (1 CU)'."""
+    kind = "gpu" if is_gpu(device) else "cpu"
+    return f"{kind} {device.name.strip()} ({device.max_compute_units} CU)"
+
+
+class Queue(cl.CommandQueue):
+    """An in-order pyopencl command queue that owns its memory pool (``queue.pool``)."""
+
+    def __init__(self, context: cl.Context, device: cl.Device, properties: int = 0):
+        super().__init__(context, device, properties=properties)
+        self.pool = MemoryPool(context)
+        self.profiling = bool(properties & cl.command_queue_properties.PROFILING_ENABLE)
+
+
+def new_queue(device: cl.Device | None = None, profiling: bool = False) -> Queue:
+    """A new in-order command queue on ``device`` (default: ``devices()[0]``) in its shared
+    context, with its own memory pool. ``profiling=True`` lets kernels be timed by events."""
+    if device is None:
+        device = devices()[0]
+    props = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0
+    return Queue(context_for(device), device, properties=props)
+
+
+def default_queue() -> cl.CommandQueue:
+    """The calling thread's default command queue (created on first use on ``devices()[0]``)."""
+    q = getattr(_local, "queue", None)
+    if q is None:
+        q = new_queue()
+        _local.queue = q
+    return q
+
+
+def set_default_queue(queue: cl.CommandQueue | None) -> None:
+    """Make ``queue`` this thread's default queue (replica threads use their own)."""
+    _local.queue = queue
+
+
+def memory_stats(queue: cl.CommandQueue | None = None) -> dict:
+    """The pool counters of ``queue`` (default: this thread's default queue):
+    ``bytes_in_use``, ``peak_bytes_in_use``, ``allocations``, ``pool_bytes``."""
+    return pool_of(queue if queue is not None else default_queue()).stats()
+
+
+def reset_peak_memory_stats(queue: cl.CommandQueue | None = None) -> None:
+    """Set the peak counter of ``queue``'s pool to what is in use now."""
+    pool_of(queue if queue is not None else default_queue()).reset_peak()

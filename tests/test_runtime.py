@@ -1,0 +1,93 @@
+import threading
+
+import numpy as np
+import pytest
+
+import parcl as pc
+
+
+def test_split_gives_two_devices_in_one_context(devices2):
+    assert len(devices2) == 2
+    assert pc.context_for(devices2[0]) == pc.context_for(devices2[1])
+    assert pc.devices(split=2)[0].int_ptr == devices2[0].int_ptr      # cached, stable order
+
+
+def test_unknown_spec_is_device_error(monkeypatch):
+    monkeypatch.setenv("PARCL_DEVICES", "tpu:3")
+    with pytest.raises(pc.DeviceError, match="unknown device spec"):
+        pc.devices()
+
+
+def test_env_spec_cpu_n(monkeypatch, devices2):
+    monkeypatch.setenv("PARCL_DEVICES", "cpu:2")
+    assert [d.int_ptr for d in pc.devices()] == [d.int_ptr for d in devices2]
+
+
+def test_too_many_subdevices():
+    with pytest.raises(pc.DeviceError, match="compute units"):
+        pc.devices(split=10_000)
+
+
+def test_default_queue_is_per_thread():
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(pc.default_queue()))
+    t.start()
+    t.join(30)
+    assert seen and seen[0] is not pc.default_queue()
+
+
+def test_from_host_roundtrip_noncontiguous(queue):
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    for view in (a[:, ::2], np.asfortranarray(a), a.T):
+        assert np.array_equal(pc.Tensor.from_host(queue, view).to_host(), view)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_label_dtypes(queue, dtype):
+    y = np.array([3, 1, 2], dtype=dtype)
+    t = pc.Tensor.from_host(queue, y)
+    assert t.dtype == dtype and np.array_equal(t.to_host(), y)
+
+
+def test_bad_dtype_and_zero_size(queue):
+    with pytest.raises(TypeError, match="float64"):
+        pc.Tensor.from_host(queue, np.zeros(3))
+    with pytest.raises(pc.ShapeError, match="zero-size"):
+        pc.Tensor.from_host(queue, np.zeros((0, 3), np.float32))
+
+
+def test_reshape_is_zero_copy(queue):
+    t = pc.Tensor.from_host(queue, np.arange(6, dtype=np.float32))
+    v = t.reshape(2, -1)
+    assert v.shape == (2, 3) and v.data is t.data
+    with pytest.raises(pc.ShapeError, match="cannot view"):
+        t.reshape(4, 2)
+
+
+def test_pool_counters_and_reuse(queue):
+    pc.reset_peak_memory_stats(queue)
+    before = pc.memory_stats(queue)
+    t = pc.Tensor.empty(queue, (1000,))
+    during = pc.memory_stats(queue)
+    assert during["bytes_in_use"] - before["bytes_in_use"] >= 4000
+    assert during["allocations"] == before["allocations"] + 1
+    buf = t.data
+    del t
+    after = pc.memory_stats(queue)
+    assert after["bytes_in_use"] == before["bytes_in_use"]
+    assert after["peak_bytes_in_use"] >= during["bytes_in_use"]
+    t2 = pc.Tensor.empty(queue, (1000,))
+    assert t2.data == buf                                         # reused from the pool
+
+
+def test_zeros_and_fill(queue):
+    assert np.array_equal(pc.Tensor.zeros(queue, (3, 2)).to_host(), np.zeros((3, 2)))
+    assert np.array_equal(pc.Tensor.full(queue, 4, 2.5).to_host(), np.full(4, 2.5))
+
+
+def test_copy_across_queues(queues2):
+    q0, q1 = queues2
+    src = pc.Tensor.from_host(q0, np.arange(5, dtype=np.float32))
+    dst = pc.Tensor.zeros(q1, (5,))
+    dst.copy_(src)
+    assert np.array_equal(dst.to_host(), np.arange(5))
