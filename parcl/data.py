@@ -1,0 +1,242 @@
+"""Data loading: a seeded, resumable, rank-aware batch iterator over numpy arrays, and the
+8x8 handwritten digits that ship inside scikit-learn.
+
+Numpy only: batches stay on the host until a replica copies its share to its own queue.
+
+>>> import numpy as np
+>>> from parcl.data import DataLoader
+>>> x, y = np.arange(10, dtype=np.float32), np.arange(10)
+>>> [b[1].tolist() for b in DataLoader((x, y), batch_size=4)]
+[[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import ShapeError
+
+__all__ = ["DataLoader", "distributed_indices", "epoch_permutation", "load_digits"]
+
+STATE_VERSION = 1
+
+
+def epoch_permutation(num_samples: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
+    """The sample order of one epoch: a pure function of ``(seed, epoch)``, so every rank and
+    every resumed run computes the same one.
+
+    >>> epoch_permutation(5, seed=0, epoch=0, shuffle=False).tolist()
+    [0, 1, 2, 3, 4]
+    """
+    if not shuffle:
+        return np.arange(num_samples, dtype=np.int64)
+    return np.random.default_rng([seed, epoch]).permutation(num_samples).astype(np.int64)
+
+
+def distributed_indices(order: np.ndarray, rank: int, world_size: int) -> np.ndarray:
+    """This rank's share of one epoch's ``order``, as PyTorch's ``DistributedSampler`` with
+    ``drop_last=False`` cuts it: ``order`` is padded by repeating its head until its length
+    divides ``world_size``, then rank ``r`` takes every ``world_size``-th sample from ``r``.
+    Every sample is seen at least once per epoch (the few padded ones twice), and every rank
+    gets the same number of samples, so no rank ever waits for a batch another lacks.
+
+    >>> distributed_indices(np.arange(5), rank=1, world_size=2).tolist()
+    [1, 3, 0]
+    """
+    per_rank = math.ceil(len(order) / world_size)
+    padding = per_rank * world_size - len(order)
+    if padding:
+        repeats = math.ceil(padding / len(order))
+        order = np.concatenate([order, np.tile(order, repeats)[:padding]])
+    return order[rank::world_size]
+
+
+class DataLoader:
+    """Batches of numpy arrays that share their first dimension.
+
+    Iterating yields tuples of batches, one per array (a 1-tuple when a single array is given).
+    With ``shuffle=True`` the order of epoch ``e`` is ``default_rng([seed, e]).permutation``,
+    the same on every rank. With ``rank``/``world_size`` each rank gets a disjoint share of each
+    epoch, padded as ``DistributedSampler`` pads (see :func:`distributed_indices`), so every
+    sample is seen at least once and every rank yields ``len(loader)`` batches. ``drop_last``
+    drops the last incomplete batch of this rank's share.
+
+    The loader remembers where it is: a full pass advances to the next epoch, an interrupted
+    pass resumes where it stopped on the next ``iter()``, and ``state_dict()`` /
+    ``load_state_dict()`` carry that position through a checkpoint. ``set_epoch(e)`` starts
+    epoch ``e`` from its first batch. Use one iterator at a time.
+
+    >>> import numpy as np
+    >>> x = np.arange(10, dtype=np.float32)
+    >>> loader = DataLoader(x, batch_size=3, rank=1, world_size=2, drop_last=True)
+    >>> len(loader), [b.tolist() for (b,) in loader]
+    (1, [[1.0, 3.0, 5.0]])
+    """
+
+    def __init__(self, arrays: np.ndarray | Sequence[np.ndarray], batch_size: int,
+                 shuffle: bool = False, seed: int = 0, drop_last: bool = False,
+                 rank: int = 0, world_size: int = 1):
+        if isinstance(arrays, np.ndarray):
+            arrays = (arrays,)
+        self.arrays = tuple(np.asarray(a) for a in arrays)
+        if not self.arrays:
+            raise ShapeError("DataLoader: no arrays given; pass a numpy array or a tuple of them")
+        for i, a in enumerate(self.arrays):
+            if a.ndim == 0:
+                raise ShapeError(f"DataLoader: array {i} is a scalar (shape ()); every array "
+                                 f"needs a first dimension to batch along")
+        lengths = [len(a) for a in self.arrays]
+        if len(set(lengths)) != 1:
+            shapes = ", ".join(str(a.shape) for a in self.arrays)
+            raise ShapeError(f"DataLoader: arrays have different lengths along dim 0 "
+                             f"(shapes {shapes}); every array needs one entry per sample")
+        if lengths[0] == 0:
+            raise ShapeError("DataLoader: the arrays are empty (0 samples)")
+        _check_int("batch_size", batch_size, minimum=1)
+        _check_int("world_size", world_size, minimum=1)
+        _check_int("seed", seed, minimum=0)
+        if not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
+            raise ShapeError(f"DataLoader: rank={rank!r} is outside [0, world_size={world_size})")
+        self.num_samples = lengths[0]
+        self.batch_size = int(batch_size)
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.drop_last = bool(drop_last)
+        self.rank = int(rank)
+        self.world_size = int(world_size)
+        self.epoch = 0
+        self.batch_index = 0   # batches of `epoch` already handed out
+
+    @property
+    def samples_per_rank(self) -> int:
+        """Samples this rank sees per epoch (padding included)."""
+        return math.ceil(self.num_samples / self.world_size)
+
+    def __len__(self) -> int:
+        if self.drop_last:
+            return self.samples_per_rank // self.batch_size
+        return math.ceil(self.samples_per_rank / self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch`` (its own shuffle) from its first batch."""
+        _check_int("epoch", epoch, minimum=0)
+        self.epoch = int(epoch)
+        self.batch_index = 0
+
+    def indices(self, epoch: int | None = None) -> np.ndarray:
+        """The sample indices this rank visits in ``epoch`` (default: the current one)."""
+        epoch = self.epoch if epoch is None else epoch
+        order = epoch_permutation(self.num_samples, self.seed, epoch, self.shuffle)
+        share = distributed_indices(order, self.rank, self.world_size)
+        if self.drop_last:
+            share = share[:len(self) * self.batch_size]
+        return share
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, ...]]:
+        if 0 < len(self) <= self.batch_index:    # the last pass stopped after its last batch
+            self.epoch, self.batch_index = self.epoch + 1, 0
+        share = self.indices()
+        while self.batch_index < len(self):
+            start = self.batch_index * self.batch_size
+            idx = share[start:start + self.batch_size]
+            # Counted before the yield: state_dict() taken while the caller holds this batch
+            # must say it was handed out.
+            self.batch_index += 1
+            yield tuple(a[idx] for a in self.arrays)
+        self.epoch, self.batch_index = self.epoch + 1, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader stands, as a JSON-able dict: resume with ``load_state_dict``.
+
+        A state taken after the last batch of epoch ``e`` points at the start of ``e + 1``.
+        """
+        epoch, batch_index = self.epoch, self.batch_index
+        if 0 < len(self) <= batch_index:
+            epoch, batch_index = epoch + 1, 0
+        return {"version": STATE_VERSION, "epoch": epoch, "batch_index": batch_index,
+                "seed": self.seed, "shuffle": self.shuffle, "batch_size": self.batch_size,
+                "drop_last": self.drop_last, "num_samples": self.num_samples,
+                "world_size": self.world_size, "rank": self.rank}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from ``state_dict()``: the next ``iter()`` yields the rest of the interrupted
+        epoch, later epochs follow as in an uninterrupted run.
+
+        The seed is taken from ``state``. Batch size, sample count, world size, shuffle and
+        drop_last must match this loader. ``rank`` may differ, so rank 0's saved state can be
+        loaded by every rank (all ranks stand at the same epoch and batch).
+        """
+        missing = [k for k in ("epoch", "batch_index", "seed") if k not in state]
+        if missing:
+            raise ValueError(f"DataLoader.load_state_dict: state lacks {missing}; "
+                             f"pass what DataLoader.state_dict() returned")
+        mine = self.state_dict()
+        for key in ("num_samples", "batch_size", "world_size", "shuffle", "drop_last"):
+            if key in state and state[key] != mine[key]:
+                raise ShapeError(f"DataLoader.load_state_dict: the state was saved with "
+                                 f"{key}={state[key]!r} but this loader has {key}={mine[key]!r}; "
+                                 f"resume with the same data and settings")
+        _check_int("seed", state["seed"], minimum=0)
+        _check_int("epoch", state["epoch"], minimum=0)
+        _check_int("batch_index", state["batch_index"], minimum=0)
+        if state["batch_index"] > len(self):
+            raise ShapeError(f"DataLoader.load_state_dict: batch_index={state['batch_index']} "
+                             f"is past the {len(self)} batches of an epoch")
+        self.seed = int(state["seed"])
+        self.epoch = int(state["epoch"])
+        self.batch_index = int(state["batch_index"])
+
+    def __repr__(self) -> str:
+        return (f"DataLoader(num_samples={self.num_samples}, batch_size={self.batch_size}, "
+                f"shuffle={self.shuffle}, seed={self.seed}, drop_last={self.drop_last}, "
+                f"rank={self.rank}, world_size={self.world_size}, epoch={self.epoch}, "
+                f"batch_index={self.batch_index})")
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"DataLoader: {name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ShapeError(f"DataLoader: {name}={value} must be >= {minimum}")
+
+
+def load_digits(images: bool = False, test_fraction: float = 0.2, seed: int = 0
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The 1797 8x8 handwritten digits bundled with scikit-learn (no download), split into a
+    seeded, stratified train and test set: every class keeps its share in both.
+
+    Returns ``(x_train, y_train, x_test, y_test)``: float32 pixels scaled to [0, 1], shaped
+    ``(N, 64)``, or ``(N, 1, 8, 8)`` with ``images=True``; int64 labels 0..9.
+
+    >>> x_train, y_train, x_test, y_test = load_digits()
+    >>> x_train.shape, x_test.shape, x_train.dtype, y_train.dtype
+    ((1438, 64), (359, 64), dtype('float32'), dtype('int64'))
+    """
+    try:
+        from sklearn.datasets import load_digits as sklearn_digits
+    except ImportError as e:
+        raise ImportError("parcl.data.load_digits needs scikit-learn, which ships the digits: "
+                          "pip install 'parcl[data]'") from e
+    if not 0.0 <= test_fraction < 1.0:
+        raise ValueError(f"load_digits: test_fraction={test_fraction} must be in [0, 1)")
+    digits = sklearn_digits()
+    x = (np.asarray(digits.data, dtype=np.float32) / np.float32(16.0))
+    y = np.asarray(digits.target, dtype=np.int64)
+    if images:
+        x = x.reshape(-1, 1, 8, 8)
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for label in np.unique(y):
+        members = rng.permutation(np.flatnonzero(y == label))
+        n_test = round(len(members) * test_fraction)
+        test.append(members[:n_test])
+        train.append(members[n_test:])
+    # Shuffle across classes too, so a plain un-shuffled loader still sees mixed batches.
+    train = rng.permutation(np.concatenate(train))
+    test = rng.permutation(np.concatenate(test))
+    return (np.ascontiguousarray(x[train]), y[train],
+            np.ascontiguousarray(x[test]), y[test])
