@@ -1,0 +1,21 @@
+"""The per-thread autograd tape (netcl's ``netcl.autograd``).
+
+>>> import parcl.tape as tp
+>>> with tp.Tape() as tape:
+...     loss = tp.mse_loss(model(x), y)
+>>> tape.backward(loss)
+"""
+
+from .gradcheck import gradcheck
+from .mode import (apply_modes, capture_modes, detect_anomaly, enable_grad, get_current_tape,
+                   is_anomaly_enabled, is_grad_enabled, no_grad, set_current_tape,
+                   set_grad_enabled)
+from .node import Function, Node, tensor
+from .ops import *  # noqa: F401,F403  (add, sub, ..., cross_entropy)
+from .ops import __all__ as _ops_all
+from .tape import Tape, topological_order
+
+__all__ = ["Function", "Node", "Tape", "apply_modes", "capture_modes", "detect_anomaly",
+           "enable_grad", "get_current_tape", "gradcheck", "is_anomaly_enabled",
+           "is_grad_enabled", "no_grad", "set_current_tape", "set_grad_enabled", "tensor",
+           "topological_order", *_ops_all]

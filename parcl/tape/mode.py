@@ -1,0 +1,121 @@
+"""Thread-local autograd state: grad mode, anomaly mode and the current tape.
+
+**Differs from netcl:** netcl keeps grad mode in a module-global ``_GRAD_MODE``, so one replica's
+evaluation silently stops another replica's recording. Here every thread has its own; replica
+threads receive the dispatching thread's modes explicitly (``capture_modes``/``apply_modes``).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    """Whether ops record Nodes in this thread (True by default)."""
+    return getattr(_state, "grad", True)
+
+
+def is_anomaly_enabled() -> bool:
+    return getattr(_state, "anomaly", False)
+
+
+def get_current_tape():
+    """This thread's current tape, or None."""
+    return getattr(_state, "tape", None)
+
+
+def set_current_tape(tape) -> None:
+    """Make ``tape`` this thread's current tape (None clears it)."""
+    _state.tape = tape
+
+
+class _ModeSwitch:
+    """Sets a thread-local flag now; as a context manager restores it on exit; as a decorator
+    applies it around each call."""
+
+    attr = ""
+    default = True
+
+    def __init__(self, value: bool):
+        self.value = bool(value)
+        self.prev = getattr(_state, self.attr, self.default)
+        setattr(_state, self.attr, self.value)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        setattr(_state, self.attr, self.prev)
+        return False
+
+
+class set_grad_enabled(_ModeSwitch):
+    """Turn recording on or off for this thread: ``tp.set_grad_enabled(False)`` for a whole
+    script, or ``with tp.set_grad_enabled(False):`` for a block. Thread-local."""
+
+    attr = "grad"
+
+
+class detect_anomaly(_ModeSwitch):
+    """Check every recorded op's output (forward) and gradient (backward) for NaN/inf and raise
+    ``AnomalyError`` naming the op and where it was recorded. Expensive: it reads each value back
+    to the host. ``tp.detect_anomaly(True)`` or ``with tp.detect_anomaly():``. Thread-local."""
+
+    attr = "anomaly"
+    default = False
+
+    def __init__(self, mode: bool = True):
+        super().__init__(mode)
+
+
+class _GradModeContext:
+    """Base of no_grad/enable_grad: a context manager that is also a decorator."""
+
+    value = False
+
+    def __enter__(self):
+        self.prev = is_grad_enabled()
+        _state.grad = self.value
+        return self
+
+    def __exit__(self, *exc):
+        _state.grad = self.prev
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__():
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+class no_grad(_GradModeContext):
+    """Disable recording in this thread: ops return raw ``pc.Tensor``, no Node, no grad_fn.
+
+    >>> with tp.no_grad():
+    ...     out = model(x)          # a raw Tensor
+
+    Also a decorator (``@tp.no_grad()``). Thread-local: other threads keep recording.
+    """
+
+    value = False
+
+
+class enable_grad(_GradModeContext):
+    """Re-enable recording inside a ``no_grad`` block (context manager or decorator)."""
+
+    value = True
+
+
+def capture_modes() -> tuple[bool, bool]:
+    """The calling thread's (grad mode, anomaly mode), to hand to a worker thread."""
+    return is_grad_enabled(), is_anomaly_enabled()
+
+
+def apply_modes(modes: tuple[bool, bool]) -> None:
+    """Adopt modes captured in another thread (replica threads do this per dispatched call)."""
+    _state.grad, _state.anomaly = modes

@@ -1,0 +1,220 @@
+"""``Node``: one value in the autograd graph, and ``Function``: an op's forward and backward.
+
+A Node carries the fields of netcl's Tape page: ``value`` (a ``pc.Tensor``), ``grad_fn``
+(``upstream -> [grad per parent]``), ``parents`` (input Nodes in argument order),
+``requires_grad``, ``grad`` and ``op_name``. Ops are ``Function`` subclasses: ``forward`` on raw
+tensors saves what ``backward`` needs, both in one class, so reading an op tells everything.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import numpy as np
+
+from ..errors import AnomalyError
+from ..tensor import Tensor
+from . import mode
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Node:
+    """A recorded value: ``value``, ``grad_fn``, ``parents``, ``requires_grad``, ``grad``,
+    ``op_name``. Supports ``+ - * / @``, unary ``-`` and ``.shape``.
+
+    >>> x = tp.tensor(pc.Tensor.from_host(q, np.array([2.0], np.float32)), requires_grad=True)
+    >>> y = x * x
+    """
+
+    __slots__ = ("value", "grad_fn", "parents", "requires_grad", "grad", "op_name", "where",
+                 "index", "__weakref__")
+    __array_priority__ = 1000       # so `ndarray * node` defers to Node.__rmul__
+
+    def __init__(self, value: Tensor, grad_fn=None, parents=None, requires_grad=False,
+                 op_name: str = "leaf"):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"Node value must be a pc.Tensor, got {type(value).__name__}")
+        self.value = value
+        self.grad_fn = grad_fn
+        self.parents = list(parents) if parents else []
+        self.requires_grad = bool(requires_grad)
+        self.grad: Tensor | None = None
+        self.op_name = op_name
+        self.where = None          # "file:line in func" of the recording call (anomaly mode)
+        self.index = None          # position on its tape
+
+    # -- tensor-like properties ---------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.value.shape
+
+    @property
+    def dtype(self):
+        return self.value.dtype
+
+    @property
+    def queue(self):
+        return self.value.queue
+
+    @property
+    def size(self) -> int:
+        return self.value.size
+
+    @property
+    def ndim(self) -> int:
+        return self.value.ndim
+
+    def to_host(self) -> np.ndarray:
+        return self.value.to_host()
+
+    def item(self) -> float:
+        return self.value.item()
+
+    def detach(self) -> Tensor:
+        """The value, outside the graph."""
+        return self.value
+
+    def __repr__(self) -> str:
+        return (f"Node(op={self.op_name}, shape={self.shape}, "
+                f"requires_grad={self.requires_grad})")
+
+    # -- operators: thin wrappers over the ops in parcl.tape.ops ------------------------
+    def __add__(self, other):
+        return _ops().add(self, other)
+
+    def __radd__(self, other):
+        return _ops().add(other, self)
+
+    def __sub__(self, other):
+        return _ops().sub(self, other)
+
+    def __rsub__(self, other):
+        return _ops().sub(other, self)
+
+    def __mul__(self, other):
+        return _ops().mul(self, other)
+
+    def __rmul__(self, other):
+        return _ops().mul(other, self)
+
+    def __truediv__(self, other):
+        return _ops().div(self, other)
+
+    def __rtruediv__(self, other):
+        return _ops().div(other, self)
+
+    def __matmul__(self, other):
+        return _ops().matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return _ops().matmul(other, self)
+
+    def __neg__(self):
+        return _ops().neg(self)
+
+    def sum(self, axis=None, keepdims=False):
+        return _ops().sum(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return _ops().mean(self, axis=axis, keepdims=keepdims)
+
+    def reshape(self, *shape):
+        if len(shape) == 1 and not isinstance(shape[0], int):
+            shape = tuple(shape[0])
+        return _ops().reshape(self, shape)
+
+
+def _ops():
+    from . import ops
+    return ops
+
+
+def tensor(t: Tensor, requires_grad: bool = False) -> Node:
+    """Wrap a ``pc.Tensor`` as a leaf Node (``requires_grad=True`` to get its ``.grad``)."""
+    if isinstance(t, Node):
+        t = t.value
+    return Node(t, requires_grad=requires_grad)
+
+
+def _call_site() -> str:
+    """The first stack frame outside parcl: where the user recorded the op."""
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        if not os.path.abspath(frame.filename).startswith(_PACKAGE_DIR):
+            return f"{frame.filename}:{frame.lineno} in {frame.name}"
+    return "<parcl internal>"
+
+
+def check_finite(t: Tensor, what: str, node: Node) -> None:
+    """Raise AnomalyError if ``t`` holds NaN or inf (anomaly mode only: reads back to host)."""
+    host = t.to_host()
+    if not np.all(np.isfinite(host)):
+        bad = "NaN" if np.isnan(host).any() else "inf"
+        raise AnomalyError(f"{what} of op '{node.op_name}' (output shape {node.shape}) produced "
+                           f"{bad}; the op was recorded at {node.where}")
+
+
+class Function:
+    """Base of every differentiable op: ``forward`` on raw tensors, ``backward`` beside it.
+
+    ``forward(*tensors, **options)`` returns the output Tensor and saves on ``self`` what
+    backward needs (only when ``self.needs_input_grad`` is not None, i.e. when recording).
+    ``backward(grad)`` returns one gradient (or None) per tensor input, shaped like it.
+    """
+
+    name = "function"
+
+    def __init__(self, needs_input_grad: tuple[bool, ...] | None):
+        self.needs_input_grad = needs_input_grad
+        self.parent_slots: tuple[int, ...] = ()
+
+    @property
+    def recording(self) -> bool:
+        return self.needs_input_grad is not None
+
+    def forward(self, *args, **kwargs) -> Tensor:
+        raise NotImplementedError
+
+    def backward(self, grad: Tensor):
+        raise NotImplementedError
+
+    def __call__(self, upstream: Tensor) -> list:
+        """grad_fn: the gradient for each parent Node, in argument order."""
+        grads = self.backward(upstream)
+        if not isinstance(grads, (tuple, list)):
+            grads = (grads,)
+        return [grads[i] for i in self.parent_slots]
+
+    @classmethod
+    def apply(cls, *inputs, tape=None, **kwargs):
+        """Run the op; record a Node when some input requires grad and grad mode is on (or an
+        explicit ``tape`` is given), else return the raw output Tensor."""
+        values, needs = [], []
+        for x in inputs:
+            if isinstance(x, Node):
+                values.append(x.value)
+                needs.append(x.requires_grad)
+            elif x is None or isinstance(x, Tensor):
+                values.append(x)
+                needs.append(False)
+            else:
+                raise TypeError(f"{cls.name}: expected a tp.Node or pc.Tensor input, got "
+                                f"{type(x).__name__}")
+        record = any(needs) and (tape is not None or mode.is_grad_enabled())
+        fn = cls(tuple(needs) if record else None)
+        out = fn.forward(*values, **kwargs)
+        if not record:
+            return out
+        slots = tuple(i for i, x in enumerate(inputs) if isinstance(x, Node))
+        fn.parent_slots = slots
+        node = Node(out, grad_fn=fn, parents=[inputs[i] for i in slots], requires_grad=True,
+                    op_name=cls.name)
+        if tape is None:
+            tape = mode.get_current_tape()
+        if tape is not None:
+            tape.record(node)
+        if mode.is_anomaly_enabled():
+            node.where = _call_site()
+            check_finite(out, "forward", node)
+        return node

@@ -1,0 +1,173 @@
+"""``Tape``: records the Nodes of one forward pass and walks them in reverse.
+
+Backward is "topological order from the loss, then reversed" (micrograd), with an iterative
+sort (deep graphs do not hit the recursion limit) over parents kept in argument order, so the
+order in which gradients are summed is the same on every run and every replica.
+"""
+
+from __future__ import annotations
+
+from ..errors import ParclError, ShapeError
+from ..kernels import elementwise as ew
+from ..runtime import default_queue
+from ..tensor import Tensor
+from . import mode
+from .node import Node, check_finite
+
+
+class Tape:
+    """The autograd graph of one forward pass; ``with tp.Tape() as tape:`` makes it this
+    thread's current tape and restores the previous one on exit.
+
+    >>> with tp.Tape() as tape:
+    ...     loss = tp.mse_loss(model(x), y)
+    >>> tape.backward(loss)
+    """
+
+    def __init__(self):
+        self.nodes: list[Node] = []
+        self._previous: list = []
+        self._backward_done = False
+        self._released = False
+
+    # -- recording ------------------------------------------------------------------------
+    def __enter__(self) -> Tape:
+        # Submit pending work (e.g. the last optimizer step) so the queue does not fill up
+        # while the next forward is being enqueued.
+        default_queue().flush()
+        self._previous.append(mode.get_current_tape())
+        mode.set_current_tape(self)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        mode.set_current_tape(self._previous.pop())
+        return False
+
+    def record(self, node: Node) -> None:
+        if self._released:
+            raise ParclError(f"op '{node.op_name}' recorded on a released tape")
+        node.index = len(self.nodes)
+        self.nodes.append(node)
+
+    # -- backward ---------------------------------------------------------------------------
+    def backward(self, loss: Node, grad: Tensor | None = None, *,
+                 retain_grads: bool = True) -> None:
+        """Reverse pass from ``loss``: every node's ``grad_fn`` once, gradients accumulated
+        (``+=``) into parents and into parameters' ``.grad``.
+
+        ``loss`` must be a scalar unless ``grad`` (the upstream gradient, shaped like ``loss``)
+        is given. Once per tape. ``retain_grads=False`` frees intermediate nodes' gradients as
+        soon as they are propagated (leaves still get ``.grad``): less memory.
+        """
+        if self._released:
+            raise ParclError("backward on a released tape: the graph was freed by "
+                             "tape.release() (or the tape was dropped); record a new tape")
+        if self._backward_done:
+            raise ParclError("backward called twice on the same tape: the graph's gradients "
+                             "were already propagated; record the forward again on a new tape")
+        if not isinstance(loss, Node):
+            raise ParclError("backward: loss is a raw pc.Tensor, not a tp.Node, so there is no "
+                             "graph: was it computed under no_grad, or from inputs without "
+                             "requires_grad?")
+        if not loss.requires_grad:
+            raise ParclError("backward: loss does not require grad (no input required grad)")
+        if grad is None:
+            if loss.size != 1:
+                raise ShapeError(f"backward: loss has shape {loss.shape}; a non-scalar loss "
+                                 "needs the upstream gradient: tape.backward(loss, grad=...)")
+            grad = Tensor.full(loss.queue, loss.shape, 1.0)
+        elif tuple(grad.shape) != tuple(loss.shape):
+            raise ShapeError(f"backward: upstream grad of shape {grad.shape} does not match "
+                             f"loss shape {loss.shape}")
+        self._backward_done = True
+        order = topological_order(loss)
+        anomaly = mode.is_anomaly_enabled()
+        owned: set[int] = set()        # buffers already some node's .grad in this pass
+        _accumulate(loss, grad, owned)
+        for node in reversed(order):
+            if node.grad_fn is None:
+                continue                          # a leaf: its .grad is final
+            upstream = node.grad
+            if upstream is None:
+                continue                          # no path from loss carried a gradient
+            parent_grads = node.grad_fn(upstream)
+            if not retain_grads and node is not loss:
+                node.grad = None
+            for parent, g in zip(node.parents, parent_grads):
+                if g is None or not parent.requires_grad:
+                    continue
+                if anomaly:
+                    check_finite(g, "backward", node)
+                if tuple(g.shape) != tuple(parent.shape):
+                    raise ShapeError(f"backward of '{node.op_name}': gradient shape {g.shape} "
+                                     f"does not match input shape {parent.shape} (a bug in the "
+                                     "op's backward)")
+                _accumulate(parent, g, owned)
+
+    # -- cleanup and debugging -------------------------------------------------------------
+    def release(self) -> None:
+        """Free the graph: every node's grad_fn and parents dropped, so activation buffers
+        return to the pool before the next forward."""
+        for node in self.nodes:
+            node.grad_fn = None
+            node.parents = []
+        self.nodes.clear()
+        self._released = True
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:   # interpreter shutdown: nothing left to free
+            pass
+
+    def summary(self) -> str:
+        """One line per recorded node: index, op_name, input nodes, output shape."""
+        lines = [f"Tape({len(self.nodes)} nodes)"]
+        for node in self.nodes:
+            ins = ", ".join(_describe_parent(p, self) for p in node.parents)
+            lines.append(f"  [{node.index}] {node.op_name}({ins}) -> {node.shape}")
+        return "\n".join(lines)
+
+    __str__ = summary
+
+    def __repr__(self) -> str:
+        return f"<Tape {len(self.nodes)} nodes>"
+
+
+def _describe_parent(p: Node, tape: Tape) -> str:
+    if p.index is not None and p.index < len(tape.nodes) and tape.nodes[p.index] is p:
+        return f"#{p.index}"
+    kind = "param" if p.requires_grad else "input"
+    return f"{kind}{p.shape}"
+
+
+def _accumulate(node: Node, g: Tensor, owned: set[int]) -> None:
+    """node.grad += g. A first contribution is adopted without a copy unless its buffer is
+    already another node's grad (pass-through backwards such as add hand the upstream tensor to
+    several parents; sharing it would let one parent's ``+=`` change another's gradient)."""
+    if node.grad is None:
+        if id(g.data) in owned:
+            g = g.copy()
+        owned.add(id(g.data))
+        node.grad = g
+    else:
+        ew.axpy(node.grad, g, 1.0)
+
+
+def topological_order(root: Node) -> list[Node]:
+    """Nodes reachable from ``root`` that require grad, each after all of its parents."""
+    order: list[Node] = []
+    visited: set[int] = set()
+    stack: list[tuple[Node, int]] = [(root, 0)]
+    visited.add(id(root))
+    while stack:
+        node, i = stack.pop()
+        if i < len(node.parents):
+            stack.append((node, i + 1))
+            parent = node.parents[i]
+            if parent.requires_grad and id(parent) not in visited:
+                visited.add(id(parent))
+                stack.append((parent, 0))
+        else:
+            order.append(node)
+    return order
