@@ -13,6 +13,8 @@ from .errors import (AnomalyError, CheckpointError, DeviceError, DTypeError, Gra
 from .runtime import (Queue, context_for, default_queue, describe, devices, memory_stats,
                       new_queue, reset_peak_memory_stats, set_default_queue, split_device)
 from .tensor import Tensor
+from . import data as data
+from .checkpoint import load as load, save as save
 
 __version__ = "0.1.0"
 

@@ -1,0 +1,331 @@
+"""Checkpoints: ``save`` and ``load`` a model, an optimizer and JSON metadata as one
+safetensors file.
+
+Tensors are stored under ``model.<name>`` (the model's ``state_dict()`` keys) and
+``optim.state.<param>.<name>`` (the optimizer's per-parameter buffers). Everything else (step,
+user metadata, the optimizer's scalars and param_groups, the parcl and format versions) is one
+JSON document under the key ``"parcl"`` of the safetensors header's ``__metadata__``. Nothing is
+ever unpickled.
+
+A save is atomic: the file is written beside ``path`` under a temporary name, fsynced, renamed
+onto ``path`` and the directory fsynced, so a crash leaves the previous checkpoint intact (and
+perhaps a stray ``.<name>.*.tmp`` file). A load validates everything before it changes
+anything.
+
+>>> import tempfile, os, numpy as np
+>>> class Net:
+...     def __init__(self): self.w = np.zeros(3, np.float32)
+...     def state_dict(self): return {"weight": self.w.copy()}
+...     def load_state_dict(self, d): self.w = d["weight"].copy()
+>>> net, path = Net(), os.path.join(tempfile.mkdtemp(), "ckpt.safetensors")
+>>> net.w[:] = 1.5
+>>> save(path, net, step=7, epoch=2)
+>>> fresh = Net()
+>>> load(path, fresh), fresh.w
+({'step': 7, 'epoch': 2}, array([1.5, 1.5, 1.5], dtype=float32))
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+import safetensors.numpy
+
+from .errors import CheckpointError, DTypeError
+
+__all__ = ["FORMAT_VERSION", "load", "save"]
+
+FORMAT_VERSION = 1
+META_KEY = "parcl"
+MODEL_PREFIX = "model."
+OPTIM_PREFIX = "optim.state."
+_WRITE_CHUNK = 1 << 22   # os.write may write less than asked for large buffers; loop in chunks
+_DTYPES = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+           "float16", "float32", "float64"}
+
+
+# --- save ----------------------------------------------------------------------------------
+
+def save(path: str | os.PathLike, model: Any, optimizer: Any = None, step: int = 0,
+         **meta: Any) -> None:
+    """Write ``model`` (and ``optimizer``) with ``step`` and JSON-able ``meta`` to ``path``,
+    atomically.
+
+    ``meta`` may hold anything JSON can carry: epoch, ``loader.state_dict()``, an RNG's
+    ``bit_generator.state``, ... (numpy scalars and arrays become numbers and lists; tuples
+    come back as lists).
+
+    >>> # pc.save("run/ckpt.safetensors", model, opt, step=100, epoch=3,
+    >>> #         loader=loader.state_dict())
+    """
+    from . import __version__
+
+    path = os.fspath(path)
+    tensors: dict[str, np.ndarray] = {}
+    model_keys = []
+    for name, value in model.state_dict().items():
+        if not isinstance(name, str):
+            raise TypeError(f"save({path!r}): model.state_dict() key {name!r} is not a string")
+        tensors[MODEL_PREFIX + name] = _host_array(value, f"model.state_dict()[{name!r}]")
+        model_keys.append(name)
+    doc: dict[str, Any] = {"format": FORMAT_VERSION, "parcl_version": __version__,
+                           "step": step, "meta": meta, "model_keys": model_keys,
+                           "optimizer": None}
+    if optimizer is not None:
+        doc["optimizer"] = _flatten_optimizer(optimizer, tensors)
+    try:
+        header = json.dumps(doc, default=_json_default)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"save({path!r}): the metadata is not JSON-serialisable ({e}); pass "
+                        f"numbers, strings, lists and dicts") from e
+    data = safetensors.numpy.save(tensors, metadata={META_KEY: header})
+    _atomic_write(path, data)
+
+
+def _host_array(value: Any, what: str) -> np.ndarray:
+    if hasattr(value, "to_host"):          # a pc.Tensor slipped into a state dict
+        value = value.to_host()
+    array = np.asarray(value, order="C")   # safetensors reads raw memory: strides must go
+    if array.dtype.name not in _DTYPES:
+        raise DTypeError(f"save: {what} has dtype {array.dtype}, which safetensors cannot "
+                         f"store; use one of {sorted(_DTYPES)}")
+    return array
+
+
+def _flatten_optimizer(optimizer: Any, tensors: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Move the optimizer's arrays into ``tensors``; return the JSON rest, which keeps the
+    state's keys as a list of entries so int parameter indices stay ints."""
+    sd = optimizer.state_dict()
+    state = []
+    for key, entry in sd.get("state", {}).items():
+        scalars, arrays = {}, []
+        for name, value in entry.items():
+            if isinstance(value, np.ndarray) or hasattr(value, "to_host"):
+                tensors[f"{OPTIM_PREFIX}{key}.{name}"] = _host_array(
+                    value, f"optimizer.state_dict()['state'][{key!r}][{name!r}]")
+                arrays.append(name)
+            else:
+                scalars[name] = value
+        state.append({"key": key, "scalars": scalars, "tensors": arrays})
+    rest = {k: v for k, v in sd.items() if k not in ("state", "param_groups")}
+    return {"class": type(optimizer).__name__, "state": state,
+            "param_groups": sd.get("param_groups", []), "extra": rest}
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} {value!r} is not JSON-serialisable")
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.",
+                                   suffix=".tmp")
+    except OSError as e:
+        raise CheckpointError(f"save({path!r}): cannot create a file in {directory!r}: "
+                              f"{e}") from e
+    try:
+        try:
+            view = memoryview(data)
+            offset = 0
+            while offset < len(view):
+                offset += os.write(fd, view[offset:offset + _WRITE_CHUNK])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise CheckpointError(f"save({path!r}): writing failed: {e}; the previous "
+                                  f"checkpoint, if any, is intact") from e
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: str) -> None:
+    # Makes the rename itself durable. Not possible on every platform (Windows): best effort.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# --- load ----------------------------------------------------------------------------------
+
+def load(path: str | os.PathLike, model: Any, optimizer: Any = None) -> dict[str, Any]:
+    """Restore ``model`` (and ``optimizer``) from ``path``; return ``{"step": ..., **meta}``.
+
+    Everything is checked first: a missing or damaged file, missing or extra keys, wrong
+    shapes or dtypes raise ``CheckpointError`` naming the file and the keys, and leave model
+    and optimizer unchanged. A checkpoint's optimizer state is ignored when ``optimizer`` is
+    None (loading weights for evaluation).
+    """
+    path = os.fspath(path)
+    doc, tensors = _read(path)
+    model_state, current = _model_state(path, doc, tensors, model)
+    optim_state = _optimizer_state(path, doc, tensors, optimizer)
+
+    backup = {k: np.array(v, copy=True) for k, v in current.items()}
+    try:
+        model.load_state_dict(model_state)
+    except Exception as e:
+        raise CheckpointError(f"load({path!r}): model.load_state_dict refused the checkpoint: "
+                              f"{e}") from e
+    if optimizer is not None:
+        try:
+            optimizer.load_state_dict(optim_state)
+        except Exception as e:
+            model.load_state_dict(backup)   # all or nothing
+            raise CheckpointError(f"load({path!r}): optimizer.load_state_dict refused the "
+                                  f"checkpoint: {e}; the model was left unchanged") from e
+    return {"step": doc.get("step", 0), **doc.get("meta", {})}
+
+
+def _read(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The checkpoint's JSON document and tensors, or CheckpointError."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise CheckpointError(f"load({path!r}): no such checkpoint file") from None
+    except OSError as e:
+        raise CheckpointError(f"load({path!r}): cannot read the checkpoint: {e}") from e
+    try:
+        tensors = safetensors.numpy.load(data)
+        # The header was just validated by safetensors; read its metadata from the same bytes.
+        header_len = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8:8 + header_len])
+        doc = json.loads(header["__metadata__"][META_KEY])
+    except Exception as e:
+        raise CheckpointError(f"load({path!r}): the file is damaged or not a parcl checkpoint "
+                              f"({type(e).__name__}: {e})") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("model_keys"), list):
+        raise CheckpointError(f"load({path!r}): the metadata is not a parcl checkpoint's")
+    if doc.get("format", 0) > FORMAT_VERSION:
+        raise CheckpointError(f"load({path!r}): checkpoint format {doc.get('format')} was "
+                              f"written by parcl {doc.get('parcl_version')}, newer than this "
+                              f"one (format {FORMAT_VERSION}); upgrade parcl")
+    expected = {MODEL_PREFIX + k for k in doc["model_keys"]}
+    if doc.get("optimizer"):
+        expected |= {f"{OPTIM_PREFIX}{entry['key']}.{name}"
+                     for entry in _optim_doc(path, doc)["state"] for name in entry["tensors"]}
+    if set(tensors) != expected:
+        raise CheckpointError(f"load({path!r}): the file's tensors do not match its own "
+                              f"metadata: unlisted {sorted(set(tensors) - expected)}, "
+                              f"absent {sorted(expected - set(tensors))}; the file is damaged")
+    return doc, tensors
+
+
+def _optim_doc(path: str, doc: dict[str, Any]) -> dict[str, Any]:
+    opt = doc["optimizer"]
+    well_formed = (isinstance(opt, dict) and isinstance(opt.get("state"), list)
+                   and isinstance(opt.get("param_groups"), list)
+                   and all(isinstance(e, dict) and isinstance(e.get("scalars"), dict)
+                           and isinstance(e.get("tensors"), list) and "key" in e
+                           for e in opt["state"]))
+    if not well_formed:
+        raise CheckpointError(f"load({path!r}): the optimizer metadata is malformed")
+    return opt
+
+
+def _model_state(path: str, doc: dict[str, Any], tensors: dict[str, np.ndarray],
+                 model: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The checkpoint's model state, checked against the model's; and the model's."""
+    saved = {k: tensors[MODEL_PREFIX + k] for k in doc["model_keys"]}
+    current = {k: _host_array(v, f"model.state_dict()[{k!r}]")
+               for k, v in model.state_dict().items()}
+    problems = _compare(saved, current, "the model")
+    if problems:
+        raise CheckpointError(f"load({path!r}): the checkpoint does not fit the model: "
+                              + "; ".join(problems))
+    return saved, current
+
+
+def _optimizer_state(path: str, doc: dict[str, Any], tensors: dict[str, np.ndarray],
+                     optimizer: Any) -> dict[str, Any] | None:
+    if optimizer is None:
+        return None
+    if not doc.get("optimizer"):
+        raise CheckpointError(f"load({path!r}): the checkpoint holds no optimizer state; "
+                              f"load it with optimizer=None, or save one with pc.save(..., "
+                              f"optimizer)")
+    opt = _optim_doc(path, doc)
+    state: dict[Any, dict[str, Any]] = {}
+    for entry in opt["state"]:
+        key = entry["key"]
+        values = dict(entry["scalars"])
+        for name in entry["tensors"]:
+            values[name] = tensors[f"{OPTIM_PREFIX}{key}.{name}"]
+        state[key] = values
+    saved = {"state": state, "param_groups": opt["param_groups"], **opt.get("extra", {})}
+
+    current = optimizer.state_dict()
+    cur_groups = current.get("param_groups", [])
+    problems = []
+    if len(saved["param_groups"]) != len(cur_groups):
+        problems.append(f"{len(saved['param_groups'])} param_groups saved, optimizer has "
+                        f"{len(cur_groups)}")
+    for i, (mine, theirs) in enumerate(zip(saved["param_groups"], cur_groups)):
+        if set(mine) != set(theirs):
+            problems.append(f"param_groups[{i}] saved with options {sorted(mine)}, optimizer "
+                            f"has {sorted(theirs)} (a different optimizer class? checkpoint "
+                            f"has {opt.get('class')}, got {type(optimizer).__name__})")
+        elif list(mine.get("params", [])) != list(theirs.get("params", [])):
+            problems.append(f"param_groups[{i}] saved for params {mine.get('params')}, "
+                            f"optimizer has {theirs.get('params')}")
+    known = {p for g in cur_groups for p in g.get("params", [])}
+    unknown = [k for k in state if known and k not in known]
+    if unknown:
+        problems.append(f"state for parameters {unknown} the optimizer does not have")
+    for key, values in state.items():
+        if key in current.get("state", {}):
+            mine = {n: v for n, v in values.items() if isinstance(v, np.ndarray)}
+            theirs = {n: _host_array(v, f"optimizer state[{key!r}][{n!r}]")
+                      for n, v in current["state"][key].items()
+                      if isinstance(v, np.ndarray) or hasattr(v, "to_host")}
+            problems += [f"state[{key}]: {p}" for p in _compare(mine, theirs, "the optimizer")]
+    if problems:
+        raise CheckpointError(f"load({path!r}): the checkpoint does not fit the optimizer: "
+                              + "; ".join(problems))
+    return saved
+
+
+def _compare(saved: dict[str, np.ndarray], current: dict[str, np.ndarray], where: str
+             ) -> list[str]:
+    """Human-readable differences between two name -> array dicts (empty when they fit)."""
+    problems = []
+    missing = [k for k in current if k not in saved]
+    extra = [k for k in saved if k not in current]
+    if missing:
+        problems.append(f"missing keys {missing}")
+    if extra:
+        problems.append(f"unexpected keys {extra}")
+    for name, array in saved.items():
+        if name not in current:
+            continue
+        want = current[name]
+        if array.shape != want.shape:
+            problems.append(f"{name!r} has shape {array.shape} in the checkpoint, "
+                            f"{want.shape} in {where}")
+        elif array.dtype != want.dtype:
+            problems.append(f"{name!r} has dtype {array.dtype} in the checkpoint, "
+                            f"{want.dtype} in {where}")
+    return problems
