@@ -15,6 +15,7 @@ from .runtime import (Queue, context_for, default_queue, describe, devices, memo
 from .tensor import Tensor
 from . import data as data
 from .checkpoint import load as load, save as save
+from . import nn as nn, optim as optim
 
 __version__ = "0.1.0"
 
