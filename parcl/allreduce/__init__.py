@@ -1,0 +1,55 @@
+"""Allreduce over replicas' tensors in one OpenCL context, one algorithm per module.
+
+>>> from parcl.allreduce import allreduce
+>>> allreduce([grad_on_replica0, grad_on_replica1], op="mean")   # in place, enqueued
+
+Every algorithm sums in a fixed order, so the same run twice gives bit-identical results, and
+every replica ends with the same values. Cross-process reduction (MPI) lives in ``mpi.py``.
+"""
+
+from __future__ import annotations
+
+from ..tensor import Tensor
+from ._common import check_tensors
+from .buckets import GradBuckets, plan_buckets
+from .direct import direct
+from .ring import ring
+from .scatter import scatter
+
+ALGORITHMS = {"direct": direct, "ring": ring, "scatter": scatter}
+
+# Below this size the launch latency of the extra kernels and copies of `scatter` outweighs
+# spreading the additions over the devices (measured with `parcl-bench allreduce` on 2 PoCL
+# sub-devices; see docs/performance.md).
+AUTO_SCATTER_BYTES = 256 * 1024
+
+
+def choose_algorithm(nbytes: int, replicas: int) -> str:
+    """The algorithm ``auto`` runs for a tensor of ``nbytes`` over ``replicas`` replicas."""
+    if replicas <= 1 or nbytes < AUTO_SCATTER_BYTES:
+        return "direct"
+    return "scatter"
+
+
+def allreduce(tensors: list[Tensor], op: str = "sum", algorithm: str = "auto") -> None:
+    """Sum (``op="sum"``) or average (``"mean"``) same-shaped tensors on different queues, in
+    place; enqueued with events, the host never waits."""
+    tensors = list(tensors)
+    check_tensors("allreduce", tensors)
+    if op not in ("sum", "mean"):
+        raise ValueError(f"allreduce: op must be 'sum' or 'mean', got {op!r}")
+    scale = 1.0 / len(tensors) if op == "mean" else 1.0
+    if len(tensors) == 1:
+        if scale != 1.0:
+            from ..kernels.elementwise import scale_
+            scale_(tensors[0], scale)
+        return
+    name = choose_algorithm(tensors[0].nbytes, len(tensors)) if algorithm == "auto" else algorithm
+    if name not in ALGORITHMS:
+        raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; choose one of "
+                         f"{sorted(ALGORITHMS)} or 'auto'")
+    ALGORITHMS[name](tensors, scale)
+
+
+__all__ = ["ALGORITHMS", "GradBuckets", "allreduce", "choose_algorithm", "direct",
+           "plan_buckets", "ring", "scatter"]

@@ -1,0 +1,79 @@
+"""Gradient buckets: each replica's gradients live in a few flat buffers.
+
+Parameters are packed in reverse registration order (backward produces the last layers' grads
+first) into buckets of about ``bucket_mb``; each parameter's ``.grad`` becomes a view (an OpenCL
+sub-buffer) into its bucket, so backward accumulates straight into the bucket and the allreduce
+is a few large kernels instead of one per parameter.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+import pyopencl as cl
+
+from ..tensor import Tensor
+
+
+def _alignment_elems(device: cl.Device) -> int:
+    # Sub-buffer origins must be multiples of CL_DEVICE_MEM_BASE_ADDR_ALIGN (bits).
+    return max(1, device.mem_base_addr_align // 8 // 4)
+
+
+def plan_buckets(shapes: list[tuple[int, ...]], bucket_mb: float,
+                 align: int) -> list[list[tuple[int, int]]]:
+    """Assign parameters (by index) to buckets in reverse order.
+
+    Returns per bucket a list of ``(param_index, offset_in_elements)``; offsets are aligned.
+    """
+    limit = max(1, int(bucket_mb * (1 << 20) / 4))
+    buckets: list[list[tuple[int, int]]] = []
+    current: list[tuple[int, int]] = []
+    used = 0
+    for i in reversed(range(len(shapes))):
+        n = prod(shapes[i])
+        if current and used + n > limit:
+            buckets.append(current)
+            current, used = [], 0
+        current.append((i, used))
+        used += (n + align - 1) // align * align
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def bucket_size(bucket: list[tuple[int, int]], shapes, align: int) -> int:
+    i, off = bucket[-1]
+    return off + (prod(shapes[i]) + align - 1) // align * align
+
+
+class GradBuckets:
+    """Flat gradient buffers for one replica's parameters, with ``.grad`` views into them."""
+
+    def __init__(self, params: list, queue: cl.CommandQueue, bucket_mb: float = 25.0,
+                 plan=None):
+        self.queue = queue
+        shapes = [tuple(p.shape) for p in params]
+        self.align = _alignment_elems(queue.device)
+        self.plan = plan if plan is not None else plan_buckets(shapes, bucket_mb, self.align)
+        self.flats: list[Tensor] = []
+        for bucket in self.plan:
+            flat = Tensor.zeros(queue, (bucket_size(bucket, shapes, self.align),))
+            self.flats.append(flat)
+            for i, off in bucket:
+                n = prod(shapes[i])
+                sub = flat.data.get_sub_region(off * 4, n * 4)
+                params[i].grad = flat.view_of(sub, shapes[i])
+                params[i]._grad_is_view = True
+        self.params = params
+
+    def zero_(self) -> None:
+        """Zero every gradient: one fill per bucket."""
+        for flat in self.flats:
+            flat.fill_(0)
+
+    def detach(self) -> None:
+        """Give the parameters ordinary gradients again (``.grad = None``)."""
+        for p in self.params:
+            p.grad = None
+            p._grad_is_view = False
