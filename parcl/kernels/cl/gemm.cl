@@ -1,0 +1,202 @@
+//CL// parcl GEMM kernels: C = epilogue(op(A) @ op(B)), launched by parcl/kernels/gemm.py.
+//
+// Epilogue (both variants): v = acc (+ beta * C_old if beta != 0) (+ bias[col]) (then ReLU),
+// as cuBLASLt orders it. C_old is never read when beta == 0, so `out` may be uninitialised.
+//
+// Build with -cl-mad-enable: `acc += x * y` must contract to an FMA. Builtins such as mad(),
+// vload8() and vstore8() are *calls* in PoCL 3.0's CPU device (not inlined), so the hot loop
+// uses plain operators and vector pointer casts only.
+
+#define FLAG_BIAS 1
+#define FLAG_RELU 2
+#define FLAG_VEC  4    // N % 8 == 0 and C rows are float8-aligned: whole-vector stores
+
+inline float epilogue1(float v, global float* c, const global float* bias, int col,
+                       float beta, int flags)
+{
+    if (beta != 0.0f)
+        v += beta * *c;
+    if (flags & FLAG_BIAS)
+        v += bias[col];
+    if ((flags & FLAG_RELU) && v < 0.0f)    // keeps NaN (as PyTorch's relu does)
+        v = 0.0f;
+    return v;
+}
+
+// Store the 8 values of `v` at columns col..col+7 of the row starting at `c`.
+inline void emit8(global float* restrict c, const global float* restrict bias, float8 v,
+                  int col, int N, float beta, int flags)
+{
+    if ((flags & FLAG_VEC) && col + 8 <= N) {
+        global float8* p = (global float8*)(c + col);
+        if (beta != 0.0f)
+            v += beta * *p;
+        if (flags & FLAG_BIAS)
+            v += *(const global float8*)(bias + col);
+        if (flags & FLAG_RELU)
+            v = v < 0.0f ? (float8)(0.0f) : v;
+        *p = v;
+    } else {
+        float t[8];
+        *(float8*)t = v;
+        for (int i = 0; i < 8 && col + i < N; ++i)
+            c[col + i] = epilogue1(t[i], c + col + i, bias, col + i, beta, flags);
+    }
+}
+
+
+// ---- CPU variant: packed panels, one 8x16 register block of C per work-item -----------------
+//
+// A panel is MR rows of op(A) stored k-major ([K][MR]), a B panel NR columns of op(B) stored
+// k-major ([K][NR]); each k step is then 8 broadcasts, two float8 loads and 16 FMAs, read
+// contiguously. Panels come from pack_a / pack_b (zero-padded to whole panels, transposes
+// resolved there) or, when the operand already has that layout, straight from the tensor
+// (a_ks / b_ks are the distances between consecutive k; a_ps / b_ps between panels).
+
+#define MR 8
+#define NR 16
+
+#define ROW(r) { const float8 x = (float8)(a[r]); c##r##0 += x * b0; c##r##1 += x * b1; }
+#define ZERO(r) float8 c##r##0 = (float8)(0.0f), c##r##1 = (float8)(0.0f);
+#define EMIT(r) \
+    if (row0 + r < M) { \
+        global float* crow = c + (long)(row0 + r) * N; \
+        emit8(crow, bias, c##r##0, col0, N, beta, flags); \
+        emit8(crow, bias, c##r##1, col0 + 8, N, beta, flags); \
+    }
+
+kernel void gemm_cpu(const global float* restrict A, long a_bs,
+                     const global float* restrict B, long b_bs,
+                     global float* restrict C, long c_bs, const global float* restrict bias,
+                     int M, int N, int K, float beta, int flags)
+{
+    const int jp = get_global_id(0), ip = get_global_id(1), bt = get_global_id(2);
+    if (jp * NR >= N || ip * MR >= M)    // the grid is padded to whole work-groups
+        return;
+    const global float* a = A + bt * a_bs + (long)ip * K * MR;
+    const global float* b = B + bt * b_bs + (long)jp * K * NR;
+    ZERO(0) ZERO(1) ZERO(2) ZERO(3) ZERO(4) ZERO(5) ZERO(6) ZERO(7)
+    for (int k = 0; k < K; ++k) {
+        const float8 b0 = ((const global float8*)b)[0];
+        const float8 b1 = ((const global float8*)b)[1];
+        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7)
+        a += MR;
+        b += NR;
+    }
+    global float* c = C + bt * c_bs;
+    const int row0 = ip * MR, col0 = jp * NR;
+    EMIT(0) EMIT(1) EMIT(2) EMIT(3) EMIT(4) EMIT(5) EMIT(6) EMIT(7)
+}
+
+// Packing: P[bt][panel][k][i] = X[panel*W + i][k] for a matrix X (op(A), or op(B) transposed)
+// whose element (i, k) sits at i*si + k*sk; zero past row `rows`. One k-row of one panel per
+// work-item: global (K rounded up to the work-group, panels, batch).
+inline void pack_panel(const global float* restrict src, long s_bs, long si, long sk,
+                       global float* restrict P, int rows, int K, const int W)
+{
+    const int k = get_global_id(0), panel = get_global_id(1), bt = get_global_id(2);
+    if (k >= K)
+        return;
+    const int i0 = panel * W;
+    const global float* s = src + bt * s_bs + i0 * si + k * sk;
+    global float* p = P + (((long)bt * get_global_size(1) + panel) * K + k) * W;
+    if (i0 + W <= rows) {
+        for (int i = 0; i < W; ++i)
+            p[i] = s[i * si];
+    } else {
+        for (int i = 0; i < W; ++i)
+            p[i] = i0 + i < rows ? s[i * si] : 0.0f;
+    }
+}
+
+kernel void pack_a(const global float* restrict src, long s_bs, long si, long sk,
+                   global float* restrict P, int rows, int K)
+{
+    pack_panel(src, s_bs, si, sk, P, rows, K, MR);
+}
+
+kernel void pack_b(const global float* restrict src, long s_bs, long si, long sk,
+                   global float* restrict P, int rows, int K)
+{
+    pack_panel(src, s_bs, si, sk, P, rows, K, NR);
+}
+
+
+// ---- GPU variant: 64x64 tiles through local memory, 4x4 register block per work-item ---------
+//
+// Work-group 16x16; work-item (tx, ty) owns rows ty + 16*i and columns tx + 16*j of the tile,
+// so local-memory reads are broadcast/conflict-free and global stores coalesce along rows.
+// Tile loads are arranged to coalesce along whichever dimension is contiguous in memory.
+
+#define TM 64
+#define TN 64
+#define TK 16
+#define WG 16
+#define WM (TM / WG)
+#define WN (TN / WG)
+
+kernel __attribute__((reqd_work_group_size(WG, WG, 1)))
+void gemm_tiled(const global float* restrict A, long a_bs, int trans_a,
+                const global float* restrict B, long b_bs, int trans_b,
+                global float* restrict C, long c_bs, const global float* restrict bias,
+                int M, int N, int K, float beta, int flags)
+{
+    local float As[TK][TM];
+    local float Bs[TK][TN];
+    const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * WG + tx;
+    const int row0 = get_group_id(1) * TM, col0 = get_group_id(0) * TN;
+    const int bt = get_global_id(2);
+    A += bt * a_bs;
+    B += bt * b_bs;
+    float acc[WM][WN];
+    for (int i = 0; i < WM; ++i)
+        for (int j = 0; j < WN; ++j)
+            acc[i][j] = 0.0f;
+
+    for (int k0 = 0; k0 < K; k0 += TK) {
+        for (int l = 0; l < TK * TM / (WG * WG); ++l) {
+            const int e = tid + l * WG * WG;
+            const int m = trans_a ? e % TM : e / TK, kk = trans_a ? e / TM : e % TK;
+            const int gi = row0 + m, gk = k0 + kk;
+            float v = 0.0f;
+            if (gi < M && gk < K)
+                v = trans_a ? A[(long)gk * M + gi] : A[(long)gi * K + gk];
+            As[kk][m] = v;
+        }
+        for (int l = 0; l < TK * TN / (WG * WG); ++l) {
+            const int e = tid + l * WG * WG;
+            const int n = trans_b ? e / TK : e % TN, kk = trans_b ? e % TK : e / TN;
+            const int gj = col0 + n, gk = k0 + kk;
+            float v = 0.0f;
+            if (gj < N && gk < K)
+                v = trans_b ? B[(long)gj * K + gk] : B[(long)gk * N + gj];
+            Bs[kk][n] = v;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int kk = 0; kk < TK; ++kk) {
+            float ar[WM], br[WN];
+            for (int i = 0; i < WM; ++i)
+                ar[i] = As[kk][ty + WG * i];
+            for (int j = 0; j < WN; ++j)
+                br[j] = Bs[kk][tx + WG * j];
+            for (int i = 0; i < WM; ++i)
+                for (int j = 0; j < WN; ++j)
+                    acc[i][j] += ar[i] * br[j];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    C += bt * c_bs;
+    for (int i = 0; i < WM; ++i) {
+        const int r = row0 + ty + WG * i;
+        if (r >= M)
+            continue;
+        for (int j = 0; j < WN; ++j) {
+            const int col = col0 + tx + WG * j;
+            if (col < N) {
+                global float* c = C + (long)r * N + col;
+                *c = epilogue1(acc[i][j], c, bias, col, beta, flags);
+            }
+        }
+    }
+}

@@ -1,0 +1,250 @@
+"""GEMM: ``C = op(A) @ op(B)`` with a fused bias/ReLU/accumulate epilogue, plain and batched.
+
+Two variants live in ``cl/gemm.cl``, chosen by device *type* (never by platform name):
+
+* ``"cpu"`` — operands are packed into k-major panels (8 rows of op(A), 16 columns of op(B);
+  transposes and zero padding to whole panels happen there), then each work-item keeps an
+  8x16 block of C in sixteen ``float8`` registers and streams its two panels contiguously, so
+  PoCL emits straight FMA code with no barriers. An operand that already has the panel layout
+  (op(B) = B with N % 16 == 0, op(A) = A^T with M % 8 == 0) is read in place, unpacked.
+* ``"tiled"`` — the GPU shape: 64x64 tiles through local memory, 4x4 registers per work-item.
+
+Both run on every device; tests force one with the private ``_variant`` argument.
+
+>>> import numpy as np, parcl as pc
+>>> from parcl.kernels.gemm import gemm
+>>> q = pc.default_queue()
+>>> a = pc.Tensor.from_host(q, np.ones((2, 3), np.float32))
+>>> gemm(a, a, trans_b=True).to_host()
+array([[3., 3.],
+       [3., 3.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyopencl as cl
+
+from ..errors import DTypeError, ShapeError
+from ..runtime import is_gpu
+from ..tensor import FLOAT, Tensor, check_same_queue
+from ._cache import get_kernel, load_source
+
+_OPTIONS = ("-cl-mad-enable",)   # `acc += x * y` must become an FMA; no relaxed math needed
+MR, NR = 8, 16                   # the CPU register block (rows x columns); must match gemm.cl
+# A CPU work-group runs its work-items in order, x fastest: 8 B panels (8 x K x 16 floats,
+# 512 KiB at K=1024) stay in L2 while 16 A panels pass by, and few groups keep PoCL's
+# per-group overhead small.
+CPU_GROUP = (8, 16)
+PACK_GROUP = 64                  # k-rows per packing work-group
+TILE, GROUP = 64, 16             # the GPU tile and work-group edge; must match gemm.cl
+FLAG_BIAS, FLAG_RELU, FLAG_VEC = 1, 2, 4
+VARIANTS = ("cpu", "tiled")
+
+_source: str | None = None
+
+
+def _kernel(queue: cl.CommandQueue, name: str) -> cl.Kernel:
+    global _source
+    if _source is None:
+        _source = load_source("gemm")
+    return get_kernel(queue, _source, name, _OPTIONS)
+
+
+def choose_variant(device: cl.Device) -> str:
+    """The variant for ``device``: ``"tiled"`` on GPUs, ``"cpu"`` everywhere else."""
+    return "tiled" if is_gpu(device) else "cpu"
+
+
+# -- validation ----------------------------------------------------------------------------
+def _check_float(op: str, **tensors: Tensor | None) -> None:
+    for name, t in tensors.items():
+        if t is not None and t.dtype != FLOAT:
+            raise DTypeError(f"{op}: {name} has dtype {t.dtype}, expected float32 "
+                             "(convert with .astype(np.float32) before uploading)")
+
+
+def _check_out(op: str, out: Tensor | None, shape: tuple[int, ...], a: Tensor, b: Tensor,
+               beta: float) -> None:
+    if out is None:
+        if beta != 0.0:
+            raise ShapeError(f"{op}: beta={beta} accumulates into out=, but no out was given; "
+                             "pass the tensor to accumulate into as out=")
+        return
+    if out.shape != shape:
+        raise ShapeError(f"{op}: out has shape {out.shape}, expected {shape}")
+    if out.data == a.data or out.data == b.data:
+        raise ShapeError(f"{op}: out must not share memory with an input; pass a fresh tensor")
+
+
+# -- public API ----------------------------------------------------------------------------
+def gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool = False,
+         out: Tensor | None = None, bias: Tensor | None = None, relu: bool = False,
+         beta: float = 0.0, _variant: str | None = None) -> Tensor:
+    """C = op(A) @ op(B) (+ bias broadcast over rows, length N) (then ReLU), for 2-D float32
+    tensors. op(A) is (M,K): A is (M,K), or (K,M) when trans_a. op(B) is (K,N): B is (K,N), or
+    (N,K) when trans_b. beta != 0 accumulates: C = op(A)@op(B) + beta*C into `out` (must be
+    given then; used for += gradient accumulation, e.g. beta=1); with bias/relu as well the
+    order is relu(op(A)@op(B) + beta*C + bias). Enqueued on a.queue; never waits.
+
+    >>> import numpy as np, parcl as pc
+    >>> q = pc.default_queue()
+    >>> x = pc.Tensor.from_host(q, np.array([[1, -2]], np.float32))
+    >>> w = pc.Tensor.from_host(q, np.array([[1, 0], [0, 1]], np.float32))
+    >>> bias = pc.Tensor.from_host(q, np.array([0.5, 0.5], np.float32))
+    >>> gemm(x, w, trans_b=True, bias=bias, relu=True).to_host()
+    array([[1.5, 0. ]], dtype=float32)
+    """
+    _check_float("gemm", a=a, b=b, out=out, bias=bias)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ShapeError(f"gemm: expects 2-D a and b, got {a.shape} and {b.shape} "
+                         "(use batched_gemm for 3-D)")
+    m, k = a.shape[::-1] if trans_a else a.shape
+    kb, n = b.shape[::-1] if trans_b else b.shape
+    if k != kb:
+        raise ShapeError(f"gemm: inner dimensions differ: a {a.shape}{' (transposed)' * trans_a}"
+                         f" gives K={k}, b {b.shape}{' (transposed)' * trans_b} gives K={kb}")
+    if bias is not None and bias.shape != (n,):
+        raise ShapeError(f"gemm: bias has shape {bias.shape}, expected ({n},) for a result of "
+                         f"shape {(m, n)}")
+    check_same_queue("gemm", *[t for t in (a, b, out, bias) if t is not None])
+    _check_out("gemm", out, (m, n), a, b, beta)
+    if out is None:
+        out = Tensor.empty(a.queue, (m, n))
+    _launch(a, b, out, bias, m, n, k, 1, 0, 0, trans_a, trans_b, relu, float(beta), _variant)
+    return out
+
+
+def batched_gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool = False,
+                 out: Tensor | None = None, _variant: str | None = None) -> Tensor:
+    """3-D (batch, M, K) x (batch, K, N) -> (batch, M, N), with the transposes of ``gemm``
+    applied to the last two dimensions; a 2-D ``b`` is shared by every batch.
+
+    >>> import numpy as np, parcl as pc
+    >>> q = pc.default_queue()
+    >>> a = pc.Tensor.from_host(q, np.ones((4, 2, 3), np.float32))
+    >>> b = pc.Tensor.from_host(q, np.ones((3, 5), np.float32))
+    >>> batched_gemm(a, b).to_host().shape
+    (4, 2, 5)
+    """
+    _check_float("batched_gemm", a=a, b=b, out=out)
+    if a.ndim != 3 or b.ndim not in (2, 3):
+        raise ShapeError(f"batched_gemm: expects a 3-D a and a 2-D or 3-D b, got {a.shape} "
+                         f"and {b.shape}")
+    batch = a.shape[0]
+    m, k = a.shape[:0:-1] if trans_a else a.shape[1:]
+    kb, n = b.shape[:-3:-1] if trans_b else b.shape[-2:]
+    if b.ndim == 3 and b.shape[0] != batch:
+        raise ShapeError(f"batched_gemm: batch sizes differ: a {a.shape}, b {b.shape}")
+    if k != kb:
+        raise ShapeError(f"batched_gemm: inner dimensions differ: a {a.shape}"
+                         f"{' (transposed)' * trans_a} gives K={k}, b {b.shape}"
+                         f"{' (transposed)' * trans_b} gives K={kb}")
+    check_same_queue("batched_gemm", *[t for t in (a, b, out) if t is not None])
+    _check_out("batched_gemm", out, (batch, m, n), a, b, 0.0)
+    if out is None:
+        out = Tensor.empty(a.queue, (batch, m, n))
+    b_bs = k * n if b.ndim == 3 else 0
+    _launch(a, b, out, None, m, n, k, batch, m * k, b_bs, trans_a, trans_b, False, 0.0,
+            _variant)
+    return out
+
+
+# -- launching -----------------------------------------------------------------------------
+def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: int, k: int,
+            batch: int, a_bs: int, b_bs: int, trans_a: bool, trans_b: bool, relu: bool,
+            beta: float, variant: str | None) -> None:
+    queue = a.queue
+    if m == 0 or n == 0 or batch == 0:
+        return
+    variant = variant or choose_variant(queue.device)
+    flags = (FLAG_BIAS if bias is not None else 0) | (FLAG_RELU if relu else 0)
+    bias_buf = bias.data if bias is not None else None
+    c_bs, beta32 = np.int64(m * n), np.float32(beta)
+    dims = (np.int32(m), np.int32(n), np.int32(k))
+    if variant == "tiled":
+        kern = _kernel(queue, "gemm_tiled")
+        kern(queue, (-(-n // TILE) * GROUP, -(-m // TILE) * GROUP, batch), (GROUP, GROUP, 1),
+             a.data, np.int64(a_bs), np.int32(trans_a), b.data, np.int64(b_bs),
+             np.int32(trans_b), out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
+        return
+    if variant != "cpu":
+        raise ValueError(f"gemm: unknown variant {variant!r}; expected one of {VARIANTS}")
+
+    pm, pn = -(-m // MR), -(-n // NR)            # panels of op(A) rows / op(B) columns
+    # Packed temporaries return to the queue's pool when dropped here, which is safe: the
+    # in-order queue runs anything that reuses them after this GEMM.
+    # op(A)[i, k] and op(B)[k, j] as (row stride, k stride) in the tensors' memory
+    sa = (1, m) if trans_a else (k, 1)
+    sb = (k, 1) if trans_b else (1, n)
+    pa = _pack(queue, "pack_a", a, a_bs, sa, pm, MR, m, k, batch)
+    pb = _pack(queue, "pack_b", b, b_bs, sb, pn, NR, n, k, batch if b_bs else 1)
+    pa_bs, pb_bs = pm * MR * k, (pn * NR * k if b_bs else 0)
+    if n % 8 == 0:
+        flags |= FLAG_VEC
+    kern = _kernel(queue, "gemm_cpu")
+    lx, ly = CPU_GROUP
+    kern(queue, (-(-pn // lx) * lx, -(-pm // ly) * ly, batch), (lx, ly, 1),
+         pa.data, np.int64(pa_bs), pb.data, np.int64(pb_bs),
+         out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
+
+
+def _pack(queue: cl.CommandQueue, name: str, t: Tensor, t_bs: int, strides: tuple[int, int],
+          panels: int, width: int, rows: int, k: int, batch: int) -> Tensor:
+    """``t`` as zero-padded k-major panels of ``width`` rows (a pooled temporary)."""
+    packed = Tensor.empty(queue, (batch, panels, k, width))
+    if k > 0:
+        _kernel(queue, name)(queue, (-(-k // PACK_GROUP) * PACK_GROUP, panels, batch),
+                             (PACK_GROUP, 1, 1), t.data, np.int64(t_bs), np.int64(strides[0]),
+                             np.int64(strides[1]), packed.data, np.int32(rows), np.int32(k))
+    return packed
+
+
+# -- measuring -----------------------------------------------------------------------------
+def bench_gemm(queue: cl.CommandQueue, n: int, trans: str = "NN", repeats: int = 5,
+               numpy_threads: int | None = None, variant: str | None = None) -> dict:
+    """GFLOP/s of an n x n x n ``gemm`` on ``queue`` and of ``numpy.matmul`` in the same run.
+
+    ``trans`` is two letters, N or T, for A and B ("NN", "NT", "TN", "TT"). numpy runs on
+    ``numpy_threads`` BLAS threads (default: the device's compute units) through threadpoolctl
+    when it is installed (else on whatever numpy uses; ``numpy_threads`` is then reported as
+    None). Times are medians of ``repeats`` runs after a warm-up, each ended by
+    ``queue.finish()``.
+    """
+    trans_a, trans_b = (c.upper() == "T" for c in trans)
+    rng = np.random.default_rng(0)
+    ha = rng.standard_normal((n, n), dtype=np.float32)
+    hb = rng.standard_normal((n, n), dtype=np.float32)
+    a, b = Tensor.from_host(queue, ha), Tensor.from_host(queue, hb)
+    out = Tensor.empty(queue, (n, n))
+
+    def run():
+        gemm(a, b, trans_a=trans_a, trans_b=trans_b, out=out, _variant=variant)
+        queue.finish()
+
+    t_cl = _median_time(run, repeats)
+    na, nb = (ha.T if trans_a else ha), (hb.T if trans_b else hb)
+    threads = numpy_threads or queue.device.max_compute_units
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        threads, t_np = None, _median_time(lambda: np.matmul(na, nb), repeats)
+    else:
+        with threadpool_limits(limits=threads, user_api="blas"):
+            t_np = _median_time(lambda: np.matmul(na, nb), repeats)
+    flop = 2.0 * n ** 3
+    return {"n": n, "trans": trans.upper(), "variant": variant or choose_variant(queue.device),
+            "gflops": flop / t_cl / 1e9, "numpy_gflops": flop / t_np / 1e9,
+            "numpy_threads": threads, "seconds": t_cl, "numpy_seconds": t_np}
+
+
+def _median_time(fn, repeats: int) -> float:
+    fn()                                  # warm-up: builds, first-touch allocations
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
