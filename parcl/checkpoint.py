@@ -59,8 +59,10 @@ def save(path: str | os.PathLike, model: Any, optimizer: Any = None, step: int =
     ``bit_generator.state``, ... (numpy scalars and arrays become numbers and lists; tuples
     come back as lists).
 
-    >>> # pc.save("run/ckpt.safetensors", model, opt, step=100, epoch=3,
-    >>> #         loader=loader.state_dict())
+    Typical use, once per epoch or every N steps::
+
+        pc.save("run/ckpt.safetensors", model, opt, step=step, epoch=epoch,
+                loader=loader.state_dict())
     """
     from . import __version__
 
@@ -217,9 +219,10 @@ def _read(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     except Exception as e:
         raise CheckpointError(f"load({path!r}): the file is damaged or not a parcl checkpoint "
                               f"({type(e).__name__}: {e})") from e
-    if not isinstance(doc, dict) or not isinstance(doc.get("model_keys"), list):
+    if not (isinstance(doc, dict) and isinstance(doc.get("model_keys"), list)
+            and isinstance(doc.get("format"), int) and isinstance(doc.get("meta", {}), dict)):
         raise CheckpointError(f"load({path!r}): the metadata is not a parcl checkpoint's")
-    if doc.get("format", 0) > FORMAT_VERSION:
+    if doc["format"] > FORMAT_VERSION:
         raise CheckpointError(f"load({path!r}): checkpoint format {doc.get('format')} was "
                               f"written by parcl {doc.get('parcl_version')}, newer than this "
                               f"one (format {FORMAT_VERSION}); upgrade parcl")

@@ -286,6 +286,16 @@ def test_tensors_that_disagree_with_the_metadata(ckpt):
     refuse_load(ckpt, FakeModel(seed=3), match=["model.sneaky", "damaged"])
 
 
+def test_a_newer_format_asks_for_an_upgrade(ckpt):
+    pc.save(ckpt, FakeModel())
+    tensors = load_file(str(ckpt))
+    with safe_open(str(ckpt), framework="numpy") as f:
+        doc = json.loads(f.metadata()["parcl"])
+    doc["format"] = 99
+    save_file(tensors, str(ckpt), metadata={"parcl": json.dumps(doc)})
+    refuse_load(ckpt, FakeModel(seed=3), match=["format 99", "upgrade parcl"])
+
+
 def test_checkpoint_error_is_an_oserror():
     assert issubclass(pc.CheckpointError, OSError)
     assert issubclass(pc.CheckpointError, pc.ParclError)
