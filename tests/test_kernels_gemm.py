@@ -1,0 +1,225 @@
+"""GEMM kernels against numpy (float64 references): every transpose, awkward sizes, the fused
+epilogue, accumulation, batches, both variants on the CPU device, errors, and threads."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import numpy as np
+import pytest
+
+import parcl as pc
+from parcl.kernels.gemm import VARIANTS, batched_gemm, bench_gemm, choose_variant, gemm
+
+TRANS = list(itertools.product([False, True], repeat=2))
+
+
+def _operands(rng, m, n, k, trans_a, trans_b, batch=None):
+    lead = () if batch is None else (batch,)
+    a = rng.standard_normal(lead + ((k, m) if trans_a else (m, k))).astype(np.float32)
+    b = rng.standard_normal(lead + ((n, k) if trans_b else (k, n))).astype(np.float32)
+    return a, b
+
+
+def _op(x, trans):
+    x = x.astype(np.float64)
+    return np.swapaxes(x, -1, -2) if trans else x
+
+
+def _close(got, want, rtol=1e-4):
+    """Within rtol of the result's magnitude (float32 sums of K products)."""
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, rtol=0, atol=rtol * scale)
+
+
+def _up(queue, x):
+    return pc.Tensor.from_host(queue, x)
+
+
+# -- correctness ---------------------------------------------------------------------------
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("trans_a,trans_b", TRANS)
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (7, 7, 7), (33, 33, 33), (1, 257, 7),
+                                   (257, 33, 1), (16, 64, 128), (65, 17, 33), (40, 1000, 3)])
+def test_gemm_matches_numpy(queue, rng, variant, trans_a, trans_b, m, n, k):
+    a, b = _operands(rng, m, n, k, trans_a, trans_b)
+    c = gemm(_up(queue, a), _up(queue, b), trans_a=trans_a, trans_b=trans_b, _variant=variant)
+    assert c.shape == (m, n)
+    _close(c.to_host(), _op(a, trans_a) @ _op(b, trans_b))
+
+
+@pytest.mark.parametrize("trans_a,trans_b", TRANS)
+def test_gemm_257_cube(queue, rng, trans_a, trans_b):
+    a, b = _operands(rng, 257, 257, 257, trans_a, trans_b)
+    c = gemm(_up(queue, a), _up(queue, b), trans_a=trans_a, trans_b=trans_b)
+    _close(c.to_host(), _op(a, trans_a) @ _op(b, trans_b))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("m,n,k", [(5, 7, 9), (64, 48, 16), (33, 129, 20)])
+def test_bias_relu_epilogue(queue, rng, variant, m, n, k):
+    """A Linear layer: relu(x @ W^T + bias)."""
+    x, w = _operands(rng, m, n, k, False, True)
+    bias = rng.standard_normal(n).astype(np.float32)
+    ref = _op(x, False) @ _op(w, True) + bias
+    got = gemm(_up(queue, x), _up(queue, w), trans_b=True, bias=_up(queue, bias),
+               _variant=variant)
+    _close(got.to_host(), ref)
+    got = gemm(_up(queue, x), _up(queue, w), trans_b=True, bias=_up(queue, bias), relu=True,
+               _variant=variant)
+    _close(got.to_host(), np.maximum(ref, 0))
+    got = gemm(_up(queue, x), _up(queue, w), trans_b=True, relu=True, _variant=variant)
+    _close(got.to_host(), np.maximum(ref - bias, 0))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("trans_a,trans_b", TRANS)
+def test_beta_accumulates_into_out(queue, rng, variant, trans_a, trans_b):
+    """beta=1 is gradient accumulation: grad += x^T @ dy."""
+    m, n, k = 24, 40, 9
+    a, b = _operands(rng, m, n, k, trans_a, trans_b)
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    out = _up(queue, c0)
+    res = gemm(_up(queue, a), _up(queue, b), trans_a=trans_a, trans_b=trans_b, out=out,
+               beta=1.0, _variant=variant)
+    assert res is out
+    ref = _op(a, trans_a) @ _op(b, trans_b) + c0
+    _close(out.to_host(), ref)
+    gemm(_up(queue, a), _up(queue, b), trans_a=trans_a, trans_b=trans_b, out=out, beta=0.5,
+         _variant=variant)
+    _close(out.to_host(), _op(a, trans_a) @ _op(b, trans_b) + 0.5 * ref)
+
+
+def test_beta_zero_ignores_garbage_in_out(queue, rng):
+    a, b = _operands(rng, 9, 20, 5, False, False)
+    out = pc.Tensor.full(queue, (9, 20), float("nan"))
+    gemm(_up(queue, a), _up(queue, b), out=out)
+    _close(out.to_host(), _op(a, False) @ _op(b, False))
+
+
+def test_epilogue_order_with_beta_bias_relu(queue, rng):
+    a, b = _operands(rng, 8, 16, 4, False, False)
+    c0 = rng.standard_normal((8, 16)).astype(np.float32)
+    bias = rng.standard_normal(16).astype(np.float32)
+    out = _up(queue, c0)
+    gemm(_up(queue, a), _up(queue, b), out=out, beta=2.0, bias=_up(queue, bias), relu=True)
+    _close(out.to_host(), np.maximum(_op(a, False) @ _op(b, False) + 2 * c0 + bias, 0))
+
+
+def test_nan_propagates(queue):
+    a = np.ones((8, 8), np.float32)
+    a[3, 2] = np.nan
+    c = gemm(_up(queue, a), _up(queue, np.ones((8, 16), np.float32)), relu=True).to_host()
+    assert np.isnan(c[3]).all() and not np.isnan(np.delete(c, 3, axis=0)).any()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("trans_a,trans_b", TRANS)
+@pytest.mark.parametrize("shared_b", [False, True])
+def test_batched_gemm(queue, rng, variant, trans_a, trans_b, shared_b):
+    batch, m, n, k = 3, 13, 21, 17
+    a, b = _operands(rng, m, n, k, trans_a, trans_b, batch=batch)
+    if shared_b:
+        b = b[0].copy()
+    c = batched_gemm(_up(queue, a), _up(queue, b), trans_a=trans_a, trans_b=trans_b,
+                     _variant=variant)
+    assert c.shape == (batch, m, n)
+    _close(c.to_host(), _op(a, trans_a) @ _op(b, trans_b))
+
+
+def test_batched_gemm_out(queue, rng):
+    a, b = _operands(rng, 16, 32, 8, False, False, batch=2)
+    out = pc.Tensor.empty(queue, (2, 16, 32))
+    assert batched_gemm(_up(queue, a), _up(queue, b), out=out) is out
+    _close(out.to_host(), _op(a, False) @ _op(b, False))
+
+
+def test_large_rectangular(queue, rng):
+    a, b = _operands(rng, 300, 520, 1000, False, True)
+    c = gemm(_up(queue, a), _up(queue, b), trans_b=True)
+    _close(c.to_host(), _op(a, False) @ _op(b, True))
+
+
+def test_variant_follows_device_type(queue):
+    assert choose_variant(queue.device) == "cpu"     # the PoCL CPU device
+
+
+# -- errors --------------------------------------------------------------------------------
+def test_inner_dimension_mismatch_names_op_and_shapes(queue):
+    a = pc.Tensor.zeros(queue, (3, 4))
+    b = pc.Tensor.zeros(queue, (5, 6))
+    with pytest.raises(pc.ShapeError, match=r"gemm.*\(3, 4\).*\(5, 6\)"):
+        gemm(a, b)
+    with pytest.raises(pc.ShapeError, match="gemm"):
+        gemm(a, b, trans_a=True)
+    gemm(a, pc.Tensor.zeros(queue, (6, 4)), trans_b=True)          # fits
+
+
+def test_bad_shapes_and_arguments(queue):
+    a = pc.Tensor.zeros(queue, (3, 4))
+    b = pc.Tensor.zeros(queue, (4, 5))
+    with pytest.raises(pc.ShapeError, match="2-D"):
+        gemm(pc.Tensor.zeros(queue, (2, 3, 4)), b)
+    with pytest.raises(pc.ShapeError, match="bias"):
+        gemm(a, b, bias=pc.Tensor.zeros(queue, (4,)))
+    with pytest.raises(pc.ShapeError, match="out"):
+        gemm(a, b, out=pc.Tensor.zeros(queue, (5, 3)))
+    with pytest.raises(pc.ShapeError, match="beta"):
+        gemm(a, b, beta=1.0)
+    with pytest.raises(pc.ShapeError, match="batched_gemm.*batch"):
+        batched_gemm(pc.Tensor.zeros(queue, (2, 3, 4)), pc.Tensor.zeros(queue, (3, 4, 5)))
+    with pytest.raises(pc.ShapeError, match="batched_gemm"):
+        batched_gemm(pc.Tensor.zeros(queue, (2, 3, 4)), pc.Tensor.zeros(queue, (2, 3, 5)))
+
+
+def test_non_float32_is_dtype_error(queue):
+    a = pc.Tensor.zeros(queue, (3, 4))
+    labels = pc.Tensor.zeros(queue, (4, 5), dtype=np.int32)
+    with pytest.raises(pc.DTypeError, match="gemm.*float32"):
+        gemm(a, labels)
+    with pytest.raises(pc.DTypeError):
+        batched_gemm(pc.Tensor.zeros(queue, (1, 4, 5), dtype=np.int32), labels)
+
+
+def test_different_queues_rejected(queues2):
+    a = pc.Tensor.zeros(queues2[0], (3, 4))
+    b = pc.Tensor.zeros(queues2[1], (4, 5))
+    with pytest.raises(pc.DeviceError, match="gemm"):
+        gemm(a, b)
+
+
+# -- threads -------------------------------------------------------------------------------
+def test_two_threads_two_subdevices(queues2):
+    """Replica threads: each its own queue, sub-device and Kernel objects, all at once."""
+    errors = []
+
+    def worker(queue, seed):
+        try:
+            rng = np.random.default_rng(seed)
+            a, b = _operands(rng, 19, 37, 23, False, True)
+            bias = rng.standard_normal(37).astype(np.float32)
+            ta, tb, tbias = _up(queue, a), _up(queue, b), _up(queue, bias)
+            ref = np.maximum(_op(a, False) @ _op(b, True) + bias, 0)
+            for i in range(200):
+                c = gemm(ta, tb, trans_b=True, bias=tbias, relu=True)
+                if i % 20 == 0 or i == 199:
+                    _close(c.to_host(), ref)
+            queue.finish()
+        except Exception as exc:   # noqa: BLE001 - handed to the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(q, i)) for i, q in enumerate(queues2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors
+
+
+# -- measuring -----------------------------------------------------------------------------
+def test_bench_gemm_reports_both(queue):
+    r = bench_gemm(queue, 64, "NT", repeats=2)
+    assert r["n"] == 64 and r["trans"] == "NT" and r["variant"] == "cpu"
+    assert r["gflops"] > 0 and r["numpy_gflops"] > 0
