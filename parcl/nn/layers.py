@@ -1,0 +1,280 @@
+"""Layers: thin Modules over the differentiable ops of ``parcl.tape.ops``.
+
+Each takes a ``tp.Node`` or a raw ``pc.Tensor`` and returns what the op returns (a Node while
+recording, a raw Tensor under ``tp.no_grad()``). Layers that own parameters take
+``queue=None`` (the thread's default queue) and initialise them as PyTorch does, from the
+thread's seeded generator (see ``parcl.nn.manual_seed``).
+
+>>> import numpy as np, parcl as pc, parcl.tape as tp
+>>> fc = pc.nn.Linear(4, 2)
+>>> x = pc.Tensor.from_host(pc.default_queue(), np.ones((3, 4), np.float32))
+>>> with tp.no_grad():
+...     fc(x).shape
+(3, 2)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..runtime import default_queue
+from ..tape import ops
+from ..tensor import Tensor
+from .module import Module, Parameter, uniform_
+
+__all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm2d", "Conv2d", "Dropout", "Flatten",
+           "Linear", "MaxPool2d", "ReLU", "Sequential"]
+
+
+def _pair(name: str, value) -> tuple[int, int]:
+    if isinstance(value, (int, np.integer)):
+        return int(value), int(value)
+    value = tuple(int(v) for v in value)
+    if len(value) != 2:
+        raise ShapeError(f"{name} must be an int or a pair of ints, got {value}")
+    return value
+
+
+def _arg(pair: tuple[int, int]):
+    """An int when both entries agree (the form every op accepts), else the pair."""
+    return pair[0] if pair[0] == pair[1] else pair
+
+
+def _param(queue, array: np.ndarray) -> Parameter:
+    return Parameter(Tensor.from_host(queue, array))
+
+
+def _check_features(layer: Module, x, dim: int, expected: int, ndims: tuple[int, ...]) -> None:
+    shape = tuple(x.shape)
+    if len(shape) not in ndims:
+        want = " or ".join(f"{n}-d" for n in ndims)
+        raise ShapeError(f"{layer!r}: expected a {want} input, got shape {shape}")
+    if shape[dim] != expected:
+        raise ShapeError(f"{layer!r}: input has {shape[dim]} features/channels at dim {dim} "
+                         f"(shape {shape}), expected {expected}")
+
+
+class Linear(Module):
+    """``y = x @ weight.T + bias``; weight ``(out, in)``, both ~ U(-1/sqrt(in), 1/sqrt(in))
+    (PyTorch's default: kaiming_uniform with a=sqrt(5)). Runs as one fused GEMM with the bias
+    in its epilogue. Inputs ``(N, in)`` or ``(*, in)``."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
+                 queue=None):
+        super().__init__()
+        queue = queue if queue is not None else default_queue()
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        bound = 1.0 / math.sqrt(self.in_features) if self.in_features > 0 else 0.0
+        self.weight = _param(queue, uniform_((self.out_features, self.in_features), bound))
+        if bias:
+            self.bias = _param(queue, uniform_((self.out_features,), bound))
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        shape = tuple(x.shape)
+        if len(shape) < 1 or shape[-1] != self.in_features:
+            raise ShapeError(f"{self!r}: input of shape {shape} does not end in "
+                             f"{self.in_features} features")
+        if len(shape) == 2:
+            return ops.linear(x, self.weight, self.bias)
+        flat = ops.reshape(x, (math.prod(shape[:-1]), self.in_features))
+        return ops.reshape(ops.linear(flat, self.weight, self.bias),
+                           shape[:-1] + (self.out_features,))
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
+
+
+class Conv2d(Module):
+    """2-d convolution over ``(N, C, H, W)``; weight ``(cout, cin, kh, kw)``; weight and bias
+    ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in = cin*kh*kw`` (PyTorch's default)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 bias: bool = True, *, queue=None):
+        super().__init__()
+        queue = queue if queue is not None else default_queue()
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        self.kernel_size = _pair("Conv2d kernel_size", kernel_size)
+        self.stride = _pair("Conv2d stride", stride)
+        self.padding = _pair("Conv2d padding", padding)
+        fan_in = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
+        bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+        self.weight = _param(queue, uniform_((self.out_channels, self.in_channels)
+                                             + self.kernel_size, bound))
+        if bias:
+            self.bias = _param(queue, uniform_((self.out_channels,), bound))
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        _check_features(self, x, 1, self.in_channels, (4,))
+        return ops.conv2d(x, self.weight, self.bias, stride=_arg(self.stride),
+                          padding=_arg(self.padding))
+
+    def extra_repr(self) -> str:
+        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+             f"stride={self.stride}")
+        if self.padding != (0, 0):
+            s += f", padding={self.padding}"
+        return s + ("" if self.bias is not None else ", bias=False")
+
+
+class BatchNorm2d(Module):
+    """Batch normalisation over ``(N, C, H, W)`` per channel: batch statistics in training
+    (running statistics updated in place, running variance unbiased, as PyTorch), running
+    statistics in evaluation. weight 1, bias 0, running_mean 0, running_var 1.
+
+    PyTorch's ``num_batches_tracked`` is not kept (only ``momentum=None`` needs it); such keys
+    are accepted and ignored by ``load_state_dict``."""
+
+    _ignored_keys = ("num_batches_tracked",)
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, *,
+                 queue=None):
+        super().__init__()
+        queue = queue if queue is not None else default_queue()
+        self.num_features, self.eps, self.momentum = int(num_features), float(eps), momentum
+        c = self.num_features
+        self.weight = _param(queue, np.ones(c, np.float32))
+        self.bias = _param(queue, np.zeros(c, np.float32))
+        self.register_buffer("running_mean", Tensor.zeros(queue, (c,)))
+        self.register_buffer("running_var", Tensor.full(queue, (c,), 1.0))
+
+    def forward(self, x):
+        _check_features(self, x, 1, self.num_features, (4,))
+        return ops.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,
+                              training=self.training, momentum=self.momentum, eps=self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+class ReLU(Module):
+    """``max(x, 0)``."""
+
+    def forward(self, x):
+        return ops.relu(x)
+
+
+class MaxPool2d(Module):
+    """Max pooling over ``(N, C, H, W)``; ``stride=None`` means ``kernel_size``."""
+
+    op = "max_pool2d"
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.padding = padding
+
+    def forward(self, x):
+        return getattr(ops, self.op)(x, self.kernel_size, stride=self.stride,
+                                     padding=self.padding)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AvgPool2d(MaxPool2d):
+    """Average pooling over ``(N, C, H, W)``; ``stride=None`` means ``kernel_size``."""
+
+    op = "avg_pool2d"
+
+
+class AdaptiveAvgPool2d(Module):
+    """Average pooling to a fixed ``output_size`` (``1``: global average pooling)."""
+
+    def __init__(self, output_size=1):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x):
+        return ops.adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+def flatten(x, start_dim: int = 1):
+    """Reshape ``x`` so dims ``start_dim..`` become one (a zero-copy view)."""
+    shape = tuple(x.shape)
+    start = start_dim if start_dim >= 0 else len(shape) + start_dim
+    if not 0 <= start < max(len(shape), 1):
+        raise ShapeError(f"flatten: start_dim {start_dim} out of range for shape {shape}")
+    new = shape[:start] + (math.prod(shape[start:]),)
+    return x if new == shape else ops.reshape(x, new)
+
+
+class Flatten(Module):
+    """``(N, d1, d2, ...) -> (N, d1*d2*...)``: keeps dim 0 (``start_dim=1``)."""
+
+    def __init__(self, start_dim: int = 1):
+        super().__init__()
+        self.start_dim = start_dim
+
+    def forward(self, x):
+        return flatten(x, self.start_dim)
+
+
+class Dropout(Module):
+    """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)`` while
+    training; the identity in evaluation."""
+
+    def __init__(self, p: float = 0.5):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"Dropout: p must be in [0, 1], got {p}")
+        self.p = float(p)
+
+    def forward(self, x):
+        if not self.training or self.p == 0.0:
+            return x
+        return ops.dropout(x, self.p, training=True)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class Sequential(Module):
+    """Layers applied in order; children are named ``0``, ``1``, ... (or by an OrderedDict).
+
+    >>> net = pc.nn.Sequential(pc.nn.Linear(8, 4), pc.nn.ReLU())
+    >>> len(net), type(net[0]).__name__
+    (2, 'Linear')
+    """
+
+    def __init__(self, *layers):
+        super().__init__()
+        if len(layers) == 1 and isinstance(layers[0], OrderedDict):
+            for name, layer in layers[0].items():
+                self.add_module(name, layer)
+        else:
+            for i, layer in enumerate(layers):
+                self.add_module(str(i), layer)
+
+    def append(self, layer: Module) -> Sequential:
+        self.add_module(str(len(self)), layer)
+        return self
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __getitem__(self, index):
+        layers = list(self._modules.values())
+        if isinstance(index, slice):
+            return Sequential(*layers[index])
+        return layers[index]
+
+    def forward(self, x):
+        for layer in self._modules.values():
+            x = layer(x)
+        return x

@@ -1,0 +1,368 @@
+"""``Parameter``, ``Module`` and the seeded initialisation generator.
+
+A Module registers, in assignment order, its ``Parameter``s, its buffers (plain ``pc.Tensor``s
+such as BatchNorm's running statistics, registered with ``register_buffer``) and its
+sub-modules. ``state_dict()`` names them as PyTorch does (``0.weight`` inside a Sequential,
+``layer1.0.conv1.weight`` in a ResNet), so weights move between the two by name.
+
+Initial weights come from a **thread-local, seeded numpy generator** (``manual_seed``; seed 0
+unless set), drawn on the host in construction order and uploaded: the same program builds
+bit-identical models on every run and in every replica thread.
+
+>>> import parcl as pc
+>>> pc.nn.manual_seed(0)
+>>> net = pc.nn.Sequential(pc.nn.Linear(4, 3), pc.nn.ReLU(), pc.nn.Linear(3, 2))
+>>> list(net.state_dict())
+['0.weight', '0.bias', '2.weight', '2.bias']
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+
+import numpy as np
+import pyopencl as cl
+
+from ..errors import ParclError, ShapeError
+from ..runtime import default_queue
+from ..tape.node import Node
+from ..tensor import Tensor
+
+__all__ = ["Module", "Parameter", "StateDictError", "default_generator", "manual_seed"]
+
+
+class StateDictError(ParclError, ValueError):
+    """A state dict with missing or unexpected keys, or values that are not arrays."""
+
+
+# -- the seeded generator -------------------------------------------------------------------
+_rng = threading.local()
+
+
+def manual_seed(seed: int) -> None:
+    """Reseed this thread's initialisation generator (numpy ``default_rng(seed)``).
+
+    Every layer built afterwards in this thread draws its initial weights from it, in
+    construction order, so ``manual_seed(s)`` followed by the same model code gives
+    bit-identical parameters. Threads that never call it start from seed 0.
+    """
+    _rng.generator = np.random.default_rng(int(seed))
+
+
+def default_generator() -> np.random.Generator:
+    """This thread's initialisation generator (``default_rng(0)`` until ``manual_seed``)."""
+    gen = getattr(_rng, "generator", None)
+    if gen is None:
+        gen = _rng.generator = np.random.default_rng(0)
+    return gen
+
+
+def uniform_(shape, bound: float) -> np.ndarray:
+    """Host array ~ U(-bound, bound) from the thread's generator (float32)."""
+    return default_generator().uniform(-bound, bound, size=shape).astype(np.float32)
+
+
+def normal_(shape, std: float) -> np.ndarray:
+    """Host array ~ N(0, std^2) from the thread's generator (float32)."""
+    return (default_generator().standard_normal(size=shape) * std).astype(np.float32)
+
+
+# -- Parameter --------------------------------------------------------------------------------
+class Parameter(Node):
+    """A leaf ``tp.Node`` with ``requires_grad=True``: a weight a Module owns.
+
+    >>> w = pc.nn.Parameter.from_host(q, np.zeros((3, 4), np.float32))
+    >>> w.requires_grad, w.shape
+    (True, (3, 4))
+    """
+
+    # No __slots__: a Parameter may carry attributes such as ``_grad_is_view`` (set by
+    # gradient buckets whose .grad is a persistent view into a flat buffer).
+
+    def __init__(self, value: Tensor, requires_grad: bool = True):
+        if isinstance(value, Node):
+            value = value.value
+        super().__init__(value, requires_grad=requires_grad, op_name="parameter")
+
+    @classmethod
+    def from_host(cls, queue: cl.CommandQueue | None, array) -> Parameter:
+        """A Parameter holding a device copy of ``array`` (``queue=None``: default queue)."""
+        return cls(Tensor.from_host(queue if queue is not None else default_queue(),
+                                    np.asarray(array, dtype=np.float32)))
+
+    def __repr__(self) -> str:
+        return f"Parameter(shape={self.shape})"
+
+
+# -- Module -----------------------------------------------------------------------------------
+class Module:
+    """Base class of layers and models: registration, modes, state dicts.
+
+    Subclasses call ``super().__init__()`` first, then assign Parameters, sub-modules and
+    buffers as attributes, and define ``forward``; ``module(x)`` calls ``forward(x)``.
+    ``forward`` accepts a ``tp.Node`` or a raw ``pc.Tensor`` (under ``tp.no_grad()`` every op
+    returns a raw Tensor, so the whole model does).
+
+    >>> class Net(pc.nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.fc = pc.nn.Linear(4, 2)
+    ...     def forward(self, x):
+    ...         return self.fc(x)
+    >>> [name for name, _ in Net().named_parameters()]
+    ['fc.weight', 'fc.bias']
+    """
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    # -- registration --------------------------------------------------------------------
+    def _registries(self):
+        try:
+            return self._parameters, self._buffers, self._modules
+        except AttributeError:
+            raise ParclError(f"{type(self).__name__}: call super().__init__() before assigning "
+                             "attributes in __init__") from None
+
+    def __setattr__(self, name: str, value) -> None:
+        params, buffers, modules = self._registries()
+        if isinstance(value, Parameter):
+            self._forget(name)
+            params[name] = value
+        elif isinstance(value, Module):
+            self._forget(name)
+            modules[name] = value
+        elif name in buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"{type(self).__name__}.{name} is a buffer: assign a pc.Tensor "
+                                f"or None, not {type(value).__name__}")
+            buffers[name] = value
+        else:
+            self._forget(name)
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self._forget(name)
+        object.__delattr__(self, name)
+
+    def _forget(self, name: str) -> None:
+        for registry in self._registries():
+            registry.pop(name, None)
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        """Register ``param`` under ``name`` (None: an absent optional parameter)."""
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"register_parameter({name!r}): expected an nn.Parameter, got "
+                            f"{type(param).__name__}")
+        self._forget(name)
+        if param is not None:
+            self._parameters[name] = param
+        object.__setattr__(self, name, param)
+
+    def register_buffer(self, name: str, tensor: Tensor | None) -> None:
+        """Register a non-trainable tensor (running statistics): in ``state_dict`` and
+        ``buffers()``, not in ``parameters()``."""
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"register_buffer({name!r}): expected a pc.Tensor, got "
+                            f"{type(tensor).__name__}")
+        self._forget(name)
+        self._buffers[name] = tensor
+        object.__setattr__(self, name, tensor)
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module({name!r}): expected an nn.Module, got "
+                            f"{type(module).__name__}")
+        self._forget(name)
+        if module is not None:
+            self._modules[name] = module
+        object.__setattr__(self, name, module)
+
+    # -- traversal -----------------------------------------------------------------------
+    def named_modules(self, prefix: str = "", memo: set | None = None
+                      ) -> Iterator[tuple[str, Module]]:
+        """``(name, module)`` for this module and every descendant, depth first, each once."""
+        memo = set() if memo is None else memo
+        if id(self) in memo:
+            return
+        memo.add(id(self))
+        yield prefix, self
+        for name, child in self._modules.items():
+            yield from child.named_modules(f"{prefix}.{name}" if prefix else name, memo)
+
+    def modules(self) -> list[Module]:
+        return [m for _, m in self.named_modules()]
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        yield from self._modules.items()
+
+    def children(self) -> list[Module]:
+        return list(self._modules.values())
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True
+                         ) -> Iterator[tuple[str, Parameter]]:
+        """``(name, parameter)`` in registration order, each parameter once."""
+        seen: set[int] = set()
+        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mod_name, mod in mods:
+            for name, p in mod._parameters.items():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield (f"{mod_name}.{name}" if mod_name else name), p
+
+    def parameters(self, recurse: bool = True) -> list[Parameter]:
+        """Every Parameter, in registration order, without duplicates."""
+        return [p for _, p in self.named_parameters(recurse=recurse)]
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True
+                      ) -> Iterator[tuple[str, Tensor]]:
+        seen: set[int] = set()
+        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        for mod_name, mod in mods:
+            for name, b in mod._buffers.items():
+                if b is not None and id(b) not in seen:
+                    seen.add(id(b))
+                    yield (f"{mod_name}.{name}" if mod_name else name), b
+
+    def buffers(self, recurse: bool = True) -> list[Tensor]:
+        return [b for _, b in self.named_buffers(recurse=recurse)]
+
+    def apply(self, fn) -> Module:
+        """Call ``fn(module)`` on every sub-module (children first) and on self."""
+        for child in self._modules.values():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    @property
+    def queue(self) -> cl.CommandQueue | None:
+        """The command queue of the module's first parameter or buffer (None if it has none)."""
+        for _, p in self.named_parameters():
+            return p.value.queue
+        for _, b in self.named_buffers():
+            return b.queue
+        return None
+
+    # -- modes ---------------------------------------------------------------------------
+    def train(self, mode: bool = True) -> Module:
+        """Training mode (batch statistics, dropout on) for this module and its children."""
+        for m in self.modules():
+            object.__setattr__(m, "training", bool(mode))
+        return self
+
+    def eval(self) -> Module:
+        """Evaluation mode (running statistics, dropout off); same as ``train(False)``."""
+        return self.train(False)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear every parameter's ``.grad`` (zero-filled instead when ``set_to_none`` is
+        False or the grad is a persistent view, ``_grad_is_view``)."""
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none and not getattr(p, "_grad_is_view", False):
+                p.grad = None
+            else:
+                p.grad.fill_(0)
+
+    # -- state dicts ---------------------------------------------------------------------
+    def _state_tensors(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
+        """``(key, tensor)`` for every state-dict entry: parameters then buffers of each
+        module, depth first (PyTorch's order; shared tensors appear under every name)."""
+        for name, p in self._parameters.items():
+            yield prefix + name, p.value
+        for name, b in self._buffers.items():
+            if b is not None:
+                yield prefix + name, b
+        for name, child in self._modules.items():
+            yield from child._state_tensors(f"{prefix}{name}.")
+
+    def _ignored_state_keys(self, prefix: str = "") -> set[str]:
+        """Keys ``load_state_dict`` accepts and drops (PyTorch's ``num_batches_tracked``)."""
+        keys = {prefix + k for k in getattr(self, "_ignored_keys", ())}
+        for name, child in self._modules.items():
+            keys |= child._ignored_state_keys(f"{prefix}{name}.")
+        return keys
+
+    def state_dict(self) -> OrderedDict[str, np.ndarray]:
+        """Ordered ``name -> numpy array`` (host copies) of every parameter and buffer.
+
+        >>> list(pc.nn.BatchNorm2d(3).state_dict())
+        ['weight', 'bias', 'running_mean', 'running_var']
+        """
+        return OrderedDict((k, t.to_host()) for k, t in self._state_tensors())
+
+    def load_state_dict(self, state_dict, strict: bool = True) -> None:
+        """Copy ``state_dict``'s arrays into the parameters and buffers, in place.
+
+        Everything is checked first: missing or unexpected keys (when ``strict``), wrong
+        shapes, non-numeric values; any problem raises (``ShapeError`` if a shape is wrong,
+        else ``StateDictError``) listing every problem, and nothing is changed. Values may be
+        numpy arrays, pc.Tensors or anything ``np.asarray`` accepts; they are cast to float32.
+        PyTorch's ``*.num_batches_tracked`` entries are accepted and ignored.
+        """
+        if not hasattr(state_dict, "items"):
+            raise StateDictError(f"{type(self).__name__}.load_state_dict: expected a mapping "
+                                 f"name -> array, got {type(state_dict).__name__}")
+        targets = list(self._state_tensors())
+        names = {k for k, _ in targets}
+        ignored = self._ignored_state_keys()
+        missing = [k for k, _ in targets if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in names and k not in ignored]
+        key_problems, shape_problems = [], []
+        if strict and missing:
+            key_problems.append(f"missing keys {missing}")
+        if strict and unexpected:
+            key_problems.append(f"unexpected keys {unexpected}")
+        uploads: list[tuple[Tensor, np.ndarray]] = []
+        for key, tensor in targets:
+            if key not in state_dict:
+                continue
+            value = state_dict[key]
+            if isinstance(value, Node):
+                value = value.value
+            if isinstance(value, Tensor):
+                value = value.to_host()
+            try:
+                array = np.array(value, dtype=tensor.dtype, order="C", copy=True)
+            except (TypeError, ValueError) as e:
+                key_problems.append(f"{key!r} is not a numeric array ({e})")
+                continue
+            if array.shape != tuple(tensor.shape):
+                shape_problems.append(f"{key!r} has shape {array.shape}, the model's is "
+                                      f"{tuple(tensor.shape)}")
+                continue
+            uploads.append((tensor, array))
+        problems = shape_problems + key_problems
+        if problems:
+            cls = ShapeError if shape_problems else StateDictError
+            raise cls(f"{type(self).__name__}.load_state_dict: " + "; ".join(problems)
+                      + "; nothing was loaded")
+        for tensor, array in uploads:
+            # Non-blocking: pyopencl's event keeps `array` alive until the copy is done, and
+            # in-order queues run it before any later kernel reads the tensor.
+            cl.enqueue_copy(tensor.queue, tensor.data, array, is_blocking=False)
+
+    # -- calling -------------------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__}({self.extra_repr()}"]
+        if not self._modules:
+            return lines[0] + ")"
+        for name, child in self._modules.items():
+            body = repr(child).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {body}")
+        return "\n".join(lines) + "\n)"
