@@ -38,18 +38,22 @@ def allreduce(tensors: list[Tensor], op: str = "sum", algorithm: str = "auto") -
     check_tensors("allreduce", tensors)
     if op not in ("sum", "mean"):
         raise ValueError(f"allreduce: op must be 'sum' or 'mean', got {op!r}")
-    scale = 1.0 / len(tensors) if op == "mean" else 1.0
+    if algorithm != "auto" and algorithm not in ALGORITHMS:
+        raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; choose one of "
+                         f"{sorted(ALGORITHMS)} or 'auto'")
+    allreduce_scaled(tensors, 1.0 / len(tensors) if op == "mean" else 1.0, algorithm)
+
+
+def allreduce_scaled(tensors: list[Tensor], scale: float, algorithm: str = "auto") -> None:
+    """In place: every tensor becomes ``scale * sum(tensors)`` (inputs already checked)."""
     if len(tensors) == 1:
         if scale != 1.0:
             from ..kernels.elementwise import scale_
             scale_(tensors[0], scale)
         return
     name = choose_algorithm(tensors[0].nbytes, len(tensors)) if algorithm == "auto" else algorithm
-    if name not in ALGORITHMS:
-        raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; choose one of "
-                         f"{sorted(ALGORITHMS)} or 'auto'")
     ALGORITHMS[name](tensors, scale)
 
 
-__all__ = ["ALGORITHMS", "GradBuckets", "allreduce", "choose_algorithm", "direct",
-           "plan_buckets", "ring", "scatter"]
+__all__ = ["ALGORITHMS", "GradBuckets", "allreduce", "allreduce_scaled", "choose_algorithm",
+           "direct", "plan_buckets", "ring", "scatter"]

@@ -7,9 +7,18 @@
 """
 
 from .gradcheck import gradcheck
-from .mode import (apply_modes, capture_modes, detect_anomaly, enable_grad, get_current_tape,
-                   is_anomaly_enabled, is_grad_enabled, no_grad, set_current_tape,
-                   set_grad_enabled)
+from .mode import (
+                   apply_modes,
+                   capture_modes,
+                   detect_anomaly,
+                   enable_grad,
+                   get_current_tape,
+                   is_anomaly_enabled,
+                   is_grad_enabled,
+                   no_grad,
+                   set_current_tape,
+                   set_grad_enabled,
+)
 from .node import Function, Node, tensor
 from .ops import *  # noqa: F401,F403  (add, sub, ..., cross_entropy)
 from .ops import __all__ as _ops_all

@@ -1,0 +1,394 @@
+"""Data-parallel replicas: one long-lived thread per device, each with its own command queue,
+thread-local tape, memory pool, kernel objects and model copy.
+
+A step (``ReplicaGroup.step``) splits the batch, runs forward and backward in every replica at
+once, sums the gradients with an OpenCL reduce kernel (``parcl.allreduce``; across processes
+through MPI when ``comm`` is given), takes one shared optimizer step on replica 0's parameters
+and copies them back to every replica. See docs/architecture.md.
+
+>>> from parcl.replica import ReplicaGroup
+>>> with ReplicaGroup(lambda q: pc.nn.Linear(64, 10, queue=q)) as group:
+...     opt = pc.optim.SGD(group.parameters(), lr=0.1)
+...     loss = group.step(x, y, tp.cross_entropy, opt)
+"""
+
+from __future__ import annotations
+
+import queue as queue_mod
+import threading
+import time
+import traceback
+import weakref
+
+import numpy as np
+import pyopencl as cl
+
+from . import runtime
+from .allreduce import ALGORITHMS, GradBuckets, allreduce_scaled
+from .allreduce.buckets import plan_buckets
+from .allreduce.mpi import hierarchical
+from .errors import ParclError, ReplicaError, ShapeError
+from .tape import Tape, mode, tensor
+from .tape.tape import topological_order
+from .tensor import Tensor
+
+DEFAULT_TIMEOUT = 600.0       # seconds any dispatched call may take before the group gives up
+_launch_defaults: dict = {}   # set by parcl-launch: allreduce algorithm, MPI communicator
+
+
+def configure_launch(**options) -> None:
+    """Used by parcl-launch: defaults for ``ReplicaGroup.from_launch`` (allreduce, comm)."""
+    _launch_defaults.update(options)
+
+
+class Replica:
+    """One replica: ``index``, ``device``, ``queue``, ``model`` (and its thread)."""
+
+    def __init__(self, index: int, device: cl.Device, queue: cl.CommandQueue):
+        self.index = index
+        self.device = device
+        self.queue = queue
+        self.model = None
+        self.inbox: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
+        self.thread: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        return f"Replica({self.index}, {runtime.describe(self.device)})"
+
+
+class _Job:
+    """One dispatched call: a result or an error per replica."""
+
+    def __init__(self, k: int):
+        self.results = [None] * k
+        self.errors: list[tuple[int, BaseException, str]] = []
+        self.finished = 0
+        self.k = k
+        self.cond = threading.Condition()
+
+    def finish(self, index: int, result=None, error=None, tb: str = "") -> None:
+        with self.cond:
+            if error is None:
+                self.results[index] = result
+            else:
+                self.errors.append((index, error, tb))
+            self.finished += 1
+            self.cond.notify_all()
+
+    def wait(self, deadline: float, stop_on_error: bool = True) -> bool:
+        """True when every replica finished (or one failed and ``stop_on_error``)."""
+        with self.cond:
+            while self.finished < self.k and not (stop_on_error and self.errors):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(min(left, 0.25))
+            return True
+
+
+def _worker(replica: Replica) -> None:
+    """A replica thread: take calls from the inbox until the None sentinel."""
+    runtime.set_default_queue(replica.queue)
+    while True:
+        item = replica.inbox.get()
+        if item is None:
+            break
+        job, fn, args, modes = item
+        del item
+        mode.apply_modes(modes)            # the dispatching thread's grad/anomaly mode
+        mode.set_current_tape(None)        # the caller's tape is never visible here
+        try:
+            result = fn(replica, *args)
+        except BaseException as exc:       # noqa: BLE001 - everything is reported to the caller
+            job.finish(replica.index, error=exc, tb=traceback.format_exc())
+        else:
+            job.finish(replica.index, result=result)
+        finally:
+            mode.set_current_tape(None)
+            del job, fn, args
+
+
+def _shutdown(replicas: list[Replica], timeout: float = 10.0) -> None:
+    for r in replicas:
+        r.inbox.put(None)
+    deadline = time.monotonic() + timeout
+    for r in replicas:
+        if r.thread is not None:
+            r.thread.join(max(0.0, deadline - time.monotonic()))
+
+
+class ReplicaGroup:
+    """One replica per device, each a long-lived thread with its own queue, tape and model.
+
+    ``build_model(queue)`` builds one model copy per replica (inside that replica's thread);
+    replica 0's parameters are then broadcast so every replica starts identical.
+    ``devices=None`` takes ``pc.devices()`` (or what parcl-launch set). ``allreduce`` names the
+    algorithm (``"auto"``, ``"direct"``, ``"scatter"``, ``"ring"``); gradients are packed into
+    buckets of ``bucket_mb``; ``comm`` is an mpi4py communicator for multi-process runs.
+    Every wait is bounded by ``timeout`` seconds.
+    """
+
+    def __init__(self, build_model, devices=None, *, allreduce: str = "auto",
+                 bucket_mb: float = 25.0, comm=None, timeout: float = DEFAULT_TIMEOUT):
+        devs = list(devices) if devices is not None else runtime.devices()
+        if not devs:
+            raise ParclError("ReplicaGroup: no devices given")
+        if allreduce != "auto" and allreduce not in ALGORITHMS:
+            raise ValueError(f"ReplicaGroup: unknown allreduce {allreduce!r}; choose one of "
+                             f"{sorted(ALGORITHMS)} or 'auto'")
+        self.allreduce_algorithm = allreduce
+        self.comm = comm if comm is not None and comm.Get_size() > 1 else None
+        self.timeout = float(timeout)
+        self._closed = False
+        self._broken: str | None = None
+        self._last_job: _Job | None = None
+        self._grads_dirty = False
+        self.replicas = [Replica(i, d, runtime.new_queue(d)) for i, d in enumerate(devs)]
+        for r in self.replicas:
+            r.thread = threading.Thread(target=_worker, args=(r,), daemon=True,
+                                        name=f"parcl-replica-{r.index}")
+            r.thread.start()
+        self._finalizer = weakref.finalize(self, _shutdown, list(self.replicas))
+        try:
+            models = self.run(lambda r: build_model(r.queue))
+            for r, m in zip(self.replicas, models):
+                r.model = m
+            self._setup_parameters(bucket_mb)
+            self.broadcast_parameters()
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def from_launch(cls, build_model, **kwargs) -> ReplicaGroup:
+        """The group parcl-launch prepared: its devices, allreduce algorithm and MPI comm."""
+        for key in ("allreduce", "comm"):
+            if key in _launch_defaults and key not in kwargs:
+                kwargs[key] = _launch_defaults[key]
+        return cls(build_model, None, **kwargs)
+
+    # -- set-up -------------------------------------------------------------------------
+    def _setup_parameters(self, bucket_mb: float) -> None:
+        named = [list(r.model.named_parameters()) for r in self.replicas]
+        self._names = [n for n, _ in named[0]]
+        shapes = [tuple(p.shape) for _, p in named[0]]
+        for r, entries in zip(self.replicas, named):
+            got = [tuple(p.shape) for _, p in entries]
+            if got != shapes:
+                raise ParclError(f"ReplicaGroup: build_model gave replica {r.index} parameters "
+                                 f"{got} but replica 0 {shapes}; it must build the same model "
+                                 "every time")
+        self._params = [[p for _, p in entries] for entries in named]
+        self._param_index = [{id(p): i for i, p in enumerate(ps)} for ps in self._params]
+        self._buffers = [[b for _, b in r.model.named_buffers()] if hasattr(
+            r.model, "named_buffers") else [] for r in self.replicas]
+        plan = None
+        self._buckets = []
+        for r, ps in zip(self.replicas, self._params):
+            if plan is None:
+                align = max(1, r.device.mem_base_addr_align // 32)
+                plan = plan_buckets(shapes, bucket_mb, align)
+            self._buckets.append(GradBuckets(ps, r.queue, bucket_mb, plan=plan))
+
+    # -- dispatch -----------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ParclError("ReplicaGroup is closed: create a new one")
+        if self._broken:
+            raise ParclError(f"ReplicaGroup is unusable: {self._broken}; close it and create "
+                             "a new one")
+
+    def _wait_idle(self) -> None:
+        """Let every replica finish the previous call (it may still run after a failure)."""
+        job = self._last_job
+        if job is not None and not job.wait(time.monotonic() + self.timeout, False):
+            self._broken = (f"a replica did not finish its previous call within "
+                            f"{self.timeout:.0f} s")
+            raise ReplicaError(f"ReplicaGroup: {self._broken}")
+
+    def run(self, fn, *per_replica_args, timeout: float | None = None) -> list:
+        """Call ``fn(replica, a[i], b[i], ...)`` in every replica's thread at once and return
+        the results in replica order. A failure in any replica is raised here as
+        ``ReplicaError`` (replica index, device, original traceback) as soon as it happens."""
+        self._check_open()
+        k = len(self.replicas)
+        for j, arg in enumerate(per_replica_args):
+            if len(arg) != k:
+                raise ShapeError(f"ReplicaGroup.run: argument {j} has {len(arg)} entries; "
+                                 f"expected one per replica ({k})")
+        self._wait_idle()
+        job = _Job(k)
+        self._last_job = job
+        modes = mode.capture_modes()
+        for i, r in enumerate(self.replicas):
+            r.inbox.put((job, fn, tuple(a[i] for a in per_replica_args), modes))
+        limit = self.timeout if timeout is None else timeout
+        if not job.wait(time.monotonic() + limit):
+            busy = [r.index for r, res in zip(self.replicas, job.results) if res is None]
+            self._broken = f"replicas {busy} did not finish within {limit:.0f} s"
+            raise ReplicaError(f"ReplicaGroup.run: {self._broken}")
+        if job.errors:
+            index, exc, tb = min(job.errors, key=lambda e: e[0])
+            dev = runtime.describe(self.replicas[index].device)
+            raise ReplicaError(
+                f"replica {index} on {dev} failed: {type(exc).__name__}: {exc}\n"
+                f"--- traceback in replica {index} ---\n{tb}",
+                index=index, device=dev, traceback_text=tb) from exc
+        return list(job.results)
+
+    # -- gradients and parameters -----------------------------------------------------
+    def parameters(self) -> list:
+        """The parameters the shared optimizer steps: replica 0's."""
+        return list(self._params[0])
+
+    def named_parameters(self) -> list:
+        return list(zip(self._names, self._params[0]))
+
+    @property
+    def model(self):
+        """Replica 0's model (the one the optimizer steps; the others are copies)."""
+        return self.replicas[0].model
+
+    def zero_grad(self) -> None:
+        for b in self._buckets:
+            b.zero_()
+
+    def allreduce_grads(self, average: bool = True) -> None:
+        """Sum (``average=True``: average) the replicas' gradients with the OpenCL reduce
+        kernel, bucket by bucket in a fixed order (then across processes through ``comm``);
+        every replica ends with the same gradients."""
+        self._check_open()
+        self._reduce(average)
+
+    def _reduce(self, average: bool) -> None:
+        k = len(self.replicas)
+        world = self.comm.Get_size() if self.comm is not None else 1
+        scale = 1.0 / (k * world) if average else 1.0
+        for b in range(len(self._buckets[0].flats)):
+            flats = [bk.flats[b] for bk in self._buckets]
+            if self.comm is not None:
+                hierarchical(flats, self.comm, scale)
+            else:
+                allreduce_scaled(flats, scale, self.allreduce_algorithm)
+
+    def broadcast_parameters(self) -> None:
+        """Copy replica 0's parameters (and buffers such as BatchNorm running statistics) to
+        every other replica."""
+        self._check_open()
+        src = self._params[0] + self._buffers[0]
+        q0 = self.replicas[0].queue
+        ready = [cl.enqueue_marker(q0)]
+        reads = []
+        for r in self.replicas[1:]:
+            dst = self._params[r.index] + self._buffers[r.index]
+            for s, d in zip(src, dst):
+                sv = s.value if hasattr(s, "value") else s
+                dv = d.value if hasattr(d, "value") else d
+                reads.append(cl.enqueue_copy(r.queue, dv.data, sv.data, byte_count=sv.nbytes,
+                                             wait_for=ready))
+        if reads:
+            # replica 0 must not update its parameters before the copies have read them
+            cl.enqueue_barrier(q0, wait_for=reads)
+
+    # -- the data-parallel step -----------------------------------------------------------
+    def step(self, x: np.ndarray, y: np.ndarray, loss_fn, optimizer) -> float:
+        """One data-parallel step on this process's numpy batch; returns the mean loss.
+
+        The batch is split along dim 0 (uneven splits weighted by sample count, so the result
+        equals the single-replica full-batch step); each replica computes
+        ``loss_fn(model(x_i), y_i)`` on its own tape and runs backward; gradients are
+        allreduced, ``optimizer.step()`` runs once, gradients are zeroed and the parameters
+        broadcast. A failed step leaves parameters and optimizer state unchanged.
+        """
+        self._check_open()
+        x = np.asarray(x)
+        y = np.asarray(y)
+        k = len(self.replicas)
+        n = int(x.shape[0]) if x.ndim else 0
+        if y.ndim == 0 or y.shape[0] != n:
+            raise ShapeError(f"ReplicaGroup.step: x has {n} samples but y has shape {y.shape}")
+        if n < k:
+            raise ShapeError(f"ReplicaGroup.step: batch of {n} samples cannot be split over "
+                             f"{k} replicas; use a batch of at least {k}")
+        total = n if self.comm is None else int(self.comm.allreduce(n))
+        bounds = np.cumsum([0] + [n // k + (1 if i < n % k else 0) for i in range(k)])
+        xs = [x[bounds[i]:bounds[i + 1]] for i in range(k)]
+        ys = [y[bounds[i]:bounds[i + 1]] for i in range(k)]
+        weights = [(bounds[i + 1] - bounds[i]) / total for i in range(k)]
+        if self._grads_dirty:
+            self.zero_grad()
+        self._grads_dirty = True
+        results = self.run(self._replica_step, xs, ys, weights, [loss_fn] * k)
+        self._check_signatures([sig for _, sig in results])
+        self._reduce(average=False)     # the loss weights already make this the batch mean
+        optimizer.step()
+        self.zero_grad()
+        self._grads_dirty = False
+        self.broadcast_parameters()
+        local = sum(w * float(loss.to_host().sum()) for w, (loss, _) in zip(weights, results))
+        return float(self.comm.allreduce(local)) if self.comm is not None else local
+
+    def _replica_step(self, replica: Replica, x, y, weight: float, loss_fn):
+        q = replica.queue
+        xt = tensor(Tensor.from_host(q, _as_supported(x)))
+        yt = Tensor.from_host(q, _as_supported(y))
+        with Tape() as tape:
+            loss = loss_fn(replica.model(xt), yt)
+        tape.backward(loss, grad=Tensor.full(q, loss.shape, weight), retain_grads=False)
+        index = self._param_index[replica.index]
+        reached = sorted(index[id(node)] for node in topological_order(loss)
+                         if id(node) in index)
+        tape.release()
+        return loss.value, tuple(reached)
+
+    def _check_signatures(self, signatures: list[tuple]) -> None:
+        """Desync check: every replica must have given gradients to the same parameters."""
+        ref = signatures[0]
+        for i, sig in enumerate(signatures[1:], start=1):
+            if sig != ref:
+                only0 = [self._describe_param(j) for j in sorted(set(ref) - set(sig))]
+                only_i = [self._describe_param(j) for j in sorted(set(sig) - set(ref))]
+                self._grads_dirty = True
+                raise ReplicaError(
+                    f"replica desync before allreduce: replica 0 gave gradients to "
+                    f"{len(ref)} parameters, replica {i} to {len(sig)}; only on replica 0: "
+                    f"{only0 or 'none'}; only on replica {i}: {only_i or 'none'} (did the "
+                    "model take a data-dependent branch?). Nothing was reduced or stepped.",
+                    index=i, device=runtime.describe(self.replicas[i].device))
+
+    def _describe_param(self, j: int) -> str:
+        return f"{self._names[j]} {tuple(self._params[0][j].shape)}"
+
+    # -- lifetime -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop and join every replica thread (bounded wait); the group is unusable after."""
+        if self._closed:
+            return
+        self._closed = True
+        for b in getattr(self, "_buckets", []):
+            b.detach()
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> ReplicaGroup:
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False
+
+    def __len__(self) -> int:
+        return len(self.replicas)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<ReplicaGroup {len(self.replicas)} replicas, {state}>"
+
+
+def _as_supported(a: np.ndarray) -> np.ndarray:
+    """float64 batches become float32 (the data dtype); integer labels keep their dtype."""
+    a = np.asarray(a)
+    return a.astype(np.float32) if a.dtype == np.float64 else a
