@@ -1,10 +1,18 @@
-"""Elementwise kernels: in-place updates (axpy, scale_), copies.
+"""Elementwise kernels: binary ops with numpy broadcasting, unary ops, tensor-scalar ops, the
+backward helpers of the activations, and in-place updates (axpy, scale_).
 
-One OpenCL program for the family; launchers enqueue on the first input's queue and never wait.
+One OpenCL program for the family. Same-shape inputs take a flat fast path; broadcasting takes a
+strided-index path over at most 6 dimensions after adjacent dimensions are collapsed (so a bias
+add ``(N, C) + (C,)`` is a 2-D walk whatever N's own rank was). Launchers enqueue on the first
+input's queue and never wait; outputs come from the queue's pool.
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import elementwise as ew
 >>> q = pc.default_queue()
+>>> a = pc.Tensor.from_host(q, np.ones((3, 1), np.float32))
+>>> b = pc.Tensor.from_host(q, np.arange(4, dtype=np.float32))
+>>> ew.binary("add", a, b).to_host().shape
+(3, 4)
 >>> y = pc.Tensor.from_host(q, np.ones(3, np.float32))
 >>> ew.axpy(y, pc.Tensor.from_host(q, np.arange(3, dtype=np.float32)), 2.0).to_host()
 array([1., 3., 5.], dtype=float32)
@@ -12,46 +20,339 @@ array([1., 3., 5.], dtype=float32)
 
 from __future__ import annotations
 
-import numpy as np
+from numbers import Real
 
-from ..errors import DTypeError, ShapeError
+import numpy as np
+from pyopencl import cltypes
+
+from ..errors import DeviceError, DTypeError, ShapeError
 from ..tensor import FLOAT, Tensor, check_same_queue
 from ._cache import get_kernel
 
-SOURCE = r"""//CL//
-__kernel void axpy(__global float *y, __global const float *x, const float alpha,
-                   const int n)
+# name -> C expression of (x, y); x is the left input, y the right one (or the scalar).
+BINARY_OPS = {
+    "add": "x + y",
+    "sub": "x - y",
+    "mul": "x * y",
+    "div": "x / y",
+    "rsub": "y - x",
+    "rdiv": "y / x",
+    "maximum": "fmax(x, y)",
+    "minimum": "fmin(x, y)",
+    "pow": "pow(x, y)",
+    "rpow": "pow(y, x)",
+    "ge": "(x >= y) ? 1.0f : 0.0f",          # float masks for max/min backward
+    "lt": "(x < y) ? 1.0f : 0.0f",
+    # backward helpers: x is the saved forward input or output, y the upstream gradient
+    "relu_backward": "(x > 0.0f) ? y : 0.0f",
+    "sigmoid_backward": "y * x * (1.0f - x)",
+    "tanh_backward": "y * (1.0f - x * x)",
+    "gelu_backward": "y * (0.5f * (1.0f + erf(x * M_SQRT1_2_F))"
+                     " + x * exp(-0.5f * x * x) * 0.3989422804014327f)",
+    "sqrt_backward": "y * 0.5f / x",
+}
+
+UNARY_OPS = {
+    "neg": "-x",
+    "exp": "exp(x)",
+    "log": "log(x)",
+    "relu": "fmax(x, 0.0f)",
+    "sigmoid": "1.0f / (1.0f + exp(-x))",
+    "tanh": "tanh(x)",
+    "gelu": "0.5f * x * (1.0f + erf(x * M_SQRT1_2_F))",
+    "sqrt": "sqrt(x)",
+    "abs": "fabs(x)",
+    "square": "x * x",
+    "reciprocal": "1.0f / x",
+    "sign": "(x > 0.0f) ? 1.0f : ((x < 0.0f) ? -1.0f : 0.0f)",
+}
+
+# what binary(op, scalar, t) means as a tensor-scalar op with the tensor on the left
+REVERSED = {"add": "add", "mul": "mul", "sub": "rsub", "div": "rdiv", "rsub": "sub",
+            "rdiv": "div", "maximum": "maximum", "minimum": "minimum", "pow": "rpow",
+            "rpow": "pow"}
+
+MAX_DIMS = 6
+
+_STRIDED_OFFSETS = r"""
+/* Offsets into a and b of the element at flat output index i: dimensions d (outermost s0),
+   element strides sa, sb (0 along broadcast dimensions), nd in 1..6. */
+#define STRIDED_OFFSETS(i, nd, d, sa, sb, oa, ob) {                              \
+    int r_ = (i), q_;                                                            \
+    oa = 0; ob = 0;                                                              \
+    switch (nd) {                                                                \
+    case 6: q_ = r_ % d.s5; r_ /= d.s5; oa += q_ * sa.s5; ob += q_ * sb.s5;      \
+    case 5: q_ = r_ % d.s4; r_ /= d.s4; oa += q_ * sa.s4; ob += q_ * sb.s4;      \
+    case 4: q_ = r_ % d.s3; r_ /= d.s3; oa += q_ * sa.s3; ob += q_ * sb.s3;      \
+    case 3: q_ = r_ % d.s2; r_ /= d.s2; oa += q_ * sa.s2; ob += q_ * sb.s2;      \
+    case 2: q_ = r_ % d.s1; r_ /= d.s1; oa += q_ * sa.s1; ob += q_ * sb.s1;      \
+    default: oa += r_ * sa.s0; ob += r_ * sb.s0;                                 \
+    }                                                                            \
+}
+"""
+
+
+def _build_source() -> str:
+    parts = ["//CL//", _STRIDED_OFFSETS]
+    for name, expr in BINARY_OPS.items():
+        parts.append(f"""
+__kernel void {name}_contig(__global float *out, __global const float *a,
+                            __global const float *b, const int n)
+{{
+    int i = get_global_id(0);
+    if (i < n) {{ float x = a[i], y = b[i]; out[i] = {expr}; }}
+}}
+__kernel void {name}_strided(__global float *out, __global const float *a,
+                             __global const float *b, const int n, const int nd,
+                             const int8 d, const int8 sa, const int8 sb)
+{{
+    int i = get_global_id(0);
+    if (i < n) {{
+        int oa, ob;
+        STRIDED_OFFSETS(i, nd, d, sa, sb, oa, ob);
+        float x = a[oa], y = b[ob]; out[i] = {expr};
+    }}
+}}
+__kernel void {name}_scalar(__global float *out, __global const float *a, const float y,
+                            const int n)
+{{
+    int i = get_global_id(0);
+    if (i < n) {{ float x = a[i]; out[i] = {expr}; }}
+}}""")
+    for name, expr in UNARY_OPS.items():
+        parts.append(f"""
+__kernel void {name}_unary(__global float *out, __global const float *a, const int n)
+{{
+    int i = get_global_id(0);
+    if (i < n) {{ float x = a[i]; out[i] = {expr}; }}
+}}""")
+    parts.append(r"""
+__kernel void axpy(__global float *y, __global const float *x, const float alpha, const int n)
 {
     int i = get_global_id(0);
     if (i < n) y[i] += alpha * x[i];
 }
-
 __kernel void scale(__global float *x, const float alpha, const int n)
 {
     int i = get_global_id(0);
     if (i < n) x[i] *= alpha;
 }
-"""
+/* out (contiguous, n elements) = x read through strides (0 along broadcast dims) * alpha */
+__kernel void expand(__global float *out, __global const float *x, const float alpha,
+                     const int n, const int nd, const int8 d, const int8 sx)
+{
+    int i = get_global_id(0);
+    if (i < n) {
+        int ox, unused;
+        STRIDED_OFFSETS(i, nd, d, sx, sx, ox, unused);
+        out[i] = x[ox] * alpha;
+    }
+}
+""")
+    return "\n".join(parts)
 
-LOCAL = 64
+
+SOURCE = _build_source()
+LOCAL = 128
+_INT_MAX = 2**31 - 1
 
 
-def _check_float(op: str, *ts: Tensor) -> None:
+# -- validation and shape helpers --------------------------------------------------------------
+def check_float(op: str, *ts) -> None:
+    """Every argument is a float32 ``pc.Tensor`` (else TypeError / DTypeError naming ``op``)."""
     for t in ts:
         if not isinstance(t, Tensor):
             raise TypeError(f"{op}: expected a pc.Tensor, got {type(t).__name__}")
         if t.dtype != FLOAT:
-            raise DTypeError(f"{op}: dtype {t.dtype} is not supported; elementwise kernels "
-                             f"take float32 (shape {t.shape})")
+            raise DTypeError(f"{op}: dtype {t.dtype} is not supported (shape {t.shape}); "
+                             "elementwise kernels take float32 (convert with "
+                             ".astype(np.float32) before Tensor.from_host)")
+        if t.size > _INT_MAX:
+            raise ShapeError(f"{op}: tensor of shape {t.shape} has more than 2**31-1 elements")
+
+
+def broadcast_shapes(op: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy's broadcast of two shapes, or ShapeError naming ``op`` and both shapes."""
+    n = max(len(a), len(b))
+    pa, pb = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(pa, pb):
+        if x != y and x != 1 and y != 1:
+            raise ShapeError(f"{op}: shapes {tuple(a)} and {tuple(b)} are not broadcastable "
+                             "(numpy rules: trailing dimensions must be equal or 1)")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def broadcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[int]:
+    """Element strides of a contiguous ``shape`` read as ``out_shape`` (0 where broadcast)."""
+    n = len(out_shape)
+    padded = (1,) * (n - len(shape)) + tuple(shape)
+    strides, step = [0] * n, 1
+    for k in range(n - 1, -1, -1):
+        strides[k] = 0 if padded[k] == 1 else step
+        step *= padded[k]
+    return strides
+
+
+def collapse_dims(shape, *strides_list) -> tuple[list[int], list[list[int]]]:
+    """Drop size-1 dimensions and merge neighbours every stride list walks contiguously."""
+    dims: list[int] = []
+    out: list[list[int]] = [[] for _ in strides_list]
+    for k, size in enumerate(shape):
+        if size == 1:
+            continue
+        if dims and all(st[-1] == s[k] * size for st, s in zip(out, strides_list)):
+            dims[-1] *= size
+            for st, s in zip(out, strides_list):
+                st[-1] = s[k]
+            continue
+        dims.append(size)
+        for st, s in zip(out, strides_list):
+            st.append(s[k])
+    if not dims:
+        dims = [1]
+        out = [[0] for _ in strides_list]
+    return dims, out
+
+
+def _int8(values: list[int]):
+    vals = list(values) + [1] * (8 - len(values))
+    return cltypes.make_int8(*vals)
 
 
 def _global(n: int) -> tuple[int]:
     return ((n + LOCAL - 1) // LOCAL * LOCAL,)
 
 
+def _output(op: str, queue, shape: tuple[int, ...], out: Tensor | None) -> Tensor:
+    if out is None:
+        return Tensor.empty(queue, shape)
+    check_float(op, out)
+    if tuple(out.shape) != tuple(shape):
+        raise ShapeError(f"{op}: out has shape {out.shape}, expected {shape}")
+    if out.queue is not queue and out.queue != queue:
+        raise DeviceError(f"{op}: out {out.shape} is on a different command queue than the "
+                          "inputs; ops run on their inputs' queue")
+    return out
+
+
+def _is_scalar(v) -> bool:
+    return isinstance(v, (Real, np.number)) and not isinstance(v, bool)
+
+
+# -- launchers ---------------------------------------------------------------------------------
+def binary(op: str, a, b, out: Tensor | None = None) -> Tensor:
+    """``op(a, b)`` elementwise with numpy broadcasting; either side may be a Python scalar.
+
+    ``op`` is one of ``BINARY_OPS`` (add, sub, mul, div, rsub, rdiv, maximum, minimum, pow,
+    rpow, ge, lt and the ``*_backward`` helpers).
+    """
+    if op not in BINARY_OPS:
+        raise ValueError(f"binary: unknown op {op!r}; expected one of {sorted(BINARY_OPS)}")
+    if _is_scalar(b):
+        return scalar(op, a, b, out=out)
+    if _is_scalar(a):
+        if op not in REVERSED:
+            raise TypeError(f"{op}: the left operand must be a tensor")
+        return scalar(REVERSED[op], b, a, out=out)
+    check_float(op, a, b)
+    check_same_queue(op, a, b)
+    queue = a.queue
+    if a.shape == b.shape:
+        res = _output(op, queue, a.shape, out)
+        k = get_kernel(queue, SOURCE, f"{op}_contig")
+        k(queue, _global(res.size), (LOCAL,), res.data, a.data, b.data, np.int32(res.size))
+        return res
+    shape = broadcast_shapes(op, a.shape, b.shape)
+    res = _output(op, queue, shape, out)
+    dims, (sa, sb) = collapse_dims(shape, broadcast_strides(a.shape, shape),
+                                   broadcast_strides(b.shape, shape))
+    if len(dims) > MAX_DIMS:
+        raise ShapeError(f"{op}: broadcasting {a.shape} with {b.shape} needs {len(dims)} "
+                         f"strided dimensions; at most {MAX_DIMS} are supported")
+    k = get_kernel(queue, SOURCE, f"{op}_strided")
+    k(queue, _global(res.size), (LOCAL,), res.data, a.data, b.data, np.int32(res.size),
+      np.int32(len(dims)), _int8(dims), _int8(sa), _int8(sb))
+    return res
+
+
+def scalar(op: str, x: Tensor, s: float, out: Tensor | None = None) -> Tensor:
+    """``op(x, s)`` with a Python scalar ``s`` (``rsub``: s - x, ``rdiv``: s / x, ``rpow``)."""
+    if op not in BINARY_OPS:
+        raise ValueError(f"scalar: unknown op {op!r}; expected one of {sorted(BINARY_OPS)}")
+    check_float(op, x)
+    res = _output(op, x.queue, x.shape, out)
+    k = get_kernel(x.queue, SOURCE, f"{op}_scalar")
+    k(x.queue, _global(x.size), (LOCAL,), res.data, x.data, np.float32(s), np.int32(x.size))
+    return res
+
+
+def unary(op: str, x: Tensor, out: Tensor | None = None) -> Tensor:
+    """``op(x)`` elementwise; ``op`` one of ``UNARY_OPS`` (neg, exp, log, relu, sigmoid, tanh,
+    gelu (exact erf form), sqrt, abs, square, reciprocal, sign)."""
+    if op not in UNARY_OPS:
+        raise ValueError(f"unary: unknown op {op!r}; expected one of {sorted(UNARY_OPS)}")
+    check_float(op, x)
+    res = _output(op, x.queue, x.shape, out)
+    k = get_kernel(x.queue, SOURCE, f"{op}_unary")
+    k(x.queue, _global(x.size), (LOCAL,), res.data, x.data, np.int32(x.size))
+    return res
+
+
+def _backward(op: str, saved: Tensor, g: Tensor, out: Tensor | None) -> Tensor:
+    check_float(op, saved, g)
+    if saved.shape != g.shape:
+        raise ShapeError(f"{op}: saved tensor {saved.shape} and gradient {g.shape} differ")
+    return binary(op, saved, g, out=out)
+
+
+def relu_backward(x: Tensor, g: Tensor, out: Tensor | None = None) -> Tensor:
+    """``g * (x > 0)``; ``x`` may be relu's input or its output."""
+    return _backward("relu_backward", x, g, out)
+
+
+def sigmoid_backward(y: Tensor, g: Tensor, out: Tensor | None = None) -> Tensor:
+    """``g * y * (1 - y)`` from sigmoid's output ``y``."""
+    return _backward("sigmoid_backward", y, g, out)
+
+
+def tanh_backward(y: Tensor, g: Tensor, out: Tensor | None = None) -> Tensor:
+    """``g * (1 - y**2)`` from tanh's output ``y``."""
+    return _backward("tanh_backward", y, g, out)
+
+
+def gelu_backward(x: Tensor, g: Tensor, out: Tensor | None = None) -> Tensor:
+    """``g * (Phi(x) + x * phi(x))`` from gelu's input ``x`` (exact erf form)."""
+    return _backward("gelu_backward", x, g, out)
+
+
+def sqrt_backward(y: Tensor, g: Tensor, out: Tensor | None = None) -> Tensor:
+    """``g * 0.5 / y`` from sqrt's output ``y``."""
+    return _backward("sqrt_backward", y, g, out)
+
+
+def broadcast_to(x: Tensor, shape, alpha: float = 1.0) -> Tensor:
+    """A new contiguous tensor of ``shape`` holding ``x`` broadcast (numpy rules) times
+    ``alpha`` (the backward of sum/mean)."""
+    check_float("broadcast_to", x)
+    shape = tuple(int(s) for s in shape)
+    if broadcast_shapes("broadcast_to", x.shape, shape) != shape:
+        raise ShapeError(f"broadcast_to: cannot broadcast {x.shape} to {shape}")
+    res = Tensor.empty(x.queue, shape)
+    dims, (sx,) = collapse_dims(shape, broadcast_strides(x.shape, shape))
+    if len(dims) > MAX_DIMS:
+        raise ShapeError(f"broadcast_to: {x.shape} to {shape} needs {len(dims)} strided "
+                         f"dimensions; at most {MAX_DIMS} are supported")
+    k = get_kernel(x.queue, SOURCE, "expand")
+    k(x.queue, _global(res.size), (LOCAL,), res.data, x.data, np.float32(alpha),
+      np.int32(res.size), np.int32(len(dims)), _int8(dims), _int8(sx))
+    return res
+
+
 def axpy(y: Tensor, x: Tensor, alpha: float = 1.0) -> Tensor:
     """``y += alpha * x`` in place (same number of elements); returns ``y``."""
-    _check_float("axpy", y, x)
+    check_float("axpy", y, x)
     if x.size != y.size:
         raise ShapeError(f"axpy: sizes differ: y {y.shape} and x {x.shape}")
     check_same_queue("axpy", y, x)
@@ -62,7 +363,7 @@ def axpy(y: Tensor, x: Tensor, alpha: float = 1.0) -> Tensor:
 
 def scale_(x: Tensor, alpha: float) -> Tensor:
     """``x *= alpha`` in place; returns ``x``."""
-    _check_float("scale_", x)
+    check_float("scale_", x)
     k = get_kernel(x.queue, SOURCE, "scale")
     k(x.queue, _global(x.size), (LOCAL,), x.data, np.float32(alpha), np.int32(x.size))
     return x

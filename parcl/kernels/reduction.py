@@ -1,0 +1,236 @@
+"""Reductions: ``sum``, ``mean``, ``max`` over an axis, a tuple of axes or everything;
+``argmax``; ``sum_to_shape`` (a broadcast gradient summed back to its input's shape).
+
+Every reduction is one pattern: reduce the middle axis of an ``(outer, R, inner)`` view of a
+contiguous tensor (reduced axes that are not neighbours are permuted together first). The order
+of every sum is fixed by the shapes and the device type alone (sequential loops and a fixed tree,
+no float atomics), so a result is the same bit for bit on every run. A long ``R`` is cut into
+fixed chunks whose partial results are reduced again (two stages), which keeps a full sum of a
+million elements parallel and its rounding error small.
+
+>>> import numpy as np, parcl as pc
+>>> from parcl.kernels import reduction
+>>> q = pc.default_queue()
+>>> x = pc.Tensor.from_host(q, np.ones((3, 4), np.float32))
+>>> reduction.sum(x, axis=0).to_host()
+array([3., 3., 3., 3.], dtype=float32)
+>>> reduction.mean(x).to_host().shape
+()
+"""
+
+from __future__ import annotations
+
+import builtins
+from math import prod
+
+import numpy as np
+
+from ..errors import DTypeError, ShapeError
+from ..runtime import is_gpu
+from ..tensor import LABEL_DTYPES, Tensor
+from . import layout
+from ._cache import get_kernel
+from .elementwise import check_float
+
+WG = 256            # work-group size of the GPU tree kernels (a power of two)
+CHUNK_CPU = 2048    # rows of R one work-item sums before partials are reduced again
+CHUNK_GPU = 16384
+
+_COMBINE = {"sum": ("0.0f", "acc + v"),
+            # NaN wins (numpy's max propagates it): keep acc if it is NaN or not smaller
+            "max": ("-INFINITY", "(acc >= v || isnan(acc)) ? acc : v")}
+
+
+def _build_source() -> str:
+    parts = ["//CL//", f"#define WG {WG}"]
+    for op, (init, combine) in _COMBINE.items():
+        parts.append(f"""
+/* out[o, p, j] = scale * op over r in chunk p of x[o, r, j]; one work-item per output. */
+__kernel void {op}_seq(__global float *out, __global const float *x, const int n, const int R,
+                       const int inner, const int chunk, const int nchunks, const float scale)
+{{
+    int g = get_global_id(0);
+    if (g >= n) return;
+    int j = g % inner, t = g / inner, p = t % nchunks, o = t / nchunks;
+    int start = p * chunk, end = min(start + chunk, R);
+    __global const float *src = x + ((long)o * R) * inner + j;
+    float acc = {init};
+    for (int r = start; r < end; ++r) {{ float v = src[(long)r * inner]; acc = {combine}; }}
+    out[g] = acc * scale;
+}}
+
+/* The same with one work-group of WG items per output: strided loop, then a fixed tree. */
+__kernel void {op}_wg(__global float *out, __global const float *x, const int n, const int R,
+                      const int inner, const int chunk, const int nchunks, const float scale)
+{{
+    __local float buf[WG];
+    int g = get_group_id(0), lid = get_local_id(0);
+    int j = g % inner, t = g / inner, p = t % nchunks, o = t / nchunks;
+    int start = p * chunk, end = min(start + chunk, R);
+    __global const float *src = x + ((long)o * R) * inner + j;
+    float acc = {init};
+    for (int r = start + lid; r < end; r += WG) {{
+        float v = src[(long)r * inner]; acc = {combine};
+    }}
+    buf[lid] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = WG / 2; s > 0; s >>= 1) {{
+        if (lid < s) {{ float v = buf[lid + s]; acc = buf[lid]; buf[lid] = {combine}; }}
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}
+    if (lid == 0) out[g] = buf[0] * scale;
+}}""")
+    for ctype in ("int", "long"):
+        parts.append(f"""
+/* Index of the first largest element of each row of x (rows, R). */
+__kernel void argmax_{ctype}(__global {ctype} *out, __global const float *x, const int rows,
+                           const int R)
+{{
+    int row = get_global_id(0);
+    if (row >= rows) return;
+    __global const float *src = x + (long)row * R;
+    float best = src[0];
+    int arg = 0;
+    for (int r = 1; r < R; ++r) {{
+        float v = src[r];
+        if (v > best || (isnan(v) && !isnan(best))) {{ best = v; arg = r; }}
+    }}
+    out[row] = arg;
+}}""")
+    return "\n".join(parts)
+
+
+SOURCE = _build_source()
+
+
+# -- axes ----------------------------------------------------------------------------------
+def normalize_axes(op: str, axis, ndim: int, shape=None) -> tuple[int, ...]:
+    """``axis`` (None, int or tuple) as a sorted tuple of non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    norm = []
+    for a in axes:
+        a = int(a)
+        if not -ndim <= a < ndim:
+            raise ShapeError(f"{op}: axis {a} is out of range for a {ndim}-D tensor "
+                             f"(shape {shape})")
+        norm.append(a + ndim if a < 0 else a)
+    if len(set(norm)) != len(norm):
+        raise ShapeError(f"{op}: repeated axis in {axes} (shape {shape})")
+    return tuple(sorted(norm))
+
+
+def reduced_shape(shape, axes, keepdims: bool) -> tuple[int, ...]:
+    if keepdims:
+        return tuple(1 if k in axes else s for k, s in enumerate(shape))
+    return tuple(s for k, s in enumerate(shape) if k not in axes)
+
+
+# -- the (outer, R, inner) core --------------------------------------------------------------
+def reduce_3d(op: str, x: Tensor, outer: int, R: int, inner: int, scale: float = 1.0, *,
+              workgroup: bool | None = None) -> Tensor:
+    """``op`` ("sum" or "max") over the middle axis of ``x`` viewed as (outer, R, inner), times
+    ``scale``; a flat (outer * inner,) tensor. ``workgroup`` forces the kernel variant (default:
+    work-group trees on a GPU when ``inner`` is small, sequential loops otherwise)."""
+    q = x.queue
+    gpu = is_gpu(q.device)
+    if workgroup is None:
+        workgroup = gpu and inner < 32
+    chunk = CHUNK_GPU if gpu else CHUNK_CPU
+    if R > chunk:
+        nchunks = (R + chunk - 1) // chunk
+        partial = _launch(op, x, outer, R, inner, chunk, nchunks, 1.0, workgroup)
+        return reduce_3d(op, partial, outer, nchunks, inner, scale, workgroup=workgroup)
+    return _launch(op, x, outer, R, inner, R, 1, scale, workgroup)
+
+
+def _launch(op, x, outer, R, inner, chunk, nchunks, scale, workgroup) -> Tensor:
+    q = x.queue
+    n = outer * nchunks * inner
+    out = Tensor.empty(q, (n,))
+    args = (out.data, x.data, np.int32(n), np.int32(R), np.int32(inner), np.int32(chunk),
+            np.int32(nchunks), np.float32(scale))
+    if workgroup:
+        get_kernel(q, SOURCE, f"{op}_wg")(q, (n * WG,), (WG,), *args)
+    else:
+        get_kernel(q, SOURCE, f"{op}_seq")(q, ((n + 63) // 64 * 64,), (64,), *args)
+    return out
+
+
+def _reduce(op: str, kernel_op: str, x: Tensor, axis, keepdims: bool, mean: bool,
+            workgroup: bool | None = None) -> Tensor:
+    check_float(op, x)
+    axes = normalize_axes(op, axis, x.ndim, x.shape)
+    out_shape = reduced_shape(x.shape, axes, keepdims)
+    red = [k for k in axes if x.shape[k] > 1]
+    kept = [k for k in range(x.ndim) if k not in axes and x.shape[k] > 1]
+    R = prod(x.shape[k] for k in axes)
+    if not red:                              # nothing to reduce: a copy in the new shape
+        return x.copy().reshape(out_shape)
+    if any(red[0] < k < red[-1] for k in kept):
+        # Reduced axes interleaved with kept ones: move the reduced axes last.
+        perm = [k for k in range(x.ndim) if k not in axes] + list(axes)
+        x = layout.transpose(x, perm)
+        outer, inner = prod(out_shape), 1
+    else:
+        outer = prod(x.shape[:red[0]])
+        inner = prod(x.shape[red[-1] + 1:])
+    scale = 1.0 / R if mean else 1.0
+    res = reduce_3d(kernel_op, x, outer, R, inner, scale, workgroup=workgroup)
+    return res.reshape(out_shape)
+
+
+# -- public launchers ---------------------------------------------------------------------------
+def sum(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Sum over ``axis`` (None: all, an int, or a tuple), numpy semantics; a new tensor
+    (shape ``()`` for a full reduction)."""
+    return _reduce("sum", "sum", x, axis, keepdims, mean=False)
+
+
+def mean(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+    """Mean over ``axis``, numpy semantics (the sum, scaled by 1/count in the last stage)."""
+    return _reduce("mean", "sum", x, axis, keepdims, mean=True)
+
+
+def max(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Maximum over ``axis``, numpy semantics (NaN propagates)."""
+    return _reduce("max", "max", x, axis, keepdims, mean=False)
+
+
+def argmax(x: Tensor, axis: int = -1, dtype=np.int64) -> Tensor:
+    """Index of the first largest element along ``axis`` (numpy's ``argmax``), as int64 or
+    int32 labels; used for accuracy."""
+    check_float("argmax", x)
+    dt = np.dtype(dtype)
+    if dt not in LABEL_DTYPES:
+        raise DTypeError(f"argmax: output dtype {dt} is not supported; use int32 or int64")
+    if x.ndim == 0:
+        raise ShapeError("argmax: a 0-d tensor has no axis")
+    (ax,) = normalize_axes("argmax", axis, x.ndim, x.shape)
+    if ax != x.ndim - 1:
+        x = layout.transpose(x, [k for k in range(x.ndim) if k != ax] + [ax])
+    R = x.shape[-1]
+    rows = x.size // R
+    out = Tensor.empty(x.queue, x.shape[:-1], dt)
+    k = get_kernel(x.queue, SOURCE, "argmax_int" if dt == np.int32 else "argmax_long")
+    k(x.queue, ((rows + 63) // 64 * 64,), (64,), out.data, x.data, np.int32(rows), np.int32(R))
+    return out
+
+
+def sum_to_shape(g: Tensor, shape) -> Tensor:
+    """``g`` (a gradient of a broadcast result) summed back to ``shape``, the shape of the input
+    that was broadcast (numpy rules). Returns ``g`` itself, no copy, when shapes already match;
+    a zero-copy reshape when only size-1 dimensions differ."""
+    shape = tuple(int(s) for s in shape)
+    if tuple(g.shape) == shape:
+        return g
+    lead = g.ndim - len(shape)
+    if lead < 0 or any(s != 1 and s != gs for s, gs in zip(shape, g.shape[lead:])):
+        raise ShapeError(f"sum_to_shape: gradient of shape {g.shape} is not a broadcast of "
+                         f"shape {shape}")
+    axes = tuple(range(lead)) + tuple(lead + k for k, s in enumerate(shape)
+                                      if s == 1 and g.shape[lead + k] != 1)
+    if builtins.all(g.shape[k] == 1 for k in axes):
+        return g.reshape(shape)
+    return _reduce("sum_to_shape", "sum", g, axes, keepdims=True, mean=False).reshape(shape)
