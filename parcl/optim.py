@@ -1,1 +1,404 @@
-"""Optimizers (being written)."""
+"""Optimizers: ``SGD``, ``Adam``, ``AdamW`` with the update formulas of PyTorch's documentation.
+
+Each step is one fused OpenCL kernel per parameter (``parcl.kernels.optim``), enqueued on the
+parameter's queue; scalars such as bias corrections are computed on the host, so ``step()``
+never waits for the device. Parameters whose ``.grad`` is None are skipped. A step validates
+every parameter before it launches anything: one that fails leaves parameters and state as
+they were.
+
+>>> opt = pc.optim.AdamW(model.parameters(), lr=1e-3)
+>>> with tp.Tape() as tape:
+...     loss = tp.cross_entropy(model(x), y)
+>>> tape.backward(loss)
+>>> opt.step()
+>>> opt.zero_grad()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import ParclError, ShapeError
+from .kernels import optim as K
+from .tape.node import Node
+from .tensor import FLOAT, Tensor
+
+__all__ = ["SGD", "Adam", "AdamW", "Optimizer", "OptimizerError"]
+
+
+class OptimizerError(ParclError, ValueError):
+    """Bad optimizer options, or a state dict that does not fit the optimizer."""
+
+
+def _nonneg(name: str, value) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise OptimizerError(f"{name} must be a number, got {value!r}") from None
+    if not value >= 0.0:       # also rejects NaN
+        raise OptimizerError(f"invalid {name}: {value} (must be >= 0)")
+    return value
+
+
+class Optimizer:
+    """Base class: parameter groups, per-parameter state, ``zero_grad``, state dicts.
+
+    ``params`` is an iterable of Parameters (leaf ``tp.Node``s with ``requires_grad``), or of
+    dicts ``{"params": [...], "lr": ...}`` (parameter groups with their own options).
+    """
+
+    #: option name -> validator; subclasses fill it (the order is the state dict's)
+    options: dict[str, Any] = {}
+    #: per-parameter state: tensors always present, tensors that may be absent (created by
+    #: the first update), and whether it counts steps
+    state_tensors: tuple[str, ...] = ()
+    optional_tensors: tuple[str, ...] = ()
+    has_step = False
+
+    def __init__(self, params, defaults: dict[str, Any]):
+        defaults = self._validate_options(defaults)
+        params = list(params) if not isinstance(params, Node) else [params]
+        if not params:
+            raise OptimizerError(f"{type(self).__name__} got an empty parameter list")
+        groups = params if isinstance(params[0], dict) else [{"params": params}]
+        self.param_groups: list[dict[str, Any]] = []
+        self.state: dict[Node, dict[str, Any]] = {}
+        seen: set[int] = set()
+        for group in groups:
+            if not isinstance(group, dict) or "params" not in group:
+                raise OptimizerError("parameter groups must be dicts with a 'params' entry")
+            plist = group["params"]
+            plist = [plist] if isinstance(plist, Node) else list(plist)
+            for p in plist:
+                if not isinstance(p, Node):
+                    raise TypeError(f"{type(self).__name__}: parameters must be nn.Parameter "
+                                    f"or tp.Node leaves, got {type(p).__name__}")
+                if not p.requires_grad:
+                    raise OptimizerError(f"{type(self).__name__}: a parameter of shape "
+                                         f"{p.shape} does not require grad")
+                if p.value.dtype != FLOAT:
+                    raise OptimizerError(f"{type(self).__name__}: parameter of shape {p.shape} "
+                                         f"has dtype {p.value.dtype}; only float32 is trained")
+                if id(p) in seen:
+                    raise OptimizerError(f"{type(self).__name__}: a parameter of shape "
+                                         f"{p.shape} appears more than once")
+                seen.add(id(p))
+            opts = {k: v for k, v in group.items() if k != "params"}
+            unknown = set(opts) - set(defaults)
+            if unknown:
+                raise OptimizerError(f"{type(self).__name__}: unknown options {sorted(unknown)}")
+            opts = self._validate_options({**defaults, **opts})
+            self.param_groups.append({"params": plist, **opts})
+
+    # -- options -------------------------------------------------------------------------
+    def _validate_options(self, opts: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for name, check in self.options.items():
+            out[name] = check(opts[name])
+        self._check_combination(out)
+        return out
+
+    def _check_combination(self, opts: dict[str, Any]) -> None:
+        pass
+
+    @property
+    def lr(self) -> float:
+        """The learning rate of the first group; setting it sets every group's."""
+        return self.param_groups[0]["lr"]
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        value = _nonneg("lr", value)
+        for group in self.param_groups:
+            group["lr"] = value
+
+    def _params(self) -> list[Node]:
+        return [p for g in self.param_groups for p in g["params"]]
+
+    # -- stepping ------------------------------------------------------------------------
+    def step(self, closure=None):
+        """One update of every parameter that has a ``.grad``; returns ``closure()`` if
+        given (called first, as PyTorch does)."""
+        loss = closure() if closure is not None else None
+        work = []
+        for group in self.param_groups:
+            opts = self._validate_options(group)   # lr etc. may have been set by hand
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                g = p.grad
+                if tuple(g.shape) != tuple(p.shape) or g.dtype != FLOAT:
+                    raise ShapeError(f"{type(self).__name__}.step: parameter of shape "
+                                     f"{p.shape} has a gradient of shape {g.shape} "
+                                     f"({g.dtype}); nothing was updated")
+                work.append((p, opts))
+        # Allocate every missing state tensor before any parameter is touched.
+        staged = [(p, opts, self._allocate(p, self.state.get(p, {}), opts)) for p, opts in work]
+        for p, opts, fresh in staged:
+            state = self.state.setdefault(p, {})
+            state.update(fresh)
+            self._update(p, p.grad, state, opts, fresh)
+        return loss
+
+    def _allocate(self, p: Node, state: dict[str, Any], opts: dict[str, Any]
+                  ) -> dict[str, Any]:
+        """The state entries ``p`` still lacks before this step (zero-initialised)."""
+        fresh: dict[str, Any] = {}
+        if self.has_step and "step" not in state:
+            fresh["step"] = 0
+        for name in self.state_tensors:
+            if state.get(name) is None:
+                fresh[name] = Tensor.zeros(p.value.queue, p.shape)
+        return fresh
+
+    def _update(self, p: Node, grad: Tensor, state: dict[str, Any], opts: dict[str, Any],
+                fresh: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop every parameter's ``.grad`` (``set_to_none``), or fill it with zeros. A grad
+        that is a persistent view into a flat buffer (``p._grad_is_view``) is always zeroed."""
+        for p in self._params():
+            if p.grad is None:
+                continue
+            if set_to_none and not getattr(p, "_grad_is_view", False):
+                p.grad = None
+            else:
+                p.grad.fill_(0)
+
+    # -- state dicts ---------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """PyTorch's layout: ``{"state": {index: {...}}, "param_groups": [{options...,
+        "params": [indices]}]}``; arrays are numpy host copies."""
+        index = {id(p): i for i, p in enumerate(self._params())}
+        state = {}
+        for i, p in enumerate(self._params()):
+            entry = {k: (v.to_host() if isinstance(v, Tensor) else v)
+                     for k, v in self.state.get(p, {}).items() if v is not None}
+            if entry:
+                state[i] = entry
+        groups = []
+        for g in self.param_groups:
+            opts = {k: (list(v) if isinstance(v, tuple) else v)
+                    for k, v in g.items() if k != "params"}
+            groups.append({**opts, "params": [index[id(p)] for p in g["params"]]})
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore options and per-parameter state; everything is validated first and a
+        mismatch raises ``OptimizerError`` leaving the optimizer unchanged."""
+        name = f"{type(self).__name__}.load_state_dict"
+        if not isinstance(state_dict, dict) or "param_groups" not in state_dict:
+            raise OptimizerError(f"{name}: expected a dict with 'state' and 'param_groups'")
+        groups = state_dict["param_groups"]
+        if not isinstance(groups, (list, tuple)) or len(groups) != len(self.param_groups):
+            raise OptimizerError(f"{name}: {len(groups) if isinstance(groups, list) else '?'} "
+                                 f"param_groups given, the optimizer has "
+                                 f"{len(self.param_groups)}")
+        new_opts = []
+        for i, (saved, mine) in enumerate(zip(groups, self.param_groups)):
+            if not isinstance(saved, dict):
+                raise OptimizerError(f"{name}: param_groups[{i}] is not a dict")
+            if len(saved.get("params", ())) != len(mine["params"]):
+                raise OptimizerError(f"{name}: param_groups[{i}] has "
+                                     f"{len(saved.get('params', ()))} parameters, the "
+                                     f"optimizer's has {len(mine['params'])}")
+            keys = set(saved) - {"params"}
+            if keys != set(self.options):
+                raise OptimizerError(f"{name}: param_groups[{i}] has options {sorted(keys)}, "
+                                     f"{type(self).__name__} has {sorted(self.options)}")
+            try:
+                new_opts.append(self._validate_options(saved))
+            except OptimizerError as e:
+                raise OptimizerError(f"{name}: param_groups[{i}]: {e}") from None
+        # Saved indices may be named differently from ours (another optimizer's numbering);
+        # map them positionally, group by group, as PyTorch does.
+        id_map = {}
+        for saved, mine in zip(groups, self.param_groups):
+            for idx, p in zip(saved["params"], mine["params"]):
+                id_map[_as_index(name, idx)] = p
+        state_in = state_dict.get("state", {})
+        if not isinstance(state_in, dict):
+            raise OptimizerError(f"{name}: 'state' must be a dict index -> entry")
+        staged: dict[Node, dict[str, Any]] = {}
+        for key, entry in state_in.items():
+            p = id_map.get(_as_index(name, key))
+            if p is None:
+                raise OptimizerError(f"{name}: state for parameter {key!r}, which no "
+                                     f"param_group lists")
+            staged[p] = self._check_entry(name, key, entry, p)
+        # All checked: upload into fresh tensors, then swap in.
+        new_state = {}
+        for p, entry in staged.items():
+            s = {}
+            for k, v in entry.items():
+                s[k] = Tensor.from_host(p.value.queue, v) if isinstance(v, np.ndarray) else v
+            new_state[p] = s
+        for group, opts in zip(self.param_groups, new_opts):
+            group.update(opts)
+        self.state = new_state
+
+    def _check_entry(self, name: str, key, entry, p: Node) -> dict[str, Any]:
+        cls = type(self).__name__
+        if not isinstance(entry, dict):
+            raise OptimizerError(f"{name}: state[{key!r}] is not a dict")
+        entry = {k: v for k, v in entry.items() if v is not None}
+        required = set(self.state_tensors) | ({"step"} if self.has_step else set())
+        allowed = required | set(self.optional_tensors)
+        if not required <= set(entry) <= allowed:
+            raise OptimizerError(f"{name}: state[{key!r}] has entries {sorted(entry)}, {cls} "
+                                 f"keeps {sorted(required)}"
+                                 + (f" and optionally {sorted(self.optional_tensors)}"
+                                    if self.optional_tensors else ""))
+        out: dict[str, Any] = {}
+        if self.has_step:
+            step = entry["step"]
+            if isinstance(step, np.ndarray) and step.size == 1:
+                step = step.item()
+            if isinstance(step, float) and step.is_integer():
+                step = int(step)
+            if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or step < 0:
+                raise OptimizerError(f"{name}: state[{key!r}]['step'] must be an int >= 0, "
+                                     f"got {step!r}")
+            out["step"] = int(step)
+        for t in sorted(set(entry) - {"step"}, key=list(allowed).index):
+            v = entry[t]
+            if isinstance(v, Node):
+                v = v.value
+            if isinstance(v, Tensor):
+                v = v.to_host()
+            try:
+                v = np.array(v, dtype=np.float32, order="C", copy=True)
+            except (TypeError, ValueError):
+                raise OptimizerError(f"{name}: state[{key!r}][{t!r}] is not a numeric "
+                                     f"array") from None
+            if v.shape != tuple(p.shape):
+                raise OptimizerError(f"{name}: state[{key!r}][{t!r}] has shape {v.shape}, "
+                                     f"the parameter's is {tuple(p.shape)}")
+            out[t] = v
+        return out
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, g in enumerate(self.param_groups):
+            opts = ", ".join(f"{k}={v}" for k, v in g.items() if k != "params")
+            lines.append(f"  group {i}: {len(g['params'])} params, {opts}")
+        return "\n".join(lines) + "\n)"
+
+
+def _as_index(name: str, key) -> int:
+    try:
+        if isinstance(key, bool):
+            raise ValueError
+        return int(key)
+    except (TypeError, ValueError):
+        raise OptimizerError(f"{name}: parameter index {key!r} is not an integer") from None
+
+
+def _betas(value) -> tuple[float, float]:
+    try:
+        b1, b2 = (float(b) for b in value)
+    except (TypeError, ValueError):
+        raise OptimizerError(f"betas must be a pair of floats, got {value!r}") from None
+    for i, b in enumerate((b1, b2)):
+        if not 0.0 <= b < 1.0:
+            raise OptimizerError(f"invalid beta parameter at index {i}: {b} (must be in "
+                                 "[0, 1))")
+    return (b1, b2)
+
+
+def _bool(value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise OptimizerError(f"expected a bool, got {value!r}")
+    return bool(value)
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent, PyTorch's formula (dampening 0)::
+
+        g = grad + weight_decay * p
+        b = g (first step), else momentum * b + g          (when momentum != 0)
+        g = g + momentum * b if nesterov else b            (when momentum != 0)
+        p = p - lr * g
+
+    >>> opt = pc.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    """
+
+    options = {"lr": lambda v: _nonneg("lr", v), "momentum": lambda v: _nonneg("momentum", v),
+               "weight_decay": lambda v: _nonneg("weight_decay", v), "nesterov": _bool}
+
+    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
+                 nesterov: bool = False):
+        super().__init__(params, {"lr": lr, "momentum": momentum,
+                                  "weight_decay": weight_decay, "nesterov": nesterov})
+
+    def _check_combination(self, opts):
+        if opts["nesterov"] and opts["momentum"] <= 0:
+            raise OptimizerError("SGD: nesterov momentum requires momentum > 0")
+
+    # PyTorch creates the momentum buffer as a copy of the first gradient: absent until then.
+    optional_tensors = ("momentum_buffer",)
+
+    def _update(self, p, grad, state, opts, fresh):
+        if opts["momentum"] == 0:
+            K.sgd_(p.value, grad, opts["lr"], opts["weight_decay"])
+            return
+        buf = state.get("momentum_buffer")
+        K.sgd_momentum_(p.value, grad, buf, opts["lr"], opts["weight_decay"],
+                        opts["momentum"], opts["nesterov"], "momentum_buffer" in fresh)
+
+    def _allocate(self, p, state, opts):
+        if opts["momentum"] != 0 and state.get("momentum_buffer") is None:
+            return {"momentum_buffer": Tensor.empty(p.value.queue, p.shape)}
+        return {}
+
+
+class Adam(Optimizer):
+    """Adam, PyTorch's formula (``t`` counts this parameter's steps from 1)::
+
+        g = grad + weight_decay * p
+        m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2
+        p = p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+
+    >>> opt = pc.optim.Adam(model.parameters(), lr=1e-3)
+    """
+
+    options = {"lr": lambda v: _nonneg("lr", v), "betas": _betas,
+               "eps": lambda v: _nonneg("eps", v),
+               "weight_decay": lambda v: _nonneg("weight_decay", v)}
+    state_tensors = ("exp_avg", "exp_avg_sq")
+    has_step = True
+    decoupled = False
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
+                                  "weight_decay": weight_decay})
+
+    def _update(self, p, grad, state, opts, fresh):
+        step = state["step"] + 1
+        wd = opts["weight_decay"]
+        K.adam_(p.value, grad, state["exp_avg"], state["exp_avg_sq"], lr=opts["lr"],
+                beta1=opts["betas"][0], beta2=opts["betas"][1], eps=opts["eps"], step=step,
+                weight_decay=0.0 if self.decoupled else wd,
+                decoupled_weight_decay=wd if self.decoupled else 0.0)
+        state["step"] = step
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (PyTorch's AdamW)::
+
+        p = p * (1 - lr * weight_decay)
+        then Adam's update of p without weight decay in the gradient
+
+    >>> opt = pc.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    """
+
+    decoupled = True
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+

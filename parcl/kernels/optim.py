@@ -1,0 +1,122 @@
+"""Fused optimizer updates: one kernel launch per parameter per step.
+
+Each kernel reads the gradient once and writes the parameter (and its state) once. Everything
+that depends only on the step count (bias corrections, step sizes) is computed on the host and
+passed as a scalar argument, so a step never waits for the device.
+
+>>> # sgd_momentum_(param, grad, buf, lr=0.1, weight_decay=0.0, momentum=0.9,
+>>> #               nesterov=False, first=True)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DTypeError, ShapeError
+from ..tensor import FLOAT, Tensor, check_same_context, foreign_use, foreign_wait
+from ._cache import get_kernel, round_up
+
+__all__ = ["adam_", "sgd_", "sgd_momentum_"]
+
+SOURCE = r"""//CL//
+// p -= lr * (g + wd * p)
+__kernel void sgd(__global float *p, __global const float *g,
+                  const float lr, const float wd, const int n)
+{
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    const float w = p[i];
+    p[i] = w - lr * (g[i] + wd * w);
+}
+
+// g' = g + wd*p; b = first ? g' : mu*b + g'; p -= lr * (nesterov ? g' + mu*b : b)
+__kernel void sgd_momentum(__global float *p, __global const float *g, __global float *buf,
+                           const float lr, const float wd, const float mu,
+                           const int first, const int nesterov, const int n)
+{
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    const float w = p[i];
+    const float d = g[i] + wd * w;
+    const float b = first ? d : mu * buf[i] + d;
+    buf[i] = b;
+    p[i] = w - lr * (nesterov ? d + mu * b : b);
+}
+
+// p *= decay (AdamW's decoupled decay; 1 for Adam); g' = g + wd*p (Adam's L2; 0 for AdamW)
+// m = b1*m + (1-b1)*g'; v = b2*v + (1-b2)*g'^2
+// p -= step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps), step_size = lr / (1 - b1^t),
+// inv_sqrt_bc2 = 1 / sqrt(1 - b2^t): that is lr * m_hat / (sqrt(v_hat) + eps).
+__kernel void adam(__global float *p, __global const float *g,
+                   __global float *m, __global float *v,
+                   const float decay, const float wd, const float b1, const float b2,
+                   const float step_size, const float inv_sqrt_bc2, const float eps,
+                   const int n)
+{
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    const float w = p[i] * decay;
+    const float d = g[i] + wd * w;
+    const float mi = b1 * m[i] + (1.0f - b1) * d;
+    const float vi = b2 * v[i] + (1.0f - b2) * (d * d);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = w - step_size * mi / (sqrt(vi) * inv_sqrt_bc2 + eps);
+}
+"""
+
+_LOCAL = 64
+
+
+def _check(op: str, param: Tensor, *others: Tensor) -> None:
+    for t in (param, *others):
+        if t.dtype != FLOAT:
+            raise DTypeError(f"{op}: expected float32 tensors, got {t.dtype} (shape {t.shape})")
+        if tuple(t.shape) != tuple(param.shape):
+            raise ShapeError(f"{op}: shape {t.shape} does not match the parameter's "
+                             f"{param.shape}")
+    check_same_context(op, param, *others)
+
+
+def _launch(name: str, param: Tensor, grad: Tensor, state: tuple[Tensor, ...], scalars) -> Tensor:
+    """Enqueue ``name`` on the parameter's queue; the gradient may live on another queue of the
+    same context (ordered with a marker), the state lives on the parameter's."""
+    q = param.queue
+    kernel = get_kernel(q, SOURCE, name)
+    n = param.size
+    wait = foreign_wait(grad, q)
+    args = [param.data, grad.data, *(s.data for s in state), *scalars, np.int32(n)]
+    event = kernel(q, (round_up(n, _LOCAL),), None, *args, wait_for=wait)
+    foreign_use(grad, event)
+    return param
+
+
+def sgd_(param: Tensor, grad: Tensor, lr: float, weight_decay: float = 0.0) -> Tensor:
+    """``param -= lr * (grad + weight_decay * param)`` in place (SGD without momentum)."""
+    _check("sgd", param, grad)
+    return _launch("sgd", param, grad, (), (np.float32(lr), np.float32(weight_decay)))
+
+
+def sgd_momentum_(param: Tensor, grad: Tensor, buf: Tensor, lr: float, weight_decay: float,
+                  momentum: float, nesterov: bool, first: bool) -> Tensor:
+    """SGD with momentum (dampening 0), PyTorch's formula; ``first`` sets ``buf = grad``."""
+    _check("sgd_momentum", param, grad, buf)
+    return _launch("sgd_momentum", param, grad, (buf,),
+                   (np.float32(lr), np.float32(weight_decay), np.float32(momentum),
+                    np.int32(bool(first)), np.int32(bool(nesterov))))
+
+
+def adam_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *, lr: float,
+          beta1: float, beta2: float, eps: float, step: int, weight_decay: float = 0.0,
+          decoupled_weight_decay: float = 0.0) -> Tensor:
+    """One Adam step (``step`` counts from 1) in place; ``weight_decay`` is Adam's L2 term,
+    ``decoupled_weight_decay`` AdamW's ``p *= 1 - lr * wd`` applied first."""
+    _check("adam", param, grad, exp_avg, exp_avg_sq)
+    if step < 1:
+        raise ValueError(f"adam: step counts from 1, got {step}")
+    bc1 = 1.0 - beta1 ** step
+    bc2 = 1.0 - beta2 ** step
+    scalars = (np.float32(1.0 - lr * decoupled_weight_decay), np.float32(weight_decay),
+               np.float32(beta1), np.float32(beta2), np.float32(lr / bc1),
+               np.float32(1.0 / np.sqrt(bc2)), np.float32(eps))
+    return _launch("adam", param, grad, (exp_avg, exp_avg_sq), scalars)
