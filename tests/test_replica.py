@@ -1,0 +1,261 @@
+"""Data-parallel replicas on two PoCL sub-devices: equivalence with the single-replica run,
+fault handling, thread isolation, desync detection."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import parcl as pc
+import parcl.tape as tp
+from parcl.replica import ReplicaGroup
+from parcl.testing import assert_dp_equivalent, seeded, train_replicated, train_single
+
+
+def mlp(queue):
+    return pc.nn.Sequential(pc.nn.Linear(64, 32, queue=queue), pc.nn.ReLU(),
+                            pc.nn.Linear(32, 10, queue=queue))
+
+
+def cnn(queue):
+    return pc.nn.Sequential(
+        pc.nn.Conv2d(1, 4, 3, padding=1, queue=queue), pc.nn.ReLU(), pc.nn.MaxPool2d(2),
+        pc.nn.Flatten(), pc.nn.Linear(4 * 4 * 4, 10, queue=queue))
+
+
+def batch(n, images=False, seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (n, 1, 8, 8) if images else (n, 64)
+    return rng.random(shape, dtype=np.float32), rng.integers(0, 10, n).astype(np.int64)
+
+
+def sgd(params):
+    return pc.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+def adamw(params):
+    return pc.optim.AdamW(params, lr=1e-2)
+
+
+@pytest.mark.parametrize("make_opt", [sgd, adamw], ids=["sgd-momentum", "adamw"])
+@pytest.mark.parametrize("build,images", [(mlp, False), (cnn, True)], ids=["mlp", "cnn"])
+def test_two_replicas_match_single_replica(devices2, build, images, make_opt):
+    assert_dp_equivalent(build, tp.cross_entropy, batch(16, images), replicas=2, steps=5,
+                         make_optimizer=make_opt, devices=devices2)
+
+
+def test_uneven_split_matches(devices2):
+    assert_dp_equivalent(mlp, tp.cross_entropy, batch(7), replicas=2, steps=5,
+                         make_optimizer=sgd, devices=devices2)
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "scatter", "ring"])
+def test_every_algorithm_gives_the_same_training(devices2, algorithm):
+    ref = train_single(seeded(mlp), tp.cross_entropy, batch(12), 3, sgd)
+    got = train_replicated(seeded(mlp), tp.cross_entropy, batch(12), 3, 2, sgd,
+                           devices=devices2, allreduce=algorithm)
+    for a, b in zip(ref, got):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+
+
+def test_bit_identical_across_runs(devices2):
+    runs = [train_replicated(seeded(mlp), tp.cross_entropy, batch(16), 3, 2, adamw,
+                             devices=devices2) for _ in range(2)]
+    assert all(np.array_equal(a, b) for a, b in zip(*runs))
+
+
+def test_replicas_start_identical_and_stay_identical(devices2):
+    counter = iter(range(100))
+
+    def unseeded(queue):                     # a different init in every replica
+        pc.nn.manual_seed(next(counter))
+        return mlp(queue)
+
+    with ReplicaGroup(unseeded, devices2) as group:
+        def params(r):
+            return [p.value.to_host() for p in r.model.parameters()]
+        p0, p1 = group.run(params)
+        assert all(np.array_equal(a, b) for a, b in zip(p0, p1))
+        opt = sgd(group.parameters())
+        x, y = batch(10)
+        group.step(x, y, tp.cross_entropy, opt)
+        p0, p1 = group.run(params)
+        assert all(np.array_equal(a, b) for a, b in zip(p0, p1))
+
+
+def test_each_replica_has_own_thread_queue_and_tape(devices2):
+    with tp.Tape() as caller_tape, ReplicaGroup(mlp, devices2) as group:
+        def info(r):
+            return (threading.get_ident(), r.queue.device.int_ptr, tp.get_current_tape(),
+                    pc.default_queue() is r.queue)
+        results = group.run(info)
+        assert len({t for t, *_ in results}) == 2
+        assert results[0][1] != results[1][1]
+        assert all(tape is None for _, _, tape, _ in results)   # caller's tape is invisible
+        assert all(own for *_, own in results)
+        assert tp.get_current_tape() is caller_tape
+
+
+def test_grad_mode_follows_the_dispatching_thread(devices2):
+    with ReplicaGroup(mlp, devices2) as group:
+        with tp.no_grad():
+            assert group.run(lambda r: tp.is_grad_enabled()) == [False, False]
+        assert group.run(lambda r: tp.is_grad_enabled()) == [True, True]
+
+
+def test_no_grad_in_replica_1_does_not_disturb_replica_0(devices2):
+    x, y = batch(8)
+    with ReplicaGroup(mlp, devices2) as group:
+        barrier = threading.Barrier(2, timeout=30)
+
+        def work(r):
+            q = r.queue
+            xt = tp.tensor(pc.Tensor.from_host(q, x))
+            yt = pc.Tensor.from_host(q, y)
+            if r.index == 1:
+                with tp.no_grad():
+                    barrier.wait()
+                    out = r.model(xt)
+                    barrier.wait()
+                    return isinstance(out, pc.Tensor)
+            barrier.wait()
+            with tp.Tape() as tape:
+                loss = tp.cross_entropy(r.model(xt), yt)
+            barrier.wait()
+            tape.backward(loss)
+            return [p.grad.to_host() for p in r.model.parameters()]
+
+        group.zero_grad()
+        grads0, evaluated_raw = group.run(work)
+        assert evaluated_raw is True
+        # reference: the same backward with nothing else running
+        group.zero_grad()
+        ref = group.run(lambda r: _grads_alone(r, x, y))[0]
+        for a, b in zip(grads0, ref):
+            np.testing.assert_array_equal(a, b)
+
+
+def _grads_alone(r, x, y):
+    if r.index != 0:
+        return None
+    q = r.queue
+    with tp.Tape() as tape:
+        loss = tp.cross_entropy(r.model(tp.tensor(pc.Tensor.from_host(q, x))),
+                                pc.Tensor.from_host(q, y))
+    tape.backward(loss)
+    return [p.grad.to_host() for p in r.model.parameters()]
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def test_injected_faults_surface_fast_and_change_nothing(devices2):
+    x, y = batch(8)
+    with ReplicaGroup(mlp, devices2, timeout=60) as group:
+        opt = pc.optim.AdamW(group.parameters(), lr=1e-2)
+        group.step(x, y, tp.cross_entropy, opt)             # state exists before faults
+        for rep in range(50):
+            k, phase = rep % 2, (rep // 2) % 3
+            before = [p.value.to_host() for p in group.parameters()]
+            state = opt.state_dict()
+
+            def faulty(pred, labels, k=k, phase=phase):
+                index = 0 if pc.default_queue() is group.replicas[0].queue else 1
+                if index == k and phase == 0:
+                    raise Boom(f"injected in replica {k}")
+                loss = tp.cross_entropy(pred, labels)
+                if index == k and phase == 1:
+                    raise Boom(f"injected after forward in replica {k}")
+                if index != k and phase == 2:
+                    time.sleep(0.3)                         # the other replica is still busy
+                if index == k and phase == 2:
+                    raise Boom(f"injected while the other replica is busy ({k})")
+                return loss
+
+            t0 = time.monotonic()
+            with pytest.raises(pc.ReplicaError) as info:
+                group.step(x, y, faulty, opt)
+            assert time.monotonic() - t0 < 1.0
+            assert info.value.index == k and f"replica {k}" in str(info.value)
+            assert "Boom" in str(info.value) and "Traceback" in info.value.traceback_text
+            after = [p.value.to_host() for p in group.parameters()]
+            assert all(np.array_equal(a, b) for a, b in zip(before, after))
+            st = opt.state_dict()["state"]
+            assert all(np.array_equal(state["state"][i]["exp_avg"], st[i]["exp_avg"])
+                       for i in st)
+        # still usable: a good step after all the failures equals a fresh group's next step
+        group.step(x, y, tp.cross_entropy, opt)
+    time.sleep(0.05)
+    assert not [t for t in threading.enumerate() if t.name.startswith("parcl-replica")]
+
+
+def test_desync_is_reported(devices2):
+    class Branchy(pc.nn.Module):
+        def __init__(self, queue):
+            super().__init__()
+            self.a = pc.nn.Linear(64, 10, queue=queue)
+            self.b = pc.nn.Linear(64, 10, queue=queue)
+            self.queue = queue
+
+        def forward(self, x):
+            # a data-dependent branch: the replicas' shards differ
+            first = float(x.value.to_host()[0, 0]) if isinstance(x, tp.Node) else 0.0
+            return self.a(x) if first < 0.5 else self.b(x)
+
+    x, y = batch(4)
+    x[0, 0], x[2, 0] = 0.0, 0.9
+    with ReplicaGroup(Branchy, devices2) as group:
+        opt = sgd(group.parameters())
+        before = [p.value.to_host() for p in group.parameters()]
+        with pytest.raises(pc.ReplicaError, match="desync") as info:
+            group.step(x, y, tp.cross_entropy, opt)
+        assert "a.weight" in str(info.value) and "b.weight" in str(info.value)
+        after = [p.value.to_host() for p in group.parameters()]
+        assert all(np.array_equal(a, b) for a, b in zip(before, after))
+
+
+def test_batchnorm_running_stats_follow_replica_0(devices2):
+    def build(queue):
+        return pc.nn.Sequential(pc.nn.Conv2d(1, 3, 3, queue=queue),
+                                pc.nn.BatchNorm2d(3, queue=queue), pc.nn.ReLU(),
+                                pc.nn.Flatten(), pc.nn.Linear(3 * 6 * 6, 10, queue=queue))
+    x, y = batch(8, images=True)
+    with ReplicaGroup(build, devices2) as group:
+        opt = sgd(group.parameters())
+        group.step(x, y, tp.cross_entropy, opt)
+        stats = group.run(lambda r: [b.to_host() for _, b in r.model.named_buffers()])
+        assert all(np.array_equal(a, b) for a, b in zip(*stats))
+        # replica 0 normalised its own half: its running mean is that half's batch mean
+        assert not np.allclose(stats[0][0], 0.0)
+
+
+def test_bad_use_gives_clear_errors(devices2):
+    with ReplicaGroup(mlp, devices2) as group:
+        opt = sgd(group.parameters())
+        with pytest.raises(pc.ShapeError, match="at least 2"):
+            group.step(*batch(1), tp.cross_entropy, opt)
+        with pytest.raises(pc.ShapeError, match="one per replica"):
+            group.run(lambda r, a: a, [1, 2, 3])
+    with pytest.raises(pc.ParclError, match="closed"):
+        group.run(lambda r: None)
+    with pytest.raises(ValueError, match="unknown allreduce"):
+        ReplicaGroup(mlp, devices2, allreduce="tree")
+
+
+def test_a_hung_replica_times_out(devices2):
+    group = ReplicaGroup(mlp, devices2, timeout=0.5)
+    try:
+        with pytest.raises(pc.ReplicaError, match="did not finish"):
+            group.run(lambda r: time.sleep(1.0 if r.index == 1 else 0))
+        with pytest.raises(pc.ParclError, match="unusable"):
+            group.run(lambda r: None)
+    finally:
+        group.close()
+
+
+def test_three_replicas_sharing_devices_match(devices2):
+    devs = [devices2[0], devices2[1], devices2[0]]
+    assert_dp_equivalent(mlp, tp.cross_entropy, batch(9), replicas=3, steps=3,
+                         make_optimizer=sgd, devices=devs)
