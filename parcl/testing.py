@@ -70,8 +70,8 @@ def assert_dp_equivalent(build_model, loss_fn, batch, replicas: int = 2, steps: 
     (within float32 tolerance) as the single-replica run on the same global batch.
 
     ``build_model(queue)`` is called after ``pc.nn.manual_seed(seed)``, so both runs start
-    from the same parameters; ``make_optimizer(params)`` defaults to SGD with momentum. Raises ``ParclError``
-    naming the first parameter that differs.
+    from the same parameters; ``make_optimizer(params)`` defaults to SGD with momentum.
+    Raises ``ParclError`` naming the first parameter that differs.
     """
     build_model = seeded(build_model, seed)
     ref = train_single(build_model, loss_fn, batch, steps, make_optimizer)
