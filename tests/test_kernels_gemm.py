@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 import parcl as pc
-from parcl.kernels.gemm import VARIANTS, batched_gemm, bench_gemm, choose_variant, gemm
+from parcl.kernels.gemm import (
+    VARIANTS,
+    batched_gemm,
+    bench_gemm,
+    choose_variant,
+    gemm,
+    wide_kernel_ok,
+)
 
 TRANS = list(itertools.product([False, True], repeat=2))
 
@@ -37,8 +44,16 @@ def _up(queue, x):
     return pc.Tensor.from_host(queue, x)
 
 
+@pytest.fixture(params=VARIANTS)
+def variant(request, queue):
+    """Every variant, forced, on the CPU device; float16 only where its probe passed (a PoCL
+    that aborts on float16 code would take the whole test run down)."""
+    if request.param == "cpu16" and not wide_kernel_ok(queue.device):
+        pytest.skip("the float16 kernel failed its probe on this device")
+    return request.param
+
+
 # -- correctness ---------------------------------------------------------------------------
-@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("trans_a,trans_b", TRANS)
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (7, 7, 7), (33, 33, 33), (1, 257, 7),
                                    (257, 33, 1), (16, 64, 128), (65, 17, 33), (40, 1000, 3)])
@@ -56,7 +71,6 @@ def test_gemm_257_cube(queue, rng, trans_a, trans_b):
     _close(c.to_host(), _op(a, trans_a) @ _op(b, trans_b))
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("m,n,k", [(5, 7, 9), (64, 48, 16), (33, 129, 20)])
 def test_bias_relu_epilogue(queue, rng, variant, m, n, k):
     """A Linear layer: relu(x @ W^T + bias)."""
@@ -73,7 +87,6 @@ def test_bias_relu_epilogue(queue, rng, variant, m, n, k):
     _close(got.to_host(), np.maximum(ref - bias, 0))
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("trans_a,trans_b", TRANS)
 def test_beta_accumulates_into_out(queue, rng, variant, trans_a, trans_b):
     """beta=1 is gradient accumulation: grad += x^T @ dy."""
@@ -114,7 +127,6 @@ def test_nan_propagates(queue):
     assert np.isnan(c[3]).all() and not np.isnan(np.delete(c, 3, axis=0)).any()
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("trans_a,trans_b", TRANS)
 @pytest.mark.parametrize("shared_b", [False, True])
 def test_batched_gemm(queue, rng, variant, trans_a, trans_b, shared_b):
@@ -142,7 +154,8 @@ def test_large_rectangular(queue, rng):
 
 
 def test_variant_follows_device_type(queue):
-    assert choose_variant(queue.device) == "cpu"     # the PoCL CPU device
+    want = "cpu16" if wide_kernel_ok(queue.device) else "cpu8"
+    assert choose_variant(queue.device) == want      # the PoCL CPU device: never "tiled"
 
 
 # -- errors --------------------------------------------------------------------------------
@@ -221,5 +234,5 @@ def test_two_threads_two_subdevices(queues2):
 # -- measuring -----------------------------------------------------------------------------
 def test_bench_gemm_reports_both(queue):
     r = bench_gemm(queue, 64, "NT", repeats=2)
-    assert r["n"] == 64 and r["trans"] == "NT" and r["variant"] == "cpu"
+    assert r["n"] == 64 and r["trans"] == "NT" and r["variant"] == choose_variant(queue.device)
     assert r["gflops"] > 0 and r["numpy_gflops"] > 0

@@ -1,15 +1,18 @@
 """GEMM: ``C = op(A) @ op(B)`` with a fused bias/ReLU/accumulate epilogue, plain and batched.
 
-Two variants live in ``cl/gemm.cl``, chosen by device *type* (never by platform name):
+Three variants live in ``cl/gemm.cl``, chosen by device *type* (never by platform name):
 
-* ``"cpu"`` — operands are packed into k-major panels (8 rows of op(A), 16 columns of op(B);
-  transposes and zero padding to whole panels happen there), then each work-item keeps an
-  8x16 block of C in sixteen ``float8`` registers and streams its two panels contiguously, so
-  PoCL emits straight FMA code with no barriers. An operand that already has the panel layout
-  (op(B) = B with N % 16 == 0, op(A) = A^T with M % 8 == 0) is read in place, unpacked.
+* ``"cpu16"`` / ``"cpu8"`` — operands are packed into k-major panels (8 rows of op(A), 32 or 16
+  columns of op(B); transposes and zero padding to whole panels happen there), then each
+  work-item keeps an 8x32 (8x16) block of C in sixteen ``float16`` (``float8``) registers and
+  streams its two panels contiguously, so PoCL emits straight FMA code with no barriers.
+  ``cpu16`` (AVX-512 wide) is about twice as fast, but PoCL 3.0/LLVM 14 has aborted whole
+  processes on float16 code, so it becomes the default for a device only after a subprocess
+  has built it and checked its results there (``wide_kernel_ok``, remembered on disk);
+  otherwise CPUs get ``cpu8``.
 * ``"tiled"`` — the GPU shape: 64x64 tiles through local memory, 4x4 registers per work-item.
 
-Both run on every device; tests force one with the private ``_variant`` argument.
+All run on every device; tests force one with the private ``_variant`` argument.
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels.gemm import gemm
@@ -22,7 +25,15 @@ array([[3., 3.],
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
 import time
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pyopencl as cl
@@ -33,29 +44,126 @@ from ..tensor import FLOAT, Tensor, check_same_queue
 from ._cache import get_kernel, load_source
 
 _OPTIONS = ("-cl-mad-enable",)   # `acc += x * y` must become an FMA; no relaxed math needed
-MR, NR = 8, 16                   # the CPU register block (rows x columns); must match gemm.cl
-# A CPU work-group runs its work-items in order, x fastest: 8 B panels (8 x K x 16 floats,
-# 512 KiB at K=1024) stay in L2 while 16 A panels pass by, and few groups keep PoCL's
-# per-group overhead small.
-CPU_GROUP = (8, 16)
+MR = 8                           # rows of op(A) per CPU register block; must match gemm.cl
+VW = {"cpu16": 16, "cpu8": 8}    # CPU vector width; a block is MR x 2*VW, as in gemm.cl
+# A CPU work-group runs its work-items in order, x fastest: its B panels (4 x K x 32 or
+# 8 x K x 16 floats, 512 KiB at K=1024) stay in L2 while 16 A panels pass by, and few groups
+# keep PoCL's per-group overhead small.
+CPU_GROUP = {"cpu16": (4, 16), "cpu8": (8, 16)}
 PACK_GROUP = 64                  # k-rows per packing work-group
 TILE, GROUP = 64, 16             # the GPU tile and work-group edge; must match gemm.cl
 FLAG_BIAS, FLAG_RELU, FLAG_VEC = 1, 2, 4
-VARIANTS = ("cpu", "tiled")
+VARIANTS = ("cpu16", "cpu8", "tiled")
 
 _source: str | None = None
 
 
-def _kernel(queue: cl.CommandQueue, name: str) -> cl.Kernel:
+def _kernel(queue: cl.CommandQueue, name: str, variant: str) -> cl.Kernel:
     global _source
     if _source is None:
         _source = load_source("gemm")
-    return get_kernel(queue, _source, name, _OPTIONS)
+    # "tiled" shares cpu8's program: one build serves both
+    options = _OPTIONS + (f"-DVW={VW.get(variant, 8)}",)
+    return get_kernel(queue, _source, name, options)
 
 
 def choose_variant(device: cl.Device) -> str:
-    """The variant for ``device``: ``"tiled"`` on GPUs, ``"cpu"`` everywhere else."""
-    return "tiled" if is_gpu(device) else "cpu"
+    """The variant for ``device``: ``"tiled"`` on GPUs; on CPUs ``"cpu16"`` where its probe
+    passed, else ``"cpu8"``."""
+    if is_gpu(device):
+        return "tiled"
+    return "cpu16" if wide_kernel_ok(device) else "cpu8"
+
+
+# -- the float16 probe ---------------------------------------------------------------------
+_probe_lock = threading.Lock()
+_probed: dict[str, bool] = {}
+
+
+def _probe_key(device: cl.Device) -> str:
+    src = load_source("gemm")
+    return "|".join([device.platform.name, device.platform.version, device.name.strip(),
+                     device.driver_version, hashlib.sha1(src.encode()).hexdigest()[:12]])
+
+
+def _probe_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "parcl" / "gemm-probe.json"
+
+
+def wide_kernel_ok(device: cl.Device) -> bool:
+    """Whether the float16 CPU kernel builds and computes correctly on ``device``.
+
+    Answered once per device model and driver by a subprocess (so an LLVM abort cannot take
+    this process down) and remembered in ``~/.cache/parcl/gemm-probe.json``.
+    """
+    key = _probe_key(device)
+    if key in _probed:
+        return _probed[key]
+    with _probe_lock:
+        if key in _probed:
+            return _probed[key]
+        path = _probe_file()
+        try:
+            known = json.loads(path.read_text())
+        except (OSError, ValueError):
+            known = {}
+        ok = known.get(key)
+        if not isinstance(ok, bool):
+            ok = _run_probe(device)
+            known[key] = ok
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(known, indent=1))
+                os.replace(tmp, path)
+            except OSError:
+                pass                      # a read-only home: probe again next process
+        _probed[key] = ok
+    return ok
+
+
+def _run_probe(device: cl.Device) -> bool:
+    code = ("import sys; from parcl.kernels.gemm import _probe_main; "
+            "sys.exit(_probe_main(sys.argv[1], sys.argv[2]))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code, device.platform.name, device.name],
+                              capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as exc:
+        done = None
+        why = str(exc)
+    else:
+        why = f"exit status {done.returncode}: {(done.stderr or done.stdout).strip()[-300:]}"
+    if done is not None and done.returncode == 0:
+        return True
+    warnings.warn(f"parcl gemm: the float16 kernel failed its probe on {device.name.strip()!r} "
+                  f"({why}); using the float8 kernel, which is about half as fast",
+                  RuntimeWarning, stacklevel=3)
+    return False
+
+
+def _probe_main(platform_name: str, device_name: str) -> int:
+    """In the probe subprocess: 0 when ``cpu16`` matches numpy on the named device."""
+    from ..runtime import new_queue
+    devs = [d for p in cl.get_platforms() if p.name == platform_name
+            for d in p.get_devices() if d.name == device_name]
+    if not devs:
+        return 3
+    queue = new_queue(devs[0])
+    rng = np.random.default_rng(0)
+    for trans_a, trans_b, (m, n, k) in [(False, False, (37, 45, 29)), (True, True, (8, 64, 3)),
+                                        (False, True, (70, 33, 100))]:
+        ha = rng.standard_normal((k, m) if trans_a else (m, k), dtype=np.float32)
+        hb = rng.standard_normal((n, k) if trans_b else (k, n), dtype=np.float32)
+        hbias = rng.standard_normal(n, dtype=np.float32)
+        want = np.maximum((ha.T if trans_a else ha).astype(np.float64)
+                          @ (hb.T if trans_b else hb) + hbias, 0)
+        got = gemm(Tensor.from_host(queue, ha), Tensor.from_host(queue, hb), trans_a=trans_a,
+                   trans_b=trans_b, bias=Tensor.from_host(queue, hbias), relu=True,
+                   _variant="cpu16").to_host()
+        if not np.allclose(got, want, rtol=0, atol=1e-4 * max(1.0, np.abs(want).max())):
+            return 1
+    return 0
 
 
 # -- validation ----------------------------------------------------------------------------
@@ -165,38 +273,40 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     c_bs, beta32 = np.int64(m * n), np.float32(beta)
     dims = (np.int32(m), np.int32(n), np.int32(k))
     if variant == "tiled":
-        kern = _kernel(queue, "gemm_tiled")
+        kern = _kernel(queue, "gemm_tiled", variant)
         kern(queue, (-(-n // TILE) * GROUP, -(-m // TILE) * GROUP, batch), (GROUP, GROUP, 1),
              a.data, np.int64(a_bs), np.int32(trans_a), b.data, np.int64(b_bs),
              np.int32(trans_b), out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
         return
-    if variant != "cpu":
+    if variant not in VW:
         raise ValueError(f"gemm: unknown variant {variant!r}; expected one of {VARIANTS}")
 
-    pm, pn = -(-m // MR), -(-n // NR)            # panels of op(A) rows / op(B) columns
+    nr = 2 * VW[variant]
+    pm, pn = -(-m // MR), -(-n // nr)            # panels of op(A) rows / op(B) columns
     # Packed temporaries return to the queue's pool when dropped here, which is safe: the
     # in-order queue runs anything that reuses them after this GEMM.
     # op(A)[i, k] and op(B)[k, j] as (row stride, k stride) in the tensors' memory
     sa = (1, m) if trans_a else (k, 1)
     sb = (k, 1) if trans_b else (1, n)
-    pa = _pack(queue, "pack_a", a, a_bs, sa, pm, MR, m, k, batch)
-    pb = _pack(queue, "pack_b", b, b_bs, sb, pn, NR, n, k, batch if b_bs else 1)
-    pa_bs, pb_bs = pm * MR * k, (pn * NR * k if b_bs else 0)
-    if n % 8 == 0:
+    pa = _pack(queue, variant, "pack_a", a, a_bs, sa, pm, MR, m, k, batch)
+    pb = _pack(queue, variant, "pack_b", b, b_bs, sb, pn, nr, n, k, batch if b_bs else 1)
+    pa_bs, pb_bs = pm * MR * k, (pn * nr * k if b_bs else 0)
+    if n % VW[variant] == 0:
         flags |= FLAG_VEC
-    kern = _kernel(queue, "gemm_cpu")
-    lx, ly = CPU_GROUP
+    kern = _kernel(queue, "gemm_cpu", variant)
+    lx, ly = CPU_GROUP[variant]
     kern(queue, (-(-pn // lx) * lx, -(-pm // ly) * ly, batch), (lx, ly, 1),
          pa.data, np.int64(pa_bs), pb.data, np.int64(pb_bs),
          out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
 
 
-def _pack(queue: cl.CommandQueue, name: str, t: Tensor, t_bs: int, strides: tuple[int, int],
-          panels: int, width: int, rows: int, k: int, batch: int) -> Tensor:
+def _pack(queue: cl.CommandQueue, variant: str, name: str, t: Tensor, t_bs: int,
+          strides: tuple[int, int], panels: int, width: int, rows: int, k: int,
+          batch: int) -> Tensor:
     """``t`` as zero-padded k-major panels of ``width`` rows (a pooled temporary)."""
     packed = Tensor.empty(queue, (batch, panels, k, width))
     if k > 0:
-        _kernel(queue, name)(queue, (-(-k // PACK_GROUP) * PACK_GROUP, panels, batch),
+        _kernel(queue, name, variant)(queue, (-(-k // PACK_GROUP) * PACK_GROUP, panels, batch),
                              (PACK_GROUP, 1, 1), t.data, np.int64(t_bs), np.int64(strides[0]),
                              np.int64(strides[1]), packed.data, np.int32(rows), np.int32(k))
     return packed

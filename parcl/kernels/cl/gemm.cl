@@ -9,7 +9,7 @@
 
 #define FLAG_BIAS 1
 #define FLAG_RELU 2
-#define FLAG_VEC  4    // N % 8 == 0 and C rows are float8-aligned: whole-vector stores
+#define FLAG_VEC  4    // N % VW == 0, so C rows are vector-aligned: whole-vector stores
 
 inline float epilogue1(float v, global float* c, const global float* bias, int col,
                        float beta, int flags)
@@ -23,46 +23,56 @@ inline float epilogue1(float v, global float* c, const global float* bias, int c
     return v;
 }
 
-// Store the 8 values of `v` at columns col..col+7 of the row starting at `c`.
-inline void emit8(global float* restrict c, const global float* restrict bias, float8 v,
-                  int col, int N, float beta, int flags)
+// ---- CPU variants: packed panels, one MR x NR register block of C per work-item -------------
+//
+// VW (build option -DVW=8 or -DVW=16) is the vector width: float8 is the safe default, float16
+// (AVX-512) is about twice as fast but only used once a subprocess probe has built and checked
+// it on the device (gemm.py), since PoCL 3.0/LLVM 14 has aborted the process on float16 code.
+//
+// An A panel is MR rows of op(A) stored k-major ([K][MR]), a B panel NR = 2*VW columns of
+// op(B) stored k-major ([K][NR]); each k step is then MR broadcasts, two vector loads and
+// 2*MR FMAs, all reading contiguously. pack_a / pack_b build the panels: transposes resolved,
+// zero padding to whole panels, so the hot loop has no edge cases.
+
+#ifndef VW
+#define VW 8
+#endif
+#if VW == 16
+typedef float16 vec;
+#else
+typedef float8 vec;
+#endif
+#define MR 8
+#define NR (2 * VW)
+
+// Store the VW values of `v` at columns col..col+VW-1 of the row starting at `c`.
+inline void emit(global float* restrict c, const global float* restrict bias, vec v,
+                 int col, int N, float beta, int flags)
 {
-    if ((flags & FLAG_VEC) && col + 8 <= N) {
-        global float8* p = (global float8*)(c + col);
+    if ((flags & FLAG_VEC) && col + VW <= N) {
+        global vec* p = (global vec*)(c + col);
         if (beta != 0.0f)
             v += beta * *p;
         if (flags & FLAG_BIAS)
-            v += *(const global float8*)(bias + col);
+            v += *(const global vec*)(bias + col);
         if (flags & FLAG_RELU)
-            v = v < 0.0f ? (float8)(0.0f) : v;
+            v = v < 0.0f ? (vec)(0.0f) : v;
         *p = v;
     } else {
-        float t[8];
-        *(float8*)t = v;
-        for (int i = 0; i < 8 && col + i < N; ++i)
+        float t[VW];
+        *(vec*)t = v;
+        for (int i = 0; i < VW && col + i < N; ++i)
             c[col + i] = epilogue1(t[i], c + col + i, bias, col + i, beta, flags);
     }
 }
 
-
-// ---- CPU variant: packed panels, one 8x16 register block of C per work-item -----------------
-//
-// A panel is MR rows of op(A) stored k-major ([K][MR]), a B panel NR columns of op(B) stored
-// k-major ([K][NR]); each k step is then 8 broadcasts, two float8 loads and 16 FMAs, read
-// contiguously. Panels come from pack_a / pack_b (zero-padded to whole panels, transposes
-// resolved there) or, when the operand already has that layout, straight from the tensor
-// (a_ks / b_ks are the distances between consecutive k; a_ps / b_ps between panels).
-
-#define MR 8
-#define NR 16
-
-#define ROW(r) { const float8 x = (float8)(a[r]); c##r##0 += x * b0; c##r##1 += x * b1; }
-#define ZERO(r) float8 c##r##0 = (float8)(0.0f), c##r##1 = (float8)(0.0f);
+#define ROW(r) { const vec x = (vec)(a[r]); c##r##0 += x * b0; c##r##1 += x * b1; }
+#define ZERO(r) vec c##r##0 = (vec)(0.0f), c##r##1 = (vec)(0.0f);
 #define EMIT(r) \
     if (row0 + r < M) { \
         global float* crow = c + (long)(row0 + r) * N; \
-        emit8(crow, bias, c##r##0, col0, N, beta, flags); \
-        emit8(crow, bias, c##r##1, col0 + 8, N, beta, flags); \
+        emit(crow, bias, c##r##0, col0, N, beta, flags); \
+        emit(crow, bias, c##r##1, col0 + VW, N, beta, flags); \
     }
 
 kernel void gemm_cpu(const global float* restrict A, long a_bs,
@@ -77,8 +87,8 @@ kernel void gemm_cpu(const global float* restrict A, long a_bs,
     const global float* b = B + bt * b_bs + (long)jp * K * NR;
     ZERO(0) ZERO(1) ZERO(2) ZERO(3) ZERO(4) ZERO(5) ZERO(6) ZERO(7)
     for (int k = 0; k < K; ++k) {
-        const float8 b0 = ((const global float8*)b)[0];
-        const float8 b1 = ((const global float8*)b)[1];
+        const vec b0 = ((const global vec*)b)[0];
+        const vec b1 = ((const global vec*)b)[1];
         ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7)
         a += MR;
         b += NR;
