@@ -1,0 +1,278 @@
+"""Batch normalisation over (N, C, HW) views, and per-channel sums.
+
+Every per-channel reduction runs in one work-group per channel: each work-item sums a fixed
+strided share of the channel's N*HW elements, then a fixed tree combines them, so results are
+bit-identical run to run (no atomics). Training statistics are two-pass (mean, then the mean of
+squared deviations), which stays accurate when the mean is large against the spread.
+
+>>> import numpy as np, parcl as pc
+>>> from parcl.kernels import batchnorm as bn
+>>> q = pc.default_queue()
+>>> x = pc.Tensor.from_host(q, np.arange(8, dtype=np.float32).reshape(2, 2, 2))
+>>> bn.channel_sum(x).to_host()
+array([10., 18.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+
+from ..errors import DTypeError, ShapeError
+from ..runtime import is_gpu
+from ..tensor import FLOAT, Tensor
+from ._cache import get_kernel, round_up
+
+SOURCE = r"""//CL//
+#define HAS_W 1
+#define HAS_B 2
+#define UPDATE 4
+
+// Sum over this work-group's channel c of f(element): work-item l takes elements l, l+L, ...
+// of the channel (j = n*HW + i), then a fixed tree over the work-group.
+inline float group_sum(float v, __local float* scratch)
+{
+    const int l = get_local_id(0), L = get_local_size(0);
+    scratch[l] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = L / 2; s > 0; s >>= 1) {
+        if (l < s)
+            scratch[l] += scratch[l + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float r = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+
+#define AT(p, j) p[((j) / HW * C + c) * (long)HW + (j) % HW]
+
+__kernel void channel_sum(__global const float* restrict x, __global float* restrict out,
+                          const int N, const int C, const int HW, __local float* scratch)
+{
+    const int c = get_group_id(0), l = get_local_id(0), L = get_local_size(0);
+    const long M = (long)N * HW;
+    float acc = 0.0f;
+    for (long j = l; j < M; j += L)
+        acc += AT(x, j);
+    acc = group_sum(acc, scratch);
+    if (l == 0)
+        out[c] = acc;
+}
+
+// Batch statistics: mean[c], invstd[c] = 1/sqrt(biased var + eps); with UPDATE the running
+// statistics move towards the batch's (running var with the unbiased variance, as PyTorch).
+__kernel void bn_stats(__global const float* restrict x, __global float* restrict mean,
+                       __global float* restrict invstd, __global float* running_mean,
+                       __global float* running_var, const int N, const int C, const int HW,
+                       const float eps, const float momentum, const int flags,
+                       __local float* scratch)
+{
+    const int c = get_group_id(0), l = get_local_id(0), L = get_local_size(0);
+    const long M = (long)N * HW;
+    float acc = 0.0f;
+    for (long j = l; j < M; j += L)
+        acc += AT(x, j);
+    const float mu = group_sum(acc, scratch) / (float)M;
+    acc = 0.0f;
+    for (long j = l; j < M; j += L) {
+        const float d = AT(x, j) - mu;
+        acc += d * d;
+    }
+    const float var = group_sum(acc, scratch) / (float)M;
+    if (l == 0) {
+        mean[c] = mu;
+        invstd[c] = 1.0f / sqrt(var + eps);
+        if (flags & UPDATE) {
+            const float unbiased = M > 1 ? var * ((float)M / (float)(M - 1)) : var;
+            running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mu;
+            running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
+        }
+    }
+}
+
+// Evaluation: invstd from the running variance.
+__kernel void bn_invstd(__global const float* restrict var, __global float* restrict invstd,
+                        const float eps, const int C)
+{
+    const int c = get_global_id(0);
+    if (c < C)
+        invstd[c] = 1.0f / sqrt(var[c] + eps);
+}
+
+// y = (x - mean[c]) * invstd[c] * w[c] + b[c]
+__kernel void bn_apply(__global const float* restrict x, __global float* restrict y,
+                       __global const float* restrict mean, __global const float* restrict invstd,
+                       __global const float* restrict w, __global const float* restrict b,
+                       const int C, const int HW, const long total, const int flags)
+{
+    const long i = get_global_id(0);
+    if (i >= total)
+        return;
+    const int c = (int)((i / HW) % C);
+    float s = invstd[c];
+    if (flags & HAS_W)
+        s *= w[c];
+    float v = (x[i] - mean[c]) * s;
+    if (flags & HAS_B)
+        v += b[c];
+    y[i] = v;
+}
+
+// Per channel: sg[c] = sum g, sgx[c] = sum g * xhat (xhat = (x - mean) * invstd).
+__kernel void bn_grad_sums(__global const float* restrict x, __global const float* restrict g,
+                           __global const float* restrict mean,
+                           __global const float* restrict invstd,
+                           __global float* restrict sg, __global float* restrict sgx,
+                           const int N, const int C, const int HW, __local float* scratch)
+{
+    const int c = get_group_id(0), l = get_local_id(0), L = get_local_size(0);
+    const long M = (long)N * HW;
+    const float mu = mean[c];
+    float a = 0.0f, b = 0.0f;
+    for (long j = l; j < M; j += L) {
+        const float gv = AT(g, j);
+        a += gv;
+        b += gv * (AT(x, j) - mu);
+    }
+    a = group_sum(a, scratch);
+    b = group_sum(b, scratch);
+    if (l == 0) {
+        sg[c] = a;
+        sgx[c] = b * invstd[c];
+    }
+}
+
+// training: gx = w * invstd * (g - sg/M - xhat * sgx/M); eval (M = 0): gx = w * invstd * g
+__kernel void bn_grad_input(__global const float* restrict x, __global const float* restrict g,
+                            __global float* restrict gx, __global const float* restrict mean,
+                            __global const float* restrict invstd,
+                            __global const float* restrict w,
+                            __global const float* restrict sg, __global const float* restrict sgx,
+                            const int C, const int HW, const long total, const float inv_m,
+                            const int flags)
+{
+    const long i = get_global_id(0);
+    if (i >= total)
+        return;
+    const int c = (int)((i / HW) % C);
+    const float is = invstd[c];
+    float s = is;
+    if (flags & HAS_W)
+        s *= w[c];
+    float v = g[i];
+    if (inv_m != 0.0f) {
+        const float xhat = (x[i] - mean[c]) * is;
+        v -= (sg[c] + xhat * sgx[c]) * inv_m;
+    }
+    gx[i] = v * s;
+}
+"""
+
+
+def _k(queue, name: str):
+    return get_kernel(queue, SOURCE, name)
+
+
+def _group(queue) -> int:
+    return 256 if is_gpu(queue.device) else 64
+
+
+def _ncw(op: str, x: Tensor) -> tuple[int, int, int]:
+    """(N, C, HW) of an (N, C, ...) tensor."""
+    if x.ndim < 2:
+        raise ShapeError(f"{op}: expects (N, C) or (N, C, H, W) input, got shape {x.shape}")
+    hw = 1
+    for s in x.shape[2:]:
+        hw *= s
+    return x.shape[0], x.shape[1], hw
+
+
+def _per_channel(queue, name: str, c: int, *args) -> None:
+    L = _group(queue)
+    _k(queue, name)(queue, (c * L,), (L,), *args,
+                    cl.LocalMemory(4 * L))
+
+
+def channel_sum(x: Tensor) -> Tensor:
+    """Sum of an (N, C, ...) tensor over every axis but 1 -> (C,); fixed order."""
+    n, c, hw = _ncw("channel_sum", x)
+    out = Tensor.empty(x.queue, (c,))
+    _per_channel(x.queue, "channel_sum", c, x.data, out.data, *_i32(n, c, hw))
+    return out
+
+
+def _i32(*v):
+    return [np.int32(a) for a in v]
+
+
+def _check(x: Tensor, c: int, **ts) -> None:
+    if x.dtype != FLOAT:
+        raise DTypeError(f"batch_norm: input has dtype {x.dtype}, expected float32")
+    for name, t in ts.items():
+        if t is None:
+            continue
+        if t.dtype != FLOAT:
+            raise DTypeError(f"batch_norm: {name} has dtype {t.dtype}, expected float32")
+        if t.shape != (c,):
+            raise ShapeError(f"batch_norm: {name} has shape {t.shape}, expected ({c},) for "
+                             f"input {x.shape} with {c} channels")
+
+
+def batch_norm_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None,
+                       running_mean: Tensor | None, running_var: Tensor | None,
+                       training: bool, momentum: float = 0.1, eps: float = 1e-5):
+    """Normalise per channel; returns ``(y, mean, invstd)`` (the statistics used).
+
+    Training: batch mean and biased variance, and the running statistics (when given) updated
+    in place with the unbiased variance. Evaluation: the running statistics.
+    """
+    n, c, hw = _ncw("batch_norm", x)
+    _check(x, c, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
+    q = x.queue
+    use_batch = training or running_mean is None or running_var is None
+    if use_batch:
+        if n * hw <= 1 and training:
+            raise ShapeError(f"batch_norm: expected more than 1 value per channel when "
+                             f"training, got input of shape {x.shape}")
+        mean, invstd = Tensor.empty(q, (c,)), Tensor.empty(q, (c,))
+        update = training and running_mean is not None and running_var is not None
+        _per_channel(q, "bn_stats", c, x.data, mean.data, invstd.data,
+                     running_mean.data if update else None,
+                     running_var.data if update else None, *_i32(n, c, hw),
+                     np.float32(eps), np.float32(momentum), np.int32(4 if update else 0))
+    else:
+        mean, invstd = running_mean, Tensor.empty(q, (c,))
+        _k(q, "bn_invstd")(q, (round_up(c, 64),), (64,), running_var.data, invstd.data,
+                           np.float32(eps), np.int32(c))
+    y = Tensor.empty(q, x.shape)
+    flags = (1 if weight is not None else 0) | (2 if bias is not None else 0)
+    _k(q, "bn_apply")(q, (round_up(x.size, 64),), (64,), x.data, y.data, mean.data,
+                      invstd.data, weight.data if weight is not None else None,
+                      bias.data if bias is not None else None, np.int32(c), np.int32(hw),
+                      np.int64(x.size), np.int32(flags))
+    return y, mean, invstd
+
+
+def batch_norm_backward(x: Tensor, grad: Tensor, weight: Tensor | None, mean: Tensor,
+                        invstd: Tensor, batch_stats: bool, need_input: bool = True,
+                        need_weight: bool = True, need_bias: bool = True):
+    """Gradients (input, weight, bias) of ``batch_norm_forward`` given the statistics it used.
+    ``batch_stats``: the forward normalised with batch statistics (training mode), so the
+    gradient flows through the mean and variance too."""
+    n, c, hw = _ncw("batch_norm", x)
+    q = x.queue
+    sg, sgx = Tensor.empty(q, (c,)), Tensor.empty(q, (c,))
+    if need_weight or need_bias or (need_input and batch_stats):
+        _per_channel(q, "bn_grad_sums", c, x.data, grad.data, mean.data, invstd.data,
+                     sg.data, sgx.data, *_i32(n, c, hw))
+    gx = None
+    if need_input:
+        gx = Tensor.empty(q, x.shape)
+        inv_m = 1.0 / (n * hw) if batch_stats else 0.0
+        _k(q, "bn_grad_input")(q, (round_up(x.size, 64),), (64,), x.data, grad.data, gx.data,
+                               mean.data, invstd.data,
+                               weight.data if weight is not None else None, sg.data, sgx.data,
+                               np.int32(c), np.int32(hw), np.int64(x.size), np.float32(inv_m),
+                               np.int32(1 if weight is not None else 0))
+    return gx, (sgx if need_weight else None), (sg if need_bias else None)

@@ -1,0 +1,284 @@
+"""2-D pooling over NCHW tensors: max (with argmax for backward), average, adaptive average.
+
+Forward kernels compute one output element per work-item. Backward kernels are *gathers*: each
+input element sums, in a fixed order, the gradients of the windows that contain it (for max
+pooling only windows whose saved argmax is that element), so there are no atomics and results
+are bit-reproducible.
+
+>>> import numpy as np, parcl as pc
+>>> from parcl.kernels import pool
+>>> q = pc.default_queue()
+>>> x = pc.Tensor.from_host(q, np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4))
+>>> pool.max_pool2d_forward(x, 2)[0].to_host()[0, 0]
+array([[ 5.,  7.],
+       [13., 15.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DTypeError, ShapeError
+from ..tensor import FLOAT, Tensor
+from ._cache import get_kernel, round_up
+from .conv import out_size, pair
+
+SOURCE = r"""//CL//
+#define WINDOW_ARGS const int H, const int W, const int OH, const int OW, const int KH, \
+    const int KW, const int SH, const int SW, const int PH, const int PW
+
+// Output (plane, oy, ox) of a max pool: the first maximum of the window (NaN wins, as PyTorch)
+// and its flat index y*W + x within the plane.
+__kernel void max_pool_fwd(__global const float* restrict x, __global float* restrict y,
+                           __global int* restrict idx, const long total, WINDOW_ARGS,
+                           const int save_idx)
+{
+    const long gid = get_global_id(0);
+    if (gid >= total)
+        return;
+    const int ox = (int)(gid % OW);
+    const int oy = (int)((gid / OW) % OH);
+    const long plane = gid / ((long)OH * OW);
+    const global float* xp = x + plane * H * W;
+    const int y0 = oy * SH - PH, x0 = ox * SW - PW;
+    float best = -INFINITY;
+    int arg = max(y0, 0) * W + max(x0, 0);     // as PyTorch: the first in-bounds position
+    for (int ky = max(0, -y0); ky < KH && y0 + ky < H; ++ky)
+        for (int kx = max(0, -x0); kx < KW && x0 + kx < W; ++kx) {
+            const int at = (y0 + ky) * W + x0 + kx;
+            const float v = xp[at];
+            if (v > best || isnan(v)) {
+                best = v;
+                arg = at;
+            }
+        }
+    y[gid] = best;
+    if (save_idx)
+        idx[gid] = arg;
+}
+
+// The range of outputs o whose window [o*S - P, o*S - P + K) contains input position i.
+inline int first_window(int i, int K, int S, int P)
+{
+    const int t = i + P - K + 1;
+    return t <= 0 ? 0 : (t + S - 1) / S;
+}
+
+inline int last_window(int i, int S, int P, int O)
+{
+    return min((i + P) / S, O - 1);
+}
+
+__kernel void max_pool_bwd(__global const float* restrict g, __global const int* restrict idx,
+                           __global float* restrict gx, const long total, WINDOW_ARGS)
+{
+    const long gid = get_global_id(0);
+    if (gid >= total)
+        return;
+    const int xx = (int)(gid % W);
+    const int yy = (int)((gid / W) % H);
+    const long plane = gid / ((long)H * W);
+    const int me = yy * W + xx;
+    const long base = plane * OH * OW;
+    const int oy1 = last_window(yy, SH, PH, OH), ox1 = last_window(xx, SW, PW, OW);
+    float acc = 0.0f;
+    for (int oy = first_window(yy, KH, SH, PH); oy <= oy1; ++oy)
+        for (int ox = first_window(xx, KW, SW, PW); ox <= ox1; ++ox) {
+            const long o = base + oy * OW + ox;
+            if (idx[o] == me)
+                acc += g[o];
+        }
+    gx[gid] = acc;
+}
+
+// Average pool with count_include_pad (PyTorch's default): the divisor is always KH*KW.
+__kernel void avg_pool_fwd(__global const float* restrict x, __global float* restrict y,
+                           const long total, WINDOW_ARGS)
+{
+    const long gid = get_global_id(0);
+    if (gid >= total)
+        return;
+    const int ox = (int)(gid % OW);
+    const int oy = (int)((gid / OW) % OH);
+    const long plane = gid / ((long)OH * OW);
+    const global float* xp = x + plane * H * W;
+    const int y0 = oy * SH - PH, x0 = ox * SW - PW;
+    float acc = 0.0f;
+    for (int ky = max(0, -y0); ky < KH && y0 + ky < H; ++ky)
+        for (int kx = max(0, -x0); kx < KW && x0 + kx < W; ++kx)
+            acc += xp[(y0 + ky) * W + x0 + kx];
+    y[gid] = acc / (float)(KH * KW);
+}
+
+__kernel void avg_pool_bwd(__global const float* restrict g, __global float* restrict gx,
+                           const long total, WINDOW_ARGS)
+{
+    const long gid = get_global_id(0);
+    if (gid >= total)
+        return;
+    const int xx = (int)(gid % W);
+    const int yy = (int)((gid / W) % H);
+    const long base = gid / ((long)H * W) * OH * OW;
+    const int oy1 = last_window(yy, SH, PH, OH), ox1 = last_window(xx, SW, PW, OW);
+    float acc = 0.0f;
+    for (int oy = first_window(yy, KH, SH, PH); oy <= oy1; ++oy)
+        for (int ox = first_window(xx, KW, SW, PW); ox <= ox1; ++ox)
+            acc += g[base + oy * OW + ox];
+    gx[gid] = acc / (float)(KH * KW);
+}
+
+// Adaptive average pool, PyTorch's bins: [floor(o*I/O), ceil((o+1)*I/O)).
+inline int bin_start(int o, int I, int O) { return (o * I) / O; }
+inline int bin_end(int o, int I, int O) { return ((o + 1) * I + O - 1) / O; }
+
+__kernel void adaptive_avg_fwd(__global const float* restrict x, __global float* restrict y,
+                               const long total, const int H, const int W, const int OH,
+                               const int OW)
+{
+    const long gid = get_global_id(0);
+    if (gid >= total)
+        return;
+    const int ox = (int)(gid % OW);
+    const int oy = (int)((gid / OW) % OH);
+    const global float* xp = x + gid / ((long)OH * OW) * H * W;
+    const int ys = bin_start(oy, H, OH), ye = bin_end(oy, H, OH);
+    const int xs = bin_start(ox, W, OW), xe = bin_end(ox, W, OW);
+    float acc = 0.0f;
+    for (int yy = ys; yy < ye; ++yy)
+        for (int xx = xs; xx < xe; ++xx)
+            acc += xp[yy * W + xx];
+    y[gid] = acc / (float)((ye - ys) * (xe - xs));
+}
+
+__kernel void adaptive_avg_bwd(__global const float* restrict g, __global float* restrict gx,
+                               const long total, const int H, const int W, const int OH,
+                               const int OW)
+{
+    const long gid = get_global_id(0);
+    if (gid >= total)
+        return;
+    const int xx = (int)(gid % W);
+    const int yy = (int)((gid / W) % H);
+    const long base = gid / ((long)H * W) * OH * OW;
+    // Bins containing yy: o from floor(yy*OH/H) to ceil((yy+1)*OH/H) - 1 (checked below).
+    const int oy0 = (yy * OH) / H, oy1 = min(((yy + 1) * OH + H - 1) / H - 1, OH - 1);
+    const int ox0 = (xx * OW) / W, ox1 = min(((xx + 1) * OW + W - 1) / W - 1, OW - 1);
+    float acc = 0.0f;
+    for (int oy = oy0; oy <= oy1; ++oy) {
+        const int ys = bin_start(oy, H, OH), ye = bin_end(oy, H, OH);
+        if (yy < ys || yy >= ye)
+            continue;
+        for (int ox = ox0; ox <= ox1; ++ox) {
+            const int xs = bin_start(ox, W, OW), xe = bin_end(ox, W, OW);
+            if (xx < xs || xx >= xe)
+                continue;
+            acc += g[base + oy * OW + ox] / (float)((ye - ys) * (xe - xs));
+        }
+    }
+    gx[gid] = acc;
+}
+"""
+
+LOCAL = 64
+
+
+def _launch(queue, name: str, total: int, *args) -> None:
+    get_kernel(queue, SOURCE, name)(queue, (round_up(max(total, 1), LOCAL),), (LOCAL,), *args)
+
+
+def _i32(*v):
+    return [np.int32(a) for a in v]
+
+
+def window(op: str, x_shape, kernel_size, stride, padding, limit_padding: bool = True):
+    """Validated (kh, kw), (sh, sw), (ph, pw), (oh, ow) of a pooling window over NCHW."""
+    if len(x_shape) != 4:
+        raise ShapeError(f"{op}: input must be 4-D (N, C, H, W), got shape {tuple(x_shape)}")
+    k = pair(op, "kernel_size", kernel_size)
+    s = k if stride is None else pair(op, "stride", stride)
+    p = pair(op, "padding", padding)
+    if k[0] < 1 or k[1] < 1:
+        raise ShapeError(f"{op}: kernel_size must be >= 1, got {k}")
+    if limit_padding and (p[0] > k[0] // 2 or p[1] > k[1] // 2):
+        raise ShapeError(f"{op}: padding {p} must be at most half the kernel size {k} "
+                         "(as PyTorch)")
+    o = out_size(op, x_shape[2], x_shape[3], *k, *s, *p)
+    return k, s, p, o
+
+
+def _check(op: str, x: Tensor) -> None:
+    if x.dtype != FLOAT:
+        raise DTypeError(f"{op}: input has dtype {x.dtype} (shape {x.shape}), expected float32")
+
+
+def _args(x_shape, k, s, p, o):
+    return _i32(x_shape[2], x_shape[3], o[0], o[1], k[0], k[1], s[0], s[1], p[0], p[1])
+
+
+def max_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0,
+                       save_indices: bool = True):
+    """Max pool (padding is -inf); returns ``(y, indices)`` (indices: int32 flat position of
+    each window's maximum within its plane, or None when not saved)."""
+    _check("max_pool2d", x)
+    k, s, p, o = window("max_pool2d", x.shape, kernel_size, stride, padding)
+    n, c = x.shape[:2]
+    y = Tensor.empty(x.queue, (n, c, *o))
+    idx = Tensor.empty(x.queue, y.shape, np.int32) if save_indices else None
+    _launch(x.queue, "max_pool_fwd", y.size, x.data, y.data,
+            idx.data if idx is not None else None, np.int64(y.size),
+            *_args(x.shape, k, s, p, o), np.int32(save_indices))
+    return y, idx
+
+
+def max_pool2d_backward(grad: Tensor, indices: Tensor, x_shape, kernel_size, stride=None,
+                        padding=0) -> Tensor:
+    k, s, p, o = window("max_pool2d", x_shape, kernel_size, stride, padding)
+    gx = Tensor.empty(grad.queue, tuple(x_shape))
+    _launch(grad.queue, "max_pool_bwd", gx.size, grad.data, indices.data, gx.data,
+            np.int64(gx.size), *_args(x_shape, k, s, p, o))
+    return gx
+
+
+def avg_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
+    """Average pool, zero padding counted in the divisor (PyTorch's count_include_pad=True)."""
+    _check("avg_pool2d", x)
+    k, s, p, o = window("avg_pool2d", x.shape, kernel_size, stride, padding)
+    y = Tensor.empty(x.queue, (*x.shape[:2], *o))
+    _launch(x.queue, "avg_pool_fwd", y.size, x.data, y.data, np.int64(y.size),
+            *_args(x.shape, k, s, p, o))
+    return y
+
+
+def avg_pool2d_backward(grad: Tensor, x_shape, kernel_size, stride=None, padding=0) -> Tensor:
+    k, s, p, o = window("avg_pool2d", x_shape, kernel_size, stride, padding)
+    gx = Tensor.empty(grad.queue, tuple(x_shape))
+    _launch(grad.queue, "avg_pool_bwd", gx.size, grad.data, gx.data, np.int64(gx.size),
+            *_args(x_shape, k, s, p, o))
+    return gx
+
+
+def adaptive_size(op: str, x_shape, output_size) -> tuple[int, int]:
+    if len(x_shape) != 4:
+        raise ShapeError(f"{op}: input must be 4-D (N, C, H, W), got shape {tuple(x_shape)}")
+    oh, ow = pair(op, "output_size", output_size)
+    if oh < 1 or ow < 1:
+        raise ShapeError(f"{op}: output_size must be >= 1, got {(oh, ow)}")
+    return oh, ow
+
+
+def adaptive_avg_pool2d_forward(x: Tensor, output_size) -> Tensor:
+    """Adaptive average pool with PyTorch's bins [floor(o*I/O), ceil((o+1)*I/O))."""
+    _check("adaptive_avg_pool2d", x)
+    oh, ow = adaptive_size("adaptive_avg_pool2d", x.shape, output_size)
+    y = Tensor.empty(x.queue, (*x.shape[:2], oh, ow))
+    _launch(x.queue, "adaptive_avg_fwd", y.size, x.data, y.data, np.int64(y.size),
+            *_i32(x.shape[2], x.shape[3], oh, ow))
+    return y
+
+
+def adaptive_avg_pool2d_backward(grad: Tensor, x_shape) -> Tensor:
+    oh, ow = grad.shape[2:]
+    gx = Tensor.empty(grad.queue, tuple(x_shape))
+    _launch(grad.queue, "adaptive_avg_bwd", gx.size, grad.data, gx.data, np.int64(gx.size),
+            *_i32(x_shape[2], x_shape[3], oh, ow))
+    return gx
