@@ -139,7 +139,11 @@ class BatchNorm2d(Module):
                  queue=None):
         super().__init__()
         queue = queue if queue is not None else default_queue()
-        self.num_features, self.eps, self.momentum = int(num_features), float(eps), momentum
+        if momentum is None or not 0.0 <= float(momentum) <= 1.0:
+            raise ValueError(f"BatchNorm2d: momentum must be a number in [0, 1], got "
+                             f"{momentum!r} (the cumulative average, momentum=None, is not "
+                             "supported)")
+        self.num_features, self.eps, self.momentum = int(num_features), float(eps), float(momentum)
         c = self.num_features
         self.weight = _param(queue, np.ones(c, np.float32))
         self.bias = _param(queue, np.zeros(c, np.float32))

@@ -241,12 +241,20 @@ class Module:
 
     @property
     def queue(self) -> cl.CommandQueue | None:
-        """The command queue of the module's first parameter or buffer (None if it has none)."""
+        """The queue assigned to ``self.queue``, else that of the module's first parameter or
+        buffer (None if it has none)."""
+        assigned = self.__dict__.get("_queue")
+        if assigned is not None:
+            return assigned
         for _, p in self.named_parameters():
             return p.value.queue
         for _, b in self.named_buffers():
             return b.queue
         return None
+
+    @queue.setter
+    def queue(self, queue: cl.CommandQueue | None) -> None:
+        object.__setattr__(self, "_queue", queue)
 
     # -- modes ---------------------------------------------------------------------------
     def train(self, mode: bool = True) -> Module:
