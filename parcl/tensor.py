@@ -95,7 +95,7 @@ class Tensor:
         if array.size == 0:
             raise ShapeError(f"Tensor.from_host: zero-size array of shape {array.shape}; "
                              "parcl tensors hold at least one element")
-        host = np.ascontiguousarray(array)
+        host = np.ascontiguousarray(array).reshape(array.shape)   # keeps 0-d arrays 0-d
         t = cls.empty(queue, host.shape, dt)
         event = cl.enqueue_copy(queue, t.data, host, is_blocking=False)
         t._keep = event           # pyopencl's event keeps `host` alive until the copy is done
