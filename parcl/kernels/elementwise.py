@@ -42,6 +42,8 @@ BINARY_OPS = {
     "pow": "pow(x, y)",
     "rpow": "pow(y, x)",
     "ge": "(x >= y) ? 1.0f : 0.0f",          # float masks for max/min backward
+    "gt": "(x > y) ? 1.0f : 0.0f",
+    "le": "(x <= y) ? 1.0f : 0.0f",
     "lt": "(x < y) ? 1.0f : 0.0f",
     # backward helpers: x is the saved forward input or output, y the upstream gradient
     "relu_backward": "(x > 0.0f) ? y : 0.0f",
@@ -70,7 +72,7 @@ UNARY_OPS = {
 # what binary(op, scalar, t) means as a tensor-scalar op with the tensor on the left
 REVERSED = {"add": "add", "mul": "mul", "sub": "rsub", "div": "rdiv", "rsub": "sub",
             "rdiv": "div", "maximum": "maximum", "minimum": "minimum", "pow": "rpow",
-            "rpow": "pow"}
+            "rpow": "pow", "ge": "le", "le": "ge", "gt": "lt", "lt": "gt"}
 
 MAX_DIMS = 6
 
@@ -246,7 +248,7 @@ def binary(op: str, a, b, out: Tensor | None = None) -> Tensor:
     """``op(a, b)`` elementwise with numpy broadcasting; either side may be a Python scalar.
 
     ``op`` is one of ``BINARY_OPS`` (add, sub, mul, div, rsub, rdiv, maximum, minimum, pow,
-    rpow, ge, lt and the ``*_backward`` helpers).
+    rpow, the 0/1 masks ge, gt, le, lt and the ``*_backward`` helpers).
     """
     if op not in BINARY_OPS:
         raise ValueError(f"binary: unknown op {op!r}; expected one of {sorted(BINARY_OPS)}")

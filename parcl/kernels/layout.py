@@ -82,7 +82,7 @@ __kernel void transpose_rows(__global uint *out, __global const uint *x, const i
 """
 
 
-def _normalize_axes(axes, ndim: int, shape) -> tuple[int, ...]:
+def normalize_axes(axes, ndim: int, shape) -> tuple[int, ...]:
     if axes is None:
         return tuple(range(ndim - 1, -1, -1))
     if isinstance(axes, (int, np.integer)):
@@ -106,7 +106,7 @@ def transpose(x: Tensor, axes=None) -> Tensor:
     if x.dtype not in SUPPORTED or x.dtype.itemsize != 4:
         raise DTypeError(f"transpose: dtype {x.dtype} is not supported (shape {x.shape}); "
                          "transpose takes float32 or int32")
-    perm = _normalize_axes(axes, x.ndim, x.shape)
+    perm = normalize_axes(axes, x.ndim, x.shape)
     if perm == tuple(range(x.ndim)):
         return x.copy()
     in_strides = [1] * x.ndim

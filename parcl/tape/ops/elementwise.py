@@ -1,3 +1,423 @@
-"""Placeholder: being written."""
+"""Elementwise ops: ``add sub mul div`` (numpy broadcasting, Python scalars on either side),
+``neg exp log relu sigmoid tanh gelu sqrt abs``, ``pow`` with a scalar exponent, ``maximum``,
+``minimum``. Broadcast inputs get their gradient summed back to their own shape.
 
-__all__: list[str] = []
+>>> x = tp.tensor(pc.Tensor.from_host(q, np.array([2.0], np.float32)), requires_grad=True)
+>>> with tp.Tape() as tape:
+...     y = tp.mul(x, x) + 1.0
+>>> tape.backward(y)
+>>> x.grad.to_host()
+array([4.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+import numpy as np
+
+from ...kernels import elementwise as ew
+from ...kernels.reduction import sum_to_shape
+from ..node import Function
+
+__all__ = ["abs", "add", "div", "exp", "gelu", "log", "maximum", "minimum", "mul", "neg",
+           "pow", "relu", "sigmoid", "sqrt", "sub", "tanh"]
+
+
+def _is_scalar(v) -> bool:
+    return isinstance(v, (Real, np.number)) and not isinstance(v, bool)
+
+
+def _mul_into(t, g):
+    """t *= g elementwise, in place (t is a fresh temporary of the same shape)."""
+    return ew.binary("mul", t, g, out=t)
+
+
+# -- binary ops on two tensors --------------------------------------------------------------
+class _Binary(Function):
+    """Shared forward: the kernel op named ``kernel``; saves the input shapes."""
+
+    kernel = ""
+
+    def forward(self, a, b):
+        self.shapes = (a.shape, b.shape)
+        return ew.binary(self.kernel, a, b)
+
+    def _reduce(self, i, g):
+        return sum_to_shape(g, self.shapes[i]) if self.needs_input_grad[i] else None
+
+
+class Add(_Binary):
+    name = kernel = "add"
+
+    def backward(self, g):
+        return self._reduce(0, g), self._reduce(1, g)
+
+
+class Sub(_Binary):
+    name = kernel = "sub"
+
+    def backward(self, g):
+        gb = ew.unary("neg", sum_to_shape(g, self.shapes[1])) if self.needs_input_grad[1] \
+            else None
+        return self._reduce(0, g), gb
+
+
+class Mul(_Binary):
+    name = kernel = "mul"
+
+    def forward(self, a, b):
+        if self.recording:
+            self.a = a if self.needs_input_grad[1] else None
+            self.b = b if self.needs_input_grad[0] else None
+        return super().forward(a, b)
+
+    def backward(self, g):
+        ga = self._reduce(0, ew.binary("mul", g, self.b)) if self.needs_input_grad[0] else None
+        gb = self._reduce(1, ew.binary("mul", g, self.a)) if self.needs_input_grad[1] else None
+        return ga, gb
+
+
+class Div(_Binary):
+    name = kernel = "div"
+
+    def forward(self, a, b):
+        out = super().forward(a, b)
+        if self.recording:
+            self.b = b
+            self.out = out if self.needs_input_grad[1] else None
+        return out
+
+    def backward(self, g):
+        ga = self._reduce(0, ew.binary("div", g, self.b)) if self.needs_input_grad[0] else None
+        gb = None
+        if self.needs_input_grad[1]:                    # d(a/b)/db = -(a/b) / b
+            t = ew.binary("mul", g, self.out)           # g and out have the broadcast shape
+            ew.binary("div", t, self.b, out=t)
+            gb = ew.scale_(self._reduce(1, t), -1.0)
+        return ga, gb
+
+
+class _MaxMin(_Binary):
+    """maximum / minimum: the gradient goes to the winning side (ties: to the left input)."""
+
+    masks = ("", "")
+
+    def forward(self, a, b):
+        if self.recording:
+            self.a, self.b = a, b
+        return super().forward(a, b)
+
+    def backward(self, g):
+        grads = []
+        for i, mask_op in enumerate(self.masks):
+            if not self.needs_input_grad[i]:
+                grads.append(None)
+                continue
+            mask = ew.binary(mask_op, self.a, self.b)   # the broadcast shape, like g
+            _mul_into(mask, g)
+            grads.append(self._reduce(i, mask))
+        return tuple(grads)
+
+
+class Maximum(_MaxMin):
+    name = kernel = "maximum"
+    masks = ("ge", "lt")
+
+
+class Minimum(_MaxMin):
+    name = kernel = "minimum"
+    masks = ("le", "gt")
+
+
+# -- tensor-scalar ops ----------------------------------------------------------------------
+class _Scalar(Function):
+    """``kernel(x, s)`` for a Python scalar ``s``; the public op's name is ``name``."""
+
+    kernel = ""
+
+    def forward(self, x, s):
+        self.s = float(s)
+        out = ew.scalar(self.kernel, x, self.s)
+        if self.recording:
+            self.x, self.out = x, out
+        return out
+
+
+class AddScalar(_Scalar):
+    name = kernel = "add"
+
+    def backward(self, g):
+        return g
+
+
+class SubScalar(_Scalar):
+    name, kernel = "sub", "sub"
+
+    def backward(self, g):
+        return g
+
+
+class RSubScalar(_Scalar):                 # s - x
+    name, kernel = "sub", "rsub"
+
+    def backward(self, g):
+        return ew.unary("neg", g)
+
+
+class MulScalar(_Scalar):
+    name = kernel = "mul"
+
+    def backward(self, g):
+        return ew.scalar("mul", g, self.s)
+
+
+class DivScalar(_Scalar):                  # x / s
+    name = kernel = "div"
+
+    def backward(self, g):
+        return ew.scalar("div", g, self.s)
+
+
+class RDivScalar(_Scalar):                 # s / x: d/dx = -(s/x) / x
+    name, kernel = "div", "rdiv"
+
+    def backward(self, g):
+        t = ew.binary("div", self.out, self.x)
+        return ew.scale_(_mul_into(t, g), -1.0)
+
+
+class PowScalar(_Scalar):                  # x ** p
+    name = kernel = "pow"
+
+    def backward(self, g):
+        t = ew.scalar("pow", self.x, self.s - 1.0)
+        return ew.scale_(_mul_into(t, g), self.s)
+
+
+class RPowScalar(_Scalar):                 # s ** x: d/dx = s**x * ln(s)
+    name, kernel = "pow", "rpow"
+
+    def backward(self, g):
+        return ew.scale_(ew.binary("mul", self.out, g), math.log(self.s))
+
+
+class MaximumScalar(_Scalar):
+    name = kernel = "maximum"
+
+    def backward(self, g):
+        return _mul_into(ew.scalar("ge", self.x, self.s), g)
+
+
+class MinimumScalar(_Scalar):
+    name = kernel = "minimum"
+
+    def backward(self, g):
+        return _mul_into(ew.scalar("le", self.x, self.s), g)
+
+
+# tensor op, scalar on the right, scalar on the left
+_BINARY = {
+    "add": (Add, AddScalar, AddScalar),
+    "sub": (Sub, SubScalar, RSubScalar),
+    "mul": (Mul, MulScalar, MulScalar),
+    "div": (Div, DivScalar, RDivScalar),
+    "pow": (None, PowScalar, RPowScalar),
+    "maximum": (Maximum, MaximumScalar, MaximumScalar),
+    "minimum": (Minimum, MinimumScalar, MinimumScalar),
+}
+
+
+def _binary(op: str, a, b, tape):
+    tensor_fn, right_fn, left_fn = _BINARY[op]
+    if _is_scalar(b):
+        if _is_scalar(a):
+            raise TypeError(f"{op}: both operands are Python scalars; pass a tp.Node or "
+                            "pc.Tensor")
+        return right_fn.apply(a, tape=tape, s=b)
+    if _is_scalar(a):
+        return left_fn.apply(b, tape=tape, s=a)
+    if tensor_fn is None:
+        raise TypeError(f"{op}: the exponent must be a Python scalar, got "
+                        f"{type(b).__name__}")
+    return tensor_fn.apply(a, b, tape=tape)
+
+
+def add(a, b, *, tape=None):
+    """``a + b`` with broadcasting; either side may be a Python scalar."""
+    return _binary("add", a, b, tape)
+
+
+def sub(a, b, *, tape=None):
+    """``a - b`` with broadcasting; either side may be a Python scalar."""
+    return _binary("sub", a, b, tape)
+
+
+def mul(a, b, *, tape=None):
+    """``a * b`` with broadcasting; either side may be a Python scalar."""
+    return _binary("mul", a, b, tape)
+
+
+def div(a, b, *, tape=None):
+    """``a / b`` with broadcasting; either side may be a Python scalar."""
+    return _binary("div", a, b, tape)
+
+
+def pow(x, p, *, tape=None):  # noqa: A001
+    """``x ** p`` for a scalar exponent ``p`` (or ``p ** x`` for a scalar base)."""
+    return _binary("pow", x, p, tape)
+
+
+def maximum(a, b, *, tape=None):
+    """Elementwise maximum with broadcasting (gradient to the larger side; ties to ``a``)."""
+    return _binary("maximum", a, b, tape)
+
+
+def minimum(a, b, *, tape=None):
+    """Elementwise minimum with broadcasting (gradient to the smaller side; ties to ``a``)."""
+    return _binary("minimum", a, b, tape)
+
+
+# -- unary ops ------------------------------------------------------------------------------
+class Neg(Function):
+    name = "neg"
+
+    def forward(self, x):
+        return ew.unary("neg", x)
+
+    def backward(self, g):
+        return ew.unary("neg", g)
+
+
+class Exp(Function):
+    name = "exp"
+
+    def forward(self, x):
+        self.out = ew.unary("exp", x)
+        return self.out
+
+    def backward(self, g):
+        return ew.binary("mul", g, self.out)
+
+
+class Log(Function):
+    name = "log"
+
+    def forward(self, x):
+        self.x = x if self.recording else None
+        return ew.unary("log", x)
+
+    def backward(self, g):
+        return ew.binary("div", g, self.x)
+
+
+class Relu(Function):
+    name = "relu"
+
+    def forward(self, x):
+        self.out = ew.unary("relu", x)
+        return self.out
+
+    def backward(self, g):
+        return ew.relu_backward(self.out, g)       # out > 0 exactly where x > 0
+
+
+class Sigmoid(Function):
+    name = "sigmoid"
+
+    def forward(self, x):
+        self.out = ew.unary("sigmoid", x)
+        return self.out
+
+    def backward(self, g):
+        return ew.sigmoid_backward(self.out, g)
+
+
+class Tanh(Function):
+    name = "tanh"
+
+    def forward(self, x):
+        self.out = ew.unary("tanh", x)
+        return self.out
+
+    def backward(self, g):
+        return ew.tanh_backward(self.out, g)
+
+
+class Gelu(Function):
+    name = "gelu"
+
+    def forward(self, x):
+        self.x = x if self.recording else None
+        return ew.unary("gelu", x)
+
+    def backward(self, g):
+        return ew.gelu_backward(self.x, g)
+
+
+class Sqrt(Function):
+    name = "sqrt"
+
+    def forward(self, x):
+        self.out = ew.unary("sqrt", x)
+        return self.out
+
+    def backward(self, g):
+        return ew.sqrt_backward(self.out, g)
+
+
+class Abs(Function):
+    name = "abs"
+
+    def forward(self, x):
+        self.x = x if self.recording else None
+        return ew.unary("abs", x)
+
+    def backward(self, g):
+        return _mul_into(ew.unary("sign", self.x), g)
+
+
+def neg(x, *, tape=None):
+    """``-x``."""
+    return Neg.apply(x, tape=tape)
+
+
+def exp(x, *, tape=None):
+    """``e ** x``."""
+    return Exp.apply(x, tape=tape)
+
+
+def log(x, *, tape=None):
+    """Natural logarithm."""
+    return Log.apply(x, tape=tape)
+
+
+def relu(x, *, tape=None):
+    """``max(x, 0)``; gradient 0 at 0."""
+    return Relu.apply(x, tape=tape)
+
+
+def sigmoid(x, *, tape=None):
+    """``1 / (1 + e ** -x)``."""
+    return Sigmoid.apply(x, tape=tape)
+
+
+def tanh(x, *, tape=None):
+    """Hyperbolic tangent."""
+    return Tanh.apply(x, tape=tape)
+
+
+def gelu(x, *, tape=None):
+    """Exact GELU: ``0.5 * x * (1 + erf(x / sqrt(2)))``."""
+    return Gelu.apply(x, tape=tape)
+
+
+def sqrt(x, *, tape=None):
+    """Square root."""
+    return Sqrt.apply(x, tape=tape)
+
+
+def abs(x, *, tape=None):  # noqa: A001
+    """``|x|``; gradient 0 at 0."""
+    return Abs.apply(x, tape=tape)
