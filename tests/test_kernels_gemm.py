@@ -48,7 +48,7 @@ def _up(queue, x):
 def variant(request, queue):
     """Every variant, forced, on the CPU device; float16 only where its probe passed (a PoCL
     that aborts on float16 code would take the whole test run down)."""
-    if request.param == "cpu16" and not wide_kernel_ok(queue.device):
+    if request.param.endswith("16") and not wide_kernel_ok(queue.device):
         pytest.skip("the float16 kernel failed its probe on this device")
     return request.param
 

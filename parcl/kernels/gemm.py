@@ -53,7 +53,11 @@ CPU_GROUP = {"cpu16": (4, 16), "cpu8": (8, 16)}
 PACK_GROUP = 64                  # k-rows per packing work-group
 TILE, GROUP = 64, 16             # the GPU tile and work-group edge; must match gemm.cl
 FLAG_BIAS, FLAG_RELU, FLAG_VEC = 1, 2, 4
-VARIANTS = ("cpu16", "cpu8", "tiled")
+DIRECT_GROUP = (8, 8)            # work-items (4x4 blocks of C each) per gemm_direct group
+# Up to this many multiply-adds a CPU product runs as one gemm_direct launch: PoCL takes ~0.1 ms
+# per enqueue, which the two packing launches would add to a product this small.
+DIRECT_MAX = 1 << 17
+VARIANTS = ("cpu16", "cpu8", "direct", "direct16", "tiled")
 
 _source: str | None = None
 
@@ -62,8 +66,10 @@ def _kernel(queue: cl.CommandQueue, name: str, variant: str) -> cl.Kernel:
     global _source
     if _source is None:
         _source = load_source("gemm")
-    # "tiled" shares cpu8's program: one build serves both
-    options = _OPTIONS + (f"-DVW={VW.get(variant, 8)}",)
+    # One source, one program per vector width: "direct16" is gemm_direct from cpu16's
+    # program; "direct" and "tiled" share cpu8's.
+    vw = VW.get("cpu" + variant[6:]) if variant.startswith("direct") else VW.get(variant)
+    options = _OPTIONS + (f"-DVW={vw or 8}",)
     return get_kernel(queue, _source, name, options)
 
 
@@ -78,12 +84,17 @@ def choose_variant(device: cl.Device) -> str:
 # -- the float16 probe ---------------------------------------------------------------------
 _probe_lock = threading.Lock()
 _probed: dict[str, bool] = {}
+_probe_keys: dict[int, str] = {}     # device int_ptr -> key (devices live for the process)
 
 
 def _probe_key(device: cl.Device) -> str:
-    src = load_source("gemm")
-    return "|".join([device.platform.name, device.platform.version, device.name.strip(),
-                     device.driver_version, hashlib.sha1(src.encode()).hexdigest()[:12]])
+    key = _probe_keys.get(device.int_ptr)
+    if key is None:
+        src = load_source("gemm")
+        key = "|".join([device.platform.name, device.platform.version, device.name.strip(),
+                        device.driver_version, hashlib.sha1(src.encode()).hexdigest()[:12]])
+        _probe_keys[device.int_ptr] = key
+    return key
 
 
 def _probe_file() -> Path:
@@ -267,7 +278,10 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     queue = a.queue
     if m == 0 or n == 0 or batch == 0:
         return
-    variant = variant or choose_variant(queue.device)
+    if variant is None:
+        variant = choose_variant(queue.device)
+        if variant in VW and batch * m * n * k <= DIRECT_MAX:
+            variant = "direct" + variant[3:]     # from the same program as the big kernel
     flags = (FLAG_BIAS if bias is not None else 0) | (FLAG_RELU if relu else 0)
     bias_buf = bias.data if bias is not None else None
     c_bs, beta32 = np.int64(m * n), np.float32(beta)
@@ -278,6 +292,17 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
              a.data, np.int64(a_bs), np.int32(trans_a), b.data, np.int64(b_bs),
              np.int32(trans_b), out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
         return
+    # op(A)[i, k] and op(B)[k, j] as (row stride, k stride) in the tensors' memory
+    sa = (1, m) if trans_a else (k, 1)
+    sb = (k, 1) if trans_b else (1, n)
+    if variant.startswith("direct"):
+        kern = _kernel(queue, "gemm_direct", variant)
+        lx, ly = DIRECT_GROUP
+        kern(queue, (-(-n // (4 * lx)) * lx, -(-m // (4 * ly)) * ly, batch), (lx, ly, 1),
+             a.data, np.int64(a_bs), np.int64(sa[0]), np.int64(sa[1]),
+             b.data, np.int64(b_bs), np.int64(sb[1]), np.int64(sb[0]),
+             out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
+        return
     if variant not in VW:
         raise ValueError(f"gemm: unknown variant {variant!r}; expected one of {VARIANTS}")
 
@@ -285,9 +310,6 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     pm, pn = -(-m // MR), -(-n // nr)            # panels of op(A) rows / op(B) columns
     # Packed temporaries return to the queue's pool when dropped here, which is safe: the
     # in-order queue runs anything that reuses them after this GEMM.
-    # op(A)[i, k] and op(B)[k, j] as (row stride, k stride) in the tensors' memory
-    sa = (1, m) if trans_a else (k, 1)
-    sb = (k, 1) if trans_b else (1, n)
     pa = _pack(queue, variant, "pack_a", a, a_bs, sa, pm, MR, m, k, batch)
     pb = _pack(queue, variant, "pack_b", b, b_bs, sb, pn, nr, n, k, batch if b_bs else 1)
     pa_bs, pb_bs = pm * MR * k, (pn * nr * k if b_bs else 0)

@@ -132,6 +132,51 @@ kernel void pack_b(const global float* restrict src, long s_bs, long si, long sk
 }
 
 
+// ---- Small products: one launch, no packing --------------------------------------------------
+//
+// PoCL spends ~0.1 ms enqueueing each kernel, more than a small product takes, so those skip
+// the two packing launches: a 4x4 block of C per work-item, read straight from the operands
+// through strides (op(A)[i][k] at i*a_si + k*a_sk, op(B)[k][j] at k*b_sk + j*b_sj). Rows and
+// columns past the edge are clamped to the last one, computed and never stored.
+
+kernel void gemm_direct(const global float* restrict A, long a_bs, long a_si, long a_sk,
+                        const global float* restrict B, long b_bs, long b_sk, long b_sj,
+                        global float* restrict C, long c_bs, const global float* restrict bias,
+                        int M, int N, int K, float beta, int flags)
+{
+    const int j0 = get_global_id(0) * 4, i0 = get_global_id(1) * 4, bt = get_global_id(2);
+    if (i0 >= M || j0 >= N)              // the grid is padded to whole work-groups
+        return;
+    A += bt * a_bs;
+    B += bt * b_bs;
+    long ar[4], bc[4];
+    for (int r = 0; r < 4; ++r)
+        ar[r] = (long)min(i0 + r, M - 1) * a_si;
+    for (int c = 0; c < 4; ++c)
+        bc[c] = (long)min(j0 + c, N - 1) * b_sj;
+    float acc[4][4];
+    for (int r = 0; r < 4; ++r)
+        for (int c = 0; c < 4; ++c)
+            acc[r][c] = 0.0f;
+    for (int k = 0; k < K; ++k) {
+        float av[4], bv[4];
+        for (int r = 0; r < 4; ++r)
+            av[r] = A[ar[r] + k * a_sk];
+        for (int c = 0; c < 4; ++c)
+            bv[c] = B[bc[c] + k * b_sk];
+        for (int r = 0; r < 4; ++r)
+            for (int c = 0; c < 4; ++c)
+                acc[r][c] += av[r] * bv[c];
+    }
+    C += bt * c_bs;
+    for (int r = 0; r < 4 && i0 + r < M; ++r)
+        for (int c = 0; c < 4 && j0 + c < N; ++c) {
+            global float* p = C + (long)(i0 + r) * N + j0 + c;
+            *p = epilogue1(acc[r][c], p, bias, j0 + c, beta, flags);
+        }
+}
+
+
 // ---- GPU variant: 64x64 tiles through local memory, 4x4 register block per work-item ---------
 //
 // Work-group 16x16; work-item (tx, ty) owns rows ty + 16*i and columns tx + 16*j of the tile,
