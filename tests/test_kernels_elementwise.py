@@ -1,0 +1,265 @@
+"""Elementwise and layout kernels against numpy: awkward sizes, broadcasting, in-place updates,
+errors, and two threads launching on their own sub-devices at once."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+
+import numpy as np
+import pytest
+
+import parcl as pc
+from parcl.kernels import elementwise as ew
+from parcl.kernels import layout
+
+SIZES = [1, 7, 33, 257, 1000]
+_erf = np.vectorize(math.erf)
+
+
+def dev(queue, a):
+    return pc.Tensor.from_host(queue, np.asarray(a, np.float32))
+
+
+def gelu64(x):
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+BINARY_REF = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "rsub": lambda x, y: y - x, "rdiv": lambda x, y: y / x,
+    "maximum": np.maximum, "minimum": np.minimum, "pow": np.power,
+    "rpow": lambda x, y: np.power(y, x),
+    "ge": lambda x, y: (x >= y).astype(np.float64), "gt": lambda x, y: (x > y) * 1.0,
+    "le": lambda x, y: (x <= y) * 1.0, "lt": lambda x, y: (x < y) * 1.0,
+}
+
+UNARY_REF = {
+    "neg": np.negative, "exp": np.exp, "log": np.log, "relu": lambda x: np.maximum(x, 0),
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh, "gelu": gelu64,
+    "sqrt": np.sqrt, "abs": np.abs, "square": np.square, "reciprocal": lambda x: 1 / x,
+    "sign": np.sign,
+}
+
+POSITIVE_ONLY = {"log", "sqrt", "reciprocal"}
+
+
+def _close(got, want, rtol=1e-5, atol=1e-6):
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    assert got.shape == np.shape(want)
+
+
+# -- binary ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("op", sorted(BINARY_REF))
+def test_binary_same_shape(queue, rng, op, n):
+    a = rng.uniform(0.5, 2.0, n).astype(np.float32)
+    b = rng.uniform(0.5, 2.0, n).astype(np.float32)
+    got = ew.binary(op, dev(queue, a), dev(queue, b)).to_host()
+    _close(got, BINARY_REF[op](a.astype(np.float64), b.astype(np.float64)))
+
+
+BROADCASTS = [((3, 1), (1, 4)), ((257,), (7, 257)), ((7, 257), (257,)), ((), (33,)),
+              ((1000,), ()), ((33, 1), (33,)), ((2, 1, 5), (3, 1)), ((4, 1, 6, 1), (5, 1, 7)),
+              ((2, 3, 1, 5, 1, 2), (1, 3, 4, 1, 6, 2)), ((1, 1, 1), (7,)), ((5, 33), (1, 1))]
+
+
+@pytest.mark.parametrize("sa,sb", BROADCASTS)
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "maximum", "pow"])
+def test_binary_broadcasting(queue, rng, op, sa, sb):
+    a = rng.uniform(0.5, 2.0, sa).astype(np.float32)
+    b = rng.uniform(0.5, 2.0, sb).astype(np.float32)
+    got = ew.binary(op, dev(queue, a), dev(queue, b)).to_host()
+    _close(got, BINARY_REF[op](a.astype(np.float64), b.astype(np.float64)))
+
+
+def test_binary_collapses_more_than_six_dims_when_possible(queue, rng):
+    a = rng.standard_normal((2, 3, 1, 1, 1, 1, 1, 4)).astype(np.float32)
+    b = rng.standard_normal((3, 1, 1, 1, 5, 1, 1)).astype(np.float32)
+    got = ew.binary("add", dev(queue, a), dev(queue, b)).to_host()
+    _close(got, a + b)
+
+
+def test_binary_out_and_aliasing(queue, rng):
+    a = rng.standard_normal((7, 33)).astype(np.float32)
+    b = rng.standard_normal((33,)).astype(np.float32)
+    ta = dev(queue, a)
+    res = ew.binary("mul", ta, dev(queue, b), out=ta)      # in place over the full input
+    assert res is ta
+    _close(ta.to_host(), a * b)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "rsub", "rdiv", "pow", "maximum"])
+def test_scalar_ops_and_python_scalars(queue, rng, op):
+    x = rng.uniform(0.5, 2.0, (33, 7)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    _close(ew.scalar(op, dev(queue, x), 1.5).to_host(), BINARY_REF[op](x64, 1.5))
+    _close(ew.binary(op, dev(queue, x), 1.5).to_host(), BINARY_REF[op](x64, 1.5))
+    _close(ew.binary(op, 1.5, dev(queue, x)).to_host(), BINARY_REF[op](1.5, x64))
+
+
+# -- unary and backward helpers ----------------------------------------------------------------
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("op", sorted(UNARY_REF))
+def test_unary(queue, rng, op, n):
+    x = rng.standard_normal(n).astype(np.float32) * 3
+    if op in POSITIVE_ONLY:
+        x = np.abs(x) + 0.1
+    got = ew.unary(op, dev(queue, x)).to_host()
+    _close(got, UNARY_REF[op](x.astype(np.float64)), rtol=2e-5, atol=1e-6)
+
+
+def test_unary_extremes_stay_finite(queue):
+    x = np.array([-100.0, -30.0, 0.0, 30.0, 100.0], np.float32)
+    for op in ("sigmoid", "tanh", "gelu", "relu"):
+        got = ew.unary(op, dev(queue, x)).to_host()
+        assert np.all(np.isfinite(got)), op
+        _close(got, UNARY_REF[op](x.astype(np.float64)), atol=1e-6)
+
+
+def test_backward_helpers(queue, rng):
+    x = rng.standard_normal((33, 7)).astype(np.float32)
+    g = rng.standard_normal((33, 7)).astype(np.float32)
+    x64, g64 = x.astype(np.float64), g.astype(np.float64)
+    tx, tg = dev(queue, x), dev(queue, g)
+    _close(ew.relu_backward(tx, tg).to_host(), g64 * (x64 > 0))
+    y = 1 / (1 + np.exp(-x64))
+    _close(ew.sigmoid_backward(dev(queue, y), tg).to_host(), g64 * y * (1 - y), atol=1e-6)
+    t = np.tanh(x64)
+    _close(ew.tanh_backward(dev(queue, t), tg).to_host(), g64 * (1 - t * t), atol=1e-6)
+    pdf = np.exp(-x64 ** 2 / 2) / math.sqrt(2 * math.pi)
+    want = g64 * (0.5 * (1 + _erf(x64 / math.sqrt(2))) + x64 * pdf)
+    _close(ew.gelu_backward(tx, tg).to_host(), want, atol=1e-6)
+    s = np.abs(x64) + 0.5
+    _close(ew.sqrt_backward(dev(queue, s), tg).to_host(), g64 * 0.5 / s)
+
+
+def test_broadcast_to(queue, rng):
+    x = rng.standard_normal((3, 1)).astype(np.float32)
+    got = ew.broadcast_to(dev(queue, x), (2, 3, 4), 0.5).to_host()
+    _close(got, np.broadcast_to(x * 0.5, (2, 3, 4)))
+    with pytest.raises(pc.ShapeError, match="broadcast_to"):
+        ew.broadcast_to(dev(queue, x), (2, 4))
+
+
+# -- in place ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", SIZES)
+def test_axpy_scale_fill_copy(queue, rng, n):
+    y = rng.standard_normal(n).astype(np.float32)
+    x = rng.standard_normal(n).astype(np.float32)
+    ty = dev(queue, y)
+    assert ew.axpy(ty, dev(queue, x), 2.5) is ty
+    _close(ty.to_host(), y + 2.5 * x)
+    ew.scale_(ty, -2.0)
+    _close(ty.to_host(), -2.0 * (y + 2.5 * x))
+    c = ew.copy(ty)
+    ew.fill_(ty, 3.0)
+    assert np.all(ty.to_host() == 3.0)
+    _close(c.to_host(), -2.0 * (y + 2.5 * x))
+
+
+def test_axpy_accepts_same_size_other_shape(queue):
+    y = dev(queue, np.zeros((2, 3)))
+    ew.axpy(y, dev(queue, np.ones(6)), 1.0)
+    assert np.all(y.to_host() == 1.0)
+
+
+# -- errors ------------------------------------------------------------------------------------
+def test_bad_dtype_is_a_type_error(queue):
+    ints = pc.Tensor.from_host(queue, np.arange(4, dtype=np.int32))
+    f = dev(queue, np.ones(4))
+    for call in (lambda: ew.binary("add", ints, f), lambda: ew.unary("exp", ints),
+                 lambda: ew.scalar("mul", ints, 2.0), lambda: ew.axpy(f, ints)):
+        with pytest.raises(pc.DTypeError, match="int32"):
+            call()
+    with pytest.raises(TypeError):
+        ew.binary("add", np.ones(4, np.float32), f)
+
+
+def test_not_broadcastable_names_op_and_shapes(queue):
+    a, b = dev(queue, np.ones((3, 4))), dev(queue, np.ones((5,)))
+    with pytest.raises(pc.ShapeError, match=r"mul: shapes \(3, 4\) and \(5,\)"):
+        ew.binary("mul", a, b)
+    with pytest.raises(pc.ShapeError, match="axpy"):
+        ew.axpy(a, b)
+    with pytest.raises(pc.ShapeError, match="out has shape"):
+        ew.binary("add", a, a, out=b)
+    with pytest.raises(ValueError, match="unknown op"):
+        ew.unary("cosh", a)
+
+
+def test_tensors_on_different_queues_are_an_error(queues2):
+    q0, q1 = queues2
+    a, b = dev(q0, np.ones(7)), dev(q1, np.ones(7))
+    with pytest.raises(pc.DeviceError, match="different command queues"):
+        ew.binary("add", a, b)
+    with pytest.raises(pc.DeviceError):
+        ew.axpy(a, b)
+    with pytest.raises(pc.DeviceError):
+        ew.unary("exp", a, out=b)
+
+
+# -- threads -----------------------------------------------------------------------------------
+def test_two_threads_on_their_own_sub_devices(queues2):
+    """Each thread launches 1,000 rounds on its own queue at the same time as the other."""
+    rounds = 1000
+    barrier = threading.Barrier(2, timeout=30)
+    results, errors = [None, None], []
+
+    def work(i):
+        try:
+            q = queues2[i]
+            rng = np.random.default_rng(i)
+            x = rng.standard_normal(257).astype(np.float32)
+            b = rng.standard_normal((7, 1)).astype(np.float32)
+            tx, tb = dev(q, x), dev(q, b)
+            acc = dev(q, np.zeros(257))
+            barrier.wait()
+            last = None
+            for _ in range(rounds):
+                last = ew.binary("mul", tx, tb)              # (7, 257) strided path
+                ew.axpy(acc, ew.unary("tanh", tx), 1.0)
+            results[i] = (x, b, acc.to_host(), last.to_host())
+        except Exception as exc:        # noqa: BLE001 - reported below
+            barrier.abort()
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    for x, b, acc, last in results:
+        _close(last, x * b)
+        _close(acc, rounds * np.tanh(x.astype(np.float64)), rtol=1e-4, atol=1e-3)
+
+
+# -- layout ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(7,), (33, 257), (1, 5), (4, 1, 3), (2, 3, 4, 5),
+                                   (2, 1, 3, 1, 4, 2), (3, 4, 5, 2, 3, 2)])
+def test_transpose_every_permutation(queue, rng, shape):
+    x = rng.standard_normal(shape).astype(np.float32)
+    tx = dev(queue, x)
+    perms = list(itertools.permutations(range(len(shape))))
+    if len(perms) > 60:
+        perms = [perms[i] for i in rng.choice(len(perms), 60, replace=False)]
+    for perm in perms + [None]:
+        got = layout.transpose(tx, perm).to_host()
+        np.testing.assert_array_equal(got, np.transpose(x, perm))
+
+
+def test_transpose_int_and_negative_axes(queue):
+    x = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
+    got = layout.transpose(pc.Tensor.from_host(queue, x), (-1, 0, 1))
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got.to_host(), np.transpose(x, (2, 0, 1)))
+
+
+def test_transpose_bad_axes(queue):
+    x = dev(queue, np.ones((2, 3)))
+    with pytest.raises(pc.ShapeError, match="permutation"):
+        layout.transpose(x, (0, 0))
+    with pytest.raises(pc.ShapeError, match="do not match"):
+        layout.transpose(x, (0, 1, 2))
