@@ -226,6 +226,8 @@ def sum_to_shape(g: Tensor, shape) -> Tensor:
     if tuple(g.shape) == shape:
         return g
     lead = g.ndim - len(shape)
+    if lead < 0 and all(s == 1 for s in shape[:-lead]):
+        g, lead = g.reshape((1,) * -lead + tuple(g.shape)), 0     # shape has extra leading 1s
     if lead < 0 or any(s != 1 and s != gs for s, gs in zip(shape, g.shape[lead:])):
         raise ShapeError(f"sum_to_shape: gradient of shape {g.shape} is not a broadcast of "
                          f"shape {shape}")
