@@ -134,14 +134,6 @@ __kernel void transpose_tiled(__global const float* restrict in, const long in_o
         dst[(long)(j0 + ly) * R + i0 + lx] = tile[lx][ly];
 }
 
-// g[i] *= (y[i] > 0): the backward of a ReLU fused into a GEMM epilogue (linear(relu=True)).
-__kernel void relu_grad(__global const float* restrict g, __global const float* restrict y,
-                        __global float* restrict out, const long n)
-{
-    const long i = get_global_id(0);
-    if (i < n)
-        out[i] = y[i] > 0.0f ? g[i] : 0.0f;
-}
 """
 
 LOCAL = 64
@@ -242,14 +234,6 @@ def transpose_into(src: Tensor, src_off: int, dst: Tensor, dst_off: int, batch: 
         g, loc = _grid(total)
         _k(q, "transpose_cpu")(q, g, loc, src.data, np.int64(src_off), dst.data,
                                np.int64(dst_off), np.int32(r), np.int32(s), np.int64(total))
-
-
-def relu_grad(g: Tensor, y: Tensor) -> Tensor:
-    """``g * (y > 0)``, a new tensor: the gradient through a fused ReLU with output ``y``."""
-    out = Tensor.empty(g.queue, g.shape)
-    gr, loc = _grid(g.size)
-    _k(g.queue, "relu_grad")(g.queue, gr, loc, g.data, y.data, out.data, np.int64(g.size))
-    return out
 
 
 def _i32(*vals) -> list[np.int32]:

@@ -1,3 +1,287 @@
-"""Placeholder: being written."""
+"""Neural-network ops: ``linear``, ``conv2d``, ``max_pool2d``, ``avg_pool2d``,
+``adaptive_avg_pool2d``, ``batch_norm``, ``dropout`` (and ``manual_seed`` for dropout's RNG).
 
-__all__: list[str] = []
+Layouts follow PyTorch: NCHW activations, ``(out, in)`` linear weights, ``(cout, cin, kh, kw)``
+conv weights.
+
+>>> x = tp.tensor(pc.Tensor.from_host(q, np.ones((2, 3, 8, 8), np.float32)))
+>>> w = tp.tensor(pc.Tensor.from_host(q, np.ones((4, 3, 3, 3), np.float32)), True)
+>>> with tp.Tape() as tape:
+...     y = tp.sum(tp.max_pool2d(tp.conv2d(x, w, padding=1), 2))
+>>> tape.backward(y)
+>>> w.grad.shape
+(4, 3, 3, 3)
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ...errors import DTypeError, ShapeError
+from ...kernels import batchnorm as bnk
+from ...kernels import conv as convk
+from ...kernels import elementwise as ew
+from ...kernels import pool as poolk
+from ...kernels import random as rndk
+from ...kernels.gemm import gemm
+from ...kernels.reduction import sum as reduce_sum
+from ...tensor import FLOAT, Tensor, check_same_queue
+from ..node import Function, Node
+
+__all__ = ["adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "conv2d", "dropout", "linear",
+           "manual_seed", "max_pool2d"]
+
+
+# -- linear ----------------------------------------------------------------------------------
+class Linear(Function):
+    name = "linear"
+
+    def forward(self, x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False):
+        for nm, t in (("input", x), ("weight", weight), ("bias", bias)):
+            if t is not None and t.dtype != FLOAT:
+                raise DTypeError(f"linear: {nm} {t.shape} has dtype {t.dtype}, expected float32")
+        if weight.ndim != 2:
+            raise ShapeError(f"linear: weight must be 2-D (out_features, in_features), got "
+                             f"{weight.shape}")
+        out_f, in_f = weight.shape
+        if x.ndim == 0 or x.shape[-1] != in_f:
+            raise ShapeError(f"linear: input of shape {x.shape} has {x.shape[-1] if x.ndim else 0}"
+                             f" features in its last dimension, but the weight {weight.shape} "
+                             f"expects in_features={in_f}")
+        if bias is not None and bias.shape != (out_f,):
+            raise ShapeError(f"linear: bias has shape {bias.shape}, expected ({out_f},) for "
+                             f"weight {weight.shape}")
+        check_same_queue("linear", *[t for t in (x, weight, bias) if t is not None])
+        x2 = x.reshape(-1, in_f)
+        y = gemm(x2, weight, trans_b=True, bias=bias, relu=relu)
+        if self.recording:
+            self.x2 = x2 if self.needs_input_grad[1] else None
+            self.weight = weight if self.needs_input_grad[0] else None
+            self.y = y if relu else None
+            self.x_shape = x.shape
+        return y.reshape(*x.shape[:-1], out_f)
+
+    def backward(self, g: Tensor):
+        g2 = g.reshape(-1, g.shape[-1])
+        if self.y is not None:
+            g2 = ew.relu_backward(self.y, g2)
+        gx = gw = gb = None
+        if self.needs_input_grad[0]:
+            gx = gemm(g2, self.weight).reshape(self.x_shape)
+        if self.needs_input_grad[1]:
+            gw = gemm(g2, self.x2, trans_a=True)
+        if self.needs_input_grad[2]:
+            gb = reduce_sum(g2, axis=0)
+        return gx, gw, gb
+
+
+def linear(x, weight, bias=None, relu: bool = False, *, tape=None):
+    """``x @ weight.T + bias`` (then ReLU when ``relu``), weight ``(out, in)``: one GEMM with
+    the bias and ReLU fused in its epilogue. ``x`` may have any leading dimensions.
+
+    >>> tp.linear(x, w, b).shape            # x (8, 4), w (3, 4), b (3,)
+    (8, 3)
+    """
+    return Linear.apply(x, weight, bias, tape=tape, relu=bool(relu))
+
+
+# -- convolution -----------------------------------------------------------------------------
+class Conv2d(Function):
+    name = "conv2d"
+
+    def forward(self, x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, padding=0):
+        y = convk.conv2d_forward(x, weight, bias, stride, padding)
+        if self.recording:
+            self.x, self.weight = x, weight
+            self.stride, self.padding = stride, padding
+        return y
+
+    def backward(self, g: Tensor):
+        need = self.needs_input_grad
+        return convk.conv2d_backward(self.x, self.weight, g, self.stride, self.padding,
+                                     need_input=need[0], need_weight=need[1],
+                                     need_bias=need[2])
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, *, tape=None):
+    """2-D convolution (cross-correlation, as PyTorch) of NCHW ``x`` with ``weight``
+    ``(cout, cin, kh, kw)``; ``stride`` and ``padding`` are ints or pairs. Forward is im2col
+    and one GEMM over the batch (bias fused); backward is deterministic (no atomics).
+
+    >>> tp.conv2d(x, w, b, stride=2, padding=1).shape      # x (2, 3, 8, 8), w (4, 3, 3, 3)
+    (2, 4, 4, 4)
+    """
+    return Conv2d.apply(x, weight, bias, tape=tape, stride=stride, padding=padding)
+
+
+# -- pooling ---------------------------------------------------------------------------------
+class MaxPool2d(Function):
+    name = "max_pool2d"
+
+    def forward(self, x: Tensor, kernel_size=2, stride=None, padding=0):
+        y, idx = poolk.max_pool2d_forward(x, kernel_size, stride, padding,
+                                          save_indices=self.recording)
+        self.idx, self.x_shape = idx, x.shape
+        self.window = (kernel_size, stride, padding)
+        return y
+
+    def backward(self, g: Tensor):
+        return poolk.max_pool2d_backward(g, self.idx, self.x_shape, *self.window)
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, *, tape=None):
+    """Max pooling over NCHW ``x`` (stride defaults to the kernel size; padding is -inf and at
+    most half the kernel). The argmax of each window is saved for the backward.
+
+    >>> tp.max_pool2d(x, 2).shape      # x (2, 3, 8, 8)
+    (2, 3, 4, 4)
+    """
+    return MaxPool2d.apply(x, tape=tape, kernel_size=kernel_size, stride=stride,
+                           padding=padding)
+
+
+class AvgPool2d(Function):
+    name = "avg_pool2d"
+
+    def forward(self, x: Tensor, kernel_size=2, stride=None, padding=0):
+        self.x_shape, self.window = x.shape, (kernel_size, stride, padding)
+        return poolk.avg_pool2d_forward(x, kernel_size, stride, padding)
+
+    def backward(self, g: Tensor):
+        return poolk.avg_pool2d_backward(g, self.x_shape, *self.window)
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, *, tape=None):
+    """Average pooling over NCHW ``x``; zero padding counts in the divisor (PyTorch's default
+    ``count_include_pad=True``).
+
+    >>> tp.avg_pool2d(x, 3, stride=2, padding=1).shape      # x (2, 3, 8, 8)
+    (2, 3, 4, 4)
+    """
+    return AvgPool2d.apply(x, tape=tape, kernel_size=kernel_size, stride=stride,
+                           padding=padding)
+
+
+class AdaptiveAvgPool2d(Function):
+    name = "adaptive_avg_pool2d"
+
+    def forward(self, x: Tensor, output_size=1):
+        self.x_shape = x.shape
+        return poolk.adaptive_avg_pool2d_forward(x, output_size)
+
+    def backward(self, g: Tensor):
+        return poolk.adaptive_avg_pool2d_backward(g, self.x_shape)
+
+
+def adaptive_avg_pool2d(x, output_size, *, tape=None):
+    """Average pooling of NCHW ``x`` to ``output_size`` (int or pair) with PyTorch's bins
+    ``[floor(i*H/out), ceil((i+1)*H/out))`` (any sizes; overlapping bins when H % out != 0).
+
+    >>> tp.adaptive_avg_pool2d(x, 1).shape      # x (2, 3, 8, 8)
+    (2, 3, 1, 1)
+    """
+    return AdaptiveAvgPool2d.apply(x, tape=tape, output_size=output_size)
+
+
+# -- batch norm ------------------------------------------------------------------------------
+class BatchNorm(Function):
+    name = "batch_norm"
+
+    def forward(self, x: Tensor, weight: Tensor | None, bias: Tensor | None,
+                running_mean: Tensor | None = None, running_var: Tensor | None = None,
+                training: bool = True, momentum: float = 0.1, eps: float = 1e-5):
+        check_same_queue("batch_norm", *[t for t in (x, weight, bias, running_mean, running_var)
+                                         if t is not None])
+        y, mean, invstd = bnk.batch_norm_forward(x, weight, bias, running_mean, running_var,
+                                                 training, momentum, eps)
+        if self.recording:
+            batch_stats = mean is not running_mean
+            # Evaluation normalises with the running mean itself: keep a copy, a later
+            # training forward may update the running statistics before this backward runs.
+            self.saved = (x, weight, mean if batch_stats else mean.copy(), invstd, batch_stats)
+        return y
+
+    def backward(self, g: Tensor):
+        x, weight, mean, invstd, batch_stats = self.saved
+        need = self.needs_input_grad
+        return bnk.batch_norm_backward(x, g, weight, mean, invstd, batch_stats,
+                                       need_input=need[0], need_weight=need[1],
+                                       need_bias=need[2])
+
+
+def batch_norm(x, weight, bias, running_mean, running_var, training: bool,
+               momentum: float = 0.1, eps: float = 1e-5, *, tape=None):
+    """Batch normalisation over the channels (axis 1) of an (N, C) or (N, C, H, W) input.
+
+    Training: normalises with the batch mean and biased variance, and updates
+    ``running_mean``/``running_var`` (raw Tensors, or None) in place on the device:
+    ``r = (1 - momentum) * r + momentum * batch`` with the *unbiased* variance, as PyTorch.
+    Evaluation: normalises with the running statistics. ``weight``/``bias`` may be None.
+
+    >>> tp.batch_norm(x, gamma, beta, rm, rv, training=True).shape      # x (2, 3, 8, 8)
+    (2, 3, 8, 8)
+    """
+    rm = running_mean.value if isinstance(running_mean, Node) else running_mean
+    rv = running_var.value if isinstance(running_var, Node) else running_var
+    return BatchNorm.apply(x, weight, bias, tape=tape, running_mean=rm, running_var=rv,
+                           training=bool(training), momentum=float(momentum), eps=float(eps))
+
+
+# -- dropout ---------------------------------------------------------------------------------
+_rng = threading.local()
+
+
+def manual_seed(seed: int) -> None:
+    """Seed this thread's dropout generator and restart its call counter. Thread-local: each
+    replica thread has its own (seed them differently, e.g. ``manual_seed(base + index)``, if
+    replicas should drop different units). Unseeded threads start at seed 0."""
+    _rng.seed, _rng.counter = int(seed), 0
+
+
+def rng_state() -> tuple[int, int]:
+    """This thread's dropout generator state ``(seed, counter)`` (for checkpoints)."""
+    return getattr(_rng, "seed", 0), getattr(_rng, "counter", 0)
+
+
+def set_rng_state(state: tuple[int, int]) -> None:
+    """Restore a state returned by ``rng_state``."""
+    _rng.seed, _rng.counter = int(state[0]), int(state[1])
+
+
+def _next_call() -> tuple[int, int]:
+    seed, counter = rng_state()
+    _rng.seed, _rng.counter = seed, counter + 1
+    return seed, counter
+
+
+class Dropout(Function):
+    name = "dropout"
+
+    def forward(self, x: Tensor, p: float = 0.5, seed: int = 0, counter: int = 0):
+        self.p, self.seed, self.counter = p, seed, counter
+        return rndk.dropout_forward(x, p, seed, counter)
+
+    def backward(self, g: Tensor):
+        # The mask is a pure function of (seed, counter, index): regenerated, never stored.
+        return rndk.dropout_backward(g, self.p, self.seed, self.counter)
+
+
+def dropout(x, p: float = 0.5, training: bool = True, *, seed: int | None = None, tape=None):
+    """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)``; the input
+    itself when not ``training`` or ``p == 0``.
+
+    The mask comes from a counter-based hash of ``(seed, counter, element index)`` on the
+    device: ``seed`` and ``counter`` are this thread's generator (``manual_seed``; each call
+    advances the counter) unless ``seed=`` is given (then counter 0: the same mask every call).
+    The backward regenerates the mask, so nothing but two integers is saved.
+
+    >>> tp.manual_seed(0)
+    >>> y = tp.dropout(x, 0.5, training=True)
+    """
+    p = float(p)
+    if not 0.0 <= p <= 1.0:
+        raise ShapeError(f"dropout: probability p must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    s, c = (int(seed), 0) if seed is not None else _next_call()
+    return Dropout.apply(x, tape=tape, p=p, seed=s, counter=c)

@@ -1,0 +1,247 @@
+"""NN kernels against float64 numpy: convolution (forward and all three gradients), pooling,
+softmax, cross-entropy, MSE, batch norm and the dropout RNG, on awkward shapes."""
+
+from __future__ import annotations
+
+import nn_reference as ref
+import numpy as np
+import pytest
+
+import parcl as pc
+from parcl.kernels import batchnorm as bnk
+from parcl.kernels import conv as convk
+from parcl.kernels import pool as poolk
+from parcl.kernels import random as rndk
+from parcl.kernels import softmax as smk
+
+
+def up(q, a, dtype=np.float32):
+    return pc.Tensor.from_host(q, np.asarray(a, dtype))
+
+
+def close(got, want, tol=1e-4):
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+# -- convolution --------------------------------------------------------------------------------
+CONV_CASES = [
+    # (x shape, weight shape, stride, padding)
+    ((1, 1, 8, 8), (2, 1, 3, 3), 1, 1),
+    ((2, 3, 7, 7), (5, 3, 3, 3), 2, 1),
+    ((1, 5, 7, 9), (3, 5, 2, 3), (2, 1), (0, 1)),       # non-square kernel, strides, padding
+    ((3, 3, 8, 8), (4, 3, 1, 1), 1, 0),                  # 1x1
+    ((2, 1, 5, 5), (1, 1, 5, 5), 1, 0),                  # 1x1 output
+    ((1, 2, 33, 7), (3, 2, 3, 3), (2, 2), 1),
+]
+
+
+@pytest.mark.parametrize("xs, ws, stride, padding", CONV_CASES)
+def test_conv2d_forward_and_backward(queue, rng, xs, ws, stride, padding):
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    want = ref.conv2d(x, w, b, stride, padding)
+    y = convk.conv2d_forward(up(queue, x), up(queue, w), up(queue, b), stride, padding)
+    assert y.shape == want.shape
+    close(y.to_host(), want)
+    g = rng.standard_normal(want.shape).astype(np.float32)
+    gx, gw, gb = convk.conv2d_backward(up(queue, x), up(queue, w), up(queue, g), stride,
+                                       padding, need_input=True, need_weight=True,
+                                       need_bias=True)
+    rgx, rgw, rgb = ref.conv2d_grads(x, w, g, stride, padding)
+    close(gx.to_host(), rgx)
+    close(gw.to_host(), rgw)
+    close(gb.to_host(), rgb)
+
+
+def test_conv2d_chunked_over_batch(queue, rng, monkeypatch):
+    """A tiny im2col budget forces one GEMM per image; results and gradients are unchanged."""
+    x = rng.standard_normal((3, 2, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    g = rng.standard_normal((3, 4, 6, 6)).astype(np.float32)
+    whole = convk.conv2d_forward(up(queue, x), up(queue, w), None, 1, 1).to_host()
+    grads = [t.to_host() for t in convk.conv2d_backward(up(queue, x), up(queue, w),
+                                                        up(queue, g), 1, 1)[:2]]
+    monkeypatch.setattr(convk, "COLS_LIMIT", 36 * 18)
+    assert len(list(convk._chunks(3, 36, 18))) == 3
+    close(convk.conv2d_forward(up(queue, x), up(queue, w), None, 1, 1).to_host(), whole, 1e-6)
+    chunked = convk.conv2d_backward(up(queue, x), up(queue, w), up(queue, g), 1, 1)[:2]
+    for a, b in zip(chunked, grads):
+        close(a.to_host(), b, 1e-5)
+
+
+def test_conv2d_is_deterministic(queue, rng):
+    x = up(queue, rng.standard_normal((2, 3, 9, 9)))
+    w = up(queue, rng.standard_normal((4, 3, 3, 3)))
+    g = up(queue, rng.standard_normal((2, 4, 9, 9)))
+    runs = [[t.to_host() for t in convk.conv2d_backward(x, w, g, 1, 1, need_bias=True)]
+            for _ in range(2)]
+    for a, b in zip(*runs):
+        assert np.array_equal(a, b)
+
+
+def test_conv2d_errors(queue):
+    x = up(queue, np.zeros((1, 3, 8, 8)))
+    with pytest.raises(pc.ShapeError, match=r"conv2d: input has 3 channels.*\(4, 2, 3, 3\)"):
+        convk.conv2d_forward(x, up(queue, np.zeros((4, 2, 3, 3))))
+    with pytest.raises(pc.ShapeError, match=r"conv2d: input must be 4-D"):
+        convk.conv2d_forward(up(queue, np.zeros((3, 8, 8))), up(queue, np.zeros((4, 3, 3, 3))))
+    with pytest.raises(pc.ShapeError, match=r"does not fit"):
+        convk.conv2d_forward(x, up(queue, np.zeros((4, 3, 9, 9))))
+    with pytest.raises(pc.ShapeError, match=r"bias has shape \(3,\)"):
+        convk.conv2d_forward(x, up(queue, np.zeros((4, 3, 3, 3))), up(queue, np.zeros(3)))
+
+
+# -- pooling ----------------------------------------------------------------------------------
+POOL_CASES = [((1, 1, 8, 8), 2, None, 0), ((2, 3, 7, 7), 3, 2, 1), ((1, 5, 8, 8), 3, 1, 1),
+              ((2, 1, 7, 9), (3, 2), (2, 1), (1, 0)), ((1, 2, 33, 7), 2, 2, 0)]
+
+
+def _distinct(rng, shape):
+    """Values at least 0.01 apart, so window maxima are unique (no ties)."""
+    return (rng.permutation(int(np.prod(shape))).reshape(shape) * 0.01).astype(np.float32)
+
+
+@pytest.mark.parametrize("xs, k, s, p", POOL_CASES)
+def test_max_pool(queue, rng, xs, k, s, p):
+    x = _distinct(rng, xs)
+    want, widx = ref.max_pool2d(x, k, s, p)
+    y, idx = poolk.max_pool2d_forward(up(queue, x), k, s, p)
+    close(y.to_host(), want, 0)
+    assert np.array_equal(idx.to_host(), widx)
+    g = rng.standard_normal(want.shape).astype(np.float32)
+    gx = poolk.max_pool2d_backward(up(queue, g), idx, xs, k, s, p)
+    close(gx.to_host(), ref.max_pool2d_grad(xs, widx, g))
+
+
+def test_max_pool_nan_and_ties(queue):
+    x = np.array([[[[1.0, 1.0], [0.0, np.nan]]]], np.float32)
+    y, idx = poolk.max_pool2d_forward(up(queue, x), 2)
+    assert np.isnan(y.to_host()).all() and idx.to_host().item() == 3
+    y, idx = poolk.max_pool2d_forward(up(queue, np.ones((1, 1, 2, 2))), 2)
+    assert idx.to_host().item() == 0                      # first maximum wins
+
+
+@pytest.mark.parametrize("xs, k, s, p", POOL_CASES)
+def test_avg_pool(queue, rng, xs, k, s, p):
+    x = rng.standard_normal(xs).astype(np.float32)
+    want = ref.avg_pool2d(x, k, s, p)
+    close(poolk.avg_pool2d_forward(up(queue, x), k, s, p).to_host(), want)
+    g = rng.standard_normal(want.shape).astype(np.float32)
+    gx = poolk.avg_pool2d_backward(up(queue, g), xs, k, s, p)
+    close(gx.to_host(), ref.avg_pool2d_grad(xs, g, k, s, p))
+
+
+@pytest.mark.parametrize("xs, out", [((2, 3, 8, 8), 1), ((1, 2, 7, 7), 3), ((1, 1, 5, 9), (2, 4)),
+                                     ((2, 5, 8, 8), 2), ((1, 1, 3, 3), 5)])
+def test_adaptive_avg_pool(queue, rng, xs, out):
+    x = rng.standard_normal(xs).astype(np.float32)
+    want = ref.adaptive_avg_pool2d(x, out)
+    y = poolk.adaptive_avg_pool2d_forward(up(queue, x), out)
+    close(y.to_host(), want)
+    g = rng.standard_normal(want.shape).astype(np.float32)
+    close(poolk.adaptive_avg_pool2d_backward(up(queue, g), xs).to_host(),
+          ref.adaptive_avg_pool2d_grad(xs, g))
+
+
+def test_pool_errors(queue):
+    x = up(queue, np.zeros((1, 1, 4, 4)))
+    with pytest.raises(pc.ShapeError, match=r"max_pool2d: padding \(2, 2\) must be at most half"):
+        poolk.max_pool2d_forward(x, 3, 1, 2)
+    with pytest.raises(pc.ShapeError, match=r"avg_pool2d: input must be 4-D"):
+        poolk.avg_pool2d_forward(up(queue, np.zeros((4, 4))), 2)
+    with pytest.raises(pc.ShapeError, match=r"does not fit"):
+        poolk.max_pool2d_forward(x, 5)
+
+
+# -- softmax and losses -------------------------------------------------------------------------
+@pytest.mark.parametrize("shape, axis", [((1, 7), -1), ((33, 10), 1), ((4, 5, 3), 1),
+                                         ((2, 3, 4), 0), ((257,), 0)])
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax(queue, rng, shape, axis, log):
+    x = (rng.standard_normal(shape) * 5 + 50).astype(np.float32)      # large: needs max-shift
+    fn = ref.log_softmax if log else ref.softmax
+    y = smk.softmax_forward(up(queue, x), axis, log=log)
+    close(y.to_host(), fn(x, axis))
+    g = rng.standard_normal(shape).astype(np.float32)
+    gx = smk.softmax_backward(y, up(queue, g), axis, log=log).to_host()
+    s = ref.softmax(x, axis)
+    if log:
+        want = g - s * g.sum(axis, keepdims=True)
+    else:
+        want = s * (g - (g * s).sum(axis, keepdims=True))
+    close(gx, want)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("n, c", [(1, 2), (7, 10), (300, 33)])
+def test_cross_entropy(queue, rng, dtype, n, c):
+    x = (rng.standard_normal((n, c)) * 3).astype(np.float32)
+    labels = rng.integers(0, c, n)
+    loss, lse, flag = smk.cross_entropy_forward(up(queue, x), up(queue, labels, dtype))
+    close(loss.to_host(), ref.cross_entropy(x, labels))
+    assert loss.shape == () and flag.to_host()[0] == -1
+    gx = smk.cross_entropy_backward(up(queue, x), up(queue, labels, dtype), lse,
+                                    up(queue, np.float32(2.0)))
+    close(gx.to_host(), 2 * ref.cross_entropy_grad(x, labels))
+
+
+def test_cross_entropy_flags_first_bad_label(queue):
+    x = up(queue, np.zeros((5, 3)))
+    loss, _, flag = smk.cross_entropy_forward(x, up(queue, [0, 1, 7, -1, 2], np.int64))
+    assert np.isnan(loss.item())
+    assert flag.to_host().tolist() == [2, 7]
+
+
+def test_mse(queue, rng):
+    p, t = rng.standard_normal((2, 3, 7)), rng.standard_normal((2, 3, 7))
+    loss = smk.mse_forward(up(queue, p), up(queue, t))
+    close(loss.to_host(), ((p - t) ** 2).mean())
+    gp, gt = smk.mse_backward(up(queue, p), up(queue, t), up(queue, np.float32(0.5)), True, True)
+    close(gp.to_host(), (p - t) / p.size)
+    close(gt.to_host(), -(p - t) / p.size)
+    with pytest.raises(pc.ShapeError, match=r"mse_loss: prediction \(2, 3\) and target \(3, 2\)"):
+        smk.mse_forward(up(queue, np.zeros((2, 3))), up(queue, np.zeros((3, 2))))
+
+
+# -- batch norm -------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(4, 3, 5, 5), (2, 1, 7, 7), (16, 5), (1, 3, 8, 8)])
+def test_batch_norm_train_and_eval(queue, rng, shape):
+    c = shape[1]
+    x = (rng.standard_normal(shape) * 2 + 3).astype(np.float32)
+    w, b = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    rm0, rv0 = rng.standard_normal(c).astype(np.float32), rng.random(c).astype(np.float32) + 0.5
+    rm, rv = up(queue, rm0), up(queue, rv0)
+    y, mean, invstd = bnk.batch_norm_forward(up(queue, x), up(queue, w), up(queue, b), rm, rv,
+                                             True, 0.2, 1e-5)
+    wy, wrm, wrv = ref.batch_norm_train(x, w, b, rm0, rv0, 0.2)
+    close(y.to_host(), wy)
+    close(rm.to_host(), wrm)
+    close(rv.to_host(), wrv)
+    g = rng.standard_normal(shape).astype(np.float32)
+    gx, gw, gb = bnk.batch_norm_backward(up(queue, x), up(queue, g), up(queue, w), mean, invstd,
+                                         True)
+    for got, want in zip((gx, gw, gb), ref.batch_norm_train_grads(x, w, g)):
+        close(got.to_host(), want, 2e-4)
+    ye, _, _ = bnk.batch_norm_forward(up(queue, x), up(queue, w), up(queue, b), rm, rv, False)
+    close(ye.to_host(), ref.batch_norm_eval(x, w, b, wrm, wrv))
+    close(rm.to_host(), wrm)                                  # eval leaves running stats alone
+
+
+def test_channel_sum(queue, rng):
+    x = rng.standard_normal((3, 4, 5, 2))
+    close(bnk.channel_sum(up(queue, x)).to_host(), x.sum((0, 2, 3)))
+
+
+# -- dropout RNG ----------------------------------------------------------------------------
+def test_dropout_mask_statistics_and_determinism(queue):
+    x = up(queue, np.ones(100_000))
+    y = rndk.dropout_forward(x, 0.25, seed=3, counter=5).to_host()
+    assert set(np.unique(y).tolist()) == {0.0, np.float32(1 / 0.75)}
+    assert abs((y == 0).mean() - 0.25) < 0.01
+    assert np.array_equal(y, rndk.dropout_forward(x, 0.25, seed=3, counter=5).to_host())
+    other = rndk.dropout_forward(x, 0.25, seed=3, counter=6).to_host()
+    assert not np.array_equal(y, other)
+    mask = rndk.dropout_mask(queue, (100_000,), 0.25, 3, 5).to_host()
+    assert np.array_equal(mask == 1, y != 0)
+    assert (rndk.dropout_forward(x, 1.0, 0, 0).to_host() == 0).all()
