@@ -308,11 +308,18 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
 
     nr = 2 * VW[variant]
     pm, pn = -(-m // MR), -(-n // nr)            # panels of op(A) rows / op(B) columns
-    # Packed temporaries return to the queue's pool when dropped here, which is safe: the
-    # in-order queue runs anything that reuses them after this GEMM.
-    pa = _pack(queue, variant, "pack_a", a, a_bs, sa, pm, MR, m, k, batch)
-    pb = _pack(queue, variant, "pack_b", b, b_bs, sb, pn, nr, n, k, batch if b_bs else 1)
+    # The panels are pooled temporaries, back in the queue's pool when dropped here: safe, as
+    # the in-order queue runs anything that reuses them after this GEMM.
+    b_batch = batch if b_bs else 1
+    pa = Tensor.empty(queue, (batch, pm, k, MR))
+    pb = Tensor.empty(queue, (b_batch, pn, k, nr))
     pa_bs, pb_bs = pm * MR * k, (pn * nr * k if b_bs else 0)
+    if k > 0:
+        _kernel(queue, "pack", variant)(
+            queue, (-(-k // PACK_GROUP) * PACK_GROUP, pm + pn, batch), (PACK_GROUP, 1, 1),
+            a.data, np.int64(a_bs), np.int64(sa[0]), np.int64(sa[1]), pa.data, np.int32(m),
+            np.int32(pm), b.data, np.int64(b_bs), np.int64(sb[0]), np.int64(sb[1]), pb.data,
+            np.int32(n), np.int32(pn), np.int32(b_batch), np.int32(k))
     if n % VW[variant] == 0:
         flags |= FLAG_VEC
     kern = _kernel(queue, "gemm_cpu", variant)
@@ -320,18 +327,6 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     kern(queue, (-(-pn // lx) * lx, -(-pm // ly) * ly, batch), (lx, ly, 1),
          pa.data, np.int64(pa_bs), pb.data, np.int64(pb_bs),
          out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
-
-
-def _pack(queue: cl.CommandQueue, variant: str, name: str, t: Tensor, t_bs: int,
-          strides: tuple[int, int], panels: int, width: int, rows: int, k: int,
-          batch: int) -> Tensor:
-    """``t`` as zero-padded k-major panels of ``width`` rows (a pooled temporary)."""
-    packed = Tensor.empty(queue, (batch, panels, k, width))
-    if k > 0:
-        _kernel(queue, name, variant)(queue, (-(-k // PACK_GROUP) * PACK_GROUP, panels, batch),
-                             (PACK_GROUP, 1, 1), t.data, np.int64(t_bs), np.int64(strides[0]),
-                             np.int64(strides[1]), packed.data, np.int32(rows), np.int32(k))
-    return packed
 
 
 # -- measuring -----------------------------------------------------------------------------
