@@ -330,15 +330,18 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
 
 
 # -- measuring -----------------------------------------------------------------------------
-def bench_gemm(queue: cl.CommandQueue, n: int, trans: str = "NN", repeats: int = 5,
+def bench_gemm(queue: cl.CommandQueue, n: int, trans: str = "NN", repeats: int = 7,
                numpy_threads: int | None = None, variant: str | None = None) -> dict:
     """GFLOP/s of an n x n x n ``gemm`` on ``queue`` and of ``numpy.matmul`` in the same run.
 
     ``trans`` is two letters, N or T, for A and B ("NN", "NT", "TN", "TT"). numpy runs on
     ``numpy_threads`` BLAS threads (default: the device's compute units) through threadpoolctl
     when it is installed (else on whatever numpy uses; ``numpy_threads`` is then reported as
-    None). Times are medians of ``repeats`` runs after a warm-up, each ended by
+    None). Each is warmed up, then timed ``repeats`` times in a block of its own (interleaving
+    them halves both: PoCL's and OpenBLAS's idle workers spin for a while after each call and
+    take the cores from the other); the medians count. Each gemm run ends with
     ``queue.finish()``.
+    For a fair numpy, unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE in the benchmarking command.
     """
     trans_a, trans_b = (c.upper() == "T" for c in trans)
     rng = np.random.default_rng(0)
@@ -346,32 +349,35 @@ def bench_gemm(queue: cl.CommandQueue, n: int, trans: str = "NN", repeats: int =
     hb = rng.standard_normal((n, n), dtype=np.float32)
     a, b = Tensor.from_host(queue, ha), Tensor.from_host(queue, hb)
     out = Tensor.empty(queue, (n, n))
-
-    def run():
-        gemm(a, b, trans_a=trans_a, trans_b=trans_b, out=out, _variant=variant)
-        queue.finish()
-
-    t_cl = _median_time(run, repeats)
     na, nb = (ha.T if trans_a else ha), (hb.T if trans_b else hb)
     threads = numpy_threads or queue.device.max_compute_units
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
-        threads, t_np = None, _median_time(lambda: np.matmul(na, nb), repeats)
-    else:
+        threads = threadpool_limits = None
+
+    def run_cl():
+        gemm(a, b, trans_a=trans_a, trans_b=trans_b, out=out, _variant=variant)
+        queue.finish()
+
+    def run_np():
+        if threadpool_limits is None:
+            return _timed(np.matmul, na, nb)
         with threadpool_limits(limits=threads, user_api="blas"):
-            t_np = _median_time(lambda: np.matmul(na, nb), repeats)
+            return _timed(np.matmul, na, nb)
+
+    _timed(run_cl)                        # warm-up: builds, first-touch allocations
+    t_cl = float(np.median([_timed(run_cl) for _ in range(repeats)]))
+    time.sleep(0.1)                       # let PoCL's workers go idle
+    run_np()
+    t_np = float(np.median([run_np() for _ in range(repeats)]))
     flop = 2.0 * n ** 3
     return {"n": n, "trans": trans.upper(), "variant": variant or choose_variant(queue.device),
             "gflops": flop / t_cl / 1e9, "numpy_gflops": flop / t_np / 1e9,
             "numpy_threads": threads, "seconds": t_cl, "numpy_seconds": t_np}
 
 
-def _median_time(fn, repeats: int) -> float:
-    fn()                                  # warm-up: builds, first-touch allocations
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+def _timed(fn, *args) -> float:
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
