@@ -80,11 +80,7 @@ class Linear(Module):
         if len(shape) < 1 or shape[-1] != self.in_features:
             raise ShapeError(f"{self!r}: input of shape {shape} does not end in "
                              f"{self.in_features} features")
-        if len(shape) == 2:
-            return ops.linear(x, self.weight, self.bias)
-        flat = ops.reshape(x, (math.prod(shape[:-1]), self.in_features))
-        return ops.reshape(ops.linear(flat, self.weight, self.bias),
-                           shape[:-1] + (self.out_features,))
+        return ops.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

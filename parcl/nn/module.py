@@ -46,7 +46,8 @@ def manual_seed(seed: int) -> None:
 
     Every layer built afterwards in this thread draws its initial weights from it, in
     construction order, so ``manual_seed(s)`` followed by the same model code gives
-    bit-identical parameters. Threads that never call it start from seed 0.
+    bit-identical parameters. Threads that never call it start from seed 0. (Dropout masks
+    come from a separate counter-based generator: ``tp.manual_seed``.)
     """
     _rng.generator = np.random.default_rng(int(seed))
 
