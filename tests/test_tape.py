@@ -1,0 +1,368 @@
+"""The autograd core: recording, backward, accumulation, explicit tapes, grad modes (thread-local),
+errors, cleanup and memory, anomaly detection, summaries. Examples from the netcl Tape / no_grad
+pages and Entrenar's tape chapter, run for real."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+import parcl as pc
+import parcl.tape as tp
+
+
+def leaf(queue, a, requires_grad=True):
+    return tp.tensor(pc.Tensor.from_host(queue, np.asarray(a, np.float32)), requires_grad)
+
+
+def run_threads(target, n=2, timeout=120):
+    errors = []
+
+    def wrapped(i):
+        try:
+            target(i)
+        except BaseException as exc:     # noqa: BLE001 - re-raised in the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=wrapped, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    if errors:
+        raise errors[0]
+
+
+# -- backward ---------------------------------------------------------------------------------
+def test_entrenar_example(queue):
+    """x=2, y=3, a=x+y, b=a*x: db/dx = 2x+y = 7, db/dy = x = 2, db/da = x = 2."""
+    x, y = leaf(queue, [2.0]), leaf(queue, [3.0])
+    with tp.Tape() as tape:
+        a = x + y
+        b = a * x
+    assert [n.op_name for n in tape.nodes] == ["add", "mul"]
+    assert b.parents == [a, x] and a.parents == [x, y]
+    tape.backward(b)
+    assert x.grad.to_host().tolist() == [7.0]
+    assert y.grad.to_host().tolist() == [2.0]
+    assert a.grad.to_host().tolist() == [2.0]
+
+
+def test_node_used_twice_accumulates(queue, rng):
+    xs = rng.standard_normal(7).astype(np.float32)
+    x = leaf(queue, xs)
+    with tp.Tape() as tape:
+        loss = tp.sum(x * x)
+    tape.backward(loss)
+    np.testing.assert_allclose(x.grad.to_host(), 2 * xs, rtol=1e-6)
+
+
+def test_gradient_accumulation_across_two_tapes(queue):
+    x = leaf(queue, [1.0, 2.0])
+    for _ in range(2):
+        with tp.Tape() as tape:
+            loss = tp.sum(x * 3.0)
+        tape.backward(loss)
+    np.testing.assert_array_equal(x.grad.to_host(), [6.0, 6.0])
+
+
+def test_upstream_grad_for_a_non_scalar_loss(queue):
+    x = leaf(queue, [1.0, 2.0, 3.0])
+    with tp.Tape() as tape:
+        y = x * x
+    tape.backward(y, grad=pc.Tensor.from_host(queue, np.array([1, 0, 2], np.float32)))
+    np.testing.assert_array_equal(x.grad.to_host(), [2.0, 0.0, 12.0])
+
+
+def test_inputs_without_requires_grad_get_no_grad(queue):
+    x, c = leaf(queue, [1.0]), leaf(queue, [5.0], requires_grad=False)
+    with tp.Tape() as tape:
+        loss = x * c
+    tape.backward(loss)
+    assert c.grad is None and x.grad.to_host().tolist() == [5.0]
+
+
+# -- explicit tapes and current tape ------------------------------------------------------------
+def test_explicit_tape_records_without_a_current_tape(queue):
+    x = leaf(queue, [-1.0, 2.0])
+    assert tp.get_current_tape() is None
+    tape = tp.Tape()
+    out = tp.relu(x, tape=tape)
+    loss = tp.sum(out, tape=tape)
+    assert [n.op_name for n in tape.nodes] == ["relu", "sum"]
+    tape.backward(loss)
+    np.testing.assert_array_equal(x.grad.to_host(), [0.0, 1.0])
+
+
+def test_explicit_tape_records_inside_no_grad(queue):
+    x = leaf(queue, [3.0])
+    tape = tp.Tape()
+    with tp.no_grad():
+        out = tp.mul(x, x, tape=tape)
+        untaped = tp.mul(x, x)
+    assert isinstance(out, tp.Node) and len(tape.nodes) == 1
+    assert isinstance(untaped, pc.Tensor)
+    tape.backward(out)
+    assert x.grad.to_host().tolist() == [6.0]
+
+
+def test_with_tape_restores_the_previous_tape(queue):
+    x = leaf(queue, [1.0])
+    outer, inner = tp.Tape(), tp.Tape()
+    with outer:
+        assert tp.get_current_tape() is outer
+        with inner:
+            assert tp.get_current_tape() is inner
+            tp.exp(x)
+        assert tp.get_current_tape() is outer
+        tp.neg(x)
+    assert tp.get_current_tape() is None
+    assert [n.op_name for n in inner.nodes] == ["exp"]
+    assert [n.op_name for n in outer.nodes] == ["neg"]
+
+
+def test_with_tape_restores_after_an_exception(queue):
+    with pytest.raises(RuntimeError):
+        with tp.Tape():
+            raise RuntimeError("boom")
+    assert tp.get_current_tape() is None
+
+
+# -- grad modes -------------------------------------------------------------------------------
+def test_no_grad_returns_raw_tensors_and_builds_no_node(queue):
+    x = leaf(queue, [1.0, 2.0])
+    with tp.Tape() as tape:
+        with tp.no_grad():
+            assert not tp.is_grad_enabled()
+            out = tp.tanh(x * 2.0)
+        assert tp.is_grad_enabled()
+    assert isinstance(out, pc.Tensor) and not isinstance(out, tp.Node)
+    assert tape.nodes == []
+
+    @tp.no_grad()
+    def evaluate(v):
+        return tp.exp(v)
+
+    assert isinstance(evaluate(x), pc.Tensor)
+    assert tp.is_grad_enabled()
+
+
+def test_set_grad_enabled_for_a_whole_script(queue):
+    x = leaf(queue, [1.0])
+    tp.set_grad_enabled(False)
+    try:
+        assert not tp.is_grad_enabled()
+        with tp.Tape() as tape:
+            out = tp.exp(x)
+            with tp.enable_grad():
+                recorded = tp.exp(x)
+        assert isinstance(out, pc.Tensor) and isinstance(recorded, tp.Node)
+        assert len(tape.nodes) == 1
+    finally:
+        tp.set_grad_enabled(True)
+    assert tp.is_grad_enabled()
+    assert isinstance(tp.exp(x), tp.Node)
+
+
+def test_grad_mode_is_thread_local(queues2):
+    """One thread's no_grad does not stop the other thread's recording."""
+    barrier = threading.Barrier(2, timeout=30)
+    seen = {}
+
+    def work(i):
+        q = queues2[i]
+        x = leaf(q, [1.0, 2.0])
+        if i == 0:
+            with tp.no_grad():
+                barrier.wait()                    # both threads are inside their block now
+                seen[i] = (tp.is_grad_enabled(), tp.mul(x, x))
+                barrier.wait()
+        else:
+            with tp.Tape() as tape:
+                barrier.wait()
+                seen[i] = (tp.is_grad_enabled(), tp.mul(x, x))
+                barrier.wait()
+            seen["tape"] = len(tape.nodes)
+
+    run_threads(work)
+    assert seen[0][0] is False and isinstance(seen[0][1], pc.Tensor)
+    assert seen[1][0] is True and isinstance(seen[1][1], tp.Node)
+    assert seen["tape"] == 1
+
+
+def _graph_grads(queue, seed):
+    rng = np.random.default_rng(seed)
+    w = leaf(queue, rng.standard_normal((4, 33)))
+    b = leaf(queue, rng.standard_normal((33,)))
+    x = leaf(queue, rng.standard_normal((4, 33)), requires_grad=False)
+    with tp.Tape() as tape:
+        h = tp.gelu(x * w + b)
+        loss = tp.mean(tp.sigmoid(h) * tp.tanh(h)) + tp.sum(tp.exp(tp.neg(h))) / 10.0
+    tape.backward(loss)
+    return w.grad.to_host(), b.grad.to_host(), loss.to_host()
+
+
+def test_two_threads_record_at_once_like_one_after_another(queues2):
+    rounds = 10
+    sequential = [_graph_grads(queues2[i], seed=i) for i in range(2)]
+    barrier = threading.Barrier(2, timeout=30)
+    concurrent = {}
+
+    def work(i):
+        barrier.wait()
+        concurrent[i] = [_graph_grads(queues2[i], seed=i) for _ in range(rounds)]
+
+    run_threads(work)
+    for i in range(2):
+        for got in concurrent[i]:
+            for g, want in zip(got, sequential[i]):
+                np.testing.assert_array_equal(g, want)    # bit-identical
+
+
+# -- errors -----------------------------------------------------------------------------------
+def test_backward_twice_is_an_error(queue):
+    x = leaf(queue, [1.0])
+    with tp.Tape() as tape:
+        loss = tp.exp(x)
+    tape.backward(loss)
+    with pytest.raises(pc.ParclError, match="twice"):
+        tape.backward(loss)
+
+
+def test_backward_after_release_is_an_error(queue):
+    x = leaf(queue, [1.0])
+    with tp.Tape() as tape:
+        loss = tp.exp(x)
+    tape.release()
+    with pytest.raises(pc.ParclError, match="released"):
+        tape.backward(loss)
+
+
+def test_non_scalar_loss_needs_a_grad(queue):
+    x = leaf(queue, [1.0, 2.0])
+    with tp.Tape() as tape:
+        y = tp.exp(x)
+    with pytest.raises(pc.ShapeError, match=r"shape \(2,\)"):
+        tape.backward(y)
+
+
+def test_backward_of_a_raw_tensor_is_an_error(queue):
+    x = leaf(queue, [1.0])
+    with tp.Tape() as tape, tp.no_grad():
+        y = tp.exp(x)
+    with pytest.raises(pc.ParclError, match="raw pc.Tensor"):
+        tape.backward(y)
+
+
+# -- cleanup and memory ---------------------------------------------------------------------------
+def _forward(queue, x, w):
+    h = tp.tanh(x * w)
+    return tp.sum(tp.sigmoid(h) * h)
+
+
+def test_release_clears_nodes(queue, rng):
+    x = leaf(queue, rng.standard_normal((33, 7)))
+    w = leaf(queue, rng.standard_normal((7,)))
+    with tp.Tape() as tape:
+        loss = _forward(queue, x, w)
+    nodes = list(tape.nodes)
+    assert len(nodes) == 5 and all(n.grad_fn is not None for n in nodes)
+    tape.backward(loss)
+    tape.release()
+    assert tape.nodes == []
+    assert all(n.grad_fn is None and n.parents == [] for n in nodes)
+
+
+@pytest.mark.parametrize("how", ["release", "drop", "reassign"])
+def test_cleanup_returns_pool_memory(devices2, rng, how):
+    """After release (or dropping the tape) activations go back to the pool: bytes in use fall
+    to the pre-forward level plus what the caller still holds (the loss and leaf grads)."""
+    q = pc.new_queue(devices2[0])             # a private pool: nothing else allocates on it
+    x = leaf(q, rng.standard_normal((64, 257)))
+    w = leaf(q, rng.standard_normal((257,)))
+    gc.collect()
+    before = pc.memory_stats(q)["bytes_in_use"]
+    tape = tp.Tape()
+    with tape:
+        loss = _forward(q, x, w)
+    refs = [weakref.ref(n) for n in tape.nodes if n is not loss]
+    during = pc.memory_stats(q)["bytes_in_use"]
+    assert during > before + 4 * 64 * 257 * 4       # activations are held by the graph
+    tape.backward(loss)
+    if how == "release":
+        tape.release()
+    elif how == "drop":
+        del tape
+    else:
+        tape = tp.Tape()                          # netcl: old tape reassigned -> __del__
+    assert all(r() is None for r in refs)         # intermediate nodes are gone
+    x.grad = w.grad = None
+    held = loss.value.nbytes + loss.grad.nbytes   # the caller still holds the loss
+    assert pc.memory_stats(q)["bytes_in_use"] - before <= 2 * 256 and held <= 8
+    del loss
+    assert pc.memory_stats(q)["bytes_in_use"] == before
+    q.finish()
+
+
+def test_retain_grads_false_frees_intermediate_grads(queue, rng):
+    x = leaf(queue, rng.standard_normal((7,)))
+    with tp.Tape() as tape:
+        h = tp.exp(x)
+        loss = tp.sum(h * h)
+    tape.backward(loss, retain_grads=False)
+    assert h.grad is None and x.grad is not None
+
+
+# -- anomaly detection ------------------------------------------------------------------------
+def test_anomaly_in_forward_names_the_op(queue):
+    x = leaf(queue, [-1.0, 1.0])
+    with tp.detect_anomaly(), tp.Tape():
+        with pytest.raises(pc.AnomalyError, match="'log'") as info:
+            tp.log(x)
+        assert "forward" in str(info.value) and "test_tape.py" in str(info.value)
+        zero = leaf(queue, [0.0, 1.0])
+        with pytest.raises(pc.AnomalyError, match="'div'"):
+            tp.div(x, zero)
+    assert not tp.is_anomaly_enabled()
+
+
+def test_anomaly_in_backward_names_the_op(queue):
+    x = leaf(queue, [0.0, 4.0])
+    with tp.detect_anomaly():
+        with tp.Tape() as tape:
+            loss = tp.sum(tp.sqrt(x))             # finite forward, 1/(2*sqrt(0)) = inf backward
+        with pytest.raises(pc.AnomalyError, match="backward of op 'sqrt'"):
+            tape.backward(loss)
+        a, b = leaf(queue, [1e-10]), leaf(queue, [1e-30])
+        with tp.Tape() as tape:
+            loss = tp.sum(a / b)                  # 1e20 is finite; d/db = -1e50 is not
+        with pytest.raises(pc.AnomalyError, match="backward of op 'div'"):
+            tape.backward(loss)
+
+
+def test_without_anomaly_mode_nan_passes_silently(queue):
+    x = leaf(queue, [-1.0])
+    with tp.Tape():
+        out = tp.log(x)
+    assert np.isnan(out.to_host()[0])
+
+
+# -- printing ---------------------------------------------------------------------------------
+def test_print_tape_summary(queue, capsys):
+    x = leaf(queue, np.ones((2, 3)))
+    w = leaf(queue, np.ones((3,)))
+    with tp.Tape() as tape:
+        h = tp.relu(x * w)
+        tp.mean(h)
+    print(tape)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "Tape(3 nodes)"
+    assert lines[1].strip() == "[0] mul(param(2, 3), param(3,)) -> (2, 3)"
+    assert lines[2].strip() == "[1] relu(#0) -> (2, 3)"
+    assert lines[3].strip() == "[2] mean(#1) -> ()"
+    assert tape.summary() == str(tape)
