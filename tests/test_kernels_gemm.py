@@ -111,20 +111,39 @@ def test_beta_zero_ignores_garbage_in_out(queue, rng):
     _close(out.to_host(), _op(a, False) @ _op(b, False))
 
 
-def test_epilogue_order_with_beta_bias_relu(queue, rng):
-    a, b = _operands(rng, 8, 16, 4, False, False)
-    c0 = rng.standard_normal((8, 16)).astype(np.float32)
-    bias = rng.standard_normal(16).astype(np.float32)
+@pytest.mark.parametrize("n", [32, 35])      # whole-vector and edge stores
+def test_epilogue_order_with_beta_bias_relu(queue, rng, variant, n):
+    a, b = _operands(rng, 8, n, 4, False, False)
+    c0 = rng.standard_normal((8, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
     out = _up(queue, c0)
-    gemm(_up(queue, a), _up(queue, b), out=out, beta=2.0, bias=_up(queue, bias), relu=True)
+    gemm(_up(queue, a), _up(queue, b), out=out, beta=2.0, bias=_up(queue, bias), relu=True,
+         _variant=variant)
     _close(out.to_host(), np.maximum(_op(a, False) @ _op(b, False) + 2 * c0 + bias, 0))
 
 
-def test_nan_propagates(queue):
+@pytest.mark.parametrize("n", [32, 35])
+def test_nan_propagates_through_relu(queue, variant, n):
     a = np.ones((8, 8), np.float32)
     a[3, 2] = np.nan
-    c = gemm(_up(queue, a), _up(queue, np.ones((8, 16), np.float32)), relu=True).to_host()
+    c = gemm(_up(queue, a), _up(queue, np.ones((8, n), np.float32)), relu=True,
+             _variant=variant).to_host()
     assert np.isnan(c[3]).all() and not np.isnan(np.delete(c, 3, axis=0)).any()
+
+
+def test_empty_inner_dimension_gives_bias(queue, variant):
+    bias = np.arange(5, dtype=np.float32)
+    c = gemm(pc.Tensor.empty(queue, (3, 0)), pc.Tensor.empty(queue, (0, 5)),
+             bias=_up(queue, bias), _variant=variant)
+    np.testing.assert_array_equal(c.to_host(), np.broadcast_to(bias, (3, 5)))
+
+
+def test_default_path_small_and_large(queue, rng):
+    """No forced variant: tiny products take the one-launch kernel, the rest the packed one."""
+    for m, n, k in [(3, 5, 2), (64, 10, 128), (70, 300, 130)]:
+        a, b = _operands(rng, m, n, k, True, False)
+        _close(gemm(_up(queue, a), _up(queue, b), trans_a=True).to_host(),
+               _op(a, True) @ _op(b, False))
 
 
 @pytest.mark.parametrize("trans_a,trans_b", TRANS)
