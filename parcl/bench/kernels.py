@@ -1,0 +1,315 @@
+"""``parcl-bench kernels``: kernel throughput against numpy in the same run, and launch cost.
+
+* GEMM GFLOP/s (``2*n^3`` flop) for NN, NT and TN at ``--sizes`` (256..2048): the whole device
+  against numpy with as many BLAS threads as the device has compute units, and one sub-device
+  (one compute unit's share of the CPU) against numpy on one thread. Thread limits go through
+  threadpoolctl; without it numpy runs on its default threads and the table says so.
+* elementwise (add, relu) and reduction (sum of all, sum over rows) GB/s (bytes read + written
+  once) against numpy's ``add``/``maximum``/``sum``.
+* conv2d forward and backward (input + weight gradients, 2x the forward flop) GFLOP/s against
+  a numpy im2col + matmul forward.
+* host cost of a launch: microseconds per enqueue of a one-element kernel (through parcl's
+  launcher and through a raw pyopencl kernel call), per kernel to drain the queue, and the
+  enqueue + ``finish`` round trip.
+
+JSON tables: ``gemm`` (``device``, ``trans``, ``n``, ``variant``, ``gflops`` (+ ``_min``/
+``_max``), ``numpy_gflops`` (+ ...), ``numpy_threads``, ``ratio``), ``memory`` (``device``,
+``op``, ``elems``, ``gbps``, ``numpy_gbps``, ``ratio``), ``conv`` (``device``, ``shape``,
+``pass``, ``gflops``, ``numpy_gflops``, ``ratio``), ``launch`` (``device``, ``what``, ``us``).
+"""
+
+# The timed lambdas run inside the loop iteration that defines them (never later):
+# ruff: noqa: B023
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import parcl as pc
+from parcl.kernels import conv as K_conv
+from parcl.kernels import elementwise as ew
+from parcl.kernels import reduction as red
+from parcl.kernels._cache import get_kernel
+from parcl.kernels.gemm import choose_variant, gemm
+from parcl.runtime import is_gpu
+
+from . import reference
+from .common import (
+    BenchError,
+    add_table,
+    device_info,
+    fmt_range,
+    human_bytes,
+    new_result,
+    numpy_threads,
+    parse_ints,
+    parse_sizes,
+    put_rate,
+    repeat_of,
+    require_matplotlib,
+    resolve_devices,
+    save_figure,
+    time_runs,
+    warmup_of,
+)
+
+# name -> (x shape NCHW, weight shape, padding): the CNN's two convolutions at batch 64 and a
+# ResNet-18 layer1 convolution at batch 8
+CONV_SHAPES = {
+    "cnn1": ((64, 1, 28, 28), (32, 1, 3, 3), 0),
+    "cnn2": ((64, 32, 13, 13), (64, 32, 3, 3), 0),
+    "resnet": ((8, 64, 56, 56), (64, 64, 3, 3), 1),
+    "tiny": ((2, 3, 8, 8), (4, 3, 3, 3), 1),
+}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--sizes", default="256,512,1024,2048", help="GEMM sizes n (n x n x n)")
+    p.add_argument("--trans", default="NN,NT,TN", help="GEMM transposes (default NN,NT,TN)")
+    p.add_argument("--vector-sizes", default="1M,16M",
+                   help="elements for the elementwise/reduction rows (K/M suffixes count "
+                        "elements here)")
+    p.add_argument("--conv", default="cnn1,cnn2,resnet",
+                   help=f"conv shapes from {sorted(CONV_SHAPES)}")
+    p.add_argument("--launches", type=int, default=2000, help="launches per overhead run")
+    p.add_argument("--devices", default=None, metavar="SPEC",
+                   help="device spec for the whole-device rows (default: the CPU device); a "
+                        "CPU is also measured as one sub-device of one compute unit")
+    p.add_argument("--skip", default="", help="sections to skip: gemm,memory,conv,launch")
+
+
+def _targets(args) -> list[tuple[str, object, int]]:
+    """(label, device, numpy threads): the whole device, and a CPU's one-CU sub-device."""
+    devs = resolve_devices(args.devices or "cpu")
+    whole = devs[0]
+    units = int(whole.max_compute_units)
+    out = [("whole", whole, units)]
+    if not is_gpu(whole) and units > 1 and args.devices in (None, "cpu"):
+        out.append(("1 CU", resolve_devices(None, units)[0], 1))
+    return out
+
+
+def run(args) -> dict:
+    repeat, warmup = repeat_of(args, 5), warmup_of(args, 1)
+    sizes = parse_ints(args.sizes, "size")
+    trans = [t.strip().upper() for t in args.trans.split(",") if t.strip()]
+    if any(len(t) != 2 or set(t) - {"N", "T"} for t in trans):
+        raise BenchError(f"--trans {args.trans!r}: use two letters of N/T, e.g. NN,NT,TN")
+    vectors = parse_sizes(args.vector_sizes)
+    convs = [c.strip() for c in args.conv.split(",") if c.strip()]
+    for c in convs:
+        if c not in CONV_SHAPES:
+            raise BenchError(f"unknown --conv shape {c!r}; choose from {sorted(CONV_SHAPES)}")
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    result = new_result("kernels", {"sizes": sizes, "trans": trans, "vector_sizes": vectors,
+                                    "conv": convs, "repeat": repeat, "warmup": warmup})
+    targets = _targets(args)
+    result["devices"] = [device_info(d, label) for label, d, _ in targets]
+    _, applied = numpy_threads(1)
+    if not applied:
+        result["notes"].append("threadpoolctl is not installed: numpy ran on its default BLAS "
+                               "threads in every row (pip install threadpoolctl)")
+    gemm_rows, mem_rows, conv_rows, launch_rows = [], [], [], []
+    for label, dev, threads in targets:
+        q = pc.new_queue(dev)
+        limit, applied = numpy_threads(threads)
+        with limit:
+            nthreads = threads if applied else None
+            if "gemm" not in skip:
+                gemm_rows += _gemm(q, label, sizes, trans, nthreads, repeat, warmup)
+            if "memory" not in skip:
+                mem_rows += _memory(q, label, vectors, repeat, warmup)
+            if "conv" not in skip:
+                conv_rows += _conv(q, label, convs, repeat, warmup)
+        if "launch" not in skip:
+            launch_rows += _launch(q, label, args.launches, repeat)
+    spread = fmt_range("gflops", ".1f")
+    add_table(result, "gemm", "GEMM n x n x n: parcl vs numpy.matmul (same run), median "
+              f"[min-max] of {repeat} runs", [
+                  ("device", "device", ""), ("trans", "trans", ""), ("n", "n", ""),
+                  ("variant", "variant", ""), ("gflops", "parcl GFLOP/s", ".1f"),
+                  ("gflops_range", "[min-max]", spread),
+                  ("numpy_gflops", "numpy GFLOP/s", ".1f"),
+                  ("numpy_threads", "numpy threads", ""), ("ratio", "parcl/numpy", ".2f")],
+              gemm_rows)
+    add_table(result, "memory", "elementwise and reduction: GB/s of bytes read + written", [
+        ("device", "device", ""), ("op", "op", ""), ("size", "elements", ""),
+        ("gbps", "parcl GB/s", ".2f"), ("gbps_range", "[min-max]", fmt_range("gbps", ".2f")),
+        ("numpy_gbps", "numpy GB/s", ".2f"), ("ratio", "parcl/numpy", ".2f")], mem_rows)
+    add_table(result, "conv", "conv2d (im2col + GEMM): GFLOP/s; backward = input + weight "
+              "gradients (2x forward flop); numpy = im2col + matmul forward", [
+                  ("device", "device", ""), ("shape", "shape", ""), ("pass", "pass", ""),
+                  ("gflops", "parcl GFLOP/s", ".1f"),
+                  ("gflops_range", "[min-max]", spread),
+                  ("numpy_gflops", "numpy GFLOP/s", ".1f"), ("ratio", "parcl/numpy", ".2f")],
+              conv_rows)
+    add_table(result, "launch", "host cost of a launch (one-element kernel)", [
+        ("device", "device", ""), ("what", "what", ""), ("us", "us", ".1f"),
+        ("us_range", "[min-max]", fmt_range("us", ".1f"))], launch_rows)
+    for name in [n for n in list(result["tables"]) if not result["tables"][n]["rows"]]:
+        del result["tables"][name]
+    return result
+
+
+def _ratio(row: dict, key: str, ref: str) -> None:
+    row["ratio"] = row[key] / row[ref] if row.get(ref) else None
+
+
+def _gemm(q, label, sizes, trans, threads, repeat, warmup) -> list[dict]:
+    rows = []
+    rng = np.random.default_rng(0)
+    for n in sizes:
+        ha = rng.standard_normal((n, n), dtype=np.float32)
+        hb = rng.standard_normal((n, n), dtype=np.float32)
+        a, b = pc.Tensor.from_host(q, ha), pc.Tensor.from_host(q, hb)
+        out = pc.Tensor.empty(q, (n, n))
+        flop = 2.0 * n ** 3
+        for t in trans:
+            ta, tb = t[0] == "T", t[1] == "T"
+            cl_stat = time_runs(lambda: gemm(a, b, trans_a=ta, trans_b=tb, out=out),
+                                repeat, warmup, sync=q.finish)
+            na, nb = (ha.T if ta else ha), (hb.T if tb else hb)
+            np_stat = time_runs(lambda: np.matmul(na, nb), repeat, warmup)
+            row = {"device": label, "trans": t, "n": n, "variant": choose_variant(q.device),
+                   "numpy_threads": threads if threads is not None else "default"}
+            put_rate(row, "gflops", flop / 1e9, cl_stat)
+            put_rate(row, "numpy_gflops", flop / 1e9, np_stat)
+            _ratio(row, "gflops", "numpy_gflops")
+            rows.append(row)
+    return rows
+
+
+def _memory(q, label, vectors, repeat, warmup) -> list[dict]:
+    rows = []
+    rng = np.random.default_rng(1)
+    for n in vectors:
+        ha = rng.standard_normal(n, dtype=np.float32)
+        hb = rng.standard_normal(n, dtype=np.float32)
+        hc = np.empty_like(ha)
+        a, b = pc.Tensor.from_host(q, ha), pc.Tensor.from_host(q, hb)
+        c = pc.Tensor.empty(q, (n,))
+        cols = 256 if n % 256 == 0 else 1
+        a2, ha2 = a.reshape(n // cols, cols), ha.reshape(n // cols, cols)
+        cases = [
+            ("add", 12 * n, lambda: ew.binary("add", a, b, out=c),
+             lambda: np.add(ha, hb, out=hc)),
+            ("relu", 8 * n, lambda: ew.unary("relu", a, out=c),
+             lambda: np.maximum(ha, 0, out=hc)),
+            ("sum (all)", 4 * n, lambda: red.sum(a), lambda: ha.sum()),
+            (f"sum (rows of {cols})", 4 * n, lambda: red.sum(a2, axis=1),
+             lambda: ha2.sum(axis=1)),
+        ]
+        for op, nbytes, fn_cl, fn_np in cases:
+            cl_stat = time_runs(fn_cl, repeat, warmup, sync=q.finish)
+            np_stat = time_runs(fn_np, repeat, warmup)
+            row = {"device": label, "op": op, "elems": n, "size": human_bytes(n).rstrip("B")}
+            put_rate(row, "gbps", nbytes / 1e9, cl_stat)
+            put_rate(row, "numpy_gbps", nbytes / 1e9, np_stat)
+            _ratio(row, "gbps", "numpy_gbps")
+            rows.append(row)
+    return rows
+
+
+def _conv(q, label, names, repeat, warmup) -> list[dict]:
+    rows = []
+    rng = np.random.default_rng(2)
+    for name in names:
+        xs, ws, pad = CONV_SHAPES[name]
+        hx = rng.standard_normal(xs, dtype=np.float32)
+        hw = rng.standard_normal(ws, dtype=np.float32) * 0.1
+        x, w = pc.Tensor.from_host(q, hx), pc.Tensor.from_host(q, hw)
+        y = K_conv.conv2d_forward(x, w, None, 1, pad)
+        g = pc.Tensor.from_host(q, rng.standard_normal(y.shape, dtype=np.float32))
+        n, cin, h, wd = xs
+        cout, _, kh, kw = ws
+        oh, ow = y.shape[2], y.shape[3]
+        flop = 2.0 * n * cout * oh * ow * cin * kh * kw
+        shape = f"{name} x{xs} w{ws}"
+        fwd = time_runs(lambda: K_conv.conv2d_forward(x, w, None, 1, pad), repeat, warmup,
+                        sync=q.finish)
+        bwd = time_runs(lambda: K_conv.conv2d_backward(x, w, g, 1, pad, need_input=True,
+                                                       need_weight=True), repeat, warmup,
+                        sync=q.finish)
+        np_fwd = time_runs(lambda: reference.conv2d_forward(hx, hw, None, pad), repeat, warmup)
+        for pss, stat, fl, np_stat in (("forward", fwd, flop, np_fwd),
+                                       ("backward", bwd, 2 * flop, None)):
+            row = {"device": label, "shape": shape, "pass": pss}
+            put_rate(row, "gflops", fl / 1e9, stat)
+            if np_stat is not None:
+                put_rate(row, "numpy_gflops", fl / 1e9, np_stat)
+                _ratio(row, "gflops", "numpy_gflops")
+            rows.append(row)
+    return rows
+
+
+def _launch(q, label, launches, repeat) -> list[dict]:
+    if launches < 1:
+        raise BenchError(f"--launches must be >= 1, got {launches}")
+    t = pc.Tensor.zeros(q, (1,))
+    raw = get_kernel(q, ew.SOURCE, "scale")
+    one, alpha = np.int32(1), np.float32(1.0)
+
+    def parcl_launch():
+        ew.scale_(t, 1.0)
+
+    def raw_launch():
+        raw(q, (1,), None, t.data, alpha, one)
+
+    rows = []
+    for what, fn in (("parcl launcher", parcl_launch), ("raw pyopencl call", raw_launch)):
+        fn()
+        q.finish()
+        enq, drain = [], []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for _ in range(launches):
+                fn()
+            t1 = time.perf_counter()
+            q.finish()
+            t2 = time.perf_counter()
+            enq.append((t1 - t0) / launches)
+            drain.append((t2 - t0) / launches)
+        rows.append(_us_row(label, f"enqueue ({what})", enq))
+        rows.append(_us_row(label, f"enqueue + run, per kernel ({what})", drain))
+    trips = []
+    for _ in range(max(launches // 10, 10)):
+        t0 = time.perf_counter()
+        parcl_launch()
+        q.finish()
+        trips.append(time.perf_counter() - t0)
+    rows.append(_us_row(label, "enqueue + finish round trip", trips))
+    return rows
+
+
+def _us_row(label, what, times) -> dict:
+    t = np.asarray(times) * 1e6
+    return {"device": label, "what": what, "us": float(np.median(t)),
+            "us_min": float(t.min()), "us_max": float(t.max())}
+
+
+def plot(result: dict, path: str) -> None:
+    plt = require_matplotlib()
+    rows = result["tables"].get("gemm", {}).get("rows", [])
+    if not rows:
+        raise BenchError("--plot for kernels draws the GEMM table, which was skipped")
+    devices = list(dict.fromkeys(r["device"] for r in rows))
+    fig, axes = plt.subplots(1, len(devices), figsize=(4.2 * len(devices), 3.4), squeeze=False)
+    for ax, dev in zip(axes[0], devices):
+        sub = [r for r in rows if r["device"] == dev]
+        for t in dict.fromkeys(r["trans"] for r in sub):
+            pts = sorted((r["n"], r["gflops"]) for r in sub if r["trans"] == t)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
+                    label=f"parcl {t}")
+        pts = sorted({(r["n"], r["numpy_gflops"]) for r in sub if r["trans"] == "NN"} or
+                     {(r["n"], r["numpy_gflops"]) for r in sub})
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "k--", marker="s", ms=3,
+                label=f"numpy ({sub[0]['numpy_threads']} thr)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("n")
+        ax.set_ylabel("GFLOP/s")
+        ax.set_title(f"GEMM, {dev} device", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    save_figure(fig, path)

@@ -1,0 +1,74 @@
+"""The benchmark models, their default batches and random data.
+
+* ``mlp``: 784-512-512-10 with ReLU, batch 256 (inputs 784 floats).
+* ``cnn``: conv(1->32, 3) - relu - maxpool 2 - conv(32->64, 3) - relu - maxpool 2 - flatten -
+  linear(64*5*5 -> 10), batch 64 of 1x28x28.
+* ``resnet18``: torchvision's ResNet-18 (10 classes), batch 16 of 3x``image_size``^2 (224 by
+  default in ``memory``, smaller where the benchmark says so).
+
+Labels are int64 class indices; the loss is cross entropy; the optimizer SGD(lr=0.01).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import parcl as pc
+
+MODELS = ("mlp", "cnn", "resnet18")
+DEFAULT_BATCH = {"mlp": 256, "cnn": 64, "resnet18": 16}
+LR = 0.01
+
+
+def input_shape(model: str, image_size: int = 224) -> tuple[int, ...]:
+    if model == "mlp":
+        return (784,)
+    if model == "cnn":
+        return (1, 28, 28)
+    return (3, image_size, image_size)
+
+
+def builder(model: str):
+    """``build(queue) -> pc.nn.Module`` for ``model``, seeded so every call builds the same
+    weights."""
+    nn = pc.nn
+
+    def build(queue):
+        nn.manual_seed(0)
+        if model == "mlp":
+            return nn.Sequential(nn.Linear(784, 512, queue=queue), nn.ReLU(),
+                                 nn.Linear(512, 512, queue=queue), nn.ReLU(),
+                                 nn.Linear(512, 10, queue=queue))
+        if model == "cnn":
+            return nn.Sequential(nn.Conv2d(1, 32, 3, queue=queue), nn.ReLU(), nn.MaxPool2d(2),
+                                 nn.Conv2d(32, 64, 3, queue=queue), nn.ReLU(), nn.MaxPool2d(2),
+                                 nn.Flatten(), nn.Linear(64 * 5 * 5, 10, queue=queue))
+        if model == "resnet18":
+            return nn.resnet18(num_classes=10, in_channels=3, queue=queue)
+        raise ValueError(f"unknown model {model!r}; choose from {MODELS}")
+    return build
+
+
+def batch(model: str, n: int, image_size: int = 224, seed: int = 0):
+    """Random ``(x float32, y int64)`` of ``n`` samples for ``model``."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, *input_shape(model, image_size)), dtype=np.float32)
+    y = rng.integers(0, 10, n).astype(np.int64)
+    return x, y
+
+
+def torch_model(model: str, state: dict):
+    """The same model in PyTorch with parcl's initial weights ``state`` (a state_dict)."""
+    import torch
+    from torch import nn
+
+    if model == "mlp":
+        m = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                          nn.Linear(512, 10))
+    elif model == "cnn":
+        m = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3),
+                          nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 5 * 5, 10))
+    else:
+        raise ValueError(f"no PyTorch twin for {model!r}")
+    m.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
+    return m
