@@ -250,6 +250,17 @@ def test_transpose_every_permutation(queue, rng, shape):
         np.testing.assert_array_equal(got, np.transpose(x, perm))
 
 
+@pytest.mark.parametrize("shape,perm", [((33, 257), (1, 0)), ((5, 17, 40), (0, 2, 1)),
+                                        ((1, 16, 16), (0, 2, 1)), ((3, 4, 5, 6), (0, 2, 3, 1)),
+                                        ((7, 1), (1, 0))])
+@pytest.mark.parametrize("tiled", [True, False])
+def test_transpose_2d_kernels(queue, rng, shape, perm, tiled):
+    """Both (batched) 2-D kernels, the GPU's tiled one forced on this device too."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    got = layout.transpose(dev(queue, x), perm, tiled=tiled).to_host()
+    np.testing.assert_array_equal(got, np.transpose(x, perm))
+
+
 def test_transpose_int_and_negative_axes(queue):
     x = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
     got = layout.transpose(pc.Tensor.from_host(queue, x), (-1, 0, 1))

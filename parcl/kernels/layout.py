@@ -98,9 +98,10 @@ def normalize_axes(axes, ndim: int, shape) -> tuple[int, ...]:
     return norm
 
 
-def transpose(x: Tensor, axes=None) -> Tensor:
+def transpose(x: Tensor, axes=None, *, tiled: bool | None = None) -> Tensor:
     """A new contiguous tensor: ``x`` with its axes permuted (``np.transpose`` semantics;
-    ``axes=None`` reverses them)."""
+    ``axes=None`` reverses them). ``tiled`` forces the kernel of (batched) 2-D transposes
+    (default: the local-memory tiled kernel on a GPU, row loops on a CPU)."""
     if not isinstance(x, Tensor):
         raise TypeError(f"transpose: expected a pc.Tensor, got {type(x).__name__}")
     if x.dtype not in SUPPORTED or x.dtype.itemsize != 4:
@@ -138,7 +139,7 @@ def transpose(x: Tensor, axes=None) -> Tensor:
     if batched_2d:
         batch = dims[0] if len(dims) == 3 else 1
         cols, rows = dims[-2], dims[-1]          # x is (batch, rows, cols)
-        if is_gpu(q.device):
+        if tiled if tiled is not None else is_gpu(q.device):
             k = get_kernel(q, SOURCE, "transpose_tiled")
             gsize = (_round(cols, TILE), _round(rows, TILE), batch)
             k(q, gsize, (TILE, TILE, 1), out.data, x.data, np.int32(rows), np.int32(cols))
