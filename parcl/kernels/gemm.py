@@ -1,6 +1,6 @@
 """GEMM: ``C = op(A) @ op(B)`` with a fused bias/ReLU/accumulate epilogue, plain and batched.
 
-Three variants live in ``cl/gemm.cl``, chosen by device *type* (never by platform name):
+The variants live in ``cl/gemm.cl`` and are chosen by device *type* (never by platform name):
 
 * ``"cpu16"`` / ``"cpu8"`` — operands are packed into k-major panels (8 rows of op(A), 32 or 16
   columns of op(B); transposes and zero padding to whole panels happen there), then each
@@ -10,6 +10,8 @@ Three variants live in ``cl/gemm.cl``, chosen by device *type* (never by platfor
   processes on float16 code, so it becomes the default for a device only after a subprocess
   has built it and checked its results there (``wide_kernel_ok``, remembered on disk);
   otherwise CPUs get ``cpu8``.
+* ``"direct8"`` / ``"direct16"`` — CPU products under ``DIRECT_MAX`` multiply-adds: one
+  launch, no packing, 4x4 of C per work-item (PoCL spends ~0.1 ms per enqueue).
 * ``"tiled"`` — the GPU shape: 64x64 tiles through local memory, 4x4 registers per work-item.
 
 All run on every device; tests force one with the private ``_variant`` argument.
@@ -57,7 +59,7 @@ DIRECT_GROUP = (8, 8)            # work-items (4x4 blocks of C each) per gemm_di
 # Up to this many multiply-adds a CPU product runs as one gemm_direct launch: PoCL takes ~0.1 ms
 # per enqueue, which the two packing launches would add to a product this small.
 DIRECT_MAX = 1 << 17
-VARIANTS = ("cpu16", "cpu8", "direct", "direct16", "tiled")
+VARIANTS = ("cpu16", "cpu8", "direct16", "direct8", "tiled")
 
 _source: str | None = None
 
@@ -67,7 +69,7 @@ def _kernel(queue: cl.CommandQueue, name: str, variant: str) -> cl.Kernel:
     if _source is None:
         _source = load_source("gemm")
     # One source, one program per vector width: "direct16" is gemm_direct from cpu16's
-    # program; "direct" and "tiled" share cpu8's.
+    # program; "direct8" and "tiled" share cpu8's.
     vw = VW.get("cpu" + variant[6:]) if variant.startswith("direct") else VW.get(variant)
     options = _OPTIONS + (f"-DVW={vw or 8}",)
     return get_kernel(queue, _source, name, options)
@@ -295,7 +297,7 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     # op(A)[i, k] and op(B)[k, j] as (row stride, k stride) in the tensors' memory
     sa = (1, m) if trans_a else (k, 1)
     sb = (k, 1) if trans_b else (1, n)
-    if variant.startswith("direct"):
+    if variant in ("direct8", "direct16"):
         kern = _kernel(queue, "gemm_direct", variant)
         lx, ly = DIRECT_GROUP
         kern(queue, (-(-n // (4 * lx)) * lx, -(-m // (4 * ly)) * ly, batch), (lx, ly, 1),
