@@ -6,8 +6,8 @@ axes (scaled by 1/count for the mean).
 >>> with tp.Tape() as tape:
 ...     loss = tp.mean(x)
 >>> tape.backward(loss)
->>> x.grad.to_host()[0, 0]   # 1/6
-0.16666667
+>>> round(float(x.grad.to_host()[0, 0]), 4)   # 1/6
+0.1667
 """
 
 from __future__ import annotations
