@@ -1,2 +1,350 @@
-def add_arguments(p):
-    pass
+"""``parcl-bench scaling``: data-parallel throughput vs replica count, and where a step goes.
+
+For each replica count ``n`` (``--replicas 1,2``) a ``ReplicaGroup`` runs on the first ``n``
+devices. By default the devices are the CPU split into ``max(replicas)`` sub-devices, so every
+replica, the 1-replica baseline included, owns the same share of the CPU: the comparison is per
+device. ``--batch-per-replica B`` (weak scaling, the default with the model's batch) gives each
+replica ``B`` samples; ``--global-batch B`` (strong scaling) splits ``B`` over the replicas.
+
+Two loops per ``n``:
+
+* the headline ``samples/s``: ``--steps`` calls of ``group.step`` with no extra
+  synchronisation (the way training runs), timed ``--repeat`` times after warm-up;
+* the phase split, the same step rebuilt from the group's public pieces with every queue
+  finished after each phase: ``group.run`` for forward + backward in every replica (host to
+  device copy included), ``group.allreduce_grads``, ``optimizer.step()`` (+ ``zero_grad``),
+  ``group.broadcast_parameters()``. ``dispatch`` is the host time spent enqueueing inside
+  those phases (the slowest replica thread for forward + backward), a part of their times, not
+  an extra phase.
+
+``--trace FILE`` writes the phased steps as a Chrome trace (one row per replica thread and per
+replica queue). Queues made with profiling (``pc.new_queue(dev, profiling=True)``) give device
+timestamps from marker events at the phase boundaries; the group's ordinary queues give
+host-timed spans instead (enqueue start to ``finish`` return), which the trace's metadata says.
+
+JSON rows (table ``scaling``): ``replicas``, ``ranks``, ``batch`` (per step, all replicas and
+ranks), ``samples_per_s`` (+ ``_min``/``_max``), ``speedup``, ``efficiency``, ``step_ms``,
+``fwd_bwd_ms``, ``allreduce_ms``, ``optimizer_ms``, ``broadcast_ms``, ``dispatch_ms``,
+``phased_ms`` (medians over the phased steps).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyopencl as cl
+
+import parcl as pc
+import parcl.tape as tp
+from parcl.replica import ReplicaGroup
+
+from . import models
+from .common import (
+    BenchError,
+    add_table,
+    cpu_compute_units,
+    device_info,
+    fmt_range,
+    mpi_comm,
+    new_result,
+    parse_ints,
+    put_rate,
+    repeat_of,
+    require_matplotlib,
+    resolve_devices,
+    save_figure,
+    time_runs,
+    warmup_of,
+)
+from .trace import ChromeTrace, clock_offset, has_profiling
+
+DEFAULT_STEPS = {"mlp": 20, "cnn": 10, "resnet18": 2}
+PHASES = ("fwd_bwd", "allreduce", "optimizer", "broadcast")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", default="mlp", choices=models.MODELS)
+    p.add_argument("--replicas", default="1,2", help="replica counts (default 1,2)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--batch-per-replica", type=int, default=None, metavar="B",
+                   help="weak scaling: B samples per replica (default: the model's batch, "
+                        f"{models.DEFAULT_BATCH})")
+    g.add_argument("--global-batch", type=int, default=None, metavar="B",
+                   help="strong scaling: B samples per step split over the replicas")
+    p.add_argument("--allreduce", default="auto", help="allreduce algorithm (default auto)")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"steps per timed run (default {DEFAULT_STEPS})")
+    p.add_argument("--devices", default=None, metavar="SPEC",
+                   help="device spec (cpu:N, gpu, ...); default: the CPU split into "
+                        "max(--replicas) sub-devices")
+    p.add_argument("--image-size", type=int, default=64,
+                   help="resnet18 input size (default 64: 3x64x64)")
+    p.add_argument("--whole-device", action="store_true",
+                   help="also run one replica on the whole (unsplit) CPU device")
+    p.add_argument("--trace", metavar="FILE", help="write the phased steps as Chrome-trace JSON")
+
+
+def _plan(args):
+    counts = sorted(set(parse_ints(args.replicas, "replica")))
+    if args.devices:
+        devs = resolve_devices(args.devices)
+    else:
+        units = cpu_compute_units()
+        if max(counts) > units:
+            raise BenchError(f"--replicas {max(counts)}: the CPU has only {units} compute units "
+                             "to split (give --devices to share devices)")
+        devs = resolve_devices(None, max(counts))
+    if max(counts) > len(devs):
+        raise BenchError(f"--replicas {max(counts)} but the devices give {len(devs)}; pass "
+                         f"--devices cpu:{max(counts)} or fewer replicas")
+    return counts, devs
+
+
+def _batch_sizes(args, n: int) -> int:
+    """Samples per step on this process for ``n`` replicas."""
+    if args.global_batch is not None:
+        if args.global_batch < n:
+            raise BenchError(f"--global-batch {args.global_batch} is smaller than {n} replicas")
+        return args.global_batch
+    per = args.batch_per_replica or models.DEFAULT_BATCH[args.model]
+    if per < 1:
+        raise BenchError(f"--batch-per-replica must be >= 1, got {per}")
+    return per * n
+
+
+def run(args) -> dict:
+    repeat, warmup = repeat_of(args, 3), warmup_of(args, 2)
+    steps = args.steps or DEFAULT_STEPS[args.model]
+    if steps < 1:
+        raise BenchError(f"--steps must be >= 1, got {steps}")
+    comm = mpi_comm()
+    world = comm.Get_size() if comm else 1
+    counts, devs = _plan(args)
+    mode = "strong" if args.global_batch is not None else "weak"
+    result = new_result("scaling", {
+        "model": args.model, "replicas": counts, "mode": mode, "steps": steps,
+        "repeat": repeat, "warmup": warmup, "allreduce": args.allreduce,
+        "batch_per_replica": args.batch_per_replica, "global_batch": args.global_batch,
+        "image_size": args.image_size if args.model == "resnet18" else None, "ranks": world})
+    result["rank"] = comm.Get_rank() if comm else 0
+    result["devices"] = [device_info(d, f"replica {i}") for i, d in
+                         enumerate(devs[:max(counts)])]
+    trace = None
+    if args.trace:
+        trace = ChromeTrace({"benchmark": "parcl-bench scaling", "model": args.model})
+    plans = [(n, devs[:n], f"{n}") for n in counts]
+    if args.whole_device:
+        whole = resolve_devices("cpu")
+        result["devices"].append(device_info(whole[0], "whole-device baseline"))
+        plans.append((1, whole, "1 (whole CPU)"))
+    rows = []
+    for n, ds, label in plans:
+        rows.append(_measure(args, n, ds, label, steps, repeat, warmup, comm, world, trace))
+    base = next(r for r in rows if r["label"] == str(min(counts)))
+    for r in rows:
+        r["speedup"] = r["samples_per_s"] / base["samples_per_s"]
+        r["efficiency"] = r["speedup"] / (r["replicas"] / base["replicas"])
+    columns = [("label", "replicas", "")]
+    if world > 1:
+        columns.append(("ranks", "ranks", ""))
+    columns += [
+        ("batch", "batch/step", ""), ("samples_per_s", "samples/s", ".1f"),
+        ("sps_range", "[min-max]", fmt_range("samples_per_s", ".1f")),
+        ("speedup", "speedup", ".2f"), ("efficiency", "efficiency", ".0%"),
+        ("step_ms", "step ms", ".2f"), ("fwd_bwd_ms", "fwd+bwd ms", ".2f"),
+        ("allreduce_ms", "allreduce ms", ".2f"), ("optimizer_ms", "optim ms", ".2f"),
+        ("broadcast_ms", "bcast ms", ".2f"), ("dispatch_ms", "(dispatch ms)", ".2f"),
+        ("phased_ms", "phased step ms", ".2f")]
+    size = f" 3x{args.image_size}x{args.image_size}" if args.model == "resnet18" else ""
+    add_table(result, "scaling", f"{args.model}{size}, {mode} scaling, allreduce "
+              f"{args.allreduce}: samples/s median [min-max] of {repeat} runs of {steps} "
+              "group.step calls; phase split = medians of phased steps (queues finished "
+              "between phases)", columns, rows)
+    base_desc = f"{base['label']} replica(s)"
+    result["notes"].append(f"speedup = samples/s / samples/s of {base_desc}; efficiency = "
+                           "speedup / (replicas / its replicas). dispatch = host enqueue time "
+                           "inside the phases (part of them, not added).")
+    if trace is not None:
+        trace.write(args.trace)
+        result["params"]["trace"] = args.trace
+        result["notes"].append(f"trace written to {args.trace} ({trace.metadata['timing']})")
+    return result
+
+
+def _fwd_bwd(replica, x, y, weight, profiling):
+    """Forward + backward on one replica: (enqueue start, enqueue end, finish end, markers)."""
+    q = replica.queue
+    t0 = time.perf_counter()
+    m0 = cl.enqueue_marker(q) if profiling else None
+    xt = tp.tensor(pc.Tensor.from_host(q, x))
+    yt = pc.Tensor.from_host(q, y)
+    with tp.Tape() as tape:
+        loss = tp.cross_entropy(replica.model(xt), yt)
+    tape.backward(loss, grad=pc.Tensor.full(q, loss.shape, weight))
+    tape.release()
+    m1 = cl.enqueue_marker(q) if profiling else None
+    t1 = time.perf_counter()
+    q.finish()
+    return t0, t1, time.perf_counter(), (m0, m1)
+
+
+def _measure(args, n, devs, label, steps, repeat, warmup, comm, world, trace) -> dict:
+    batch = _batch_sizes(args, n)
+    x, y = models.batch(args.model, batch, args.image_size, seed=comm.Get_rank() if comm else 0)
+    with ReplicaGroup(models.builder(args.model), devs, allreduce=args.allreduce,
+                      comm=comm) as group:
+        opt = pc.optim.SGD(group.parameters(), lr=models.LR)
+        queues = [r.queue for r in group.replicas]
+
+        def sync():
+            for q in queues:
+                q.finish()
+            if comm is not None:
+                comm.Barrier()
+
+        def run_steps():
+            for _ in range(steps):
+                group.step(x, y, tp.cross_entropy, opt)
+
+        slowest = None
+        if comm is not None:
+            from mpi4py import MPI
+
+            def slowest(t):
+                return comm.allreduce(t, op=MPI.MAX)
+        stat = time_runs(run_steps, repeat, warmup, sync=sync, reduce_times=slowest)
+        row = {"label": label, "replicas": n, "ranks": world, "batch": batch * world}
+        put_rate(row, "samples_per_s", batch * world * steps, stat)
+        row["step_ms"] = stat["median"] / steps * 1e3
+        phases = _phased(group, opt, x, y, steps, trace, label, comm)
+        row.update(phases)
+    return row
+
+
+def _phased(group, opt, x, y, steps, trace, label, comm) -> dict:
+    """Run ``steps`` steps phase by phase; per-phase medians (ms) and the optional trace."""
+    k = len(group.replicas)
+    n = x.shape[0]
+    total = n if comm is None else int(comm.allreduce(n))
+    bounds = np.cumsum([0] + [n // k + (1 if i < n % k else 0) for i in range(k)])
+    xs = [x[bounds[i]:bounds[i + 1]] for i in range(k)]
+    ys = [y[bounds[i]:bounds[i + 1]] for i in range(k)]
+    weights = [float(bounds[i + 1] - bounds[i]) / total for i in range(k)]
+    queues = [r.queue for r in group.replicas]
+    profiling = all(has_profiling(q) for q in queues)
+    offsets = [clock_offset(q) for q in queues] if profiling and trace is not None else None
+    group.zero_grad()
+    records = {p: [] for p in PHASES + ("dispatch", "phased")}
+    now = time.perf_counter
+
+    def finish_each() -> list[float]:
+        done = []
+        for q in queues:
+            q.finish()
+            done.append(now())
+        return done
+
+    def markers():
+        return [cl.enqueue_marker(q) for q in queues] if profiling else None
+
+    for step in range(steps + 1):            # step 0 is a discarded warm-up
+        finish_each()
+        if comm is not None:
+            comm.Barrier()
+        t0 = now()
+        per = group.run(_fwd_bwd, xs, ys, weights, [profiling] * k)
+        t1 = now()
+        m_ar = markers()
+        group.allreduce_grads(average=False)       # the weights make it the batch mean
+        m_ar_end = markers()
+        t2a = now()
+        ar_done = finish_each()
+        t2 = now()
+        m_opt = markers()
+        opt.step()
+        group.zero_grad()
+        m_opt_end = markers()
+        t3a = now()
+        opt_done = finish_each()
+        t3 = now()
+        m_bc = markers()
+        group.broadcast_parameters()
+        m_bc_end = markers()
+        t4a = now()
+        bc_done = finish_each()
+        t4 = now()
+        if step == 0:
+            continue
+        replica_dispatch = max(p[1] - p[0] for p in per)
+        records["fwd_bwd"].append(t1 - t0)
+        records["allreduce"].append(t2 - t1)
+        records["optimizer"].append(t3 - t2)
+        records["broadcast"].append(t4 - t3)
+        records["dispatch"].append(replica_dispatch + (t2a - t1) + (t3a - t2) + (t4a - t3))
+        records["phased"].append(t4 - t0)
+        if trace is None:
+            continue
+        main = trace.track(f"[{label}] main thread")
+        trace.span(main, "forward+backward (run in replicas)", t0, t1, "phase")
+        trace.span(main, "allreduce enqueue", t1, t2a, "dispatch")
+        trace.span(main, "allreduce wait", t2a, t2, "wait")
+        trace.span(main, "optimizer enqueue", t2, t3a, "dispatch")
+        trace.span(main, "optimizer wait", t3a, t3, "wait")
+        trace.span(main, "broadcast enqueue", t3, t4a, "dispatch")
+        trace.span(main, "broadcast wait", t4a, t4, "wait")
+        for i, (s, e, d, (m0, m1)) in enumerate(per):
+            tid = trace.track(f"[{label}] replica {i} thread")
+            trace.span(tid, "forward+backward enqueue", s, e, "dispatch", {"step": step})
+            trace.span(tid, "finish (wait)", e, d, "wait", {"step": step})
+            if profiling:
+                qt = trace.track(f"[{label}] replica {i} queue (device clock)")
+                spans = [("forward+backward", m0, m1), ("allreduce", m_ar[i], m_ar_end[i]),
+                         ("broadcast", m_bc[i], m_bc_end[i])]
+                if i == 0:                       # the optimizer runs on replica 0's queue
+                    spans.insert(2, ("optimizer", m_opt[i], m_opt_end[i]))
+                for name, a, b in spans:
+                    trace.device_span(qt, name, a.profile.end, b.profile.end, offsets[i],
+                                      args={"step": step})
+            else:
+                qt = trace.track(f"[{label}] replica {i} queue (host-timed)")
+                trace.span(qt, "forward+backward", s, d, "queue", {"step": step})
+                trace.span(qt, "allreduce", t1, ar_done[i], "queue", {"step": step})
+                if i == 0:
+                    trace.span(qt, "optimizer", t2, opt_done[i], "queue", {"step": step})
+                trace.span(qt, "broadcast", t3, bc_done[i], "queue", {"step": step})
+    if trace is not None:
+        trace.metadata["timing"] = (
+            "queue rows: device timestamps of OpenCL profiling markers at phase boundaries"
+            if profiling else
+            "queue rows are host-timed: the group's queues have no profiling, so each span "
+            "runs from the phase's first enqueue to the return of that queue's finish()")
+        trace.metadata.setdefault("replica_counts", []).append(label)
+    return {f"{p}_ms": float(np.median(v)) * 1e3 for p, v in records.items()}
+
+
+def plot(result: dict, path: str) -> None:
+    plt = require_matplotlib()
+    rows = result["tables"]["scaling"]["rows"]
+    labels = [r["label"] for r in rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3.4))
+    sps = [r["samples_per_s"] for r in rows]
+    err = [[r["samples_per_s"] - r["samples_per_s_min"] for r in rows],
+           [r["samples_per_s_max"] - r["samples_per_s"] for r in rows]]
+    ax1.bar(labels, sps, yerr=err, color="tab:blue", capsize=3)
+    for i, r in enumerate(rows):
+        ax1.text(i, sps[i], f"{r['speedup']:.2f}x", ha="center", va="bottom", fontsize=8)
+    ax1.set_xlabel("replicas")
+    ax1.set_ylabel("samples/s")
+    ax1.set_title(f"{result['params']['model']} throughput ({result['params']['mode']})",
+                  fontsize=10)
+    bottom = np.zeros(len(rows))
+    for p, color in zip(PHASES, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
+        vals = np.array([r[f"{p}_ms"] for r in rows])
+        ax2.bar(labels, vals, bottom=bottom, label=p.replace("_", "+"), color=color)
+        bottom += vals
+    ax2.set_xlabel("replicas")
+    ax2.set_ylabel("ms per step (phased)")
+    ax2.set_title("where a step goes", fontsize=10)
+    ax2.legend(fontsize=7)
+    save_figure(fig, path)
