@@ -118,6 +118,17 @@ def test_unary_extremes_stay_finite(queue):
         _close(got, UNARY_REF[op](x.astype(np.float64)), atol=1e-6)
 
 
+def test_nan_propagates_like_numpy(queue):
+    """Anomaly mode reads outputs: relu/abs/maximum/minimum must not swallow a NaN."""
+    x = np.array([np.nan, -1, 0, 2, -np.inf, np.inf], np.float32)
+    y = np.array([1, np.nan, -1, 3, 0, 0], np.float32)
+    tx, ty = dev(queue, x), dev(queue, y)
+    for op, ref in (("maximum", np.maximum), ("minimum", np.minimum)):
+        np.testing.assert_array_equal(ew.binary(op, tx, ty).to_host(), ref(x, y))
+    np.testing.assert_array_equal(ew.unary("relu", tx).to_host(), [np.nan, 0, 0, 2, 0, np.inf])
+    np.testing.assert_array_equal(ew.unary("abs", tx).to_host(), np.abs(x))
+
+
 def test_backward_helpers(queue, rng):
     x = rng.standard_normal((33, 7)).astype(np.float32)
     g = rng.standard_normal((33, 7)).astype(np.float32)

@@ -37,8 +37,9 @@ BINARY_OPS = {
     "div": "x / y",
     "rsub": "y - x",
     "rdiv": "y / x",
-    "maximum": "fmax(x, y)",
-    "minimum": "fmin(x, y)",
+    # selects rather than fmax/fmin: they vectorize on CPUs, and NaN propagates as in numpy
+    "maximum": "(x < y || isnan(y)) ? y : x",
+    "minimum": "(x > y || isnan(y)) ? y : x",
     "pow": "pow(x, y)",
     "rpow": "pow(y, x)",
     "ge": "(x >= y) ? 1.0f : 0.0f",          # float masks for max/min backward
@@ -58,12 +59,12 @@ UNARY_OPS = {
     "neg": "-x",
     "exp": "exp(x)",
     "log": "log(x)",
-    "relu": "fmax(x, 0.0f)",
+    "relu": "(x < 0.0f) ? 0.0f : x",          # NaN stays NaN (anomaly mode sees it)
     "sigmoid": "1.0f / (1.0f + exp(-x))",
     "tanh": "tanh(x)",
     "gelu": "0.5f * x * (1.0f + erf(x * M_SQRT1_2_F))",
     "sqrt": "sqrt(x)",
-    "abs": "fabs(x)",
+    "abs": "(x < 0.0f) ? -x : x",
     "square": "x * x",
     "reciprocal": "1.0f / x",
     "sign": "(x > 0.0f) ? 1.0f : ((x < 0.0f) ? -1.0f : 0.0f)",
