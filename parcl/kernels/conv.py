@@ -1,12 +1,13 @@
 """2-D convolution as im2col + GEMM, with a gather col2im for the input gradient.
 
-Layout: ``cols`` has one row per output pixel (``n, oy, ox``) and one column per weight tap
-(``c, ky, kx``), so the forward is a single NT GEMM over the whole batch chunk,
-``cols (nb*P, K) @ W (cout, K)^T -> (nb*P, cout)`` with the bias fused in the GEMM epilogue,
-followed by a transpose back to NCHW. The backward reuses the same layout: the upstream gradient
-is transposed to ``(nb*P, cout)`` once, then ``grad_W += G^T @ cols`` (TN GEMM, accumulated
-over chunks in a fixed order) and ``grad_cols = G @ W`` (NN GEMM) folded back by ``col2im``,
-a *gather*: every input pixel sums its taps in a fixed (ky, kx) order, no atomics.
+Layout (Caffe's): ``cols`` has one row per weight tap (``c, ky, kx``) and one column per output
+pixel (``n, oy, ox``) of a batch chunk, so the forward is a single GEMM over the chunk,
+``W (cout, K) @ cols (K, nb*P) -> (cout, nb*P)``, and one pass (``swap01``) moves the result to
+NCHW with the bias added on the way. im2col reads and writes contiguous runs along ``ox``.
+The backward reuses the layout: the upstream gradient is moved to ``(cout, nb*P)`` once, then
+``grad_W += G @ cols^T`` (NT GEMM, accumulated over chunks in a fixed order) and
+``grad_cols = W^T @ G`` (TN GEMM) folded back by ``col2im``, a *gather*: every input pixel sums
+its taps in a fixed (ky, kx) order, no atomics.
 
 The batch is processed in chunks so ``cols`` stays under ``COLS_LIMIT`` floats; with small
 inputs the whole batch is one chunk (one GEMM per conv call).
@@ -32,111 +33,93 @@ from ._cache import get_kernel, round_up
 from .gemm import gemm
 
 SOURCE = r"""//CL//
-// cols[r][k] = x[n][c][oy*SH - PH + ky][ox*SW - PW + kx] (0 outside), r = (n, oy, ox) counted
-// from the chunk start, k = (c, ky, kx). One element per work-item, consecutive k adjacent.
+// Each work-item handles XB consecutive elements of one contiguous run (XB = the whole run on
+// CPUs, where the index arithmetic is then paid once per run; 1 on GPUs, where neighbouring
+// work-items touch neighbouring addresses). Grids are padded to whole work-groups.
+
+// cols[k][n*P + oy*OW + ox] = x[n][c][oy*SH - PH + ky][ox*SW - PW + kx] (0 outside), for the
+// images of one chunk; k = (c, ky, kx). Work-item (ox block, n*OH + oy, k).
 __kernel void im2col(__global const float* restrict x, const long x_off,
-                     __global float* restrict cols, const long total,
+                     __global float* restrict cols, const int nb,
                      const int C, const int H, const int W, const int KH, const int KW,
                      const int SH, const int SW, const int PH, const int PW,
-                     const int OH, const int OW)
+                     const int OH, const int OW, const int XB)
 {
-    const long gid = get_global_id(0);
-    if (gid >= total)
+    const int ox0 = get_global_id(0) * XB, row = get_global_id(1), k = get_global_id(2);
+    if (ox0 >= OW || row >= nb * OH)
         return;
-    const int K = C * KH * KW;
-    const long r = gid / K;
-    const int k = (int)(gid - r * K);
-    const int P = OH * OW;
-    const long n = r / P;
-    const int p = (int)(r - n * P);
-    const int oy = p / OW, ox = p - (p / OW) * OW;
-    const int c = k / (KH * KW);
-    const int t = k - c * KH * KW;
+    const int ox1 = min(OW, ox0 + XB);
+    const int n = row / OH, oy = row - n * OH;
+    const int c = k / (KH * KW), t = k - c * (KH * KW);
     const int ky = t / KW, kx = t - (t / KW) * KW;
-    const int y = oy * SH - PH + ky, xx = ox * SW - PW + kx;
-    float v = 0.0f;
-    if (y >= 0 && y < H && xx >= 0 && xx < W)
-        v = x[x_off + ((n * C + c) * H + y) * (long)W + xx];
-    cols[gid] = v;
+    const int y = oy * SH - PH + ky;
+    global float* dst = cols + (long)k * nb * OH * OW + (long)row * OW;
+    if (y < 0 || y >= H) {
+        for (int ox = ox0; ox < ox1; ++ox)
+            dst[ox] = 0.0f;
+        return;
+    }
+    const global float* src = x + x_off + ((long)(n * C + c) * H + y) * W;
+    for (int ox = ox0; ox < ox1; ++ox) {
+        const int xx = ox * SW - PW + kx;
+        dst[ox] = (xx >= 0 && xx < W) ? src[xx] : 0.0f;
+    }
 }
 
-// gx[n][c][y][x] = sum over the taps (ky, kx) that read (y, x) of dcols[(n, oy, ox)][(c, ky, kx)],
-// summed in ky-major order: a gather, so no two work-items write the same element.
+// gx[n][c][y][x] = sum over the taps (ky, kx) that read (y, x) of dcols[(c, ky, kx)][(n, oy, ox)]
+// in ky-major order: a gather, so no two work-items write one element and the order is fixed.
+// Work-item (x block, (n*C + c)*H + y).
 __kernel void col2im(__global const float* restrict dcols, __global float* restrict gx,
-                     const long gx_off, const long total,
+                     const long gx_off, const int nb,
                      const int C, const int H, const int W, const int KH, const int KW,
                      const int SH, const int SW, const int PH, const int PW,
-                     const int OH, const int OW)
+                     const int OH, const int OW, const int XB)
 {
-    const long gid = get_global_id(0);
-    if (gid >= total)
+    const int x0 = get_global_id(0) * XB, row = get_global_id(1);
+    if (x0 >= W || row >= nb * C * H)
         return;
-    const int xx = (int)(gid % W);
-    const long t0 = gid / W;
-    const int y = (int)(t0 % H);
-    const long t1 = t0 / H;
-    const int c = (int)(t1 % C);
-    const long n = t1 / C;
-    const int K = C * KH * KW;
-    const long base = n * OH * OW;
-    float acc = 0.0f;
-    for (int ky = 0; ky < KH; ++ky) {
-        const int ty = y + PH - ky;
-        if (ty < 0 || ty % SH != 0)
-            continue;
-        const int oy = ty / SH;
-        if (oy >= OH)
-            continue;
-        for (int kx = 0; kx < KW; ++kx) {
-            const int tx = xx + PW - kx;
-            if (tx < 0 || tx % SW != 0)
+    const int x1 = min(W, x0 + XB);
+    const int y = row % H, nc = row / H;
+    const int c = nc % C, n = nc / C;
+    const long M = (long)nb * OH * OW;
+    const global float* base = dcols + (long)c * KH * KW * M + (long)n * OH * OW;
+    global float* dst = gx + gx_off + (long)row * W;
+    // Only taps with (y + PH - ky) % SH == 0 read (y, x): start at that residue, step by SH.
+    const int ky0 = (y + PH) % SH, oy0 = (y + PH) / SH;
+    for (int xx = x0; xx < x1; ++xx) {
+        const int kx0 = (xx + PW) % SW, ox0 = (xx + PW) / SW;
+        float acc = 0.0f;
+        for (int ky = ky0, oy = oy0; ky < KH && oy >= 0; ky += SH, --oy) {
+            if (oy >= OH)
                 continue;
-            const int ox = tx / SW;
-            if (ox >= OW)
-                continue;
-            acc += dcols[(base + oy * OW + ox) * K + (c * KH + ky) * KW + kx];
+            for (int kx = kx0, ox = ox0; kx < KW && ox >= 0; kx += SW, --ox)
+                if (ox < OW)
+                    acc += base[(ky * KW + kx) * M + oy * OW + ox];
         }
+        dst[xx] = acc;
     }
-    gx[gx_off + gid] = acc;
 }
 
-// out[off + (b, j, i)] = in[in_off + (b, i, j)] for in of shape (B, R, S): per-batch transpose.
-__kernel void transpose_cpu(__global const float* restrict in, const long in_off,
-                            __global float* restrict out, const long out_off,
-                            const int R, const int S, const long total)
+// dst (B, A, P) at dst_off = src (A, B, P) at src_off with the first two axes swapped, plus
+// bias[a] when given: NCHW <-> (C, N, HW) moves of whole contiguous HW runs.
+// Work-item (p block, b, a).
+__kernel void swap01(__global const float* restrict src, const long src_off,
+                     __global float* restrict dst, const long dst_off,
+                     __global const float* restrict bias, const int A, const int B,
+                     const int P, const int XB)
 {
-    const long gid = get_global_id(0);
-    if (gid >= total)
+    const int p0 = get_global_id(0) * XB, b = get_global_id(1), a = get_global_id(2);
+    if (p0 >= P || b >= B)
         return;
-    const long RS = (long)R * S;
-    const long b = gid / RS;
-    const int rem = (int)(gid - b * RS);
-    const int j = rem / R, i = rem - (rem / R) * R;       // output (b, j, i), j < S, i < R
-    out[out_off + gid] = in[in_off + b * RS + (long)i * S + j];
+    const int p1 = min(P, p0 + XB);
+    const global float* s = src + src_off + ((long)a * B + b) * P;
+    global float* d = dst + dst_off + ((long)b * A + a) * P;
+    const float add = bias ? bias[a] : 0.0f;
+    for (int p = p0; p < p1; ++p)
+        d[p] = s[p] + add;
 }
-
-#define TT 16
-__kernel void transpose_tiled(__global const float* restrict in, const long in_off,
-                              __global float* restrict out, const long out_off,
-                              const int R, const int S, const long total)
-{
-    __local float tile[TT][TT + 1];
-    const int b = get_global_id(2);
-    const int j0 = get_group_id(0) * TT, i0 = get_group_id(1) * TT;
-    const int lx = get_local_id(0), ly = get_local_id(1);
-    const long RS = (long)R * S;
-    const global float* src = in + in_off + b * RS;
-    global float* dst = out + out_off + b * RS;
-    if (i0 + ly < R && j0 + lx < S)
-        tile[ly][lx] = src[(long)(i0 + ly) * S + j0 + lx];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (j0 + ly < S && i0 + lx < R)
-        dst[(long)(j0 + ly) * R + i0 + lx] = tile[lx][ly];
-}
-
 """
 
-LOCAL = 64
 COLS_LIMIT = 1 << 24        # floats in one im2col chunk (64 MiB)
 
 
@@ -144,8 +127,13 @@ def _k(queue, name: str):
     return get_kernel(queue, SOURCE, name)
 
 
-def _grid(n: int) -> tuple[tuple[int], tuple[int]]:
-    return (round_up(max(n, 1), LOCAL),), (LOCAL,)
+def _runs(queue, run: int, rows: int, depth: int = 1):
+    """(global, local, XB) for ``rows`` x ``depth`` contiguous runs of length ``run``."""
+    if is_gpu(queue.device):
+        lx = min(32, 1 << max(run - 1, 0).bit_length())
+        ly = max(1, 128 // lx)
+        return (round_up(run, lx), round_up(rows, ly), depth), (lx, ly, 1), 1
+    return (1, round_up(rows, 16), depth), (1, 16, 1), run
 
 
 def pair(op: str, name: str, v) -> tuple[int, int]:
@@ -199,41 +187,34 @@ def check_conv(x: Tensor, w: Tensor, bias: Tensor | None) -> None:
 # -- building blocks -------------------------------------------------------------------------
 def im2col(x: Tensor, n0: int, nb: int, kh: int, kw: int, stride, padding,
            out_hw) -> Tensor:
-    """The (nb*OH*OW, C*kh*kw) patch matrix of images n0..n0+nb of NCHW ``x``."""
+    """The (C*kh*kw, nb*OH*OW) patch matrix of images n0..n0+nb of NCHW ``x``."""
     _, c, h, w = x.shape
     oh, ow = out_hw
-    cols = Tensor.empty(x.queue, (nb * oh * ow, c * kh * kw))
-    g, loc = _grid(cols.size)
+    k = c * kh * kw
+    cols = Tensor.empty(x.queue, (k, nb * oh * ow))
+    g, loc, xb = _runs(x.queue, ow, nb * oh, k)
     _k(x.queue, "im2col")(x.queue, g, loc, x.data, np.int64(n0 * c * h * w), cols.data,
-                          np.int64(cols.size), *_i32(c, h, w, kh, kw, *stride, *padding,
-                                                     oh, ow))
+                          *_i32(nb, c, h, w, kh, kw, *stride, *padding, oh, ow, xb))
     return cols
 
 
 def col2im(dcols: Tensor, gx: Tensor, n0: int, nb: int, kh: int, kw: int, stride, padding,
            out_hw) -> None:
-    """Fold ``dcols`` (nb*OH*OW, C*kh*kw) into images n0..n0+nb of ``gx`` (overwrites)."""
+    """Fold ``dcols`` (C*kh*kw, nb*OH*OW) into images n0..n0+nb of ``gx`` (overwrites)."""
     _, c, h, w = gx.shape
     oh, ow = out_hw
-    total = nb * c * h * w
-    g, loc = _grid(total)
+    g, loc, xb = _runs(gx.queue, w, nb * c * h)
     _k(gx.queue, "col2im")(gx.queue, g, loc, dcols.data, gx.data, np.int64(n0 * c * h * w),
-                           np.int64(total), *_i32(c, h, w, kh, kw, *stride, *padding, oh, ow))
+                           *_i32(nb, c, h, w, kh, kw, *stride, *padding, oh, ow, xb))
 
 
-def transpose_into(src: Tensor, src_off: int, dst: Tensor, dst_off: int, batch: int, r: int,
-                   s: int) -> None:
-    """dst[dst_off:] viewed (batch, s, r) = src[src_off:] viewed (batch, r, s) transposed."""
+def swap01(src: Tensor, src_off: int, dst: Tensor, dst_off: int, a: int, b: int, p: int,
+           bias: Tensor | None = None) -> None:
+    """dst[dst_off:] viewed (b, a, p) = src[src_off:] viewed (a, b, p), + bias[a] if given."""
     q = src.queue
-    total = batch * r * s
-    if is_gpu(q.device):
-        _k(q, "transpose_tiled")(q, (round_up(s, 16), round_up(r, 16), batch), (16, 16, 1),
-                                 src.data, np.int64(src_off), dst.data, np.int64(dst_off),
-                                 np.int32(r), np.int32(s), np.int64(total))
-    else:
-        g, loc = _grid(total)
-        _k(q, "transpose_cpu")(q, g, loc, src.data, np.int64(src_off), dst.data,
-                               np.int64(dst_off), np.int32(r), np.int32(s), np.int64(total))
+    g, loc, xb = _runs(q, p, b, a)
+    _k(q, "swap01")(q, g, loc, src.data, np.int64(src_off), dst.data, np.int64(dst_off),
+                    bias.data if bias is not None else None, *_i32(a, b, p, xb))
 
 
 def _i32(*vals) -> list[np.int32]:
@@ -243,6 +224,7 @@ def _i32(*vals) -> list[np.int32]:
 def _chunks(n: int, rows_per_image: int, k: int):
     """Batch chunks (n0, nb) whose im2col matrix stays under COLS_LIMIT floats."""
     nb = max(1, min(n, COLS_LIMIT // max(rows_per_image * k, 1)))
+    nb = -(-n // -(-n // nb))                   # balanced: 32 images as 16 + 16, not 28 + 4
     for n0 in range(0, n, nb):
         yield n0, min(nb, n - n0)
 
@@ -258,16 +240,14 @@ def conv2d_forward(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride
     oh, ow = out_size("conv2d", h, w, kh, kw, *stride, *padding)
     p, k = oh * ow, c * kh * kw
     w2 = weight.reshape(cout, k)
+    if n == 1 and bias is None:
+        cols = im2col(x, 0, 1, kh, kw, stride, padding, (oh, ow))
+        return gemm(w2, cols).reshape(1, cout, oh, ow)
     out = Tensor.empty(x.queue, (n, cout, oh, ow))
     for n0, nb in _chunks(n, p, k):
         cols = im2col(x, n0, nb, kh, kw, stride, padding, (oh, ow))
-        y = gemm(cols, w2, trans_b=True, bias=bias)          # (nb*P, cout): NHWC
-        if p == 1:
-            if nb == n:
-                return y.reshape(n, cout, oh, ow)
-            transpose_into(y, 0, out, n0 * cout, 1, 1, nb * cout)   # a plain copy
-        else:
-            transpose_into(y, 0, out, n0 * cout * p, nb, p, cout)
+        y = gemm(w2, cols)                               # (cout, nb*P)
+        swap01(y, 0, out, n0 * cout * p, cout, nb, p, bias)
     return out
 
 
@@ -288,27 +268,25 @@ def conv2d_backward(x: Tensor, weight: Tensor, grad: Tensor, stride=1, padding=0
     gw = None
     if need_input or need_weight:
         for n0, nb in _chunks(n, p, k):
-            if p == 1:
-                gh = grad.reshape(n, cout) if nb == n else _slice_rows(grad, n0, nb, cout)
+            if nb == 1 and n == 1:
+                gc = grad.reshape(cout, p)
             else:
-                gh = Tensor.empty(x.queue, (nb * p, cout))
-                transpose_into(grad, n0 * cout * p, gh, 0, nb, cout, p)
+                gc = Tensor.empty(x.queue, (cout, nb * p))
+                swap01(grad, n0 * cout * p, gc, 0, nb, cout, p)
             if need_weight:
                 cols = im2col(x, n0, nb, kh, kw, stride, padding, (oh, ow))
+                # grad_W^T = cols @ G^T (K, cout): the long reduction over pixels runs about
+                # twice as fast in this orientation than G @ cols^T on the CPU GEMM.
                 if gw is None:
-                    gw = gemm(gh, cols, trans_a=True)
+                    gw = gemm(cols, gc, trans_b=True)
                 else:
-                    gemm(gh, cols, trans_a=True, out=gw, beta=1.0)
+                    gemm(cols, gc, trans_b=True, out=gw, beta=1.0)
                 del cols
             if need_input:
-                dcols = gemm(gh, w2)                                # (nb*P, K)
+                dcols = gemm(w2, gc, trans_a=True)                # (K, nb*P)
                 col2im(dcols, gx, n0, nb, kh, kw, stride, padding, (oh, ow))
     gb = channel_sum(grad.reshape(n, cout, p)) if need_bias else None
-    return gx, (gw.reshape(weight.shape) if gw is not None else None), gb
-
-
-def _slice_rows(t: Tensor, n0: int, nb: int, width: int) -> Tensor:
-    """Rows n0..n0+nb of ``t`` viewed (rows, width), as a new tensor."""
-    out = Tensor.empty(t.queue, (nb, width))
-    transpose_into(t, n0 * width, out, 0, 1, 1, nb * width)
-    return out
+    if gw is not None:
+        gwt, gw = gw, Tensor.empty(x.queue, weight.shape)
+        swap01(gwt, 0, gw, 0, k, cout, 1)                         # (K, cout) -> (cout, K)
+    return gx, gw, gb
