@@ -116,6 +116,18 @@ __kernel void {name}_strided(__global float *out, __global const float *a,
         float x = a[oa], y = b[ob]; out[i] = {expr};
     }}
 }}
+/* Up to 3 collapsed dims as a 3-D range (no integer division): gid 0 walks the innermost
+   dim d.s2, gid 2 the outermost d.s0; dims are right-aligned (leading 1s, stride 0). */
+__kernel void {name}_grid(__global float *out, __global const float *a,
+                          __global const float *b, const int8 d, const int8 sa, const int8 sb)
+{{
+    int i2 = get_global_id(0), i1 = get_global_id(1), i0 = get_global_id(2);
+    if (i2 < d.s2) {{
+        float x = a[i0 * sa.s0 + i1 * sa.s1 + i2 * sa.s2];
+        float y = b[i0 * sb.s0 + i1 * sb.s1 + i2 * sb.s2];
+        out[(i0 * d.s1 + i1) * d.s2 + i2] = {expr};
+    }}
+}}
 __kernel void {name}_scalar(__global float *out, __global const float *a, const float y,
                             const int n)
 {{
@@ -157,6 +169,8 @@ __kernel void expand(__global float *out, __global const float *x, const float a
 
 SOURCE = _build_source()
 LOCAL = 128
+GRID_LOCAL = 32        # the 3-D broadcast path: work-items along the innermost dim per group
+GRID_MIN_INNER = 16    # below this the padding of the 3-D path wastes more than div/mod costs
 _INT_MAX = 2**31 - 1
 
 
@@ -274,6 +288,14 @@ def binary(op: str, a, b, out: Tensor | None = None) -> Tensor:
     if len(dims) > MAX_DIMS:
         raise ShapeError(f"{op}: broadcasting {a.shape} with {b.shape} needs {len(dims)} "
                          f"strided dimensions; at most {MAX_DIMS} are supported")
+    if len(dims) <= 3 and dims[-1] >= GRID_MIN_INNER:
+        pad = 3 - len(dims)
+        dims, sa, sb = [1] * pad + dims, [0] * pad + sa, [0] * pad + sb
+        k = get_kernel(queue, SOURCE, f"{op}_grid")
+        gsize = ((dims[2] + GRID_LOCAL - 1) // GRID_LOCAL * GRID_LOCAL, dims[1], dims[0])
+        k(queue, gsize, (GRID_LOCAL, 1, 1), res.data, a.data, b.data, _int8(dims), _int8(sa),
+          _int8(sb))
+        return res
     k = get_kernel(queue, SOURCE, f"{op}_strided")
     k(queue, _global(res.size), (LOCAL,), res.data, a.data, b.data, np.int32(res.size),
       np.int32(len(dims)), _int8(dims), _int8(sa), _int8(sb))
