@@ -1,2 +1,180 @@
-def add_arguments(p):
-    pass
+"""``parcl-bench compare``: one training step of the same model and batch in parcl, in a numpy
+reference implementation, and in PyTorch on the CPU when it is importable.
+
+All three start from parcl's initial weights on the same random batch, so their first-step
+losses must agree (the ``loss`` column: a cross-check that they compute the same thing). A
+step is forward, softmax cross entropy, backward and an SGD update; parcl's step includes the
+host-to-device copy of the batch and ends with ``queue.finish()``. Every implementation gets
+the same compute: parcl one queue on ``--devices`` (default the whole CPU device), numpy's BLAS
+and PyTorch as many threads as that device has compute units (threadpoolctl /
+``torch.set_num_threads``). PyTorch is not a parcl dependency: without it the column is skipped
+and the table says how to install it.
+
+JSON rows (table ``compare``): ``model``, ``batch``, ``impl`` (``parcl``, ``numpy``,
+``pytorch``), ``threads``, ``samples_per_s`` (+ ``_min``/``_max``), ``step_ms``, ``loss``
+(first step), ``vs_parcl`` (this implementation's samples/s over parcl's).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import parcl as pc
+import parcl.tape as tp
+
+from . import models, reference
+from .common import (
+    BenchError,
+    add_table,
+    device_info,
+    fmt_range,
+    new_result,
+    numpy_threads,
+    put_rate,
+    repeat_of,
+    require_matplotlib,
+    resolve_devices,
+    save_figure,
+    time_runs,
+    warmup_of,
+)
+
+TORCH_HINT = ("PyTorch is not installed, so its column is skipped; to add it: "
+              "pip install torch --index-url https://download.pytorch.org/whl/cpu")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", default="mlp,cnn", help="models: mlp, cnn (default both)")
+    p.add_argument("--batch", type=int, default=None,
+                   help=f"batch (default per model: {models.DEFAULT_BATCH})")
+    p.add_argument("--steps", type=int, default=None,
+                   help="steps per timed run (default 10 mlp, 3 cnn)")
+    p.add_argument("--devices", default="cpu", metavar="SPEC",
+                   help="device for parcl (default cpu: the whole CPU device)")
+    p.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def run(args) -> dict:
+    repeat, warmup = repeat_of(args, 3), warmup_of(args, 1)
+    names = [m.strip() for m in args.model.split(",") if m.strip()]
+    for m in names:
+        if m not in reference.NUMPY_MODELS:
+            raise BenchError(f"compare: unknown model {m!r}; choose mlp or cnn")
+    dev = resolve_devices(args.devices)[0]
+    threads = int(dev.max_compute_units)
+    torch = None if args.no_torch else _torch()
+    result = new_result("compare", {"models": names, "batch": args.batch, "repeat": repeat,
+                                    "warmup": warmup, "steps": args.steps,
+                                    "threads": threads})
+    result["devices"] = [device_info(dev, "parcl")]
+    if torch is None and not args.no_torch:
+        result["notes"].append(TORCH_HINT)
+    q = pc.new_queue(dev)
+    rows = []
+    for name in names:
+        n = args.batch or models.DEFAULT_BATCH[name]
+        steps = args.steps or (10 if name == "mlp" else 3)
+        x, y = models.batch(name, n, seed=1)
+        pc.set_default_queue(q)
+        model = models.builder(name)(q)
+        state = model.state_dict()
+        base = {"model": name, "batch": n}
+        mine = {**base, "impl": "parcl", "threads": f"{threads} CU",
+                **_parcl(q, model, x, y, steps, repeat, warmup)}
+        rows.append(mine)
+        limit, applied = numpy_threads(threads)
+        with limit:
+            rows.append({**base, "impl": "numpy", "threads": threads if applied else "default",
+                         **_numpy(name, state, x, y, steps, repeat, warmup)})
+        if torch is not None:
+            rows.append({**base, "impl": "pytorch", "threads": threads,
+                         **_pytorch(torch, name, state, x, y, steps, repeat, warmup, threads)})
+        for r in rows:
+            if r["model"] == name:
+                r["vs_parcl"] = r["samples_per_s"] / mine["samples_per_s"]
+    add_table(result, "compare", f"one SGD training step, samples/s median [min-max] of "
+              f"{repeat} runs; loss = first-step loss from the same weights and batch", [
+                  ("model", "model", ""), ("batch", "batch", ""), ("impl", "impl", ""),
+                  ("threads", "threads", ""), ("samples_per_s", "samples/s", ".1f"),
+                  ("sps_range", "[min-max]", fmt_range("samples_per_s", ".1f")),
+                  ("step_ms", "step ms", ".2f"), ("vs_parcl", "vs parcl", ".2f"),
+                  ("loss", "loss", ".5f")], rows)
+    return result
+
+
+def _rates(n: int, steps: int, stat: dict) -> dict:
+    row = {"step_ms": stat["median"] / steps * 1e3}
+    put_rate(row, "samples_per_s", n * steps, stat)
+    return row
+
+
+def _parcl(q, model, x, y, steps, repeat, warmup) -> dict:
+    opt = pc.optim.SGD(model.parameters(), lr=models.LR)
+
+    def step():
+        xt = tp.tensor(pc.Tensor.from_host(q, x))
+        yt = pc.Tensor.from_host(q, y)
+        with tp.Tape() as tape:
+            loss = tp.cross_entropy(model(xt), yt)
+        tape.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    first = float(step().value.to_host())
+    stat = time_runs(lambda: [step() for _ in range(steps)], repeat, warmup, sync=q.finish)
+    return {"loss": first, **_rates(x.shape[0], steps, stat)}
+
+
+def _numpy(name, state, x, y, steps, repeat, warmup) -> dict:
+    ref = reference.NUMPY_MODELS[name](state)
+    first = ref.step(x, y, models.LR)
+    stat = time_runs(lambda: [ref.step(x, y, models.LR) for _ in range(steps)], repeat, warmup)
+    return {"loss": first, **_rates(x.shape[0], steps, stat)}
+
+
+def _pytorch(torch, name, state, x, y, steps, repeat, warmup, threads) -> dict:
+    torch.set_num_threads(threads)
+    model = models.torch_model(name, state)
+    opt = torch.optim.SGD(model.parameters(), lr=models.LR)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+
+    def step():
+        loss = torch.nn.functional.cross_entropy(model(xt), yt)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    first = float(step().detach())
+    stat = time_runs(lambda: [step() for _ in range(steps)], repeat, warmup)
+    return {"loss": first, **_rates(x.shape[0], steps, stat)}
+
+
+def plot(result: dict, path: str) -> None:
+    plt = require_matplotlib()
+    rows = result["tables"]["compare"]["rows"]
+    names = list(dict.fromkeys(r["model"] for r in rows))
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    fig, ax = plt.subplots(figsize=(5.6, 3.4))
+    width = 0.8 / len(impls)
+    for j, impl in enumerate(impls):
+        vals = [next((r["samples_per_s"] for r in rows if r["model"] == m and r["impl"] == impl),
+                     0.0) for m in names]
+        ax.bar(np.arange(len(names)) + j * width, vals, width, label=impl)
+    ax.set_xticks(np.arange(len(names)) + width * (len(impls) - 1) / 2)
+    ax.set_xticklabels([f"{m} (batch {next(r['batch'] for r in rows if r['model'] == m)})"
+                        for m in names])
+    ax.set_yscale("log")
+    ax.set_ylabel("samples/s (log)")
+    ax.set_title("one training step, same weights and batch", fontsize=10)
+    ax.legend(fontsize=8)
+    save_figure(fig, path)
