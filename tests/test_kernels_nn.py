@@ -245,3 +245,31 @@ def test_dropout_mask_statistics_and_determinism(queue):
     mask = rndk.dropout_mask(queue, (100_000,), 0.25, 3, 5).to_host()
     assert np.array_equal(mask == 1, y != 0)
     assert (rndk.dropout_forward(x, 1.0, 0, 0).to_host() == 0).all()
+
+
+# -- the GPU launch shapes, run on the CPU device -------------------------------------------
+def test_gpu_grids_give_the_same_results(queue, rng, monkeypatch):
+    """The GPU work-item layouts (one element per work-item, 256-wide reductions) are chosen
+    by device type; force them here so they are exercised without a GPU."""
+    x = rng.standard_normal((2, 3, 7, 9)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    g = rng.standard_normal((2, 4, 4, 9)).astype(np.float32)
+    logits, labels = rng.standard_normal((9, 5)), rng.integers(0, 5, 9)
+
+    def run():
+        y = convk.conv2d_forward(up(queue, x), up(queue, w), up(queue, b), 2, 1)
+        grads = convk.conv2d_backward(up(queue, x), up(queue, w), up(queue, g), 2, 1,
+                                      need_bias=True)
+        mp, idx = poolk.max_pool2d_forward(up(queue, x), 3, 2, 1)
+        mpg = poolk.max_pool2d_backward(mp, idx, x.shape, 3, 2, 1)
+        ap = poolk.adaptive_avg_pool2d_forward(up(queue, x), (2, 4))
+        bn = bnk.batch_norm_forward(up(queue, x), None, None, None, None, True)[0]
+        ce = smk.cross_entropy_forward(up(queue, logits), up(queue, labels, np.int64))[0]
+        return [t.to_host() for t in (y, *grads, mp, mpg, ap, bn, ce)]
+
+    cpu = run()
+    for mod in (convk, bnk, smk):
+        monkeypatch.setattr(mod, "is_gpu", lambda device: True)
+    for a, b_ in zip(run(), cpu):
+        close(a, b_, 1e-5)

@@ -45,16 +45,26 @@ inline float group_sum(float v, __local float* scratch)
     return r;
 }
 
-#define AT(p, j) p[((j) / HW * C + c) * (long)HW + (j) % HW]
+// Visit every element `at` of channel c, work-item l taking a fixed strided share: along each
+// image's HW run when it is long enough, else along the flattened (n, i) index.
+#define FOR_CHANNEL(body) \
+    if (HW >= L) { \
+        for (int n = 0; n < N; ++n) { \
+            const long base = ((long)n * C + c) * HW; \
+            for (int i = l; i < HW; i += L) { const long at = base + i; body } \
+        } \
+    } else { \
+        for (long j = l; j < (long)N * HW; j += L) { \
+            const long at = (j / HW * C + c) * HW + j % HW; body \
+        } \
+    }
 
 __kernel void channel_sum(__global const float* restrict x, __global float* restrict out,
                           const int N, const int C, const int HW, __local float* scratch)
 {
     const int c = get_group_id(0), l = get_local_id(0), L = get_local_size(0);
-    const long M = (long)N * HW;
     float acc = 0.0f;
-    for (long j = l; j < M; j += L)
-        acc += AT(x, j);
+    FOR_CHANNEL(acc += x[at];)
     acc = group_sum(acc, scratch);
     if (l == 0)
         out[c] = acc;
@@ -71,14 +81,10 @@ __kernel void bn_stats(__global const float* restrict x, __global float* restric
     const int c = get_group_id(0), l = get_local_id(0), L = get_local_size(0);
     const long M = (long)N * HW;
     float acc = 0.0f;
-    for (long j = l; j < M; j += L)
-        acc += AT(x, j);
+    FOR_CHANNEL(acc += x[at];)
     const float mu = group_sum(acc, scratch) / (float)M;
     acc = 0.0f;
-    for (long j = l; j < M; j += L) {
-        const float d = AT(x, j) - mu;
-        acc += d * d;
-    }
+    FOR_CHANNEL(const float d = x[at] - mu; acc += d * d;)
     const float var = group_sum(acc, scratch) / (float)M;
     if (l == 0) {
         mean[c] = mu;
@@ -104,12 +110,13 @@ __kernel void bn_invstd(__global const float* restrict var, __global float* rest
 __kernel void bn_apply(__global const float* restrict x, __global float* restrict y,
                        __global const float* restrict mean, __global const float* restrict invstd,
                        __global const float* restrict w, __global const float* restrict b,
-                       const int C, const int HW, const long total, const int flags)
+                       const int C, const int HW, const int rows, const int flags)
 {
-    const long i = get_global_id(0);
-    if (i >= total)
+    const int hw = get_global_id(0), row = get_global_id(1);
+    if (hw >= HW || row >= rows)
         return;
-    const int c = (int)((i / HW) % C);
+    const long i = (long)row * HW + hw;
+    const int c = row % C;
     float s = invstd[c];
     if (flags & HAS_W)
         s *= w[c];
@@ -127,14 +134,9 @@ __kernel void bn_grad_sums(__global const float* restrict x, __global const floa
                            const int N, const int C, const int HW, __local float* scratch)
 {
     const int c = get_group_id(0), l = get_local_id(0), L = get_local_size(0);
-    const long M = (long)N * HW;
     const float mu = mean[c];
     float a = 0.0f, b = 0.0f;
-    for (long j = l; j < M; j += L) {
-        const float gv = AT(g, j);
-        a += gv;
-        b += gv * (AT(x, j) - mu);
-    }
+    FOR_CHANNEL(const float gv = g[at]; a += gv; b += gv * (x[at] - mu);)
     a = group_sum(a, scratch);
     b = group_sum(b, scratch);
     if (l == 0) {
@@ -149,13 +151,14 @@ __kernel void bn_grad_input(__global const float* restrict x, __global const flo
                             __global const float* restrict invstd,
                             __global const float* restrict w,
                             __global const float* restrict sg, __global const float* restrict sgx,
-                            const int C, const int HW, const long total, const float inv_m,
+                            const int C, const int HW, const int rows, const float inv_m,
                             const int flags)
 {
-    const long i = get_global_id(0);
-    if (i >= total)
+    const int hw = get_global_id(0), row = get_global_id(1);
+    if (hw >= HW || row >= rows)
         return;
-    const int c = (int)((i / HW) % C);
+    const long i = (long)row * HW + hw;
+    const int c = row % C;
     const float is = invstd[c];
     float s = is;
     if (flags & HAS_W)
@@ -176,6 +179,13 @@ def _k(queue, name: str):
 
 def _group(queue) -> int:
     return 256 if is_gpu(queue.device) else 64
+
+
+def _grid2(queue, run: int, rows: int):
+    """A 2-D grid over (position in a run of ``run`` elements, row), padded to work-groups."""
+    lx = min(64, 1 << max(run - 1, 0).bit_length())
+    ly = max(1, 64 // lx)
+    return (round_up(run, lx), round_up(rows, ly)), (lx, ly)
 
 
 def _ncw(op: str, x: Tensor) -> tuple[int, int, int]:
@@ -247,10 +257,11 @@ def batch_norm_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None,
                            np.float32(eps), np.int32(c))
     y = Tensor.empty(q, x.shape)
     flags = (1 if weight is not None else 0) | (2 if bias is not None else 0)
-    _k(q, "bn_apply")(q, (round_up(x.size, 64),), (64,), x.data, y.data, mean.data,
+    g, loc = _grid2(q, hw, n * c)
+    _k(q, "bn_apply")(q, g, loc, x.data, y.data, mean.data,
                       invstd.data, weight.data if weight is not None else None,
                       bias.data if bias is not None else None, np.int32(c), np.int32(hw),
-                      np.int64(x.size), np.int32(flags))
+                      np.int32(n * c), np.int32(flags))
     return y, mean, invstd
 
 
@@ -270,9 +281,10 @@ def batch_norm_backward(x: Tensor, grad: Tensor, weight: Tensor | None, mean: Te
     if need_input:
         gx = Tensor.empty(q, x.shape)
         inv_m = 1.0 / (n * hw) if batch_stats else 0.0
-        _k(q, "bn_grad_input")(q, (round_up(x.size, 64),), (64,), x.data, grad.data, gx.data,
+        g, loc = _grid2(q, hw, n * c)
+        _k(q, "bn_grad_input")(q, g, loc, x.data, grad.data, gx.data,
                                mean.data, invstd.data,
                                weight.data if weight is not None else None, sg.data, sgx.data,
-                               np.int32(c), np.int32(hw), np.int64(x.size), np.float32(inv_m),
+                               np.int32(c), np.int32(hw), np.int32(n * c), np.float32(inv_m),
                                np.int32(1 if weight is not None else 0))
     return gx, (sgx if need_weight else None), (sg if need_bias else None)

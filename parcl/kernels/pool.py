@@ -20,44 +20,53 @@ import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from ..tensor import FLOAT, Tensor
-from ._cache import get_kernel, round_up
-from .conv import out_size, pair
+from ._cache import get_kernel
+from .conv import _runs, out_size, pair
 
 SOURCE = r"""//CL//
+// Work-item (column block, row): XB consecutive columns of one output (forward) or input
+// (backward) row, row = plane * height + y. XB is the whole row on CPUs, 1 on GPUs.
 #define WINDOW_ARGS const int H, const int W, const int OH, const int OW, const int KH, \
-    const int KW, const int SH, const int SW, const int PH, const int PW
+    const int KW, const int SH, const int SW, const int PH, const int PW, const int rows, \
+    const int XB
+#define ROW_SETUP(WIDTH, HEIGHT) \
+    const int c0 = get_global_id(0) * XB, row = get_global_id(1); \
+    if (c0 >= WIDTH || row >= rows) \
+        return; \
+    const int c1 = min(WIDTH, c0 + XB); \
+    const int r = row % HEIGHT; \
+    const long plane = row / HEIGHT;
 
-// Output (plane, oy, ox) of a max pool: the first maximum of the window (NaN wins, as PyTorch)
-// and its flat index y*W + x within the plane.
+// Max pool: the first maximum of each window (NaN wins, as PyTorch) and its flat index y*W + x
+// within the plane; padding is -inf.
 __kernel void max_pool_fwd(__global const float* restrict x, __global float* restrict y,
-                           __global int* restrict idx, const long total, WINDOW_ARGS,
-                           const int save_idx)
+                           __global int* restrict idx, const int save_idx, WINDOW_ARGS)
 {
-    const long gid = get_global_id(0);
-    if (gid >= total)
-        return;
-    const int ox = (int)(gid % OW);
-    const int oy = (int)((gid / OW) % OH);
-    const long plane = gid / ((long)OH * OW);
+    ROW_SETUP(OW, OH)
     const global float* xp = x + plane * H * W;
-    const int y0 = oy * SH - PH, x0 = ox * SW - PW;
-    float best = -INFINITY;
-    int arg = max(y0, 0) * W + max(x0, 0);     // as PyTorch: the first in-bounds position
-    for (int ky = max(0, -y0); ky < KH && y0 + ky < H; ++ky)
-        for (int kx = max(0, -x0); kx < KW && x0 + kx < W; ++kx) {
-            const int at = (y0 + ky) * W + x0 + kx;
-            const float v = xp[at];
-            if (v > best || isnan(v)) {
-                best = v;
-                arg = at;
+    const int y0 = r * SH - PH;
+    const int ky0 = max(0, -y0), ky1 = min(KH, H - y0);
+    for (int ox = c0; ox < c1; ++ox) {
+        const int x0 = ox * SW - PW;
+        const int kx0 = max(0, -x0), kx1 = min(KW, W - x0);
+        float best = -INFINITY;
+        int arg = (y0 + ky0) * W + x0 + kx0;      // as PyTorch: the first in-bounds position
+        for (int ky = ky0; ky < ky1; ++ky)
+            for (int kx = kx0; kx < kx1; ++kx) {
+                const int at = (y0 + ky) * W + x0 + kx;
+                const float v = xp[at];
+                if (v > best || isnan(v)) {
+                    best = v;
+                    arg = at;
+                }
             }
-        }
-    y[gid] = best;
-    if (save_idx)
-        idx[gid] = arg;
+        y[(long)row * OW + ox] = best;
+        if (save_idx)
+            idx[(long)row * OW + ox] = arg;
+    }
 }
 
-// The range of outputs o whose window [o*S - P, o*S - P + K) contains input position i.
+// The outputs o whose window [o*S - P, o*S - P + K) contains input position i: o0..o1.
 inline int first_window(int i, int K, int S, int P)
 {
     const int t = i + P - K + 1;
@@ -69,62 +78,62 @@ inline int last_window(int i, int S, int P, int O)
     return min((i + P) / S, O - 1);
 }
 
+// Gathers: input (plane, r, xx) sums the gradients of the windows that took it.
 __kernel void max_pool_bwd(__global const float* restrict g, __global const int* restrict idx,
-                           __global float* restrict gx, const long total, WINDOW_ARGS)
+                           __global float* restrict gx, WINDOW_ARGS)
 {
-    const long gid = get_global_id(0);
-    if (gid >= total)
-        return;
-    const int xx = (int)(gid % W);
-    const int yy = (int)((gid / W) % H);
-    const long plane = gid / ((long)H * W);
-    const int me = yy * W + xx;
+    ROW_SETUP(W, H)
     const long base = plane * OH * OW;
-    const int oy1 = last_window(yy, SH, PH, OH), ox1 = last_window(xx, SW, PW, OW);
-    float acc = 0.0f;
-    for (int oy = first_window(yy, KH, SH, PH); oy <= oy1; ++oy)
-        for (int ox = first_window(xx, KW, SW, PW); ox <= ox1; ++ox) {
-            const long o = base + oy * OW + ox;
-            if (idx[o] == me)
-                acc += g[o];
-        }
-    gx[gid] = acc;
+    const int oy0 = first_window(r, KH, SH, PH), oy1 = last_window(r, SH, PH, OH);
+    for (int xx = c0; xx < c1; ++xx) {
+        const int me = r * W + xx;
+        const int ox0 = first_window(xx, KW, SW, PW), ox1 = last_window(xx, SW, PW, OW);
+        float acc = 0.0f;
+        for (int oy = oy0; oy <= oy1; ++oy)
+            for (int ox = ox0; ox <= ox1; ++ox) {
+                const long o = base + oy * OW + ox;
+                if (idx[o] == me)
+                    acc += g[o];
+            }
+        gx[(long)row * W + xx] = acc;
+    }
 }
 
 // Average pool with count_include_pad (PyTorch's default): the divisor is always KH*KW.
 __kernel void avg_pool_fwd(__global const float* restrict x, __global float* restrict y,
-                           const long total, WINDOW_ARGS)
+                           WINDOW_ARGS)
 {
-    const long gid = get_global_id(0);
-    if (gid >= total)
-        return;
-    const int ox = (int)(gid % OW);
-    const int oy = (int)((gid / OW) % OH);
-    const long plane = gid / ((long)OH * OW);
+    ROW_SETUP(OW, OH)
     const global float* xp = x + plane * H * W;
-    const int y0 = oy * SH - PH, x0 = ox * SW - PW;
-    float acc = 0.0f;
-    for (int ky = max(0, -y0); ky < KH && y0 + ky < H; ++ky)
-        for (int kx = max(0, -x0); kx < KW && x0 + kx < W; ++kx)
-            acc += xp[(y0 + ky) * W + x0 + kx];
-    y[gid] = acc / (float)(KH * KW);
+    const int y0 = r * SH - PH;
+    const int ky0 = max(0, -y0), ky1 = min(KH, H - y0);
+    const float inv = 1.0f / (float)(KH * KW);
+    for (int ox = c0; ox < c1; ++ox) {
+        const int x0 = ox * SW - PW;
+        const int kx0 = max(0, -x0), kx1 = min(KW, W - x0);
+        float acc = 0.0f;
+        for (int ky = ky0; ky < ky1; ++ky)
+            for (int kx = kx0; kx < kx1; ++kx)
+                acc += xp[(y0 + ky) * W + x0 + kx];
+        y[(long)row * OW + ox] = acc * inv;
+    }
 }
 
 __kernel void avg_pool_bwd(__global const float* restrict g, __global float* restrict gx,
-                           const long total, WINDOW_ARGS)
+                           WINDOW_ARGS)
 {
-    const long gid = get_global_id(0);
-    if (gid >= total)
-        return;
-    const int xx = (int)(gid % W);
-    const int yy = (int)((gid / W) % H);
-    const long base = gid / ((long)H * W) * OH * OW;
-    const int oy1 = last_window(yy, SH, PH, OH), ox1 = last_window(xx, SW, PW, OW);
-    float acc = 0.0f;
-    for (int oy = first_window(yy, KH, SH, PH); oy <= oy1; ++oy)
-        for (int ox = first_window(xx, KW, SW, PW); ox <= ox1; ++ox)
-            acc += g[base + oy * OW + ox];
-    gx[gid] = acc / (float)(KH * KW);
+    ROW_SETUP(W, H)
+    const long base = plane * OH * OW;
+    const int oy0 = first_window(r, KH, SH, PH), oy1 = last_window(r, SH, PH, OH);
+    const float inv = 1.0f / (float)(KH * KW);
+    for (int xx = c0; xx < c1; ++xx) {
+        const int ox0 = first_window(xx, KW, SW, PW), ox1 = last_window(xx, SW, PW, OW);
+        float acc = 0.0f;
+        for (int oy = oy0; oy <= oy1; ++oy)
+            for (int ox = ox0; ox <= ox1; ++ox)
+                acc += g[base + oy * OW + ox];
+        gx[(long)row * W + xx] = acc * inv;
+    }
 }
 
 // Adaptive average pool, PyTorch's bins: [floor(o*I/O), ceil((o+1)*I/O)).
@@ -132,58 +141,54 @@ inline int bin_start(int o, int I, int O) { return (o * I) / O; }
 inline int bin_end(int o, int I, int O) { return ((o + 1) * I + O - 1) / O; }
 
 __kernel void adaptive_avg_fwd(__global const float* restrict x, __global float* restrict y,
-                               const long total, const int H, const int W, const int OH,
-                               const int OW)
+                               const int H, const int W, const int OH, const int OW,
+                               const int rows, const int XB)
 {
-    const long gid = get_global_id(0);
-    if (gid >= total)
-        return;
-    const int ox = (int)(gid % OW);
-    const int oy = (int)((gid / OW) % OH);
-    const global float* xp = x + gid / ((long)OH * OW) * H * W;
-    const int ys = bin_start(oy, H, OH), ye = bin_end(oy, H, OH);
-    const int xs = bin_start(ox, W, OW), xe = bin_end(ox, W, OW);
-    float acc = 0.0f;
-    for (int yy = ys; yy < ye; ++yy)
-        for (int xx = xs; xx < xe; ++xx)
-            acc += xp[yy * W + xx];
-    y[gid] = acc / (float)((ye - ys) * (xe - xs));
+    ROW_SETUP(OW, OH)
+    const global float* xp = x + plane * H * W;
+    const int ys = bin_start(r, H, OH), ye = bin_end(r, H, OH);
+    for (int ox = c0; ox < c1; ++ox) {
+        const int xs = bin_start(ox, W, OW), xe = bin_end(ox, W, OW);
+        float acc = 0.0f;
+        for (int yy = ys; yy < ye; ++yy)
+            for (int xx = xs; xx < xe; ++xx)
+                acc += xp[yy * W + xx];
+        y[(long)row * OW + ox] = acc / (float)((ye - ys) * (xe - xs));
+    }
 }
 
 __kernel void adaptive_avg_bwd(__global const float* restrict g, __global float* restrict gx,
-                               const long total, const int H, const int W, const int OH,
-                               const int OW)
+                               const int H, const int W, const int OH, const int OW,
+                               const int rows, const int XB)
 {
-    const long gid = get_global_id(0);
-    if (gid >= total)
-        return;
-    const int xx = (int)(gid % W);
-    const int yy = (int)((gid / W) % H);
-    const long base = gid / ((long)H * W) * OH * OW;
-    // Bins containing yy: o from floor(yy*OH/H) to ceil((yy+1)*OH/H) - 1 (checked below).
-    const int oy0 = (yy * OH) / H, oy1 = min(((yy + 1) * OH + H - 1) / H - 1, OH - 1);
-    const int ox0 = (xx * OW) / W, ox1 = min(((xx + 1) * OW + W - 1) / W - 1, OW - 1);
-    float acc = 0.0f;
-    for (int oy = oy0; oy <= oy1; ++oy) {
-        const int ys = bin_start(oy, H, OH), ye = bin_end(oy, H, OH);
-        if (yy < ys || yy >= ye)
-            continue;
-        for (int ox = ox0; ox <= ox1; ++ox) {
-            const int xs = bin_start(ox, W, OW), xe = bin_end(ox, W, OW);
-            if (xx < xs || xx >= xe)
+    ROW_SETUP(W, H)
+    const long base = plane * OH * OW;
+    // Bins containing r: o from floor(r*OH/H) to ceil((r+1)*OH/H) - 1 (checked below).
+    const int oy0 = (r * OH) / H, oy1 = min(((r + 1) * OH + H - 1) / H - 1, OH - 1);
+    for (int xx = c0; xx < c1; ++xx) {
+        const int ox0 = (xx * OW) / W, ox1 = min(((xx + 1) * OW + W - 1) / W - 1, OW - 1);
+        float acc = 0.0f;
+        for (int oy = oy0; oy <= oy1; ++oy) {
+            const int ys = bin_start(oy, H, OH), ye = bin_end(oy, H, OH);
+            if (r < ys || r >= ye)
                 continue;
-            acc += g[base + oy * OW + ox] / (float)((ye - ys) * (xe - xs));
+            for (int ox = ox0; ox <= ox1; ++ox) {
+                const int xs = bin_start(ox, W, OW), xe = bin_end(ox, W, OW);
+                if (xx < xs || xx >= xe)
+                    continue;
+                acc += g[base + oy * OW + ox] / (float)((ye - ys) * (xe - xs));
+            }
         }
+        gx[(long)row * W + xx] = acc;
     }
-    gx[gid] = acc;
 }
 """
 
-LOCAL = 64
-
-
-def _launch(queue, name: str, total: int, *args) -> None:
-    get_kernel(queue, SOURCE, name)(queue, (round_up(max(total, 1), LOCAL),), (LOCAL,), *args)
+def _launch(queue, name: str, run: int, rows: int, *args) -> None:
+    """One work-item per row of ``run`` outputs (CPU) or per output (GPU)."""
+    g, loc, xb = _runs(queue, run, rows)
+    get_kernel(queue, SOURCE, name)(queue, g[:2], loc[:2], *args, np.int32(rows),
+                                    np.int32(xb))
 
 
 def _i32(*v):
@@ -211,6 +216,11 @@ def _check(op: str, x: Tensor) -> None:
         raise DTypeError(f"{op}: input has dtype {x.dtype} (shape {x.shape}), expected float32")
 
 
+def _rows(shape) -> int:
+    """Rows (plane * height) of an NCHW shape."""
+    return shape[0] * shape[1] * shape[2]
+
+
 def _args(x_shape, k, s, p, o):
     return _i32(x_shape[2], x_shape[3], o[0], o[1], k[0], k[1], s[0], s[1], p[0], p[1])
 
@@ -224,9 +234,9 @@ def max_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0,
     n, c = x.shape[:2]
     y = Tensor.empty(x.queue, (n, c, *o))
     idx = Tensor.empty(x.queue, y.shape, np.int32) if save_indices else None
-    _launch(x.queue, "max_pool_fwd", y.size, x.data, y.data,
-            idx.data if idx is not None else None, np.int64(y.size),
-            *_args(x.shape, k, s, p, o), np.int32(save_indices))
+    _launch(x.queue, "max_pool_fwd", o[1], n * c * o[0], x.data, y.data,
+            idx.data if idx is not None else None, np.int32(save_indices),
+            *_args(x.shape, k, s, p, o))
     return y, idx
 
 
@@ -234,8 +244,8 @@ def max_pool2d_backward(grad: Tensor, indices: Tensor, x_shape, kernel_size, str
                         padding=0) -> Tensor:
     k, s, p, o = window("max_pool2d", x_shape, kernel_size, stride, padding)
     gx = Tensor.empty(grad.queue, tuple(x_shape))
-    _launch(grad.queue, "max_pool_bwd", gx.size, grad.data, indices.data, gx.data,
-            np.int64(gx.size), *_args(x_shape, k, s, p, o))
+    _launch(grad.queue, "max_pool_bwd", x_shape[3], _rows(x_shape), grad.data, indices.data,
+            gx.data, *_args(x_shape, k, s, p, o))
     return gx
 
 
@@ -244,7 +254,7 @@ def avg_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0) -> Tensor
     _check("avg_pool2d", x)
     k, s, p, o = window("avg_pool2d", x.shape, kernel_size, stride, padding)
     y = Tensor.empty(x.queue, (*x.shape[:2], *o))
-    _launch(x.queue, "avg_pool_fwd", y.size, x.data, y.data, np.int64(y.size),
+    _launch(x.queue, "avg_pool_fwd", o[1], _rows(y.shape), x.data, y.data,
             *_args(x.shape, k, s, p, o))
     return y
 
@@ -252,7 +262,7 @@ def avg_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0) -> Tensor
 def avg_pool2d_backward(grad: Tensor, x_shape, kernel_size, stride=None, padding=0) -> Tensor:
     k, s, p, o = window("avg_pool2d", x_shape, kernel_size, stride, padding)
     gx = Tensor.empty(grad.queue, tuple(x_shape))
-    _launch(grad.queue, "avg_pool_bwd", gx.size, grad.data, gx.data, np.int64(gx.size),
+    _launch(grad.queue, "avg_pool_bwd", x_shape[3], _rows(x_shape), grad.data, gx.data,
             *_args(x_shape, k, s, p, o))
     return gx
 
@@ -271,7 +281,7 @@ def adaptive_avg_pool2d_forward(x: Tensor, output_size) -> Tensor:
     _check("adaptive_avg_pool2d", x)
     oh, ow = adaptive_size("adaptive_avg_pool2d", x.shape, output_size)
     y = Tensor.empty(x.queue, (*x.shape[:2], oh, ow))
-    _launch(x.queue, "adaptive_avg_fwd", y.size, x.data, y.data, np.int64(y.size),
+    _launch(x.queue, "adaptive_avg_fwd", ow, _rows(y.shape), x.data, y.data,
             *_i32(x.shape[2], x.shape[3], oh, ow))
     return y
 
@@ -279,6 +289,6 @@ def adaptive_avg_pool2d_forward(x: Tensor, output_size) -> Tensor:
 def adaptive_avg_pool2d_backward(grad: Tensor, x_shape) -> Tensor:
     oh, ow = grad.shape[2:]
     gx = Tensor.empty(grad.queue, tuple(x_shape))
-    _launch(grad.queue, "adaptive_avg_bwd", gx.size, grad.data, gx.data, np.int64(gx.size),
+    _launch(grad.queue, "adaptive_avg_bwd", x_shape[3], _rows(x_shape), grad.data, gx.data,
             *_i32(x_shape[2], x_shape[3], oh, ow))
     return gx
