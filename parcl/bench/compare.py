@@ -83,7 +83,6 @@ def run(args) -> dict:
         n = args.batch or models.DEFAULT_BATCH[name]
         steps = args.steps or (10 if name == "mlp" else 3)
         x, y = models.batch(name, n, seed=1)
-        pc.set_default_queue(q)
         model = models.builder(name)(q)
         state = model.state_dict()
         base = {"model": name, "batch": n}

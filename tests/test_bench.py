@@ -1,0 +1,277 @@
+"""parcl-bench: every subcommand in a smoke mode, in-process through ``main([...])``: the table
+prints, the JSON parses with the documented fields, the PNG is a PNG matplotlib reads back, the
+trace is Chrome-trace JSON with events from every replica."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import parcl.replica
+import parcl.runtime
+from parcl.bench import common
+from parcl.bench.__main__ import main
+from parcl.bench.trace import ChromeTrace, validate
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _check_png(path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC, "not a PNG file"
+    plt = pytest.importorskip("matplotlib.pyplot")
+    img = plt.imread(str(path))
+    assert img.ndim == 3 and img.shape[0] >= 100 and img.shape[1] >= 100
+
+
+def _run(tmp_path, capsys, argv, plot=True):
+    out_json, out_png = tmp_path / "result.json", tmp_path / "plot.png"
+    extra = ["--json", str(out_json)] + (["--plot", str(out_png)] if plot else [])
+    assert main(argv + extra) == 0
+    text = capsys.readouterr().out
+    result = json.loads(out_json.read_text())
+    assert result["benchmark"] == argv[0]
+    assert result["command"].startswith(f"parcl-bench {argv[0]}")
+    for key in ("schema", "environment", "devices", "params", "notes", "tables"):
+        assert key in result
+    for dev in result["devices"]:
+        assert dev["compute_units"] >= 1 and dev["name"]
+        assert f"{dev['compute_units']} CU" in text       # the table states it
+    if plot:
+        _check_png(out_png)
+    return text, result
+
+
+def _rows(result, table):
+    rows = result["tables"][table]["rows"]
+    assert rows
+    return rows
+
+
+def _printed(text, result, table):
+    """Every column header of ``table`` appears, aligned, in the printed output."""
+    lines = text.splitlines()
+    at = lines.index(result["tables"][table]["title"])
+    header, rule = lines[at + 1], lines[at + 2]
+    for _, h in result["tables"][table]["columns"]:
+        assert h in header
+    assert set(rule) <= {"-", " "}
+    width = len(rule)
+    for ln in lines[at + 3:at + 3 + len(result["tables"][table]["rows"])]:
+        assert len(ln) <= width
+
+
+# -- allreduce -------------------------------------------------------------------------------
+def test_allreduce_smoke(tmp_path, capsys):
+    text, result = _run(tmp_path, capsys, ["allreduce", "--sizes", "4K,64K", "--repeat", "2",
+                                           "--warmup", "1"])
+    rows = _rows(result, "allreduce")
+    _printed(text, result, "allreduce")
+    from parcl.allreduce import ALGORITHMS
+    assert {r["algorithm"] for r in rows} == set(ALGORITHMS)
+    assert {r["bytes"] for r in rows} == {4096, 65536}
+    for r in rows:
+        assert r["wrong"] == 0
+        assert r["replicas"] == 2 and r["ranks"] == 1
+        assert r["time_us_min"] <= r["time_us"] <= r["time_us_max"]
+        assert r["algbw_gbps"] == pytest.approx(r["bytes"] / (r["time_us"] * 1e-6) / 1e9)
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (2 - 1) / 2)
+        assert r["memcpy_gbps"] > 0 and r["devcopy_gbps"] > 0
+
+
+# -- kernels ---------------------------------------------------------------------------------
+def test_kernels_smoke(tmp_path, capsys):
+    text, result = _run(tmp_path, capsys, [
+        "kernels", "--sizes", "64", "--trans", "NN,TN", "--vector-sizes", "4K",
+        "--conv", "tiny", "--launches", "20", "--repeat", "2"])
+    for table in ("gemm", "memory", "conv", "launch"):
+        _printed(text, result, table)
+    gemm = _rows(result, "gemm")
+    assert {r["trans"] for r in gemm} == {"NN", "TN"}
+    assert "whole" in {r["device"] for r in gemm}
+    if len(result["devices"]) > 1:                     # the one-CU sub-device vs numpy 1 thread
+        sub = [r for r in gemm if r["device"] == "1 CU"]
+        assert sub and all(r["numpy_threads"] in (1, "default") for r in sub)
+    for r in gemm:
+        assert r["gflops"] > 0 and r["numpy_gflops"] > 0
+        assert r["ratio"] == pytest.approx(r["gflops"] / r["numpy_gflops"])
+    ops = {r["op"] for r in _rows(result, "memory")}
+    assert {"add", "relu", "sum (all)"} <= ops
+    assert {r["pass"] for r in _rows(result, "conv")} == {"forward", "backward"}
+    assert all(r["us"] > 0 for r in _rows(result, "launch"))
+
+
+# -- scaling ---------------------------------------------------------------------------------
+def _trace_tracks(path):
+    trace = json.loads(path.read_text())
+    assert validate(trace) == []
+    names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    return trace, {names[e["tid"]] for e in spans}
+
+
+def test_scaling_smoke_with_trace(tmp_path, capsys):
+    trace_path = tmp_path / "trace.json"
+    text, result = _run(tmp_path, capsys, [
+        "scaling", "--model", "mlp", "--replicas", "1,2", "--batch-per-replica", "8",
+        "--steps", "2", "--repeat", "1", "--warmup", "1", "--trace", str(trace_path)])
+    rows = _rows(result, "scaling")
+    _printed(text, result, "scaling")
+    assert [r["replicas"] for r in rows] == [1, 2]
+    assert [r["batch"] for r in rows] == [8, 16]             # weak scaling
+    assert rows[0]["speedup"] == pytest.approx(1.0)
+    assert rows[1]["efficiency"] == pytest.approx(rows[1]["speedup"] / 2)
+    for r in rows:
+        assert r["samples_per_s"] > 0
+        for key in ("fwd_bwd_ms", "allreduce_ms", "optimizer_ms", "broadcast_ms",
+                    "dispatch_ms", "phased_ms"):
+            assert r[key] >= 0
+    assert all(d["compute_units"] == result["devices"][0]["compute_units"]
+               for d in result["devices"])                  # one sub-device per replica
+    trace, tracks = _trace_tracks(trace_path)
+    assert "host-timed" in trace["otherData"]["timing"]
+    for label, k in (("1", 1), ("2", 2)):
+        for i in range(k):
+            assert f"[{label}] replica {i} thread" in tracks
+            assert f"[{label}] replica {i} queue (host-timed)" in tracks
+        assert f"[{label}] main thread" in tracks
+
+
+def test_scaling_trace_uses_device_clock_on_profiling_queues(tmp_path, capsys, monkeypatch):
+    make = parcl.runtime.new_queue
+    monkeypatch.setattr(parcl.replica.runtime, "new_queue",
+                        lambda device=None, profiling=False: make(device, profiling=True))
+    trace_path = tmp_path / "trace.json"
+    assert main(["scaling", "--model", "mlp", "--replicas", "2", "--batch-per-replica", "4",
+                 "--steps", "1", "--repeat", "1", "--warmup", "0",
+                 "--trace", str(trace_path)]) == 0
+    capsys.readouterr()
+    trace, tracks = _trace_tracks(trace_path)
+    assert "device timestamps" in trace["otherData"]["timing"]
+    assert {"[2] replica 0 queue (device clock)", "[2] replica 1 queue (device clock)"} <= tracks
+
+
+def test_scaling_strong_cnn(tmp_path, capsys):
+    _, result = _run(tmp_path, capsys, [
+        "scaling", "--model", "cnn", "--replicas", "1,2", "--global-batch", "6",
+        "--steps", "1", "--repeat", "1", "--warmup", "0"], plot=False)
+    rows = _rows(result, "scaling")
+    assert [r["batch"] for r in rows] == [6, 6]
+    assert result["params"]["mode"] == "strong"
+
+
+# -- compare ---------------------------------------------------------------------------------
+def test_compare_smoke(tmp_path, capsys):
+    text, result = _run(tmp_path, capsys, ["compare", "--model", "mlp,cnn", "--batch", "8",
+                                           "--steps", "1", "--repeat", "1"])
+    rows = _rows(result, "compare")
+    _printed(text, result, "compare")
+    try:
+        import torch  # noqa: F401
+        impls = {"parcl", "numpy", "pytorch"}
+    except ImportError:
+        impls = {"parcl", "numpy"}
+        assert "pip install torch" in text
+    for model in ("mlp", "cnn"):
+        mine = {r["impl"]: r for r in rows if r["model"] == model}
+        assert set(mine) == impls
+        assert mine["parcl"]["vs_parcl"] == pytest.approx(1.0)
+        for r in mine.values():          # same weights and batch: the same first loss
+            assert r["loss"] == pytest.approx(mine["parcl"]["loss"], rel=1e-4)
+            assert r["samples_per_s"] > 0
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_numpy_reference_step_matches_parcl(queue, name):
+    """The numpy baseline computes the same SGD step as parcl (so comparing speeds is fair)."""
+    import parcl as pc
+    import parcl.tape as tp
+    from parcl.bench import models
+    from parcl.bench.reference import NUMPY_MODELS
+
+    model = models.builder(name)(queue)
+    ref = NUMPY_MODELS[name](model.state_dict())
+    x, y = models.batch(name, 4)
+    opt = pc.optim.SGD(model.parameters(), lr=0.5)
+    with tp.Tape() as tape:
+        loss = tp.cross_entropy(model(tp.tensor(pc.Tensor.from_host(queue, x))),
+                                pc.Tensor.from_host(queue, y))
+    tape.backward(loss)
+    opt.step()
+    assert ref.step(x, y, 0.5) == pytest.approx(float(loss.value.to_host()), rel=1e-5)
+    for key, value in model.state_dict().items():
+        np.testing.assert_allclose(ref.p[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
+
+
+# -- memory ----------------------------------------------------------------------------------
+def test_memory_smoke(tmp_path, capsys):
+    text, result = _run(tmp_path, capsys, ["memory", "--model", "mlp,resnet18", "--batch", "2",
+                                           "--image-size", "32"])
+    rows = _rows(result, "memory")
+    _printed(text, result, "memory")
+    assert [r["model"] for r in rows] == ["mlp", "resnet18"]
+    for r in rows:
+        assert r["tape_peak_mb"] >= r["nograd_peak_mb"] > 0
+        assert r["tape_extra_mb"] == pytest.approx(r["tape_peak_mb"] - r["nograd_peak_mb"])
+        assert r["backward_peak_mb"] >= r["tape_peak_mb"]
+        assert r["nograd_after_mb"] == 0.0
+        assert r["released_mb"] >= 0.0
+        assert r["zero_grad_mb"] == 0.0                 # everything back in the pool
+    resnet = rows[1]
+    assert resnet["tape_held_mb"] > 0                    # activations kept for backward
+
+
+# -- command line and helpers ----------------------------------------------------------------
+def test_bad_arguments_exit_2_with_one_line(capsys):
+    assert main(["allreduce", "--sizes", "4X"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read size '4X'" in err and "Traceback" not in err
+    assert main(["scaling", "--replicas", "1,64"]) == 2
+    assert "compute units" in capsys.readouterr().err
+
+
+def test_plot_without_matplotlib_says_how_to_install(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["allreduce", "--sizes", "4K", "--plot", str(tmp_path / "x.png")]) == 2
+    assert "pip install 'parcl[bench]'" in capsys.readouterr().err
+
+
+def test_python_dash_m_help():
+    out = subprocess.run([sys.executable, "-m", "parcl.bench", "--help"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0
+    for name in ("scaling", "allreduce", "kernels", "compare", "memory"):
+        assert name in out.stdout
+
+
+def test_sizes_tables_and_stats():
+    assert common.parse_sizes("4K,1M,25M,1G,100") == [4096, 1 << 20, 25 << 20, 1 << 30, 100]
+    assert common.human_bytes(25 << 20) == "25M" and common.human_bytes(4096) == "4K"
+    s = common.summarize([3.0, 1.0, 2.0, 10.0])
+    assert (s["median"], s["min"], s["max"], s["runs"]) == (2.5, 1.0, 10.0, 4)
+    table = common.format_table([["name", "name"], ["v", "value"]],
+                                [{"name": "a", "v": 1.5}, {"name": "long", "v": 22.25}],
+                                {"v": ".2f"})
+    lines = table.splitlines()
+    assert len({len(ln) for ln in lines}) == 1            # aligned
+    assert lines[2].endswith(" 1.50") and lines[3].endswith("22.25")
+
+
+def test_chrome_trace_writer(tmp_path):
+    tr = ChromeTrace({"what": "test"})
+    a, b = tr.track("replica 0 thread"), tr.track("replica 1 thread")
+    t0 = tr.now()
+    tr.span(a, "work", t0, t0 + 0.001)
+    tr.span(b, "work", t0, t0 + 0.002, args={"step": 1})
+    tr.write(tmp_path / "t.json")
+    data = json.loads((tmp_path / "t.json").read_text())
+    assert validate(data) == [] and data["otherData"] == {"what": "test"}
+    spans = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    assert {e["tid"] for e in spans} == {a, b}
+    assert spans[1]["dur"] == pytest.approx(2000, abs=1)
+    assert validate({"traceEvents": [{"ph": "X", "name": "x", "pid": 1, "tid": 1}]})
