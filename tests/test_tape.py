@@ -366,3 +366,29 @@ def test_print_tape_summary(queue, capsys):
     assert lines[2].strip() == "[1] relu(#0) -> (2, 3)"
     assert lines[3].strip() == "[2] mean(#1) -> ()"
     assert tape.summary() == str(tape)
+
+
+def test_gradcheck_accepts_functions_that_use_node_operators(queue):
+    x = tp.tensor(pc.Tensor.from_host(queue, np.array([0.5, -1.5, 2.0], np.float32)),
+                  requires_grad=True)
+    assert tp.gradcheck(lambda v: tp.reshape(v, (3, 1)) * 2.0 + v.reshape(3, 1) * v.reshape(3, 1),
+                        [x])
+
+
+def test_gradcheck_catches_a_wrong_backward(queue):
+    class BadSquare(tp.Function):
+        name = "bad_square"
+
+        def forward(self, x):
+            from parcl.kernels import elementwise as ew
+            self.x = x
+            return ew.unary("square", x)
+
+        def backward(self, g):
+            from parcl.kernels import elementwise as ew
+            return ew.binary("mul", g, self.x)          # forgot the factor 2
+
+    x = tp.tensor(pc.Tensor.from_host(queue, np.array([1.0, 2.0], np.float32)),
+                  requires_grad=True)
+    with pytest.raises(pc.GradcheckError, match="input 0"):
+        tp.gradcheck(lambda v: BadSquare.apply(v), [x])
