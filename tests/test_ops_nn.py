@@ -180,6 +180,14 @@ def test_cross_entropy_out_of_range_labels(queue):
         tp.cross_entropy(x, bad, check_labels=True)
 
 
+def test_cross_entropy_bad_label_under_detect_anomaly(queue):
+    """Anomaly mode reads every output anyway: the label error comes first, not a NaN alarm."""
+    x = leaf(queue, np.zeros((2, 3)))
+    with tp.detect_anomaly(), tp.Tape():
+        with pytest.raises(pc.ShapeError, match=r"label 5 at row 1"):
+            tp.cross_entropy(x, up(queue, [0, 5], np.int32))
+
+
 def test_cross_entropy_input_errors(queue):
     x = up(queue, np.zeros((4, 3)))
     with pytest.raises(pc.DTypeError, match=r"cross_entropy: labels have dtype float32"):
