@@ -1,0 +1,302 @@
+"""``parcl-launch``: run a training script on several devices (and processes).
+
+    parcl-launch [--replicas N] [--devices SPEC] [--allreduce ALGO] [--allow-repeat]
+                 [--list-devices] script.py [args...]
+    python -m parcl.launch ...                     # the same
+    mpiexec -n K parcl-launch --replicas N script.py ...
+
+The launcher picks the devices, hands them to the script (``ReplicaGroup.from_launch`` or
+``pc.devices()`` return them), sets the allreduce algorithm and, under ``mpiexec``, the MPI
+communicator, then runs ``script.py`` as ``__main__`` with ``sys.argv = [script.py, *args]``.
+
+Devices. On a CPU, ``--replicas N`` splits the CPU device into N sub-devices (OpenCL device
+fission), so each replica owns its cores. Under MPI the K ranks on one machine would otherwise
+fight over the same cores, so the CPU is split into K*N sub-devices and each rank takes its own
+N (rank r on its node gets sub-devices r*N .. r*N+N-1). With ``--devices`` (``gpu``, ``gpu:0,1``,
+``cpu:4``, ``all``) the first N listed devices are used (under MPI each rank on a node takes its
+own consecutive N). Asking for more replicas than the devices can give is an error unless
+``--allow-repeat`` lets several replicas share a device (one queue each).
+
+Errors. Bad arguments exit with status 2 and one line on stderr. An exception in the script
+prints its traceback and exits 1; under MPI the traceback is prefixed with the rank and the whole
+job is aborted (``MPI_Abort``), so no rank waits forever for a failed one. Ctrl-C stops every
+replica and exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import threading
+import traceback
+
+USAGE_ERROR = 2
+SCRIPT_ERROR = 1
+INTERRUPTED = 130
+_EXIT_GRACE_S = 15.0   # after Ctrl-C, the longest cleanup may take before the process is ended
+
+
+class LaunchError(Exception):
+    """A bad command line or device request: reported as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):   # one line, no usage block, no traceback
+        raise LaunchError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="parcl-launch", description="Run a parcl training script on several "
+                "OpenCL devices (data-parallel replicas), optionally under mpiexec.")
+    p.add_argument("--replicas", type=int, default=None, metavar="N",
+                   help="replicas in this process (on a CPU: sub-devices to split it into)")
+    p.add_argument("--devices", default=None, metavar="SPEC",
+                   help="cpu, cpu:N, gpu, gpu:I,J or all (default: $PARCL_DEVICES, else GPUs, "
+                        "else the CPU)")
+    p.add_argument("--allreduce", default="auto", metavar="ALGO",
+                   help="allreduce algorithm: auto, direct, scatter or ring")
+    p.add_argument("--allow-repeat", action="store_true",
+                   help="let several replicas share a device when there are fewer devices "
+                        "than replicas")
+    p.add_argument("--list-devices", action="store_true",
+                   help="print the OpenCL platforms and devices and exit")
+    p.add_argument("script", nargs="?", help="the training script")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    return p
+
+
+# -- devices --------------------------------------------------------------------------------
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.1f} GiB"
+
+
+def list_devices(out=sys.stdout) -> None:
+    """Print every OpenCL platform and device: type, compute units, global memory."""
+    import pyopencl as cl
+
+    from .errors import DeviceError
+
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:
+        platforms = []
+    if not platforms:
+        raise DeviceError("no OpenCL platform found: install a driver, or the embedded CPU "
+                          "device with `pip install 'parcl[pocl]'`")
+    for pi, platform in enumerate(platforms):
+        print(f"platform {pi}: {platform.name.strip()} ({platform.version.strip()})", file=out)
+        try:
+            devs = platform.get_devices()
+        except cl.Error:
+            devs = []
+        if not devs:
+            print("  (no devices)", file=out)
+        for di, dev in enumerate(devs):
+            kind = ("gpu" if dev.type & cl.device_type.GPU else
+                    "cpu" if dev.type & cl.device_type.CPU else "other")
+            line = (f"  device {di}: {kind:5s} {dev.name.strip()} | "
+                    f"{dev.max_compute_units} compute units | "
+                    f"{_gib(dev.global_mem_size)} global memory | {dev.version.strip()}")
+            try:
+                subs = dev.partition_max_sub_devices
+            except cl.Error:
+                subs = 0
+            if kind == "cpu" and subs > 1:
+                line += f" | splits into up to {subs} sub-devices (--replicas N)"
+            print(line, file=out)
+
+
+def choose_devices(replicas: int | None = None, spec: str | None = None,
+                   allow_repeat: bool = False, local_rank: int = 0, local_size: int = 1) -> list:
+    """The devices of this process's replicas.
+
+    ``spec=None`` means what ``pc.devices()`` would give ($PARCL_DEVICES, $PYOPENCL_CTX, the
+    GPUs, else the CPU). A single whole CPU device is split into ``replicas * local_size``
+    sub-devices and this rank takes its ``replicas``; a list of devices is cut the same way.
+    """
+    from . import runtime
+    from .errors import DeviceError
+
+    if replicas is not None and replicas < 1:
+        raise LaunchError(f"--replicas must be >= 1, got {replicas}")
+    pool = runtime.parse_spec(spec) if spec is not None else runtime.devices()
+    if not pool:
+        raise DeviceError(f"device spec {spec!r} gives no devices")
+    where = f" per rank x {local_size} ranks on this node" if local_size > 1 else ""
+    single_cpu = (len(pool) == 1 and not runtime.is_gpu(pool[0])
+                  and _is_root_device(pool[0]))
+    if single_cpu:
+        n = replicas or 1
+        cpu, total = pool[0], n * local_size
+        units = cpu.max_compute_units
+        if total > units:
+            if not allow_repeat:
+                raise LaunchError(
+                    f"{n} replicas{where} need {total} CPU sub-devices but "
+                    f"{runtime.describe(cpu)} has only {units} compute units; use fewer "
+                    f"replicas or --allow-repeat to let replicas share cores")
+            pool = runtime.split_device(cpu, units) if units > 1 else [cpu]
+        else:
+            pool = runtime.split_device(cpu, total)
+    else:
+        n = replicas or max(1, len(pool) // local_size)
+        total = n * local_size
+        if total > len(pool) and not allow_repeat:
+            raise LaunchError(
+                f"{n} replicas{where} need {total} devices but {spec or 'this machine'} gives "
+                f"{len(pool)} ({', '.join(runtime.describe(d) for d in pool)}); use fewer "
+                f"replicas or --allow-repeat to let replicas share a device")
+    first = local_rank * n
+    return [pool[(first + i) % len(pool)] for i in range(n)]
+
+
+def _is_root_device(device) -> bool:
+    """True for a device that is not itself a sub-device (so it can be split)."""
+    import pyopencl as cl
+    try:
+        return device.parent_device is None
+    except (cl.Error, AttributeError):
+        return True
+
+
+# -- running the script ----------------------------------------------------------------------
+
+def _script_traceback(exc: BaseException) -> str:
+    """The traceback as ``python script.py`` would print it: without the launcher's frames."""
+    tb = exc.__traceback__
+    here = os.path.abspath(__file__)
+    while tb is not None and (os.path.abspath(tb.tb_frame.f_code.co_filename) == here
+                              or "runpy" in tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _prefixed(text: str, prefix: str) -> str:
+    return "".join(prefix + line for line in text.splitlines(keepends=True))
+
+
+def run_script(script: str, args: list[str]) -> None:
+    """Run ``script`` as ``__main__`` with ``sys.argv = [script, *args]``, as ``python`` would
+    (its directory first on ``sys.path``)."""
+    sys.argv = [script, *args]
+    script_dir = os.path.dirname(os.path.abspath(script))
+    sys.path.insert(0, script_dir)
+    try:
+        runpy.run_path(script, run_name="__main__")
+    finally:
+        try:
+            sys.path.remove(script_dir)
+        except ValueError:
+            pass
+
+
+def _exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)   # sys.exit("message") prints it and exits 1, as Python does
+    return 1
+
+
+def _hard_exit_later(code: int) -> None:
+    """Bound the shutdown: if cleanup (joining replica threads, MPI finalize) hangs, end the
+    process anyway."""
+    def bail():
+        sys.stderr.flush()
+        os._exit(code)
+    timer = threading.Timer(_EXIT_GRACE_S, bail)
+    timer.daemon = True
+    timer.start()
+
+
+def _setup_mpi():
+    """``(comm, rank, size, local_rank, local_size)``; comm is None outside a multi-rank MPI
+    run. mpi4py is imported only when the environment says there are several ranks."""
+    from . import distributed
+
+    _, size = distributed.env_world()
+    if size <= 1:
+        distributed.set_comm(None)
+        return None, 0, 1, 0, 1
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise LaunchError("running under mpiexec with several ranks needs mpi4py: "
+                          "pip install 'parcl[mpi]'") from None
+    comm = MPI.COMM_WORLD
+    distributed.set_comm(comm)
+    if comm.Get_size() <= 1:   # the environment looked like MPI, the library says otherwise
+        distributed.set_comm(None)
+        return None, 0, 1, 0, 1
+    return (comm, comm.Get_rank(), comm.Get_size(), distributed.local_rank(),
+            distributed.local_size())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``parcl-launch``; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    comm, rank = None, 0
+    try:
+        opts = build_parser().parse_args(argv)
+        if opts.list_devices:
+            list_devices()
+            return 0
+        if not opts.script:
+            raise LaunchError("no script given: parcl-launch [--replicas N] script.py [args...]")
+        if not os.path.isfile(opts.script):
+            raise LaunchError(f"script {opts.script!r} not found")
+        from . import replica, runtime
+        from .allreduce import ALGORITHMS
+        if opts.allreduce != "auto" and opts.allreduce not in ALGORITHMS:
+            raise LaunchError(f"--allreduce {opts.allreduce!r} is unknown; choose auto, "
+                              f"{', '.join(sorted(ALGORITHMS))}")
+        comm, rank, _, local_rank, local_size = _setup_mpi()
+        devs = choose_devices(opts.replicas, opts.devices, opts.allow_repeat,
+                              local_rank, local_size)
+        runtime.set_launch_devices(devs)
+        replica.configure_launch(allreduce=opts.allreduce, comm=comm)
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    except Exception as exc:   # LaunchError, ParclError (DeviceError), OpenCL errors
+        from .errors import ParclError
+        if not isinstance(exc, (LaunchError, ParclError)):
+            exc = f"{type(exc).__name__}: {exc}"
+        msg = " ".join(str(exc).split())   # one line, whatever the message held
+        print(f"parcl-launch: error: {msg}", file=sys.stderr, flush=True)
+        if comm is not None:
+            comm.Abort(USAGE_ERROR)
+        return USAGE_ERROR
+
+    prefix = f"[rank {rank}] " if comm is not None else ""
+    try:
+        run_script(opts.script, opts.args)
+    except SystemExit as exc:
+        code = _exit_code(exc)
+        if code != 0 and comm is not None:   # the other ranks may wait for this one
+            sys.stderr.flush()
+            comm.Abort(code)
+        return code
+    except KeyboardInterrupt:
+        print(f"{prefix}parcl-launch: interrupted", file=sys.stderr, flush=True)
+        _hard_exit_later(INTERRUPTED)
+        if comm is not None:
+            comm.Abort(INTERRUPTED)
+        return INTERRUPTED
+    except BaseException as exc:   # noqa: BLE001 - reported, then the whole job stops
+        text = _script_traceback(exc)
+        sys.stderr.write(_prefixed(text, prefix) if prefix else text)
+        sys.stderr.flush()
+        _hard_exit_later(SCRIPT_ERROR)
+        if comm is not None:
+            comm.Abort(SCRIPT_ERROR)
+        return SCRIPT_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
