@@ -98,7 +98,7 @@ def test_kernels_smoke(tmp_path, capsys):
         assert sub and all(r["numpy_threads"] in (1, "default") for r in sub)
     for r in gemm:
         assert r["gflops"] > 0 and r["numpy_gflops"] > 0
-        assert r["ratio"] == pytest.approx(r["gflops"] / r["numpy_gflops"])
+        assert r["ratio_min"] <= r["ratio"] <= r["ratio_max"]     # per-run ratios
     ops = {r["op"] for r in _rows(result, "memory")}
     assert {"add", "relu", "sum (all)"} <= ops
     assert {r["pass"] for r in _rows(result, "conv")} == {"forward", "backward"}
@@ -181,6 +181,7 @@ def test_compare_smoke(tmp_path, capsys):
         mine = {r["impl"]: r for r in rows if r["model"] == model}
         assert set(mine) == impls
         assert mine["parcl"]["vs_parcl"] == pytest.approx(1.0)
+        assert mine["numpy"]["vs_parcl_min"] <= mine["numpy"]["vs_parcl"]
         for r in mine.values():          # same weights and batch: the same first loss
             assert r["loss"] == pytest.approx(mine["parcl"]["loss"], rel=1e-4)
             assert r["samples_per_s"] > 0

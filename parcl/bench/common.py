@@ -126,6 +126,34 @@ def time_runs(fn: Callable[[], object], repeat: int, warmup: int = 1,
     return summarize(times)
 
 
+def time_interleaved(fns: list, repeat: int, warmup: int = 1) -> list[dict]:
+    """Time several ``(fn, sync)`` pairs in alternation: run ``r`` of each back to back, so
+    a change in the machine's load hits all of them alike. Each stat also carries its
+    ``times`` (seconds, in run order) so callers can form per-run ratios."""
+    fns = [(fn, sync or (lambda: None)) for fn, sync in fns]
+    for _ in range(warmup):
+        for fn, sync in fns:
+            fn()
+            sync()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for i, (fn, sync) in enumerate(fns):
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times[i].append(time.perf_counter() - t0)
+    return [{**summarize(t), "times": t} for t in times]
+
+
+def put_ratio(row: dict, key: str, faster: dict, slower: dict) -> None:
+    """``row[key]`` = median over runs of slower_time / faster_time (``_min``/``_max`` too):
+    how many times the first is faster, paired run by run."""
+    r = np.asarray(slower["times"]) / np.asarray(faster["times"])
+    row[key] = float(np.median(r))
+    row[f"{key}_min"], row[f"{key}_max"] = float(r.min()), float(r.max())
+
+
 def finisher(queues) -> Callable[[], None]:
     """A ``sync`` that waits for every queue (each ``queue.finish()``)."""
     queues = list(queues)

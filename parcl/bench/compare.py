@@ -7,12 +7,15 @@ step is forward, softmax cross entropy, backward and an SGD update; parcl's step
 host-to-device copy of the batch and ends with ``queue.finish()``. Every implementation gets
 the same compute: parcl one queue on ``--devices`` (default the whole CPU device), numpy's BLAS
 and PyTorch as many threads as that device has compute units (threadpoolctl /
-``torch.set_num_threads``). PyTorch is not a parcl dependency: without it the column is skipped
+``torch.set_num_threads``). The implementations are timed in alternation (run r of each back
+to back) and ``vs parcl`` is the median of the per-run ratios, so a change in the machine's
+load affects all of them alike. PyTorch is not a parcl dependency: without it the column is skipped
 and the table says how to install it.
 
 JSON rows (table ``compare``): ``model``, ``batch``, ``impl`` (``parcl``, ``numpy``,
 ``pytorch``), ``threads``, ``samples_per_s`` (+ ``_min``/``_max``), ``step_ms``, ``loss``
-(first step), ``vs_parcl`` (this implementation's samples/s over parcl's).
+(first step), ``vs_parcl`` (+ ``_min``/``_max``: this implementation's speed over parcl's,
+per-run ratios).
 """
 
 from __future__ import annotations
@@ -31,16 +34,17 @@ from .common import (
     new_result,
     numpy_threads,
     put_rate,
+    put_ratio,
     repeat_of,
     require_matplotlib,
     resolve_devices,
     save_figure,
-    time_runs,
+    time_interleaved,
     warmup_of,
 )
 
 TORCH_HINT = ("PyTorch is not installed, so its column is skipped; to add it: "
-              "pip install torch --index-url https://download.pytorch.org/whl/cpu")
+              "pip install torch (a CPU-only build is enough)")
 
 
 def add_arguments(p) -> None:
@@ -85,26 +89,29 @@ def run(args) -> dict:
         x, y = models.batch(name, n, seed=1)
         model = models.builder(name)(q)
         state = model.state_dict()
-        base = {"model": name, "batch": n}
-        mine = {**base, "impl": "parcl", "threads": f"{threads} CU",
-                **_parcl(q, model, x, y, steps, repeat, warmup)}
-        rows.append(mine)
         limit, applied = numpy_threads(threads)
-        with limit:
-            rows.append({**base, "impl": "numpy", "threads": threads if applied else "default",
-                         **_numpy(name, state, x, y, steps, repeat, warmup)})
+        impls = [("parcl", f"{threads} CU", *_parcl(q, model, x, y)),
+                 ("numpy", threads if applied else "default", *_numpy(name, state, x, y))]
         if torch is not None:
-            rows.append({**base, "impl": "pytorch", "threads": threads,
-                         **_pytorch(torch, name, state, x, y, steps, repeat, warmup, threads)})
-        for r in rows:
-            if r["model"] == name:
-                r["vs_parcl"] = r["samples_per_s"] / mine["samples_per_s"]
+            impls.append(("pytorch", threads, *_pytorch(torch, name, state, x, y, threads)))
+        with limit:
+            losses = [float(step()) for _, _, step, _ in impls]      # first step: the check
+            stats = time_interleaved(
+                [((lambda step=step, k=steps: [step() for _ in range(k)]), sync)
+                 for _, _, step, sync in impls], repeat, warmup)
+        for (impl, thr, _, _), loss, stat in zip(impls, losses, stats):
+            row = {"model": name, "batch": n, "impl": impl, "threads": thr, "loss": loss,
+                   **_rates(n, steps, stat)}
+            put_ratio(row, "vs_parcl", stat, stats[0])
+            rows.append(row)
     add_table(result, "compare", f"one SGD training step, samples/s median [min-max] of "
-              f"{repeat} runs; loss = first-step loss from the same weights and batch", [
+              f"{repeat} alternating runs; vs parcl = median of per-run ratios; loss = "
+              "first-step loss from the same weights and batch", [
                   ("model", "model", ""), ("batch", "batch", ""), ("impl", "impl", ""),
                   ("threads", "threads", ""), ("samples_per_s", "samples/s", ".1f"),
                   ("sps_range", "[min-max]", fmt_range("samples_per_s", ".1f")),
                   ("step_ms", "step ms", ".2f"), ("vs_parcl", "vs parcl", ".2f"),
+                  ("vs_range", "[min-max]", fmt_range("vs_parcl", ".2f")),
                   ("loss", "loss", ".5f")], rows)
     return result
 
@@ -115,7 +122,8 @@ def _rates(n: int, steps: int, stat: dict) -> dict:
     return row
 
 
-def _parcl(q, model, x, y, steps, repeat, warmup) -> dict:
+def _parcl(q, model, x, y):
+    """(step, sync): one parcl training step (batch upload included) and the queue's finish."""
     opt = pc.optim.SGD(model.parameters(), lr=models.LR)
 
     def step():
@@ -126,21 +134,27 @@ def _parcl(q, model, x, y, steps, repeat, warmup) -> dict:
         tape.backward(loss)
         opt.step()
         opt.zero_grad()
-        return loss
+        return _LazyLoss(loss)
 
-    first = float(step().value.to_host())
-    stat = time_runs(lambda: [step() for _ in range(steps)], repeat, warmup, sync=q.finish)
-    return {"loss": first, **_rates(x.shape[0], steps, stat)}
+    return step, q.finish
 
 
-def _numpy(name, state, x, y, steps, repeat, warmup) -> dict:
+class _LazyLoss:
+    """A parcl loss read from the device only when asked (timed steps never ask)."""
+
+    def __init__(self, node):
+        self.node = node
+
+    def __float__(self) -> float:
+        return float(self.node.value.to_host())
+
+
+def _numpy(name, state, x, y):
     ref = reference.NUMPY_MODELS[name](state)
-    first = ref.step(x, y, models.LR)
-    stat = time_runs(lambda: [ref.step(x, y, models.LR) for _ in range(steps)], repeat, warmup)
-    return {"loss": first, **_rates(x.shape[0], steps, stat)}
+    return (lambda: ref.step(x, y, models.LR)), None
 
 
-def _pytorch(torch, name, state, x, y, steps, repeat, warmup, threads) -> dict:
+def _pytorch(torch, name, state, x, y, threads):
     torch.set_num_threads(threads)
     model = models.torch_model(name, state)
     opt = torch.optim.SGD(model.parameters(), lr=models.LR)
@@ -151,11 +165,9 @@ def _pytorch(torch, name, state, x, y, steps, repeat, warmup, threads) -> dict:
         loss.backward()
         opt.step()
         opt.zero_grad()
-        return loss
+        return loss.detach()
 
-    first = float(step().detach())
-    stat = time_runs(lambda: [step() for _ in range(steps)], repeat, warmup)
-    return {"loss": first, **_rates(x.shape[0], steps, stat)}
+    return step, None
 
 
 def plot(result: dict, path: str) -> None:

@@ -8,14 +8,17 @@
   once) against numpy's ``add``/``maximum``/``sum``.
 * conv2d forward and backward (input + weight gradients, 2x the forward flop) GFLOP/s against
   a numpy im2col + matmul forward.
+* parcl and numpy are timed in alternation (run r of each back to back), and ``ratio`` is the
+  median of the per-run ratios, so a change in the machine's load affects both sides alike.
 * host cost of a launch: microseconds per enqueue of a one-element kernel (through parcl's
   launcher and through a raw pyopencl kernel call), per kernel to drain the queue, and the
   enqueue + ``finish`` round trip.
 
 JSON tables: ``gemm`` (``device``, ``trans``, ``n``, ``variant``, ``gflops`` (+ ``_min``/
-``_max``), ``numpy_gflops`` (+ ...), ``numpy_threads``, ``ratio``), ``memory`` (``device``,
-``op``, ``elems``, ``gbps``, ``numpy_gbps``, ``ratio``), ``conv`` (``device``, ``shape``,
-``pass``, ``gflops``, ``numpy_gflops``, ``ratio``), ``launch`` (``device``, ``what``, ``us``).
+``_max``), ``numpy_gflops`` (+ ...), ``numpy_threads``, ``ratio`` (+ ``_min``/``_max``)),
+``memory`` (``device``, ``op``, ``elems``, ``gbps``, ``numpy_gbps``, ``ratio``), ``conv``
+(``device``, ``shape``, ``pass``, ``gflops``, ``numpy_gflops``, ``ratio``), ``launch``
+(``device``, ``what``, ``us``).
 """
 
 # The timed lambdas run inside the loop iteration that defines them (never later):
@@ -47,10 +50,12 @@ from .common import (
     parse_ints,
     parse_sizes,
     put_rate,
+    put_ratio,
     repeat_of,
     require_matplotlib,
     resolve_devices,
     save_figure,
+    time_interleaved,
     time_runs,
     warmup_of,
 )
@@ -126,13 +131,14 @@ def run(args) -> dict:
         if "launch" not in skip:
             launch_rows += _launch(q, label, args.launches, repeat)
     spread = fmt_range("gflops", ".1f")
-    add_table(result, "gemm", "GEMM n x n x n: parcl vs numpy.matmul (same run), median "
-              f"[min-max] of {repeat} runs", [
+    add_table(result, "gemm", "GEMM n x n x n: parcl vs numpy.matmul, alternating runs, "
+              f"median [min-max] of {repeat}; parcl/numpy = median of per-run ratios", [
                   ("device", "device", ""), ("trans", "trans", ""), ("n", "n", ""),
                   ("variant", "variant", ""), ("gflops", "parcl GFLOP/s", ".1f"),
                   ("gflops_range", "[min-max]", spread),
                   ("numpy_gflops", "numpy GFLOP/s", ".1f"),
-                  ("numpy_threads", "numpy threads", ""), ("ratio", "parcl/numpy", ".2f")],
+                  ("numpy_threads", "numpy threads", ""), ("ratio", "parcl/numpy", ".2f"),
+                  ("ratio_range", "[min-max]", fmt_range("ratio", ".2f"))],
               gemm_rows)
     add_table(result, "memory", "elementwise and reduction: GB/s of bytes read + written", [
         ("device", "device", ""), ("op", "op", ""), ("size", "elements", ""),
@@ -153,10 +159,6 @@ def run(args) -> dict:
     return result
 
 
-def _ratio(row: dict, key: str, ref: str) -> None:
-    row["ratio"] = row[key] / row[ref] if row.get(ref) else None
-
-
 def _gemm(q, label, sizes, trans, threads, repeat, warmup) -> list[dict]:
     rows = []
     rng = np.random.default_rng(0)
@@ -168,15 +170,15 @@ def _gemm(q, label, sizes, trans, threads, repeat, warmup) -> list[dict]:
         flop = 2.0 * n ** 3
         for t in trans:
             ta, tb = t[0] == "T", t[1] == "T"
-            cl_stat = time_runs(lambda: gemm(a, b, trans_a=ta, trans_b=tb, out=out),
-                                repeat, warmup, sync=q.finish)
             na, nb = (ha.T if ta else ha), (hb.T if tb else hb)
-            np_stat = time_runs(lambda: np.matmul(na, nb), repeat, warmup)
+            cl_stat, np_stat = time_interleaved(
+                [(lambda: gemm(a, b, trans_a=ta, trans_b=tb, out=out), q.finish),
+                 (lambda: np.matmul(na, nb), None)], repeat, warmup)
             row = {"device": label, "trans": t, "n": n, "variant": choose_variant(q.device),
                    "numpy_threads": threads if threads is not None else "default"}
             put_rate(row, "gflops", flop / 1e9, cl_stat)
             put_rate(row, "numpy_gflops", flop / 1e9, np_stat)
-            _ratio(row, "gflops", "numpy_gflops")
+            put_ratio(row, "ratio", cl_stat, np_stat)
             rows.append(row)
     return rows
 
@@ -202,12 +204,12 @@ def _memory(q, label, vectors, repeat, warmup) -> list[dict]:
              lambda: ha2.sum(axis=1)),
         ]
         for op, nbytes, fn_cl, fn_np in cases:
-            cl_stat = time_runs(fn_cl, repeat, warmup, sync=q.finish)
-            np_stat = time_runs(fn_np, repeat, warmup)
+            cl_stat, np_stat = time_interleaved([(fn_cl, q.finish), (fn_np, None)], repeat,
+                                                warmup)
             row = {"device": label, "op": op, "elems": n, "size": human_bytes(n).rstrip("B")}
             put_rate(row, "gbps", nbytes / 1e9, cl_stat)
             put_rate(row, "numpy_gbps", nbytes / 1e9, np_stat)
-            _ratio(row, "gbps", "numpy_gbps")
+            put_ratio(row, "ratio", cl_stat, np_stat)
             rows.append(row)
     return rows
 
@@ -227,19 +229,19 @@ def _conv(q, label, names, repeat, warmup) -> list[dict]:
         oh, ow = y.shape[2], y.shape[3]
         flop = 2.0 * n * cout * oh * ow * cin * kh * kw
         shape = f"{name} x{xs} w{ws}"
-        fwd = time_runs(lambda: K_conv.conv2d_forward(x, w, None, 1, pad), repeat, warmup,
-                        sync=q.finish)
+        fwd, np_fwd = time_interleaved(
+            [(lambda: K_conv.conv2d_forward(x, w, None, 1, pad), q.finish),
+             (lambda: reference.conv2d_forward(hx, hw, None, pad), None)], repeat, warmup)
         bwd = time_runs(lambda: K_conv.conv2d_backward(x, w, g, 1, pad, need_input=True,
                                                        need_weight=True), repeat, warmup,
                         sync=q.finish)
-        np_fwd = time_runs(lambda: reference.conv2d_forward(hx, hw, None, pad), repeat, warmup)
         for pss, stat, fl, np_stat in (("forward", fwd, flop, np_fwd),
                                        ("backward", bwd, 2 * flop, None)):
             row = {"device": label, "shape": shape, "pass": pss}
             put_rate(row, "gflops", fl / 1e9, stat)
             if np_stat is not None:
                 put_rate(row, "numpy_gflops", fl / 1e9, np_stat)
-                _ratio(row, "gflops", "numpy_gflops")
+                put_ratio(row, "ratio", stat, np_stat)
             rows.append(row)
     return rows
 
