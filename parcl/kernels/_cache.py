@@ -4,6 +4,9 @@ A program is built once per context (keyed by its source and build options) behi
 PoCL takes ~0.4 s per cold build, so sources are grouped into a few programs per family.
 ``Kernel`` objects are cached per *thread*: ``clSetKernelArg`` on one kernel object from two
 threads is a data race, so replica threads never share one.
+
+Every kernel gets its scalar argument dtypes declared (read from the kernel's argument info):
+pyopencl then packs scalars itself, which makes a launch ~5 µs of host time instead of ~30.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from __future__ import annotations
 import threading
 from importlib import resources
 
+import numpy as np
 import pyopencl as cl
+from pyopencl import cltypes
 
 from ..errors import ParclError
 
@@ -42,7 +47,8 @@ def get_program(context: cl.Context, source: str, options: tuple[str, ...] = ())
         prog = _programs.get(key)
         if prog is None:
             try:
-                prog = cl.Program(context, source).build(options=list(options))
+                prog = cl.Program(context, source).build(
+                    options=[*options, "-cl-kernel-arg-info"])
             except cl.RuntimeError as exc:
                 first = source.strip().splitlines()[0][:80] if source.strip() else ""
                 raise KernelBuildError(f"OpenCL build failed (options {list(options)}, "
@@ -62,9 +68,32 @@ def get_kernel(queue: cl.CommandQueue, source: str, name: str,
     k = cache.get(key)
     if k is None:
         k = cl.Kernel(get_program(ctx, source, options), name)
+        k.set_scalar_arg_dtypes(_scalar_dtypes(k))
         cache[key] = k
     return k
 
+
+_SCALARS = {"float": np.float32, "double": np.float64, "int": np.int32, "uint": np.uint32,
+            "long": np.int64, "ulong": np.uint64, "short": np.int16, "ushort": np.uint16,
+            "char": np.int8, "uchar": np.uint8}
+
+
+def _scalar_dtypes(kernel: cl.Kernel) -> list:
+    """Per argument: None for buffers and local memory, the numpy dtype for scalars."""
+    dtypes = []
+    for i in range(kernel.num_args):
+        qualifier = kernel.get_arg_info(i, cl.kernel_arg_info.ADDRESS_QUALIFIER)
+        type_name = kernel.get_arg_info(i, cl.kernel_arg_info.TYPE_NAME).strip()
+        if qualifier != cl.kernel_arg_address_qualifier.PRIVATE or type_name.endswith("*"):
+            dtypes.append(None)
+        elif type_name in _SCALARS:
+            dtypes.append(_SCALARS[type_name])
+        elif hasattr(cltypes, type_name):          # vector types such as int8, float4
+            dtypes.append(getattr(cltypes, type_name))
+        else:
+            raise KernelBuildError(f"kernel {kernel.function_name}: argument {i} has type "
+                                   f"{type_name!r}, which parcl cannot pass from Python")
+    return dtypes
 
 def round_up(n: int, multiple: int) -> int:
     return (n + multiple - 1) // multiple * multiple
