@@ -70,7 +70,43 @@ def get_kernel(queue: cl.CommandQueue, source: str, name: str,
         k = cl.Kernel(get_program(ctx, source, options), name)
         k.set_scalar_arg_dtypes(_scalar_dtypes(k))
         cache[key] = k
+    sink = getattr(_local, "trace", None)
+    if sink is not None:
+        return _TracedKernel(k, name, sink)
     return k
+
+
+class _TracedKernel:
+    """A kernel whose launches are recorded as (name, queue, event) while tracing."""
+
+    __slots__ = ("kernel", "name", "sink")
+
+    def __init__(self, kernel: cl.Kernel, name: str, sink: list):
+        self.kernel, self.name, self.sink = kernel, name, sink
+
+    def __call__(self, queue, *args, **kwargs):
+        event = self.kernel(queue, *args, **kwargs)
+        self.sink.append((self.name, queue, event))
+        return event
+
+    def __getattr__(self, attr):
+        return getattr(self.kernel, attr)
+
+
+class trace_launches:
+    """Record every kernel launched by this thread inside the block: ``with
+    trace_launches() as launches: ...`` gives ``[(kernel name, queue, event), ...]``. On a
+    queue made with ``profiling=True`` the events carry device timestamps."""
+
+    def __enter__(self) -> list:
+        self.previous = getattr(_local, "trace", None)
+        self.launches: list = []
+        _local.trace = self.launches
+        return self.launches
+
+    def __exit__(self, *exc) -> bool:
+        _local.trace = self.previous
+        return False
 
 
 _SCALARS = {"float": np.float32, "double": np.float64, "int": np.int32, "uint": np.uint32,

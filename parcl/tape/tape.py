@@ -7,12 +7,27 @@ order in which gradients are summed is the same on every run and every replica.
 
 from __future__ import annotations
 
+import threading
+
 from ..errors import ParclError, ShapeError
 from ..kernels import elementwise as ew
 from ..runtime import default_queue
 from ..tensor import Tensor
 from . import mode
 from .node import Node, check_finite
+
+_backward_state = threading.local()
+
+
+def defer(check) -> None:
+    """Run ``check()`` once the current backward pass has enqueued all its work (now, outside
+    a backward). Ops use it for checks that must wait for the device, so the wait overlaps with
+    the rest of the backward instead of stalling it."""
+    pending = getattr(_backward_state, "deferred", None)
+    if pending is None:
+        check()
+    else:
+        pending.append(check)
 
 
 class Tape:
@@ -81,6 +96,16 @@ class Tape:
                              f"loss shape {loss.shape}")
         self._backward_done = True
         order = topological_order(loss)
+        outer = getattr(_backward_state, "deferred", None)
+        _backward_state.deferred = deferred = []
+        try:
+            self._reverse(order, loss, grad, retain_grads)
+        finally:
+            _backward_state.deferred = outer
+        for check in deferred:
+            check()
+
+    def _reverse(self, order: list[Node], loss: Node, grad: Tensor, retain_grads: bool) -> None:
         anomaly = mode.is_anomaly_enabled()
         owned: set[int] = set()        # buffers already some node's .grad in this pass
         _accumulate(loss, grad, owned)
