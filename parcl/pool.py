@@ -109,9 +109,10 @@ _pools_lock = threading.Lock()
 def pool_of(queue: cl.CommandQueue) -> MemoryPool:
     """The pool of ``queue``: a parcl ``Queue`` carries its own; a plain pyopencl queue gets
     one registered on first use (``release_pool`` drops it)."""
-    pool = getattr(queue, "pool", None)
-    if pool is not None:
-        return pool
+    try:
+        return queue.pool
+    except AttributeError:
+        pass
     with _pools_lock:
         entry = _pools.get(queue.int_ptr)
         if entry is None:

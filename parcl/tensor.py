@@ -62,8 +62,13 @@ class Tensor:
     @classmethod
     def empty(cls, queue: cl.CommandQueue, shape, dtype=np.float32) -> Tensor:
         """Uninitialised tensor from ``queue``'s memory pool."""
-        dt = _check_dtype("Tensor.empty", dtype)
-        shape = normalize_shape("Tensor.empty", shape)
+        if dtype is np.float32 and type(shape) is tuple:
+            dt = FLOAT                 # the hot path: kernels allocating their outputs
+        else:
+            dt = _check_dtype("Tensor.empty", dtype)
+            shape = normalize_shape("Tensor.empty", shape)
+        if min(shape, default=0) < 0:
+            raise ShapeError(f"Tensor.empty: negative dimension in shape {shape}")
         alloc = pool_of(queue).allocate(max(prod(shape), 1) * dt.itemsize)
         return cls(queue, shape, dt, alloc.buffer, alloc)
 
