@@ -58,7 +58,8 @@ class FakeAdam:
                               "weight_decay": 0.0, "params": list(range(len(self.params)))}]
 
     def state_dict(self):
-        return {"state": copy.deepcopy(self.state), "param_groups": copy.deepcopy(self.param_groups)}
+        return {"state": copy.deepcopy(self.state),
+                "param_groups": copy.deepcopy(self.param_groups)}
 
     def load_state_dict(self, d):
         self.state = copy.deepcopy(d["state"])

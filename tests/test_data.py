@@ -51,7 +51,8 @@ def test_digits_split_is_seeded_stratified_and_disjoint():
     x_train, y_train, x_test, y_test = a
     # Every class keeps about its share of the test set.
     for label in range(10):
-        in_test, in_all = np.sum(y_test == label), np.sum(y_train == label) + np.sum(y_test == label)
+        in_test = np.sum(y_test == label)
+        in_all = np.sum(y_train == label) + in_test
         assert abs(in_test / in_all - 0.2) < 0.01
     # Train and test together are exactly the original images, each once.
     raw = sklearn_digits()
