@@ -91,3 +91,23 @@ def test_copy_across_queues(queues2):
     dst = pc.Tensor.zeros(q1, (5,))
     dst.copy_(src)
     assert np.array_equal(dst.to_host(), np.arange(5))
+
+
+def test_tensors_from_another_context_are_refused(queue):
+    from parcl.kernels import elementwise as ew
+    whole_cpu = pc.new_queue(pc.devices(split=1)[0])           # a context of its own
+    assert whole_cpu.context != queue.context
+    a = pc.Tensor.from_host(queue, np.ones(4, np.float32))
+    b = pc.Tensor.from_host(whole_cpu, np.ones(4, np.float32))
+    with pytest.raises(pc.DeviceError, match="different OpenCL contexts"):
+        ew.binary("add", a, b)
+    with pytest.raises(pc.DeviceError, match="different OpenCL contexts"):
+        a.copy_(b)
+
+
+def test_ops_on_different_queues_of_one_context_are_refused(queues2):
+    import parcl.tape as tp
+    a = pc.Tensor.from_host(queues2[0], np.ones((2, 2), np.float32))
+    b = pc.Tensor.from_host(queues2[1], np.ones((2, 2), np.float32))
+    with pytest.raises(pc.DeviceError, match="different command queues"):
+        tp.matmul(a, b)
