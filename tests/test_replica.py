@@ -259,3 +259,17 @@ def test_three_replicas_sharing_devices_match(devices2):
     devs = [devices2[0], devices2[1], devices2[0]]
     assert_dp_equivalent(mlp, tp.cross_entropy, batch(9), replicas=3, steps=3,
                          make_optimizer=sgd, devices=devs)
+
+
+def test_nan_under_detect_anomaly_names_the_replica(devices2):
+    x, y = batch(8)
+    x[5, 3] = np.nan                                       # in replica 1's half only
+    with ReplicaGroup(mlp, devices2) as group:
+        opt = sgd(group.parameters())
+        before = [p.value.to_host() for p in group.parameters()]
+        with tp.detect_anomaly(), pytest.raises(pc.ReplicaError) as info:
+            group.step(x, y, tp.cross_entropy, opt)
+        assert info.value.index == 1
+        assert "AnomalyError" in str(info.value) and "linear" in str(info.value)
+        after = [p.value.to_host() for p in group.parameters()]
+        assert all(np.array_equal(a, b) for a, b in zip(before, after))
