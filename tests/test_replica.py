@@ -273,3 +273,21 @@ def test_nan_under_detect_anomaly_names_the_replica(devices2):
         assert "AnomalyError" in str(info.value) and "linear" in str(info.value)
         after = [p.value.to_host() for p in group.parameters()]
         assert all(np.array_equal(a, b) for a, b in zip(before, after))
+
+
+def test_a_dropped_group_leaves_no_threads(devices2):
+    import gc
+
+    def replica_threads():
+        return [t for t in threading.enumerate() if t.name.startswith("parcl-replica")]
+
+    group = ReplicaGroup(mlp, devices2)
+    opt = sgd(group.parameters())
+    group.step(*batch(4), tp.cross_entropy, opt)
+    assert len(replica_threads()) == 2
+    del group, opt
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while replica_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not replica_threads()
