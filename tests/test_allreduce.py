@@ -36,11 +36,12 @@ def test_allreduce_matches_numpy_and_is_bitwise_repeatable(queues4, algorithm, k
     assert np.array_equal(again[0].to_host(), results[0])   # run twice: the same bits
 
 
-def test_direct_and_scatter_agree_bitwise(queues4):
+@pytest.mark.parametrize("other", ["scatter", "shared"])
+def test_replica_order_algorithms_agree_bitwise_with_direct(queues4, other):
     _, a = _inputs(queues4[:3], 5000)
     _, b = _inputs(queues4[:3], 5000)
     allreduce(a, algorithm="direct")
-    allreduce(b, algorithm="scatter")
+    allreduce(b, algorithm=other)
     assert np.array_equal(a[0].to_host(), b[2].to_host())
 
 
@@ -63,7 +64,7 @@ def test_bad_input(queues2):
 
 def test_auto_picks_direct_for_small():
     assert choose_algorithm(1024, 2) == "direct"
-    assert choose_algorithm(25 << 20, 2) == "scatter"
+    assert choose_algorithm(25 << 20, 2) == "shared"
 
 
 def test_bucket_plan_reverse_order_and_alignment():

@@ -15,20 +15,23 @@ from .buckets import GradBuckets, plan_buckets
 from .direct import direct
 from .ring import ring
 from .scatter import scatter
+from .shared import shared
 
-ALGORITHMS = {"direct": direct, "ring": ring, "scatter": scatter}
+ALGORITHMS = {"direct": direct, "ring": ring, "scatter": scatter, "shared": shared}
 
-# Below this size the launch latency of the extra kernels and copies of `scatter` outweighs
-# spreading the additions over the devices (measured with `parcl-bench allreduce` on 2 PoCL
-# sub-devices; see docs/performance.md).
-AUTO_SCATTER_BYTES = 256 * 1024
+# Below ~1 MB the launch latency of one kernel per replica (and the events between queues)
+# outweighs spreading the additions over the devices, so one kernel on replica 0 (`direct`)
+# wins; from 1 MB up `shared` (one pass, every replica reducing its chunk into every buffer)
+# is fastest: 4 MB 0.67 ms vs 1.2 ms for direct, 25 MB 2.6 ms vs 4.7 ms, measured with
+# `parcl-bench allreduce` on 2 PoCL sub-devices (see docs/performance.md).
+AUTO_SHARED_BYTES = 1 << 20
 
 
 def choose_algorithm(nbytes: int, replicas: int) -> str:
     """The algorithm ``auto`` runs for a tensor of ``nbytes`` over ``replicas`` replicas."""
-    if replicas <= 1 or nbytes < AUTO_SCATTER_BYTES:
+    if replicas <= 1 or nbytes < AUTO_SHARED_BYTES:
         return "direct"
-    return "scatter"
+    return "shared"
 
 
 def allreduce(tensors: list[Tensor], op: str = "sum", algorithm: str = "auto") -> None:
@@ -56,4 +59,4 @@ def allreduce_scaled(tensors: list[Tensor], scale: float, algorithm: str = "auto
 
 
 __all__ = ["ALGORITHMS", "GradBuckets", "allreduce", "allreduce_scaled", "choose_algorithm",
-           "direct", "plan_buckets", "ring", "scatter"]
+           "direct", "plan_buckets", "ring", "scatter", "shared"]

@@ -33,6 +33,17 @@ __kernel void reduce{k}(__global float *out, {params}, const long offset, const 
     const long j = offset + i;
     out[j] = scale * {total};
 }}""")
+        params = ", ".join(f"__global float *b{i}" for i in range(k))
+        stores = " ".join(f"b{i}[j] = s;" for i in range(k))
+        kernels.append(f"""
+__kernel void reduce_bcast{k}({params}, const long offset, const long count, const float scale)
+{{
+    const long i = get_global_id(0);
+    if (i >= count) return;
+    const long j = offset + i;
+    const float s = scale * {total};
+    {stores}
+}}""")
     return "//CL//\n" + "\n".join(kernels)
 
 
@@ -61,3 +72,17 @@ def reduce_into(queue: cl.CommandQueue, out: cl.Buffer, inputs: list[cl.Buffer],
         s = np.float32(scale if not rest else 1.0)
         ev = k(queue, gsize, (WORK_GROUP,), out, *chunk, np.int64(offset), np.int64(count), s)
     return ev
+
+
+def reduce_broadcast(queue: cl.CommandQueue, buffers: list[cl.Buffer], offset: int, count: int,
+                     scale: float = 1.0, wait_for=None) -> cl.Event:
+    """Enqueue on ``queue``: ``b[offset:offset+count] = scale * sum(buffers)`` for every b,
+    summed in order, in one pass (2 <= len(buffers) <= MAX_K)."""
+    if not 2 <= len(buffers) <= MAX_K:
+        raise ShapeError(f"reduce_broadcast: needs 2..{MAX_K} buffers, got {len(buffers)}")
+    if count <= 0:
+        return cl.enqueue_marker(queue, wait_for=wait_for)
+    gsize = ((count + WORK_GROUP - 1) // WORK_GROUP * WORK_GROUP,)
+    k = get_kernel(queue, REDUCE_SOURCE, f"reduce_bcast{len(buffers)}")
+    return k(queue, gsize, (WORK_GROUP,), *buffers, np.int64(offset), np.int64(count),
+             np.float32(scale), wait_for=wait_for)
