@@ -234,6 +234,8 @@ def test_bad_arguments_exit_2_with_one_line(capsys):
     assert "cannot read size '4X'" in err and "Traceback" not in err
     assert main(["scaling", "--replicas", "1,64"]) == 2
     assert "compute units" in capsys.readouterr().err
+    assert main(["scaling", "--allreduce", "nope"]) == 2
+    assert "unknown --allreduce 'nope'" in capsys.readouterr().err
 
 
 def test_plot_without_matplotlib_says_how_to_install(monkeypatch, capsys, tmp_path):

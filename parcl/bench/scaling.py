@@ -86,6 +86,11 @@ def add_arguments(p) -> None:
 
 
 def _plan(args):
+    from parcl.allreduce import ALGORITHMS
+
+    if args.allreduce != "auto" and args.allreduce not in ALGORITHMS:
+        raise BenchError(f"unknown --allreduce {args.allreduce!r}; choose auto or one of "
+                         f"{sorted(ALGORITHMS)}")
     counts = sorted(set(parse_ints(args.replicas, "replica")))
     if args.devices:
         devs = resolve_devices(args.devices)
