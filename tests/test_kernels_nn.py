@@ -122,6 +122,47 @@ def test_max_pool_nan_and_ties(queue):
     assert idx.to_host().item() == 0                      # first maximum wins
 
 
+def _max_pool_loops(x, k, s, p):
+    """PyTorch's CPU rule, element by element: take v when v > best or v is NaN (so NaN wins
+    and a later NaN moves the index), padding skipped, index = first in-bounds position."""
+    s = k if s is None else s
+    (kh, kw), (sh, sw), (ph, pw) = [(v, v) if isinstance(v, int) else v for v in (k, s, p)]
+    n, c, h, w = x.shape
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    y, idx = np.empty((n, c, oh, ow), np.float32), np.empty((n, c, oh, ow), np.int64)
+    for i, j, oy, ox in np.ndindex(n, c, oh, ow):
+        y0, x0 = oy * sh - ph, ox * sw - pw
+        best, arg = -np.inf, max(y0, 0) * w + max(x0, 0)
+        for yy in range(max(y0, 0), min(y0 + kh, h)):
+            for xx in range(max(x0, 0), min(x0 + kw, w)):
+                v = x[i, j, yy, xx]
+                if v > best or np.isnan(v):
+                    best, arg = v, yy * w + xx
+        y[i, j, oy, ox], idx[i, j, oy, ox] = best, arg
+    return y, idx
+
+
+@pytest.mark.parametrize("xs, k, s, p", POOL_CASES + [((2, 2, 9, 11), 2, 1, 1),
+                                                       ((1, 2, 11, 10), 3, (1, 2), 1),
+                                                       ((1, 1, 7, 7), 4, 3, 2)])
+def test_max_pool_specialised_windows_nan_inf_ties(queue, rng, xs, k, s, p):
+    """Each window shape is its own program (constant loops, masked padding): check NaN
+    (wins; the last NaN's index), -inf, ties (the first maximum) and padding on all of them,
+    and the backward gather where windows overlap."""
+    x = rng.integers(-3, 3, xs).astype(np.float32)
+    m = rng.random(xs)
+    x[m < 0.05] = np.nan
+    x[(m > 0.05) & (m < 0.1)] = -np.inf
+    x[0, 0] = -np.inf                                   # whole windows of -inf
+    want, widx = _max_pool_loops(x, k, s, p)
+    y, idx = poolk.max_pool2d_forward(up(queue, x), k, s, p)
+    np.testing.assert_array_equal(y.to_host(), want)
+    np.testing.assert_array_equal(idx.to_host(), widx)
+    g = rng.standard_normal(want.shape).astype(np.float32)
+    gx = poolk.max_pool2d_backward(up(queue, g), idx, xs, k, s, p)
+    close(gx.to_host(), ref.max_pool2d_grad(xs, widx, g))
+
+
 @pytest.mark.parametrize("xs, k, s, p", POOL_CASES)
 def test_avg_pool(queue, rng, xs, k, s, p):
     x = rng.standard_normal(xs).astype(np.float32)

@@ -3,7 +3,9 @@
 Forward kernels compute one output element per work-item. Backward kernels are *gathers*: each
 input element sums, in a fixed order, the gradients of the windows that contain it (for max
 pooling only windows whose saved argmax is that element), so there are no atomics and results
-are bit-reproducible.
+are bit-reproducible. The fixed-window kernels are built once per window (size, stride and
+padding as ``-D`` constants): loops of constant trip count with masked borders run ~5-10x
+faster on CPU devices than loops with run-time bounds.
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import pool
@@ -26,9 +28,6 @@ from .conv import _runs, out_size, pair
 SOURCE = r"""//CL//
 // Work-item (column block, row): XB consecutive columns of one output (forward) or input
 // (backward) row, row = plane * height + y. XB is the whole row on CPUs, 1 on GPUs.
-#define WINDOW_ARGS const int H, const int W, const int OH, const int OW, const int KH, \
-    const int KW, const int SH, const int SW, const int PH, const int PW, const int rows, \
-    const int XB
 #define ROW_SETUP(WIDTH, HEIGHT) \
     const int c0 = get_global_id(0) * XB, row = get_global_id(1); \
     if (c0 >= WIDTH || row >= rows) \
@@ -36,6 +35,17 @@ SOURCE = r"""//CL//
     const int c1 = min(WIDTH, c0 + XB); \
     const int r = row % HEIGHT; \
     const long plane = row / HEIGHT;
+
+#ifdef KH
+// The window kernels are built per window: KH, KW (size), SH, SW (stride), PH, PW (padding)
+// are compile-time constants, so every loop over a window has a constant trip count and
+// unrolls; positions outside the input are masked (selects on clamped addresses), not skipped.
+#define WINDOW_ARGS const int H, const int W, const int OH, const int OW, const int rows, \
+    const int XB
+#define PADDED (PH > 0 || PW > 0)
+// Windows o that may contain input position i: o = (i + P) / S - j for j < NW (then checked).
+#define NWY ((KH + SH - 1) / SH)
+#define NWX ((KW + SW - 1) / SW)
 
 // Max pool: the first maximum of each window (NaN wins, as PyTorch) and its flat index y*W + x
 // within the plane; padding is -inf.
@@ -45,56 +55,55 @@ __kernel void max_pool_fwd(__global const float* restrict x, __global float* res
     ROW_SETUP(OW, OH)
     const global float* xp = x + plane * H * W;
     const int y0 = r * SH - PH;
-    const int ky0 = max(0, -y0), ky1 = min(KH, H - y0);
     for (int ox = c0; ox < c1; ++ox) {
         const int x0 = ox * SW - PW;
-        const int kx0 = max(0, -x0), kx1 = min(KW, W - x0);
         float best = -INFINITY;
-        int arg = (y0 + ky0) * W + x0 + kx0;      // as PyTorch: the first in-bounds position
-        for (int ky = ky0; ky < ky1; ++ky)
-            for (int kx = kx0; kx < kx1; ++kx) {
+        int arg = max(y0, 0) * W + max(x0, 0);    // as PyTorch: the first in-bounds position
+        #pragma unroll
+        for (int ky = 0; ky < KH; ++ky) {
+            #pragma unroll
+            for (int kx = 0; kx < KW; ++kx) {
                 const int at = (y0 + ky) * W + x0 + kx;
+#if PADDED
+                const bool in = y0 + ky >= 0 && y0 + ky < H && x0 + kx >= 0 && x0 + kx < W;
+                const float v = in ? xp[in ? at : 0] : -INFINITY;
+#else
                 const float v = xp[at];
-                if (v > best || isnan(v)) {
-                    best = v;
-                    arg = at;
-                }
+#endif
+                const bool take = v > best || v != v;     // isnan(v), but vectorises
+                best = take ? v : best;
+                arg = take ? at : arg;
             }
+        }
         y[(long)row * OW + ox] = best;
         if (save_idx)
             idx[(long)row * OW + ox] = arg;
     }
 }
 
-// The outputs o whose window [o*S - P, o*S - P + K) contains input position i: o0..o1.
-inline int first_window(int i, int K, int S, int P)
-{
-    const int t = i + P - K + 1;
-    return t <= 0 ? 0 : (t + S - 1) / S;
-}
-
-inline int last_window(int i, int S, int P, int O)
-{
-    return min((i + P) / S, O - 1);
-}
-
-// Gathers: input (plane, r, xx) sums the gradients of the windows that took it.
+// Gathers: input (plane, r, xx) sums, in increasing (oy, ox) order, the gradients of the
+// windows that took it. Non-overlapping windows (S == K) leave one candidate per input.
 __kernel void max_pool_bwd(__global const float* restrict g, __global const int* restrict idx,
                            __global float* restrict gx, WINDOW_ARGS)
 {
     ROW_SETUP(W, H)
     const long base = plane * OH * OW;
-    const int oy0 = first_window(r, KH, SH, PH), oy1 = last_window(r, SH, PH, OH);
+    const int oyh = (r + PH) / SH;
     for (int xx = c0; xx < c1; ++xx) {
-        const int me = r * W + xx;
-        const int ox0 = first_window(xx, KW, SW, PW), ox1 = last_window(xx, SW, PW, OW);
+        const int me = r * W + xx, oxh = (xx + PW) / SW;
         float acc = 0.0f;
-        for (int oy = oy0; oy <= oy1; ++oy)
-            for (int ox = ox0; ox <= ox1; ++ox) {
-                const long o = base + oy * OW + ox;
-                if (idx[o] == me)
-                    acc += g[o];
+        #pragma unroll
+        for (int j = NWY - 1; j >= 0; --j) {
+            const int oy = oyh - j;
+            const bool iny = oy >= 0 && oy < OH && r + PH - oy * SH < KH;
+            #pragma unroll
+            for (int i = NWX - 1; i >= 0; --i) {
+                const int ox = oxh - i;
+                const bool in = iny && ox >= 0 && ox < OW && xx + PW - ox * SW < KW;
+                const long o = base + (in ? oy * OW + ox : 0);
+                acc += (in && idx[o] == me) ? g[o] : 0.0f;
             }
+        }
         gx[(long)row * W + xx] = acc;
     }
 }
@@ -106,15 +115,23 @@ __kernel void avg_pool_fwd(__global const float* restrict x, __global float* res
     ROW_SETUP(OW, OH)
     const global float* xp = x + plane * H * W;
     const int y0 = r * SH - PH;
-    const int ky0 = max(0, -y0), ky1 = min(KH, H - y0);
     const float inv = 1.0f / (float)(KH * KW);
     for (int ox = c0; ox < c1; ++ox) {
         const int x0 = ox * SW - PW;
-        const int kx0 = max(0, -x0), kx1 = min(KW, W - x0);
         float acc = 0.0f;
-        for (int ky = ky0; ky < ky1; ++ky)
-            for (int kx = kx0; kx < kx1; ++kx)
-                acc += xp[(y0 + ky) * W + x0 + kx];
+        #pragma unroll
+        for (int ky = 0; ky < KH; ++ky) {
+            #pragma unroll
+            for (int kx = 0; kx < KW; ++kx) {
+                const int at = (y0 + ky) * W + x0 + kx;
+#if PADDED
+                const bool in = y0 + ky >= 0 && y0 + ky < H && x0 + kx >= 0 && x0 + kx < W;
+                acc += in ? xp[in ? at : 0] : 0.0f;
+#else
+                acc += xp[at];
+#endif
+            }
+        }
         y[(long)row * OW + ox] = acc * inv;
     }
 }
@@ -124,18 +141,27 @@ __kernel void avg_pool_bwd(__global const float* restrict g, __global float* res
 {
     ROW_SETUP(W, H)
     const long base = plane * OH * OW;
-    const int oy0 = first_window(r, KH, SH, PH), oy1 = last_window(r, SH, PH, OH);
+    const int oyh = (r + PH) / SH;
     const float inv = 1.0f / (float)(KH * KW);
     for (int xx = c0; xx < c1; ++xx) {
-        const int ox0 = first_window(xx, KW, SW, PW), ox1 = last_window(xx, SW, PW, OW);
+        const int oxh = (xx + PW) / SW;
         float acc = 0.0f;
-        for (int oy = oy0; oy <= oy1; ++oy)
-            for (int ox = ox0; ox <= ox1; ++ox)
-                acc += g[base + oy * OW + ox];
+        #pragma unroll
+        for (int j = NWY - 1; j >= 0; --j) {
+            const int oy = oyh - j;
+            const bool iny = oy >= 0 && oy < OH && r + PH - oy * SH < KH;
+            #pragma unroll
+            for (int i = NWX - 1; i >= 0; --i) {
+                const int ox = oxh - i;
+                const bool in = iny && ox >= 0 && ox < OW && xx + PW - ox * SW < KW;
+                acc += in ? g[base + (in ? oy * OW + ox : 0)] : 0.0f;
+            }
+        }
         gx[(long)row * W + xx] = acc * inv;
     }
 }
 
+#else
 // Adaptive average pool, PyTorch's bins: [floor(o*I/O), ceil((o+1)*I/O)).
 inline int bin_start(int o, int I, int O) { return (o * I) / O; }
 inline int bin_end(int o, int I, int O) { return ((o + 1) * I + O - 1) / O; }
@@ -182,13 +208,20 @@ __kernel void adaptive_avg_bwd(__global const float* restrict g, __global float*
         gx[(long)row * W + xx] = acc;
     }
 }
+#endif
 """
 
-def _launch(queue, name: str, run: int, rows: int, *args) -> None:
-    """One work-item per row of ``run`` outputs (CPU) or per output (GPU)."""
+def _launch(queue, name: str, run: int, rows: int, *args, window=None) -> None:
+    """One work-item per row of ``run`` outputs (CPU) or per output (GPU); ``window`` is
+    ``(k, s, p)`` for the window kernels, whose programs are built per window."""
     g, loc, xb = _runs(queue, run, rows)
-    get_kernel(queue, SOURCE, name)(queue, g[:2], loc[:2], *args, np.int32(rows),
-                                    np.int32(xb))
+    options = () if window is None else _window_options(*window)
+    get_kernel(queue, SOURCE, name, options)(queue, g[:2], loc[:2], *args, np.int32(rows),
+                                             np.int32(xb))
+
+
+def _window_options(k, s, p) -> tuple[str, ...]:
+    return tuple(f"-D{n}={v}" for n, v in zip(("KH", "KW", "SH", "SW", "PH", "PW"), (*k, *s, *p)))
 
 
 def _i32(*v):
@@ -221,8 +254,8 @@ def _rows(shape) -> int:
     return shape[0] * shape[1] * shape[2]
 
 
-def _args(x_shape, k, s, p, o):
-    return _i32(x_shape[2], x_shape[3], o[0], o[1], k[0], k[1], s[0], s[1], p[0], p[1])
+def _args(x_shape, o):
+    return _i32(x_shape[2], x_shape[3], o[0], o[1])
 
 
 def max_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0,
@@ -236,7 +269,7 @@ def max_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0,
     idx = Tensor.empty(x.queue, y.shape, np.int32) if save_indices else None
     _launch(x.queue, "max_pool_fwd", o[1], n * c * o[0], x.data, y.data,
             idx.data if idx is not None else None, np.int32(save_indices),
-            *_args(x.shape, k, s, p, o))
+            *_args(x.shape, o), window=(k, s, p))
     return y, idx
 
 
@@ -245,7 +278,7 @@ def max_pool2d_backward(grad: Tensor, indices: Tensor, x_shape, kernel_size, str
     k, s, p, o = window("max_pool2d", x_shape, kernel_size, stride, padding)
     gx = Tensor.empty(grad.queue, tuple(x_shape))
     _launch(grad.queue, "max_pool_bwd", x_shape[3], _rows(x_shape), grad.data, indices.data,
-            gx.data, *_args(x_shape, k, s, p, o))
+            gx.data, *_args(x_shape, o), window=(k, s, p))
     return gx
 
 
@@ -255,7 +288,7 @@ def avg_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0) -> Tensor
     k, s, p, o = window("avg_pool2d", x.shape, kernel_size, stride, padding)
     y = Tensor.empty(x.queue, (*x.shape[:2], *o))
     _launch(x.queue, "avg_pool_fwd", o[1], _rows(y.shape), x.data, y.data,
-            *_args(x.shape, k, s, p, o))
+            *_args(x.shape, o), window=(k, s, p))
     return y
 
 
@@ -263,7 +296,7 @@ def avg_pool2d_backward(grad: Tensor, x_shape, kernel_size, stride=None, padding
     k, s, p, o = window("avg_pool2d", x_shape, kernel_size, stride, padding)
     gx = Tensor.empty(grad.queue, tuple(x_shape))
     _launch(grad.queue, "avg_pool_bwd", x_shape[3], _rows(x_shape), grad.data, gx.data,
-            *_args(x_shape, k, s, p, o))
+            *_args(x_shape, o), window=(k, s, p))
     return gx
 
 
