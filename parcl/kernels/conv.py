@@ -33,73 +33,97 @@ from ._cache import get_kernel, round_up
 from .gemm import gemm
 
 SOURCE = r"""//CL//
-// Each work-item handles XB consecutive elements of one contiguous run (XB = the whole run on
-// CPUs, where the index arithmetic is then paid once per run; 1 on GPUs, where neighbouring
-// work-items touch neighbouring addresses). Grids are padded to whole work-groups.
+// Each work-item handles XB consecutive elements of each of RB consecutive contiguous runs
+// (on CPUs whole runs, so the index arithmetic is paid once per run; 1 x 1 on GPUs, where
+// neighbouring work-items touch neighbouring addresses). Grids are padded to whole work-groups.
+#ifdef KH
+// im2col and col2im are built per window: KH, KW (size), SH, SW (stride), PH, PW (padding) are
+// compile-time constants, so tap loops have constant trip counts and borders are masks.
+#define PADDED (PH > 0 || PW > 0)
 
 // cols[k][n*P + oy*OW + ox] = x[n][c][oy*SH - PH + ky][ox*SW - PW + kx] (0 outside), for the
-// images of one chunk; k = (c, ky, kx). Work-item (ox block, n*OH + oy, k).
+// images of one chunk; k = (c, ky, kx). Work-item (ox block, block of rows n*OH + oy, k).
 __kernel void im2col(__global const float* restrict x, const long x_off,
-                     __global float* restrict cols, const int nb,
-                     const int C, const int H, const int W, const int KH, const int KW,
-                     const int SH, const int SW, const int PH, const int PW,
-                     const int OH, const int OW, const int XB)
+                     __global float* restrict cols, const int nb, const int C, const int H,
+                     const int W, const int OH, const int OW, const int XB, const int RB)
 {
-    const int ox0 = get_global_id(0) * XB, row = get_global_id(1), k = get_global_id(2);
-    if (ox0 >= OW || row >= nb * OH)
+    const int ox0 = get_global_id(0) * XB, row0 = get_global_id(1) * RB;
+    const int k = get_global_id(2);
+    if (ox0 >= OW || row0 >= nb * OH)
         return;
-    const int ox1 = min(OW, ox0 + XB);
-    const int n = row / OH, oy = row - n * OH;
+    const int ox1 = min(OW, ox0 + XB), row1 = min(nb * OH, row0 + RB);
     const int c = k / (KH * KW), t = k - c * (KH * KW);
-    const int ky = t / KW, kx = t - (t / KW) * KW;
-    const int y = oy * SH - PH + ky;
-    global float* dst = cols + (long)k * nb * OH * OW + (long)row * OW;
-    if (y < 0 || y >= H) {
+    const int ky = t / KW, kx = t - ky * KW;
+    int n = row0 / OH, oy = row0 - n * OH;
+    for (int row = row0; row < row1; ++row) {
+        global float* dst = cols + (long)k * nb * OH * OW + (long)row * OW;
+        const int y = oy * SH - PH + ky;
+#if PADDED
+        const bool yin = y >= 0 && y < H;
+        const global float* src = x + x_off + ((long)(n * C + c) * H + (yin ? y : 0)) * W;
+        for (int ox = ox0; ox < ox1; ++ox) {
+            const int xx = ox * SW - PW + kx;
+            const bool in = yin && xx >= 0 && xx < W;
+            dst[ox] = in ? src[in ? xx : 0] : 0.0f;
+        }
+#else
+        const global float* src = x + x_off + ((long)(n * C + c) * H + y) * W;
         for (int ox = ox0; ox < ox1; ++ox)
-            dst[ox] = 0.0f;
-        return;
-    }
-    const global float* src = x + x_off + ((long)(n * C + c) * H + y) * W;
-    for (int ox = ox0; ox < ox1; ++ox) {
-        const int xx = ox * SW - PW + kx;
-        dst[ox] = (xx >= 0 && xx < W) ? src[xx] : 0.0f;
+            dst[ox] = src[ox * SW + kx];
+#endif
+        if (++oy == OH) {
+            oy = 0;
+            ++n;
+        }
     }
 }
 
 // gx[n][c][y][x] = sum over the taps (ky, kx) that read (y, x) of dcols[(c, ky, kx)][(n, oy, ox)]
 // in ky-major order: a gather, so no two work-items write one element and the order is fixed.
-// Work-item (x block, (n*C + c)*H + y).
+// Only taps with (y + PH - ky) % SH == 0 read row y: ky = (y + PH) % SH + j*SH, oy = (y + PH)
+// / SH - j for j < NY (then checked), likewise along x. Work-item (x block, block of rows
+// (n*C + c)*H + y).
+#define NY ((KH + SH - 1) / SH)
+#define NX ((KW + SW - 1) / SW)
 __kernel void col2im(__global const float* restrict dcols, __global float* restrict gx,
-                     const long gx_off, const int nb,
-                     const int C, const int H, const int W, const int KH, const int KW,
-                     const int SH, const int SW, const int PH, const int PW,
-                     const int OH, const int OW, const int XB)
+                     const long gx_off, const int nb, const int C, const int H, const int W,
+                     const int OH, const int OW, const int XB, const int RB)
 {
-    const int x0 = get_global_id(0) * XB, row = get_global_id(1);
-    if (x0 >= W || row >= nb * C * H)
+    const int x0 = get_global_id(0) * XB, row0 = get_global_id(1) * RB;
+    if (x0 >= W || row0 >= nb * C * H)
         return;
-    const int x1 = min(W, x0 + XB);
-    const int y = row % H, nc = row / H;
-    const int c = nc % C, n = nc / C;
+    const int x1 = min(W, x0 + XB), row1 = min(nb * C * H, row0 + RB);
     const long M = (long)nb * OH * OW;
-    const global float* base = dcols + (long)c * KH * KW * M + (long)n * OH * OW;
-    global float* dst = gx + gx_off + (long)row * W;
-    // Only taps with (y + PH - ky) % SH == 0 read (y, x): start at that residue, step by SH.
-    const int ky0 = (y + PH) % SH, oy0 = (y + PH) / SH;
-    for (int xx = x0; xx < x1; ++xx) {
-        const int kx0 = (xx + PW) % SW, ox0 = (xx + PW) / SW;
-        float acc = 0.0f;
-        for (int ky = ky0, oy = oy0; ky < KH && oy >= 0; ky += SH, --oy) {
-            if (oy >= OH)
-                continue;
-            for (int kx = kx0, ox = ox0; kx < KW && ox >= 0; kx += SW, --ox)
-                if (ox < OW)
-                    acc += base[(ky * KW + kx) * M + oy * OW + ox];
+    int y = row0 % H, nc = row0 / H;
+    for (int row = row0; row < row1; ++row) {
+        const int c = nc % C, n = nc / C;
+        const global float* base = dcols + (long)c * KH * KW * M + (long)n * OH * OW;
+        global float* dst = gx + gx_off + (long)row * W;
+        const int ky0 = (y + PH) % SH, oy0 = (y + PH) / SH;
+        for (int xx = x0; xx < x1; ++xx) {
+            const int kx0 = (xx + PW) % SW, ox0 = (xx + PW) / SW;
+            float acc = 0.0f;
+            #pragma unroll
+            for (int j = 0; j < NY; ++j) {
+                const int ky = ky0 + j * SH, oy = oy0 - j;
+                const bool iny = ky < KH && oy >= 0 && oy < OH;
+                #pragma unroll
+                for (int i = 0; i < NX; ++i) {
+                    const int kx = kx0 + i * SW, ox = ox0 - i;
+                    const bool in = iny && kx < KW && ox >= 0 && ox < OW;
+                    acc += in ? base[in ? (ky * KW + kx) * M + oy * OW + ox : 0] : 0.0f;
+                }
+            }
+            dst[xx] = acc;
         }
-        dst[xx] = acc;
+        if (++y == H) {
+            y = 0;
+            ++nc;
+        }
     }
 }
 
+#else
 // dst (B, A, P) at dst_off = src (A, B, P) at src_off with the first two axes swapped, plus
 // bias[a] when given: NCHW <-> (C, N, HW) moves of whole contiguous HW runs.
 // Work-item (p block, b, a).
@@ -118,6 +142,7 @@ __kernel void swap01(__global const float* restrict src, const long src_off,
     for (int p = p0; p < p1; ++p)
         d[p] = s[p] + add;
 }
+#endif
 """
 
 COLS_LIMIT = 1 << 24        # floats in one im2col chunk (64 MiB)
@@ -185,6 +210,24 @@ def check_conv(x: Tensor, w: Tensor, bias: Tensor | None) -> None:
 
 
 # -- building blocks -------------------------------------------------------------------------
+def _window_kernel(queue, name: str, kh: int, kw: int, stride, padding):
+    """``name`` from the program built for this window (size, stride, padding as -D)."""
+    values = (kh, kw, *stride, *padding)
+    options = tuple(f"-D{n}={v}" for n, v in zip(("KH", "KW", "SH", "SW", "PH", "PW"), values))
+    return get_kernel(queue, SOURCE, name, options)
+
+
+def _row_blocks(queue, run: int, rows: int, block: int, depth: int = 1):
+    """(global, local, XB, RB) for ``rows`` x ``depth`` runs of length ``run``: on CPUs one
+    work-item per ``block`` whole runs (one image: far fewer, longer work-items than one per
+    row, ~2x faster on PoCL), on GPUs one per element."""
+    if is_gpu(queue.device):
+        g, loc, _ = _runs(queue, run, rows, depth)
+        return g, loc, 1, 1
+    items = -(-rows // block)
+    return (1, round_up(items, 16), depth), (1, 16, 1), run, block
+
+
 def im2col(x: Tensor, n0: int, nb: int, kh: int, kw: int, stride, padding,
            out_hw) -> Tensor:
     """The (C*kh*kw, nb*OH*OW) patch matrix of images n0..n0+nb of NCHW ``x``."""
@@ -192,9 +235,10 @@ def im2col(x: Tensor, n0: int, nb: int, kh: int, kw: int, stride, padding,
     oh, ow = out_hw
     k = c * kh * kw
     cols = Tensor.empty(x.queue, (k, nb * oh * ow))
-    g, loc, xb = _runs(x.queue, ow, nb * oh, k)
-    _k(x.queue, "im2col")(x.queue, g, loc, x.data, np.int64(n0 * c * h * w), cols.data,
-                          *_i32(nb, c, h, w, kh, kw, *stride, *padding, oh, ow, xb))
+    g, loc, xb, rb = _row_blocks(x.queue, ow, nb * oh, oh, k)
+    _window_kernel(x.queue, "im2col", kh, kw, stride, padding)(
+        x.queue, g, loc, x.data, np.int64(n0 * c * h * w), cols.data,
+        *_i32(nb, c, h, w, oh, ow, xb, rb))
     return cols
 
 
@@ -203,9 +247,10 @@ def col2im(dcols: Tensor, gx: Tensor, n0: int, nb: int, kh: int, kw: int, stride
     """Fold ``dcols`` (C*kh*kw, nb*OH*OW) into images n0..n0+nb of ``gx`` (overwrites)."""
     _, c, h, w = gx.shape
     oh, ow = out_hw
-    g, loc, xb = _runs(gx.queue, w, nb * c * h)
-    _k(gx.queue, "col2im")(gx.queue, g, loc, dcols.data, gx.data, np.int64(n0 * c * h * w),
-                           *_i32(nb, c, h, w, kh, kw, *stride, *padding, oh, ow, xb))
+    g, loc, xb, rb = _row_blocks(gx.queue, w, nb * c * h, h)
+    _window_kernel(gx.queue, "col2im", kh, kw, stride, padding)(
+        gx.queue, g, loc, dcols.data, gx.data, np.int64(n0 * c * h * w),
+        *_i32(nb, c, h, w, oh, ow, xb, rb))
 
 
 def swap01(src: Tensor, src_off: int, dst: Tensor, dst_off: int, a: int, b: int, p: int,
