@@ -272,9 +272,15 @@ def test_batch_norm_train_and_eval(queue, rng, shape):
     close(rm.to_host(), wrm)                                  # eval leaves running stats alone
 
 
-def test_channel_sum(queue, rng):
-    x = rng.standard_normal((3, 4, 5, 2))
-    close(bnk.channel_sum(up(queue, x)).to_host(), x.sum((0, 2, 3)))
+@pytest.mark.parametrize("gpu", [False, True])
+@pytest.mark.parametrize("shape", [(3, 4, 5, 2), (7, 3), (2, 5, 8), (3, 2, 33), (4, 3, 26, 26),
+                                   (1, 1, 257)])
+def test_channel_sum(queue, rng, monkeypatch, shape, gpu):
+    """Both variants (CPU: 8 lanes per channel; GPU: a work-group tree), runs of every length
+    against the 8 lanes (shorter, a multiple, a tail)."""
+    monkeypatch.setattr(bnk, "is_gpu", lambda device: gpu)
+    x = rng.standard_normal(shape)
+    close(bnk.channel_sum(up(queue, x)).to_host(), x.sum(tuple(i for i in range(x.ndim) if i != 1)))
 
 
 # -- dropout RNG ----------------------------------------------------------------------------
