@@ -14,6 +14,8 @@ import threading
 
 import pyopencl as cl
 
+from . import recorder
+
 
 def bin_size(nbytes: int) -> int:
     """Round an allocation up to its bin: 256 B minimum, 3 significant bits above that."""
@@ -64,7 +66,9 @@ class MemoryPool:
             self.allocations += 1
             if self.bytes_in_use > self.peak_bytes_in_use:
                 self.peak_bytes_in_use = self.bytes_in_use
-        return Allocation(self, buf, size)
+        alloc = Allocation(self, buf, size)
+        recorder.allocation(alloc)        # a captured step keeps its buffers for its replays
+        return alloc
 
     def _new_buffer(self, size: int) -> cl.Buffer:
         try:

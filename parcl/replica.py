@@ -28,7 +28,8 @@ from .allreduce import ALGORITHMS, GradBuckets, allreduce_scaled
 from .allreduce.buckets import plan_buckets
 from .allreduce.mpi import hierarchical
 from .errors import ParclError, ReplicaError, ShapeError
-from .tape import Tape, mode, tensor
+from .tape import Node, Tape, mode, tensor
+from .tape.capture import capture
 from .tape.tape import topological_order
 from .tensor import Tensor
 
@@ -125,11 +126,15 @@ class ReplicaGroup:
     ``devices=None`` takes ``pc.devices()`` (or what parcl-launch set). ``allreduce`` names the
     algorithm (``"auto"``, ``"direct"``, ``"scatter"``, ``"ring"``); gradients are packed into
     buckets of ``bucket_mb``; ``comm`` is an mpi4py communicator for multi-process runs.
-    Every wait is bounded by ``timeout`` seconds.
+    Every wait is bounded by ``timeout`` seconds. ``capture=True`` records each replica's
+    forward and backward once per batch shape and replays the recorded kernels afterwards
+    (``parcl.tape.capture``): bit-identical results, far less Python per step; steps that
+    cannot be replayed (dropout, host reads in the model) stay eager.
     """
 
     def __init__(self, build_model, devices=None, *, allreduce: str = "auto",
-                 bucket_mb: float = 25.0, comm=None, timeout: float = DEFAULT_TIMEOUT):
+                 bucket_mb: float = 25.0, comm=None, timeout: float = DEFAULT_TIMEOUT,
+                 capture: bool = False):
         devs = list(devices) if devices is not None else runtime.devices()
         if not devs:
             raise ParclError("ReplicaGroup: no devices given")
@@ -139,11 +144,13 @@ class ReplicaGroup:
         self.allreduce_algorithm = allreduce
         self.comm = comm if comm is not None and comm.Get_size() > 1 else None
         self.timeout = float(timeout)
+        self.capture = bool(capture)
         self._closed = False
         self._broken: str | None = None
         self._last_job: _Job | None = None
         self._grads_dirty = False
         self.replicas = [Replica(i, d, runtime.new_queue(d)) for i, d in enumerate(devs)]
+        self._captured: list[dict] = [{} for _ in devs]
         for r in self.replicas:
             r.thread = threading.Thread(target=_worker, args=(r,), daemon=True,
                                         name=f"parcl-replica-{r.index}")
@@ -329,17 +336,37 @@ class ReplicaGroup:
         return float(self.comm.allreduce(local)) if self.comm is not None else local
 
     def _replica_step(self, replica: Replica, x, y, weight: float, loss_fn):
-        q = replica.queue
-        xt = tensor(Tensor.from_host(q, _as_supported(x)))
-        yt = Tensor.from_host(q, _as_supported(y))
-        with Tape() as tape:
-            loss = loss_fn(replica.model(xt), yt)
-        tape.backward(loss, grad=Tensor.full(q, loss.shape, weight), retain_grads=False)
+        x, y = _as_supported(x), _as_supported(y)
+        w = np.array(weight, np.float32)
+        body = self._forward_backward(replica, loss_fn)
+        if not self.capture:
+            q = replica.queue
+            return body(Tensor.from_host(q, x), Tensor.from_host(q, y), Tensor.from_host(q, w))
+        key = (id(loss_fn), _training_signature(replica.model))
+        steps = self._captured[replica.index]
+        step = steps.get(key[0])
+        if step is None:
+            step = steps[key[0]] = capture(body, replica.queue)
+        return step(x, y, w, key=key)
+
+    def _forward_backward(self, replica: Replica, loss_fn):
+        """The replica's part of a step on device tensors: forward on a fresh tape, backward
+        with the sample weight as upstream gradient; returns (loss, signature)."""
         index = self._param_index[replica.index]
-        reached = sorted(index[id(node)] for node in topological_order(loss)
-                         if id(node) in index)
-        tape.release()
-        return loss.value, tuple(reached)
+
+        def body(xt: Tensor, yt: Tensor, wt: Tensor):
+            with Tape() as tape:
+                loss = loss_fn(replica.model(tensor(xt)), yt)
+            if not isinstance(loss, Node) or loss.size != 1:
+                raise ShapeError(f"ReplicaGroup.step: loss_fn must return a scalar Node, got "
+                                 f"{getattr(loss, 'shape', type(loss).__name__)}")
+            tape.backward(loss, grad=wt.reshape(loss.shape), retain_grads=False)
+            reached = sorted(index[id(node)] for node in topological_order(loss)
+                             if id(node) in index)
+            tape.release()
+            return loss.value, tuple(reached)
+
+        return body
 
     def _check_signatures(self, signatures: list[tuple]) -> None:
         """Desync check: every replica must have given gradients to the same parameters."""
@@ -386,6 +413,12 @@ class ReplicaGroup:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<ReplicaGroup {len(self.replicas)} replicas, {state}>"
+
+
+def _training_signature(model) -> tuple:
+    """Which modules are in training mode: a change re-captures the step."""
+    modules = model.modules() if hasattr(model, "modules") else [model]
+    return tuple(bool(getattr(m, "training", False)) for m in modules)
 
 
 def _as_supported(a: np.ndarray) -> np.ndarray:

@@ -12,6 +12,7 @@ from math import prod
 import numpy as np
 import pyopencl as cl
 
+from . import recorder
 from .errors import DeviceError, DTypeError, ShapeError
 from .pool import Allocation, pool_of
 
@@ -103,6 +104,7 @@ class Tensor:
         host = np.ascontiguousarray(array).reshape(array.shape)   # keeps 0-d arrays 0-d
         t = cls.empty(queue, host.shape, dt)
         event = cl.enqueue_copy(queue, t.data, host, is_blocking=False)
+        recorder.copy(queue, t.data, host)
         t._keep = event           # pyopencl's event keeps `host` alive until the copy is done
         return t
 
@@ -130,6 +132,7 @@ class Tensor:
 
     def to_host(self) -> np.ndarray:
         """A numpy copy; blocks until every enqueued write to this tensor is done."""
+        recorder.unsafe("a value was read back to the host (to_host/item)")
         out = np.empty(self.shape, self.dtype)
         cl.enqueue_copy(self.queue, out, self.data, is_blocking=True)
         return out
@@ -143,6 +146,7 @@ class Tensor:
     def copy(self) -> Tensor:
         out = Tensor.empty(self.queue, self.shape, self.dtype)
         cl.enqueue_copy(self.queue, out.data, self.data, byte_count=self.nbytes)
+        recorder.copy(self.queue, out.data, self.data, byte_count=self.nbytes)
         return out
 
     def copy_(self, src: Tensor) -> Tensor:
@@ -154,6 +158,7 @@ class Tensor:
         wait = foreign_wait(src, self.queue)
         ev = cl.enqueue_copy(self.queue, self.data, src.data, byte_count=self.nbytes,
                              wait_for=wait)
+        recorder.copy(self.queue, self.data, src.data, byte_count=self.nbytes, wait_for=wait)
         foreign_use(src, ev)
         return self
 
@@ -161,6 +166,7 @@ class Tensor:
         """Set every element to ``value``, in place (enqueued)."""
         pattern = np.array([value], dtype=self.dtype)
         cl.enqueue_fill_buffer(self.queue, self.data, pattern, 0, self.size * self.itemsize)
+        recorder.fill(self.queue, self.data, pattern, 0, self.size * self.itemsize)
         return self
 
     # -- properties --------------------------------------------------------------------
@@ -221,6 +227,7 @@ def foreign_wait(t: Tensor, queue: cl.CommandQueue) -> list[cl.Event] | None:
     """Events ``queue`` must wait for before it reads ``t`` (owned by another queue)."""
     if t.queue is queue or t.queue == queue:
         return None
+    recorder.unsafe("work crosses command queues")
     return [cl.enqueue_marker(t.queue)]
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import pyopencl as cl
 from pyopencl import cltypes
 
+from .. import recorder
 from ..errors import ParclError
 
 _programs: dict[tuple, cl.Program] = {}
@@ -72,8 +73,27 @@ def get_kernel(queue: cl.CommandQueue, source: str, name: str,
         cache[key] = k
     sink = getattr(_local, "trace", None)
     if sink is not None:
-        return _TracedKernel(k, name, sink)
+        k = _TracedKernel(k, name, sink)
+    if recorder.current() is not None:
+        return _RecordedKernel(k)
     return k
+
+
+class _RecordedKernel:
+    """A kernel whose launches are also appended to this thread's recording (step capture)."""
+
+    __slots__ = ("kernel",)
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __call__(self, queue, gsize, lsize, *args, wait_for=None, **kwargs):
+        event = self.kernel(queue, gsize, lsize, *args, wait_for=wait_for, **kwargs)
+        recorder.kernel(self.kernel, queue, gsize, lsize, args, wait_for)
+        return event
+
+    def __getattr__(self, attr):
+        return getattr(self.kernel, attr)
 
 
 class _TracedKernel:

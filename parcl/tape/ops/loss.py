@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
+from ... import recorder
 from ...errors import ShapeError
 from ...kernels import softmax as smk
 from ...tensor import Tensor
@@ -106,6 +107,13 @@ class _LabelCheck:
         self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
         self.flag = flag                 # keep the device buffer alive until the copy is done
         self.shape = logits_shape
+        if recorder.current() is not None:
+            # a captured step: check the flag its replays write, after each replay
+            recorder.host_hook(lambda: self.reread(flag))
+
+    def reread(self, flag: Tensor) -> None:
+        self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
+        self.check()
 
     def check(self) -> None:
         if self.event is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 
+from ... import recorder
 from ...errors import DTypeError, ShapeError
 from ...kernels import batchnorm as bnk
 from ...kernels import conv as convk
@@ -258,6 +259,7 @@ class Dropout(Function):
     name = "dropout"
 
     def forward(self, x: Tensor, p: float = 0.5, seed: int = 0, counter: int = 0):
+        recorder.unsafe("dropout draws a new mask on every call")
         self.p, self.seed, self.counter = p, seed, counter
         return rndk.dropout_forward(x, p, seed, counter)
 

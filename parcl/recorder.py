@@ -1,0 +1,102 @@
+"""Recording of enqueued device work, for step capture and replay (``parcl.tape.capture``).
+
+While a thread records, every kernel launch, copy and fill it enqueues is appended to a
+``Recording`` (and still executed), every pool allocation is kept alive by it (so replays find
+their buffers untouched), and anything a replay could not reproduce (a host read whose value
+steers Python code, an event wait between queues, a random draw) marks the recording unusable.
+This module only holds that state; it knows nothing of autograd.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pyopencl as cl
+
+_local = threading.local()
+
+
+class Recording:
+    """The device work of one captured call, replayable in order on the same buffers."""
+
+    def __init__(self):
+        self.ops: list[tuple] = []          # ("kernel", k, queue, gsize, lsize, args) | ...
+        self.allocations: list = []         # pool allocations pinned for the replays
+        self.host_hooks: list = []          # callables re-run after every replay
+        self.unsafe: str | None = None      # why this call cannot be replayed, if it cannot
+
+    def replay(self) -> None:
+        """Enqueue the recorded work again (no Python above the launches)."""
+        for op in self.ops:
+            kind = op[0]
+            if kind == "kernel":
+                _, kernel, queue, gsize, lsize, args = op
+                kernel(queue, gsize, lsize, *args)
+            elif kind == "copy":
+                _, queue, dst, src, kwargs = op
+                cl.enqueue_copy(queue, dst, src, **kwargs)
+            else:  # fill
+                _, queue, buf, pattern, offset, size = op
+                cl.enqueue_fill_buffer(queue, buf, pattern, offset, size)
+        for hook in self.host_hooks:
+            hook()
+
+
+def current() -> Recording | None:
+    """The recording of this thread, or None."""
+    return getattr(_local, "recording", None)
+
+
+def start() -> Recording:
+    rec = Recording()
+    _local.recording = rec
+    return rec
+
+
+def stop() -> None:
+    _local.recording = None
+
+
+def unsafe(reason: str) -> None:
+    """Mark the current recording (if any) as not replayable, and say why."""
+    rec = getattr(_local, "recording", None)
+    if rec is not None and rec.unsafe is None:
+        rec.unsafe = reason
+
+
+def kernel(kernel, queue, gsize, lsize, args: tuple, wait_for) -> None:
+    rec = getattr(_local, "recording", None)
+    if rec is None:
+        return
+    if wait_for:
+        unsafe("a kernel waits on events of another queue")
+    rec.ops.append(("kernel", kernel, queue, gsize, lsize, args))
+
+
+def copy(queue, dst, src, **kwargs) -> None:
+    rec = getattr(_local, "recording", None)
+    if rec is None:
+        return
+    if kwargs.get("wait_for"):
+        unsafe("a copy waits on events of another queue")
+    kwargs = {k: v for k, v in kwargs.items() if k != "wait_for"}
+    rec.ops.append(("copy", queue, dst, src, kwargs))
+
+
+def fill(queue, buf, pattern, offset: int, size: int) -> None:
+    rec = getattr(_local, "recording", None)
+    if rec is not None:
+        rec.ops.append(("fill", queue, buf, pattern, offset, size))
+
+
+def allocation(alloc) -> None:
+    rec = getattr(_local, "recording", None)
+    if rec is not None:
+        rec.allocations.append(alloc)
+
+
+def host_hook(hook) -> None:
+    """Have ``hook()`` run after each replay (e.g. a check of a value the step wrote)."""
+    rec = getattr(_local, "recording", None)
+    if rec is not None:
+        rec.host_hooks.append(hook)

@@ -1,0 +1,112 @@
+"""Step capture and replay: run a step's Python once, then re-enqueue its kernels directly.
+
+The first call with a new input signature runs ``fn`` eagerly while ``parcl.recorder`` notes
+every launch, copy and fill it enqueues and pins every buffer it allocates. Later calls with the
+same signature copy the new inputs into the same device buffers and replay the recording: the
+same kernels on the same buffers in the same order, so the results are bit-identical to the
+eager step, with a few microseconds of Python per kernel instead of the whole tape machinery.
+
+A call whose recording cannot be replayed (it read a value back to the host, waited on another
+queue, drew random numbers, or ran under ``detect_anomaly``) says why in ``reason`` and stays
+eager for that signature. Like CUDA graphs, capture assumes ``fn`` does the same device work
+whenever its inputs have the same shapes: Python state that changes what ``fn`` enqueues
+without changing the input shapes (a step counter choosing a branch) must go into ``key``.
+
+>>> step = tp.capture(lambda x, y: train_step(model, x, y), queue)
+>>> loss = step(x_batch, y_batch)      # eager and recorded; replayed from the next call on
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+
+from .. import recorder
+from ..tensor import Tensor, _check_dtype
+from . import mode
+
+MAX_SIGNATURES = 8          # recordings kept per captured function (oldest dropped first)
+
+
+class _Entry:
+    __slots__ = ("inputs", "recording", "outputs", "reason", "uploads")
+
+    def __init__(self, inputs, recording, outputs, reason):
+        self.inputs = inputs
+        self.recording = recording
+        self.outputs = outputs
+        self.reason = reason
+        self.uploads = []
+
+
+class CapturedStep:
+    """``fn(*device_tensors)`` captured per input signature; call it with numpy arrays."""
+
+    def __init__(self, fn, queue: cl.CommandQueue):
+        self.fn = fn
+        self.queue = queue
+        self._entries: dict = {}
+        self.replays = 0
+        self.eager_calls = 0
+
+    def reason(self, *arrays, key=()) -> str | None:
+        """Why calls with these inputs run eagerly (None when they are replayed)."""
+        entry = self._entries.get(self._key(arrays, key))
+        return None if entry is None else entry.reason
+
+    def _key(self, arrays, key):
+        return (tuple((a.shape, a.dtype.str) for a in arrays), mode.capture_modes(), key)
+
+    def __call__(self, *arrays, key=()):
+        arrays = tuple(np.ascontiguousarray(a) for a in arrays)
+        k = self._key(arrays, key)
+        entry = self._entries.get(k)
+        if entry is not None and entry.reason is None:
+            self._upload(entry, arrays)
+            entry.recording.replay()
+            self.replays += 1
+            return entry.outputs
+        if entry is not None:                  # known not to be replayable: plain eager
+            self.eager_calls += 1
+            return self.fn(*self._fresh_inputs(arrays))
+        return self._record(k, arrays)
+
+    def _fresh_inputs(self, arrays) -> list[Tensor]:
+        return [Tensor.from_host(self.queue, a) for a in arrays]
+
+    def _record(self, k, arrays):
+        inputs = [Tensor.empty(self.queue, a.shape, _check_dtype("capture", a.dtype))
+                  for a in arrays]
+        entry = _Entry(inputs, None, None, None)
+        self._upload(entry, arrays)
+        if mode.is_anomaly_enabled():
+            entry.reason = "detect_anomaly reads every value back to the host"
+            self.eager_calls += 1
+            outputs = self.fn(*inputs)
+        else:
+            rec = recorder.start()
+            try:
+                outputs = self.fn(*inputs)
+            finally:
+                recorder.stop()
+            entry.recording, entry.outputs, entry.reason = rec, outputs, rec.unsafe
+            if rec.unsafe is not None:
+                entry.recording = entry.outputs = None     # unpin the buffers
+        if len(self._entries) >= MAX_SIGNATURES:
+            self._entries.pop(next(iter(self._entries)))
+        self._entries[k] = entry
+        return outputs
+
+    def _upload(self, entry: _Entry, arrays) -> None:
+        # Non-blocking copies; their events keep the host arrays alive until done.
+        entry.uploads = [cl.enqueue_copy(self.queue, t.data, a, is_blocking=False)
+                         for t, a in zip(entry.inputs, arrays)]
+
+    def clear(self) -> None:
+        """Drop every recording (their pinned buffers go back to the pool)."""
+        self._entries.clear()
+
+
+def capture(fn, queue: cl.CommandQueue) -> CapturedStep:
+    """Capture ``fn(*tensors)`` on ``queue``: see the module docstring."""
+    return CapturedStep(fn, queue)

@@ -1,0 +1,128 @@
+"""Step capture and replay: bit-identical to the eager step, eager where it cannot replay."""
+
+import numpy as np
+import pytest
+
+import parcl as pc
+import parcl.tape as tp
+from parcl.replica import ReplicaGroup
+
+
+def mlp(queue):
+    pc.nn.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Linear(64, 32, queue=queue), pc.nn.ReLU(),
+                            pc.nn.Linear(32, 10, queue=queue))
+
+
+def bn_cnn(queue):
+    pc.nn.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Conv2d(1, 4, 3, padding=1, queue=queue),
+                            pc.nn.BatchNorm2d(4, queue=queue), pc.nn.ReLU(),
+                            pc.nn.MaxPool2d(2), pc.nn.Flatten(),
+                            pc.nn.Linear(4 * 4 * 4, 10, queue=queue))
+
+
+def batch(n, images=False, seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (n, 1, 8, 8) if images else (n, 64)
+    return rng.random(shape, dtype=np.float32), rng.integers(0, 10, n)
+
+
+def train(build, devices, capture, batches, make_opt=None):
+    with ReplicaGroup(build, devices, capture=capture) as group:
+        opt = (make_opt or (lambda p: pc.optim.AdamW(p, lr=1e-2)))(group.parameters())
+        losses = [group.step(x, y, tp.cross_entropy, opt) for x, y in batches]
+        params = [p.value.to_host() for p in group.parameters()]
+        buffers = [b.to_host() for _, b in group.model.named_buffers()]
+        captured = group._captured
+    return losses, params, buffers, captured
+
+
+@pytest.mark.parametrize("build,images", [(mlp, False), (bn_cnn, True)], ids=["mlp", "bn-cnn"])
+def test_replay_is_bit_identical_to_eager(devices2, build, images):
+    batches = [batch(12, images, seed=s) for s in range(5)]
+    eager = train(build, devices2, False, batches)
+    replayed = train(build, devices2, True, batches)
+    assert eager[0] == replayed[0]                              # losses, exactly
+    assert all(np.array_equal(a, b) for a, b in zip(eager[1], replayed[1]))
+    assert all(np.array_equal(a, b) for a, b in zip(eager[2], replayed[2]))
+    steps = [s for per_replica in replayed[3] for s in per_replica.values()]
+    assert steps and all(s.replays == 4 for s in steps)       # recorded once, replayed 4x
+
+
+def test_a_new_batch_shape_is_recorded_anew(devices2):
+    batches = [batch(12, seed=0), batch(12, seed=1), batch(7, seed=2), batch(12, seed=3),
+               batch(7, seed=4)]
+    eager = train(mlp, devices2, False, batches)
+    replayed = train(mlp, devices2, True, batches)
+    assert all(np.array_equal(a, b) for a, b in zip(eager[1], replayed[1]))
+    step = next(iter(replayed[3][0].values()))
+    assert step.replays == 3 and len(step._entries) == 2      # shards of 6, 6, 4, 6, 4
+
+
+def test_dropout_stays_eager_and_says_why(queue):
+    model = pc.nn.Sequential(pc.nn.Linear(8, 8, queue=queue), pc.nn.Dropout(0.5))
+
+    def fn(x):
+        with tp.Tape() as tape:
+            loss = tp.mean(model(tp.tensor(x)))
+        tape.backward(loss)
+        return loss.value
+
+    step = tp.capture(fn, queue)
+    x = np.ones((4, 8), np.float32)
+    step(x)
+    step(x)
+    assert "dropout" in step.reason(x) and step.replays == 0 and step.eager_calls == 1
+
+
+def test_host_reads_and_anomaly_mode_stay_eager(queue):
+    w = tp.tensor(pc.Tensor.from_host(queue, np.ones(3, np.float32)), requires_grad=True)
+
+    def reads(x):
+        if float(x.to_host()[0]) > 0:             # Python decides on a device value
+            return tp.mul(w, x).value
+        return x
+
+    step = tp.capture(reads, queue)
+    x = np.ones(3, np.float32)
+    step(x)
+    assert "host" in step.reason(x)
+    twice = tp.capture(lambda x: tp.mul(w, x).value, queue)
+    with tp.detect_anomaly():
+        twice(x)
+        assert "detect_anomaly" in twice.reason(x)
+
+
+def test_bad_labels_are_still_caught_on_replay(devices2):
+    x, y = batch(8)
+    with ReplicaGroup(mlp, devices2, capture=True) as group:
+        opt = pc.optim.SGD(group.parameters(), lr=0.1)
+        group.step(x, y, tp.cross_entropy, opt)
+        group.step(x, y, tp.cross_entropy, opt)            # replayed
+        before = [p.value.to_host() for p in group.parameters()]
+        bad = y.copy()
+        bad[6] = 12
+        with pytest.raises(pc.ReplicaError, match="label 12"):
+            group.step(x, bad, tp.cross_entropy, opt)       # replayed, with a bad label
+        after = [p.value.to_host() for p in group.parameters()]
+        assert all(np.array_equal(a, b) for a, b in zip(before, after))
+
+
+def test_capture_of_a_plain_function(queue):
+    w = tp.tensor(pc.Tensor.from_host(queue, np.array([2.0, 3.0], np.float32)),
+                  requires_grad=True)
+    w.grad = pc.Tensor.zeros(queue, (2,))                  # a persistent gradient buffer
+
+    def fn(x):
+        with tp.Tape() as tape:
+            loss = tp.sum(w * x)
+        tape.backward(loss)
+        return loss.value
+
+    step = tp.capture(fn, queue)
+    for i in range(1, 4):
+        loss = step(np.array([i, 2 * i], np.float32))
+        assert loss.item() == 2.0 * i + 6.0 * i
+    np.testing.assert_array_equal(w.grad.to_host(), [6.0, 12.0])   # 1+2+3, 2+4+6
+    assert step.replays == 2
