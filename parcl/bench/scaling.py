@@ -83,6 +83,9 @@ def add_arguments(p) -> None:
     p.add_argument("--whole-device", action="store_true",
                    help="also run one replica on the whole (unsplit) CPU device")
     p.add_argument("--trace", metavar="FILE", help="write the phased steps as Chrome-trace JSON")
+    p.add_argument("--capture", action="store_true",
+                   help="capture each replica's forward/backward once and replay it "
+                        "(ReplicaGroup(capture=True)) for the samples/s figure")
 
 
 def _plan(args):
@@ -198,7 +201,7 @@ def _measure(args, n, devs, label, steps, repeat, warmup, comm, world, trace) ->
     batch = _batch_sizes(args, n)
     x, y = models.batch(args.model, batch, args.image_size, seed=comm.Get_rank() if comm else 0)
     with ReplicaGroup(models.builder(args.model), devs, allreduce=args.allreduce,
-                      comm=comm) as group:
+                      comm=comm, capture=getattr(args, "capture", False)) as group:
         opt = pc.optim.SGD(group.parameters(), lr=models.LR)
         queues = [r.queue for r in group.replicas]
 
