@@ -30,6 +30,7 @@ import os
 import runpy
 import sys
 import threading
+import time
 import traceback
 
 USAGE_ERROR = 2
@@ -73,8 +74,9 @@ def _gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.1f} GiB"
 
 
-def list_devices(out=sys.stdout) -> None:
+def list_devices(out=None) -> None:
     """Print every OpenCL platform and device: type, compute units, global memory."""
+    out = sys.stdout if out is None else out
     import pyopencl as cl
 
     from .errors import DeviceError
@@ -237,40 +239,87 @@ def _setup_mpi():
             distributed.local_size())
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``parcl-launch``; returns the exit status."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    comm, rank = None, 0
+def _one_line(exc: BaseException) -> str:
+    from .errors import ParclError
+    text = str(exc) if isinstance(exc, (LaunchError, ParclError)) else \
+        f"{type(exc).__name__}: {exc}"
+    return "parcl-launch: error: " + " ".join(text.split())   # one line, whatever it held
+
+
+def _abort(comm, code: int) -> None:
+    """End every rank. The short pause lets mpiexec forward what this rank just wrote to
+    stderr before the job is torn down (it may drop it otherwise)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    time.sleep(0.5)
+    comm.Abort(code)
+
+
+def _prepare(argv: list[str]):
+    """Parse and check the command line; ``(options, None)`` or ``(options, error)``."""
+    opts = None
     try:
         opts = build_parser().parse_args(argv)
         if opts.list_devices:
-            list_devices()
-            return 0
+            return opts, None
         if not opts.script:
             raise LaunchError("no script given: parcl-launch [--replicas N] script.py [args...]")
         if not os.path.isfile(opts.script):
             raise LaunchError(f"script {opts.script!r} not found")
-        from . import replica, runtime
+        if opts.replicas is not None and opts.replicas < 1:
+            raise LaunchError(f"--replicas must be >= 1, got {opts.replicas}")
         from .allreduce import ALGORITHMS
         if opts.allreduce != "auto" and opts.allreduce not in ALGORITHMS:
             raise LaunchError(f"--allreduce {opts.allreduce!r} is unknown; choose auto, "
                               f"{', '.join(sorted(ALGORITHMS))}")
-        comm, rank, _, local_rank, local_size = _setup_mpi()
-        devs = choose_devices(opts.replicas, opts.devices, opts.allow_repeat,
-                              local_rank, local_size)
-        runtime.set_launch_devices(devs)
-        replica.configure_launch(allreduce=opts.allreduce, comm=comm)
+    except Exception as exc:   # noqa: BLE001 - reported as one line
+        return opts, exc
+    return opts, None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``parcl-launch``; returns the exit status."""
+    from . import distributed
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    comm, rank = None, 0
+    try:
+        opts, error = _prepare(argv)
+        if error is None and opts.list_devices:
+            list_devices()
+            return 0
+        under_mpi = distributed.env_world()[1] > 1
+        if error is not None and not under_mpi:
+            print(_one_line(error), file=sys.stderr, flush=True)
+            return USAGE_ERROR
+        # Under MPI every rank takes part in the set-up even when its own arguments failed, and
+        # the ranks agree on the outcome: a rank that left alone would leave the others waiting
+        # in their first collective forever.
+        try:
+            comm, rank, _, local_rank, local_size = _setup_mpi()
+        except LaunchError as exc:   # no mpi4py: no way to tell the others; they fail alike
+            print(_one_line(exc), file=sys.stderr, flush=True)
+            return USAGE_ERROR
+        if error is None:
+            try:
+                from . import replica, runtime
+                devs = choose_devices(opts.replicas, opts.devices, opts.allow_repeat,
+                                      local_rank, local_size)
+                runtime.set_launch_devices(devs)
+                replica.configure_launch(allreduce=opts.allreduce, comm=comm)
+            except Exception as exc:   # noqa: BLE001 - LaunchError, DeviceError, OpenCL errors
+                error = exc
+        failed = error is not None
+        if comm is not None:
+            from mpi4py import MPI
+            failed = bool(comm.allreduce(int(failed), op=MPI.MAX))
+        if failed:
+            if error is not None:
+                prefix = f"[rank {rank}] " if comm is not None else ""
+                print(prefix + _one_line(error), file=sys.stderr, flush=True)
+            return USAGE_ERROR
     except KeyboardInterrupt:
         return INTERRUPTED
-    except Exception as exc:   # LaunchError, ParclError (DeviceError), OpenCL errors
-        from .errors import ParclError
-        if not isinstance(exc, (LaunchError, ParclError)):
-            exc = f"{type(exc).__name__}: {exc}"
-        msg = " ".join(str(exc).split())   # one line, whatever the message held
-        print(f"parcl-launch: error: {msg}", file=sys.stderr, flush=True)
-        if comm is not None:
-            comm.Abort(USAGE_ERROR)
-        return USAGE_ERROR
 
     prefix = f"[rank {rank}] " if comm is not None else ""
     try:
@@ -278,14 +327,13 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         code = _exit_code(exc)
         if code != 0 and comm is not None:   # the other ranks may wait for this one
-            sys.stderr.flush()
-            comm.Abort(code)
+            _abort(comm, code)
         return code
     except KeyboardInterrupt:
         print(f"{prefix}parcl-launch: interrupted", file=sys.stderr, flush=True)
         _hard_exit_later(INTERRUPTED)
         if comm is not None:
-            comm.Abort(INTERRUPTED)
+            _abort(comm, INTERRUPTED)
         return INTERRUPTED
     except BaseException as exc:   # noqa: BLE001 - reported, then the whole job stops
         text = _script_traceback(exc)
@@ -293,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         _hard_exit_later(SCRIPT_ERROR)
         if comm is not None:
-            comm.Abort(SCRIPT_ERROR)
+            _abort(comm, SCRIPT_ERROR)
         return SCRIPT_ERROR
     return 0
 

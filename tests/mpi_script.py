@@ -1,0 +1,51 @@
+"""Helper for tests/test_mpi.py: 3 data-parallel steps of a small MLP on one fixed global batch.
+
+    [mpiexec -n K] parcl-launch --replicas N tests/mpi_script.py OUT.npz [--fail-rank R]
+
+Each rank takes its contiguous share of the global batch; rank 0 saves the parameters to
+OUT.npz. With ``--fail-rank R`` rank R raises after its first step while the others go on
+(and would wait for it forever in the next allreduce without parcl-launch's MPI abort).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+import parcl as pc
+import parcl.tape as tp
+from parcl import distributed as dist
+from parcl.replica import ReplicaGroup
+
+GLOBAL_BATCH = 24
+
+
+def build(queue):
+    pc.nn.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Linear(16, 32, queue=queue), pc.nn.ReLU(),
+                            pc.nn.Linear(32, 4, queue=queue))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--fail-rank", type=int, default=-1)
+    args = p.parse_args()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((GLOBAL_BATCH, 16)).astype(np.float32)
+    y = rng.integers(0, 4, GLOBAL_BATCH)
+    rank, world = dist.rank(), dist.world_size()
+    share = slice(rank * GLOBAL_BATCH // world, (rank + 1) * GLOBAL_BATCH // world)
+    with ReplicaGroup.from_launch(build) as group:
+        opt = pc.optim.Adam(group.parameters(), lr=1e-2)
+        for step in range(3):
+            if step == 1 and rank == args.fail_rank:
+                raise RuntimeError(f"deliberate failure on rank {rank}")
+            group.step(x[share], y[share], tp.cross_entropy, opt)
+        if dist.is_main():
+            np.savez(args.out, **{n: p.value.to_host() for n, p in group.named_parameters()})
+
+
+if __name__ == "__main__":
+    main()
