@@ -156,10 +156,14 @@ class BatchNorm2d(Module):
 
 
 class ReLU(Module):
-    """``max(x, 0)``."""
+    """``max(x, 0)``; ``inplace=True`` overwrites its input (see ``tp.relu``)."""
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+        self.inplace = bool(inplace)
 
     def forward(self, x):
-        return ops.relu(x)
+        return ops.relu(x, inplace=self.inplace)
 
 
 class MaxPool2d(Module):

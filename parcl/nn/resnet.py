@@ -46,7 +46,7 @@ class BasicBlock(Module):
         q = queue if queue is not None else default_queue()
         self.conv1 = Conv2d(in_channels, out_channels, 3, stride, 1, bias=False, queue=q)
         self.bn1 = BatchNorm2d(out_channels, queue=q)
-        self.relu = ReLU()
+        self.relu = ReLU(inplace=True)
         self.conv2 = Conv2d(out_channels, out_channels, 3, 1, 1, bias=False, queue=q)
         self.bn2 = BatchNorm2d(out_channels, queue=q)
         if stride != 1 or in_channels != out_channels:
@@ -74,7 +74,7 @@ class ResNet(Module):
         q = queue if queue is not None else default_queue()
         self.conv1 = Conv2d(in_channels, 64, 7, 2, 3, bias=False, queue=q)
         self.bn1 = BatchNorm2d(64, queue=q)
-        self.relu = ReLU()
+        self.relu = ReLU(inplace=True)
         self.maxpool = MaxPool2d(3, 2, 1)
         channels, width = 64, 64
         for i, blocks in enumerate(layers):

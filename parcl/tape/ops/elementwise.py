@@ -17,9 +17,10 @@ from numbers import Real
 
 import numpy as np
 
+from ...errors import ParclError
 from ...kernels import elementwise as ew
 from ...kernels.reduction import sum_to_shape
-from ..node import Function
+from ..node import Function, Node
 
 __all__ = ["abs", "add", "div", "exp", "gelu", "log", "maximum", "minimum", "mul", "neg",
            "pow", "relu", "sigmoid", "sqrt", "sub", "tanh"]
@@ -315,8 +316,8 @@ class Log(Function):
 class Relu(Function):
     name = "relu"
 
-    def forward(self, x):
-        self.out = ew.unary("relu", x)
+    def forward(self, x, inplace: bool = False):
+        self.out = ew.unary("relu", x, out=x if inplace else None)
         return self.out
 
     def backward(self, g):
@@ -393,9 +394,18 @@ def log(x, *, tape=None):
     return Log.apply(x, tape=tape)
 
 
-def relu(x, *, tape=None):
-    """``max(x, 0)``; gradient 0 at 0."""
-    return Relu.apply(x, tape=tape)
+def relu(x, inplace: bool = False, *, tape=None):
+    """``max(x, 0)``; gradient 0 at 0.
+
+    ``inplace=True`` overwrites ``x``'s buffer (as PyTorch's ``inplace``): one activation less
+    kept for backward, but only correct when nothing else reads ``x`` afterwards, such as the
+    output of a BatchNorm or of a residual add that feeds this ReLU alone (BatchNorm's backward
+    needs its input, not its output). A leaf that requires grad cannot be changed in place.
+    """
+    if inplace and isinstance(x, Node) and x.requires_grad and x.grad_fn is None:
+        raise ParclError("relu(inplace=True) on a leaf that requires grad: its value is what "
+                         "its gradient is taken with respect to; use inplace=False")
+    return Relu.apply(x, tape=tape, inplace=bool(inplace))
 
 
 def sigmoid(x, *, tape=None):

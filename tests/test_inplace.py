@@ -1,0 +1,58 @@
+"""In-place ReLU (PyTorch's inplace=True): the same gradients, one activation less."""
+
+import numpy as np
+import pytest
+
+import parcl as pc
+import parcl.tape as tp
+
+
+def _block_grads(queue, inplace, x_np):
+    pc.nn.manual_seed(0)
+    block = pc.nn.BasicBlock(3, 4, stride=2, queue=queue)
+    for m in block.modules():
+        if isinstance(m, pc.nn.ReLU):
+            m.inplace = inplace
+    x = tp.tensor(pc.Tensor.from_host(queue, x_np), requires_grad=True)
+    with tp.Tape() as tape:
+        loss = tp.mean(block(x) * block(x))
+    tape.backward(loss)
+    return [x.grad.to_host()] + [p.grad.to_host() for p in block.parameters()]
+
+
+def test_inplace_relu_gives_the_same_gradients(queue):
+    x_np = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    for a, b in zip(_block_grads(queue, False, x_np), _block_grads(queue, True, x_np)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_inplace_relu_passes_gradcheck(queue):
+    x_np = np.random.default_rng(1).standard_normal((3, 5)).astype(np.float32)
+    x = tp.tensor(pc.Tensor.from_host(queue, x_np), requires_grad=True)
+    assert tp.gradcheck(lambda v: tp.relu(v * 2.0, inplace=True), [x])
+
+
+def test_inplace_relu_keeps_one_activation_less(queue):
+    x = tp.tensor(pc.Tensor.from_host(queue, np.ones((64, 1024), np.float32)),
+                  requires_grad=True)
+
+    def extra_bytes(inplace):
+        queue.finish()
+        base = pc.memory_stats(queue)["bytes_in_use"]
+        with tp.Tape() as tape:
+            h = x
+            for _ in range(4):
+                h = tp.relu(h * 1.5, inplace=inplace)
+        used = pc.memory_stats(queue)["bytes_in_use"] - base
+        tape.release()
+        del h
+        return used
+
+    act = 64 * 1024 * 4
+    assert extra_bytes(False) - extra_bytes(True) == 4 * act
+
+
+def test_inplace_on_a_leaf_that_requires_grad_is_refused(queue):
+    w = tp.tensor(pc.Tensor.from_host(queue, np.ones(3, np.float32)), requires_grad=True)
+    with pytest.raises(pc.ParclError, match="leaf"):
+        tp.relu(w, inplace=True)
