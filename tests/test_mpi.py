@@ -76,3 +76,29 @@ def test_launch_errors_abort_every_rank():
     r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1000, SCRIPT, "x.npz"], timeout=60)
     assert r.returncode != 0
     assert "parcl-launch: error:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_ctrl_c_under_mpiexec_stops_every_rank():
+    import signal
+
+    cmd = [MPIEXEC, "-n", "2", *LAUNCH, "--replicas", "1",
+           str(ROOT / "examples" / "train_digits_dp.py"), "--epochs", "1000", "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env={**ENV, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = ""
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not line.startswith("epoch 1/"):
+            line = proc.stdout.readline()
+            if not line:
+                break
+        assert line.startswith("epoch 1/"), proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        assert time.monotonic() - t0 < 15
+        assert proc.returncode != 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
