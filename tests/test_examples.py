@@ -1,0 +1,38 @@
+"""The digits examples reach their accuracy targets, in seconds: the MLP >= 95%, the CNN
+>= 97% (examples/train_digits.py), the data-parallel CNN on 2 replicas >= 97%
+(examples/train_digits_dp.py under parcl-launch)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {k: v for k, v in os.environ.items()
+       if k not in ("PARCL_DEVICES", "PYOPENCL_CTX") and not k.startswith(("PMI_", "OMPI_"))}
+
+pytestmark = pytest.mark.slow
+
+
+def final_accuracy(cmd: list[str]) -> float:
+    r = subprocess.run([sys.executable, *cmd, "--no-progress"], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT, env=ENV)
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("test accuracy: "), r.stdout
+    return float(last.split(": ")[1])
+
+
+@pytest.mark.parametrize("model, target", [("mlp", 0.95), ("cnn", 0.97)])
+def test_train_digits_reaches_its_target(model, target):
+    assert final_accuracy(["examples/train_digits.py", "--model", model]) >= target
+
+
+def test_train_digits_dp_on_two_replicas_reaches_97_percent():
+    acc = final_accuracy(["-m", "parcl.launch", "--replicas", "2",
+                          "examples/train_digits_dp.py"])
+    assert acc >= 0.97
