@@ -57,6 +57,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true", help="continue from DIR/last.safetensors")
     p.add_argument("--max-steps", type=int, default=0,
                    help="stop (and save) after this many steps in total")
+    p.add_argument("--capture", action=argparse.BooleanOptionalAction, default=False,
+                   help="record each replica's step once and replay it (less Python per step)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     args = p.parse_args(argv)
     if args.resume and not args.checkpoint:
@@ -82,7 +84,7 @@ def main(argv=None) -> float:
         pc.nn.manual_seed(args.seed)                 # every replica, every rank: same weights
         return build_cnn(queue)
 
-    with ReplicaGroup.from_launch(build_model) as group:
+    with ReplicaGroup.from_launch(build_model, capture=args.capture) as group:
         opt = pc.optim.Adam(group.parameters(), lr=args.lr)
         path = os.path.join(args.checkpoint, "last.safetensors") if args.checkpoint else None
         step = 0
@@ -146,6 +148,8 @@ def main(argv=None) -> float:
             log(f"epoch {epoch + 1}/{args.epochs}{done}: train loss "
                 f"{np.mean(losses) if losses else float('nan'):.4f}, test accuracy {acc:.4f} "
                 f"({time.perf_counter() - start:.1f} s)")
+        if is_main and np.isnan(acc):    # resumed a run that had already finished
+            acc = accuracy(group.model, group.replicas[0].queue, x_test, y_test)
     log(f"test accuracy: {acc:.4f}")
     return acc
 
