@@ -169,9 +169,9 @@ def _is_root_device(device) -> bool:
 def _script_traceback(exc: BaseException) -> str:
     """The traceback as ``python script.py`` would print it: without the launcher's frames."""
     tb = exc.__traceback__
-    here = os.path.abspath(__file__)
-    while tb is not None and (os.path.abspath(tb.tb_frame.f_code.co_filename) == here
-                              or "runpy" in tb.tb_frame.f_code.co_filename):
+    ours = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
+    while tb is not None and (tb.tb_frame.f_code.co_filename in ours or
+                              os.path.abspath(tb.tb_frame.f_code.co_filename) in ours):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
