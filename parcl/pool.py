@@ -26,19 +26,26 @@ def bin_size(nbytes: int) -> int:
 
 
 class Allocation:
-    """A buffer on loan from a pool; goes back when the last reference is dropped."""
+    """A buffer on loan from a pool; goes back when the last reference is dropped (to the
+    recording it was made in, if any: a captured step reuses its buffers on every replay)."""
 
-    __slots__ = ("pool", "buffer", "nbytes", "__weakref__")
+    __slots__ = ("pool", "buffer", "nbytes", "recording", "__weakref__")
 
-    def __init__(self, pool: MemoryPool, buffer: cl.Buffer, nbytes: int):
+    def __init__(self, pool: MemoryPool, buffer: cl.Buffer, nbytes: int, recording=None):
         self.pool = pool
         self.buffer = buffer
         self.nbytes = nbytes
+        self.recording = recording          # a weakref to a recorder.Recording, or None
 
     def __del__(self):
         pool = self.pool
-        if pool is not None:
-            self.pool = None
+        if pool is None:
+            return
+        self.pool = None
+        rec = self.recording() if self.recording is not None else None
+        if rec is not None:
+            rec.keep(pool, self.buffer, self.nbytes)
+        else:
             pool._give_back(self.buffer, self.nbytes)
 
 
@@ -56,6 +63,17 @@ class MemoryPool:
 
     def allocate(self, nbytes: int) -> Allocation:
         size = bin_size(max(int(nbytes), 1))
+        rec = recorder.current()
+        if rec is not None:
+            # Recording a step: reuse what the step itself freed (as the eager step would),
+            # and never give the step's buffers back while the recording may be replayed.
+            buf = rec.take(self, size)
+            if buf is None:
+                buf = self._take(size)
+            return Allocation(self, buf, size, rec.ref)
+        return Allocation(self, self._take(size), size)
+
+    def _take(self, size: int) -> cl.Buffer:
         with self._lock:
             bucket = self._free.get(size)
             buf = bucket.pop() if bucket else None
@@ -66,9 +84,7 @@ class MemoryPool:
             self.allocations += 1
             if self.bytes_in_use > self.peak_bytes_in_use:
                 self.peak_bytes_in_use = self.bytes_in_use
-        alloc = Allocation(self, buf, size)
-        recorder.allocation(alloc)        # a captured step keeps its buffers for its replays
-        return alloc
+        return buf
 
     def _new_buffer(self, size: int) -> cl.Buffer:
         try:

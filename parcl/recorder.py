@@ -1,15 +1,18 @@
 """Recording of enqueued device work, for step capture and replay (``parcl.tape.capture``).
 
 While a thread records, every kernel launch, copy and fill it enqueues is appended to a
-``Recording`` (and still executed), every pool allocation is kept alive by it (so replays find
-their buffers untouched), and anything a replay could not reproduce (a host read whose value
-steers Python code, an event wait between queues, a random draw) marks the recording unusable.
+``Recording`` (and still executed), every buffer it allocates belongs to the recording for as
+long as the recording lives (reused within the step as eagerly, never handed to other work, so
+replays find their buffers untouched), and anything a replay could not reproduce (a host read
+whose value steers Python code, an event wait between queues, a random draw) marks the
+recording unusable.
 This module only holds that state; it knows nothing of autograd.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 
 import pyopencl as cl
 
@@ -21,9 +24,30 @@ class Recording:
 
     def __init__(self):
         self.ops: list[tuple] = []          # ("kernel", k, queue, gsize, lsize, args) | ...
-        self.allocations: list = []         # pool allocations pinned for the replays
         self.host_hooks: list = []          # callables re-run after every replay
         self.unsafe: str | None = None      # why this call cannot be replayed, if it cannot
+        self.ref = weakref.ref(self)
+        self._kept: dict[tuple, list] = {}  # (pool, size) -> buffers the step freed
+        self._lock = threading.Lock()
+
+    # -- buffers: the step's own, reused within it, held for its replays ---------------------
+    def keep(self, pool, buffer, size: int) -> None:
+        """A buffer the step allocated was freed: hold it for reuse and for the replays."""
+        with self._lock:
+            self._kept.setdefault((pool, size), []).append(buffer)
+
+    def take(self, pool, size: int):
+        """A buffer of ``size`` the step freed earlier (reused in the same order on replay)."""
+        if getattr(_local, "recording", None) is not self:
+            return None                     # recording over: kept buffers are the replays'
+        with self._lock:
+            bucket = self._kept.get((pool, size))
+            return bucket.pop() if bucket else None
+
+    def __del__(self):
+        for (pool, size), buffers in self._kept.items():
+            for buf in buffers:
+                pool._give_back(buf, size)
 
     def replay(self) -> None:
         """Enqueue the recorded work again (no Python above the launches)."""
@@ -87,12 +111,6 @@ def fill(queue, buf, pattern, offset: int, size: int) -> None:
     rec = getattr(_local, "recording", None)
     if rec is not None:
         rec.ops.append(("fill", queue, buf, pattern, offset, size))
-
-
-def allocation(alloc) -> None:
-    rec = getattr(_local, "recording", None)
-    if rec is not None:
-        rec.allocations.append(alloc)
 
 
 def host_hook(hook) -> None:
