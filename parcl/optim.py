@@ -161,12 +161,7 @@ class Optimizer:
         """Drop every parameter's ``.grad`` (``set_to_none``), or fill it with zeros. A grad
         that is a persistent view into a flat buffer (``p._grad_is_view``) is always zeroed."""
         for p in self._params():
-            if p.grad is None:
-                continue
-            if set_to_none and not getattr(p, "_grad_is_view", False):
-                p.grad = None
-            else:
-                p.grad.fill_(0)
+            p.zero_grad(set_to_none)
 
     # -- state dicts ---------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -272,12 +272,7 @@ class Module:
         """Clear every parameter's ``.grad`` (zero-filled instead when ``set_to_none`` is
         False or the grad is a persistent view, ``_grad_is_view``)."""
         for p in self.parameters():
-            if p.grad is None:
-                continue
-            if set_to_none and not getattr(p, "_grad_is_view", False):
-                p.grad = None
-            else:
-                p.grad.fill_(0)
+            p.zero_grad(set_to_none)
 
     # -- state dicts ---------------------------------------------------------------------
     def _state_tensors(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
