@@ -87,8 +87,8 @@ def test_allreduce_smoke(tmp_path, capsys):
 def test_kernels_smoke(tmp_path, capsys):
     text, result = _run(tmp_path, capsys, [
         "kernels", "--sizes", "64", "--trans", "NN,TN", "--vector-sizes", "4K",
-        "--conv", "tiny", "--launches", "20", "--repeat", "2"])
-    for table in ("gemm", "memory", "conv", "launch"):
+        "--conv", "tiny", "--launches", "20", "--repeat", "2", "--chain", "3"])
+    for table in ("gemm", "memory", "conv", "launch", "overhead"):
         _printed(text, result, table)
     gemm = _rows(result, "gemm")
     assert {r["trans"] for r in gemm} == {"NN", "TN"}
@@ -103,6 +103,12 @@ def test_kernels_smoke(tmp_path, capsys):
     assert {"add", "relu", "sum (all)"} <= ops
     assert {r["pass"] for r in _rows(result, "conv")} == {"forward", "backward"}
     assert all(r["us"] > 0 for r in _rows(result, "launch"))
+    ovh = _rows(result, "overhead")
+    assert {r["mode"] for r in ovh} == {"eager", "capture (replay)"}
+    for r in ovh:
+        assert r["ops"] == 2 * 3 + 1 and r["kernels"] >= r["ops"]    # 3 mul-adds + sum
+        assert r["us_per_op"] == pytest.approx(r["host_us"] / r["ops"])
+        assert r["ops_per_s"] > 0 and r["step_us"] > 0
 
 
 # -- scaling ---------------------------------------------------------------------------------
@@ -163,6 +169,14 @@ def test_scaling_strong_cnn(tmp_path, capsys):
     rows = _rows(result, "scaling")
     assert [r["batch"] for r in rows] == [6, 6]
     assert result["params"]["mode"] == "strong"
+
+
+def test_scaling_digits_with_capture(tmp_path, capsys):
+    _, result = _run(tmp_path, capsys, [
+        "scaling", "--model", "digits", "--replicas", "1,2", "--batch-per-replica", "4",
+        "--steps", "2", "--repeat", "1", "--warmup", "1", "--capture"], plot=False)
+    rows = _rows(result, "scaling")
+    assert [r["batch"] for r in rows] == [4, 8] and all(r["samples_per_s"] > 0 for r in rows)
 
 
 # -- compare ---------------------------------------------------------------------------------

@@ -10,7 +10,10 @@ and PyTorch as many threads as that device has compute units (threadpoolctl /
 ``torch.set_num_threads``). The implementations are timed in alternation (run r of each back
 to back) and ``vs parcl`` is the median of the per-run ratios, so a change in the machine's
 load affects all of them alike. PyTorch is not a parcl dependency: without it the column is skipped
-and the table says how to install it.
+and the table says how to install it. When the threads fill every core, an implementation's
+idle worker threads can still be spinning when the next one starts (OpenBLAS's do, for a while
+after each call, and slowed PyTorch's two-thread step 2-3x on a 2-core machine):
+``--no-numpy`` / ``--no-torch`` leave one out so parcl is paired with a single reference.
 
 JSON rows (table ``compare``): ``model``, ``batch``, ``impl`` (``parcl``, ``numpy``,
 ``pytorch``), ``threads``, ``samples_per_s`` (+ ``_min``/``_max``), ``step_ms``, ``loss``
@@ -56,6 +59,9 @@ def add_arguments(p) -> None:
     p.add_argument("--devices", default="cpu", metavar="SPEC",
                    help="device for parcl (default cpu: the whole CPU device)")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
+    p.add_argument("--no-numpy", action="store_true",
+                   help="skip the numpy reference (its spinning BLAS threads slow the next "
+                        "implementation when they fill every core)")
 
 
 def _torch():
@@ -77,6 +83,7 @@ def run(args) -> dict:
     torch = None if args.no_torch else _torch()
     result = new_result("compare", {"models": names, "batch": args.batch, "repeat": repeat,
                                     "warmup": warmup, "steps": args.steps,
+                                    "numpy": not args.no_numpy,
                                     "threads": threads})
     result["devices"] = [device_info(dev, "parcl")]
     if torch is None and not args.no_torch:
@@ -90,8 +97,9 @@ def run(args) -> dict:
         model = models.builder(name)(q)
         state = model.state_dict()
         limit, applied = numpy_threads(threads)
-        impls = [("parcl", f"{threads} CU", *_parcl(q, model, x, y)),
-                 ("numpy", threads if applied else "default", *_numpy(name, state, x, y))]
+        impls = [("parcl", f"{threads} CU", *_parcl(q, model, x, y))]
+        if not args.no_numpy:
+            impls.append(("numpy", threads if applied else "default", *_numpy(name, state, x, y)))
         if torch is not None:
             impls.append(("pytorch", threads, *_pytorch(torch, name, state, x, y, threads)))
         with limit:

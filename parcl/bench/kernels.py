@@ -13,12 +13,19 @@
 * host cost of a launch: microseconds per enqueue of a one-element kernel (through parcl's
   launcher and through a raw pyopencl kernel call), per kernel to drain the queue, and the
   enqueue + ``finish`` round trip.
+* host cost of a recorded op: a tiny-tensor forward + backward (``--chain`` times
+  ``h = h * w + x`` on 4-element tensors, then ``sum`` and ``tape.backward``), eager and
+  replayed through ``tp.capture``: microseconds of host (Python) time per recorded op (a Node
+  on the tape) and per kernel launched, with the tensors so small that the device time is
+  only the launches'.
 
 JSON tables: ``gemm`` (``device``, ``trans``, ``n``, ``variant``, ``gflops`` (+ ``_min``/
 ``_max``), ``numpy_gflops`` (+ ...), ``numpy_threads``, ``ratio`` (+ ``_min``/``_max``)),
 ``memory`` (``device``, ``op``, ``elems``, ``gbps``, ``numpy_gbps``, ``ratio``), ``conv``
 (``device``, ``shape``, ``pass``, ``gflops``, ``numpy_gflops``, ``ratio``), ``launch``
-(``device``, ``what``, ``us``).
+(``device``, ``what``, ``us``), ``overhead`` (``device``, ``mode``, ``ops`` (recorded ops per
+step), ``kernels``, ``host_us`` (+ ``_min``/``_max``: enqueue time of one forward + backward),
+``us_per_op``, ``ops_per_s``, ``us_per_kernel``, ``step_us`` (enqueue + ``finish``)).
 """
 
 # The timed lambdas run inside the loop iteration that defines them (never later):
@@ -31,6 +38,8 @@ import time
 import numpy as np
 
 import parcl as pc
+import parcl.tape as tp
+from parcl import recorder
 from parcl.kernels import conv as K_conv
 from parcl.kernels import elementwise as ew
 from parcl.kernels import reduction as red
@@ -82,7 +91,10 @@ def add_arguments(p) -> None:
     p.add_argument("--devices", default=None, metavar="SPEC",
                    help="device spec for the whole-device rows (default: the CPU device); a "
                         "CPU is also measured as one sub-device of one compute unit")
-    p.add_argument("--skip", default="", help="sections to skip: gemm,memory,conv,launch")
+    p.add_argument("--chain", type=int, default=100,
+                   help="ops h = h * w + x in the recorded-op overhead chain (default 100)")
+    p.add_argument("--skip", default="",
+                   help="sections to skip: gemm,memory,conv,launch,overhead")
 
 
 def _targets(args) -> list[tuple[str, object, int]]:
@@ -116,7 +128,7 @@ def run(args) -> dict:
     if not applied:
         result["notes"].append("threadpoolctl is not installed: numpy ran on its default BLAS "
                                "threads in every row (pip install threadpoolctl)")
-    gemm_rows, mem_rows, conv_rows, launch_rows = [], [], [], []
+    gemm_rows, mem_rows, conv_rows, launch_rows, ovh_rows = [], [], [], [], []
     for label, dev, threads in targets:
         q = pc.new_queue(dev)
         limit, applied = numpy_threads(threads)
@@ -130,6 +142,8 @@ def run(args) -> dict:
                 conv_rows += _conv(q, label, convs, repeat, warmup)
         if "launch" not in skip:
             launch_rows += _launch(q, label, args.launches, repeat)
+        if "overhead" not in skip:
+            ovh_rows += _overhead(q, label, args.chain, max(repeat, 5), warmup)
     spread = fmt_range("gflops", ".1f")
     add_table(result, "gemm", "GEMM n x n x n: parcl vs numpy.matmul, alternating runs, "
               f"median [min-max] of {repeat}; parcl/numpy = median of per-run ratios", [
@@ -154,6 +168,15 @@ def run(args) -> dict:
     add_table(result, "launch", "host cost of a launch (one-element kernel)", [
         ("device", "device", ""), ("what", "what", ""), ("us", "us", ".1f"),
         ("us_range", "[min-max]", fmt_range("us", ".1f"))], launch_rows)
+    add_table(result, "overhead", f"host cost per recorded op: {args.chain} x (h = h * w + x) "
+              "on 4-element tensors + sum + backward; host us = enqueue time of one forward + "
+              "backward, median [min-max]", [
+                  ("device", "device", ""), ("mode", "mode", ""), ("ops", "recorded ops", ""),
+                  ("kernels", "kernels", ""), ("host_us", "host us/step", ".0f"),
+                  ("host_range", "[min-max]", fmt_range("host_us", ".0f")),
+                  ("us_per_op", "us/op", ".2f"), ("ops_per_s", "ops/s", ".0f"),
+                  ("us_per_kernel", "us/kernel", ".2f"), ("step_us", "step us (+finish)", ".0f")],
+              ovh_rows)
     for name in [n for n in list(result["tables"]) if not result["tables"][n]["rows"]]:
         del result["tables"][name]
     return result
@@ -282,6 +305,63 @@ def _launch(q, label, launches, repeat) -> list[dict]:
         q.finish()
         trips.append(time.perf_counter() - t0)
     rows.append(_us_row(label, "enqueue + finish round trip", trips))
+    return rows
+
+
+def _overhead(q, label, chain, repeat, warmup) -> list[dict]:
+    """Eager and captured host time of a tiny forward + backward of ``chain`` mul-adds."""
+    if chain < 1:
+        raise BenchError(f"--chain must be >= 1, got {chain}")
+    w = tp.tensor(pc.Tensor.from_host(q, np.full(4, 0.5, np.float32)), requires_grad=True)
+    w.grad = pc.Tensor.zeros(q, (4,))          # persistent, so a replay accumulates into it
+    hx = np.ones(4, np.float32)
+    nodes = []
+
+    def step(x):
+        xn = tp.tensor(x)
+        with tp.Tape() as tape:
+            h = xn
+            for _ in range(chain):
+                h = h * w + xn
+            loss = tp.sum(h)
+        tape.backward(loss)
+        nodes.append(len(tape.nodes))
+        tape.release()
+        return loss.value
+
+    x = pc.Tensor.from_host(q, hx)
+    rec = recorder.start()                     # count the launches of one step
+    try:
+        step(x)
+    finally:
+        recorder.stop()
+    kernels = sum(1 for op in rec.ops if op[0] == "kernel")
+    del rec
+    q.finish()
+    captured = tp.capture(step, q)
+    rows = []
+    for mode, fn in (("eager", lambda: step(x)), ("capture (replay)", lambda: captured(hx))):
+        for _ in range(warmup + 2):            # capture: the first call records
+            fn()
+            q.finish()
+        host, total = [], []
+        for _ in range(repeat):
+            q.finish()
+            t0 = time.perf_counter()
+            fn()
+            t1 = time.perf_counter()
+            q.finish()
+            host.append(t1 - t0)
+            total.append(time.perf_counter() - t0)
+        h, tot = np.asarray(host) * 1e6, np.asarray(total) * 1e6
+        med = float(np.median(h))
+        ops = nodes[-1]
+        rows.append({"device": label, "mode": mode, "ops": ops, "kernels": kernels,
+                     "host_us": med, "host_us_min": float(h.min()), "host_us_max": float(h.max()),
+                     "us_per_op": med / ops, "ops_per_s": ops / med * 1e6,
+                     "us_per_kernel": med / kernels, "step_us": float(np.median(tot))})
+    if captured.replays == 0:
+        raise BenchError(f"overhead: the chain was not replayed ({captured.reason(hx)})")
     return rows
 
 

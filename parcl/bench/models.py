@@ -3,6 +3,9 @@
 * ``mlp``: 784-512-512-10 with ReLU, batch 256 (inputs 784 floats).
 * ``cnn``: conv(1->32, 3) - relu - maxpool 2 - conv(32->64, 3) - relu - maxpool 2 - flatten -
   linear(64*5*5 -> 10), batch 64 of 1x28x28.
+* ``digits``: the CNN of ``examples/train_digits.py``: conv(1->16, 3, pad 1) - relu -
+  conv(16->32, 3, pad 1) - relu - maxpool 2 - flatten - linear(32*4*4 -> 10), batch 64 of
+  1x8x8.
 * ``resnet18``: torchvision's ResNet-18 (10 classes), batch 16 of 3x``image_size``^2 (224 by
   default in ``memory``, smaller where the benchmark says so).
 
@@ -15,8 +18,8 @@ import numpy as np
 
 import parcl as pc
 
-MODELS = ("mlp", "cnn", "resnet18")
-DEFAULT_BATCH = {"mlp": 256, "cnn": 64, "resnet18": 16}
+MODELS = ("mlp", "cnn", "digits", "resnet18")
+DEFAULT_BATCH = {"mlp": 256, "cnn": 64, "digits": 64, "resnet18": 16}
 LR = 0.01
 
 
@@ -25,6 +28,8 @@ def input_shape(model: str, image_size: int = 224) -> tuple[int, ...]:
         return (784,)
     if model == "cnn":
         return (1, 28, 28)
+    if model == "digits":
+        return (1, 8, 8)
     return (3, image_size, image_size)
 
 
@@ -43,6 +48,11 @@ def builder(model: str):
             return nn.Sequential(nn.Conv2d(1, 32, 3, queue=queue), nn.ReLU(), nn.MaxPool2d(2),
                                  nn.Conv2d(32, 64, 3, queue=queue), nn.ReLU(), nn.MaxPool2d(2),
                                  nn.Flatten(), nn.Linear(64 * 5 * 5, 10, queue=queue))
+        if model == "digits":
+            return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1, queue=queue), nn.ReLU(),
+                                 nn.Conv2d(16, 32, 3, padding=1, queue=queue), nn.ReLU(),
+                                 nn.MaxPool2d(2), nn.Flatten(),
+                                 nn.Linear(32 * 4 * 4, 10, queue=queue))
         if model == "resnet18":
             return nn.resnet18(num_classes=10, in_channels=3, queue=queue)
         raise ValueError(f"unknown model {model!r}; choose from {MODELS}")

@@ -59,7 +59,7 @@ from .common import (
 )
 from .trace import ChromeTrace, clock_offset, has_profiling
 
-DEFAULT_STEPS = {"mlp": 20, "cnn": 10, "resnet18": 2}
+DEFAULT_STEPS = {"mlp": 20, "cnn": 10, "digits": 20, "resnet18": 2}
 PHASES = ("fwd_bwd", "allreduce", "optimizer", "broadcast")
 
 
