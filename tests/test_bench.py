@@ -201,6 +201,14 @@ def test_compare_smoke(tmp_path, capsys):
             assert r["samples_per_s"] > 0
 
 
+def test_compare_can_leave_out_a_reference(tmp_path, capsys):
+    _, result = _run(tmp_path, capsys, ["compare", "--model", "mlp", "--batch", "4", "--steps",
+                                        "1", "--repeat", "1", "--no-numpy", "--no-torch"],
+                     plot=False)
+    assert [r["impl"] for r in _rows(result, "compare")] == ["parcl"]
+    assert result["params"]["numpy"] is False
+
+
 @pytest.mark.parametrize("name", ["mlp", "cnn"])
 def test_numpy_reference_step_matches_parcl(queue, name):
     """The numpy baseline computes the same SGD step as parcl (so comparing speeds is fair)."""
