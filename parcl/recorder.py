@@ -23,7 +23,7 @@ class Recording:
     """The device work of one captured call, replayable in order on the same buffers."""
 
     def __init__(self):
-        self.ops: list[tuple] = []          # ("kernel", k, queue, gsize, lsize, args) | ...
+        self.ops: list[tuple] = []          # ("kernel", own k, queue, gsize, lsize, args) | ...
         self.host_hooks: list = []          # callables re-run after every replay
         self.unsafe: str | None = None      # why this call cannot be replayed, if it cannot
         self.ref = weakref.ref(self)
@@ -54,8 +54,8 @@ class Recording:
         for op in self.ops:
             kind = op[0]
             if kind == "kernel":
-                _, kernel, queue, gsize, lsize, args = op
-                kernel(queue, gsize, lsize, *args)
+                _, kernel, queue, gsize, lsize, _args = op
+                cl.enqueue_nd_range_kernel(queue, kernel, gsize, lsize)   # arguments preset
             elif kind == "copy":
                 _, queue, dst, src, kwargs = op
                 cl.enqueue_copy(queue, dst, src, **kwargs)
