@@ -56,3 +56,43 @@ def test_inplace_on_a_leaf_that_requires_grad_is_refused(queue):
     w = tp.tensor(pc.Tensor.from_host(queue, np.ones(3, np.float32)), requires_grad=True)
     with pytest.raises(pc.ParclError, match="leaf"):
         tp.relu(w, inplace=True)
+
+
+def _bn_inputs(queue, seed=0):
+    rng = np.random.default_rng(seed)
+    x, r = (rng.standard_normal((3, 2, 4, 4)).astype(np.float32) for _ in range(2))
+    w = rng.standard_normal(2).astype(np.float32)
+    b = rng.standard_normal(2).astype(np.float32)
+    return [tp.tensor(pc.Tensor.from_host(queue, a), requires_grad=True) for a in (x, r, w, b)]
+
+
+def test_fused_batch_norm_add_relu_equals_the_three_ops(queue):
+    def run(fused):
+        x, r, w, b = _bn_inputs(queue)
+        rm, rv = pc.Tensor.zeros(queue, (2,)), pc.Tensor.full(queue, (2,), 1.0)
+        with tp.Tape() as tape:
+            if fused:
+                y = tp.batch_norm(x, w, b, rm, rv, True, residual=r, relu=True)
+            else:
+                y = tp.relu(tp.add(tp.batch_norm(x, w, b, rm, rv, True), r))
+            loss = tp.sum(y * y)
+        tape.backward(loss)
+        return [y.to_host(), rm.to_host(), rv.to_host()] + [t.grad.to_host() for t in (x, r, w, b)]
+
+    for a, b in zip(run(False), run(True)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_batch_norm_add_relu_passes_gradcheck(queue):
+    x, r, w, b = _bn_inputs(queue, seed=3)
+
+    def fn(x, r, w, b):
+        return tp.batch_norm(x, w, b, None, None, True, residual=r, relu=True)
+
+    assert tp.gradcheck(fn, [x, r, w, b])
+
+
+def test_fused_residual_shape_mismatch_is_a_shape_error(queue):
+    x, r, w, b = _bn_inputs(queue)
+    with pytest.raises(pc.ShapeError, match="residual"):
+        tp.batch_norm(x, w, b, None, None, True, residual=tp.reshape(r, (3, 2, 16)))

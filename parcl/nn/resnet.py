@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 
 from ..runtime import default_queue
-from ..tape import ops
 from ..tensor import Tensor
 from .layers import (
     AdaptiveAvgPool2d,
@@ -59,9 +58,9 @@ class BasicBlock(Module):
 
     def forward(self, x):
         out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
         identity = x if self.downsample is None else self.downsample(x)
-        return self.relu(ops.add(out, identity))
+        # relu(bn2(conv2(out)) + identity) as one fused op: bn2's output is never kept
+        return self.bn2(self.conv2(out), residual=identity, relu=True)
 
 
 class ResNet(Module):

@@ -189,43 +189,62 @@ class BatchNorm(Function):
     name = "batch_norm"
 
     def forward(self, x: Tensor, weight: Tensor | None, bias: Tensor | None,
-                running_mean: Tensor | None = None, running_var: Tensor | None = None,
-                training: bool = True, momentum: float = 0.1, eps: float = 1e-5):
-        check_same_queue("batch_norm", *[t for t in (x, weight, bias, running_mean, running_var)
-                                         if t is not None])
+                residual: Tensor | None = None, running_mean: Tensor | None = None,
+                running_var: Tensor | None = None, training: bool = True,
+                momentum: float = 0.1, eps: float = 1e-5, relu: bool = False):
+        check_same_queue("batch_norm", *[t for t in (x, weight, bias, residual, running_mean,
+                                                     running_var) if t is not None])
+        if residual is not None and tuple(residual.shape) != tuple(x.shape):
+            raise ShapeError(f"batch_norm: residual of shape {residual.shape} does not match "
+                             f"the input {x.shape}")
         y, mean, invstd = bnk.batch_norm_forward(x, weight, bias, running_mean, running_var,
                                                  training, momentum, eps)
+        # The fused epilogue: the normalised value itself never becomes a graph node, so it
+        # is not kept alive for backward (one activation less per residual block).
+        if residual is not None:
+            ew.axpy(y, residual, 1.0)
+        if relu:
+            ew.unary("relu", y, out=y)
         if self.recording:
             batch_stats = mean is not running_mean
             # Evaluation normalises with the running mean itself: keep a copy, a later
             # training forward may update the running statistics before this backward runs.
-            self.saved = (x, weight, mean if batch_stats else mean.copy(), invstd, batch_stats)
+            self.saved = (x, weight, mean if batch_stats else mean.copy(), invstd, batch_stats,
+                          y if relu else None)
         return y
 
     def backward(self, g: Tensor):
-        x, weight, mean, invstd, batch_stats = self.saved
+        x, weight, mean, invstd, batch_stats, out = self.saved
         need = self.needs_input_grad
-        return bnk.batch_norm_backward(x, g, weight, mean, invstd, batch_stats,
-                                       need_input=need[0], need_weight=need[1],
-                                       need_bias=need[2])
+        if out is not None:
+            g = ew.relu_backward(out, g)            # out > 0 exactly where the sum was > 0
+        gx, gw, gb = bnk.batch_norm_backward(x, g, weight, mean, invstd, batch_stats,
+                                             need_input=need[0], need_weight=need[1],
+                                             need_bias=need[2])
+        return gx, gw, gb, (g if need[3] else None)
 
 
 def batch_norm(x, weight, bias, running_mean, running_var, training: bool,
-               momentum: float = 0.1, eps: float = 1e-5, *, tape=None):
+               momentum: float = 0.1, eps: float = 1e-5, *, residual=None, relu: bool = False,
+               tape=None):
     """Batch normalisation over the channels (axis 1) of an (N, C) or (N, C, H, W) input.
 
     Training: normalises with the batch mean and biased variance, and updates
     ``running_mean``/``running_var`` (raw Tensors, or None) in place on the device:
     ``r = (1 - momentum) * r + momentum * batch`` with the *unbiased* variance, as PyTorch.
     Evaluation: normalises with the running statistics. ``weight``/``bias`` may be None.
+    Fused epilogue (ResNet's ``relu(bn(x) + identity)``): ``residual`` is added to the output
+    and ``relu=True`` applies a ReLU, in one op whose intermediate values are not kept for
+    backward.
 
     >>> tp.batch_norm(x, gamma, beta, rm, rv, training=True).shape      # x (2, 3, 8, 8)
     (2, 3, 8, 8)
     """
     rm = running_mean.value if isinstance(running_mean, Node) else running_mean
     rv = running_var.value if isinstance(running_var, Node) else running_var
-    return BatchNorm.apply(x, weight, bias, tape=tape, running_mean=rm, running_var=rv,
-                           training=bool(training), momentum=float(momentum), eps=float(eps))
+    return BatchNorm.apply(x, weight, bias, residual, tape=tape, running_mean=rm,
+                           running_var=rv, training=bool(training), momentum=float(momentum),
+                           eps=float(eps), relu=bool(relu))
 
 
 # -- dropout ---------------------------------------------------------------------------------
