@@ -75,12 +75,13 @@ class Linear(Module):
         else:
             self.register_parameter("bias", None)
 
-    def forward(self, x):
+    def forward(self, x, *, relu: bool = False):
+        """``x @ weight.T + bias``; ``relu=True`` fuses a following ReLU into the GEMM."""
         shape = tuple(x.shape)
         if len(shape) < 1 or shape[-1] != self.in_features:
             raise ShapeError(f"{self!r}: input of shape {shape} does not end in "
                              f"{self.in_features} features")
-        return ops.linear(x, self.weight, self.bias)
+        return ops.linear(x, self.weight, self.bias, relu=relu)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -281,6 +282,15 @@ class Sequential(Module):
         return layers[index]
 
     def forward(self, x):
-        for layer in self._modules.values():
-            x = layer(x)
+        layers = list(self._modules.values())
+        i = 0
+        while i < len(layers):
+            layer = layers[i]
+            if (type(layer) is Linear and i + 1 < len(layers)
+                    and type(layers[i + 1]) is ReLU):
+                x = layer(x, relu=True)      # Linear + ReLU: the ReLU runs in the GEMM epilogue
+                i += 2
+            else:
+                x = layer(x)
+                i += 1
         return x
