@@ -122,3 +122,35 @@ def test_sequential_fuses_linear_and_relu(queue):
     np.testing.assert_allclose(loss.to_host(), loss2.to_host(), rtol=1e-6)
     for a, p in zip(fused, model.parameters()):
         np.testing.assert_allclose(a, p.grad.to_host(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n,bias", [(1, False), (1, True), (3, True)])
+def test_conv_relu_fused_equals_unfused(queue, n, bias):
+    rng = np.random.default_rng(n)
+    xs = rng.standard_normal((n, 2, 6, 6)).astype(np.float32)
+    ws = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    bs = rng.standard_normal(4).astype(np.float32) if bias else None
+
+    def run(fused):
+        x, w = (tp.tensor(pc.Tensor.from_host(queue, a), requires_grad=True) for a in (xs, ws))
+        b = tp.tensor(pc.Tensor.from_host(queue, bs), requires_grad=True) if bias else None
+        with tp.Tape() as tape:
+            if fused:
+                y = tp.conv2d(x, w, b, padding=1, relu=True)
+            else:
+                y = tp.relu(tp.conv2d(x, w, b, padding=1))
+            loss = tp.sum(y * y)
+        tape.backward(loss)
+        return [y.to_host()] + [t.grad.to_host() for t in (x, w, b) if t is not None]
+
+    for a, b_ in zip(run(False), run(True)):
+        np.testing.assert_allclose(a, b_, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_relu_fused_passes_gradcheck(queue):
+    rng = np.random.default_rng(7)
+    x, w, b = (tp.tensor(pc.Tensor.from_host(queue, a), requires_grad=True) for a in (
+        rng.standard_normal((2, 2, 5, 5)).astype(np.float32),
+        rng.standard_normal((3, 2, 3, 3)).astype(np.float32),
+        rng.standard_normal(3).astype(np.float32)))
+    assert tp.gradcheck(lambda x, w, b: tp.conv2d(x, w, b, relu=True), [x, w, b])

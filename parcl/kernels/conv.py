@@ -125,12 +125,12 @@ __kernel void col2im(__global const float* restrict dcols, __global float* restr
 
 #else
 // dst (B, A, P) at dst_off = src (A, B, P) at src_off with the first two axes swapped, plus
-// bias[a] when given: NCHW <-> (C, N, HW) moves of whole contiguous HW runs.
-// Work-item (p block, b, a).
+// bias[a] when given, then a ReLU when asked (NaN passes, as the relu kernel):
+// NCHW <-> (C, N, HW) moves of whole contiguous HW runs. Work-item (p block, b, a).
 __kernel void swap01(__global const float* restrict src, const long src_off,
                      __global float* restrict dst, const long dst_off,
                      __global const float* restrict bias, const int A, const int B,
-                     const int P, const int XB)
+                     const int P, const int XB, const int relu)
 {
     const int p0 = get_global_id(0) * XB, b = get_global_id(1), a = get_global_id(2);
     if (p0 >= P || b >= B)
@@ -139,8 +139,15 @@ __kernel void swap01(__global const float* restrict src, const long src_off,
     const global float* s = src + src_off + ((long)a * B + b) * P;
     global float* d = dst + dst_off + ((long)b * A + a) * P;
     const float add = bias ? bias[a] : 0.0f;
-    for (int p = p0; p < p1; ++p)
-        d[p] = s[p] + add;
+    if (relu) {
+        for (int p = p0; p < p1; ++p) {
+            const float v = s[p] + add;
+            d[p] = v < 0.0f ? 0.0f : v;
+        }
+    } else {
+        for (int p = p0; p < p1; ++p)
+            d[p] = s[p] + add;
+    }
 }
 #endif
 """
@@ -254,12 +261,13 @@ def col2im(dcols: Tensor, gx: Tensor, n0: int, nb: int, kh: int, kw: int, stride
 
 
 def swap01(src: Tensor, src_off: int, dst: Tensor, dst_off: int, a: int, b: int, p: int,
-           bias: Tensor | None = None) -> None:
-    """dst[dst_off:] viewed (b, a, p) = src[src_off:] viewed (a, b, p), + bias[a] if given."""
+           bias: Tensor | None = None, relu: bool = False) -> None:
+    """dst[dst_off:] viewed (b, a, p) = src[src_off:] viewed (a, b, p), + bias[a] if given,
+    then max(., 0) when ``relu``."""
     q = src.queue
     g, loc, xb = _runs(q, p, b, a)
     _k(q, "swap01")(q, g, loc, src.data, np.int64(src_off), dst.data, np.int64(dst_off),
-                    bias.data if bias is not None else None, *_i32(a, b, p, xb))
+                    bias.data if bias is not None else None, *_i32(a, b, p, xb, relu))
 
 
 def _i32(*vals) -> list[np.int32]:
@@ -276,8 +284,9 @@ def _chunks(n: int, rows_per_image: int, k: int):
 
 # -- convolution -----------------------------------------------------------------------------
 def conv2d_forward(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
-                   padding=0) -> Tensor:
-    """NCHW convolution (cross-correlation, as PyTorch), weight (cout, cin, kh, kw)."""
+                   padding=0, relu: bool = False) -> Tensor:
+    """NCHW convolution (cross-correlation, as PyTorch), weight (cout, cin, kh, kw); then a
+    ReLU, fused into the last pass, when ``relu``."""
     check_conv(x, weight, bias)
     stride, padding = pair("conv2d", "stride", stride), pair("conv2d", "padding", padding)
     n, c, h, w = x.shape
@@ -287,12 +296,12 @@ def conv2d_forward(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride
     w2 = weight.reshape(cout, k)
     if n == 1 and bias is None:
         cols = im2col(x, 0, 1, kh, kw, stride, padding, (oh, ow))
-        return gemm(w2, cols).reshape(1, cout, oh, ow)
+        return gemm(w2, cols, relu=relu).reshape(1, cout, oh, ow)
     out = Tensor.empty(x.queue, (n, cout, oh, ow))
     for n0, nb in _chunks(n, p, k):
         cols = im2col(x, n0, nb, kh, kw, stride, padding, (oh, ow))
         y = gemm(w2, cols)                               # (cout, nb*P)
-        swap01(y, 0, out, n0 * cout * p, cout, nb, p, bias)
+        swap01(y, 0, out, n0 * cout * p, cout, nb, p, bias, relu)
     return out
 
 

@@ -109,10 +109,11 @@ class Conv2d(Module):
         else:
             self.register_parameter("bias", None)
 
-    def forward(self, x):
+    def forward(self, x, *, relu: bool = False):
+        """The convolution; ``relu=True`` fuses a following ReLU into its last pass."""
         _check_features(self, x, 1, self.in_channels, (4,))
         return ops.conv2d(x, self.weight, self.bias, stride=_arg(self.stride),
-                          padding=_arg(self.padding))
+                          padding=_arg(self.padding), relu=relu)
 
     def extra_repr(self) -> str:
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -286,9 +287,9 @@ class Sequential(Module):
         i = 0
         while i < len(layers):
             layer = layers[i]
-            if (type(layer) is Linear and i + 1 < len(layers)
+            if (type(layer) in (Linear, Conv2d) and i + 1 < len(layers)
                     and type(layers[i + 1]) is ReLU):
-                x = layer(x, relu=True)      # Linear + ReLU: the ReLU runs in the GEMM epilogue
+                x = layer(x, relu=True)      # the ReLU runs in the GEMM's or conv's last pass
                 i += 2
             else:
                 x = layer(x)

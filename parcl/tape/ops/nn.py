@@ -90,29 +90,35 @@ def linear(x, weight, bias=None, relu: bool = False, *, tape=None):
 class Conv2d(Function):
     name = "conv2d"
 
-    def forward(self, x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, padding=0):
-        y = convk.conv2d_forward(x, weight, bias, stride, padding)
+    def forward(self, x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, padding=0,
+                relu: bool = False):
+        y = convk.conv2d_forward(x, weight, bias, stride, padding, relu=relu)
         if self.recording:
             self.x, self.weight = x, weight
             self.stride, self.padding = stride, padding
+            self.out = y if relu else None
         return y
 
     def backward(self, g: Tensor):
+        if self.out is not None:
+            g = ew.relu_backward(self.out, g)        # the fused ReLU: out > 0 where pre > 0
         need = self.needs_input_grad
         return convk.conv2d_backward(self.x, self.weight, g, self.stride, self.padding,
                                      need_input=need[0], need_weight=need[1],
                                      need_bias=need[2])
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, *, tape=None):
+def conv2d(x, weight, bias=None, stride=1, padding=0, *, relu: bool = False, tape=None):
     """2-D convolution (cross-correlation, as PyTorch) of NCHW ``x`` with ``weight``
     ``(cout, cin, kh, kw)``; ``stride`` and ``padding`` are ints or pairs. Forward is im2col
-    and one GEMM over the batch (bias fused); backward is deterministic (no atomics).
+    and one GEMM over the batch (bias, and a ReLU with ``relu=True``, fused); backward is
+    deterministic (no atomics).
 
     >>> tp.conv2d(x, w, b, stride=2, padding=1).shape      # x (2, 3, 8, 8), w (4, 3, 3, 3)
     (2, 4, 4, 4)
     """
-    return Conv2d.apply(x, weight, bias, tape=tape, stride=stride, padding=padding)
+    return Conv2d.apply(x, weight, bias, tape=tape, stride=stride, padding=padding,
+                        relu=bool(relu))
 
 
 # -- pooling ---------------------------------------------------------------------------------
