@@ -392,3 +392,19 @@ def test_gradcheck_catches_a_wrong_backward(queue):
                   requires_grad=True)
     with pytest.raises(pc.GradcheckError, match="input 0"):
         tp.gradcheck(lambda v: BadSquare.apply(v), [x])
+
+
+def test_retain_grads_false_never_shares_a_gradient_buffer(queue):
+    def leaf(v):
+        return tp.tensor(pc.Tensor.from_host(queue, np.array([v], np.float32)),
+                         requires_grad=True)
+
+    x, y = leaf(2.0), leaf(3.0)
+    with tp.Tape() as tape:
+        a = x + y              # add hands one upstream tensor to both of its parents
+        b = a + a
+        c = b + x
+        loss = tp.sum(c * 1.0)
+    tape.backward(loss, retain_grads=False)
+    assert x.grad.to_host()[0] == 3.0 and y.grad.to_host()[0] == 2.0
+    assert x.grad.data is not y.grad.data

@@ -118,6 +118,7 @@ class Tape:
             parent_grads = node.grad_fn(upstream)
             if not retain_grads and node is not loss:
                 node.grad = None
+                owned.discard(id(upstream.data))   # its buffer may go to one parent uncopied
             for parent, g in zip(node.parents, parent_grads):
                 if g is None or not parent.requires_grad:
                     continue
