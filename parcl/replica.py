@@ -25,6 +25,7 @@ import pyopencl as cl
 
 from . import runtime
 from .allreduce import ALGORITHMS, GradBuckets, allreduce_scaled
+from .allreduce.buckets import ParamBuckets
 from .allreduce.buckets import plan_buckets
 from .allreduce.mpi import hierarchical
 from .errors import ParclError, ReplicaError, ShapeError
@@ -186,16 +187,24 @@ class ReplicaGroup:
                                  f"{got} but replica 0 {shapes}; it must build the same model "
                                  "every time")
         self._params = [[p for _, p in entries] for entries in named]
+        seen = {id(p) for p in self._params[0]}
+        for r, ps in zip(self.replicas[1:], self._params[1:]):
+            if any(id(p) in seen for p in ps):
+                raise ParclError(f"ReplicaGroup: build_model returned replica 0's parameters "
+                                 f"again for replica {r.index}; it must build a new model on "
+                                 "the queue it is given each time it is called")
+            seen.update(id(p) for p in ps)
         self._param_index = [{id(p): i for i, p in enumerate(ps)} for ps in self._params]
         self._buffers = [[b for _, b in r.model.named_buffers()] if hasattr(
             r.model, "named_buffers") else [] for r in self.replicas]
-        plan = None
-        self._buckets = []
-        for r, ps in zip(self.replicas, self._params):
-            if plan is None:
-                align = max(1, r.device.mem_base_addr_align // 32)
-                plan = plan_buckets(shapes, bucket_mb, align)
-            self._buckets.append(GradBuckets(ps, r.queue, bucket_mb, plan=plan))
+        # one layout for every replica: the strictest sub-buffer alignment among their devices
+        align = max(max(1, r.device.mem_base_addr_align // 32) for r in self.replicas)
+        plan = plan_buckets(shapes, bucket_mb, align)
+        self._buckets = [GradBuckets(ps, r.queue, bucket_mb, plan=plan, align=align)
+                         for r, ps in zip(self.replicas, self._params)]
+        # Parameter values in the same flat layout: the broadcast is one copy per bucket.
+        self._param_flats = [ParamBuckets(ps, r.queue, plan, align)
+                             for r, ps in zip(self.replicas, self._params)]
 
     # -- dispatch -----------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -282,16 +291,13 @@ class ReplicaGroup:
         """Copy replica 0's parameters (and buffers such as BatchNorm running statistics) to
         every other replica."""
         self._check_open()
-        src = self._params[0] + self._buffers[0]
         q0 = self.replicas[0].queue
         ready = [cl.enqueue_marker(q0)]
         reads = []
         for r in self.replicas[1:]:
-            dst = self._params[r.index] + self._buffers[r.index]
-            for s, d in zip(src, dst):
-                sv = s.value if hasattr(s, "value") else s
-                dv = d.value if hasattr(d, "value") else d
-                reads.append(cl.enqueue_copy(r.queue, dv.data, sv.data, byte_count=sv.nbytes,
+            reads += self._param_flats[r.index].copy_from(self._param_flats[0], ready)
+            for s, d in zip(self._buffers[0], self._buffers[r.index]):
+                reads.append(cl.enqueue_copy(r.queue, d.data, s.data, byte_count=s.nbytes,
                                              wait_for=ready))
         if reads:
             # replica 0 must not update its parameters before the copies have read them

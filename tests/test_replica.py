@@ -5,6 +5,7 @@ import threading
 import time
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 import parcl as pc
@@ -291,3 +292,18 @@ def test_a_dropped_group_leaves_no_threads(devices2):
     while replica_threads() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not replica_threads()
+
+
+def test_one_model_shared_by_replicas_is_refused(devices2):
+    shared = mlp(pc.new_queue(devices2[0]))
+    with pytest.raises(pc.ParclError, match="new model"):
+        ReplicaGroup(lambda q: shared, devices2)
+
+
+def test_the_broadcast_is_one_copy_per_bucket(devices2):
+    with ReplicaGroup(mlp, devices2, bucket_mb=1) as group:
+        flats = group._param_flats[1].flats
+        assert len(flats) == len(group._buckets[1].flats) == 1
+        views = [p.value.data for p in group.replicas[1].model.parameters()]
+        assert all(v.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT) == flats[0].data
+                   for v in views)

@@ -47,24 +47,31 @@ def bucket_size(bucket: list[tuple[int, int]], shapes, align: int) -> int:
     return off + (prod(shapes[i]) + align - 1) // align * align
 
 
+def _flat_views(shapes, queue: cl.CommandQueue, plan, align: int):
+    """Zeroed flat buffers, one per bucket of ``plan``, and per parameter its view."""
+    flats, views = [], [None] * len(shapes)
+    for bucket in plan:
+        flat = Tensor.zeros(queue, (bucket_size(bucket, shapes, align),))
+        flats.append(flat)
+        for i, off in bucket:
+            sub = flat.data.get_sub_region(off * 4, prod(shapes[i]) * 4)
+            views[i] = flat.view_of(sub, shapes[i])
+    return flats, views
+
+
 class GradBuckets:
     """Flat gradient buffers for one replica's parameters, with ``.grad`` views into them."""
 
     def __init__(self, params: list, queue: cl.CommandQueue, bucket_mb: float = 25.0,
-                 plan=None):
+                 plan=None, align: int | None = None):
         self.queue = queue
         shapes = [tuple(p.shape) for p in params]
-        self.align = _alignment_elems(queue.device)
+        self.align = align if align is not None else _alignment_elems(queue.device)
         self.plan = plan if plan is not None else plan_buckets(shapes, bucket_mb, self.align)
-        self.flats: list[Tensor] = []
-        for bucket in self.plan:
-            flat = Tensor.zeros(queue, (bucket_size(bucket, shapes, self.align),))
-            self.flats.append(flat)
-            for i, off in bucket:
-                n = prod(shapes[i])
-                sub = flat.data.get_sub_region(off * 4, n * 4)
-                params[i].grad = flat.view_of(sub, shapes[i])
-                params[i]._grad_is_view = True
+        self.flats, views = _flat_views(shapes, queue, self.plan, self.align)
+        for p, view in zip(params, views):
+            p.grad = view
+            p._grad_is_view = True
         self.params = params
 
     def zero_(self) -> None:
@@ -77,3 +84,22 @@ class GradBuckets:
         for p in self.params:
             p.grad = None
             p._grad_is_view = False
+
+
+class ParamBuckets:
+    """Flat buffers holding one replica's parameter values (``p.value`` becomes a view, same
+    layout as its gradient buckets), so copying every parameter to another replica is one copy
+    per bucket."""
+
+    def __init__(self, params: list, queue: cl.CommandQueue, plan, align: int):
+        shapes = [tuple(p.shape) for p in params]
+        self.flats, views = _flat_views(shapes, queue, plan, align)
+        for p, view in zip(params, views):
+            view.copy_(p.value)
+            p.value = view
+
+    def copy_from(self, other: ParamBuckets, wait_for) -> list[cl.Event]:
+        """Enqueue on this replica's queue: every bucket = ``other``'s (after ``wait_for``)."""
+        return [cl.enqueue_copy(dst.queue, dst.data, src.data, byte_count=src.nbytes,
+                                wait_for=wait_for)
+                for dst, src in zip(self.flats, other.flats)]
