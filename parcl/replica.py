@@ -338,7 +338,11 @@ class ReplicaGroup:
         self.zero_grad()
         self._grads_dirty = False
         self.broadcast_parameters()
-        local = sum(w * float(loss.to_host().sum()) for w, (loss, _) in zip(weights, results))
+        # The step's one host synchronisation: read every replica's loss in one wait.
+        hosts = [np.empty(loss.shape, np.float32) for loss, _ in results]
+        cl.wait_for_events([cl.enqueue_copy(loss.queue, h, loss.data, is_blocking=False)
+                            for h, (loss, _) in zip(hosts, results)])
+        local = sum(w * float(h.sum()) for w, h in zip(weights, hosts))
         return float(self.comm.allreduce(local)) if self.comm is not None else local
 
     def _replica_step(self, replica: Replica, x, y, weight: float, loss_fn):
