@@ -65,6 +65,7 @@ class Optimizer:
         groups = params if isinstance(params[0], dict) else [{"params": params}]
         self.param_groups: list[dict[str, Any]] = []
         self.state: dict[Node, dict[str, Any]] = {}
+        self._flat: dict[int, tuple] = {}        # id(bucket) -> (flat state, per-param views)
         seen: set[int] = set()
         for group in groups:
             if not isinstance(group, dict) or "params" not in group:
@@ -134,13 +135,78 @@ class Optimizer:
                                      f"{p.shape} has a gradient of shape {g.shape} "
                                      f"({g.dtype}); nothing was updated")
                 work.append((p, opts))
+        fused, work = self._fusable(work)
         # Allocate every missing state tensor before any parameter is touched.
         staged = [(p, opts, self._allocate(p, self.state.get(p, {}), opts)) for p, opts in work]
+        flat_staged = [(b, opts, self._flat_state(b, opts)) for b, opts in fused]
         for p, opts, fresh in staged:
             state = self.state.setdefault(p, {})
             state.update(fresh)
             self._update(p, p.grad, state, opts, fresh)
+        for b, opts, (state, fresh) in flat_staged:
+            self._update(_FlatParam(b.value), b.grad, state, opts, fresh)
+            if self.has_step:
+                for p in b.params:
+                    self.state[p]["step"] = state["step"]
         return loss
+
+    # -- the fused path: one kernel per flat parameter bucket ------------------------------
+    # ReplicaGroup keeps a replica's parameters and gradients in flat buckets (``p._bucket``:
+    # ``.value``, ``.grad``, ``.params``, ``.offsets``). When every parameter of a bucket is
+    # stepped with the same options and their state is the optimizer's own flat state, the
+    # whole bucket is updated by one kernel; the per-parameter state entries are views into
+    # that flat state, so state_dict() and the per-parameter path see the same values.
+    def _fusable(self, work):
+        buckets: dict[int, list] = {}
+        single = []
+        for p, opts in work:
+            b = getattr(p, "_bucket", None)
+            if b is None:
+                single.append((p, opts))
+            else:
+                buckets.setdefault(id(b), [b, opts, []])[2].append((p, opts))
+        fused = []
+        for b, opts, members in buckets.values():
+            if (len(members) == len(b.params) and all(o is opts for _, o in members)
+                    and self._flat_ready(b)):
+                fused.append((b, opts))
+            else:
+                single.extend(members)
+        return fused, single
+
+    def _flat_ready(self, b) -> bool:
+        """No parameter of ``b`` has state yet, or all of it is this bucket's flat state."""
+        flat = self._flat.get(id(b))
+        if flat is None:
+            return not any(self.state.get(p) for p in b.params)
+        state, views = flat
+        for p in b.params:
+            mine = self.state.get(p, {})
+            if any(mine.get(name) is not view for name, view in views[p].items()):
+                return False
+            if self.has_step and mine.get("step") != state["step"]:
+                return False
+        return True
+
+    def _flat_state(self, b, opts):
+        """(flat state, fresh entries) of bucket ``b``; created zeroed on first use."""
+        flat = self._flat.get(id(b))
+        if flat is not None:
+            return flat[0], {}
+        fresh = self._allocate(_FlatParam(b.value), {}, opts)
+        state = dict(fresh)
+        views: dict = {p: {} for p in b.params}
+        for name, t in fresh.items():
+            if not isinstance(t, Tensor):
+                continue
+            for p, off in zip(b.params, b.offsets):
+                sub = t.data.get_sub_region(off * 4, p.value.size * 4)
+                views[p][name] = t.view_of(sub, p.shape)
+        for p in b.params:
+            self.state[p] = {**{k: v for k, v in fresh.items() if not isinstance(v, Tensor)},
+                             **views[p]}
+        self._flat[id(b)] = (state, views)
+        return state, fresh
 
     def _allocate(self, p: Node, state: dict[str, Any], opts: dict[str, Any]
                   ) -> dict[str, Any]:
@@ -234,6 +300,7 @@ class Optimizer:
         for group, opts in zip(self.param_groups, new_opts):
             group.update(opts)
         self.state = new_state
+        self._flat = {}                            # fresh per-parameter state: no flat views
 
     def _check_entry(self, name: str, key, entry, p: Node) -> dict[str, Any]:
         cls = type(self).__name__
@@ -397,3 +464,13 @@ class AdamW(Adam):
                  weight_decay: float = 0.01):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
 
+
+
+class _FlatParam:
+    """A whole flat parameter bucket, shaped like one parameter for ``_update``/``_allocate``."""
+
+    __slots__ = ("value", "shape")
+
+    def __init__(self, value: Tensor):
+        self.value = value
+        self.shape = value.shape

@@ -203,8 +203,9 @@ class ReplicaGroup:
         self._buckets = [GradBuckets(ps, r.queue, bucket_mb, plan=plan, align=align)
                          for r, ps in zip(self.replicas, self._params)]
         # Parameter values in the same flat layout: the broadcast is one copy per bucket.
-        self._param_flats = [ParamBuckets(ps, r.queue, plan, align)
-                             for r, ps in zip(self.replicas, self._params)]
+        self._param_flats = [ParamBuckets(ps, r.queue, plan, align, grads)
+                             for r, ps, grads in zip(self.replicas, self._params,
+                                                     self._buckets)]
 
     # -- dispatch -----------------------------------------------------------------------
     def _check_open(self) -> None:

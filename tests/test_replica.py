@@ -307,3 +307,30 @@ def test_the_broadcast_is_one_copy_per_bucket(devices2):
         views = [p.value.data for p in group.replicas[1].model.parameters()]
         assert all(v.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT) == flats[0].data
                    for v in views)
+
+
+@pytest.mark.parametrize("make_opt", [sgd, adamw], ids=["sgd-momentum", "adamw"])
+def test_fused_bucket_optimizer_step_equals_the_per_parameter_step(devices2, make_opt):
+    from parcl.kernels._cache import trace_launches
+
+    def run(fused):
+        with ReplicaGroup(seeded(mlp), devices2) as group:
+            if not fused:
+                for p in group.parameters():
+                    del p._bucket                      # no flat bucket: per-parameter path
+            opt = make_opt(group.parameters())
+            for s in range(3):
+                with trace_launches() as launches:
+                    group.step(*batch(8, seed=s), tp.cross_entropy, opt)
+            updates = [name for name, _, _ in launches if name in ("adam", "sgd_momentum")]
+            params = [p.value.to_host() for p in group.parameters()]
+            state = opt.state_dict()["state"]
+        return updates, params, state
+
+    fused_updates, fused_params, fused_state = run(True)
+    plain_updates, plain_params, plain_state = run(False)
+    assert len(fused_updates) == 1 and len(plain_updates) == 4      # 1 bucket, 4 parameters
+    assert all(np.array_equal(a, b) for a, b in zip(fused_params, plain_params))
+    for i in plain_state:
+        for k, v in plain_state[i].items():
+            assert np.array_equal(np.asarray(fused_state[i][k]), np.asarray(v))

@@ -86,17 +86,35 @@ class GradBuckets:
             p._grad_is_view = False
 
 
+class FlatBucket:
+    """One bucket of one replica: flat ``value`` and ``grad`` and the parameters (with their
+    element offsets) viewing them; optimizers step it with one kernel (``p._bucket``)."""
+
+    __slots__ = ("value", "grad", "params", "offsets")
+
+    def __init__(self, value: Tensor, grad: Tensor, params: list, offsets: list[int]):
+        self.value, self.grad, self.params, self.offsets = value, grad, params, offsets
+
+
 class ParamBuckets:
     """Flat buffers holding one replica's parameter values (``p.value`` becomes a view, same
     layout as its gradient buckets), so copying every parameter to another replica is one copy
     per bucket."""
 
-    def __init__(self, params: list, queue: cl.CommandQueue, plan, align: int):
+    def __init__(self, params: list, queue: cl.CommandQueue, plan, align: int,
+                 grads: GradBuckets | None = None):
         shapes = [tuple(p.shape) for p in params]
         self.flats, views = _flat_views(shapes, queue, plan, align)
         for p, view in zip(params, views):
             view.copy_(p.value)
             p.value = view
+        if grads is not None:
+            # Tell optimizers where the whole bucket is, so they can step it in one kernel.
+            for value, grad, bucket in zip(self.flats, grads.flats, plan):
+                members = FlatBucket(value, grad, [params[i] for i, _ in bucket],
+                                     [off for _, off in bucket])
+                for p in members.params:
+                    p._bucket = members
 
     def copy_from(self, other: ParamBuckets, wait_for) -> list[cl.Event]:
         """Enqueue on this replica's queue: every bucket = ``other``'s (after ``wait_for``)."""
