@@ -168,6 +168,7 @@ class Optimizer:
         fused = []
         for b, opts, members in buckets.values():
             if (len(members) == len(b.params) and all(o is opts for _, o in members)
+                    and all(p.grad is v for p, v in zip(b.params, b.grad_views))
                     and self._flat_ready(b)):
                 fused.append((b, opts))
             else:
@@ -191,11 +192,11 @@ class Optimizer:
     def _flat_state(self, b, opts):
         """(flat state, fresh entries) of bucket ``b``; created zeroed on first use."""
         flat = self._flat.get(id(b))
-        if flat is not None:
-            return flat[0], {}
-        fresh = self._allocate(_FlatParam(b.value), {}, opts)
-        state = dict(fresh)
-        views: dict = {p: {} for p in b.params}
+        state, views = flat if flat is not None else ({}, {p: {} for p in b.params})
+        fresh = self._allocate(_FlatParam(b.value), state, opts)
+        if not fresh:
+            return state, fresh
+        state.update(fresh)
         for name, t in fresh.items():
             if not isinstance(t, Tensor):
                 continue
@@ -203,8 +204,9 @@ class Optimizer:
                 sub = t.data.get_sub_region(off * 4, p.value.size * 4)
                 views[p][name] = t.view_of(sub, p.shape)
         for p in b.params:
-            self.state[p] = {**{k: v for k, v in fresh.items() if not isinstance(v, Tensor)},
-                             **views[p]}
+            entry = self.state.setdefault(p, {})
+            entry.update({k: v for k, v in fresh.items() if not isinstance(v, Tensor)})
+            entry.update(views[p])
         self._flat[id(b)] = (state, views)
         return state, fresh
 

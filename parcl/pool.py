@@ -55,7 +55,9 @@ class MemoryPool:
     def __init__(self, context: cl.Context):
         self.context = context
         self._free: dict[int, list[cl.Buffer]] = {}
-        self._lock = threading.Lock()
+        # Reentrant: a garbage collection run while the lock is held may free an Allocation
+        # (its __del__ gives the buffer back here, on the same thread).
+        self._lock = threading.RLock()
         self.bytes_in_use = 0
         self.peak_bytes_in_use = 0
         self.allocations = 0

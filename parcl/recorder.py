@@ -28,7 +28,7 @@ class Recording:
         self.unsafe: str | None = None      # why this call cannot be replayed, if it cannot
         self.ref = weakref.ref(self)
         self._kept: dict[tuple, list] = {}  # (pool, size) -> buffers the step freed
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()        # see MemoryPool._lock
 
     # -- buffers: the step's own, reused within it, held for its replays ---------------------
     def keep(self, pool, buffer, size: int) -> None:

@@ -35,6 +35,7 @@ from .tape.tape import topological_order
 from .tensor import Tensor
 
 DEFAULT_TIMEOUT = 600.0       # seconds any dispatched call may take before the group gives up
+MAX_CAPTURED_LOSSES = 4       # loss functions whose recorded steps a replica keeps
 _launch_defaults: dict = {}   # set by parcl-launch: allreduce algorithm, MPI communicator
 
 
@@ -267,6 +268,8 @@ class ReplicaGroup:
         return self.replicas[0].model
 
     def zero_grad(self) -> None:
+        """Zero every replica's gradient buckets (after any straggling replica finished)."""
+        self._wait_idle()
         for b in self._buckets:
             b.zero_()
 
@@ -275,6 +278,7 @@ class ReplicaGroup:
         kernel, bucket by bucket in a fixed order (then across processes through ``comm``);
         every replica ends with the same gradients."""
         self._check_open()
+        self._wait_idle()
         self._reduce(average)
 
     def _reduce(self, average: bool) -> None:
@@ -292,6 +296,7 @@ class ReplicaGroup:
         """Copy replica 0's parameters (and buffers such as BatchNorm running statistics) to
         every other replica."""
         self._check_open()
+        self._wait_idle()
         q0 = self.replicas[0].queue
         ready = [cl.enqueue_marker(q0)]
         reads = []
@@ -353,12 +358,17 @@ class ReplicaGroup:
         if not self.capture:
             q = replica.queue
             return body(Tensor.from_host(q, x), Tensor.from_host(q, y), Tensor.from_host(q, w))
-        key = (id(loss_fn), _training_signature(replica.model))
+        # Recordings per loss function, holding it (an id alone could be reused by a new
+        # function once the old one is gone) and at most a few (a new lambda every step
+        # would otherwise pin a new recording every step).
         steps = self._captured[replica.index]
-        step = steps.get(key[0])
-        if step is None:
-            step = steps[key[0]] = capture(body, replica.queue)
-        return step(x, y, w, key=key)
+        entry = steps.pop(id(loss_fn), None)
+        if entry is None or entry[0] is not loss_fn:
+            entry = (loss_fn, capture(body, replica.queue))
+        steps[id(loss_fn)] = entry                 # most recently used last
+        while len(steps) > MAX_CAPTURED_LOSSES:
+            steps.pop(next(iter(steps)))
+        return entry[1](x, y, w, key=_training_signature(replica.model))
 
     def _forward_backward(self, replica: Replica, loss_fn):
         """The replica's part of a step on device tensors: forward on a fresh tape, backward
@@ -403,9 +413,12 @@ class ReplicaGroup:
         if self._closed:
             return
         self._closed = True
+        self._finalizer()                  # join the threads first: none may still write grads
         for b in getattr(self, "_buckets", []):
             b.detach()
-        self._finalizer()
+        for ps in getattr(self, "_params", []):
+            for p in ps:
+                vars(p).pop("_bucket", None)     # optimizers step them one by one again
 
     @property
     def closed(self) -> bool:

@@ -334,3 +334,56 @@ def test_fused_bucket_optimizer_step_equals_the_per_parameter_step(devices2, mak
     for i in plain_state:
         for k, v in plain_state[i].items():
             assert np.array_equal(np.asarray(fused_state[i][k]), np.asarray(v))
+
+
+def test_a_step_after_a_failure_does_not_see_a_straggler_s_gradients(devices2):
+    def run(fail_first):
+        with ReplicaGroup(seeded(mlp), devices2) as group:
+            opt = sgd(group.parameters())
+            if fail_first:
+                def slow_fail(pred, labels):
+                    if pc.default_queue() is group.replicas[0].queue:
+                        raise Boom("replica 0 fails at once")
+                    time.sleep(0.5)                     # replica 1 still works on
+                    return tp.cross_entropy(pred, labels)
+                with pytest.raises(pc.ReplicaError):
+                    group.step(*batch(8, seed=1), slow_fail, opt)
+            group.step(*batch(8), tp.cross_entropy, opt)
+            return [p.value.to_host() for p in group.parameters()]
+
+    for a, b in zip(run(False), run(True)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_after_close_the_optimizer_steps_parameters_one_by_one(devices2):
+    group = ReplicaGroup(mlp, devices2)
+    group.close()
+    model = group.model
+    opt = sgd(model.parameters())
+    q = group.replicas[0].queue
+    x, y = batch(4)
+    with tp.Tape() as tape:
+        loss = tp.cross_entropy(model(tp.tensor(pc.Tensor.from_host(q, x))),
+                                pc.Tensor.from_host(q, y))
+    tape.backward(loss)
+    before = [p.value.to_host() for p in model.parameters()]
+    opt.step()
+    after = [p.value.to_host() for p in model.parameters()]
+    assert all(not np.array_equal(a, b) for a, b in zip(before, after))
+
+
+def test_momentum_switched_on_later_uses_the_fused_path_correctly(devices2):
+    def run(fused):
+        with ReplicaGroup(seeded(mlp), devices2) as group:
+            if not fused:
+                for p in group.parameters():
+                    del p._bucket
+            opt = pc.optim.SGD(group.parameters(), lr=0.1, momentum=0.0)
+            for s in range(3):
+                if s == 1:
+                    opt.param_groups[0]["momentum"] = 0.9       # a momentum warm-up
+                group.step(*batch(8, seed=s), tp.cross_entropy, opt)
+            return [p.value.to_host() for p in group.parameters()]
+
+    for a, b in zip(run(True), run(False)):
+        np.testing.assert_array_equal(a, b)

@@ -90,10 +90,11 @@ class FlatBucket:
     """One bucket of one replica: flat ``value`` and ``grad`` and the parameters (with their
     element offsets) viewing them; optimizers step it with one kernel (``p._bucket``)."""
 
-    __slots__ = ("value", "grad", "params", "offsets")
+    __slots__ = ("value", "grad", "params", "offsets", "grad_views")
 
     def __init__(self, value: Tensor, grad: Tensor, params: list, offsets: list[int]):
         self.value, self.grad, self.params, self.offsets = value, grad, params, offsets
+        self.grad_views = [p.grad for p in params]     # fused only while these are .grad
 
 
 class ParamBuckets:

@@ -46,11 +46,13 @@ def hierarchical(tensors: list[Tensor], comm, scale: float = 1.0) -> None:
         try:
             _reduce_host(comm, host, scale)
         finally:
-            host.base.release(queue=q0)                      # unmap: later work sees it
+            # unmap: it writes the result back where the device keeps its own copy
+            written = [host.base.release(queue=q0)]
     else:
         host = root.to_host().reshape(-1)
         _reduce_host(comm, host, scale)
-        cl.enqueue_copy(q0, root.data, host, is_blocking=True)
-    copies = [cl.enqueue_copy(t.queue, t.data, root.data, byte_count=root.nbytes)
+        written = [cl.enqueue_copy(q0, root.data, host, is_blocking=True)]
+    copies = [cl.enqueue_copy(t.queue, t.data, root.data, byte_count=root.nbytes,
+                              wait_for=written)
               for t in tensors[1:]]
     order_after(q0, copies)

@@ -12,6 +12,9 @@ eager for that signature. Like CUDA graphs, capture assumes ``fn`` does the same
 whenever its inputs have the same shapes: Python state that changes what ``fn`` enqueues
 without changing the input shapes (a step counter choosing a branch) must go into ``key``.
 
+Like a CUDA graph, a replay writes into the same output tensors each time: the tensors
+returned by one call are overwritten by the next (copy a value you want to keep).
+
 >>> step = tp.capture(lambda x, y: train_step(model, x, y), queue)
 >>> loss = step(x_batch, y_batch)      # eager and recorded; replayed from the next call on
 """
