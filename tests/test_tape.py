@@ -362,7 +362,7 @@ def test_print_tape_summary(queue, capsys):
     print(tape)
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0] == "Tape(3 nodes)"
-    assert lines[1].strip() == "[0] mul(param(2, 3), param(3,)) -> (2, 3)"
+    assert lines[1].strip() == "[0] mul(leaf(2, 3), leaf(3,)) -> (2, 3)"
     assert lines[2].strip() == "[1] relu(#0) -> (2, 3)"
     assert lines[3].strip() == "[2] mean(#1) -> ()"
     assert tape.summary() == str(tape)

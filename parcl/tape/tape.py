@@ -163,7 +163,7 @@ class Tape:
 def _describe_parent(p: Node, tape: Tape) -> str:
     if p.index is not None and p.index < len(tape.nodes) and tape.nodes[p.index] is p:
         return f"#{p.index}"
-    kind = "param" if p.requires_grad else "input"
+    kind = "leaf" if p.requires_grad else "input"
     return f"{kind}{p.shape}"
 
 
