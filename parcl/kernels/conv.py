@@ -152,7 +152,7 @@ __kernel void swap01(__global const float* restrict src, const long src_off,
 #endif
 """
 
-COLS_LIMIT = 1 << 24        # floats in one im2col chunk (64 MiB)
+COLS_LIMIT = 1 << 22        # floats in one im2col chunk (16 MiB): bounds a conv's temporaries
 
 
 def _k(queue, name: str):
