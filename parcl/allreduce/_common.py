@@ -56,3 +56,13 @@ def order_after(queue: cl.CommandQueue, events: list[cl.Event]) -> None:
     """Make later work on ``queue`` wait for ``events`` (work other queues did on its buffer)."""
     if events:
         cl.enqueue_barrier(queue, wait_for=events)
+
+
+def per_chunk(tensors: list[Tensor], launch) -> list[cl.Event]:
+    """Replica r calls ``launch(t_r, buffers, offset, count, wait_for)`` for its chunk r, after
+    every other replica's pending work; returns the events, one per replica."""
+    bounds = chunk_bounds(tensors[0].size, len(tensors))
+    ready = [pending(t.queue) for t in tensors]
+    buffers = [t.data for t in tensors]
+    return [launch(t, buffers, *bounds[r], [e for i, e in enumerate(ready) if i != r])
+            for r, t in enumerate(tensors)]

@@ -10,21 +10,15 @@ from __future__ import annotations
 
 from ..kernels.reduce import reduce_into
 from ..tensor import Tensor
-from ._common import chunk_bounds, copy_range, order_after, pending
+from ._common import chunk_bounds, copy_range, order_after, per_chunk
 
 
 def scatter(tensors: list[Tensor], scale: float = 1.0) -> None:
     """In place: every tensor becomes ``scale * sum(tensors)`` (summed in replica order)."""
-    k = len(tensors)
-    bounds = chunk_bounds(tensors[0].size, k)
-    ready = [pending(t.queue) for t in tensors]
-    buffers = [t.data for t in tensors]
+    bounds = chunk_bounds(tensors[0].size, len(tensors))
     # reduce-scatter: replica r owns chunk r (it only writes there; others only read there)
-    reduced = []
-    for r, t in enumerate(tensors):
-        off, cnt = bounds[r]
-        others = [e for i, e in enumerate(ready) if i != r]
-        reduced.append(reduce_into(t.queue, t.data, buffers, off, cnt, scale, wait_for=others))
+    reduced = per_chunk(tensors, lambda t, bufs, off, cnt, wait: reduce_into(
+        t.queue, t.data, bufs, off, cnt, scale, wait_for=wait))
     # all-gather: replica r copies chunk s from its owner s, once s has finished reducing it
     read_from: list[list] = [[] for _ in tensors]
     for r, t in enumerate(tensors):

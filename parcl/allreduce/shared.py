@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..kernels.reduce import MAX_K, reduce_broadcast
 from ..tensor import Tensor
-from ._common import chunk_bounds, order_after, pending
+from ._common import order_after, per_chunk
 from .scatter import scatter
 
 
@@ -17,14 +17,8 @@ def shared(tensors: list[Tensor], scale: float = 1.0) -> None:
     k = len(tensors)
     if k > MAX_K:
         return scatter(tensors, scale)        # one kernel reads at most MAX_K buffers
-    bounds = chunk_bounds(tensors[0].size, k)
-    ready = [pending(t.queue) for t in tensors]
-    buffers = [t.data for t in tensors]
-    done = []
-    for r, t in enumerate(tensors):
-        off, cnt = bounds[r]
-        others = [e for i, e in enumerate(ready) if i != r]
-        done.append(reduce_broadcast(t.queue, buffers, off, cnt, scale, wait_for=others))
+    done = per_chunk(tensors, lambda t, bufs, off, cnt, wait: reduce_broadcast(
+        t.queue, bufs, off, cnt, scale, wait_for=wait))
     for r, t in enumerate(tensors):
         # every other replica wrote into this buffer: later work here waits for them
         order_after(t.queue, [e for i, e in enumerate(done) if i != r])
