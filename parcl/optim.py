@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import ParclError, ShapeError
 from .kernels import optim as K
-from .tape.node import Node
+from .tape.node import Node, host_copy
 from .tensor import FLOAT, Tensor
 
 __all__ = ["SGD", "Adam", "AdamW", "Optimizer", "OptimizerError"]
@@ -328,13 +328,8 @@ class Optimizer:
                                      f"got {step!r}")
             out["step"] = int(step)
         for t in sorted(set(entry) - {"step"}, key=list(allowed).index):
-            v = entry[t]
-            if isinstance(v, Node):
-                v = v.value
-            if isinstance(v, Tensor):
-                v = v.to_host()
             try:
-                v = np.array(v, dtype=np.float32, order="C", copy=True)
+                v = host_copy(entry[t], np.float32)
             except (TypeError, ValueError):
                 raise OptimizerError(f"{name}: state[{key!r}][{t!r}] is not a numeric "
                                      f"array") from None

@@ -27,7 +27,7 @@ import pyopencl as cl
 
 from ..errors import ParclError, ShapeError
 from ..runtime import default_queue
-from ..tape.node import Node
+from ..tape.node import Node, host_copy
 from ..tensor import Tensor
 
 __all__ = ["Module", "Parameter", "StateDictError", "default_generator", "manual_seed"]
@@ -327,13 +327,8 @@ class Module:
         for key, tensor in targets:
             if key not in state_dict:
                 continue
-            value = state_dict[key]
-            if isinstance(value, Node):
-                value = value.value
-            if isinstance(value, Tensor):
-                value = value.to_host()
             try:
-                array = np.array(value, dtype=tensor.dtype, order="C", copy=True)
+                array = host_copy(state_dict[key], tensor.dtype)
             except (TypeError, ValueError) as e:
                 key_problems.append(f"{key!r} is not a numeric array ({e})")
                 continue

@@ -141,6 +141,16 @@ def _ops():
     return ops
 
 
+def host_copy(value, dtype) -> np.ndarray:
+    """A C-contiguous numpy copy of a Node, a Tensor or anything array-like (state dicts take
+    all three); raises TypeError/ValueError when it is not numeric."""
+    if isinstance(value, Node):
+        value = value.value
+    if isinstance(value, Tensor):
+        value = value.to_host()
+    return np.array(value, dtype=dtype, order="C", copy=True)
+
+
 def tensor(t: Tensor, requires_grad: bool = False) -> Node:
     """Wrap a ``pc.Tensor`` as a leaf Node (``requires_grad=True`` to get its ``.grad``)."""
     if isinstance(t, Node):
