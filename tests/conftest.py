@@ -35,3 +35,29 @@ def rng():
 
 
 AWKWARD_SIZES = [1, 7, 33, 257, 1000]
+
+
+def run_on_both_queues(queues, work):
+    """Run ``work(queue)`` in one thread per queue, all starting together behind a barrier;
+    returns the results in queue order and re-raises the first failure."""
+    import threading
+
+    barrier = threading.Barrier(len(queues), timeout=30)
+    results, errors = [None] * len(queues), []
+
+    def run(i):
+        try:
+            results[i] = work(queues[i], barrier.wait)
+        except Exception as exc:        # noqa: BLE001 - re-raised in the caller below
+            barrier.abort()
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(queues))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a worker thread did not finish"
+    if errors:
+        raise errors[0]
+    return results

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
 
 import numpy as np
 import pytest
 
 import parcl as pc
+from conftest import run_on_both_queues
 from parcl.kernels import elementwise as ew
 from parcl.kernels import layout
 
@@ -216,34 +216,21 @@ def test_tensors_on_different_queues_are_an_error(queues2):
 def test_two_threads_on_their_own_sub_devices(queues2):
     """Each thread launches 1,000 rounds on its own queue at the same time as the other."""
     rounds = 1000
-    barrier = threading.Barrier(2, timeout=30)
-    results, errors = [None, None], []
 
-    def work(i):
-        try:
-            q = queues2[i]
-            rng = np.random.default_rng(i)
-            x = rng.standard_normal(257).astype(np.float32)
-            b = rng.standard_normal((7, 1)).astype(np.float32)
-            tx, tb = dev(q, x), dev(q, b)
-            acc = dev(q, np.zeros(257))
-            barrier.wait()
-            last = None
-            for _ in range(rounds):
-                last = ew.binary("mul", tx, tb)              # (7, 257) strided path
-                ew.axpy(acc, ew.unary("tanh", tx), 1.0)
-            results[i] = (x, b, acc.to_host(), last.to_host())
-        except Exception as exc:        # noqa: BLE001 - reported below
-            barrier.abort()
-            errors.append(exc)
+    def work(q, start):
+        rng = np.random.default_rng(queues2.index(q))
+        x = rng.standard_normal(257).astype(np.float32)
+        b = rng.standard_normal((7, 1)).astype(np.float32)
+        tx, tb = dev(q, x), dev(q, b)
+        acc = dev(q, np.zeros(257))
+        start()
+        last = None
+        for _ in range(rounds):
+            last = ew.binary("mul", tx, tb)              # (7, 257) strided path
+            ew.axpy(acc, ew.unary("tanh", tx), 1.0)
+        return x, b, acc.to_host(), last.to_host()
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
-    for x, b, acc, last in results:
+    for x, b, acc, last in run_on_both_queues(queues2, work):
         _close(last, x * b)
         _close(acc, rounds * np.tanh(x.astype(np.float64)), rtol=1e-4, atol=1e-3)
 

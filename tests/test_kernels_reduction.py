@@ -3,12 +3,11 @@ variants; bit-identical repeated sums; sum_to_shape; argmax; errors; concurrent 
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
 import parcl as pc
+from conftest import run_on_both_queues
 from parcl.kernels import reduction as rd
 
 SHAPES = [(1,), (7,), (1000,), (33, 257), (257, 7), (4, 1, 3), (2, 3, 4, 5), (3, 1, 7, 1)]
@@ -134,30 +133,16 @@ def test_errors(queue):
 
 def test_two_threads_reduce_concurrently(queues2):
     rounds = 300
-    barrier = threading.Barrier(2, timeout=30)
-    results, errors = [None, None], []
 
-    def work(i):
-        try:
-            q = queues2[i]
-            x = np.random.default_rng(i).standard_normal((64, 257)).astype(np.float32)
-            tx = dev(q, x)
-            barrier.wait()
-            outs = [rd.sum(tx, axis=1) for _ in range(rounds)]
-            full = [rd.sum(tx) for _ in range(rounds)]
-            results[i] = (x, [o.to_host() for o in outs[::50]], {f.to_host().tobytes()
-                                                                 for f in full})
-        except Exception as exc:        # noqa: BLE001 - reported below
-            barrier.abort()
-            errors.append(exc)
+    def work(q, start):
+        x = np.random.default_rng(queues2.index(q)).standard_normal((64, 257)).astype(np.float32)
+        tx = dev(q, x)
+        start()
+        outs = [rd.sum(tx, axis=1) for _ in range(rounds)]
+        full = [rd.sum(tx) for _ in range(rounds)]
+        return x, [o.to_host() for o in outs[::50]], {f.to_host().tobytes() for f in full}
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors, errors
-    for x, outs, fulls in results:
+    for x, outs, fulls in run_on_both_queues(queues2, work):
         for o in outs:
             np.testing.assert_allclose(o, x.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
         assert len(fulls) == 1

@@ -35,6 +35,16 @@ def accuracy(model, queue, x, y):
     return float((logits.argmax(-1) == y).mean())
 
 
+def train_step(model, opt, queue, x, y):
+    """One step of the seeds' training loop."""
+    xt = tp.tensor(pc.Tensor.from_host(queue, x))
+    with tp.Tape() as tape:
+        loss = tp.cross_entropy(model(xt), pc.Tensor.from_host(queue, y))
+    tape.backward(loss)
+    opt.step()
+    opt.zero_grad()
+
+
 def cosine(lr, epoch, epochs):
     return lr * 0.5 * (1 + np.cos(np.pi * epoch / epochs))
 
@@ -48,12 +58,7 @@ def train(build, digits, epochs, lr, queue):
     for epoch in range(epochs):
         opt.lr = cosine(lr, epoch, epochs)
         for x, y in loader:
-            xt = tp.tensor(pc.Tensor.from_host(queue, x))
-            with tp.Tape() as tape:
-                loss = tp.cross_entropy(model(xt), pc.Tensor.from_host(queue, y))
-            tape.backward(loss)
-            opt.step()
-            opt.zero_grad()
+            train_step(model, opt, queue, x, y)
     return accuracy(model, queue, x_test, y_test)
 
 
@@ -92,13 +97,7 @@ def test_no_pool_growth_over_200_steps(queue):
     y = rng.integers(0, 10, 32)
     in_use, held = {}, {}
     for step in range(200):
-        xt = tp.tensor(pc.Tensor.from_host(queue, x))
-        with tp.Tape() as tape:
-            loss = tp.cross_entropy(model(xt), pc.Tensor.from_host(queue, y))
-        tape.backward(loss)
-        opt.step()
-        opt.zero_grad()
-        del tape, loss, xt
+        train_step(model, opt, queue, x, y)       # the tape is dropped when it returns
         if step in (10, 199):
             gc.collect()      # earlier tests' cyclic garbage must not move the counter
             stats = pc.memory_stats(queue)
