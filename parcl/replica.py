@@ -26,12 +26,11 @@ import pyopencl as cl
 from . import runtime
 from .allreduce import ALGORITHMS, GradBuckets, allreduce_scaled
 from .allreduce.buckets import ParamBuckets
-from .allreduce.buckets import plan_buckets
+from .allreduce.buckets import alignment_elems, plan_buckets
 from .allreduce.mpi import hierarchical
 from .errors import ParclError, ReplicaError, ShapeError
 from .tape import Node, Tape, mode, tensor
 from .tape.capture import capture
-from .tape.tape import topological_order
 from .tensor import Tensor
 
 DEFAULT_TIMEOUT = 600.0       # seconds any dispatched call may take before the group gives up
@@ -199,7 +198,7 @@ class ReplicaGroup:
         self._buffers = [[b for _, b in r.model.named_buffers()] if hasattr(
             r.model, "named_buffers") else [] for r in self.replicas]
         # one layout for every replica: the strictest sub-buffer alignment among their devices
-        align = max(max(1, r.device.mem_base_addr_align // 32) for r in self.replicas)
+        align = max(alignment_elems(r.device) for r in self.replicas)
         plan = plan_buckets(shapes, bucket_mb, align)
         self._buckets = [GradBuckets(ps, r.queue, bucket_mb, plan=plan, align=align)
                          for r, ps in zip(self.replicas, self._params)]
@@ -381,9 +380,8 @@ class ReplicaGroup:
             if not isinstance(loss, Node) or loss.size != 1:
                 raise ShapeError(f"ReplicaGroup.step: loss_fn must return a scalar Node, got "
                                  f"{getattr(loss, 'shape', type(loss).__name__)}")
-            tape.backward(loss, grad=wt.reshape(loss.shape), retain_grads=False)
-            reached = sorted(index[id(node)] for node in topological_order(loss)
-                             if id(node) in index)
+            visited = tape.backward(loss, grad=wt.reshape(loss.shape), retain_grads=False)
+            reached = sorted(index[id(node)] for node in visited if id(node) in index)
             tape.release()
             return loss.value, tuple(reached)
 

@@ -15,7 +15,7 @@ import pyopencl as cl
 from ..tensor import Tensor
 
 
-def _alignment_elems(device: cl.Device) -> int:
+def alignment_elems(device: cl.Device) -> int:
     # Sub-buffer origins must be multiples of CL_DEVICE_MEM_BASE_ADDR_ALIGN (bits).
     return max(1, device.mem_base_addr_align // 8 // 4)
 
@@ -66,7 +66,7 @@ class GradBuckets:
                  plan=None, align: int | None = None):
         self.queue = queue
         shapes = [tuple(p.shape) for p in params]
-        self.align = align if align is not None else _alignment_elems(queue.device)
+        self.align = align if align is not None else alignment_elems(queue.device)
         self.plan = plan if plan is not None else plan_buckets(shapes, bucket_mb, self.align)
         self.flats, views = _flat_views(shapes, queue, self.plan, self.align)
         for p, view in zip(params, views):

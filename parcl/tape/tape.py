@@ -66,13 +66,14 @@ class Tape:
 
     # -- backward ---------------------------------------------------------------------------
     def backward(self, loss: Node, grad: Tensor | None = None, *,
-                 retain_grads: bool = True) -> None:
+                 retain_grads: bool = True) -> list[Node]:
         """Reverse pass from ``loss``: every node's ``grad_fn`` once, gradients accumulated
         (``+=``) into parents and into parameters' ``.grad``.
 
         ``loss`` must be a scalar unless ``grad`` (the upstream gradient, shaped like ``loss``)
         is given. Once per tape. ``retain_grads=False`` frees intermediate nodes' gradients as
-        soon as they are propagated (leaves still get ``.grad``): less memory.
+        soon as they are propagated (leaves still get ``.grad``): less memory. Returns the
+        nodes the pass visited (those requiring grad), parents before children.
         """
         if self._released:
             raise ParclError("backward on a released tape: the graph was freed by "
@@ -104,6 +105,7 @@ class Tape:
             _backward_state.deferred = outer
         for check in deferred:
             check()
+        return order
 
     def _reverse(self, order: list[Node], loss: Node, grad: Tensor, retain_grads: bool) -> None:
         anomaly = mode.is_anomaly_enabled()
