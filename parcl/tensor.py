@@ -19,11 +19,14 @@ from .pool import Allocation, pool_of
 FLOAT = np.dtype(np.float32)
 LABEL_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 SUPPORTED = (FLOAT,) + LABEL_DTYPES
+# Kernels' own buffers only (Tensor.empty): uint8 holds what backward needs in a byte, such as
+# max pooling's index within each window; users cannot upload it.
+INTERNAL = SUPPORTED + (np.dtype(np.uint8),)
 
 
-def _check_dtype(op: str, dtype) -> np.dtype:
+def _check_dtype(op: str, dtype, allowed=SUPPORTED) -> np.dtype:
     dt = np.dtype(dtype)
-    if dt not in SUPPORTED:
+    if dt not in allowed:
         raise DTypeError(f"{op}: dtype {dt} is not supported; parcl holds float32 data and "
                          f"int32/int64 labels (convert with .astype(np.float32))")
     return dt
@@ -66,7 +69,7 @@ class Tensor:
         if dtype is np.float32 and type(shape) is tuple:
             dt = FLOAT                 # the hot path: kernels allocating their outputs
         else:
-            dt = _check_dtype("Tensor.empty", dtype)
+            dt = _check_dtype("Tensor.empty", dtype, INTERNAL)
             shape = normalize_shape("Tensor.empty", shape)
         if min(shape, default=0) < 0:
             raise ShapeError(f"Tensor.empty: negative dimension in shape {shape}")

@@ -77,6 +77,18 @@ def max_pool2d(x, k, s=None, p=0):
     return y, idx
 
 
+def window_index(idx, x_shape, k, s=None, p=0):
+    """Flat positions in the plane (``max_pool2d``'s indices) as positions within each window,
+    ``ky * kw + kx`` (what the kernel saves)."""
+    s = k if s is None else s
+    (_, kw), (sh, sw), (ph, pw) = pair(k), pair(s), pair(p)
+    oh, ow = idx.shape[2:]
+    y0 = (np.arange(oh) * sh - ph)[:, None]
+    x0 = (np.arange(ow) * sw - pw)[None, :]
+    w = x_shape[3]
+    return (idx // w - y0) * kw + idx % w - x0
+
+
 def max_pool2d_grad(x_shape, idx, g):
     gx = np.zeros(x_shape).reshape(x_shape[0], x_shape[1], -1)
     for n in range(x_shape[0]):

@@ -111,7 +111,8 @@ def test_max_pool(queue, rng, xs, k, s, p):
     want, widx = ref.max_pool2d(x, k, s, p)
     y, idx = poolk.max_pool2d_forward(up(queue, x), k, s, p)
     close(y.to_host(), want, 0)
-    assert np.array_equal(idx.to_host(), widx)
+    assert idx.dtype == np.uint8
+    assert np.array_equal(idx.to_host(), ref.window_index(widx, xs, k, s, p))
     g = rng.standard_normal(want.shape).astype(np.float32)
     gx = poolk.max_pool2d_backward(up(queue, g), idx, xs, k, s, p)
     close(gx.to_host(), ref.max_pool2d_grad(xs, widx, g))
@@ -120,7 +121,7 @@ def test_max_pool(queue, rng, xs, k, s, p):
 def test_max_pool_nan_and_ties(queue):
     x = np.array([[[[1.0, 1.0], [0.0, np.nan]]]], np.float32)
     y, idx = poolk.max_pool2d_forward(up(queue, x), 2)
-    assert np.isnan(y.to_host()).all() and idx.to_host().item() == 3
+    assert np.isnan(y.to_host()).all() and idx.to_host().item() == 3      # (1, 1) of 2x2
     y, idx = poolk.max_pool2d_forward(up(queue, np.ones((1, 1, 2, 2))), 2)
     assert idx.to_host().item() == 0                      # first maximum wins
 
@@ -160,10 +161,32 @@ def test_max_pool_specialised_windows_nan_inf_ties(queue, rng, xs, k, s, p):
     want, widx = _max_pool_loops(x, k, s, p)
     y, idx = poolk.max_pool2d_forward(up(queue, x), k, s, p)
     np.testing.assert_array_equal(y.to_host(), want)
-    np.testing.assert_array_equal(idx.to_host(), widx)
+    np.testing.assert_array_equal(idx.to_host(), ref.window_index(widx, xs, k, s, p))
     g = rng.standard_normal(want.shape).astype(np.float32)
     gx = poolk.max_pool2d_backward(up(queue, g), idx, xs, k, s, p)
     close(gx.to_host(), ref.max_pool2d_grad(xs, widx, g))
+
+
+@pytest.mark.parametrize("xs, k, s, p, dtype", [((1, 2, 18, 20), 16, 2, 8, np.uint8),
+                                                ((1, 2, 19, 18), (17, 16), 1, (8, 0), np.int32),
+                                                ((2, 1, 40, 9), (20, 13), (3, 1), 6, np.int32)])
+def test_max_pool_window_index_types(queue, rng, xs, k, s, p, dtype):
+    """Indices are positions within the window: one byte up to 256 elements (16x16 is the
+    largest square), an int beyond, with padding, overlaps, NaN and -inf as above."""
+    x = rng.integers(-3, 3, xs).astype(np.float32)
+    m = rng.random(xs)
+    x[m < 0.05] = np.nan
+    x[(m > 0.05) & (m < 0.1)] = -np.inf
+    want, widx = _max_pool_loops(x, k, s, p)
+    y, idx = poolk.max_pool2d_forward(up(queue, x), k, s, p)
+    assert idx.dtype == dtype == poolk.index_dtype(k)
+    np.testing.assert_array_equal(y.to_host(), want)
+    np.testing.assert_array_equal(idx.to_host(), ref.window_index(widx, xs, k, s, p))
+    g = rng.standard_normal(want.shape).astype(np.float32)
+    gx = poolk.max_pool2d_backward(up(queue, g), idx, xs, k, s, p)
+    close(gx.to_host(), ref.max_pool2d_grad(xs, widx, g))
+    with pytest.raises(pc.DTypeError, match="max_pool2d backward: indices"):
+        poolk.max_pool2d_backward(up(queue, g), up(queue, widx, np.int64), xs, k, s, p)
 
 
 @pytest.mark.parametrize("xs, k, s, p", POOL_CASES)

@@ -113,6 +113,17 @@ def test_max_pool2d(queue, rng, k, s, p):
     assert tp.gradcheck(lambda a: tp.max_pool2d(a, k, s, p), [nx], eps=1e-3)
 
 
+@pytest.mark.parametrize("k, s, p", [(16, 3, 8), ((17, 16), (2, 3), (8, 7))])
+def test_max_pool2d_wide_windows(queue, rng, k, s, p):
+    """A 16x16 window still saves one byte per output; 17x16 falls back to int indices."""
+    x = _distinct(rng, (1, 2, 19, 18))
+    nx = leaf(queue, x)
+    y = tp.max_pool2d(nx, k, s, p)
+    close(y.to_host(), ref.max_pool2d(x, k, s, p)[0])
+    assert y.grad_fn.idx.dtype == (np.uint8 if k == 16 else np.int32)
+    assert tp.gradcheck(lambda a: tp.max_pool2d(a, k, s, p), [nx], eps=1e-3)
+
+
 @pytest.mark.parametrize("k, s, p", [(2, None, 0), (3, 2, 1), ((3, 2), 1, (1, 0))])
 def test_avg_pool2d(queue, rng, k, s, p):
     x = rng.standard_normal((2, 3, 8, 8))

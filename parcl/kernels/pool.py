@@ -47,10 +47,16 @@ SOURCE = r"""//CL//
 #define NWY ((KH + SH - 1) / SH)
 #define NWX ((KW + SW - 1) / SW)
 
-// Max pool: the first maximum of each window (NaN wins, as PyTorch) and its flat index y*W + x
-// within the plane; padding is -inf.
+// Max pool: the first maximum of each window (NaN wins, as PyTorch) and its position within
+// the window, ky * KW + kx: one byte for windows of up to 256 elements (a quarter of an int's
+// memory kept for backward), an int for larger ones. Padding is -inf.
+#if KH * KW <= 256
+typedef uchar idx_t;
+#else
+typedef int idx_t;
+#endif
 __kernel void max_pool_fwd(__global const float* restrict x, __global float* restrict y,
-                           __global int* restrict idx, const int save_idx, WINDOW_ARGS)
+                           __global idx_t* restrict idx, const int save_idx, WINDOW_ARGS)
 {
     ROW_SETUP(OW, OH)
     const global float* xp = x + plane * H * W;
@@ -58,7 +64,8 @@ __kernel void max_pool_fwd(__global const float* restrict x, __global float* res
     for (int ox = c0; ox < c1; ++ox) {
         const int x0 = ox * SW - PW;
         float best = -INFINITY;
-        int arg = max(y0, 0) * W + max(x0, 0);    // as PyTorch: the first in-bounds position
+        // as PyTorch: the first in-bounds position when no value beats -inf
+        int arg = (max(y0, 0) - y0) * KW + max(x0, 0) - x0;
         #pragma unroll
         for (int ky = 0; ky < KH; ++ky) {
             #pragma unroll
@@ -72,36 +79,37 @@ __kernel void max_pool_fwd(__global const float* restrict x, __global float* res
 #endif
                 const bool take = v > best || v != v;     // isnan(v), but vectorises
                 best = take ? v : best;
-                arg = take ? at : arg;
+                arg = take ? ky * KW + kx : arg;
             }
         }
         y[(long)row * OW + ox] = best;
         if (save_idx)
-            idx[(long)row * OW + ox] = arg;
+            idx[(long)row * OW + ox] = (idx_t)arg;
     }
 }
 
 // Gathers: input (plane, r, xx) sums, in increasing (oy, ox) order, the gradients of the
 // windows that took it. Non-overlapping windows (S == K) leave one candidate per input.
-__kernel void max_pool_bwd(__global const float* restrict g, __global const int* restrict idx,
-                           __global float* restrict gx, WINDOW_ARGS)
+__kernel void max_pool_bwd(__global const float* restrict g,
+                           __global const idx_t* restrict idx, __global float* restrict gx,
+                           WINDOW_ARGS)
 {
     ROW_SETUP(W, H)
     const long base = plane * OH * OW;
     const int oyh = (r + PH) / SH;
     for (int xx = c0; xx < c1; ++xx) {
-        const int me = r * W + xx, oxh = (xx + PW) / SW;
+        const int oxh = (xx + PW) / SW;
         float acc = 0.0f;
         #pragma unroll
         for (int j = NWY - 1; j >= 0; --j) {
-            const int oy = oyh - j;
-            const bool iny = oy >= 0 && oy < OH && r + PH - oy * SH < KH;
+            const int oy = oyh - j, ky = r + PH - oy * SH;
+            const bool iny = oy >= 0 && oy < OH && ky < KH;
             #pragma unroll
             for (int i = NWX - 1; i >= 0; --i) {
-                const int ox = oxh - i;
-                const bool in = iny && ox >= 0 && ox < OW && xx + PW - ox * SW < KW;
+                const int ox = oxh - i, kx = xx + PW - ox * SW;
+                const bool in = iny && ox >= 0 && ox < OW && kx < KW;
                 const long o = base + (in ? oy * OW + ox : 0);
-                acc += (in && idx[o] == me) ? g[o] : 0.0f;
+                acc += (in && idx[o] == ky * KW + kx) ? g[o] : 0.0f;
             }
         }
         gx[(long)row * W + xx] = acc;
@@ -258,15 +266,23 @@ def _args(x_shape, o):
     return _i32(x_shape[2], x_shape[3], o[0], o[1])
 
 
+def index_dtype(kernel_size) -> np.dtype:
+    """The dtype of max pooling's saved indices for a window: uint8 up to 256 elements (the
+    index is the position within the window), int32 for larger windows."""
+    kh, kw = pair("max_pool2d", "kernel_size", kernel_size)
+    return np.dtype(np.uint8 if kh * kw <= 256 else np.int32)
+
+
 def max_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0,
                        save_indices: bool = True):
-    """Max pool (padding is -inf); returns ``(y, indices)`` (indices: int32 flat position of
-    each window's maximum within its plane, or None when not saved)."""
+    """Max pool (padding is -inf); returns ``(y, indices)``: for each output the position of
+    its window's maximum within the window, ``ky * kw + kx``, as ``index_dtype(kernel_size)``
+    (uint8 for windows of up to 256 elements), or None when not saved."""
     _check("max_pool2d", x)
     k, s, p, o = window("max_pool2d", x.shape, kernel_size, stride, padding)
     n, c = x.shape[:2]
     y = Tensor.empty(x.queue, (n, c, *o))
-    idx = Tensor.empty(x.queue, y.shape, np.int32) if save_indices else None
+    idx = Tensor.empty(x.queue, y.shape, index_dtype(k)) if save_indices else None
     _launch(x.queue, "max_pool_fwd", o[1], n * c * o[0], x.data, y.data,
             idx.data if idx is not None else None, np.int32(save_indices),
             *_args(x.shape, o), window=(k, s, p))
@@ -276,6 +292,10 @@ def max_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0,
 def max_pool2d_backward(grad: Tensor, indices: Tensor, x_shape, kernel_size, stride=None,
                         padding=0) -> Tensor:
     k, s, p, o = window("max_pool2d", x_shape, kernel_size, stride, padding)
+    if indices.dtype != index_dtype(k) or tuple(indices.shape) != tuple(grad.shape):
+        raise DTypeError(f"max_pool2d backward: indices {indices.shape} {indices.dtype} do not "
+                         f"come from max_pool2d_forward with window {k} for gradient "
+                         f"{grad.shape} (expected {index_dtype(k)})")
     gx = Tensor.empty(grad.queue, tuple(x_shape))
     _launch(grad.queue, "max_pool_bwd", x_shape[3], _rows(x_shape), grad.data, indices.data,
             gx.data, *_args(x_shape, o), window=(k, s, p))
