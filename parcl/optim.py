@@ -123,6 +123,12 @@ class Optimizer:
         """One update of every parameter that has a ``.grad``; returns ``closure()`` if
         given (called first, as PyTorch does)."""
         loss = closure() if closure is not None else None
+        self._launch(self._prepare())
+        return loss
+
+    def _prepare(self) -> _Plan:
+        """Validate every parameter and allocate missing state; launches nothing, so a
+        failure here leaves parameters and state as they were."""
         work = []
         for group in self.param_groups:
             opts = self._validate_options(group)   # lr etc. may have been set by hand
@@ -139,16 +145,21 @@ class Optimizer:
         # Allocate every missing state tensor before any parameter is touched.
         staged = [(p, opts, self._allocate(p, self.state.get(p, {}), opts)) for p, opts in work]
         flat_staged = [(b, opts, self._flat_state(b, opts)) for b, opts in fused]
-        for p, opts, fresh in staged:
+        return _Plan(staged, flat_staged)
+
+    def _launch(self, plan: _Plan, shards=None) -> None:
+        """Enqueue the updates of a prepared step. ``shards(bucket)`` may split each flat
+        bucket's update over several queues (``[(queue, offset, count), ...]``)."""
+        for p, opts, fresh in plan.single:
             state = self.state.setdefault(p, {})
             state.update(fresh)
             self._update(p, p.grad, state, opts, fresh)
-        for b, opts, (state, fresh) in flat_staged:
-            self._update(_FlatParam(b.value), b.grad, state, opts, fresh)
+        for b, opts, (state, fresh) in plan.flat:
+            flat = _FlatParam(b.value, shards(b) if shards is not None else None)
+            self._update(flat, b.grad, state, opts, fresh)
             if self.has_step:
                 for p in b.params:
                     self.state[p]["step"] = state["step"]
-        return loss
 
     # -- the fused path: one kernel per flat parameter bucket ------------------------------
     # ReplicaGroup keeps a replica's parameters and gradients in flat buckets (``p._bucket``:
@@ -402,11 +413,12 @@ class SGD(Optimizer):
 
     def _update(self, p, grad, state, opts, fresh):
         if opts["momentum"] == 0:
-            K.sgd_(p.value, grad, opts["lr"], opts["weight_decay"])
+            K.sgd_(p.value, grad, opts["lr"], opts["weight_decay"], shards=_shards(p))
             return
         buf = state.get("momentum_buffer")
         K.sgd_momentum_(p.value, grad, buf, opts["lr"], opts["weight_decay"],
-                        opts["momentum"], opts["nesterov"], "momentum_buffer" in fresh)
+                        opts["momentum"], opts["nesterov"], "momentum_buffer" in fresh,
+                        shards=_shards(p))
 
     def _allocate(self, p, state, opts):
         if opts["momentum"] != 0 and state.get("momentum_buffer") is None:
@@ -442,7 +454,7 @@ class Adam(Optimizer):
         K.adam_(p.value, grad, state["exp_avg"], state["exp_avg_sq"], lr=opts["lr"],
                 beta1=opts["betas"][0], beta2=opts["betas"][1], eps=opts["eps"], step=step,
                 weight_decay=0.0 if self.decoupled else wd,
-                decoupled_weight_decay=wd if self.decoupled else 0.0)
+                decoupled_weight_decay=wd if self.decoupled else 0.0, shards=_shards(p))
         state["step"] = step
 
 
@@ -463,11 +475,26 @@ class AdamW(Adam):
 
 
 
+class _Plan:
+    """A validated step: per-parameter work and whole flat buckets (``Optimizer._prepare``)."""
+
+    __slots__ = ("single", "flat")
+
+    def __init__(self, single: list, flat: list):
+        self.single, self.flat = single, flat
+
+
 class _FlatParam:
-    """A whole flat parameter bucket, shaped like one parameter for ``_update``/``_allocate``."""
+    """A whole flat parameter bucket, shaped like one parameter for ``_update``/``_allocate``;
+    ``shards`` splits its update over queues."""
 
-    __slots__ = ("value", "shape")
+    __slots__ = ("value", "shape", "shards")
 
-    def __init__(self, value: Tensor):
+    def __init__(self, value: Tensor, shards=None):
         self.value = value
         self.shape = value.shape
+        self.shards = shards
+
+
+def _shards(p) -> list | None:
+    return p.shards if isinstance(p, _FlatParam) else None

@@ -25,10 +25,12 @@ import pyopencl as cl
 
 from . import runtime
 from .allreduce import ALGORITHMS, GradBuckets, allreduce_scaled
-from .allreduce.buckets import ParamBuckets
-from .allreduce.buckets import alignment_elems, plan_buckets
+from .allreduce._common import chunk_bounds, copy_range
+from .allreduce.buckets import ParamBuckets, alignment_elems, plan_buckets
 from .allreduce.mpi import hierarchical
 from .errors import ParclError, ReplicaError, ShapeError
+from .kernels.reduce import MAX_K, reduce_into
+from .optim import Optimizer
 from .tape import Node, Tape, mode, tensor
 from .tape.capture import capture
 from .tensor import Tensor
@@ -338,17 +340,84 @@ class ReplicaGroup:
         self._grads_dirty = True
         results = self.run(self._replica_step, xs, ys, weights, [loss_fn] * k)
         self._check_signatures([sig for _, sig in results])
-        self._reduce(average=False)     # the loss weights already make this the batch mean
-        optimizer.step()
-        self.zero_grad()
+        self._update(optimizer)
         self._grads_dirty = False
-        self.broadcast_parameters()
         # The step's one host synchronisation: read every replica's loss in one wait.
         hosts = [np.empty(loss.shape, np.float32) for loss, _ in results]
         cl.wait_for_events([cl.enqueue_copy(loss.queue, h, loss.data, is_blocking=False)
                             for h, (loss, _) in zip(hosts, results)])
         local = sum(w * float(h.sum()) for w, h in zip(weights, hosts))
         return float(self.comm.allreduce(local)) if self.comm is not None else local
+
+    def _update(self, optimizer) -> None:
+        """The end of a step, after every replica's backward: sum the gradients (the loss
+        weights already make the sum the batch mean), one optimizer step, zero the gradients,
+        broadcast the parameters. Sharded over the replicas' queues where it can be."""
+        plan = None
+        if isinstance(optimizer, Optimizer) and type(optimizer).step is Optimizer.step:
+            plan = optimizer._prepare()       # validates first: a bad grad changes nothing
+            if self._shardable(plan):
+                self._sharded_update(optimizer, plan)
+                return
+        self._reduce(average=False)
+        if plan is not None:
+            optimizer._launch(plan)
+        else:
+            optimizer.step()
+        self.zero_grad()
+        self.broadcast_parameters()
+
+    def _shardable(self, plan) -> bool:
+        """Whether a prepared step covers exactly replica 0's flat buckets, one kernel each,
+        on one process with the default allreduce."""
+        k = len(self.replicas)
+        if self.comm is not None or self.allreduce_algorithm != "auto" or not 2 <= k <= MAX_K:
+            return False
+        if plan.single:
+            return False
+        ours = {id(p._bucket) for p in self._params[0] if getattr(p, "_bucket", None)}
+        return ours == {id(b) for b, _, _ in plan.flat} and len(ours) == len(
+            self._buckets[0].flats)
+
+    def _sharded_update(self, optimizer, plan) -> None:
+        """Replica r's queue takes chunk r of every bucket through the whole end of the step:
+        it sums that chunk of every replica's gradients into replica 0's (in replica order),
+        steps replica 0's parameters and optimizer state there, copies the new values into
+        every other replica and zeroes the chunk's gradients. The replicas share that work
+        instead of replica 0 stepping everything while the others wait; every element gets
+        exactly the arithmetic of the unsharded step (same sums, same kernel), so results
+        are bit-identical to it."""
+        queues = [r.queue for r in self.replicas]
+        k = len(queues)
+        # Every replica's backward, and any optimizer state just allocated on replica 0,
+        # comes before the chunks are touched.
+        ready = [cl.enqueue_marker(q) for q in queues]
+        grads = [[bk.flats[b] for bk in self._buckets] for b in range(len(self._buckets[0].flats))]
+        params = [[pf.flats[b] for pf in self._param_flats] for b in range(len(grads))]
+        for b, gs in enumerate(grads):
+            bufs = [g.data for g in gs]
+            for r, (off, cnt) in enumerate(chunk_bounds(gs[0].size, k)):
+                wait = [e for i, e in enumerate(ready) if i != r] if b == 0 else None
+                reduce_into(queues[r], bufs[0], bufs, off, cnt, 1.0, wait_for=wait)
+        optimizer._launch(plan, shards=lambda bucket: [
+            (q, off, cnt) for q, (off, cnt) in zip(queues, chunk_bounds(bucket.value.size, k))])
+        zero = np.float32(0)
+        for gs, ps in zip(grads, params):
+            for r, (off, cnt) in enumerate(chunk_bounds(gs[0].size, k)):
+                if cnt == 0:
+                    continue
+                q = queues[r]
+                for p in ps[1:]:
+                    copy_range(q, p, ps[0], off, cnt, None)
+                for g in gs:
+                    cl.enqueue_fill_buffer(q, g.data, zero, off * 4, cnt * 4)
+        for r, q in enumerate(queues[1:], start=1):      # buffers: BatchNorm statistics
+            for s, d in zip(self._buffers[0], self._buffers[r]):
+                cl.enqueue_copy(q, d.data, s.data, byte_count=s.nbytes, wait_for=[ready[0]])
+        # Nothing of the next step may start on a queue before every chunk is done.
+        done = [cl.enqueue_marker(q) for q in queues]
+        for r, q in enumerate(queues):
+            cl.enqueue_barrier(q, wait_for=[e for i, e in enumerate(done) if i != r])
 
     def _replica_step(self, replica: Replica, x, y, weight: float, loss_fn):
         x, y = _as_supported(x), _as_supported(y)

@@ -322,18 +322,55 @@ def test_fused_bucket_optimizer_step_equals_the_per_parameter_step(devices2, mak
             for s in range(3):
                 with trace_launches() as launches:
                     group.step(*batch(8, seed=s), tp.cross_entropy, opt)
-            updates = [name for name, _, _ in launches if name in ("adam", "sgd_momentum")]
+            updates = [(name, q) for name, q, _ in launches if name in ("adam", "sgd_momentum")]
             params = [p.value.to_host() for p in group.parameters()]
             state = opt.state_dict()["state"]
         return updates, params, state
 
     fused_updates, fused_params, fused_state = run(True)
     plain_updates, plain_params, plain_state = run(False)
-    assert len(fused_updates) == 1 and len(plain_updates) == 4      # 1 bucket, 4 parameters
+    # 1 bucket, split over the 2 replicas' queues; 4 parameters one by one on replica 0's
+    assert len(fused_updates) == 2 and len({q for _, q in fused_updates}) == 2
+    assert len(plain_updates) == 4
     assert all(np.array_equal(a, b) for a, b in zip(fused_params, plain_params))
     for i in plain_state:
         for k, v in plain_state[i].items():
             assert np.array_equal(np.asarray(fused_state[i][k]), np.asarray(v))
+
+
+@pytest.mark.parametrize("make_opt", [sgd, adamw], ids=["sgd-momentum", "adamw"])
+@pytest.mark.parametrize("k", [2, 3])
+def test_the_sharded_step_equals_replica_0_stepping_everything(devices2, make_opt, k):
+    """The default step shares the reduce, optimizer update, broadcast and zeroing among the
+    replicas' queues; with allreduce="shared" replica 0 steps every parameter itself. Both
+    sum in replica order with the same kernels: bit-identical parameters and state, and every
+    replica ends with replica 0's values and zero gradients."""
+    from parcl.kernels._cache import trace_launches
+
+    devs = [devices2[i % 2] for i in range(k)]
+
+    def run(allreduce):
+        with ReplicaGroup(seeded(mlp), devs, allreduce=allreduce, bucket_mb=0.004) as group:
+            assert len(group._buckets[0].flats) > 1                  # several buckets
+            opt = make_opt(group.parameters())
+            for s in range(3):
+                with trace_launches() as launches:
+                    group.step(*batch(9, seed=s), tp.cross_entropy, opt)
+            queues = {q for name, q, _ in launches if name in ("adam", "sgd_momentum")}
+            replicas = [[p.value.to_host() for p in r.model.parameters()]
+                        for r in group.replicas]
+            grads = [p.grad.to_host() for r in group.replicas for p in r.model.parameters()]
+            return len(queues), replicas, grads, opt.state_dict()["state"]
+
+    n_sharded, sharded, grads, sharded_state = run("auto")
+    n_plain, plain, _, plain_state = run("shared")
+    assert n_sharded == k and n_plain == 1
+    for copy in sharded:
+        assert all(np.array_equal(a, b) for a, b in zip(copy, plain[0]))
+    assert all(not g.any() for g in grads)
+    for i in plain_state:
+        for name, v in plain_state[i].items():
+            assert np.array_equal(np.asarray(sharded_state[i][name]), np.asarray(v)), name
 
 
 def test_a_step_after_a_failure_does_not_see_a_straggler_s_gradients(devices2):

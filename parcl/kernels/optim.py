@@ -78,37 +78,50 @@ def _check(op: str, param: Tensor, *others: Tensor) -> None:
     check_same_context(op, param, *others)
 
 
-def _launch(name: str, param: Tensor, grad: Tensor, state: tuple[Tensor, ...], scalars) -> Tensor:
+def _launch(name: str, param: Tensor, grad: Tensor, state: tuple[Tensor, ...], scalars,
+            shards=None) -> Tensor:
     """Enqueue ``name`` on the parameter's queue; the gradient may live on another queue of the
-    same context (ordered with a marker), the state lives on the parameter's."""
+    same context (ordered with a marker), the state lives on the parameter's.
+
+    ``shards``, a list of ``(queue, offset, count)``, splits the update instead: each queue
+    updates its own range of elements (the same kernel over a global offset, so each element
+    gets exactly the arithmetic of the unsplit launch). Ordering the queues around it is the
+    caller's job (``ReplicaGroup``'s sharded step)."""
+    args = [param.data, grad.data, *(s.data for s in state), *scalars]
+    if shards is not None:
+        for q, off, cnt in shards:
+            if cnt > 0:
+                get_kernel(q, SOURCE, name)(q, (round_up(cnt, _LOCAL),), None, *args,
+                                            np.int32(off + cnt), global_offset=(off,))
+        return param
     q = param.queue
     kernel = get_kernel(q, SOURCE, name)
     n = param.size
     wait = foreign_wait(grad, q)
-    args = [param.data, grad.data, *(s.data for s in state), *scalars, np.int32(n)]
-    event = kernel(q, (round_up(n, _LOCAL),), None, *args, wait_for=wait)
+    event = kernel(q, (round_up(n, _LOCAL),), None, *args, np.int32(n), wait_for=wait)
     foreign_use(grad, event)
     return param
 
 
-def sgd_(param: Tensor, grad: Tensor, lr: float, weight_decay: float = 0.0) -> Tensor:
+def sgd_(param: Tensor, grad: Tensor, lr: float, weight_decay: float = 0.0, *,
+         shards=None) -> Tensor:
     """``param -= lr * (grad + weight_decay * param)`` in place (SGD without momentum)."""
     _check("sgd", param, grad)
-    return _launch("sgd", param, grad, (), (np.float32(lr), np.float32(weight_decay)))
+    return _launch("sgd", param, grad, (), (np.float32(lr), np.float32(weight_decay)), shards)
 
 
 def sgd_momentum_(param: Tensor, grad: Tensor, buf: Tensor, lr: float, weight_decay: float,
-                  momentum: float, nesterov: bool, first: bool) -> Tensor:
+                  momentum: float, nesterov: bool, first: bool, *, shards=None) -> Tensor:
     """SGD with momentum (dampening 0), PyTorch's formula; ``first`` sets ``buf = grad``."""
     _check("sgd_momentum", param, grad, buf)
     return _launch("sgd_momentum", param, grad, (buf,),
                    (np.float32(lr), np.float32(weight_decay), np.float32(momentum),
-                    np.int32(bool(first)), np.int32(bool(nesterov))))
+                    np.int32(bool(first)), np.int32(bool(nesterov))), shards)
 
 
 def adam_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *, lr: float,
           beta1: float, beta2: float, eps: float, step: int, weight_decay: float = 0.0,
-          decoupled_weight_decay: float = 0.0) -> Tensor:
+          decoupled_weight_decay: float = 0.0, shards=None) -> Tensor:
     """One Adam step (``step`` counts from 1) in place; ``weight_decay`` is Adam's L2 term,
     ``decoupled_weight_decay`` AdamW's ``p *= 1 - lr * wd`` applied first."""
     _check("adam", param, grad, exp_avg, exp_avg_sq)
@@ -119,4 +132,4 @@ def adam_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *, l
     scalars = (np.float32(1.0 - lr * decoupled_weight_decay), np.float32(weight_decay),
                np.float32(beta1), np.float32(beta2), np.float32(lr / bc1),
                np.float32(1.0 / np.sqrt(bc2)), np.float32(eps))
-    return _launch("adam", param, grad, (exp_avg, exp_avg_sq), scalars)
+    return _launch("adam", param, grad, (exp_avg, exp_avg_sq), scalars, shards)
