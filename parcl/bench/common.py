@@ -126,10 +126,12 @@ def time_runs(fn: Callable[[], object], repeat: int, warmup: int = 1,
     return summarize(times)
 
 
-def time_interleaved(fns: list, repeat: int, warmup: int = 1) -> list[dict]:
+def time_interleaved(fns: list, repeat: int, warmup: int = 1,
+                     reduce_times: Callable[[float], float] | None = None) -> list[dict]:
     """Time several ``(fn, sync)`` pairs in alternation: run ``r`` of each back to back, so
     a change in the machine's load hits all of them alike. Each stat also carries its
-    ``times`` (seconds, in run order) so callers can form per-run ratios."""
+    ``times`` (seconds, in run order) so callers can form per-run ratios. ``reduce_times``
+    maps each run's time (MPI: the max over ranks)."""
     fns = [(fn, sync or (lambda: None)) for fn, sync in fns]
     for _ in range(warmup):
         for fn, sync in fns:
@@ -142,7 +144,8 @@ def time_interleaved(fns: list, repeat: int, warmup: int = 1) -> list[dict]:
             t0 = time.perf_counter()
             fn()
             sync()
-            times[i].append(time.perf_counter() - t0)
+            dt = time.perf_counter() - t0
+            times[i].append(reduce_times(dt) if reduce_times else dt)
     return [{**summarize(t), "times": t} for t in times]
 
 

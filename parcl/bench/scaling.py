@@ -9,11 +9,15 @@ replica ``B`` samples; ``--global-batch B`` (strong scaling) splits ``B`` over t
 Two loops per ``n``:
 
 * the headline ``samples/s``: ``--steps`` calls of ``group.step`` with no extra
-  synchronisation (the way training runs), timed ``--repeat`` times after warm-up;
+  synchronisation (the way training runs), timed ``--repeat`` times after warm-up. Every
+  configuration's group is open at once and their runs alternate, so ``speedup`` is the median
+  of per-run ratios against the base run timed next to it (this machine's speed drifts);
 * the phase split, the same step rebuilt from the group's public pieces with every queue
   finished after each phase: ``group.run`` for forward + backward in every replica (host to
   device copy included), ``group.allreduce_grads``, ``optimizer.step()`` (+ ``zero_grad``),
-  ``group.broadcast_parameters()``. ``dispatch`` is the host time spent enqueueing inside
+  ``group.broadcast_parameters()``: the unsharded end of a step (``group.step`` itself shares
+  the reduce, update and broadcast among the replicas' queues when it can; see
+  ``ReplicaGroup``). ``dispatch`` is the host time spent enqueueing inside
   those phases (the slowest replica thread for forward + backward), a part of their times, not
   an extra phase.
 
@@ -23,7 +27,8 @@ timestamps from marker events at the phase boundaries; the group's ordinary queu
 host-timed spans instead (enqueue start to ``finish`` return), which the trace's metadata says.
 
 JSON rows (table ``scaling``): ``replicas``, ``ranks``, ``batch`` (per step, all replicas and
-ranks), ``samples_per_s`` (+ ``_min``/``_max``), ``speedup``, ``efficiency``, ``step_ms``,
+ranks), ``samples_per_s`` (+ ``_min``/``_max``), ``speedup`` (+ ``_min``/``_max``),
+``efficiency``, ``step_ms``, ``times`` (seconds per timed run, in run order),
 ``fwd_bwd_ms``, ``allreduce_ms``, ``optimizer_ms``, ``broadcast_ms``, ``dispatch_ms``,
 ``phased_ms`` (medians over the phased steps).
 """
@@ -31,6 +36,7 @@ ranks), ``samples_per_s`` (+ ``_min``/``_max``), ``speedup``, ``efficiency``, ``
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 
 import numpy as np
 import pyopencl as cl
@@ -54,7 +60,7 @@ from .common import (
     require_matplotlib,
     resolve_devices,
     save_figure,
-    time_runs,
+    time_interleaved,
     warmup_of,
 )
 from .trace import ChromeTrace, clock_offset, has_profiling
@@ -146,12 +152,15 @@ def run(args) -> dict:
         whole = resolve_devices("cpu")
         result["devices"].append(device_info(whole[0], "whole-device baseline"))
         plans.append((1, whole, "1 (whole CPU)"))
-    rows = []
-    for n, ds, label in plans:
-        rows.append(_measure(args, n, ds, label, steps, repeat, warmup, comm, world, trace))
+    rows = _measure(args, plans, steps, repeat, warmup, comm, world, trace)
     base = next(r for r in rows if r["label"] == str(min(counts)))
     for r in rows:
-        r["speedup"] = r["samples_per_s"] / base["samples_per_s"]
+        # Per run, against the base run timed next to it (runs alternate between the replica
+        # counts, so a change in the machine's load hits both sides of a ratio alike).
+        ratios = [b / t * (r["batch"] / base["batch"])
+                  for t, b in zip(r["times"], base["times"])]
+        r["speedup"] = float(np.median(ratios))
+        r["speedup_min"], r["speedup_max"] = float(min(ratios)), float(max(ratios))
         r["efficiency"] = r["speedup"] / (r["replicas"] / base["replicas"])
     columns = [("label", "replicas", "")]
     if world > 1:
@@ -159,7 +168,8 @@ def run(args) -> dict:
     columns += [
         ("batch", "batch/step", ""), ("samples_per_s", "samples/s", ".1f"),
         ("sps_range", "[min-max]", fmt_range("samples_per_s", ".1f")),
-        ("speedup", "speedup", ".2f"), ("efficiency", "efficiency", ".0%"),
+        ("speedup", "speedup", ".2f"), ("speedup_range", "[min-max]", fmt_range("speedup", ".2f")),
+        ("efficiency", "efficiency", ".0%"),
         ("step_ms", "step ms", ".2f"), ("fwd_bwd_ms", "fwd+bwd ms", ".2f"),
         ("allreduce_ms", "allreduce ms", ".2f"), ("optimizer_ms", "optim ms", ".2f"),
         ("broadcast_ms", "bcast ms", ".2f"), ("dispatch_ms", "(dispatch ms)", ".2f"),
@@ -170,9 +180,12 @@ def run(args) -> dict:
               "group.step calls; phase split = medians of phased steps (queues finished "
               "between phases)", columns, rows)
     base_desc = f"{base['label']} replica(s)"
-    result["notes"].append(f"speedup = samples/s / samples/s of {base_desc}; efficiency = "
-                           "speedup / (replicas / its replicas). dispatch = host enqueue time "
-                           "inside the phases (part of them, not added).")
+    result["notes"].append(f"speedup = median over runs of samples/s / samples/s of "
+                           f"{base_desc} in the run timed next to it (runs alternate between "
+                           "the configurations); efficiency = speedup / (replicas / its "
+                           "replicas). dispatch = host enqueue time inside the phases (part "
+                           "of them, not added). The phases are the unsharded end of a step "
+                           "(allreduce_grads, optimizer on replica 0, broadcast), timed apart.")
     if trace is not None:
         trace.write(args.trace)
         result["params"]["trace"] = args.trace
@@ -197,37 +210,56 @@ def _fwd_bwd(replica, x, y, weight, profiling):
     return t0, t1, time.perf_counter(), (m0, m1)
 
 
-def _measure(args, n, devs, label, steps, repeat, warmup, comm, world, trace) -> dict:
-    batch = _batch_sizes(args, n)
-    x, y = models.batch(args.model, batch, args.image_size, seed=comm.Get_rank() if comm else 0)
-    with ReplicaGroup(models.builder(args.model), devs, allreduce=args.allreduce,
-                      comm=comm, capture=getattr(args, "capture", False)) as group:
-        opt = pc.optim.SGD(group.parameters(), lr=models.LR)
-        queues = [r.queue for r in group.replicas]
+def _measure(args, plans, steps, repeat, warmup, comm, world, trace) -> list[dict]:
+    """Open every configuration's group at once, time their steps in alternation, then
+    time each one's phases."""
+    capture = getattr(args, "capture", False)
+    slowest = None
+    if comm is not None:
+        from mpi4py import MPI
 
-        def sync():
-            for q in queues:
-                q.finish()
-            if comm is not None:
-                comm.Barrier()
+        def slowest(t):
+            return comm.allreduce(t, op=MPI.MAX)
 
-        def run_steps():
-            for _ in range(steps):
-                group.step(x, y, tp.cross_entropy, opt)
+    with ExitStack() as stack:
+        runs, rows = [], []
+        for n, devs, label in plans:
+            batch = _batch_sizes(args, n)
+            x, y = models.batch(args.model, batch, args.image_size,
+                                seed=comm.Get_rank() if comm else 0)
+            group = stack.enter_context(ReplicaGroup(
+                models.builder(args.model), devs, allreduce=args.allreduce, comm=comm,
+                capture=capture))
+            opt = pc.optim.SGD(group.parameters(), lr=models.LR)
+            runs.append((_steps(group, opt, x, y, steps), _sync(group, comm)))
+            rows.append({"label": label, "replicas": n, "ranks": world, "batch": batch * world,
+                         "_run": (group, opt, x, y)})
+        stats = time_interleaved(runs, repeat, warmup, reduce_times=slowest)
+        for row, stat in zip(rows, stats):
+            group, opt, x, y = row.pop("_run")
+            put_rate(row, "samples_per_s", row["batch"] * steps, stat)
+            row["step_ms"] = stat["median"] / steps * 1e3
+            row["times"] = stat["times"]
+            row.update(_phased(group, opt, x, y, steps, trace, row["label"], comm))
+    return rows
 
-        slowest = None
+
+def _steps(group, opt, x, y, steps):
+    def run_steps():
+        for _ in range(steps):
+            group.step(x, y, tp.cross_entropy, opt)
+    return run_steps
+
+
+def _sync(group, comm):
+    queues = [r.queue for r in group.replicas]
+
+    def sync():
+        for q in queues:
+            q.finish()
         if comm is not None:
-            from mpi4py import MPI
-
-            def slowest(t):
-                return comm.allreduce(t, op=MPI.MAX)
-        stat = time_runs(run_steps, repeat, warmup, sync=sync, reduce_times=slowest)
-        row = {"label": label, "replicas": n, "ranks": world, "batch": batch * world}
-        put_rate(row, "samples_per_s", batch * world * steps, stat)
-        row["step_ms"] = stat["median"] / steps * 1e3
-        phases = _phased(group, opt, x, y, steps, trace, label, comm)
-        row.update(phases)
-    return row
+            comm.Barrier()
+    return sync
 
 
 def _phased(group, opt, x, y, steps, trace, label, comm) -> dict:
