@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from functools import partial
 
 import pyopencl as cl
 
@@ -26,6 +27,7 @@ class Recording:
         self.ops: list[tuple] = []          # ("kernel", own k, queue, gsize, lsize, args) | ...
         self.host_hooks: list = []          # callables re-run after every replay
         self.unsafe: str | None = None      # why this call cannot be replayed, if it cannot
+        self._calls: list | None = None     # the ops bound for replay (made by the first one)
         self.ref = weakref.ref(self)
         self._kept: dict[tuple, list] = {}  # (pool, size) -> buffers the step freed
         self._lock = threading.RLock()        # see MemoryPool._lock
@@ -51,19 +53,26 @@ class Recording:
 
     def replay(self) -> None:
         """Enqueue the recorded work again (no Python above the launches)."""
-        for op in self.ops:
-            kind = op[0]
-            if kind == "kernel":
-                _, kernel, queue, gsize, lsize, _args = op
-                cl.enqueue_nd_range_kernel(queue, kernel, gsize, lsize)   # arguments preset
-            elif kind == "copy":
-                _, queue, dst, src, kwargs = op
-                cl.enqueue_copy(queue, dst, src, **kwargs)
-            else:  # fill
-                _, queue, buf, pattern, offset, size = op
-                cl.enqueue_fill_buffer(queue, buf, pattern, offset, size)
+        calls = self._calls
+        if calls is None:
+            calls = self._calls = [_bind(op) for op in self.ops]
+        for call in calls:
+            call()
         for hook in self.host_hooks:
             hook()
+
+
+def _bind(op: tuple):
+    """A recorded op as one call with everything bound (the replay loop does nothing else)."""
+    kind = op[0]
+    if kind == "kernel":
+        _, kernel, queue, gsize, lsize, _args = op
+        return partial(cl.enqueue_nd_range_kernel, queue, kernel, gsize, lsize)  # args preset
+    if kind == "copy":
+        _, queue, dst, src, kwargs = op
+        return partial(cl.enqueue_copy, queue, dst, src, **kwargs)
+    _, queue, buf, pattern, offset, size = op       # fill
+    return partial(cl.enqueue_fill_buffer, queue, buf, pattern, offset, size)
 
 
 def current() -> Recording | None:

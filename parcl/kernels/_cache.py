@@ -96,6 +96,8 @@ class _RecordedKernel:
         own.set_scalar_arg_dtypes(_scalar_dtypes(own))
         own.set_args(*args)
         recorder.kernel(own, queue, gsize, lsize, args, wait_for)
+        if kwargs:
+            recorder.unsafe(f"a launch with {sorted(kwargs)}, which a replay does not repeat")
         return event
 
     def __getattr__(self, attr):
