@@ -104,10 +104,13 @@ def test_kernels_smoke(tmp_path, capsys):
     assert {r["pass"] for r in _rows(result, "conv")} == {"forward", "backward"}
     assert all(r["us"] > 0 for r in _rows(result, "launch"))
     ovh = _rows(result, "overhead")
-    assert {r["mode"] for r in ovh} == {"eager", "capture (replay)"}
+    assert {r["mode"] for r in ovh} == {"eager", "capture (replay)", "floor: bare enqueues"}
+    floors = {r["device"]: r["host_us"] for r in ovh if r["mode"].startswith("floor")}
     for r in ovh:
         assert r["ops"] == 2 * 3 + 1 and r["kernels"] >= r["ops"]    # 3 mul-adds + sum
         assert r["us_per_op"] == pytest.approx(r["host_us"] / r["ops"])
+        assert r["above_floor_us_per_op"] == pytest.approx(
+            (r["host_us"] - floors[r["device"]]) / r["ops"])
         assert r["ops_per_s"] > 0 and r["step_us"] > 0
 
 
