@@ -93,6 +93,59 @@ def test_fused_batch_norm_add_relu_passes_gradcheck(queue):
     assert tp.gradcheck(fn, [x, r, w, b])
 
 
+def _downsample_block(queue, overwrite, seed=0):
+    """relu(bn(x) + bn_ds(r)), the residual a BatchNorm output (as a downsample's)."""
+    x, r, w, b = _bn_inputs(queue, seed)
+    with tp.Tape() as tape:
+        ds = tp.batch_norm(r, w, None, None, None, True)
+        y = tp.batch_norm(x, w, b, None, None, True, residual=ds, relu=True,
+                          overwrite_residual=overwrite)
+        loss = tp.sum(y * y)
+    return tape, loss, y, ds, (x, r, w, b)
+
+
+def test_overwritten_residual_gives_the_same_values_and_gradients(queue):
+    results = []
+    for overwrite in (False, True):
+        tape, loss, y, ds, leaves = _downsample_block(queue, overwrite)
+        assert (ds.value.data == y.value.data) == overwrite      # y lives in ds's buffer
+        tape.backward(loss)
+        results.append([y.to_host()] + [t.grad.to_host() for t in leaves])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_overwritten_residual_passes_gradcheck(queue):
+    x, r, w, b = _bn_inputs(queue, seed=4)
+
+    def fn(x, r, w, b):
+        ds = tp.batch_norm(r, None, b, None, None, True)
+        return tp.batch_norm(x, w, b, None, None, True, residual=ds, relu=True,
+                             overwrite_residual=True)
+
+    assert tp.gradcheck(fn, [x, r, w, b])
+
+
+def test_overwritten_residual_keeps_one_activation_less(queue):
+    def held(overwrite):
+        queue.finish()
+        base = pc.memory_stats(queue)["bytes_in_use"]
+        tape, loss, y, ds, leaves = _downsample_block(queue, overwrite, seed=5)
+        used = pc.memory_stats(queue)["bytes_in_use"] - base
+        tape.release()
+        del tape, loss, y, ds, leaves
+        return used
+
+    held(True)
+    assert held(False) - held(True) == pc.pool.bin_size(3 * 2 * 4 * 4 * 4)
+
+
+def test_overwriting_a_leaf_residual_is_refused(queue):
+    x, r, w, b = _bn_inputs(queue)
+    with pytest.raises(pc.ParclError, match="leaf"):
+        tp.batch_norm(x, w, b, None, None, True, residual=r, overwrite_residual=True)
+
+
 def test_fused_residual_shape_mismatch_is_a_shape_error(queue):
     x, r, w, b = _bn_inputs(queue)
     with pytest.raises(pc.ShapeError, match="residual"):

@@ -295,6 +295,48 @@ def test_batch_norm_train_and_eval(queue, rng, shape):
     close(rm.to_host(), wrm)                                  # eval leaves running stats alone
 
 
+@pytest.mark.parametrize("shape", [(4, 3, 5, 5), (16, 5), (1, 3, 8, 8)])
+@pytest.mark.parametrize("relu", [False, True])
+def test_batch_norm_residual_epilogue(queue, rng, shape, relu):
+    """bn(x) + r (then ReLU) in the apply pass, into a new tensor or over r itself: the same
+    bits as bn(x) followed by the add and the ReLU kernels, and NaN in r stays NaN."""
+    from parcl.kernels import elementwise as ew
+    c = shape[1]
+    x = rng.standard_normal(shape).astype(np.float32)
+    r = rng.standard_normal(shape).astype(np.float32)
+    r.flat[0] = np.nan
+    w, b = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    want, _, _ = bnk.batch_norm_forward(up(queue, x), up(queue, w), up(queue, b), None, None,
+                                        True)
+    ew.axpy(want, up(queue, r), 1.0)
+    if relu:
+        ew.unary("relu", want, out=want)
+    want = want.to_host()
+    wy = ref.batch_norm_train(x, w, b, np.zeros(c), np.ones(c), 0.1)[0] + r
+    close(want, np.maximum(wy, 0) if relu else wy)
+    assert np.isnan(want.flat[0])
+    rt = up(queue, r)
+    y, _, _ = bnk.batch_norm_forward(up(queue, x), up(queue, w), up(queue, b), None, None, True,
+                                     residual=rt, relu=relu)
+    np.testing.assert_array_equal(y.to_host(), want)
+    np.testing.assert_array_equal(rt.to_host(), r)                # r itself untouched
+    y, _, _ = bnk.batch_norm_forward(up(queue, x), up(queue, w), up(queue, b), None, None, True,
+                                     residual=rt, relu=relu, overwrite_residual=True)
+    assert y is rt
+    np.testing.assert_array_equal(rt.to_host(), want)
+
+
+def test_batch_norm_residual_errors(queue):
+    x, r = up(queue, np.ones((2, 3, 4, 4))), up(queue, np.ones((2, 3, 4, 4)))
+    with pytest.raises(pc.ShapeError, match="residual"):
+        bnk.batch_norm_forward(x, None, None, None, None, True, residual=r.reshape(2, 3, 16))
+    with pytest.raises(pc.ShapeError, match="backward reads the input"):
+        bnk.batch_norm_forward(x, None, None, None, None, True, residual=x,
+                               overwrite_residual=True)
+    with pytest.raises(pc.ShapeError, match="needs a residual"):
+        bnk.batch_norm_forward(x, None, None, None, None, True, overwrite_residual=True)
+
+
 @pytest.mark.parametrize("gpu", [False, True])
 @pytest.mark.parametrize("shape", [(3, 4, 5, 2), (7, 3), (2, 5, 8), (3, 2, 33), (4, 3, 26, 26),
                                    (1, 1, 257)])

@@ -148,12 +148,15 @@ class BatchNorm2d(Module):
         self.register_buffer("running_mean", Tensor.zeros(queue, (c,)))
         self.register_buffer("running_var", Tensor.full(queue, (c,), 1.0))
 
-    def forward(self, x, *, residual=None, relu: bool = False):
-        """``bn(x)``; ``residual``/``relu`` fuse ``relu(bn(x) + residual)`` into one op."""
+    def forward(self, x, *, residual=None, relu: bool = False,
+                overwrite_residual: bool = False):
+        """``bn(x)``; ``residual``/``relu`` fuse ``relu(bn(x) + residual)`` into one op, written
+        over the residual with ``overwrite_residual`` (see ``tp.batch_norm``)."""
         _check_features(self, x, 1, self.num_features, (4,))
         return ops.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,
                               training=self.training, momentum=self.momentum, eps=self.eps,
-                              residual=residual, relu=relu)
+                              residual=residual, relu=relu,
+                              overwrite_residual=overwrite_residual)
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"

@@ -59,8 +59,10 @@ class BasicBlock(Module):
     def forward(self, x):
         out = self.relu(self.bn1(self.conv1(x)))
         identity = x if self.downsample is None else self.downsample(x)
-        # relu(bn2(conv2(out)) + identity) as one fused op: bn2's output is never kept
-        return self.bn2(self.conv2(out), residual=identity, relu=True)
+        # relu(bn2(conv2(out)) + identity) as one fused op: bn2's output is never kept, and a
+        # downsample's output (read by nothing else) is overwritten by the result
+        return self.bn2(self.conv2(out), residual=identity, relu=True,
+                        overwrite_residual=self.downsample is not None)
 
 
 class ResNet(Module):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 
 from ... import recorder
-from ...errors import DTypeError, ShapeError
+from ...errors import DTypeError, ParclError, ShapeError
 from ...kernels import batchnorm as bnk
 from ...kernels import conv as convk
 from ...kernels import elementwise as ew
@@ -197,20 +197,20 @@ class BatchNorm(Function):
     def forward(self, x: Tensor, weight: Tensor | None, bias: Tensor | None,
                 residual: Tensor | None = None, running_mean: Tensor | None = None,
                 running_var: Tensor | None = None, training: bool = True,
-                momentum: float = 0.1, eps: float = 1e-5, relu: bool = False):
+                momentum: float = 0.1, eps: float = 1e-5, relu: bool = False,
+                overwrite_residual: bool = False):
         check_same_queue("batch_norm", *[t for t in (x, weight, bias, residual, running_mean,
                                                      running_var) if t is not None])
         if residual is not None and tuple(residual.shape) != tuple(x.shape):
             raise ShapeError(f"batch_norm: residual of shape {residual.shape} does not match "
                              f"the input {x.shape}")
+        # The fused epilogue, relu(bn(x) + residual) in one pass: the normalised value itself
+        # never becomes a graph node, so it is not kept alive for backward (one activation
+        # less per residual block), and with overwrite_residual not even a new buffer.
         y, mean, invstd = bnk.batch_norm_forward(x, weight, bias, running_mean, running_var,
-                                                 training, momentum, eps)
-        # The fused epilogue: the normalised value itself never becomes a graph node, so it
-        # is not kept alive for backward (one activation less per residual block).
-        if residual is not None:
-            ew.axpy(y, residual, 1.0)
-        if relu:
-            ew.unary("relu", y, out=y)
+                                                 training, momentum, eps, residual=residual,
+                                                 relu=relu,
+                                                 overwrite_residual=overwrite_residual)
         if self.recording:
             batch_stats = mean is not running_mean
             # Evaluation normalises with the running mean itself: keep a copy, a later
@@ -232,7 +232,7 @@ class BatchNorm(Function):
 
 def batch_norm(x, weight, bias, running_mean, running_var, training: bool,
                momentum: float = 0.1, eps: float = 1e-5, *, residual=None, relu: bool = False,
-               tape=None):
+               overwrite_residual: bool = False, tape=None):
     """Batch normalisation over the channels (axis 1) of an (N, C) or (N, C, H, W) input.
 
     Training: normalises with the batch mean and biased variance, and updates
@@ -241,16 +241,26 @@ def batch_norm(x, weight, bias, running_mean, running_var, training: bool,
     Evaluation: normalises with the running statistics. ``weight``/``bias`` may be None.
     Fused epilogue (ResNet's ``relu(bn(x) + identity)``): ``residual`` is added to the output
     and ``relu=True`` applies a ReLU, in one op whose intermediate values are not kept for
-    backward.
+    backward. ``overwrite_residual=True`` writes the result over the residual's buffer (as
+    torchvision's ``out += identity``): one activation less, but only correct when nothing
+    else reads the residual afterwards, such as a downsample BatchNorm's output (BatchNorm's
+    backward needs its input, not its output). A leaf that requires grad cannot be
+    overwritten.
 
     >>> tp.batch_norm(x, gamma, beta, rm, rv, training=True).shape      # x (2, 3, 8, 8)
     (2, 3, 8, 8)
     """
+    if overwrite_residual and isinstance(residual, Node) and residual.requires_grad \
+            and residual.grad_fn is None:
+        raise ParclError("batch_norm(overwrite_residual=True) on a leaf residual that requires "
+                         "grad: its value is what its gradient is taken with respect to; use "
+                         "overwrite_residual=False")
     rm = running_mean.value if isinstance(running_mean, Node) else running_mean
     rv = running_var.value if isinstance(running_var, Node) else running_var
     return BatchNorm.apply(x, weight, bias, residual, tape=tape, running_mean=rm,
                            running_var=rv, training=bool(training), momentum=float(momentum),
-                           eps=float(eps), relu=bool(relu))
+                           eps=float(eps), relu=bool(relu),
+                           overwrite_residual=bool(overwrite_residual))
 
 
 # -- dropout ---------------------------------------------------------------------------------
