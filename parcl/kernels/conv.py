@@ -302,6 +302,9 @@ def conv2d_forward(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride
         cols = im2col(x, n0, nb, kh, kw, stride, padding, (oh, ow))
         y = gemm(w2, cols)                               # (cout, nb*P)
         swap01(y, 0, out, n0 * cout * p, cout, nb, p, bias, relu)
+        # back to the pool before the next chunk allocates its own (the in-order queue runs
+        # whatever reuses them after this chunk's kernels)
+        del cols, y
     return out
 
 
