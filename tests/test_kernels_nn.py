@@ -169,7 +169,8 @@ def test_max_pool_specialised_windows_nan_inf_ties(queue, rng, xs, k, s, p):
 
 @pytest.mark.parametrize("xs, k, s, p, dtype", [((1, 2, 18, 20), 16, 2, 8, np.uint8),
                                                 ((1, 2, 19, 18), (17, 16), 1, (8, 0), np.int32),
-                                                ((2, 1, 40, 9), (20, 13), (3, 1), 6, np.int32)])
+                                                ((2, 1, 40, 9), (20, 13), (3, 1), 6, np.int32),
+                                                ((1, 2, 35, 41), (17, 20), None, 0, np.int32)])
 def test_max_pool_window_index_types(queue, rng, xs, k, s, p, dtype):
     """Indices are positions within the window: one byte up to 256 elements (16x16 is the
     largest square), an int beyond, with padding, overlaps, NaN and -inf as above."""
@@ -378,10 +379,12 @@ def test_gpu_grids_give_the_same_results(queue, rng, monkeypatch):
                                       need_bias=True)
         mp, idx = poolk.max_pool2d_forward(up(queue, x), 3, 2, 1)
         mpg = poolk.max_pool2d_backward(mp, idx, x.shape, 3, 2, 1)
+        tiled, tidx = poolk.max_pool2d_forward(up(queue, x), 2)      # tiling windows, tails
+        tiled_g = poolk.max_pool2d_backward(tiled, tidx, x.shape, 2)
         ap = poolk.adaptive_avg_pool2d_forward(up(queue, x), (2, 4))
         bn = bnk.batch_norm_forward(up(queue, x), None, None, None, None, True)[0]
         ce = smk.cross_entropy_forward(up(queue, logits), up(queue, labels, np.int64))[0]
-        return [t.to_host() for t in (y, *grads, mp, mpg, ap, bn, ce)]
+        return [t.to_host() for t in (y, *grads, mp, mpg, tiled, tiled_g, ap, bn, ce)]
 
     cpu = run()
     for mod in (convk, bnk, smk):
