@@ -5,9 +5,9 @@ input element sums, in a fixed order, the gradients of the windows that contain 
 pooling only windows whose saved argmax is that element), so there are no atomics and results
 are bit-reproducible; max pooling with windows that tile the input (stride = size, no padding)
 walks each window once instead. Max pooling saves each argmax as its position within the
-window, one byte for windows of up to 256 elements. The fixed-window kernels are built once per window (size, stride and
-padding as ``-D`` constants): loops of constant trip count with masked borders run ~5-10x
-faster on CPU devices than loops with run-time bounds.
+window, one byte for windows of up to 256 elements. The fixed-window kernels are built once
+per window (size, stride and padding as ``-D`` constants): loops of constant trip count with
+masked borders run ~5-10x faster on CPU devices than loops with run-time bounds.
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import pool
