@@ -147,15 +147,16 @@ class Optimizer:
         flat_staged = [(b, opts, self._flat_state(b, opts)) for b, opts in fused]
         return _Plan(staged, flat_staged)
 
-    def _launch(self, plan: _Plan, shards=None) -> None:
-        """Enqueue the updates of a prepared step. ``shards(bucket)`` may split each flat
-        bucket's update over several queues (``[(queue, offset, count), ...]``)."""
+    def _launch(self, plan: _Plan, split=None) -> None:
+        """Enqueue the updates of a prepared step. ``split(bucket)`` may turn each flat
+        bucket's update into the whole end of a data-parallel step, shared by several queues
+        (a ``parcl.kernels.optim.Split``)."""
         for p, opts, fresh in plan.single:
             state = self.state.setdefault(p, {})
             state.update(fresh)
             self._update(p, p.grad, state, opts, fresh)
         for b, opts, (state, fresh) in plan.flat:
-            flat = _FlatParam(b.value, shards(b) if shards is not None else None)
+            flat = _FlatParam(b.value, split(b) if split is not None else None)
             self._update(flat, b.grad, state, opts, fresh)
             if self.has_step:
                 for p in b.params:
@@ -413,12 +414,12 @@ class SGD(Optimizer):
 
     def _update(self, p, grad, state, opts, fresh):
         if opts["momentum"] == 0:
-            K.sgd_(p.value, grad, opts["lr"], opts["weight_decay"], shards=_shards(p))
+            K.sgd_(p.value, grad, opts["lr"], opts["weight_decay"], split=_split(p))
             return
         buf = state.get("momentum_buffer")
         K.sgd_momentum_(p.value, grad, buf, opts["lr"], opts["weight_decay"],
                         opts["momentum"], opts["nesterov"], "momentum_buffer" in fresh,
-                        shards=_shards(p))
+                        split=_split(p))
 
     def _allocate(self, p, state, opts):
         if opts["momentum"] != 0 and state.get("momentum_buffer") is None:
@@ -454,7 +455,7 @@ class Adam(Optimizer):
         K.adam_(p.value, grad, state["exp_avg"], state["exp_avg_sq"], lr=opts["lr"],
                 beta1=opts["betas"][0], beta2=opts["betas"][1], eps=opts["eps"], step=step,
                 weight_decay=0.0 if self.decoupled else wd,
-                decoupled_weight_decay=wd if self.decoupled else 0.0, shards=_shards(p))
+                decoupled_weight_decay=wd if self.decoupled else 0.0, split=_split(p))
         state["step"] = step
 
 
@@ -486,15 +487,15 @@ class _Plan:
 
 class _FlatParam:
     """A whole flat parameter bucket, shaped like one parameter for ``_update``/``_allocate``;
-    ``shards`` splits its update over queues."""
+    ``split`` shares its update among replicas' queues."""
 
-    __slots__ = ("value", "shape", "shards")
+    __slots__ = ("value", "shape", "split")
 
-    def __init__(self, value: Tensor, shards=None):
+    def __init__(self, value: Tensor, split=None):
         self.value = value
         self.shape = value.shape
-        self.shards = shards
+        self.split = split
 
 
-def _shards(p) -> list | None:
-    return p.shards if isinstance(p, _FlatParam) else None
+def _split(p):
+    return p.split if isinstance(p, _FlatParam) else None

@@ -25,11 +25,11 @@ import pyopencl as cl
 
 from . import runtime
 from .allreduce import ALGORITHMS, GradBuckets, allreduce_scaled
-from .allreduce._common import chunk_bounds, copy_range
+from .allreduce._common import chunk_bounds
 from .allreduce.buckets import ParamBuckets, alignment_elems, plan_buckets
 from .allreduce.mpi import hierarchical
 from .errors import ParclError, ReplicaError, ShapeError
-from .kernels.reduce import MAX_K, reduce_into
+from .kernels.optim import MAX_REPLICAS, Split
 from .optim import Optimizer
 from .tape import Node, Tape, mode, tensor
 from .tape.capture import capture
@@ -371,7 +371,9 @@ class ReplicaGroup:
         """Whether a prepared step covers exactly replica 0's flat buckets, one kernel each,
         on one process with the default allreduce."""
         k = len(self.replicas)
-        if self.comm is not None or self.allreduce_algorithm != "auto" or not 2 <= k <= MAX_K:
+        if self.comm is not None or self.allreduce_algorithm != "auto":
+            return False
+        if not 2 <= k <= MAX_REPLICAS:
             return False
         if plan.single:
             return False
@@ -380,40 +382,33 @@ class ReplicaGroup:
             self._buckets[0].flats)
 
     def _sharded_update(self, optimizer, plan) -> None:
-        """Replica r's queue takes chunk r of every bucket through the whole end of the step:
-        it sums that chunk of every replica's gradients into replica 0's (in replica order),
-        steps replica 0's parameters and optimizer state there, copies the new values into
-        every other replica and zeroes the chunk's gradients. The replicas share that work
-        instead of replica 0 stepping everything while the others wait; every element gets
-        exactly the arithmetic of the unsharded step (same sums, same kernel), so results
-        are bit-identical to it."""
+        """Replica r's queue takes chunk r of every bucket through the whole end of the step,
+        in one kernel: it sums that chunk of every replica's gradients (in replica order),
+        zeroes them, steps replica 0's parameters and optimizer state there and writes the new
+        values into every other replica. The replicas share that work instead of replica 0
+        stepping everything while the others wait, and each element is read and written once;
+        it gets exactly the arithmetic of the unsharded step (same sums, same update), so
+        results are bit-identical to it."""
         queues = [r.queue for r in self.replicas]
         k = len(queues)
         # Every replica's backward, and any optimizer state just allocated on replica 0,
         # comes before the chunks are touched.
         ready = [cl.enqueue_marker(q) for q in queues]
-        grads = [[bk.flats[b] for bk in self._buckets] for b in range(len(self._buckets[0].flats))]
-        params = [[pf.flats[b] for pf in self._param_flats] for b in range(len(grads))]
-        for b, gs in enumerate(grads):
-            bufs = [g.data for g in gs]
-            for r, (off, cnt) in enumerate(chunk_bounds(gs[0].size, k)):
-                wait = [e for i, e in enumerate(ready) if i != r] if b == 0 else None
-                reduce_into(queues[r], bufs[0], bufs, off, cnt, 1.0, wait_for=wait)
-        optimizer._launch(plan, shards=lambda bucket: [
-            (q, off, cnt) for q, (off, cnt) in zip(queues, chunk_bounds(bucket.value.size, k))])
-        zero = np.float32(0)
-        for gs, ps in zip(grads, params):
-            for r, (off, cnt) in enumerate(chunk_bounds(gs[0].size, k)):
-                if cnt == 0:
-                    continue
-                q = queues[r]
-                for p in ps[1:]:
-                    copy_range(q, p, ps[0], off, cnt, None)
-                for g in gs:
-                    cl.enqueue_fill_buffer(q, g.data, zero, off * 4, cnt * 4)
+        for r, q in enumerate(queues):
+            cl.enqueue_barrier(q, wait_for=[e for i, e in enumerate(ready) if i != r])
+        where = {id(b): i for i, b in enumerate(self._buckets[0].flats)}
+
+        def split(bucket) -> Split:
+            b = where[id(bucket.grad)]
+            shards = [(q, off, cnt) for q, (off, cnt) in
+                      zip(queues, chunk_bounds(bucket.value.size, k))]
+            return Split([pf.flats[b] for pf in self._param_flats],
+                         [bk.flats[b] for bk in self._buckets], shards)
+
+        optimizer._launch(plan, split=split)
         for r, q in enumerate(queues[1:], start=1):      # buffers: BatchNorm statistics
             for s, d in zip(self._buffers[0], self._buffers[r]):
-                cl.enqueue_copy(q, d.data, s.data, byte_count=s.nbytes, wait_for=[ready[0]])
+                cl.enqueue_copy(q, d.data, s.data, byte_count=s.nbytes)
         # Nothing of the next step may start on a queue before every chunk is done.
         done = [cl.enqueue_marker(q) for q in queues]
         for r, q in enumerate(queues):

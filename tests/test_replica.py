@@ -322,7 +322,7 @@ def test_fused_bucket_optimizer_step_equals_the_per_parameter_step(devices2, mak
             for s in range(3):
                 with trace_launches() as launches:
                     group.step(*batch(8, seed=s), tp.cross_entropy, opt)
-            updates = [(name, q) for name, q, _ in launches if name in ("adam", "sgd_momentum")]
+            updates = [(name, q) for name, q, _ in launches if _is_update(name)]
             params = [p.value.to_host() for p in group.parameters()]
             state = opt.state_dict()["state"]
         return updates, params, state
@@ -338,7 +338,16 @@ def test_fused_bucket_optimizer_step_equals_the_per_parameter_step(devices2, mak
             assert np.array_equal(np.asarray(fused_state[i][k]), np.asarray(v))
 
 
-@pytest.mark.parametrize("make_opt", [sgd, adamw], ids=["sgd-momentum", "adamw"])
+def _is_update(kernel_name: str) -> bool:
+    return kernel_name.split("_x")[0] in ("adam", "sgd_momentum", "sgd")
+
+
+def plain_sgd(params):
+    return pc.optim.SGD(params, lr=0.1, weight_decay=0.01)
+
+
+@pytest.mark.parametrize("make_opt", [plain_sgd, sgd, adamw],
+                         ids=["sgd", "sgd-momentum", "adamw"])
 @pytest.mark.parametrize("k", [2, 3])
 def test_the_sharded_step_equals_replica_0_stepping_everything(devices2, make_opt, k):
     """The default step shares the reduce, optimizer update, broadcast and zeroing among the
@@ -356,15 +365,19 @@ def test_the_sharded_step_equals_replica_0_stepping_everything(devices2, make_op
             for s in range(3):
                 with trace_launches() as launches:
                     group.step(*batch(9, seed=s), tp.cross_entropy, opt)
-            queues = {q for name, q, _ in launches if name in ("adam", "sgd_momentum")}
+            queues = {q for name, q, _ in launches if _is_update(name)}
+            kernels = {name for name, _, _ in launches}
             replicas = [[p.value.to_host() for p in r.model.parameters()]
                         for r in group.replicas]
             grads = [p.grad.to_host() for r in group.replicas for p in r.model.parameters()]
-            return len(queues), replicas, grads, opt.state_dict()["state"]
+            return len(queues), kernels, replicas, grads, opt.state_dict()["state"]
 
-    n_sharded, sharded, grads, sharded_state = run("auto")
-    n_plain, plain, _, plain_state = run("shared")
+    n_sharded, kernels, sharded, grads, sharded_state = run("auto")
+    n_plain, _, plain, _, plain_state = run("shared")
     assert n_sharded == k and n_plain == 1
+    # one kernel per queue and bucket does the whole end of the step: no reduce, no copies
+    assert not any(name.startswith("reduce") for name in kernels)
+    assert all(name.endswith(f"_x{k}") for name in kernels if _is_update(name))
     for copy in sharded:
         assert all(np.array_equal(a, b) for a, b in zip(copy, plain[0]))
     assert all(not g.any() for g in grads)

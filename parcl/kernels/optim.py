@@ -1,4 +1,4 @@
-"""Fused optimizer updates: one kernel launch per parameter per step.
+"""Fused optimizer updates: one kernel launch per parameter (or flat bucket) per step.
 
 Each kernel reads the gradient once and writes the parameter (and its state) once. Everything
 that depends only on the step count (bias corrections, step sizes) is computed on the host and
@@ -16,54 +16,80 @@ from ..errors import DTypeError, ShapeError
 from ..tensor import FLOAT, Tensor, check_same_context, foreign_use, foreign_wait
 from ._cache import get_kernel, round_up
 
-__all__ = ["adam_", "sgd_", "sgd_momentum_"]
+__all__ = ["Split", "adam_", "sgd_", "sgd_momentum_"]
 
-SOURCE = r"""//CL//
-// p -= lr * (g + wd * p)
-__kernel void sgd(__global float *p, __global const float *g,
-                  const float lr, const float wd, const int n)
-{
-    const int i = get_global_id(0);
-    if (i >= n) return;
+# Each update: (state pointers, scalar parameters, body). The body reads the summed gradient
+# as G and the parameter as p[i], writes its state, and leaves the new parameter in ``out``.
+_UPDATES = {
+    # p -= lr * (g + wd * p)
+    "sgd": ("", "const float lr, const float wd", """
     const float w = p[i];
-    p[i] = w - lr * (g[i] + wd * w);
-}
-
-// g' = g + wd*p; b = first ? g' : mu*b + g'; p -= lr * (nesterov ? g' + mu*b : b)
-__kernel void sgd_momentum(__global float *p, __global const float *g, __global float *buf,
-                           const float lr, const float wd, const float mu,
-                           const int first, const int nesterov, const int n)
-{
-    const int i = get_global_id(0);
-    if (i >= n) return;
+    const float out = w - lr * (G + wd * w);"""),
+    # g' = g + wd*p; b = first ? g' : mu*b + g'; p -= lr * (nesterov ? g' + mu*b : b)
+    "sgd_momentum": ("__global float *buf,", """const float lr, const float wd, const float mu,
+    const int first, const int nesterov""", """
     const float w = p[i];
-    const float d = g[i] + wd * w;
+    const float d = G + wd * w;
     const float b = first ? d : mu * buf[i] + d;
     buf[i] = b;
-    p[i] = w - lr * (nesterov ? d + mu * b : b);
-}
-
-// p *= decay (AdamW's decoupled decay; 1 for Adam); g' = g + wd*p (Adam's L2; 0 for AdamW)
-// m = b1*m + (1-b1)*g'; v = b2*v + (1-b2)*g'^2
-// p -= step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps), step_size = lr / (1 - b1^t),
-// inv_sqrt_bc2 = 1 / sqrt(1 - b2^t): that is lr * m_hat / (sqrt(v_hat) + eps).
-__kernel void adam(__global float *p, __global const float *g,
-                   __global float *m, __global float *v,
-                   const float decay, const float wd, const float b1, const float b2,
-                   const float step_size, const float inv_sqrt_bc2, const float eps,
-                   const int n)
-{
-    const int i = get_global_id(0);
-    if (i >= n) return;
+    const float out = w - lr * (nesterov ? d + mu * b : b);"""),
+    # p *= decay (AdamW's decoupled decay; 1 for Adam); g' = g + wd*p (Adam's L2; 0 for AdamW)
+    # m = b1*m + (1-b1)*g'; v = b2*v + (1-b2)*g'^2
+    # p -= step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps), step_size = lr / (1 - b1^t),
+    # inv_sqrt_bc2 = 1 / sqrt(1 - b2^t): that is lr * m_hat / (sqrt(v_hat) + eps).
+    "adam": ("__global float *m, __global float *v,", """const float decay, const float wd,
+    const float b1, const float b2, const float step_size, const float inv_sqrt_bc2,
+    const float eps""", """
     const float w = p[i] * decay;
-    const float d = g[i] + wd * w;
+    const float d = G + wd * w;
     const float mi = b1 * m[i] + (1.0f - b1) * d;
     const float vi = b2 * v[i] + (1.0f - b2) * (d * d);
     m[i] = mi;
     v[i] = vi;
-    p[i] = w - step_size * mi / (sqrt(vi) * inv_sqrt_bc2 + eps);
+    const float out = w - step_size * mi / (sqrt(vi) * inv_sqrt_bc2 + eps);"""),
 }
-"""
+MAX_REPLICAS = 8     # the widest replicated variant (ReplicaGroup's sharded step)
+
+
+def _source() -> str:
+    """Per update: ``name`` steps one parameter with its gradient; ``name_xK`` is the whole
+    end of a data-parallel step for one element range: it sums the K replicas' gradients in
+    replica order (exactly as ``parcl.kernels.reduce`` does), zeroes them, updates replica 0's
+    parameter and state, and writes the new value into the other K-1 replicas' parameters."""
+    out = ["//CL//"]
+    for name, (state, scalars, body) in _UPDATES.items():
+        out.append(f"""
+__kernel void {name}(__global float *p, __global const float *g, {state}
+                     {scalars}, const int n)
+{{
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    const float G = g[i];{body}
+    p[i] = out;
+}}""")
+        for k in range(2, MAX_REPLICAS + 1):
+            copies = "".join(f"__global float *p{r}, " for r in range(1, k))
+            grads = ", ".join(f"__global float *g{r}" for r in range(k))
+            total = "g0[i]"
+            for r in range(1, k):
+                total = f"({total} + g{r}[i])"
+            zero = " ".join(f"g{r}[i] = 0.0f;" for r in range(k))
+            store = " ".join(f"p{r}[i] = out;" for r in range(1, k))
+            out.append(f"""
+__kernel void {name}_x{k}(__global float *p, {copies}{grads}, {state}
+                          {scalars}, const int n)
+{{
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    const float G = {total};
+    {zero}{body}
+    p[i] = out;
+    {store}
+}}""")
+    return "\n".join(out) + "\n"
+
+
+SOURCE = _source()
 
 _LOCAL = 64
 
@@ -79,49 +105,74 @@ def _check(op: str, param: Tensor, *others: Tensor) -> None:
 
 
 def _launch(name: str, param: Tensor, grad: Tensor, state: tuple[Tensor, ...], scalars,
-            shards=None) -> Tensor:
+            split=None) -> Tensor:
     """Enqueue ``name`` on the parameter's queue; the gradient may live on another queue of the
     same context (ordered with a marker), the state lives on the parameter's.
 
-    ``shards``, a list of ``(queue, offset, count)``, splits the update instead: each queue
-    updates its own range of elements (the same kernel over a global offset, so each element
-    gets exactly the arithmetic of the unsplit launch). Ordering the queues around it is the
-    caller's job (``ReplicaGroup``'s sharded step)."""
-    args = [param.data, grad.data, *(s.data for s in state), *scalars]
-    if shards is not None:
-        for q, off, cnt in shards:
+    ``split`` (a ``Split``) runs the replicated variant instead: the end of a data-parallel
+    step, each of its queues taking its own element range (the same kernel over a global
+    offset, so each element gets exactly the arithmetic of one unsplit launch). Ordering the
+    queues around it is the caller's job (``ReplicaGroup``'s sharded step)."""
+    if split is not None:
+        k = len(split.values)
+        if not 2 <= k <= MAX_REPLICAS:
+            raise ShapeError(f"{name}: a split step takes 2..{MAX_REPLICAS} replicas, got {k}")
+        args = [*(v.data for v in split.values), *(g.data for g in split.grads),
+                *(s.data for s in state), *scalars]
+        for q, off, cnt in split.shards:
             if cnt > 0:
-                get_kernel(q, SOURCE, name)(q, (round_up(cnt, _LOCAL),), None, *args,
-                                            np.int32(off + cnt), global_offset=(off,))
+                get_kernel(q, SOURCE, f"{name}_x{k}")(
+                    q, (round_up(cnt, _LOCAL),), None, *args, np.int32(off + cnt),
+                    global_offset=(off,))
         return param
     q = param.queue
     kernel = get_kernel(q, SOURCE, name)
     n = param.size
     wait = foreign_wait(grad, q)
-    event = kernel(q, (round_up(n, _LOCAL),), None, *args, np.int32(n), wait_for=wait)
+    args = [param.data, grad.data, *(s.data for s in state), *scalars, np.int32(n)]
+    event = kernel(q, (round_up(n, _LOCAL),), None, *args, wait_for=wait)
     foreign_use(grad, event)
     return param
 
 
+class Split:
+    """The end of a data-parallel step for one flat bucket: every replica's parameter values
+    and gradients (replica 0's first: its values and the state are the ones stepped) and
+    ``shards``, ``(queue, offset, count)`` per queue."""
+
+    __slots__ = ("values", "grads", "shards")
+
+    def __init__(self, values: list[Tensor], grads: list[Tensor], shards: list[tuple]):
+        if len(values) != len(grads):
+            raise ShapeError(f"Split: {len(values)} parameter buffers but {len(grads)} "
+                             "gradient buffers")
+        for t in (*values, *grads):
+            if t.size != values[0].size or t.dtype != FLOAT:
+                raise ShapeError(f"Split: every buffer must hold {values[0].size} float32 "
+                                 f"elements, got {t.size} ({t.dtype})")
+        self.values, self.grads, self.shards = values, grads, shards
+
+
 def sgd_(param: Tensor, grad: Tensor, lr: float, weight_decay: float = 0.0, *,
-         shards=None) -> Tensor:
+         split: Split | None = None) -> Tensor:
     """``param -= lr * (grad + weight_decay * param)`` in place (SGD without momentum)."""
     _check("sgd", param, grad)
-    return _launch("sgd", param, grad, (), (np.float32(lr), np.float32(weight_decay)), shards)
+    return _launch("sgd", param, grad, (), (np.float32(lr), np.float32(weight_decay)), split)
 
 
 def sgd_momentum_(param: Tensor, grad: Tensor, buf: Tensor, lr: float, weight_decay: float,
-                  momentum: float, nesterov: bool, first: bool, *, shards=None) -> Tensor:
+                  momentum: float, nesterov: bool, first: bool, *,
+                  split: Split | None = None) -> Tensor:
     """SGD with momentum (dampening 0), PyTorch's formula; ``first`` sets ``buf = grad``."""
     _check("sgd_momentum", param, grad, buf)
     return _launch("sgd_momentum", param, grad, (buf,),
                    (np.float32(lr), np.float32(weight_decay), np.float32(momentum),
-                    np.int32(bool(first)), np.int32(bool(nesterov))), shards)
+                    np.int32(bool(first)), np.int32(bool(nesterov))), split)
 
 
 def adam_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *, lr: float,
           beta1: float, beta2: float, eps: float, step: int, weight_decay: float = 0.0,
-          decoupled_weight_decay: float = 0.0, shards=None) -> Tensor:
+          decoupled_weight_decay: float = 0.0, split: Split | None = None) -> Tensor:
     """One Adam step (``step`` counts from 1) in place; ``weight_decay`` is Adam's L2 term,
     ``decoupled_weight_decay`` AdamW's ``p *= 1 - lr * wd`` applied first."""
     _check("adam", param, grad, exp_avg, exp_avg_sq)
@@ -132,4 +183,4 @@ def adam_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *, l
     scalars = (np.float32(1.0 - lr * decoupled_weight_decay), np.float32(weight_decay),
                np.float32(beta1), np.float32(beta2), np.float32(lr / bc1),
                np.float32(1.0 / np.sqrt(bc2)), np.float32(eps))
-    return _launch("adam", param, grad, (exp_avg, exp_avg_sq), scalars, shards)
+    return _launch("adam", param, grad, (exp_avg, exp_avg_sq), scalars, split)
