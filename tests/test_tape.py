@@ -71,6 +71,40 @@ def test_gradient_accumulation_across_two_tapes(queue):
     np.testing.assert_array_equal(x.grad.to_host(), [6.0, 6.0])
 
 
+def test_a_linear_weight_s_gradient_is_accumulated_by_its_gemm(queue, rng):
+    """A leaf's existing .grad is handed to the op's backward (grad_targets): Linear adds
+    g^T x into it with the GEMM (beta=1), no temporary and no separate +=. The result is the
+    float32 sum of the two contributions, exactly as the tape's own += gives it."""
+    from parcl.kernels._cache import trace_launches
+
+    xs = [rng.standard_normal((7, 33), dtype=np.float32) for _ in range(2)]
+    w = leaf(queue, rng.standard_normal((5, 33)))
+    b = leaf(queue, rng.standard_normal(5))
+
+    def backward(x):
+        with tp.Tape() as tape:
+            loss = tp.sum(tp.linear(tp.tensor(pc.Tensor.from_host(queue, x)), w, b, relu=True))
+        with trace_launches() as launches:
+            tape.backward(loss)
+        return [name for name, _, _ in launches]
+
+    firsts = []
+    for x in xs:                                  # each contribution alone
+        w.grad = b.grad = None
+        backward(x)
+        firsts.append(w.grad.to_host())
+    w.grad = None
+    backward(xs[0])                               # adopted: no existing grad yet
+    kernels = backward(xs[1])                     # accumulated into the existing grad
+    np.testing.assert_array_equal(w.grad.to_host(), firsts[0] + firsts[1])
+    assert kernels.count("axpy") == 1             # the bias's += only
+    with tp.detect_anomaly():                     # anomaly mode: every gradient checked, +=
+        w.grad = None
+        backward(xs[0])
+        assert backward(xs[1]).count("axpy") == 2
+    np.testing.assert_array_equal(w.grad.to_host(), firsts[0] + firsts[1])
+
+
 def test_upstream_grad_for_a_non_scalar_loss(queue):
     x = leaf(queue, [1.0, 2.0, 3.0])
     with tp.Tape() as tape:

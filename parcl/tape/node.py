@@ -175,15 +175,27 @@ def check_finite(t: Tensor, what: str, node: Node) -> None:
                            f"{bad}; the op was recorded at {node.where}")
 
 
+#: What ``Function.backward`` returns for an input whose gradient it already added into
+#: ``self.grad_targets[i]`` itself (the tape then has nothing left to accumulate).
+ACCUMULATED = object()
+
+
 class Function:
     """Base of every differentiable op: ``forward`` on raw tensors, ``backward`` beside it.
 
     ``forward(*tensors, **options)`` returns the output Tensor and saves on ``self`` what
     backward needs (only when ``self.needs_input_grad`` is not None, i.e. when recording).
     ``backward(grad)`` returns one gradient (or None) per tensor input, shaped like it.
+
+    Before ``backward`` the tape fills ``grad_targets`` (input index -> Tensor) with the
+    existing gradients of leaf inputs (a parameter's persistent ``.grad``). A backward that can
+    add its result straight into one (a GEMM accumulating with ``beta=1``) may do so and return
+    ``ACCUMULATED`` for that input: one pass over the gradient instead of a temporary and a
+    separate ``+=``.
     """
 
     name = "function"
+    grad_targets: dict = {}        # set per backward by the tape; never mutated in place
 
     def __init__(self, needs_input_grad: tuple[bool, ...] | None):
         self.needs_input_grad = needs_input_grad

@@ -14,7 +14,7 @@ from ..kernels import elementwise as ew
 from ..runtime import default_queue
 from ..tensor import Tensor
 from . import mode
-from .node import Node, check_finite
+from .node import ACCUMULATED, Node, check_finite
 
 _backward_state = threading.local()
 
@@ -117,12 +117,16 @@ class Tape:
             upstream = node.grad
             if upstream is None:
                 continue                          # no path from loss carried a gradient
-            parent_grads = node.grad_fn(upstream)
+            fn = node.grad_fn
+            if not anomaly:                       # anomaly mode checks every gradient itself
+                fn.grad_targets = _grad_targets(node)
+            parent_grads = fn(upstream)
+            fn.grad_targets = {}
             if not retain_grads and node is not loss:
                 node.grad = None
                 owned.discard(id(upstream.data))   # its buffer may go to one parent uncopied
             for parent, g in zip(node.parents, parent_grads):
-                if g is None or not parent.requires_grad:
+                if g is None or g is ACCUMULATED or not parent.requires_grad:
                     continue
                 if anomaly:
                     check_finite(g, "backward", node)
@@ -167,6 +171,17 @@ def _describe_parent(p: Node, tape: Tape) -> str:
         return f"#{p.index}"
     kind = "leaf" if p.requires_grad else "input"
     return f"{kind}{p.shape}"
+
+
+def _grad_targets(node: Node) -> dict:
+    """Input index -> the existing ``.grad`` of each leaf parent that appears once."""
+    targets = {}
+    parents = node.parents
+    for slot, p in zip(node.grad_fn.parent_slots, parents):
+        if p.grad is not None and p.grad_fn is None and p.requires_grad and sum(
+                q is p for q in parents) == 1:
+            targets[slot] = p.grad
+    return targets
 
 
 def _accumulate(node: Node, g: Tensor, owned: set[int]) -> None:

@@ -27,7 +27,7 @@ from ...kernels import random as rndk
 from ...kernels.gemm import gemm
 from ...kernels.reduction import sum as reduce_sum
 from ...tensor import FLOAT, Tensor, check_same_queue
-from ..node import Function, Node
+from ..node import ACCUMULATED, Function, Node
 
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "conv2d", "dropout", "linear",
            "manual_seed", "max_pool2d"]
@@ -70,7 +70,12 @@ class Linear(Function):
         if self.needs_input_grad[0]:
             gx = gemm(g2, self.weight).reshape(self.x_shape)
         if self.needs_input_grad[1]:
-            gw = gemm(g2, self.x2, trans_a=True)
+            into = self.grad_targets.get(1)
+            if into is not None:               # the weight's .grad += g^T x, in the GEMM
+                gemm(g2, self.x2, trans_a=True, out=into, beta=1.0)
+                gw = ACCUMULATED
+            else:
+                gw = gemm(g2, self.x2, trans_a=True)
         if self.needs_input_grad[2]:
             gb = reduce_sum(g2, axis=0)
         return gx, gw, gb
