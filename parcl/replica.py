@@ -340,12 +340,16 @@ class ReplicaGroup:
         self._grads_dirty = True
         results = self.run(self._replica_step, xs, ys, weights, [loss_fn] * k)
         self._check_signatures([sig for _, sig in results])
+        # The step's one host synchronisation is reading every replica's loss, in one wait.
+        # The reads are enqueued before the end of the step and only they are waited for: the
+        # reduce, optimizer update and broadcast run on while this returns and the next step
+        # is dispatched (which the queues order after them).
+        hosts = [np.empty(loss.shape, np.float32) for loss, _ in results]
+        reads = [cl.enqueue_copy(loss.queue, h, loss.data, is_blocking=False)
+                 for h, (loss, _) in zip(hosts, results)]
         self._update(optimizer)
         self._grads_dirty = False
-        # The step's one host synchronisation: read every replica's loss in one wait.
-        hosts = [np.empty(loss.shape, np.float32) for loss, _ in results]
-        cl.wait_for_events([cl.enqueue_copy(loss.queue, h, loss.data, is_blocking=False)
-                            for h, (loss, _) in zip(hosts, results)])
+        cl.wait_for_events(reads)
         local = sum(w * float(h.sum()) for w, h in zip(weights, hosts))
         return float(self.comm.allreduce(local)) if self.comm is not None else local
 
