@@ -260,3 +260,64 @@ def test_step_on_two_queues(queues2, rng):
     for hi, p in zip(h, params):
         want, _, _ = adam_ref(hi, [g], 0.1, (0.9, 0.999), 1e-8, 0.01, decoupled=True)
         np.testing.assert_allclose(p.to_host(), want, rtol=1e-5, atol=1e-6)
+
+
+# -- the replicated update (the sharded end of a ReplicaGroup step) ---------------------------
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("update", ["sgd", "sgd_momentum", "adam"])
+def test_replicated_update_sums_steps_broadcasts_and_zeroes(queues2, rng, update, k):
+    """``name_xK`` over uneven chunks on two queues: replica 0's parameter becomes the update
+    of the summed gradients (numpy reference), every replica gets the same values, every
+    gradient is zeroed, and the state is updated once."""
+    from parcl.kernels import optim as K
+
+    n = 1031
+    q0, q1 = queues2
+    queues = [q0, q1, q0][:k]
+    host_p = rng.standard_normal(n, dtype=np.float32)
+    host_g = [rng.standard_normal(n, dtype=np.float32) for _ in range(k)]
+    ps = [pc.Tensor.from_host(q, host_p if r == 0 else np.zeros(n, np.float32))
+          for r, q in enumerate(queues)]
+    gs = [pc.Tensor.from_host(q, g) for q, g in zip(queues, host_g)]
+    total = host_g[0]
+    for g in host_g[1:]:
+        total = total + g                      # replica order, float32
+    split = K.Split(ps, gs, [(q0, 0, 400), (q1, 400, n - 400)])
+    lr, wd = np.float32(0.1), np.float32(0.01)
+    if update == "sgd":
+        K.sgd_(ps[0], gs[0], lr, wd, split=split)
+        want, state = host_p - lr * (total + wd * host_p), []
+    elif update == "sgd_momentum":
+        buf = pc.Tensor.from_host(q0, np.ones(n, np.float32))
+        K.sgd_momentum_(ps[0], gs[0], buf, lr, wd, 0.9, False, False, split=split)
+        b = 0.9 * np.ones(n, np.float32) + (total + wd * host_p)
+        want, state = host_p - lr * b, [(buf, b)]
+    else:
+        m = pc.Tensor.zeros(q0, (n,))
+        v = pc.Tensor.zeros(q0, (n,))
+        K.adam_(ps[0], gs[0], m, v, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, step=1,
+                weight_decay=0.0, split=split)
+        d = total
+        mh, vh = 0.1 * d, 0.001 * d * d
+        want = host_p - 1e-3 * (mh / 0.1) / (np.sqrt(vh / 0.001) + 1e-8)
+        state = [(m, mh), (v, vh)]
+    q0.finish()
+    q1.finish()
+    got = [p.to_host() for p in ps]
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-6)
+    assert all(np.array_equal(g, got[0]) for g in got[1:])
+    assert all(not g.to_host().any() for g in gs)
+    for t, ref in state:
+        np.testing.assert_allclose(t.to_host(), ref, rtol=1e-5, atol=1e-7)
+
+
+def test_replicated_update_checks_its_buffers(queue):
+    from parcl.kernels import optim as K
+
+    a, b = pc.Tensor.zeros(queue, (8,)), pc.Tensor.zeros(queue, (9,))
+    with pytest.raises(pc.ShapeError, match="8 float32 elements"):
+        K.Split([a, b], [a, b], [(queue, 0, 8)])
+    with pytest.raises(pc.ShapeError, match="2 parameter buffers but 1"):
+        K.Split([a, a], [a], [(queue, 0, 8)])
+    with pytest.raises(pc.ShapeError, match="2..8 replicas, got 1"):
+        K.sgd_(a, a, 0.1, split=K.Split([a], [a], [(queue, 0, 8)]))
