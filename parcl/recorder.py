@@ -68,6 +68,8 @@ def _bind(op: tuple):
     if kind == "kernel":
         _, kernel, queue, gsize, lsize, _args = op
         return partial(cl.enqueue_nd_range_kernel, queue, kernel, gsize, lsize)  # args preset
+    if kind == "call":
+        return op[1]
     if kind == "copy":
         _, queue, dst, src, kwargs = op
         return partial(cl.enqueue_copy, queue, dst, src, **kwargs)
@@ -120,6 +122,14 @@ def fill(queue, buf, pattern, offset: int, size: int) -> None:
     rec = getattr(_local, "recording", None)
     if rec is not None:
         rec.ops.append(("fill", queue, buf, pattern, offset, size))
+
+
+def call(fn) -> None:
+    """Have ``fn()`` run at this point of every replay, between the recorded launches (e.g. to
+    enqueue the read of a flag the launches before it wrote). Not called now."""
+    rec = getattr(_local, "recording", None)
+    if rec is not None:
+        rec.ops.append(("call", fn))
 
 
 def host_hook(hook) -> None:

@@ -108,12 +108,15 @@ class _LabelCheck:
         self.flag = flag                 # keep the device buffer alive until the copy is done
         self.shape = logits_shape
         if recorder.current() is not None:
-            # a captured step: check the flag its replays write, after each replay
-            recorder.host_hook(lambda: self.reread(flag))
+            # A captured step: each replay reads the flag again right after the forward
+            # kernel that wrote it (so the check waits for the forward, not the backward),
+            # and checks it once the replay is enqueued.
+            recorder.call(lambda: self.reread(flag))
+            recorder.host_hook(self.check)
 
     def reread(self, flag: Tensor) -> None:
+        self.flag = flag
         self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
-        self.check()
 
     def check(self) -> None:
         if self.event is None:
