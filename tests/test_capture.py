@@ -138,3 +138,29 @@ def test_a_new_loss_function_every_step_keeps_memory_bounded(devices2):
             used.append(pc.memory_stats(group.replicas[1].queue)["bytes_in_use"])
         assert all(len(per_replica) <= 4 for per_replica in group._captured)
         assert used[-1] == used[5]
+
+
+def test_a_replay_reads_the_label_flag_right_after_the_forward(queue):
+    """The label check of a replayed step waits for the forward only: the flag read is
+    re-enqueued at its place among the recorded launches, before any backward kernel."""
+    model = mlp(queue)
+
+    def body(x, y):
+        with tp.Tape() as tape:
+            loss = tp.cross_entropy(model(tp.tensor(x)), y)
+        tape.backward(loss)
+        return loss.value
+
+    step = tp.capture(body, queue)
+    x, y = batch(8)
+    step(x, y)
+    ops = next(iter(step._entries.values())).recording.ops
+    names = [op[1].function_name if op[0] == "kernel" else op[0] for op in ops]
+    read = names.index("call")
+    assert names[read - 1].startswith("ce_fwd")            # right after the forward kernel
+    assert any(n.startswith("ce_bwd") for n in names[read:])
+    step(x, y)                                             # replayed: checked, no error
+    bad = y.copy()
+    bad[3] = 99
+    with pytest.raises(pc.ShapeError, match="label 99"):
+        step(x, bad)
