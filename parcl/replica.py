@@ -2,9 +2,12 @@
 thread-local tape, memory pool, kernel objects and model copy.
 
 A step (``ReplicaGroup.step``) splits the batch, runs forward and backward in every replica at
-once, sums the gradients with an OpenCL reduce kernel (``parcl.allreduce``; across processes
-through MPI when ``comm`` is given), takes one shared optimizer step on replica 0's parameters
-and copies them back to every replica. See docs/architecture.md.
+once, sums the gradients with an OpenCL reduce kernel, takes one shared optimizer step on
+replica 0's parameters and copies them to every replica. By default that end of the step is
+shared by the replicas' queues, each summing, stepping and broadcasting its chunk of every
+bucket in one kernel; across processes (``comm``) or with a named ``allreduce`` it runs as
+``parcl.allreduce`` (then MPI), the optimizer on replica 0, and a broadcast. See
+docs/architecture.md.
 
 >>> from parcl.replica import ReplicaGroup
 >>> with ReplicaGroup(lambda q: pc.nn.Linear(64, 10, queue=q)) as group:
@@ -127,8 +130,11 @@ class ReplicaGroup:
     ``build_model(queue)`` builds one model copy per replica (inside that replica's thread);
     replica 0's parameters are then broadcast so every replica starts identical.
     ``devices=None`` takes ``pc.devices()`` (or what parcl-launch set). ``allreduce`` names the
-    algorithm (``"auto"``, ``"direct"``, ``"scatter"``, ``"ring"``); gradients are packed into
-    buckets of ``bucket_mb``; ``comm`` is an mpi4py communicator for multi-process runs.
+    algorithm (``"auto"``, ``"direct"``, ``"shared"``, ``"scatter"``, ``"ring"``); with
+    ``"auto"``, ``step`` shares the reduce, update and broadcast among the replicas' queues
+    (bit-identical to the named algorithms) whenever the optimizer steps whole buckets.
+    Gradients are packed into buckets of ``bucket_mb``; ``comm`` is an mpi4py communicator for
+    multi-process runs.
     Every wait is bounded by ``timeout`` seconds. ``capture=True`` records each replica's
     forward and backward once per batch shape and replays the recorded kernels afterwards
     (``parcl.tape.capture``): bit-identical results, far less Python per step; steps that
