@@ -32,6 +32,13 @@ class OptimizerError(ParclError, ValueError):
     """Bad optimizer options, or a state dict that does not fit the optimizer."""
 
 
+def _splits(update):
+    """Marks an ``_update`` that honours a flat bucket's ``split`` (the sharded end of a
+    ReplicaGroup step); a subclass that overrides ``_update`` is not sharded."""
+    update.honours_split = True
+    return update
+
+
 def _nonneg(name: str, value) -> float:
     try:
         value = float(value)
@@ -146,6 +153,11 @@ class Optimizer:
         staged = [(p, opts, self._allocate(p, self.state.get(p, {}), opts)) for p, opts in work]
         flat_staged = [(b, opts, self._flat_state(b, opts)) for b, opts in fused]
         return _Plan(staged, flat_staged)
+
+    @property
+    def can_split(self) -> bool:
+        """Whether this optimizer's update honours ``split`` (see ``_launch``)."""
+        return getattr(type(self)._update, "honours_split", False)
 
     def _launch(self, plan: _Plan, split=None) -> None:
         """Enqueue the updates of a prepared step. ``split(bucket)`` may turn each flat
@@ -412,6 +424,7 @@ class SGD(Optimizer):
     # PyTorch creates the momentum buffer as a copy of the first gradient: absent until then.
     optional_tensors = ("momentum_buffer",)
 
+    @_splits
     def _update(self, p, grad, state, opts, fresh):
         if opts["momentum"] == 0:
             K.sgd_(p.value, grad, opts["lr"], opts["weight_decay"], split=_split(p))
@@ -449,6 +462,7 @@ class Adam(Optimizer):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
                                   "weight_decay": weight_decay})
 
+    @_splits
     def _update(self, p, grad, state, opts, fresh):
         step = state["step"] + 1
         wd = opts["weight_decay"]

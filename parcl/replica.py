@@ -371,7 +371,7 @@ class ReplicaGroup:
         plan = None
         if isinstance(optimizer, Optimizer) and type(optimizer).step is Optimizer.step:
             plan = optimizer._prepare()       # validates first: a bad grad changes nothing
-            if self._shardable(plan):
+            if self._shardable(optimizer, plan):
                 self._sharded_update(optimizer, plan)
                 return
         self._reduce(average=False)
@@ -382,7 +382,7 @@ class ReplicaGroup:
         self.zero_grad()
         self.broadcast_parameters()
 
-    def _shardable(self, plan) -> bool:
+    def _shardable(self, optimizer, plan) -> bool:
         """Whether a prepared step covers exactly replica 0's flat buckets, one kernel each,
         on one process with the default allreduce."""
         k = len(self.replicas)
@@ -390,7 +390,7 @@ class ReplicaGroup:
             return False
         if not 2 <= k <= MAX_REPLICAS:
             return False
-        if plan.single:
+        if plan.single or not optimizer.can_split:
             return False
         ours = {id(p._bucket) for p in self._params[0] if getattr(p, "_bucket", None)}
         return ours == {id(b) for b, _, _ in plan.flat} and len(ours) == len(

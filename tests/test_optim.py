@@ -284,17 +284,21 @@ def test_replicated_update_sums_steps_broadcasts_and_zeroes(queues2, rng, update
         total = total + g                      # replica order, float32
     split = K.Split(ps, gs, [(q0, 0, 400), (q1, 400, n - 400)])
     lr, wd = np.float32(0.1), np.float32(0.01)
+    q0.finish()                # the caller orders the queues (ReplicaGroup: with barriers)
+    q1.finish()
     if update == "sgd":
         K.sgd_(ps[0], gs[0], lr, wd, split=split)
         want, state = host_p - lr * (total + wd * host_p), []
     elif update == "sgd_momentum":
         buf = pc.Tensor.from_host(q0, np.ones(n, np.float32))
+        q0.finish()
         K.sgd_momentum_(ps[0], gs[0], buf, lr, wd, 0.9, False, False, split=split)
         b = 0.9 * np.ones(n, np.float32) + (total + wd * host_p)
         want, state = host_p - lr * b, [(buf, b)]
     else:
         m = pc.Tensor.zeros(q0, (n,))
         v = pc.Tensor.zeros(q0, (n,))
+        q0.finish()
         K.adam_(ps[0], gs[0], m, v, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, step=1,
                 weight_decay=0.0, split=split)
         d = total

@@ -60,6 +60,29 @@ def test_every_algorithm_gives_the_same_training(devices2, algorithm):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
 
 
+def test_an_optimizer_with_its_own_update_rule_is_not_sharded(devices2):
+    """A subclass that overrides ``_update`` knows nothing of the sharded end of a step: the
+    group reduces, steps replica 0 and broadcasts instead, and training stays right."""
+    from parcl.kernels import optim as K
+
+    class PlainSGD(pc.optim.SGD):
+        def _update(self, p, grad, state, opts, fresh):      # SGD without momentum, by hand
+            K.sgd_(p.value, grad, opts["lr"], opts["weight_decay"])
+
+    def make(params):
+        return PlainSGD(params, lr=0.1)
+
+    assert not make([tp.tensor(pc.Tensor.zeros(pc.default_queue(), (1,)),
+                               requires_grad=True)]).can_split
+    assert pc.optim.SGD([tp.tensor(pc.Tensor.zeros(pc.default_queue(), (1,)),
+                                   requires_grad=True)], lr=0.1).can_split
+    ref = train_single(seeded(mlp), tp.cross_entropy, batch(12), 3, make)
+    got = train_replicated(seeded(mlp), tp.cross_entropy, batch(12), 3, 2, make,
+                           devices=devices2)
+    for a, b in zip(ref, got):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+
+
 def test_bit_identical_across_runs(devices2):
     runs = [train_replicated(seeded(mlp), tp.cross_entropy, batch(16), 3, 2, adamw,
                              devices=devices2) for _ in range(2)]
