@@ -52,7 +52,8 @@ VW = {"cpu16": 16, "cpu8": 8}    # CPU vector width; a block is MR x 2*VW, as in
 # 8 x K x 16 floats, 512 KiB at K=1024) stay in L2 while 16 A panels pass by, and few groups
 # keep PoCL's per-group overhead small.
 CPU_GROUP = {"cpu16": (4, 16), "cpu8": (8, 16)}
-PACK_GROUP = 64                  # k-rows per packing work-group
+PACK_KB = 8                      # k-rows per packing work-item; must match KB in gemm.cl
+PACK_GROUP = 8                   # packing work-items (blocks of PACK_KB k-rows) per group
 TILE, GROUP = 64, 16             # the GPU tile and work-group edge; must match gemm.cl
 FLAG_BIAS, FLAG_RELU, FLAG_VEC = 1, 2, 4
 DIRECT_GROUP = (8, 8)            # work-items (4x4 blocks of C each) per gemm_direct group
@@ -318,7 +319,8 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     pa_bs, pb_bs = pm * MR * k, (pn * nr * k if b_bs else 0)
     if k > 0:
         _kernel(queue, "pack", variant)(
-            queue, (-(-k // PACK_GROUP) * PACK_GROUP, pm + pn, batch), (PACK_GROUP, 1, 1),
+            queue, (-(-k // (PACK_KB * PACK_GROUP)) * PACK_GROUP, pm + pn, batch),
+            (PACK_GROUP, 1, 1),
             a.data, np.int64(a_bs), np.int64(sa[0]), np.int64(sa[1]), pa.data, np.int32(m),
             np.int32(pm), b.data, np.int64(b_bs), np.int64(sb[0]), np.int64(sb[1]), pb.data,
             np.int32(n), np.int32(pn), np.int32(b_batch), np.int32(k))

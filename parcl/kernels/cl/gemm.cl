@@ -100,17 +100,35 @@ kernel void gemm_cpu(const global float* restrict A, long a_bs,
 
 // Packing: P[bt][panel][k][i] = X[panel*W + i][k] for a matrix X (op(A), or op(B) transposed)
 // whose element (i, k) sits at i*si + k*sk; zero past row `rows`. One launch packs both
-// operands (each launch costs ~0.1 ms in PoCL): global (K rounded up to the work-group,
-// A panels + B panels, batch); a work-item copies one k-row of one panel.
-inline void pack_panel(const global float* restrict s, long si, long sk,
-                       global float* restrict p, int rows, int i0, const int W)
+// operands (each launch costs ~0.1 ms in PoCL): global (K / KB rounded up to the work-group,
+// A panels + B panels, batch); a work-item packs a KB x W block of one panel, which is KB*W
+// contiguous floats of P. Either k or i is contiguous in memory for every operand layout, so
+// the block is read as W vectors along k (sk == 1: a register transpose on the way out) or as
+// KB rows of W contiguous floats (si == 1); anything else, and the edges, element by element.
+#define KB 8
+#define PACK_ROW(c) vstore8((float8)(r0.s##c, r1.s##c, r2.s##c, r3.s##c, r4.s##c, r5.s##c, \
+                                     r6.s##c, r7.s##c), 0, p + c * W + g);
+inline void pack_block(const global float* restrict s, long si, long sk,
+                       global float* restrict p, int rows, int i0, int kn, const int W)
 {
-    if (i0 + W <= rows) {
-        for (int i = 0; i < W; ++i)
-            p[i] = s[i * si];
+    if (kn == KB && i0 + W <= rows && sk == 1) {
+        for (int g = 0; g < W; g += 8) {          // 8 rows at a time: an 8 x 8 transpose
+            const global float* r = s + g * si;
+            const float8 r0 = vload8(0, r), r1 = vload8(0, r + si), r2 = vload8(0, r + 2 * si),
+                         r3 = vload8(0, r + 3 * si), r4 = vload8(0, r + 4 * si),
+                         r5 = vload8(0, r + 5 * si), r6 = vload8(0, r + 6 * si),
+                         r7 = vload8(0, r + 7 * si);
+            PACK_ROW(0) PACK_ROW(1) PACK_ROW(2) PACK_ROW(3)
+            PACK_ROW(4) PACK_ROW(5) PACK_ROW(6) PACK_ROW(7)
+        }
+    } else if (i0 + W <= rows && si == 1) {
+        for (int kk = 0; kk < kn; ++kk)
+            for (int i = 0; i < W; ++i)
+                p[kk * W + i] = s[kk * sk + i];
     } else {
-        for (int i = 0; i < W; ++i)
-            p[i] = i0 + i < rows ? s[i * si] : 0.0f;
+        for (int kk = 0; kk < kn; ++kk)
+            for (int i = 0; i < W; ++i)
+                p[kk * W + i] = i0 + i < rows ? s[i * si + kk * sk] : 0.0f;
     }
 }
 
@@ -119,17 +137,18 @@ kernel void pack(const global float* restrict A, long a_bs, long a_si, long a_sk
                  const global float* restrict B, long b_bs, long b_sj, long b_sk,
                  global float* restrict PB, int N, int b_panels, int b_batch, int K)
 {
-    const int k = get_global_id(0), panel = get_global_id(1), bt = get_global_id(2);
+    const int k = get_global_id(0) * KB, panel = get_global_id(1), bt = get_global_id(2);
     if (k >= K)
         return;
+    const int kn = min(KB, K - k);
     if (panel < a_panels) {
         const int i0 = panel * MR;
-        pack_panel(A + bt * a_bs + i0 * a_si + k * a_sk, a_si, a_sk,
-                   PA + (((long)bt * a_panels + panel) * K + k) * MR, M, i0, MR);
+        pack_block(A + bt * a_bs + i0 * a_si + k * a_sk, a_si, a_sk,
+                   PA + (((long)bt * a_panels + panel) * K + k) * MR, M, i0, kn, MR);
     } else if (bt < b_batch) {
         const int j0 = (panel - a_panels) * NR;
-        pack_panel(B + bt * b_bs + j0 * b_sj + k * b_sk, b_sj, b_sk,
-                   PB + (((long)bt * b_panels + panel - a_panels) * K + k) * NR, N, j0, NR);
+        pack_block(B + bt * b_bs + j0 * b_sj + k * b_sk, b_sj, b_sk,
+                   PB + (((long)bt * b_panels + panel - a_panels) * K + k) * NR, N, j0, kn, NR);
     }
 }
 
