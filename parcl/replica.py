@@ -393,8 +393,7 @@ class ReplicaGroup:
         if plan.single or not optimizer.can_split:
             return False
         ours = {id(p._bucket) for p in self._params[0] if getattr(p, "_bucket", None)}
-        return ours == {id(b) for b, _, _ in plan.flat} and len(ours) == len(
-            self._buckets[0].flats)
+        return ours == {id(b) for b, _, _ in plan.flat}
 
     def _sharded_update(self, optimizer, plan) -> None:
         """Replica r's queue takes chunk r of every bucket through the whole end of the step,

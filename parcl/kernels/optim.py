@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import DTypeError, ShapeError
 from ..tensor import FLOAT, Tensor, check_same_context, foreign_use, foreign_wait
 from ._cache import get_kernel, round_up
+from .reduce import ordered_sum
 
 __all__ = ["Split", "adam_", "sgd_", "sgd_momentum_"]
 
@@ -70,9 +71,7 @@ __kernel void {name}(__global float *p, __global const float *g, {state}
         for k in range(2, MAX_REPLICAS + 1):
             copies = "".join(f"__global float *p{r}, " for r in range(1, k))
             grads = ", ".join(f"__global float *g{r}" for r in range(k))
-            total = "g0[i]"
-            for r in range(1, k):
-                total = f"({total} + g{r}[i])"
+            total = ordered_sum([f"g{r}[i]" for r in range(k)])
             zero = " ".join(f"g{r}[i] = 0.0f;" for r in range(k))
             store = " ".join(f"p{r}[i] = out;" for r in range(1, k))
             out.append(f"""

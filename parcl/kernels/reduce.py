@@ -17,13 +17,21 @@ from ._cache import get_kernel
 MAX_K = 8     # inputs one kernel reads; more are folded in by further launches, in order
 
 
+def ordered_sum(terms: list[str]) -> str:
+    """The OpenCL expression ``((t0 + t1) + t2) + ...``: the one summation order of every
+    cross-replica sum (here and in the optimizers' replicated updates), so they agree bit
+    for bit."""
+    total = terms[0]
+    for t in terms[1:]:
+        total = f"({total} + {t})"
+    return total
+
+
 def _source() -> str:
     kernels = []
     for k in range(2, MAX_K + 1):
         params = ", ".join(f"__global const float *b{i}" for i in range(k))
-        total = "b0[j]"
-        for i in range(1, k):
-            total = f"({total} + b{i}[j])"
+        total = ordered_sum([f"b{i}[j]" for i in range(k)])
         kernels.append(f"""
 __kernel void reduce{k}(__global float *out, {params}, const long offset, const long count,
                        const float scale)

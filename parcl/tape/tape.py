@@ -118,10 +118,12 @@ class Tape:
             if upstream is None:
                 continue                          # no path from loss carried a gradient
             fn = node.grad_fn
-            if not anomaly:                       # anomaly mode checks every gradient itself
-                fn.grad_targets = _grad_targets(node)
+            targets = None if anomaly else _grad_targets(node)   # anomaly: every grad checked
+            if targets:
+                fn.grad_targets = targets
             parent_grads = fn(upstream)
-            fn.grad_targets = {}
+            if targets:
+                del fn.grad_targets                 # back to the class's empty default
             if not retain_grads and node is not loss:
                 node.grad = None
                 owned.discard(id(upstream.data))   # its buffer may go to one parent uncopied
@@ -173,13 +175,16 @@ def _describe_parent(p: Node, tape: Tape) -> str:
     return f"{kind}{p.shape}"
 
 
-def _grad_targets(node: Node) -> dict:
-    """Input index -> the existing ``.grad`` of each leaf parent that appears once."""
-    targets = {}
+def _grad_targets(node: Node) -> dict | None:
+    """Input index -> the existing ``.grad`` of each leaf parent that appears once (None
+    when there is none: most nodes, and no allocation for them)."""
+    targets = None
     parents = node.parents
     for slot, p in zip(node.grad_fn.parent_slots, parents):
         if p.grad is not None and p.grad_fn is None and p.requires_grad and sum(
                 q is p for q in parents) == 1:
+            if targets is None:
+                targets = {}
             targets[slot] = p.grad
     return targets
 
