@@ -64,33 +64,46 @@ class Replica:
 
 
 class _Job:
-    """One dispatched call: a result or an error per replica."""
+    """One dispatched call: a result or an error per replica.
+
+    The caller is woken once, when the last replica finishes (or the first one fails), not
+    at every replica's finish: each wake-up costs a context switch on the cores the devices
+    may be computing on."""
 
     def __init__(self, k: int):
         self.results = [None] * k
         self.errors: list[tuple[int, BaseException, str]] = []
         self.finished = 0
         self.k = k
-        self.cond = threading.Condition()
+        self._mutex = threading.Lock()
+        # Each held from here until its moment, then released for good: when every replica
+        # finished; when every replica finished or one failed.
+        self._all_done = threading.Lock()
+        self._all_done.acquire()
+        self._done_or_failed = threading.Lock()
+        self._done_or_failed.acquire()
+        self._stopped = False
 
     def finish(self, index: int, result=None, error=None, tb: str = "") -> None:
-        with self.cond:
+        with self._mutex:
             if error is None:
                 self.results[index] = result
             else:
                 self.errors.append((index, error, tb))
             self.finished += 1
-            self.cond.notify_all()
+            if self.finished == self.k:
+                self._all_done.release()
+            if not self._stopped and (self.finished == self.k or error is not None):
+                self._stopped = True
+                self._done_or_failed.release()
 
     def wait(self, deadline: float, stop_on_error: bool = True) -> bool:
         """True when every replica finished (or one failed and ``stop_on_error``)."""
-        with self.cond:
-            while self.finished < self.k and not (stop_on_error and self.errors):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self.cond.wait(min(left, 0.25))
-            return True
+        signal = self._done_or_failed if stop_on_error else self._all_done
+        if not signal.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return False
+        signal.release()                            # stays signalled for later waits
+        return True
 
 
 def _worker(replica: Replica) -> None:
@@ -338,7 +351,8 @@ class ReplicaGroup:
             raise ShapeError(f"ReplicaGroup.step: batch of {n} samples cannot be split over "
                              f"{k} replicas; use a batch of at least {k}")
         total = n if self.comm is None else int(self.comm.allreduce(n))
-        bounds = np.cumsum([0] + [n // k + (1 if i < n % k else 0) for i in range(k)])
+        q, extra = divmod(n, k)                 # the first `extra` replicas take one more
+        bounds = [i * q + min(i, extra) for i in range(k + 1)]
         xs = [x[bounds[i]:bounds[i + 1]] for i in range(k)]
         ys = [y[bounds[i]:bounds[i + 1]] for i in range(k)]
         weights = [(bounds[i + 1] - bounds[i]) / total for i in range(k)]
