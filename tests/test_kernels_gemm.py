@@ -160,6 +160,28 @@ def test_batched_gemm(queue, rng, variant, trans_a, trans_b, shared_b):
     _close(c.to_host(), _op(a, trans_a) @ _op(b, trans_b))
 
 
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("m", [8, 24])          # whole 8-row panels: A is read in place
+def test_a_read_in_place_matches_numpy(queue, rng, variant, trans_b, m):
+    a, b = _operands(rng, m, 37, 29, False, trans_b, batch=2)
+    bias = rng.standard_normal(37, dtype=np.float32)
+    c = batched_gemm(_up(queue, a), _up(queue, b), trans_b=trans_b, _variant=variant)
+    _close(c.to_host(), a @ _op(b, trans_b))
+    c = gemm(_up(queue, a[1]), _up(queue, b[1]), trans_b=trans_b, bias=_up(queue, bias),
+             relu=True, _variant=variant)
+    _close(c.to_host(), np.maximum(a[1] @ _op(b[1], trans_b) + bias, 0))
+
+
+def test_reading_a_in_place_is_bit_identical_to_packing_it(queue, rng, monkeypatch):
+    from parcl.kernels import gemm as gemm_module
+    a, b = _operands(rng, 64, 96, 200, False, True)
+    runs = []
+    for in_place in (True, False):
+        monkeypatch.setattr(gemm_module, "READ_A_IN_PLACE", in_place)
+        runs.append(gemm(_up(queue, a), _up(queue, b), trans_b=True).to_host())
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
 def test_batched_gemm_out(queue, rng):
     a, b = _operands(rng, 16, 32, 8, False, False, batch=2)
     out = pc.Tensor.empty(queue, (2, 16, 32))

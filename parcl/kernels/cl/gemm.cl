@@ -31,8 +31,9 @@ inline float epilogue1(float v, global float* c, const global float* bias, int c
 //
 // An A panel is MR rows of op(A) stored k-major ([K][MR]), a B panel NR = 2*VW columns of
 // op(B) stored k-major ([K][NR]); each k step is then MR broadcasts, two vector loads and
-// 2*MR FMAs, all reading contiguously. pack_a / pack_b build the panels: transposes resolved,
-// zero padding to whole panels, so the hot loop has no edge cases.
+// 2*MR FMAs, all reading contiguously. `pack` builds the panels: transposes resolved, zero
+// padding to whole panels, so the hot loop has no edge cases. A row-major op(A) with whole
+// panels is read in place (MR row streams), which saves the packing pass over it.
 
 #ifndef VW
 #define VW 8
@@ -66,7 +67,15 @@ inline void emit(global float* restrict c, const global float* restrict bias, ve
     }
 }
 
-#define ROW(r) { const vec x = (vec)(a[r]); c##r##0 += x * b0; c##r##1 += x * b1; }
+#define ROW(r, si) { const vec x = (vec)(a[r * (si)]); c##r##0 += x * b0; c##r##1 += x * b1; }
+#define KLOOP(si) \
+    for (int k = 0; k < K; ++k) { \
+        const vec b0 = ((const global vec*)b)[0]; \
+        const vec b1 = ((const global vec*)b)[1]; \
+        ROW(0, si) ROW(1, si) ROW(2, si) ROW(3, si) ROW(4, si) ROW(5, si) ROW(6, si) ROW(7, si) \
+        a += a_sk; \
+        b += NR; \
+    }
 #define ZERO(r) vec c##r##0 = (vec)(0.0f), c##r##1 = (vec)(0.0f);
 #define EMIT(r) \
     if (row0 + r < M) { \
@@ -75,7 +84,10 @@ inline void emit(global float* restrict c, const global float* restrict bias, ve
         emit(crow, bias, c##r##1, col0 + VW, N, beta, flags); \
     }
 
-kernel void gemm_cpu(const global float* restrict A, long a_bs,
+// op(A)[i][k] is read at A + panel*a_ps + i*a_si + k*a_sk: a packed panel (a_si = 1,
+// a_sk = MR, a_ps = K*MR), or A itself when M is whole panels (any transpose: each k step
+// still reads MR scalars to broadcast, so packing A only costs a pass over it).
+kernel void gemm_cpu(const global float* restrict A, long a_bs, long a_ps, long a_si, long a_sk,
                      const global float* restrict B, long b_bs,
                      global float* restrict C, long c_bs, const global float* restrict bias,
                      int M, int N, int K, float beta, int flags)
@@ -83,15 +95,13 @@ kernel void gemm_cpu(const global float* restrict A, long a_bs,
     const int jp = get_global_id(0), ip = get_global_id(1), bt = get_global_id(2);
     if (jp * NR >= N || ip * MR >= M)    // the grid is padded to whole work-groups
         return;
-    const global float* a = A + bt * a_bs + (long)ip * K * MR;
+    const global float* a = A + bt * a_bs + ip * a_ps;
     const global float* b = B + bt * b_bs + (long)jp * K * NR;
     ZERO(0) ZERO(1) ZERO(2) ZERO(3) ZERO(4) ZERO(5) ZERO(6) ZERO(7)
-    for (int k = 0; k < K; ++k) {
-        const vec b0 = ((const global vec*)b)[0];
-        const vec b1 = ((const global vec*)b)[1];
-        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7)
-        a += MR;
-        b += NR;
+    if (a_si == 1) {                     // a packed panel: its MR values share a cache line
+        KLOOP(1)
+    } else {
+        KLOOP(a_si)
     }
     global float* c = C + bt * c_bs;
     const int row0 = ip * MR, col0 = jp * NR;
