@@ -51,15 +51,17 @@ class Recording:
             for buf in buffers:
                 pool._give_back(buf, size)
 
-    def replay(self) -> None:
-        """Enqueue the recorded work again (no Python above the launches)."""
+    def replay(self, run_hooks: bool = True) -> None:
+        """Enqueue the recorded work again (no Python above the launches), then run the host
+        hooks (``run_hooks=False``: the caller runs ``host_hooks`` itself, later)."""
         calls = self._calls
         if calls is None:
             calls = self._calls = [_bind(op) for op in self.ops]
         for call in calls:
             call()
-        for hook in self.host_hooks:
-            hook()
+        if run_hooks:
+            for hook in self.host_hooks:
+                hook()
 
 
 def _bind(op: tuple):

@@ -103,8 +103,9 @@ def test_bad_labels_are_still_caught_on_replay(devices2):
         before = [p.value.to_host() for p in group.parameters()]
         bad = y.copy()
         bad[6] = 12
-        with pytest.raises(pc.ReplicaError, match="label 12"):
+        with pytest.raises(pc.ReplicaError, match="label 12") as info:
             group.step(x, bad, tp.cross_entropy, opt)       # replayed, with a bad label
+        assert info.value.index == 1                        # row 6 is replica 1's
         after = [p.value.to_host() for p in group.parameters()]
         assert all(np.array_equal(a, b) for a, b in zip(before, after))
 
@@ -164,3 +165,27 @@ def test_a_replay_reads_the_label_flag_right_after_the_forward(queue):
     bad[3] = 99
     with pytest.raises(pc.ShapeError, match="label 99"):
         step(x, bad)
+
+
+def test_deferred_checks_wait_for_check(queue):
+    """``defer_checks=True`` returns once the replay is enqueued; ``check()`` (from any
+    thread, here the same) then raises what the replay's own checks would have."""
+    model = mlp(queue)
+
+    def body(x, y):
+        with tp.Tape() as tape:
+            loss = tp.cross_entropy(model(tp.tensor(x)), y)
+        tape.backward(loss)
+        return loss.value
+
+    step = tp.capture(body, queue)
+    x, y = batch(8)
+    step(x, y)
+    bad = y.copy()
+    bad[2] = 42
+    step(x, bad, defer_checks=True)                        # no wait, no error yet
+    with pytest.raises(pc.ShapeError, match="label 42"):
+        step.check()
+    step.check()                                           # raised once, then nothing left
+    step(x, y, defer_checks=True)
+    step.check()                                           # good labels: nothing to raise

@@ -51,6 +51,7 @@ class CapturedStep:
         self._entries: dict = {}
         self.replays = 0
         self.eager_calls = 0
+        self._unchecked: tuple = ()
 
     def reason(self, *arrays, key=()) -> str | None:
         """Why calls with these inputs run eagerly (None when they are replayed)."""
@@ -60,19 +61,34 @@ class CapturedStep:
     def _key(self, arrays, key):
         return (tuple((a.shape, a.dtype.str) for a in arrays), mode.capture_modes(), key)
 
-    def __call__(self, *arrays, key=()):
+    def __call__(self, *arrays, key=(), defer_checks: bool = False):
+        """Run the step on these numpy inputs (see the module docstring).
+
+        A replay ends with the step's host checks (a cross-entropy label out of range is
+        raised there), which wait for the kernels whose flags they read. ``defer_checks=True``
+        leaves them to ``check()``, so that the caller (another thread, say) waits instead.
+        """
         arrays = tuple(np.ascontiguousarray(a) for a in arrays)
         k = self._key(arrays, key)
         entry = self._entries.get(k)
+        self._unchecked = ()
         if entry is not None and entry.reason is None:
             self._upload(entry, arrays)
-            entry.recording.replay()
+            entry.recording.replay(run_hooks=not defer_checks)
+            if defer_checks:
+                self._unchecked = tuple(entry.recording.host_hooks)
             self.replays += 1
             return entry.outputs
         if entry is not None:                  # known not to be replayable: plain eager
             self.eager_calls += 1
             return self.fn(*self._fresh_inputs(arrays))
         return self._record(k, arrays)
+
+    def check(self) -> None:
+        """Run the host checks the last call deferred (nothing when it ran them itself)."""
+        hooks, self._unchecked = self._unchecked, ()
+        for hook in hooks:
+            hook()
 
     def _fresh_inputs(self, arrays) -> list[Tensor]:
         return [Tensor.from_host(self.queue, a) for a in arrays]
