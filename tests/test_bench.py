@@ -135,6 +135,7 @@ def test_scaling_smoke_with_trace(tmp_path, capsys):
     assert [r["batch"] for r in rows] == [8, 16]             # weak scaling
     assert rows[0]["speedup"] == pytest.approx(1.0)
     assert rows[1]["efficiency"] == pytest.approx(rows[1]["speedup"] / 2)
+    assert rows[1]["speedup_ci_min"] <= rows[1]["speedup"] <= rows[1]["speedup_ci_max"]
     for r in rows:
         assert r["samples_per_s"] > 0
         for key in ("fwd_bwd_ms", "allreduce_ms", "optimizer_ms", "broadcast_ms",
@@ -303,3 +304,12 @@ def test_chrome_trace_writer(tmp_path):
     assert {e["tid"] for e in spans} == {a, b}
     assert spans[1]["dur"] == pytest.approx(2000, abs=1)
     assert validate({"traceEvents": [{"ph": "X", "name": "x", "pid": 1, "tid": 1}]})
+
+
+def test_median_ci_brackets_the_median_and_is_reproducible():
+    from parcl.bench.common import median_ci
+    values = [1.0, 1.9, 2.0, 2.1, 2.2, 1.8, 2.05, 3.0, 1.95]
+    lo, hi = median_ci(values)
+    assert lo <= float(np.median(values)) <= hi and lo < hi
+    assert median_ci(values) == (lo, hi)                     # seeded
+    assert median_ci([4.0]) == (4.0, 4.0)

@@ -104,6 +104,21 @@ def summarize(times: Iterable[float]) -> dict:
             "q1": float(q1), "q3": float(q3), "runs": int(t.size)}
 
 
+def median_ci(values: Iterable[float], level: float = 0.95, resamples: int = 2000
+              ) -> tuple[float, float]:
+    """A bootstrap confidence interval of the median of ``values`` (seeded: the same values
+    give the same interval). On a machine whose speed drifts, it says how far the median of
+    this many runs can be trusted."""
+    v = np.asarray(list(values), dtype=np.float64)
+    if v.size < 2:
+        return float(v[0]), float(v[0])
+    rng = np.random.default_rng(0)
+    medians = np.median(rng.choice(v, (resamples, v.size)), axis=1)
+    tail = (1.0 - level) / 2 * 100
+    lo, hi = np.percentile(medians, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
 def time_runs(fn: Callable[[], object], repeat: int, warmup: int = 1,
               sync: Callable[[], object] | None = None,
               reduce_times: Callable[[float], float] | None = None) -> dict:

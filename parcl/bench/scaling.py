@@ -27,10 +27,10 @@ timestamps from marker events at the phase boundaries; the group's ordinary queu
 host-timed spans instead (enqueue start to ``finish`` return), which the trace's metadata says.
 
 JSON rows (table ``scaling``): ``replicas``, ``ranks``, ``batch`` (per step, all replicas and
-ranks), ``samples_per_s`` (+ ``_min``/``_max``), ``speedup`` (+ ``_min``/``_max``),
-``efficiency``, ``step_ms``, ``times`` (seconds per timed run, in run order),
-``fwd_bwd_ms``, ``allreduce_ms``, ``optimizer_ms``, ``broadcast_ms``, ``dispatch_ms``,
-``phased_ms`` (medians over the phased steps).
+ranks), ``samples_per_s`` (+ ``_min``/``_max``), ``speedup`` (+ ``_min``/``_max``, and
+``_ci_min``/``_ci_max``: a 95 % CI of the median), ``efficiency``, ``step_ms``, ``times``
+(seconds per timed run, in run order), ``fwd_bwd_ms``, ``allreduce_ms``, ``optimizer_ms``,
+``broadcast_ms``, ``dispatch_ms``, ``phased_ms`` (medians over the phased steps).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from .common import (
     cpu_compute_units,
     device_info,
     fmt_range,
+    median_ci,
     mpi_comm,
     new_result,
     parse_ints,
@@ -161,6 +162,7 @@ def run(args) -> dict:
                   for t, b in zip(r["times"], base["times"])]
         r["speedup"] = float(np.median(ratios))
         r["speedup_min"], r["speedup_max"] = float(min(ratios)), float(max(ratios))
+        r["speedup_ci_min"], r["speedup_ci_max"] = median_ci(ratios)
         r["efficiency"] = r["speedup"] / (r["replicas"] / base["replicas"])
     columns = [("label", "replicas", "")]
     if world > 1:
@@ -169,6 +171,7 @@ def run(args) -> dict:
         ("batch", "batch/step", ""), ("samples_per_s", "samples/s", ".1f"),
         ("sps_range", "[min-max]", fmt_range("samples_per_s", ".1f")),
         ("speedup", "speedup", ".2f"), ("speedup_range", "[min-max]", fmt_range("speedup", ".2f")),
+        ("speedup_ci", "[95% CI]", fmt_range("speedup_ci", ".2f")),
         ("efficiency", "efficiency", ".0%"),
         ("step_ms", "step ms", ".2f"), ("fwd_bwd_ms", "fwd+bwd ms", ".2f"),
         ("allreduce_ms", "allreduce ms", ".2f"), ("optimizer_ms", "optim ms", ".2f"),
@@ -182,7 +185,8 @@ def run(args) -> dict:
     base_desc = f"{base['label']} replica(s)"
     result["notes"].append(f"speedup = median over runs of samples/s / samples/s of "
                            f"{base_desc} in the run timed next to it (runs alternate between "
-                           "the configurations); efficiency = speedup / (replicas / its "
+                           "the configurations), with a bootstrap 95 % confidence interval "
+                           "of that median; efficiency = speedup / (replicas / its "
                            "replicas). dispatch = host enqueue time inside the phases (part "
                            "of them, not added). The phases are the unsharded end of a step "
                            "(allreduce_grads, optimizer on replica 0, broadcast), timed apart.")
