@@ -189,3 +189,24 @@ def test_deferred_checks_wait_for_check(queue):
     step.check()                                           # raised once, then nothing left
     step(x, y, defer_checks=True)
     step.check()                                           # good labels: nothing to raise
+
+
+def test_prefetched_inputs_are_the_ones_replayed(queue):
+    """``prefetch`` uploads the next call's inputs early; the call with the same arrays then
+    replays on them, and a call with other arrays uploads its own (never stale inputs)."""
+    w = tp.tensor(pc.Tensor.from_host(queue, np.array([2.0, 3.0], np.float32)))
+
+    def fn(x):
+        with tp.no_grad():
+            return tp.sum(w * x)
+
+    step = tp.capture(fn, queue)
+    step(np.array([1.0, 1.0], np.float32))                  # recorded
+    a, b = np.array([1.0, 2.0], np.float32), np.array([5.0, 7.0], np.float32)
+    step.prefetch(a)
+    assert step(a).item() == 8.0                            # the prefetched upload
+    step.prefetch(a)
+    assert step(b).item() == 31.0                           # other arrays: uploaded again
+    step.prefetch(np.zeros(3, np.float32))                  # no recording for it: nothing
+    assert step(a).item() == 8.0
+    assert step.replays == 3

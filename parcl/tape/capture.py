@@ -52,6 +52,7 @@ class CapturedStep:
         self.replays = 0
         self.eager_calls = 0
         self._unchecked: tuple = ()
+        self._prefetched: tuple | None = None      # (entry, the arrays given to prefetch)
 
     def reason(self, *arrays, key=()) -> str | None:
         """Why calls with these inputs run eagerly (None when they are replayed)."""
@@ -68,12 +69,16 @@ class CapturedStep:
         raised there), which wait for the kernels whose flags they read. ``defer_checks=True``
         leaves them to ``check()``, so that the caller (another thread, say) waits instead.
         """
+        given = arrays
         arrays = tuple(np.ascontiguousarray(a) for a in arrays)
         k = self._key(arrays, key)
         entry = self._entries.get(k)
         self._unchecked = ()
+        prefetched, self._prefetched = self._prefetched, None
         if entry is not None and entry.reason is None:
-            self._upload(entry, arrays)
+            if prefetched is None or prefetched[0] is not entry or len(given) != len(
+                    prefetched[1]) or any(a is not b for a, b in zip(given, prefetched[1])):
+                self._upload(entry, arrays)
             entry.recording.replay(run_hooks=not defer_checks)
             if defer_checks:
                 self._unchecked = tuple(entry.recording.host_hooks)
@@ -83,6 +88,19 @@ class CapturedStep:
             self.eager_calls += 1
             return self.fn(*self._fresh_inputs(arrays))
         return self._record(k, arrays)
+
+    def prefetch(self, *arrays, key=()) -> None:
+        """Start copying the inputs of the next call now (from any thread while no call runs):
+        a next call with these same array objects then replays without uploading them. Calls
+        that would record or run eagerly upload their inputs themselves, so nothing is done
+        for them here."""
+        converted = tuple(np.ascontiguousarray(a) for a in arrays)
+        entry = self._entries.get(self._key(converted, key))
+        if entry is None or entry.reason is not None:
+            self._prefetched = None
+            return
+        self._upload(entry, converted)
+        self._prefetched = (entry, arrays)
 
     def check(self) -> None:
         """Run the host checks the last call deferred (nothing when it ran them itself)."""
@@ -124,6 +142,7 @@ class CapturedStep:
     def clear(self) -> None:
         """Drop every recording (their pinned buffers go back to the pool)."""
         self._entries.clear()
+        self._prefetched = None
 
 
 def capture(fn, queue: cl.CommandQueue) -> CapturedStep:
