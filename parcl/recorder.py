@@ -51,17 +51,15 @@ class Recording:
             for buf in buffers:
                 pool._give_back(buf, size)
 
-    def replay(self, run_hooks: bool = True) -> None:
-        """Enqueue the recorded work again (no Python above the launches), then run the host
-        hooks (``run_hooks=False``: the caller runs ``host_hooks`` itself, later)."""
+    def replay(self) -> None:
+        """Enqueue the recorded work again (no Python above the launches)."""
         calls = self._calls
         if calls is None:
             calls = self._calls = [_bind(op) for op in self.ops]
         for call in calls:
             call()
-        if run_hooks:
-            for hook in self.host_hooks:
-                hook()
+        for hook in self.host_hooks:
+            hook()
 
 
 def _bind(op: tuple):

@@ -174,10 +174,6 @@ class ReplicaGroup:
         self.replicas = [Replica(i, d, runtime.new_queue(d)) for i, d in enumerate(devs)]
         self._devices_share_host_cores = any(d.type & cl.device_type.CPU for d in devs)
         self._captured: list[dict] = [{} for _ in devs]
-        self._stepped: list = [None] * len(devs)     # each replica's CapturedStep this step
-        # Several replicas: their replayed steps leave the host checks to the caller's thread
-        # (see _run_deferred_checks). One replica keeps its own, which measured 2-6 % faster.
-        self._defer_checks = len(devs) > 1
         for r in self.replicas:
             r.thread = threading.Thread(target=_worker, args=(r,), daemon=True,
                                         name=f"parcl-replica-{r.index}")
@@ -272,14 +268,12 @@ class ReplicaGroup:
             raise ReplicaError(f"ReplicaGroup.run: {self._broken}")
         if job.errors:
             index, exc, tb = min(job.errors, key=lambda e: e[0])
-            raise self._failure(index, exc, tb) from exc
+            dev = runtime.describe(self.replicas[index].device)
+            raise ReplicaError(
+                f"replica {index} on {dev} failed: {type(exc).__name__}: {exc}\n"
+                f"--- traceback in replica {index} ---\n{tb}",
+                index=index, device=dev, traceback_text=tb) from exc
         return list(job.results)
-
-    def _failure(self, index: int, exc: BaseException, tb: str) -> ReplicaError:
-        dev = runtime.describe(self.replicas[index].device)
-        return ReplicaError(f"replica {index} on {dev} failed: {type(exc).__name__}: {exc}\n"
-                            f"--- traceback in replica {index} ---\n{tb}",
-                            index=index, device=dev, traceback_text=tb)
 
     # -- gradients and parameters -----------------------------------------------------
     def parameters(self) -> list:
@@ -370,7 +364,6 @@ class ReplicaGroup:
             self._prefetch(loss_fn, xs, ys, weights)
         results = self.run(self._replica_step, xs, ys, weights, [loss_fn] * k)
         self._check_signatures([sig for _, sig in results])
-        self._run_deferred_checks()
         # The step's one host synchronisation is reading every replica's loss, in one wait.
         # The reads are enqueued before the end of the step. On a GPU only they are waited
         # for: the reduce, update and broadcast run on while this returns and the next step
@@ -477,23 +470,7 @@ class ReplicaGroup:
         steps[id(loss_fn)] = entry                 # most recently used last
         while len(steps) > MAX_CAPTURED_LOSSES:
             steps.pop(next(iter(steps)))
-        self._stepped[replica.index] = entry[1]
-        return entry[1](x, y, w, key=_training_signature(replica.model),
-                        defer_checks=self._defer_checks)
-
-    def _run_deferred_checks(self) -> None:
-        """Replayed steps leave their host checks (cross-entropy labels in range) to this
-        thread, which waits for every replica's forward here, before the end of the step is
-        enqueued; the replica threads return as soon as their step is enqueued. One wait
-        here instead of a wake-up in every replica thread while the devices compute (measured
-        in alternation: 2-replica MLP steps 3.5-4.3 % faster)."""
-        stepped, self._stepped = self._stepped, [None] * len(self.replicas)
-        for index, captured in enumerate(stepped):
-            if captured is not None:
-                try:
-                    captured.check()
-                except Exception as exc:        # noqa: BLE001 - reported like a replica's own
-                    raise self._failure(index, exc, traceback.format_exc()) from exc
+        return entry[1](x, y, w, key=_training_signature(replica.model))
 
     def _forward_backward(self, replica: Replica, loss_fn):
         """The replica's part of a step on device tensors: forward on a fresh tape, backward

@@ -167,30 +167,6 @@ def test_a_replay_reads_the_label_flag_right_after_the_forward(queue):
         step(x, bad)
 
 
-def test_deferred_checks_wait_for_check(queue):
-    """``defer_checks=True`` returns once the replay is enqueued; ``check()`` (from any
-    thread, here the same) then raises what the replay's own checks would have."""
-    model = mlp(queue)
-
-    def body(x, y):
-        with tp.Tape() as tape:
-            loss = tp.cross_entropy(model(tp.tensor(x)), y)
-        tape.backward(loss)
-        return loss.value
-
-    step = tp.capture(body, queue)
-    x, y = batch(8)
-    step(x, y)
-    bad = y.copy()
-    bad[2] = 42
-    step(x, bad, defer_checks=True)                        # no wait, no error yet
-    with pytest.raises(pc.ShapeError, match="label 42"):
-        step.check()
-    step.check()                                           # raised once, then nothing left
-    step(x, y, defer_checks=True)
-    step.check()                                           # good labels: nothing to raise
-
-
 def test_prefetched_inputs_are_the_ones_replayed(queue):
     """``prefetch`` uploads the next call's inputs early; the call with the same arrays then
     replays on them, and a call with other arrays uploads its own (never stale inputs)."""

@@ -51,7 +51,6 @@ class CapturedStep:
         self._entries: dict = {}
         self.replays = 0
         self.eager_calls = 0
-        self._unchecked: tuple = ()
         self._prefetched: tuple | None = None      # (entry, the arrays given to prefetch)
 
     def reason(self, *arrays, key=()) -> str | None:
@@ -62,26 +61,18 @@ class CapturedStep:
     def _key(self, arrays, key):
         return (tuple((a.shape, a.dtype.str) for a in arrays), mode.capture_modes(), key)
 
-    def __call__(self, *arrays, key=(), defer_checks: bool = False):
-        """Run the step on these numpy inputs (see the module docstring).
-
-        A replay ends with the step's host checks (a cross-entropy label out of range is
-        raised there), which wait for the kernels whose flags they read. ``defer_checks=True``
-        leaves them to ``check()``, so that the caller (another thread, say) waits instead.
-        """
+    def __call__(self, *arrays, key=()):
+        """Run the step on these numpy inputs (see the module docstring)."""
         given = arrays
         arrays = tuple(np.ascontiguousarray(a) for a in arrays)
         k = self._key(arrays, key)
         entry = self._entries.get(k)
-        self._unchecked = ()
         prefetched, self._prefetched = self._prefetched, None
         if entry is not None and entry.reason is None:
             if prefetched is None or prefetched[0] is not entry or len(given) != len(
                     prefetched[1]) or any(a is not b for a, b in zip(given, prefetched[1])):
                 self._upload(entry, arrays)
-            entry.recording.replay(run_hooks=not defer_checks)
-            if defer_checks:
-                self._unchecked = tuple(entry.recording.host_hooks)
+            entry.recording.replay()
             self.replays += 1
             return entry.outputs
         if entry is not None:                  # known not to be replayable: plain eager
@@ -101,12 +92,6 @@ class CapturedStep:
             return
         self._upload(entry, converted)
         self._prefetched = (entry, arrays)
-
-    def check(self) -> None:
-        """Run the host checks the last call deferred (nothing when it ran them itself)."""
-        hooks, self._unchecked = self._unchecked, ()
-        for hook in hooks:
-            hook()
 
     def _fresh_inputs(self, arrays) -> list[Tensor]:
         return [Tensor.from_host(self.queue, a) for a in arrays]
