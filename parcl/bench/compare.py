@@ -14,11 +14,14 @@ and the table says how to install it. When the threads fill every core, an imple
 idle worker threads can still be spinning when the next one starts (OpenBLAS's do, for a while
 after each call, and slowed PyTorch's two-thread step 2-3x on a 2-core machine):
 ``--no-numpy`` / ``--no-torch`` leave one out so parcl is paired with a single reference.
+``--capture`` times parcl's step through ``tp.capture`` (the whole step, update included,
+recorded once and replayed: bit-identical to the eager step, far less Python); the row is then
+``parcl (capture)``.
 
 JSON rows (table ``compare``): ``model``, ``batch``, ``impl`` (``parcl``, ``numpy``,
-``pytorch``), ``threads``, ``samples_per_s`` (+ ``_min``/``_max``), ``step_ms``, ``loss``
-(first step), ``vs_parcl`` (+ ``_min``/``_max``: this implementation's speed over parcl's,
-per-run ratios).
+``pytorch``; ``parcl (capture)`` with ``--capture``), ``threads``, ``samples_per_s`` (+
+``_min``/``_max``), ``step_ms``, ``loss`` (first step), ``vs_parcl`` (+ ``_min``/``_max``: this
+implementation's speed over parcl's, per-run ratios).
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ def add_arguments(p) -> None:
                    help="steps per timed run (default 10 mlp, 3 cnn)")
     p.add_argument("--devices", default="cpu", metavar="SPEC",
                    help="device for parcl (default cpu: the whole CPU device)")
+    p.add_argument("--capture", action="store_true",
+                   help="time parcl's step through tp.capture (recorded once, then replayed)")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
     p.add_argument("--no-numpy", action="store_true",
                    help="skip the numpy reference (its spinning BLAS threads slow the next "
@@ -97,7 +102,9 @@ def run(args) -> dict:
         model = models.builder(name)(q)
         state = model.state_dict()
         limit, applied = numpy_threads(threads)
-        impls = [("parcl", f"{threads} CU", *_parcl(q, model, x, y))]
+        capture = getattr(args, "capture", False)
+        impls = [("parcl" + (" (capture)" if capture else ""), f"{threads} CU",
+                  *_parcl(q, model, x, y, capture))]
         if not args.no_numpy:
             impls.append(("numpy", threads if applied else "default", *_numpy(name, state, x, y)))
         if torch is not None:
@@ -130,19 +137,28 @@ def _rates(n: int, steps: int, stat: dict) -> dict:
     return row
 
 
-def _parcl(q, model, x, y):
-    """(step, sync): one parcl training step (batch upload included) and the queue's finish."""
+def _parcl(q, model, x, y, capture: bool = False):
+    """(step, sync): one parcl training step (batch upload included) and the queue's finish.
+    With ``capture`` the whole step (update included) goes through ``tp.capture``: the first
+    call runs eagerly and is recorded, later ones replay it."""
     opt = pc.optim.SGD(model.parameters(), lr=models.LR)
 
-    def step():
-        xt = tp.tensor(pc.Tensor.from_host(q, x))
-        yt = pc.Tensor.from_host(q, y)
+    def body(xd, yd):
         with tp.Tape() as tape:
-            loss = tp.cross_entropy(model(xt), yt)
+            loss = tp.cross_entropy(model(tp.tensor(xd)), yd)
         tape.backward(loss)
         opt.step()
-        opt.zero_grad()
-        return _LazyLoss(loss)
+        opt.zero_grad(set_to_none=False)       # the same gradient buffers on every replay
+        return loss.value
+
+    if capture:
+        captured = tp.capture(body, q)
+
+        def step():
+            return _LazyLoss(captured(x, y))
+    else:
+        def step():
+            return _LazyLoss(body(pc.Tensor.from_host(q, x), pc.Tensor.from_host(q, y)))
 
     return step, q.finish
 
@@ -150,11 +166,11 @@ def _parcl(q, model, x, y):
 class _LazyLoss:
     """A parcl loss read from the device only when asked (timed steps never ask)."""
 
-    def __init__(self, node):
-        self.node = node
+    def __init__(self, value):
+        self.value = value
 
     def __float__(self) -> float:
-        return float(self.node.value.to_host())
+        return float(self.value.to_host())
 
 
 def _numpy(name, state, x, y):
