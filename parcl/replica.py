@@ -351,8 +351,8 @@ class ReplicaGroup:
             raise ShapeError(f"ReplicaGroup.step: batch of {n} samples cannot be split over "
                              f"{k} replicas; use a batch of at least {k}")
         total = n if self.comm is None else int(self.comm.allreduce(n))
-        q, extra = divmod(n, k)                 # the first `extra` replicas take one more
-        bounds = [i * q + min(i, extra) for i in range(k + 1)]
+        each, extra = divmod(n, k)              # the first `extra` replicas take one more
+        bounds = [i * each + min(i, extra) for i in range(k + 1)]
         xs = [_as_supported(x[bounds[i]:bounds[i + 1]]) for i in range(k)]
         ys = [_as_supported(y[bounds[i]:bounds[i + 1]]) for i in range(k)]
         shares = [(bounds[i + 1] - bounds[i]) / total for i in range(k)]

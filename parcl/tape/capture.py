@@ -69,8 +69,10 @@ class CapturedStep:
         entry = self._entries.get(k)
         prefetched, self._prefetched = self._prefetched, None
         if entry is not None and entry.reason is None:
-            if prefetched is None or prefetched[0] is not entry or len(given) != len(
-                    prefetched[1]) or any(a is not b for a, b in zip(given, prefetched[1])):
+            uploaded = (prefetched is not None and prefetched[0] is entry
+                        and len(prefetched[1]) == len(given)
+                        and all(a is b for a, b in zip(given, prefetched[1])))
+            if not uploaded:
                 self._upload(entry, arrays)
             entry.recording.replay()
             self.replays += 1
@@ -82,7 +84,8 @@ class CapturedStep:
 
     def prefetch(self, *arrays, key=()) -> None:
         """Start copying the inputs of the next call now (from any thread while no call runs):
-        a next call with these same array objects then replays without uploading them. Calls
+        a next call with these same array objects then replays without uploading them (so
+        they must not change in between: the copies read them while the device runs). Calls
         that would record or run eagerly upload their inputs themselves, so nothing is done
         for them here."""
         converted = tuple(np.ascontiguousarray(a) for a in arrays)

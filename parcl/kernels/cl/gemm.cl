@@ -85,8 +85,9 @@ inline void emit(global float* restrict c, const global float* restrict bias, ve
     }
 
 // op(A)[i][k] is read at A + panel*a_ps + i*a_si + k*a_sk: a packed panel (a_si = 1,
-// a_sk = MR, a_ps = K*MR), or A itself when M is whole panels (any transpose: each k step
-// still reads MR scalars to broadcast, so packing A only costs a pass over it).
+// a_sk = MR, a_ps = K*MR), or A itself (gemm.py does that for a row-major A whose M is whole
+// panels: each k step reads MR scalars to broadcast either way, so packing such an A only
+// costs a pass over it).
 kernel void gemm_cpu(const global float* restrict A, long a_bs, long a_ps, long a_si, long a_sk,
                      const global float* restrict B, long b_bs,
                      global float* restrict C, long c_bs, const global float* restrict bias,
