@@ -184,6 +184,34 @@ def test_scaling_digits_with_capture(tmp_path, capsys):
     assert [r["batch"] for r in rows] == [4, 8] and all(r["samples_per_s"] > 0 for r in rows)
 
 
+def test_scaling_ceiling_times_bare_replays_in_the_same_rounds(tmp_path, capsys):
+    text, result = _run(tmp_path, capsys, [
+        "scaling", "--model", "mlp", "--replicas", "1,2", "--batch-per-replica", "8",
+        "--steps", "2", "--repeat", "2", "--warmup", "1", "--capture", "--ceiling"])
+    rows = _rows(result, "scaling")
+    assert [(r["label"], r["kind"]) for r in rows] == [
+        ("1", "step"), ("2", "step"), ("1 (bare replays)", "bare"), ("2 (bare replays)", "bare")]
+    bare = [r for r in rows if r["kind"] == "bare"]
+    assert bare[0]["speedup"] == pytest.approx(1.0)          # against one bare replica
+    assert bare[1]["speedup_ci_min"] <= bare[1]["speedup"] <= bare[1]["speedup_ci_max"]
+    assert all(len(r["times"]) == 2 and r["samples_per_s"] > 0 for r in rows)
+    assert "fwd_bwd_ms" not in bare[1] and "fwd_bwd_ms" in rows[1]
+    assert "bare replays" in text
+
+
+def test_interleaved_timing_shuffles_each_round_reproducibly():
+    order = []
+    fns = [((lambda i=i: order.append(i)), None) for i in range(4)]
+    common.time_interleaved(fns, repeat=6, warmup=0)
+    rounds = [tuple(order[i:i + 4]) for i in range(0, 24, 4)]
+    assert all(sorted(r) == [0, 1, 2, 3] for r in rounds)    # each configuration once a round
+    assert len(set(rounds)) > 1                              # not one fixed order
+    again = []
+    common.time_interleaved([((lambda i=i: again.append(i)), None) for i in range(4)],
+                            repeat=6, warmup=0)
+    assert again == order                                     # seeded
+
+
 # -- compare ---------------------------------------------------------------------------------
 def test_compare_smoke(tmp_path, capsys):
     text, result = _run(tmp_path, capsys, ["compare", "--model", "mlp,cnn", "--batch", "8",

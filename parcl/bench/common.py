@@ -144,17 +144,22 @@ def time_runs(fn: Callable[[], object], repeat: int, warmup: int = 1,
 def time_interleaved(fns: list, repeat: int, warmup: int = 1,
                      reduce_times: Callable[[float], float] | None = None) -> list[dict]:
     """Time several ``(fn, sync)`` pairs in alternation: run ``r`` of each back to back, so
-    a change in the machine's load hits all of them alike. Each stat also carries its
-    ``times`` (seconds, in run order) so callers can form per-run ratios. ``reduce_times``
-    maps each run's time (MPI: the max over ranks)."""
+    a change in the machine's load hits all of them alike, in an order shuffled afresh for
+    every round (seeded, so a rerun shuffles alike): a fixed order lets whatever one
+    configuration leaves behind (warm caches, spinning worker threads) always land on the
+    next. Each stat also carries its ``times`` (seconds, in round order) so callers can form
+    per-run ratios. ``reduce_times`` maps each run's time (MPI: the max over ranks; every
+    rank draws the same order)."""
     fns = [(fn, sync or (lambda: None)) for fn, sync in fns]
     for _ in range(warmup):
         for fn, sync in fns:
             fn()
             sync()
     times: list[list[float]] = [[] for _ in fns]
+    rng = np.random.default_rng(0)
     for _ in range(repeat):
-        for i, (fn, sync) in enumerate(fns):
+        for i in rng.permutation(len(fns)):
+            fn, sync = fns[i]
             sync()
             t0 = time.perf_counter()
             fn()

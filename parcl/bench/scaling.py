@@ -10,8 +10,9 @@ Two loops per ``n``:
 
 * the headline ``samples/s``: ``--steps`` calls of ``group.step`` with no extra
   synchronisation (the way training runs), timed ``--repeat`` times after warm-up. Every
-  configuration's group is open at once and their runs alternate, so ``speedup`` is the median
-  of per-run ratios against the base run timed next to it (this machine's speed drifts);
+  configuration's group is open at once and each round runs every configuration once, in a
+  shuffled order, so ``speedup`` is the median of per-round ratios against the base run of the
+  same round (this machine's speed drifts), with a bootstrap 95 % CI of that median;
 * the phase split, the same step rebuilt from the group's public pieces with every queue
   finished after each phase: ``group.run`` for forward + backward in every replica (host to
   device copy included), ``group.allreduce_grads``, ``optimizer.step()`` (+ ``zero_grad``),
@@ -21,15 +22,22 @@ Two loops per ``n``:
   those phases (the slowest replica thread for forward + backward), a part of their times, not
   an extra phase.
 
+``--ceiling`` adds ``n (bare replays)`` rows, timed in the same rounds: each replica thread
+replays its captured forward + backward and finishes its queue, step after step, with no
+allreduce, update or synchronisation between the replicas. Their speedup (against one bare
+replica) is what the devices and the host's threads allow at most, the ceiling for the
+steps' speedup.
+
 ``--trace FILE`` writes the phased steps as a Chrome trace (one row per replica thread and per
 replica queue). Queues made with profiling (``pc.new_queue(dev, profiling=True)``) give device
 timestamps from marker events at the phase boundaries; the group's ordinary queues give
 host-timed spans instead (enqueue start to ``finish`` return), which the trace's metadata says.
 
-JSON rows (table ``scaling``): ``replicas``, ``ranks``, ``batch`` (per step, all replicas and
-ranks), ``samples_per_s`` (+ ``_min``/``_max``), ``speedup`` (+ ``_min``/``_max``, and
-``_ci_min``/``_ci_max``: a 95 % CI of the median), ``efficiency``, ``step_ms``, ``times``
-(seconds per timed run, in run order), ``fwd_bwd_ms``, ``allreduce_ms``, ``optimizer_ms``,
+JSON rows (table ``scaling``): ``label``, ``kind`` (``step`` or ``bare``), ``replicas``,
+``ranks``, ``batch`` (per step, all replicas and ranks), ``samples_per_s`` (+
+``_min``/``_max``), ``speedup`` (+ ``_min``/``_max``, and ``_ci_min``/``_ci_max``: a 95 % CI
+of the median), ``efficiency``, ``step_ms``, ``times`` (seconds per timed run, in round
+order), and for ``step`` rows ``fwd_bwd_ms``, ``allreduce_ms``, ``optimizer_ms``,
 ``broadcast_ms``, ``dispatch_ms``, ``phased_ms`` (medians over the phased steps).
 """
 
@@ -93,6 +101,11 @@ def add_arguments(p) -> None:
     p.add_argument("--capture", action="store_true",
                    help="capture each replica's forward/backward once and replay it "
                         "(ReplicaGroup(capture=True)) for the samples/s figure")
+    p.add_argument("--ceiling", action="store_true",
+                   help="also time bare replays: each replica thread replays its captured "
+                        "forward/backward and finishes its queue, step after step, with no "
+                        "allreduce, update or synchronisation between replicas (what the "
+                        "devices and the host's threads allow at most; one process only)")
 
 
 def _plan(args):
@@ -148,16 +161,22 @@ def run(args) -> dict:
     trace = None
     if args.trace:
         trace = ChromeTrace({"benchmark": "parcl-bench scaling", "model": args.model})
-    plans = [(n, devs[:n], f"{n}") for n in counts]
+    plans = [(n, devs[:n], f"{n}", "step") for n in counts]
     if args.whole_device:
         whole = resolve_devices("cpu")
         result["devices"].append(device_info(whole[0], "whole-device baseline"))
-        plans.append((1, whole, "1 (whole CPU)"))
+        plans.append((1, whole, "1 (whole CPU)", "step"))
+    if getattr(args, "ceiling", False):
+        if comm is not None:
+            raise BenchError("--ceiling times one process's replicas; run it without mpiexec")
+        plans += [(n, devs[:n], f"{n} (bare replays)", "bare") for n in counts]
     rows = _measure(args, plans, steps, repeat, warmup, comm, world, trace)
-    base = next(r for r in rows if r["label"] == str(min(counts)))
+    bases = {kind: next(r for r in rows if r["kind"] == kind and r["replicas"] == min(counts))
+             for kind in {r["kind"] for r in rows}}
     for r in rows:
-        # Per run, against the base run timed next to it (runs alternate between the replica
-        # counts, so a change in the machine's load hits both sides of a ratio alike).
+        # Per run, against the base run of its kind timed in the same round (every round runs
+        # each configuration once, so a change in the machine's load hits both sides alike).
+        base = bases[r["kind"]]
         ratios = [b / t * (r["batch"] / base["batch"])
                   for t, b in zip(r["times"], base["times"])]
         r["speedup"] = float(np.median(ratios))
@@ -182,10 +201,17 @@ def run(args) -> dict:
               f"{args.allreduce}: samples/s median [min-max] of {repeat} runs of {steps} "
               "group.step calls; phase split = medians of phased steps (queues finished "
               "between phases)", columns, rows)
-    base_desc = f"{base['label']} replica(s)"
+    base_desc = f"{bases['step']['label']} replica(s)"
+    if "bare" in bases:
+        result["notes"].append("bare replays: each replica thread replays its captured "
+                               "forward + backward and finishes its queue, step after step, "
+                               "with no allreduce, update or synchronisation between the "
+                               "replicas; their speedup is against 1 (bare replays), and "
+                               "bounds what a full step can reach on these devices.")
     result["notes"].append(f"speedup = median over runs of samples/s / samples/s of "
-                           f"{base_desc} in the run timed next to it (runs alternate between "
-                           "the configurations), with a bootstrap 95 % confidence interval "
+                           f"{base_desc} in the same round (every round runs each "
+                           "configuration once, in a shuffled order), with a bootstrap 95 % "
+                           "confidence interval "
                            "of that median; efficiency = speedup / (replicas / its "
                            "replicas). dispatch = host enqueue time inside the phases (part "
                            "of them, not added). The phases are the unsharded end of a step "
@@ -227,25 +253,55 @@ def _measure(args, plans, steps, repeat, warmup, comm, world, trace) -> list[dic
 
     with ExitStack() as stack:
         runs, rows = [], []
-        for n, devs, label in plans:
+        for n, devs, label, kind in plans:
             batch = _batch_sizes(args, n)
             x, y = models.batch(args.model, batch, args.image_size,
                                 seed=comm.Get_rank() if comm else 0)
             group = stack.enter_context(ReplicaGroup(
                 models.builder(args.model), devs, allreduce=args.allreduce, comm=comm,
-                capture=capture))
+                capture=capture or kind == "bare"))
             opt = pc.optim.SGD(group.parameters(), lr=models.LR)
-            runs.append((_steps(group, opt, x, y, steps), _sync(group, comm)))
-            rows.append({"label": label, "replicas": n, "ranks": world, "batch": batch * world,
-                         "_run": (group, opt, x, y)})
+            run = _steps(group, opt, x, y, steps) if kind == "step" else _bare(group, x, y, steps)
+            runs.append((run, _sync(group, comm)))
+            rows.append({"label": label, "kind": kind, "replicas": n, "ranks": world,
+                         "batch": batch * world, "_run": (group, opt, x, y)})
         stats = time_interleaved(runs, repeat, warmup, reduce_times=slowest)
         for row, stat in zip(rows, stats):
             group, opt, x, y = row.pop("_run")
             put_rate(row, "samples_per_s", row["batch"] * steps, stat)
             row["step_ms"] = stat["median"] / steps * 1e3
             row["times"] = stat["times"]
-            row.update(_phased(group, opt, x, y, steps, trace, row["label"], comm))
+            if row["kind"] == "step":
+                row.update(_phased(group, opt, x, y, steps, trace, row["label"], comm))
     return rows
+
+
+def _bare(group, x, y, steps):
+    """Each replica thread replays its captured forward + backward and finishes its queue,
+    ``steps`` times, in one dispatched call: no allreduce, no update, no synchronisation
+    between the replicas (their gradients just accumulate)."""
+    k = len(group.replicas)
+    bounds = [i * x.shape[0] // k for i in range(k + 1)]
+    shards = [(x[a:b], y[a:b], np.array(1.0 / x.shape[0], np.float32))
+              for a, b in zip(bounds, bounds[1:])]
+    captured = [None] * k
+
+    def replay(replica, shard):
+        if captured[replica.index] is None:
+            def body(xd, yd, wd, model=replica.model):
+                with tp.Tape() as tape:
+                    loss = tp.cross_entropy(model(tp.tensor(xd)), yd)
+                tape.backward(loss, grad=wd.reshape(loss.shape))
+                tape.release()
+                return loss.value
+            captured[replica.index] = tp.capture(body, replica.queue)
+        for _ in range(steps):
+            captured[replica.index](*shard)
+            replica.queue.finish()
+
+    def run_steps():
+        group.run(replay, shards)
+    return run_steps
 
 
 def _steps(group, opt, x, y, steps):
@@ -384,7 +440,7 @@ def plot(result: dict, path: str) -> None:
                   fontsize=10)
     bottom = np.zeros(len(rows))
     for p, color in zip(PHASES, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
-        vals = np.array([r[f"{p}_ms"] for r in rows])
+        vals = np.array([r.get(f"{p}_ms", 0.0) for r in rows])   # bare replays: no phases
         ax2.bar(labels, vals, bottom=bottom, label=p.replace("_", "+"), color=color)
         bottom += vals
     ax2.set_xlabel("replicas")
