@@ -276,6 +276,18 @@ def _measure(args, plans, steps, repeat, warmup, comm, world, trace) -> list[dic
     return rows
 
 
+def capture_forward_backward(replica):
+    """The replica's forward + backward alone (no update), captured on its queue; called with
+    its batch shard ``x``, ``y`` and the loss weight (a float32 array) as numpy arrays."""
+    def body(xd, yd, wd, model=replica.model):
+        with tp.Tape() as tape:
+            loss = tp.cross_entropy(model(tp.tensor(xd)), yd)
+        tape.backward(loss, grad=wd.reshape(loss.shape))
+        tape.release()
+        return loss.value
+    return tp.capture(body, replica.queue)
+
+
 def _bare(group, x, y, steps):
     """Each replica thread replays its captured forward + backward and finishes its queue,
     ``steps`` times, in one dispatched call: no allreduce, no update, no synchronisation
@@ -288,13 +300,7 @@ def _bare(group, x, y, steps):
 
     def replay(replica, shard):
         if captured[replica.index] is None:
-            def body(xd, yd, wd, model=replica.model):
-                with tp.Tape() as tape:
-                    loss = tp.cross_entropy(model(tp.tensor(xd)), yd)
-                tape.backward(loss, grad=wd.reshape(loss.shape))
-                tape.release()
-                return loss.value
-            captured[replica.index] = tp.capture(body, replica.queue)
+            captured[replica.index] = capture_forward_backward(replica)
         for _ in range(steps):
             captured[replica.index](*shard)
             replica.queue.finish()

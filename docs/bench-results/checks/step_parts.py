@@ -22,7 +22,7 @@ import numpy as np
 import parcl as pc
 from parcl import tape as tp
 from parcl.bench import models
-from parcl.bench.scaling import _bare
+from parcl.bench.scaling import _bare, capture_forward_backward
 from parcl.replica import ReplicaGroup
 
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "mlp"
@@ -45,14 +45,7 @@ def with_barrier(group, x, y, steps):
             lo = replica.index * shard
             xs, ys = x[lo:lo + shard], y[lo:lo + shard]
             w = np.array(1.0 / x.shape[0], np.float32)
-
-            def body(xd, yd, wd, model=replica.model):
-                with tp.Tape() as tape:
-                    loss = tp.cross_entropy(model(tp.tensor(xd)), yd)
-                tape.backward(loss, grad=wd.reshape(loss.shape))
-                tape.release()
-                return loss.value
-            cap = captured[replica.index] = (tp.capture(body, q), (xs, ys, w))
+            cap = captured[replica.index] = (capture_forward_backward(replica), (xs, ys, w))
         for _ in range(steps):
             cap[0](*cap[1])
             q.finish()
