@@ -148,7 +148,9 @@ def _parcl(q, model, x, y, capture: bool = False):
             loss = tp.cross_entropy(model(tp.tensor(xd)), yd)
         tape.backward(loss)
         opt.step()
-        opt.zero_grad(set_to_none=False)       # the same gradient buffers on every replay
+        # A replay reuses the recorded gradient buffers, so they are zeroed in place there;
+        # eagerly they are dropped, as PyTorch's zero_grad does by default.
+        opt.zero_grad(set_to_none=not capture)
         return loss.value
 
     if capture:
