@@ -132,9 +132,17 @@ def test_scaling_smoke_with_trace(tmp_path, capsys):
         "--steps", "2", "--repeat", "1", "--warmup", "1", "--trace", str(trace_path)])
     rows = _rows(result, "scaling")
     _printed(text, result, "scaling")
+    numpy_rows = [r for r in rows if r["kind"] == "numpy"]
+    rows = [r for r in rows if r["kind"] == "step"]
     assert [r["replicas"] for r in rows] == [1, 2]
     assert [r["batch"] for r in rows] == [8, 16]             # weak scaling
     assert rows[0]["speedup"] == pytest.approx(1.0)
+    # the numpy data-parallel reference, timed in the same rounds against its own 1 thread
+    assert [(r["label"], r["batch"]) for r in numpy_rows] == [
+        ("1 (numpy threads)", 8), ("2 (numpy threads)", 16)]
+    assert numpy_rows[0]["speedup"] == pytest.approx(1.0)
+    assert all(r["blas_threads"] == 1 and r["samples_per_s"] > 0 for r in numpy_rows)
+    assert "numpy threads" in text and "fwd_bwd_ms" not in numpy_rows[1]
     assert rows[1]["efficiency"] == pytest.approx(rows[1]["speedup"] / 2)
     assert rows[1]["speedup_ci_min"] <= rows[1]["speedup"] <= rows[1]["speedup_ci_max"]
     for r in rows:
@@ -172,7 +180,8 @@ def test_scaling_strong_cnn(tmp_path, capsys):
         "scaling", "--model", "cnn", "--replicas", "1,2", "--global-batch", "6",
         "--steps", "1", "--repeat", "1", "--warmup", "0"], plot=False)
     rows = _rows(result, "scaling")
-    assert [r["batch"] for r in rows] == [6, 6]
+    assert [(r["kind"], r["batch"]) for r in rows] == [
+        ("step", 6), ("step", 6), ("numpy", 6), ("numpy", 6)]
     assert result["params"]["mode"] == "strong"
 
 
@@ -187,7 +196,8 @@ def test_scaling_digits_with_capture(tmp_path, capsys):
 def test_scaling_ceiling_times_bare_replays_in_the_same_rounds(tmp_path, capsys):
     text, result = _run(tmp_path, capsys, [
         "scaling", "--model", "mlp", "--replicas", "1,2", "--batch-per-replica", "8",
-        "--steps", "2", "--repeat", "2", "--warmup", "1", "--capture", "--ceiling"])
+        "--steps", "2", "--repeat", "2", "--warmup", "1", "--capture", "--ceiling",
+        "--no-numpy"])
     rows = _rows(result, "scaling")
     assert [(r["label"], r["kind"]) for r in rows] == [
         ("1", "step"), ("2", "step"), ("1 (bare replays)", "bare"), ("2 (bare replays)", "bare")]
@@ -280,6 +290,48 @@ def test_numpy_reference_step_matches_parcl(queue, name):
     assert ref.step(x, y, 0.5) == pytest.approx(float(loss.value.to_host()), rel=1e-5)
     for key, value in model.state_dict().items():
         np.testing.assert_allclose(ref.p[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
+
+
+@pytest.mark.parametrize("name,k", [("mlp", 2), ("mlp", 3), ("cnn", 2)])
+def test_numpy_data_parallel_matches_one_thread_on_the_global_batch(name, k):
+    """The scaling reference computes the same steps as one numpy model on the whole batch,
+    with uneven shards too (7 samples over 2 or 3 threads)."""
+    from parcl.bench import models
+    from parcl.bench.reference import NUMPY_MODELS, NumpyDataParallel
+
+    rng = np.random.default_rng(3)
+    state = {key: rng.standard_normal(v.shape).astype(np.float32) * 0.1
+             for key, v in models.builder(name)(pc.default_queue()).state_dict().items()}
+    x, y = models.batch(name, 7, seed=5)
+    single = NUMPY_MODELS[name](state)
+    losses = [single.step(x, y, 0.1) for _ in range(3)]
+    parallel = NUMPY_MODELS[name](state)
+    with NumpyDataParallel(parallel, k) as dp:
+        assert dp.step(x, y, 0.1, steps=2) == pytest.approx(losses[1], rel=1e-5)
+        assert dp.step(x, y, 0.1) == pytest.approx(losses[2], rel=1e-5)
+    for key in state:
+        np.testing.assert_allclose(parallel.p[key], single.p[key], rtol=1e-4, atol=1e-6,
+                                   err_msg=key)
+
+
+def test_numpy_data_parallel_reports_the_failing_thread():
+    from parcl.bench.reference import NumpyMLP, NumpyDataParallel
+
+    model = NumpyMLP({"0.weight": np.ones((3, 4), np.float32), "0.bias": np.zeros(3, np.float32)})
+    x, y = np.ones((4, 4), np.float32), np.array([0, 1, 2, 7])    # label 7 >= 3 classes
+    with pytest.raises(RuntimeError, match="numpy replica 1 failed"):
+        with NumpyDataParallel(model, 2, timeout=10) as dp:
+            dp.step(x, y, 0.1)
+    with pytest.raises(ValueError, match="without samples"):
+        with NumpyDataParallel(model, 3, timeout=10) as dp:
+            dp.step(x[:2], y[:2], 0.1)
+
+
+def test_scaling_can_leave_out_the_numpy_reference(tmp_path, capsys):
+    _, result = _run(tmp_path, capsys, [
+        "scaling", "--model", "mlp", "--replicas", "1,2", "--batch-per-replica", "4",
+        "--steps", "1", "--repeat", "1", "--warmup", "0", "--no-numpy"], plot=False)
+    assert [r["kind"] for r in _rows(result, "scaling")] == ["step", "step"]
 
 
 # -- memory ----------------------------------------------------------------------------------

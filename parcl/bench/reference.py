@@ -1,9 +1,11 @@
-"""numpy reference implementations of the benchmark models' training step.
+"""numpy reference implementations of the benchmark models' training step, and of a
+data-parallel step over threads.
 
 Plain numpy, float32, the same layouts as parcl and PyTorch: ``Linear`` weight ``(out, in)``,
 ``Conv2d`` weight ``(cout, cin, kh, kw)``, convolutions as im2col + one matmul, max pooling
 2x2 (floor), softmax cross entropy averaged over the batch, SGD. They are what a careful numpy
-user would write, and the baseline ``parcl-bench compare`` reports parcl against.
+user would write, and the baseline ``parcl-bench compare`` reports parcl against;
+``NumpyDataParallel`` is the one ``parcl-bench scaling`` reports parcl's replicas against.
 
 >>> import numpy as np
 >>> ref = NumpyMLP({"0.weight": np.ones((3, 4), np.float32), "0.bias": np.zeros(3, np.float32)})
@@ -12,6 +14,8 @@ user would write, and the baseline ``parcl-bench compare`` reports parcl against
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -92,6 +96,11 @@ def cross_entropy(logits, y):
     return loss, (g / n).astype(np.float32)
 
 
+def sgd(params: dict, grads: dict, lr: float) -> None:
+    for k, gk in grads.items():
+        params[k] -= lr * gk
+
+
 # -- models ------------------------------------------------------------------------------------
 class NumpyMLP:
     """Linear layers (``{i}.weight``/``{i}.bias`` as in a parcl ``Sequential``) with ReLU
@@ -102,6 +111,12 @@ class NumpyMLP:
         self.layers = sorted({int(k.split(".")[0]) for k in self.p})
 
     def step(self, x, y, lr: float) -> float:
+        loss, grads = self.grads(x, y)
+        sgd(self.p, grads, lr)
+        return loss
+
+    def grads(self, x, y) -> tuple[float, dict]:
+        """The batch-mean loss and every parameter's gradient; parameters unchanged."""
         acts = [np.asarray(x, np.float32)]
         for j, i in enumerate(self.layers):
             h = acts[-1] @ self.p[f"{i}.weight"].T + self.p[f"{i}.bias"]
@@ -116,9 +131,7 @@ class NumpyMLP:
             grads[f"{i}.bias"] = g.sum(axis=0)
             if j > 0:
                 g = g @ self.p[f"{i}.weight"]
-        for k, gk in grads.items():
-            self.p[k] -= lr * gk
-        return loss
+        return loss, grads
 
 
 class NumpyCNN:
@@ -128,6 +141,12 @@ class NumpyCNN:
         self.p = {k: np.array(v, np.float32) for k, v in state.items()}
 
     def step(self, x, y, lr: float) -> float:
+        loss, grads = self.grads(x, y)
+        sgd(self.p, grads, lr)
+        return loss
+
+    def grads(self, x, y) -> tuple[float, dict]:
+        """The batch-mean loss and every parameter's gradient; parameters unchanged."""
         p = self.p
         x = np.asarray(x, np.float32)
         c1, oh, ow = im2col(x, 3, 3, 0)
@@ -148,9 +167,115 @@ class NumpyCNN:
         g = maxpool2_backward(dm1, s1) * (a1 > 0)
         _, grads["0.weight"], grads["0.bias"] = conv2d_backward(x, c1, p["0.weight"], g,
                                                                 need_input=False)
-        for k, gk in grads.items():
-            p[k] -= lr * gk
-        return loss
+        return loss, grads
 
 
 NUMPY_MODELS = {"mlp": NumpyMLP, "cnn": NumpyCNN}
+
+
+# -- data parallel -----------------------------------------------------------------------------
+class NumpyDataParallel:
+    """Synchronous data parallelism for a numpy model over ``k`` threads sharing its
+    parameters: per step each thread computes the gradients of its shard (numpy's matmuls
+    release the interpreter lock, so the threads run side by side), all meet at a barrier,
+    then each averages (in replica order, so the result is deterministic) and applies the
+    update for its own share of the parameters, and all meet again. With numpy's BLAS on one
+    thread each, it is the plain way to train data-parallel on a multi-core CPU in numpy, and
+    it pays the same per-step wait for the slowest replica as parcl's replicas do.
+
+    Call ``start()`` (or use it as a context manager) before ``step`` and ``close()`` after;
+    ``timeout`` (s) bounds every wait, so a stuck thread raises rather than hangs.
+    """
+
+    def __init__(self, model, k: int, timeout: float = 120.0):
+        if k < 1:
+            raise ValueError(f"NumpyDataParallel: k must be >= 1, got {k}")
+        self.model, self.k, self.timeout = model, k, timeout
+        keys = list(model.p)
+        self._shares = [keys[i::k] for i in range(k)]
+        self._start = threading.Barrier(k + 1, timeout=timeout)
+        self._done = threading.Barrier(k + 1, timeout=timeout)
+        self._reduce = threading.Barrier(k, timeout=timeout)
+        self._task = None
+        self._grads: list = [None] * k
+        self._losses: list = [0.0] * k
+        self._errors: list = []
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> NumpyDataParallel:
+        self._threads = [threading.Thread(target=self._work, args=(i,), daemon=True,
+                                          name=f"numpy replica {i}") for i in range(self.k)]
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __enter__(self) -> NumpyDataParallel:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self._threads:
+            return
+        self._task = None
+        try:
+            self._start.wait()
+        except threading.BrokenBarrierError:
+            pass
+        for t in self._threads:
+            t.join(self.timeout)
+        self._threads = []
+
+    def step(self, x, y, lr: float, steps: int = 1) -> float:
+        """``steps`` synchronous steps on the global batch ``x``, ``y`` (split evenly in
+        order); returns the last step's loss averaged over the replicas."""
+        if not self._threads:
+            raise RuntimeError("NumpyDataParallel.step: call start() first")
+        bounds = [i * len(x) // self.k for i in range(self.k + 1)]
+        shards = [(x[a:b], y[a:b]) for a, b in zip(bounds, bounds[1:])]
+        if any(b == a for a, b in zip(bounds, bounds[1:])):
+            raise ValueError(f"NumpyDataParallel.step: a batch of {len(x)} leaves a replica "
+                             f"of {self.k} without samples")
+        # Each shard's gradients are its mean; weighting by shard size gives the batch mean.
+        weights = [np.float32((b - a) / len(x)) for a, b in zip(bounds, bounds[1:])]
+        self._task = (shards, weights, lr, steps)
+        try:
+            self._start.wait()
+            self._done.wait()
+        except threading.BrokenBarrierError:
+            pass
+        if self._errors:
+            # the thread that failed first; the others only saw the barriers it broke
+            i, err = next((e for e in self._errors
+                           if not isinstance(e[1], threading.BrokenBarrierError)),
+                          self._errors[0])
+            self.close()
+            raise RuntimeError(f"numpy replica {i} failed: {err!r}") from err
+        return float(np.dot(weights, self._losses))
+
+    def _work(self, i: int) -> None:
+        while True:
+            try:
+                self._start.wait()
+            except threading.BrokenBarrierError:
+                return
+            if self._task is None:
+                return
+            shards, weights, lr, steps = self._task
+            try:
+                for _ in range(steps):
+                    self._losses[i], self._grads[i] = self.model.grads(*shards[i])
+                    self._reduce.wait()
+                    for key in self._shares[i]:
+                        g = weights[0] * self._grads[0][key]
+                        for w, other in zip(weights[1:], self._grads[1:]):
+                            g += w * other[key]
+                        self.model.p[key] -= np.float32(lr) * g
+                    self._reduce.wait()
+                self._done.wait()
+            except BaseException as err:   # noqa: B036 - reported by step(), never swallowed
+                self._errors.append((i, err))
+                for b in (self._reduce, self._start, self._done):
+                    b.abort()
+                return

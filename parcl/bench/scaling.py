@@ -28,12 +28,20 @@ allreduce, update or synchronisation between the replicas. Their speedup (agains
 replica) is what the devices and the host's threads allow at most, the ceiling for the
 steps' speedup.
 
+Unless ``--no-numpy`` (and for the models with a numpy reference: ``mlp``, ``cnn``),
+``n (numpy threads)`` rows time ``reference.NumpyDataParallel`` in the same rounds: ``n``
+threads, each its shard of the same batch through numpy with one BLAS thread per compute unit
+of a replica's device, a barrier per step, then the averaged update. Their speedup (against
+one numpy thread) is what plain synchronous data parallelism in numpy reaches on this machine,
+measured beside parcl's.
+
 ``--trace FILE`` writes the phased steps as a Chrome trace (one row per replica thread and per
 replica queue). Queues made with profiling (``pc.new_queue(dev, profiling=True)``) give device
 timestamps from marker events at the phase boundaries; the group's ordinary queues give
 host-timed spans instead (enqueue start to ``finish`` return), which the trace's metadata says.
 
-JSON rows (table ``scaling``): ``label``, ``kind`` (``step`` or ``bare``), ``replicas``,
+JSON rows (table ``scaling``): ``label``, ``kind`` (``step``, ``bare`` or ``numpy``),
+``replicas``,
 ``ranks``, ``batch`` (per step, all replicas and ranks), ``samples_per_s`` (+
 ``_min``/``_max``), ``speedup`` (+ ``_min``/``_max``, and ``_ci_min``/``_ci_max``: a 95 % CI
 of the median), ``efficiency``, ``step_ms``, ``times`` (seconds per timed run, in round
@@ -54,6 +62,7 @@ import parcl.tape as tp
 from parcl.replica import ReplicaGroup
 
 from . import models
+from .reference import NUMPY_MODELS, NumpyDataParallel
 from .common import (
     BenchError,
     add_table,
@@ -63,6 +72,7 @@ from .common import (
     median_ci,
     mpi_comm,
     new_result,
+    numpy_threads,
     parse_ints,
     put_rate,
     repeat_of,
@@ -106,6 +116,9 @@ def add_arguments(p) -> None:
                         "forward/backward and finishes its queue, step after step, with no "
                         "allreduce, update or synchronisation between replicas (what the "
                         "devices and the host's threads allow at most; one process only)")
+    p.add_argument("--no-numpy", action="store_true",
+                   help="leave out the numpy data-parallel reference rows (threads, one "
+                        "shard each, a barrier per step; mlp and cnn, one process only)")
 
 
 def _plan(args):
@@ -170,6 +183,8 @@ def run(args) -> dict:
         if comm is not None:
             raise BenchError("--ceiling times one process's replicas; run it without mpiexec")
         plans += [(n, devs[:n], f"{n} (bare replays)", "bare") for n in counts]
+    if not getattr(args, "no_numpy", False) and comm is None and args.model in NUMPY_MODELS:
+        plans += [(n, devs[:n], f"{n} (numpy threads)", "numpy") for n in counts]
     rows = _measure(args, plans, steps, repeat, warmup, comm, world, trace)
     bases = {kind: next(r for r in rows if r["kind"] == kind and r["replicas"] == min(counts))
              for kind in {r["kind"] for r in rows}}
@@ -202,6 +217,13 @@ def run(args) -> dict:
               "group.step calls; phase split = medians of phased steps (queues finished "
               "between phases)", columns, rows)
     base_desc = f"{bases['step']['label']} replica(s)"
+    if "numpy" in bases:
+        blas = next(r["blas_threads"] for r in rows if r["kind"] == "numpy")
+        result["notes"].append(
+            "numpy threads: reference.NumpyDataParallel, one thread per replica with its "
+            f"shard through numpy (BLAS threads: {blas} each), a barrier per step, then each "
+            "thread averages and applies the update for its share of the parameters; its "
+            "speedup is against 1 (numpy threads), timed in the same rounds.")
     if "bare" in bases:
         result["notes"].append("bare replays: each replica thread replays its captured "
                                "forward + backward and finishes its queue, step after step, "
@@ -253,13 +275,23 @@ def _measure(args, plans, steps, repeat, warmup, comm, world, trace) -> list[dic
 
     with ExitStack() as stack:
         runs, rows = [], []
+        state = None
         for n, devs, label, kind in plans:
             batch = _batch_sizes(args, n)
             x, y = models.batch(args.model, batch, args.image_size,
                                 seed=comm.Get_rank() if comm else 0)
+            if kind == "numpy":
+                blas = _blas_threads(devs, stack)
+                dp = stack.enter_context(NumpyDataParallel(NUMPY_MODELS[args.model](state), n))
+                runs.append(((lambda dp=dp, x=x, y=y: dp.step(x, y, models.LR, steps)), None))
+                rows.append({"label": label, "kind": kind, "replicas": n, "ranks": world,
+                             "batch": batch * world, "blas_threads": blas, "_run": None})
+                continue
             group = stack.enter_context(ReplicaGroup(
                 models.builder(args.model), devs, allreduce=args.allreduce, comm=comm,
                 capture=capture or kind == "bare"))
+            if state is None:
+                state = group.replicas[0].model.state_dict()
             opt = pc.optim.SGD(group.parameters(), lr=models.LR)
             run = _steps(group, opt, x, y, steps) if kind == "step" else _bare(group, x, y, steps)
             runs.append((run, _sync(group, comm)))
@@ -267,13 +299,25 @@ def _measure(args, plans, steps, repeat, warmup, comm, world, trace) -> list[dic
                          "batch": batch * world, "_run": (group, opt, x, y)})
         stats = time_interleaved(runs, repeat, warmup, reduce_times=slowest)
         for row, stat in zip(rows, stats):
-            group, opt, x, y = row.pop("_run")
+            setup = row.pop("_run")
             put_rate(row, "samples_per_s", row["batch"] * steps, stat)
             row["step_ms"] = stat["median"] / steps * 1e3
             row["times"] = stat["times"]
             if row["kind"] == "step":
+                group, opt, x, y = setup
                 row.update(_phased(group, opt, x, y, steps, trace, row["label"], comm))
     return rows
+
+
+def _blas_threads(devs, stack) -> int | str:
+    """Limit numpy's BLAS (for the rest of ``stack``) to a replica device's compute units
+    on a CPU (1 on other devices), so each numpy thread gets a replica's share of the
+    cores; the number, or ``"default"`` where threadpoolctl is missing."""
+    cpu = all(d.type & cl.device_type.CPU for d in devs)
+    threads = min(int(d.max_compute_units) for d in devs) if cpu else 1
+    limit, applied = numpy_threads(threads)
+    stack.enter_context(limit)
+    return threads if applied else "default"
 
 
 def capture_forward_backward(replica):
