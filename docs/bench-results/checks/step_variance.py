@@ -6,7 +6,7 @@ synchronises the replicas takes the slower of the two; ``E[max] / mean`` pairs t
 of the two replicas (not aligned in time, so indicative only) to say what that costs when
 nothing else does.
 
-Usage: python docs/bench-results/checks/step_variance.py [steps]
+Usage: python docs/bench-results/checks/step_variance.py [steps] [model]
 """
 
 import sys
@@ -20,13 +20,14 @@ from parcl.bench.scaling import capture_forward_backward
 from parcl.replica import ReplicaGroup
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-BATCH = models.DEFAULT_BATCH["mlp"]
+MODEL = sys.argv[2] if len(sys.argv) > 2 else "mlp"
+BATCH = models.DEFAULT_BATCH[MODEL]
 
 
 def main():
     devs = pc.devices(split=2)
     for k in (1, 2):
-        x, y = models.batch("mlp", BATCH * k)
+        x, y = models.batch(MODEL, BATCH * k)
         times = {}
 
         def work(replica, x=x, y=y, times=times):
@@ -44,7 +45,7 @@ def main():
                 spent.append(time.perf_counter() - t)
             times[replica.index] = np.array(spent) * 1e3
 
-        with ReplicaGroup(models.builder("mlp"), devs[:k], capture=True) as group:
+        with ReplicaGroup(models.builder(MODEL), devs[:k], capture=True) as group:
             group.run(work)
         for i, t in sorted(times.items()):
             print(f"{k} replica(s), replica {i}: step ms median {np.median(t):.2f}  "
