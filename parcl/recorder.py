@@ -52,12 +52,21 @@ class Recording:
                 pool._give_back(buf, size)
 
     def replay(self) -> None:
-        """Enqueue the recorded work again (no Python above the launches)."""
+        """Enqueue the recorded work again (no Python above the launches), then run the
+        host hooks."""
+        for call in self.calls():
+            call()
+        self.check()
+
+    def calls(self) -> list:
+        """The recorded ops as calls with everything bound, in order (a replay makes them)."""
         calls = self._calls
         if calls is None:
             calls = self._calls = [_bind(op) for op in self.ops]
-        for call in calls:
-            call()
+        return calls
+
+    def check(self) -> None:
+        """Run the host hooks, as after every replay (each may raise)."""
         for hook in self.host_hooks:
             hook()
 

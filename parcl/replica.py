@@ -35,7 +35,7 @@ from .errors import ParclError, ReplicaError, ShapeError
 from .kernels.optim import MAX_REPLICAS, Split
 from .optim import Optimizer
 from .tape import Node, Tape, mode, tensor
-from .tape.capture import capture
+from .tape.capture import capture, replay_together
 from .tensor import Tensor
 
 DEFAULT_TIMEOUT = 600.0       # seconds any dispatched call may take before the group gives up
@@ -268,12 +268,14 @@ class ReplicaGroup:
             raise ReplicaError(f"ReplicaGroup.run: {self._broken}")
         if job.errors:
             index, exc, tb = min(job.errors, key=lambda e: e[0])
-            dev = runtime.describe(self.replicas[index].device)
-            raise ReplicaError(
-                f"replica {index} on {dev} failed: {type(exc).__name__}: {exc}\n"
-                f"--- traceback in replica {index} ---\n{tb}",
-                index=index, device=dev, traceback_text=tb) from exc
+            raise self._failure(index, exc, tb) from exc
         return list(job.results)
+
+    def _failure(self, index: int, exc: BaseException, tb: str) -> ReplicaError:
+        dev = runtime.describe(self.replicas[index].device)
+        return ReplicaError(f"replica {index} on {dev} failed: {type(exc).__name__}: {exc}\n"
+                            f"--- traceback in replica {index} ---\n{tb}",
+                            index=index, device=dev, traceback_text=tb)
 
     # -- gradients and parameters -----------------------------------------------------
     def parameters(self) -> list:
@@ -360,9 +362,12 @@ class ReplicaGroup:
         if self._grads_dirty:
             self.zero_grad()
         self._grads_dirty = True
+        results = None
         if self.capture:
             self._prefetch(loss_fn, xs, ys, weights)
-        results = self.run(self._replica_step, xs, ys, weights, [loss_fn] * k)
+            results = self._replay_here(loss_fn, xs, ys, weights)
+        if results is None:
+            results = self.run(self._replica_step, xs, ys, weights, [loss_fn] * k)
         self._check_signatures([sig for _, sig in results])
         # The step's one host synchronisation is reading every replica's loss, in one wait.
         # The reads are enqueued before the end of the step. On a GPU only they are waited
@@ -454,6 +459,29 @@ class ReplicaGroup:
             entry = self._captured[r.index].get(id(loss_fn))
             if entry is not None and entry[0] is loss_fn:
                 entry[1].prefetch(x, y, w, key=_training_signature(r.model))
+
+    def _replay_here(self, loss_fn, xs, ys, weights) -> list | None:
+        """Once every replica has recorded this step (and ``_prefetch`` copied its inputs),
+        replay them all from this thread, their launches enqueued in turn: a replay is only
+        pre-bound enqueue calls, so waking the replica threads for it would cost more than
+        it spreads (each thread waits for the interpreter lock before its first launch, the
+        devices idle meanwhile). The replica threads record; None when one has not."""
+        calls = []
+        for r, x, y, w in zip(self.replicas, xs, ys, weights):
+            entry = self._captured[r.index].get(id(loss_fn))
+            if entry is None or entry[0] is not loss_fn:
+                return None
+            calls.append((entry[1], (x, y, w), _training_signature(r.model)))
+        self._wait_idle()
+        replayed = replay_together(calls)
+        if replayed is None:
+            return None
+        for index, (_, check) in enumerate(replayed):
+            try:
+                check()                        # e.g. the labels' range, read after forward
+            except Exception as exc:
+                raise self._failure(index, exc, traceback.format_exc()) from exc
+        return [outputs for outputs, _ in replayed]
 
     def _replica_step(self, replica: Replica, x, y, w, loss_fn):
         body = self._forward_backward(replica, loss_fn)

@@ -94,6 +94,25 @@ def test_host_reads_and_anomaly_mode_stay_eager(queue):
         assert "detect_anomaly" in twice.reason(x)
 
 
+def test_replays_are_enqueued_by_the_caller_once_every_replica_recorded(devices2):
+    x, y = batch(8)
+    with ReplicaGroup(mlp, devices2, capture=True) as group, \
+            ReplicaGroup(mlp, devices2) as eager:
+        opts = [pc.optim.SGD(g.parameters(), lr=0.1) for g in (group, eager)]
+        group.step(x, y, tp.cross_entropy, opts[0])          # recorded by the replica threads
+        dispatched = []
+        group._replica_step = lambda *a: dispatched.append(a)   # threads must not be asked
+        eager.step(x, y, tp.cross_entropy, opts[1])
+        for _ in range(2):
+            assert group.step(x, y, tp.cross_entropy, opts[0]) == \
+                eager.step(x, y, tp.cross_entropy, opts[1])
+        assert dispatched == []
+        assert [step.replays for entries in group._captured for _, step in entries.values()] \
+            == [2, 2]
+        for a, b in zip(group.parameters(), eager.parameters()):      # bit-identical
+            np.testing.assert_array_equal(a.value.to_host(), b.value.to_host())
+
+
 def test_bad_labels_are_still_caught_on_replay(devices2):
     x, y = batch(8)
     with ReplicaGroup(mlp, devices2, capture=True) as group:

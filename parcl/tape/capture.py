@@ -21,6 +21,8 @@ returned by one call are overwritten by the next (copy a value you want to keep)
 
 from __future__ import annotations
 
+from itertools import zip_longest
+
 import numpy as np
 import pyopencl as cl
 
@@ -69,10 +71,7 @@ class CapturedStep:
         entry = self._entries.get(k)
         prefetched, self._prefetched = self._prefetched, None
         if entry is not None and entry.reason is None:
-            uploaded = (prefetched is not None and prefetched[0] is entry
-                        and len(prefetched[1]) == len(given)
-                        and all(a is b for a, b in zip(given, prefetched[1])))
-            if not uploaded:
+            if not _was_prefetched(prefetched, entry, given):
                 self._upload(entry, arrays)
             entry.recording.replay()
             self.replays += 1
@@ -95,6 +94,18 @@ class CapturedStep:
             return
         self._upload(entry, converted)
         self._prefetched = (entry, arrays)
+
+    def _prefetched_replay(self, given, key) -> _Entry | None:
+        """The recording a call with exactly these arrays would replay without uploading
+        them (``prefetch`` was given them), or None."""
+        prefetched = self._prefetched
+        if prefetched is None:
+            return None
+        entry = prefetched[0]
+        if not _was_prefetched(prefetched, entry, given):
+            return None
+        converted = tuple(np.ascontiguousarray(a) for a in given)
+        return entry if self._entries.get(self._key(converted, key)) is entry else None
 
     def _fresh_inputs(self, arrays) -> list[Tensor]:
         return [Tensor.from_host(self.queue, a) for a in arrays]
@@ -131,6 +142,38 @@ class CapturedStep:
         """Drop every recording (their pinned buffers go back to the pool)."""
         self._entries.clear()
         self._prefetched = None
+
+
+def _was_prefetched(prefetched, entry, given) -> bool:
+    return (prefetched is not None and prefetched[0] is entry and entry.reason is None
+            and len(prefetched[1]) == len(given)
+            and all(a is b for a, b in zip(given, prefetched[1])))
+
+
+def replay_together(calls) -> list | None:
+    """Replay several captured steps, each on its own queue, from this thread at once:
+    ``calls`` is ``[(captured_step, arrays, key), ...]``. Their launches are enqueued in
+    turn, one from each, so every device starts within microseconds of the others, and no
+    other thread has to wake up (replica threads would each wait for the interpreter lock
+    before their first launch). Returns, per call, its outputs and a function running its
+    host checks (each may raise: call them in order to know whose check failed); None,
+    with nothing enqueued, unless every call would replay a recording whose inputs
+    ``prefetch`` already copied from these very arrays. Each queue gets exactly the work of
+    its own replay, in its order, so results are those of separate calls."""
+    entries = []
+    for step, arrays, key in calls:
+        entry = step._prefetched_replay(arrays, key)
+        if entry is None:
+            return None
+        entries.append(entry)
+    for step, _, _ in calls:
+        step._prefetched = None
+        step.replays += 1
+    for turn in zip_longest(*[entry.recording.calls() for entry in entries]):
+        for call in turn:
+            if call is not None:
+                call()
+    return [(entry.outputs, entry.recording.check) for entry in entries]
 
 
 def capture(fn, queue: cl.CommandQueue) -> CapturedStep:
