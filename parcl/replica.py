@@ -364,8 +364,9 @@ class ReplicaGroup:
         self._grads_dirty = True
         results = None
         if self.capture:
-            self._prefetch(loss_fn, xs, ys, weights)
-            results = self._replay_here(loss_fn, xs, ys, weights)
+            keys = [_training_signature(r.model) for r in self.replicas]
+            self._prefetch(loss_fn, xs, ys, weights, keys)
+            results = self._replay_here(loss_fn, xs, ys, weights, keys)
         if results is None:
             results = self.run(self._replica_step, xs, ys, weights, [loss_fn] * k)
         self._check_signatures([sig for _, sig in results])
@@ -450,28 +451,28 @@ class ReplicaGroup:
         for r, q in enumerate(queues):
             cl.enqueue_barrier(q, wait_for=[e for i, e in enumerate(done) if i != r])
 
-    def _prefetch(self, loss_fn, xs, ys, weights) -> None:
+    def _prefetch(self, loss_fn, xs, ys, weights, keys) -> None:
         """Start every replay's input copies from this thread before the replicas wake: the
         copies run on the devices while the replica threads start, and the replica threads do
         not hand the interpreter lock back and forth around them (measured: that ping-pong
         made the second replica's upload take 2-4x as long as the first's)."""
-        for r, x, y, w in zip(self.replicas, xs, ys, weights):
+        for r, x, y, w, key in zip(self.replicas, xs, ys, weights, keys):
             entry = self._captured[r.index].get(id(loss_fn))
             if entry is not None and entry[0] is loss_fn:
-                entry[1].prefetch(x, y, w, key=_training_signature(r.model))
+                entry[1].prefetch(x, y, w, key=key)
 
-    def _replay_here(self, loss_fn, xs, ys, weights) -> list | None:
+    def _replay_here(self, loss_fn, xs, ys, weights, keys) -> list | None:
         """Once every replica has recorded this step (and ``_prefetch`` copied its inputs),
         replay them all from this thread, their launches enqueued in turn: a replay is only
         pre-bound enqueue calls, so waking the replica threads for it would cost more than
         it spreads (each thread waits for the interpreter lock before its first launch, the
         devices idle meanwhile). The replica threads record; None when one has not."""
         calls = []
-        for r, x, y, w in zip(self.replicas, xs, ys, weights):
+        for r, x, y, w, key in zip(self.replicas, xs, ys, weights, keys):
             entry = self._captured[r.index].get(id(loss_fn))
             if entry is None or entry[0] is not loss_fn:
                 return None
-            calls.append((entry[1], (x, y, w), _training_signature(r.model)))
+            calls.append((entry[1], (x, y, w), key))
         self._wait_idle()
         replayed = replay_together(calls)
         if replayed is None:
