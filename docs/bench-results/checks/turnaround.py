@@ -10,7 +10,6 @@ Usage: python docs/bench-results/checks/turnaround.py [model] [steps]
 """
 
 import sys
-import threading
 from collections import defaultdict
 
 import numpy as np
@@ -26,7 +25,7 @@ from parcl.replica import ReplicaGroup
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "cnn"
 STEPS = int(sys.argv[2]) if len(sys.argv) > 2 else 30
 
-launches = defaultdict(list)        # replica thread name -> events of its replayed launches
+launches = defaultdict(list)        # queue (int_ptr) -> events of its replayed launches
 updates = []                        # per step: markers before and after the end of the step
 
 
@@ -42,7 +41,7 @@ def profiled():
         def launch():
             event = call()
             if isinstance(event, cl.Event):
-                launches[threading.current_thread().name].append(event)
+                launches[event.command_queue.int_ptr].append(event)
             return event
         return launch
     recorder._bind = bind_and_keep
@@ -75,7 +74,7 @@ def main():
             for r in group.replicas:
                 r.queue.finish()
             for i, r in enumerate(group.replicas):
-                events = launches[r.thread.name]
+                events = launches[r.queue.int_ptr]
                 per = len(events) // STEPS
                 first = [events[s * per].profile.start for s in range(STEPS)]
                 gaps = [(first[s + 1] - updates[s][1][i].profile.end) / 1e6
