@@ -35,7 +35,7 @@ from .errors import ParclError, ReplicaError, ShapeError
 from .kernels.optim import MAX_REPLICAS, Split
 from .optim import Optimizer
 from .tape import Node, Tape, mode, tensor
-from .tape.capture import capture, replay_together
+from .tape.capture import ReplayFailed, capture, replay_together
 from .tensor import Tensor
 
 DEFAULT_TIMEOUT = 600.0       # seconds any dispatched call may take before the group gives up
@@ -474,7 +474,11 @@ class ReplicaGroup:
                 return None
             calls.append((entry[1], (x, y, w), key))
         self._wait_idle()
-        replayed = replay_together(calls)
+        try:
+            replayed = replay_together(calls)
+        except ReplayFailed as err:
+            cause = err.__cause__
+            raise self._failure(err.index, cause, traceback.format_exc()) from cause
         if replayed is None:
             return None
         for index, (_, check) in enumerate(replayed):

@@ -113,6 +113,26 @@ def test_replays_are_enqueued_by_the_caller_once_every_replica_recorded(devices2
             np.testing.assert_array_equal(a.value.to_host(), b.value.to_host())
 
 
+def test_a_launch_failing_in_a_replay_names_its_replica(devices2):
+    x, y = batch(8)
+    with ReplicaGroup(mlp, devices2, capture=True) as group:
+        opt = pc.optim.SGD(group.parameters(), lr=0.1)
+        group.step(x, y, tp.cross_entropy, opt)
+        group.step(x, y, tp.cross_entropy, opt)            # replayed: its calls are bound
+        before = [p.value.to_host() for p in group.parameters()]
+        (_, step), = group._captured[1].values()
+        (entry,) = step._entries.values()
+
+        def lost():                                     # e.g. CL_OUT_OF_RESOURCES
+            raise RuntimeError("simulated enqueue failure")
+        entry.recording.calls().insert(3, lost)
+        with pytest.raises(pc.ReplicaError, match="replica 1 .*simulated") as info:
+            group.step(x, y, tp.cross_entropy, opt)
+        assert info.value.index == 1
+        after = [p.value.to_host() for p in group.parameters()]
+        assert all(np.array_equal(a, b) for a, b in zip(before, after))
+
+
 def test_bad_labels_are_still_caught_on_replay(devices2):
     x, y = batch(8)
     with ReplicaGroup(mlp, devices2, capture=True) as group:

@@ -27,6 +27,7 @@ import numpy as np
 import pyopencl as cl
 
 from .. import recorder
+from ..errors import ParclError
 from ..tensor import Tensor, _check_dtype
 from . import mode
 
@@ -150,16 +151,26 @@ def _was_prefetched(prefetched, entry, given) -> bool:
             and all(a is b for a, b in zip(given, prefetched[1])))
 
 
+class ReplayFailed(ParclError):
+    """Enqueueing one of ``replay_together``'s replays failed; ``index`` is its place in the
+    calls, and the original error is the ``__cause__``."""
+
+    def __init__(self, index: int, error: BaseException):
+        super().__init__(f"replay {index} failed: {type(error).__name__}: {error}")
+        self.index = index
+
+
 def replay_together(calls) -> list | None:
     """Replay several captured steps, each on its own queue, from this thread at once:
     ``calls`` is ``[(captured_step, arrays, key), ...]``. Their launches are enqueued in
     turn, one from each, so every device starts within microseconds of the others, and no
-    other thread has to wake up (replica threads would each wait for the interpreter lock
-    before their first launch). Returns, per call, its outputs and a function running its
-    host checks (each may raise: call them in order to know whose check failed); None,
-    with nothing enqueued, unless every call would replay a recording whose inputs
-    ``prefetch`` already copied from these very arrays. Each queue gets exactly the work of
-    its own replay, in its order, so results are those of separate calls."""
+    other thread has to wake up (threads replaying their own would each wait for the
+    interpreter lock before their first launch). Returns, per call, its outputs and a
+    function running its host checks (each may raise: call them in order to know whose check
+    failed); None, with nothing enqueued, unless every call would replay a recording whose
+    inputs ``prefetch`` already copied from these very arrays. Each queue gets exactly the
+    work of its own replay, in its order, so results are those of separate calls. A launch
+    that fails raises ``ReplayFailed`` naming whose it was."""
     entries = []
     for step, arrays, key in calls:
         entry = step._prefetched_replay(arrays, key)
@@ -170,9 +181,12 @@ def replay_together(calls) -> list | None:
         step._prefetched = None
         step.replays += 1
     for turn in zip_longest(*[entry.recording.calls() for entry in entries]):
-        for call in turn:
+        for index, call in enumerate(turn):
             if call is not None:
-                call()
+                try:
+                    call()
+                except Exception as exc:
+                    raise ReplayFailed(index, exc) from exc
     return [(entry.outputs, entry.recording.check) for entry in entries]
 
 
