@@ -41,12 +41,12 @@ timestamps from marker events at the phase boundaries; the group's ordinary queu
 host-timed spans instead (enqueue start to ``finish`` return), which the trace's metadata says.
 
 JSON rows (table ``scaling``): ``label``, ``kind`` (``step``, ``bare`` or ``numpy``),
-``replicas``,
-``ranks``, ``batch`` (per step, all replicas and ranks), ``samples_per_s`` (+
+``replicas``, ``ranks``, ``batch`` (per step, all replicas and ranks), ``samples_per_s`` (+
 ``_min``/``_max``), ``speedup`` (+ ``_min``/``_max``, and ``_ci_min``/``_ci_max``: a 95 % CI
 of the median), ``efficiency``, ``step_ms``, ``times`` (seconds per timed run, in round
 order), and for ``step`` rows ``fwd_bwd_ms``, ``allreduce_ms``, ``optimizer_ms``,
-``broadcast_ms``, ``dispatch_ms``, ``phased_ms`` (medians over the phased steps).
+``broadcast_ms``, ``dispatch_ms``, ``phased_ms`` (medians over the phased steps), for
+``numpy`` rows ``blas_threads`` (per thread; ``"default"`` without threadpoolctl).
 """
 
 from __future__ import annotations
@@ -62,7 +62,6 @@ import parcl.tape as tp
 from parcl.replica import ReplicaGroup
 
 from . import models
-from .reference import NUMPY_MODELS, NumpyDataParallel
 from .common import (
     BenchError,
     add_table,
@@ -82,6 +81,7 @@ from .common import (
     time_interleaved,
     warmup_of,
 )
+from .reference import NUMPY_MODELS, NumpyDataParallel
 from .trace import ChromeTrace, clock_offset, has_profiling
 
 DEFAULT_STEPS = {"mlp": 20, "cnn": 10, "digits": 20, "resnet18": 2}
