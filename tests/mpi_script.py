@@ -1,10 +1,12 @@
 """Helper for tests/test_mpi.py: 3 data-parallel steps of a small MLP on one fixed global batch.
 
     [mpiexec -n K] parcl-launch --replicas N tests/mpi_script.py OUT.npz [--fail-rank R]
+        [--capture]
 
 Each rank takes its contiguous share of the global batch; rank 0 saves the parameters to
 OUT.npz. With ``--fail-rank R`` rank R raises after its first step while the others go on
 (and would wait for it forever in the next allreduce without parcl-launch's MPI abort).
+``--capture`` records the step once and replays it (``ReplicaGroup(capture=True)``).
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--fail-rank", type=int, default=-1)
+    p.add_argument("--capture", action="store_true")
     args = p.parse_args()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((GLOBAL_BATCH, 16)).astype(np.float32)
     y = rng.integers(0, 4, GLOBAL_BATCH)
     rank, world = dist.rank(), dist.world_size()
     share = slice(rank * GLOBAL_BATCH // world, (rank + 1) * GLOBAL_BATCH // world)
-    with ReplicaGroup.from_launch(build) as group:
+    with ReplicaGroup.from_launch(build, capture=args.capture) as group:
         opt = pc.optim.Adam(group.parameters(), lr=1e-2)
         for step in range(3):
             if step == 1 and rank == args.fail_rank:

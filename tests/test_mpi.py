@@ -44,13 +44,15 @@ def params(path: Path) -> dict[str, np.ndarray]:
 def test_two_ranks_match_two_replicas_and_one_replica(tmp_path):
     runs = {
         "mpi 2x1": [MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1],
+        "mpi 2x1 capture": [MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1],
         "1 process x 2": [*LAUNCH, "--replicas", 2],
+        "1 process x 2 capture": [*LAUNCH, "--replicas", 2],
         "1 process x 1": [*LAUNCH, "--replicas", 1],
     }
     results = {}
     for name, cmd in runs.items():
         out = tmp_path / f"{name.replace(' ', '_')}.npz"
-        r = run([*cmd, SCRIPT, out])
+        r = run([*cmd, SCRIPT, out, *(["--capture"] if name.endswith("capture") else [])])
         assert r.returncode == 0, f"{name}: {r.stderr}"
         results[name] = params(out)
     ref = results["1 process x 1"]
