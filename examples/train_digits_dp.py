@@ -9,7 +9,8 @@
 parcl-launch chose. ``--batch-size`` is the global batch: each rank loads its share
 (``DataLoader(rank=, world_size=)``) and ``group.step`` splits it over the local replicas, so the
 result does not depend on how many processes and replicas run it. Only rank 0 prints and writes
-checkpoints.
+checkpoints. Each replica's step is recorded once and replayed (``capture=True``), which gives
+the eager step's results bit for bit with far less Python; ``--no-capture`` runs it eagerly.
 
 A checkpoint (``DIR/last.safetensors``, written atomically) holds the model, the Adam state,
 the step, the epoch, the data loader's position and every rank's augmentation RNG state, so
@@ -57,8 +58,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true", help="continue from DIR/last.safetensors")
     p.add_argument("--max-steps", type=int, default=0,
                    help="stop (and save) after this many steps in total")
-    p.add_argument("--capture", action=argparse.BooleanOptionalAction, default=False,
-                   help="record each replica's step once and replay it (less Python per step)")
+    p.add_argument("--capture", action=argparse.BooleanOptionalAction, default=True,
+                   help="record each replica's step once and replay it: the same results with "
+                        "far less Python per step (default: on; --no-capture runs every step "
+                        "eagerly)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     args = p.parse_args(argv)
     if args.resume and not args.checkpoint:

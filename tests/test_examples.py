@@ -1,6 +1,7 @@
 """The digits examples reach their accuracy targets, in seconds: the MLP >= 95%, the CNN
 >= 97% (examples/train_digits.py), the data-parallel CNN on 2 replicas >= 97%
-(examples/train_digits_dp.py under parcl-launch)."""
+(examples/train_digits_dp.py under parcl-launch), whose captured steps are bit-identical to its
+eager ones."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,3 +38,22 @@ def test_train_digits_dp_on_two_replicas_reaches_97_percent():
     acc = final_accuracy(["-m", "parcl.launch", "--replicas", "2",
                           "examples/train_digits_dp.py"])
     assert acc >= 0.97
+
+
+def test_train_digits_dp_captured_steps_are_bit_identical_to_eager_ones(tmp_path):
+    """The example replays captured steps by default; --no-capture runs them eagerly."""
+    from safetensors.numpy import load_file
+
+    saved = {}
+    for mode in ("--capture", "--no-capture"):
+        out = tmp_path / mode.strip("-")
+        r = subprocess.run([sys.executable, "-m", "parcl.launch", "--replicas", "2",
+                            "examples/train_digits_dp.py", mode, "--max-steps", "12",
+                            "--checkpoint", str(out), "--no-progress"],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT, env=ENV)
+        assert r.returncode == 0, r.stderr
+        saved[mode] = load_file(out / "last.safetensors")
+    captured, eager = saved["--capture"], saved["--no-capture"]
+    assert captured.keys() == eager.keys() and len(captured) > 0
+    for key in captured:
+        np.testing.assert_array_equal(captured[key], eager[key], err_msg=key)
