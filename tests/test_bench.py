@@ -327,6 +327,27 @@ def test_numpy_data_parallel_reports_the_failing_thread():
             dp.step(x[:2], y[:2], 0.1)
 
 
+def test_numpy_data_parallel_raises_when_a_thread_is_stuck():
+    import threading
+
+    from parcl.bench.reference import NumpyMLP, NumpyDataParallel
+
+    release = threading.Event()
+
+    class Stuck(NumpyMLP):
+        def grads(self, x, y):
+            release.wait(10)                     # far beyond the group's timeout
+            return super().grads(x, y)
+
+    model = Stuck({"0.weight": np.ones((3, 4), np.float32), "0.bias": np.zeros(3, np.float32)})
+    dp = NumpyDataParallel(model, 2, timeout=0.5).start()
+    try:
+        with pytest.raises(RuntimeError, match="did not finish within"):
+            dp.step(np.ones((4, 4), np.float32), np.array([0, 1, 2, 0]), 0.1)
+    finally:
+        release.set()
+
+
 def test_scaling_can_leave_out_the_numpy_reference(tmp_path, capsys):
     _, result = _run(tmp_path, capsys, [
         "scaling", "--model", "mlp", "--replicas", "1,2", "--batch-per-replica", "4",

@@ -233,25 +233,29 @@ class NumpyDataParallel:
         if not self._threads:
             raise RuntimeError("NumpyDataParallel.step: call start() first")
         bounds = [i * len(x) // self.k for i in range(self.k + 1)]
-        shards = [(x[a:b], y[a:b]) for a, b in zip(bounds, bounds[1:])]
         if any(b == a for a, b in zip(bounds, bounds[1:])):
             raise ValueError(f"NumpyDataParallel.step: a batch of {len(x)} leaves a replica "
                              f"of {self.k} without samples")
+        shards = [(x[a:b], y[a:b]) for a, b in zip(bounds, bounds[1:])]
         # Each shard's gradients are its mean; weighting by shard size gives the batch mean.
         weights = [np.float32((b - a) / len(x)) for a, b in zip(bounds, bounds[1:])]
         self._task = (shards, weights, lr, steps)
+        broken = False
         try:
             self._start.wait()
             self._done.wait()
         except threading.BrokenBarrierError:
-            pass
-        if self._errors:
-            # the thread that failed first; the others only saw the barriers it broke
-            i, err = next((e for e in self._errors
-                           if not isinstance(e[1], threading.BrokenBarrierError)),
-                          self._errors[0])
+            broken = True
+        # A thread that failed; the others only saw the barriers it broke (or timed out).
+        failed = [e for e in self._errors if not isinstance(e[1], threading.BrokenBarrierError)]
+        if failed:
+            i, err = failed[0]
             self.close()
             raise RuntimeError(f"numpy replica {i} failed: {err!r}") from err
+        if broken or self._errors:               # nobody failed: a thread is stuck
+            self._threads = []                   # daemons; nothing more to join
+            raise RuntimeError(f"NumpyDataParallel.step: the threads did not finish within "
+                               f"{self.timeout:g} s")
         return float(np.dot(weights, self._losses))
 
     def _work(self, i: int) -> None:
