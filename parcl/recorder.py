@@ -26,6 +26,8 @@ class Recording:
     def __init__(self):
         self.ops: list[tuple] = []          # ("kernel", own k, queue, gsize, lsize, args) | ...
         self.host_hooks: list = []          # callables re-run after every replay
+        self.inputs: list = []              # the captured call's input tensors
+        self.input_checks: list = []        # (input index, check(host array)) before a replay
         self.unsafe: str | None = None      # why this call cannot be replayed, if it cannot
         self._calls: list | None = None     # the ops bound for replay (made by the first one)
         self.ref = weakref.ref(self)
@@ -70,6 +72,12 @@ class Recording:
         for hook in self.host_hooks:
             hook()
 
+    def check_inputs(self, arrays) -> None:
+        """Run the input checks on the host arrays a replay is about to upload (each may
+        raise; nothing has been enqueued then)."""
+        for index, check in self.input_checks:
+            check(arrays[index])
+
 
 def _bind(op: tuple):
     """A recorded op as one call with everything bound (the replay loop does nothing else)."""
@@ -91,8 +99,11 @@ def current() -> Recording | None:
     return getattr(_local, "recording", None)
 
 
-def start() -> Recording:
+def start(inputs=()) -> Recording:
+    """Record this thread's device work; ``inputs`` are the tensors the recorded call's host
+    arrays are uploaded into on every replay (see ``input_check``)."""
     rec = Recording()
+    rec.inputs = list(inputs)
     _local.recording = rec
     return rec
 
@@ -139,6 +150,22 @@ def call(fn) -> None:
     rec = getattr(_local, "recording", None)
     if rec is not None:
         rec.ops.append(("call", fn))
+
+
+def input_check(tensor, check) -> bool:
+    """If ``tensor`` is a whole input of the call being recorded (its very buffer, shape and
+    dtype), have ``check(host_array)`` run on that input's host array before every replay,
+    ahead of any upload, and return True: a value that only has to be validated is then
+    checked on the host, with no device read and no wait. False otherwise (not recording, or
+    not an input): check it on the device."""
+    rec = getattr(_local, "recording", None)
+    if rec is None:
+        return False
+    for index, t in enumerate(rec.inputs):
+        if (t.data is tensor.data and t.dtype == tensor.dtype and t.size == tensor.size):
+            rec.input_checks.append((index, check))
+            return True
+    return False
 
 
 def host_hook(hook) -> None:

@@ -459,7 +459,10 @@ class ReplicaGroup:
         for r, x, y, w, key in zip(self.replicas, xs, ys, weights, keys):
             entry = self._captured[r.index].get(id(loss_fn))
             if entry is not None and entry[0] is loss_fn:
-                entry[1].prefetch(x, y, w, key=key)
+                try:
+                    entry[1].prefetch(x, y, w, key=key)     # checks the inputs (labels) first
+                except Exception as exc:
+                    raise self._failure(r.index, exc, traceback.format_exc()) from exc
 
     def _replay_here(self, loss_fn, xs, ys, weights, keys) -> list | None:
         """Once every replica has recorded this step (and ``_prefetch`` copied its inputs),

@@ -180,29 +180,59 @@ def test_a_new_loss_function_every_step_keeps_memory_bounded(devices2):
         assert used[-1] == used[5]
 
 
-def test_a_replay_reads_the_label_flag_right_after_the_forward(queue):
-    """The label check of a replayed step waits for the forward only: the flag read is
-    re-enqueued at its place among the recorded launches, before any backward kernel."""
+def _loss_step(queue, labels_of=lambda y: y):
     model = mlp(queue)
 
     def body(x, y):
         with tp.Tape() as tape:
-            loss = tp.cross_entropy(model(tp.tensor(x)), y)
+            loss = tp.cross_entropy(model(tp.tensor(x)), labels_of(y))
         tape.backward(loss)
         return loss.value
+    return model, tp.capture(body, queue)
 
-    step = tp.capture(body, queue)
+
+def _op_names(step):
+    ops = next(iter(step._entries.values())).recording.ops
+    return [op[1].function_name if op[0] == "kernel" else op[0] for op in ops]
+
+
+def test_replayed_labels_are_checked_on_the_host_before_anything_is_enqueued(queue):
+    """Labels that are an input of the captured step are range-checked on their host array
+    before a replay uploads them: no flag read in the replay, and a bad label raises with
+    nothing enqueued (the gradients the step accumulates stay as they were)."""
+    model, step = _loss_step(queue)
     x, y = batch(8)
     step(x, y)
-    ops = next(iter(step._entries.values())).recording.ops
-    names = [op[1].function_name if op[0] == "kernel" else op[0] for op in ops]
+    assert "call" not in _op_names(step)                   # no device read to replay
+    step(x, y)                                             # replayed: checked, no error
+    before = [p.grad.to_host() for p in model.parameters()]
+    bad = y.copy()
+    bad[3] = 99
+    with pytest.raises(pc.ShapeError, match="label 99 at row 3 is out of range for 10"):
+        step(x, bad)
+    bad[3], bad[5] = -1, 10
+    with pytest.raises(pc.ShapeError, match="label -1 at row 3"):     # the first bad row
+        step.prefetch(x, bad)
+    after = [p.grad.to_host() for p in model.parameters()]
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))
+    assert step.replays == 1
+
+
+def test_labels_computed_on_the_device_are_read_right_after_the_forward(queue):
+    """Labels that are not an input (computed by the step) are checked on the device: the
+    flag read is re-enqueued at its place among the recorded launches, before any backward
+    kernel, and checked once the replay is enqueued."""
+    model, step = _loss_step(queue, labels_of=lambda y: y.copy())
+    x, y = batch(8)
+    step(x, y)
+    names = _op_names(step)
     read = names.index("call")
     assert names[read - 1].startswith("ce_fwd")            # right after the forward kernel
     assert any(n.startswith("ce_bwd") for n in names[read:])
     step(x, y)                                             # replayed: checked, no error
     bad = y.copy()
     bad[3] = 99
-    with pytest.raises(pc.ShapeError, match="label 99"):
+    with pytest.raises(pc.ShapeError, match="label 99 at row 3"):
         step(x, bad)
 
 

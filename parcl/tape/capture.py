@@ -73,6 +73,7 @@ class CapturedStep:
         prefetched, self._prefetched = self._prefetched, None
         if entry is not None and entry.reason is None:
             if not _was_prefetched(prefetched, entry, given):
+                entry.recording.check_inputs(arrays)
                 self._upload(entry, arrays)
             entry.recording.replay()
             self.replays += 1
@@ -87,12 +88,14 @@ class CapturedStep:
         a next call with these same array objects then replays without uploading them (so
         they must not change in between: the copies read them while the device runs). Calls
         that would record or run eagerly upload their inputs themselves, so nothing is done
-        for them here."""
+        for them here. The recording's input checks (e.g. the labels' range) run first: one
+        that fails raises here, with nothing enqueued."""
         converted = tuple(np.ascontiguousarray(a) for a in arrays)
         entry = self._entries.get(self._key(converted, key))
+        self._prefetched = None
         if entry is None or entry.reason is not None:
-            self._prefetched = None
             return
+        entry.recording.check_inputs(converted)     # may raise: nothing is enqueued then
         self._upload(entry, converted)
         self._prefetched = (entry, arrays, (mode.capture_modes(), key))
 
@@ -121,7 +124,7 @@ class CapturedStep:
             self.eager_calls += 1
             outputs = self.fn(*inputs)
         else:
-            rec = recorder.start()
+            rec = recorder.start(inputs)
             try:
                 outputs = self.fn(*inputs)
             finally:

@@ -11,7 +11,10 @@ row and the label:
 * in the backward of a recorded ``cross_entropy`` (the forward has to be finished by then
   anyway, so the wait costs nothing but the first backward kernel's head start);
 * at once (a host sync) when the op is not recorded (``no_grad`` evaluation), under
-  ``tp.detect_anomaly`` (which syncs on every op anyway) or when ``check_labels=True``.
+  ``tp.detect_anomaly`` (which syncs on every op anyway) or when ``check_labels=True``;
+* in a replayed captured step whose labels are one of its inputs, on the host array before
+  it is uploaded (a replay has no Python to read the flag back cheaply; nothing is enqueued
+  when it fails).
 
 >>> logits = tp.tensor(pc.Tensor.from_host(q, np.zeros((2, 3), np.float32)), True)
 >>> labels = pc.Tensor.from_host(q, np.array([0, 2]))
@@ -102,17 +105,20 @@ def mse_loss(pred, target, *, tape=None):
 class _LabelCheck:
     """The pending read of a cross-entropy label flag and what to say if it is set."""
 
-    def __init__(self, flag: Tensor, logits_shape: tuple):
+    def __init__(self, flag: Tensor, logits_shape: tuple, labels: Tensor):
         self.host = np.empty(2, np.int64)
         self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
         self.flag = flag                 # keep the device buffer alive until the copy is done
         self.shape = logits_shape
-        if recorder.current() is not None:
-            # A captured step: each replay reads the flag again right after the forward
-            # kernel that wrote it (so the check waits for the forward, not the backward),
-            # and checks it once the replay is enqueued.
-            recorder.call(lambda: self.reread(flag))
-            recorder.host_hook(self.check)
+        if recorder.current() is None or recorder.input_check(labels, self.check_host):
+            return
+        # A captured step whose labels are computed on the device: each replay reads the
+        # flag again right after the forward kernel that wrote it (so the check waits for
+        # the forward, not the backward), and checks it once the replay is enqueued. (Labels
+        # that are an input of the step are checked on the host before each replay instead:
+        # no read, no wait.)
+        recorder.call(lambda: self.reread(flag))
+        recorder.host_hook(self.check)
 
     def reread(self, flag: Tensor) -> None:
         self.flag = flag
@@ -125,10 +131,21 @@ class _LabelCheck:
         self.event = self.flag = None
         row, label = (int(v) for v in self.host)
         if row >= 0:
-            n, c = self.shape
-            raise ShapeError(f"cross_entropy: label {label} at row {row} is out of range for "
-                             f"{c} classes (logits {self.shape}); labels must be class indices "
-                             f"in [0, {c})")
+            self._raise(row, label)
+
+    def check_host(self, labels: np.ndarray) -> None:
+        """The same check on the labels' host array, before a replay uploads it."""
+        c = self.shape[1]
+        flat = labels.reshape(-1)
+        if flat.size and (flat.min() < 0 or flat.max() >= c):
+            row = int(np.argmax((flat < 0) | (flat >= c)))
+            self._raise(row, int(flat[row]))
+
+    def _raise(self, row: int, label: int):
+        n, c = self.shape
+        raise ShapeError(f"cross_entropy: label {label} at row {row} is out of range for "
+                         f"{c} classes (logits {self.shape}); labels must be class indices "
+                         f"in [0, {c})")
 
 
 class CrossEntropy(Function):
@@ -136,7 +153,7 @@ class CrossEntropy(Function):
 
     def forward(self, logits: Tensor, labels: Tensor, check_labels: bool = False):
         loss, lse, flag = smk.cross_entropy_forward(logits, labels)
-        check = _LabelCheck(flag, logits.shape)
+        check = _LabelCheck(flag, logits.shape, labels)
         if not self.recording or check_labels or mode.is_anomaly_enabled():
             check.check()
         if self.recording:
