@@ -148,7 +148,10 @@ class ReplicaGroup:
     (bit-identical to the named algorithms) whenever the optimizer steps whole buckets.
     Gradients are packed into buckets of ``bucket_mb``; ``comm`` is an mpi4py communicator for
     multi-process runs.
-    Every wait is bounded by ``timeout`` seconds. ``capture=True`` records each replica's
+    Every wait is bounded by ``timeout`` seconds: a replica thread that does not finish
+    raises ``ReplicaError``; a device that does not finish a step ends the process with a
+    message naming the replica (``parcl.runtime.wait_for_events``: a blocked OpenCL wait
+    cannot be interrupted). ``capture=True`` records each replica's
     forward and backward once per batch shape and replays the recorded kernels afterwards
     (``parcl.tape.capture``): bit-identical results, far less Python per step; steps that
     cannot be replayed (dropout, host reads in the model) stay eager.
@@ -383,7 +386,8 @@ class ReplicaGroup:
         self._grads_dirty = False
         if self._devices_share_host_cores:
             reads += [cl.enqueue_marker(r.queue) for r in self.replicas]
-        cl.wait_for_events(reads)
+        runtime.wait_for_events(reads, self.timeout, "ReplicaGroup.step",
+                                labels=[f"replica {i % k}" for i in range(len(reads))])
         local = sum(share * float(h.sum()) for share, h in zip(shares, hosts))
         return float(self.comm.allreduce(local)) if self.comm is not None else local
 

@@ -9,7 +9,9 @@ life of the process. Everything here is safe to call from several threads.
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import time
 
 import pyopencl as cl
 
@@ -24,6 +26,7 @@ _local = threading.local()
 _launch_devices: list[cl.Device] | None = None               # set by parcl-launch
 
 DEVICES_ENV = "PARCL_DEVICES"
+WAIT_TIMEOUT = 600.0        # seconds a device wait may take by default (``wait_for_events``)
 
 
 def _platforms() -> list[cl.Platform]:
@@ -241,3 +244,70 @@ def memory_stats(queue: cl.CommandQueue | None = None) -> dict:
 def reset_peak_memory_stats(queue: cl.CommandQueue | None = None) -> None:
     """Set the peak counter of ``queue``'s pool to what is in use now."""
     pool_of(queue if queue is not None else default_queue()).reset_peak()
+
+
+# -- bounded waits -------------------------------------------------------------------------
+# OpenCL has no wait with a timeout, a blocked clWaitForEvents cannot be interrupted, and
+# waiting through another thread or by polling costs every step (measured: a waiter thread's
+# extra wake-ups made 2-replica steps 3-4 % slower). So a wait stays a plain blocking one,
+# registered with a watchdog thread that looks at the registered waits once a second: one
+# past its deadline means a device that will not finish, and, as PyTorch's NCCL watchdog
+# does, the process is taken down with a message saying what waited for what, rather than
+# left to hang.
+WAIT_TIMEOUT_EXIT = 70      # the exit status of a process whose device wait timed out
+_waits: dict[int, tuple] = {}                     # thread id -> (deadline, what, events, labels)
+_watchdog: threading.Thread | None = None
+
+
+def wait_for_events(events, timeout: float = WAIT_TIMEOUT, what: str = "a device wait",
+                    labels=None) -> None:
+    """``cl.wait_for_events(events)``, for at most ``timeout`` seconds: if the events are not
+    complete by then, a watchdog writes ``what`` and the pending events (named by ``labels``,
+    one per event) to stderr and ends the process with status ``WAIT_TIMEOUT_EXIT``."""
+    events = list(events)
+    if not events:
+        return
+    _start_watchdog()
+    key = threading.get_ident()
+    _waits[key] = (time.monotonic() + timeout, timeout, what, events, labels)
+    try:
+        cl.wait_for_events(events)
+    finally:
+        del _waits[key]
+
+
+def _start_watchdog() -> None:
+    global _watchdog
+    if _watchdog is None:
+        with _lock:
+            if _watchdog is None:
+                _watchdog = threading.Thread(target=_watch, name="parcl-watchdog", daemon=True)
+                _watchdog.start()
+
+
+def _watch() -> None:
+    while True:
+        time.sleep(1.0)
+        now = time.monotonic()
+        for deadline, timeout, what, events, labels in list(_waits.values()):
+            if now > deadline:
+                _give_up(timeout, what, events, labels)
+
+
+def _give_up(timeout: float, what: str, events, labels) -> None:
+    complete = cl.command_execution_status.COMPLETE
+    pending = []
+    for i, event in enumerate(events):
+        try:
+            if event.command_execution_status > complete:
+                name = labels[i] if labels else f"event {i}"
+                if name not in pending:
+                    pending.append(name)
+        except cl.Error:
+            pending.append(f"event {i} (status unreadable)")
+    sys.stderr.write(f"parcl: {what} waited {timeout:g} s for the device and it has not "
+                     f"finished; still pending: {', '.join(pending) or 'none'}. A blocked "
+                     f"OpenCL wait cannot be interrupted, so the process exits (status "
+                     f"{WAIT_TIMEOUT_EXIT}) instead of hanging.\n")
+    sys.stderr.flush()
+    os._exit(WAIT_TIMEOUT_EXIT)

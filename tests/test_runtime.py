@@ -1,3 +1,6 @@
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -111,3 +114,52 @@ def test_ops_on_different_queues_of_one_context_are_refused(queues2):
     b = pc.Tensor.from_host(queues2[1], np.ones((2, 2), np.float32))
     with pytest.raises(pc.DeviceError, match="different command queues"):
         tp.matmul(a, b)
+
+
+def _run_script(script: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_a_device_wait_that_never_ends_takes_the_process_down_with_a_message():
+    """A blocked OpenCL wait cannot be interrupted: past its timeout the watchdog names the
+    wait and what is pending, and ends the process instead of letting it hang."""
+    proc = _run_script("""
+        import pyopencl as cl, parcl as pc
+        from parcl import runtime
+        q = runtime.new_queue(pc.devices(split=2)[0])
+        never = cl.UserEvent(q.context)               # nothing ever completes it
+        marker = cl.enqueue_marker(q, wait_for=[never])
+        other = runtime.new_queue(pc.devices(split=2)[1])
+        runtime.wait_for_events([cl.enqueue_marker(other)], timeout=30)   # done: no exit
+        runtime.wait_for_events([marker], timeout=0.5, what="the test's wait",
+                                labels=["the gated marker"])
+        print("not reached")
+    """)
+    assert proc.returncode == pc.runtime.WAIT_TIMEOUT_EXIT, proc.stderr
+    assert "not reached" not in proc.stdout
+    assert "the test's wait waited 0.5 s" in proc.stderr
+    assert "still pending: the gated marker" in proc.stderr
+
+
+def test_a_step_whose_device_never_finishes_ends_the_process_naming_the_replica():
+    proc = _run_script("""
+        import numpy as np, pyopencl as cl, parcl as pc
+        from parcl import tape as tp
+        from parcl.replica import ReplicaGroup
+        rng = np.random.default_rng(0)
+        x, y = rng.random((8, 16), dtype=np.float32), rng.integers(0, 4, 8)
+        build = lambda q: pc.nn.Linear(16, 4, queue=q)
+        with ReplicaGroup(build, pc.devices(split=2), capture=True, timeout=0.5) as group:
+            opt = pc.optim.SGD(group.parameters(), lr=0.1)
+            for _ in range(2):
+                group.step(x, y, tp.cross_entropy, opt)           # recorded, then replayed
+            q1 = group.replicas[1].queue
+            cl.enqueue_barrier(q1, wait_for=[cl.UserEvent(q1.context)])   # replica 1 stalls
+            group.step(x, y, tp.cross_entropy, opt)
+            print("not reached")
+    """)
+    assert proc.returncode == pc.runtime.WAIT_TIMEOUT_EXIT, proc.stderr
+    assert "not reached" not in proc.stdout
+    assert "ReplicaGroup.step waited 0.5 s" in proc.stderr
+    assert "still pending: replica 1" in proc.stderr       # replica 1 first (0 waits on it)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from ... import recorder
+from ... import recorder, runtime
 from ...errors import ShapeError
 from ...kernels import softmax as smk
 from ...tensor import Tensor
@@ -127,7 +127,7 @@ class _LabelCheck:
     def check(self) -> None:
         if self.event is None:
             return
-        self.event.wait()
+        runtime.wait_for_events([self.event], what="cross_entropy's label check")
         self.event = self.flag = None
         row, label = (int(v) for v in self.host)
         if row >= 0:
