@@ -415,7 +415,7 @@ class ReplicaGroup:
         k = len(self.replicas)
         if self.comm is not None or self.allreduce_algorithm != "auto":
             return False
-        if not 2 <= k <= MAX_REPLICAS:
+        if not 1 <= k <= MAX_REPLICAS:
             return False
         if plan.single or not optimizer.can_split:
             return False
@@ -433,10 +433,11 @@ class ReplicaGroup:
         queues = [r.queue for r in self.replicas]
         k = len(queues)
         # Every replica's backward, and any optimizer state just allocated on replica 0,
-        # comes before the chunks are touched.
-        ready = [cl.enqueue_marker(q) for q in queues]
-        for r, q in enumerate(queues):
-            cl.enqueue_barrier(q, wait_for=[e for i, e in enumerate(ready) if i != r])
+        # comes before the chunks are touched. (One replica: its in-order queue does that.)
+        if k > 1:
+            ready = [cl.enqueue_marker(q) for q in queues]
+            for r, q in enumerate(queues):
+                cl.enqueue_barrier(q, wait_for=[e for i, e in enumerate(ready) if i != r])
         where = {id(b): i for i, b in enumerate(self._buckets[0].flats)}
 
         def split(bucket) -> Split:
@@ -451,9 +452,10 @@ class ReplicaGroup:
             for s, d in zip(self._buffers[0], self._buffers[r]):
                 cl.enqueue_copy(q, d.data, s.data, byte_count=s.nbytes)
         # Nothing of the next step may start on a queue before every chunk is done.
-        done = [cl.enqueue_marker(q) for q in queues]
-        for r, q in enumerate(queues):
-            cl.enqueue_barrier(q, wait_for=[e for i, e in enumerate(done) if i != r])
+        if k > 1:
+            done = [cl.enqueue_marker(q) for q in queues]
+            for r, q in enumerate(queues):
+                cl.enqueue_barrier(q, wait_for=[e for i, e in enumerate(done) if i != r])
 
     def _prefetch(self, loss_fn, xs, ys, weights, keys) -> None:
         """Start every replay's input copies from this thread before the replicas wake: the

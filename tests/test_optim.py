@@ -263,12 +263,13 @@ def test_step_on_two_queues(queues2, rng):
 
 
 # -- the replicated update (the sharded end of a ReplicaGroup step) ---------------------------
-@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("k", [1, 2, 3])
 @pytest.mark.parametrize("update", ["sgd", "sgd_momentum", "adam"])
 def test_replicated_update_sums_steps_broadcasts_and_zeroes(queues2, rng, update, k):
     """``name_xK`` over uneven chunks on two queues: replica 0's parameter becomes the update
     of the summed gradients (numpy reference), every replica gets the same values, every
-    gradient is zeroed, and the state is updated once."""
+    gradient is zeroed, and the state is updated once (``name_x1``: one replica's update
+    with its gradient zeroed)."""
     from parcl.kernels import optim as K
 
     n = 1031
@@ -323,5 +324,5 @@ def test_replicated_update_checks_its_buffers(queue):
         K.Split([a, b], [a, b], [(queue, 0, 8)])
     with pytest.raises(pc.ShapeError, match="2 parameter buffers but 1"):
         K.Split([a, a], [a], [(queue, 0, 8)])
-    with pytest.raises(pc.ShapeError, match="2..8 replicas, got 1"):
-        K.sgd_(a, a, 0.1, split=K.Split([a], [a], [(queue, 0, 8)]))
+    with pytest.raises(pc.ShapeError, match="1..8 replicas, got 9"):
+        K.sgd_(a, a, 0.1, split=K.Split([a] * 9, [a] * 9, [(queue, 0, 8)]))

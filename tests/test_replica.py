@@ -371,7 +371,7 @@ def plain_sgd(params):
 
 @pytest.mark.parametrize("make_opt", [plain_sgd, sgd, adamw],
                          ids=["sgd", "sgd-momentum", "adamw"])
-@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("k", [1, 2, 3])
 def test_the_sharded_step_equals_replica_0_stepping_everything(devices2, make_opt, k):
     """The default step shares the reduce, optimizer update, broadcast and zeroing among the
     replicas' queues; with allreduce="shared" replica 0 steps every parameter itself. Both

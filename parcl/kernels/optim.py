@@ -56,7 +56,8 @@ def _source() -> str:
     """Per update: ``name`` steps one parameter with its gradient; ``name_xK`` is the whole
     end of a data-parallel step for one element range: it sums the K replicas' gradients in
     replica order (exactly as ``parcl.kernels.reduce`` does), zeroes them, updates replica 0's
-    parameter and state, and writes the new value into the other K-1 replicas' parameters."""
+    parameter and state, and writes the new value into the other K-1 replicas' parameters
+    (``name_x1``, a single replica's end of step, is the update with the zeroing fused in)."""
     out = ["//CL//"]
     for name, (state, scalars, body) in _UPDATES.items():
         out.append(f"""
@@ -68,7 +69,7 @@ __kernel void {name}(__global float *p, __global const float *g, {state}
     const float G = g[i];{body}
     p[i] = out;
 }}""")
-        for k in range(2, MAX_REPLICAS + 1):
+        for k in range(1, MAX_REPLICAS + 1):
             copies = "".join(f"__global float *p{r}, " for r in range(1, k))
             grads = ", ".join(f"__global float *g{r}" for r in range(k))
             total = ordered_sum([f"g{r}[i]" for r in range(k)])
@@ -114,8 +115,8 @@ def _launch(name: str, param: Tensor, grad: Tensor, state: tuple[Tensor, ...], s
     queues around it is the caller's job (``ReplicaGroup``'s sharded step)."""
     if split is not None:
         k = len(split.values)
-        if not 2 <= k <= MAX_REPLICAS:
-            raise ShapeError(f"{name}: a split step takes 2..{MAX_REPLICAS} replicas, got {k}")
+        if not 1 <= k <= MAX_REPLICAS:
+            raise ShapeError(f"{name}: a split step takes 1..{MAX_REPLICAS} replicas, got {k}")
         args = [*(v.data for v in split.values), *(g.data for g in split.grads),
                 *(s.data for s in state), *scalars]
         for q, off, cnt in split.shards:
