@@ -4,8 +4,9 @@ While a thread records, every kernel launch, copy and fill it enqueues is append
 ``Recording`` (and still executed), every buffer it allocates belongs to the recording for as
 long as the recording lives (reused within the step as eagerly, never handed to other work, so
 replays find their buffers untouched), and anything a replay could not reproduce (a host read
-whose value steers Python code, an event wait between queues, a random draw) marks the
-recording unusable.
+whose value steers Python code, an event wait between queues) marks the recording unusable.
+A launch whose argument must change on every call (dropout's random key) says so with
+``replay_arg``, and the replay sets it before enqueueing that launch.
 This module only holds that state; it knows nothing of autograd.
 """
 
@@ -25,6 +26,7 @@ class Recording:
 
     def __init__(self):
         self.ops: list[tuple] = []          # ("kernel", own k, queue, gsize, lsize, args) | ...
+        #                                     ("kernel_args", ..., [(arg index, value())])
         self.host_hooks: list = []          # callables re-run after every replay
         self.inputs: list = []              # the captured call's input tensors
         self.input_checks: list = []        # (input index, check(host array)) before a replay
@@ -90,6 +92,14 @@ def _bind(op: tuple):
     if kind == "copy":
         _, queue, dst, src, kwargs = op
         return partial(cl.enqueue_copy, queue, dst, src, **kwargs)
+    if kind == "kernel_args":
+        _, kernel, queue, gsize, lsize, _args, updates = op
+
+        def launch():
+            for index, value in updates:
+                kernel.set_arg(index, value())
+            return cl.enqueue_nd_range_kernel(queue, kernel, gsize, lsize)
+        return launch
     _, queue, buf, pattern, offset, size = op       # fill
     return partial(cl.enqueue_fill_buffer, queue, buf, pattern, offset, size)
 
@@ -126,6 +136,22 @@ def kernel(kernel, queue, gsize, lsize, args: tuple, wait_for) -> None:
     if wait_for:
         unsafe("a kernel waits on events of another queue")
     rec.ops.append(("kernel", kernel, queue, gsize, lsize, args))
+
+
+def replay_arg(index: int, value) -> None:
+    """Have every replay set argument ``index`` of the kernel launch just recorded to
+    ``value()`` before enqueueing it (e.g. a fresh random key: dropout stays replayable).
+    ``value`` is called in replay order, on the replaying thread."""
+    rec = getattr(_local, "recording", None)
+    if rec is None:
+        return
+    op = rec.ops[-1] if rec.ops else None
+    if op is None or op[0] not in ("kernel", "kernel_args"):
+        raise RuntimeError("recorder.replay_arg: the last recorded op is not a kernel launch")
+    if op[0] == "kernel":
+        op = ("kernel_args", *op[1:], [])
+        rec.ops[-1] = op
+    op[6].append((index, value))
 
 
 def copy(queue, dst, src, **kwargs) -> None:

@@ -154,7 +154,7 @@ class ReplicaGroup:
     cannot be interrupted). ``capture=True`` records each replica's
     forward and backward once per batch shape and replays the recorded kernels afterwards
     (``parcl.tape.capture``): bit-identical results, far less Python per step; steps that
-    cannot be replayed (dropout, host reads in the model) stay eager.
+    cannot be replayed (host reads in the model) stay eager; dropout is replayed.
     """
 
     def __init__(self, build_model, devices=None, *, allreduce: str = "auto",

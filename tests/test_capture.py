@@ -60,20 +60,77 @@ def test_a_new_batch_shape_is_recorded_anew(devices2):
     assert step.replays == 3 and len(step._entries) == 2      # shards of 6, 6, 4, 6, 4
 
 
-def test_dropout_stays_eager_and_says_why(queue):
-    model = pc.nn.Sequential(pc.nn.Linear(8, 8, queue=queue), pc.nn.Dropout(0.5))
+def dropout_mlp(queue):
+    pc.nn.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Linear(64, 32, queue=queue), pc.nn.ReLU(), pc.nn.Dropout(0.5),
+                            pc.nn.Linear(32, 10, queue=queue))
 
-    def fn(x):
-        with tp.Tape() as tape:
-            loss = tp.mean(model(tp.tensor(x)))
-        tape.backward(loss)
-        return loss.value
 
-    step = tp.capture(fn, queue)
+def test_dropout_replays_draw_the_next_mask_as_eager_calls_do(queue):
+    """A replayed dropout takes the next call of the recording thread's generator, as an
+    eager call would (and its backward that replay's mask): call after call, the same losses
+    and gradients as running the step eagerly, and the same generator state after."""
+    from parcl.tape.ops import nn as nn_ops
+
+    def run(captured):
+        model = dropout_mlp(queue)
+        for p in model.parameters():           # persistent buffers: every call accumulates
+            p.grad = pc.Tensor.zeros(queue, p.shape)
+
+        def body(x, y):
+            with tp.Tape() as tape:
+                loss = tp.cross_entropy(model(tp.tensor(x)), y)
+            tape.backward(loss)
+            return loss.value
+        nn_ops.manual_seed(7)
+        step = tp.capture(body, queue) if captured else None
+        losses = []
+        for s in range(4):
+            x, y = batch(8, seed=s)
+            out = step(x, y) if captured else body(pc.Tensor.from_host(queue, x),
+                                                    pc.Tensor.from_host(queue, y))
+            losses.append(float(out.to_host()))
+        grads = [p.grad.to_host() for p in model.parameters()]
+        return losses, grads, nn_ops.rng_state(), step
+
+    eager = run(False)
+    replayed = run(True)
+    step = replayed[3]
+    assert step.replays == 3 and step.reason(*batch(8)) is None
+    assert replayed[0] == eager[0]                          # losses, exactly
+    assert all(np.array_equal(a, b) for a, b in zip(replayed[1], eager[1]))
+    assert replayed[2] == eager[2] == (7, 4)                # four calls drawn
+    x, y = batch(8)
+    assert float(step(x, y).to_host()) != float(step(x, y).to_host())   # a new mask each call
+
+
+def test_a_group_with_dropout_replays_bit_identically_to_eager(devices2):
+    """Replica threads own their generators; the caller's replays advance them."""
+    from parcl.tape.ops import nn as nn_ops
+
+    def run(capture):
+        with ReplicaGroup(dropout_mlp, devices2, capture=capture) as group:
+            group.run(lambda r: nn_ops.manual_seed(10 + r.index))
+            opt = pc.optim.SGD(group.parameters(), lr=0.1)
+            losses = [group.step(*batch(12, seed=s), tp.cross_entropy, opt) for s in range(5)]
+            params = [p.value.to_host() for p in group.parameters()]
+            states = group.run(lambda r: nn_ops.rng_state())
+            replays = [step.replays for per in group._captured for _, step in per.values()]
+        return losses, params, states, replays
+
+    eager, replayed = run(False), run(True)
+    assert replayed[0] == eager[0]
+    assert all(np.array_equal(a, b) for a, b in zip(replayed[1], eager[1]))
+    assert replayed[2] == eager[2] == [(10, 5), (11, 5)]
+    assert replayed[3] == [4, 4]
+
+
+def test_dropout_with_a_fixed_seed_replays_the_same_mask(queue):
     x = np.ones((4, 8), np.float32)
-    step(x)
-    step(x)
-    assert "dropout" in step.reason(x) and step.replays == 0 and step.eager_calls == 1
+    step = tp.capture(lambda t: tp.dropout(t, 0.5, seed=3), queue)
+    first, second = step(x).to_host(), step(x).to_host()
+    assert step.replays == 1 and np.array_equal(first, second)
+    assert 0 < np.count_nonzero(first) < first.size
 
 
 def test_host_reads_and_anomaly_mode_stay_eager(queue):

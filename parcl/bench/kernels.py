@@ -340,7 +340,7 @@ def _overhead(q, label, chain, repeat, warmup) -> list[dict]:
         step(x)
     finally:
         recorder.stop()
-    kernels = sum(1 for op in rec.ops if op[0] == "kernel")
+    kernels = sum(1 for op in rec.ops if op[0] in ("kernel", "kernel_args"))
     del rec
     q.finish()
     captured = tp.capture(step, q)

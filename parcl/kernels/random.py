@@ -55,6 +55,7 @@ __kernel void dropout_mask(__global float* restrict mask, const ulong key, const
 """
 
 LOCAL = 64
+KEY_ARG = 2            # the ``key`` argument of ``dropout`` (a replay sets a fresh one)
 _M64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
 

@@ -7,10 +7,12 @@ same kernels on the same buffers in the same order, so the results are bit-ident
 eager step, with a few microseconds of Python per kernel instead of the whole tape machinery.
 
 A call whose recording cannot be replayed (it read a value back to the host, waited on another
-queue, drew random numbers, or ran under ``detect_anomaly``) says why in ``reason`` and stays
-eager for that signature. Like CUDA graphs, capture assumes ``fn`` does the same device work
-whenever its inputs have the same shapes: Python state that changes what ``fn`` enqueues
-without changing the input shapes (a step counter choosing a branch) must go into ``key``.
+queue, or ran under ``detect_anomaly``) says why in ``reason`` and stays eager for that
+signature. Dropout is replayed: each replay takes the next key of the recording thread's
+generator, exactly as the eager call would, so captured and eager runs match bit for bit.
+Like CUDA graphs, capture assumes ``fn`` does the same device work whenever its inputs have
+the same shapes: Python state that changes what ``fn`` enqueues without changing the input
+shapes (a step counter choosing a branch) must go into ``key``.
 
 Like a CUDA graph, a replay writes into the same output tensors each time: the tensors
 returned by one call are overwritten by the next (copy a value you want to keep).

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
+
 from ... import recorder
 from ...errors import DTypeError, ParclError, ShapeError
 from ...kernels import batchnorm as bnk
@@ -269,43 +271,80 @@ def batch_norm(x, weight, bias, running_mean, running_var, training: bool,
 
 
 # -- dropout ---------------------------------------------------------------------------------
+class _Generator:
+    """A thread's dropout generator: ``seed`` and the ``counter`` of calls so far. An object,
+    not bare thread-local values, so a captured step can advance its recording thread's
+    generator when another thread replays it."""
+
+    __slots__ = ("seed", "counter")
+
+    def __init__(self):
+        self.seed, self.counter = 0, 0
+
+    def next_call(self) -> tuple[int, int]:
+        counter = self.counter
+        self.counter = counter + 1
+        return self.seed, counter
+
+
 _rng = threading.local()
+
+
+def _generator() -> _Generator:
+    gen = getattr(_rng, "generator", None)
+    if gen is None:
+        gen = _rng.generator = _Generator()
+    return gen
 
 
 def manual_seed(seed: int) -> None:
     """Seed this thread's dropout generator and restart its call counter. Thread-local: each
     replica thread has its own (seed them differently, e.g. ``manual_seed(base + index)``, if
     replicas should drop different units). Unseeded threads start at seed 0."""
-    _rng.seed, _rng.counter = int(seed), 0
+    gen = _generator()
+    gen.seed, gen.counter = int(seed), 0
 
 
 def rng_state() -> tuple[int, int]:
     """This thread's dropout generator state ``(seed, counter)`` (for checkpoints)."""
-    return getattr(_rng, "seed", 0), getattr(_rng, "counter", 0)
+    gen = _generator()
+    return gen.seed, gen.counter
 
 
 def set_rng_state(state: tuple[int, int]) -> None:
     """Restore a state returned by ``rng_state``."""
-    _rng.seed, _rng.counter = int(state[0]), int(state[1])
-
-
-def _next_call() -> tuple[int, int]:
-    seed, counter = rng_state()
-    _rng.seed, _rng.counter = seed, counter + 1
-    return seed, counter
+    gen = _generator()
+    gen.seed, gen.counter = int(state[0]), int(state[1])
 
 
 class Dropout(Function):
     name = "dropout"
 
-    def forward(self, x: Tensor, p: float = 0.5, seed: int = 0, counter: int = 0):
-        recorder.unsafe("dropout draws a new mask on every call")
-        self.p, self.seed, self.counter = p, seed, counter
-        return rndk.dropout_forward(x, p, seed, counter)
+    def forward(self, x: Tensor, p: float = 0.5, seed: int | None = None):
+        # A fixed seed (counter 0) gives the same mask every call; otherwise each call,
+        # replays included, takes the next call of this thread's generator.
+        gen = _generator() if seed is None else None
+        self.p, (self.seed, self.counter) = p, (gen.next_call() if gen else (int(seed), 0))
+        y = rndk.dropout_forward(x, p, self.seed, self.counter)
+        if gen is not None and recorder.current() is not None:
+            # Each replay draws its own key, as the eager call would, and the recorded
+            # backward launch regenerates that replay's mask.
+            key = [0]
+
+            def next_key():
+                key[0] = np.uint64(rndk.mask_key(*gen.next_call()))
+                return key[0]
+            recorder.replay_arg(rndk.KEY_ARG, next_key)
+            self.replay_key = key
+        return y
 
     def backward(self, g: Tensor):
         # The mask is a pure function of (seed, counter, index): regenerated, never stored.
-        return rndk.dropout_backward(g, self.p, self.seed, self.counter)
+        grad = rndk.dropout_backward(g, self.p, self.seed, self.counter)
+        key = getattr(self, "replay_key", None)
+        if key is not None:
+            recorder.replay_arg(rndk.KEY_ARG, lambda: key[0])
+        return grad
 
 
 def dropout(x, p: float = 0.5, training: bool = True, *, seed: int | None = None, tape=None):
@@ -325,5 +364,4 @@ def dropout(x, p: float = 0.5, training: bool = True, *, seed: int | None = None
         raise ShapeError(f"dropout: probability p must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x
-    s, c = (int(seed), 0) if seed is not None else _next_call()
-    return Dropout.apply(x, tape=tape, p=p, seed=s, counter=c)
+    return Dropout.apply(x, tape=tape, p=p, seed=None if seed is None else int(seed))
