@@ -15,6 +15,7 @@ import parcl as pc
 import parcl.replica as replica_module
 from parcl import tape as tp
 from parcl.bench import models
+from parcl.bench.common import time_interleaved
 from parcl.replica import ReplicaGroup
 
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "mlp"
@@ -57,15 +58,9 @@ def main():
             for _ in range(STEPS):
                 group.step(x, y, tp.cross_entropy, opt)
         runs[name] = run
-    times = {name: [] for name in runs}
+    stats = time_interleaved([(run, None) for run in runs.values()], ROUNDS)
+    t = {name: np.array(stat["times"]) / STEPS * 1e3 for name, stat in zip(runs, stats)}
     rng = np.random.default_rng(7)
-    names = list(runs)
-    for _ in range(ROUNDS):
-        for j in rng.permutation(len(names)):
-            start = time.perf_counter()
-            runs[names[j]]()
-            times[names[j]].append((time.perf_counter() - start) / STEPS * 1e3)
-    t = {name: np.array(v) for name, v in times.items()}
     print(f"{MODEL}: ms per step", {name: round(float(np.median(v)), 2) for name, v in t.items()})
     print(f"{BURN_S * 1e3:g} ms of caller CPU adds, per step: 1 replica "
           f"{ci(t['1+burn'] - t['1'], rng)} ms, 2 replicas {ci(t['2+burn'] - t['2'], rng)} ms")
