@@ -255,8 +255,19 @@ def reset_peak_memory_stats(queue: cl.CommandQueue | None = None) -> None:
 # does, the process is taken down with a message saying what waited for what, rather than
 # left to hang.
 WAIT_TIMEOUT_EXIT = 70      # the exit status of a process whose device wait timed out
-_waits: dict[int, tuple] = {}                     # thread id -> (deadline, what, events, labels)
+_waits: dict[int, tuple] = {}     # thread id -> (deadline, timeout, what, events, labels)
 _watchdog: threading.Thread | None = None
+
+
+def _forget_watchdog() -> None:
+    """A forked child has none of the parent's threads: its first wait starts its own."""
+    global _watchdog
+    _watchdog = None
+    _waits.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_watchdog)
 
 
 def wait_for_events(events, timeout: float = WAIT_TIMEOUT, what: str = "a device wait",
