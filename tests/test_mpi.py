@@ -4,6 +4,7 @@ the whole job. Skipped where mpi4py or mpiexec is missing."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -107,3 +108,16 @@ def test_ctrl_c_under_mpiexec_stops_every_rank():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_scaling_benchmark_gives_each_rank_its_share_of_the_cpu(tmp_path):
+    """Two ranks of one replica each on this machine: each runs on a sub-device of its own
+    (half the cores), as under parcl-launch, not both on the whole CPU."""
+    out = tmp_path / "scaling.json"
+    r = run([MPIEXEC, "-n", 2, sys.executable, "-m", "parcl.bench", "scaling", "--model", "mlp",
+             "--replicas", 1, "--steps", 1, "--repeat", 1, "--no-numpy", "--json", out])
+    assert r.returncode == 0, r.stderr
+    result = json.loads(out.read_text())
+    assert result["params"]["ranks"] == 2
+    (device,) = result["devices"]
+    assert device["sub_device"] and device["compute_units"] == 1, result["devices"]

@@ -3,7 +3,8 @@
 For each replica count ``n`` (``--replicas 1,2``) a ``ReplicaGroup`` runs on the first ``n``
 devices. By default the devices are the CPU split into ``max(replicas)`` sub-devices, so every
 replica, the 1-replica baseline included, owns the same share of the CPU: the comparison is per
-device. ``--batch-per-replica B`` (weak scaling, the default with the model's batch) gives each
+device. Under ``mpiexec`` the CPU is split for all the ranks on the machine and each rank takes
+its own share, as ``parcl-launch`` does. ``--batch-per-replica B`` (weak scaling, the default with the model's batch) gives each
 replica ``B`` samples; ``--global-batch B`` (strong scaling) splits ``B`` over the replicas.
 
 Two loops per ``n``:
@@ -59,6 +60,7 @@ import pyopencl as cl
 
 import parcl as pc
 import parcl.tape as tp
+from parcl import distributed
 from parcl.replica import ReplicaGroup
 
 from . import models
@@ -121,7 +123,7 @@ def add_arguments(p) -> None:
                         "shard each, a barrier per step; mlp and cnn, one process only)")
 
 
-def _plan(args):
+def _plan(args, comm=None):
     from parcl.allreduce import ALGORITHMS
 
     if args.allreduce != "auto" and args.allreduce not in ALGORITHMS:
@@ -131,11 +133,15 @@ def _plan(args):
     if args.devices:
         devs = resolve_devices(args.devices)
     else:
-        units = cpu_compute_units()
-        if max(counts) > units:
-            raise BenchError(f"--replicas {max(counts)}: the CPU has only {units} compute units "
+        # Ranks on one machine share its CPU: split it for all of them, as parcl-launch does,
+        # and take this rank's share (else every rank would run on every core).
+        ranks, rank = (distributed.local_size(), distributed.local_rank()) if comm else (1, 0)
+        units, n = cpu_compute_units(), max(counts)
+        if n * ranks > units:
+            where = f" x {ranks} ranks on this machine" if ranks > 1 else ""
+            raise BenchError(f"--replicas {n}{where}: the CPU has only {units} compute units "
                              "to split (give --devices to share devices)")
-        devs = resolve_devices(None, max(counts))
+        devs = resolve_devices(None, n * ranks)[rank * n:(rank + 1) * n]
     if max(counts) > len(devs):
         raise BenchError(f"--replicas {max(counts)} but the devices give {len(devs)}; pass "
                          f"--devices cpu:{max(counts)} or fewer replicas")
@@ -161,7 +167,7 @@ def run(args) -> dict:
         raise BenchError(f"--steps must be >= 1, got {steps}")
     comm = mpi_comm()
     world = comm.Get_size() if comm else 1
-    counts, devs = _plan(args)
+    counts, devs = _plan(args, comm)
     mode = "strong" if args.global_batch is not None else "weak"
     result = new_result("scaling", {
         "model": args.model, "replicas": counts, "mode": mode, "steps": steps,
