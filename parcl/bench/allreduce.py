@@ -29,6 +29,7 @@ from .common import (
     BenchError,
     add_table,
     cpu_compute_units,
+    cpu_share,
     device_info,
     finisher,
     fmt_range,
@@ -62,7 +63,7 @@ def add_arguments(p) -> None:
                         "max(--replicas) sub-devices (one per compute unit by default)")
 
 
-def _devices_for(args) -> tuple[list, list[int]]:
+def _devices_for(args, comm=None) -> tuple[list, list[int]]:
     if args.devices:
         devs = resolve_devices(args.devices)
         counts = parse_ints(args.replicas, "replica") if args.replicas else list(
@@ -71,13 +72,9 @@ def _devices_for(args) -> tuple[list, list[int]]:
             raise BenchError(f"--replicas {max(counts)} but --devices {args.devices} gives "
                              f"{len(devs)} devices")
         return devs, counts
-    units = cpu_compute_units()
     counts = parse_ints(args.replicas, "replica") if args.replicas else list(
-        range(2, units + 1))
-    k = max(counts) if counts else 1
-    if k > units:
-        raise BenchError(f"--replicas {k}: the CPU has only {units} compute units to split")
-    return resolve_devices(None, k), counts
+        range(2, cpu_compute_units() + 1))
+    return cpu_share(max(counts) if counts else 1, comm), counts
 
 
 def run(args) -> dict:
@@ -88,7 +85,7 @@ def run(args) -> dict:
             raise BenchError(f"unknown algorithm {a!r}; choose from {sorted(ALGORITHMS)}")
     repeat, warmup = repeat_of(args, 10), warmup_of(args, 2)
     comm = mpi_comm()
-    devs, counts = _devices_for(args)
+    devs, counts = _devices_for(args, comm)
     if comm is None and not counts:
         raise BenchError("an allreduce needs at least 2 replicas: give --replicas 2 and a "
                          "device spec with 2 devices (e.g. --devices cpu:2)")

@@ -250,6 +250,21 @@ def resolve_devices(spec: str | None, split: int | None = None) -> list:
             os.environ["PARCL_DEVICES"] = old
 
 
+def cpu_share(n: int, comm=None) -> list:
+    """``n`` sub-devices of the CPU for this process: the CPU is split for ``n`` replicas of
+    every rank on this machine (under MPI), and this rank takes its own ``n``, as under
+    parcl-launch, so every replica of every rank owns the same share of the cores."""
+    from parcl import distributed
+
+    ranks, rank = (distributed.local_size(), distributed.local_rank()) if comm else (1, 0)
+    units = cpu_compute_units()
+    if n * ranks > units:
+        where = f" x {ranks} ranks on this machine" if ranks > 1 else ""
+        raise BenchError(f"--replicas {n}{where}: the CPU has only {units} compute units to "
+                         "split (give --devices to share devices)")
+    return resolve_devices(None, n * ranks)[rank * n:(rank + 1) * n]
+
+
 def cpu_compute_units() -> int:
     """Compute units of the whole CPU device (what ``cpu:N`` splits)."""
     import parcl as pc

@@ -4,8 +4,9 @@ For each replica count ``n`` (``--replicas 1,2``) a ``ReplicaGroup`` runs on the
 devices. By default the devices are the CPU split into ``max(replicas)`` sub-devices, so every
 replica, the 1-replica baseline included, owns the same share of the CPU: the comparison is per
 device. Under ``mpiexec`` the CPU is split for all the ranks on the machine and each rank takes
-its own share, as ``parcl-launch`` does. ``--batch-per-replica B`` (weak scaling, the default with the model's batch) gives each
-replica ``B`` samples; ``--global-batch B`` (strong scaling) splits ``B`` over the replicas.
+its own share, as ``parcl-launch`` does. ``--batch-per-replica B`` (weak scaling, the default
+with the model's batch) gives each replica ``B`` samples; ``--global-batch B`` (strong
+scaling) splits ``B`` over the replicas.
 
 Two loops per ``n``:
 
@@ -60,14 +61,13 @@ import pyopencl as cl
 
 import parcl as pc
 import parcl.tape as tp
-from parcl import distributed
 from parcl.replica import ReplicaGroup
 
 from . import models
 from .common import (
     BenchError,
     add_table,
-    cpu_compute_units,
+    cpu_share,
     device_info,
     fmt_range,
     median_ci,
@@ -133,15 +133,7 @@ def _plan(args, comm=None):
     if args.devices:
         devs = resolve_devices(args.devices)
     else:
-        # Ranks on one machine share its CPU: split it for all of them, as parcl-launch does,
-        # and take this rank's share (else every rank would run on every core).
-        ranks, rank = (distributed.local_size(), distributed.local_rank()) if comm else (1, 0)
-        units, n = cpu_compute_units(), max(counts)
-        if n * ranks > units:
-            where = f" x {ranks} ranks on this machine" if ranks > 1 else ""
-            raise BenchError(f"--replicas {n}{where}: the CPU has only {units} compute units "
-                             "to split (give --devices to share devices)")
-        devs = resolve_devices(None, n * ranks)[rank * n:(rank + 1) * n]
+        devs = cpu_share(max(counts), comm)      # ranks on one machine share its cores
     if max(counts) > len(devs):
         raise BenchError(f"--replicas {max(counts)} but the devices give {len(devs)}; pass "
                          f"--devices cpu:{max(counts)} or fewer replicas")
