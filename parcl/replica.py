@@ -463,12 +463,17 @@ class ReplicaGroup:
         not hand the interpreter lock back and forth around them (measured: that ping-pong
         made the second replica's upload take 2-4x as long as the first's)."""
         for r, x, y, w, key in zip(self.replicas, xs, ys, weights, keys):
-            entry = self._captured[r.index].get(id(loss_fn))
-            if entry is not None and entry[0] is loss_fn:
+            step = self._captured_step(r, loss_fn)
+            if step is not None:
                 try:
-                    entry[1].prefetch(x, y, w, key=key)     # checks the inputs (labels) first
+                    step.prefetch(x, y, w, key=key)     # checks the inputs (labels) first
                 except Exception as exc:
                     raise self._failure(r.index, exc, traceback.format_exc()) from exc
+
+    def _captured_step(self, replica: Replica, loss_fn):
+        """The replica's ``CapturedStep`` for ``loss_fn`` (None before it recorded one)."""
+        entry = self._captured[replica.index].get(id(loss_fn))
+        return entry[1] if entry is not None and entry[0] is loss_fn else None
 
     def _replay_here(self, loss_fn, xs, ys, weights, keys) -> list | None:
         """Once every replica has recorded this step (and ``_prefetch`` copied its inputs),
@@ -478,10 +483,10 @@ class ReplicaGroup:
         devices idle meanwhile). The replica threads record; None when one has not."""
         calls = []
         for r, x, y, w, key in zip(self.replicas, xs, ys, weights, keys):
-            entry = self._captured[r.index].get(id(loss_fn))
-            if entry is None or entry[0] is not loss_fn:
+            step = self._captured_step(r, loss_fn)
+            if step is None:
                 return None
-            calls.append((entry[1], (x, y, w), key))
+            calls.append((step, (x, y, w), key))
         self._wait_idle()
         try:
             replayed = replay_together(calls)
@@ -492,7 +497,7 @@ class ReplicaGroup:
             return None
         for index, (_, check) in enumerate(replayed):
             try:
-                check()                        # e.g. the labels' range, read after forward
+                check()          # e.g. the range of labels computed on the device
             except Exception as exc:
                 raise self._failure(index, exc, traceback.format_exc()) from exc
         return [outputs for outputs, _ in replayed]

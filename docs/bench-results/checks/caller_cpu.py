@@ -15,7 +15,7 @@ import parcl as pc
 import parcl.replica as replica_module
 from parcl import tape as tp
 from parcl.bench import models
-from parcl.bench.common import time_interleaved
+from parcl.bench.common import median_ci, time_interleaved
 from parcl.replica import ReplicaGroup
 
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "mlp"
@@ -33,11 +33,9 @@ def replay_then_burn(calls, replay=replica_module.replay_together):
     return out
 
 
-def ci(ratios, rng):
-    ratios = np.asarray(ratios)
-    boot = [np.median(rng.choice(ratios, len(ratios))) for _ in range(2000)]
-    low, high = np.percentile(boot, [2.5, 97.5])
-    return f"{np.median(ratios):.3f} [{low:.3f}-{high:.3f}]"
+def ci(values) -> str:
+    low, high = median_ci(values)
+    return f"{np.median(values):.3f} [{low:.3f}-{high:.3f}]"
 
 
 def main():
@@ -60,10 +58,9 @@ def main():
         runs[name] = run
     stats = time_interleaved([(run, None) for run in runs.values()], ROUNDS)
     t = {name: np.array(stat["times"]) / STEPS * 1e3 for name, stat in zip(runs, stats)}
-    rng = np.random.default_rng(7)
     print(f"{MODEL}: ms per step", {name: round(float(np.median(v)), 2) for name, v in t.items()})
     print(f"{BURN_S * 1e3:g} ms of caller CPU adds, per step: 1 replica "
-          f"{ci(t['1+burn'] - t['1'], rng)} ms, 2 replicas {ci(t['2+burn'] - t['2'], rng)} ms")
+          f"{ci(t['1+burn'] - t['1'])} ms, 2 replicas {ci(t['2+burn'] - t['2'])} ms")
     for group in groups:
         group.close()
 

@@ -15,13 +15,13 @@ Usage: python docs/bench-results/checks/step_parts.py [model] [rounds]
 
 import sys
 import threading
-import time
 
 import numpy as np
 
 import parcl as pc
 from parcl import tape as tp
 from parcl.bench import models
+from parcl.bench.common import median_ci, time_interleaved
 from parcl.bench.scaling import _bare, capture_forward_backward
 from parcl.replica import ReplicaGroup
 
@@ -83,21 +83,11 @@ def main():
                 for r in g.replicas:
                     r.queue.finish()
             runs[kind, k] = run
-    for run in runs.values():
-        run()
-        run()
-    times = {key: [] for key in runs}
-    rng = np.random.default_rng(3)
-    keys = list(runs)
-    for _ in range(ROUNDS):
-        for j in rng.permutation(len(keys)):
-            t = time.perf_counter()
-            runs[keys[j]]()
-            times[keys[j]].append((time.perf_counter() - t) / STEPS * 1e3)
+    stats = time_interleaved([(run, None) for run in runs.values()], ROUNDS, warmup=2)
+    times = {key: np.array(stat["times"]) / STEPS * 1e3 for key, stat in zip(runs, stats)}
     for kind in KINDS:
-        ratios = np.array([2 * a / b for a, b in zip(times[kind, 1], times[kind, 2])])
-        boot = [np.median(rng.choice(ratios, ratios.size)) for _ in range(2000)]
-        lo, hi = np.percentile(boot, [2.5, 97.5])
+        ratios = 2 * times[kind, 1] / times[kind, 2]
+        lo, hi = median_ci(ratios)
         print(f"{MODEL} {kind:14s} 1: {np.median(times[kind, 1]):.2f} ms  "
               f"2: {np.median(times[kind, 2]):.2f} ms  speedup {np.median(ratios):.3f} "
               f"[95% CI {lo:.3f}-{hi:.3f}]")
