@@ -112,10 +112,12 @@ def test_beta_zero_ignores_garbage_in_out(queue, rng):
     _close(out.to_host(), _op(a, False) @ _op(b, False))
 
 
-@pytest.mark.parametrize("n", [32, 35])      # whole-vector and edge stores
-def test_epilogue_order_with_beta_bias_relu(queue, rng, variant, n):
-    a, b = _operands(rng, 8, n, 4, False, False)
-    c0 = rng.standard_normal((8, n)).astype(np.float32)
+# whole blocks; ragged columns; a last block of whole vectors and nothing (n = 48 on 16-wide
+# vectors) with ragged rows (m = 13): the edge blocks' store path
+@pytest.mark.parametrize("m,n", [(8, 32), (8, 35), (13, 48), (13, 40)])
+def test_epilogue_order_with_beta_bias_relu(queue, rng, variant, m, n):
+    a, b = _operands(rng, m, n, 4, False, False)
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
     out = _up(queue, c0)
     gemm(_up(queue, a), _up(queue, b), out=out, beta=2.0, bias=_up(queue, bias), relu=True,

@@ -46,19 +46,27 @@ typedef float8 vec;
 #define MR 8
 #define NR (2 * VW)
 
-// Store the VW values of `v` at columns col..col+VW-1 of the row starting at `c`.
+// Store the VW values of `v` at columns col..col+VW-1 of the row starting at `c`, which holds
+// whole vectors there (FLAG_VEC and col + VW <= N).
+inline void emit_vec(global float* restrict c, const global float* restrict bias, vec v,
+                     int col, float beta, int flags)
+{
+    global vec* p = (global vec*)(c + col);
+    if (beta != 0.0f)
+        v += beta * *p;
+    if (flags & FLAG_BIAS)
+        v += *(const global vec*)(bias + col);
+    if (flags & FLAG_RELU)
+        v = v < 0.0f ? (vec)(0.0f) : v;
+    *p = v;
+}
+
+// The same for any columns: past N nothing is stored.
 inline void emit(global float* restrict c, const global float* restrict bias, vec v,
                  int col, int N, float beta, int flags)
 {
     if ((flags & FLAG_VEC) && col + VW <= N) {
-        global vec* p = (global vec*)(c + col);
-        if (beta != 0.0f)
-            v += beta * *p;
-        if (flags & FLAG_BIAS)
-            v += *(const global vec*)(bias + col);
-        if (flags & FLAG_RELU)
-            v = v < 0.0f ? (vec)(0.0f) : v;
-        *p = v;
+        emit_vec(c, bias, v, col, beta, flags);
     } else {
         float t[VW];
         *(vec*)t = v;
@@ -77,12 +85,12 @@ inline void emit(global float* restrict c, const global float* restrict bias, ve
         b += NR; \
     }
 #define ZERO(r) vec c##r##0 = (vec)(0.0f), c##r##1 = (vec)(0.0f);
-#define EMIT(r) \
-    if (row0 + r < M) { \
+#define EMIT_VEC(r) { \
         global float* crow = c + (long)(row0 + r) * N; \
-        emit(crow, bias, c##r##0, col0, N, beta, flags); \
-        emit(crow, bias, c##r##1, col0 + VW, N, beta, flags); \
+        emit_vec(crow, bias, c##r##0, col0, beta, flags); \
+        emit_vec(crow, bias, c##r##1, col0 + VW, beta, flags); \
     }
+#define STASH(r) acc[2 * r] = c##r##0; acc[2 * r + 1] = c##r##1;
 
 // op(A)[i][k] is read at A + panel*a_ps + i*a_si + k*a_sk: a packed panel (a_si = 1,
 // a_sk = MR, a_ps = K*MR), or A itself (gemm.py does that for a row-major A whose M is whole
@@ -106,7 +114,21 @@ kernel void gemm_cpu(const global float* restrict A, long a_bs, long a_ps, long 
     }
     global float* c = C + bt * c_bs;
     const int row0 = ip * MR, col0 = jp * NR;
-    EMIT(0) EMIT(1) EMIT(2) EMIT(3) EMIT(4) EMIT(5) EMIT(6) EMIT(7)
+    if ((flags & FLAG_VEC) && row0 + MR <= M && col0 + NR <= N) {
+        EMIT_VEC(0) EMIT_VEC(1) EMIT_VEC(2) EMIT_VEC(3)
+        EMIT_VEC(4) EMIT_VEC(5) EMIT_VEC(6) EMIT_VEC(7)
+    } else {
+        // An edge block: one rolled copy of the general store. Sixteen unrolled copies of it
+        // made PoCL's first-launch compile of this kernel ~8 s instead of ~1.
+        vec acc[2 * MR];
+        STASH(0) STASH(1) STASH(2) STASH(3) STASH(4) STASH(5) STASH(6) STASH(7)
+        #pragma unroll 1
+        for (int r = 0; r < MR && row0 + r < M; ++r) {
+            global float* crow = c + (long)(row0 + r) * N;
+            emit(crow, bias, acc[2 * r], col0, N, beta, flags);
+            emit(crow, bias, acc[2 * r + 1], col0 + VW, N, beta, flags);
+        }
+    }
 }
 
 // Packing: P[bt][panel][k][i] = X[panel*W + i][k] for a matrix X (op(A), or op(B) transposed)
