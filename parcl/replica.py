@@ -451,8 +451,10 @@ class ReplicaGroup:
         for r, q in enumerate(queues[1:], start=1):      # buffers: BatchNorm statistics
             for s, d in zip(self._buffers[0], self._buffers[r]):
                 cl.enqueue_copy(q, d.data, s.data, byte_count=s.nbytes)
-        # Nothing of the next step may start on a queue before every chunk is done.
-        if k > 1:
+        # Nothing of the next step may start on a queue before every chunk is done. Where
+        # the devices are the host's cores, step() waits for every queue before it returns,
+        # so nothing of the next step is even enqueued before then: no fence needed.
+        if k > 1 and not self._devices_share_host_cores:
             done = [cl.enqueue_marker(q) for q in queues]
             for r, q in enumerate(queues):
                 cl.enqueue_barrier(q, wait_for=[e for i, e in enumerate(done) if i != r])
