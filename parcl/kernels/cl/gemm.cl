@@ -139,25 +139,27 @@ kernel void gemm_cpu(const global float* restrict A, long a_bs, long a_ps, long 
 // the block is read as W vectors along k (sk == 1: a register transpose on the way out) or as
 // KB rows of W contiguous floats (si == 1); anything else, and the edges, element by element.
 #define KB 8
-#define PACK_ROW(c) vstore8((float8)(r0.s##c, r1.s##c, r2.s##c, r3.s##c, r4.s##c, r5.s##c, \
-                                     r6.s##c, r7.s##c), 0, p + c * W + g);
+// 8 floats at any 4-byte-aligned address: inline unaligned vector moves (vload8 and vstore8
+// are calls in PoCL 3.0's CPU device).
+typedef float float8u __attribute__((ext_vector_type(8), aligned(4)));
+#define PACK_ROW(c) *(global float8u*)(p + c * W + g) = \
+    (float8u)(r0.s##c, r1.s##c, r2.s##c, r3.s##c, r4.s##c, r5.s##c, r6.s##c, r7.s##c);
 inline void pack_block(const global float* restrict s, long si, long sk,
                        global float* restrict p, int rows, int i0, int kn, const int W)
 {
     if (kn == KB && i0 + W <= rows && sk == 1) {
         for (int g = 0; g < W; g += 8) {          // 8 rows at a time: an 8 x 8 transpose
             const global float* r = s + g * si;
-            const float8 r0 = vload8(0, r), r1 = vload8(0, r + si), r2 = vload8(0, r + 2 * si),
-                         r3 = vload8(0, r + 3 * si), r4 = vload8(0, r + 4 * si),
-                         r5 = vload8(0, r + 5 * si), r6 = vload8(0, r + 6 * si),
-                         r7 = vload8(0, r + 7 * si);
+#define LOAD8(j) *(const global float8u*)(r + j * si)
+            const float8u r0 = LOAD8(0), r1 = LOAD8(1), r2 = LOAD8(2), r3 = LOAD8(3),
+                          r4 = LOAD8(4), r5 = LOAD8(5), r6 = LOAD8(6), r7 = LOAD8(7);
             PACK_ROW(0) PACK_ROW(1) PACK_ROW(2) PACK_ROW(3)
             PACK_ROW(4) PACK_ROW(5) PACK_ROW(6) PACK_ROW(7)
         }
     } else if (i0 + W <= rows && si == 1) {
         for (int kk = 0; kk < kn; ++kk)
-            for (int i = 0; i < W; ++i)
-                p[kk * W + i] = s[kk * sk + i];
+            for (int g = 0; g < W; g += 8)
+                *(global float8u*)(p + kk * W + g) = *(const global float8u*)(s + kk * sk + g);
     } else {
         for (int kk = 0; kk < kn; ++kk)
             for (int i = 0; i < W; ++i)
