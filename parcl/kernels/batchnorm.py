@@ -71,8 +71,10 @@ __kernel void channel_sum(__global const float* restrict x, __global float* rest
         out[c] = acc;
 }
 
-// CPU variant: one work-item per channel, each image's run summed in 8 lanes (vload8; no
-// barriers, no work-item-dependent loops), the lanes then folded in a fixed order.
+// CPU variant: one work-item per channel, each image's run summed in 8 lanes (no barriers, no
+// work-item-dependent loops), the lanes then folded in a fixed order. The lanes are loaded as
+// a 4-byte-aligned vector type: inline unaligned moves, where vload8 is a call in PoCL 3.0.
+typedef float float8u __attribute__((ext_vector_type(8), aligned(4)));
 __kernel void channel_sum_lanes(__global const float* restrict x, __global float* restrict out,
                                 const int N, const int C, const int HW)
 {
@@ -85,7 +87,7 @@ __kernel void channel_sum_lanes(__global const float* restrict x, __global float
     for (int n = 0; n < N; ++n) {
         const global float* p = x + ((long)n * C + c) * HW;
         for (int i = 0; i < nv; ++i)
-            acc += vload8(i, p);
+            acc += *(const global float8u*)(p + 8 * i);
         for (int i = nv * 8; i < HW; ++i)
             tail += p[i];
     }
