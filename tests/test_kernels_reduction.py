@@ -53,6 +53,25 @@ def test_workgroup_variant_matches(queue, rng, shape, axis, op):
                                atol=1e-4)
 
 
+@pytest.mark.parametrize("shape,axis", [((256, 512), 0), ((3, 5000, 16), 1), ((4, 3, 24), (0, 1)),
+                                        ((9, 8), 0)])
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_eight_columns_at_once_sum_each_as_one_column_does(queue, rng, shape, axis, op):
+    """Where the kept inner extent is a multiple of 8, a CPU work-item reduces 8 neighbouring
+    columns in vector lanes: each column's result is bit for bit the one-column reduction's,
+    NaN and infinities included."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[::37] = np.nan
+    x.flat[5::41] = -np.inf
+    whole = getattr(rd, op)(dev(queue, x), axis=axis).to_host()
+    np.testing.assert_allclose(whole, REF[op](x.astype(np.float64), axis=axis), rtol=1e-4,
+                               atol=1e-4, equal_nan=True)
+    flat = whole.reshape(-1)
+    for j in range(x.shape[-1]):
+        one = getattr(rd, op)(dev(queue, x[..., j:j + 1].copy()), axis=axis).to_host()
+        np.testing.assert_array_equal(one.reshape(-1), flat[j::x.shape[-1]])
+
+
 def test_full_sum_of_a_million_is_accurate_and_bit_identical(queue, rng):
     x = rng.random(1 << 20).astype(np.float32)
     tx = dev(queue, x)
