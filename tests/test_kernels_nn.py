@@ -146,9 +146,14 @@ def _max_pool_loops(x, k, s, p):
     return y, idx
 
 
-@pytest.mark.parametrize("xs, k, s, p", POOL_CASES + [((2, 2, 9, 11), 2, 1, 1),
-                                                       ((1, 2, 11, 10), 3, (1, 2), 1),
-                                                       ((1, 1, 7, 7), 4, 3, 2)])
+# 2x2 at stride 2 runs 8 outputs of a row at a time on CPUs, the last block overlapping:
+# rows of 2, 4, 6, 8, 13 and 20 outputs (odd input widths leave a column out)
+POOL_2X2_ROWS = [((2, 3, 6, 5), 2, None, 0), ((2, 3, 10, 8), 2, 2, 0), ((2, 3, 12, 13), 2, 2, 0),
+                 ((2, 3, 4, 16), 2, 2, 0), ((1, 2, 6, 27), 2, 2, 0), ((1, 1, 4, 41), 2, 2, 0)]
+
+
+@pytest.mark.parametrize("xs, k, s, p", POOL_CASES + POOL_2X2_ROWS + [
+    ((2, 2, 9, 11), 2, 1, 1), ((1, 2, 11, 10), 3, (1, 2), 1), ((1, 1, 7, 7), 4, 3, 2)])
 def test_max_pool_specialised_windows_nan_inf_ties(queue, rng, xs, k, s, p):
     """Each window shape is its own program (constant loops, masked padding): check NaN
     (wins; the last NaN's index), -inf, ties (the first maximum) and padding on all of them,
