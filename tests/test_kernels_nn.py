@@ -35,6 +35,9 @@ CONV_CASES = [
     ((2, 2, 9, 9), (2, 2, 3, 3), 1, 2),                  # padding wider than half the kernel
     ((2, 2, 11, 12), (3, 2, 4, 3), (3, 2), (2, 1)),      # stride 3 > kernel height - 1
     ((3, 4, 10, 9), (2, 4, 3, 3), 1, 0),                 # the common unpadded 3x3
+    # rows wide enough for col2im's 8-column blocks on CPUs (the last one overlapping)
+    ((2, 3, 12, 29), (4, 3, 3, 3), 1, 1),
+    ((2, 2, 9, 20), (3, 2, 3, 5), (2, 1), (1, 2)),
 ]
 
 

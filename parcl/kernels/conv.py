@@ -85,6 +85,23 @@ __kernel void im2col(__global const float* restrict x, const long x_off,
 // (n*C + c)*H + y).
 #define NY ((KH + SH - 1) / SH)
 #define NX ((KW + SW - 1) / SW)
+// 8 floats at any 4-byte-aligned address: inline unaligned vector moves
+typedef float float8u __attribute__((ext_vector_type(8), aligned(4)));
+#define COL2IM_ONE(xx) { \
+            const int kx0 = ((xx) + PW) % SW, ox0 = ((xx) + PW) / SW; \
+            float acc = 0.0f; \
+            _Pragma("unroll") \
+            for (int j = 0; j < NY; ++j) { \
+                const int ky = ky0 + j * SH, oy = oy0 - j; \
+                const bool iny = ky < KH && oy >= 0 && oy < OH; \
+                _Pragma("unroll") \
+                for (int i = 0; i < NX; ++i) { \
+                    const int kx = kx0 + i * SW, ox = ox0 - i; \
+                    const bool in = iny && kx < KW && ox >= 0 && ox < OW; \
+                    acc += in ? base[in ? (ky * KW + kx) * M + oy * OW + ox : 0] : 0.0f; \
+                } \
+            } \
+            dst[xx] = acc; }
 __kernel void col2im(__global const float* restrict dcols, __global float* restrict gx,
                      const long gx_off, const int nb, const int C, const int H, const int W,
                      const int OH, const int OW, const int XB, const int RB)
@@ -100,22 +117,33 @@ __kernel void col2im(__global const float* restrict dcols, __global float* restr
         const global float* base = dcols + (long)c * KH * KW * M + (long)n * OH * OW;
         global float* dst = gx + gx_off + (long)row * W;
         const int ky0 = (y + PH) % SH, oy0 = (y + PH) / SH;
-        for (int xx = x0; xx < x1; ++xx) {
-            const int kx0 = (xx + PW) % SW, ox0 = (xx + PW) / SW;
-            float acc = 0.0f;
+        int xx = x0;
+#if SW == 1
+        // Columns whose every tap is in bounds along x, 8 at a time: each lane adds the same
+        // terms (zeros for rows out of bounds included) in the same order as the loop below.
+        // A last block overlaps the one before (the same sums written twice).
+        const int lo = max(x0, KW - 1 - PW), hi = min(x1, OW - PW);
+        for (; xx < lo && hi - lo >= 8; ++xx)
+            COL2IM_ONE(xx)
+        for (; xx < hi && hi - lo >= 8; xx += 8) {
+            xx = min(xx, hi - 8);
+            float8 acc = (float8)(0.0f);
             #pragma unroll
             for (int j = 0; j < NY; ++j) {
                 const int ky = ky0 + j * SH, oy = oy0 - j;
                 const bool iny = ky < KH && oy >= 0 && oy < OH;
+                const global float* tap = base + (iny ? ky * KW * M + oy * OW : 0) + xx + PW;
                 #pragma unroll
-                for (int i = 0; i < NX; ++i) {
-                    const int kx = kx0 + i * SW, ox = ox0 - i;
-                    const bool in = iny && kx < KW && ox >= 0 && ox < OW;
-                    acc += in ? base[in ? (ky * KW + kx) * M + oy * OW + ox : 0] : 0.0f;
+                for (int i = 0; i < KW; ++i) {
+                    const float8 v = *(const global float8u*)(tap + (iny ? i * M : 0) - i);
+                    acc += iny ? v : (float8)(0.0f);
                 }
             }
-            dst[xx] = acc;
+            *(global float8u*)(dst + xx) = acc;
         }
+#endif
+        for (; xx < x1; ++xx)
+            COL2IM_ONE(xx)
         if (++y == H) {
             y = 0;
             ++nc;
