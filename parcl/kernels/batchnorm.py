@@ -22,9 +22,9 @@ from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import FLOAT, Tensor
 from . import elementwise as ew
-from ._cache import get_kernel, round_up
+from ._cache import VECTOR_TYPES, get_kernel, round_up
 
-SOURCE = r"""//CL//
+SOURCE = "//CL//" + VECTOR_TYPES + r"""
 #define HAS_W 1
 #define HAS_B 2
 #define UPDATE 4
@@ -72,9 +72,8 @@ __kernel void channel_sum(__global const float* restrict x, __global float* rest
 }
 
 // CPU variant: one work-item per channel, each image's run summed in 8 lanes (no barriers, no
-// work-item-dependent loops), the lanes then folded in a fixed order. The lanes are loaded as
-// a 4-byte-aligned vector type: inline unaligned moves, where vload8 is a call in PoCL 3.0.
-typedef float float8u __attribute__((ext_vector_type(8), aligned(4)));
+// work-item-dependent loops), the lanes then folded in a fixed order; the lanes are loaded as
+// one unaligned float8u (VECTOR_TYPES).
 __kernel void channel_sum_lanes(__global const float* restrict x, __global float* restrict out,
                                 const int N, const int C, const int HW)
 {

@@ -29,10 +29,10 @@ import numpy as np
 from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import FLOAT, Tensor, check_same_queue
-from ._cache import get_kernel, round_up
+from ._cache import VECTOR_TYPES, get_kernel, round_up
 from .gemm import gemm
 
-SOURCE = r"""//CL//
+SOURCE = "//CL//" + VECTOR_TYPES + r"""
 // Each work-item handles XB consecutive elements of each of RB consecutive contiguous runs
 // (on CPUs whole runs, so the index arithmetic is paid once per run; 1 x 1 on GPUs, where
 // neighbouring work-items touch neighbouring addresses). Grids are padded to whole work-groups.
@@ -85,8 +85,6 @@ __kernel void im2col(__global const float* restrict x, const long x_off,
 // (n*C + c)*H + y).
 #define NY ((KH + SH - 1) / SH)
 #define NX ((KW + SW - 1) / SW)
-// 8 floats at any 4-byte-aligned address: inline unaligned vector moves
-typedef float float8u __attribute__((ext_vector_type(8), aligned(4)));
 #define COL2IM_ONE(xx) { \
             const int kx0 = ((xx) + PW) % SW, ox0 = ((xx) + PW) / SW; \
             float acc = 0.0f; \

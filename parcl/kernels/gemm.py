@@ -44,7 +44,7 @@ import pyopencl as cl
 from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import FLOAT, Tensor, check_same_queue
-from ._cache import get_kernel, load_source
+from ._cache import VECTOR_TYPES, get_kernel, load_source
 
 _OPTIONS = ("-cl-mad-enable",)   # `acc += x * y` must become an FMA; no relaxed math needed
 MR = 8                           # rows of op(A) per CPU register block; must match gemm.cl
@@ -70,7 +70,7 @@ _source: str | None = None
 def _kernel(queue: cl.CommandQueue, name: str, variant: str) -> cl.Kernel:
     global _source
     if _source is None:
-        _source = load_source("gemm")
+        _source = VECTOR_TYPES + load_source("gemm")
     # One source, one program per vector width: "direct16" is gemm_direct from cpu16's
     # program; "direct8" and "tiled" share cpu8's.
     vw = VW.get("cpu" + variant[6:]) if variant.startswith("direct") else VW.get(variant)

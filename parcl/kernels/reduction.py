@@ -29,7 +29,7 @@ from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import LABEL_DTYPES, Tensor
 from . import layout
-from ._cache import get_kernel
+from ._cache import VECTOR_TYPES, get_kernel
 from .elementwise import check_float
 
 WG = 256            # work-group size of the GPU tree kernels (a power of two)
@@ -42,9 +42,7 @@ _COMBINE = {"sum": ("0.0f", "acc + v"),
 
 
 def _build_source() -> str:
-    parts = ["//CL//", f"#define WG {WG}",
-             "/* 8 floats at any 4-byte-aligned address (vload8 is a call in PoCL 3.0) */",
-             "typedef float float8u __attribute__((ext_vector_type(8), aligned(4)));"]
+    parts = ["//CL//", VECTOR_TYPES, f"#define WG {WG}"]
     for op, (init, combine) in _COMBINE.items():
         parts.append(f"""
 /* out[o, p, j] = scale * op over r in chunk p of x[o, r, j]; one work-item per output. */

@@ -139,9 +139,8 @@ kernel void gemm_cpu(const global float* restrict A, long a_bs, long a_ps, long 
 // the block is read as W vectors along k (sk == 1: a register transpose on the way out) or as
 // KB rows of W contiguous floats (si == 1); anything else, and the edges, element by element.
 #define KB 8
-// 8 floats at any 4-byte-aligned address: inline unaligned vector moves (vload8 and vstore8
-// are calls in PoCL 3.0's CPU device).
-typedef float float8u __attribute__((ext_vector_type(8), aligned(4)));
+// float8u (VECTOR_TYPES in _cache.py, prepended by gemm.py): inline unaligned vector moves
+#define LOAD8(j) *(const global float8u*)(r + j * si)
 #define PACK_ROW(c) *(global float8u*)(p + c * W + g) = \
     (float8u)(r0.s##c, r1.s##c, r2.s##c, r3.s##c, r4.s##c, r5.s##c, r6.s##c, r7.s##c);
 inline void pack_block(const global float* restrict s, long si, long sk,
@@ -150,7 +149,6 @@ inline void pack_block(const global float* restrict s, long si, long sk,
     if (kn == KB && i0 + W <= rows && sk == 1) {
         for (int g = 0; g < W; g += 8) {          // 8 rows at a time: an 8 x 8 transpose
             const global float* r = s + g * si;
-#define LOAD8(j) *(const global float8u*)(r + j * si)
             const float8u r0 = LOAD8(0), r1 = LOAD8(1), r2 = LOAD8(2), r3 = LOAD8(3),
                           r4 = LOAD8(4), r5 = LOAD8(5), r6 = LOAD8(6), r7 = LOAD8(7);
             PACK_ROW(0) PACK_ROW(1) PACK_ROW(2) PACK_ROW(3)
