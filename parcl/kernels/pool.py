@@ -72,29 +72,29 @@ inline int load_idx(const global idx_t* p, const long o) { return p[o]; }
 #endif
 #define POOL_2X2 (KH == 2 && KW == 2 && SH == 2 && SW == 2 && !PADDED)
 #if POOL_2X2
-// 2x2 windows at stride 2 (the usual pooling layer), V outputs at a time: 2V floats of each of
-// the two input rows, split into even and odd columns; every lane makes the scalar loop's
-// decisions (below), in its order. A row that is not whole blocks ends with a block overlapping
-// the one before (the same values written twice) rather than with scalar iterations. Rows of
-// 8 outputs or more (26x26 inputs: 1.6-2.6x faster); shorter rows measured no gain.
-#define TAKE(V, v, k) { const int##V t = (v > best) | (v != v); \
-                        best = select(best, v, t); arg = select(arg, (int##V)(k), t); }
-#define POOL_BLOCKS(V) \
-    for (const global float* r0 = xp + y0 * W; ox < c1 && c1 - c0 >= V; ox += V) { \
-        ox = min(ox, c1 - V); \
+// 2x2 windows at stride 2 (the usual pooling layer), 8 outputs at a time: 16 floats of each of
+// the two input rows (float8u, VECTOR_TYPES), split into even and odd columns; every lane
+// makes the scalar loop's decisions (below), in its order. A row that is not whole blocks ends
+// with a block overlapping the one before (the same values written twice) rather than with
+// scalar iterations. Rows of 8 outputs or more (26x26 inputs: 1.6-2.6x faster); shorter rows
+// measured no gain with 4-wide blocks and keep the scalar loop.
+#define TAKE(v, k) { const int8 t = (v > best) | (v != v); \
+                     best = select(best, v, t); arg = select(arg, (int8)(k), t); }
+#define POOL_BLOCKS \
+    for (const global float* r0 = xp + y0 * W; ox < c1 && c1 - c0 >= 8; ox += 8) { \
+        ox = min(ox, c1 - 8); \
         const global float* p0 = r0 + 2 * ox; \
-        const float##V##u a = *(const global float##V##u*)p0; \
-        const float##V##u b = *(const global float##V##u*)(p0 + V); \
-        const float##V##u c = *(const global float##V##u*)(p0 + W); \
-        const float##V##u d = *(const global float##V##u*)(p0 + W + V); \
-        float##V best = (float##V)(-INFINITY); \
-        int##V arg = (int##V)(0); \
-        const float##V v00 = (float##V)(a.even, b.even), v01 = (float##V)(a.odd, b.odd); \
-        const float##V v10 = (float##V)(c.even, d.even), v11 = (float##V)(c.odd, d.odd); \
-        TAKE(V, v00, 0) TAKE(V, v01, 1) TAKE(V, v10, 2) TAKE(V, v11, 3) \
-        *(global float##V##u*)(y + (long)row * OW + ox) = best; \
+        const float8u a = *(const global float8u*)p0, b = *(const global float8u*)(p0 + 8); \
+        const float8u c = *(const global float8u*)(p0 + W); \
+        const float8u d = *(const global float8u*)(p0 + W + 8); \
+        float8 best = (float8)(-INFINITY); \
+        int8 arg = (int8)(0); \
+        const float8 v00 = (float8)(a.even, b.even), v01 = (float8)(a.odd, b.odd); \
+        const float8 v10 = (float8)(c.even, d.even), v11 = (float8)(c.odd, d.odd); \
+        TAKE(v00, 0) TAKE(v01, 1) TAKE(v10, 2) TAKE(v11, 3) \
+        *(global float8u*)(y + (long)row * OW + ox) = best; \
         if (save_idx) \
-            *(global uchar##V##u*)(idx + (long)row * OW + ox) = convert_uchar##V(arg); \
+            *(global uchar8u*)(idx + (long)row * OW + ox) = convert_uchar8(arg); \
     }
 #endif
 __kernel void max_pool_fwd(__global const float* restrict x, __global float* restrict y,
@@ -105,7 +105,7 @@ __kernel void max_pool_fwd(__global const float* restrict x, __global float* res
     const int y0 = r * SH - PH;
     int ox = c0;
 #if POOL_2X2
-    POOL_BLOCKS(8)
+    POOL_BLOCKS
 #endif
     for (; ox < c1; ++ox) {
         const int x0 = ox * SW - PW;
