@@ -95,7 +95,7 @@ _probe_keys: dict[int, str] = {}     # device int_ptr -> key (devices live for t
 def _probe_key(device: cl.Device) -> str:
     key = _probe_keys.get(device.int_ptr)
     if key is None:
-        src = load_source("gemm")
+        src = VECTOR_TYPES + load_source("gemm")        # what _kernel builds
         key = "|".join([device.platform.name, device.platform.version, device.name.strip(),
                         device.driver_version, hashlib.sha1(src.encode()).hexdigest()[:12]])
         _probe_keys[device.int_ptr] = key
