@@ -67,15 +67,20 @@ VARIANTS = ("cpu16", "cpu8", "direct16", "direct8", "tiled")
 _source: str | None = None
 
 
-def _kernel(queue: cl.CommandQueue, name: str, variant: str) -> cl.Kernel:
+def _gemm_source() -> str:
+    """The program text every GEMM kernel is built from (gemm.cl after the vector types)."""
     global _source
     if _source is None:
         _source = VECTOR_TYPES + load_source("gemm")
+    return _source
+
+
+def _kernel(queue: cl.CommandQueue, name: str, variant: str) -> cl.Kernel:
     # One source, one program per vector width: "direct16" is gemm_direct from cpu16's
     # program; "direct8" and "tiled" share cpu8's.
     vw = VW.get("cpu" + variant[6:]) if variant.startswith("direct") else VW.get(variant)
     options = _OPTIONS + (f"-DVW={vw or 8}",)
-    return get_kernel(queue, _source, name, options)
+    return get_kernel(queue, _gemm_source(), name, options)
 
 
 def choose_variant(device: cl.Device) -> str:
@@ -95,7 +100,7 @@ _probe_keys: dict[int, str] = {}     # device int_ptr -> key (devices live for t
 def _probe_key(device: cl.Device) -> str:
     key = _probe_keys.get(device.int_ptr)
     if key is None:
-        src = VECTOR_TYPES + load_source("gemm")        # what _kernel builds
+        src = _gemm_source()
         key = "|".join([device.platform.name, device.platform.version, device.name.strip(),
                         device.driver_version, hashlib.sha1(src.encode()).hexdigest()[:12]])
         _probe_keys[device.int_ptr] = key
