@@ -32,6 +32,9 @@ class Recording:
         self.input_checks: list = []        # (input index, check(host array)) before a replay
         self.unsafe: str | None = None      # why this call cannot be replayed, if it cannot
         self._calls: list | None = None     # the ops bound for replay (made by the first one)
+        self.share = getattr(_local, "share", False)   # see share_tail
+        self.shared: list[tuple] = []       # (op index, objects to keep alive) of claim launches
+        self._tail = None                   # tail_share's answer, once asked
         self.ref = weakref.ref(self)
         self._kept: dict[tuple, list] = {}  # (pool, size) -> buffers the step freed
         self._lock = threading.RLock()        # see MemoryPool._lock
@@ -79,6 +82,55 @@ class Recording:
         raise; nothing has been enqueued then)."""
         for index, check in self.input_checks:
             check(arrays[index])
+
+
+    def tail_share(self) -> tuple | None:
+        """``(ready index, launch index)`` of the last launch recorded by ``shared_launch``, if
+        another queue may run the same launch alongside it on every replay (a claiming kernel:
+        both take parts of one job): no later op of the recording may touch a buffer it uses,
+        since those ops could run while the other queue still computes, and the op before it
+        (whose event says its inputs are ready) must be a launch, copy or fill. None
+        otherwise."""
+        if self._tail is None:
+            self._tail = (self._find_tail(),)
+        return self._tail[0]
+
+    def _find_tail(self) -> tuple | None:
+        if not self.shared:
+            return None
+        index = self.shared[-1][0]
+        if index == 0 or self.ops[index - 1][0] == "call":
+            return None
+        used = [_extent(b) for b in _buffers(self.ops[index])]
+        for op in self.ops[index + 1:]:
+            if op[0] == "call":
+                return None                 # unknown work: assume it touches them
+            for b in _buffers(op):
+                root, start, end = _extent(b)
+                if any(r == root and start < e and s < end for r, s, e in used):
+                    return None
+        return index - 1, index
+
+
+def _buffers(op: tuple) -> list:
+    """The memory objects a recorded op uses."""
+    if op[0] in ("kernel", "kernel_args"):
+        candidates = op[5]
+    elif op[0] == "copy":
+        candidates = (op[2], op[3])
+    else:                                    # fill
+        candidates = (op[2],)
+    return [c for c in candidates if isinstance(c, cl.MemoryObject)]
+
+
+def _extent(buf) -> tuple[int, int, int]:
+    """(root memory object, first byte, end byte) of a buffer or sub-buffer."""
+    parent = buf.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
+    if parent is None:
+        return buf.int_ptr, 0, buf.size
+    offset = buf.get_info(cl.mem_info.OFFSET)
+    root, start, _ = _extent(parent)
+    return root, start + offset, start + offset + buf.size
 
 
 def _bind(op: tuple):
@@ -199,3 +251,24 @@ def host_hook(hook) -> None:
     rec = getattr(_local, "recording", None)
     if rec is not None:
         rec.host_hooks.append(hook)
+
+
+def share_tail(enabled: bool) -> None:
+    """Whether recordings this thread starts from now on make their big CPU GEMMs claiming
+    launches (``shared_launch``), so that another CPU sub-device can take part of the last
+    one on each replay (``Recording.tail_share``)."""
+    _local.share = enabled
+
+
+def sharing() -> bool:
+    """Whether the launch being made should be a claiming one (see ``share_tail``)."""
+    rec = getattr(_local, "recording", None)
+    return rec is not None and rec.share
+
+
+def shared_launch(*keep) -> None:
+    """The launch just recorded claims its work: another queue may run it too. ``keep``
+    (e.g. its claim counter) stays alive as long as the recording."""
+    rec = getattr(_local, "recording", None)
+    if rec is not None:
+        rec.shared.append((len(rec.ops) - 1, keep))

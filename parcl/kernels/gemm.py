@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import pyopencl as cl
 
+from .. import recorder
 from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import FLOAT, Tensor, check_same_queue
@@ -62,6 +63,10 @@ DIRECT_GROUP = (8, 8)            # work-items (4x4 blocks of C each) per gemm_di
 # per enqueue, which the two packing launches would add to a product this small.
 DIRECT_MAX = 1 << 17
 READ_A_IN_PLACE = True           # False packs every A (tests compare the two paths)
+# A recorded CPU product this big (k, and blocks of C) becomes a claiming launch where the
+# recording shares its tail with other sub-devices (recorder.share_tail): one it is worth
+# a second device's help with.
+SHARE_MIN_K, SHARE_MIN_BLOCKS = 64, 256
 VARIANTS = ("cpu16", "cpu8", "direct16", "direct8", "tiled")
 
 _source: str | None = None
@@ -345,11 +350,20 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
             np.int32(n), np.int32(pn), np.int32(b_batch), np.int32(k))
     if n % VW[variant] == 0:
         flags |= FLAG_VEC
-    kern = _kernel(queue, "gemm_cpu", variant)
     lx, ly = CPU_GROUP[variant]
-    kern(queue, (-(-pn // lx) * lx, -(-pm // ly) * ly, batch), (lx, ly, 1),
-         a_buf, *(np.int64(v) for v in a_strides), pb.data, np.int64(pb_bs),
-         out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
+    args = (a_buf, *(np.int64(v) for v in a_strides), pb.data, np.int64(pb_bs),
+            out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
+    if k >= SHARE_MIN_K and pm * pn * batch >= SHARE_MIN_BLOCKS and recorder.sharing():
+        # One work-item claiming strips of blocks, so that another CPU sub-device whose own
+        # work is done can run this same launch on every replay and take part of them.
+        claims = Tensor.zeros(queue, (1,), np.int32)
+        _kernel(queue, "gemm_cpu_claim", variant)(
+            queue, (1, 1, 1), (1, 1, 1), *args, np.int32(batch), claims.data,
+            np.int32(lx), np.int32(ly))
+        recorder.shared_launch(claims, pb, pa if pack_a else None)   # unused until replays end
+        return
+    _kernel(queue, "gemm_cpu", variant)(
+        queue, (-(-pn // lx) * lx, -(-pm // ly) * ly, batch), (lx, ly, 1), *args)
 
 
 # -- measuring -----------------------------------------------------------------------------

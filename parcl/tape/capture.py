@@ -170,12 +170,14 @@ def replay_together(calls) -> list | None:
     ``calls`` is ``[(captured_step, arrays, key), ...]``. Their launches are enqueued in
     turn, one from each, so every device starts within microseconds of the others, and no
     other thread has to wake up (threads replaying their own would each wait for the
-    interpreter lock before their first launch). Returns, per call, its outputs and a
+    interpreter lock before their first launch). Returns, per call, its outputs, a
     function running its host checks (each may raise: call them in order to know whose check
-    failed); None, with nothing enqueued, unless every call would replay a recording whose
-    inputs ``prefetch`` already copied from these very arrays. Each queue gets exactly the
-    work of its own replay, in its order, so results are those of separate calls. A launch
-    that fails raises ``ReplayFailed`` naming whose it was."""
+    failed) and its shareable tail (None, or ``(ready event, recorded launch)``: a claiming
+    launch that another queue may run too once the event is complete, see
+    ``Recording.tail_share``). Returns None, with nothing enqueued, unless every call would
+    replay a recording whose inputs ``prefetch`` already copied from these very arrays. Each
+    queue gets exactly the work of its own replay, in its order, so results are those of
+    separate calls. A launch that fails raises ``ReplayFailed`` naming whose it was."""
     entries = []
     for step, arrays, key in calls:
         entry = step._prefetched_replay(arrays, key)
@@ -185,14 +187,20 @@ def replay_together(calls) -> list | None:
     for step, _, _ in calls:
         step._prefetched = None
         step.replays += 1
-    for turn in zip_longest(*[entry.recording.calls() for entry in entries]):
+    tails = [entry.recording.tail_share() for entry in entries]
+    ready = [None] * len(entries)
+    for op, turn in enumerate(zip_longest(*[entry.recording.calls() for entry in entries])):
         for index, call in enumerate(turn):
             if call is not None:
                 try:
-                    call()
+                    event = call()
                 except Exception as exc:
                     raise ReplayFailed(index, exc) from exc
-    return [(entry.outputs, entry.recording.check) for entry in entries]
+                if tails[index] is not None and op == tails[index][0]:
+                    ready[index] = event
+    return [(entry.outputs, entry.recording.check,
+             None if tail is None else (event, entry.recording.ops[tail[1]]))
+            for entry, tail, event in zip(entries, tails, ready)]
 
 
 def capture(fn, queue: cl.CommandQueue) -> CapturedStep:

@@ -92,18 +92,16 @@ inline void emit(global float* restrict c, const global float* restrict bias, ve
     }
 #define STASH(r) acc[2 * r] = c##r##0; acc[2 * r + 1] = c##r##1;
 
+// One MR x NR block of C: row panel ip, column panel jp, batch entry bt.
 // op(A)[i][k] is read at A + panel*a_ps + i*a_si + k*a_sk: a packed panel (a_si = 1,
 // a_sk = MR, a_ps = K*MR), or A itself (gemm.py does that for a row-major A whose M is whole
 // panels: each k step reads MR scalars to broadcast either way, so packing such an A only
 // costs a pass over it).
-kernel void gemm_cpu(const global float* restrict A, long a_bs, long a_ps, long a_si, long a_sk,
-                     const global float* restrict B, long b_bs,
-                     global float* restrict C, long c_bs, const global float* restrict bias,
-                     int M, int N, int K, float beta, int flags)
+inline void gemm_block(const global float* restrict A, long a_bs, long a_ps, long a_si,
+                       long a_sk, const global float* restrict B, long b_bs,
+                       global float* restrict C, long c_bs, const global float* restrict bias,
+                       int M, int N, int K, float beta, int flags, int jp, int ip, int bt)
 {
-    const int jp = get_global_id(0), ip = get_global_id(1), bt = get_global_id(2);
-    if (jp * NR >= N || ip * MR >= M)    // the grid is padded to whole work-groups
-        return;
     const global float* a = A + bt * a_bs + ip * a_ps;
     const global float* b = B + bt * b_bs + (long)jp * K * NR;
     ZERO(0) ZERO(1) ZERO(2) ZERO(3) ZERO(4) ZERO(5) ZERO(6) ZERO(7)
@@ -128,6 +126,42 @@ kernel void gemm_cpu(const global float* restrict A, long a_bs, long a_ps, long 
             emit(crow, bias, acc[2 * r], col0, N, beta, flags);
             emit(crow, bias, acc[2 * r + 1], col0 + VW, N, beta, flags);
         }
+    }
+}
+
+#define GEMM_ARGS A, a_bs, a_ps, a_si, a_sk, B, b_bs, C, c_bs, bias, M, N, K, beta, flags
+#define GEMM_PARAMS const global float* restrict A, long a_bs, long a_ps, long a_si, \
+    long a_sk, const global float* restrict B, long b_bs, global float* restrict C, \
+    long c_bs, const global float* restrict bias, int M, int N, int K, float beta, int flags
+
+kernel void gemm_cpu(GEMM_PARAMS)
+{
+    const int jp = get_global_id(0), ip = get_global_id(1), bt = get_global_id(2);
+    if (jp * NR >= N || ip * MR >= M)    // the grid is padded to whole work-groups
+        return;
+    gemm_block(GEMM_ARGS, jp, ip, bt);
+}
+
+// The same blocks, taken by claims: each work-item claims the next strip of `lx` column
+// panels of one row panel (atomic_inc on *claims, zeroed before the launch) until none is
+// left, so that a second launch on another device of the same memory (a CPU sub-device whose
+// own work is done) can take part of the strips. The strips come in gemm_cpu's work-group
+// order ((lx, ly) groups, x fastest), and every block is computed exactly as there, whoever
+// computes it: results are bit-identical to gemm_cpu's.
+kernel void gemm_cpu_claim(GEMM_PARAMS, int batch, volatile global int* claims, int lx, int ly)
+{
+    const int pm = (M + MR - 1) / MR, pn = (N + NR - 1) / NR;
+    const int gx = (pn + lx - 1) / lx, gy = (pm + ly - 1) / ly;
+    const int per_batch = gx * gy * ly, total = per_batch * batch;
+    for (int t = atomic_inc(claims); t < total; t = atomic_inc(claims)) {
+        const int bt = t / per_batch, in_batch = t - bt * per_batch;
+        const int group = in_batch / ly;
+        const int ip = (group / gx) * ly + in_batch % ly;
+        if (ip >= pm)
+            continue;
+        const int j0 = (group % gx) * lx, j1 = min(j0 + lx, pn);
+        for (int jp = j0; jp < j1; ++jp)
+            gemm_block(GEMM_ARGS, jp, ip, bt);
     }
 }
 
