@@ -16,6 +16,7 @@ import threading
 import weakref
 from functools import partial
 
+import numpy as np
 import pyopencl as cl
 
 _local = threading.local()
@@ -33,7 +34,7 @@ class Recording:
         self.unsafe: str | None = None      # why this call cannot be replayed, if it cannot
         self._calls: list | None = None     # the ops bound for replay (made by the first one)
         self.share = getattr(_local, "share", False)   # see share_tail
-        self.shared: list[tuple] = []       # (op index, objects to keep alive) of claim launches
+        self.shared: list[tuple] = []       # (op index, claiming kernel, counter): shareable
         self._tail = None                   # tail_share's answer, once asked
         self.ref = weakref.ref(self)
         self._kept: dict[tuple, list] = {}  # (pool, size) -> buffers the step freed
@@ -85,22 +86,23 @@ class Recording:
 
 
     def tail_share(self) -> tuple | None:
-        """``(ready index, launch index)`` of the last launch recorded by ``shared_launch``, if
-        another queue may run the same launch alongside it on every replay (a claiming kernel:
-        both take parts of one job): no later op of the recording may touch a buffer it uses,
-        since those ops could run while the other queue still computes, and the op before it
-        (whose event says its inputs are ready) must be a launch, copy or fill. None
-        otherwise."""
+        """``(ready index, launch index)`` of a claiming launch that another queue may run
+        alongside this recording's on every replay (both then take parts of one job), or
+        None. It is the last launch that ``shareable`` offered one for, rewritten into that
+        claiming form (with a fill zeroing its claims just before it, whose event says its
+        inputs are ready), provided no later op touches a buffer it uses: those ops could run
+        while the other queue still computes. The other offers are dropped: their plain
+        launches stay as they are (faster alone)."""
         if self._tail is None:
-            self._tail = (self._find_tail(),)
+            self._tail = (self._make_tail(),)
         return self._tail[0]
 
-    def _find_tail(self) -> tuple | None:
+    def _make_tail(self) -> tuple | None:
         if not self.shared:
             return None
-        index = self.shared[-1][0]
-        if index == 0 or self.ops[index - 1][0] == "call":
-            return None
+        index, claim, counter = self.shared[-1]
+        self.shared = [self.shared[-1]]             # keeps only the counter in use
+        _, _, queue, _, _, args = self.ops[index]
         used = [_extent(b) for b in _buffers(self.ops[index])]
         for op in self.ops[index + 1:]:
             if op[0] == "call":
@@ -109,8 +111,10 @@ class Recording:
                 root, start, end = _extent(b)
                 if any(r == root and start < e and s < end for r, s, e in used):
                     return None
-        return index - 1, index
-
+        zero = ("fill", queue, counter.data, np.zeros(1, counter.dtype), 0, counter.nbytes)
+        self.ops[index:index + 1] = [zero, ("kernel", claim, queue, (1, 1, 1), (1, 1, 1), args)]
+        self._calls = None
+        return index, index + 1
 
 def _buffers(op: tuple) -> list:
     """The memory objects a recorded op uses."""
@@ -254,21 +258,22 @@ def host_hook(hook) -> None:
 
 
 def share_tail(enabled: bool) -> None:
-    """Whether recordings this thread starts from now on make their big CPU GEMMs claiming
-    launches (``shared_launch``), so that another CPU sub-device can take part of the last
+    """Whether recordings this thread starts from now on take the claiming forms their big
+    CPU GEMMs offer (``shareable``), so that another CPU sub-device can take part of the last
     one on each replay (``Recording.tail_share``)."""
     _local.share = enabled
 
 
 def sharing() -> bool:
-    """Whether the launch being made should be a claiming one (see ``share_tail``)."""
+    """Whether a launch being recorded should offer a claiming form (see ``share_tail``)."""
     rec = getattr(_local, "recording", None)
     return rec is not None and rec.share
 
 
-def shared_launch(*keep) -> None:
-    """The launch just recorded claims its work: another queue may run it too. ``keep``
-    (e.g. its claim counter) stays alive as long as the recording."""
+def shareable(claim, counter) -> None:
+    """Offer ``claim`` as the claiming form of the launch just recorded: the same work, taken
+    in parts claimed through the int32 tensor ``counter``, so that other queues may run it
+    too (``Recording.tail_share``). The recording holds ``counter``."""
     rec = getattr(_local, "recording", None)
     if rec is not None:
-        rec.shared.append((len(rec.ops) - 1, keep))
+        rec.shared.append((len(rec.ops) - 1, claim, counter))

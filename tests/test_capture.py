@@ -338,6 +338,11 @@ def test_sub_devices_share_the_last_gemm_of_each_replay_bit_identically(devices2
     eager = train(wide_mlp, devices2, False, batches, sgd)
     shared = train(wide_mlp, devices2, True, batches, sgd)
     assert helped == [[True, True]] * 3                       # every replay after the recording
+    for per_replica in shared[3]:                             # only the last GEMM claims
+        names = [op[1].function_name for step in per_replica for entry in
+                 step._entries.values() for op in entry.recording.ops if op[0] == "kernel"]
+        assert names.count("gemm_cpu_claim") == 1 and names.count("gemm_cpu") >= 2
+        assert "gemm_cpu_claim" in names[-3:]                # then only the bias gradient
     monkeypatch.setattr(pc.runtime, "parts_of_one_cpu", lambda devs: False)
     alone = train(wide_mlp, devices2, True, batches, sgd)
     assert eager[0] == shared[0] == alone[0]

@@ -293,7 +293,7 @@ def _recorded_claim(fn):
 
 def _replay_with_helper(rec, helper_queue):
     """Replay ``rec`` on its queue, and its last claiming launch on ``helper_queue`` too."""
-    ready_index, launch_index = rec.tail_share()
+    ready_index, launch_index = rec.tail_share()      # the claiming form from now on
     events = [call() for call in rec.calls()]
     _, kernel, queue, gsize, lsize, _ = rec.ops[launch_index]
     cl.enqueue_nd_range_kernel(helper_queue, kernel, gsize, lsize,
@@ -323,8 +323,10 @@ def test_claiming_gemm_is_bit_identical_alone_and_helped(queues2, rng, variant, 
     ref = gemm(ta, tb, out=ref_out, **kw).to_host()
     out = _up(queue, c0) if epilogue else pc.Tensor.empty(queue, (m, n))
     rec, _ = _recorded_claim(lambda: gemm(ta, tb, out=out, **kw))
-    assert [rec.ops[i][1].function_name for i, _ in rec.shared] == ["gemm_cpu_claim"]
     np.testing.assert_array_equal(out.to_host(), ref)
+    assert [rec.ops[i][1].function_name for i, _, _ in rec.shared] == ["gemm_cpu"]
+    ready, launch = rec.tail_share()
+    assert rec.ops[ready][0] == "fill" and rec.ops[launch][1].function_name == "gemm_cpu_claim"
     for _ in range(3):
         if epilogue:
             out.copy_(_up(queue, c0))
@@ -342,7 +344,8 @@ def test_small_products_and_plain_recordings_do_not_claim(queue, rng):
         gemm(big_a, big_b)                                    # sharing not asked for
     finally:
         recorder.stop()
-    assert rec.shared == [] and "gemm_cpu" in [op[1].function_name for op in rec.ops]
+    assert rec.shared == [] and rec.tail_share() is None
+    assert "gemm_cpu" in [op[1].function_name for op in rec.ops]
 
 
 def test_a_later_use_of_its_buffers_keeps_the_tail_unshared(queue, rng):

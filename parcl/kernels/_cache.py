@@ -88,6 +88,20 @@ def get_kernel(queue: cl.CommandQueue, source: str, name: str,
     return k
 
 
+def bound_kernel(queue: cl.CommandQueue, source: str, name: str, options: tuple[str, ...],
+                 args: tuple) -> cl.Kernel:
+    """A new ``Kernel`` object of its own for ``name`` with ``args`` set once, for a recording
+    to enqueue as it is (a bare clEnqueueNDRangeKernel, ~1-2 µs of host time)."""
+    return _own_kernel(get_program(queue.context, source, options), name, args)
+
+
+def _own_kernel(program: cl.Program, name: str, args: tuple) -> cl.Kernel:
+    own = cl.Kernel(program, name)
+    own.set_scalar_arg_dtypes(_scalar_dtypes(own))
+    own.set_args(*args)
+    return own
+
+
 class _RecordedKernel:
     """A kernel whose launches are also appended to this thread's recording (step capture)."""
 
@@ -99,11 +113,8 @@ class _RecordedKernel:
     def __call__(self, queue, gsize, lsize, *args, wait_for=None, **kwargs):
         event = self.kernel(queue, gsize, lsize, *args, wait_for=wait_for, **kwargs)
         base = getattr(self.kernel, "kernel", self.kernel)      # under trace_launches too
-        # A kernel object of the recording's own with this launch's arguments set once:
-        # a replay is then a bare clEnqueueNDRangeKernel (~1-2 µs of host time).
-        own = cl.Kernel(base.program, base.function_name)
-        own.set_scalar_arg_dtypes(_scalar_dtypes(own))
-        own.set_args(*args)
+        # A kernel object of the recording's own with this launch's arguments set once
+        own = _own_kernel(base.program, base.function_name, args)
         recorder.kernel(own, queue, gsize, lsize, args, wait_for)
         if kwargs:
             recorder.unsafe(f"a launch with {sorted(kwargs)}, which a replay does not repeat")

@@ -45,7 +45,7 @@ from .. import recorder
 from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import FLOAT, Tensor, check_same_queue
-from ._cache import VECTOR_TYPES, get_kernel, load_source
+from ._cache import VECTOR_TYPES, bound_kernel, get_kernel, load_source
 
 _OPTIONS = ("-cl-mad-enable",)   # `acc += x * y` must become an FMA; no relaxed math needed
 MR = 8                           # rows of op(A) per CPU register block; must match gemm.cl
@@ -63,9 +63,9 @@ DIRECT_GROUP = (8, 8)            # work-items (4x4 blocks of C each) per gemm_di
 # per enqueue, which the two packing launches would add to a product this small.
 DIRECT_MAX = 1 << 17
 READ_A_IN_PLACE = True           # False packs every A (tests compare the two paths)
-# A recorded CPU product this big (k, and blocks of C) becomes a claiming launch where the
-# recording shares its tail with other sub-devices (recorder.share_tail): one it is worth
-# a second device's help with.
+# A recorded CPU product this big (k, and blocks of C) is offered as a claiming launch where
+# the recording shares its tail with other sub-devices (recorder.share_tail): one worth a
+# second device's help.
 SHARE_MIN_K, SHARE_MIN_BLOCKS = 64, 256
 VARIANTS = ("cpu16", "cpu8", "direct16", "direct8", "tiled")
 
@@ -80,12 +80,15 @@ def _gemm_source() -> str:
     return _source
 
 
-def _kernel(queue: cl.CommandQueue, name: str, variant: str) -> cl.Kernel:
+def _options(variant: str) -> tuple[str, ...]:
     # One source, one program per vector width: "direct16" is gemm_direct from cpu16's
     # program; "direct8" and "tiled" share cpu8's.
     vw = VW.get("cpu" + variant[6:]) if variant.startswith("direct") else VW.get(variant)
-    options = _OPTIONS + (f"-DVW={vw or 8}",)
-    return get_kernel(queue, _gemm_source(), name, options)
+    return _OPTIONS + (f"-DVW={vw or 8}",)
+
+
+def _kernel(queue: cl.CommandQueue, name: str, variant: str) -> cl.Kernel:
+    return get_kernel(queue, _gemm_source(), name, _options(variant))
 
 
 def choose_variant(device: cl.Device) -> str:
@@ -353,17 +356,15 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     lx, ly = CPU_GROUP[variant]
     args = (a_buf, *(np.int64(v) for v in a_strides), pb.data, np.int64(pb_bs),
             out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
-    if k >= SHARE_MIN_K and pm * pn * batch >= SHARE_MIN_BLOCKS and recorder.sharing():
-        # One work-item claiming strips of blocks, so that another CPU sub-device whose own
-        # work is done can run this same launch on every replay and take part of them.
-        claims = Tensor.zeros(queue, (1,), np.int32)
-        _kernel(queue, "gemm_cpu_claim", variant)(
-            queue, (1, 1, 1), (1, 1, 1), *args, np.int32(batch), claims.data,
-            np.int32(lx), np.int32(ly))
-        recorder.shared_launch(claims, pb, pa if pack_a else None)   # unused until replays end
-        return
     _kernel(queue, "gemm_cpu", variant)(
         queue, (-(-pn // lx) * lx, -(-pm // ly) * ly, batch), (lx, ly, 1), *args)
+    if k >= SHARE_MIN_K and pm * pn * batch >= SHARE_MIN_BLOCKS and recorder.sharing():
+        # The same product as one work-item claiming work-groups: the recording replays it
+        # so, if this launch ends up its shared tail (recorder.Recording.tail_share).
+        claims = Tensor.empty(queue, (1,), np.int32)
+        claim = bound_kernel(queue, _gemm_source(), "gemm_cpu_claim", _options(variant),
+                             (*args, np.int32(batch), claims.data, np.int32(lx), np.int32(ly)))
+        recorder.shareable(claim, claims)
 
 
 # -- measuring -----------------------------------------------------------------------------
