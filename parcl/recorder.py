@@ -7,6 +7,9 @@ replays find their buffers untouched), and anything a replay could not reproduce
 whose value steers Python code, an event wait between queues) marks the recording unusable.
 A launch whose argument must change on every call (dropout's random key) says so with
 ``replay_arg``, and the replay sets it before enqueueing that launch.
+On sub-devices of one CPU (``share_tail``), launches may offer a claiming form of their work
+(``shareable``); the last one becomes the part of a replay another queue can help with
+(``Recording.tail_share``).
 This module only holds that state; it knows nothing of autograd.
 """
 
@@ -84,7 +87,6 @@ class Recording:
         for index, check in self.input_checks:
             check(arrays[index])
 
-
     def tail_share(self) -> tuple | None:
         """``(ready index, launch index)`` of a claiming launch that another queue may run
         alongside this recording's on every replay (both then take parts of one job), or
@@ -115,6 +117,7 @@ class Recording:
         self.ops[index:index + 1] = [zero, ("kernel", claim, queue, (1, 1, 1), (1, 1, 1), args)]
         self._calls = None
         return index, index + 1
+
 
 def _buffers(op: tuple) -> list:
     """The memory objects a recorded op uses."""
