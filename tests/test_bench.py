@@ -4,9 +4,11 @@ trace is Chrome-trace JSON with events from every replica."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -220,6 +222,20 @@ def test_interleaved_timing_shuffles_each_round_reproducibly():
     common.time_interleaved([((lambda i=i: again.append(i)), None) for i in range(4)],
                             repeat=6, warmup=0)
     assert again == order                                     # seeded
+
+
+def test_lead_in_runs_the_same_configuration_untimed_before_each_timed_run():
+    calls, syncs = [], []
+
+    def run(i):
+        calls.append(i)
+        time.sleep(0.002)
+    fns = [((lambda i=i: run(i)), (lambda i=i: syncs.append(i))) for i in range(2)]
+    stats = common.time_interleaved(fns, repeat=3, warmup=0, lead_in=0.01)
+    assert len(calls) > 6                                    # 6 timed runs, and lead-ins
+    runs = [list(g) for _, g in itertools.groupby(calls)]
+    assert len(runs) <= 6 and all(len(r) >= 2 for r in runs)   # each timed run led in
+    assert all(len(s["times"]) == 3 and min(s["times"]) >= 0.002 for s in stats)
 
 
 # -- compare ---------------------------------------------------------------------------------

@@ -142,14 +142,18 @@ def time_runs(fn: Callable[[], object], repeat: int, warmup: int = 1,
 
 
 def time_interleaved(fns: list, repeat: int, warmup: int = 1,
-                     reduce_times: Callable[[float], float] | None = None) -> list[dict]:
+                     reduce_times: Callable[[float], float] | None = None,
+                     lead_in: float = 0.0) -> list[dict]:
     """Time several ``(fn, sync)`` pairs in alternation: run ``r`` of each back to back, so
     a change in the machine's load hits all of them alike, in an order shuffled afresh for
     every round (seeded, so a rerun shuffles alike): a fixed order lets whatever one
     configuration leaves behind (warm caches, spinning worker threads) always land on the
-    next. Each stat also carries its ``times`` (seconds, in round order) so callers can form
-    per-run ratios. ``reduce_times`` maps each run's time (MPI: the max over ranks; every
-    rank draws the same order)."""
+    next. With ``lead_in`` > 0, untimed runs of the same configuration fill that many
+    seconds before each timed one: they take what the one before left behind (OpenBLAS's
+    workers spin ~0.1 s after a call), which matters where a run is short and uses every
+    core. Each stat also carries its ``times`` (seconds,
+    in round order) so callers can form per-run ratios. ``reduce_times`` maps each run's
+    time (MPI: the max over ranks; every rank draws the same order)."""
     fns = [(fn, sync or (lambda: None)) for fn, sync in fns]
     for _ in range(warmup):
         for fn, sync in fns:
@@ -161,6 +165,11 @@ def time_interleaved(fns: list, repeat: int, warmup: int = 1,
         for i in rng.permutation(len(fns)):
             fn, sync = fns[i]
             sync()
+            if lead_in > 0:
+                until = time.perf_counter() + lead_in
+                while time.perf_counter() < until:
+                    fn()
+                    sync()
             t0 = time.perf_counter()
             fn()
             sync()

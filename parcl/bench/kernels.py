@@ -72,6 +72,9 @@ from .common import (
     warmup_of,
 )
 
+# Seconds of untimed runs of the same side before each timed GEMM run (time_interleaved)
+GEMM_LEAD_IN = 0.12
+
 # name -> (x shape NCHW, weight shape, padding): the CNN's two convolutions at batch 64 and a
 # ResNet-18 layer1 convolution at batch 8
 CONV_SHAPES = {
@@ -199,9 +202,12 @@ def _gemm(q, label, sizes, trans, threads, repeat, warmup) -> list[dict]:
         for t in trans:
             ta, tb = t[0] == "T", t[1] == "T"
             na, nb = (ha.T if ta else ha), (hb.T if tb else hb)
+            # Untimed runs of the same side first: right after a 2-thread matmul, OpenBLAS's
+            # worker spins for ~0.1 s, which halved the whole device's GEMM (85-100 against
+            # 150-190 GFLOP/s timed in blocks); PoCL's idle workers spin too.
             cl_stat, np_stat = time_interleaved(
                 [(lambda: gemm(a, b, trans_a=ta, trans_b=tb, out=out), q.finish),
-                 (lambda: np.matmul(na, nb), None)], repeat, warmup)
+                 (lambda: np.matmul(na, nb), None)], repeat, warmup, lead_in=GEMM_LEAD_IN)
             row = {"device": label, "trans": t, "n": n, "variant": choose_variant(q.device),
                    "numpy_threads": threads if threads is not None else "default"}
             put_rate(row, "gflops", flop / 1e9, cl_stat)
