@@ -154,7 +154,10 @@ class ReplicaGroup:
     cannot be interrupted). ``capture=True`` records each replica's
     forward and backward once per batch shape and replays the recorded kernels afterwards
     (``parcl.tape.capture``): bit-identical results, far less Python per step; steps that
-    cannot be replayed (host reads in the model) stay eager; dropout is replayed.
+    cannot be replayed (host reads in the model) stay eager; dropout is replayed. Where the
+    devices are sub-devices of one CPU (``parcl.devices(split=N)``), a replayed step's last
+    big GEMM is shared: the replica done first takes what is left of the others' (claimed
+    on the device, bit-identical), instead of waiting for the slowest core.
     """
 
     def __init__(self, build_model, devices=None, *, allreduce: str = "auto",
