@@ -8,13 +8,18 @@ array([1., 1., 1.], dtype=float32)
 
 from __future__ import annotations
 
-from . import data, nn, optim
-from .checkpoint import load, save
-from .errors import (AnomalyError, CheckpointError, DeviceError, DTypeError, GradcheckError,
-                     ParclError, ReplicaError, ShapeError)
-from .runtime import (Queue, context_for, default_queue, describe, devices, memory_stats,
-                      new_queue, reset_peak_memory_stats, set_default_queue, split_device)
-from .tensor import Tensor
+from .hostcpu import ensure_known_cpu
+
+ensure_known_cpu()      # before any OpenCL platform is loaded: see parcl/hostcpu.py
+
+from . import data, nn, optim  # noqa: E402
+from .checkpoint import load, save  # noqa: E402
+from .errors import (AnomalyError, CheckpointError, DeviceError, DTypeError,  # noqa: E402
+                     GradcheckError, ParclError, ReplicaError, ShapeError)
+from .runtime import (Queue, context_for, default_queue, describe, devices,  # noqa: E402
+                      memory_stats, new_queue, reset_peak_memory_stats, set_default_queue,
+                      split_device)
+from .tensor import Tensor  # noqa: E402
 
 __version__ = "0.1.0"
 
