@@ -32,6 +32,7 @@ from .allreduce._common import chunk_bounds
 from .allreduce.buckets import ParamBuckets, alignment_elems, plan_buckets
 from .allreduce.mpi import hierarchical
 from .errors import ParclError, ReplicaError, ShapeError
+from .nn.module import capture_key
 from .kernels.optim import MAX_REPLICAS, Split
 from .optim import Optimizer
 from .tape import Node, Tape, mode, tensor
@@ -341,7 +342,7 @@ class ReplicaGroup:
             cl.enqueue_barrier(q0, wait_for=reads)
 
     # -- the data-parallel step -----------------------------------------------------------
-    def step(self, x: np.ndarray, y: np.ndarray, loss_fn, optimizer) -> float:
+    def step(self, x: np.ndarray, y: np.ndarray, loss_fn, optimizer, *, key=None) -> float:
         """One data-parallel step on this process's numpy batch; returns the mean loss.
 
         The batch is split along dim 0 (uneven splits weighted by sample count, so the result
@@ -349,6 +350,12 @@ class ReplicaGroup:
         ``loss_fn(model(x_i), y_i)`` on its own tape and runs backward; gradients are
         allreduced, ``optimizer.step()`` runs once, gradients are zeroed and the parameters
         broadcast. A failed step leaves parameters and optimizer state unchanged.
+
+        With ``capture=True`` a replica's recorded step is replayed only while its model's
+        Python state (``pc.nn.capture_key``: every module's ``training`` flag and plain
+        attributes), the batch shapes and dtypes, the grad and anomaly modes and ``key`` (any
+        hashable value, for state the model does not hold) are those it was recorded with;
+        otherwise the step is recorded again.
         """
         self._check_open()
         x = np.asarray(x)
@@ -372,11 +379,13 @@ class ReplicaGroup:
         self._grads_dirty = True
         results = None
         if self.capture:
-            keys = [_training_signature(r.model) for r in self.replicas]
+            keys = [(capture_key(r.model), key) for r in self.replicas]
             self._prefetch(loss_fn, xs, ys, weights, keys)
             results = self._replay_here(loss_fn, xs, ys, weights, keys)
         if results is None:
-            results = self.run(self._replica_step, xs, ys, weights, [loss_fn] * k)
+            keys = [(capture_key(r.model), key) for r in self.replicas] if self.capture \
+                else [None] * k
+            results = self.run(self._replica_step, xs, ys, weights, [loss_fn] * k, keys)
         self._check_signatures([sig for _, sig in results])
         # The step's one host synchronisation is reading every replica's loss, in one wait.
         # The reads are enqueued before the end of the step. On a GPU only they are waited
@@ -533,7 +542,7 @@ class ReplicaGroup:
             if events:
                 cl.enqueue_barrier(q, wait_for=events)
 
-    def _replica_step(self, replica: Replica, x, y, w, loss_fn):
+    def _replica_step(self, replica: Replica, x, y, w, loss_fn, key):
         body = self._forward_backward(replica, loss_fn)
         recorder.share_tail(self._share_tails)      # what this thread records from now
         if not self.capture:
@@ -549,7 +558,7 @@ class ReplicaGroup:
         steps[id(loss_fn)] = entry                 # most recently used last
         while len(steps) > MAX_CAPTURED_LOSSES:
             steps.pop(next(iter(steps)))
-        return entry[1](x, y, w, key=_training_signature(replica.model))
+        return entry[1](x, y, w, key=key)
 
     def _forward_backward(self, replica: Replica, loss_fn):
         """The replica's part of a step on device tensors: forward on a fresh tape, backward
@@ -617,12 +626,6 @@ class ReplicaGroup:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<ReplicaGroup {len(self.replicas)} replicas, {state}>"
-
-
-def _training_signature(model) -> tuple:
-    """Which modules are in training mode: a change re-captures the step."""
-    modules = model.modules() if hasattr(model, "modules") else [model]
-    return tuple(bool(getattr(m, "training", False)) for m in modules)
 
 
 def _as_supported(a: np.ndarray) -> np.ndarray:

@@ -32,6 +32,16 @@ def _check_dtype(op: str, dtype, allowed=SUPPORTED) -> np.dtype:
     return dt
 
 
+def snapshot(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``array`` that parcl owns, for a non-blocking upload to read.
+
+    An enqueued copy reads its host memory whenever the device gets to it, which may be after
+    the call that enqueued it returned; a loader that refills one buffer for every batch would
+    then have the device copy the next batch (or half of it). Copying on the host costs a
+    memcpy (~0.1 ms per MB here) and keeps every upload asynchronous."""
+    return np.array(array, order="C", copy=True)
+
+
 def normalize_shape(op: str, shape) -> tuple[int, ...]:
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
@@ -93,8 +103,9 @@ class Tensor:
     def from_host(cls, queue: cl.CommandQueue, array) -> Tensor:
         """Device copy of a numpy array (float32 data, int32/int64 labels).
 
-        Non-contiguous input is copied to contiguous first; other dtypes are a ``TypeError``
-        and a zero-size array a ``ShapeError``. The copy is enqueued, not waited for.
+        The array may be changed or freed as soon as this returns: the copy is enqueued, not
+        waited for, from a host copy that parcl owns (``snapshot``). Other dtypes are a
+        ``TypeError`` and a zero-size array a ``ShapeError``.
         """
         if not isinstance(array, np.ndarray):
             array = np.asarray(array)
@@ -104,7 +115,7 @@ class Tensor:
         if array.size == 0:
             raise ShapeError(f"Tensor.from_host: zero-size array of shape {array.shape}; "
                              "parcl tensors hold at least one element")
-        host = np.ascontiguousarray(array).reshape(array.shape)   # keeps 0-d arrays 0-d
+        host = snapshot(array)
         t = cls.empty(queue, host.shape, dt)
         event = cl.enqueue_copy(queue, t.data, host, is_blocking=False)
         recorder.copy(queue, t.data, host)

@@ -24,10 +24,12 @@ from .layers import (
                      Sequential,
                      flatten,
 )
-from .module import Module, Parameter, StateDictError, default_generator, manual_seed
+from .module import (Module, Parameter, StateDictError, capture_key, default_generator,
+                     manual_seed)
 from .resnet import BasicBlock, ResNet, resnet18
 
 __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "BasicBlock", "BatchNorm2d", "Conv2d", "Dropout",
            "Flatten", "Linear", "MaxPool2d", "Module", "Parameter", "ReLU", "ResNet",
-           "Sequential", "StateDictError", "default_generator", "flatten", "manual_seed",
+           "Sequential", "StateDictError", "capture_key", "default_generator", "flatten",
+           "manual_seed",
            "resnet18"]

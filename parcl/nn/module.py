@@ -97,6 +97,32 @@ class Parameter(Node):
         return f"Parameter(shape={self.shape})"
 
 
+# -- Python state that decides a forward's device work ----------------------------------------
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _plain(value) -> bool:
+    kind = type(value)
+    return kind in _PLAIN or (kind is tuple and all(_plain(v) for v in value))
+
+
+def capture_key(model: Module) -> tuple:
+    """Every module's ``training`` flag and other plain Python attributes (bool, int, float,
+    str, None and tuples of them), in module order: what a forward may branch on or pass
+    into an op without its tensors' shapes showing it. A captured step
+    (``ReplicaGroup(capture=True)``, ``tp.capture(..., key=...)``) is replayed only while this
+    is unchanged, and recorded again when it changes.
+
+    >>> model = pc.nn.Dropout(0.5)
+    >>> before = pc.nn.capture_key(model)
+    >>> _ = model.eval()
+    >>> pc.nn.capture_key(model) == before
+    False
+    """
+    modules = model.modules() if isinstance(model, Module) else [model]
+    return tuple(tuple(item for item in vars(m).items() if _plain(item[1])) for m in modules)
+
+
 # -- Module -----------------------------------------------------------------------------------
 class Module:
     """Base class of layers and models: registration, modes, state dicts.

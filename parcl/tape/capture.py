@@ -30,7 +30,7 @@ import pyopencl as cl
 
 from .. import recorder
 from ..errors import ParclError
-from ..tensor import Tensor, _check_dtype
+from ..tensor import Tensor, _check_dtype, snapshot
 from . import mode
 
 MAX_SIGNATURES = 8          # recordings kept per captured function (oldest dropped first)
@@ -140,8 +140,9 @@ class CapturedStep:
         return outputs
 
     def _upload(self, entry: _Entry, arrays) -> None:
-        # Non-blocking copies; their events keep the host arrays alive until done.
-        entry.uploads = [cl.enqueue_copy(self.queue, t.data, a, is_blocking=False)
+        # Non-blocking copies from parcl's own host copies (the caller may refill its arrays
+        # as soon as the call returns); their events keep those alive until done.
+        entry.uploads = [cl.enqueue_copy(self.queue, t.data, snapshot(a), is_blocking=False)
                          for t, a in zip(entry.inputs, arrays)]
 
     def clear(self) -> None:

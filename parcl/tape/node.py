@@ -29,7 +29,7 @@ class Node:
     """
 
     __slots__ = ("value", "grad_fn", "parents", "requires_grad", "grad", "op_name", "where",
-                 "index", "__weakref__")
+                 "index", "tape", "__weakref__")
     __array_priority__ = 1000       # so `ndarray * node` defers to Node.__rmul__
 
     def __init__(self, value: Tensor, grad_fn=None, parents=None, requires_grad=False,
@@ -44,6 +44,7 @@ class Node:
         self.op_name = op_name
         self.where = None          # "file:line in func" of the recording call (anomaly mode)
         self.index = None          # position on its tape
+        self.tape = None           # weakref to the tape that recorded it; FREED once released
 
     # -- tensor-like properties ---------------------------------------------------------
     @property
@@ -81,6 +82,18 @@ class Node:
             self.grad = None
         else:
             self.grad.fill_(0)
+
+    @property
+    def freed(self) -> bool:
+        """Whether the tape that recorded this node was released: its graph is gone."""
+        return self.tape is FREED
+
+    def backward(self, grad: Tensor | None = None) -> None:
+        """``loss.backward()``: the backward of the tape that recorded this node (a new tape's
+        when none did, e.g. ops recorded with no tape current)."""
+        from .tape import Tape
+        recorded = self.tape() if self.tape is not None and self.tape is not FREED else None
+        (recorded if recorded is not None else Tape()).backward(self, grad)
 
     def detach(self) -> Tensor:
         """The value, outside the graph."""
@@ -134,6 +147,14 @@ class Node:
         if len(shape) == 1 and not isinstance(shape[0], int):
             shape = tuple(shape[0])
         return _ops().reshape(self, shape)
+
+
+def _freed():
+    """Stands in ``Node.tape`` for a node whose tape was released (never called)."""
+    raise AssertionError("a freed node's tape is gone")
+
+
+FREED = _freed
 
 
 def _ops():

@@ -8,13 +8,14 @@ order in which gradients are summed is the same on every run and every replica.
 from __future__ import annotations
 
 import threading
+import weakref
 
 from ..errors import ParclError, ShapeError
 from ..kernels import elementwise as ew
 from ..runtime import default_queue
 from ..tensor import Tensor
 from . import mode
-from .node import ACCUMULATED, Node, check_finite
+from .node import ACCUMULATED, FREED, Node, check_finite
 
 _backward_state = threading.local()
 
@@ -40,6 +41,7 @@ class Tape:
     """
 
     def __init__(self):
+        self.ref = weakref.ref(self)       # what the nodes it records point back through
         self.nodes: list[Node] = []
         self._previous: list = []
         self._backward_done = False
@@ -62,6 +64,7 @@ class Tape:
         if self._released:
             raise ParclError(f"op '{node.op_name}' recorded on a released tape")
         node.index = len(self.nodes)
+        node.tape = self.ref
         self.nodes.append(node)
 
     # -- backward ---------------------------------------------------------------------------
@@ -85,6 +88,12 @@ class Tape:
             raise ParclError("backward: loss is a raw pc.Tensor, not a tp.Node, so there is no "
                              "graph: was it computed under no_grad, or from inputs without "
                              "requires_grad?")
+        if loss.freed:
+            raise ParclError(f"backward: the graph of this loss ('{loss.op_name}', shape "
+                             f"{loss.shape}) is gone: the tape that recorded it was released "
+                             "(tape.release(), or the tape was dropped). Keep the tape until "
+                             "its backward (with tp.Tape() as tape: ...; tape.backward(loss)), or "
+                             "record the forward again")
         if not loss.requires_grad:
             raise ParclError("backward: loss does not require grad (no input required grad)")
         if grad is None:
@@ -95,8 +104,15 @@ class Tape:
         elif tuple(grad.shape) != tuple(loss.shape):
             raise ShapeError(f"backward: upstream grad of shape {grad.shape} does not match "
                              f"loss shape {loss.shape}")
-        self._backward_done = True
         order = topological_order(loss)
+        for node in order:
+            if node.tape is FREED:
+                raise ParclError(
+                    f"backward: the graph reaches the output of '{node.op_name}' (shape "
+                    f"{node.shape}) recorded on a tape that was released since, so nothing "
+                    "behind it would get a gradient. Record it again on this tape, or pass "
+                    "it on with .detach() where no gradient should flow through it")
+        self._backward_done = True
         outer = getattr(_backward_state, "deferred", None)
         _backward_state.deferred = deferred = []
         try:
@@ -145,6 +161,7 @@ class Tape:
         for node in self.nodes:
             node.grad_fn = None
             node.parents = []
+            node.tape = FREED
         self.nodes.clear()
         self._released = True
 

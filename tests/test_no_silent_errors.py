@@ -1,0 +1,184 @@
+"""No silent wrong results: host arrays are owned until copied, freed graphs are not
+backwarded quietly, captured steps are never replayed stale."""
+
+import numpy as np
+import pytest
+
+import parcl as pc
+import parcl.tape as tp
+from parcl.replica import ReplicaGroup
+
+
+def linear(queue, n_in=3, n_out=2):
+    pc.nn.manual_seed(0)
+    return pc.nn.Linear(n_in, n_out, queue=queue)
+
+
+# -- host arrays handed to parcl may change as soon as the call returns ------------------------
+def test_from_host_copies_before_returning(queue):
+    a = np.arange(6, dtype=np.float32)
+    t = pc.Tensor.from_host(queue, a)
+    a[:] = -1
+    np.testing.assert_array_equal(t.to_host(), np.arange(6, dtype=np.float32))
+
+
+def test_a_loader_refilling_one_buffer_uploads_every_batch(queue):
+    rng = np.random.default_rng(0)
+    buffer = np.empty((64, 32), np.float32)
+    batches, tensors = [], []
+    for _ in range(20):
+        buffer[:] = rng.random(buffer.shape, dtype=np.float32)    # the loader refills it
+        batches.append(buffer.copy())
+        tensors.append(pc.Tensor.from_host(queue, buffer))
+    for want, t in zip(batches, tensors):
+        np.testing.assert_array_equal(t.to_host(), want)
+
+
+def mlp(queue):
+    pc.nn.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Linear(16, 8, queue=queue), pc.nn.ReLU(),
+                            pc.nn.Linear(8, 4, queue=queue))
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "captured"])
+def test_group_steps_train_on_the_batch_given_not_on_the_refilled_buffer(devices2, capture):
+    rng = np.random.default_rng(1)
+    data = [(rng.random((8, 16), dtype=np.float32), rng.integers(0, 4, 8)) for _ in range(6)]
+    results = []
+    for reuse in (False, True):
+        xbuf, ybuf = np.empty((8, 16), np.float32), np.empty(8, np.int64)
+        with ReplicaGroup(mlp, devices2, capture=capture) as group:
+            opt = pc.optim.SGD(group.parameters(), lr=0.1)
+            losses = []
+            for x, y in data:
+                if reuse:
+                    xbuf[:], ybuf[:] = x, y
+                    x, y = xbuf, ybuf
+                losses.append(group.step(x, y, tp.cross_entropy, opt))
+                if reuse:
+                    xbuf[:], ybuf[:] = 0.0, 0             # refilled before the next step
+            results.append((losses, [p.value.to_host() for p in group.parameters()]))
+    assert results[0][0] == results[1][0]
+    for a, b in zip(results[0][1], results[1][1]):
+        np.testing.assert_array_equal(a, b)
+
+
+# -- a graph that is gone cannot be backwarded ----------------------------------------------
+def test_backward_of_a_loss_whose_tape_was_dropped_raises(queue):
+    model = linear(queue)
+    x = tp.tensor(pc.Tensor.from_host(queue, np.ones((2, 3), np.float32)))
+    tape = tp.Tape()
+    with tape:
+        loss = tp.mean(model(x))
+    del tape                                           # the graph goes with it
+    with pytest.raises(pc.ParclError, match="graph of this loss .* is gone"):
+        tp.Tape().backward(loss)
+    assert model.weight.grad is None
+
+
+def test_an_intermediate_from_a_released_tape_is_not_backwarded_quietly(queue):
+    model = linear(queue)
+    x = tp.tensor(pc.Tensor.from_host(queue, np.ones((2, 3), np.float32)))
+    with tp.Tape() as first:
+        h = model(x)
+        first.backward(tp.sum(h))
+    first.release()
+    model.zero_grad()
+    with tp.Tape() as second:
+        loss = tp.mean(h * 2.0)
+    with pytest.raises(pc.ParclError, match="tape that was released"):
+        second.backward(loss)
+    assert model.weight.grad is None                 # nothing was accumulated
+    with tp.Tape() as third:                         # detached, it is a plain input
+        loss = tp.mean(tp.tensor(h.detach(), requires_grad=True) * 2.0)
+    third.backward(loss)
+
+
+def test_loss_backward_runs_the_backward_of_its_tape(queue):
+    model = linear(queue)
+    x = tp.tensor(pc.Tensor.from_host(queue, np.ones((2, 3), np.float32)))
+    with tp.Tape() as tape:
+        loss = tp.mean(model(x))
+    loss.backward()
+    np.testing.assert_allclose(model.weight.grad.to_host(), np.full((2, 3), 0.5))
+    with pytest.raises(pc.ParclError, match="twice"):
+        tape.backward(loss)                          # it was this tape's one backward
+
+
+# -- a captured step is replayed only while the model's Python state is unchanged ---------------
+class Branching(pc.nn.Module):
+    """Entrenar's dynamic graph: a deeper path from some epoch on, and a temperature."""
+
+    def __init__(self, queue):
+        super().__init__()
+        pc.nn.manual_seed(0)
+        self.first = pc.nn.Linear(16, 16, queue=queue)
+        self.extra = pc.nn.Linear(16, 16, queue=queue)
+        self.head = pc.nn.Linear(16, 4, queue=queue)
+        self.dropout = pc.nn.Dropout(0.25)
+        self.deep = False
+        self.temperature = 1.0
+
+    def forward(self, x):
+        h = tp.relu(self.first(x))
+        h = self.dropout(h)
+        if self.deep:
+            h = tp.relu(self.extra(h))
+        else:
+            h = h + 0.0 * self.extra(h)            # every parameter gets a gradient either way
+        return self.head(h) * (1.0 / self.temperature)
+
+
+def _schedule(group, step):
+    for r in group.replicas:
+        r.model.deep = step >= 2
+        r.model.temperature = 1.0 + 0.5 * step
+        r.model.train(step % 3 != 1)
+
+
+def _run(devices, capture):
+    rng = np.random.default_rng(2)
+    with ReplicaGroup(Branching, devices, capture=capture) as group:
+        opt = pc.optim.AdamW(group.parameters(), lr=1e-2)
+        losses = []
+        for step in range(6):
+            _schedule(group, step)
+            x, y = rng.random((8, 16), dtype=np.float32), rng.integers(0, 4, 8)
+            losses.append(group.step(x, y, tp.cross_entropy, opt))
+        return losses, [p.value.to_host() for p in group.parameters()]
+
+
+def test_captured_steps_follow_branches_floats_and_train_eval_like_eager_steps(devices2):
+    eager = _run(devices2, capture=False)
+    captured = _run(devices2, capture=True)
+    assert captured[0] == eager[0]
+    for a, b in zip(eager[1], captured[1]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_key_of_a_step_re_records_it(devices2):
+    scale = {"value": 1.0}
+
+    def loss_fn(out, y):
+        return tp.cross_entropy(out * scale["value"], y)
+
+    x, y = np.ones((4, 16), np.float32), np.array([0, 1, 2, 3])
+    results = []
+    for capture in (False, True):
+        with ReplicaGroup(mlp, devices2, capture=capture) as group:
+            opt = pc.optim.SGD(group.parameters(), lr=0.1)
+            losses = []
+            for step in range(4):
+                scale["value"] = 1.0 + step
+                losses.append(group.step(x, y, loss_fn, opt, key=scale["value"]))
+            results.append(losses)
+    assert results[0] == results[1]
+
+
+def test_capture_key_sees_plain_attributes_only(queue):
+    model = Branching(queue)
+    key = pc.nn.capture_key(model)
+    model.notes = ["a list is not plain"]
+    assert pc.nn.capture_key(model) == key
+    model.temperature = 2.0
+    assert pc.nn.capture_key(model) != key
