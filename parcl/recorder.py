@@ -7,9 +7,6 @@ replays find their buffers untouched), and anything a replay could not reproduce
 whose value steers Python code, an event wait between queues) marks the recording unusable.
 A launch whose argument must change on every call (dropout's random key) says so with
 ``replay_arg``, and the replay sets it before enqueueing that launch.
-On sub-devices of one CPU (``share_tail``), launches may offer a claiming form of their work
-(``shareable``); the last one becomes the part of a replay another queue can help with
-(``Recording.tail_share``).
 This module only holds that state; it knows nothing of autograd.
 """
 
@@ -19,7 +16,6 @@ import threading
 import weakref
 from functools import partial
 
-import numpy as np
 import pyopencl as cl
 
 _local = threading.local()
@@ -36,9 +32,6 @@ class Recording:
         self.input_checks: list = []        # (input index, check(host array)) before a replay
         self.unsafe: str | None = None      # why this call cannot be replayed, if it cannot
         self._calls: list | None = None     # the ops bound for replay (made by the first one)
-        self.share = getattr(_local, "share", False)   # see share_tail
-        self.shared: list[tuple] = []       # (op index, claiming kernel, counter): shareable
-        self._tail = None                   # tail_share's answer, once asked
         self.ref = weakref.ref(self)
         self._kept: dict[tuple, list] = {}  # (pool, size) -> buffers the step freed
         self._lock = threading.RLock()        # see MemoryPool._lock
@@ -86,58 +79,6 @@ class Recording:
         raise; nothing has been enqueued then)."""
         for index, check in self.input_checks:
             check(arrays[index])
-
-    def tail_share(self) -> tuple | None:
-        """``(ready index, launch index)`` of a claiming launch that another queue may run
-        alongside this recording's on every replay (both then take parts of one job), or
-        None. It is the last launch that ``shareable`` offered one for, rewritten into that
-        claiming form (with a fill zeroing its claims just before it, whose event says its
-        inputs are ready), provided no later op touches a buffer it uses: those ops could run
-        while the other queue still computes. The other offers are dropped: their plain
-        launches stay as they are (faster alone)."""
-        if self._tail is None:
-            self._tail = (self._make_tail(),)
-        return self._tail[0]
-
-    def _make_tail(self) -> tuple | None:
-        if not self.shared:
-            return None
-        index, claim, counter = self.shared[-1]
-        self.shared = [self.shared[-1]]             # keeps only the counter in use
-        _, _, queue, _, _, args = self.ops[index]
-        used = [_extent(b) for b in _buffers(self.ops[index])]
-        for op in self.ops[index + 1:]:
-            if op[0] == "call":
-                return None                 # unknown work: assume it touches them
-            for b in _buffers(op):
-                root, start, end = _extent(b)
-                if any(r == root and start < e and s < end for r, s, e in used):
-                    return None
-        zero = ("fill", queue, counter.data, np.zeros(1, counter.dtype), 0, counter.nbytes)
-        self.ops[index:index + 1] = [zero, ("kernel", claim, queue, (1, 1, 1), (1, 1, 1), args)]
-        self._calls = None
-        return index, index + 1
-
-
-def _buffers(op: tuple) -> list:
-    """The memory objects a recorded op uses."""
-    if op[0] in ("kernel", "kernel_args"):
-        candidates = op[5]
-    elif op[0] == "copy":
-        candidates = (op[2], op[3])
-    else:                                    # fill
-        candidates = (op[2],)
-    return [c for c in candidates if isinstance(c, cl.MemoryObject)]
-
-
-def _extent(buf) -> tuple[int, int, int]:
-    """(root memory object, first byte, end byte) of a buffer or sub-buffer."""
-    parent = buf.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
-    if parent is None:
-        return buf.int_ptr, 0, buf.size
-    offset = buf.get_info(cl.mem_info.OFFSET)
-    root, start, _ = _extent(parent)
-    return root, start + offset, start + offset + buf.size
 
 
 def _bind(op: tuple):
@@ -258,25 +199,3 @@ def host_hook(hook) -> None:
     rec = getattr(_local, "recording", None)
     if rec is not None:
         rec.host_hooks.append(hook)
-
-
-def share_tail(enabled: bool) -> None:
-    """Whether recordings this thread starts from now on take the claiming forms their big
-    CPU GEMMs offer (``shareable``), so that another CPU sub-device can take part of the last
-    one on each replay (``Recording.tail_share``)."""
-    _local.share = enabled
-
-
-def sharing() -> bool:
-    """Whether a launch being recorded should offer a claiming form (see ``share_tail``)."""
-    rec = getattr(_local, "recording", None)
-    return rec is not None and rec.share
-
-
-def shareable(claim, counter) -> None:
-    """Offer ``claim`` as the claiming form of the launch just recorded: the same work, taken
-    in parts claimed through the int32 tensor ``counter``, so that other queues may run it
-    too (``Recording.tail_share``). The recording holds ``counter``."""
-    rec = getattr(_local, "recording", None)
-    if rec is not None:
-        rec.shared.append((len(rec.ops) - 1, claim, counter))

@@ -26,7 +26,7 @@ import weakref
 import numpy as np
 import pyopencl as cl
 
-from . import recorder, runtime
+from . import runtime
 from .allreduce import ALGORITHMS, GradBuckets, allreduce_scaled
 from .allreduce._common import chunk_bounds
 from .allreduce.buckets import ParamBuckets, alignment_elems, plan_buckets
@@ -155,10 +155,7 @@ class ReplicaGroup:
     cannot be interrupted). ``capture=True`` records each replica's
     forward and backward once per batch shape and replays the recorded kernels afterwards
     (``parcl.tape.capture``): bit-identical results, far less Python per step; steps that
-    cannot be replayed (host reads in the model) stay eager; dropout is replayed. Where the
-    devices are sub-devices of one CPU (``parcl.devices(split=N)``), a replayed step's last
-    big GEMM is shared: the replica done first takes what is left of the others' (claimed
-    on the device, bit-identical), instead of waiting for the slowest core.
+    cannot be replayed (host reads in the model) stay eager; dropout is replayed.
     """
 
     def __init__(self, build_model, devices=None, *, allreduce: str = "auto",
@@ -180,8 +177,6 @@ class ReplicaGroup:
         self._grads_dirty = False
         self.replicas = [Replica(i, d, runtime.new_queue(d)) for i, d in enumerate(devs)]
         self._devices_share_host_cores = any(d.type & cl.device_type.CPU for d in devs)
-        # Sub-devices of one CPU share the tail of every replayed step (see _help_tails).
-        self._share_tails = self.capture and runtime.parts_of_one_cpu(devs)
         self._captured: list[dict] = [{} for _ in devs]
         for r in self.replicas:
             r.thread = threading.Thread(target=_worker, args=(r,), daemon=True,
@@ -511,40 +506,15 @@ class ReplicaGroup:
             raise self._failure(err.index, cause, traceback.format_exc()) from cause
         if replayed is None:
             return None
-        if self._share_tails:
-            self._help_tails([tail for _, _, tail in replayed])
-        for index, (_, check, _) in enumerate(replayed):
+        for index, (_, check) in enumerate(replayed):
             try:
                 check()          # e.g. the range of labels computed on the device
             except Exception as exc:
                 raise self._failure(index, exc, traceback.format_exc()) from exc
-        return [outputs for outputs, _, _ in replayed]
-
-    def _help_tails(self, tails) -> None:
-        """Every replica's queue, once its own replay is done, runs the claiming last GEMM
-        of each other replica's replay too: the claims give it whatever part of that GEMM is
-        still left (nothing, when that replica is ahead). A synchronised step waits for its
-        slowest replica, and the cores of one CPU change speed from step to step; this way
-        the faster one spends the wait on the slower one's work. Which core computes a block
-        changes nothing in it (gemm_cpu_claim), so results stay bit-identical. Each queue then
-        waits for the help given to it before anything else of the step runs there."""
-        queues = [r.queue for r in self.replicas]
-        helped: list[list] = [[] for _ in queues]
-        for owner, tail in enumerate(tails):
-            if tail is None:
-                continue
-            ready, (_, kernel, _, gsize, lsize, _) = tail
-            for helper, q in enumerate(queues):
-                if helper != owner:
-                    helped[owner].append(cl.enqueue_nd_range_kernel(
-                        q, kernel, gsize, lsize, wait_for=[ready]))
-        for q, events in zip(queues, helped):
-            if events:
-                cl.enqueue_barrier(q, wait_for=events)
+        return [outputs for outputs, _ in replayed]
 
     def _replica_step(self, replica: Replica, x, y, w, loss_fn, key):
         body = self._forward_backward(replica, loss_fn)
-        recorder.share_tail(self._share_tails)      # what this thread records from now
         if not self.capture:
             q = replica.queue
             return body(Tensor.from_host(q, x), Tensor.from_host(q, y), Tensor.from_host(q, w))

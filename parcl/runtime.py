@@ -203,17 +203,6 @@ def root_device(device: cl.Device) -> cl.Device:
     return device if parent is None else root_device(parent)
 
 
-def parts_of_one_cpu(devs: list[cl.Device]) -> bool:
-    """Whether ``devs`` are two or more CPU sub-devices of one CPU device in one context:
-    their kernels run on the host's cores over the same memory, so two of them may run one
-    launch together (as ``gemm_cpu_claim`` does)."""
-    if len(devs) < 2 or not all(d.type & cl.device_type.CPU for d in devs):
-        return False
-    return (len({root_device(d).int_ptr for d in devs}) == 1
-            and len({context_for(d).int_ptr for d in devs}) == 1
-            and len({d.int_ptr for d in devs}) == len(devs))
-
-
 def describe(device: cl.Device) -> str:
     """A short human name: 'cpu Intel Xeon (1 CU)'."""
     kind = "gpu" if is_gpu(device) else "cpu"

@@ -9,18 +9,10 @@ import threading
 import numpy as np
 import pytest
 
-import pyopencl as cl
 
 import parcl as pc
-from parcl import recorder
-from parcl.kernels.gemm import (
-    VARIANTS,
-    batched_gemm,
-    bench_gemm,
-    choose_variant,
-    gemm,
-    wide_kernel_ok,
-)
+from parcl.kernels.gemm import SOURCE, VARIANTS, batched_gemm, choose_variant, gemm
+from parcl.kernels.gemm_probe import wide_kernel_ok
 
 TRANS = list(itertools.product([False, True], repeat=2))
 
@@ -52,7 +44,7 @@ def variant(request, queue):
     """Every variant, forced, on the CPU device. Where the float16 probe failed (a PoCL that
     aborts on float16 code would take the whole test run down), the float8 variant that
     replaces it on this device is tested in its place."""
-    if request.param.endswith("16") and not wide_kernel_ok(queue.device):
+    if request.param.endswith("16") and not wide_kernel_ok(queue.device, SOURCE):
         return request.param[:-2] + "8"
     return request.param
 
@@ -201,7 +193,7 @@ def test_large_rectangular(queue, rng):
 
 
 def test_variant_follows_device_type(queue):
-    want = "cpu16" if wide_kernel_ok(queue.device) else "cpu8"
+    want = "cpu16" if wide_kernel_ok(queue.device, SOURCE) else "cpu8"
     assert choose_variant(queue.device) == want      # the PoCL CPU device: never "tiled"
 
 
@@ -277,108 +269,3 @@ def test_two_threads_two_subdevices(queues2):
     assert not any(t.is_alive() for t in threads)
     assert not errors, errors
 
-
-# -- claiming launches (two CPU sub-devices sharing one product) ---------------------------
-def _recorded_claim(fn):
-    """Record ``fn()`` with claiming GEMMs on; the recording and fn's result."""
-    recorder.share_tail(True)
-    rec = recorder.start([])
-    try:
-        result = fn()
-    finally:
-        recorder.stop()
-        recorder.share_tail(False)
-    return rec, result
-
-
-def _replay_with_helper(rec, helper_queue):
-    """Replay ``rec`` on its queue, and its last claiming launch on ``helper_queue`` too."""
-    ready_index, launch_index = rec.tail_share()      # the claiming form from now on
-    events = [call() for call in rec.calls()]
-    _, kernel, queue, gsize, lsize, _ = rec.ops[launch_index]
-    cl.enqueue_nd_range_kernel(helper_queue, kernel, gsize, lsize,
-                               wait_for=[events[ready_index]]).wait()
-    queue.finish()
-
-
-@pytest.mark.parametrize("variant", ["cpu16", "cpu8"])
-@pytest.mark.parametrize("m,n,k,trans_a,trans_b,epilogue", [
-    (784, 512, 64, True, False, False), (256, 513, 100, False, False, True),
-    (130, 1000, 77, False, True, True), (1001, 129, 64, True, True, False)])
-def test_claiming_gemm_is_bit_identical_alone_and_helped(queues2, rng, variant, m, n, k,
-                                                        trans_a, trans_b, epilogue):
-    """Big CPU products recorded for sharing claim strips of C; alone, or with a second
-    sub-device running the same launch, every block is the one gemm_cpu computes."""
-    if variant == "cpu16" and not wide_kernel_ok(queues2[0].device):
-        variant = "cpu8"
-    queue = queues2[0]
-    a, b = _operands(rng, m, n, k, trans_a, trans_b)
-    ta, tb = _up(queue, a), _up(queue, b)
-    kw = dict(trans_a=trans_a, trans_b=trans_b, _variant=variant)
-    if epilogue:
-        c0 = rng.standard_normal((m, n)).astype(np.float32)
-        kw.update(bias=_up(queue, rng.standard_normal(n).astype(np.float32)), relu=True,
-                  beta=0.5)
-    ref_out = _up(queue, c0) if epilogue else None
-    ref = gemm(ta, tb, out=ref_out, **kw).to_host()
-    out = _up(queue, c0) if epilogue else pc.Tensor.empty(queue, (m, n))
-    rec, _ = _recorded_claim(lambda: gemm(ta, tb, out=out, **kw))
-    np.testing.assert_array_equal(out.to_host(), ref)
-    assert [rec.ops[i][1].function_name for i, _, _ in rec.shared] == ["gemm_cpu"]
-    ready, launch = rec.tail_share()
-    assert rec.ops[ready][0] == "fill" and rec.ops[launch][1].function_name == "gemm_cpu_claim"
-    for _ in range(3):
-        if epilogue:
-            out.copy_(_up(queue, c0))
-        _replay_with_helper(rec, queues2[1])
-        np.testing.assert_array_equal(out.to_host(), ref)
-
-
-def test_small_products_and_plain_recordings_do_not_claim(queue, rng):
-    a, b = (_up(queue, x) for x in _operands(rng, 64, 64, 32, False, False))
-    rec, _ = _recorded_claim(lambda: gemm(a, b))              # K and C too small to share
-    assert rec.shared == [] and rec.tail_share() is None
-    big_a, big_b = (_up(queue, x) for x in _operands(rng, 512, 512, 128, False, False))
-    rec = recorder.start([])
-    try:
-        gemm(big_a, big_b)                                    # sharing not asked for
-    finally:
-        recorder.stop()
-    assert rec.shared == [] and rec.tail_share() is None
-    assert "gemm_cpu" in [op[1].function_name for op in rec.ops]
-
-
-def test_a_later_use_of_its_buffers_keeps_the_tail_unshared(queue, rng):
-    """Another queue may still compute a shared launch while its own queue runs on: no later
-    op of the recording may touch a buffer it uses (here the output, through a view)."""
-    a, b = (_up(queue, x) for x in _operands(rng, 512, 512, 128, False, False))
-    rec, out = _recorded_claim(lambda: gemm(a, b))
-    assert rec.tail_share() is not None
-    rec, _ = _recorded_claim(lambda: gemm(a, b).reshape((512 * 512,)).fill_(1.0))
-    assert rec.shared and rec.tail_share() is None
-    rec, _ = _recorded_claim(lambda: (gemm(a, b), recorder.call(lambda: None)))
-    assert rec.shared and rec.tail_share() is None         # unknown work after it
-
-
-def test_views_of_one_buffer_conflict_only_where_they_overlap(queue, rng):
-    """Gradients are sub-buffers of a bucket: a later op on another part of it is fine."""
-    a, b = (_up(queue, x) for x in _operands(rng, 512, 512, 128, False, False))
-    bucket = pc.Tensor.empty(queue, (2, 512, 512))
-    nbytes = 512 * 512 * 4
-
-    def view(offset, size):
-        return pc.Tensor(queue, (size // 4,), np.dtype(np.float32),
-                         bucket.data.get_sub_region(offset, size), None)
-    first, second = view(0, nbytes), view(nbytes, nbytes)
-    straddling = view(nbytes - 4096, 8192)
-    for later, shared in [(second, True), (straddling, False), (bucket, False)]:
-        rec, _ = _recorded_claim(
-            lambda later=later: (gemm(a, b, out=first.reshape((512, 512))), later.fill_(0)))
-        assert (rec.tail_share() is not None) == shared
-
-
-# -- measuring -----------------------------------------------------------------------------
-def test_bench_gemm_reports_both(queue):
-    r = bench_gemm(queue, 64, "NT", repeats=2)
-    assert r["n"] == 64 and r["trans"] == "NT" and r["variant"] == choose_variant(queue.device)
-    assert r["gflops"] > 0 and r["numpy_gflops"] > 0

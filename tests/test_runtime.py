@@ -17,12 +17,9 @@ def test_split_gives_two_devices_in_one_context(devices2):
 
 
 def test_sub_devices_of_one_cpu_are_recognised(devices2):
-    from parcl.runtime import parts_of_one_cpu, root_device
+    from parcl.runtime import root_device
     assert root_device(devices2[0]).int_ptr == root_device(devices2[1]).int_ptr
     assert root_device(devices2[0]).get_info(cl.device_info.PARENT_DEVICE) is None
-    assert parts_of_one_cpu(devices2)
-    assert not parts_of_one_cpu(devices2[:1])                     # nobody to share with
-    assert not parts_of_one_cpu([devices2[0], devices2[0]])       # one device twice
 
 
 def test_unknown_spec_is_device_error(monkeypatch):

@@ -88,13 +88,6 @@ def get_kernel(queue: cl.CommandQueue, source: str, name: str,
     return k
 
 
-def bound_kernel(queue: cl.CommandQueue, source: str, name: str, options: tuple[str, ...],
-                 args: tuple) -> cl.Kernel:
-    """A new ``Kernel`` object of its own for ``name`` with ``args`` set once, for a recording
-    to enqueue as it is (a bare clEnqueueNDRangeKernel, ~1-2 µs of host time)."""
-    return _own_kernel(get_program(queue.context, source, options), name, args)
-
-
 def _own_kernel(program: cl.Program, name: str, args: tuple) -> cl.Kernel:
     own = cl.Kernel(program, name)
     own.set_scalar_arg_dtypes(_scalar_dtypes(own))

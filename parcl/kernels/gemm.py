@@ -9,7 +9,8 @@ The variants live in ``cl/gemm.cl`` and are chosen by device *type* (never by pl
   streams its two panels contiguously, so PoCL emits straight FMA code with no barriers.
   ``cpu16`` (AVX-512 wide) is about twice as fast, but PoCL 3.0/LLVM 14 has aborted whole
   processes on float16 code, so it becomes the default for a device only after a subprocess
-  has built it and checked its results there (``wide_kernel_ok``, remembered on disk);
+  has built it and checked its results there (``gemm_probe.wide_kernel_ok``, remembered on
+  disk);
   otherwise CPUs get ``cpu8``.
 * ``"direct8"`` / ``"direct16"`` — CPU products under ``DIRECT_MAX`` multiply-adds: one
   launch, no packing, 4x4 of C per work-item (PoCL spends ~0.1 ms per enqueue).
@@ -28,24 +29,14 @@ array([[3., 3.],
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import subprocess
-import sys
-import threading
-import time
-import warnings
-from pathlib import Path
-
 import numpy as np
 import pyopencl as cl
 
-from .. import recorder
 from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import FLOAT, Tensor, check_same_queue
-from ._cache import VECTOR_TYPES, bound_kernel, get_kernel, load_source
+from ._cache import VECTOR_TYPES, get_kernel, load_source
+from .gemm_probe import wide_kernel_ok
 
 _OPTIONS = ("-cl-mad-enable",)   # `acc += x * y` must become an FMA; no relaxed math needed
 MR = 8                           # rows of op(A) per CPU register block; must match gemm.cl
@@ -63,21 +54,9 @@ DIRECT_GROUP = (8, 8)            # work-items (4x4 blocks of C each) per gemm_di
 # per enqueue, which the two packing launches would add to a product this small.
 DIRECT_MAX = 1 << 17
 READ_A_IN_PLACE = True           # False packs every A (tests compare the two paths)
-# A recorded CPU product this big (k, and blocks of C) is offered as a claiming launch where
-# the recording shares its tail with other sub-devices (recorder.share_tail): one worth a
-# second device's help.
-SHARE_MIN_K, SHARE_MIN_BLOCKS = 64, 256
 VARIANTS = ("cpu16", "cpu8", "direct16", "direct8", "tiled")
 
-_source: str | None = None
-
-
-def _gemm_source() -> str:
-    """The program text every GEMM kernel is built from (gemm.cl after the vector types)."""
-    global _source
-    if _source is None:
-        _source = VECTOR_TYPES + load_source("gemm")
-    return _source
+SOURCE = VECTOR_TYPES + load_source("gemm")    # the program every GEMM kernel is built from
 
 
 def _options(variant: str) -> tuple[str, ...]:
@@ -88,7 +67,7 @@ def _options(variant: str) -> tuple[str, ...]:
 
 
 def _kernel(queue: cl.CommandQueue, name: str, variant: str) -> cl.Kernel:
-    return get_kernel(queue, _gemm_source(), name, _options(variant))
+    return get_kernel(queue, SOURCE, name, _options(variant))
 
 
 def choose_variant(device: cl.Device) -> str:
@@ -96,103 +75,7 @@ def choose_variant(device: cl.Device) -> str:
     passed, else ``"cpu8"``."""
     if is_gpu(device):
         return "tiled"
-    return "cpu16" if wide_kernel_ok(device) else "cpu8"
-
-
-# -- the float16 probe ---------------------------------------------------------------------
-_probe_lock = threading.Lock()
-_probed: dict[str, bool] = {}
-_probe_keys: dict[int, str] = {}     # device int_ptr -> key (devices live for the process)
-
-
-def _probe_key(device: cl.Device) -> str:
-    key = _probe_keys.get(device.int_ptr)
-    if key is None:
-        src = _gemm_source()
-        key = "|".join([device.platform.name, device.platform.version, device.name.strip(),
-                        device.driver_version, hashlib.sha1(src.encode()).hexdigest()[:12]])
-        _probe_keys[device.int_ptr] = key
-    return key
-
-
-def _probe_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "parcl" / "gemm-probe.json"
-
-
-def wide_kernel_ok(device: cl.Device) -> bool:
-    """Whether the float16 CPU kernel builds and computes correctly on ``device``.
-
-    Answered once per device model and driver by a subprocess (so an LLVM abort cannot take
-    this process down) and remembered in ``~/.cache/parcl/gemm-probe.json``.
-    """
-    key = _probe_key(device)
-    if key in _probed:
-        return _probed[key]
-    with _probe_lock:
-        if key in _probed:
-            return _probed[key]
-        path = _probe_file()
-        try:
-            known = json.loads(path.read_text())
-        except (OSError, ValueError):
-            known = {}
-        ok = known.get(key)
-        if not isinstance(ok, bool):
-            ok = _run_probe(device)
-            known[key] = ok
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(known, indent=1))
-                os.replace(tmp, path)
-            except OSError:
-                pass                      # a read-only home: probe again next process
-        _probed[key] = ok
-    return ok
-
-
-def _run_probe(device: cl.Device) -> bool:
-    code = ("import sys; from parcl.kernels.gemm import _probe_main; "
-            "sys.exit(_probe_main(sys.argv[1], sys.argv[2]))")
-    try:
-        done = subprocess.run([sys.executable, "-c", code, device.platform.name, device.name],
-                              capture_output=True, text=True, timeout=300)
-    except (OSError, subprocess.SubprocessError) as exc:
-        done = None
-        why = str(exc)
-    else:
-        why = f"exit status {done.returncode}: {(done.stderr or done.stdout).strip()[-300:]}"
-    if done is not None and done.returncode == 0:
-        return True
-    warnings.warn(f"parcl gemm: the float16 kernel failed its probe on {device.name.strip()!r} "
-                  f"({why}); using the float8 kernel, which is about half as fast",
-                  RuntimeWarning, stacklevel=3)
-    return False
-
-
-def _probe_main(platform_name: str, device_name: str) -> int:
-    """In the probe subprocess: 0 when ``cpu16`` matches numpy on the named device."""
-    from ..runtime import new_queue
-    devs = [d for p in cl.get_platforms() if p.name == platform_name
-            for d in p.get_devices() if d.name == device_name]
-    if not devs:
-        return 3
-    queue = new_queue(devs[0])
-    rng = np.random.default_rng(0)
-    for trans_a, trans_b, (m, n, k) in [(False, False, (37, 45, 29)), (True, True, (8, 64, 3)),
-                                        (False, True, (70, 33, 100))]:
-        ha = rng.standard_normal((k, m) if trans_a else (m, k), dtype=np.float32)
-        hb = rng.standard_normal((n, k) if trans_b else (k, n), dtype=np.float32)
-        hbias = rng.standard_normal(n, dtype=np.float32)
-        want = np.maximum((ha.T if trans_a else ha).astype(np.float64)
-                          @ (hb.T if trans_b else hb) + hbias, 0)
-        got = gemm(Tensor.from_host(queue, ha), Tensor.from_host(queue, hb), trans_a=trans_a,
-                   trans_b=trans_b, bias=Tensor.from_host(queue, hbias), relu=True,
-                   _variant="cpu16").to_host()
-        if not np.allclose(got, want, rtol=0, atol=1e-4 * max(1.0, np.abs(want).max())):
-            return 1
-    return 0
+    return "cpu16" if wide_kernel_ok(device, SOURCE) else "cpu8"
 
 
 # -- validation ----------------------------------------------------------------------------
@@ -358,64 +241,3 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
             out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
     _kernel(queue, "gemm_cpu", variant)(
         queue, (-(-pn // lx) * lx, -(-pm // ly) * ly, batch), (lx, ly, 1), *args)
-    if k >= SHARE_MIN_K and pm * pn * batch >= SHARE_MIN_BLOCKS and recorder.sharing():
-        # The same product as one work-item claiming work-groups: the recording replays it
-        # so, if this launch ends up its shared tail (recorder.Recording.tail_share).
-        claims = Tensor.empty(queue, (1,), np.int32)
-        claim = bound_kernel(queue, _gemm_source(), "gemm_cpu_claim", _options(variant),
-                             (*args, np.int32(batch), claims.data, np.int32(lx), np.int32(ly)))
-        recorder.shareable(claim, claims)
-
-
-# -- measuring -----------------------------------------------------------------------------
-def bench_gemm(queue: cl.CommandQueue, n: int, trans: str = "NN", repeats: int = 7,
-               numpy_threads: int | None = None, variant: str | None = None) -> dict:
-    """GFLOP/s of an n x n x n ``gemm`` on ``queue`` and of ``numpy.matmul`` in the same run.
-
-    ``trans`` is two letters, N or T, for A and B ("NN", "NT", "TN", "TT"). numpy runs on
-    ``numpy_threads`` BLAS threads (default: the device's compute units) through threadpoolctl
-    when it is installed (else on whatever numpy uses; ``numpy_threads`` is then reported as
-    None). Each is warmed up, then timed ``repeats`` times in a block of its own (interleaving
-    them halves both: PoCL's and OpenBLAS's idle workers spin for a while after each call and
-    take the cores from the other); the medians count. Each gemm run ends with
-    ``queue.finish()``.
-    For a fair numpy, unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE in the benchmarking command.
-    """
-    trans_a, trans_b = (c.upper() == "T" for c in trans)
-    rng = np.random.default_rng(0)
-    ha = rng.standard_normal((n, n), dtype=np.float32)
-    hb = rng.standard_normal((n, n), dtype=np.float32)
-    a, b = Tensor.from_host(queue, ha), Tensor.from_host(queue, hb)
-    out = Tensor.empty(queue, (n, n))
-    na, nb = (ha.T if trans_a else ha), (hb.T if trans_b else hb)
-    threads = numpy_threads or queue.device.max_compute_units
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        threads = threadpool_limits = None
-
-    def run_cl():
-        gemm(a, b, trans_a=trans_a, trans_b=trans_b, out=out, _variant=variant)
-        queue.finish()
-
-    def run_np():
-        if threadpool_limits is None:
-            return _timed(np.matmul, na, nb)
-        with threadpool_limits(limits=threads, user_api="blas"):
-            return _timed(np.matmul, na, nb)
-
-    _timed(run_cl)                        # warm-up: builds, first-touch allocations
-    t_cl = float(np.median([_timed(run_cl) for _ in range(repeats)]))
-    time.sleep(0.1)                       # let PoCL's workers go idle
-    run_np()
-    t_np = float(np.median([run_np() for _ in range(repeats)]))
-    flop = 2.0 * n ** 3
-    return {"n": n, "trans": trans.upper(), "variant": variant or choose_variant(queue.device),
-            "gflops": flop / t_cl / 1e9, "numpy_gflops": flop / t_np / 1e9,
-            "numpy_threads": threads, "seconds": t_cl, "numpy_seconds": t_np}
-
-
-def _timed(fn, *args) -> float:
-    t0 = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - t0

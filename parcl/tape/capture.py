@@ -171,11 +171,9 @@ def replay_together(calls) -> list | None:
     ``calls`` is ``[(captured_step, arrays, key), ...]``. Their launches are enqueued in
     turn, one from each, so every device starts within microseconds of the others, and no
     other thread has to wake up (threads replaying their own would each wait for the
-    interpreter lock before their first launch). Returns, per call, its outputs, a
+    interpreter lock before their first launch). Returns, per call, its outputs and a
     function running its host checks (each may raise: call them in order to know whose check
-    failed) and its shareable tail (None, or ``(ready event, recorded launch)``: a claiming
-    launch that another queue may run too once the event is complete, see
-    ``Recording.tail_share``). Returns None, with nothing enqueued, unless every call would
+    failed). Returns None, with nothing enqueued, unless every call would
     replay a recording whose inputs ``prefetch`` already copied from these very arrays. Each
     queue gets exactly the work of its own replay, in its order, so results are those of
     separate calls. A launch that fails raises ``ReplayFailed`` naming whose it was."""
@@ -188,20 +186,14 @@ def replay_together(calls) -> list | None:
     for step, _, _ in calls:
         step._prefetched = None
         step.replays += 1
-    tails = [entry.recording.tail_share() for entry in entries]
-    ready = [None] * len(entries)
-    for op, turn in enumerate(zip_longest(*[entry.recording.calls() for entry in entries])):
+    for turn in zip_longest(*[entry.recording.calls() for entry in entries]):
         for index, call in enumerate(turn):
             if call is not None:
                 try:
-                    event = call()
+                    call()
                 except Exception as exc:
                     raise ReplayFailed(index, exc) from exc
-                if tails[index] is not None and op == tails[index][0]:
-                    ready[index] = event
-    return [(entry.outputs, entry.recording.check,
-             None if tail is None else (event, entry.recording.ops[tail[1]]))
-            for entry, tail, event in zip(entries, tails, ready)]
+    return [(entry.outputs, entry.recording.check) for entry in entries]
 
 
 def capture(fn, queue: cl.CommandQueue) -> CapturedStep:

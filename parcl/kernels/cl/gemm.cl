@@ -142,26 +142,6 @@ kernel void gemm_cpu(GEMM_PARAMS)
     gemm_block(GEMM_ARGS, jp, ip, bt);
 }
 
-// The same blocks, taken by claims: each work-item claims the next of gemm_cpu's work-groups
-// ((lx, ly) blocks, in its order) with atomic_inc on *claims (zeroed before the launch) and
-// computes its blocks, until none is left. So a second launch on another device of the same
-// memory (a CPU sub-device whose own work is done) can take a share of the groups. Every
-// block is computed exactly as gemm_cpu computes it, whoever computes it: results are
-// bit-identical to gemm_cpu's. (Claiming single rows of a group was measured 1-4 % slower.)
-kernel void gemm_cpu_claim(GEMM_PARAMS, int batch, volatile global int* claims, int lx, int ly)
-{
-    const int pm = (M + MR - 1) / MR, pn = (N + NR - 1) / NR;
-    const int gx = (pn + lx - 1) / lx, gy = (pm + ly - 1) / ly;
-    for (int t = atomic_inc(claims); t < gx * gy * batch; t = atomic_inc(claims)) {
-        const int bt = t / (gx * gy), g = t - bt * gx * gy;
-        const int i0 = (g / gx) * ly, i1 = min(i0 + ly, pm);
-        const int j0 = (g % gx) * lx, j1 = min(j0 + lx, pn);
-        for (int ip = i0; ip < i1; ++ip)
-            for (int jp = j0; jp < j1; ++jp)
-                gemm_block(GEMM_ARGS, jp, ip, bt);
-    }
-}
-
 // Packing: P[bt][panel][k][i] = X[panel*W + i][k] for a matrix X (op(A), or op(B) transposed)
 // whose element (i, k) sits at i*si + k*sk; zero past row `rows`. One launch packs both
 // operands (each launch costs ~0.1 ms in PoCL): global (K / KB rounded up to the work-group,
