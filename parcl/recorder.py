@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import pyopencl as cl
@@ -21,12 +22,74 @@ import pyopencl as cl
 _local = threading.local()
 
 
+@dataclass(frozen=True)
+class Launch:
+    """A kernel launch: the recording's own kernel object, its arguments set once; ``updates``
+    are (argument index, value()) pairs set again before each replay (``replay_arg``)."""
+
+    kernel: cl.Kernel
+    queue: cl.CommandQueue
+    gsize: tuple
+    lsize: tuple | None
+    args: tuple
+    updates: tuple = ()
+
+    def bind(self):
+        if not self.updates:
+            return partial(cl.enqueue_nd_range_kernel, self.queue, self.kernel, self.gsize,
+                           self.lsize)
+        kernel, updates = self.kernel, self.updates
+
+        def launch():
+            for index, value in updates:
+                kernel.set_arg(index, value())
+            return cl.enqueue_nd_range_kernel(self.queue, kernel, self.gsize, self.lsize)
+        return launch
+
+
+@dataclass(frozen=True)
+class Copy:
+    """An ``enqueue_copy(queue, dst, src, **options)`` between buffers or from host memory."""
+
+    queue: cl.CommandQueue
+    dst: object
+    src: object
+    options: dict = field(default_factory=dict)
+
+    def bind(self):
+        return partial(cl.enqueue_copy, self.queue, self.dst, self.src, **self.options)
+
+
+@dataclass(frozen=True)
+class Fill:
+    """An ``enqueue_fill_buffer`` of ``size`` bytes at ``offset`` with ``pattern``."""
+
+    queue: cl.CommandQueue
+    buffer: cl.MemoryObject
+    pattern: object
+    offset: int
+    size: int
+
+    def bind(self):
+        return partial(cl.enqueue_fill_buffer, self.queue, self.buffer, self.pattern,
+                       self.offset, self.size)
+
+
+@dataclass(frozen=True)
+class Call:
+    """Python run at this point of every replay (e.g. enqueueing the read of a flag)."""
+
+    fn: object
+
+    def bind(self):
+        return self.fn
+
+
 class Recording:
     """The device work of one captured call, replayable in order on the same buffers."""
 
     def __init__(self):
-        self.ops: list[tuple] = []          # ("kernel", own k, queue, gsize, lsize, args) | ...
-        #                                     ("kernel_args", ..., [(arg index, value())])
+        self.ops: list[Launch | Copy | Fill | Call] = []
         self.host_hooks: list = []          # callables re-run after every replay
         self.inputs: list = []              # the captured call's input tensors
         self.input_checks: list = []        # (input index, check(host array)) before a replay
@@ -66,7 +129,7 @@ class Recording:
         """The recorded ops as calls with everything bound, in order (a replay makes them)."""
         calls = self._calls
         if calls is None:
-            calls = self._calls = [_bind(op) for op in self.ops]
+            calls = self._calls = [op.bind() for op in self.ops]
         return calls
 
     def check(self) -> None:
@@ -79,29 +142,6 @@ class Recording:
         raise; nothing has been enqueued then)."""
         for index, check in self.input_checks:
             check(arrays[index])
-
-
-def _bind(op: tuple):
-    """A recorded op as one call with everything bound (the replay loop does nothing else)."""
-    kind = op[0]
-    if kind == "kernel":
-        _, kernel, queue, gsize, lsize, _args = op
-        return partial(cl.enqueue_nd_range_kernel, queue, kernel, gsize, lsize)  # args preset
-    if kind == "call":
-        return op[1]
-    if kind == "copy":
-        _, queue, dst, src, kwargs = op
-        return partial(cl.enqueue_copy, queue, dst, src, **kwargs)
-    if kind == "kernel_args":
-        _, kernel, queue, gsize, lsize, _args, updates = op
-
-        def launch():
-            for index, value in updates:
-                kernel.set_arg(index, value())
-            return cl.enqueue_nd_range_kernel(queue, kernel, gsize, lsize)
-        return launch
-    _, queue, buf, pattern, offset, size = op       # fill
-    return partial(cl.enqueue_fill_buffer, queue, buf, pattern, offset, size)
 
 
 def current() -> Recording | None:
@@ -135,7 +175,7 @@ def kernel(kernel, queue, gsize, lsize, args: tuple, wait_for) -> None:
         return
     if wait_for:
         unsafe("a kernel waits on events of another queue")
-    rec.ops.append(("kernel", kernel, queue, gsize, lsize, args))
+    rec.ops.append(Launch(kernel, queue, gsize, lsize, args))
 
 
 def replay_arg(index: int, value) -> None:
@@ -146,12 +186,9 @@ def replay_arg(index: int, value) -> None:
     if rec is None:
         return
     op = rec.ops[-1] if rec.ops else None
-    if op is None or op[0] not in ("kernel", "kernel_args"):
+    if not isinstance(op, Launch):
         raise RuntimeError("recorder.replay_arg: the last recorded op is not a kernel launch")
-    if op[0] == "kernel":
-        op = ("kernel_args", *op[1:], [])
-        rec.ops[-1] = op
-    op[6].append((index, value))
+    rec.ops[-1] = replace(op, updates=(*op.updates, (index, value)))
 
 
 def copy(queue, dst, src, **kwargs) -> None:
@@ -161,13 +198,13 @@ def copy(queue, dst, src, **kwargs) -> None:
     if kwargs.get("wait_for"):
         unsafe("a copy waits on events of another queue")
     kwargs = {k: v for k, v in kwargs.items() if k != "wait_for"}
-    rec.ops.append(("copy", queue, dst, src, kwargs))
+    rec.ops.append(Copy(queue, dst, src, kwargs))
 
 
 def fill(queue, buf, pattern, offset: int, size: int) -> None:
     rec = getattr(_local, "recording", None)
     if rec is not None:
-        rec.ops.append(("fill", queue, buf, pattern, offset, size))
+        rec.ops.append(Fill(queue, buf, pattern, offset, size))
 
 
 def call(fn) -> None:
@@ -175,7 +212,7 @@ def call(fn) -> None:
     enqueue the read of a flag the launches before it wrote). Not called now."""
     rec = getattr(_local, "recording", None)
     if rec is not None:
-        rec.ops.append(("call", fn))
+        rec.ops.append(Call(fn))
 
 
 def input_check(tensor, check) -> bool:

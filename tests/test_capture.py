@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import parcl as pc
+from parcl import recorder
 import parcl.tape as tp
 from parcl.replica import ReplicaGroup
 
@@ -250,7 +251,8 @@ def _loss_step(queue, labels_of=lambda y: y):
 
 def _op_names(step):
     ops = next(iter(step._entries.values())).recording.ops
-    return [op[1].function_name if op[0] == "kernel" else op[0] for op in ops]
+    return [op.kernel.function_name if isinstance(op, recorder.Launch)
+            else type(op).__name__.lower() for op in ops]
 
 
 def test_replayed_labels_are_checked_on_the_host_before_anything_is_enqueued(queue):

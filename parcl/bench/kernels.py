@@ -346,7 +346,7 @@ def _overhead(q, label, chain, repeat, warmup) -> list[dict]:
         step(x)
     finally:
         recorder.stop()
-    kernels = sum(1 for op in rec.ops if op[0] in ("kernel", "kernel_args"))
+    kernels = sum(1 for op in rec.ops if isinstance(op, recorder.Launch))
     del rec
     q.finish()
     captured = tp.capture(step, q)
