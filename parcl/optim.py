@@ -6,6 +6,12 @@ never waits for the device. Parameters whose ``.grad`` is None are skipped. A st
 every parameter before it launches anything: one that fails leaves parameters and state as
 they were.
 
+Parameters that live in flat buffers (a ``FlatBucket``: one flat value and gradient tensor that
+the parameters' ``.value`` and ``.grad`` view) can be stepped one kernel per bucket:
+``launch(prepare(buckets))``. ``ReplicaGroup`` keeps every replica's parameters that way, and
+``parcl.allreduce.fused`` runs each bucket's update as the whole end of a data-parallel step
+through ``launch``'s ``targets``; the optimizer itself knows nothing of replicas.
+
 >>> opt = pc.optim.AdamW(model.parameters(), lr=1e-3)
 >>> with tp.Tape() as tape:
 ...     loss = tp.cross_entropy(model(x), y)
@@ -25,18 +31,31 @@ from .kernels import optim as K
 from .tape.node import Node, host_copy
 from .tensor import FLOAT, Tensor
 
-__all__ = ["SGD", "Adam", "AdamW", "Optimizer", "OptimizerError"]
+__all__ = ["SGD", "Adam", "AdamW", "FlatBucket", "Optimizer", "OptimizerError", "StepPlan"]
 
 
 class OptimizerError(ParclError, ValueError):
     """Bad optimizer options, or a state dict that does not fit the optimizer."""
 
 
-def _splits(update):
-    """Marks an ``_update`` that honours a flat bucket's ``split`` (the sharded end of a
-    ReplicaGroup step); a subclass that overrides ``_update`` is not sharded."""
-    update.honours_split = True
+def _replicable(update):
+    """Marks an ``_update`` that passes a bucket's ``Replicated`` target to its kernel; a
+    subclass that overrides ``_update`` without it is stepped bucket by bucket as usual."""
+    update.replicable = True
     return update
+
+
+class FlatBucket:
+    """Parameters packed into one flat buffer: ``value`` and ``grad`` are flat float32 tensors
+    that each parameter's ``.value`` and ``.grad`` view at its element offset. While every
+    parameter's ``.grad`` is still its view (``grad_views``), an optimizer may update the whole
+    bucket with one kernel (``Optimizer.prepare``)."""
+
+    __slots__ = ("value", "grad", "params", "offsets", "grad_views")
+
+    def __init__(self, value: Tensor, grad: Tensor, params: list, offsets: list[int]):
+        self.value, self.grad, self.params, self.offsets = value, grad, params, offsets
+        self.grad_views = [p.grad for p in params]
 
 
 def _nonneg(name: str, value) -> float:
@@ -73,6 +92,7 @@ class Optimizer:
         self.param_groups: list[dict[str, Any]] = []
         self.state: dict[Node, dict[str, Any]] = {}
         self._flat: dict[int, tuple] = {}        # id(bucket) -> (flat state, per-param views)
+        self._buckets: dict[int, FlatBucket] = {}   # keeps each id above meaning its bucket
         seen: set[int] = set()
         for group in groups:
             if not isinstance(group, dict) or "params" not in group:
@@ -130,12 +150,15 @@ class Optimizer:
         """One update of every parameter that has a ``.grad``; returns ``closure()`` if
         given (called first, as PyTorch does)."""
         loss = closure() if closure is not None else None
-        self._launch(self._prepare())
+        self.launch(self.prepare())
         return loss
 
-    def _prepare(self) -> _Plan:
-        """Validate every parameter and allocate missing state; launches nothing, so a
-        failure here leaves parameters and state as they were."""
+    def prepare(self, buckets: list[FlatBucket] = ()) -> StepPlan:
+        """Validate every parameter that has a gradient and allocate missing state; launches
+        nothing, so a failure here leaves parameters and state as they were. A bucket of
+        ``buckets`` whose parameters are all stepped with the same options, still with their
+        ``.grad`` views, is planned as one update of the whole bucket (``plan.whole``); its
+        state is kept flat too, each parameter's state entries viewing it."""
         work = []
         for group in self.param_groups:
             opts = self._validate_options(group)   # lr etc. may have been set by hand
@@ -148,49 +171,56 @@ class Optimizer:
                                      f"{p.shape} has a gradient of shape {g.shape} "
                                      f"({g.dtype}); nothing was updated")
                 work.append((p, opts))
-        fused, work = self._fusable(work)
+        fused, work = self._fusable(work, buckets)
         # Allocate every missing state tensor before any parameter is touched.
         staged = [(p, opts, self._allocate(p, self.state.get(p, {}), opts)) for p, opts in work]
         flat_staged = [(b, opts, self._flat_state(b, opts)) for b, opts in fused]
-        return _Plan(staged, flat_staged)
+        return StepPlan(staged, flat_staged)
 
     @property
-    def can_split(self) -> bool:
-        """Whether this optimizer's update honours ``split`` (see ``_launch``)."""
-        return getattr(type(self)._update, "honours_split", False)
+    def plannable(self) -> bool:
+        """Whether ``step()`` is ``launch(prepare())`` (a subclass did not override it), so
+        that a caller may prepare and launch a step itself."""
+        return type(self).step is Optimizer.step
 
-    def _launch(self, plan: _Plan, split=None) -> None:
-        """Enqueue the updates of a prepared step. ``split(bucket)`` may turn each flat
-        bucket's update into the whole end of a data-parallel step, shared by several queues
-        (a ``parcl.kernels.optim.Split``)."""
+    @property
+    def replicable(self) -> bool:
+        """Whether ``launch`` can run whole buckets' updates on ``Replicated`` targets."""
+        return self.plannable and getattr(type(self)._update, "replicable", False)
+
+    def launch(self, plan: StepPlan, targets=None) -> None:
+        """Enqueue the updates of a prepared step. ``targets(bucket)`` (only where
+        ``replicable``) gives a whole bucket's ``parcl.kernels.optim.Replicated``: its update
+        then sums several gradient copies and writes several value copies, run in chunks on
+        several queues (the fused end of a data-parallel step)."""
         for p, opts, fresh in plan.single:
             state = self.state.setdefault(p, {})
             state.update(fresh)
             self._update(p, p.grad, state, opts, fresh)
-        for b, opts, (state, fresh) in plan.flat:
-            flat = _FlatParam(b.value, split(b) if split is not None else None)
+        for b, opts, (state, fresh) in plan.whole:
+            flat = _FlatParam(b.value, targets(b) if targets is not None else None)
             self._update(flat, b.grad, state, opts, fresh)
             if self.has_step:
                 for p in b.params:
                     self.state[p]["step"] = state["step"]
 
-    # -- the fused path: one kernel per flat parameter bucket ------------------------------
-    # ReplicaGroup keeps a replica's parameters and gradients in flat buckets (``p._bucket``:
-    # ``.value``, ``.grad``, ``.params``, ``.offsets``). When every parameter of a bucket is
-    # stepped with the same options and their state is the optimizer's own flat state, the
-    # whole bucket is updated by one kernel; the per-parameter state entries are views into
-    # that flat state, so state_dict() and the per-parameter path see the same values.
-    def _fusable(self, work):
-        buckets: dict[int, list] = {}
+    # -- whole buckets: one kernel per flat parameter bucket -------------------------------
+    # When every parameter of a bucket is stepped with the same options and their state is
+    # the optimizer's own flat state, the whole bucket is updated by one kernel; the
+    # per-parameter state entries are views into that flat state, so state_dict() and the
+    # per-parameter path see the same values.
+    def _fusable(self, work, buckets):
+        home = {id(p): b for b in buckets for p in b.params}
+        grouped: dict[int, list] = {}
         single = []
         for p, opts in work:
-            b = getattr(p, "_bucket", None)
+            b = home.get(id(p))
             if b is None:
                 single.append((p, opts))
             else:
-                buckets.setdefault(id(b), [b, opts, []])[2].append((p, opts))
+                grouped.setdefault(id(b), [b, opts, []])[2].append((p, opts))
         fused = []
-        for b, opts, members in buckets.values():
+        for b, opts, members in grouped.values():
             if (len(members) == len(b.params) and all(o is opts for _, o in members)
                     and all(p.grad is v for p, v in zip(b.params, b.grad_views))
                     and self._flat_ready(b)):
@@ -232,6 +262,7 @@ class Optimizer:
             entry.update({k: v for k, v in fresh.items() if not isinstance(v, Tensor)})
             entry.update(views[p])
         self._flat[id(b)] = (state, views)
+        self._buckets[id(b)] = b
         return state, fresh
 
     def _allocate(self, p: Node, state: dict[str, Any], opts: dict[str, Any]
@@ -250,8 +281,7 @@ class Optimizer:
         raise NotImplementedError
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Drop every parameter's ``.grad`` (``set_to_none``), or fill it with zeros. A grad
-        that is a persistent view into a flat buffer (``p._grad_is_view``) is always zeroed."""
+        """Drop every parameter's ``.grad`` (``set_to_none``), or fill it with zeros."""
         for p in self._params():
             p.zero_grad(set_to_none)
 
@@ -326,7 +356,7 @@ class Optimizer:
         for group, opts in zip(self.param_groups, new_opts):
             group.update(opts)
         self.state = new_state
-        self._flat = {}                            # fresh per-parameter state: no flat views
+        self._flat, self._buckets = {}, {}         # fresh per-parameter state: no flat views
 
     def _check_entry(self, name: str, key, entry, p: Node) -> dict[str, Any]:
         cls = type(self).__name__
@@ -424,15 +454,15 @@ class SGD(Optimizer):
     # PyTorch creates the momentum buffer as a copy of the first gradient: absent until then.
     optional_tensors = ("momentum_buffer",)
 
-    @_splits
+    @_replicable
     def _update(self, p, grad, state, opts, fresh):
         if opts["momentum"] == 0:
-            K.sgd_(p.value, grad, opts["lr"], opts["weight_decay"], split=_split(p))
+            K.sgd_(p.value, grad, opts["lr"], opts["weight_decay"], target=_target(p))
             return
         buf = state.get("momentum_buffer")
         K.sgd_momentum_(p.value, grad, buf, opts["lr"], opts["weight_decay"],
                         opts["momentum"], opts["nesterov"], "momentum_buffer" in fresh,
-                        split=_split(p))
+                        target=_target(p))
 
     def _allocate(self, p, state, opts):
         if opts["momentum"] != 0 and state.get("momentum_buffer") is None:
@@ -462,14 +492,14 @@ class Adam(Optimizer):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
                                   "weight_decay": weight_decay})
 
-    @_splits
+    @_replicable
     def _update(self, p, grad, state, opts, fresh):
         step = state["step"] + 1
         wd = opts["weight_decay"]
         K.adam_(p.value, grad, state["exp_avg"], state["exp_avg_sq"], lr=opts["lr"],
                 beta1=opts["betas"][0], beta2=opts["betas"][1], eps=opts["eps"], step=step,
                 weight_decay=0.0 if self.decoupled else wd,
-                decoupled_weight_decay=wd if self.decoupled else 0.0, split=_split(p))
+                decoupled_weight_decay=wd if self.decoupled else 0.0, target=_target(p))
         state["step"] = step
 
 
@@ -490,26 +520,27 @@ class AdamW(Adam):
 
 
 
-class _Plan:
-    """A validated step: per-parameter work and whole flat buckets (``Optimizer._prepare``)."""
+class StepPlan:
+    """A validated step (``Optimizer.prepare``): ``single``, per-parameter updates; ``whole``,
+    whole flat buckets, each with its options and flat state; ``launch`` enqueues both."""
 
-    __slots__ = ("single", "flat")
+    __slots__ = ("single", "whole")
 
-    def __init__(self, single: list, flat: list):
-        self.single, self.flat = single, flat
+    def __init__(self, single: list, whole: list):
+        self.single, self.whole = single, whole
 
 
 class _FlatParam:
     """A whole flat parameter bucket, shaped like one parameter for ``_update``/``_allocate``;
-    ``split`` shares its update among replicas' queues."""
+    ``target`` is its ``Replicated`` end of a data-parallel step, if any."""
 
-    __slots__ = ("value", "shape", "split")
+    __slots__ = ("value", "shape", "target")
 
-    def __init__(self, value: Tensor, split=None):
+    def __init__(self, value: Tensor, target=None):
         self.value = value
         self.shape = value.shape
-        self.split = split
+        self.target = target
 
 
-def _split(p):
-    return p.split if isinstance(p, _FlatParam) else None
+def _target(p):
+    return p.target if isinstance(p, _FlatParam) else None

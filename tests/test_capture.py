@@ -35,7 +35,8 @@ def train(build, devices, capture, batches, make_opt=None):
         losses = [group.step(x, y, tp.cross_entropy, opt) for x, y in batches]
         params = [p.value.to_host() for p in group.parameters()]
         buffers = [b.to_host() for _, b in group.model.named_buffers()]
-        captured = [[step for _, step in per_replica.values()] for per_replica in group._captured]
+        captured = [[step for _, step in per_replica.values()]
+                    for per_replica in getattr(group._backward, "steps", [])]
     return losses, params, buffers, captured
 
 
@@ -116,7 +117,8 @@ def test_a_group_with_dropout_replays_bit_identically_to_eager(devices2):
             losses = [group.step(*batch(12, seed=s), tp.cross_entropy, opt) for s in range(5)]
             params = [p.value.to_host() for p in group.parameters()]
             states = group.run(lambda r: nn_ops.rng_state())
-            replays = [step.replays for per in group._captured for _, step in per.values()]
+            replays = [step.replays for per in getattr(group._backward, "steps", [])
+                       for _, step in per.values()]
         return losses, params, states, replays
 
     eager, replayed = run(False), run(True)
@@ -152,21 +154,17 @@ def test_host_reads_and_anomaly_mode_stay_eager(queue):
         assert "detect_anomaly" in twice.reason(x)
 
 
-def test_replays_are_enqueued_by_the_caller_once_every_replica_recorded(devices2):
+def test_each_replica_thread_replays_its_own_recording(devices2):
     x, y = batch(8)
     with ReplicaGroup(mlp, devices2, capture=True) as group, \
             ReplicaGroup(mlp, devices2) as eager:
         opts = [pc.optim.SGD(g.parameters(), lr=0.1) for g in (group, eager)]
-        group.step(x, y, tp.cross_entropy, opts[0])          # recorded by the replica threads
-        dispatched = []
-        group._replica_step = lambda *a: dispatched.append(a)   # threads must not be asked
-        eager.step(x, y, tp.cross_entropy, opts[1])
-        for _ in range(2):
+        for _ in range(3):
             assert group.step(x, y, tp.cross_entropy, opts[0]) == \
                 eager.step(x, y, tp.cross_entropy, opts[1])
-        assert dispatched == []
-        assert [step.replays for entries in group._captured for _, step in entries.values()] \
-            == [2, 2]
+        steps = [step for entries in group._backward.steps for _, step in entries.values()]
+        assert [s.replays for s in steps] == [2, 2]
+        assert [s.queue for s in steps] == [r.queue for r in group.replicas]
         for a, b in zip(group.parameters(), eager.parameters()):      # bit-identical
             np.testing.assert_array_equal(a.value.to_host(), b.value.to_host())
 
@@ -178,7 +176,7 @@ def test_a_launch_failing_in_a_replay_names_its_replica(devices2):
         group.step(x, y, tp.cross_entropy, opt)
         group.step(x, y, tp.cross_entropy, opt)            # replayed: its calls are bound
         before = [p.value.to_host() for p in group.parameters()]
-        (_, step), = group._captured[1].values()
+        (_, step), = group._backward.steps[1].values()
         (entry,) = step._entries.values()
 
         def lost():                                     # e.g. CL_OUT_OF_RESOURCES
@@ -234,7 +232,7 @@ def test_a_new_loss_function_every_step_keeps_memory_bounded(devices2):
         for _ in range(12):
             group.step(x, y, lambda p, t: tp.cross_entropy(p, t), opt)   # a new lambda
             used.append(pc.memory_stats(group.replicas[1].queue)["bytes_in_use"])
-        assert all(len(per_replica) <= 4 for per_replica in group._captured)
+        assert all(len(per_replica) <= 4 for per_replica in group._backward.steps)
         assert used[-1] == used[5]
 
 
@@ -271,7 +269,7 @@ def test_replayed_labels_are_checked_on_the_host_before_anything_is_enqueued(que
         step(x, bad)
     bad[3], bad[5] = -1, 10
     with pytest.raises(pc.ShapeError, match="label -1 at row 3"):     # the first bad row
-        step.prefetch(x, bad)
+        step(x, bad)
     after = [p.grad.to_host() for p in model.parameters()]
     assert all(np.array_equal(a, b) for a, b in zip(before, after))
     assert step.replays == 1
@@ -295,9 +293,8 @@ def test_labels_computed_on_the_device_are_read_right_after_the_forward(queue):
         step(x, bad)
 
 
-def test_prefetched_inputs_are_the_ones_replayed(queue):
-    """``prefetch`` uploads the next call's inputs early; the call with the same arrays then
-    replays on them, and a call with other arrays uploads its own (never stale inputs)."""
+def test_every_replay_uploads_the_arrays_it_is_given(queue):
+    """A replay copies the inputs of its own call: never those of an earlier one."""
     w = tp.tensor(pc.Tensor.from_host(queue, np.array([2.0, 3.0], np.float32)))
 
     def fn(x):
@@ -307,12 +304,10 @@ def test_prefetched_inputs_are_the_ones_replayed(queue):
     step = tp.capture(fn, queue)
     step(np.array([1.0, 1.0], np.float32))                  # recorded
     a, b = np.array([1.0, 2.0], np.float32), np.array([5.0, 7.0], np.float32)
-    step.prefetch(a)
-    assert step(a).item() == 8.0                            # the prefetched upload
-    step.prefetch(a)
-    assert step(b).item() == 31.0                           # other arrays: uploaded again
-    step.prefetch(np.zeros(3, np.float32))                  # no recording for it: nothing
     assert step(a).item() == 8.0
+    assert step(b).item() == 31.0
+    a[:] = 0.0                                              # the same array, refilled
+    assert step(a).item() == 0.0
     assert step.replays == 3
 
 

@@ -73,9 +73,9 @@ def test_an_optimizer_with_its_own_update_rule_is_not_sharded(devices2):
         return PlainSGD(params, lr=0.1)
 
     assert not make([tp.tensor(pc.Tensor.zeros(pc.default_queue(), (1,)),
-                               requires_grad=True)]).can_split
+                               requires_grad=True)]).replicable
     assert pc.optim.SGD([tp.tensor(pc.Tensor.zeros(pc.default_queue(), (1,)),
-                                   requires_grad=True)], lr=0.1).can_split
+                                   requires_grad=True)], lr=0.1).replicable
     ref = train_single(seeded(mlp), tp.cross_entropy, batch(12), 3, make)
     got = train_replicated(seeded(mlp), tp.cross_entropy, batch(12), 3, 2, make,
                            devices=devices2)
@@ -325,8 +325,8 @@ def test_one_model_shared_by_replicas_is_refused(devices2):
 
 def test_the_broadcast_is_one_copy_per_bucket(devices2):
     with ReplicaGroup(mlp, devices2, bucket_mb=1) as group:
-        flats = group._param_flats[1].flats
-        assert len(flats) == len(group._buckets[1].flats) == 1
+        flats = group._buffers.values[1].flats
+        assert len(flats) == len(group._buffers.grads[1].flats) == 1
         views = [p.value.data for p in group.replicas[1].model.parameters()]
         assert all(v.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT) == flats[0].data
                    for v in views)
@@ -338,10 +338,9 @@ def test_fused_bucket_optimizer_step_equals_the_per_parameter_step(devices2, mak
 
     def run(fused):
         with ReplicaGroup(seeded(mlp), devices2) as group:
-            if not fused:
-                for p in group.parameters():
-                    del p._bucket                      # no flat bucket: per-parameter path
             opt = make_opt(group.parameters())
+            if not fused:
+                opt.__class__ = _per_parameter(type(opt))
             for s in range(3):
                 with trace_launches() as launches:
                     group.step(*batch(8, seed=s), tp.cross_entropy, opt)
@@ -359,6 +358,15 @@ def test_fused_bucket_optimizer_step_equals_the_per_parameter_step(devices2, mak
     for i in plain_state:
         for k, v in plain_state[i].items():
             assert np.array_equal(np.asarray(fused_state[i][k]), np.asarray(v))
+
+
+def _per_parameter(cls):
+    """``cls`` with a ``step()`` of its own: not plannable, so the group calls ``step()``,
+    which updates parameter by parameter."""
+    class PerParameter(cls):
+        def step(self, closure=None):
+            return super().step(closure)
+    return PerParameter
 
 
 def _is_update(kernel_name: str) -> bool:
@@ -383,7 +391,7 @@ def test_the_sharded_step_equals_replica_0_stepping_everything(devices2, make_op
 
     def run(allreduce):
         with ReplicaGroup(seeded(mlp), devs, allreduce=allreduce, bucket_mb=0.004) as group:
-            assert len(group._buckets[0].flats) > 1                  # several buckets
+            assert len(group._buffers.grads[0].flats) > 1            # several buckets
             opt = make_opt(group.parameters())
             for s in range(3):
                 with trace_launches() as launches:
@@ -448,10 +456,9 @@ def test_after_close_the_optimizer_steps_parameters_one_by_one(devices2):
 def test_momentum_switched_on_later_uses_the_fused_path_correctly(devices2):
     def run(fused):
         with ReplicaGroup(seeded(mlp), devices2) as group:
-            if not fused:
-                for p in group.parameters():
-                    del p._bucket
             opt = pc.optim.SGD(group.parameters(), lr=0.1, momentum=0.0)
+            if not fused:
+                opt.__class__ = _per_parameter(type(opt))
             for s in range(3):
                 if s == 1:
                     opt.param_groups[0]["momentum"] = 0.9       # a momentum warm-up

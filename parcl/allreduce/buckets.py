@@ -3,7 +3,9 @@
 Parameters are packed in reverse registration order (backward produces the last layers' grads
 first) into buckets of about ``bucket_mb``; each parameter's ``.grad`` becomes a view (an OpenCL
 sub-buffer) into its bucket, so backward accumulates straight into the bucket and the allreduce
-is a few large kernels instead of one per parameter.
+is a few large kernels instead of one per parameter. Parameter values get the same layout
+(``ParamBuckets``), so a broadcast is one copy per bucket and an optimizer can step a whole
+bucket with one kernel (``parcl.optim.FlatBucket``).
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def _flat_views(shapes, queue: cl.CommandQueue, plan, align: int):
 
 
 class GradBuckets:
-    """Flat gradient buffers for one replica's parameters, with ``.grad`` views into them."""
+    """Flat gradient buffers for one replica's parameters, with ``.grad`` views into them:
+    backward accumulates straight into the buckets."""
 
     def __init__(self, params: list, queue: cl.CommandQueue, bucket_mb: float = 25.0,
                  plan=None, align: int | None = None):
@@ -68,11 +71,24 @@ class GradBuckets:
         shapes = [tuple(p.shape) for p in params]
         self.align = align if align is not None else alignment_elems(queue.device)
         self.plan = plan if plan is not None else plan_buckets(shapes, bucket_mb, self.align)
-        self.flats, views = _flat_views(shapes, queue, self.plan, self.align)
-        for p, view in zip(params, views):
-            p.grad = view
-            p._grad_is_view = True
+        self.flats, self.views = _flat_views(shapes, queue, self.plan, self.align)
         self.params = params
+        for p, view in zip(params, self.views):
+            p.grad = view
+
+    def gather(self) -> None:
+        """Make every parameter's ``.grad`` its view again: a gradient that was replaced (an
+        optimizer's ``zero_grad()`` dropping it, a backward that made a new one) is copied
+        into the bucket, a dropped one is zero there, so the buckets hold every gradient."""
+        for p, view in zip(self.params, self.views):
+            grad = p.grad
+            if grad is view:
+                continue
+            if grad is None:
+                view.fill_(0)
+            else:
+                view.copy_(grad)
+            p.grad = view
 
     def zero_(self) -> None:
         """Zero every gradient: one fill per bucket."""
@@ -83,18 +99,6 @@ class GradBuckets:
         """Give the parameters ordinary gradients again (``.grad = None``)."""
         for p in self.params:
             p.grad = None
-            p._grad_is_view = False
-
-
-class FlatBucket:
-    """One bucket of one replica: flat ``value`` and ``grad`` and the parameters (with their
-    element offsets) viewing them; optimizers step it with one kernel (``p._bucket``)."""
-
-    __slots__ = ("value", "grad", "params", "offsets", "grad_views")
-
-    def __init__(self, value: Tensor, grad: Tensor, params: list, offsets: list[int]):
-        self.value, self.grad, self.params, self.offsets = value, grad, params, offsets
-        self.grad_views = [p.grad for p in params]     # fused only while these are .grad
 
 
 class ParamBuckets:
@@ -102,20 +106,12 @@ class ParamBuckets:
     layout as its gradient buckets), so copying every parameter to another replica is one copy
     per bucket."""
 
-    def __init__(self, params: list, queue: cl.CommandQueue, plan, align: int,
-                 grads: GradBuckets | None = None):
+    def __init__(self, params: list, queue: cl.CommandQueue, plan, align: int):
         shapes = [tuple(p.shape) for p in params]
         self.flats, views = _flat_views(shapes, queue, plan, align)
         for p, view in zip(params, views):
             view.copy_(p.value)
             p.value = view
-        if grads is not None:
-            # Tell optimizers where the whole bucket is, so they can step it in one kernel.
-            for value, grad, bucket in zip(self.flats, grads.flats, plan):
-                members = FlatBucket(value, grad, [params[i] for i, _ in bucket],
-                                     [off for _, off in bucket])
-                for p in members.params:
-                    p._bucket = members
 
     def copy_from(self, other: ParamBuckets, wait_for) -> list[cl.Event]:
         """Enqueue on this replica's queue: every bucket = ``other``'s (after ``wait_for``)."""

@@ -17,7 +17,7 @@ from ..tensor import FLOAT, Tensor, check_same_context, foreign_use, foreign_wai
 from ._cache import get_kernel, round_up
 from .reduce import ordered_sum
 
-__all__ = ["Split", "adam_", "sgd_", "sgd_momentum_"]
+__all__ = ["Replicated", "adam_", "sgd_", "sgd_momentum_"]
 
 # Each update: (state pointers, scalar parameters, body). The body reads the summed gradient
 # as G and the parameter as p[i], writes its state, and leaves the new parameter in ``out``.
@@ -49,7 +49,7 @@ _UPDATES = {
     v[i] = vi;
     const float out = w - step_size * mi / (sqrt(vi) * inv_sqrt_bc2 + eps);"""),
 }
-MAX_REPLICAS = 8     # the widest replicated variant (ReplicaGroup's sharded step)
+MAX_REPLICAS = 8     # the widest replicated variant (parcl.allreduce.fused)
 
 
 def _source() -> str:
@@ -105,21 +105,22 @@ def _check(op: str, param: Tensor, *others: Tensor) -> None:
 
 
 def _launch(name: str, param: Tensor, grad: Tensor, state: tuple[Tensor, ...], scalars,
-            split=None) -> Tensor:
+            target=None) -> Tensor:
     """Enqueue ``name`` on the parameter's queue; the gradient may live on another queue of the
     same context (ordered with a marker), the state lives on the parameter's.
 
-    ``split`` (a ``Split``) runs the replicated variant instead: the end of a data-parallel
-    step, each of its queues taking its own element range (the same kernel over a global
-    offset, so each element gets exactly the arithmetic of one unsplit launch). Ordering the
-    queues around it is the caller's job (``ReplicaGroup``'s sharded step)."""
-    if split is not None:
-        k = len(split.values)
+    ``target`` (a ``Replicated``) runs the replicated variant instead: the end of a
+    data-parallel step, each of its queues taking its own element range (the same kernel over
+    a global offset, so each element gets exactly the arithmetic of one plain launch).
+    Ordering the queues around it is the caller's job (``parcl.allreduce.fused``)."""
+    if target is not None:
+        k = len(target.values)
         if not 1 <= k <= MAX_REPLICAS:
-            raise ShapeError(f"{name}: a split step takes 1..{MAX_REPLICAS} replicas, got {k}")
-        args = [*(v.data for v in split.values), *(g.data for g in split.grads),
+            raise ShapeError(f"{name}: a replicated step takes 1..{MAX_REPLICAS} replicas, "
+                             f"got {k}")
+        args = [*(v.data for v in target.values), *(g.data for g in target.grads),
                 *(s.data for s in state), *scalars]
-        for q, off, cnt in split.shards:
+        for q, off, cnt in target.shards:
             if cnt > 0:
                 get_kernel(q, SOURCE, f"{name}_x{k}")(
                     q, (round_up(cnt, _LOCAL),), None, *args, np.int32(off + cnt),
@@ -135,7 +136,7 @@ def _launch(name: str, param: Tensor, grad: Tensor, state: tuple[Tensor, ...], s
     return param
 
 
-class Split:
+class Replicated:
     """The end of a data-parallel step for one flat bucket: every replica's parameter values
     and gradients (replica 0's first: its values and the state are the ones stepped) and
     ``shards``, ``(queue, offset, count)`` per queue."""
@@ -144,35 +145,35 @@ class Split:
 
     def __init__(self, values: list[Tensor], grads: list[Tensor], shards: list[tuple]):
         if len(values) != len(grads):
-            raise ShapeError(f"Split: {len(values)} parameter buffers but {len(grads)} "
+            raise ShapeError(f"Replicated: {len(values)} parameter buffers but {len(grads)} "
                              "gradient buffers")
         for t in (*values, *grads):
             if t.size != values[0].size or t.dtype != FLOAT:
-                raise ShapeError(f"Split: every buffer must hold {values[0].size} float32 "
+                raise ShapeError(f"Replicated: every buffer must hold {values[0].size} float32 "
                                  f"elements, got {t.size} ({t.dtype})")
         self.values, self.grads, self.shards = values, grads, shards
 
 
 def sgd_(param: Tensor, grad: Tensor, lr: float, weight_decay: float = 0.0, *,
-         split: Split | None = None) -> Tensor:
+         target: Replicated | None = None) -> Tensor:
     """``param -= lr * (grad + weight_decay * param)`` in place (SGD without momentum)."""
     _check("sgd", param, grad)
-    return _launch("sgd", param, grad, (), (np.float32(lr), np.float32(weight_decay)), split)
+    return _launch("sgd", param, grad, (), (np.float32(lr), np.float32(weight_decay)), target)
 
 
 def sgd_momentum_(param: Tensor, grad: Tensor, buf: Tensor, lr: float, weight_decay: float,
                   momentum: float, nesterov: bool, first: bool, *,
-                  split: Split | None = None) -> Tensor:
+                  target: Replicated | None = None) -> Tensor:
     """SGD with momentum (dampening 0), PyTorch's formula; ``first`` sets ``buf = grad``."""
     _check("sgd_momentum", param, grad, buf)
     return _launch("sgd_momentum", param, grad, (buf,),
                    (np.float32(lr), np.float32(weight_decay), np.float32(momentum),
-                    np.int32(bool(first)), np.int32(bool(nesterov))), split)
+                    np.int32(bool(first)), np.int32(bool(nesterov))), target)
 
 
 def adam_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *, lr: float,
           beta1: float, beta2: float, eps: float, step: int, weight_decay: float = 0.0,
-          decoupled_weight_decay: float = 0.0, split: Split | None = None) -> Tensor:
+          decoupled_weight_decay: float = 0.0, target: Replicated | None = None) -> Tensor:
     """One Adam step (``step`` counts from 1) in place; ``weight_decay`` is Adam's L2 term,
     ``decoupled_weight_decay`` AdamW's ``p *= 1 - lr * wd`` applied first."""
     _check("adam", param, grad, exp_avg, exp_avg_sq)
@@ -183,4 +184,4 @@ def adam_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *, l
     scalars = (np.float32(1.0 - lr * decoupled_weight_decay), np.float32(weight_decay),
                np.float32(beta1), np.float32(beta2), np.float32(lr / bc1),
                np.float32(1.0 / np.sqrt(bc2)), np.float32(eps))
-    return _launch("adam", param, grad, (exp_avg, exp_avg_sq), scalars, split)
+    return _launch("adam", param, grad, (exp_avg, exp_avg_sq), scalars, target)

@@ -23,13 +23,10 @@ returned by one call are overwritten by the next (copy a value you want to keep)
 
 from __future__ import annotations
 
-from itertools import zip_longest
-
 import numpy as np
 import pyopencl as cl
 
 from .. import recorder
-from ..errors import ParclError
 from ..tensor import Tensor, _check_dtype, snapshot
 from . import mode
 
@@ -56,7 +53,6 @@ class CapturedStep:
         self._entries: dict = {}
         self.replays = 0
         self.eager_calls = 0
-        self._prefetched: tuple | None = None      # (entry, arrays given, (modes, key))
 
     def reason(self, *arrays, key=()) -> str | None:
         """Why calls with these inputs run eagerly (None when they are replayed)."""
@@ -68,15 +64,12 @@ class CapturedStep:
 
     def __call__(self, *arrays, key=()):
         """Run the step on these numpy inputs (see the module docstring)."""
-        given = arrays
         arrays = tuple(np.ascontiguousarray(a) for a in arrays)
         k = self._key(arrays, key)
         entry = self._entries.get(k)
-        prefetched, self._prefetched = self._prefetched, None
         if entry is not None and entry.reason is None:
-            if not _was_prefetched(prefetched, entry, given):
-                entry.recording.check_inputs(arrays)
-                self._upload(entry, arrays)
+            entry.recording.check_inputs(arrays)     # may raise: nothing is enqueued then
+            self._upload(entry, arrays)
             entry.recording.replay()
             self.replays += 1
             return entry.outputs
@@ -84,34 +77,6 @@ class CapturedStep:
             self.eager_calls += 1
             return self.fn(*self._fresh_inputs(arrays))
         return self._record(k, arrays)
-
-    def prefetch(self, *arrays, key=()) -> None:
-        """Start copying the inputs of the next call now (from any thread while no call runs):
-        a next call with these same array objects then replays without uploading them (so
-        they must not change in between: the copies read them while the device runs). Calls
-        that would record or run eagerly upload their inputs themselves, so nothing is done
-        for them here. The recording's input checks (e.g. the labels' range) run first: one
-        that fails raises here, with nothing enqueued."""
-        converted = tuple(np.ascontiguousarray(a) for a in arrays)
-        entry = self._entries.get(self._key(converted, key))
-        self._prefetched = None
-        if entry is None or entry.reason is not None:
-            return
-        entry.recording.check_inputs(converted)     # may raise: nothing is enqueued then
-        self._upload(entry, converted)
-        self._prefetched = (entry, arrays, (mode.capture_modes(), key))
-
-    def _prefetched_replay(self, given, key) -> _Entry | None:
-        """The recording a call with exactly these arrays would replay without uploading
-        them (``prefetch`` was given them), or None."""
-        prefetched = self._prefetched
-        if prefetched is None:
-            return None
-        entry = prefetched[0]
-        if not _was_prefetched(prefetched, entry, given):
-            return None
-        # the very arrays prefetch was given, so the shapes in its key are theirs
-        return entry if prefetched[2] == (mode.capture_modes(), key) else None
 
     def _fresh_inputs(self, arrays) -> list[Tensor]:
         return [Tensor.from_host(self.queue, a) for a in arrays]
@@ -148,52 +113,6 @@ class CapturedStep:
     def clear(self) -> None:
         """Drop every recording (their pinned buffers go back to the pool)."""
         self._entries.clear()
-        self._prefetched = None
-
-
-def _was_prefetched(prefetched, entry, given) -> bool:
-    return (prefetched is not None and prefetched[0] is entry and entry.reason is None
-            and len(prefetched[1]) == len(given)
-            and all(a is b for a, b in zip(given, prefetched[1])))
-
-
-class ReplayFailed(ParclError):
-    """Enqueueing one of ``replay_together``'s replays failed; ``index`` is its place in the
-    calls, and the original error is the ``__cause__``."""
-
-    def __init__(self, index: int, error: BaseException):
-        super().__init__(f"replay {index} failed: {type(error).__name__}: {error}")
-        self.index = index
-
-
-def replay_together(calls) -> list | None:
-    """Replay several captured steps, each on its own queue, from this thread at once:
-    ``calls`` is ``[(captured_step, arrays, key), ...]``. Their launches are enqueued in
-    turn, one from each, so every device starts within microseconds of the others, and no
-    other thread has to wake up (threads replaying their own would each wait for the
-    interpreter lock before their first launch). Returns, per call, its outputs and a
-    function running its host checks (each may raise: call them in order to know whose check
-    failed). Returns None, with nothing enqueued, unless every call would
-    replay a recording whose inputs ``prefetch`` already copied from these very arrays. Each
-    queue gets exactly the work of its own replay, in its order, so results are those of
-    separate calls. A launch that fails raises ``ReplayFailed`` naming whose it was."""
-    entries = []
-    for step, arrays, key in calls:
-        entry = step._prefetched_replay(arrays, key)
-        if entry is None:
-            return None
-        entries.append(entry)
-    for step, _, _ in calls:
-        step._prefetched = None
-        step.replays += 1
-    for turn in zip_longest(*[entry.recording.calls() for entry in entries]):
-        for index, call in enumerate(turn):
-            if call is not None:
-                try:
-                    call()
-                except Exception as exc:
-                    raise ReplayFailed(index, exc) from exc
-    return [(entry.outputs, entry.recording.check) for entry in entries]
 
 
 def capture(fn, queue: cl.CommandQueue) -> CapturedStep:

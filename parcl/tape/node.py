@@ -74,11 +74,10 @@ class Node:
         return self.value.item()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Drop ``.grad`` (``set_to_none``) or fill it with zeros. A grad that is a persistent
-        view into a flat gradient bucket (``_grad_is_view``) is always zeroed, never dropped."""
+        """Drop ``.grad`` (``set_to_none``) or fill it with zeros."""
         if self.grad is None:
             return
-        if set_to_none and not getattr(self, "_grad_is_view", False):
+        if set_to_none:
             self.grad = None
         else:
             self.grad.fill_(0)

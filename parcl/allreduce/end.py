@@ -1,0 +1,104 @@
+"""The end of a data-parallel step: the replicas' gradients summed, one optimizer update, the
+new parameters in every replica, the gradients zeroed for the next step.
+
+Every kind is a small class with one method, ``finish(buffers, optimizer)``; ``ReplicaGroup``
+picks one when it is built (``end_of_step``):
+
+* ``Reduced``: a named allreduce algorithm (or, across processes, MPI) sums each gradient
+  bucket in place, the optimizer steps replica 0's parameters, and they are copied to the
+  other replicas;
+* ``Fused`` (``fused.py``, one process, the default): each replica's queue takes its chunk of
+  every bucket through that whole end in one kernel.
+
+They are bit-identical: every element is summed in replica order and updated by the same
+arithmetic.
+
+>>> end = end_of_step("auto", comm=None, replicas=2, fence=False)
+>>> end.finish(buffers, optimizer)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyopencl as cl
+
+from ..optim import FlatBucket, Optimizer
+from ..tensor import Tensor
+from . import ALGORITHMS, allreduce_scaled
+from .buckets import GradBuckets, ParamBuckets
+from .mpi import hierarchical
+
+
+@dataclass
+class StepBuffers:
+    """Every replica's flat buffers (replica 0's first), which the end of a step works on:
+    gradient and parameter buckets, other state to copy from replica 0 (BatchNorm's running
+    statistics), and replica 0's buckets as the optimizer sees them."""
+
+    queues: list[cl.CommandQueue]
+    grads: list[GradBuckets]
+    values: list[ParamBuckets]
+    buffers: list[list[Tensor]]
+    buckets: list[FlatBucket]
+
+    def broadcast(self) -> None:
+        """Copy replica 0's parameters and buffers to every other replica; replica 0's queue
+        waits for those reads before it changes anything again."""
+        ready = [cl.enqueue_marker(self.queues[0])]
+        reads = []
+        for r in range(1, len(self.queues)):
+            reads += self.values[r].copy_from(self.values[0], ready)
+            for s, d in zip(self.buffers[0], self.buffers[r]):
+                reads.append(cl.enqueue_copy(self.queues[r], d.data, s.data,
+                                             byte_count=s.nbytes, wait_for=ready))
+        if reads:
+            cl.enqueue_barrier(self.queues[0], wait_for=reads)
+
+
+class Reduced:
+    """Sum every bucket with an allreduce (``algorithm`` over the replicas, then ``comm``
+    across ranks), step replica 0's parameters, zero the gradients, broadcast."""
+
+    def __init__(self, algorithm: str = "auto", comm=None):
+        self.algorithm, self.comm = algorithm, comm
+
+    def finish(self, buffers: StepBuffers, optimizer) -> None:
+        # Validate before anything changes: a bad gradient leaves every replica as it was.
+        plan = optimizer.prepare(buffers.buckets) if _plannable(optimizer) else None
+        self.reduce(buffers)
+        if plan is not None:
+            optimizer.launch(plan)
+        else:
+            optimizer.step()
+        for grads in buffers.grads:
+            grads.zero_()
+        buffers.broadcast()
+
+    def reduce(self, buffers: StepBuffers, scale: float = 1.0) -> None:
+        """Every replica's gradient buckets become ``scale *`` their sum (the loss weights
+        already make the sum the batch mean)."""
+        for b in range(len(buffers.grads[0].flats)):
+            flats = [grads.flats[b] for grads in buffers.grads]
+            if self.comm is not None:
+                hierarchical(flats, self.comm, scale)
+            else:
+                allreduce_scaled(flats, scale, self.algorithm)
+
+
+def _plannable(optimizer) -> bool:
+    return isinstance(optimizer, Optimizer) and optimizer.plannable
+
+
+def end_of_step(allreduce: str, comm, replicas: int, fence: bool):
+    """The end of step for a group: ``Fused`` on one process with ``allreduce="auto"``
+    (``fence``: whether the queues must be fenced after it, see ``Fused``), else ``Reduced``
+    with that algorithm (and MPI when ``comm`` is given)."""
+    if allreduce != "auto" and allreduce not in ALGORITHMS:
+        raise ValueError(f"unknown allreduce {allreduce!r}; choose one of "
+                         f"{sorted(ALGORITHMS)} or 'auto'")
+    if comm is None and allreduce == "auto":
+        from .fused import MAX_REPLICAS, Fused
+        if replicas <= MAX_REPLICAS:
+            return Fused(fence)
+    return Reduced(allreduce, comm)

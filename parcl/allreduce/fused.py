@@ -1,0 +1,69 @@
+"""``Fused``: the whole end of a step in one kernel per replica and bucket.
+
+Replica r's queue takes chunk r of every bucket: it sums that chunk of every replica's
+gradients (in replica order, as ``direct`` does), zeroes them, steps replica 0's parameters
+and optimizer state there and writes the new values into every other replica
+(``parcl.kernels.optim``'s ``name_xK`` kernels). Each element is read and written once, and
+the replicas share the work instead of replica 0 stepping everything while the others wait;
+it is the arithmetic of ``Reduced``, so results are bit-identical to it.
+
+The optimizer does it through its public flat-bucket interface (``prepare`` and ``launch``
+with ``Replicated`` targets); where it cannot (a custom update, parameters of one bucket with
+different options) the step ends as ``Reduced`` does.
+"""
+
+from __future__ import annotations
+
+import pyopencl as cl
+
+from ..kernels.optim import MAX_REPLICAS, Replicated
+from ._common import chunk_bounds
+from .end import Reduced, StepBuffers, _plannable
+
+__all__ = ["MAX_REPLICAS", "Fused"]
+
+
+class Fused:
+    """The fused end of a step on one process. ``fence``: whether the queues must wait for
+    each other's chunks after it; not where the devices are the host's own cores, since the
+    group waits for every queue before the next step is even enqueued there."""
+
+    def __init__(self, fence: bool):
+        self.fence = fence
+        self.fallback = Reduced()
+
+    def finish(self, buffers: StepBuffers, optimizer) -> None:
+        if not (_plannable(optimizer) and optimizer.replicable):
+            return self.fallback.finish(buffers, optimizer)
+        plan = optimizer.prepare(buffers.buckets)     # validates first: a bad grad changes nothing
+        if plan.single:
+            return self.fallback.finish(buffers, optimizer)
+        queues = buffers.queues
+        k = len(queues)
+        # Every replica's backward, and any optimizer state just allocated on replica 0, comes
+        # before the chunks are touched. (One replica: its in-order queue does that.)
+        if k > 1:
+            _fence(queues)
+        where = {id(bucket): b for b, bucket in enumerate(buffers.buckets)}
+
+        def target(bucket) -> Replicated:
+            b = where[id(bucket)]
+            shards = [(q, off, cnt) for q, (off, cnt) in
+                      zip(queues, chunk_bounds(bucket.value.size, k))]
+            return Replicated([values.flats[b] for values in buffers.values],
+                              [grads.flats[b] for grads in buffers.grads], shards)
+
+        optimizer.launch(plan, targets=target)
+        for r in range(1, k):                      # buffers: BatchNorm's running statistics
+            for s, d in zip(buffers.buffers[0], buffers.buffers[r]):
+                cl.enqueue_copy(queues[r], d.data, s.data, byte_count=s.nbytes)
+        if k > 1 and self.fence:
+            _fence(queues)
+
+
+def _fence(queues: list[cl.CommandQueue]) -> None:
+    """Nothing enqueued on any queue from here on starts before everything enqueued so far on
+    every other queue is done."""
+    ready = [cl.enqueue_marker(q) for q in queues]
+    for r, q in enumerate(queues):
+        cl.enqueue_barrier(q, wait_for=[e for i, e in enumerate(ready) if i != r])

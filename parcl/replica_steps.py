@@ -1,0 +1,155 @@
+"""A replica's part of a data-parallel step: its shard of the batch, forward and backward on
+its own thread, eagerly or replaying a recording (``parcl.tape.capture``).
+
+``split_batch`` cuts this process's batch into one ``Shard`` per replica (and each shard into
+micro-batches for gradient accumulation), each with the weight that makes the summed
+gradients the gradient of the batch mean. ``Eager`` and ``Captured`` run a shard on the
+replica's thread; ``ReplicaGroup`` picks one of the two when it is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyopencl as cl
+
+from .errors import ParclError, ShapeError
+from .tape import Node, Tape, tensor
+from .tape.capture import capture
+from .tensor import Tensor
+
+MAX_CAPTURED_LOSSES = 4       # loss functions whose recorded steps a replica keeps
+
+
+@dataclass
+class Micro:
+    """One micro-batch: its rows of the caller's batch and its weight (rows / global batch)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    weight: np.ndarray            # float32 0-d: the upstream gradient of its mean loss
+    start: int                    # its first row in the caller's batch
+
+
+@dataclass
+class Outcome:
+    """What a replica's part of the step gave: the pending host reads of its micro-batches'
+    losses, and which parameters (by index) got a gradient."""
+
+    losses: list[np.ndarray]
+    reads: list[cl.Event]
+    weights: list[float]
+    reached: tuple[int, ...]
+
+
+def split_batch(x: np.ndarray, y: np.ndarray, replicas: int, total: int,
+                accumulation_steps: int = 1) -> list[list[Micro]]:
+    """Per replica its micro-batches: contiguous rows, the first ``n % replicas`` replicas
+    (and micro-batches) one row longer; ``total`` is the global batch (all ranks)."""
+    n = int(x.shape[0]) if x.ndim else 0
+    if y.ndim == 0 or y.shape[0] != n:
+        raise ShapeError(f"ReplicaGroup.step: x has {n} samples but y has shape {y.shape}")
+    if int(accumulation_steps) != accumulation_steps or accumulation_steps < 1:
+        raise ShapeError(f"ReplicaGroup.step: accumulation_steps must be a whole number >= 1, "
+                         f"got {accumulation_steps!r}")
+    k = replicas * int(accumulation_steps)
+    if n < k:
+        raise ShapeError(f"ReplicaGroup.step: a batch of {n} samples cannot be split over "
+                         f"{replicas} replicas x {accumulation_steps} micro-batches; use a "
+                         f"batch of at least {k}")
+    x, y = _as_supported(x), _as_supported(y)
+    shards = _bounds(n, replicas)
+    out = []
+    for lo, hi in zip(shards, shards[1:]):
+        micro = [lo + b for b in _bounds(hi - lo, int(accumulation_steps))]
+        out.append([Micro(x[a:b], y[a:b], np.array((b - a) / total, np.float32), a)
+                    for a, b in zip(micro, micro[1:])])
+    return out
+
+
+def _bounds(n: int, k: int) -> list[int]:
+    each, extra = divmod(n, k)
+    return [i * each + min(i, extra) for i in range(k + 1)]
+
+
+def _as_supported(a: np.ndarray) -> np.ndarray:
+    """float64 batches become float32 (the data dtype); integer labels keep their dtype."""
+    a = np.asarray(a)
+    return a.astype(np.float32) if a.dtype == np.float64 else a
+
+
+class Eager:
+    """Forward and backward of every micro-batch through the tape, on the replica's thread."""
+
+    def __init__(self, param_index: list[dict[int, int]]):
+        self.param_index = param_index          # per replica: id(parameter) -> index
+
+    def run(self, replica, micros: list[Micro], loss_fn, key) -> Outcome:
+        body = self.body(replica, loss_fn)
+        q = replica.queue
+        return _run_micros(replica, micros, lambda m: body(
+            Tensor.from_host(q, m.x), Tensor.from_host(q, m.y), Tensor.from_host(q, m.weight)))
+
+    def body(self, replica, loss_fn):
+        """``(x, y, weight) -> (loss, reached)`` on device tensors: forward on a fresh tape,
+        backward with the sample weight as upstream gradient, the graph released."""
+        index = self.param_index[replica.index]
+
+        def body(xt: Tensor, yt: Tensor, wt: Tensor):
+            with Tape() as tape:
+                loss = loss_fn(replica.model(tensor(xt)), yt)
+            if not isinstance(loss, Node) or loss.size != 1:
+                raise ShapeError(f"ReplicaGroup.step: loss_fn must return a scalar Node, got "
+                                 f"{getattr(loss, 'shape', type(loss).__name__)}")
+            visited = tape.backward(loss, grad=wt.reshape(loss.shape), retain_grads=False)
+            reached = sorted(index[id(node)] for node in visited if id(node) in index)
+            tape.release()
+            return loss.value, tuple(reached)
+
+        return body
+
+
+class Captured(Eager):
+    """Each replica records its step once per input signature and key and replays it after
+    (``tp.capture``), on its own thread; recordings are kept per loss function."""
+
+    def __init__(self, param_index: list[dict[int, int]]):
+        super().__init__(param_index)
+        self.steps: list[dict] = [{} for _ in param_index]
+
+    def run(self, replica, micros: list[Micro], loss_fn, key) -> Outcome:
+        step = self.step(replica, loss_fn)
+        return _run_micros(replica, micros, lambda m: step(m.x, m.y, m.weight, key=key))
+
+    def step(self, replica, loss_fn):
+        # Recordings per loss function, holding it (an id alone could be reused by a new
+        # function once the old one is gone) and at most a few (a new lambda every step
+        # would otherwise pin a new recording every step).
+        steps = self.steps[replica.index]
+        entry = steps.pop(id(loss_fn), None)
+        if entry is None or entry[0] is not loss_fn:
+            entry = (loss_fn, capture(self.body(replica, loss_fn), replica.queue))
+        steps[id(loss_fn)] = entry                 # most recently used last
+        while len(steps) > MAX_CAPTURED_LOSSES:
+            steps.pop(next(iter(steps)))
+        return entry[1]
+
+
+def _run_micros(replica, micros: list[Micro], run) -> Outcome:
+    """Run every micro-batch in turn (gradients accumulate in the replica's buckets) and
+    enqueue the read of each loss right after it (a replay overwrites its outputs)."""
+    losses, reads, reached = [], [], set()
+    for m in micros:
+        try:
+            loss, got = run(m)
+        except ParclError as exc:
+            row = getattr(exc, "row", None)
+            if row is not None and getattr(exc, "batch_row", None) is None:
+                exc.batch_row = m.start + int(row)     # where the caller's batch has it
+            raise
+        host = np.empty(loss.shape, np.float32)
+        reads.append(cl.enqueue_copy(replica.queue, host, loss.data, is_blocking=False))
+        losses.append(host)
+        reached.update(got)
+    return Outcome(losses, reads, [float(m.weight) for m in micros], tuple(sorted(reached)))
