@@ -27,7 +27,10 @@ from .layers import (
 from .module import Module, Parameter, StateDictError, default_generator, manual_seed
 from .resnet import BasicBlock, ResNet, resnet18
 
+from .loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss  # noqa: E402  (losses)
+
 __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "BasicBlock", "BatchNorm2d", "Conv2d", "Dropout",
            "Flatten", "Linear", "MaxPool2d", "Module", "Parameter", "ReLU", "ResNet",
            "Sequential", "StateDictError", "default_generator", "flatten", "manual_seed",
            "resnet18"]
+__all__ += ["BCEWithLogitsLoss", "CrossEntropyLoss", "MSELoss", "NLLLoss"]  # losses
