@@ -389,3 +389,27 @@ def test_loss_input_errors(queue):
                                             weight=leaf(queue, np.ones(3)))
     with pytest.raises(pc.DTypeError, match=r"nll_loss: labels have dtype float32"):
         tp.nll_loss(x, up(queue, np.zeros(4)))
+
+
+def test_gpu_work_group_sizes_give_the_same_losses(queue, rng, monkeypatch):
+    """GPUs reduce in 256-wide work-groups (chosen by device type); force that layout here so
+    it is exercised without a GPU: same values within float32 rounding of the sum order."""
+    from parcl.kernels import loss as lk
+    from parcl.kernels import softmax as smk
+
+    x, t = rng.standard_normal((300, 7)), rng.random((300, 7))
+    y = labels_with_ignored(rng, 300, 7, (5, 299))
+    nx, ny, nt = up(queue, x), up(queue, y, np.int64), up(queue, t)
+
+    def run():
+        with tp.no_grad():
+            return [tp.cross_entropy(nx, ny, label_smoothing=0.1).item(),
+                    tp.cross_entropy(nx, nt).item(), tp.nll_loss(nx, ny).item(),
+                    tp.binary_cross_entropy_with_logits(nx, nt).item()]
+
+    cpu = run()
+    for mod in (smk, lk):
+        monkeypatch.setattr(mod, "is_gpu", lambda device: True)
+    close(run(), cpu, tol=1e-6)
+    close(cpu, [ce_ref(x, y, eps=0.1)[0], soft_ce_ref(x, t)[0], ce_ref(x, y, nll=True)[0],
+                bce_ref(x, t)[0]])

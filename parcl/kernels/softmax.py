@@ -54,13 +54,16 @@ __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* res
             float m = -INFINITY;
             for (int c = 0; c < C; ++c)
                 m = fmax(m, row[(long)c * inner]);
-            float s = 0.0f, d = 0.0f;
-            for (int c = 0; c < C; ++c) {
+            float s = 0.0f;
+            for (int c = 0; c < C; ++c)
                 s += exp(row[(long)c * inner] - m);
-                d += m - row[(long)c * inner];
-            }
             z = m + log(s);
-            smooth = (float)C * log(s) + d;        // sum_c (z - x[c]), each term >= 0
+            if (eps != 0.0f) {                     // sum_c (z - x[c]), each term >= 0
+                float d = 0.0f;
+                for (int c = 0; c < C; ++c)
+                    d += m - row[(long)c * inner];
+                smooth = (float)C * log(s) + d;
+            }
         }
         stats[r] = z;
         const LT t = labels[r];
@@ -95,26 +98,32 @@ __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* res
     }
 }
 
-// gx = (softmax(x) - (1-eps) onehot(label) - eps/C) * g / count (NLL: no softmax, eps = 0);
+// gx = (softmax(x) - (1-eps) onehot(label) - u) * g / count, u = eps/C (NLL: no softmax,
+// eps = 0);
 // rows labelled `ignore` get no gradient.
 __kernel void ce_bwd_LT(__global const float* restrict x, __global const LT* restrict labels,
                         __global const float* restrict stats, __global const float* restrict g,
                         __global float* restrict gx, const int rows, const int C,
-                        const int inner, const long ignore, const float eps, const int nll)
+                        const int inner, const long ignore, const float eps, const float u,
+                        const int nll)
 {
     const long i = get_global_id(0);
     if (i >= (long)rows * C)
         return;
-    const long per = (long)C * inner;
-    const int n = (int)(i / per), rest = (int)(i - n * per);
-    const int c = rest / inner, r = n * inner + (rest - c * inner);
-    const LT t = labels[r];
-    if (t == ignore) {
-        gx[i] = 0.0f;
-        return;
+    int r, c;
+    if (inner == 1) {                  // (N, C): the common case, without the divisions
+        r = (int)(i / C);
+        c = (int)(i - (long)r * C);
+    } else {
+        const long per = (long)C * inner;
+        const int n = (int)(i / per), rest = (int)(i - n * per);
+        c = rest / inner;
+        r = n * inner + (rest - c * inner);
     }
-    const float p = nll ? 0.0f : exp(x[i] - stats[r]);
-    gx[i] = (p - (t == c ? 1.0f - eps : 0.0f) - eps / (float)C) * (g[0] / stats[rows]);
+    const LT t = labels[r];
+    const float e = exp(x[i] - stats[r]), p = nll ? 0.0f : e;     // a select, no branch
+    const float v = (p - (t == c ? 1.0f - eps : 0.0f) - u) * (g[0] / stats[rows]);
+    gx[i] = t == ignore ? 0.0f : v;
 }
 """
 
@@ -340,7 +349,9 @@ def cross_entropy_backward(logits: Tensor, labels: Tensor, stats: Tensor, grad: 
     _k(q, "ce_bwd_" + _suffix(labels))(q, g, loc, logits.data, labels.data, stats.data,
                                        grad.data, gx.data, np.int32(rows), np.int32(c),
                                        np.int32(inner), np.int64(ignore_index),
-                                       np.float32(label_smoothing), np.int32(nll))
+                                       np.float32(label_smoothing),
+                                       np.float32(label_smoothing) / np.float32(c),
+                                       np.int32(nll))
     return gx
 
 
