@@ -413,3 +413,24 @@ def test_gpu_work_group_sizes_give_the_same_losses(queue, rng, monkeypatch):
     close(run(), cpu, tol=1e-6)
     close(cpu, [ce_ref(x, y, eps=0.1)[0], soft_ce_ref(x, t)[0], ce_ref(x, y, nll=True)[0],
                 bce_ref(x, t)[0]])
+
+
+def test_loss_module_in_a_captured_data_parallel_step(devices2, queue, rng):
+    """A loss module as group.step's loss_fn: 2 captured replicas equal 1 replica."""
+    from parcl.replica import ReplicaGroup
+
+    def build(q):
+        pc.nn.manual_seed(0)
+        return pc.nn.Linear(6, 4, queue=q)
+    batches = [(rng.standard_normal((8, 6)).astype(np.float32), rng.integers(0, 4, 8))
+               for _ in range(3)]
+    results = []
+    for devices, capture in ((devices2[:1], False), (devices2, True)):
+        loss_fn = pc.nn.CrossEntropyLoss(label_smoothing=0.1)
+        with ReplicaGroup(build, devices, capture=capture) as group:
+            opt = pc.optim.SGD(group.parameters(), lr=0.5)
+            losses = [group.step(x, y, loss_fn, opt) for x, y in batches]
+            results.append((losses, [p.value.to_host() for p in group.parameters()]))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-5)
+    for a, b in zip(results[1][1], results[0][1]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)

@@ -205,11 +205,11 @@ class NllLoss(CrossEntropy):
     what = "log_probs"
 
 
-def _options(op: str, ignore_index, label_smoothing) -> tuple[int, float]:
+def _smoothing(op: str, label_smoothing) -> float:
     eps = float(label_smoothing)
     if not 0.0 <= eps <= 1.0:
         raise ParclError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
-    return int(ignore_index), eps
+    return eps
 
 
 def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: float = 0.0, *,
@@ -233,8 +233,9 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     >>> tp.cross_entropy(logits, labels, label_smoothing=0.1).shape
     ()
     """
-    eps = _options("cross_entropy", ignore_index, label_smoothing)[1]
-    if labels.ndim > 1 and tuple(labels.shape) == tuple(logits.shape):   # PyTorch's rule
+    eps = _smoothing("cross_entropy", label_smoothing)
+    shape = tuple(getattr(labels, "shape", ()))
+    if len(shape) > 1 and shape == tuple(getattr(logits, "shape", ())):   # PyTorch's rule
         return soft_loss.SoftCrossEntropy.apply(logits, labels, tape=tape, label_smoothing=eps)
     return CrossEntropy.apply(logits, labels, tape=tape, ignore_index=int(ignore_index),
                               label_smoothing=eps, check_labels=bool(check_labels))
