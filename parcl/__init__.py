@@ -21,6 +21,8 @@ from .runtime import (Queue, context_for, default_queue, describe, devices,  # n
                       split_device)
 from .tensor import Tensor  # noqa: E402
 
+from .errors import LabelError  # noqa: E402  (losses)
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -30,3 +32,4 @@ __all__ = [
     "new_queue", "nn", "optim", "reset_peak_memory_stats", "save", "set_default_queue",
     "split_device",
 ]
+__all__ += ["LabelError"]  # losses

@@ -16,6 +16,16 @@ class ShapeError(ParclError, ValueError):
     """Shapes that do not fit: mismatched, non-broadcastable, empty, or a batch too small."""
 
 
+class LabelError(ShapeError):
+    """A class label outside ``[0, num_classes)`` (and not ``ignore_index``): carries ``op``,
+    ``row`` (flat index into the labels), ``label`` and ``num_classes``."""
+
+    def __init__(self, message: str, op: str | None = None, row: int | None = None,
+                 label: int | None = None, num_classes: int | None = None):
+        super().__init__(message)
+        self.op, self.row, self.label, self.num_classes = op, row, label, num_classes
+
+
 class DTypeError(ParclError, TypeError):
     """A dtype parcl does not support for this op (float32 data, int32/int64 labels)."""
 

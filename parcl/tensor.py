@@ -61,7 +61,7 @@ class Tensor:
     (3, 2)
     """
 
-    __slots__ = ("queue", "shape", "dtype", "data", "_alloc", "_keep", "__weakref__")
+    __slots__ = ("queue", "shape", "dtype", "data", "_alloc", "_keep", "checks", "__weakref__")
 
     def __init__(self, queue: cl.CommandQueue, shape, dtype, data: cl.Buffer,
                  alloc: Allocation | None, keep=None):
@@ -71,6 +71,9 @@ class Tensor:
         self.data = data          # the cl.Buffer kernels read and write (offset 0)
         self._alloc = alloc       # keeps the pooled memory on loan while this view lives
         self._keep = keep         # a pending upload's event (holds the host array alive)
+        # Callables ``to_host`` runs before reading (e.g. a label range an op checked on the
+        # device): an op whose input was bad raises at the first read of what it produced.
+        self.checks = ()
 
     # -- construction ------------------------------------------------------------------
     @classmethod
@@ -138,15 +141,20 @@ class Tensor:
         if prod(shape) != self.size:
             raise ShapeError(f"reshape: cannot view {self.shape} ({self.size} elements) "
                              f"as {shape} ({prod(shape)} elements)")
-        return Tensor(self.queue, shape, self.dtype, self.data, self._alloc, self._keep)
+        view = Tensor(self.queue, shape, self.dtype, self.data, self._alloc, self._keep)
+        view.checks = self.checks
+        return view
 
     def view_of(self, buffer: cl.Buffer, shape) -> Tensor:
         """A tensor over ``buffer`` (e.g. a sub-buffer of this one) that keeps this alive."""
         return Tensor(self.queue, tuple(shape), self.dtype, buffer, self)
 
     def to_host(self) -> np.ndarray:
-        """A numpy copy; blocks until every enqueued write to this tensor is done."""
+        """A numpy copy; blocks until every enqueued write to this tensor is done. Runs
+        ``checks`` first (they raise the error of an op that found its input bad)."""
         recorder.unsafe("a value was read back to the host (to_host/item)")
+        for check in self.checks:
+            check()
         out = np.empty(self.shape, self.dtype)
         cl.enqueue_copy(self.queue, out, self.data, is_blocking=True)
         return out

@@ -5,9 +5,11 @@ per (outer, inner) line, max-subtracted, three passes over the line. The losses 
 scalar inside one work-group (strided partial sums, then a fixed tree), so the loss value is
 bit-reproducible and needs no second launch or atomics.
 
-Cross-entropy checks its labels on the device: a label outside [0, C) makes that row's loss NaN
-and is reported in a small int64 ``flag`` tensor (first bad row, its label; row -1 when all are
-fine) that the caller may read back whenever it likes (``cross_entropy_forward`` returns it).
+Cross-entropy (and NLL, the same kernel on log-probabilities) takes ``ignore_index`` and
+``label_smoothing`` as PyTorch, and checks its labels on the device: a label outside [0, C)
+(other than ``ignore_index``) makes the loss NaN and is reported in a small int64 ``flag``
+tensor (first bad row, its label; row -1 when all are fine) that the caller may read back
+whenever it likes (``cross_entropy_forward`` returns it).
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import softmax as sm
@@ -30,60 +32,98 @@ from ..tensor import FLOAT, LABEL_DTYPES, Tensor, check_same_queue
 from ._cache import get_kernel, round_up
 
 _CE = r"""
+// Rows r = (n, i) of x viewed as (N, C, inner): row r's class c is x[(n*C + c)*inner + i].
+// Row loss: (1-eps) * (lse - x[t]) + eps/C * sum_c (lse - x[c]); with NLL the input already
+// holds log-probabilities (lse = 0, no smoothing). Rows labelled `ignore` take no part; the
+// mean is over the rest (0/0 = NaN when all are ignored, as PyTorch). stats[r] = lse of row r,
+// stats[rows] = the number of rows that count.
 __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* restrict labels,
-                        __global float* restrict loss, __global float* restrict lse,
-                        __global long* restrict flag, const int N, const int C,
-                        __local float* sums, __local int* bad)
+                        __global float* restrict loss, __global float* restrict stats,
+                        __global long* restrict flag, const int rows, const int C,
+                        const int inner, const long ignore, const float eps, const int nll,
+                        __local float* sums, __local int* bad, __local int* counts)
 {
     const int l = get_local_id(0), L = get_local_size(0);
     float acc = 0.0f;
-    int first_bad = N;
-    for (int r = l; r < N; r += L) {
-        const global float* row = x + (long)r * C;
-        float m = -INFINITY;
-        for (int c = 0; c < C; ++c)
-            m = fmax(m, row[c]);
-        float s = 0.0f;
-        for (int c = 0; c < C; ++c)
-            s += exp(row[c] - m);
-        const float z = m + log(s);
-        lse[r] = z;
+    int first_bad = rows, count = 0;
+    for (int r = l; r < rows; r += L) {
+        const int n = r / inner;
+        const global float* row = x + (long)n * C * inner + (r - n * inner);
+        float z = 0.0f, smooth = 0.0f;
+        if (!nll) {
+            float m = -INFINITY;
+            for (int c = 0; c < C; ++c)
+                m = fmax(m, row[(long)c * inner]);
+            float s = 0.0f;
+            for (int c = 0; c < C; ++c)
+                s += exp(row[(long)c * inner] - m);
+            z = m + log(s);
+            if (eps != 0.0f) {                     // sum_c (z - x[c]), each term >= 0
+                float d = 0.0f;
+                for (int c = 0; c < C; ++c)
+                    d += m - row[(long)c * inner];
+                smooth = (float)C * log(s) + d;
+            }
+        }
+        stats[r] = z;
         const LT t = labels[r];
+        if (t == ignore)
+            continue;
         if (t < 0 || t >= C) {
             acc += NAN;
             first_bad = min(first_bad, r);
         } else {
-            acc += z - row[t];
+            const float nl = z - row[(long)t * inner];
+            acc += eps == 0.0f ? nl : (1.0f - eps) * nl + eps / (float)C * smooth;
+            ++count;
         }
     }
     sums[l] = acc;
     bad[l] = first_bad;
+    counts[l] = count;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = L / 2; s > 0; s >>= 1) {
         if (l < s) {
             sums[l] += sums[l + s];
             bad[l] = min(bad[l], bad[l + s]);
+            counts[l] += counts[l + s];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (l == 0) {
-        loss[0] = sums[0] / (float)N;
-        flag[0] = bad[0] < N ? bad[0] : -1;
-        flag[1] = bad[0] < N ? (long)labels[bad[0]] : 0;
+        stats[rows] = (float)counts[0];
+        loss[0] = sums[0] / (float)counts[0];
+        flag[0] = bad[0] < rows ? bad[0] : -1;
+        flag[1] = bad[0] < rows ? (long)labels[bad[0]] : 0;
     }
 }
 
-// gx[r][c] = (softmax(x)[r][c] - (c == label[r])) * g / N
+// gx = (softmax(x) - (1-eps) onehot(label) - u) * g / count, u = eps/C (NLL: no softmax,
+// eps = 0);
+// rows labelled `ignore` get no gradient.
 __kernel void ce_bwd_LT(__global const float* restrict x, __global const LT* restrict labels,
-                        __global const float* restrict lse, __global const float* restrict g,
-                        __global float* restrict gx, const int N, const int C)
+                        __global const float* restrict stats, __global const float* restrict g,
+                        __global float* restrict gx, const int rows, const int C,
+                        const int inner, const long ignore, const float eps, const float u,
+                        const int nll)
 {
     const long i = get_global_id(0);
-    if (i >= (long)N * C)
+    if (i >= (long)rows * C)
         return;
-    const int r = (int)(i / C), c = (int)(i - (long)r * C);
-    const float p = exp(x[i] - lse[r]);
-    gx[i] = (p - (labels[r] == c ? 1.0f : 0.0f)) * (g[0] / (float)N);
+    int r, c;
+    if (inner == 1) {                  // (N, C): the common case, without the divisions
+        r = (int)(i / C);
+        c = (int)(i - (long)r * C);
+    } else {
+        const long per = (long)C * inner;
+        const int n = (int)(i / per), rest = (int)(i - n * per);
+        c = rest / inner;
+        r = n * inner + (rest - c * inner);
+    }
+    const LT t = labels[r];
+    const float e = exp(x[i] - stats[r]), p = nll ? 0.0f : e;     // a select, no branch
+    const float v = (p - (t == c ? 1.0f - eps : 0.0f) - u) * (g[0] / stats[rows]);
+    gx[i] = t == ignore ? 0.0f : v;
 }
 """
 
@@ -243,49 +283,75 @@ def softmax_backward(y: Tensor, grad: Tensor, axis: int = -1, log: bool = False)
     return gx
 
 
-def check_cross_entropy(logits: Tensor, labels: Tensor) -> None:
-    _float("cross_entropy", logits=logits)
-    if logits.ndim != 2:
-        raise ShapeError(f"cross_entropy: logits must be 2-D (N, C), got shape {logits.shape}")
+def check_cross_entropy(logits: Tensor, labels: Tensor, op: str = "cross_entropy",
+                        what: str = "logits") -> None:
+    """``logits`` (N, C) with ``labels`` (N,), or (N, C, d1, ...) with (N, d1, ...)."""
+    _float(op, **{what: logits})
+    if logits.ndim < 2:
+        raise ShapeError(f"{op}: {what} must be 2-D (N, C) or (N, C, d1, ...), got shape "
+                         f"{logits.shape}")
     if labels.dtype not in LABEL_DTYPES:
-        raise DTypeError(f"cross_entropy: labels have dtype {labels.dtype}, expected int32 or "
-                         "int64 class indices")
-    if labels.shape != (logits.shape[0],):
-        raise ShapeError(f"cross_entropy: labels have shape {labels.shape}, expected "
-                         f"({logits.shape[0]},) for logits {logits.shape}")
-    check_same_queue("cross_entropy", logits, labels)
+        also = f" (or class probabilities of the {what}' shape)" if op == "cross_entropy" else ""
+        raise DTypeError(f"{op}: labels have dtype {labels.dtype} (shape {labels.shape}), "
+                         f"expected int32 or int64 class indices{also}")
+    expected = logits.shape[:1] + logits.shape[2:]
+    if labels.shape != expected:
+        raise ShapeError(f"{op}: labels have shape {labels.shape}, expected {expected} for "
+                         f"{what} {logits.shape}")
+    check_same_queue(op, logits, labels)
 
 
 def _suffix(labels: Tensor) -> str:
     return "i32" if labels.dtype == np.int32 else "i64"
 
 
-def cross_entropy_forward(logits: Tensor, labels: Tensor):
-    """Mean over the batch of ``logsumexp(logits[r]) - logits[r, labels[r]]``.
+def _rows(logits: Tensor) -> tuple[int, int, int]:
+    """(rows, C, inner): the class dim is dim 1; every other position is one row."""
+    c, inner = logits.shape[1], prod(logits.shape[2:])
+    return logits.shape[0] * inner, c, inner
 
-    Returns ``(loss, lse, flag)``: the scalar loss (shape ``()``), each row's log-sum-exp (for
-    the backward) and an int64 (2,) flag: ``[first bad row or -1, its label]``.
+
+def cross_entropy_forward(logits: Tensor, labels: Tensor, ignore_index: int = -100,
+                          label_smoothing: float = 0.0, nll: bool = False):
+    """Mean over the rows not labelled ``ignore_index`` of ``logsumexp(logits[r]) -
+    logits[r, labels[r]]`` (mixed with the uniform distribution by ``label_smoothing``);
+    ``nll=True``: ``logits`` are log-probabilities and the row loss is ``-logits[r, label]``.
+
+    Returns ``(loss, stats, flag)``: the scalar loss (shape ``()``), ``stats`` (rows + 1,):
+    each row's log-sum-exp then the number of rows that count (both for the backward), and an
+    int64 (2,) flag: ``[first bad row or -1, its label]``.
     """
-    check_cross_entropy(logits, labels)
+    op = "nll_loss" if nll else "cross_entropy"
+    check_cross_entropy(logits, labels, op, "log_probs" if nll else "logits")
     q = logits.queue
-    n, c = logits.shape
-    loss, lse = Tensor.empty(q, ()), Tensor.empty(q, (n,))
+    rows, c, inner = _rows(logits)
+    loss, stats = Tensor.empty(q, ()), Tensor.empty(q, (rows + 1,))
     flag = Tensor.empty(q, (2,), np.int64)
     L = _group(q)
     _k(q, "ce_fwd_" + _suffix(labels))(q, (L,), (L,), logits.data, labels.data, loss.data,
-                                       lse.data, flag.data, np.int32(n), np.int32(c),
-                                       cl.LocalMemory(4 * L), cl.LocalMemory(4 * L))
-    return loss, lse, flag
+                                       stats.data, flag.data, np.int32(rows), np.int32(c),
+                                       np.int32(inner), np.int64(ignore_index),
+                                       np.float32(label_smoothing), np.int32(nll),
+                                       cl.LocalMemory(4 * L), cl.LocalMemory(4 * L),
+                                       cl.LocalMemory(4 * L))
+    return loss, stats, flag
 
 
-def cross_entropy_backward(logits: Tensor, labels: Tensor, lse: Tensor, grad: Tensor) -> Tensor:
-    """``(softmax(logits) - onehot(labels)) * grad / N``; ``grad`` is the scalar upstream."""
+def cross_entropy_backward(logits: Tensor, labels: Tensor, stats: Tensor, grad: Tensor,
+                           ignore_index: int = -100, label_smoothing: float = 0.0,
+                           nll: bool = False) -> Tensor:
+    """``(softmax(logits) - smoothed onehot(labels)) * grad / count`` (``nll``: without the
+    softmax); ``grad`` is the scalar upstream, ``stats`` what the forward returned."""
     q = logits.queue
-    n, c = logits.shape
+    rows, c, inner = _rows(logits)
     gx = Tensor.empty(q, logits.shape)
-    g, loc = _grid(n * c)
-    _k(q, "ce_bwd_" + _suffix(labels))(q, g, loc, logits.data, labels.data, lse.data,
-                                       grad.data, gx.data, np.int32(n), np.int32(c))
+    g, loc = _grid(rows * c)
+    _k(q, "ce_bwd_" + _suffix(labels))(q, g, loc, logits.data, labels.data, stats.data,
+                                       grad.data, gx.data, np.int32(rows), np.int32(c),
+                                       np.int32(inner), np.int64(ignore_index),
+                                       np.float32(label_smoothing),
+                                       np.float32(label_smoothing) / np.float32(c),
+                                       np.int32(nll))
     return gx
 
 

@@ -28,8 +28,11 @@ from .module import (Module, Parameter, StateDictError, capture_key, default_gen
                      manual_seed)
 from .resnet import BasicBlock, ResNet, resnet18
 
+from .loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss  # noqa: E402  (losses)
+
 __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "BasicBlock", "BatchNorm2d", "Conv2d", "Dropout",
            "Flatten", "Linear", "MaxPool2d", "Module", "Parameter", "ReLU", "ResNet",
            "Sequential", "StateDictError", "capture_key", "default_generator", "flatten",
            "manual_seed",
            "resnet18"]
+__all__ += ["BCEWithLogitsLoss", "CrossEntropyLoss", "MSELoss", "NLLLoss"]  # losses

@@ -1,20 +1,26 @@
-"""Softmax and losses: ``softmax``, ``log_softmax``, ``mse_loss``, ``cross_entropy``.
+"""Softmax and the class-index losses: ``softmax``, ``log_softmax``, ``mse_loss``,
+``cross_entropy``, ``nll_loss`` (float-target losses: ``soft_loss``).
 
 ``cross_entropy`` fuses log-softmax and the negative log-likelihood, forward and backward
-(``(softmax - onehot) / N``), and reduces to the batch mean inside one kernel.
+(``(softmax - smoothed onehot) / count``), and reduces to the mean over the rows that count
+(not ``ignore_index``) inside one kernel; ``nll_loss`` is the same kernel without the softmax.
 
 Out-of-range labels are found on the device, without a host round trip per step: the forward
 kernel marks the first bad row in a 16-byte flag (and makes the loss NaN) and enqueues a
-non-blocking read of the flag. The flag is checked, with a clear ``ShapeError`` naming the
-row and the label:
+non-blocking read of the flag. The flag is checked, with a ``LabelError`` (a ``ShapeError``)
+naming the op, the row (also as ``.row``), the label and the number of classes:
 
-* in the backward of a recorded ``cross_entropy`` (the forward has to be finished by then
-  anyway, so the wait costs nothing but the first backward kernel's head start);
-* at once (a host sync) when the op is not recorded (``no_grad`` evaluation), under
+* before the first host read of the loss (``to_host``, ``item``): the loss Tensor carries
+  the check in ``checks``, so an evaluation that records but never runs backward still
+  raises; the read waits for the forward anyway, so the check costs no extra wait;
+* in the backward of a recorded op (the forward has to be finished by then anyway, so the
+  wait costs nothing but the first backward kernel's head start);
+* at once (a host sync) when the op is not recorded (``no_grad`` evaluation: a value
+  computed from the loss on the device would not carry the check), under
   ``tp.detect_anomaly`` (which syncs on every op anyway) or when ``check_labels=True``;
 * in a replayed captured step whose labels are one of its inputs, on the host array before
   it is uploaded (a replay has no Python to read the flag back cheaply; nothing is enqueued
-  when it fails).
+  when it fails); labels computed on the device are read again after each replay's forward.
 
 >>> logits = tp.tensor(pc.Tensor.from_host(q, np.zeros((2, 3), np.float32)), True)
 >>> labels = pc.Tensor.from_host(q, np.array([0, 2]))
@@ -30,14 +36,17 @@ import numpy as np
 import pyopencl as cl
 
 from ... import recorder, runtime
-from ...errors import ShapeError
+from ...errors import LabelError, ParclError
 from ...kernels import softmax as smk
 from ...tensor import Tensor
 from .. import mode
 from ..node import Function
 from ..tape import defer
+from . import soft_loss
+from .soft_loss import binary_cross_entropy_with_logits
 
-__all__ = ["cross_entropy", "log_softmax", "mse_loss", "softmax"]
+__all__ = ["binary_cross_entropy_with_logits", "cross_entropy", "log_softmax", "mse_loss",
+           "nll_loss", "softmax"]
 
 
 class Softmax(Function):
@@ -103,13 +112,17 @@ def mse_loss(pred, target, *, tape=None):
 
 
 class _LabelCheck:
-    """The pending read of a cross-entropy label flag and what to say if it is set."""
+    """The pending read of a class-label flag, what to say if it is set, and the host-side
+    version of the same check for captured steps' label inputs."""
 
-    def __init__(self, flag: Tensor, logits_shape: tuple, labels: Tensor):
+    def __init__(self, op: str, flag: Tensor, shape: tuple, what: str, labels: Tensor,
+                 ignore_index: int):
+        self.op, self.shape, self.what, self.ignore = op, shape, what, ignore_index
+        self.labels_shape = labels.shape
         self.host = np.empty(2, np.int64)
+        self.bad: tuple[int, int] | None = None      # (row, label) of the latest read
         self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
         self.flag = flag                 # keep the device buffer alive until the copy is done
-        self.shape = logits_shape
         if recorder.current() is None or recorder.input_check(labels, self.check_host):
             return
         # A captured step whose labels are computed on the device: each replay reads the
@@ -125,58 +138,117 @@ class _LabelCheck:
         self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
 
     def check(self) -> None:
-        if self.event is None:
-            return
-        runtime.wait_for_events([self.event], what="cross_entropy's label check")
-        self.event = self.flag = None
-        row, label = (int(v) for v in self.host)
-        if row >= 0:
-            self._raise(row, label)
+        """Raise if the latest read of the flag found a bad label (waiting for it first). A
+        failed check fails again on every call: the loss it guards stays garbage."""
+        if self.event is not None:
+            runtime.wait_for_events([self.event], what=f"{self.op}'s label check")
+            self.event = self.flag = None
+            row, label = (int(v) for v in self.host)
+            self.bad = (row, label) if row >= 0 else None
+        if self.bad is not None:
+            self._raise(*self.bad)
 
     def check_host(self, labels: np.ndarray) -> None:
         """The same check on the labels' host array, before a replay uploads it."""
         c = self.shape[1]
         flat = labels.reshape(-1)
-        if flat.size and (flat.min() < 0 or flat.max() >= c):
-            row = int(np.argmax((flat < 0) | (flat >= c)))
+        if not flat.size or (flat.min() >= 0 and flat.max() < c):
+            return
+        bad = ((flat < 0) | (flat >= c)) & (flat != self.ignore)
+        if bad.any():
+            row = int(np.argmax(bad))
             self._raise(row, int(flat[row]))
 
     def _raise(self, row: int, label: int):
-        n, c = self.shape
-        raise ShapeError(f"cross_entropy: label {label} at row {row} is out of range for "
-                         f"{c} classes (logits {self.shape}); labels must be class indices "
-                         f"in [0, {c})")
+        c = self.shape[1]
+        where = f"row {row}"
+        if len(self.labels_shape) > 1:
+            pos = tuple(int(i) for i in np.unravel_index(row, self.labels_shape))
+            where += f" (position {pos} of labels {self.labels_shape})"
+        raise LabelError(f"{self.op}: label {label} at {where} is out of range for {c} classes "
+                         f"({self.what} {self.shape}); labels must be class indices in "
+                         f"[0, {c}) or ignore_index ({self.ignore})", op=self.op, row=row,
+                         label=label, num_classes=c)
 
 
 class CrossEntropy(Function):
-    name = "cross_entropy"
+    """Class-index cross-entropy (``nll``: NLL of log-probabilities), fused with the label
+    check described in the module docstring."""
 
-    def forward(self, logits: Tensor, labels: Tensor, check_labels: bool = False):
-        loss, lse, flag = smk.cross_entropy_forward(logits, labels)
-        check = _LabelCheck(flag, logits.shape, labels)
+    name = "cross_entropy"
+    nll = False
+    what = "logits"
+
+    def forward(self, logits: Tensor, labels: Tensor, ignore_index: int = -100,
+                label_smoothing: float = 0.0, check_labels: bool = False):
+        opts = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, nll=self.nll)
+        loss, stats, flag = smk.cross_entropy_forward(logits, labels, **opts)
+        check = _LabelCheck(self.name, flag, logits.shape, self.what, labels, ignore_index)
         if not self.recording or check_labels or mode.is_anomaly_enabled():
             check.check()
+        loss.checks = (check.check,)   # a recorded loss read without a backward (evaluation)
         if self.recording:
-            self.saved = (logits, labels, lse, check)
+            self.saved = (logits, labels, stats, check, opts)
         return loss
 
     def backward(self, g: Tensor):
-        logits, labels, lse, check = self.saved
+        logits, labels, stats, check, opts = self.saved
         defer(check.check)            # after the whole backward is enqueued: no stall
         if not self.needs_input_grad[0]:
             return None, None
-        return smk.cross_entropy_backward(logits, labels, lse, g), None
+        return smk.cross_entropy_backward(logits, labels, stats, g, **opts), None
 
 
-def cross_entropy(logits, labels, *, check_labels: bool = False, tape=None):
-    """Mean over the batch of ``-log_softmax(logits)[i, labels[i]]``: ``logits`` (N, C),
-    ``labels`` (N,) int32 or int64 class indices (a raw Tensor or a Node without grad).
+class NllLoss(CrossEntropy):
+    name = "nll_loss"
+    nll = True
+    what = "log_probs"
 
-    A label outside ``[0, C)`` is a ``ShapeError`` naming it, raised in the backward (or at once
-    when the op is not recorded, under ``detect_anomaly``, or with ``check_labels=True``); the
-    loss of such a batch is NaN. See the module docstring for why it is checked there.
 
-    >>> tp.cross_entropy(logits, labels).shape
+def _smoothing(op: str, label_smoothing) -> float:
+    eps = float(label_smoothing)
+    if not 0.0 <= eps <= 1.0:
+        raise ParclError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
+    return eps
+
+
+def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: float = 0.0, *,
+                  check_labels: bool = False, tape=None):
+    """``torch.nn.functional.cross_entropy`` with mean reduction: ``logits`` (N, C) or
+    (N, C, d1, ...) (classes along dim 1), and either class indices ``labels`` (N,) or
+    (N, d1, ...), int32/int64 (a raw Tensor or a Node without grad), or class probabilities:
+    a float32 target of the logits' shape (a Node may require grad).
+
+    With class indices, rows labelled ``ignore_index`` take no part: the mean is over the
+    others (NaN when every row is ignored, as in PyTorch), and they get no gradient.
+    ``label_smoothing`` ``e`` mixes in the uniform distribution: the target becomes
+    ``(1 - e) * onehot + e / C`` (PyTorch's formula, for probabilities too; ``ignore_index``
+    does not apply to them).
+
+    A label outside ``[0, C)`` other than ``ignore_index`` is a ``LabelError`` (a
+    ``ShapeError``) naming the label, its row (also ``.row``) and C, raised at the first
+    host read of the loss, in the backward, or at once when the op is not recorded, under
+    ``detect_anomaly`` or with ``check_labels=True``; the loss of such a batch is NaN.
+
+    >>> tp.cross_entropy(logits, labels, label_smoothing=0.1).shape
     ()
     """
-    return CrossEntropy.apply(logits, labels, tape=tape, check_labels=bool(check_labels))
+    eps = _smoothing("cross_entropy", label_smoothing)
+    shape = tuple(getattr(labels, "shape", ()))
+    if len(shape) > 1 and shape == tuple(getattr(logits, "shape", ())):   # PyTorch's rule
+        return soft_loss.SoftCrossEntropy.apply(logits, labels, tape=tape, label_smoothing=eps)
+    return CrossEntropy.apply(logits, labels, tape=tape, ignore_index=int(ignore_index),
+                              label_smoothing=eps, check_labels=bool(check_labels))
+
+
+def nll_loss(log_probs, labels, ignore_index: int = -100, *, check_labels: bool = False,
+             tape=None):
+    """``torch.nn.functional.nll_loss`` with mean reduction: the mean over rows not labelled
+    ``ignore_index`` of ``-log_probs[r, labels[r]]``; shapes, ignored rows and the label check
+    as ``cross_entropy``. ``nll_loss(log_softmax(x, 1), y)`` equals ``cross_entropy(x, y)``.
+
+    >>> tp.nll_loss(tp.log_softmax(logits, axis=1), labels).shape
+    ()
+    """
+    return NllLoss.apply(log_probs, labels, tape=tape, ignore_index=int(ignore_index),
+                         check_labels=bool(check_labels))

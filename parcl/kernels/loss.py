@@ -1,0 +1,277 @@
+"""Kernels of the losses on float targets: cross-entropy with class probabilities and binary
+cross-entropy with logits.
+
+Both reduce to their mean inside one work-group (strided partial sums, then a fixed tree),
+as the class-index losses in ``softmax.py`` do, so the value is bit-reproducible with no second
+launch and no atomics. Their backwards are elementwise, one work-item per element.
+
+>>> import numpy as np, parcl as pc
+>>> from parcl.kernels import loss as lk
+>>> q = pc.default_queue()
+>>> x = pc.Tensor.from_host(q, np.zeros((1, 2), np.float32))
+>>> t = pc.Tensor.from_host(q, np.array([[0.5, 0.5]], np.float32))
+>>> round(float(lk.soft_cross_entropy_forward(x, t)[0].to_host()), 4)
+0.6931
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+import pyopencl as cl
+
+from ..errors import DTypeError, ShapeError
+from ..runtime import is_gpu
+from ..tensor import FLOAT, Tensor, check_same_queue
+from ._cache import get_kernel, round_up
+
+SOURCE = r"""//CL//
+// Rows r = (n, i) of x viewed as (N, C, inner), as the class-index kernels. With the target
+// smoothed, t' = (1-eps) t + eps/C, row loss = sum_c t'[c] (lse - x[c]); the mean is over
+// rows. stats[r] = lse of row r, stats[rows + r] = sum_c t'[c] (for the backward).
+__kernel void soft_ce_fwd(__global const float* restrict x, __global const float* restrict t,
+                          __global float* restrict loss, __global float* restrict stats,
+                          const int rows, const int C, const int inner, const float eps,
+                          __local float* sums)
+{
+    const int l = get_local_id(0), L = get_local_size(0);
+    const float u = eps / (float)C;
+    float acc = 0.0f;
+    for (int r = l; r < rows; r += L) {
+        const int n = r / inner;
+        const long base = (long)n * C * inner + (r - n * inner);
+        float m = -INFINITY;
+        for (int c = 0; c < C; ++c)
+            m = fmax(m, x[base + (long)c * inner]);
+        float s = 0.0f;
+        for (int c = 0; c < C; ++c)
+            s += exp(x[base + (long)c * inner] - m);
+        const float z = m + log(s);
+        float row = 0.0f, mass = 0.0f;
+        for (int c = 0; c < C; ++c) {
+            const long j = base + (long)c * inner;
+            const float tc = (1.0f - eps) * t[j] + u;
+            row += tc * (z - x[j]);       // z - x >= 0: no cancellation for large logits
+            mass += tc;
+        }
+        stats[r] = z;
+        stats[rows + r] = mass;
+        acc += row;
+    }
+    sums[l] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = L / 2; s > 0; s >>= 1) {
+        if (l < s)
+            sums[l] += sums[l + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (l == 0)
+        loss[0] = sums[0] / (float)rows;
+}
+
+// gx = (softmax(x) * sum_c t' - t') g / rows;  gt = (1-eps) (lse - x) g / rows
+__kernel void soft_ce_bwd(__global const float* restrict x, __global const float* restrict t,
+                          __global const float* restrict stats, __global const float* restrict g,
+                          __global float* restrict gx, __global float* restrict gt,
+                          const int rows, const int C, const int inner, const float eps,
+                          const int which)
+{
+    const long i = get_global_id(0);
+    if (i >= (long)rows * C)
+        return;
+    const long per = (long)C * inner;
+    const int n = (int)(i / per), rest = (int)(i - n * per);
+    const int r = n * inner + (rest - (rest / inner) * inner);
+    const float scale = g[0] / (float)rows;
+    if (which & 1) {
+        const float tc = (1.0f - eps) * t[i] + eps / (float)C;
+        gx[i] = (exp(x[i] - stats[r]) * stats[rows + r] - tc) * scale;
+    }
+    if (which & 2)
+        gt[i] = (1.0f - eps) * (stats[r] - x[i]) * scale;
+}
+
+// The numerically stable binary cross-entropy of PyTorch: with sp = softplus(-x) =
+// log1p(exp(-|x|)) + max(-x, 0) and lw = 1 + (pos_weight - 1) t,
+// loss = weight * ((1 - t) x + lw sp); weight and pos_weight repeat with periods nw, npw
+// (they broadcast from the trailing dims), absent when NULL.
+inline float softplus_neg(const float x)
+{
+    return log1p(exp(-fabs(x))) + fmax(-x, 0.0f);
+}
+
+__kernel void bce_fwd(__global const float* restrict x, __global const float* restrict t,
+                      __global const float* restrict w, __global const float* restrict pw,
+                      __global float* restrict loss, const long n, const long nw,
+                      const long npw, __local float* sums)
+{
+    const int l = get_local_id(0), L = get_local_size(0);
+    float acc = 0.0f;
+    for (long i = l; i < n; i += L) {
+        const float xi = x[i], ti = t[i];
+        const float lw = pw ? 1.0f + (pw[i % npw] - 1.0f) * ti : 1.0f;
+        const float li = (1.0f - ti) * xi + lw * softplus_neg(xi);
+        acc += w ? w[i % nw] * li : li;
+    }
+    sums[l] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = L / 2; s > 0; s >>= 1) {
+        if (l < s)
+            sums[l] += sums[l + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (l == 0)
+        loss[0] = sums[0] / (float)n;
+}
+
+// gx = w (lw sigmoid(x) - pos_weight t) g / n;  gt = w ((pos_weight - 1) sp - x) g / n
+__kernel void bce_bwd(__global const float* restrict x, __global const float* restrict t,
+                      __global const float* restrict w, __global const float* restrict pw,
+                      __global const float* restrict g, __global float* restrict gx,
+                      __global float* restrict gt, const long n, const long nw,
+                      const long npw, const int which)
+{
+    const long i = get_global_id(0);
+    if (i >= n)
+        return;
+    const float xi = x[i], ti = t[i];
+    const float p = pw ? pw[i % npw] : 1.0f;
+    const float scale = (w ? w[i % nw] : 1.0f) * (g[0] / (float)n);
+    if (which & 1) {
+        const float sig = 1.0f / (1.0f + exp(-xi));
+        gx[i] = ((1.0f + (p - 1.0f) * ti) * sig - p * ti) * scale;
+    }
+    if (which & 2)
+        gt[i] = ((p - 1.0f) * softplus_neg(xi) - xi) * scale;
+}
+"""
+
+LOCAL = 64
+
+
+def _k(queue, name: str):
+    return get_kernel(queue, SOURCE, name)
+
+
+def _group(queue) -> int:
+    return 256 if is_gpu(queue.device) else 64
+
+
+def _grid(n: int):
+    return (round_up(max(n, 1), LOCAL),), (LOCAL,)
+
+
+def _float(op: str, **ts) -> None:
+    for name, t in ts.items():
+        if t is not None and t.dtype != FLOAT:
+            raise DTypeError(f"{op}: {name} has dtype {t.dtype} (shape {t.shape}), expected "
+                             "float32")
+
+
+def _rows(x: Tensor) -> tuple[int, int, int]:
+    c, inner = x.shape[1], prod(x.shape[2:])
+    return x.shape[0] * inner, c, inner
+
+
+def check_soft_cross_entropy(logits: Tensor, target: Tensor) -> None:
+    _float("cross_entropy", logits=logits, target=target)
+    if logits.ndim < 2:
+        raise ShapeError(f"cross_entropy: logits must be 2-D (N, C) or (N, C, d1, ...), got "
+                         f"shape {logits.shape}")
+    if target.shape != logits.shape:
+        raise ShapeError(f"cross_entropy: class-probability target has shape {target.shape}, "
+                         f"expected the logits' shape {logits.shape}")
+    check_same_queue("cross_entropy", logits, target)
+
+
+def soft_cross_entropy_forward(logits: Tensor, target: Tensor, label_smoothing: float = 0.0):
+    """Mean over rows of ``-sum_c t'[c] log_softmax(logits)[c]``, ``t'`` the target mixed
+    with the uniform distribution by ``label_smoothing`` (class dim 1). Returns ``(loss,
+    stats)``: the scalar loss and each row's log-sum-exp then each row's target mass."""
+    check_soft_cross_entropy(logits, target)
+    q = logits.queue
+    rows, c, inner = _rows(logits)
+    loss, stats = Tensor.empty(q, ()), Tensor.empty(q, (2 * rows,))
+    L = _group(q)
+    _k(q, "soft_ce_fwd")(q, (L,), (L,), logits.data, target.data, loss.data, stats.data,
+                         np.int32(rows), np.int32(c), np.int32(inner),
+                         np.float32(label_smoothing), cl.LocalMemory(4 * L))
+    return loss, stats
+
+
+def soft_cross_entropy_backward(logits: Tensor, target: Tensor, stats: Tensor, grad: Tensor,
+                                label_smoothing: float = 0.0, need_logits: bool = True,
+                                need_target: bool = False):
+    """Gradients ``(logits, target)`` of ``soft_cross_entropy_forward`` (None where not
+    asked for); ``grad`` is the scalar upstream."""
+    q = logits.queue
+    rows, c, inner = _rows(logits)
+    gx = Tensor.empty(q, logits.shape) if need_logits else None
+    gt = Tensor.empty(q, logits.shape) if need_target else None
+    g, loc = _grid(rows * c)
+    _k(q, "soft_ce_bwd")(q, g, loc, logits.data, target.data, stats.data, grad.data,
+                         None if gx is None else gx.data, None if gt is None else gt.data,
+                         np.int32(rows), np.int32(c), np.int32(inner),
+                         np.float32(label_smoothing),
+                         np.int32((1 if need_logits else 0) | (2 if need_target else 0)))
+    return gx, gt
+
+
+def _period(op: str, name: str, t: Tensor | None, shape: tuple) -> int:
+    """How often ``t`` repeats along the flat input: it must broadcast from the trailing dims
+    (its shape, less leading 1s, a suffix of ``shape``)."""
+    if t is None:
+        return 1
+    own = tuple(t.shape)
+    while own and own[0] == 1:
+        own = own[1:]
+    if own and (len(own) > len(shape) or tuple(shape[len(shape) - len(own):]) != own):
+        raise ShapeError(f"{op}: {name} of shape {t.shape} does not broadcast from the "
+                         f"trailing dims of the input {shape}; expected a shape such as "
+                         f"{shape[-1:]} or {shape}")
+    return max(prod(own), 1)
+
+
+def check_bce(logits: Tensor, target: Tensor, weight: Tensor | None,
+              pos_weight: Tensor | None) -> tuple[int, int]:
+    op = "binary_cross_entropy_with_logits"
+    _float(op, logits=logits, target=target, weight=weight, pos_weight=pos_weight)
+    if target.shape != logits.shape:
+        raise ShapeError(f"{op}: target has shape {target.shape}, expected the logits' shape "
+                         f"{logits.shape}")
+    check_same_queue(op, *(t for t in (logits, target, weight, pos_weight) if t is not None))
+    return (_period(op, "weight", weight, logits.shape),
+            _period(op, "pos_weight", pos_weight, logits.shape))
+
+
+def bce_forward(logits: Tensor, target: Tensor, weight: Tensor | None = None,
+                pos_weight: Tensor | None = None) -> Tensor:
+    """Mean over every element of PyTorch's stable binary cross-entropy with logits."""
+    nw, npw = check_bce(logits, target, weight, pos_weight)
+    q = logits.queue
+    loss = Tensor.empty(q, ())
+    L = _group(q)
+    _k(q, "bce_fwd")(q, (L,), (L,), logits.data, target.data,
+                     None if weight is None else weight.data,
+                     None if pos_weight is None else pos_weight.data, loss.data,
+                     np.int64(logits.size), np.int64(nw), np.int64(npw), cl.LocalMemory(4 * L))
+    return loss
+
+
+def bce_backward(logits: Tensor, target: Tensor, weight: Tensor | None,
+                 pos_weight: Tensor | None, grad: Tensor, need_logits: bool = True,
+                 need_target: bool = False):
+    """Gradients ``(logits, target)`` of ``bce_forward`` (None where not asked for)."""
+    nw, npw = check_bce(logits, target, weight, pos_weight)
+    q = logits.queue
+    gx = Tensor.empty(q, logits.shape) if need_logits else None
+    gt = Tensor.empty(q, logits.shape) if need_target else None
+    g, loc = _grid(logits.size)
+    _k(q, "bce_bwd")(q, g, loc, logits.data, target.data,
+                     None if weight is None else weight.data,
+                     None if pos_weight is None else pos_weight.data, grad.data,
+                     None if gx is None else gx.data, None if gt is None else gt.data,
+                     np.int64(logits.size), np.int64(nw), np.int64(npw),
+                     np.int32((1 if need_logits else 0) | (2 if need_target else 0)))
+    return gx, gt
