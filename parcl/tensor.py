@@ -288,12 +288,27 @@ class Tensor:
         return ew.unary("neg", self)
 
     def __matmul__(self, other):
+        """numpy's matmul for 1-D, 2-D and batched 3-D operands (``tp.matmul`` takes more)."""
+        if isinstance(other, np.ndarray):
+            return self._binary("matmul", self, other)          # the clear TypeError
         if not isinstance(other, Tensor):
             return NotImplemented
-        # matmul's shape rules (1-D promotion, batching) live with the op; with raw Tensor
-        # inputs an op is a plain kernel launch that records nothing
-        from .tape.ops import matmul
-        return matmul(self, other)
+        from .kernels.gemm import batched_gemm, gemm
+        a = self.reshape(1, -1) if self.ndim == 1 else self     # 1-D: promoted, then dropped
+        b = other.reshape(-1, 1) if other.ndim == 1 else other
+        if a.ndim == 2 and b.ndim == 2:
+            out = gemm(a, b)
+        elif a.ndim == 3 and b.ndim in (2, 3):
+            out = batched_gemm(a, b)
+        else:
+            raise ShapeError(f"pc.Tensor @: {self.shape} @ {other.shape} is not supported on "
+                             "raw Tensors (1-D, 2-D and 3-D @ 2-D/3-D are); use tp.matmul")
+        shape = list(out.shape)
+        if self.ndim == 1:
+            shape.pop(-2)
+        if other.ndim == 1:
+            shape.pop(-1)
+        return out.reshape(tuple(shape))
 
     def exp(self) -> Tensor:
         from .kernels import elementwise as ew
