@@ -287,7 +287,9 @@ def pow(x, p, *, tape=None):  # noqa: A001
     """``x ** p`` with broadcasting: the base, the exponent or both may be tensors (either may
     be a Python scalar); gradients reach both, with PyTorch's values at ``x = 0``.
 
-    >>> tp.pow(x, 2.0), tp.pow(x, y), tp.pow(2.0, x)    # also x ** 2, x ** y, 2 ** x
+    >>> x = tp.tensor(np.array([0.0, 2.0]), requires_grad=True)
+    >>> (x ** 2).to_host(), (2 ** x).to_host(), tp.pow(x, x).to_host()
+    (array([0., 4.], dtype=float32), array([1., 4.], dtype=float32), array([1., 4.], dtype=float32))
     """
     return _binary("pow", x, p, tape)
 
