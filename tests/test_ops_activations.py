@@ -229,3 +229,14 @@ def test_a_captured_step_replays_the_parameterised_kernels(queue):
     assert step.replays == 2
     np.testing.assert_array_equal(replayed, eager)
     np.testing.assert_array_equal(grad_replayed, w.grad.to_host())
+
+
+def test_kernel_launchers_check_their_arguments(queue):
+    from parcl.errors import ShapeError
+    from parcl.kernels import elementwise as ew
+    x = pc.Tensor.from_host(queue, np.ones(3, np.float32))
+    with pytest.raises(ShapeError, match=r"elu_backward: saved tensor \(3,\) and gradient"):
+        ew.grad("elu_backward", x, pc.Tensor.from_host(queue, np.ones(4, np.float32)), p=1.0)
+    with pytest.raises(ValueError, match="unknown op 'nope'"):
+        ew.grad("nope", x, x)
+    np.testing.assert_array_equal(ew.unary("clamp", x, p=-np.inf, q=0.5).to_host(), [0.5] * 3)
