@@ -8,6 +8,7 @@ ever enqueued, never waited for, except in ``to_host``.
 from __future__ import annotations
 
 from math import prod
+from numbers import Real
 
 import numpy as np
 import pyopencl as cl
@@ -59,6 +60,8 @@ class Tensor:
     >>> t = pc.Tensor.from_host(q, np.arange(6, dtype=np.float32).reshape(2, 3))
     >>> t.reshape(3, 2).to_host().shape
     (3, 2)
+    >>> float((t * 2 + 1).sum()), int(t.argmax()), np.asarray(t.T).shape   # never recorded
+    (36.0, 5, (3, 2))
     """
 
     __slots__ = ("queue", "shape", "dtype", "data", "_alloc", "_keep", "checks", "__weakref__")
@@ -223,6 +226,146 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"Tensor(shape={self.shape}, dtype={self.dtype.name})"
+
+    # -- PyTorch conveniences: host values, operators, methods ---------------------------
+    # Computed on this tensor's queue and never recorded (a Tensor knows nothing of autograd;
+    # an operand that is a tp.Node makes the Node's operator run instead, which records).
+    # The kernels layer sits above the runtime, so it is imported inside each method.
+    __array_priority__ = 1000       # `ndarray + tensor` defers to Tensor (which refuses it)
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """``np.asarray(t)``: a host copy (blocks until ready), as ``to_host``."""
+        if copy is False:
+            raise ValueError("np.asarray(pc.Tensor, copy=False): a device tensor cannot be "
+                             "viewed from the host without a copy")
+        host = self.to_host()
+        return host if dtype is None else host.astype(dtype, copy=False)
+
+    def _binary(self, op: str, a, b):
+        if any(isinstance(v, np.ndarray) for v in (a, b)):
+            raise TypeError(f"pc.Tensor {op}: a numpy array operand; upload it first "
+                            "(pc.Tensor.from_host(t.queue, array)) or compute on the host "
+                            "(np.asarray(t))")
+        if not all(isinstance(v, Tensor) or (isinstance(v, (Real, np.number))
+                                             and not isinstance(v, bool)) for v in (a, b)):
+            return NotImplemented
+        from .kernels import elementwise as ew
+        return ew.binary(op, a, b)
+
+    def __add__(self, other):
+        return self._binary("add", self, other)
+
+    def __radd__(self, other):
+        return self._binary("add", other, self)
+
+    def __sub__(self, other):
+        return self._binary("sub", self, other)
+
+    def __rsub__(self, other):
+        return self._binary("sub", other, self)
+
+    def __mul__(self, other):
+        return self._binary("mul", self, other)
+
+    def __rmul__(self, other):
+        return self._binary("mul", other, self)
+
+    def __truediv__(self, other):
+        return self._binary("div", self, other)
+
+    def __rtruediv__(self, other):
+        return self._binary("div", other, self)
+
+    def __pow__(self, other):
+        return self._binary("pow", self, other)
+
+    def __rpow__(self, other):
+        return self._binary("pow", other, self)
+
+    # float32 0/1 masks (parcl's masks, as tp.where takes them), not PyTorch's bool tensors;
+    # no __eq__: Tensors stay hashable and compare by identity
+    def __lt__(self, other):
+        return self._binary("lt", self, other)
+
+    def __le__(self, other):
+        return self._binary("le", self, other)
+
+    def __gt__(self, other):
+        return self._binary("gt", self, other)
+
+    def __ge__(self, other):
+        return self._binary("ge", self, other)
+
+    def __neg__(self) -> Tensor:
+        from .kernels import elementwise as ew
+        return ew.unary("neg", self)
+
+    def __matmul__(self, other):
+        """numpy's matmul for 1-D, 2-D and batched 3-D operands (``tp.matmul`` takes more)."""
+        if isinstance(other, np.ndarray):
+            return self._binary("matmul", self, other)          # the clear TypeError
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        from .kernels.gemm import batched_gemm, gemm
+        a = self.reshape(1, -1) if self.ndim == 1 else self     # 1-D: promoted, then dropped
+        b = other.reshape(-1, 1) if other.ndim == 1 else other
+        if a.ndim == 2 and b.ndim == 2:
+            out = gemm(a, b)
+        elif a.ndim == 3 and b.ndim in (2, 3):
+            out = batched_gemm(a, b)
+        else:
+            raise ShapeError(f"pc.Tensor @: {self.shape} @ {other.shape} is not supported on "
+                             "raw Tensors (1-D, 2-D and 3-D @ 2-D/3-D are); use tp.matmul")
+        shape = list(out.shape)
+        if self.ndim == 1:
+            shape.pop(-2)
+        if other.ndim == 1:
+            shape.pop(-1)
+        return out.reshape(tuple(shape))
+
+    def exp(self) -> Tensor:
+        from .kernels import elementwise as ew
+        return ew.unary("exp", self)
+
+    def log(self) -> Tensor:
+        from .kernels import elementwise as ew
+        return ew.unary("log", self)
+
+    def sum(self, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A003
+        from .kernels import reduction
+        return reduction.sum(self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims: bool = False) -> Tensor:
+        from .kernels import reduction
+        return reduction.mean(self, axis, keepdims)
+
+    def max(self, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A003
+        from .kernels import reduction
+        return reduction.max(self, axis, keepdims)
+
+    def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        """int64 index of the first largest element (``axis=None``: of the flattened tensor)."""
+        from .kernels import reduction
+        if axis is None:
+            out = reduction.argmax(self.reshape(-1), 0)
+            return out.reshape((1,) * self.ndim) if keepdims else out
+        out = reduction.argmax(self, axis)
+        if keepdims:
+            ax = axis % self.ndim if self.ndim else 0
+            out = out.reshape(*self.shape[:ax], 1, *self.shape[ax + 1:])
+        return out
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802
+        """The axes reversed (a new contiguous tensor), as ``ndarray.T``."""
+        from .kernels import layout
+        return layout.transpose(self)
 
 
 # -- cross-queue ordering ------------------------------------------------------------------

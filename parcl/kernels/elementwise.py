@@ -1,5 +1,6 @@
-"""Elementwise kernels: binary ops with numpy broadcasting, unary ops, tensor-scalar ops, the
-backward helpers of the activations, and in-place updates (axpy, scale_).
+"""Elementwise kernels: binary ops with numpy broadcasting, unary ops (with up to two float
+parameters), tensor-scalar ops, the backward helpers of the activations, and in-place updates
+(axpy, scale_).
 
 One OpenCL program for the family. Same-shape inputs take a flat fast path; broadcasting takes a
 strided-index path over at most 6 dimensions after adjacent dimensions are collapsed (so a bias
@@ -53,8 +54,14 @@ BINARY_OPS = {
     "gelu_backward": "y * (0.5f * (1.0f + erf(x * M_SQRT1_2_F))"
                      " + x * exp(-0.5f * x * x) * 0.3989422804014327f)",
     "sqrt_backward": "y * 0.5f / x",
+    # pow's partial derivatives (x the base, y the exponent), zero where PyTorch's are: d/dx is
+    # 0 where y == 0 (not 0 * x**-1, NaN at x = 0), d/dy is 0 where x == 0 and y >= 0
+    "pow_grad_base": "(y == 0.0f) ? 0.0f : y * pow(x, y - 1.0f)",
+    "pow_grad_exponent": "(x == 0.0f && y >= 0.0f) ? 0.0f : pow(x, y) * log(x)",
+    "rpow_grad_exponent": "(y == 0.0f && x >= 0.0f) ? 0.0f : pow(y, x) * log(y)",
 }
 
+# name -> C expression of x and the float parameters p, q (unused by most ops)
 UNARY_OPS = {
     "neg": "-x",
     "exp": "exp(x)",
@@ -68,12 +75,40 @@ UNARY_OPS = {
     "square": "x * x",
     "reciprocal": "1.0f / x",
     "sign": "(x > 0.0f) ? 1.0f : ((x < 0.0f) ? -1.0f : 0.0f)",
+    "silu": "x / (1.0f + exp(-x))",
+    "erf": "erf(x)",
+    "sin": "sin(x)",
+    "cos": "cos(x)",
+    "leaky_relu": "(x > 0.0f) ? x : x * p",                    # p: negative_slope
+    "elu": "(x > 0.0f) ? x : p * expm1(x)",                     # p: alpha
+    # PyTorch's threshold rule (p: beta, q: threshold): linear above it, so no overflow
+    "softplus": "(x * p > q) ? x : log1p(exp(x * p)) / p",
+    # p: min, q: max (+-INFINITY when not given); selects keep NaN, min > max gives max
+    "clamp": "(((x < p) ? p : x) > q) ? q : ((x < p) ? p : x)",
+}
+
+_SIGMOID = "(1.0f / (1.0f + exp(-x)))"
+# Backward helpers of same-shape (saved, upstream) pairs: name -> C expression of x (the saved
+# forward input), y (the upstream gradient) and the forward's parameters p, q. PyTorch's
+# formulas, with its choice at the kinks (leaky_relu: slope at 0; elu: alpha at 0; clamp:
+# gradient 1 where min <= x <= max, ties included).
+GRAD_OPS = {
+    "silu_backward": f"y * {_SIGMOID} * (1.0f + x * (1.0f - {_SIGMOID}))",
+    "erf_backward": "y * 1.1283791670955126f * exp(-x * x)",          # 2/sqrt(pi)
+    "sin_backward": "y * cos(x)",
+    "cos_backward": "-y * sin(x)",
+    "leaky_relu_backward": "(x > 0.0f) ? y : y * p",
+    "elu_backward": "(x > 0.0f) ? y : y * p * exp(x)",
+    # the logistic form of PyTorch's z / (z + 1), z = exp(beta x): finite for any threshold
+    "softplus_backward": "(x * p > q) ? y : y / (1.0f + exp(-x * p))",
+    "clamp_backward": "(x >= p && x <= q) ? y : 0.0f",
 }
 
 # what binary(op, scalar, t) means as a tensor-scalar op with the tensor on the left
 REVERSED = {"add": "add", "mul": "mul", "sub": "rsub", "div": "rdiv", "rsub": "sub",
             "rdiv": "div", "maximum": "maximum", "minimum": "minimum", "pow": "rpow",
-            "rpow": "pow", "ge": "le", "le": "ge", "gt": "lt", "lt": "gt"}
+            "rpow": "pow", "ge": "le", "le": "ge", "gt": "lt", "lt": "gt",
+            "pow_grad_exponent": "rpow_grad_exponent", "rpow_grad_exponent": "pow_grad_exponent"}
 
 MAX_DIMS = 6
 
@@ -136,10 +171,19 @@ __kernel void {name}_scalar(__global float *out, __global const float *a, const 
 }}""")
     for name, expr in UNARY_OPS.items():
         parts.append(f"""
-__kernel void {name}_unary(__global float *out, __global const float *a, const int n)
+__kernel void {name}_unary(__global float *out, __global const float *a, const float p,
+                           const float q, const int n)
 {{
     int i = get_global_id(0);
     if (i < n) {{ float x = a[i]; out[i] = {expr}; }}
+}}""")
+    for name, expr in GRAD_OPS.items():
+        parts.append(f"""
+__kernel void {name}_grad(__global float *out, __global const float *a,
+                          __global const float *b, const float p, const float q, const int n)
+{{
+    int i = get_global_id(0);
+    if (i < n) {{ float x = a[i], y = b[i]; out[i] = {expr}; }}
 }}""")
     parts.append(r"""
 __kernel void axpy(__global float *y, __global const float *x, const float alpha, const int n)
@@ -313,15 +357,40 @@ def scalar(op: str, x: Tensor, s: float, out: Tensor | None = None) -> Tensor:
     return res
 
 
-def unary(op: str, x: Tensor, out: Tensor | None = None) -> Tensor:
+def unary(op: str, x: Tensor, out: Tensor | None = None, *, p: float = 0.0,
+          q: float = 0.0) -> Tensor:
     """``op(x)`` elementwise; ``op`` one of ``UNARY_OPS`` (neg, exp, log, relu, sigmoid, tanh,
-    gelu (exact erf form), sqrt, abs, square, reciprocal, sign)."""
+    gelu (exact erf form), sqrt, abs, square, reciprocal, sign, silu, erf, sin, cos) or one
+    with parameters: ``leaky_relu`` (p: slope), ``elu`` (p: alpha), ``softplus`` (p: beta,
+    q: threshold), ``clamp`` (p: min, q: max; ``-inf``/``inf`` for no bound).
+
+    >>> ew.unary("leaky_relu", y, p=0.1).to_host()
+    array([1., 1., 1.], dtype=float32)
+    """
     if op not in UNARY_OPS:
         raise ValueError(f"unary: unknown op {op!r}; expected one of {sorted(UNARY_OPS)}")
     check_float(op, x)
     res = _output(op, x.queue, x.shape, out)
     k = get_kernel(x.queue, SOURCE, f"{op}_unary")
-    k(x.queue, _global(x.size), (LOCAL,), res.data, x.data, np.int32(x.size))
+    k(x.queue, _global(x.size), (LOCAL,), res.data, x.data, np.float32(p), np.float32(q),
+      np.int32(x.size))
+    return res
+
+
+def grad(op: str, saved: Tensor, g: Tensor, *, p: float = 0.0, q: float = 0.0,
+         out: Tensor | None = None) -> Tensor:
+    """A ``GRAD_OPS`` backward helper on the forward's input ``saved`` and the upstream ``g``
+    (same shape), with the forward's parameters ``p``, ``q`` (as for ``unary``)."""
+    if op not in GRAD_OPS:
+        raise ValueError(f"grad: unknown op {op!r}; expected one of {sorted(GRAD_OPS)}")
+    check_float(op, saved, g)
+    if saved.shape != g.shape:
+        raise ShapeError(f"{op}: saved tensor {saved.shape} and gradient {g.shape} differ")
+    check_same_queue(op, saved, g)
+    res = _output(op, g.queue, g.shape, out)
+    k = get_kernel(g.queue, SOURCE, f"{op}_grad")
+    k(g.queue, _global(g.size), (LOCAL,), res.data, saved.data, g.data, np.float32(p),
+      np.float32(q), np.int32(g.size))
     return res
 
 

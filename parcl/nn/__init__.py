@@ -11,6 +11,7 @@ same program builds bit-identical models in every run and every replica thread.
 ['0.weight', '0.bias', '2.weight', '2.bias']
 """
 
+from .activation import ELU, LeakyReLU, Sigmoid, SiLU, Softplus, Tanh
 from .layers import (
                      AdaptiveAvgPool2d,
                      AvgPool2d,
@@ -30,7 +31,8 @@ from .resnet import BasicBlock, ResNet, resnet18
 
 from .loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss  # noqa: E402  (losses)
 
-__all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "BasicBlock", "BatchNorm2d", "Conv2d", "Dropout",
+__all__ = ["ELU", "LeakyReLU", "SiLU", "Sigmoid", "Softplus", "Tanh",
+           "AdaptiveAvgPool2d", "AvgPool2d", "BasicBlock", "BatchNorm2d", "Conv2d", "Dropout",
            "Flatten", "Linear", "MaxPool2d", "Module", "Parameter", "ReLU", "ResNet",
            "Sequential", "StateDictError", "capture_key", "default_generator", "flatten",
            "manual_seed",

@@ -14,6 +14,7 @@ import traceback
 import numpy as np
 
 from ..errors import AnomalyError
+from ..runtime import default_queue
 from ..tensor import Tensor
 from . import mode
 
@@ -147,6 +148,23 @@ class Node:
             shape = tuple(shape[0])
         return _ops().reshape(self, shape)
 
+    # -- PyTorch conveniences: x ** y, float(x), int(x), np.asarray(x) ------------------
+    def __pow__(self, other):
+        return _ops().pow(self, other)
+
+    def __rpow__(self, other):
+        return _ops().pow(other, self)
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """``np.asarray(node)``: a host copy of the value (see ``pc.Tensor.__array__``)."""
+        return self.value.__array__(dtype, copy)
+
 
 def _freed():
     """Stands in ``Node.tape`` for a node whose tape was released (never called)."""
@@ -171,10 +189,21 @@ def host_copy(value, dtype) -> np.ndarray:
     return np.array(value, dtype=dtype, order="C", copy=True)
 
 
-def tensor(t: Tensor, requires_grad: bool = False) -> Node:
-    """Wrap a ``pc.Tensor`` as a leaf Node (``requires_grad=True`` to get its ``.grad``)."""
+def tensor(t, requires_grad: bool = False) -> Node:
+    """A leaf Node (``requires_grad=True`` to get its ``.grad``) wrapping a ``pc.Tensor``, or
+    holding a numpy array (or nested list, or number) uploaded to the calling thread's default
+    queue, as ``torch.tensor``: float64 becomes float32 (parcl's float type), integer labels
+    stay int32/int64.
+
+    >>> w = tp.tensor(np.zeros((3, 2)), requires_grad=True)     # float32, on pc.default_queue()
+    """
     if isinstance(t, Node):
         t = t.value
+    if not isinstance(t, Tensor):
+        array = np.asarray(t)
+        if array.dtype == np.float64:
+            array = array.astype(np.float32)
+        t = Tensor.from_host(default_queue(), array)
     return Node(t, requires_grad=requires_grad)
 
 

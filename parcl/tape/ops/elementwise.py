@@ -1,6 +1,8 @@
 """Elementwise ops: ``add sub mul div`` (numpy broadcasting, Python scalars on either side),
-``neg exp log relu sigmoid tanh gelu sqrt abs``, ``pow`` with a scalar exponent, ``maximum``,
-``minimum``. Broadcast inputs get their gradient summed back to their own shape.
+``neg exp log relu sigmoid tanh gelu sqrt abs``, ``pow`` (scalar or tensor exponent, scalar
+or tensor base), ``maximum``, ``minimum``. Broadcast inputs get their gradient summed back to
+their own shape. Gradients at domain edges are PyTorch's (``pow(x, 0)`` has gradient 0 at
+``x = 0``, not ``0 * inf``).
 
 >>> x = tp.tensor(pc.Tensor.from_host(q, np.array([2.0], np.float32)), requires_grad=True)
 >>> with tp.Tape() as tape:
@@ -12,7 +14,6 @@ array([4.], dtype=float32)
 
 from __future__ import annotations
 
-import math
 from numbers import Real
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from ...errors import ParclError
 from ...kernels import elementwise as ew
 from ...kernels.reduction import sum_to_shape
+from ...tensor import Tensor
 from ..node import Function, Node
 
 __all__ = ["abs", "add", "div", "exp", "gelu", "log", "maximum", "minimum", "mul", "neg",
@@ -98,6 +100,24 @@ class Div(_Binary):
             ew.binary("div", t, self.b, out=t)
             gb = ew.scale_(self._reduce(1, t), -1.0)
         return ga, gb
+
+
+class Pow(_Binary):
+    """``a ** b``; PyTorch's partials, zero where it has zeros (``pow_grad_*`` kernels)."""
+
+    name = kernel = "pow"
+
+    def forward(self, a, b):
+        if self.recording:
+            self.a, self.b = a, b
+        return super().forward(a, b)
+
+    def backward(self, g):
+        grads = []
+        for i, op in enumerate(("pow_grad_base", "pow_grad_exponent")):
+            grads.append(self._reduce(i, _mul_into(ew.binary(op, self.a, self.b), g))
+                         if self.needs_input_grad[i] else None)
+        return tuple(grads)
 
 
 class _MaxMin(_Binary):
@@ -189,19 +209,20 @@ class RDivScalar(_Scalar):                 # s / x: d/dx = -(s/x) / x
         return ew.scale_(_mul_into(t, g), -1.0)
 
 
-class PowScalar(_Scalar):                  # x ** p
+class PowScalar(_Scalar):                  # x ** p: d/dx = p * x**(p-1), and 0 for p == 0
     name = kernel = "pow"
 
     def backward(self, g):
-        t = ew.scalar("pow", self.x, self.s - 1.0)
-        return ew.scale_(_mul_into(t, g), self.s)
+        if self.s == 0.0:                  # PyTorch: zeros, whatever x (0 * x**-1 is NaN at 0)
+            return Tensor.zeros(g.queue, g.shape)
+        return _mul_into(ew.scalar("pow_grad_base", self.x, self.s), g)
 
 
-class RPowScalar(_Scalar):                 # s ** x: d/dx = s**x * ln(s)
+class RPowScalar(_Scalar):                 # s ** x: d/dx = s**x * ln(s), 0 for s == 0, x >= 0
     name, kernel = "pow", "rpow"
 
     def backward(self, g):
-        return ew.scale_(ew.binary("mul", self.out, g), math.log(self.s))
+        return _mul_into(ew.scalar("rpow_grad_exponent", self.x, self.s), g)
 
 
 class MaximumScalar(_Scalar):
@@ -224,7 +245,7 @@ _BINARY = {
     "sub": (Sub, SubScalar, RSubScalar),
     "mul": (Mul, MulScalar, MulScalar),
     "div": (Div, DivScalar, RDivScalar),
-    "pow": (None, PowScalar, RPowScalar),
+    "pow": (Pow, PowScalar, RPowScalar),
     "maximum": (Maximum, MaximumScalar, MaximumScalar),
     "minimum": (Minimum, MinimumScalar, MinimumScalar),
 }
@@ -239,9 +260,6 @@ def _binary(op: str, a, b, tape):
         return right_fn.apply(a, tape=tape, s=b)
     if _is_scalar(a):
         return left_fn.apply(b, tape=tape, s=a)
-    if tensor_fn is None:
-        raise TypeError(f"{op}: the exponent must be a Python scalar, got "
-                        f"{type(b).__name__}")
     return tensor_fn.apply(a, b, tape=tape)
 
 
@@ -266,7 +284,13 @@ def div(a, b, *, tape=None):
 
 
 def pow(x, p, *, tape=None):  # noqa: A001
-    """``x ** p`` for a scalar exponent ``p`` (or ``p ** x`` for a scalar base)."""
+    """``x ** p`` with broadcasting: the base, the exponent or both may be tensors (either may
+    be a Python scalar); gradients reach both, with PyTorch's values at ``x = 0``.
+
+    >>> x = tp.tensor(np.array([0.0, 2.0]), requires_grad=True)
+    >>> (x ** 2).to_host(), (2 ** x).to_host(), tp.pow(x, x).to_host()
+    (array([0., 4.], dtype=float32), array([1., 4.], dtype=float32), array([1., 4.], dtype=float32))
+    """
     return _binary("pow", x, p, tape)
 
 

@@ -1,0 +1,157 @@
+"""PyTorch habits on Nodes and Tensors: ``float(x)``, ``int(x)``, ``x.item()``,
+``np.asarray(x)``, ``pc.Tensor`` operators and methods (computed on its queue, never
+recorded) and ``tp.tensor(ndarray)``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import parcl as pc
+import parcl.tape as tp
+from parcl.errors import DTypeError, ShapeError
+
+
+def dev(queue, a):
+    return pc.Tensor.from_host(queue, np.asarray(a, np.float32))
+
+
+def test_float_int_item_on_one_element_tensors_and_nodes(queue):
+    t = dev(queue, [[2.75]])
+    node = tp.tensor(t, requires_grad=True)
+    for x in (t, node):
+        assert float(x) == 2.75 and int(x) == 2 and x.item() == 2.75
+    labels = pc.Tensor.from_host(queue, np.array([7]))
+    assert int(labels) == 7 and float(labels) == 7.0
+    with tp.Tape() as tape:
+        loss = tp.sum(node * node)
+    assert float(loss) == pytest.approx(2.75 ** 2)
+    tape.release()
+    for x in (dev(queue, [1.0, 2.0]), tp.tensor(dev(queue, [1.0, 2.0]))):
+        with pytest.raises(ShapeError, match=r"shape \(2,\) has 2 elements"):
+            float(x)
+
+
+def test_asarray_copies_to_the_host(queue):
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = dev(queue, a)
+    for x in (t, tp.tensor(t)):
+        got = np.asarray(x)
+        assert got.dtype == np.float32 and got.shape == (2, 3)
+        np.testing.assert_array_equal(got, a)
+        assert np.asarray(x, dtype=np.float64).dtype == np.float64
+    got[0, 0] = 99                       # a copy: the device tensor is unchanged
+    assert t.to_host()[0, 0] == 0
+    np.testing.assert_array_equal(np.asarray(pc.Tensor.from_host(queue, np.array([3, 4]))),
+                                  [3, 4])
+    with pytest.raises(ValueError, match="without a copy"):
+        np.asarray(t, copy=False)
+    assert np.allclose(np.array(t) * 2, a * 2)
+
+
+ARITH = [
+    ("add", lambda a, b: a + b), ("sub", lambda a, b: a - b), ("mul", lambda a, b: a * b),
+    ("div", lambda a, b: a / b), ("pow", lambda a, b: a ** b),
+    ("lt", lambda a, b: a < b), ("le", lambda a, b: a <= b), ("gt", lambda a, b: a > b),
+    ("ge", lambda a, b: a >= b),
+]
+
+
+@pytest.mark.parametrize("name,op", ARITH)
+@pytest.mark.parametrize("sa,sb", [((2, 3), (2, 3)), ((3, 1), (1, 4)), ((5,), ()),
+                                   ((2, 3), None), (None, (7,))])
+def test_tensor_operators_match_numpy(queue, rng, name, op, sa, sb):
+    """Tensors and Python scalars on either side, numpy broadcasting; comparisons are float32
+    0/1 masks."""
+    a = rng.uniform(0.5, 2.0, sa).astype(np.float32) if sa else 1.25
+    b = rng.uniform(0.5, 2.0, sb).astype(np.float32) if sb else 1.25
+    ta = dev(queue, a) if sa else a
+    tb = dev(queue, b) if sb else b
+    got = op(ta, tb)
+    assert type(got) is pc.Tensor
+    want = op(np.float64(a) if not sa else a.astype(np.float64),
+              np.float64(b) if not sb else b.astype(np.float64))
+    np.testing.assert_allclose(got.to_host(), np.asarray(want, np.float64), rtol=2e-6)
+
+
+def test_unary_matmul_and_methods_match_numpy(queue, rng):
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    b = rng.standard_normal((5, 4)).astype(np.float32)
+    t, a64 = dev(queue, a), a.astype(np.float64)
+    np.testing.assert_array_equal((-t).to_host(), -a)
+    np.testing.assert_allclose((t @ dev(queue, b)).to_host(), a64 @ b, rtol=1e-5, atol=1e-5)
+    c = rng.standard_normal((2, 5, 3)).astype(np.float32)
+    for left, right in ((a, b[:, 0]), (a[0], b), (a[0], b[:, 0]), (c, b[:, :3].T.copy()),
+                        (c, c.transpose(0, 2, 1).copy()), (c, b[:3, 0].copy())):
+        got = dev(queue, left) @ dev(queue, right)
+        want = left.astype(np.float64) @ right
+        assert got.shape == want.shape, (left.shape, right.shape)
+        np.testing.assert_allclose(got.to_host(), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ShapeError, match=r"\(5,\) @ \(2, 5, 3\)"):
+        dev(queue, b[:, 0]) @ dev(queue, c)
+    np.testing.assert_allclose(t.sum().to_host(), a64.sum(), rtol=1e-5)
+    np.testing.assert_allclose(t.sum(axis=0).to_host(), a64.sum(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t.mean(1, keepdims=True).to_host(), a64.mean(1, keepdims=True),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(t.max().to_host(), a.max())
+    np.testing.assert_array_equal(t.max(axis=1).to_host(), a.max(1))
+    for axis, keep in ((None, False), (None, True), (1, False), (0, True), (-1, True)):
+        got = t.argmax(axis, keepdims=keep)
+        want = np.argmax(a, axis=axis, keepdims=keep)
+        assert got.dtype == np.int64 and got.shape == want.shape, (axis, keep)
+        np.testing.assert_array_equal(got.to_host(), want)
+    np.testing.assert_array_equal(t.T.to_host(), a.T)
+    np.testing.assert_array_equal(t.reshape(5, 3).to_host(), a.reshape(5, 3))
+    np.testing.assert_allclose(t.exp().to_host(), np.exp(a64), rtol=2e-6)
+    pos = np.abs(a) + 0.5
+    np.testing.assert_allclose(dev(queue, pos).log().to_host(), np.log(np.float64(pos)),
+                               rtol=2e-6)
+
+
+def test_numpy_scalars_are_scalars(queue):
+    t = dev(queue, [0.0, 1.0, 2.0])
+    for got in (np.float32(2) * t, t * np.float64(2), np.int64(2) + t - t):
+        assert type(got) is pc.Tensor
+    np.testing.assert_array_equal((np.float32(2) ** t).to_host(), [1.0, 2.0, 4.0])
+
+
+def test_tensor_arithmetic_is_never_recorded(queue):
+    x = tp.tensor(dev(queue, [1.0, 2.0]), requires_grad=True)
+    t = dev(queue, [3.0, 4.0])
+    with tp.Tape() as tape:
+        raw = (t * 2.0 + t) @ t
+        mixed = t * x                     # a Node operand: the Node's operator records it
+    assert type(raw) is pc.Tensor and float(raw) == 75.0
+    assert isinstance(mixed, tp.Node) and len(tape.nodes) == 1
+    tape.backward(mixed, grad=dev(queue, [1.0, 1.0]))
+    np.testing.assert_array_equal(x.grad.to_host(), [3.0, 4.0])
+
+
+def test_tensor_operator_errors_are_clear(queue):
+    t = dev(queue, [1.0, 2.0])
+    with pytest.raises(TypeError, match="numpy array operand"):
+        t + np.ones(2, np.float32)
+    with pytest.raises(TypeError, match="numpy array operand"):
+        np.ones(2, np.float32) * t
+    with pytest.raises(TypeError):
+        t + "1"
+    with pytest.raises(ShapeError, match=r"\(2,\) and \(3,\)"):
+        t + dev(queue, [1.0, 2.0, 3.0])
+    with pytest.raises(DTypeError, match="add: dtype int64"):
+        pc.Tensor.from_host(queue, np.array([1, 2])) + 1
+
+
+def test_tp_tensor_uploads_arrays_to_the_default_queue(queue):
+    w = tp.tensor(np.zeros((3, 2)), requires_grad=True)
+    assert isinstance(w, tp.Node) and w.requires_grad and w.grad_fn is None
+    assert w.dtype == np.float32 and w.shape == (3, 2) and w.queue is pc.default_queue()
+    labels = tp.tensor(np.array([1, 0, 2]))
+    assert labels.dtype == np.int64 and not labels.requires_grad
+    np.testing.assert_array_equal(tp.tensor([[1.5, 2.5]]).to_host(), [[1.5, 2.5]])
+    assert tp.tensor(3.0).shape == ()
+    with tp.Tape() as tape:
+        loss = tp.sum(w * 2.0)
+    tape.backward(loss)
+    np.testing.assert_array_equal(w.grad.to_host(), np.full((3, 2), 2.0))
+    with pytest.raises(DTypeError):
+        tp.tensor(np.array(["a"]))
