@@ -28,7 +28,7 @@ from .allreduce.end import Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
 from .nn.module import capture_key
 from .optim import FlatBucket
-from .replica_steps import Captured, Eager, split_batch
+from .replica_steps import Captured, Eager, count_samples, ignored_label, split_batch
 from .replica_threads import Replica
 
 DEFAULT_TIMEOUT = 600.0       # seconds any dispatched call may take before the group gives up
@@ -244,8 +244,9 @@ class ReplicaGroup:
              accumulation_steps: int = 1) -> float:
         """One data-parallel step on this process's numpy batch; returns the mean loss.
 
-        The batch is split along dim 0 (uneven splits weighted by sample count, so the result
-        equals the single-replica full-batch step); each replica computes
+        The batch is split along dim 0 (uneven splits weighted by sample count, or for a loss
+        with an ``ignore_index`` by the labels it does not ignore, so the result equals the
+        single-replica full-batch step); each replica computes
         ``loss_fn(model(x_i), y_i)`` on its own tape and runs backward, as
         ``accumulation_steps`` micro-batches one after another when asked (gradients
         accumulate on the replica; nothing is communicated in between); then the gradients
@@ -261,9 +262,10 @@ class ReplicaGroup:
         self._check_open()
         x, y = np.asarray(x), np.asarray(y)
         k = len(self.replicas)
-        n = int(x.shape[0]) if x.ndim else 0
-        total = n if self.comm is None else int(self.comm.allreduce(n))
-        shards = split_batch(x, y, k, max(total, 1), accumulation_steps)
+        ignore = ignored_label(loss_fn)
+        count = count_samples(y, ignore) if y.ndim else 0
+        total = count if self.comm is None else int(self.comm.allreduce(count))
+        shards = split_batch(x, y, k, total, accumulation_steps, ignore)
         self._prepare_grads()
         keys = [(capture_key(r.model), key) for r in self.replicas] if self.capture \
             else [None] * k
@@ -277,7 +279,9 @@ class ReplicaGroup:
             reads += [cl.enqueue_marker(r.queue) for r in self.replicas]
             labels += [f"replica {r.index}" for r in self.replicas]
         runtime.wait_for_events(reads, self.timeout, "ReplicaGroup.step", labels=labels)
-        local = sum(w * float(h.sum()) for o in outcomes for w, h in zip(o.weights, o.losses))
+        # A micro-batch with no sample to count (every label ignored) adds nothing.
+        local = sum(w * float(h.sum()) for o in outcomes for w, h in zip(o.weights, o.losses)
+                    if w)
         return float(self.comm.allreduce(local)) if self.comm is not None else local
 
     def _prepare_grads(self) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import pyopencl as cl
 
 from .errors import ParclError, ShapeError
-from .tape import Node, Tape, tensor
+from .tape import Node, Tape, ops, tensor
 from .tape.capture import capture
 from .tensor import Tensor
 
@@ -43,10 +43,27 @@ class Outcome:
     reached: tuple[int, ...]
 
 
+def ignored_label(loss_fn) -> int | None:
+    """The label value ``loss_fn`` leaves out of its mean (``ignore_index``), or None: such a
+    loss is a mean over the labels not ignored, so the shards are weighted by those."""
+    if loss_fn in (ops.cross_entropy, ops.nll_loss):
+        return -100
+    value = getattr(loss_fn, "ignore_index", None)
+    return int(value) if isinstance(value, (int, np.integer)) else None
+
+
+def count_samples(y: np.ndarray, ignore: int | None) -> int:
+    """What a shard's mean loss is a mean over: its rows, or its labels not ``ignore``."""
+    if ignore is None or not np.issubdtype(y.dtype, np.integer):
+        return int(y.shape[0])
+    return int(np.count_nonzero(y != ignore))
+
+
 def split_batch(x: np.ndarray, y: np.ndarray, replicas: int, total: int,
-                accumulation_steps: int = 1) -> list[list[Micro]]:
+                accumulation_steps: int = 1, ignore: int | None = None) -> list[list[Micro]]:
     """Per replica its micro-batches: contiguous rows, the first ``n % replicas`` replicas
-    (and micro-batches) one row longer; ``total`` is the global batch (all ranks)."""
+    (and micro-batches) one row longer, each weighted by its share of ``total``, the samples
+    of the global batch (all ranks; see ``count_samples``)."""
     n = int(x.shape[0]) if x.ndim else 0
     if y.ndim == 0 or y.shape[0] != n:
         raise ShapeError(f"ReplicaGroup.step: x has {n} samples but y has shape {y.shape}")
@@ -63,7 +80,8 @@ def split_batch(x: np.ndarray, y: np.ndarray, replicas: int, total: int,
     out = []
     for lo, hi in zip(shards, shards[1:]):
         micro = [lo + b for b in _bounds(hi - lo, int(accumulation_steps))]
-        out.append([Micro(x[a:b], y[a:b], np.array((b - a) / total, np.float32), a)
+        out.append([Micro(x[a:b], y[a:b],
+                          np.array(count_samples(y[a:b], ignore) / max(total, 1), np.float32), a)
                     for a, b in zip(micro, micro[1:])])
     return out
 
@@ -144,9 +162,10 @@ def _run_micros(replica, micros: list[Micro], run) -> Outcome:
         try:
             loss, got = run(m)
         except ParclError as exc:
-            row = getattr(exc, "row", None)
+            row = getattr(exc, "row", None)          # a flat index into the labels
             if row is not None and getattr(exc, "batch_row", None) is None:
-                exc.batch_row = m.start + int(row)     # where the caller's batch has it
+                per_sample = max(1, int(np.prod(m.y.shape[1:])))
+                exc.batch_row = m.start + int(row) // per_sample   # the caller's sample
             raise
         host = np.empty(loss.shape, np.float32)
         reads.append(cl.enqueue_copy(replica.queue, host, loss.data, is_blocking=False))

@@ -1,0 +1,74 @@
+"""What data-parallel training loops rely on: gradient accumulation, ignored labels spread
+unevenly over the replicas, errors that point at the caller's batch."""
+
+import numpy as np
+import pytest
+
+import parcl as pc
+import parcl.tape as tp
+from parcl.replica import ReplicaGroup
+from parcl.testing import assert_dp_equivalent, seeded, train_single
+
+
+def mlp(queue):
+    return pc.nn.Sequential(pc.nn.Linear(16, 12, queue=queue), pc.nn.ReLU(),
+                            pc.nn.Linear(12, 5, queue=queue))
+
+
+def batch(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.random((n, 16), dtype=np.float32), rng.integers(0, 5, n).astype(np.int64)
+
+
+def adamw(params):
+    return pc.optim.AdamW(params, lr=1e-2)
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "captured"])
+@pytest.mark.parametrize("steps", [2, 3])
+def test_accumulation_equals_the_full_batch_step(devices2, steps, capture):
+    x, y = batch(13)
+    ref = train_single(seeded(mlp), tp.cross_entropy, (x, y), 3, adamw)
+    with ReplicaGroup(seeded(mlp), devices2, capture=capture) as group:
+        opt = adamw(group.parameters())
+        losses = [group.step(x, y, tp.cross_entropy, opt, accumulation_steps=steps)
+                  for _ in range(3)]
+        got = [p.value.to_host() for p in group.parameters()]
+    for a, b in zip(ref, got):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+    assert losses[0] > losses[2]
+
+
+def test_accumulation_needs_a_sample_per_micro_batch(devices2):
+    x, y = batch(5)
+    with ReplicaGroup(mlp, devices2) as group:
+        opt = adamw(group.parameters())
+        with pytest.raises(pc.ShapeError, match="2 replicas x 3 micro-batches"):
+            group.step(x, y, tp.cross_entropy, opt, accumulation_steps=3)
+        group.step(x, y, tp.cross_entropy, opt, accumulation_steps=2)    # still usable
+
+
+@pytest.mark.parametrize("loss_fn", [tp.cross_entropy, pc.nn.CrossEntropyLoss(ignore_index=3)],
+                         ids=["function", "module"])
+def test_ignored_labels_all_on_one_replica_weigh_as_in_the_full_batch(devices2, loss_fn):
+    x, y = batch(12)
+    ignore = -100 if loss_fn is tp.cross_entropy else 3
+    y[:5] = ignore                            # replica 0 keeps one counted label, replica 1 six
+    assert_dp_equivalent(mlp, loss_fn, (x, y), replicas=2, steps=3, make_optimizer=adamw,
+                         devices=devices2)
+    with ReplicaGroup(seeded(mlp), devices2) as group:
+        loss = group.step(x, y, loss_fn, adamw(group.parameters()))
+    q = pc.default_queue()
+    pc.nn.manual_seed(0)
+    model = mlp(q)
+    with tp.no_grad():
+        want = loss_fn(model(pc.Tensor.from_host(q, x)), pc.Tensor.from_host(q, y)).item()
+    assert loss == pytest.approx(want, rel=1e-5)
+
+
+def test_a_bad_label_is_reported_by_its_row_in_the_callers_batch(devices2):
+    x, y = batch(8)
+    y[6] = 99                                       # replica 1's shard: its row 2
+    with ReplicaGroup(mlp, devices2) as group:
+        with pytest.raises(pc.ReplicaError, match=r"label 99 .*row 6 of the batch"):
+            group.step(x, y, tp.cross_entropy, adamw(group.parameters()))
