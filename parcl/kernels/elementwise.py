@@ -52,6 +52,9 @@ BINARY_OPS = {
     "tanh_backward": "y * (1.0f - x * x)",
     "gelu_backward": "y * (0.5f * (1.0f + erf(x * M_SQRT1_2_F))"
                      " + x * exp(-0.5f * x * x) * 0.3989422804014327f)",
+    # GPT-2's tanh approximation (PyTorch's approximate="tanh"): u = k * (x + c * x^3)
+    "gelu_tanh_backward": "y * (0.5f * (1.0f + GELU_T(x)) + 0.5f * x * (1.0f - GELU_T(x)"
+                          " * GELU_T(x)) * 0.7978845608028654f * (1.0f + 0.134145f * x * x))",
     "sqrt_backward": "y * 0.5f / x",
 }
 
@@ -63,6 +66,7 @@ UNARY_OPS = {
     "sigmoid": "1.0f / (1.0f + exp(-x))",
     "tanh": "tanh(x)",
     "gelu": "0.5f * x * (1.0f + erf(x * M_SQRT1_2_F))",
+    "gelu_tanh": "0.5f * x * (1.0f + GELU_T(x))",
     "sqrt": "sqrt(x)",
     "abs": "(x < 0.0f) ? -x : x",
     "square": "x * x",
@@ -93,10 +97,13 @@ _STRIDED_OFFSETS = r"""
     }                                                                            \
 }
 """
+STRIDED_OFFSETS = _STRIDED_OFFSETS     # public: other kernel families broadcast with it too
+# tanh(u) of GELU's tanh approximation, u = sqrt(2/pi) * (x + 0.044715 x^3)
+_GELU_TANH = "#define GELU_T(x) tanh(0.7978845608028654f * ((x) + 0.044715f * (x) * (x) * (x)))"
 
 
 def _build_source() -> str:
-    parts = ["//CL//", _STRIDED_OFFSETS]
+    parts = ["//CL//", _STRIDED_OFFSETS, _GELU_TANH]
     for name, expr in BINARY_OPS.items():
         parts.append(f"""
 __kernel void {name}_contig(__global float *out, __global const float *a,
@@ -236,6 +243,9 @@ def collapse_dims(shape, *strides_list) -> tuple[list[int], list[list[int]]]:
 def _int8(values: list[int]):
     vals = list(values) + [1] * (8 - len(values))
     return cltypes.make_int8(*vals)
+
+
+int8_vector = _int8     # public: packs collapse_dims' dims and strides for other families
 
 
 def _global(n: int) -> tuple[int]:

@@ -17,5 +17,10 @@ from .reduce import *  # noqa: F401,F403
 from .reduce import __all__ as _reduce
 from .shape import *  # noqa: F401,F403
 from .shape import __all__ as _shape
+from .norm import *  # noqa: F401,F403  (layer_norm, rms_norm, group_norm)
+from .norm import __all__ as _norm
+from .select import *  # noqa: F401,F403  (where, masked_fill, embedding)
+from .select import __all__ as _select
 
 __all__ = [*_elementwise, *_linalg, *_loss, *_nn, *_reduce, *_shape]
+__all__ += [*_norm, *_select]
