@@ -26,8 +26,12 @@ from .layers import (
 )
 from .module import Module, Parameter, StateDictError, default_generator, manual_seed
 from .resnet import BasicBlock, ResNet, resnet18
+from .gelu import GELU
+from .norm import BatchNorm1d, GroupNorm, LayerNorm, RMSNorm
+from .sparse import Embedding
 
 __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "BasicBlock", "BatchNorm2d", "Conv2d", "Dropout",
            "Flatten", "Linear", "MaxPool2d", "Module", "Parameter", "ReLU", "ResNet",
            "Sequential", "StateDictError", "default_generator", "flatten", "manual_seed",
            "resnet18"]
+__all__ += ["BatchNorm1d", "Embedding", "GELU", "GroupNorm", "LayerNorm", "RMSNorm"]

@@ -60,14 +60,17 @@ class _RowNorm(Function):
         shape, D = _normalized_shape(self.name, x, normalized_shape, weight=weight, bias=bias)
         y, mean, rstd = nk.norm_forward(x, D, weight, bias, eps, center=self.center)
         if self.recording:
-            self.saved = (x, weight, mean, rstd, shape, D)
+            # the op's metadata: each row's mean and inverse std, read by the backward
+            self.mean, self.rstd = mean, rstd
+            self.x, self.weight, self.shape, self.D = x, weight, shape, D
         return y
 
     def backward(self, g: Tensor):
-        x, weight, mean, rstd, shape, D = self.saved
+        shape, D = self.shape, self.D
         need = self.needs_input_grad
         into_w, into_b = self.grad_targets.get(1), self.grad_targets.get(2)
-        gx, gw, gb = nk.norm_backward(x, g, D, mean, rstd, weight, center=self.center,
+        gx, gw, gb = nk.norm_backward(self.x, g, D, self.mean, self.rstd, self.weight,
+                                      center=self.center,
                                       need_input=need[0], need_weight=need[1],
                                       need_bias=len(need) > 2 and need[2],
                                       weight_into=into_w, bias_into=into_b)
@@ -149,11 +152,13 @@ class GroupNorm(Function):
         if bias is not None:
             y = ew.binary("add", y, bias.reshape(self.cshape), out=y if y is not h else None)
         if self.recording:
-            self.saved = (x, weight, mean, rstd, D, h if weight is not None else None)
+            self.mean, self.rstd = mean, rstd          # per (sample, group)
+            self.saved = (x, weight, D, h if weight is not None else None)
         return y
 
     def backward(self, g: Tensor):
-        x, weight, mean, rstd, D, h = self.saved
+        x, weight, D, h = self.saved
+        mean, rstd = self.mean, self.rstd
         need = self.needs_input_grad
         gw = gb = gx = None
         if need[1]:
