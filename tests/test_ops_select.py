@@ -136,3 +136,34 @@ def test_gelu_tanh(queue, rng):
     assert np.abs(exact - y.to_host()).max() > 1e-5
     with pytest.raises(ValueError, match="approximate must be 'none' or 'tanh'"):
         tp.gelu(nx, approximate="fast")
+
+
+def test_embedding_in_a_captured_step(queue, rng):
+    """Replays equal the eager step bit for bit; indices that are an input of the step are
+    range-checked on the host before a replay uploads them, computed ones on the device."""
+    w0 = rng.standard_normal((5, 3)).astype(np.float32)
+    c = pc.Tensor.from_host(queue, rng.standard_normal((2, 3, 3)).astype(np.float32))
+
+    def make(indices_of):
+        w = tp.tensor(pc.Tensor.from_host(queue, w0), True)
+        w.grad = pc.Tensor.zeros(queue, (5, 3))     # each step adds into it
+
+        def body(idx):
+            with tp.Tape() as tape:
+                loss = tp.sum(tp.layer_norm(tp.embedding(indices_of(idx), w), 3) * c)
+            tape.backward(loss)
+            return loss.value
+        return w, tp.capture(body, queue)
+
+    idx = np.array([[1, 4, 4], [0, 1, 2]])
+    for indices_of in (lambda i: i, lambda i: i.copy()):
+        w, step = make(indices_of)
+        step(idx)
+        eager = w.grad.to_host()
+        step(idx)                                   # replayed: adds the same gradient again
+        assert step.replays == 1
+        assert np.abs(eager).max() > 0.1 and np.array_equal(w.grad.to_host(), 2 * eager)
+        bad = idx.copy()
+        bad[1, 2] = 9
+        with pytest.raises(pc.ShapeError, match=r"index 9 at position \(1, 2\)"):
+            step(bad)

@@ -178,8 +178,10 @@ def _prefix(center: bool) -> str:
     return "ln" if center else "rms"
 
 
-def _launch(q, name: str, rows: int, *args) -> None:
-    if is_gpu(q.device):
+def _launch(q, name: str, rows: int, *args, workgroup: bool | None = None) -> None:
+    if workgroup is None:
+        workgroup = is_gpu(q.device)
+    if workgroup:
         get_kernel(q, SOURCE, f"{name}_wg")(q, (rows * WG,), (WG,), *args)
     else:
         get_kernel(q, SOURCE, f"{name}_row")(q, (round_up(rows, 16),), (16,), *args)
@@ -190,23 +192,27 @@ def _buf(t: Tensor | None):
 
 
 def norm_forward(x: Tensor, D: int, weight: Tensor | None, bias: Tensor | None, eps: float,
-                 center: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+                 center: bool = True, *, workgroup: bool | None = None
+                 ) -> tuple[Tensor, Tensor, Tensor]:
     """Normalise each run of ``D`` elements of ``x`` (``x.size // D`` rows), then ``* weight +
     bias`` (each ``D`` elements, or None). Returns ``(y, mean, rstd)``, the statistics
-    ``(rows,)`` each; ``center=False`` is RMS norm (mean 0)."""
+    ``(rows,)`` each; ``center=False`` is RMS norm (mean 0). ``workgroup`` forces the kernel
+    variant (default: a work-group per row on a GPU, a work-item per row otherwise)."""
     q = x.queue
     rows = x.size // D
     y = Tensor.empty(q, x.shape)
     mean, rstd = Tensor.empty(q, (rows,)), Tensor.empty(q, (rows,))
     _launch(q, f"{_prefix(center)}_fwd", rows, y.data, mean.data, rstd.data, x.data,
-            _buf(weight), _buf(bias), np.int32(rows), np.int32(D), np.float32(eps))
+            _buf(weight), _buf(bias), np.int32(rows), np.int32(D), np.float32(eps),
+            workgroup=workgroup)
     return y, mean, rstd
 
 
 def norm_backward(x: Tensor, g: Tensor, D: int, mean: Tensor, rstd: Tensor,
                   weight: Tensor | None, center: bool = True, *, need_input: bool = True,
                   need_weight: bool = False, need_bias: bool = False,
-                  weight_into: Tensor | None = None, bias_into: Tensor | None = None):
+                  weight_into: Tensor | None = None, bias_into: Tensor | None = None,
+                  workgroup: bool | None = None):
     """Gradients ``(gx, gw, gb)`` of ``norm_forward`` (None where not needed). ``weight_into``
     / ``bias_into``: existing gradients the parameter gradients are added into (then they are
     what is returned)."""
@@ -216,7 +222,7 @@ def norm_backward(x: Tensor, g: Tensor, D: int, mean: Tensor, rstd: Tensor,
     if need_input:
         gx = Tensor.empty(q, x.shape)
         _launch(q, f"{_prefix(center)}_bwd", rows, gx.data, g.data, x.data, mean.data,
-                rstd.data, _buf(weight), np.int32(rows), np.int32(D))
+                rstd.data, _buf(weight), np.int32(rows), np.int32(D), workgroup=workgroup)
     if need_weight or need_bias:
         gw = gb = None
         if need_weight:
