@@ -5,10 +5,13 @@ embedding lookup with its deterministic backward.
 (``elementwise.STRIDED_OFFSETS``) after ``collapse_dims``: the condition is uint8 (boolean
 masks), int32, int64 or float32, nonzero meaning True.
 
-The embedding backward sums the gradient rows of repeated indices in index order: one
-work-item per (weight row, column) walks every index and adds the rows that picked its weight
-row, with no atomics, so the sums are bit-identical run to run. That costs ``V * n`` index
-reads per column (fine for character and small vocabularies). An index outside ``[0, V)``
+The embedding backward sums the gradient rows of repeated indices in index order, with no
+atomics, so the sums are bit-identical run to run: one work-item per weight row lists, in
+index order, the positions that picked it (two integer passes over the ``n`` indices: a count,
+then the positions, placed by a prefix sum of the counts), then one work-item per (row, column)
+adds those positions' gradient rows. That is ``2 * V * n`` integer reads plus ``n * D`` adds:
+cheap for character and word-piece vocabularies on a GPU, the integer passes dominate on a CPU
+once ``V`` reaches tens of thousands. An index outside ``[0, V)``
 gives a NaN row and is reported in a one-int ``flag`` (the first bad position, ``n`` when
 all are fine) that the caller reads back when it likes.
 
@@ -70,19 +73,49 @@ __kernel void embed_fwd_{it}(__global float *out, __global const float *w,
     out[(long)i * D + j] = w[(long)v * D + j];
 }}
 
-/* gw[v, j] (+)= sum over i in order of g[i, j] where idx[i] == v. */
-__kernel void embed_bwd_{it}(__global float *gw, __global const float *g,
-                            __global const {it} *idx, const int n, const int V, const int D,
-                            const int accumulate)
+/* Row v's share of the backward's position lists, in index order: count[v] = how many
+   positions pick row v (first pass), then their positions from start[v] on (second pass). */
+__kernel void embed_count_{it}(__global int *count, __global const {it} *idx, const int n,
+                              const int V)
 {{
+    const int v = get_global_id(0);
+    if (v >= V) return;
+    int c = 0;
+    for (int i = 0; i < n; ++i) c += (idx[i] == v);
+    count[v] = c;
+}}
+
+__kernel void embed_positions_{it}(__global int *pos, __global const int *start,
+                                  __global const {it} *idx, const int n, const int V)
+{{
+    const int v = get_global_id(0);
+    if (v >= V) return;
+    int k = start[v];
+    for (int i = 0; i < n; ++i)
+        if (idx[i] == v) pos[k++] = i;
+}}""")
+    parts.append(r"""
+/* start[v] = count[0] + ... + count[v - 1], start[V] = the total: one work-item, in order. */
+__kernel void embed_starts(__global int *start, __global const int *count, const int V)
+{
+    if (get_global_id(0) != 0) return;
+    int acc = 0;
+    for (int v = 0; v < V; ++v) { start[v] = acc; acc += count[v]; }
+    start[V] = acc;
+}
+
+/* gw[v, j] (+)= the sum, in index order, of g[i, j] over the positions i that picked row v. */
+__kernel void embed_bwd(__global float *gw, __global const float *g, __global const int *pos,
+                        __global const int *start, const int V, const int D,
+                        const int accumulate)
+{
     const int j = get_global_id(0), v = get_global_id(1);
     if (j >= D || v >= V) return;
     float s = 0.0f;
-    for (int i = 0; i < n; ++i)
-        if (idx[i] == v) s += g[(long)i * D + j];
+    for (int k = start[v]; k < start[v + 1]; ++k) s += g[(long)pos[k] * D + j];
     const long o = (long)v * D + j;
     gw[o] = accumulate ? gw[o] + s : s;
-}}""")
+}""")
     return "\n".join(parts)
 
 
@@ -155,8 +188,17 @@ def embedding_backward(indices: Tensor, grad: Tensor, num_embeddings: int,
     D = grad.shape[-1]
     V, n = int(num_embeddings), indices.size
     gw = into if into is not None else Tensor.empty(q, (V, D))
+    it = INDEX_TYPES[indices.dtype]
+    count, start = Tensor.empty(q, (V,), np.int32), Tensor.empty(q, (V + 1,), np.int32)
+    pos = Tensor.empty(q, (n,), np.int32)
+    rows = (round_up(V, 64),), (64,)
+    get_kernel(q, SOURCE, f"embed_count_{it}")(q, *rows, count.data, indices.data,
+                                                np.int32(n), np.int32(V))
+    get_kernel(q, SOURCE, "embed_starts")(q, (1,), (1,), start.data, count.data, np.int32(V))
+    get_kernel(q, SOURCE, f"embed_positions_{it}")(q, *rows, pos.data, start.data,
+                                                    indices.data, np.int32(n), np.int32(V))
     gsize, lsize = _grid2(D, V)
-    get_kernel(q, SOURCE, f"embed_bwd_{INDEX_TYPES[indices.dtype]}")(
-        q, gsize, lsize, gw.data, grad.data, indices.data, np.int32(n), np.int32(V),
-        np.int32(D), np.int32(1 if into is not None else 0))
+    get_kernel(q, SOURCE, "embed_bwd")(q, gsize, lsize, gw.data, grad.data, pos.data,
+                                       start.data, np.int32(V), np.int32(D),
+                                       np.int32(1 if into is not None else 0))
     return gw

@@ -21,6 +21,7 @@ class Embedding(Module):
     thread's seeded generator; ``emb(idx)`` with int32/int64 ``idx`` of any shape returns
     ``(*idx.shape, embedding_dim)`` (see ``tp.embedding``).
 
+    >>> emb = pc.nn.Embedding(10, 4)
     >>> idx = pc.Tensor.from_host(pc.default_queue(), np.array([[1, 2, 2]]))
     >>> emb(idx).shape
     (1, 3, 4)
