@@ -53,8 +53,7 @@ BINARY_OPS = {
     "gelu_backward": "y * (0.5f * (1.0f + erf(x * M_SQRT1_2_F))"
                      " + x * exp(-0.5f * x * x) * 0.3989422804014327f)",
     # GPT-2's tanh approximation (PyTorch's approximate="tanh"): u = k * (x + c * x^3)
-    "gelu_tanh_backward": "y * (0.5f * (1.0f + GELU_T(x)) + 0.5f * x * (1.0f - GELU_T(x)"
-                          " * GELU_T(x)) * 0.7978845608028654f * (1.0f + 0.134145f * x * x))",
+    "gelu_tanh_backward": "y * gelu_tanh_grad(x)",
     "sqrt_backward": "y * 0.5f / x",
 }
 
@@ -98,8 +97,16 @@ _STRIDED_OFFSETS = r"""
 }
 """
 STRIDED_OFFSETS = _STRIDED_OFFSETS     # public: other kernel families broadcast with it too
-# tanh(u) of GELU's tanh approximation, u = sqrt(2/pi) * (x + 0.044715 x^3)
-_GELU_TANH = "#define GELU_T(x) tanh(0.7978845608028654f * ((x) + 0.044715f * (x) * (x) * (x)))"
+# GELU's tanh approximation: tanh(u), u = sqrt(2/pi) * (x + 0.044715 x^3), and its derivative
+_GELU_TANH = r"""
+#define GELU_T(x) tanh(0.7978845608028654f * ((x) + 0.044715f * (x) * (x) * (x)))
+inline float gelu_tanh_grad(const float x)
+{
+    const float t = GELU_T(x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608028654f
+           * (1.0f + 0.134145f * x * x);
+}
+"""
 
 
 def _build_source() -> str:
