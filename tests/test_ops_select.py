@@ -167,3 +167,10 @@ def test_embedding_in_a_captured_step(queue, rng):
         bad[1, 2] = 9
         with pytest.raises(pc.ShapeError, match=r"index 9 at position \(1, 2\)"):
             step(bad)
+
+
+def test_embedding_checks_at_once_under_detect_anomaly(queue):
+    w = leaf(queue, np.ones((3, 2)))
+    with tp.detect_anomaly(), tp.Tape(), pytest.raises(pc.ShapeError,
+                                                       match=r"index 3 at position \(0,\)"):
+        tp.embedding(pc.Tensor.from_host(queue, np.array([3], np.int32)), w)
