@@ -29,7 +29,8 @@ def _check_dtype(op: str, dtype, allowed=SUPPORTED) -> np.dtype:
     dt = np.dtype(dtype)
     if dt not in allowed:
         raise DTypeError(f"{op}: dtype {dt} is not supported; parcl holds float32 data and "
-                         f"int32/int64 labels (convert with .astype(np.float32))")
+                         f"int32/int64 labels and bool masks (convert with "
+                         f".astype(np.float32))")
     return dt
 
 
@@ -107,7 +108,8 @@ class Tensor:
 
     @classmethod
     def from_host(cls, queue: cl.CommandQueue, array) -> Tensor:
-        """Device copy of a numpy array (float32 data, int32/int64 labels).
+        """Device copy of a numpy array (float32 data, int32/int64 labels, ``np.bool_`` masks
+        stored as uint8 0/1).
 
         The array may be changed or freed as soon as this returns: the copy is enqueued, not
         waited for, from a host copy that parcl owns (``snapshot``). Other dtypes are a
@@ -117,7 +119,10 @@ class Tensor:
             array = np.asarray(array)
             if array.dtype == np.float64:
                 array = array.astype(np.float32)
-        dt = _check_dtype("Tensor.from_host", array.dtype)
+        if array.dtype == np.bool_:     # masks: held as uint8 0/1 on the device
+            array, dt = array.astype(np.uint8), np.dtype(np.uint8)
+        else:
+            dt = _check_dtype("Tensor.from_host", array.dtype)
         if array.size == 0:
             raise ShapeError(f"Tensor.from_host: zero-size array of shape {array.shape}; "
                              "parcl tensors hold at least one element")

@@ -53,6 +53,8 @@ BINARY_OPS = {
     "tanh_backward": "y * (1.0f - x * x)",
     "gelu_backward": "y * (0.5f * (1.0f + erf(x * M_SQRT1_2_F))"
                      " + x * exp(-0.5f * x * x) * 0.3989422804014327f)",
+    # GPT-2's tanh approximation (PyTorch's approximate="tanh"): u = k * (x + c * x^3)
+    "gelu_tanh_backward": "y * gelu_tanh_grad(x)",
     "sqrt_backward": "y * 0.5f / x",
     # pow's partial derivatives (x the base, y the exponent), zero where PyTorch's are: d/dx is
     # 0 where y == 0 (not 0 * x**-1, NaN at x = 0), d/dy is 0 where x == 0 and y >= 0
@@ -70,6 +72,7 @@ UNARY_OPS = {
     "sigmoid": "1.0f / (1.0f + exp(-x))",
     "tanh": "tanh(x)",
     "gelu": "0.5f * x * (1.0f + erf(x * M_SQRT1_2_F))",
+    "gelu_tanh": "0.5f * x * (1.0f + GELU_T(x))",
     "sqrt": "sqrt(x)",
     "abs": "(x < 0.0f) ? -x : x",
     "square": "x * x",
@@ -128,10 +131,21 @@ _STRIDED_OFFSETS = r"""
     }                                                                            \
 }
 """
+STRIDED_OFFSETS = _STRIDED_OFFSETS     # public: other kernel families broadcast with it too
+# GELU's tanh approximation: tanh(u), u = sqrt(2/pi) * (x + 0.044715 x^3), and its derivative
+_GELU_TANH = r"""
+#define GELU_T(x) tanh(0.7978845608028654f * ((x) + 0.044715f * (x) * (x) * (x)))
+inline float gelu_tanh_grad(const float x)
+{
+    const float t = GELU_T(x);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608028654f
+           * (1.0f + 0.134145f * x * x);
+}
+"""
 
 
 def _build_source() -> str:
-    parts = ["//CL//", _STRIDED_OFFSETS]
+    parts = ["//CL//", _STRIDED_OFFSETS, _GELU_TANH]
     for name, expr in BINARY_OPS.items():
         parts.append(f"""
 __kernel void {name}_contig(__global float *out, __global const float *a,
@@ -280,6 +294,9 @@ def collapse_dims(shape, *strides_list) -> tuple[list[int], list[list[int]]]:
 def _int8(values: list[int]):
     vals = list(values) + [1] * (8 - len(values))
     return cltypes.make_int8(*vals)
+
+
+int8_vector = _int8     # public: packs collapse_dims' dims and strides for other families
 
 
 def _global(n: int) -> tuple[int]:

@@ -28,6 +28,9 @@ from .layers import (
 from .module import (Module, Parameter, StateDictError, capture_key, default_generator,
                      manual_seed)
 from .resnet import BasicBlock, ResNet, resnet18
+from .gelu import GELU
+from .norm import BatchNorm1d, GroupNorm, LayerNorm, RMSNorm
+from .sparse import Embedding
 
 from .loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss  # noqa: E402  (losses)
 
@@ -38,3 +41,4 @@ __all__ = ["ELU", "LeakyReLU", "SiLU", "Sigmoid", "Softplus", "Tanh",
            "manual_seed",
            "resnet18"]
 __all__ += ["BCEWithLogitsLoss", "CrossEntropyLoss", "MSELoss", "NLLLoss"]  # losses
+__all__ += ["BatchNorm1d", "Embedding", "GELU", "GroupNorm", "LayerNorm", "RMSNorm"]

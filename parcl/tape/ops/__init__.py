@@ -19,5 +19,12 @@ from .reduce import *  # noqa: F401,F403
 from .reduce import __all__ as _reduce
 from .shape import *  # noqa: F401,F403
 from .shape import __all__ as _shape
+from .norm import *  # noqa: F401,F403  (layer_norm, rms_norm, group_norm)
+from .norm import __all__ as _norm
+from .select import *  # noqa: F401,F403  (where, masked_fill, embedding)
+from .select import __all__ as _select
+from .reductions import *  # noqa: F401,F403  (max, argmax, var, logsumexp, cumsum, ...)
+from .reductions import __all__ as _reductions
 
 __all__ = [*_activation, *_elementwise, *_linalg, *_loss, *_nn, *_reduce, *_shape]
+__all__ += [*_norm, *_select, *_reductions]

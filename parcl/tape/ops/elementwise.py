@@ -373,12 +373,13 @@ class Tanh(Function):
 class Gelu(Function):
     name = "gelu"
 
-    def forward(self, x):
+    def forward(self, x, approximate: str = "none"):
         self.x = x if self.recording else None
-        return ew.unary("gelu", x)
+        self.op = "gelu" if approximate == "none" else "gelu_tanh"
+        return ew.unary(self.op, x)
 
     def backward(self, g):
-        return ew.gelu_backward(self.x, g)
+        return ew.binary(f"{self.op}_backward", self.x, g)
 
 
 class Sqrt(Function):
@@ -442,9 +443,16 @@ def tanh(x, *, tape=None):
     return Tanh.apply(x, tape=tape)
 
 
-def gelu(x, *, tape=None):
-    """Exact GELU: ``0.5 * x * (1 + erf(x / sqrt(2)))``."""
-    return Gelu.apply(x, tape=tape)
+def gelu(x, approximate: str = "none", *, tape=None):
+    """GELU as PyTorch: exact ``0.5 * x * (1 + erf(x / sqrt(2)))`` (``approximate="none"``),
+    or GPT-2's ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))`` (``"tanh"``).
+
+    >>> tp.gelu(x, approximate="tanh").shape
+    (3,)
+    """
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return Gelu.apply(x, tape=tape, approximate=approximate)
 
 
 def sqrt(x, *, tape=None):

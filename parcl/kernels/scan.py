@@ -1,0 +1,102 @@
+"""Scan and pick kernels: ``cumsum`` along one axis, and the two halves of an arg-reduction's
+gradient path: ``take_rows`` (each row's element at a given index) and ``put_rows`` (a zero
+tensor with one value per row at a given index, the backward of ``max``/``min``).
+
+``cumsum`` views a contiguous tensor as ``(outer, R, inner)``; one work-item per
+``(outer, inner)`` line adds along ``R`` sequentially (forwards, or backwards for the
+gradient), so every partial sum is the same bit for bit on every run.
+
+>>> import numpy as np, parcl as pc
+>>> from parcl.kernels import scan
+>>> q = pc.default_queue()
+>>> x = pc.Tensor.from_host(q, np.array([[1.0, 2.0, 3.0]], np.float32))
+>>> scan.cumsum(x, 1).to_host()
+array([[1., 3., 6.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..tensor import Tensor
+from ._cache import get_kernel, round_up
+from .elementwise import check_float
+
+SOURCE = r"""//CL//
+/* x viewed as (outer, R, inner): out[o, r, j] = sum of x[o, 0..r, j] (reverse: r..R-1). */
+__kernel void cumsum(__global float *out, __global const float *x, const int lines,
+                     const int R, const int inner, const int reverse)
+{
+    const int g = get_global_id(0);
+    if (g >= lines) return;
+    const int j = g % inner, o = g / inner;
+    const long base = (long)o * R * inner + j;
+    float acc = 0.0f;
+    for (int k = 0; k < R; ++k) {
+        const int r = reverse ? R - 1 - k : k;
+        const long at = base + (long)r * inner;
+        acc += x[at];
+        out[at] = acc;
+    }
+}
+
+/* out[o] = x[o, idx[o]] for x (rows, R). */
+__kernel void take_rows(__global float *out, __global const float *x,
+                        __global const long *idx, const int rows, const int R)
+{
+    const int o = get_global_id(0);
+    if (o < rows) out[o] = x[(long)o * R + idx[o]];
+}
+
+/* out (rows, R) = g[o] at column idx[o] of each row, 0 elsewhere. */
+__kernel void put_rows(__global float *out, __global const float *g,
+                       __global const long *idx, const int rows, const int R)
+{
+    const int r = get_global_id(0), o = get_global_id(1);
+    if (r < R && o < rows) out[(long)o * R + r] = (r == idx[o]) ? g[o] : 0.0f;
+}
+"""
+
+
+def cumsum(x: Tensor, axis: int, reverse: bool = False) -> Tensor:
+    """Inclusive cumulative sum along ``axis`` (negative axes count from the end);
+    ``reverse=True`` sums from the end of the axis (the gradient of ``cumsum``)."""
+    check_float("cumsum", x)
+    if x.ndim == 0:
+        raise ShapeError("cumsum: a 0-d tensor has no axis")
+    ax = int(axis)
+    if not -x.ndim <= ax < x.ndim:
+        raise ShapeError(f"cumsum: axis {ax} is out of range for a {x.ndim}-D tensor "
+                         f"(shape {x.shape})")
+    ax %= x.ndim
+    R, inner = x.shape[ax], prod(x.shape[ax + 1:])
+    lines = x.size // R
+    out = Tensor.empty(x.queue, x.shape)
+    get_kernel(x.queue, SOURCE, "cumsum")(x.queue, (round_up(lines, 64),), (64,), out.data,
+                                          x.data, np.int32(lines), np.int32(R),
+                                          np.int32(inner), np.int32(1 if reverse else 0))
+    return out
+
+
+def take_rows(x: Tensor, idx: Tensor) -> Tensor:
+    """``x`` (rows, R), ``idx`` int64 (rows,): each row's element at its index, (rows,)."""
+    rows, R = x.shape
+    out = Tensor.empty(x.queue, (rows,))
+    get_kernel(x.queue, SOURCE, "take_rows")(x.queue, (round_up(rows, 64),), (64,), out.data,
+                                             x.data, idx.data, np.int32(rows), np.int32(R))
+    return out
+
+
+def put_rows(g: Tensor, idx: Tensor, R: int) -> Tensor:
+    """A new (rows, R) tensor: ``g[o]`` at column ``idx[o]`` of row ``o``, zero elsewhere."""
+    rows = g.size
+    out = Tensor.empty(g.queue, (rows, R))
+    lx = min(64, 1 << max(R - 1, 0).bit_length())
+    ly = max(1, 64 // lx)
+    get_kernel(g.queue, SOURCE, "put_rows")(g.queue, (round_up(R, lx), round_up(rows, ly)),
+                                            (lx, ly), out.data, g.data, idx.data,
+                                            np.int32(rows), np.int32(R))
+    return out

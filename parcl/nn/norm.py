@@ -1,0 +1,137 @@
+"""Normalisation layers: ``LayerNorm``, ``RMSNorm``, ``GroupNorm`` and ``BatchNorm1d``, with
+PyTorch's arguments, parameter names and initialisation (weight 1, bias 0).
+
+>>> import parcl as pc
+>>> ln = pc.nn.LayerNorm(16)
+>>> list(ln.state_dict())
+['weight', 'bias']
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..runtime import default_queue
+from ..tape import ops
+from ..tensor import Tensor
+from .layers import BatchNorm2d
+from .module import Module, Parameter
+
+__all__ = ["BatchNorm1d", "GroupNorm", "LayerNorm", "RMSNorm"]
+
+
+def _shape(normalized_shape) -> tuple[int, ...]:
+    if isinstance(normalized_shape, (int, np.integer)):
+        return (int(normalized_shape),)
+    return tuple(int(s) for s in normalized_shape)
+
+
+def _filled(queue, shape, value: float) -> Parameter:
+    return Parameter(Tensor.full(queue, shape, value))
+
+
+class LayerNorm(Module):
+    """``torch.nn.LayerNorm``: normalises over the trailing ``normalized_shape`` dims, then
+    ``* weight + bias`` (``weight`` 1 and ``bias`` 0 of ``normalized_shape``; none with
+    ``elementwise_affine=False``, no bias with ``bias=False``).
+
+    >>> ln = pc.nn.LayerNorm((8,), eps=1e-6)
+    >>> ln.weight.shape
+    (8,)
+    """
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True,
+                 bias: bool = True, *, queue=None):
+        super().__init__()
+        queue = queue if queue is not None else default_queue()
+        self.normalized_shape = _shape(normalized_shape)
+        self.eps, self.elementwise_affine = float(eps), bool(elementwise_affine)
+        self.weight = _filled(queue, self.normalized_shape, 1.0) if elementwise_affine \
+            else None
+        self.bias = _filled(queue, self.normalized_shape, 0.0) if elementwise_affine and bias \
+            else None
+
+    def forward(self, x):
+        return ops.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
+
+
+class RMSNorm(Module):
+    """``torch.nn.RMSNorm``: ``x / sqrt(mean(x**2) + eps) * weight`` over the trailing
+    ``normalized_shape`` dims; ``eps=None`` is ``torch.finfo(torch.float32).eps``; ``weight``
+    1 (none with ``elementwise_affine=False``).
+
+    >>> pc.nn.RMSNorm(8).weight.shape
+    (8,)
+    """
+
+    def __init__(self, normalized_shape, eps: float | None = None,
+                 elementwise_affine: bool = True, *, queue=None):
+        super().__init__()
+        queue = queue if queue is not None else default_queue()
+        self.normalized_shape = _shape(normalized_shape)
+        self.eps = None if eps is None else float(eps)
+        self.elementwise_affine = bool(elementwise_affine)
+        self.weight = _filled(queue, self.normalized_shape, 1.0) if elementwise_affine \
+            else None
+
+    def forward(self, x):
+        return ops.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}")
+
+
+class GroupNorm(Module):
+    """``torch.nn.GroupNorm``: ``(N, C, *)`` inputs normalised over groups of
+    ``num_channels // num_groups`` channels, then a per-channel ``weight`` (1) and ``bias``
+    (0) when ``affine``.
+
+    >>> pc.nn.GroupNorm(2, 6).bias.shape
+    (6,)
+    """
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5,
+                 affine: bool = True, *, queue=None):
+        super().__init__()
+        queue = queue if queue is not None else default_queue()
+        self.num_groups, self.num_channels = int(num_groups), int(num_channels)
+        if self.num_groups < 1 or self.num_channels % self.num_groups:
+            raise ShapeError(f"GroupNorm: num_channels={num_channels} is not divisible by "
+                             f"num_groups={num_groups}")
+        self.eps, self.affine = float(eps), bool(affine)
+        c = self.num_channels
+        self.weight = _filled(queue, (c,), 1.0) if affine else None
+        self.bias = _filled(queue, (c,), 0.0) if affine else None
+
+    def forward(self, x):
+        if x.ndim < 2 or x.shape[1] != self.num_channels:
+            raise ShapeError(f"{self!r}: expected input (N, {self.num_channels}, *), got shape "
+                             f"{tuple(x.shape)}")
+        return ops.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class BatchNorm1d(BatchNorm2d):
+    """``torch.nn.BatchNorm1d`` over ``(N, C)`` or ``(N, C, L)`` inputs: ``BatchNorm2d``'s op
+    and kernels (they take any ``(N, C, ...)`` layout), the same parameters, running
+    statistics (running variance unbiased) and state-dict names.
+
+    >>> pc.nn.BatchNorm1d(4).running_var.to_host()
+    array([1., 1., 1., 1.], dtype=float32)
+    """
+
+    def forward(self, x):
+        shape = tuple(x.shape)
+        if len(shape) not in (2, 3) or shape[1] != self.num_features:
+            raise ShapeError(f"{self!r}: expected input (N, {self.num_features}) or "
+                             f"(N, {self.num_features}, L), got shape {shape}")
+        return ops.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,
+                              training=self.training, momentum=self.momentum, eps=self.eps)

@@ -1,0 +1,254 @@
+"""More reductions: ``max``, ``min`` (the gradient to the first extreme element),
+``argmax``, ``argmin`` (int64, no gradient), ``var``, ``std`` (``correction`` as PyTorch),
+``logsumexp`` (max-shifted) and ``cumsum``. ``axis`` is None (everything), an int or a tuple of
+ints, negative counting from the end, as numpy; ``argmax``/``argmin``/``cumsum`` take one axis.
+
+All are built from the fixed-order reduction kernels (``parcl.kernels.reduction``) and
+elementwise ops, so results are bit-identical run to run.
+
+>>> x = tp.tensor(pc.Tensor.from_host(q, np.array([[1.0, 5.0], [5.0, 2.0]], np.float32)), True)
+>>> with tp.Tape() as tape:
+...     m = tp.max(x)
+>>> tape.backward(m)
+>>> x.grad.to_host()                     # the first maximal element only
+array([[0., 1.],
+       [0., 0.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+
+from ...kernels import elementwise as ew
+from ...kernels import layout
+from ...kernels import reduction as rd
+from ...kernels import scan
+from ...kernels import select as sk
+from ...tensor import Tensor
+from ..node import Function, Node
+
+__all__ = ["argmax", "argmin", "cumsum", "logsumexp", "max", "min", "std", "var"]
+
+
+def _rows(x: Tensor, axes: tuple[int, ...]):
+    """``x`` as (outer, R) rows with the reduced axes last (in their order, so a row is the
+    reduced block in row-major order); the permutation used (None: none was needed) and the
+    permuted shape."""
+    perm = [k for k in range(x.ndim) if k not in axes] + list(axes)
+    R = prod(x.shape[k] for k in axes)
+    if perm == list(range(x.ndim)):
+        return x.reshape((x.size // R, R)), None, x.shape
+    xt = layout.transpose(x, perm)
+    return xt.reshape((x.size // R, R)), perm, xt.shape
+
+
+class _Extreme(Function):
+    """max / min over axes; recorded, it saves each row's argument of the extreme (the first
+    one), which is where the backward puts the gradient."""
+
+    negate = False
+
+    def forward(self, x: Tensor, axis=None, keepdims: bool = False):
+        ew.check_float(self.name, x)
+        axes = rd.normalize_axes(self.name, axis, x.ndim, x.shape)
+        out_shape = rd.reduced_shape(x.shape, axes, keepdims)
+        if not self.recording:
+            if self.negate:
+                return ew.unary("neg", rd.max(ew.unary("neg", x), axes, keepdims))
+            return rd.max(x, axes, keepdims)
+        rows, perm, pshape = _rows(x, axes)
+        idx = rd.argmax(ew.unary("neg", rows) if self.negate else rows, axis=-1)
+        self.saved = (idx, rows.shape[1], perm, pshape)
+        return scan.take_rows(rows, idx).reshape(out_shape)
+
+    def backward(self, g: Tensor):
+        idx, R, perm, pshape = self.saved
+        t = scan.put_rows(g, idx, R).reshape(pshape)
+        if perm is not None:
+            t = layout.transpose(t, list(np.argsort(perm)))
+        return t
+
+
+class Max(_Extreme):
+    name = "max"
+
+
+class Min(_Extreme):
+    name = "min"
+    negate = True
+
+
+def max(x, axis=None, keepdims: bool = False, *, tape=None):  # noqa: A001
+    """Largest element over ``axis`` (numpy's ``amax``; NaN propagates). The gradient goes to
+    the first maximal element of each reduced block (row-major order), others get 0.
+
+    >>> tp.max(x, axis=1).shape            # x (2, 3)
+    (2,)
+    """
+    return Max.apply(x, tape=tape, axis=axis, keepdims=bool(keepdims))
+
+
+def min(x, axis=None, keepdims: bool = False, *, tape=None):  # noqa: A001
+    """Smallest element over ``axis``; the gradient goes to the first minimal element.
+
+    >>> tp.min(x, axis=(0, 1)).shape       # x (2, 3)
+    ()
+    """
+    return Min.apply(x, tape=tape, axis=axis, keepdims=bool(keepdims))
+
+
+def _arg(op: str, x, axis, keepdims: bool, negate: bool) -> Tensor:
+    if isinstance(x, Node):
+        x = x.value
+    ew.check_float(op, x)
+    src = ew.unary("neg", x) if negate else x
+    if axis is None:                       # the index into the flattened tensor
+        idx = rd.argmax(src.reshape((1, x.size)), axis=-1)
+        return idx.reshape((1,) * x.ndim if keepdims else ())
+    (ax,) = rd.normalize_axes(op, int(axis), x.ndim, x.shape)
+    idx = rd.argmax(src, axis=ax)
+    return idx.reshape(rd.reduced_shape(x.shape, (ax,), keepdims)) if keepdims else idx
+
+
+def argmax(x, axis=None, keepdims: bool = False) -> Tensor:
+    """Index of the first largest element along ``axis`` (None: of the flattened tensor), as
+    an int64 ``pc.Tensor``: no gradient, never recorded.
+
+    >>> tp.argmax(x, axis=1).to_host()      # x [[1, 5], [5, 2]]
+    array([1, 0])
+    """
+    return _arg("argmax", x, axis, keepdims, negate=False)
+
+
+def argmin(x, axis=None, keepdims: bool = False) -> Tensor:
+    """Index of the first smallest element along ``axis`` (None: flattened), int64.
+
+    >>> tp.argmin(x, axis=1).to_host()      # x [[1, 5], [5, 2]]
+    array([0, 1])
+    """
+    return _arg("argmin", x, axis, keepdims, negate=True)
+
+
+# -- variance and standard deviation ----------------------------------------------------------
+class Var(Function):
+    """``sum((x - mean)**2) / (N - correction)``; saves ``x`` and the kept-dims mean, and
+    the backward is ``2 (x - mean) / (N - correction) * g``."""
+
+    name = "var"
+    root = False
+
+    def forward(self, x: Tensor, axis=None, keepdims: bool = False, correction: float = 1):
+        ew.check_float(self.name, x)
+        axes = rd.normalize_axes(self.name, axis, x.ndim, x.shape)
+        n = prod(x.shape[k] for k in axes)
+        dof = n - correction
+        # N <= correction divides by zero, as PyTorch: 0/0 = NaN, otherwise inf
+        self.scale = 1.0 / dof if dof > 0 else float("inf")
+        mean = rd.mean(x, axes, keepdims=True)
+        d = ew.binary("sub", x, mean)
+        ew.unary("square", d, out=d)
+        out = ew.scale_(rd.sum(d, axes, keepdims), self.scale)
+        if self.root:
+            ew.unary("sqrt", out, out=out)
+        if self.recording:
+            self.saved = (x, mean, out, rd.reduced_shape(x.shape, axes, True))
+        return out
+
+    def backward(self, g: Tensor):
+        x, mean, out, kept = self.saved
+        if self.root:
+            # d std = d var / (2 std); 0 where std is 0 (PyTorch's std_backward: no NaN)
+            gv = ew.scale_(ew.binary("div", g, out), 0.5)
+            zero = Tensor.zeros(g.queue, ())
+            g = sk.where(ew.scalar("le", out, 0.0), zero, gv)
+        t = ew.binary("sub", x, mean)
+        ew.binary("mul", t, g.reshape(kept), out=t)
+        return ew.scale_(t, 2.0 * self.scale)
+
+
+class Std(Var):
+    name = "std"
+    root = True
+
+
+def var(x, axis=None, keepdims: bool = False, correction: float = 1, *, tape=None):
+    """Variance over ``axis`` with ``correction`` (1: unbiased, PyTorch's default; 0: the
+    population variance). Fewer elements than ``correction`` + 1 give NaN or inf, as PyTorch.
+
+    >>> tp.var(x, axis=0, correction=0).shape      # x (2, 3)
+    (3,)
+    """
+    return Var.apply(x, tape=tape, axis=axis, keepdims=bool(keepdims),
+                     correction=float(correction))
+
+
+def std(x, axis=None, keepdims: bool = False, correction: float = 1, *, tape=None):
+    """``sqrt(var(x, axis, keepdims, correction))``; its gradient is 0 (not NaN) where the
+    standard deviation is 0, as PyTorch's.
+
+    >>> tp.std(x).shape
+    ()
+    """
+    return Std.apply(x, tape=tape, axis=axis, keepdims=bool(keepdims),
+                     correction=float(correction))
+
+
+# -- logsumexp and cumsum -----------------------------------------------------------------------
+class LogSumExp(Function):
+    name = "logsumexp"
+
+    def forward(self, x: Tensor, axis=None, keepdims: bool = False):
+        ew.check_float(self.name, x)
+        axes = rd.normalize_axes(self.name, axis, x.ndim, x.shape)
+        m = rd.max(x, axes, keepdims=True)
+        # Shift by the max, except where it is infinite (as PyTorch): then by 0, so +inf
+        # stays +inf and an all -inf block gives -inf instead of NaN
+        infinite = ew.scalar("ge", ew.unary("abs", m), float("inf"))
+        m = sk.where(infinite, Tensor.zeros(x.queue, ()), m)
+        t = ew.binary("sub", x, m)
+        ew.unary("exp", t, out=t)
+        out = rd.sum(t, axes, keepdims=True)
+        ew.unary("log", out, out=out)
+        ew.binary("add", out, m, out=out)
+        if self.recording:
+            self.saved = (x, out)
+        return out.reshape(rd.reduced_shape(x.shape, axes, keepdims))
+
+    def backward(self, g: Tensor):
+        x, out = self.saved                       # out with kept dims
+        t = ew.binary("sub", x, out)
+        ew.unary("exp", t, out=t)                 # softmax over the reduced block
+        return ew.binary("mul", t, g.reshape(out.shape), out=t)
+
+
+def logsumexp(x, axis=None, keepdims: bool = False, *, tape=None):
+    """``log(sum(exp(x)))`` over ``axis``, computed shifted by the max: no overflow for large
+    inputs, ``-inf`` for an all ``-inf`` block. ``torch.logsumexp``.
+
+    >>> tp.logsumexp(x, axis=-1).shape      # x (2, 3)
+    (2,)
+    """
+    return LogSumExp.apply(x, tape=tape, axis=axis, keepdims=bool(keepdims))
+
+
+class CumSum(Function):
+    name = "cumsum"
+
+    def forward(self, x: Tensor, axis: int = 0):
+        self.axis = axis
+        return scan.cumsum(x, axis)
+
+    def backward(self, g: Tensor):
+        return scan.cumsum(g, self.axis, reverse=True)
+
+
+def cumsum(x, axis: int, *, tape=None):
+    """Inclusive cumulative sum along ``axis`` (``torch.cumsum``), summed in order.
+
+    >>> tp.cumsum(x, axis=1).shape         # x (2, 3)
+    (2, 3)
+    """
+    return CumSum.apply(x, tape=tape, axis=int(axis))
+

@@ -1,0 +1,183 @@
+"""Selection ops: ``where``, ``masked_fill`` and ``embedding``.
+
+``where(cond, a, b)`` and ``masked_fill(x, mask, value)`` broadcast as numpy; the condition is
+a boolean mask (``Tensor.from_host`` of an ``np.bool_`` array, or the numpy array itself), an
+int32/int64 or a float32 tensor (nonzero is True). Gradients reach ``a`` and ``b`` (``x``),
+never the condition.
+
+``embedding`` checks its indices on the device, as ``cross_entropy`` checks its labels: the
+forward kernel gives a bad index a NaN row and lowers a flag, read back without blocking. The
+flag is checked, with a ``ShapeError`` naming the position and the index, in the backward
+(deferred until the whole backward is enqueued), at once when the op is not recorded or under
+``detect_anomaly``, and, in a replayed captured step whose indices are one of its inputs, on
+the host array before it is uploaded.
+
+>>> w = tp.tensor(pc.Tensor.from_host(q, np.eye(3, dtype=np.float32)), requires_grad=True)
+>>> idx = pc.Tensor.from_host(q, np.array([[2, 0]]))
+>>> tp.embedding(idx, w).to_host()
+array([[[0., 0., 1.],
+        [1., 0., 0.]]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from numbers import Real
+
+import numpy as np
+import pyopencl as cl
+
+from ... import recorder, runtime
+from ...errors import ShapeError
+from ...kernels import elementwise as ew
+from ...kernels import select as sk
+from ...kernels.reduction import sum_to_shape
+from ...tensor import Tensor
+from .. import mode
+from ..node import ACCUMULATED, Function, Node
+from ..tape import defer
+
+__all__ = ["embedding", "masked_fill", "where"]
+
+
+def _queue_of(*xs):
+    for x in xs:
+        if isinstance(x, (Node, Tensor)):
+            return x.queue
+    raise TypeError("where: at least one of cond, a and b must be a tp.Node or pc.Tensor")
+
+
+def _as_input(x, queue):
+    """A Node or Tensor as it is; a numpy array (e.g. a boolean mask) or Python scalar
+    uploaded to ``queue`` (a scalar as a 0-d float32 tensor)."""
+    if isinstance(x, (Node, Tensor)):
+        return x
+    if isinstance(x, np.ndarray):
+        return Tensor.from_host(queue, x)
+    if isinstance(x, (Real, np.number)):
+        return Tensor.full(queue, (), float(x))
+    raise TypeError(f"where: expected a tp.Node, pc.Tensor, numpy array or number, got "
+                    f"{type(x).__name__}")
+
+
+class Where(Function):
+    name = "where"
+
+    def forward(self, cond: Tensor, a: Tensor, b: Tensor):
+        out = sk.where(cond, a, b)
+        if self.recording:
+            self.cond, self.shapes = cond, (a.shape, b.shape)
+        return out
+
+    def backward(self, g: Tensor):
+        need = self.needs_input_grad
+        ga = gb = None
+        if need[1] or need[2]:
+            zero = Tensor.zeros(g.queue, ())
+        if need[1]:
+            ga = sum_to_shape(sk.where(self.cond, g, zero), self.shapes[0])
+        if need[2]:
+            gb = sum_to_shape(sk.where(self.cond, zero, g), self.shapes[1])
+        return None, ga, gb
+
+
+def where(cond, a, b, *, tape=None):
+    """``a`` where ``cond`` is nonzero (True), else ``b``; all three broadcast (numpy rules).
+    ``a`` or ``b`` may be a Python number, ``cond`` a boolean numpy array.
+
+    >>> tp.where(np.array([True, False]), a, 0.0).shape          # a (2,)
+    (2,)
+    """
+    q = _queue_of(a, b, cond)
+    return Where.apply(_as_input(cond, q), _as_input(a, q), _as_input(b, q), tape=tape)
+
+
+def masked_fill(x, mask, value: float, *, tape=None):
+    """``x`` with ``value`` wherever ``mask`` (broadcast to ``x``'s shape) is nonzero; as
+    ``torch.Tensor.masked_fill``. The gradient reaches ``x`` where the mask is False.
+
+    >>> tp.masked_fill(scores, causal_mask, float("-inf")).shape  # scores (T, T)
+    (4, 4)
+    """
+    m = _as_input(mask, _queue_of(x))
+    if ew.broadcast_shapes("masked_fill", m.shape, x.shape) != tuple(x.shape):
+        raise ShapeError(f"masked_fill: mask of shape {m.shape} does not broadcast to the "
+                         f"input's shape {x.shape}")
+    return where(m, float(value), x, tape=tape)
+
+
+class _IndexCheck:
+    """The pending read of an embedding's index flag and what to say if it is set."""
+
+    def __init__(self, flag: Tensor, indices: Tensor, num_embeddings: int):
+        self.host = np.empty(1, np.int32)
+        self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
+        self.flag, self.indices, self.V = flag, indices, num_embeddings
+        if recorder.current() is None or recorder.input_check(indices, self.check_host):
+            return
+        # Indices computed on the device inside a captured step: each replay reads the flag
+        # again after the forward wrote it and checks it once the replay is enqueued.
+        recorder.call(self.reread)
+        recorder.host_hook(self.check)
+
+    def reread(self) -> None:
+        self.event = cl.enqueue_copy(self.flag.queue, self.host, self.flag.data,
+                                     is_blocking=False)
+
+    def check(self) -> None:
+        if self.event is None:
+            return
+        runtime.wait_for_events([self.event], what="embedding's index check")
+        self.event = None
+        pos = int(self.host[0])
+        if pos < self.indices.size:
+            self._raise(pos, int(self.indices.to_host().reshape(-1)[pos]))
+
+    def check_host(self, indices: np.ndarray) -> None:
+        """The same check on the indices' host array, before a replay uploads it."""
+        flat = indices.reshape(-1)
+        bad = (flat < 0) | (flat >= self.V)
+        if bad.any():
+            pos = int(np.argmax(bad))
+            self._raise(pos, int(flat[pos]))
+
+    def _raise(self, pos: int, value: int):
+        where_ = np.unravel_index(pos, self.indices.shape) if self.indices.shape else ()
+        raise ShapeError(f"embedding: index {value} at position {tuple(map(int, where_))} of "
+                         f"indices {self.indices.shape} is out of range for a weight of "
+                         f"{self.V} rows; indices must be in [0, {self.V})")
+
+
+class Embedding(Function):
+    name = "embedding"
+
+    def forward(self, indices: Tensor, weight: Tensor):
+        out, flag = sk.embedding_forward(indices, weight)
+        check = _IndexCheck(flag, indices, weight.shape[0])
+        if not self.recording or mode.is_anomaly_enabled():
+            check.check()
+        if self.recording:
+            self.saved = (indices, weight.shape[0], check)
+        return out
+
+    def backward(self, g: Tensor):
+        indices, V, check = self.saved
+        defer(check.check)            # after the whole backward is enqueued: no stall
+        if not self.needs_input_grad[1]:
+            return None, None
+        into = self.grad_targets.get(1)
+        gw = sk.embedding_backward(indices, g, V, into=into)
+        return None, (ACCUMULATED if into is not None else gw)
+
+
+def embedding(indices, weight, *, tape=None):
+    """Rows of ``weight`` (V, D) picked by the int32/int64 tensor ``indices`` (any shape):
+    ``(*indices.shape, D)``, as ``torch.nn.functional.embedding``. The backward adds the
+    gradient rows of repeated indices in index order (bit-reproducible). An index outside
+    ``[0, V)`` is a ``ShapeError`` (see the module docstring for when it is raised).
+
+    >>> tp.embedding(idx, wte).shape             # idx (B, T), wte (V, D)
+    (2, 8, 16)
+    """
+    if isinstance(indices, np.ndarray):
+        indices = Tensor.from_host(_queue_of(weight), indices)
+    return Embedding.apply(indices, weight, tape=tape)

@@ -1,0 +1,148 @@
+"""max, min, argmax, argmin, var, std, logsumexp, cumsum: forward against float64 numpy,
+backward against finite differences over awkward shapes (size-1 and odd dims, negative axes,
+tuples, keepdims), ties, and edge values without NaN where PyTorch has none."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import parcl as pc
+import parcl.tape as tp
+
+
+def leaf(q, a, grad=True):
+    return tp.tensor(pc.Tensor.from_host(q, np.asarray(a, np.float32)), grad)
+
+
+def grad_of(q, fn, x, upstream=None):
+    nx = leaf(q, x)
+    with tp.Tape() as tape:
+        y = fn(nx)
+    up = np.ones(y.shape, np.float32) if upstream is None else upstream
+    tape.backward(y, grad=pc.Tensor.from_host(q, up))
+    return y.to_host(), nx.grad.to_host()
+
+
+def ref_lse(x, axis, keepdims):
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isinf(m), 0, m)
+    out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis=axis)
+
+
+SHAPES_AXES = [((3, 4, 5), None), ((3, 4, 5), -1), ((3, 4, 5), 0), ((3, 4, 5), (0, 2)),
+               ((3, 4, 5), (-1, 1)), ((1, 7), 0), ((7,), 0), ((2, 1, 3), 1)]
+
+
+@pytest.mark.parametrize("shape, axis", SHAPES_AXES)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_reductions_forward_and_gradcheck(queue, rng, shape, axis, keepdims):
+    x = rng.standard_normal(shape)
+    nx = leaf(queue, x)
+    x32 = x.astype(np.float32).astype(np.float64)
+    cases = {
+        "max": (tp.max, lambda a: np.max(a, axis=axis, keepdims=keepdims)),
+        "min": (tp.min, lambda a: np.min(a, axis=axis, keepdims=keepdims)),
+        "var": (tp.var, lambda a: np.var(a, axis=axis, keepdims=keepdims, ddof=1)),
+        "std": (tp.std, lambda a: np.std(a, axis=axis, keepdims=keepdims, ddof=1)),
+        "logsumexp": (tp.logsumexp, lambda a: ref_lse(a, axis, keepdims)),
+    }
+    n = x.size if axis is None else np.prod([shape[a] for a in np.atleast_1d(axis)])
+    for name, (op, ref) in cases.items():
+        if name in ("var", "std") and n < 2:
+            continue
+        y = op(nx, axis, keepdims)
+        assert y.op_name == name
+        want = ref(x32)
+        assert y.shape == np.shape(want)
+        np.testing.assert_allclose(y.to_host(), want, rtol=1e-5, atol=1e-5, err_msg=name)
+        assert tp.gradcheck(lambda t, op=op: op(t, axis, keepdims), [nx], atol=2e-2)
+
+
+def test_max_min_ties_send_gradient_to_the_first(queue):
+    x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]])
+    _, g = grad_of(queue, lambda t: tp.max(t, axis=1), x)
+    assert g.tolist() == [[0, 1, 0], [1, 0, 0]]
+    _, g = grad_of(queue, lambda t: tp.max(t), x)
+    assert g.tolist() == [[0, 1, 0], [0, 0, 0]]
+    _, g = grad_of(queue, lambda t: tp.min(t, axis=0), np.array([[1.0, 2.0], [1.0, 0.0]]))
+    assert g.tolist() == [[1, 0], [0, 1]]
+    # a tuple of axes: "first" in row-major order of the reduced block
+    x3 = np.zeros((2, 2, 2))
+    _, g = grad_of(queue, lambda t: tp.max(t, axis=(0, 2)), x3)
+    assert g[:, 0, :].tolist() == [[1, 0], [0, 0]] and g[:, 1, :].tolist() == [[1, 0], [0, 0]]
+
+
+@pytest.mark.parametrize("op, ref", [(tp.argmax, np.argmax), (tp.argmin, np.argmin)])
+@pytest.mark.parametrize("axis", [None, 0, -1, 1])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_argmax_argmin(queue, rng, op, ref, axis, keepdims):
+    x = rng.integers(0, 3, (3, 5)).astype(np.float32)          # many ties
+    got = op(leaf(queue, x), axis, keepdims)
+    assert isinstance(got, pc.Tensor) and got.dtype == np.int64
+    want = ref(x, axis=axis, keepdims=keepdims)
+    assert got.shape == np.shape(want)
+    np.testing.assert_array_equal(got.to_host(), want)
+
+
+def test_var_correction_and_edge_values(queue, rng):
+    x = rng.standard_normal((4, 6))
+    nx = leaf(queue, x)
+    for c in (0, 1, 2):
+        np.testing.assert_allclose(tp.var(nx, 1, correction=c).to_host(),
+                                   np.var(x, axis=1, ddof=c), rtol=1e-5)
+    assert tp.gradcheck(lambda t: tp.var(t, (0, 1), correction=0), [nx])
+    # one element with correction 1: NaN, as PyTorch (0 / 0)
+    assert np.isnan(tp.var(leaf(queue, [2.0]), correction=1).to_host())
+    # a constant row: std 0 and a zero gradient (PyTorch's std backward), not NaN
+    y, g = grad_of(queue, lambda t: tp.std(t, axis=1), np.ones((2, 3)))
+    assert y.tolist() == [0.0, 0.0] and g.tolist() == [[0.0] * 3] * 2
+    # a mean far from zero
+    big = (rng.standard_normal(50) + 1e4)
+    np.testing.assert_allclose(tp.var(leaf(queue, big)).to_host(),
+                               np.var(big.astype(np.float32).astype(np.float64), ddof=1),
+                               rtol=1e-3)
+
+
+def test_logsumexp_is_stable(queue):
+    x = np.array([[1e30, 1e30], [-1e30, -1e30], [-np.inf, -np.inf], [np.inf, 1.0],
+                  [88.0, 89.0]])
+    y, g = grad_of(queue, lambda t: tp.logsumexp(t, axis=1), x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want = ref_lse(x.astype(np.float32).astype(np.float64), 1, False)
+    np.testing.assert_allclose(y, want, rtol=1e-6)
+    assert np.isfinite(g[:2]).all() and np.isfinite(g[4]).all()
+    # float32 cannot hold 1e30 + log 2: exp(x - out) is 1 for both, as in PyTorch
+    np.testing.assert_allclose(g[0], [1.0, 1.0])
+    np.testing.assert_allclose(g[4], np.exp([88.0, 89.0] - np.logaddexp(88.0, 89.0)),
+                               rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape, axis", [((3, 4, 5), 0), ((3, 4, 5), 1), ((3, 4, 5), -1),
+                                         ((1,), 0), ((7, 1), 1), ((2, 300), 1)])
+def test_cumsum(queue, rng, shape, axis):
+    x = rng.standard_normal(shape)
+    nx = leaf(queue, x)
+    y = tp.cumsum(nx, axis)
+    assert y.op_name == "cumsum"
+    np.testing.assert_allclose(y.to_host(), np.cumsum(x, axis=axis), rtol=1e-5, atol=1e-4)
+    assert tp.gradcheck(lambda t: tp.cumsum(t, axis), [nx], atol=2e-2)
+    with pytest.raises(pc.ShapeError, match=r"cumsum: axis 3 is out of range"):
+        tp.cumsum(nx, 3)
+
+
+def test_reductions_are_bit_identical(queue, rng):
+    x = rng.standard_normal((17, 33)).astype(np.float32)
+    runs = [[op(leaf(queue, x), 1).to_host() for op in (tp.var, tp.std, tp.logsumexp)]
+            + [tp.cumsum(leaf(queue, x), 1).to_host()] for _ in range(2)]
+    for a, b in zip(*runs):
+        assert np.array_equal(a, b)
+
+
+def test_reduction_errors(queue):
+    x = leaf(queue, np.zeros((2, 3)))
+    with pytest.raises(pc.ShapeError, match=r"max: axis 2 is out of range for a 2-D tensor"):
+        tp.max(x, 2)
+    with pytest.raises(pc.ShapeError, match=r"var: repeated axis"):
+        tp.var(x, (1, -1))
