@@ -135,6 +135,10 @@ class Node:
             shape = tuple(shape[0])
         return _ops().reshape(self, shape)
 
+    def __getitem__(self, key):
+        """``x[key]``: basic indexing (ints, slices with steps, None, ...), ``tp.getitem``."""
+        return _ops().getitem(self, key)
+
 
 def _ops():
     from . import ops
