@@ -32,18 +32,18 @@ NO_ERROR = np.iinfo(np.int32).max
 LOCAL = 64
 
 _DECOMPOSE = r"""
-/* Offsets o1, o2 of flat index i over dims d (nd <= 8, outermost s0) with strides s1, s2. */
-#define DECOMPOSE(i, nd, d, s1, s2, o1, o2) {                                    \
+/* Offsets oa_, ob_ of flat index i over dims d (nd <= 8, outermost s0), strides sa_, sb_. */
+#define DECOMPOSE(i, nd, d, sa_, sb_, oa_, ob_) {                                    \
     int r_ = (i), q_;                                                            \
     switch (nd) {                                                                \
-    case 8: q_ = r_ % d.s7; r_ /= d.s7; o1 += (long)q_ * s1.s7; o2 += (long)q_ * s2.s7; \
-    case 7: q_ = r_ % d.s6; r_ /= d.s6; o1 += (long)q_ * s1.s6; o2 += (long)q_ * s2.s6; \
-    case 6: q_ = r_ % d.s5; r_ /= d.s5; o1 += (long)q_ * s1.s5; o2 += (long)q_ * s2.s5; \
-    case 5: q_ = r_ % d.s4; r_ /= d.s4; o1 += (long)q_ * s1.s4; o2 += (long)q_ * s2.s4; \
-    case 4: q_ = r_ % d.s3; r_ /= d.s3; o1 += (long)q_ * s1.s3; o2 += (long)q_ * s2.s3; \
-    case 3: q_ = r_ % d.s2; r_ /= d.s2; o1 += (long)q_ * s1.s2; o2 += (long)q_ * s2.s2; \
-    case 2: q_ = r_ % d.s1; r_ /= d.s1; o1 += (long)q_ * s1.s1; o2 += (long)q_ * s2.s1; \
-    case 1: o1 += (long)r_ * s1.s0; o2 += (long)r_ * s2.s0;                      \
+    case 8: q_ = r_ % d.s7; r_ /= d.s7; oa_ += (long)q_ * sa_.s7; ob_ += (long)q_ * sb_.s7; \
+    case 7: q_ = r_ % d.s6; r_ /= d.s6; oa_ += (long)q_ * sa_.s6; ob_ += (long)q_ * sb_.s6; \
+    case 6: q_ = r_ % d.s5; r_ /= d.s5; oa_ += (long)q_ * sa_.s5; ob_ += (long)q_ * sb_.s5; \
+    case 5: q_ = r_ % d.s4; r_ /= d.s4; oa_ += (long)q_ * sa_.s4; ob_ += (long)q_ * sb_.s4; \
+    case 4: q_ = r_ % d.s3; r_ /= d.s3; oa_ += (long)q_ * sa_.s3; ob_ += (long)q_ * sb_.s3; \
+    case 3: q_ = r_ % d.s2; r_ /= d.s2; oa_ += (long)q_ * sa_.s2; ob_ += (long)q_ * sb_.s2; \
+    case 2: q_ = r_ % d.s1; r_ /= d.s1; oa_ += (long)q_ * sa_.s1; ob_ += (long)q_ * sb_.s1; \
+    case 1: oa_ += (long)r_ * sa_.s0; ob_ += (long)r_ * sb_.s0;                      \
     default: break;                                                              \
     }                                                                            \
 }

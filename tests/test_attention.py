@@ -1,0 +1,156 @@
+"""scaled_dot_product_attention: against float64 numpy and against the unfused composition of
+matmul and softmax; causal, boolean and additive masks (broadcast), T = 1, odd T and D,
+dropout, finite differences, bit-identical repeats, errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import parcl as pc
+import parcl.tape as tp
+
+
+def leaf(queue, a, requires_grad=True):
+    return tp.tensor(pc.Tensor.from_host(queue, np.asarray(a, np.float32)), requires_grad)
+
+
+def reference(q, k, v, mask=None, causal=False, scale=None):
+    """PyTorch's documented formula in float64."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = q @ np.swapaxes(k, -1, -2) * scale
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    if mask is not None:
+        s = np.where(mask, s, -np.inf) if mask.dtype == np.bool_ else s + mask
+    s = np.exp(s - s.max(-1, keepdims=True))
+    return (s / s.sum(-1, keepdims=True)) @ v
+
+
+CASES = [((2, 3, 5, 4), 5, 4, None), ((1, 1, 7), 7, 3, None), ((2, 1, 3), 1, 3, None),
+         ((3, 9, 5), 9, 5, "causal"), ((2, 2, 1, 3), 1, 3, "causal"),
+         ((2, 3, 6, 5), 7, 3, "bool"), ((2, 5, 4), 3, 4, "float"), ((2, 3, 5, 4), 5, 4, "bool4")]
+
+
+def _mask(kind, rng, q_shape, tk):
+    tq = q_shape[-2]
+    if kind == "bool":                               # (Tq, Tk), broadcast over the batch
+        m = rng.random((tq, tk)) < 0.7
+        m[:, 0] = True                               # no fully masked row
+        return m
+    if kind == "bool4":                              # (B, 1, Tq, Tk): per batch, not per head
+        m = rng.random((q_shape[0], 1, tq, tk)) < 0.6
+        m[..., 0] = True
+        return m
+    if kind == "float":
+        return rng.standard_normal((q_shape[0], 1, tk))
+    return None
+
+
+@pytest.mark.parametrize("q_shape,tk,dv,kind", CASES)
+def test_attention_forward_backward(queue, rng, q_shape, tk, dv, kind):
+    d = q_shape[-1]
+    q = rng.standard_normal(q_shape)
+    k = rng.standard_normal((*q_shape[:-2], tk, d))
+    v = rng.standard_normal((*q_shape[:-2], tk, dv))
+    mask = _mask(kind, rng, q_shape, tk)
+    causal = kind == "causal"
+    nq, nk, nv = leaf(queue, q), leaf(queue, k), leaf(queue, v)
+    m = None if mask is None else (mask if mask.dtype == np.bool_ else
+                                   pc.Tensor.from_host(queue, mask.astype(np.float32)))
+    with tp.Tape():
+        y = tp.scaled_dot_product_attention(nq, nk, nv, attn_mask=m, is_causal=causal)
+    assert y.op_name == "scaled_dot_product_attention"
+    want = reference(q, k, v, None if mask is None else
+                     (mask if mask.dtype == np.bool_ else mask.astype(np.float32)), causal)
+    np.testing.assert_allclose(y.to_host(), want, rtol=1e-5, atol=1e-5)
+    fn = lambda a, b, c: tp.scaled_dot_product_attention(a, b, c, attn_mask=m,   # noqa: E731
+                                                         is_causal=causal)
+    assert tp.gradcheck(fn, [nq, nk, nv])
+
+
+def test_attention_matches_unfused_composition(queue, rng):
+    """Forward and all three gradients against matmul + softmax recorded op by op."""
+    q, k, v = (rng.standard_normal((2, 2, 6, 5)) for _ in range(3))
+    mask = np.triu(np.full((6, 6), -np.inf), 1).astype(np.float32) + \
+        rng.standard_normal((6, 6)).astype(np.float32)
+    mt = pc.Tensor.from_host(queue, mask)
+    g = pc.Tensor.from_host(queue, rng.standard_normal((2, 2, 6, 5)).astype(np.float32))
+    grads = []
+    for fused in (True, False):
+        nodes = [leaf(queue, x) for x in (q, k, v)]
+        with tp.Tape() as tape:
+            if fused:
+                y = tp.scaled_dot_product_attention(*nodes, attn_mask=mt, scale=0.3)
+            else:
+                s = tp.matmul(nodes[0], tp.transpose(nodes[1], (0, 1, 3, 2))) * 0.3 + mt
+                y = tp.matmul(tp.softmax(s, -1), nodes[2])
+        tape.backward(y, grad=g)
+        grads.append([y.to_host()] + [n.grad.to_host() for n in nodes])
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_float_mask_gradient(queue, rng):
+    q, k, v = (rng.standard_normal((2, 3, 4)) for _ in range(3))
+    nm = leaf(queue, rng.standard_normal((3, 3)))
+    nodes = [leaf(queue, x) for x in (q, k, v)]
+    assert tp.gradcheck(lambda a, b, c, m: tp.scaled_dot_product_attention(a, b, c,
+                                                                           attn_mask=m),
+                        [*nodes, nm])
+
+
+def test_attention_dropout_replays_dropout_mask(queue, rng):
+    q, k, v = (rng.standard_normal((2, 5, 4)) for _ in range(3))
+    nodes = [leaf(queue, x) for x in (q, k, v)]
+    tp.manual_seed(7)
+    with tp.Tape():
+        y = tp.scaled_dot_product_attention(*nodes, dropout_p=0.4, is_causal=True)
+    tp.manual_seed(7)
+    s = tp.matmul(nodes[0], tp.transpose(nodes[1], (0, 2, 1))) * (1 / 2.0)
+    s = s + pc.Tensor.from_host(queue, np.triu(np.full((5, 5), -np.inf), 1).astype(np.float32))
+    ref = tp.matmul(tp.dropout(tp.softmax(s, -1), 0.4), nodes[2])
+    np.testing.assert_allclose(y.to_host(), ref.to_host(), rtol=1e-5, atol=1e-6)
+
+    def fn(a, b, c):
+        tp.manual_seed(3)                  # the same dropout mask on every evaluation
+        return tp.scaled_dot_product_attention(a, b, c, dropout_p=0.3)
+    assert tp.gradcheck(fn, nodes)
+
+
+def test_attention_bit_identical_repeats(queue, rng):
+    q, k, v = (rng.standard_normal((2, 4, 9, 8)) for _ in range(3))
+    runs = []
+    for _ in range(2):
+        nodes = [leaf(queue, x) for x in (q, k, v)]
+        with tp.Tape() as tape:
+            y = tp.sum(tp.scaled_dot_product_attention(*nodes, is_causal=True))
+        tape.backward(y)
+        runs.append([y.to_host()] + [n.grad.to_host() for n in nodes])
+    for a, b in zip(*runs):
+        assert np.array_equal(a, b)
+
+
+def test_attention_raw_tensors_and_errors(queue, rng):
+    q = pc.Tensor.from_host(queue, rng.standard_normal((3, 4)).astype(np.float32))
+    out = tp.scaled_dot_product_attention(q, q, q)
+    assert isinstance(out, pc.Tensor) and out.shape == (3, 4)
+    allow = np.tril(np.ones((3, 3), bool))
+    ints = pc.Tensor.from_host(queue, allow.astype(np.int32))     # integer: nonzero = attend
+    causal = tp.scaled_dot_product_attention(q, q, q, is_causal=True).to_host()
+    assert np.array_equal(tp.scaled_dot_product_attention(q, q, q, attn_mask=ints).to_host(),
+                          causal)
+    assert np.array_equal(tp.scaled_dot_product_attention(q, q, q, attn_mask=allow).to_host(),
+                          causal)
+    with pytest.raises(pc.ShapeError, match="not both"):
+        tp.scaled_dot_product_attention(q, q, q, attn_mask=np.ones((3, 3), bool),
+                                        is_causal=True)
+    with pytest.raises(pc.ShapeError, match=r"attn_mask of shape \(2, 3\) does not broadcast"):
+        tp.scaled_dot_product_attention(q, q, q, attn_mask=np.ones((2, 3), bool))
+    with pytest.raises(pc.ShapeError, match="same last dimension"):
+        tp.scaled_dot_product_attention(q, pc.Tensor.zeros(queue, (3, 5)), q)
+    with pytest.raises(pc.ShapeError, match="batch dimensions differ"):
+        tp.scaled_dot_product_attention(q, pc.Tensor.zeros(queue, (2, 3, 4)), q)
