@@ -121,6 +121,35 @@ def test_attention_dropout_replays_dropout_mask(queue, rng):
     assert tp.gradcheck(fn, nodes)
 
 
+@pytest.mark.parametrize("variant", ["rows", "groups"])
+@pytest.mark.parametrize("tk,kind", [(13, "bool"), (16, "float"), (8, "causal"), (3, None)])
+def test_masked_softmax_variants(queue, rng, variant, tk, kind):
+    """Both kernel variants (CPU rows, GPU work-groups) on this device, against numpy."""
+    from parcl.kernels import attention as ak
+    s = rng.standard_normal((2, 3, 5, tk))
+    mask = _mask("bool4" if kind == "bool" else kind, rng, (2, 3, 5, 4), tk)
+    if kind == "float":
+        mask = rng.standard_normal((2, 1, 1, tk))        # per batch entry, not per head
+    mt = None if mask is None else pc.Tensor.from_host(
+        queue, mask.astype(np.int32 if kind == "bool" else np.float32))
+    p = ak.masked_softmax(pc.Tensor.from_host(queue, s.reshape(6, 5, tk).astype(np.float32)),
+                          0.7, mt, kind == "causal", (2, 3), variant=variant)
+    z = s * 0.7
+    if kind == "causal":
+        z = np.where(np.tril(np.ones((5, tk), bool)), z, -np.inf)
+    elif mask is not None:
+        z = np.where(mask, z, -np.inf) if kind == "bool" else z + mask.astype(np.float32)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    want = e / e.sum(-1, keepdims=True)
+    np.testing.assert_allclose(p.to_host().reshape(want.shape), want, rtol=1e-5, atol=1e-6)
+    dp = rng.standard_normal(want.shape)
+    ds = ak.masked_softmax_backward(p, pc.Tensor.from_host(queue, dp.reshape(6, 5, tk)
+                                                          .astype(np.float32)), 0.7,
+                                    variant=variant)
+    ref = want * (dp - (want * dp).sum(-1, keepdims=True)) * 0.7
+    np.testing.assert_allclose(ds.to_host().reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+
 def test_attention_bit_identical_repeats(queue, rng):
     q, k, v = (rng.standard_normal((2, 4, 9, 8)) for _ in range(3))
     runs = []
