@@ -54,6 +54,22 @@ def test_getitem_gradcheck_and_tensor(queue, rng):
     assert np.array_equal(tp.getitem(t, (0, 1)).to_host(), x.astype(np.float32)[0, 1])
 
 
+@pytest.mark.parametrize("per_element", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int32])
+def test_copy_view_layouts(queue, rng, per_element, dtype):
+    """The GPU layout (an element per work-item) and the CPU one (a run per work-item) on this
+    device, over 4- and 8-byte words, a flipped strided source and a slab destination."""
+    from parcl.kernels import strided
+    x = rng.integers(-50, 50, (3, 4, 2000)).astype(dtype)
+    src = strided.View.contiguous(x.shape).flip((0, 2))
+    out = pc.Tensor.zeros(queue, (3, 6, 2000), dtype)
+    dst = strided.View.contiguous(out.shape).narrow(1, 1, 4)
+    strided.copy_view(out, dst, pc.Tensor.from_host(queue, x), src, _per_element=per_element)
+    want = np.zeros((3, 6, 2000), dtype)
+    want[:, 1:5] = x[::-1, :, ::-1]
+    assert np.array_equal(out.to_host(), want)
+
+
 def test_getitem_errors_and_iteration(queue):
     t = pc.Tensor.zeros(queue, (2, 3))
     with pytest.raises(pc.ShapeError, match=r"getitem: index 3 is out of range for dimension "

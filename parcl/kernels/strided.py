@@ -145,9 +145,11 @@ def _int8(values: list[int]):
     return cltypes.make_int8(*(list(values) + [1] * (8 - len(values))))
 
 
-def copy_view(dst: Tensor, dst_view: View, src: Tensor, src_view: View) -> Tensor:
+def copy_view(dst: Tensor, dst_view: View, src: Tensor, src_view: View, *,
+              _per_element: bool | None = None) -> Tensor:
     """Copy the elements of ``src_view`` of ``src`` into ``dst_view`` of ``dst`` (same shape,
-    same dtype), enqueued on ``dst``'s queue; returns ``dst``."""
+    same dtype), enqueued on ``dst``'s queue; returns ``dst``. (``_per_element`` forces the
+    GPU layout, one element per work-item, or the CPU one; tests run both.)"""
     if dst_view.shape != src_view.shape:
         raise ShapeError(f"copy_view: views of shape {dst_view.shape} and {src_view.shape} "
                          "differ")
@@ -162,7 +164,8 @@ def copy_view(dst: Tensor, dst_view: View, src: Tensor, src_view: View) -> Tenso
     dims, sd, ss = _merge(dst_view.shape, dst_view.strides, src_view.strides)
     q = dst.queue
     run, rd, rs = 1, 0, 0
-    if dims and not is_gpu(q.device):
+    per_element = is_gpu(q.device) if _per_element is None else _per_element
+    if dims and not per_element:
         run, rd, rs = dims.pop(), sd.pop(), ss.pop()
         if run > MAX_RUN and n_total // run < MIN_ITEMS:
             # One long run (a slab of cat, a row of a big tensor) would be one work-item's
