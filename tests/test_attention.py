@@ -187,12 +187,12 @@ def test_attention_raw_tensors_and_errors(queue, rng):
 
 class TinyAttention(pc.nn.Module):
     """Rows of a digit as a sequence: split, heads, causal attention with dropout, indexing,
-    cat and pad, so a captured step replays every new op."""
+    gather, cat and pad, so a captured step replays every new op."""
 
     def __init__(self, queue):
         super().__init__()
         self.qkv = pc.nn.Linear(8, 24, queue=queue)
-        self.head = pc.nn.Linear(18, 10, queue=queue)
+        self.head = pc.nn.Linear(20, 10, queue=queue)
         self.blocks = pc.nn.ModuleList([pc.nn.Identity()])
 
     def forward(self, x):
@@ -204,7 +204,10 @@ class TinyAttention(pc.nn.Module):
         y = tp.reshape(tp.transpose(y, (0, 2, 1, 3)), (n, 8, 8))
         for block in self.blocks:
             y = block(y)
-        return self.head(tp.pad(tp.cat([y[:, -1], y[:, 0, ::-1]], axis=1), (0, 2)))
+        last = y[:, -1]
+        picks = pc.Tensor.from_host(last.queue, np.tile(np.array([[7, 0]]), (n, 1)))
+        return self.head(tp.pad(tp.cat([last, y[:, 0, ::-1], tp.gather(last, 1, picks)],
+                                       axis=1), (0, 2)))
 
 
 def test_attention_step_capture_bit_identical(devices2):
