@@ -11,7 +11,6 @@ same program builds bit-identical models in every run and every replica thread.
 ['0.weight', '0.bias', '2.weight', '2.bias']
 """
 
-from .containers import Identity, ModuleList, Softmax
 from .layers import (
                      AdaptiveAvgPool2d,
                      AvgPool2d,
@@ -32,4 +31,7 @@ __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "BasicBlock", "BatchNorm2d", "Conv2
            "Flatten", "Linear", "MaxPool2d", "Module", "Parameter", "ReLU", "ResNet",
            "Sequential", "StateDictError", "default_generator", "flatten", "manual_seed",
            "resnet18"]
+
+from .containers import Identity, ModuleList, Softmax  # noqa: E402
+
 __all__ += ["Identity", "ModuleList", "Softmax"]

@@ -7,12 +7,6 @@ even inside ``no_grad`` (netcl's escape hatch).
 
 from .elementwise import *  # noqa: F401,F403
 from .elementwise import __all__ as _elementwise
-from .attention import *  # noqa: F401,F403
-from .attention import __all__ as _attention
-from .indexing import *  # noqa: F401,F403
-from .indexing import __all__ as _indexing
-from .join import *  # noqa: F401,F403
-from .join import __all__ as _join
 from .linalg import *  # noqa: F401,F403
 from .linalg import __all__ as _linalg
 from .loss import *  # noqa: F401,F403
@@ -24,5 +18,14 @@ from .reduce import __all__ as _reduce
 from .shape import *  # noqa: F401,F403
 from .shape import __all__ as _shape
 
-__all__ = [*_elementwise, *_linalg, *_loss, *_nn, *_reduce, *_shape,
-           *_attention, *_indexing, *_join]
+__all__ = [*_elementwise, *_linalg, *_loss, *_nn, *_reduce, *_shape]
+
+# shape and selection ops, attention (one block at the end so parallel additions merge cleanly)
+from .attention import *  # noqa: E402,F401,F403
+from .attention import __all__ as _attention  # noqa: E402
+from .indexing import *  # noqa: E402,F401,F403
+from .indexing import __all__ as _indexing  # noqa: E402
+from .join import *  # noqa: E402,F401,F403
+from .join import __all__ as _join  # noqa: E402
+
+__all__ += [*_attention, *_indexing, *_join]
