@@ -6,6 +6,8 @@ Shapes: B*H = 64 matrices, T = 64, D = 32 (the GPT benchmark's 16 x 4 heads, T =
 width 32). Each timing is the median of ``repeats`` runs, each ending with ``queue.finish()``.
 
 Usage: python docs/bench-results/checks/attention_kernels.py [repeats]
+(PyTorch's step for comparison: attention_torch.py, in a process of its own: in one process
+PoCL's spinning workers and PyTorch's threads take the cores from each other.)
 """
 
 import sys
@@ -106,22 +108,6 @@ rows.append(("scaled_dot_product_attention forward + backward (16, 4, 64, 32), c
              timed(step(True))))
 rows.append(("the same composed of tape ops (matmul, transpose, mul, add, softmax, matmul)",
              timed(step(False))))
-try:
-    import torch
-except ImportError:
-    torch = None
-if torch is not None:                    # the same step in PyTorch's eager autograd
-    torch.set_num_threads(q.device.max_compute_units)
-    tq, tk, tv = (torch.randn(16, 4, T, D, requires_grad=True) for _ in range(3))
-    tg = torch.randn(16, 4, T, D)
-
-    def torch_step():
-        y = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
-        y.backward(tg)
-        for t in (tq, tk, tv):
-            t.grad = None
-    rows.append((f"PyTorch {torch.__version__} scaled_dot_product_attention forward + backward, "
-                 f"{torch.get_num_threads()} threads", timed(torch_step)))
 print(f"device: {q.device.name.strip()}, {q.device.max_compute_units} compute units; "
       f"median of {REPEATS}")
 for name, ms in rows:
