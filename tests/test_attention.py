@@ -150,6 +150,30 @@ def test_masked_softmax_variants(queue, rng, variant, tk, kind):
     np.testing.assert_allclose(ds.to_host().reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("variant", ["rows", "groups"])
+def test_fully_masked_rows_are_zero(queue, rng, variant):
+    """As PyTorch: a query that may attend to nothing gives zeros (not NaN), and so do its
+    gradients, while the other rows are unchanged."""
+    from parcl.kernels import attention as ak
+    q, k, v = (rng.standard_normal((2, 3, 4)) for _ in range(3))
+    allow = np.array([[True, True, False], [False, False, False], [True, False, True]])
+    nodes = [leaf(queue, x) for x in (q, k, v)]
+    with tp.Tape() as tape:
+        y = tp.scaled_dot_product_attention(*nodes, attn_mask=allow)
+    out = y.to_host()
+    assert np.array_equal(out[:, 1], np.zeros((2, 4), np.float32))
+    ref = reference(q, k, v, allow)
+    np.testing.assert_allclose(out[:, [0, 2]], ref[:, [0, 2]], rtol=1e-5, atol=1e-6)
+    tape.backward(y, grad=pc.Tensor.from_host(queue, np.ones((2, 3, 4), np.float32)))
+    assert np.array_equal(nodes[0].grad.to_host()[:, 1], np.zeros((2, 4), np.float32))
+    assert all(np.isfinite(n.grad.to_host()).all() for n in nodes)
+    s = pc.Tensor.from_host(queue, np.zeros((1, 2, 9), np.float32))
+    m = pc.Tensor.from_host(queue, np.array([[0] * 9, [1] * 9], np.int32))
+    p = ak.masked_softmax(s, 1.0, m, variant=variant).to_host()
+    assert np.array_equal(p[0, 0], np.zeros(9, np.float32))
+    np.testing.assert_allclose(p[0, 1], np.full(9, 1 / 9), rtol=1e-6)
+
+
 def test_attention_bit_identical_repeats(queue, rng):
     q, k, v = (rng.standard_normal((2, 4, 9, 8)) for _ in range(3))
     runs = []

@@ -7,8 +7,9 @@ measured 9x the scalar per-row loop); on a GPU one work-group per row, its work-
 over the columns, with fixed-tree reductions in local memory. The mask is optional and read in place
 through broadcast strides (a ``(Tq, Tk)`` mask is not copied per batch entry): additive
 (float32) or boolean (an integer or byte tensor, nonzero = may attend); ``causal`` masks
-``j > i`` (PyTorch's top-left aligned ``is_causal``). A row with nothing to attend to is NaN,
-as in PyTorch's reference formula. The unfused composition (scale, add the mask, softmax) is
+``j > i`` (PyTorch's top-left aligned ``is_causal``). A row with nothing to attend to (every
+score masked to -inf) is all zeros, as PyTorch's ``scaled_dot_product_attention`` gives (its
+"safe softmax"), not NaN. The unfused composition (scale, add the mask, softmax) is
 three launches and three passes over the scores; see ``docs/performance.md`` for the figures.
 
 >>> import numpy as np, parcl as pc
@@ -138,6 +139,10 @@ __kernel void attn_softmax_fwd(__global const float *s, __global float *p, const
         pr[j] = v;
         m = fmax(m, v);
     }
+    if (m == -INFINITY) {            /* nothing to attend to: zeros, as PyTorch */
+        for (int j = 0; j < Tk; ++j) pr[j] = 0.0f;
+        return;
+    }
     float8 s8 = (float8)(0.0f);
     for (int j = 0; j < end8; j += 8) {
         const float8 e = exp(LOAD8(pr + j) - m);
@@ -182,6 +187,10 @@ __kernel void attn_softmax_fwd_wg(__global const float *s, __global float *p, co
     }
     m = red[0];
     barrier(CLK_LOCAL_MEM_FENCE);
+    if (m == -INFINITY) {            /* the same for every work-item: no divergent barrier */
+        for (int j = l; j < Tk; j += L) pr[j] = 0.0f;
+        return;
+    }
     float sum = 0.0f;
     for (int j = l; j < end; j += L) {
         const float e = exp(pr[j] - m);

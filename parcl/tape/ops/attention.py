@@ -122,7 +122,8 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     (typically ``(B, H, T, D)``): ``softmax(q @ k^T * scale + mask) @ v`` with ``scale``
     default ``1/sqrt(D)``. ``attn_mask`` broadcasts to ``(..., Tq, Tk)``: float32 is added to
     the scores, an integer tensor or a boolean numpy array is boolean (True/nonzero = may
-    attend). ``is_causal`` masks the future (``j > i``); it cannot be combined with a mask.
+    attend); a query row with nothing to attend to gives zeros, as PyTorch. ``is_causal``
+    masks the future (``j > i``); it cannot be combined with a mask.
     ``dropout_p > 0`` drops attention weights with parcl's dropout generator (replayable
     under capture, like ``tp.dropout``). One Node, op_name ``"scaled_dot_product_attention"``.
 
