@@ -90,7 +90,6 @@ class Pad(Function):
             raise ShapeError(f"pad: padding {pad} must have an even length of at most "
                              f"2 * ndim = {2 * x.ndim} (input shape {x.shape})")
         out_shape = list(x.shape)
-        kept, placed = View.contiguous(x.shape), None
         spans = []                                   # (axis, in start, out start, length)
         for i in range(len(pad) // 2):
             axis = x.ndim - 1 - i
@@ -103,7 +102,7 @@ class Pad(Function):
                                  f"{x.shape}, pad {pad})")
             start, stop = max(0, -left), n - max(0, -right)
             spans.append((axis, start, max(0, left), max(0, stop - start)))
-        placed = View.contiguous(tuple(out_shape))
+        kept, placed = View.contiguous(x.shape), View.contiguous(tuple(out_shape))
         for axis, start, out_start, length in spans:
             kept = kept.narrow(axis, start, length)
             placed = placed.narrow(axis, out_start, length)
