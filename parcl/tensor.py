@@ -229,6 +229,12 @@ class Tensor:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
+    def __getitem__(self, key) -> Tensor:
+        """``t[key]``: basic indexing (ints, slices with steps, None, ...) into a new contiguous
+        tensor, computed on this tensor's queue and never recorded (``tp.getitem`` records)."""
+        from .kernels.strided import getitem     # kernels import this module: import late
+        return getitem(self, key)
+
     def __repr__(self) -> str:
         return f"Tensor(shape={self.shape}, dtype={self.dtype.name})"
 

@@ -140,7 +140,7 @@ def gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool = False,
 def batched_gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool = False,
                  out: Tensor | None = None, _variant: str | None = None) -> Tensor:
     """3-D (batch, M, K) x (batch, K, N) -> (batch, M, N), with the transposes of ``gemm``
-    applied to the last two dimensions; a 2-D ``b`` is shared by every batch.
+    applied to the last two dimensions; a 2-D ``b`` (or a 2-D ``a``) is shared by every batch.
 
     >>> import numpy as np, parcl as pc
     >>> q = pc.default_queue()
@@ -150,13 +150,13 @@ def batched_gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool =
     (4, 2, 5)
     """
     _check_float("batched_gemm", a=a, b=b, out=out)
-    if a.ndim != 3 or b.ndim not in (2, 3):
-        raise ShapeError(f"batched_gemm: expects a 3-D a and a 2-D or 3-D b, got {a.shape} "
-                         f"and {b.shape}")
-    batch = a.shape[0]
-    m, k = a.shape[:0:-1] if trans_a else a.shape[1:]
+    if a.ndim not in (2, 3) or b.ndim not in (2, 3) or a.ndim + b.ndim == 4:
+        raise ShapeError(f"batched_gemm: expects 3-D operands (one of them may be 2-D, shared "
+                         f"by the batch), got {a.shape} and {b.shape}")
+    batch = a.shape[0] if a.ndim == 3 else b.shape[0]
+    m, k = a.shape[:-3:-1] if trans_a else a.shape[-2:]
     kb, n = b.shape[:-3:-1] if trans_b else b.shape[-2:]
-    if b.ndim == 3 and b.shape[0] != batch:
+    if a.ndim == 3 and b.ndim == 3 and b.shape[0] != batch:
         raise ShapeError(f"batched_gemm: batch sizes differ: a {a.shape}, b {b.shape}")
     if k != kb:
         raise ShapeError(f"batched_gemm: inner dimensions differ: a {a.shape}"
@@ -166,8 +166,9 @@ def batched_gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool =
     _check_out("batched_gemm", out, (batch, m, n), a, b, 0.0)
     if out is None:
         out = Tensor.empty(a.queue, (batch, m, n))
+    a_bs = m * k if a.ndim == 3 else 0
     b_bs = k * n if b.ndim == 3 else 0
-    _launch(a, b, out, None, m, n, k, batch, m * k, b_bs, trans_a, trans_b, False, 0.0,
+    _launch(a, b, out, None, m, n, k, batch, a_bs, b_bs, trans_a, trans_b, False, 0.0,
             _variant)
     return out
 

@@ -42,3 +42,7 @@ __all__ = ["ELU", "LeakyReLU", "SiLU", "Sigmoid", "Softplus", "Tanh",
            "resnet18"]
 __all__ += ["BCEWithLogitsLoss", "CrossEntropyLoss", "MSELoss", "NLLLoss"]  # losses
 __all__ += ["BatchNorm1d", "Embedding", "GELU", "GroupNorm", "LayerNorm", "RMSNorm"]
+
+from .containers import Identity, ModuleList, Softmax  # noqa: E402
+
+__all__ += ["Identity", "ModuleList", "Softmax"]

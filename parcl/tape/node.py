@@ -165,6 +165,10 @@ class Node:
         """``np.asarray(node)``: a host copy of the value (see ``pc.Tensor.__array__``)."""
         return self.value.__array__(dtype, copy)
 
+    def __getitem__(self, key):
+        """``x[key]``: basic indexing (ints, slices with steps, None, ...), ``tp.getitem``."""
+        return _ops().getitem(self, key)
+
 
 def _freed():
     """Stands in ``Node.tape`` for a node whose tape was released (never called)."""

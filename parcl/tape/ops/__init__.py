@@ -28,3 +28,13 @@ from .reductions import __all__ as _reductions
 
 __all__ = [*_activation, *_elementwise, *_linalg, *_loss, *_nn, *_reduce, *_shape]
 __all__ += [*_norm, *_select, *_reductions]
+
+# shape and selection ops, attention (one block at the end so parallel additions merge cleanly)
+from .attention import *  # noqa: E402,F401,F403
+from .attention import __all__ as _attention  # noqa: E402
+from .indexing import *  # noqa: E402,F401,F403
+from .indexing import __all__ as _indexing  # noqa: E402
+from .join import *  # noqa: E402,F401,F403
+from .join import __all__ as _join  # noqa: E402
+
+__all__ += [*_attention, *_indexing, *_join]

@@ -1,0 +1,269 @@
+"""Strided copies: one kernel that moves elements between two strided views, and the views of
+basic indexing, slicing, flipping and padding built on it.
+
+A ``View`` names elements of a contiguous tensor by ``offset + sum(index[k] * strides[k])``
+(strides in elements, negative to walk backwards, 0 to repeat). ``copy_view`` copies the
+elements of one view into another of the same shape; everything here is that copy with
+different views: ``x[key]`` reads a view into a fresh contiguous tensor, its backward writes a
+gradient into the same view of a zero tensor, ``cat`` writes each input into its slab of the
+output, ``flip`` reads with negated strides, ``pad`` writes the kept part into the middle.
+
+Dimensions that are contiguous in both views are merged first; on a CPU one work-item copies
+a whole innermost run (a plain loop PoCL vectorises), on a GPU one element per work-item so
+neighbouring work-items touch neighbouring words. Elements move as raw 1, 4 or 8-byte words,
+so float32, int32, int64 and byte masks all copy unchanged.
+
+>>> import numpy as np, parcl as pc
+>>> from parcl.kernels import strided
+>>> q = pc.default_queue()
+>>> x = pc.Tensor.from_host(q, np.arange(12, dtype=np.float32).reshape(3, 4))
+>>> strided.getitem(x, (slice(None, None, -1), 1)).to_host()
+array([9., 5., 1.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+from pyopencl import cltypes
+
+from ..errors import DTypeError, ShapeError
+from ..runtime import is_gpu
+from ..tensor import INTERNAL, Tensor, check_same_queue
+from ._cache import get_kernel, round_up
+
+MAX_DIMS = 8           # after merging; an int8 of sizes and of strides per side
+LOCAL = 64
+# A CPU work-item copies one innermost run; longer runs than MAX_RUN are cut when there would
+# be fewer than MIN_ITEMS work-items otherwise.
+MAX_RUN, MIN_ITEMS = 1024, 256
+_WORDS = {1: "uchar", 4: "uint", 8: "ulong"}
+
+
+class IndexOutOfRangeError(ShapeError, IndexError):
+    """An integer index outside its dimension. Also an ``IndexError``, so Python's iteration
+    over ``x[0], x[1], ...`` stops where it should."""
+
+
+def _source() -> str:
+    parts = ["//CL//"]
+    for nbytes, word in _WORDS.items():
+        parts.append(rf"""
+/* dst[dst_off + idx . sd] = src[src_off + idx . ss] for every idx in the nd outer dims d
+   (outermost s0) and j < run along the innermost dim (strides rd, rs). */
+__kernel void copy_{nbytes}(__global {word} *dst, const long dst_off,
+                            __global const {word} *src, const long src_off, const int n,
+                            const int nd, const int8 d, const int8 sd, const int8 ss,
+                            const int run, const int rd, const int rs)
+{{
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    int r = i, q;
+    long od = dst_off, os = src_off;
+    switch (nd) {{
+    case 8: q = r % d.s7; r /= d.s7; od += (long)q * sd.s7; os += (long)q * ss.s7;
+    case 7: q = r % d.s6; r /= d.s6; od += (long)q * sd.s6; os += (long)q * ss.s6;
+    case 6: q = r % d.s5; r /= d.s5; od += (long)q * sd.s5; os += (long)q * ss.s5;
+    case 5: q = r % d.s4; r /= d.s4; od += (long)q * sd.s4; os += (long)q * ss.s4;
+    case 4: q = r % d.s3; r /= d.s3; od += (long)q * sd.s3; os += (long)q * ss.s3;
+    case 3: q = r % d.s2; r /= d.s2; od += (long)q * sd.s2; os += (long)q * ss.s2;
+    case 2: q = r % d.s1; r /= d.s1; od += (long)q * sd.s1; os += (long)q * ss.s1;
+    case 1: od += (long)r * sd.s0; os += (long)r * ss.s0;
+    default: break;
+    }}
+    for (int j = 0; j < run; ++j) dst[od + (long)j * rd] = src[os + (long)j * rs];
+}}""")
+    return "\n".join(parts)
+
+
+SOURCE = _source()
+
+
+@dataclass(frozen=True)
+class View:
+    """Elements ``offset + sum(i[k] * strides[k])`` for ``i`` over ``shape`` (in elements)."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int = 0
+
+    @classmethod
+    def contiguous(cls, shape) -> View:
+        """The whole of a contiguous (row-major) tensor of ``shape``."""
+        strides, step = [0] * len(shape), 1
+        for k in range(len(shape) - 1, -1, -1):
+            strides[k] = step
+            step *= shape[k]
+        return cls(tuple(shape), tuple(strides), 0)
+
+    def narrow(self, axis: int, start: int, length: int) -> View:
+        """Elements ``start .. start+length`` along ``axis`` (a slab: cat's and split's)."""
+        shape = list(self.shape)
+        shape[axis] = length
+        return View(tuple(shape), self.strides, self.offset + start * self.strides[axis])
+
+    def flip(self, axes) -> View:
+        """The same elements with ``axes`` walked backwards."""
+        offset, strides = self.offset, list(self.strides)
+        for a in axes:
+            if self.shape[a] > 0:
+                offset += (self.shape[a] - 1) * strides[a]
+            strides[a] = -strides[a]
+        return View(self.shape, tuple(strides), offset)
+
+
+def _merge(shape, sd, ss) -> tuple[list[int], list[int], list[int]]:
+    """Drop size-1 dims; merge neighbours both views walk as one run."""
+    dims: list[int] = []
+    a: list[int] = []
+    b: list[int] = []
+    for size, x, y in zip(shape, sd, ss):
+        if size == 1:
+            continue
+        if dims and a[-1] == x * size and b[-1] == y * size:
+            dims[-1] *= size
+            a[-1], b[-1] = x, y
+            continue
+        dims.append(size)
+        a.append(x)
+        b.append(y)
+    return dims, a, b
+
+
+def _piece(run: int) -> int:
+    """A divisor of ``run`` between 64 and MAX_RUN (1 when there is none: one element per
+    work-item, still parallel)."""
+    for piece in range(MAX_RUN, 63, -1):
+        if run % piece == 0:
+            return piece
+    return 1
+
+
+def _int8(values: list[int]):
+    return cltypes.make_int8(*(list(values) + [1] * (8 - len(values))))
+
+
+def copy_view(dst: Tensor, dst_view: View, src: Tensor, src_view: View, *,
+              _per_element: bool | None = None) -> Tensor:
+    """Copy the elements of ``src_view`` of ``src`` into ``dst_view`` of ``dst`` (same shape,
+    same dtype), enqueued on ``dst``'s queue; returns ``dst``. (``_per_element`` forces the
+    GPU layout, one element per work-item, or the CPU one; tests run both.)"""
+    if dst_view.shape != src_view.shape:
+        raise ShapeError(f"copy_view: views of shape {dst_view.shape} and {src_view.shape} "
+                         "differ")
+    if dst.dtype != src.dtype:
+        raise DTypeError(f"copy_view: dtypes differ: {dst.dtype} and {src.dtype}")
+    if dst.itemsize not in _WORDS:
+        raise DTypeError(f"copy_view: dtype {dst.dtype} is not supported")
+    check_same_queue("copy_view", dst, src)
+    n_total = prod(dst_view.shape)
+    if n_total == 0:
+        return dst
+    dims, sd, ss = _merge(dst_view.shape, dst_view.strides, src_view.strides)
+    q = dst.queue
+    run, rd, rs = 1, 0, 0
+    per_element = is_gpu(q.device) if _per_element is None else _per_element
+    if dims and not per_element:
+        run, rd, rs = dims.pop(), sd.pop(), ss.pop()
+        if run > MAX_RUN and n_total // run < MIN_ITEMS:
+            # One long run (a slab of cat, a row of a big tensor) would be one work-item's
+            # serial copy: cut it into pieces so every core copies a share.
+            piece = _piece(run)
+            dims.append(run // piece)
+            sd.append(rd * piece)
+            ss.append(rs * piece)
+            run = piece
+    if len(dims) > MAX_DIMS:
+        raise ShapeError(f"copy_view: a view of shape {dst_view.shape} needs {len(dims)} "
+                         f"strided dimensions; at most {MAX_DIMS} are supported")
+    n = n_total // run
+    k = get_kernel(q, SOURCE, f"copy_{dst.itemsize}")
+    k(q, (round_up(n, LOCAL),), (LOCAL,), dst.data, np.int64(dst_view.offset), src.data,
+      np.int64(src_view.offset), np.int32(n), np.int32(len(dims)), _int8(dims), _int8(sd),
+      _int8(ss), np.int32(run), np.int32(rd), np.int32(rs))
+    return dst
+
+
+def read_view(x: Tensor, view: View) -> Tensor:
+    """A new contiguous tensor holding ``view`` of ``x``."""
+    out = Tensor.empty(x.queue, view.shape, x.dtype)
+    return copy_view(out, View.contiguous(view.shape), x, view)
+
+
+def write_view(g: Tensor, shape, view: View, fill: float = 0.0) -> Tensor:
+    """A new tensor of ``shape`` filled with ``fill`` except ``view``, which holds ``g``."""
+    out = Tensor.full(g.queue, tuple(shape), fill, g.dtype)
+    return copy_view(out, view, g.reshape(view.shape), View.contiguous(view.shape))
+
+
+# -- basic indexing ----------------------------------------------------------------------------
+def _is_int(k) -> bool:
+    return isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))
+
+
+def parse_key(op: str, shape: tuple[int, ...], key) -> View:
+    """The view numpy's basic indexing ``x[key]`` selects from a contiguous ``shape``: ints
+    (negative from the end), slices (any step, negative too), ``None`` and one ``...``."""
+    key = key if isinstance(key, tuple) else (key,)
+    for k in key:
+        if not (_is_int(k) or k is None or k is Ellipsis or isinstance(k, slice)):
+            raise DTypeError(f"{op}: index {k!r} of type {type(k).__name__} is not supported "
+                             f"(shape {shape}); parcl does basic indexing only: ints, slices, "
+                             "None and ... (use tp.gather for index tensors)")
+    if sum(k is Ellipsis for k in key) > 1:
+        raise ShapeError(f"{op}: an index can only have a single ellipsis (...), got {key!r}")
+    used = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if used > len(shape):
+        raise IndexOutOfRangeError(f"{op}: too many indices for a tensor of shape {shape}: "
+                                   f"{used} were indexed, it has {len(shape)} dimensions")
+    if Ellipsis not in key:
+        key = key + (Ellipsis,)
+    at = key.index(Ellipsis)
+    key = key[:at] + (slice(None),) * (len(shape) - used) + key[at + 1:]
+    base = View.contiguous(shape)
+    offset, out_shape, out_strides, dim = 0, [], [], 0
+    for k in key:
+        if k is None:
+            out_shape.append(1)
+            out_strides.append(0)
+            continue
+        n, stride = shape[dim], base.strides[dim]
+        if isinstance(k, slice):
+            try:
+                start, stop, step = k.indices(n)
+            except ValueError as exc:            # step 0
+                raise ShapeError(f"{op}: {exc} (index {k!r}, shape {shape})") from None
+            length = len(range(start, stop, step))
+            if length:
+                offset += start * stride
+            out_shape.append(length)
+            out_strides.append(step * stride)
+        else:
+            i = int(k)
+            if not -n <= i < n:
+                raise IndexOutOfRangeError(f"{op}: index {i} is out of range for dimension "
+                                           f"{dim} of size {n} (shape {shape})")
+            offset += (i % n) * stride
+        dim += 1
+    return View(tuple(out_shape), tuple(out_strides), offset)
+
+
+def getitem(x: Tensor, key) -> Tensor:
+    """``x[key]`` (basic indexing) as a new contiguous tensor on ``x``'s queue."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"getitem: expected a pc.Tensor, got {type(x).__name__}")
+    if x.dtype not in INTERNAL:
+        raise DTypeError(f"getitem: dtype {x.dtype} is not supported")
+    return read_view(x, parse_key("getitem", x.shape, key))
+
+
+def normalize_axis(op: str, axis: int, ndim: int, shape) -> int:
+    """``axis`` in ``[0, ndim)`` (negative counts from the end), or ShapeError."""
+    if not _is_int(axis):
+        raise ShapeError(f"{op}: axis must be an int, got {axis!r}")
+    if not -ndim <= int(axis) < ndim:
+        raise ShapeError(f"{op}: axis {axis} is out of range for a tensor of shape "
+                         f"{tuple(shape)} ({ndim} dimensions)")
+    return int(axis) % ndim

@@ -1,0 +1,142 @@
+"""``scaled_dot_product_attention``: ``softmax(q @ k^T * scale + mask) @ v`` as one recorded
+Node with its own backward (``torch.nn.functional.scaled_dot_product_attention``).
+
+The forward is two batched GEMMs around the fused masked softmax
+(``parcl.kernels.attention``); it saves the attention probabilities ``p`` (after dropout, if
+any, the mask regenerated from dropout's counter, never stored), so the backward is four
+GEMMs and one softmax-backward kernel:
+
+    dv = p^T @ g,  dp = g @ v^T,  ds = p * (dp - rowsum(p * dp)) * scale,
+    dq = ds @ k,   dk = ds^T @ q
+
+>>> q_ = tp.tensor(pc.Tensor.from_host(q, np.ones((2, 4, 8), np.float32)), True)
+>>> tp.scaled_dot_product_attention(q_, q_, q_, is_causal=True).shape
+(2, 4, 8)
+"""
+
+from __future__ import annotations
+
+import math
+from math import prod
+
+import numpy as np
+
+from ...errors import DTypeError, ShapeError
+from ...kernels import attention as ak
+from ...kernels import elementwise as ew
+from ...kernels.gemm import batched_gemm
+from ...kernels.reduction import sum_to_shape
+from ...tensor import FLOAT, Tensor, check_same_queue
+from ..node import Function, Node
+from .nn import Dropout
+
+__all__ = ["scaled_dot_product_attention"]
+
+
+def _check(q: Tensor, k: Tensor, v: Tensor) -> None:
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        if t.dtype != FLOAT:
+            raise DTypeError(f"scaled_dot_product_attention: {name} {t.shape} has dtype "
+                             f"{t.dtype}, expected float32")
+        if t.ndim < 2:
+            raise ShapeError(f"scaled_dot_product_attention: {name} must be (..., T, D), got "
+                             f"shape {t.shape}")
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        raise ShapeError(f"scaled_dot_product_attention: batch dimensions differ: query "
+                         f"{q.shape}, key {k.shape}, value {v.shape}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ShapeError(f"scaled_dot_product_attention: query {q.shape} and key {k.shape} "
+                         "must have the same last dimension (D)")
+    if k.shape[-2] != v.shape[-2]:
+        raise ShapeError(f"scaled_dot_product_attention: key {k.shape} and value {v.shape} "
+                         "must have the same sequence length (second to last dimension)")
+    check_same_queue("scaled_dot_product_attention", q, k, v)
+
+
+class ScaledDotProductAttention(Function):
+    name = "scaled_dot_product_attention"
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None):
+        _check(q, k, v)
+        batch, (tq, d), tk, dv = q.shape[:-2], q.shape[-2:], k.shape[-2], v.shape[-1]
+        nb = prod(batch)
+        self.scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+        self.shapes = (q.shape, k.shape, v.shape, None if mask is None else mask.shape)
+        q3, k3, v3 = q.reshape(nb, tq, d), k.reshape(nb, tk, d), v.reshape(nb, tk, dv)
+        s = batched_gemm(q3, k3, trans_b=True)
+        p = ak.masked_softmax(s, self.scale, mask, is_causal, batch)
+        del s
+        self.dropout = None
+        if dropout_p > 0.0:
+            self.dropout = Dropout((True,))
+            pd = self.dropout.forward(p, p=dropout_p)
+        else:
+            pd = p
+        out = batched_gemm(pd, v3)
+        if self.recording:
+            self.saved = (q3, k3, v3, p, pd)
+        return out.reshape(*batch, tq, dv)
+
+    def backward(self, g: Tensor):
+        q3, k3, v3, p, pd = self.saved
+        need_q, need_k, need_v = self.needs_input_grad[:3]
+        need_mask = len(self.needs_input_grad) > 3 and self.needs_input_grad[3]
+        g3 = g.reshape(pd.shape[0], pd.shape[1], v3.shape[-1])
+        gq = gk = gv = gm = None
+        if need_v:
+            gv = batched_gemm(pd, g3, trans_a=True).reshape(self.shapes[2])
+        if need_q or need_k or need_mask:
+            dp = batched_gemm(g3, v3, trans_b=True)
+            if self.dropout is not None:
+                dp = self.dropout.backward(dp)
+            ds = ak.masked_softmax_backward(p, dp, self.scale)
+            del dp
+            if need_q:
+                gq = batched_gemm(ds, k3).reshape(self.shapes[0])
+            if need_k:
+                gk = batched_gemm(ds, q3, trans_a=True).reshape(self.shapes[1])
+            if need_mask:               # d(scores)/d(mask) = 1: ds without the scale
+                full = (*self.shapes[0][:-2], p.shape[1], p.shape[2])
+                gm = sum_to_shape(ds.reshape(full), self.shapes[3])
+                if self.scale != 1.0:
+                    gm = ew.scalar("mul", gm, 1.0 / self.scale)
+        return gq, gk, gv, gm
+
+
+def _as_mask(mask, queue):
+    """A Node or Tensor as it is; a numpy mask uploaded (a boolean one as an additive float
+    mask of 0 and -inf, which the kernel treats the same)."""
+    if mask is None or isinstance(mask, (Node, Tensor)):
+        return mask
+    arr = np.asarray(mask)
+    if arr.dtype == np.bool_:
+        arr = np.where(arr, 0.0, -np.inf)
+    return Tensor.from_host(queue, arr.astype(np.float32) if arr.dtype == np.float64 else arr)
+
+
+def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None, *,
+                                 tape=None):
+    """``torch.nn.functional.scaled_dot_product_attention`` over ``(..., T, D)`` inputs
+    (typically ``(B, H, T, D)``): ``softmax(q @ k^T * scale + mask) @ v`` with ``scale``
+    default ``1/sqrt(D)``. ``attn_mask`` broadcasts to ``(..., Tq, Tk)``: float32 is added to
+    the scores, an integer tensor or a boolean numpy array is boolean (True/nonzero = may
+    attend); a query row with nothing to attend to gives zeros, as PyTorch. ``is_causal``
+    masks the future (``j > i``); it cannot be combined with a mask.
+    ``dropout_p > 0`` drops attention weights with parcl's dropout generator (replayable
+    under capture, like ``tp.dropout``). One Node, op_name ``"scaled_dot_product_attention"``.
+
+    >>> y = tp.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
+    """
+    if attn_mask is not None and is_causal:
+        raise ShapeError("scaled_dot_product_attention: pass either attn_mask or "
+                         "is_causal=True, not both (as PyTorch)")
+    dropout_p = float(dropout_p)
+    if not 0.0 <= dropout_p <= 1.0:
+        raise ShapeError(f"scaled_dot_product_attention: dropout_p must be in [0, 1], got "
+                         f"{dropout_p}")
+    queue = (q.value if isinstance(q, Node) else q).queue
+    mask = _as_mask(attn_mask, queue)
+    return ScaledDotProductAttention.apply(q, k, v, mask, tape=tape, dropout_p=dropout_p,
+                                           is_causal=bool(is_causal), scale=scale)

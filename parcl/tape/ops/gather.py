@@ -1,0 +1,93 @@
+"""``gather(x, axis, index)`` (``torch.gather``) with its index check.
+
+An out-of-range index is found on the device: the forward marks it in a flag and enqueues a
+non-blocking read of it. The flag is checked, as ``cross_entropy`` checks its labels (see
+``parcl/tape/ops/loss.py``): at once when the op is not recorded or under ``detect_anomaly``;
+otherwise in the backward, deferred until the whole backward is enqueued; in a captured step
+after each replay. So a bad index is a ``ShapeError`` no later than the step's next host read.
+
+>>> x = tp.tensor(pc.Tensor.from_host(q, np.array([[1, 2], [3, 4]], np.float32)), True)
+>>> i = pc.Tensor.from_host(q, np.array([[0, 0], [1, 0]]))
+>>> tp.gather(x, 1, i).to_host()
+array([[1., 1.],
+       [4., 3.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+
+from ... import recorder, runtime
+from ...errors import ShapeError
+from ...kernels import gather as gk
+from ...tensor import Tensor
+from .. import mode
+from ..node import Function
+from ..tape import defer
+
+__all__ = ["gather"]
+
+
+class _IndexCheck:
+    """The pending read of a gather flag and what to say if it is set."""
+
+    def __init__(self, flag: Tensor, index: Tensor, x_shape: tuple, axis: int):
+        self.host = np.empty(1, np.int32)
+        self.index, self.x_shape, self.axis = index, x_shape, axis
+        self.reread(flag)
+        if recorder.current() is not None:
+            recorder.call(lambda: self.reread(flag))     # each replay reads it afresh
+            recorder.host_hook(self.check)
+
+    def reread(self, flag: Tensor) -> None:
+        self.flag = flag
+        self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
+
+    def check(self) -> None:
+        if self.event is None:
+            return
+        runtime.wait_for_events([self.event], what="gather's index check")
+        self.event = self.flag = None
+        at = int(self.host[0])
+        if at != gk.NO_ERROR:
+            where = np.unravel_index(at, self.index.shape)
+            value = int(self.index.to_host().reshape(-1)[at])
+            raise ShapeError(f"gather: index {value} at position {tuple(map(int, where))} of "
+                             f"index {self.index.shape} is out of range for dimension "
+                             f"{self.axis} of size {self.x_shape[self.axis]} (input "
+                             f"{self.x_shape}); indices must be in [0, "
+                             f"{self.x_shape[self.axis]})")
+
+
+class Gather(Function):
+    name = "gather"
+
+    def forward(self, x: Tensor, index: Tensor, axis: int = 0):
+        out, flag = gk.gather_forward(x, axis, index)
+        check = _IndexCheck(flag, index, x.shape, axis % x.ndim)
+        if not self.recording or mode.is_anomaly_enabled():
+            check.check()
+        if self.recording:
+            self.saved = (x.shape, axis % x.ndim, index, check)
+        return out
+
+    def backward(self, g: Tensor):
+        x_shape, axis, index, check = self.saved
+        defer(check.check)
+        if not self.needs_input_grad[0]:
+            return None, None
+        return gk.gather_backward(g, x_shape, axis, index), None
+
+
+def gather(x, axis: int, index, *, tape=None):
+    """``torch.gather``: ``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``axis=0`` (and so on
+    for other axes); ``index`` is int32/int64 with ``x``'s number of dimensions and no larger
+    than ``x`` outside ``axis``; the result has ``index``'s shape. The backward scatter-adds in
+    a fixed order (repeated indices sum bit-reproducibly). An index outside the axis is a
+    ``ShapeError`` (see the module docstring for when). op_name ``"gather"``.
+
+    >>> tp.gather(x, 0, i).shape
+    (2, 2)
+    """
+    return Gather.apply(x, index, tape=tape, axis=int(axis))

@@ -1,0 +1,167 @@
+"""Indexing and layout ops over strided views: ``getitem`` (``x[key]``, basic indexing),
+``flip``, ``pad`` (constant mode), ``expand``; and ``gather`` (``torch.gather``).
+
+Each forward copies a strided view of its input into a fresh contiguous tensor (see
+``parcl.kernels.strided``); each backward is the same copy the other way: the gradient is
+written into the selected view of a zero tensor (indexing and basic selections never repeat an
+element, so the write needs no sums).
+
+>>> x = tp.tensor(pc.Tensor.from_host(q, np.arange(6, dtype=np.float32).reshape(2, 3)), True)
+>>> with tp.Tape() as tape:
+...     y = tp.sum(x[:, ::-2])
+>>> tape.backward(y)
+>>> x.grad.to_host()
+array([[1., 0., 1.],
+       [1., 0., 1.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from ...errors import ShapeError
+from ...kernels import elementwise as ew
+from ...kernels import strided
+from ...kernels.reduction import sum_to_shape
+from ...kernels.strided import View
+from ...tensor import Tensor
+from ..node import Function
+from .gather import gather
+
+__all__ = ["expand", "flip", "gather", "getitem", "pad"]
+
+
+class GetItem(Function):
+    name = "getitem"
+
+    def forward(self, x: Tensor, key=None):
+        self.view = strided.parse_key("getitem", x.shape, key)
+        self.in_shape = x.shape
+        return strided.read_view(x, self.view)
+
+    def backward(self, g: Tensor):
+        return strided.write_view(g, self.in_shape, self.view)
+
+
+def getitem(x, key, *, tape=None):
+    """``x[key]`` with numpy's basic indexing: ints (negative from the end), slices with any
+    step (negative too), ``None`` (a new size-1 axis) and one ``...``. The result is a new
+    contiguous tensor; the backward writes the gradient into the selected positions of a zero
+    tensor. ``x[key]`` on a Node or a ``pc.Tensor`` calls this. op_name ``"getitem"``.
+
+    >>> x[0, ::-1].shape, x[None, ..., 1].shape
+    ((3,), (1, 2))
+    """
+    return GetItem.apply(x, tape=tape, key=key)
+
+
+def _axes(op: str, axis, shape) -> tuple[int, ...]:
+    axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
+    norm = tuple(strided.normalize_axis(op, a, len(shape), shape) for a in axes)
+    if len(set(norm)) != len(norm):
+        raise ShapeError(f"{op}: axis {axis} names a dimension twice (shape {tuple(shape)})")
+    return norm
+
+
+class Flip(Function):
+    name = "flip"
+
+    def forward(self, x: Tensor, axis=0):
+        self.axes = _axes("flip", axis, x.shape)
+        return strided.read_view(x, View.contiguous(x.shape).flip(self.axes))
+
+    def backward(self, g: Tensor):
+        return strided.read_view(g, View.contiguous(g.shape).flip(self.axes))
+
+
+def flip(x, axis, *, tape=None):
+    """``x`` reversed along ``axis`` (an int or a tuple of ints), as ``torch.flip``.
+
+    >>> tp.flip(x, -1).shape
+    (2, 3)
+    """
+    return Flip.apply(x, tape=tape, axis=axis)
+
+
+class Pad(Function):
+    name = "pad"
+
+    def forward(self, x: Tensor, pad=(), value: float = 0.0):
+        pad = tuple(int(p) for p in pad)
+        if len(pad) % 2 or len(pad) // 2 > x.ndim:
+            raise ShapeError(f"pad: padding {pad} must have an even length of at most "
+                             f"2 * ndim = {2 * x.ndim} (input shape {x.shape})")
+        out_shape = list(x.shape)
+        spans = []                                   # (axis, in start, out start, length)
+        for i in range(len(pad) // 2):
+            axis = x.ndim - 1 - i
+            left, right = pad[2 * i], pad[2 * i + 1]
+            n = x.shape[axis]
+            out_shape[axis] = n + left + right
+            if out_shape[axis] < 0:
+                raise ShapeError(f"pad: padding ({left}, {right}) of dimension {axis} (size "
+                                 f"{n}) gives a negative size {out_shape[axis]} (input shape "
+                                 f"{x.shape}, pad {pad})")
+            start, stop = max(0, -left), n - max(0, -right)
+            spans.append((axis, start, max(0, left), max(0, stop - start)))
+        kept, placed = View.contiguous(x.shape), View.contiguous(tuple(out_shape))
+        for axis, start, out_start, length in spans:
+            kept = kept.narrow(axis, start, length)
+            placed = placed.narrow(axis, out_start, length)
+        self.in_shape, self.kept, self.placed = x.shape, kept, placed
+        self.cropped = kept.shape != x.shape
+        out = Tensor.full(x.queue, tuple(out_shape), value, x.dtype)
+        return strided.copy_view(out, placed, x, kept)
+
+    def backward(self, g: Tensor):
+        gx = (Tensor.zeros if self.cropped else Tensor.empty)(g.queue, self.in_shape)
+        return strided.copy_view(gx, self.kept, g, self.placed)
+
+
+def pad(x, pad, value: float = 0.0, *, tape=None):
+    """``torch.nn.functional.pad`` in constant mode: ``pad`` is ``(left, right)`` of the last
+    dimension, then ``(top, bottom)`` of the one before, ...; negative padding crops. The new
+    positions hold ``value``; their gradient is dropped. op_name ``"pad"``.
+
+    >>> tp.pad(x, (1, 2)).shape, tp.pad(x, (0, 0, -1, 0)).shape
+    ((2, 6), (1, 3))
+    """
+    return Pad.apply(x, tape=tape, pad=tuple(pad), value=float(value))
+
+
+class Expand(Function):
+    name = "expand"
+
+    def forward(self, x: Tensor, shape=()):
+        lead = len(shape) - x.ndim
+        if lead < 0:
+            raise ShapeError(f"expand: the target shape {shape} has fewer dimensions than the "
+                             f"input {x.shape}")
+        full = []
+        for k, s in enumerate(shape):
+            if s == -1:
+                if k < lead:
+                    raise ShapeError(f"expand: -1 is not allowed for the new leading "
+                                     f"dimension {k} (target {shape}, input {x.shape})")
+                s = x.shape[k - lead]
+            elif k >= lead and x.shape[k - lead] not in (1, s):
+                raise ShapeError(f"expand: dimension {k} of size {x.shape[k - lead]} cannot "
+                                 f"expand to {s}; only size-1 dimensions expand (input "
+                                 f"{x.shape}, target {shape})")
+            full.append(int(s))
+        self.in_shape = x.shape
+        return ew.broadcast_to(x, tuple(full))
+
+    def backward(self, g: Tensor):
+        return sum_to_shape(g, self.in_shape)
+
+
+def expand(x, shape, *, tape=None):
+    """``x`` broadcast to ``shape`` (numpy rules; ``-1`` keeps a dimension, new dimensions go
+    in front), as ``torch.Tensor.expand`` but copied into a new contiguous tensor. The backward
+    sums the gradient over the expanded dimensions. op_name ``"expand"``.
+
+    >>> tp.expand(b, (4, -1)).shape        # b of shape (1, 3)
+    (4, 3)
+    """
+    if isinstance(shape, int):
+        shape = (shape,)
+    return Expand.apply(x, tape=tape, shape=tuple(int(s) for s in shape))

@@ -1,0 +1,76 @@
+"""Identity, ModuleList and Softmax: PyTorch's registration names, list behaviour, state dict
+round trips, outputs against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import parcl as pc
+import parcl.tape as tp
+
+
+class Stack(pc.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.h = pc.nn.ModuleList([pc.nn.Linear(3, 3) for _ in range(2)])
+        self.skip = pc.nn.Identity(3, anything=True)
+        self.out = pc.nn.Softmax(dim=-1)
+
+    def forward(self, x):
+        for layer in self.h:
+            x = layer(x)
+        return self.out(self.skip(x))
+
+
+def test_modulelist_names_and_state_dict(queue):
+    pc.nn.manual_seed(0)
+    net = Stack()
+    names = ["h.0.weight", "h.0.bias", "h.1.weight", "h.1.bias"]
+    assert [n for n, _ in net.named_parameters()] == names
+    assert list(net.state_dict()) == names
+    state = {k: v + 1 for k, v in net.state_dict().items()}
+    pc.nn.manual_seed(1)
+    other = Stack()
+    other.load_state_dict(state)
+    for k, v in other.state_dict().items():
+        assert np.array_equal(v, state[k])
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    y = other(pc.Tensor.from_host(queue, x)).to_host()
+    h = x.astype(np.float64)
+    for i in range(2):
+        h = h @ state[f"h.{i}.weight"].T + state[f"h.{i}.bias"]
+    e = np.exp(h - h.max(-1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_modulelist_list_behaviour():
+    a, b, c = pc.nn.ReLU(), pc.nn.Identity(), pc.nn.Softmax(0)
+    ml = pc.nn.ModuleList()
+    assert len(ml) == 0 and list(ml) == []
+    ml.append(a).extend([b])
+    assert len(ml) == 2 and list(ml) == [a, b] and ml[-1] is b and ml[0] is a
+    ml.insert(1, c)
+    assert list(ml) == [a, c, b] and list(ml._modules) == ["0", "1", "2"]
+    ml[0] = b
+    assert ml[0] is b
+    sub = ml[1:]
+    assert isinstance(sub, pc.nn.ModuleList) and list(sub) == [c, b]
+    with pytest.raises(IndexError, match="out of range for 3 modules"):
+        ml[3]
+    with pytest.raises(pc.ParclError, match="no forward"):
+        ml(None)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_softmax_layer(queue, dim):
+    x = np.random.default_rng(1).standard_normal((3, 4, 5))
+    node = tp.tensor(pc.Tensor.from_host(queue, x.astype(np.float32)), requires_grad=True)
+    with tp.Tape():
+        y = pc.nn.Softmax(dim)(node)
+    e = np.exp(x - x.max(dim, keepdims=True))
+    np.testing.assert_allclose(y.to_host(), e / e.sum(dim, keepdims=True), rtol=1e-5,
+                               atol=1e-6)
+    assert y.op_name == "softmax"
+    ident = pc.nn.Identity()
+    assert ident(node) is node and not list(ident.parameters())
