@@ -203,6 +203,16 @@ class ReplicaGroup:
         """Replica 0's model (the one the optimizer steps; the others are copies)."""
         return self.replicas[0].model
 
+    @property
+    def captured_steps(self) -> list[list]:
+        """Per replica its recorded steps (``tp.CapturedStep``, one per loss function, most
+        recently used last), to see how often each was replayed and why one was not; empty
+        lists without ``capture=True``."""
+        steps = getattr(self._backward, "steps", None)
+        if steps is None:
+            return [[] for _ in self.replicas]
+        return [[step for _, step in per.values()] for per in steps]
+
     def train(self, mode: bool = True) -> ReplicaGroup:
         """``model.train(mode)`` on every replica's model."""
         for r in self.replicas:

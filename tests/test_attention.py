@@ -251,7 +251,7 @@ def test_attention_step_capture_bit_identical(devices2):
             opt = pc.optim.AdamW(group.parameters(), lr=1e-2)
             losses = [group.step(x, y, tp.cross_entropy, opt) for x, y in batches]
             results.append((losses, [p.value.to_host() for p in group.parameters()]))
-            steps = [st for per in group._captured for _, st in per.values()]
+            steps = [st for per in group.captured_steps for st in per]
     assert steps and all(st.replays == 3 for st in steps)      # recorded once, replayed 3x
     assert results[0][0] == results[1][0]
     assert all(np.array_equal(a, b) for a, b in zip(results[0][1], results[1][1]))

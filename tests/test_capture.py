@@ -35,8 +35,7 @@ def train(build, devices, capture, batches, make_opt=None):
         losses = [group.step(x, y, tp.cross_entropy, opt) for x, y in batches]
         params = [p.value.to_host() for p in group.parameters()]
         buffers = [b.to_host() for _, b in group.model.named_buffers()]
-        captured = [[step for _, step in per_replica.values()]
-                    for per_replica in getattr(group._backward, "steps", [])]
+        captured = group.captured_steps
     return losses, params, buffers, captured
 
 
@@ -117,8 +116,7 @@ def test_a_group_with_dropout_replays_bit_identically_to_eager(devices2):
             losses = [group.step(*batch(12, seed=s), tp.cross_entropy, opt) for s in range(5)]
             params = [p.value.to_host() for p in group.parameters()]
             states = group.run(lambda r: nn_ops.rng_state())
-            replays = [step.replays for per in getattr(group._backward, "steps", [])
-                       for _, step in per.values()]
+            replays = [step.replays for per in group.captured_steps for step in per]
         return losses, params, states, replays
 
     eager, replayed = run(False), run(True)
@@ -162,7 +160,7 @@ def test_each_replica_thread_replays_its_own_recording(devices2):
         for _ in range(3):
             assert group.step(x, y, tp.cross_entropy, opts[0]) == \
                 eager.step(x, y, tp.cross_entropy, opts[1])
-        steps = [step for entries in group._backward.steps for _, step in entries.values()]
+        steps = [step for per in group.captured_steps for step in per]
         assert [s.replays for s in steps] == [2, 2]
         assert [s.queue for s in steps] == [r.queue for r in group.replicas]
         for a, b in zip(group.parameters(), eager.parameters()):      # bit-identical
@@ -176,7 +174,7 @@ def test_a_launch_failing_in_a_replay_names_its_replica(devices2):
         group.step(x, y, tp.cross_entropy, opt)
         group.step(x, y, tp.cross_entropy, opt)            # replayed: its calls are bound
         before = [p.value.to_host() for p in group.parameters()]
-        (_, step), = group._backward.steps[1].values()
+        (step,) = group.captured_steps[1]
         (entry,) = step._entries.values()
 
         def lost():                                     # e.g. CL_OUT_OF_RESOURCES
@@ -232,7 +230,7 @@ def test_a_new_loss_function_every_step_keeps_memory_bounded(devices2):
         for _ in range(12):
             group.step(x, y, lambda p, t: tp.cross_entropy(p, t), opt)   # a new lambda
             used.append(pc.memory_stats(group.replicas[1].queue)["bytes_in_use"])
-        assert all(len(per_replica) <= 4 for per_replica in group._backward.steps)
+        assert all(len(per_replica) <= 4 for per_replica in group.captured_steps)
         assert used[-1] == used[5]
 
 
