@@ -154,6 +154,12 @@ def parse_spec(spec: str) -> list[cl.Device]:
     raise DeviceError(f"unknown device spec {spec!r}: expected cpu, cpu:N, gpu, gpu:I,J or all")
 
 
+def devices_for(spec: str) -> list[cl.Device]:
+    """The devices a ``PARCL_DEVICES`` spec names (``cpu``, ``cpu:N``, ``gpu``, ``gpu:I,J``,
+    ``all``), in one shared context; an unknown or unsatisfiable spec is a ``DeviceError``."""
+    return _register(parse_spec(spec))
+
+
 def devices(split: int | None = None) -> list[cl.Device]:
     """OpenCL devices to run replicas on, in a stable order.
 

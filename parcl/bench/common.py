@@ -246,17 +246,10 @@ def resolve_devices(spec: str | None, split: int | None = None) -> list:
 
     if spec is None:
         return pc.devices(split=split or 1)
-    old = os.environ.get("PARCL_DEVICES")
-    os.environ["PARCL_DEVICES"] = spec
     try:
-        return pc.devices()
+        return pc.runtime.devices_for(spec)
     except DeviceError as exc:
         raise BenchError(str(exc)) from None
-    finally:
-        if old is None:
-            del os.environ["PARCL_DEVICES"]
-        else:
-            os.environ["PARCL_DEVICES"] = old
 
 
 def cpu_share(n: int, comm=None) -> list:

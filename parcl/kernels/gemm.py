@@ -16,7 +16,8 @@ The variants live in ``cl/gemm.cl`` and are chosen by device *type* (never by pl
   launch, no packing, 4x4 of C per work-item (PoCL spends ~0.1 ms per enqueue).
 * ``"tiled"`` — the GPU shape: 64x64 tiles through local memory, 4x4 registers per work-item.
 
-All run on every device; tests force one with the private ``_variant`` argument.
+All run on every device; tests force one with the private ``_variant`` argument (and packing
+of A with ``_pack_a``).
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels.gemm import gemm
@@ -53,7 +54,6 @@ DIRECT_GROUP = (8, 8)            # work-items (4x4 blocks of C each) per gemm_di
 # Up to this many multiply-adds a CPU product runs as one gemm_direct launch: PoCL takes ~0.1 ms
 # per enqueue, which the two packing launches would add to a product this small.
 DIRECT_MAX = 1 << 17
-READ_A_IN_PLACE = True           # False packs every A (tests compare the two paths)
 VARIANTS = ("cpu16", "cpu8", "direct16", "direct8", "tiled")
 
 SOURCE = VECTOR_TYPES + load_source("gemm")    # the program every GEMM kernel is built from
@@ -102,7 +102,7 @@ def _check_out(op: str, out: Tensor | None, shape: tuple[int, ...], a: Tensor, b
 # -- public API ----------------------------------------------------------------------------
 def gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool = False,
          out: Tensor | None = None, bias: Tensor | None = None, relu: bool = False,
-         beta: float = 0.0, _variant: str | None = None) -> Tensor:
+         beta: float = 0.0, _variant: str | None = None, _pack_a: bool = False) -> Tensor:
     """C = op(A) @ op(B) (+ bias broadcast over rows, length N) (then ReLU), for 2-D float32
     tensors. op(A) is (M,K): A is (M,K), or (K,M) when trans_a. op(B) is (K,N): B is (K,N), or
     (N,K) when trans_b. beta != 0 accumulates: C = op(A)@op(B) + beta*C into `out` (must be
@@ -133,7 +133,8 @@ def gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool = False,
     _check_out("gemm", out, (m, n), a, b, beta)
     if out is None:
         out = Tensor.empty(a.queue, (m, n))
-    _launch(a, b, out, bias, m, n, k, 1, 0, 0, trans_a, trans_b, relu, float(beta), _variant)
+    _launch(a, b, out, bias, m, n, k, 1, 0, 0, trans_a, trans_b, relu, float(beta), _variant,
+            _pack_a)
     return out
 
 
@@ -176,7 +177,8 @@ def batched_gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool =
 # -- launching -----------------------------------------------------------------------------
 def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: int, k: int,
             batch: int, a_bs: int, b_bs: int, trans_a: bool, trans_b: bool, relu: bool,
-            beta: float, variant: str | None) -> None:
+            beta: float, variant: str | None, pack_a: bool = False) -> None:
+    """``pack_a`` packs A even where it could be read in place (tests compare the two)."""
     queue = a.queue
     if m == 0 or n == 0 or batch == 0:
         return
@@ -218,7 +220,7 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     # A transposed A is packed: MR floats per k at a stride of M (2 KiB at M=512) would map
     # every k step to the same few L1 sets. B always goes through panels, which keep a
     # work-group's columns contiguous in L2.
-    pack_a = trans_a or m % MR != 0 or not READ_A_IN_PLACE
+    pack_a = pack_a or trans_a or m % MR != 0
     a_panels = pm if pack_a else 0
     if pack_a:
         pa = Tensor.empty(queue, (batch, pm, k, MR))

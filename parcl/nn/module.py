@@ -42,14 +42,21 @@ _rng = threading.local()
 
 
 def manual_seed(seed: int) -> None:
-    """Reseed this thread's initialisation generator (numpy ``default_rng(seed)``).
+    """Seed this thread's random numbers: the initialisation generator (numpy
+    ``default_rng(seed)``) and the dropout generator (``tp.manual_seed``).
 
     Every layer built afterwards in this thread draws its initial weights from it, in
-    construction order, so ``manual_seed(s)`` followed by the same model code gives
-    bit-identical parameters. Threads that never call it start from seed 0. (Dropout masks
-    come from a separate counter-based generator: ``tp.manual_seed``.)
+    construction order, and every dropout mask after it comes from the same sequence, so
+    ``manual_seed(s)`` followed by the same program gives bit-identical results. Threads that
+    never call it start from seed 0. Also ``pc.manual_seed``.
     """
     _rng.generator = np.random.default_rng(int(seed))
+    seed_dropout(int(seed))
+
+
+def seed_dropout(seed: int) -> None:
+    from ..tape.ops.nn import manual_seed as seed_masks
+    seed_masks(seed)
 
 
 def default_generator() -> np.random.Generator:
