@@ -5,6 +5,8 @@ an optional ``tape=``: with an explicit tape it records there even when no tape 
 even inside ``no_grad`` (netcl's escape hatch).
 """
 
+from .conv import *  # noqa: F401,F403
+from .conv import __all__ as _conv
 from .elementwise import *  # noqa: F401,F403
 from .elementwise import __all__ as _elementwise
 from .linalg import *  # noqa: F401,F403
@@ -18,4 +20,4 @@ from .reduce import __all__ as _reduce
 from .shape import *  # noqa: F401,F403
 from .shape import __all__ as _shape
 
-__all__ = [*_elementwise, *_linalg, *_loss, *_nn, *_reduce, *_shape]
+__all__ = [*_conv, *_elementwise, *_linalg, *_loss, *_nn, *_reduce, *_shape]

@@ -98,11 +98,13 @@ class Conv2d(Function):
     name = "conv2d"
 
     def forward(self, x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, padding=0,
-                relu: bool = False):
-        y = convk.conv2d_forward(x, weight, bias, stride, padding, relu=relu)
+                relu: bool = False, dilation=1, groups: int = 1):
+        y = convk.conv2d_forward(x, weight, bias, stride, padding, relu=relu,
+                                 dilation=dilation, groups=groups)
         if self.recording:
             self.x, self.weight = x, weight
             self.stride, self.padding = stride, padding
+            self.dilation, self.groups = dilation, groups
             self.out = y if relu else None
         return y
 
@@ -112,20 +114,25 @@ class Conv2d(Function):
         need = self.needs_input_grad
         return convk.conv2d_backward(self.x, self.weight, g, self.stride, self.padding,
                                      need_input=need[0], need_weight=need[1],
-                                     need_bias=need[2])
+                                     need_bias=need[2], dilation=self.dilation,
+                                     groups=self.groups)
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, *, relu: bool = False, tape=None):
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1, *,
+           relu: bool = False, tape=None):
     """2-D convolution (cross-correlation, as PyTorch) of NCHW ``x`` with ``weight``
-    ``(cout, cin, kh, kw)``; ``stride`` and ``padding`` are ints or pairs. Forward is im2col
-    and one GEMM over the batch (bias, and a ReLU with ``relu=True``, fused); backward is
-    deterministic (no atomics).
+    ``(cout, cin/groups, kh, kw)``; ``stride``, ``padding`` and ``dilation`` are ints or
+    pairs. Forward is im2col and one GEMM over the batch (bias, and a ReLU with ``relu=True``,
+    fused), one GEMM per group when ``groups > 1``, and a direct kernel for depthwise
+    convolutions (``groups == cin``); backward is deterministic (no atomics).
 
     >>> tp.conv2d(x, w, b, stride=2, padding=1).shape      # x (2, 3, 8, 8), w (4, 3, 3, 3)
     (2, 4, 4, 4)
+    >>> tp.conv2d(x, wd, padding=2, dilation=2, groups=3).shape     # wd (6, 1, 3, 3)
+    (2, 6, 8, 8)
     """
     return Conv2d.apply(x, weight, bias, tape=tape, stride=stride, padding=padding,
-                        relu=bool(relu))
+                        relu=bool(relu), dilation=dilation, groups=groups)
 
 
 # -- pooling ---------------------------------------------------------------------------------
