@@ -60,7 +60,7 @@ def output_shape(x_shape, w_shape, stride=1, padding=0, output_padding=0) -> tup
 def conv_transpose2d_forward(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
                              padding=0, output_padding=0) -> Tensor:
     """The transposed convolution of NCHW ``x`` with ``weight`` (cin, cout, kh, kw), + bias."""
-    _check_float(OP, x=x, weight=weight, bias=bias)
+    _check_float(OP, input=x, weight=weight, bias=bias)
     n, cout, oh, ow = output_shape(x.shape, weight.shape, stride, padding, output_padding)
     if bias is not None and tuple(bias.shape) != (cout,):
         raise ShapeError(f"{OP}: bias has shape {bias.shape}, expected ({cout},) for weight "
