@@ -11,6 +11,7 @@ same program builds bit-identical models in every run and every replica thread.
 ['0.weight', '0.bias', '2.weight', '2.bias']
 """
 
+from .conv import ConvTranspose2d
 from .layers import (
                      AdaptiveAvgPool2d,
                      AvgPool2d,
@@ -31,3 +32,4 @@ __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "BasicBlock", "BatchNorm2d", "Conv2
            "Flatten", "Linear", "MaxPool2d", "Module", "Parameter", "ReLU", "ResNet",
            "Sequential", "StateDictError", "default_generator", "flatten", "manual_seed",
            "resnet18"]
+__all__ += ["ConvTranspose2d"]
