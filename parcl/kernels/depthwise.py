@@ -9,7 +9,8 @@ input go 8 at a time through ``float8`` loads (stride 1 and 2). The three passes
 
 * forward: ``y[n, oc] = sum_taps w[oc, tap] * x[n, oc // M]`` (+ bias, then an optional ReLU);
 * input gradient: a gather, every input pixel sums its channel's ``M`` output channels and the
-  taps that read it, in a fixed order (no atomics);
+  taps that read it, in a fixed order (no atomics); 8 columns at a time at stride 1 and 2 (even
+  and odd columns apart);
 * weight gradient: one work-item per (image, output channel) sums its taps over the image's
   pixels; the per-image partials are then summed over the batch by the fixed-order reduction.
 
@@ -35,6 +36,7 @@ from .conv import ConvGeometry, _row_blocks
 from .reduction import sum as reduce_sum
 
 SOURCE = "//CL//" + VECTOR_TYPES + r"""
+typedef float float4u __attribute__((ext_vector_type(4), aligned(4)));
 #define NT (KH * KW)
 // Columns [lo, hi) of an output row whose every tap along x is inside the input.
 #define X_LO ((PW + SW - 1) / SW)
@@ -195,6 +197,55 @@ __kernel void dw_grad_input(__global const float* restrict g, __global const flo
                 }
             }
             *(global float8u*)(dst + ix) = acc;
+        }
+#elif SW == 2
+        // 8 inputs at a time: the even columns ix + 2j (lanes of a) and the odd ones (b) each
+        // read 4 consecutive gradient columns through the taps of their parity, interleaved on
+        // the way out
+        const int lo = max(ix0, (KW - 1) * DW - PW), hi = min(ix1, 2 * OW - PW);
+        for (; ix < lo && hi - lo >= 8; ++ix) {
+            float acc = 0.0f;
+            for (int m = 0; m < M; ++m) {
+                const int oc = c * M + m;
+                const global float* gp = g + ((long)n * CO + oc) * OH * OW;
+                const global float* wk = w + oc * NT;
+                #pragma unroll
+                for (int ky = 0; ky < KH; ++ky) {
+                    const int ty = iy + PH - ky * DH, oy = ty / SH;
+                    const bool iny = ty >= 0 && ty % SH == 0 && oy < OH;
+                    #pragma unroll
+                    for (int kx = 0; kx < KW; ++kx)
+                        GX_TERM(ix)
+                }
+            }
+            dst[ix] = acc;
+        }
+        for (; ix < hi && hi - lo >= 8; ix += 8) {
+            ix = min(ix, hi - 8);
+            float4 a = (float4)(0.0f), b = (float4)(0.0f);
+            for (int m = 0; m < M; ++m) {
+                const int oc = c * M + m;
+                const global float* gp = g + ((long)n * CO + oc) * OH * OW;
+                const global float* wk = w + oc * NT;
+                #pragma unroll
+                for (int ky = 0; ky < KH; ++ky) {
+                    const int ty = iy + PH - ky * DH, oy = ty / SH;
+                    const bool iny = ty >= 0 && ty % SH == 0 && oy < OH;
+                    const global float* grow = gp + (iny ? oy : 0) * OW;
+                    #pragma unroll
+                    for (int kx = 0; kx < KW; ++kx) {
+                        const int t = ix + PW - kx * DW;
+                        const float4 v = *(const global float4u*)(grow + (t + 1) / 2);
+                        const float4 term = (iny ? v : (float4)(0.0f)) * wk[ky * KW + kx];
+                        if (t & 1)
+                            b += term;
+                        else
+                            a += term;
+                    }
+                }
+            }
+            *(global float8u*)(dst + ix) = (float8)(a.s0, b.s0, a.s1, b.s1, a.s2, b.s2, a.s3,
+                                                    b.s3);
         }
 #endif
         for (; ix < ix1; ++ix) {
