@@ -5,12 +5,13 @@ cout / cin``, the channel multiplier) through its own ``kh x kw`` taps, so a GEM
 batch of tiny products. Instead each work-item walks whole output rows (CPUs; one output per
 work-item on GPUs) with the window as compile-time constants (``-D``: size, stride, padding,
 dilation): the taps unroll, borders are masks, and the columns whose every tap is inside the
-input go 8 at a time through ``float8`` loads (stride 1 and 2). The three passes:
+input go 8 (or 4, in narrow rows) at a time through vector loads (stride 1 and 2). The three
+passes:
 
 * forward: ``y[n, oc] = sum_taps w[oc, tap] * x[n, oc // M]`` (+ bias, then an optional ReLU);
 * input gradient: a gather, every input pixel sums its channel's ``M`` output channels and the
-  taps that read it, in a fixed order (no atomics); 8 columns at a time at stride 1 and 2 (even
-  and odd columns apart);
+  taps that read it, in a fixed order (no atomics), vectorised like the forward (at stride 2
+  the even and odd inputs apart);
 * weight gradient: one work-item per (image, output channel) sums its taps over the image's
   pixels; the per-image partials are then summed over the batch by the fixed-order reduction.
 
@@ -42,13 +43,13 @@ typedef float float4u __attribute__((ext_vector_type(4), aligned(4)));
 #define X_LO ((PW + SW - 1) / SW)
 #define X_HI(W) (((W) + PW - (KW - 1) * DW - 1) / SW + 1)
 
-// 8 inputs at column ix0 + i*SW, i < 8 (stride 1 or 2: one or two unaligned float8 loads).
+// V inputs at columns p[i*SW], i < V (stride 1 or 2: one or two unaligned vector loads; the
+// stride-2 loads stop at p[2V - 2], p[2V - 1] may be past the buffer's end).
 inline float8 load8(const global float* p)
 {
 #if SW == 1
     return *(const global float8u*)p;
 #elif SW == 2
-    // p[0..14] only (p[15] may be past the buffer's end): the odd lanes of the second load
     const float8u a = *(const global float8u*)p, b = *(const global float8u*)(p + 7);
     return (float8)(a.even, b.odd);
 #else
@@ -57,9 +58,58 @@ inline float8 load8(const global float* p)
 #endif
 }
 
+inline float4 load4(const global float* p)
+{
+#if SW == 1
+    return *(const global float4u*)p;
+#elif SW == 2
+    const float4u a = *(const global float4u*)p, b = *(const global float4u*)(p + 3);
+    return (float4)(a.even, b.odd);
+#else
+    return (float4)(p[0], p[SW], p[2 * SW], p[3 * SW]);
+#endif
+}
+
 // y[n][oc][oy][ox] = sum over (ky, kx), ky-major, of w[oc][ky][kx] * x[n][oc / M][iy][ix], iy =
 // oy*SH - PH + ky*DH, ix = ox*SW - PW + kx*DW (0 outside); then + bias[oc], then the ReLU.
-// Work-item (ox block, block of RB rows (n*CO + oc)*OH + oy).
+// Columns whose taps are all inside the input along x go V at a time (8, or 4 in rows with
+// fewer such columns; a row that is not whole blocks ends with a block overlapping the one
+// before): rows outside the input are skipped for every lane alike, and each lane adds its
+// taps in the scalar loop's order. Work-item (ox block, block of RB rows (n*CO + oc)*OH + oy).
+#define FWD_ONE(ox) { \
+            float acc = 0.0f; \
+            _Pragma("unroll") \
+            for (int ky = 0; ky < KH; ++ky) { \
+                const int iy = iy0 + ky * DH; \
+                _Pragma("unroll") \
+                for (int kx = 0; kx < KW; ++kx) { \
+                    const int ix = (ox) * SW - PW + kx * DW; \
+                    const bool in = iy >= 0 && iy < H && ix >= 0 && ix < W; \
+                    acc += (in ? xp[in ? iy * W + ix : 0] : 0.0f) * wk[ky * KW + kx]; \
+                } \
+            } \
+            const float v = acc + b; \
+            dst[ox] = relu && v < 0.0f ? 0.0f : v; }
+#define FWD_BLOCKS(VT, V, LOAD) \
+        for (; ox < hi; ox += V) { \
+            ox = min(ox, hi - V); \
+            VT acc = (VT)(0.0f); \
+            _Pragma("unroll") \
+            for (int ky = 0; ky < KH; ++ky) { \
+                const int iy = iy0 + ky * DH; \
+                const bool iny = iy >= 0 && iy < H; \
+                const global float* src = xp + (iny ? iy : 0) * W + ox * SW - PW; \
+                _Pragma("unroll") \
+                for (int kx = 0; kx < KW; ++kx) { \
+                    const VT v = LOAD(src + kx * DW); \
+                    acc += (iny ? v : (VT)(0.0f)) * wk[ky * KW + kx]; \
+                } \
+            } \
+            VT r = acc + b; \
+            if (relu) \
+                r = select(r, (VT)(0.0f), r < 0.0f); \
+            *(global VT##u*)(dst + ox) = r; \
+        }
 __kernel void dw_forward(__global const float* restrict x, __global const float* restrict w,
                          __global const float* restrict bias, __global float* restrict y,
                          const int relu, const int N, const int C, const int M, const int H,
@@ -70,6 +120,7 @@ __kernel void dw_forward(__global const float* restrict x, __global const float*
     if (ox0 >= OW || row0 >= rows)
         return;
     const int ox1 = min(OW, ox0 + XB), row1 = min(rows, row0 + RB);
+    const int lo = max(ox0, X_LO), hi = min(ox1, X_HI(W));
     for (int row = row0; row < row1; ++row) {
         const int oy = row % OH, plane = row / OH, oc = plane % CO, n = plane / CO;
         const global float* xp = x + ((long)n * C + oc / M) * H * W;
@@ -81,68 +132,63 @@ __kernel void dw_forward(__global const float* restrict x, __global const float*
         global float* dst = y + (long)row * OW;
         const int iy0 = oy * SH - PH;
         int ox = ox0;
-        // interior columns, 8 at a time; rows outside the input are skipped for every lane
-        // alike, and each lane adds its taps in the scalar loop's order
-        const int lo = max(ox0, X_LO), hi = min(ox1, X_HI(W));
-        for (; ox < lo && hi - lo >= 8; ++ox) {
-            float acc = 0.0f;
-            #pragma unroll
-            for (int ky = 0; ky < KH; ++ky) {
-                const int iy = iy0 + ky * DH;
-                #pragma unroll
-                for (int kx = 0; kx < KW; ++kx) {
-                    const int ix = ox * SW - PW + kx * DW;
-                    const bool in = iy >= 0 && iy < H && ix >= 0 && ix < W;
-                    acc += (in ? xp[in ? iy * W + ix : 0] : 0.0f) * wk[ky * KW + kx];
-                }
-            }
-            const float v = acc + b;
-            dst[ox] = relu && v < 0.0f ? 0.0f : v;
+        if (hi - lo >= 4) {
+            for (; ox < lo; ++ox)
+                FWD_ONE(ox)
+            if (hi - lo >= 8)
+                FWD_BLOCKS(float8, 8, load8)
+            else
+                FWD_BLOCKS(float4, 4, load4)
         }
-        for (; ox < hi && hi - lo >= 8; ox += 8) {
-            ox = min(ox, hi - 8);
-            float8 acc = (float8)(0.0f);
-            #pragma unroll
-            for (int ky = 0; ky < KH; ++ky) {
-                const int iy = iy0 + ky * DH;
-                const bool iny = iy >= 0 && iy < H;
-                const global float* src = xp + (iny ? iy : 0) * W + ox * SW - PW;
-                #pragma unroll
-                for (int kx = 0; kx < KW; ++kx) {
-                    const float8 v = load8(src + kx * DW);
-                    acc += (iny ? v : (float8)(0.0f)) * wk[ky * KW + kx];
-                }
-            }
-            float8 v = acc + b;
-            if (relu)
-                v = select(v, (float8)(0.0f), v < 0.0f);
-            *(global float8u*)(dst + ox) = v;
-        }
-        for (; ox < ox1; ++ox) {
-            float acc = 0.0f;
-            #pragma unroll
-            for (int ky = 0; ky < KH; ++ky) {
-                const int iy = iy0 + ky * DH;
-                #pragma unroll
-                for (int kx = 0; kx < KW; ++kx) {
-                    const int ix = ox * SW - PW + kx * DW;
-                    const bool in = iy >= 0 && iy < H && ix >= 0 && ix < W;
-                    acc += (in ? xp[in ? iy * W + ix : 0] : 0.0f) * wk[ky * KW + kx];
-                }
-            }
-            const float v = acc + b;
-            dst[ox] = relu && v < 0.0f ? 0.0f : v;
-        }
+        for (; ox < ox1; ++ox)
+            FWD_ONE(ox)
     }
 }
 
 // gx[n][c][iy][ix] = sum over m < M, then (ky, kx) ky-major, of g[n][c*M + m][oy][ox] *
 // w[c*M + m][ky][kx] over the taps that read (iy, ix): oy*SH = iy + PH - ky*DH, likewise x.
+// Inputs whose every tap along x lands on an output column go V at a time at stride 1 (V
+// consecutive gradient columns per tap) and 2 (the even and odd inputs apart, V/2 gradient
+// columns each through the taps of their parity, interleaved on the way out).
 // Work-item (ix block, block of RB rows (n*C + c)*H + iy).
-#define GX_TERM(ixv) { \
-        const int tx = (ixv) + PW - kx * DW, ox = tx / SW; \
+#define GX_TAPS(BODY) \
+            for (int m = 0; m < M; ++m) { \
+                const int oc = c * M + m; \
+                const global float* gp = g + ((long)n * CO + oc) * OH * OW; \
+                const global float* wk = w + oc * NT; \
+                _Pragma("unroll") \
+                for (int ky = 0; ky < KH; ++ky) { \
+                    const int ty = iy + PH - ky * DH, oy = ty / SH; \
+                    const bool iny = ty >= 0 && ty % SH == 0 && oy < OH; \
+                    const global float* grow = gp + (iny ? oy : 0) * OW; \
+                    _Pragma("unroll") \
+                    for (int kx = 0; kx < KW; ++kx) \
+                        BODY \
+                } \
+            }
+#define GX_TERM { \
+        const int tx = ix + PW - kx * DW, ox = tx / SW; \
         const bool in = iny && tx >= 0 && tx % SW == 0 && ox < OW; \
-        acc += (in ? gp[in ? oy * OW + ox : 0] : 0.0f) * wk[ky * KW + kx]; }
+        acc += (in ? grow[in ? ox : 0] : 0.0f) * wk[ky * KW + kx]; }
+#define GX_ONE { float acc = 0.0f; GX_TAPS(GX_TERM) dst[ix] = acc; }
+#define GX_TERM1(VT) { \
+        const VT v = *(const global VT##u*)(grow + ix + PW - kx * DW); \
+        acc += (iny ? v : (VT)(0.0f)) * wk[ky * KW + kx]; }
+#define GX_BLOCKS1(VT, V) \
+        for (; ix < hi; ix += V) { \
+            ix = min(ix, hi - V); \
+            VT acc = (VT)(0.0f); \
+            GX_TAPS(GX_TERM1(VT)) \
+            *(global VT##u*)(dst + ix) = acc; \
+        }
+#define GX_TERM2(HT) { \
+        const int t = ix + PW - kx * DW; \
+        const HT v = *(const global HT##u*)(grow + (t + 1) / 2); \
+        const HT term = (iny ? v : (HT)(0.0f)) * wk[ky * KW + kx]; \
+        if (t & 1) \
+            b += term; \
+        else \
+            a += term; }
 __kernel void dw_grad_input(__global const float* restrict g, __global const float* restrict w,
                             __global float* restrict gx, const int N, const int C, const int M,
                             const int H, const int W, const int OH, const int OW, const int XB,
@@ -153,124 +199,59 @@ __kernel void dw_grad_input(__global const float* restrict g, __global const flo
     if (ix0 >= W || row0 >= rows)
         return;
     const int ix1 = min(W, ix0 + XB), row1 = min(rows, row0 + RB);
+#if SW == 1
+    const int lo = max(ix0, (KW - 1) * DW - PW), hi = min(ix1, OW - PW);
+#elif SW == 2
+    const int lo = max(ix0, (KW - 1) * DW - PW), hi = min(ix1, 2 * OW - PW);
+#endif
     for (int row = row0; row < row1; ++row) {
         const int iy = row % H, plane = row / H, c = plane % C, n = plane / C;
         global float* dst = gx + (long)row * W;
         int ix = ix0;
 #if SW == 1
-        // inputs whose every tap along x lands on an output column: 8 at a time
-        const int lo = max(ix0, (KW - 1) * DW - PW), hi = min(ix1, OW - PW);
-        for (; ix < lo && hi - lo >= 8; ++ix) {
-            float acc = 0.0f;
-            for (int m = 0; m < M; ++m) {
-                const int oc = c * M + m;
-                const global float* gp = g + ((long)n * CO + oc) * OH * OW;
-                const global float* wk = w + oc * NT;
-                #pragma unroll
-                for (int ky = 0; ky < KH; ++ky) {
-                    const int ty = iy + PH - ky * DH, oy = ty / SH;
-                    const bool iny = ty >= 0 && ty % SH == 0 && oy < OH;
-                    #pragma unroll
-                    for (int kx = 0; kx < KW; ++kx)
-                        GX_TERM(ix)
-                }
-            }
-            dst[ix] = acc;
-        }
-        for (; ix < hi && hi - lo >= 8; ix += 8) {
-            ix = min(ix, hi - 8);
-            float8 acc = (float8)(0.0f);
-            for (int m = 0; m < M; ++m) {
-                const int oc = c * M + m;
-                const global float* gp = g + ((long)n * CO + oc) * OH * OW;
-                const global float* wk = w + oc * NT;
-                #pragma unroll
-                for (int ky = 0; ky < KH; ++ky) {
-                    const int ty = iy + PH - ky * DH, oy = ty / SH;
-                    const bool iny = ty >= 0 && ty % SH == 0 && oy < OH;
-                    const global float* src = gp + (iny ? oy : 0) * OW + ix + PW;
-                    #pragma unroll
-                    for (int kx = 0; kx < KW; ++kx) {
-                        const float8 v = *(const global float8u*)(src - kx * DW);
-                        acc += (iny ? v : (float8)(0.0f)) * wk[ky * KW + kx];
-                    }
-                }
-            }
-            *(global float8u*)(dst + ix) = acc;
+        if (hi - lo >= 4) {
+            for (; ix < lo; ++ix)
+                GX_ONE
+            if (hi - lo >= 8)
+                GX_BLOCKS1(float8, 8)
+            else
+                GX_BLOCKS1(float4, 4)
         }
 #elif SW == 2
-        // 8 inputs at a time: the even columns ix + 2j (lanes of a) and the odd ones (b) each
-        // read 4 consecutive gradient columns through the taps of their parity, interleaved on
-        // the way out
-        const int lo = max(ix0, (KW - 1) * DW - PW), hi = min(ix1, 2 * OW - PW);
-        for (; ix < lo && hi - lo >= 8; ++ix) {
-            float acc = 0.0f;
-            for (int m = 0; m < M; ++m) {
-                const int oc = c * M + m;
-                const global float* gp = g + ((long)n * CO + oc) * OH * OW;
-                const global float* wk = w + oc * NT;
-                #pragma unroll
-                for (int ky = 0; ky < KH; ++ky) {
-                    const int ty = iy + PH - ky * DH, oy = ty / SH;
-                    const bool iny = ty >= 0 && ty % SH == 0 && oy < OH;
-                    #pragma unroll
-                    for (int kx = 0; kx < KW; ++kx)
-                        GX_TERM(ix)
-                }
+        if (hi - lo >= 8) {
+            for (; ix < lo; ++ix)
+                GX_ONE
+            for (; ix < hi; ix += 8) {
+                ix = min(ix, hi - 8);
+                float4 a = (float4)(0.0f), b = (float4)(0.0f);
+                GX_TAPS(GX_TERM2(float4))
+                *(global float8u*)(dst + ix) = (float8)(a.s0, b.s0, a.s1, b.s1, a.s2, b.s2,
+                                                        a.s3, b.s3);
             }
-            dst[ix] = acc;
-        }
-        for (; ix < hi && hi - lo >= 8; ix += 8) {
-            ix = min(ix, hi - 8);
-            float4 a = (float4)(0.0f), b = (float4)(0.0f);
-            for (int m = 0; m < M; ++m) {
-                const int oc = c * M + m;
-                const global float* gp = g + ((long)n * CO + oc) * OH * OW;
-                const global float* wk = w + oc * NT;
-                #pragma unroll
-                for (int ky = 0; ky < KH; ++ky) {
-                    const int ty = iy + PH - ky * DH, oy = ty / SH;
-                    const bool iny = ty >= 0 && ty % SH == 0 && oy < OH;
-                    const global float* grow = gp + (iny ? oy : 0) * OW;
-                    #pragma unroll
-                    for (int kx = 0; kx < KW; ++kx) {
-                        const int t = ix + PW - kx * DW;
-                        const float4 v = *(const global float4u*)(grow + (t + 1) / 2);
-                        const float4 term = (iny ? v : (float4)(0.0f)) * wk[ky * KW + kx];
-                        if (t & 1)
-                            b += term;
-                        else
-                            a += term;
-                    }
-                }
-            }
-            *(global float8u*)(dst + ix) = (float8)(a.s0, b.s0, a.s1, b.s1, a.s2, b.s2, a.s3,
-                                                    b.s3);
         }
 #endif
-        for (; ix < ix1; ++ix) {
-            float acc = 0.0f;
-            for (int m = 0; m < M; ++m) {
-                const int oc = c * M + m;
-                const global float* gp = g + ((long)n * CO + oc) * OH * OW;
-                const global float* wk = w + oc * NT;
-                #pragma unroll
-                for (int ky = 0; ky < KH; ++ky) {
-                    const int ty = iy + PH - ky * DH, oy = ty / SH;
-                    const bool iny = ty >= 0 && ty % SH == 0 && oy < OH;
-                    #pragma unroll
-                    for (int kx = 0; kx < KW; ++kx)
-                        GX_TERM(ix)
-                }
-            }
-            dst[ix] = acc;
-        }
+        for (; ix < ix1; ++ix)
+            GX_ONE
     }
 }
 
 // part[n][oc][tap] = sum over (oy, ox) of g[n][oc][oy][ox] * x[n][oc / M][iy][ix]: per row, the
-// interior columns 8 lanes at a time (lane sums kept apart until the end, then added in lane
-// order), the border columns one at a time. Work-item (oc, n).
+// columns whose taps are all inside the input along x 8 (then 4) lanes at a time (lane sums
+// kept apart until the end, then added in a fixed order), the others one at a time.
+// Work-item (oc, n).
+#define GW_BLOCK(VT, ACC, LOAD) { \
+            const VT gv = *(const global VT##u*)(grow + ox); \
+            _Pragma("unroll") \
+            for (int ky = 0; ky < KH; ++ky) { \
+                const int iy = iy0 + ky * DH; \
+                const bool iny = iy >= 0 && iy < H; \
+                const global float* src = xp + (iny ? iy : 0) * W + ox * SW - PW; \
+                _Pragma("unroll") \
+                for (int kx = 0; kx < KW; ++kx) { \
+                    const VT v = LOAD(src + kx * DW); \
+                    ACC[ky * KW + kx] += iny ? gv * v : (VT)(0.0f); \
+                } \
+            } }
 __kernel void dw_grad_weight(__global const float* restrict x, __global const float* restrict g,
                              __global float* restrict part, const int N, const int C,
                              const int M, const int H, const int W, const int OH, const int OW)
@@ -283,30 +264,24 @@ __kernel void dw_grad_weight(__global const float* restrict x, __global const fl
     const global float* gp = g + ((long)n * CO + oc) * OH * OW;
     float acc[NT];
     float8 acc8[NT];
+    float4 acc4[NT];
     #pragma unroll
     for (int t = 0; t < NT; ++t) {
         acc[t] = 0.0f;
         acc8[t] = (float8)(0.0f);
+        acc4[t] = (float4)(0.0f);
     }
-    const int lo = X_LO, hi = X_HI(W), blocks = max(hi - lo, 0) / 8, vhi = lo + 8 * blocks;
+    const int lo = X_LO, span = max(X_HI(W) - lo, 0);
+    const int v8 = lo + span / 8 * 8, vhi = v8 + span % 8 / 4 * 4;
     for (int oy = 0; oy < OH; ++oy) {
         const global float* grow = gp + oy * OW;
         const int iy0 = oy * SH - PH;
-        for (int ox = lo; ox < vhi; ox += 8) {
-            const float8 gv = *(const global float8u*)(grow + ox);
-            #pragma unroll
-            for (int ky = 0; ky < KH; ++ky) {
-                const int iy = iy0 + ky * DH;
-                const bool iny = iy >= 0 && iy < H;
-                const global float* src = xp + (iny ? iy : 0) * W + ox * SW - PW;
-                #pragma unroll
-                for (int kx = 0; kx < KW; ++kx) {
-                    const float8 v = load8(src + kx * DW);
-                    acc8[ky * KW + kx] += iny ? gv * v : (float8)(0.0f);
-                }
-            }
-        }
-        for (int ox = 0; ox < OW; ++ox) {
+        int ox = lo;
+        for (; ox < v8; ox += 8)
+            GW_BLOCK(float8, acc8, load8)
+        for (; ox < vhi; ox += 4)
+            GW_BLOCK(float4, acc4, load4)
+        for (ox = 0; ox < OW; ++ox) {
             if (ox == lo && vhi > lo)
                 ox = vhi;
             if (ox >= OW)
@@ -328,7 +303,9 @@ __kernel void dw_grad_weight(__global const float* restrict x, __global const fl
     #pragma unroll
     for (int t = 0; t < NT; ++t) {
         const float8 v = acc8[t];
-        dst[t] = acc[t] + ((((v.s0 + v.s1) + (v.s2 + v.s3)) + ((v.s4 + v.s5) + (v.s6 + v.s7))));
+        const float4 u = acc4[t];
+        dst[t] = acc[t] + (((v.s0 + v.s1) + (v.s2 + v.s3)) + ((v.s4 + v.s5) + (v.s6 + v.s7)))
+                 + ((u.s0 + u.s1) + (u.s2 + u.s3));
     }
 }
 """
