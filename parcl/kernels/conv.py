@@ -24,15 +24,21 @@ array([[4., 4.],
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
-from ..tensor import FLOAT, Tensor, check_same_queue
+from ..tensor import Tensor
 from . import elementwise as ew
 from ._cache import VECTOR_TYPES, get_kernel, round_up
+from .conv_geometry import (  # noqa: F401  (pair, out_size: used from here by pooling)
+    ConvGeometry,
+    _check_float,
+    check_conv,
+    out_size,
+    pair,
+)
 from .gemm import batched_gemm, gemm
 
 SOURCE = "//CL//" + VECTOR_TYPES + r"""
@@ -214,87 +220,6 @@ def _runs(queue, run: int, rows: int, depth: int = 1):
         ly = max(1, 128 // lx)
         return (round_up(run, lx), round_up(rows, ly), depth), (lx, ly, 1), 1
     return (1, round_up(rows, 16), depth), (1, 16, 1), run
-
-
-def pair(op: str, name: str, v) -> tuple[int, int]:
-    """An int or a pair of ints as a pair (stride, padding, kernel_size)."""
-    if isinstance(v, (int, np.integer)):
-        return int(v), int(v)
-    try:
-        a, b = v
-        return int(a), int(b)
-    except (TypeError, ValueError):
-        raise ShapeError(f"{op}: {name} must be an int or a pair of ints, got {v!r}") from None
-
-
-def out_size(op: str, h: int, w: int, kh: int, kw: int, sh: int, sw: int, ph: int,
-             pw: int, dh: int = 1, dw: int = 1) -> tuple[int, int]:
-    """The output height and width of a kh x kw window (taps dh, dw apart) sliding with stride
-    and padding: ``(h + 2*ph - dh*(kh - 1) - 1) // sh + 1``, as PyTorch."""
-    if sh < 1 or sw < 1:
-        raise ShapeError(f"{op}: stride must be >= 1, got {(sh, sw)}")
-    if ph < 0 or pw < 0:
-        raise ShapeError(f"{op}: padding must be >= 0, got {(ph, pw)}")
-    if dh < 1 or dw < 1:
-        raise ShapeError(f"{op}: dilation must be >= 1, got {(dh, dw)}")
-    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    if kh < 1 or kw < 1 or oh < 1 or ow < 1:
-        dil = "" if (dh, dw) == (1, 1) else f" and dilation {(dh, dw)}"
-        raise ShapeError(f"{op}: kernel {(kh, kw)} with padding {(ph, pw)}{dil} does not fit "
-                         f"the input's spatial size {(h, w)}")
-    return oh, ow
-
-
-def _check_float(op: str, **ts) -> None:
-    for name, t in ts.items():
-        if t is not None and t.dtype != FLOAT:
-            raise DTypeError(f"{op}: {name} has dtype {t.dtype} (shape {t.shape}), expected "
-                             "float32")
-
-
-def check_conv(x: Tensor, w: Tensor, bias: Tensor | None, groups: int = 1) -> None:
-    _check_float("conv2d", x=x, weight=w, bias=bias)
-    if x.ndim != 4:
-        raise ShapeError(f"conv2d: input must be 4-D (N, C, H, W), got shape {x.shape}")
-    if w.ndim != 4:
-        raise ShapeError(f"conv2d: weight must be 4-D (cout, cin/groups, kh, kw), got shape "
-                         f"{w.shape}")
-    if not isinstance(groups, (int, np.integer)) or groups < 1:
-        raise ShapeError(f"conv2d: groups must be a positive int, got {groups!r}")
-    if x.shape[1] % groups or w.shape[0] % groups:
-        raise ShapeError(f"conv2d: groups={groups} must divide the input's {x.shape[1]} "
-                         f"channels and the weight's {w.shape[0]} output channels (input "
-                         f"{x.shape}, weight {w.shape})")
-    if x.shape[1] != w.shape[1] * groups:
-        raise ShapeError(f"conv2d: input has {x.shape[1]} channels but weight {w.shape} "
-                         f"with groups={groups} expects {w.shape[1] * groups} (input shape "
-                         f"{x.shape})")
-    if bias is not None and bias.shape != (w.shape[0],):
-        raise ShapeError(f"conv2d: bias has shape {bias.shape}, expected ({w.shape[0]},) for "
-                         f"weight {w.shape}")
-    check_same_queue("conv2d", *[t for t in (x, w, bias) if t is not None])
-
-
-@dataclass(frozen=True)
-class ConvGeometry:
-    """A convolution's window: kernel (kh, kw), stride, padding, dilation (pairs), groups,
-    and its output (oh, ow) for the input it was made for."""
-
-    kernel: tuple[int, int]
-    stride: tuple[int, int]
-    padding: tuple[int, int]
-    dilation: tuple[int, int]
-    groups: int
-    out: tuple[int, int]
-
-    @classmethod
-    def of(cls, op: str, x_hw, weight_shape, stride, padding, dilation, groups: int = 1):
-        k = (int(weight_shape[2]), int(weight_shape[3]))
-        s, p = pair(op, "stride", stride), pair(op, "padding", padding)
-        d = pair(op, "dilation", dilation)
-        o = out_size(op, x_hw[0], x_hw[1], *k, *s, *p, *d)
-        return cls(k, s, p, d, int(groups), o)
 
 
 # -- building blocks -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""2-D pooling over NCHW tensors: max (with argmax for backward), average, adaptive average.
+"""2-D pooling over NCHW tensors: max (with argmax for backward) and average.
 
 Forward kernels compute one output element per work-item. Backward kernels are *gathers*: each
 input element sums, in a fixed order, the gradients of the windows that contain it (for max
@@ -20,14 +20,18 @@ array([[ 5.,  7.],
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError
 from ..tensor import FLOAT, Tensor
 from ._cache import VECTOR_TYPES, get_kernel
+from .adaptive_pool import (  # noqa: F401  (their home before adaptive_pool.py)
+    adaptive_avg_pool2d_backward,
+    adaptive_avg_pool2d_forward,
+    adaptive_size,
+)
 from .conv import _runs, pair
+from .conv_geometry import PoolWindow, window
 
 SOURCE = "//CL//" + VECTOR_TYPES + r"""
 // Work-item (column block, row): XB consecutive columns of one output (forward) or input
@@ -295,53 +299,6 @@ __kernel void avg_pool_bwd(__global const float* restrict g, __global float* res
     }
 }
 
-#else
-// Adaptive average pool, PyTorch's bins: [floor(o*I/O), ceil((o+1)*I/O)).
-inline int bin_start(int o, int I, int O) { return (o * I) / O; }
-inline int bin_end(int o, int I, int O) { return ((o + 1) * I + O - 1) / O; }
-
-__kernel void adaptive_avg_fwd(__global const float* restrict x, __global float* restrict y,
-                               const int H, const int W, const int OH, const int OW,
-                               const int rows, const int XB)
-{
-    ROW_SETUP(OW, OH)
-    const global float* xp = x + plane * H * W;
-    const int ys = bin_start(r, H, OH), ye = bin_end(r, H, OH);
-    for (int ox = c0; ox < c1; ++ox) {
-        const int xs = bin_start(ox, W, OW), xe = bin_end(ox, W, OW);
-        float acc = 0.0f;
-        for (int yy = ys; yy < ye; ++yy)
-            for (int xx = xs; xx < xe; ++xx)
-                acc += xp[yy * W + xx];
-        y[(long)row * OW + ox] = acc / (float)((ye - ys) * (xe - xs));
-    }
-}
-
-__kernel void adaptive_avg_bwd(__global const float* restrict g, __global float* restrict gx,
-                               const int H, const int W, const int OH, const int OW,
-                               const int rows, const int XB)
-{
-    ROW_SETUP(W, H)
-    const long base = plane * OH * OW;
-    // Bins containing r: o from floor(r*OH/H) to ceil((r+1)*OH/H) - 1 (checked below).
-    const int oy0 = (r * OH) / H, oy1 = min(((r + 1) * OH + H - 1) / H - 1, OH - 1);
-    for (int xx = c0; xx < c1; ++xx) {
-        const int ox0 = (xx * OW) / W, ox1 = min(((xx + 1) * OW + W - 1) / W - 1, OW - 1);
-        float acc = 0.0f;
-        for (int oy = oy0; oy <= oy1; ++oy) {
-            const int ys = bin_start(oy, H, OH), ye = bin_end(oy, H, OH);
-            if (r < ys || r >= ye)
-                continue;
-            for (int ox = ox0; ox <= ox1; ++ox) {
-                const int xs = bin_start(ox, W, OW), xe = bin_end(ox, W, OW);
-                if (xx < xs || xx >= xe)
-                    continue;
-                acc += g[base + oy * OW + ox] / (float)((ye - ys) * (xe - xs));
-            }
-        }
-        gx[(long)row * W + xx] = acc;
-    }
-}
 #endif
 """
 
@@ -355,73 +312,6 @@ def _launch(queue, name: str, run: int, rows: int, *args, options=()) -> None:
 
 def _i32(*v):
     return [np.int32(a) for a in v]
-
-
-def _out_len(op: str, size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
-    """PyTorch's pooling output length: floor (or ceil) of ``(size + 2p - d(k-1) - 1) / s``,
-    + 1; with ceil_mode a last window that would start in the right padding is dropped."""
-    span = d * (k - 1) + 1
-    out = (size + 2 * p - span + (s - 1 if ceil_mode else 0)) // s + 1
-    if ceil_mode and (out - 1) * s >= size + p:
-        out -= 1
-    return out
-
-
-@dataclass(frozen=True)
-class PoolWindow:
-    """A validated pooling window over an ``(N, C, H, W)`` input: ``kernel``, ``stride``,
-    ``padding``, ``dilation`` (pairs), ``out`` (OH, OW) and ``overhang`` (ceil_mode windows
-    that reach past the right or bottom padding)."""
-
-    kernel: tuple[int, int]
-    stride: tuple[int, int]
-    padding: tuple[int, int]
-    dilation: tuple[int, int]
-    out: tuple[int, int]
-    overhang: bool
-
-    def options(self, divisor: int = 0) -> tuple[str, ...]:
-        """Build options of the window kernels: size, stride and padding always, the rest
-        only when not the default (so the usual windows keep their programs)."""
-        names = ("KH", "KW", "SH", "SW", "PH", "PW")
-        opts = [f"-D{n}={v}" for n, v in zip(names, (*self.kernel, *self.stride,
-                                                      *self.padding))]
-        if self.dilation != (1, 1):
-            opts += [f"-DDH={self.dilation[0]}", f"-DDW={self.dilation[1]}"]
-        if self.overhang:
-            opts.append("-DOVER=1")
-        if divisor:
-            opts.append(f"-DDIVISOR={divisor}")
-        return tuple(opts)
-
-
-def window(op: str, x_shape, kernel_size, stride, padding, dilation=1,
-           ceil_mode: bool = False, limit_padding: bool = True) -> PoolWindow:
-    """The validated window of a pooling op over NCHW ``x_shape``, with PyTorch's rules:
-    ``stride=None`` is the kernel size, padding at most half the kernel, output sizes as
-    ``_out_len``."""
-    if len(x_shape) != 4:
-        raise ShapeError(f"{op}: input must be 4-D (N, C, H, W), got shape {tuple(x_shape)}")
-    k = pair(op, "kernel_size", kernel_size)
-    s = k if stride is None else pair(op, "stride", stride)
-    p, d = pair(op, "padding", padding), pair(op, "dilation", dilation)
-    if k[0] < 1 or k[1] < 1:
-        raise ShapeError(f"{op}: kernel_size must be >= 1, got {k}")
-    if min(s) < 1 or min(d) < 1 or min(p) < 0:
-        raise ShapeError(f"{op}: stride and dilation must be >= 1 and padding >= 0, got "
-                         f"stride {s}, dilation {d}, padding {p}")
-    if limit_padding and (p[0] > k[0] // 2 or p[1] > k[1] // 2):
-        raise ShapeError(f"{op}: padding {p} must be at most half the kernel size {k} "
-                         "(as PyTorch)")
-    h, w = x_shape[2], x_shape[3]
-    o = (_out_len(op, h, k[0], s[0], p[0], d[0], ceil_mode),
-         _out_len(op, w, k[1], s[1], p[1], d[1], ceil_mode))
-    if o[0] < 1 or o[1] < 1:
-        raise ShapeError(f"{op}: kernel {k} with padding {p}, stride {s}, dilation {d} does "
-                         f"not fit the input's spatial size {(h, w)} (output {o})")
-    over = any((o[i] - 1) * s[i] + d[i] * (k[i] - 1) + 1 > size + 2 * p[i]
-               for i, size in enumerate((h, w)))
-    return PoolWindow(k, s, p, d, o, over)
 
 
 def _check(op: str, x: Tensor) -> None:
@@ -501,31 +391,4 @@ def avg_pool2d_backward(grad: Tensor, x_shape, kernel_size, stride=None, padding
     gx = Tensor.empty(grad.queue, tuple(x_shape))
     _launch(grad.queue, "avg_pool_bwd", x_shape[3], _rows(x_shape), grad.data, gx.data,
             *_args(x_shape, win.out), options=win.options(_divisor(win, count_include_pad)))
-    return gx
-
-
-def adaptive_size(op: str, x_shape, output_size) -> tuple[int, int]:
-    if len(x_shape) != 4:
-        raise ShapeError(f"{op}: input must be 4-D (N, C, H, W), got shape {tuple(x_shape)}")
-    oh, ow = pair(op, "output_size", output_size)
-    if oh < 1 or ow < 1:
-        raise ShapeError(f"{op}: output_size must be >= 1, got {(oh, ow)}")
-    return oh, ow
-
-
-def adaptive_avg_pool2d_forward(x: Tensor, output_size) -> Tensor:
-    """Adaptive average pool with PyTorch's bins [floor(o*I/O), ceil((o+1)*I/O))."""
-    _check("adaptive_avg_pool2d", x)
-    oh, ow = adaptive_size("adaptive_avg_pool2d", x.shape, output_size)
-    y = Tensor.empty(x.queue, (*x.shape[:2], oh, ow))
-    _launch(x.queue, "adaptive_avg_fwd", ow, _rows(y.shape), x.data, y.data,
-            *_i32(x.shape[2], x.shape[3], oh, ow))
-    return y
-
-
-def adaptive_avg_pool2d_backward(grad: Tensor, x_shape) -> Tensor:
-    oh, ow = grad.shape[2:]
-    gx = Tensor.empty(grad.queue, tuple(x_shape))
-    _launch(grad.queue, "adaptive_avg_bwd", x_shape[3], _rows(x_shape), grad.data, gx.data,
-            *_i32(x_shape[2], x_shape[3], oh, ow))
     return gx

@@ -4,7 +4,7 @@
 >>> w = tp.tensor(pc.Tensor.from_host(q, np.ones((4, 3, 3, 3), np.float32)), True)
 >>> with tp.Tape() as tape:
 ...     y = tp.sum(tp.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1))
->>> tape.backward(y)
+>>> _ = tape.backward(y)
 >>> w.grad.shape
 (4, 3, 3, 3)
 """
