@@ -90,8 +90,9 @@ def test_allreduce_smoke(tmp_path, capsys):
 def test_kernels_smoke(tmp_path, capsys):
     text, result = _run(tmp_path, capsys, [
         "kernels", "--sizes", "64", "--trans", "NN,TN", "--vector-sizes", "4K",
-        "--conv", "tiny", "--launches", "20", "--repeat", "2", "--chain", "3"])
-    for table in ("gemm", "memory", "conv", "launch", "overhead"):
+        "--conv", "tiny", "--conv-ext", "tiny_dw,tiny_tconv", "--launches", "20", "--repeat",
+        "2", "--chain", "3"])
+    for table in ("gemm", "memory", "conv", "conv_ext", "launch", "overhead"):
         _printed(text, result, table)
     gemm = _rows(result, "gemm")
     assert {r["trans"] for r in gemm} == {"NN", "TN"}
@@ -105,6 +106,13 @@ def test_kernels_smoke(tmp_path, capsys):
     ops = {r["op"] for r in _rows(result, "memory")}
     assert {"add", "relu", "sum (all)"} <= ops
     assert {r["pass"] for r in _rows(result, "conv")} == {"forward", "backward"}
+    ext = _rows(result, "conv_ext")
+    assert {(r["kind"], r["pass"]) for r in ext} == {
+        (k, p) for k in ("depthwise", "transposed") for p in ("forward", "backward")}
+    for r in ext:
+        assert r["gflops"] > 0 and r["ref"] in ("pytorch", "numpy", "-")
+        if r["ref"] != "-":
+            assert r["ref_gflops"] > 0 and r["ratio_min"] <= r["ratio"] <= r["ratio_max"]
     assert all(r["us"] > 0 for r in _rows(result, "launch"))
     ovh = _rows(result, "overhead")
     assert {r["mode"] for r in ovh} == {"eager", "capture (replay)", "floor: bare enqueues"}
@@ -258,6 +266,16 @@ def test_compare_smoke(tmp_path, capsys):
         for r in mine.values():          # same weights and batch: the same first loss
             assert r["loss"] == pytest.approx(mine["parcl"]["loss"], rel=1e-4)
             assert r["samples_per_s"] > 0
+
+
+def test_compare_mobilenet_against_pytorch_only(tmp_path, capsys):
+    text, result = _run(tmp_path, capsys, ["compare", "--model", "mobilenet", "--batch", "4",
+                                           "--steps", "1", "--repeat", "1"])
+    rows = {r["impl"]: r for r in _rows(result, "compare")}
+    assert "no numpy reference for mobilenet" in text and "numpy" not in rows
+    assert rows["parcl"]["samples_per_s"] > 0
+    if "pytorch" in rows:          # same weights and batch: the same first loss
+        assert rows["pytorch"]["loss"] == pytest.approx(rows["parcl"]["loss"], rel=1e-4)
 
 
 def test_compare_captured_step_replays_the_eager_step(tmp_path, capsys):

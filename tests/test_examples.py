@@ -1,5 +1,6 @@
 """The digits examples reach their accuracy targets, in seconds: the MLP >= 95%, the CNN
->= 97% (examples/train_digits.py), the data-parallel CNN on 2 replicas >= 97%
+>= 97% (examples/train_digits.py), the depthwise-separable CNN >= 95%
+(examples/train_mobilenet_digits.py), the data-parallel CNN on 2 replicas >= 97%
 (examples/train_digits_dp.py under parcl-launch), whose captured steps are bit-identical to its
 eager ones."""
 
@@ -32,6 +33,12 @@ def final_accuracy(cmd: list[str]) -> float:
 @pytest.mark.parametrize("model, target", [("mlp", 0.95), ("cnn", 0.97)])
 def test_train_digits_reaches_its_target(model, target):
     assert final_accuracy(["examples/train_digits.py", "--model", model]) >= target
+
+
+def test_train_mobilenet_digits_reaches_95_percent():
+    """The depthwise-separable CNN (examples/train_mobilenet_digits.py), a short run."""
+    acc = final_accuracy(["examples/train_mobilenet_digits.py", "--epochs", "6"])
+    assert acc >= 0.95
 
 
 def test_train_digits_dp_on_two_replicas_reaches_97_percent():

@@ -16,7 +16,8 @@ after each call, and slowed PyTorch's two-thread step 2-3x on a 2-core machine):
 ``--no-numpy`` / ``--no-torch`` leave one out so parcl is paired with a single reference.
 ``--capture`` times parcl's step through ``tp.capture`` (the whole step, update included,
 recorded once and replayed: bit-identical to the eager step, far less Python); the row is then
-``parcl (capture)``.
+``parcl (capture)``. ``mobilenet`` (depthwise-separable blocks, see ``models``) has no numpy
+reference: parcl is paired with PyTorch alone.
 
 JSON rows (table ``compare``): ``model``, ``batch``, ``impl`` (``parcl``, ``numpy``,
 ``pytorch``; ``parcl (capture)`` with ``--capture``), ``threads``, ``samples_per_s`` (+
@@ -49,12 +50,15 @@ from .common import (
     warmup_of,
 )
 
+COMPARE_MODELS = ("mlp", "cnn", "mobilenet")
 TORCH_HINT = ("PyTorch is not installed, so its column is skipped; to add it: "
               "pip install torch (a CPU-only build is enough)")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--model", default="mlp,cnn", help="models: mlp, cnn (default both)")
+    p.add_argument("--model", default="mlp,cnn",
+                   help=f"models: {', '.join(COMPARE_MODELS)} (default mlp,cnn); mobilenet "
+                        "has no numpy reference")
     p.add_argument("--batch", type=int, default=None,
                    help=f"batch (default per model: {models.DEFAULT_BATCH})")
     p.add_argument("--steps", type=int, default=None,
@@ -81,8 +85,9 @@ def run(args) -> dict:
     repeat, warmup = repeat_of(args, 3), warmup_of(args, 1)
     names = [m.strip() for m in args.model.split(",") if m.strip()]
     for m in names:
-        if m not in reference.NUMPY_MODELS:
-            raise BenchError(f"compare: unknown model {m!r}; choose mlp or cnn")
+        if m not in COMPARE_MODELS:
+            raise BenchError(f"compare: unknown model {m!r}; choose from "
+                             f"{', '.join(COMPARE_MODELS)}")
     dev = resolve_devices(args.devices)[0]
     threads = int(dev.max_compute_units)
     torch = None if args.no_torch else _torch()
@@ -93,6 +98,10 @@ def run(args) -> dict:
     result["devices"] = [device_info(dev, "parcl")]
     if torch is None and not args.no_torch:
         result["notes"].append(TORCH_HINT)
+    if not args.no_numpy and any(m not in reference.NUMPY_MODELS for m in names):
+        result["notes"].append("no numpy reference for "
+                               + ", ".join(m for m in names if m not in reference.NUMPY_MODELS)
+                               + ": parcl against PyTorch only")
     q = pc.new_queue(dev)
     rows = []
     for name in names:
@@ -105,7 +114,7 @@ def run(args) -> dict:
         capture = getattr(args, "capture", False)
         impls = [("parcl" + (" (capture)" if capture else ""), f"{threads} CU",
                   *_parcl(q, model, x, y, capture))]
-        if not args.no_numpy:
+        if not args.no_numpy and name in reference.NUMPY_MODELS:
             impls.append(("numpy", threads if applied else "default", *_numpy(name, state, x, y)))
         if torch is not None:
             impls.append(("pytorch", threads, *_pytorch(torch, name, state, x, y, threads)))

@@ -8,6 +8,8 @@
   once) against numpy's ``add``/``maximum``/``sum``.
 * conv2d forward and backward (input + weight gradients, 2x the forward flop) GFLOP/s against
   a numpy im2col + matmul forward.
+* depthwise and transposed convolutions (``--conv-ext``), forward and backward GFLOP/s against
+  PyTorch where importable (else a numpy forward): ``parcl.bench.conv_kernels``.
 * parcl and numpy are timed in alternation (run r of each back to back), and ``ratio`` is the
   median of the per-run ratios, so a change in the machine's load affects both sides alike.
 * host cost of a launch: microseconds per enqueue of a one-element kernel (through parcl's
@@ -22,7 +24,8 @@
 JSON tables: ``gemm`` (``device``, ``trans``, ``n``, ``variant``, ``gflops`` (+ ``_min``/
 ``_max``), ``numpy_gflops`` (+ ...), ``numpy_threads``, ``ratio`` (+ ``_min``/``_max``)),
 ``memory`` (``device``, ``op``, ``elems``, ``gbps``, ``numpy_gbps``, ``ratio``), ``conv``
-(``device``, ``shape``, ``pass``, ``gflops``, ``numpy_gflops``, ``ratio``), ``launch``
+(``device``, ``shape``, ``pass``, ``gflops``, ``numpy_gflops``, ``ratio``), ``conv_ext``
+(see ``parcl.bench.conv_kernels``), ``launch``
 (``device``, ``what``, ``us``), ``overhead`` (``device``, ``mode``, ``ops`` (recorded ops per
 step), ``kernels``, ``host_us`` (+ ``_min``/``_max``: enqueue time of one forward + backward),
 ``us_per_op``, ``ops_per_s``, ``us_per_kernel``, ``above_floor_us_per_op`` (host time per
@@ -50,7 +53,7 @@ from parcl.kernels._cache import get_kernel
 from parcl.kernels.gemm import choose_variant, gemm
 from parcl.runtime import is_gpu
 
-from . import reference
+from . import conv_kernels, reference
 from .common import (
     BenchError,
     add_table,
@@ -93,6 +96,9 @@ def add_arguments(p) -> None:
                         "elements here)")
     p.add_argument("--conv", default="cnn1,cnn2,resnet",
                    help=f"conv shapes from {sorted(CONV_SHAPES)}")
+    p.add_argument("--conv-ext", default=conv_kernels.DEFAULT,
+                   help="depthwise/transposed conv shapes from "
+                        f"{sorted(conv_kernels.CONV_EXT_SHAPES)}")
     p.add_argument("--launches", type=int, default=2000, help="launches per overhead run")
     p.add_argument("--devices", default=None, metavar="SPEC",
                    help="device spec for the whole-device rows (default: the CPU device); a "
@@ -100,7 +106,7 @@ def add_arguments(p) -> None:
     p.add_argument("--chain", type=int, default=100,
                    help="ops h = h * w + x in the recorded-op overhead chain (default 100)")
     p.add_argument("--skip", default="",
-                   help="sections to skip: gemm,memory,conv,launch,overhead")
+                   help="sections to skip: gemm,memory,conv,conv_ext,launch,overhead")
 
 
 def _targets(args) -> list[tuple[str, object, int]]:
@@ -125,9 +131,15 @@ def run(args) -> dict:
     for c in convs:
         if c not in CONV_SHAPES:
             raise BenchError(f"unknown --conv shape {c!r}; choose from {sorted(CONV_SHAPES)}")
+    exts = [c.strip() for c in args.conv_ext.split(",") if c.strip()]
+    for c in exts:
+        if c not in conv_kernels.CONV_EXT_SHAPES:
+            raise BenchError(f"unknown --conv-ext shape {c!r}; choose from "
+                             f"{sorted(conv_kernels.CONV_EXT_SHAPES)}")
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     result = new_result("kernels", {"sizes": sizes, "trans": trans, "vector_sizes": vectors,
-                                    "conv": convs, "repeat": repeat, "warmup": warmup})
+                                    "conv": convs, "conv_ext": exts, "repeat": repeat,
+                                    "warmup": warmup})
     targets = _targets(args)
     result["devices"] = [device_info(d, label) for label, d, _ in targets]
     _, applied = numpy_threads(1)
@@ -135,6 +147,7 @@ def run(args) -> dict:
         result["notes"].append("threadpoolctl is not installed: numpy ran on its default BLAS "
                                "threads in every row (pip install threadpoolctl)")
     gemm_rows, mem_rows, conv_rows, launch_rows, ovh_rows = [], [], [], [], []
+    ext_rows = []
     for label, dev, threads in targets:
         q = pc.new_queue(dev)
         limit, applied = numpy_threads(threads)
@@ -146,6 +159,8 @@ def run(args) -> dict:
                 mem_rows += _memory(q, label, vectors, repeat, warmup)
             if "conv" not in skip:
                 conv_rows += _conv(q, label, convs, repeat, warmup)
+            if "conv_ext" not in skip:
+                ext_rows += conv_kernels.run_section(q, label, exts, threads, repeat, warmup)
         if "launch" not in skip:
             launch_rows += _launch(q, label, args.launches, repeat)
         if "overhead" not in skip:
@@ -171,6 +186,7 @@ def run(args) -> dict:
                   ("gflops_range", "[min-max]", spread),
                   ("numpy_gflops", "numpy GFLOP/s", ".1f"), ("ratio", "parcl/numpy", ".2f")],
               conv_rows)
+    add_table(result, "conv_ext", conv_kernels.TITLE, conv_kernels.COLUMNS, ext_rows)
     add_table(result, "launch", "host cost of a launch (one-element kernel)", [
         ("device", "device", ""), ("what", "what", ""), ("us", "us", ".1f"),
         ("us_range", "[min-max]", fmt_range("us", ".1f"))], launch_rows)

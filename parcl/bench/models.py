@@ -6,6 +6,10 @@
 * ``digits``: the CNN of ``examples/train_digits.py``: conv(1->16, 3, pad 1) - relu -
   conv(16->32, 3, pad 1) - relu - maxpool 2 - flatten - linear(32*4*4 -> 10), batch 64 of
   1x8x8.
+* ``mobilenet``: MobileNet-style depthwise-separable blocks: conv(3->32, 3, pad 1) - BN - relu
+  - [depthwise 3x3 (32) - BN - relu - pointwise 1x1 (32->64) - BN - relu] - [depthwise 3x3
+  stride 2 (64) - BN - relu - pointwise (64->128) - BN - relu] - global average pool - flatten
+  - linear(128 -> 10), batch 32 of 3x32x32.
 * ``resnet18``: torchvision's ResNet-18 (10 classes), batch 16 of 3x``image_size``^2 (224 by
   default in ``memory``, smaller where the benchmark says so).
 
@@ -18,8 +22,8 @@ import numpy as np
 
 import parcl as pc
 
-MODELS = ("mlp", "cnn", "digits", "resnet18")
-DEFAULT_BATCH = {"mlp": 256, "cnn": 64, "digits": 64, "resnet18": 16}
+MODELS = ("mlp", "cnn", "digits", "mobilenet", "resnet18")
+DEFAULT_BATCH = {"mlp": 256, "cnn": 64, "digits": 64, "mobilenet": 32, "resnet18": 16}
 LR = 0.01
 
 
@@ -30,6 +34,8 @@ def input_shape(model: str, image_size: int = 224) -> tuple[int, ...]:
         return (1, 28, 28)
     if model == "digits":
         return (1, 8, 8)
+    if model == "mobilenet":
+        return (3, 32, 32)
     return (3, image_size, image_size)
 
 
@@ -53,10 +59,27 @@ def builder(model: str):
                                  nn.Conv2d(16, 32, 3, padding=1, queue=queue), nn.ReLU(),
                                  nn.MaxPool2d(2), nn.Flatten(),
                                  nn.Linear(32 * 4 * 4, 10, queue=queue))
+        if model == "mobilenet":
+            return nn.Sequential(*_mobilenet_layers(nn, queue))
         if model == "resnet18":
             return nn.resnet18(num_classes=10, in_channels=3, queue=queue)
         raise ValueError(f"unknown model {model!r}; choose from {MODELS}")
     return build
+
+
+def _mobilenet_layers(nn, queue=None) -> list:
+    """The ``mobilenet`` model's layers, from ``nn`` = ``parcl.nn`` or ``torch.nn`` (the same
+    order, so the same state_dict keys)."""
+    kw = {} if queue is None else {"queue": queue}
+
+    def separable(cin, cout, stride):
+        return [nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False, **kw),
+                nn.BatchNorm2d(cin, **kw), nn.ReLU(),
+                nn.Conv2d(cin, cout, 1, bias=False, **kw), nn.BatchNorm2d(cout, **kw), nn.ReLU()]
+
+    return [nn.Conv2d(3, 32, 3, padding=1, bias=False, **kw), nn.BatchNorm2d(32, **kw),
+            nn.ReLU(), *separable(32, 64, 1), *separable(64, 128, 2),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10, **kw)]
 
 
 def batch(model: str, n: int, image_size: int = 224, seed: int = 0):
@@ -78,6 +101,8 @@ def torch_model(model: str, state: dict):
     elif model == "cnn":
         m = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3),
                           nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 5 * 5, 10))
+    elif model == "mobilenet":
+        m = nn.Sequential(*_mobilenet_layers(nn))
     else:
         raise ValueError(f"no PyTorch twin for {model!r}")
     m.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})

@@ -24,24 +24,34 @@ array([[4., 4.],
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
-from ..tensor import FLOAT, Tensor, check_same_queue
+from ..tensor import Tensor
+from . import elementwise as ew
 from ._cache import VECTOR_TYPES, get_kernel, round_up
-from .gemm import gemm
+from .conv_geometry import (  # noqa: F401  (pair, out_size: used from here by pooling)
+    ConvGeometry,
+    _check_float,
+    check_conv,
+    out_size,
+    pair,
+)
+from .gemm import batched_gemm, gemm
 
 SOURCE = "//CL//" + VECTOR_TYPES + r"""
 // Each work-item handles XB consecutive elements of each of RB consecutive contiguous runs
 // (on CPUs whole runs, so the index arithmetic is paid once per run; 1 x 1 on GPUs, where
 // neighbouring work-items touch neighbouring addresses). Grids are padded to whole work-groups.
 #ifdef KH
-// im2col and col2im are built per window: KH, KW (size), SH, SW (stride), PH, PW (padding) are
-// compile-time constants, so tap loops have constant trip counts and borders are masks.
+// im2col and col2im are built per window: KH, KW (size), SH, SW (stride), PH, PW (padding),
+// DH, DW (dilation) are compile-time constants, so tap loops have constant trip counts and
+// borders are masks.
 #define PADDED (PH > 0 || PW > 0)
 
-// cols[k][n*P + oy*OW + ox] = x[n][c][oy*SH - PH + ky][ox*SW - PW + kx] (0 outside), for the
+// cols[k][n*P + oy*OW + ox] = x[n][c][oy*SH - PH + ky*DH][ox*SW - PW + kx*DW] (0 outside), for the
 // images of one chunk; k = (c, ky, kx). Work-item (ox block, block of rows n*OH + oy, k).
 __kernel void im2col(__global const float* restrict x, const long x_off,
                      __global float* restrict cols, const int nb, const int C, const int H,
@@ -57,19 +67,19 @@ __kernel void im2col(__global const float* restrict x, const long x_off,
     int n = row0 / OH, oy = row0 - n * OH;
     for (int row = row0; row < row1; ++row) {
         global float* dst = cols + (long)k * nb * OH * OW + (long)row * OW;
-        const int y = oy * SH - PH + ky;
+        const int y = oy * SH - PH + ky * DH;
 #if PADDED
         const bool yin = y >= 0 && y < H;
         const global float* src = x + x_off + ((long)(n * C + c) * H + (yin ? y : 0)) * W;
         for (int ox = ox0; ox < ox1; ++ox) {
-            const int xx = ox * SW - PW + kx;
+            const int xx = ox * SW - PW + kx * DW;
             const bool in = yin && xx >= 0 && xx < W;
             dst[ox] = in ? src[in ? xx : 0] : 0.0f;
         }
 #else
         const global float* src = x + x_off + ((long)(n * C + c) * H + y) * W;
         for (int ox = ox0; ox < ox1; ++ox)
-            dst[ox] = src[ox * SW + kx];
+            dst[ox] = src[ox * SW + kx * DW];
 #endif
         if (++oy == OH) {
             oy = 0;
@@ -83,6 +93,7 @@ __kernel void im2col(__global const float* restrict x, const long x_off,
 // Only taps with (y + PH - ky) % SH == 0 read row y: ky = (y + PH) % SH + j*SH, oy = (y + PH)
 // / SH - j for j < NY (then checked), likewise along x. Work-item (x block, block of rows
 // (n*C + c)*H + y).
+#if DH == 1 && DW == 1
 #define NY ((KH + SH - 1) / SH)
 #define NX ((KW + SW - 1) / SW)
 #define COL2IM_ONE(xx) { \
@@ -100,6 +111,23 @@ __kernel void im2col(__global const float* restrict x, const long x_off,
                 } \
             } \
             dst[xx] = acc; }
+#else
+// Dilated taps: every (ky, kx) in the same ky-major order, each checked for reading (y, xx).
+#define COL2IM_ONE(xx) { \
+            float acc = 0.0f; \
+            _Pragma("unroll") \
+            for (int ky = 0; ky < KH; ++ky) { \
+                const int ty = y + PH - ky * DH, oy = ty / SH; \
+                const bool iny = ty >= 0 && ty % SH == 0 && oy < OH; \
+                _Pragma("unroll") \
+                for (int kx = 0; kx < KW; ++kx) { \
+                    const int tx = (xx) + PW - kx * DW, ox = tx / SW; \
+                    const bool in = iny && tx >= 0 && tx % SW == 0 && ox < OW; \
+                    acc += in ? base[in ? (ky * KW + kx) * M + oy * OW + ox : 0] : 0.0f; \
+                } \
+            } \
+            dst[xx] = acc; }
+#endif
 __kernel void col2im(__global const float* restrict dcols, __global float* restrict gx,
                      const long gx_off, const int nb, const int C, const int H, const int W,
                      const int OH, const int OW, const int XB, const int RB)
@@ -116,7 +144,7 @@ __kernel void col2im(__global const float* restrict dcols, __global float* restr
         global float* dst = gx + gx_off + (long)row * W;
         const int ky0 = (y + PH) % SH, oy0 = (y + PH) / SH;
         int xx = x0;
-#if SW == 1
+#if SW == 1 && DH == 1 && DW == 1
         // Columns whose every tap is in bounds along x, 8 at a time: each lane adds the same
         // terms (zeros for rows out of bounds included) in the same order as the loop below.
         // A last block overlaps the one before (the same sums written twice).
@@ -194,59 +222,13 @@ def _runs(queue, run: int, rows: int, depth: int = 1):
     return (1, round_up(rows, 16), depth), (1, 16, 1), run
 
 
-def pair(op: str, name: str, v) -> tuple[int, int]:
-    """An int or a pair of ints as a pair (stride, padding, kernel_size)."""
-    if isinstance(v, (int, np.integer)):
-        return int(v), int(v)
-    try:
-        a, b = v
-        return int(a), int(b)
-    except (TypeError, ValueError):
-        raise ShapeError(f"{op}: {name} must be an int or a pair of ints, got {v!r}") from None
-
-
-def out_size(op: str, h: int, w: int, kh: int, kw: int, sh: int, sw: int, ph: int,
-             pw: int) -> tuple[int, int]:
-    """The output height and width of a kh x kw window sliding with stride and padding."""
-    if sh < 1 or sw < 1:
-        raise ShapeError(f"{op}: stride must be >= 1, got {(sh, sw)}")
-    if ph < 0 or pw < 0:
-        raise ShapeError(f"{op}: padding must be >= 0, got {(ph, pw)}")
-    oh = (h + 2 * ph - kh) // sh + 1
-    ow = (w + 2 * pw - kw) // sw + 1
-    if kh < 1 or kw < 1 or oh < 1 or ow < 1:
-        raise ShapeError(f"{op}: kernel {(kh, kw)} with padding {(ph, pw)} does not fit the "
-                         f"input's spatial size {(h, w)}")
-    return oh, ow
-
-
-def _check_float(op: str, **ts) -> None:
-    for name, t in ts.items():
-        if t is not None and t.dtype != FLOAT:
-            raise DTypeError(f"{op}: {name} has dtype {t.dtype} (shape {t.shape}), expected "
-                             "float32")
-
-
-def check_conv(x: Tensor, w: Tensor, bias: Tensor | None) -> None:
-    _check_float("conv2d", x=x, weight=w, bias=bias)
-    if x.ndim != 4:
-        raise ShapeError(f"conv2d: input must be 4-D (N, C, H, W), got shape {x.shape}")
-    if w.ndim != 4:
-        raise ShapeError(f"conv2d: weight must be 4-D (cout, cin, kh, kw), got shape {w.shape}")
-    if x.shape[1] != w.shape[1]:
-        raise ShapeError(f"conv2d: input has {x.shape[1]} channels but weight {w.shape} "
-                         f"expects {w.shape[1]} (input shape {x.shape})")
-    if bias is not None and bias.shape != (w.shape[0],):
-        raise ShapeError(f"conv2d: bias has shape {bias.shape}, expected ({w.shape[0]},) for "
-                         f"weight {w.shape}")
-    check_same_queue("conv2d", *[t for t in (x, w, bias) if t is not None])
-
-
 # -- building blocks -------------------------------------------------------------------------
-def _window_kernel(queue, name: str, kh: int, kw: int, stride, padding):
-    """``name`` from the program built for this window (size, stride, padding as -D)."""
-    values = (kh, kw, *stride, *padding)
-    options = tuple(f"-D{n}={v}" for n, v in zip(("KH", "KW", "SH", "SW", "PH", "PW"), values))
+def _window_kernel(queue, name: str, kh: int, kw: int, stride, padding, dilation=(1, 1)):
+    """``name`` from the program built for this window (size, stride, padding, dilation as
+    -D)."""
+    values = (kh, kw, *stride, *padding, *dilation)
+    options = tuple(f"-D{n}={v}" for n, v in zip(("KH", "KW", "SH", "SW", "PH", "PW", "DH",
+                                                   "DW"), values))
     return get_kernel(queue, SOURCE, name, options)
 
 
@@ -262,26 +244,26 @@ def _row_blocks(queue, run: int, rows: int, block: int, depth: int = 1):
 
 
 def im2col(x: Tensor, n0: int, nb: int, kh: int, kw: int, stride, padding,
-           out_hw) -> Tensor:
+           out_hw, dilation=(1, 1)) -> Tensor:
     """The (C*kh*kw, nb*OH*OW) patch matrix of images n0..n0+nb of NCHW ``x``."""
     _, c, h, w = x.shape
     oh, ow = out_hw
     k = c * kh * kw
     cols = Tensor.empty(x.queue, (k, nb * oh * ow))
     g, loc, xb, rb = _row_blocks(x.queue, ow, nb * oh, oh, k)
-    _window_kernel(x.queue, "im2col", kh, kw, stride, padding)(
+    _window_kernel(x.queue, "im2col", kh, kw, stride, padding, dilation)(
         x.queue, g, loc, x.data, np.int64(n0 * c * h * w), cols.data,
         *_i32(nb, c, h, w, oh, ow, xb, rb))
     return cols
 
 
 def col2im(dcols: Tensor, gx: Tensor, n0: int, nb: int, kh: int, kw: int, stride, padding,
-           out_hw) -> None:
+           out_hw, dilation=(1, 1)) -> None:
     """Fold ``dcols`` (C*kh*kw, nb*OH*OW) into images n0..n0+nb of ``gx`` (overwrites)."""
     _, c, h, w = gx.shape
     oh, ow = out_hw
     g, loc, xb, rb = _row_blocks(gx.queue, w, nb * c * h, h)
-    _window_kernel(gx.queue, "col2im", kh, kw, stride, padding)(
+    _window_kernel(gx.queue, "col2im", kh, kw, stride, padding, dilation)(
         gx.queue, g, loc, dcols.data, gx.data, np.int64(n0 * c * h * w),
         *_i32(nb, c, h, w, oh, ow, xb, rb))
 
@@ -308,25 +290,45 @@ def _chunks(n: int, rows_per_image: int, k: int):
         yield n0, min(nb, n - n0)
 
 
+def _matmul(w2: Tensor, cols: Tensor, groups: int, **kw) -> Tensor:
+    """``w2 @ cols`` (the transposes of ``gemm`` in ``kw``), one product per group along the
+    rows of both (a batched GEMM) when ``groups`` > 1, as a 2-D result."""
+    if groups == 1:
+        return gemm(w2, cols, **kw)
+    a = w2.reshape(groups, w2.shape[0] // groups, w2.shape[1])
+    b = cols.reshape(groups, cols.shape[0] // groups, cols.shape[1])
+    y = batched_gemm(a, b, **kw)
+    return y.reshape(y.shape[0] * y.shape[1], y.shape[2])
+
+
 # -- convolution -----------------------------------------------------------------------------
 def conv2d_forward(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1,
-                   padding=0, relu: bool = False) -> Tensor:
-    """NCHW convolution (cross-correlation, as PyTorch), weight (cout, cin, kh, kw); then a
-    ReLU, fused into the last pass, when ``relu``."""
-    check_conv(x, weight, bias)
-    stride, padding = pair("conv2d", "stride", stride), pair("conv2d", "padding", padding)
+                   padding=0, relu: bool = False, dilation=1, groups: int = 1) -> Tensor:
+    """NCHW convolution (cross-correlation, as PyTorch), weight (cout, cin/groups, kh, kw);
+    then a ReLU, fused into the last pass, when ``relu``. ``groups == cin`` (depthwise) runs a
+    direct kernel (``parcl.kernels.depthwise``); other groups one GEMM per group."""
+    check_conv(x, weight, bias, groups)
     n, c, h, w = x.shape
+    geo = ConvGeometry.of("conv2d", (h, w), weight.shape, stride, padding, dilation, groups)
+    if groups > 1 and groups == c:
+        from .depthwise import depthwise_forward
+        return depthwise_forward(x, weight, bias, geo, relu)
     cout, _, kh, kw = weight.shape
-    oh, ow = out_size("conv2d", h, w, kh, kw, *stride, *padding)
+    (oh, ow), stride, padding, dilation = geo.out, geo.stride, geo.padding, geo.dilation
     p, k = oh * ow, c * kh * kw
-    w2 = weight.reshape(cout, k)
+    w2 = weight.reshape(cout, k // groups)
     if n == 1 and bias is None:
-        cols = im2col(x, 0, 1, kh, kw, stride, padding, (oh, ow))
-        return gemm(w2, cols, relu=relu).reshape(1, cout, oh, ow)
+        cols = im2col(x, 0, 1, kh, kw, stride, padding, (oh, ow), dilation)
+        if groups == 1:
+            return gemm(w2, cols, relu=relu).reshape(1, cout, oh, ow)
+        y = _matmul(w2, cols, groups)
+        if relu:
+            ew.unary("relu", y, out=y)
+        return y.reshape(1, cout, oh, ow)
     out = Tensor.empty(x.queue, (n, cout, oh, ow))
     for n0, nb in _chunks(n, p, k):
-        cols = im2col(x, n0, nb, kh, kw, stride, padding, (oh, ow))
-        y = gemm(w2, cols)                               # (cout, nb*P)
+        cols = im2col(x, n0, nb, kh, kw, stride, padding, (oh, ow), dilation)
+        y = _matmul(w2, cols, groups)                    # (cout, nb*P)
         swap01(y, 0, out, n0 * cout * p, cout, nb, p, bias, relu)
         # back to the pool before the next chunk allocates its own (the in-order queue runs
         # whatever reuses them after this chunk's kernels)
@@ -336,17 +338,22 @@ def conv2d_forward(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride
 
 def conv2d_backward(x: Tensor, weight: Tensor, grad: Tensor, stride=1, padding=0,
                     need_input: bool = True, need_weight: bool = True,
-                    need_bias: bool = False):
+                    need_bias: bool = False, dilation=1, groups: int = 1):
     """Gradients (input, weight, bias) of ``conv2d_forward`` for upstream ``grad`` (N, cout,
     OH, OW); entries not asked for are None. Deterministic: grad_weight is accumulated over
     batch chunks in order, col2im is a gather, the bias gradient a fixed-order reduction."""
     from .batchnorm import channel_sum
-    stride, padding = pair("conv2d", "stride", stride), pair("conv2d", "padding", padding)
     n, c, h, w = x.shape
+    geo = ConvGeometry.of("conv2d", (h, w), weight.shape, stride, padding, dilation, groups)
+    geo = replace(geo, out=tuple(grad.shape[2:]))     # the gradient's own size, as ever
+    if groups > 1 and groups == c:
+        from .depthwise import depthwise_backward
+        return depthwise_backward(x, weight, grad, geo, need_input, need_weight, need_bias)
     cout, _, kh, kw = weight.shape
-    _, _, oh, ow = grad.shape
+    (oh, ow), stride, padding, dilation = geo.out, geo.stride, geo.padding, geo.dilation
     p, k = oh * ow, c * kh * kw
-    w2 = weight.reshape(cout, k)
+    kg, cg = k // groups, cout // groups
+    w2 = weight.reshape(cout, kg)
     gx = Tensor.empty(x.queue, x.shape) if need_input else None
     gw = None
     if need_input or need_weight:
@@ -357,19 +364,23 @@ def conv2d_backward(x: Tensor, weight: Tensor, grad: Tensor, stride=1, padding=0
                 gc = Tensor.empty(x.queue, (cout, nb * p))
                 swap01(grad, n0 * cout * p, gc, 0, nb, cout, p)
             if need_weight:
-                cols = im2col(x, n0, nb, kh, kw, stride, padding, (oh, ow))
+                cols = im2col(x, n0, nb, kh, kw, stride, padding, (oh, ow), dilation)
                 # grad_W^T = cols @ G^T (K, cout): the long reduction over pixels runs about
                 # twice as fast in this orientation than G @ cols^T on the CPU GEMM.
-                if gw is None:
+                if groups > 1:                     # (groups * kg, cg), added chunk by chunk
+                    part = _matmul(cols, gc, groups, trans_b=True)
+                    gw = part if gw is None else ew.binary("add", gw, part, out=gw)
+                elif gw is None:
                     gw = gemm(cols, gc, trans_b=True)
                 else:
                     gemm(cols, gc, trans_b=True, out=gw, beta=1.0)
                 del cols
             if need_input:
-                dcols = gemm(w2, gc, trans_a=True)                # (K, nb*P)
-                col2im(dcols, gx, n0, nb, kh, kw, stride, padding, (oh, ow))
+                dcols = _matmul(w2, gc, groups, trans_a=True)     # (K, nb*P)
+                col2im(dcols, gx, n0, nb, kh, kw, stride, padding, (oh, ow), dilation)
     gb = channel_sum(grad.reshape(n, cout, p)) if need_bias else None
     if gw is not None:
         gwt, gw = gw, Tensor.empty(x.queue, weight.shape)
-        swap01(gwt, 0, gw, 0, k, cout, 1)                         # (K, cout) -> (cout, K)
+        for g in range(groups):                # (kg, cg) -> (cg, kg) per group
+            swap01(gwt, g * kg * cg, gw, g * cg * kg, kg, cg, 1)
     return gx, gw, gb

@@ -1,4 +1,4 @@
-"""2-D pooling over NCHW tensors: max (with argmax for backward), average, adaptive average.
+"""2-D pooling over NCHW tensors: max (with argmax for backward) and average.
 
 Forward kernels compute one output element per work-item. Backward kernels are *gathers*: each
 input element sums, in a fixed order, the gradients of the windows that contain it (for max
@@ -22,10 +22,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError
 from ..tensor import FLOAT, Tensor
 from ._cache import VECTOR_TYPES, get_kernel
-from .conv import _runs, out_size, pair
+from .adaptive_pool import (  # noqa: F401  (their home before adaptive_pool.py)
+    adaptive_avg_pool2d_backward,
+    adaptive_avg_pool2d_forward,
+    adaptive_size,
+)
+from .conv import _runs, pair
+from .conv_geometry import PoolWindow, window
 
 SOURCE = "//CL//" + VECTOR_TYPES + r"""
 // Work-item (column block, row): XB consecutive columns of one output (forward) or input
@@ -42,12 +48,31 @@ SOURCE = "//CL//" + VECTOR_TYPES + r"""
 // The window kernels are built per window: KH, KW (size), SH, SW (stride), PH, PW (padding)
 // are compile-time constants, so every loop over a window has a constant trip count and
 // unrolls; positions outside the input are masked (selects on clamped addresses), not skipped.
+// Only set when they differ from the defaults: DH, DW (dilation: taps DH rows apart), OVER
+// (ceil_mode's last windows reach past the padding, so they need masks even without it) and
+// DIVISOR (average pool: 0 for KH*KW, 1 for the window clipped to the padded input, 2 for
+// the window clipped to the input itself, count_include_pad=False).
+#ifndef DH
+#define DH 1
+#endif
+#ifndef DW
+#define DW 1
+#endif
+#ifndef OVER
+#define OVER 0
+#endif
+#ifndef DIVISOR
+#define DIVISOR 0
+#endif
 #define WINDOW_ARGS const int H, const int W, const int OH, const int OW, const int rows, \
     const int XB
-#define PADDED (PH > 0 || PW > 0)
-// Windows o that may contain input position i: o = (i + P) / S - j for j < NW (then checked).
-#define NWY ((KH + SH - 1) / SH)
-#define NWX ((KW + SW - 1) / SW)
+#define PADDED (PH > 0 || PW > 0 || OVER)
+// Windows o that may contain input position i: o = (i + P) / S - j for j < NW (then checked),
+// NW = ceil(span / S) for a window spanning (K - 1)*D + 1 inputs.
+#define NWY (((KH - 1) * DH + SH) / SH)
+#define NWX (((KW - 1) * DW + SW) / SW)
+// The first tap of a window starting at o that is inside the input (o < 0: in the padding).
+#define FIRST_IN(o, D) ((o) < 0 ? (-(o) + (D) - 1) / (D) : 0)
 
 // Max pool: the first maximum of each window (NaN wins, as PyTorch) and its position within
 // the window, ky * KW + kx: one byte for windows of up to 256 elements (a quarter of an int's
@@ -70,7 +95,7 @@ inline int load_idx(const global idx_t* p, const long o)
 typedef int idx_t;
 inline int load_idx(const global idx_t* p, const long o) { return p[o]; }
 #endif
-#define POOL_2X2 (KH == 2 && KW == 2 && SH == 2 && SW == 2 && !PADDED)
+#define POOL_2X2 (KH == 2 && KW == 2 && SH == 2 && SW == 2 && DH == 1 && DW == 1 && !PADDED)
 #if POOL_2X2
 // 2x2 windows at stride 2 (the usual pooling layer), 8 outputs at a time: 16 floats of each of
 // the two input rows (float8u, VECTOR_TYPES), split into even and odd columns; every lane
@@ -111,14 +136,14 @@ __kernel void max_pool_fwd(__global const float* restrict x, __global float* res
         const int x0 = ox * SW - PW;
         float best = -INFINITY;
         // as PyTorch: the first in-bounds position when no value beats -inf
-        int arg = (max(y0, 0) - y0) * KW + max(x0, 0) - x0;
+        int arg = FIRST_IN(y0, DH) * KW + FIRST_IN(x0, DW);
         #pragma unroll
         for (int ky = 0; ky < KH; ++ky) {
             #pragma unroll
             for (int kx = 0; kx < KW; ++kx) {
-                const int at = (y0 + ky) * W + x0 + kx;
+                const int iy = y0 + ky * DH, ix = x0 + kx * DW, at = iy * W + ix;
 #if PADDED
-                const bool in = y0 + ky >= 0 && y0 + ky < H && x0 + kx >= 0 && x0 + kx < W;
+                const bool in = iy >= 0 && iy < H && ix >= 0 && ix < W;
                 const float v = in ? xp[in ? at : 0] : -INFINITY;
 #else
                 const float v = xp[at];
@@ -134,7 +159,7 @@ __kernel void max_pool_fwd(__global const float* restrict x, __global float* res
     }
 }
 
-#if SH == KH && SW == KW && !PADDED
+#if SH == KH && SW == KW && DH == 1 && DW == 1 && !PADDED
 // Windows that tile the input (stride = size, no padding): each input has at most one window,
 // so a work-item takes its columns of one input row window by window: contiguous loads of idx
 // and g, KW stores each, no gathers. Inputs past the last window get 0.
@@ -181,12 +206,12 @@ __kernel void max_pool_bwd(__global const float* restrict g,
         float acc = 0.0f;
         #pragma unroll
         for (int j = NWY - 1; j >= 0; --j) {
-            const int oy = oyh - j, ky = r + PH - oy * SH;
-            const bool iny = oy >= 0 && oy < OH && ky < KH;
+            const int oy = oyh - j, offy = r + PH - oy * SH, ky = offy / DH;
+            const bool iny = oy >= 0 && oy < OH && offy % DH == 0 && ky < KH;
             #pragma unroll
             for (int i = NWX - 1; i >= 0; --i) {
-                const int ox = oxh - i, kx = xx + PW - ox * SW;
-                const bool in = iny && ox >= 0 && ox < OW && kx < KW;
+                const int ox = oxh - i, offx = xx + PW - ox * SW, kx = offx / DW;
+                const bool in = iny && ox >= 0 && ox < OW && offx % DW == 0 && kx < KW;
                 const long o = base + (in ? oy * OW + ox : 0);
                 acc += (in && load_idx(idx, o) == ky * KW + kx) ? g[o] : 0.0f;
             }
@@ -196,7 +221,19 @@ __kernel void max_pool_bwd(__global const float* restrict g,
 }
 #endif
 
-// Average pool with count_include_pad (PyTorch's default): the divisor is always KH*KW.
+// Average pool. DIVISOR 0: KH*KW (count_include_pad, PyTorch's default, with every window
+// inside the padded input); else PyTorch's rule: the window clipped to the padded input (1)
+// or to the input (2, count_include_pad=False).
+inline float pool_divisor(const int y0, const int x0, const int H, const int W)
+{
+    const int ye = min(y0 + KH, H + PH), xe = min(x0 + KW, W + PW);
+#if DIVISOR == 2
+    return (float)((min(ye, H) - max(y0, 0)) * (min(xe, W) - max(x0, 0)));
+#else
+    return (float)((ye - y0) * (xe - x0));
+#endif
+}
+
 __kernel void avg_pool_fwd(__global const float* restrict x, __global float* restrict y,
                            WINDOW_ARGS)
 {
@@ -220,7 +257,11 @@ __kernel void avg_pool_fwd(__global const float* restrict x, __global float* res
 #endif
             }
         }
+#if DIVISOR == 0
         y[(long)row * OW + ox] = acc * inv;
+#else
+        y[(long)row * OW + ox] = acc / pool_divisor(y0, x0, H, W);
+#endif
     }
 }
 
@@ -242,94 +283,35 @@ __kernel void avg_pool_bwd(__global const float* restrict g, __global float* res
             for (int i = NWX - 1; i >= 0; --i) {
                 const int ox = oxh - i;
                 const bool in = iny && ox >= 0 && ox < OW && xx + PW - ox * SW < KW;
+#if DIVISOR == 0
                 acc += in ? g[base + (in ? oy * OW + ox : 0)] : 0.0f;
-            }
-        }
-        gx[(long)row * W + xx] = acc * inv;
-    }
-}
-
 #else
-// Adaptive average pool, PyTorch's bins: [floor(o*I/O), ceil((o+1)*I/O)).
-inline int bin_start(int o, int I, int O) { return (o * I) / O; }
-inline int bin_end(int o, int I, int O) { return ((o + 1) * I + O - 1) / O; }
-
-__kernel void adaptive_avg_fwd(__global const float* restrict x, __global float* restrict y,
-                               const int H, const int W, const int OH, const int OW,
-                               const int rows, const int XB)
-{
-    ROW_SETUP(OW, OH)
-    const global float* xp = x + plane * H * W;
-    const int ys = bin_start(r, H, OH), ye = bin_end(r, H, OH);
-    for (int ox = c0; ox < c1; ++ox) {
-        const int xs = bin_start(ox, W, OW), xe = bin_end(ox, W, OW);
-        float acc = 0.0f;
-        for (int yy = ys; yy < ye; ++yy)
-            for (int xx = xs; xx < xe; ++xx)
-                acc += xp[yy * W + xx];
-        y[(long)row * OW + ox] = acc / (float)((ye - ys) * (xe - xs));
-    }
-}
-
-__kernel void adaptive_avg_bwd(__global const float* restrict g, __global float* restrict gx,
-                               const int H, const int W, const int OH, const int OW,
-                               const int rows, const int XB)
-{
-    ROW_SETUP(W, H)
-    const long base = plane * OH * OW;
-    // Bins containing r: o from floor(r*OH/H) to ceil((r+1)*OH/H) - 1 (checked below).
-    const int oy0 = (r * OH) / H, oy1 = min(((r + 1) * OH + H - 1) / H - 1, OH - 1);
-    for (int xx = c0; xx < c1; ++xx) {
-        const int ox0 = (xx * OW) / W, ox1 = min(((xx + 1) * OW + W - 1) / W - 1, OW - 1);
-        float acc = 0.0f;
-        for (int oy = oy0; oy <= oy1; ++oy) {
-            const int ys = bin_start(oy, H, OH), ye = bin_end(oy, H, OH);
-            if (r < ys || r >= ye)
-                continue;
-            for (int ox = ox0; ox <= ox1; ++ox) {
-                const int xs = bin_start(ox, W, OW), xe = bin_end(ox, W, OW);
-                if (xx < xs || xx >= xe)
-                    continue;
-                acc += g[base + oy * OW + ox] / (float)((ye - ys) * (xe - xs));
+                acc += in ? g[base + (in ? oy * OW + ox : 0)] /
+                            pool_divisor(oy * SH - PH, ox * SW - PW, H, W) : 0.0f;
+#endif
             }
         }
+#if DIVISOR == 0
+        gx[(long)row * W + xx] = acc * inv;
+#else
         gx[(long)row * W + xx] = acc;
+#endif
     }
 }
+
 #endif
 """
 
-def _launch(queue, name: str, run: int, rows: int, *args, window=None) -> None:
-    """One work-item per row of ``run`` outputs (CPU) or per output (GPU); ``window`` is
-    ``(k, s, p)`` for the window kernels, whose programs are built per window."""
+def _launch(queue, name: str, run: int, rows: int, *args, options=()) -> None:
+    """One work-item per row of ``run`` outputs (CPU) or per output (GPU); ``options`` build
+    the window kernels' program for their window (``PoolWindow.options``)."""
     g, loc, xb = _runs(queue, run, rows)
-    options = () if window is None else _window_options(*window)
     get_kernel(queue, SOURCE, name, options)(queue, g[:2], loc[:2], *args, np.int32(rows),
                                              np.int32(xb))
 
 
-def _window_options(k, s, p) -> tuple[str, ...]:
-    return tuple(f"-D{n}={v}" for n, v in zip(("KH", "KW", "SH", "SW", "PH", "PW"), (*k, *s, *p)))
-
-
 def _i32(*v):
     return [np.int32(a) for a in v]
-
-
-def window(op: str, x_shape, kernel_size, stride, padding, limit_padding: bool = True):
-    """Validated (kh, kw), (sh, sw), (ph, pw), (oh, ow) of a pooling window over NCHW."""
-    if len(x_shape) != 4:
-        raise ShapeError(f"{op}: input must be 4-D (N, C, H, W), got shape {tuple(x_shape)}")
-    k = pair(op, "kernel_size", kernel_size)
-    s = k if stride is None else pair(op, "stride", stride)
-    p = pair(op, "padding", padding)
-    if k[0] < 1 or k[1] < 1:
-        raise ShapeError(f"{op}: kernel_size must be >= 1, got {k}")
-    if limit_padding and (p[0] > k[0] // 2 or p[1] > k[1] // 2):
-        raise ShapeError(f"{op}: padding {p} must be at most half the kernel size {k} "
-                         "(as PyTorch)")
-    o = out_size(op, x_shape[2], x_shape[3], *k, *s, *p)
-    return k, s, p, o
 
 
 def _check(op: str, x: Tensor) -> None:
@@ -354,74 +336,59 @@ def index_dtype(kernel_size) -> np.dtype:
 
 
 def max_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0,
-                       save_indices: bool = True):
+                       save_indices: bool = True, *, dilation=1, ceil_mode: bool = False):
     """Max pool (padding is -inf); returns ``(y, indices)``: for each output the position of
     its window's maximum within the window, ``ky * kw + kx``, as ``index_dtype(kernel_size)``
     (uint8 for windows of up to 256 elements), or None when not saved."""
     _check("max_pool2d", x)
-    k, s, p, o = window("max_pool2d", x.shape, kernel_size, stride, padding)
+    win = window("max_pool2d", x.shape, kernel_size, stride, padding, dilation, ceil_mode)
     n, c = x.shape[:2]
-    y = Tensor.empty(x.queue, (n, c, *o))
-    idx = Tensor.empty(x.queue, y.shape, index_dtype(k)) if save_indices else None
-    _launch(x.queue, "max_pool_fwd", o[1], n * c * o[0], x.data, y.data,
+    y = Tensor.empty(x.queue, (n, c, *win.out))
+    idx = Tensor.empty(x.queue, y.shape, index_dtype(win.kernel)) if save_indices else None
+    _launch(x.queue, "max_pool_fwd", win.out[1], n * c * win.out[0], x.data, y.data,
             idx.data if idx is not None else None, np.int32(save_indices),
-            *_args(x.shape, o), window=(k, s, p))
+            *_args(x.shape, win.out), options=win.options())
     return y, idx
 
 
 def max_pool2d_backward(grad: Tensor, indices: Tensor, x_shape, kernel_size, stride=None,
-                        padding=0) -> Tensor:
-    k, s, p, o = window("max_pool2d", x_shape, kernel_size, stride, padding)
+                        padding=0, *, dilation=1, ceil_mode: bool = False) -> Tensor:
+    win = window("max_pool2d", x_shape, kernel_size, stride, padding, dilation, ceil_mode)
+    k = win.kernel
     if indices.dtype != index_dtype(k) or tuple(indices.shape) != tuple(grad.shape):
         raise DTypeError(f"max_pool2d backward: indices {indices.shape} {indices.dtype} do not "
                          f"come from max_pool2d_forward with window {k} for gradient "
                          f"{grad.shape} (expected {index_dtype(k)})")
     gx = Tensor.empty(grad.queue, tuple(x_shape))
     _launch(grad.queue, "max_pool_bwd", x_shape[3], _rows(x_shape), grad.data, indices.data,
-            gx.data, *_args(x_shape, o), window=(k, s, p))
+            gx.data, *_args(x_shape, win.out), options=win.options())
     return gx
 
 
-def avg_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
-    """Average pool, zero padding counted in the divisor (PyTorch's count_include_pad=True)."""
+def _divisor(win: PoolWindow, count_include_pad: bool) -> int:
+    """The average pool's DIVISOR mode (see the kernel source) for ``win``."""
+    if count_include_pad:
+        return 1 if win.overhang else 0
+    return 2 if win.overhang or win.padding != (0, 0) else 0
+
+
+def avg_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0, *,
+                       ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+    """Average pool; the divisor follows PyTorch: ``kh*kw`` with ``count_include_pad`` (zero
+    padding counts; a ceil_mode window is clipped to the padded input), else the number of
+    input elements in the window."""
     _check("avg_pool2d", x)
-    k, s, p, o = window("avg_pool2d", x.shape, kernel_size, stride, padding)
-    y = Tensor.empty(x.queue, (*x.shape[:2], *o))
-    _launch(x.queue, "avg_pool_fwd", o[1], _rows(y.shape), x.data, y.data,
-            *_args(x.shape, o), window=(k, s, p))
+    win = window("avg_pool2d", x.shape, kernel_size, stride, padding, 1, ceil_mode)
+    y = Tensor.empty(x.queue, (*x.shape[:2], *win.out))
+    _launch(x.queue, "avg_pool_fwd", win.out[1], _rows(y.shape), x.data, y.data,
+            *_args(x.shape, win.out), options=win.options(_divisor(win, count_include_pad)))
     return y
 
 
-def avg_pool2d_backward(grad: Tensor, x_shape, kernel_size, stride=None, padding=0) -> Tensor:
-    k, s, p, o = window("avg_pool2d", x_shape, kernel_size, stride, padding)
+def avg_pool2d_backward(grad: Tensor, x_shape, kernel_size, stride=None, padding=0, *,
+                        ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+    win = window("avg_pool2d", x_shape, kernel_size, stride, padding, 1, ceil_mode)
     gx = Tensor.empty(grad.queue, tuple(x_shape))
     _launch(grad.queue, "avg_pool_bwd", x_shape[3], _rows(x_shape), grad.data, gx.data,
-            *_args(x_shape, o), window=(k, s, p))
-    return gx
-
-
-def adaptive_size(op: str, x_shape, output_size) -> tuple[int, int]:
-    if len(x_shape) != 4:
-        raise ShapeError(f"{op}: input must be 4-D (N, C, H, W), got shape {tuple(x_shape)}")
-    oh, ow = pair(op, "output_size", output_size)
-    if oh < 1 or ow < 1:
-        raise ShapeError(f"{op}: output_size must be >= 1, got {(oh, ow)}")
-    return oh, ow
-
-
-def adaptive_avg_pool2d_forward(x: Tensor, output_size) -> Tensor:
-    """Adaptive average pool with PyTorch's bins [floor(o*I/O), ceil((o+1)*I/O))."""
-    _check("adaptive_avg_pool2d", x)
-    oh, ow = adaptive_size("adaptive_avg_pool2d", x.shape, output_size)
-    y = Tensor.empty(x.queue, (*x.shape[:2], oh, ow))
-    _launch(x.queue, "adaptive_avg_fwd", ow, _rows(y.shape), x.data, y.data,
-            *_i32(x.shape[2], x.shape[3], oh, ow))
-    return y
-
-
-def adaptive_avg_pool2d_backward(grad: Tensor, x_shape) -> Tensor:
-    oh, ow = grad.shape[2:]
-    gx = Tensor.empty(grad.queue, tuple(x_shape))
-    _launch(grad.queue, "adaptive_avg_bwd", x_shape[3], _rows(x_shape), grad.data, gx.data,
-            *_i32(x_shape[2], x_shape[3], oh, ow))
+            *_args(x_shape, win.out), options=win.options(_divisor(win, count_include_pad)))
     return gx

@@ -12,37 +12,31 @@ same program builds bit-identical models in every run and every replica thread.
 """
 
 from .activation import ELU, LeakyReLU, Sigmoid, SiLU, Softplus, Tanh
-from .layers import (
-                     AdaptiveAvgPool2d,
-                     AvgPool2d,
-                     BatchNorm2d,
-                     Conv2d,
-                     Dropout,
-                     Flatten,
-                     Linear,
-                     MaxPool2d,
-                     ReLU,
-                     Sequential,
-                     flatten,
-)
+from .containers import Identity, ModuleList, Softmax
+from .conv import ConvTranspose2d
+from .gelu import GELU
+from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, Linear,
+                     MaxPool2d, ReLU, Sequential, flatten)
+from .loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
 from .module import (Module, Parameter, StateDictError, capture_key, default_generator,
                      manual_seed)
-from .resnet import BasicBlock, ResNet, resnet18
-from .gelu import GELU
 from .norm import BatchNorm1d, GroupNorm, LayerNorm, RMSNorm
+from .resnet import BasicBlock, ResNet, resnet18
 from .sparse import Embedding
 
-from .loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss  # noqa: E402  (losses)
-
-__all__ = ["ELU", "LeakyReLU", "SiLU", "Sigmoid", "Softplus", "Tanh",
-           "AdaptiveAvgPool2d", "AvgPool2d", "BasicBlock", "BatchNorm2d", "Conv2d", "Dropout",
-           "Flatten", "Linear", "MaxPool2d", "Module", "Parameter", "ReLU", "ResNet",
-           "Sequential", "StateDictError", "capture_key", "default_generator", "flatten",
-           "manual_seed",
-           "resnet18"]
-__all__ += ["BCEWithLogitsLoss", "CrossEntropyLoss", "MSELoss", "NLLLoss"]  # losses
-__all__ += ["BatchNorm1d", "Embedding", "GELU", "GroupNorm", "LayerNorm", "RMSNorm"]
-
-from .containers import Identity, ModuleList, Softmax  # noqa: E402
-
-__all__ += ["Identity", "ModuleList", "Softmax"]
+__all__ = [
+    # containers and the base class
+    "Identity", "Module", "ModuleList", "Parameter", "Sequential", "StateDictError",
+    # layers
+    "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "ConvTranspose2d",
+    "Dropout", "Embedding", "Flatten", "GroupNorm", "LayerNorm", "Linear", "MaxPool2d",
+    "RMSNorm",
+    # activations
+    "ELU", "GELU", "LeakyReLU", "ReLU", "SiLU", "Sigmoid", "Softmax", "Softplus", "Tanh",
+    # losses
+    "BCEWithLogitsLoss", "CrossEntropyLoss", "MSELoss", "NLLLoss",
+    # models
+    "BasicBlock", "ResNet", "resnet18",
+    # helpers
+    "capture_key", "default_generator", "flatten", "manual_seed",
+]

@@ -89,20 +89,27 @@ class Linear(Module):
 
 
 class Conv2d(Module):
-    """2-d convolution over ``(N, C, H, W)``; weight ``(cout, cin, kh, kw)``; weight and bias
-    ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in = cin*kh*kw`` (PyTorch's default)."""
+    """2-d convolution over ``(N, C, H, W)``; weight ``(cout, cin/groups, kh, kw)``; weight and
+    bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in = cin/groups*kh*kw`` (PyTorch's
+    default). ``groups == cin`` is a depthwise convolution (its own fast kernels)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
-                 bias: bool = True, *, queue=None):
+                 dilation=1, groups: int = 1, bias: bool = True, *, queue=None):
         super().__init__()
         queue = queue if queue is not None else default_queue()
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
         self.kernel_size = _pair("Conv2d kernel_size", kernel_size)
         self.stride = _pair("Conv2d stride", stride)
         self.padding = _pair("Conv2d padding", padding)
-        fan_in = self.in_channels * self.kernel_size[0] * self.kernel_size[1]
+        self.dilation = _pair("Conv2d dilation", dilation)
+        self.groups = int(groups)
+        if self.groups < 1 or self.in_channels % self.groups or self.out_channels % self.groups:
+            raise ShapeError(f"Conv2d: groups={groups} must be >= 1 and divide in_channels="
+                             f"{self.in_channels} and out_channels={self.out_channels}")
+        fan_in = self.in_channels // self.groups * self.kernel_size[0] * self.kernel_size[1]
         bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
-        self.weight = _param(queue, uniform_((self.out_channels, self.in_channels)
+        self.weight = _param(queue, uniform_((self.out_channels,
+                                              self.in_channels // self.groups)
                                              + self.kernel_size, bound))
         if bias:
             self.bias = _param(queue, uniform_((self.out_channels,), bound))
@@ -113,13 +120,18 @@ class Conv2d(Module):
         """The convolution; ``relu=True`` fuses a following ReLU into its last pass."""
         _check_features(self, x, 1, self.in_channels, (4,))
         return ops.conv2d(x, self.weight, self.bias, stride=_arg(self.stride),
-                          padding=_arg(self.padding), relu=relu)
+                          padding=_arg(self.padding), dilation=_arg(self.dilation),
+                          groups=self.groups, relu=relu)
 
     def extra_repr(self) -> str:
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
              f"stride={self.stride}")
         if self.padding != (0, 0):
             s += f", padding={self.padding}"
+        if self.dilation != (1, 1):
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
         return s + ("" if self.bias is not None else ", bias=False")
 
 
@@ -174,28 +186,48 @@ class ReLU(Module):
 
 
 class MaxPool2d(Module):
-    """Max pooling over ``(N, C, H, W)``; ``stride=None`` means ``kernel_size``."""
+    """Max pooling over ``(N, C, H, W)``; ``stride=None`` means ``kernel_size``; ``dilation``
+    and ``ceil_mode`` as PyTorch (see ``tp.max_pool2d``)."""
 
-    op = "max_pool2d"
-
-    def __init__(self, kernel_size, stride=None, padding=0):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
+                 ceil_mode: bool = False):
         super().__init__()
         self.kernel_size = kernel_size
         self.stride = stride
         self.padding = padding
+        self.dilation = dilation
+        self.ceil_mode = bool(ceil_mode)
 
     def forward(self, x):
-        return getattr(ops, self.op)(x, self.kernel_size, stride=self.stride,
-                                     padding=self.padding)
+        return ops.max_pool2d(x, self.kernel_size, stride=self.stride, padding=self.padding,
+                              dilation=self.dilation, ceil_mode=self.ceil_mode)
 
     def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+                f", dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
-class AvgPool2d(MaxPool2d):
-    """Average pooling over ``(N, C, H, W)``; ``stride=None`` means ``kernel_size``."""
+class AvgPool2d(Module):
+    """Average pooling over ``(N, C, H, W)``; ``stride=None`` means ``kernel_size``;
+    ``ceil_mode`` and ``count_include_pad`` as PyTorch (see ``tp.avg_pool2d``)."""
 
-    op = "avg_pool2d"
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+                 count_include_pad: bool = True):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.padding = padding
+        self.ceil_mode = bool(ceil_mode)
+        self.count_include_pad = bool(count_include_pad)
+
+    def forward(self, x):
+        return ops.avg_pool2d(x, self.kernel_size, stride=self.stride, padding=self.padding,
+                              ceil_mode=self.ceil_mode,
+                              count_include_pad=self.count_include_pad)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+                f", ceil_mode={self.ceil_mode}, count_include_pad={self.count_include_pad}")
 
 
 class AdaptiveAvgPool2d(Module):

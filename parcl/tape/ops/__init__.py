@@ -3,38 +3,38 @@
 Every op accepts ``Node`` or raw ``Tensor`` inputs (and Python scalars for the binary ops) and
 an optional ``tape=``: with an explicit tape it records there even when no tape is current and
 even inside ``no_grad`` (netcl's escape hatch).
+
+| module | ops |
+|---|---|
+| elementwise, activation | add sub mul div pow neg exp log sqrt abs relu sigmoid tanh gelu, ... |
+| linalg | matmul (batched, broadcasting) |
+| reduce, reductions | sum mean max min argmax argmin var std logsumexp cumsum |
+| shape, indexing, join | reshape transpose getitem flip pad expand gather cat stack split |
+| select | where masked_fill embedding |
+| norm | layer_norm rms_norm group_norm |
+| nn, conv | conv2d conv_transpose2d pools batch_norm dropout |
+| attention | scaled_dot_product_attention |
+| loss | softmax log_softmax cross_entropy nll_loss mse_loss |
+| soft_loss | binary_cross_entropy_with_logits, cross_entropy with probabilities |
 """
 
+from . import (activation, attention, conv, elementwise, indexing, join, linalg, loss, nn,
+               norm, reduce, reductions, select, shape)
 from .activation import *  # noqa: F401,F403
-from .activation import __all__ as _activation
+from .attention import *  # noqa: F401,F403
+from .conv import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
-from .elementwise import __all__ as _elementwise
+from .indexing import *  # noqa: F401,F403
+from .join import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
-from .linalg import __all__ as _linalg
 from .loss import *  # noqa: F401,F403
-from .loss import __all__ as _loss
 from .nn import *  # noqa: F401,F403
-from .nn import __all__ as _nn
+from .norm import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
-from .reduce import __all__ as _reduce
+from .reductions import *  # noqa: F401,F403
+from .select import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
-from .shape import __all__ as _shape
-from .norm import *  # noqa: F401,F403  (layer_norm, rms_norm, group_norm)
-from .norm import __all__ as _norm
-from .select import *  # noqa: F401,F403  (where, masked_fill, embedding)
-from .select import __all__ as _select
-from .reductions import *  # noqa: F401,F403  (max, argmax, var, logsumexp, cumsum, ...)
-from .reductions import __all__ as _reductions
 
-__all__ = [*_activation, *_elementwise, *_linalg, *_loss, *_nn, *_reduce, *_shape]
-__all__ += [*_norm, *_select, *_reductions]
-
-# shape and selection ops, attention (one block at the end so parallel additions merge cleanly)
-from .attention import *  # noqa: E402,F401,F403
-from .attention import __all__ as _attention  # noqa: E402
-from .indexing import *  # noqa: E402,F401,F403
-from .indexing import __all__ as _indexing  # noqa: E402
-from .join import *  # noqa: E402,F401,F403
-from .join import __all__ as _join  # noqa: E402
-
-__all__ += [*_attention, *_indexing, *_join]
+__all__ = [name for module in (activation, attention, conv, elementwise, indexing, join, linalg,
+                               loss, nn, norm, reduce, reductions, select, shape)
+           for name in module.__all__]

@@ -98,11 +98,13 @@ class Conv2d(Function):
     name = "conv2d"
 
     def forward(self, x: Tensor, weight: Tensor, bias: Tensor | None, stride=1, padding=0,
-                relu: bool = False):
-        y = convk.conv2d_forward(x, weight, bias, stride, padding, relu=relu)
+                relu: bool = False, dilation=1, groups: int = 1):
+        y = convk.conv2d_forward(x, weight, bias, stride, padding, relu=relu,
+                                 dilation=dilation, groups=groups)
         if self.recording:
             self.x, self.weight = x, weight
             self.stride, self.padding = stride, padding
+            self.dilation, self.groups = dilation, groups
             self.out = y if relu else None
         return y
 
@@ -112,68 +114,92 @@ class Conv2d(Function):
         need = self.needs_input_grad
         return convk.conv2d_backward(self.x, self.weight, g, self.stride, self.padding,
                                      need_input=need[0], need_weight=need[1],
-                                     need_bias=need[2])
+                                     need_bias=need[2], dilation=self.dilation,
+                                     groups=self.groups)
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, *, relu: bool = False, tape=None):
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1, *,
+           relu: bool = False, tape=None):
     """2-D convolution (cross-correlation, as PyTorch) of NCHW ``x`` with ``weight``
-    ``(cout, cin, kh, kw)``; ``stride`` and ``padding`` are ints or pairs. Forward is im2col
-    and one GEMM over the batch (bias, and a ReLU with ``relu=True``, fused); backward is
-    deterministic (no atomics).
+    ``(cout, cin/groups, kh, kw)``; ``stride``, ``padding`` and ``dilation`` are ints or
+    pairs. Forward is im2col and one GEMM over the batch (bias, and a ReLU with ``relu=True``,
+    fused), one GEMM per group when ``groups > 1``, and a direct kernel for depthwise
+    convolutions (``groups == cin``); backward is deterministic (no atomics).
 
     >>> tp.conv2d(x, w, b, stride=2, padding=1).shape      # x (2, 3, 8, 8), w (4, 3, 3, 3)
     (2, 4, 4, 4)
+    >>> tp.conv2d(x, wd, padding=2, dilation=2, groups=3).shape     # wd (6, 1, 3, 3)
+    (2, 6, 8, 8)
     """
     return Conv2d.apply(x, weight, bias, tape=tape, stride=stride, padding=padding,
-                        relu=bool(relu))
+                        relu=bool(relu), dilation=dilation, groups=groups)
 
 
 # -- pooling ---------------------------------------------------------------------------------
 class MaxPool2d(Function):
     name = "max_pool2d"
 
-    def forward(self, x: Tensor, kernel_size=2, stride=None, padding=0):
+    def forward(self, x: Tensor, kernel_size=2, stride=None, padding=0, dilation=1,
+                ceil_mode: bool = False):
         y, idx = poolk.max_pool2d_forward(x, kernel_size, stride, padding,
-                                          save_indices=self.recording)
+                                          save_indices=self.recording, dilation=dilation,
+                                          ceil_mode=ceil_mode)
         self.idx, self.x_shape = idx, x.shape
-        self.window = (kernel_size, stride, padding)
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.ceil_mode = dilation, ceil_mode
         return y
 
     def backward(self, g: Tensor):
-        return poolk.max_pool2d_backward(g, self.idx, self.x_shape, *self.window)
+        return poolk.max_pool2d_backward(g, self.idx, self.x_shape, self.kernel_size,
+                                         self.stride, self.padding, dilation=self.dilation,
+                                         ceil_mode=self.ceil_mode)
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, *, tape=None):
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False, *,
+               tape=None):
     """Max pooling over NCHW ``x`` (stride defaults to the kernel size; padding is -inf and at
-    most half the kernel). The argmax of each window is saved for the backward.
+    most half the kernel; taps ``dilation`` apart). Output sizes as PyTorch: ``ceil_mode``
+    rounds up, dropping a last window that would start in the right padding. The argmax of
+    each window is saved for the backward.
 
     >>> tp.max_pool2d(x, 2).shape      # x (2, 3, 8, 8)
     (2, 3, 4, 4)
+    >>> tp.max_pool2d(x, 3, stride=2, ceil_mode=True).shape
+    (2, 3, 4, 4)
     """
     return MaxPool2d.apply(x, tape=tape, kernel_size=kernel_size, stride=stride,
-                           padding=padding)
+                           padding=padding, dilation=dilation, ceil_mode=bool(ceil_mode))
 
 
 class AvgPool2d(Function):
     name = "avg_pool2d"
 
-    def forward(self, x: Tensor, kernel_size=2, stride=None, padding=0):
-        self.x_shape, self.window = x.shape, (kernel_size, stride, padding)
-        return poolk.avg_pool2d_forward(x, kernel_size, stride, padding)
+    def forward(self, x: Tensor, kernel_size=2, stride=None, padding=0,
+                ceil_mode: bool = False, count_include_pad: bool = True):
+        self.x_shape = x.shape
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+        return poolk.avg_pool2d_forward(x, kernel_size, stride, padding, ceil_mode=ceil_mode,
+                                        count_include_pad=count_include_pad)
 
     def backward(self, g: Tensor):
-        return poolk.avg_pool2d_backward(g, self.x_shape, *self.window)
+        return poolk.avg_pool2d_backward(g, self.x_shape, self.kernel_size, self.stride,
+                                         self.padding, ceil_mode=self.ceil_mode,
+                                         count_include_pad=self.count_include_pad)
 
 
-def avg_pool2d(x, kernel_size, stride=None, padding=0, *, tape=None):
-    """Average pooling over NCHW ``x``; zero padding counts in the divisor (PyTorch's default
-    ``count_include_pad=True``).
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True, *, tape=None):
+    """Average pooling over NCHW ``x``, PyTorch's divisor: with ``count_include_pad`` (the
+    default) zero padding counts (``kh*kw``, a ``ceil_mode`` window clipped to the padded
+    input), without it only the input elements in the window count.
 
     >>> tp.avg_pool2d(x, 3, stride=2, padding=1).shape      # x (2, 3, 8, 8)
     (2, 3, 4, 4)
     """
     return AvgPool2d.apply(x, tape=tape, kernel_size=kernel_size, stride=stride,
-                           padding=padding)
+                           padding=padding, ceil_mode=bool(ceil_mode),
+                           count_include_pad=bool(count_include_pad))
 
 
 class AdaptiveAvgPool2d(Function):

@@ -1,0 +1,122 @@
+"""Adaptive average pooling over NCHW tensors, PyTorch's bins ``[floor(o*I/O), ceil((o+1)*I/O))``
+(any sizes; bins overlap when ``I % O != 0``). The backward is a gather: each input sums, in a
+fixed order, its bins' gradients divided by their sizes (no atomics, bit-reproducible).
+
+>>> import numpy as np, parcl as pc
+>>> from parcl.kernels import adaptive_pool
+>>> q = pc.default_queue()
+>>> x = pc.Tensor.from_host(q, np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4))
+>>> adaptive_pool.adaptive_avg_pool2d_forward(x, 1).to_host().ravel()
+array([7.5], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DTypeError, ShapeError
+from ..tensor import FLOAT, Tensor
+from ._cache import get_kernel
+from .conv import _runs, pair
+
+SOURCE = "//CL//" + r"""
+// Work-item (column block, row): XB consecutive columns of one output (forward) or input
+// (backward) row, row = plane * height + y. XB is the whole row on CPUs, 1 on GPUs.
+#define ROW_SETUP(WIDTH, HEIGHT) \
+    const int c0 = get_global_id(0) * XB, row = get_global_id(1); \
+    if (c0 >= WIDTH || row >= rows) \
+        return; \
+    const int c1 = min(WIDTH, c0 + XB); \
+    const int r = row % HEIGHT; \
+    const long plane = row / HEIGHT;
+
+// Adaptive average pool, PyTorch's bins: [floor(o*I/O), ceil((o+1)*I/O)).
+inline int bin_start(int o, int I, int O) { return (o * I) / O; }
+inline int bin_end(int o, int I, int O) { return ((o + 1) * I + O - 1) / O; }
+
+__kernel void adaptive_avg_fwd(__global const float* restrict x, __global float* restrict y,
+                               const int H, const int W, const int OH, const int OW,
+                               const int rows, const int XB)
+{
+    ROW_SETUP(OW, OH)
+    const global float* xp = x + plane * H * W;
+    const int ys = bin_start(r, H, OH), ye = bin_end(r, H, OH);
+    for (int ox = c0; ox < c1; ++ox) {
+        const int xs = bin_start(ox, W, OW), xe = bin_end(ox, W, OW);
+        float acc = 0.0f;
+        for (int yy = ys; yy < ye; ++yy)
+            for (int xx = xs; xx < xe; ++xx)
+                acc += xp[yy * W + xx];
+        y[(long)row * OW + ox] = acc / (float)((ye - ys) * (xe - xs));
+    }
+}
+
+__kernel void adaptive_avg_bwd(__global const float* restrict g, __global float* restrict gx,
+                               const int H, const int W, const int OH, const int OW,
+                               const int rows, const int XB)
+{
+    ROW_SETUP(W, H)
+    const long base = plane * OH * OW;
+    // Bins containing r: o from floor(r*OH/H) to ceil((r+1)*OH/H) - 1 (checked below).
+    const int oy0 = (r * OH) / H, oy1 = min(((r + 1) * OH + H - 1) / H - 1, OH - 1);
+    for (int xx = c0; xx < c1; ++xx) {
+        const int ox0 = (xx * OW) / W, ox1 = min(((xx + 1) * OW + W - 1) / W - 1, OW - 1);
+        float acc = 0.0f;
+        for (int oy = oy0; oy <= oy1; ++oy) {
+            const int ys = bin_start(oy, H, OH), ye = bin_end(oy, H, OH);
+            if (r < ys || r >= ye)
+                continue;
+            for (int ox = ox0; ox <= ox1; ++ox) {
+                const int xs = bin_start(ox, W, OW), xe = bin_end(ox, W, OW);
+                if (xx < xs || xx >= xe)
+                    continue;
+                acc += g[base + oy * OW + ox] / (float)((ye - ys) * (xe - xs));
+            }
+        }
+        gx[(long)row * W + xx] = acc;
+    }
+}
+"""
+
+
+def _launch(queue, name: str, run: int, rows: int, *args) -> None:
+    g, loc, xb = _runs(queue, run, rows)
+    get_kernel(queue, SOURCE, name)(queue, g[:2], loc[:2], *args, np.int32(rows),
+                                    np.int32(xb))
+
+
+def _i32(*v):
+    return [np.int32(a) for a in v]
+
+
+def _rows(shape) -> int:
+    return shape[0] * shape[1] * shape[2]
+
+
+def adaptive_size(op: str, x_shape, output_size) -> tuple[int, int]:
+    if len(x_shape) != 4:
+        raise ShapeError(f"{op}: input must be 4-D (N, C, H, W), got shape {tuple(x_shape)}")
+    oh, ow = pair(op, "output_size", output_size)
+    if oh < 1 or ow < 1:
+        raise ShapeError(f"{op}: output_size must be >= 1, got {(oh, ow)}")
+    return oh, ow
+
+
+def adaptive_avg_pool2d_forward(x: Tensor, output_size) -> Tensor:
+    """Adaptive average pool with PyTorch's bins [floor(o*I/O), ceil((o+1)*I/O))."""
+    if x.dtype != FLOAT:
+        raise DTypeError(f"adaptive_avg_pool2d: input has dtype {x.dtype} (shape {x.shape}), "
+                         "expected float32")
+    oh, ow = adaptive_size("adaptive_avg_pool2d", x.shape, output_size)
+    y = Tensor.empty(x.queue, (*x.shape[:2], oh, ow))
+    _launch(x.queue, "adaptive_avg_fwd", ow, _rows(y.shape), x.data, y.data,
+            *_i32(x.shape[2], x.shape[3], oh, ow))
+    return y
+
+
+def adaptive_avg_pool2d_backward(grad: Tensor, x_shape) -> Tensor:
+    oh, ow = grad.shape[2:]
+    gx = Tensor.empty(grad.queue, tuple(x_shape))
+    _launch(grad.queue, "adaptive_avg_bwd", x_shape[3], _rows(x_shape), grad.data, gx.data,
+            *_i32(x_shape[2], x_shape[3], oh, ow))
+    return gx
