@@ -26,7 +26,8 @@ def reference(q, k, v, mask=None, causal=False, scale=None):
         s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
     if mask is not None:
         s = np.where(mask, s, -np.inf) if mask.dtype == np.bool_ else s + mask
-    s = np.exp(s - s.max(-1, keepdims=True))
+    with np.errstate(invalid="ignore"):              # fully masked rows: NaN, compared apart
+        s = np.exp(s - s.max(-1, keepdims=True))
     return (s / s.sum(-1, keepdims=True)) @ v
 
 
