@@ -278,7 +278,8 @@ def _prepare(argv: list[str]):
             raise LaunchError("no script given: parcl-launch [--replicas N] script.py [args...]")
         if os.path.isdir(opts.script) and not os.path.isfile(
                 os.path.join(opts.script, "__main__.py")):
-            raise LaunchError(f"{opts.script!r} is a directory, not a script{_scripts_in(opts.script)}")
+            raise LaunchError(f"{opts.script!r} is a directory, not a script"
+                              f"{_scripts_in(opts.script)}")
         if not os.path.isfile(opts.script) and not os.path.isdir(opts.script):
             raise LaunchError(f"script {opts.script!r} not found")
         if opts.max_restarts is not None and opts.max_restarts < 0:
