@@ -16,6 +16,7 @@ they were.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ from .kernels import optim as K
 from .tape.node import Node, host_copy
 from .tensor import FLOAT, Tensor
 
-__all__ = ["SGD", "Adam", "AdamW", "Optimizer", "OptimizerError"]
+__all__ = ["SGD", "Adam", "AdamW", "Optimizer", "OptimizerError", "lr_scheduler"]
 
 
 class OptimizerError(ParclError, ValueError):
@@ -71,6 +72,9 @@ class Optimizer:
             raise OptimizerError(f"{type(self).__name__} got an empty parameter list")
         groups = params if isinstance(params[0], dict) else [{"params": params}]
         self.param_groups: list[dict[str, Any]] = []
+        #: the groups' learning rates when the first scheduler was attached (PyTorch keeps
+        #: them as ``param_group["initial_lr"]``; see ``parcl.lr_scheduler``)
+        self.initial_lrs: list[float] | None = None
         self.state: dict[Node, dict[str, Any]] = {}
         self._flat: dict[int, tuple] = {}        # id(bucket) -> (flat state, per-param views)
         seen: set[int] = set()
@@ -513,3 +517,10 @@ class _FlatParam:
 
 def _split(p):
     return p.split if isinstance(p, _FlatParam) else None
+
+
+# ``pc.optim.lr_scheduler`` as in PyTorch; also importable as ``parcl.optim.lr_scheduler``
+# (registered like ``os.path``), though it lives in its own module.
+from . import lr_scheduler  # noqa: E402
+
+sys.modules[__name__ + ".lr_scheduler"] = lr_scheduler
