@@ -27,7 +27,9 @@ from .layers import (
 from .module import Module, Parameter, StateDictError, default_generator, manual_seed
 from .resnet import BasicBlock, ResNet, resnet18
 
+from . import utils  # noqa: E402  (pc.nn.utils.clip_grad_norm_)
+
 __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "BasicBlock", "BatchNorm2d", "Conv2d", "Dropout",
            "Flatten", "Linear", "MaxPool2d", "Module", "Parameter", "ReLU", "ResNet",
            "Sequential", "StateDictError", "default_generator", "flatten", "manual_seed",
-           "resnet18"]
+           "resnet18", "utils"]
