@@ -83,3 +83,43 @@ def test_without_max_restarts_the_crash_fails_the_launcher(tmp_path):
     assert r.returncode == 1 and "injected crash" in r.stderr
     doc, _ = read(tmp_path / "last.safetensors")
     assert doc["step"] == 3                           # the last checkpoint before the crash
+
+
+# The loop docs/launch.md gives for MPI jobs: restarts outside mpiexec, every rank afresh.
+MPI_LOOP = """
+max_restarts=2
+for count in $(seq 0 $max_restarts); do
+    PARCL_RESTART_COUNT=$count "$MPIEXEC" -n 2 "$PYTHON" -m parcl.launch --replicas 1 "$@" && break
+    status=$?
+    [ $status -eq 130 ] && break
+    echo "job exited with status $status; restart $((count + 1)) of $max_restarts" >&2
+done
+"""
+
+
+@pytest.mark.slow
+def test_an_mpi_job_restarted_from_a_loop_outside_mpiexec_ends_bit_identical(tmp_path):
+    import shutil
+    mpiexec = Path(sys.executable).with_name("mpiexec")
+    mpiexec = str(mpiexec) if mpiexec.exists() else shutil.which("mpiexec")
+    assert mpiexec, "mpiexec not found: pip install -e '.[test]' installs mpich"
+    results = {}
+    for name, crash in (("whole", None), ("crashed", "kill")):
+        env = {**ENV, "MPIEXEC": mpiexec, "PYTHON": sys.executable}
+        if crash:
+            env.update(PARCL_TEST_CRASH_AT=str(CRASH_AT), PARCL_TEST_CRASH_MODE=crash)
+        ckpt = tmp_path / name
+        r = subprocess.run(["bash", "-c", MPI_LOOP, "loop", str(SCRIPT), *ARGS, "--checkpoint",
+                            str(ckpt)], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                           env=env)
+        assert r.returncode == 0, r.stderr
+        assert ("restart 1 of 2" in r.stderr) == bool(crash), r.stderr
+        assert ("at step 3 (epoch 1, batch 3) after restart 1" in r.stdout) == bool(crash)
+        results[name] = read(ckpt / "last.safetensors")
+    (doc_a, tensors_a), (doc_b, tensors_b) = results["whole"], results["crashed"]
+    assert doc_a["step"] == doc_b["step"] == 8 and doc_a["meta"]["world_size"] == 2
+    assert sorted(tensors_a) == sorted(tensors_b)
+    for key in tensors_a:
+        np.testing.assert_array_equal(tensors_a[key], tensors_b[key], err_msg=key)
+    assert doc_a["scheduler"] == doc_b["scheduler"]
+    assert doc_a["meta"]["rng"] == doc_b["meta"]["rng"]
