@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import zlib
 from typing import Any
 
 import numpy as np
 import safetensors.numpy
 
+from .atomicfile import atomic_write
 from .errors import CheckpointError, DTypeError
 
 __all__ = ["FORMAT_VERSION", "load", "save"]
@@ -48,7 +48,6 @@ FORMAT_VERSION = 2
 META_KEY = "parcl"
 MODEL_PREFIX = "model."
 OPTIM_PREFIX = "optim.state."
-_WRITE_CHUNK = 1 << 22   # os.write may write less than asked for large buffers; loop in chunks
 _DTYPES = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
            "float16", "float32", "float64"}
 
@@ -93,7 +92,7 @@ def save(path: str | os.PathLike, model: Any, optimizer: Any = None, step: int =
         raise TypeError(f"save({path!r}): the metadata is not JSON-serialisable ({e}); pass "
                         f"numbers, strings, lists and dicts") from e
     data = safetensors.numpy.save(tensors, metadata={META_KEY: header})
-    _atomic_write(path, data)
+    atomic_write(path, data, "checkpoint")
 
 
 def _host_array(value: Any, what: str) -> np.ndarray:
@@ -145,64 +144,6 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} {value!r} is not JSON-serialisable")
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = _create_temporary(directory, os.path.basename(path))
-    except OSError as e:
-        raise CheckpointError(f"save({path!r}): cannot create a file in {directory!r}: "
-                              f"{e}") from e
-    try:
-        try:
-            view = memoryview(data)
-            offset = 0
-            while offset < len(view):
-                offset += os.write(fd, view[offset:offset + _WRITE_CHUNK])
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise CheckpointError(f"save({path!r}): writing failed: {e}; the previous "
-                                  f"checkpoint, if any, is intact") from e
-        raise
-    _fsync_directory(directory)
-
-
-def _create_temporary(directory: str, name: str) -> tuple[int, str]:
-    """A new file beside the checkpoint, created with mode 0666 so the kernel applies the
-    umask (and any default ACL) exactly as for any other new file; ``tempfile.mkstemp`` would
-    make it 0600, and the rename would carry that onto the checkpoint. Reading the umask
-    instead (``os.umask``) would change it for every thread for a moment."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    for _ in range(100):
-        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
-        try:
-            return os.open(tmp, flags, 0o666), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary name for {name!r} in {directory!r}")
-
-
-def _fsync_directory(directory: str) -> None:
-    # Makes the rename itself durable. Not possible on every platform (Windows): best effort.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 # --- load ----------------------------------------------------------------------------------
 
 def load(path: str | os.PathLike, model: Any, optimizer: Any = None, *,
@@ -227,31 +168,33 @@ def load(path: str | os.PathLike, model: Any, optimizer: Any = None, *,
     optim_state = _optimizer_state(path, doc, tensors, optimizer)
     sched_state = _scheduler_state(path, doc, scheduler)
 
-    backup = {k: np.array(v, copy=True) for k, v in current.items()}
-    optim_backup = optimizer.state_dict() if optimizer is not None and scheduler is not None \
-        else None
-    try:
-        model.load_state_dict(model_state)
-    except Exception as e:
-        raise CheckpointError(f"load({path!r}): model.load_state_dict refused the checkpoint: "
-                              f"{e}") from e
-    if optimizer is not None:
-        try:
-            optimizer.load_state_dict(optim_state)
-        except Exception as e:
-            model.load_state_dict(backup)   # all or nothing
-            raise CheckpointError(f"load({path!r}): optimizer.load_state_dict refused the "
-                                  f"checkpoint: {e}; the model was left unchanged") from e
+    # The scheduler first: its state is a few numbers, so it is the cheap one to put back
+    # should the model or the optimizer refuse theirs (all or nothing).
+    sched_backup = scheduler.state_dict() if scheduler is not None else None
     if scheduler is not None:
         try:
             scheduler.load_state_dict(sched_state)
         except Exception as e:
-            model.load_state_dict(backup)
-            if optim_backup is not None:
-                optimizer.load_state_dict(optim_backup)
             raise CheckpointError(f"load({path!r}): scheduler.load_state_dict refused the "
-                                  f"checkpoint: {e}; model and optimizer were left "
-                                  f"unchanged") from e
+                                  f"checkpoint: {e}; nothing was changed") from e
+    backup = {k: np.array(v, copy=True) for k, v in current.items()}
+    try:
+        try:
+            model.load_state_dict(model_state)
+        except Exception as e:
+            raise CheckpointError(f"load({path!r}): model.load_state_dict refused the "
+                                  f"checkpoint: {e}") from e
+        if optimizer is not None:
+            try:
+                optimizer.load_state_dict(optim_state)
+            except Exception as e:
+                model.load_state_dict(backup)
+                raise CheckpointError(f"load({path!r}): optimizer.load_state_dict refused the "
+                                      f"checkpoint: {e}; the model was left unchanged") from e
+    except CheckpointError:
+        if scheduler is not None:
+            scheduler.load_state_dict(sched_backup)
+        raise
     return {"step": doc.get("step", 0), **doc.get("meta", {})}
 
 

@@ -241,7 +241,8 @@ def test_a_scheduler_refusal_rolls_model_and_optimizer_back(tmp_path):
     other = StepLR(CheckpointedOptimizer(0.5, 0.6), 3)      # same class, two groups
     other.optimizer = opt2
     model = FakeModel()
-    with pytest.raises(pc.CheckpointError, match="scheduler.load_state_dict refused"):
+    with pytest.raises(pc.CheckpointError,
+                       match="scheduler.load_state_dict refused.*nothing was changed"):
         pc.load(path, model, opt2, scheduler=other)
     assert model.w[0] == 0.0 and opt2.param_groups[0]["lr"] == 0.5
 
@@ -266,3 +267,21 @@ def test_scheduler_drives_a_real_optimizer(queue):
     fresh = pc.optim.SGD([p], lr=0.5)
     fresh.load_state_dict(opt.state_dict())
     assert fresh.lr == opt.lr
+
+
+def test_an_optimizer_refusal_puts_the_scheduler_back(tmp_path):
+    class Picky(CheckpointedOptimizer):
+        def load_state_dict(self, d):
+            raise ValueError("picky optimizer says no")
+
+    path = tmp_path / "ckpt.safetensors"
+    opt = CheckpointedOptimizer(0.1)
+    sched = StepLR(opt, 3)
+    run(sched, opt, 7)
+    pc.save(path, FakeModel(1.0), opt, scheduler=sched)
+    opt2 = Picky(0.1)
+    sched2 = StepLR(opt2, 3)
+    before = sched2.state_dict()
+    with pytest.raises(pc.CheckpointError, match="picky optimizer says no"):
+        pc.load(path, FakeModel(), opt2, scheduler=sched2)
+    assert sched2.state_dict() == before and sched2.last_epoch == 0
