@@ -3,7 +3,7 @@
     parcl-launch --replicas 2 examples/train_digits_dp.py               # 2 CPU sub-devices
     mpiexec -n 2 parcl-launch --replicas 1 examples/train_digits_dp.py  # 2 processes
     parcl-launch --replicas 2 examples/train_digits_dp.py --checkpoint run/   # saves each epoch
-    parcl-launch --replicas 2 examples/train_digits_dp.py --checkpoint run/ --resume
+    parcl-launch --max-restarts 3 --replicas 2 examples/train_digits_dp.py --checkpoint run/
 
 ``ReplicaGroup.from_launch`` takes the devices (and, under mpiexec, the MPI communicator) that
 parcl-launch chose. ``--batch-size`` is the global batch: each rank loads its share
@@ -12,9 +12,13 @@ result does not depend on how many processes and replicas run it. Only rank 0 pr
 checkpoints. Each replica's step is recorded once and replayed (``capture=True``), which gives
 the eager step's results bit for bit with far less Python; ``--no-capture`` runs it eagerly.
 
-A checkpoint (``DIR/last.safetensors``, written atomically) holds the model, the Adam state,
-the step, the epoch, the data loader's position and every rank's augmentation RNG state, so
-``--resume`` continues bit-identically to an uninterrupted run, data order included.
+The learning rate warms up and then follows a cosine (``warmup_cosine``: ``LinearLR`` then
+``CosineAnnealingLR``), one scheduler step after every optimizer step. A checkpoint
+(``DIR/last.safetensors``, written atomically) holds the model, the Adam state, the scheduler,
+the step, the epoch, the data loader's position and every rank's augmentation RNG state. When
+``DIR`` holds one, the run resumes from it (``--resume`` insists on one), bit-identically to an
+uninterrupted run, data order included; so under ``parcl-launch --max-restarts N`` a crashed
+run is simply started again and continues from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from parcl import distributed as dist
 from parcl.replica import ReplicaGroup
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_digits import accuracy, build_cnn, cosine_lr  # noqa: E402
+from train_digits import accuracy, build_cnn, warmup_cosine  # noqa: E402
 
 
 def shift_augment(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -48,14 +52,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=32, help="global batch (all ranks)")
-    p.add_argument("--lr", type=float, default=8e-3, help="Adam learning rate (cosine decay)")
+    p.add_argument("--lr", type=float, default=8e-3,
+                   help="Adam learning rate (after the warm-up; cosine decay)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--augment", action=argparse.BooleanOptionalAction, default=True,
                    help="random one-pixel shifts of the training images (default: on)")
     p.add_argument("--checkpoint", metavar="DIR", help="save DIR/last.safetensors")
     p.add_argument("--save-every", type=int, default=0, metavar="STEPS",
                    help="save every STEPS steps (default: at the end of every epoch)")
-    p.add_argument("--resume", action="store_true", help="continue from DIR/last.safetensors")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from DIR/last.safetensors, which must exist (without it the "
+                        "run continues from it when it exists, else starts afresh)")
     p.add_argument("--max-steps", type=int, default=0,
                    help="stop (and save) after this many steps in total")
     p.add_argument("--capture", action=argparse.BooleanOptionalAction, default=True,
@@ -89,10 +96,13 @@ def main(argv=None) -> float:
 
     with ReplicaGroup.from_launch(build_model, capture=args.capture) as group:
         opt = pc.optim.Adam(group.parameters(), lr=args.lr)
+        # The schedule spans the whole run (--max-steps only stops early), so a run stopped,
+        # crashed or resumed follows the very learning rates of an uninterrupted one.
+        scheduler = warmup_cosine(opt, args.epochs * len(loader))
         path = os.path.join(args.checkpoint, "last.safetensors") if args.checkpoint else None
         step = 0
-        if args.resume:
-            meta = pc.load(path, group.model, opt)
+        if args.resume or (path and os.path.exists(path)):
+            meta = pc.load(path, group.model, opt, scheduler=scheduler)
             if meta.get("world_size") != world:
                 raise SystemExit(f"{path} was saved by {meta.get('world_size')} ranks; resume "
                                  f"it with as many (this run has {world})")
@@ -100,8 +110,10 @@ def main(argv=None) -> float:
             step = int(meta["step"])
             loader.load_state_dict(meta["loader"])
             rng.bit_generator.state = meta["rng"][rank]
+            restarts = os.environ.get("PARCL_RESTART_COUNT", "0")
             log(f"resumed from {path} at step {step} (epoch {loader.epoch + 1}, "
-                f"batch {loader.batch_index})")
+                f"batch {loader.batch_index})"
+                + (f" after restart {restarts}" if restarts != "0" else ""))
         if path and is_main:
             os.makedirs(args.checkpoint, exist_ok=True)
 
@@ -112,8 +124,9 @@ def main(argv=None) -> float:
             saved = step
             states = dist.gather(rng.bit_generator.state)    # collective: every rank calls it
             if is_main:
-                pc.save(path, group.model, opt, step=step, epoch=loader.state_dict()["epoch"],
-                        loader=loader.state_dict(), rng=states, world_size=world)
+                pc.save(path, group.model, opt, step=step, scheduler=scheduler,
+                        epoch=loader.state_dict()["epoch"], loader=loader.state_dict(),
+                        rng=states, world_size=world)
 
         total_steps = args.epochs * len(loader)
         if args.max_steps:
@@ -132,8 +145,8 @@ def main(argv=None) -> float:
                 if args.augment:
                     xb = shift_augment(xb, rng)
                 xb = ((xb - mean) / std).astype(np.float32)
-                opt.lr = cosine_lr(args.lr, step, args.epochs * len(loader))
                 losses.append(group.step(xb, yb, tp.cross_entropy, opt))
+                scheduler.step()
                 step += 1
                 bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
                 if path and args.save_every and step % args.save_every == 0:

@@ -7,7 +7,7 @@ channel) and a pointwise 1x1 convolution that mixes the channels, each followed 
 normalisation and a ReLU; the second block downsamples with a stride-2 depthwise convolution,
 and global average pooling feeds the classifier. The digits ship inside scikit-learn
 (``pc.data.load_digits(images=True)``), so nothing is downloaded. Adam with a cosine learning
-rate schedule; each step records the forward pass on a tape and runs backward.
+rate schedule (warm-up, then cosine); each step records the forward pass on a tape and runs backward.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import parcl.tape as tp
 from parcl import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_digits import accuracy, cosine_lr, standardize  # noqa: E402
+from train_digits import accuracy, standardize, warmup_cosine  # noqa: E402
 
 
 def separable(cin: int, cout: int, stride: int = 1, queue=None) -> list[nn.Module]:
@@ -66,7 +66,8 @@ def main(argv=None) -> float:
     print(f"mobilenet: {sum(p.value.size for p in model.parameters())} parameters on "
           f"{pc.describe(queue.device)}; {len(x_train)} train / {len(x_test)} test digits")
 
-    start, step, total_steps = time.perf_counter(), 0, args.epochs * len(loader)
+    scheduler = warmup_cosine(opt, args.epochs * len(loader))
+    start = time.perf_counter()
     acc = 0.0
     for epoch in range(args.epochs):
         model.train()
@@ -74,15 +75,14 @@ def main(argv=None) -> float:
         bar = tqdm(loader, desc=f"epoch {epoch + 1}/{args.epochs}", leave=False,
                    disable=args.no_progress)
         for xb, yb in bar:
-            opt.lr = cosine_lr(args.lr, step, total_steps)
-            step += 1
             with tp.Tape() as tape:
                 loss = tp.cross_entropy(model(pc.Tensor.from_host(queue, xb)),
                                         pc.Tensor.from_host(queue, yb))
             tape.backward(loss)
             opt.step()
+            scheduler.step()
             opt.zero_grad()
-            value = float(loss.value.to_host())
+            value = float(loss)
             total += value * len(xb)
             seen += len(xb)
             bar.set_postfix(loss=f"{value:.3f}", refresh=False)

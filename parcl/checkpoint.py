@@ -3,14 +3,15 @@ safetensors file.
 
 Tensors are stored under ``model.<name>`` (the model's ``state_dict()`` keys) and
 ``optim.state.<param>.<name>`` (the optimizer's per-parameter buffers). Everything else (step,
-user metadata, the optimizer's scalars and param_groups, the parcl and format versions) is one
-JSON document under the key ``"parcl"`` of the safetensors header's ``__metadata__``. Nothing is
-ever unpickled.
+user metadata, the optimizer's scalars and param_groups, a learning-rate scheduler's state, the
+CRC-32 of every tensor's bytes, the parcl and format versions) is one JSON document under the
+key ``"parcl"`` of the safetensors header's ``__metadata__``. Nothing is ever unpickled.
 
 A save is atomic: the file is written beside ``path`` under a temporary name, fsynced, renamed
 onto ``path`` and the directory fsynced, so a crash leaves the previous checkpoint intact (and
-perhaps a stray ``.<name>.*.tmp`` file). A load validates everything before it changes
-anything.
+perhaps a stray ``.<name>.*.tmp`` file). The file gets the mode any new file gets under the
+process's umask (0644 under the usual 022), so checkpoints can be shared on a cluster file
+system. A load validates everything, checksums included, before it changes anything.
 
 >>> import tempfile, os, numpy as np
 >>> class Net:
@@ -29,31 +30,34 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import zlib
 from typing import Any
 
 import numpy as np
 import safetensors.numpy
 
+from .atomicfile import atomic_write
 from .errors import CheckpointError, DTypeError
 
 __all__ = ["FORMAT_VERSION", "load", "save"]
 
-FORMAT_VERSION = 1
+# Format 2 added the per-tensor checksums (``"crc32"``) and the scheduler state. Format-1 files
+# (parcl before checksums) still load, without a checksum check: refusing them would strand
+# every existing run, and they keep every other check.
+FORMAT_VERSION = 2
 META_KEY = "parcl"
 MODEL_PREFIX = "model."
 OPTIM_PREFIX = "optim.state."
-_WRITE_CHUNK = 1 << 22   # os.write may write less than asked for large buffers; loop in chunks
 _DTYPES = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
            "float16", "float32", "float64"}
 
 
 # --- save ----------------------------------------------------------------------------------
 
-def save(path: str | os.PathLike, model: Any, optimizer: Any = None, step: int = 0,
-         **meta: Any) -> None:
-    """Write ``model`` (and ``optimizer``) with ``step`` and JSON-able ``meta`` to ``path``,
-    atomically.
+def save(path: str | os.PathLike, model: Any, optimizer: Any = None, step: int = 0, *,
+         scheduler: Any = None, **meta: Any) -> None:
+    """Write ``model`` (and ``optimizer``, and a learning-rate ``scheduler``) with ``step`` and
+    JSON-able ``meta`` to ``path``, atomically, with a CRC-32 of every tensor.
 
     ``meta`` may hold anything JSON can carry: epoch, ``loader.state_dict()``, an RNG's
     ``bit_generator.state``, ... (numpy scalars and arrays become numbers and lists; tuples
@@ -62,7 +66,7 @@ def save(path: str | os.PathLike, model: Any, optimizer: Any = None, step: int =
     Typical use, once per epoch or every N steps::
 
         pc.save("run/ckpt.safetensors", model, opt, step=step, epoch=epoch,
-                loader=loader.state_dict())
+                loader=loader.state_dict(), scheduler=sched)
     """
     from . import __version__
 
@@ -79,19 +83,24 @@ def save(path: str | os.PathLike, model: Any, optimizer: Any = None, step: int =
                            "optimizer": None}
     if optimizer is not None:
         doc["optimizer"] = _flatten_optimizer(optimizer, tensors)
+    if scheduler is not None:
+        doc["scheduler"] = {"class": type(scheduler).__name__, "state": scheduler.state_dict()}
+    doc["crc32"] = {key: _crc32(array) for key, array in tensors.items()}
     try:
         header = json.dumps(doc, default=_json_default)
     except (TypeError, ValueError) as e:
         raise TypeError(f"save({path!r}): the metadata is not JSON-serialisable ({e}); pass "
                         f"numbers, strings, lists and dicts") from e
     data = safetensors.numpy.save(tensors, metadata={META_KEY: header})
-    _atomic_write(path, data)
+    atomic_write(path, data, "checkpoint")
 
 
 def _host_array(value: Any, what: str) -> np.ndarray:
     if hasattr(value, "to_host"):          # a pc.Tensor slipped into a state dict
         value = value.to_host()
     array = np.asarray(value, order="C")   # safetensors reads raw memory: strides must go
+    if array.dtype.byteorder == ">":        # the file is little-endian, and so is its checksum
+        array = array.astype(array.dtype.newbyteorder("<"))
     if array.dtype.name not in _DTYPES:
         raise DTypeError(f"save: {what} has dtype {array.dtype}, which safetensors cannot "
                          f"store; use one of {sorted(_DTYPES)}")
@@ -118,6 +127,15 @@ def _flatten_optimizer(optimizer: Any, tensors: dict[str, np.ndarray]) -> dict[s
             "param_groups": sd.get("param_groups", []), "extra": rest}
 
 
+def _crc32(data) -> int:
+    """CRC-32 of a tensor's bytes as they lie in the file: ~8 GB/s here, where blake2b gives
+    1.5 GB/s; a check against damage (every 1-, 2- and 3-bit error and every burst up to 32
+    bits is caught), not against tampering."""
+    if isinstance(data, np.ndarray):
+        data = data.reshape(-1).view(np.uint8) if data.size else b""
+    return zlib.crc32(data)
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
@@ -126,79 +144,74 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} {value!r} is not JSON-serialisable")
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.",
-                                   suffix=".tmp")
-    except OSError as e:
-        raise CheckpointError(f"save({path!r}): cannot create a file in {directory!r}: "
-                              f"{e}") from e
-    try:
-        try:
-            view = memoryview(data)
-            offset = 0
-            while offset < len(view):
-                offset += os.write(fd, view[offset:offset + _WRITE_CHUNK])
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise CheckpointError(f"save({path!r}): writing failed: {e}; the previous "
-                                  f"checkpoint, if any, is intact") from e
-        raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory: str) -> None:
-    # Makes the rename itself durable. Not possible on every platform (Windows): best effort.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 # --- load ----------------------------------------------------------------------------------
 
-def load(path: str | os.PathLike, model: Any, optimizer: Any = None) -> dict[str, Any]:
-    """Restore ``model`` (and ``optimizer``) from ``path``; return ``{"step": ..., **meta}``.
+def load(path: str | os.PathLike, model: Any, optimizer: Any = None, *,
+         scheduler: Any = None) -> dict[str, Any]:
+    """Restore ``model`` (and ``optimizer``, and ``scheduler``) from ``path``; return
+    ``{"step": ..., **meta}``.
 
-    Everything is checked first: a missing or damaged file, missing or extra keys, wrong
-    shapes or dtypes raise ``CheckpointError`` naming the file and the keys, and leave model
-    and optimizer unchanged. A checkpoint's optimizer state is ignored when ``optimizer`` is
-    None (loading weights for evaluation).
+    Everything is checked first: a missing, truncated or damaged file (a tensor whose bytes
+    do not match the CRC-32 saved with it), missing or extra keys, wrong shapes or dtypes, a
+    scheduler of another class raise ``CheckpointError`` naming the file and the keys, and
+    leave model, optimizer and scheduler unchanged. A checkpoint's optimizer (scheduler) state
+    is ignored when ``optimizer`` (``scheduler``) is None, e.g. loading weights for
+    evaluation. Files written before checksums existed (format 1) load without the checksum
+    check.
+
+    >>> meta = pc.load("run/ckpt.safetensors", model, opt, scheduler=sched)   # doctest: +SKIP
+    >>> step = meta["step"]                                                   # doctest: +SKIP
     """
     path = os.fspath(path)
     doc, tensors = _read(path)
     model_state, current = _model_state(path, doc, tensors, model)
     optim_state = _optimizer_state(path, doc, tensors, optimizer)
+    sched_state = _scheduler_state(path, doc, scheduler)
 
+    # The scheduler first: its state is a few numbers, so it is the cheap one to put back
+    # should the model or the optimizer refuse theirs (all or nothing).
+    sched_backup = scheduler.state_dict() if scheduler is not None else None
+    if scheduler is not None:
+        try:
+            scheduler.load_state_dict(sched_state)
+        except Exception as e:
+            raise CheckpointError(f"load({path!r}): scheduler.load_state_dict refused the "
+                                  f"checkpoint: {e}; nothing was changed") from e
     backup = {k: np.array(v, copy=True) for k, v in current.items()}
     try:
-        model.load_state_dict(model_state)
-    except Exception as e:
-        raise CheckpointError(f"load({path!r}): model.load_state_dict refused the checkpoint: "
-                              f"{e}") from e
-    if optimizer is not None:
         try:
-            optimizer.load_state_dict(optim_state)
+            model.load_state_dict(model_state)
         except Exception as e:
-            model.load_state_dict(backup)   # all or nothing
-            raise CheckpointError(f"load({path!r}): optimizer.load_state_dict refused the "
-                                  f"checkpoint: {e}; the model was left unchanged") from e
+            raise CheckpointError(f"load({path!r}): model.load_state_dict refused the "
+                                  f"checkpoint: {e}") from e
+        if optimizer is not None:
+            try:
+                optimizer.load_state_dict(optim_state)
+            except Exception as e:
+                model.load_state_dict(backup)
+                raise CheckpointError(f"load({path!r}): optimizer.load_state_dict refused the "
+                                      f"checkpoint: {e}; the model was left unchanged") from e
+    except CheckpointError:
+        if scheduler is not None:
+            scheduler.load_state_dict(sched_backup)
+        raise
     return {"step": doc.get("step", 0), **doc.get("meta", {})}
+
+
+def _scheduler_state(path: str, doc: dict[str, Any], scheduler: Any) -> dict[str, Any] | None:
+    if scheduler is None:
+        return None
+    saved = doc.get("scheduler")
+    if not saved:
+        raise CheckpointError(f"load({path!r}): the checkpoint holds no scheduler state; load "
+                              f"it with scheduler=None, or save one with pc.save(..., "
+                              f"scheduler=s)")
+    if not (isinstance(saved, dict) and isinstance(saved.get("state"), dict)):
+        raise CheckpointError(f"load({path!r}): the scheduler metadata is malformed")
+    if saved.get("class") != type(scheduler).__name__:
+        raise CheckpointError(f"load({path!r}): the checkpoint holds a {saved.get('class')} "
+                              f"scheduler's state, got a {type(scheduler).__name__}")
+    return saved["state"]
 
 
 def _read(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -216,6 +229,7 @@ def _read(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         header_len = int.from_bytes(data[:8], "little")
         header = json.loads(data[8:8 + header_len])
         doc = json.loads(header["__metadata__"][META_KEY])
+        spans = {k: v["data_offsets"] for k, v in header.items() if k != "__metadata__"}
     except Exception as e:
         raise CheckpointError(f"load({path!r}): the file is damaged or not a parcl checkpoint "
                               f"({type(e).__name__}: {e})") from e
@@ -234,7 +248,25 @@ def _read(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         raise CheckpointError(f"load({path!r}): the file's tensors do not match its own "
                               f"metadata: unlisted {sorted(set(tensors) - expected)}, "
                               f"absent {sorted(expected - set(tensors))}; the file is damaged")
+    if doc["format"] >= 2:
+        _verify_checksums(path, doc, memoryview(data)[8 + header_len:], spans)
     return doc, tensors
+
+
+def _verify_checksums(path: str, doc: dict[str, Any], body: memoryview,
+                      spans: dict[str, list[int]]) -> None:
+    """Every tensor's bytes in the file against the CRC-32 saved with it (no copies: the
+    checksums run over slices of the file's bytes)."""
+    saved = doc.get("crc32")
+    if not isinstance(saved, dict) or set(saved) != set(spans):
+        raise CheckpointError(f"load({path!r}): the checksums in the metadata do not list the "
+                              f"file's tensors; the file is damaged")
+    bad = [key for key, (start, end) in spans.items()
+           if zlib.crc32(body[start:end]) != saved[key]]
+    if bad:
+        raise CheckpointError(f"load({path!r}): the checksum of {sorted(bad)} does not match "
+                              f"the bytes in the file; the file is damaged (nothing was "
+                              f"loaded)")
 
 
 def _optim_doc(path: str, doc: dict[str, Any]) -> dict[str, Any]:

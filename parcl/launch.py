@@ -1,7 +1,7 @@
 """``parcl-launch``: run a training script on several devices (and processes).
 
     parcl-launch [--replicas N] [--devices SPEC] [--allreduce ALGO] [--allow-repeat]
-                 [--list-devices] script.py [args...]
+                 [--max-restarts N] [--list-devices] script.py [args...]
     python -m parcl.launch ...                     # the same
     mpiexec -n K parcl-launch --replicas N script.py ...
 
@@ -16,6 +16,12 @@ N (rank r on its node gets sub-devices r*N .. r*N+N-1). With ``--devices`` (``gp
 ``cpu:4``, ``all``) the first N listed devices are used (under MPI each rank on a node takes its
 own consecutive N). Asking for more replicas than the devices can give is an error unless
 ``--allow-repeat`` lets several replicas share a device (one queue each).
+
+Restarts. With ``--max-restarts N`` the launcher supervises: it runs the script in a child
+launcher process with ``PARCL_RESTART_COUNT`` set (0, 1, ...) and, when that exits non-zero
+(an exception, ``os._exit``, a signal), runs it again, up to N times, announcing each restart in
+one line; it exits with the last run's status. The script resumes from its own checkpoint (see
+``parcl.restarts``). Under ``mpiexec`` restart the whole job from outside (docs/launch.md).
 
 Errors. Bad arguments exit with status 2 and one line on stderr. An exception in the script
 prints its traceback and exits 1; under MPI the traceback is prefixed with the rank and the whole
@@ -34,6 +40,7 @@ import time
 import traceback
 
 USAGE_ERROR = 2
+RESTART_COUNT_ENV = "PARCL_RESTART_COUNT"
 SCRIPT_ERROR = 1
 INTERRUPTED = 130
 _EXIT_GRACE_S = 15.0   # after Ctrl-C, the longest cleanup may take before the process is ended
@@ -61,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-repeat", action="store_true",
                    help="let several replicas share a device when there are fewer devices "
                         "than replicas")
+    p.add_argument("--max-restarts", type=int, default=None, metavar="N",
+                   help="run the script again, up to N times, when it exits non-zero; it sees "
+                        "$PARCL_RESTART_COUNT and should resume from its checkpoint")
     p.add_argument("--list-devices", action="store_true",
                    help="print the OpenCL platforms and devices and exit")
     p.add_argument("script", nargs="?", help="the training script")
@@ -259,13 +269,21 @@ def _prepare(argv: list[str]):
     """Parse and check the command line; ``(options, None)`` or ``(options, error)``."""
     opts = None
     try:
-        opts = build_parser().parse_args(argv)
-        if opts.list_devices:
+        opts, unknown = build_parser().parse_known_args(argv)
+        if opts.list_devices and not unknown:
             return opts, None
+        if unknown:
+            _refuse_unknown(argv, opts, unknown)
         if not opts.script:
             raise LaunchError("no script given: parcl-launch [--replicas N] script.py [args...]")
-        if not os.path.isfile(opts.script):
+        if os.path.isdir(opts.script) and not os.path.isfile(
+                os.path.join(opts.script, "__main__.py")):
+            raise LaunchError(f"{opts.script!r} is a directory, not a script"
+                              f"{_scripts_in(opts.script)}")
+        if not os.path.isfile(opts.script) and not os.path.isdir(opts.script):
             raise LaunchError(f"script {opts.script!r} not found")
+        if opts.max_restarts is not None and opts.max_restarts < 0:
+            raise LaunchError(f"--max-restarts must be >= 0, got {opts.max_restarts}")
         if opts.replicas is not None and opts.replicas < 1:
             raise LaunchError(f"--replicas must be >= 1, got {opts.replicas}")
         from .allreduce import ALGORITHMS
@@ -275,6 +293,27 @@ def _prepare(argv: list[str]):
     except Exception as exc:   # noqa: BLE001 - reported as one line
         return opts, exc
     return opts, None
+
+
+def _refuse_unknown(argv: list[str], opts, unknown: list[str]) -> None:
+    """Options the launcher does not know. Usually the script's own, given before the script
+    (``parcl-launch --epochs 1``): then argparse took the option's value for the script."""
+    first = argv.index(unknown[0])
+    took_value = (opts.script is not None and first + 1 < len(argv)
+                  and argv[first + 1] == opts.script and not os.path.exists(opts.script))
+    if opts.script is None or took_value:
+        rest = " ".join(argv[first:])
+        raise LaunchError(f"no script given ({rest!r} is not a parcl-launch option; the script's "
+                          f"own options go after it: parcl-launch [--replicas N] script.py "
+                          f"{rest})")
+    raise LaunchError(f"unrecognized arguments: {' '.join(unknown)} (parcl-launch's options "
+                      f"go before the script, the script's own after it)")
+
+
+def _scripts_in(directory: str) -> str:
+    found = sorted(f for f in os.listdir(directory) if f.endswith(".py"))[:6]
+    return f"; give one of its scripts: {', '.join(found)}" if found else \
+        " (and has no __main__.py); give the script's path"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,9 +328,18 @@ def main(argv: list[str] | None = None) -> int:
             list_devices()
             return 0
         under_mpi = distributed.env_world()[1] > 1
+        if error is None and under_mpi and opts.max_restarts:
+            error = LaunchError("--max-restarts restarts one process and cannot restart an MPI "
+                                "job from inside one of its ranks; restart the whole job from "
+                                "outside mpiexec (a loop around it: see docs/launch.md)")
         if error is not None and not under_mpi:
             print(_one_line(error), file=sys.stderr, flush=True)
             return USAGE_ERROR
+        if error is None and opts.max_restarts:
+            from .restarts import supervise
+            return supervise(opts)
+        if opts is not None and opts.max_restarts is not None:
+            os.environ.setdefault(RESTART_COUNT_ENV, "0")   # --max-restarts 0: the first run
         # Under MPI every rank takes part in the set-up even when its own arguments failed, and
         # the ranks agree on the outcome: a rank that left alone would leave the others waiting
         # in their first collective forever.

@@ -22,6 +22,7 @@ through ``launch``'s ``targets``; the optimizer itself knows nothing of replicas
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,8 @@ from .kernels import optim as K
 from .tape.node import Node, host_copy
 from .tensor import FLOAT, Tensor
 
-__all__ = ["SGD", "Adam", "AdamW", "FlatBucket", "Optimizer", "OptimizerError", "StepPlan"]
+__all__ = ["SGD", "Adam", "AdamW", "FlatBucket", "Optimizer", "OptimizerError", "StepPlan",
+           "lr_scheduler"]
 
 
 class OptimizerError(ParclError, ValueError):
@@ -90,6 +92,9 @@ class Optimizer:
             raise OptimizerError(f"{type(self).__name__} got an empty parameter list")
         groups = params if isinstance(params[0], dict) else [{"params": params}]
         self.param_groups: list[dict[str, Any]] = []
+        #: the groups' learning rates when the first scheduler was attached (PyTorch keeps
+        #: them as ``param_group["initial_lr"]``; see ``parcl.lr_scheduler``)
+        self.initial_lrs: list[float] | None = None
         self.state: dict[Node, dict[str, Any]] = {}
         self._flat: dict[int, tuple] = {}        # id(bucket) -> (flat state, per-param views)
         self._buckets: dict[int, FlatBucket] = {}   # keeps each id above meaning its bucket
@@ -544,3 +549,10 @@ class _FlatParam:
 
 def _target(p):
     return p.target if isinstance(p, _FlatParam) else None
+
+
+# ``pc.optim.lr_scheduler`` as in PyTorch; also importable as ``parcl.optim.lr_scheduler``
+# (registered like ``os.path``), though it lives in its own module.
+from . import lr_scheduler  # noqa: E402
+
+sys.modules[__name__ + ".lr_scheduler"] = lr_scheduler

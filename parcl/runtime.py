@@ -177,11 +177,31 @@ def devices(split: int | None = None) -> list[cl.Device]:
         return list(_launch_devices)
     env = os.environ.get(DEVICES_ENV)
     if env:
-        return _register(parse_spec(env))
+        try:
+            return _register(parse_spec(env))
+        except DeviceError as exc:
+            # The spec came from the environment, far from where the error shows: say so, and
+            # what this machine does have, so the user knows what to set instead.
+            raise DeviceError(f"{DEVICES_ENV}={env!r} (from the environment) cannot be "
+                              f"satisfied: {exc}. This machine has: {_inventory()}. Set "
+                              f"{DEVICES_ENV} to one of those (e.g. {DEVICES_ENV}=cpu) or "
+                              f"unset it") from None
     ctx_env = os.environ.get("PYOPENCL_CTX")
     if ctx_env:
         return _register(_from_pyopencl_ctx(ctx_env))
     return _register(parse_spec("all"))
+
+
+def _inventory() -> str:
+    """The OpenCL devices present, for error messages: 'cpu: pthread-Intel Xeon (2 CU)'."""
+    try:
+        found = [dev for platform in cl.get_platforms() for dev in platform.get_devices()]
+    except cl.Error:
+        found = []
+    if not found:
+        return "no OpenCL device at all"
+    return "; ".join(f"{'gpu' if is_gpu(d) else 'cpu'}: {d.name.strip()} "
+                     f"({d.max_compute_units} CU)" for d in found)
 
 
 def set_launch_devices(devs: list[cl.Device] | None) -> None:

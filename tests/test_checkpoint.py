@@ -144,7 +144,7 @@ def test_file_layout_is_plain_safetensors_with_json_metadata(ckpt):
     assert {"optim.state.0.exp_avg", "optim.state.1.exp_avg_sq"} <= keys
     assert len(keys) == 4 + 2 * 2
     assert doc["step"] == 7 and doc["meta"] == {"epoch": 1}
-    assert doc["parcl_version"] == pc.__version__ and doc["format"] == 1
+    assert doc["parcl_version"] == pc.__version__ and doc["format"] == 2
     assert doc["optimizer"]["param_groups"][0]["betas"] == [0.9, 0.999]
 
 
@@ -383,3 +383,97 @@ def test_sigkill_mid_save_keeps_the_previous_checkpoint(tmp_path, stage):
     # The next save simply replaces the checkpoint; a stray temporary file is harmless.
     pc.save(path, Big(3.0), step=3)
     assert pc.load(path, model)["step"] == 3 and np.all(model.w == 3.0)
+
+
+# --- checksums: damaged tensor bytes under an intact header --------------------------------
+
+def tensor_span(path, key):
+    """Absolute byte range of tensor ``key`` in a safetensors file."""
+    data = path.read_bytes()
+    header_len = int.from_bytes(data[:8], "little")
+    start, end = json.loads(data[8:8 + header_len])[key]["data_offsets"]
+    return 8 + header_len + start, 8 + header_len + end
+
+
+def test_every_tensor_has_a_checksum_in_the_metadata(ckpt):
+    import zlib
+    pc.save(ckpt, FakeModel(), FakeAdam(FakeModel()))
+    with safe_open(str(ckpt), framework="numpy") as f:
+        doc = json.loads(f.metadata()["parcl"])
+        keys = set(f.keys())
+    assert set(doc["crc32"]) == keys
+    data = ckpt.read_bytes()
+    for key in keys:
+        start, end = tensor_span(ckpt, key)
+        assert doc["crc32"][key] == zlib.crc32(data[start:end]), key
+
+
+@pytest.mark.parametrize("key, bit", [("model.0.weight", 0), ("model.0.weight", 31),
+                                      ("model.1.num_batches_tracked", 7),
+                                      ("optim.state.1.exp_avg_sq", 5)])
+def test_a_flipped_bit_in_tensor_bytes_is_refused(ckpt, key, bit):
+    pc.save(ckpt, FakeModel(), FakeAdam(FakeModel()))
+    start, end = tensor_span(ckpt, key)
+    data = bytearray(ckpt.read_bytes())
+    data[start + (end - start) // 2 + bit // 8] ^= 1 << (bit % 8)
+    ckpt.write_bytes(bytes(data))
+    load_file(str(ckpt))        # still a well-formed safetensors file: only the bytes changed
+    refuse_load(ckpt, FakeModel(seed=5), FakeAdam(FakeModel(), seed=5),
+                match=["checksum", key, "damaged"])
+
+
+def test_a_tensor_swapped_for_another_of_its_shape_is_refused(ckpt):
+    pc.save(ckpt, FakeModel(seed=1))
+    tensors = load_file(str(ckpt))
+    with safe_open(str(ckpt), framework="numpy") as f:
+        metadata = f.metadata()
+    tensors["model.0.bias"] = tensors["model.0.bias"] + 1     # header keeps the old checksum
+    save_file(tensors, str(ckpt), metadata=metadata)
+    refuse_load(ckpt, FakeModel(seed=3), match=["checksum", "model.0.bias"])
+
+
+def test_checksums_that_do_not_list_the_tensors_are_refused(ckpt):
+    pc.save(ckpt, FakeModel())
+    tensors = load_file(str(ckpt))
+    with safe_open(str(ckpt), framework="numpy") as f:
+        doc = json.loads(f.metadata()["parcl"])
+    del doc["crc32"]["model.0.bias"]
+    save_file(tensors, str(ckpt), metadata={"parcl": json.dumps(doc)})
+    refuse_load(ckpt, FakeModel(seed=3), match=["checksums", "damaged"])
+
+
+def test_a_format_1_checkpoint_without_checksums_still_loads(ckpt):
+    pc.save(ckpt, FakeModel(seed=1), step=5)
+    tensors = load_file(str(ckpt))
+    with safe_open(str(ckpt), framework="numpy") as f:
+        doc = json.loads(f.metadata()["parcl"])
+    doc["format"] = 1
+    del doc["crc32"]
+    save_file(tensors, str(ckpt), metadata={"parcl": json.dumps(doc)})
+    model = FakeModel(seed=3)
+    assert pc.load(ckpt, model) == {"step": 5}
+    assert_state_equal(model.state_dict(), FakeModel(seed=1).state_dict())
+
+
+# --- the file's mode follows the umask, like any other new file ----------------------------
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o002, 0o664)])
+def test_checkpoint_mode_follows_the_umask(tmp_path, umask, mode):
+    # In a child process: the umask is process-wide, and other tests' threads may create files.
+    code = textwrap.dedent(f"""
+        import os, sys, numpy as np, parcl as pc
+        class M:
+            def state_dict(self): return {{"w": np.ones(3, np.float32)}}
+        os.umask({umask:#o})
+        pc.save(sys.argv[1], M())
+        pc.save(sys.argv[1], M())                 # overwriting keeps it too
+        with open(sys.argv[2], "w"):
+            pass
+    """)
+    ckpt, plain = tmp_path / "c.safetensors", tmp_path / "plain.txt"
+    r = subprocess.run([sys.executable, "-c", code, str(ckpt), str(plain)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert ckpt.stat().st_mode & 0o777 == mode
+    assert ckpt.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777

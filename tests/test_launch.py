@@ -110,6 +110,11 @@ def test_console_script_lists_the_pocl_device():
 
 @pytest.mark.parametrize("args, fragment", [
     ([], "no script given"),
+    (["--epochs", 1], "no script given"),
+    (["--replicas", 2, "--epochs", 1], "no script given"),
+    (["--epochs=1"], "no script given"),
+    (["examples"], "is a directory"),
+    (["--max-restarts", "-1", DP_EXAMPLE], "--max-restarts must be >= 0"),
     (["--replicas", "0", DP_EXAMPLE], "--replicas must be >= 1"),
     (["--replicas", "two", DP_EXAMPLE], "invalid int value"),
     (["--replicas", "1000", DP_EXAMPLE], "compute units"),
@@ -163,3 +168,88 @@ def test_ctrl_c_stops_every_replica_and_exits_130():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_directory_as_the_script_names_its_scripts():
+    r = launch("examples", timeout=60)
+    assert r.returncode == 2
+    assert "'examples' is a directory" in r.stderr and "train_digits_dp.py" in r.stderr
+    assert "not found" not in r.stderr
+
+
+def test_unknown_option_before_an_existing_script_is_named(tmp_path):
+    script = tmp_path / "ok.py"
+    script.write_text("print('ran')\n")
+    r = launch("--bogus", script, timeout=60)
+    assert r.returncode == 2 and "ran" not in r.stdout
+    assert "unrecognized arguments: --bogus" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+# -- --max-restarts (tiny scripts; the examples' resume is in tests/test_restarts.py) --------
+
+FLAKY = """
+import os, signal, sys
+count = int(os.environ.get("PARCL_RESTART_COUNT", "0"))
+with open(sys.argv[1], "a") as f:
+    f.write(f"{count} {sys.argv[2:]}\\n")
+fail = sys.argv[2].split(",")[count] if count < len(sys.argv[2].split(",")) else "ok"
+if fail == "raise":
+    raise RuntimeError(f"crash in run {count}")
+if fail == "exit":
+    os._exit(7)
+if fail == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def flaky(tmp_path, plan: str, *launcher_args):
+    script, log = tmp_path / "flaky.py", tmp_path / "runs.txt"
+    script.write_text(FLAKY)
+    r = launch(*launcher_args, script, log, plan, timeout=120)
+    runs = log.read_text().splitlines() if log.exists() else []
+    return r, runs
+
+
+def test_max_restarts_runs_a_failing_script_again_with_the_restart_count(tmp_path):
+    r, runs = flaky(tmp_path, "raise,exit,kill", "--max-restarts", 3)
+    assert r.returncode == 0, r.stderr
+    assert runs == [f"{i} ['raise,exit,kill']" for i in range(4)]       # counts 0, 1, 2, 3
+    notes = [line for line in r.stderr.splitlines() if line.startswith("parcl-launch:")]
+    assert notes == [
+        f"parcl-launch: {tmp_path / 'flaky.py'} exited with status 1; restart 1 of 3 "
+        f"(PARCL_RESTART_COUNT=1)",
+        f"parcl-launch: {tmp_path / 'flaky.py'} exited with status 7; restart 2 of 3 "
+        f"(PARCL_RESTART_COUNT=2)",
+        f"parcl-launch: {tmp_path / 'flaky.py'} was killed by SIGKILL (exit status 137); "
+        f"restart 3 of 3 (PARCL_RESTART_COUNT=3)"]
+    assert "RuntimeError: crash in run 0" in r.stderr      # the failed run's own traceback
+
+
+def test_max_restarts_exhausted_exits_with_the_last_status(tmp_path):
+    r, runs = flaky(tmp_path, "raise,exit", "--max-restarts", 1)
+    assert r.returncode == 7
+    assert [line.split()[0] for line in runs] == ["0", "1"]
+    assert "no restarts left (--max-restarts 1)" in r.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("plan, status", [("raise", 1), ("exit", 7), ("kill", -9)])
+def test_without_max_restarts_a_failing_script_fails_the_launcher(tmp_path, plan, status):
+    r, runs = flaky(tmp_path, plan)
+    assert r.returncode == status and len(runs) == 1
+
+
+def test_max_restarts_zero_runs_once_with_count_zero(tmp_path):
+    r, runs = flaky(tmp_path, "exit", "--max-restarts", 0)
+    assert r.returncode == 7 and runs == ["0 ['exit']"]
+
+
+def test_max_restarts_is_refused_inside_an_mpi_rank(tmp_path, monkeypatch, capsys):
+    """Under mpiexec a failed rank aborts the job: restarts belong outside mpiexec."""
+    import parcl.launch as launch_module
+    script = tmp_path / "ok.py"
+    script.write_text("print('ran')\n")
+    monkeypatch.setattr(distributed, "env_world", lambda: (0, 2))
+    monkeypatch.setattr(launch_module, "_setup_mpi", lambda: (None, 0, 1, 0, 1))
+    assert main(["--max-restarts", "2", str(script)]) == 2
+    captured = capsys.readouterr()
+    assert "ran" not in captured.out and "outside mpiexec" in captured.err

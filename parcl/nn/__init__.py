@@ -24,6 +24,8 @@ from .norm import BatchNorm1d, GroupNorm, LayerNorm, RMSNorm
 from .resnet import BasicBlock, ResNet, resnet18
 from .sparse import Embedding
 
+from . import utils  # noqa: E402  (pc.nn.utils.clip_grad_norm_: after the layers it uses)
+
 __all__ = [
     # containers and the base class
     "Identity", "Module", "ModuleList", "Parameter", "Sequential", "StateDictError",
@@ -38,5 +40,5 @@ __all__ = [
     # models
     "BasicBlock", "ResNet", "resnet18",
     # helpers
-    "capture_key", "default_generator", "flatten", "manual_seed",
+    "capture_key", "default_generator", "flatten", "manual_seed", "utils",
 ]

@@ -39,6 +39,20 @@ def _pair(name: str, value) -> tuple[int, int]:
     return value
 
 
+def _check_sizes(layer: str, positive: dict, nonnegative: dict | None = None) -> None:
+    """Refuse zero, negative or non-integer sizes at construction, naming the argument: else
+    they surface later as an unrelated error (an empty weight's upload, a kernel's range)."""
+    for name, value in {**positive, **(nonnegative or {})}.items():
+        least = 1 if name in positive else 0
+        entries = value if isinstance(value, (tuple, list)) else (value,)
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= least
+                   for v in entries):
+            want = "a positive integer" if least else "a non-negative integer"
+            raise ShapeError(f"{layer}: {name} must be {want}"
+                             f"{' (or a pair of them)' if isinstance(value, tuple) else ''}, "
+                             f"got {value!r}")
+
+
 def _arg(pair: tuple[int, int]):
     """An int when both entries agree (the form every op accepts), else the pair."""
     return pair[0] if pair[0] == pair[1] else pair
@@ -66,6 +80,7 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  queue=None):
         super().__init__()
+        _check_sizes("Linear", {"in_features": in_features, "out_features": out_features})
         queue = queue if queue is not None else default_queue()
         self.in_features, self.out_features = int(in_features), int(out_features)
         bound = 1.0 / math.sqrt(self.in_features) if self.in_features > 0 else 0.0
@@ -103,6 +118,9 @@ class Conv2d(Module):
         self.padding = _pair("Conv2d padding", padding)
         self.dilation = _pair("Conv2d dilation", dilation)
         self.groups = int(groups)
+        _check_sizes("Conv2d", {"in_channels": in_channels, "out_channels": out_channels,
+                                "kernel_size": self.kernel_size, "stride": self.stride,
+                                "dilation": self.dilation}, {"padding": self.padding})
         if self.groups < 1 or self.in_channels % self.groups or self.out_channels % self.groups:
             raise ShapeError(f"Conv2d: groups={groups} must be >= 1 and divide in_channels="
                              f"{self.in_channels} and out_channels={self.out_channels}")
@@ -148,6 +166,7 @@ class BatchNorm2d(Module):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, *,
                  queue=None):
         super().__init__()
+        _check_sizes("BatchNorm2d", {"num_features": num_features})
         queue = queue if queue is not None else default_queue()
         if momentum is None or not 0.0 <= float(momentum) <= 1.0:
             raise ValueError(f"BatchNorm2d: momentum must be a number in [0, 1], got "

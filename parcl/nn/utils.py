@@ -1,0 +1,149 @@
+"""Gradient clipping (``pc.nn.utils``): PyTorch's ``clip_grad_norm_``, with the norm computed
+on the device.
+
+The global norm is formed in a fixed order, so it is the same bit for bit on every run: each
+tensor's partial (sum of squares, sum of ``|g|**p``, or max of ``|g|``) by the reduction
+kernels, then the partials folded left to right, then the root. ``clip_grad_norm_`` reads the
+norm back once (its return value); the two halves it is made of, ``get_total_norm`` (a 0-d
+device tensor) and ``clip_grads_with_norm_`` (scales by a device scalar), never read anything,
+so a training step can clip without waiting for the device (as PyTorch's functions of the same
+names do).
+
+>>> import numpy as np, parcl as pc
+>>> q = pc.default_queue()
+>>> p = pc.nn.Parameter(pc.Tensor.from_host(q, np.zeros(2, np.float32)))
+>>> p.grad = pc.Tensor.from_host(q, np.array([3.0, 4.0], np.float32))
+>>> round(pc.nn.utils.clip_grad_norm_([p], max_norm=1.0), 4)
+5.0
+>>> np.round(p.grad.to_host(), 4)
+array([0.6, 0.8], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from ..errors import ParclError
+from ..kernels import elementwise as ew
+from ..kernels import reduction
+from ..tape.node import Node
+from ..tensor import Tensor, check_same_queue
+
+__all__ = ["ClipError", "clip_grad_norm_", "clip_grads_with_norm_", "get_total_norm"]
+
+EPS = 1e-6      # PyTorch's: clip_coef = max_norm / (total_norm + 1e-6)
+
+
+class ClipError(ParclError, ValueError):
+    """A norm type that is not a positive number, or a non-finite norm when it is refused."""
+
+
+def _norm_type(norm_type) -> float:
+    try:
+        p = float(norm_type)
+    except (TypeError, ValueError):
+        raise ClipError(f"clip_grad_norm_: norm_type must be a number or inf, got "
+                        f"{norm_type!r}") from None
+    if not p > 0:
+        raise ClipError(f"clip_grad_norm_: norm_type must be > 0 (2.0, 1.0, inf, ...), got {p}")
+    return p
+
+
+def _partial(g: Tensor, p: float) -> Tensor:
+    """This tensor's share of the norm, a 0-d tensor: max |g| (inf), sum g^2 (2), sum |g|^p."""
+    if math.isinf(p):
+        return reduction.max(ew.unary("abs", g))
+    if p == 2.0:
+        return reduction.sum(ew.unary("square", g))
+    a = ew.unary("abs", g)
+    return reduction.sum(a if p == 1.0 else ew.scalar("pow", a, p))
+
+
+def get_total_norm(tensors: Iterable[Tensor], norm_type: float = 2.0) -> Tensor:
+    """The ``norm_type``-norm of all ``tensors`` together (as if concatenated), as a 0-d
+    tensor on their queue; enqueued, nothing is read back. All tensors must share one queue.
+
+    >>> total = pc.nn.utils.get_total_norm([p.grad for p in model.parameters()])  # doctest: +SKIP
+    >>> float(total.item())                                                        # doctest: +SKIP
+    """
+    p = _norm_type(norm_type)
+    tensors = list(tensors)
+    if not tensors:
+        raise ClipError("get_total_norm: no tensors given")
+    bad = [type(t).__name__ for t in tensors if not isinstance(t, Tensor)]
+    if bad:
+        raise TypeError(f"get_total_norm: expected pc.Tensors, got {bad[0]}")
+    check_same_queue("get_total_norm", *tensors)
+    combine = "maximum" if math.isinf(p) else "add"
+    acc = _partial(tensors[0], p)
+    for t in tensors[1:]:                  # left to right: a fixed order of summation
+        acc = ew.binary(combine, acc, _partial(t, p), out=acc)
+    if math.isinf(p) or p == 1.0:
+        return acc
+    return ew.unary("sqrt", acc, out=acc) if p == 2.0 else ew.scalar("pow", acc, 1.0 / p,
+                                                                       out=acc)
+
+
+def clip_coefficient(total_norm: Tensor, max_norm: float) -> Tensor:
+    """``min(max_norm / (total_norm + 1e-6), 1)`` as a 0-d tensor, computed on the device."""
+    coef = ew.scalar("add", total_norm, EPS)
+    ew.scalar("rdiv", coef, float(max_norm), out=coef)
+    return ew.scalar("minimum", coef, 1.0, out=coef)
+
+
+def scale_by_(tensors: Iterable[Tensor], factor: Tensor) -> None:
+    """Multiply every tensor in place by the 0-d device tensor ``factor`` (same queue)."""
+    for t in tensors:
+        check_same_queue("scale_by_", t, factor)
+        ew.binary("mul", t, factor, out=t)
+
+
+def _grads(parameters) -> list[Tensor]:
+    if isinstance(parameters, (Node, Tensor)):
+        parameters = [parameters]
+    grads = []
+    for p in parameters:
+        g = p if isinstance(p, Tensor) else p.grad
+        if g is not None:
+            grads.append(g)
+    return grads
+
+
+def clip_grads_with_norm_(parameters, max_norm: float, total_norm: Tensor) -> None:
+    """Scale the gradients of ``parameters`` in place by ``min(max_norm / (total_norm +
+    1e-6), 1)``, ``total_norm`` a 0-d device tensor (from ``get_total_norm``): nothing is read
+    back. Parameters without a gradient are skipped."""
+    grads = _grads(parameters)
+    if grads:
+        scale_by_(grads, clip_coefficient(total_norm, max_norm))
+
+
+def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
+                    error_if_nonfinite: bool = False) -> float:
+    """Clip the global norm of the gradients of ``parameters`` (an iterable of Parameters,
+    or one) to ``max_norm``, in place, as ``torch.nn.utils.clip_grad_norm_``; returns the norm
+    before clipping, over every gradient together (parameters without one are skipped; with
+    none the result is 0.0). ``norm_type`` 2.0, inf, 1.0 or any p > 0. The gradients are
+    multiplied by ``min(max_norm / (norm + 1e-6), 1)`` on the device; the one host read is
+    the returned norm. ``error_if_nonfinite=True`` raises ``ClipError`` for a NaN or infinite
+    norm, before any gradient is changed.
+
+    >>> opt.zero_grad(); tape.backward(loss)                                  # doctest: +SKIP
+    >>> norm = pc.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)  # doctest: +SKIP
+    >>> opt.step()                                                            # doctest: +SKIP
+    """
+    grads = _grads(parameters)
+    if not grads:
+        return 0.0
+    total = get_total_norm(grads, norm_type)
+    if error_if_nonfinite:
+        value = float(total.item())
+        if not math.isfinite(value):
+            raise ClipError(f"clip_grad_norm_: the total norm of order {norm_type} of "
+                            f"{len(grads)} gradients is non-finite ({value}); nothing was "
+                            f"clipped (error_if_nonfinite=False scales them anyway)")
+        scale_by_(grads, clip_coefficient(total, max_norm))
+        return value
+    scale_by_(grads, clip_coefficient(total, max_norm))
+    return float(total.item())   # in queue order: after the scaling was enqueued, not before

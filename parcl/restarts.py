@@ -1,0 +1,91 @@
+"""``parcl-launch --max-restarts N``: run a training script again when it fails.
+
+The launcher normally runs the script in its own process (``runpy``), which cannot survive the
+failures a restart is for: ``os._exit``, a device watchdog's exit, SIGKILL. So with
+``--max-restarts N`` (N >= 1) the launcher becomes a supervisor: it starts a child
+``python -m parcl.launch`` with the same options and script (less ``--max-restarts``), and
+``PARCL_RESTART_COUNT`` set in its environment (0 on the first run, as torchrun's restart
+count), waits for it, and when it exits non-zero starts it again with the count incremented,
+up to N times. Each restart is announced on stderr in one line naming the exit status. The
+supervisor exits with the last run's status (128 + the signal for a child ended by a signal, as
+a shell reports it). A child interrupted by Ctrl-C (status 130) is not restarted.
+
+The script is expected to resume from its own checkpoint when it finds one (the examples
+do: ``--checkpoint DIR``), so a restarted run continues where the last checkpoint left it.
+
+    parcl-launch --max-restarts 3 --replicas 2 examples/train_digits_dp.py --checkpoint run/
+
+Under ``mpiexec`` each rank is one launcher and a failed rank aborts the whole job, so restarts
+belong outside ``mpiexec``: see docs/launch.md.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from .launch import INTERRUPTED, RESTART_COUNT_ENV
+
+__all__ = ["child_command", "exit_status", "supervise"]
+
+_STOP_GRACE_S = 15.0     # after Ctrl-C, how long the child may take to stop before it is killed
+
+
+def child_command(opts) -> list[str]:
+    """The launcher command line of one run: ``opts`` without ``--max-restarts``."""
+    cmd = [sys.executable, "-m", "parcl.launch"]
+    if opts.replicas is not None:
+        cmd += ["--replicas", str(opts.replicas)]
+    if opts.devices is not None:
+        cmd += ["--devices", opts.devices]
+    if opts.allreduce != "auto":
+        cmd += ["--allreduce", opts.allreduce]
+    if opts.allow_repeat:
+        cmd.append("--allow-repeat")
+    return [*cmd, opts.script, *opts.args]
+
+
+def exit_status(returncode: int) -> int:
+    """A child's status as a shell reports it: 128 + N for one ended by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _describe(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name} (exit status {exit_status(returncode)})"
+    return f"exited with status {returncode}"
+
+
+def supervise(opts) -> int:
+    """Run ``opts.script`` until it succeeds or ``opts.max_restarts`` restarts are spent;
+    returns the last run's exit status."""
+    cmd = child_command(opts)
+    for count in range(opts.max_restarts + 1):
+        env = {**os.environ, RESTART_COUNT_ENV: str(count)}
+        child = subprocess.Popen(cmd, env=env)
+        try:
+            returncode = child.wait()
+        except KeyboardInterrupt:      # the child got the same SIGINT: let it stop itself
+            try:
+                child.wait(timeout=_STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            return INTERRUPTED
+        status = exit_status(returncode)
+        if status == 0 or status == INTERRUPTED:
+            return status
+        if count == opts.max_restarts:
+            print(f"parcl-launch: {opts.script} {_describe(returncode)}; no restarts left "
+                  f"(--max-restarts {opts.max_restarts})", file=sys.stderr, flush=True)
+            return status
+        print(f"parcl-launch: {opts.script} {_describe(returncode)}; restart {count + 1} of "
+              f"{opts.max_restarts} ({RESTART_COUNT_ENV}={count + 1})",
+              file=sys.stderr, flush=True)
+    return status   # not reached: the loop returns

@@ -1,0 +1,60 @@
+"""Errors that point the right way: a PARCL_DEVICES spec this machine cannot satisfy names the
+variable and what is there; a layer built with a zero size names its argument."""
+
+from __future__ import annotations
+
+import pytest
+
+import parcl as pc
+from parcl import runtime
+
+
+def test_parcl_devices_gpu_without_a_gpu_names_the_variable(monkeypatch):
+    # Pretend there is no GPU, whatever this machine has: the message must not depend on it.
+    real = runtime._all_of_type
+    monkeypatch.setattr(runtime, "_all_of_type", lambda kind: [] if kind == runtime.cl.
+                        device_type.GPU else real(kind))
+    monkeypatch.setenv("PARCL_DEVICES", "gpu")
+    monkeypatch.delenv("PYOPENCL_CTX", raising=False)
+    with pytest.raises(pc.DeviceError) as info:
+        pc.devices()
+    message = str(info.value)
+    assert "PARCL_DEVICES='gpu'" in message and "no OpenCL GPU" in message
+    cpu = runtime.parse_spec("cpu")[0]
+    assert "This machine has:" in message and cpu.name.strip() in message
+    assert "unset it" in message
+
+
+def test_parcl_devices_with_too_many_gpus_names_the_variable(monkeypatch):
+    monkeypatch.setenv("PARCL_DEVICES", "gpu:99")
+    with pytest.raises(pc.DeviceError, match=r"PARCL_DEVICES='gpu:99'.*This machine has:"):
+        pc.devices()
+
+
+def test_an_unknown_spec_in_parcl_devices_names_the_variable(monkeypatch):
+    monkeypatch.setenv("PARCL_DEVICES", "tpu")
+    with pytest.raises(pc.DeviceError, match=r"PARCL_DEVICES='tpu'.*unknown device spec"):
+        pc.devices()
+
+
+@pytest.mark.parametrize("build, fragment", [
+    (lambda: pc.nn.Linear(0, 3), "Linear: in_features must be a positive integer, got 0"),
+    (lambda: pc.nn.Linear(3, 0), "Linear: out_features must be a positive integer, got 0"),
+    (lambda: pc.nn.Linear(-2, 3), "in_features must be a positive integer, got -2"),
+    (lambda: pc.nn.Conv2d(0, 4, 3), "Conv2d: in_channels must be a positive integer, got 0"),
+    (lambda: pc.nn.Conv2d(1, 0, 3), "Conv2d: out_channels must be a positive integer"),
+    (lambda: pc.nn.Conv2d(1, 4, 0), "Conv2d: kernel_size must be a positive integer"),
+    (lambda: pc.nn.Conv2d(1, 4, 3, stride=0), "Conv2d: stride must be a positive integer"),
+    (lambda: pc.nn.Conv2d(1, 4, 3, padding=-1), "padding must be a non-negative integer"),
+    (lambda: pc.nn.BatchNorm2d(0), "BatchNorm2d: num_features must be a positive integer"),
+])
+def test_layers_with_a_zero_size_name_the_argument(queue, build, fragment):
+    with pytest.raises(pc.ShapeError) as info:
+        build()
+    assert fragment in str(info.value)
+    assert "from_host" not in str(info.value) and "zero-size" not in str(info.value)
+
+
+def test_layers_with_good_sizes_still_build(queue):
+    assert pc.nn.Linear(1, 1).weight.shape == (1, 1)
+    assert pc.nn.Conv2d(1, 2, (1, 3), padding=0).weight.shape == (2, 1, 1, 3)
