@@ -6,8 +6,9 @@ Each block is MobileNet's: a depthwise 3x3 convolution (``groups == channels``, 
 channel) and a pointwise 1x1 convolution that mixes the channels, each followed by batch
 normalisation and a ReLU; the second block downsamples with a stride-2 depthwise convolution,
 and global average pooling feeds the classifier. The digits ship inside scikit-learn
-(``pc.data.load_digits(images=True)``), so nothing is downloaded. Adam with a cosine learning
-rate schedule (warm-up, then cosine); each step records the forward pass on a tape and runs backward.
+(``pc.data.load_digits(images=True)``), so nothing is downloaded. Adam with a learning rate
+that warms up, then follows a cosine; each step records the forward pass on a tape and runs
+backward.
 """
 
 from __future__ import annotations

@@ -82,6 +82,7 @@ class ReplicaGroup:
         self._broken: str | None = None
         self._last_job: threads.Job | None = None
         self._grads_dirty = False
+        self._last_norm: np.ndarray | None = None
         self.replicas = [Replica(i, d, runtime.new_queue(d)) for i, d in enumerate(devs)]
         for r in self.replicas:
             threads.start(r)
@@ -251,7 +252,7 @@ class ReplicaGroup:
 
     # -- the data-parallel step -----------------------------------------------------------
     def step(self, x: np.ndarray, y: np.ndarray, loss_fn, optimizer, *, key=None,
-             accumulation_steps: int = 1) -> float:
+             accumulation_steps: int = 1, max_grad_norm: float | None = None) -> float:
         """One data-parallel step on this process's numpy batch; returns the mean loss.
 
         The batch is split along dim 0 (uneven splits weighted by sample count, or for a loss
@@ -261,7 +262,10 @@ class ReplicaGroup:
         ``accumulation_steps`` micro-batches one after another when asked (gradients
         accumulate on the replica; nothing is communicated in between); then the gradients
         are summed, ``optimizer.step()`` runs once, gradients are zeroed and the parameters
-        broadcast. A failed step leaves parameters and optimizer state unchanged.
+        broadcast. ``max_grad_norm`` clips the summed gradient's global 2-norm (the same on
+        every replica and rank) before the update, as ``pc.nn.utils.clip_grad_norm_`` would on
+        the full batch; the norm before clipping is then ``last_grad_norm``. A failed step
+        leaves parameters and optimizer state unchanged.
 
         With ``capture=True`` a replica's recorded step is replayed only while its model's
         Python state (``pc.nn.capture_key``: every module's ``training`` flag and plain
@@ -281,10 +285,16 @@ class ReplicaGroup:
             else [None] * k
         outcomes = self.run(self._backward.run, shards, [loss_fn] * k, keys)
         self._check_signatures([o.reached for o in outcomes])
-        self._end.finish(self._buffers, optimizer)
+        max_norm = None if max_grad_norm is None else _positive("max_grad_norm", max_grad_norm)
+        norm = self._end.finish(self._buffers, optimizer, max_norm)
         self._grads_dirty = False
         reads = [e for o in outcomes for e in o.reads]
         labels = [f"replica {o_i}" for o_i, o in enumerate(outcomes) for _ in o.reads]
+        if norm is not None:
+            self._last_norm = np.empty((), np.float32)
+            reads.append(cl.enqueue_copy(norm.queue, self._last_norm, norm.data,
+                                         is_blocking=False))
+            labels.append("replica 0")
         if self._host_cores:
             reads += [cl.enqueue_marker(r.queue) for r in self.replicas]
             labels += [f"replica {r.index}" for r in self.replicas]
@@ -293,6 +303,12 @@ class ReplicaGroup:
         local = sum(w * float(h.sum()) for o in outcomes for w, h in zip(o.weights, o.losses)
                     if w)
         return float(self.comm.allreduce(local)) if self.comm is not None else local
+
+    @property
+    def last_grad_norm(self) -> float | None:
+        """The global 2-norm of the summed gradient before the last ``step`` clipped it (with
+        ``max_grad_norm``); None before any clipped step."""
+        return None if self._last_norm is None else float(self._last_norm)
 
     def _prepare_grads(self) -> None:
         """Every gradient is its bucket view, and zero unless the last step zeroed it."""
@@ -347,3 +363,13 @@ class ReplicaGroup:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<ReplicaGroup {len(self.replicas)} replicas, {state}>"
+
+
+def _positive(name: str, value) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ParclError(f"ReplicaGroup.step: {name} must be a number, got {value!r}") from None
+    if not value > 0:
+        raise ParclError(f"ReplicaGroup.step: {name} must be > 0, got {value}")
+    return value

@@ -34,6 +34,8 @@ def main() -> None:
     p.add_argument("out")
     p.add_argument("--fail-rank", type=int, default=-1)
     p.add_argument("--capture", action="store_true")
+    p.add_argument("--clip", type=float, default=None, help="group.step's max_grad_norm")
+    p.add_argument("--accumulate", type=int, default=1, help="accumulation_steps")
     args = p.parse_args()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((GLOBAL_BATCH, 16)).astype(np.float32)
@@ -42,10 +44,15 @@ def main() -> None:
     share = slice(rank * GLOBAL_BATCH // world, (rank + 1) * GLOBAL_BATCH // world)
     with ReplicaGroup.from_launch(build, capture=args.capture) as group:
         opt = pc.optim.Adam(group.parameters(), lr=1e-2)
+        norms = []
         for step in range(3):
             if step == 1 and rank == args.fail_rank:
                 raise RuntimeError(f"deliberate failure on rank {rank}")
-            group.step(x[share], y[share], tp.cross_entropy, opt)
+            group.step(x[share], y[share], tp.cross_entropy, opt, max_grad_norm=args.clip,
+                       accumulation_steps=args.accumulate)
+            norms.append(group.last_grad_norm)
+        if args.clip is not None:
+            np.save(f"{args.out}.norms{rank}.npy", np.array(norms, np.float64))
         if dist.is_main():
             np.savez(args.out, **{n: p.value.to_host() for n, p in group.named_parameters()})
 

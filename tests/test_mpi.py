@@ -67,6 +67,24 @@ def test_two_ranks_match_two_replicas_and_one_replica(tmp_path):
     assert np.abs(moved).max() > 0
 
 
+def test_clipping_and_accumulation_across_ranks_match_one_replica(tmp_path):
+    """max_grad_norm clips the gradient reduced over both ranks (the same norm on each) and
+    accumulation_steps runs micro-batches on every rank: the result is one replica's."""
+    options = ["--clip", "0.05", "--accumulate", "2"]
+    runs = {"mpi": [MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1],
+            "single": [*LAUNCH, "--replicas", 1]}
+    for name, cmd in runs.items():
+        r = run([*cmd, SCRIPT, tmp_path / f"{name}.npz", *options])
+        assert r.returncode == 0, f"{name}: {r.stderr}"
+    ref, got = params(tmp_path / "single.npz"), params(tmp_path / "mpi.npz")
+    for key in ref:
+        np.testing.assert_allclose(got[key], ref[key], rtol=1e-4, atol=1e-6, err_msg=key)
+    norms = [np.load(tmp_path / f"mpi.npz.norms{rank}.npy") for rank in (0, 1)]
+    np.testing.assert_array_equal(norms[0], norms[1])             # the same on every rank
+    np.testing.assert_allclose(norms[0], np.load(tmp_path / "single.npz.norms0.npy"), rtol=1e-5)
+    assert (norms[0] > 0.05).all()                                # so every step clipped
+
+
 def test_a_failing_rank_stops_the_whole_job(tmp_path):
     t0 = time.monotonic()
     r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, SCRIPT, tmp_path / "never.npz",

@@ -72,3 +72,49 @@ def test_a_bad_label_is_reported_by_its_row_in_the_callers_batch(devices2):
     with ReplicaGroup(mlp, devices2) as group:
         with pytest.raises(pc.ReplicaError, match=r"label 99 .*row 6 of the batch"):
             group.step(x, y, tp.cross_entropy, adamw(group.parameters()))
+
+
+def _clipped_reference(x, y, steps, max_norm):
+    """One replica, the whole batch: backward, ``clip_grad_norm_``, step (PyTorch's loop)."""
+    q = pc.default_queue()
+    pc.nn.manual_seed(0)
+    model = mlp(q)
+    opt = adamw(model.parameters())
+    norms = []
+    for _ in range(steps):
+        with tp.Tape() as tape:
+            loss = tp.cross_entropy(model(pc.Tensor.from_host(q, x)), pc.Tensor.from_host(q, y))
+        tape.backward(loss)
+        norms.append(pc.nn.utils.clip_grad_norm_(model.parameters(), max_norm))
+        opt.step()
+        opt.zero_grad()
+    return [p.value.to_host() for p in model.parameters()], norms
+
+
+@pytest.mark.parametrize("options", [{}, {"capture": True}, {"allreduce": "ring"}],
+                         ids=["fused", "captured", "ring"])
+def test_clipping_the_reduced_gradient_equals_clipping_the_full_batch(devices2, options):
+    x, y = batch(12)
+    want, norms = _clipped_reference(x, y, 3, max_norm=0.05)
+    assert all(n > 0.05 for n in norms)                        # every step was clipped
+    with ReplicaGroup(seeded(mlp), devices2, **options) as group:
+        assert group.last_grad_norm is None
+        opt = adamw(group.parameters())
+        got_norms = []
+        for _ in range(3):
+            group.step(x, y, tp.cross_entropy, opt, max_grad_norm=0.05)
+            got_norms.append(group.last_grad_norm)
+        got = [p.value.to_host() for p in group.parameters()]
+        copies = [[p.value.to_host() for p in r.model.parameters()] for r in group.replicas]
+    np.testing.assert_allclose(got_norms, norms, rtol=1e-5)
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+    for a, b in zip(*copies):                                  # every replica the same
+        np.testing.assert_array_equal(a, b)
+
+
+def test_max_grad_norm_must_be_positive(devices2):
+    x, y = batch(4)
+    with ReplicaGroup(mlp, devices2) as group:
+        with pytest.raises(pc.ParclError, match="max_grad_norm must be > 0"):
+            group.step(x, y, tp.cross_entropy, adamw(group.parameters()), max_grad_norm=0)

@@ -1,8 +1,9 @@
 """The end of a data-parallel step: the replicas' gradients summed, one optimizer update, the
 new parameters in every replica, the gradients zeroed for the next step.
 
-Every kind is a small class with one method, ``finish(buffers, optimizer)``; ``ReplicaGroup``
-picks one when it is built (``end_of_step``):
+Every kind is a small class with one method, ``finish(buffers, optimizer, max_norm=None)``
+(returning the gradient norm, a 0-d device tensor, when it clips); ``ReplicaGroup`` picks one
+when it is built (``end_of_step``):
 
 * ``Reduced``: a named allreduce algorithm (or, across processes, MPI) sums each gradient
   bucket in place, the optimizer steps replica 0's parameters, and they are copied to the
@@ -11,7 +12,8 @@ picks one when it is built (``end_of_step``):
   every bucket through that whole end in one kernel.
 
 They are bit-identical: every element is summed in replica order and updated by the same
-arithmetic.
+arithmetic. Clipping the reduced gradient (``max_norm``) needs its norm before the update, so
+a clipped step always ends as ``Reduced`` does.
 
 >>> end = end_of_step("auto", comm=None, replicas=2, fence=False)
 >>> end.finish(buffers, optimizer)
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 import pyopencl as cl
 
+from ..nn.utils import clip_grads_with_norm_, get_total_norm
 from ..optim import FlatBucket, Optimizer
 from ..tensor import Tensor
 from . import ALGORITHMS, allreduce_scaled
@@ -63,10 +66,17 @@ class Reduced:
     def __init__(self, algorithm: str = "auto", comm=None):
         self.algorithm, self.comm = algorithm, comm
 
-    def finish(self, buffers: StepBuffers, optimizer) -> None:
+    def finish(self, buffers: StepBuffers, optimizer, max_norm: float | None = None):
         # Validate before anything changes: a bad gradient leaves every replica as it was.
         plan = optimizer.prepare(buffers.buckets) if _plannable(optimizer) else None
         self.reduce(buffers)
+        norm = None
+        if max_norm is not None:
+            # The reduced gradient is the same on every replica and rank: replica 0's, the
+            # one the optimizer reads, is clipped (its norm over the buckets in their order).
+            grads = buffers.grads[0].flats
+            norm = get_total_norm(grads)
+            clip_grads_with_norm_(grads, max_norm, norm)
         if plan is not None:
             optimizer.launch(plan)
         else:
@@ -74,6 +84,7 @@ class Reduced:
         for grads in buffers.grads:
             grads.zero_()
         buffers.broadcast()
+        return norm
 
     def reduce(self, buffers: StepBuffers, scale: float = 1.0) -> None:
         """Every replica's gradient buckets become ``scale *`` their sum (the loss weights

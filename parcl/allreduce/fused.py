@@ -32,9 +32,9 @@ class Fused:
         self.fence = fence
         self.fallback = Reduced()
 
-    def finish(self, buffers: StepBuffers, optimizer) -> None:
-        if not (_plannable(optimizer) and optimizer.replicable):
-            return self.fallback.finish(buffers, optimizer)
+    def finish(self, buffers: StepBuffers, optimizer, max_norm: float | None = None):
+        if max_norm is not None or not (_plannable(optimizer) and optimizer.replicable):
+            return self.fallback.finish(buffers, optimizer, max_norm)
         plan = optimizer.prepare(buffers.buckets)     # validates first: a bad grad changes nothing
         if plan.single:
             return self.fallback.finish(buffers, optimizer)
@@ -59,6 +59,7 @@ class Fused:
                 cl.enqueue_copy(queues[r], d.data, s.data, byte_count=s.nbytes)
         if k > 1 and self.fence:
             _fence(queues)
+        return None
 
 
 def _fence(queues: list[cl.CommandQueue]) -> None:
