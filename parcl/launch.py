@@ -350,11 +350,10 @@ def main(argv: list[str] | None = None) -> int:
             return USAGE_ERROR
         if error is None:
             try:
-                from . import replica, runtime
+                from . import runtime
                 devs = choose_devices(opts.replicas, opts.devices, opts.allow_repeat,
                                       local_rank, local_size)
-                runtime.set_launch_devices(devs)
-                replica.configure_launch(allreduce=opts.allreduce, comm=comm)
+                runtime.set_launch(runtime.Launch(tuple(devs), opts.allreduce))
             except Exception as exc:   # noqa: BLE001 - LaunchError, DeviceError, OpenCL errors
                 error = exc
         failed = error is not None

@@ -32,12 +32,6 @@ from .replica_steps import Captured, Eager, count_samples, ignored_label, split_
 from .replica_threads import Replica
 
 DEFAULT_TIMEOUT = 600.0       # seconds any dispatched call may take before the group gives up
-_launch_defaults: dict = {}   # set by parcl-launch: allreduce algorithm, MPI communicator
-
-
-def configure_launch(**options) -> None:
-    """Used by parcl-launch: defaults for ``ReplicaGroup.from_launch`` (allreduce, comm)."""
-    _launch_defaults.update(options)
 
 
 class ReplicaGroup:
@@ -101,10 +95,14 @@ class ReplicaGroup:
 
     @classmethod
     def from_launch(cls, build_model, **kwargs) -> ReplicaGroup:
-        """The group parcl-launch prepared: its devices, allreduce algorithm and MPI comm."""
-        for key in ("allreduce", "comm"):
-            if key in _launch_defaults and key not in kwargs:
-                kwargs[key] = _launch_defaults[key]
+        """The group parcl-launch prepared (``runtime.launched()``): its devices and
+        allreduce algorithm, and under ``mpiexec`` the job's communicator
+        (``parcl.distributed.comm()``). Outside the launcher: ``pc.devices()``, one process."""
+        from . import distributed
+        choice = runtime.launched()
+        if choice is not None:
+            kwargs.setdefault("allreduce", choice.allreduce)
+        kwargs.setdefault("comm", distributed.comm())
         return cls(build_model, None, **kwargs)
 
     # -- set-up -------------------------------------------------------------------------

@@ -9,6 +9,7 @@ life of the process. Everything here is safe to call from several threads.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 import sys
 import threading
 import time
@@ -23,7 +24,7 @@ _subdevices: dict[tuple[int, int], list[cl.Device]] = {}   # (parent int_ptr, n)
 _contexts: dict[tuple[int, ...], cl.Context] = {}           # device int_ptrs -> context
 _context_of: dict[int, cl.Context] = {}                      # device int_ptr -> context
 _local = threading.local()
-_launch_devices: list[cl.Device] | None = None               # set by parcl-launch
+_launch: Launch | None = None                                # set by parcl-launch
 
 DEVICES_ENV = "PARCL_DEVICES"
 WAIT_TIMEOUT = 600.0        # seconds a device wait may take by default (``wait_for_events``)
@@ -173,8 +174,8 @@ def devices(split: int | None = None) -> list[cl.Device]:
     """
     if split is not None:
         return _register(split_device(_cpu_device(), int(split)))
-    if _launch_devices is not None:
-        return list(_launch_devices)
+    if _launch is not None:
+        return list(_launch.devices)
     env = os.environ.get(DEVICES_ENV)
     if env:
         try:
@@ -204,10 +205,26 @@ def _inventory() -> str:
                      f"({d.max_compute_units} CU)" for d in found)
 
 
-def set_launch_devices(devs: list[cl.Device] | None) -> None:
-    """Used by parcl-launch: the devices ``devices()`` returns in the launched script."""
-    global _launch_devices
-    _launch_devices = _register(list(devs)) if devs else None
+@dataclass(frozen=True)
+class Launch:
+    """What ``parcl-launch`` chose for the script it runs in this process: the devices of this
+    process's replicas (``devices()`` returns them) and the allreduce algorithm
+    (``ReplicaGroup.from_launch`` uses it). The one channel from the launcher to the script."""
+
+    devices: tuple
+    allreduce: str = "auto"
+
+
+def set_launch(choice: Launch | None) -> None:
+    """Used by parcl-launch (None: no launcher)."""
+    global _launch
+    _launch = None if choice is None else Launch(tuple(_register(list(choice.devices))),
+                                                 choice.allreduce)
+
+
+def launched() -> Launch | None:
+    """What parcl-launch chose for this process, or None outside it."""
+    return _launch
 
 
 def context_for(device: cl.Device) -> cl.Context:
