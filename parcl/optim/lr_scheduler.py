@@ -29,7 +29,7 @@ from bisect import bisect_right
 from typing import Any
 from collections.abc import Callable
 
-from .errors import ParclError
+from ..errors import ParclError
 
 __all__ = ["CosineAnnealingLR", "LRScheduler", "LambdaLR", "LinearLR", "SchedulerError",
            "SequentialLR", "StepLR"]

@@ -22,18 +22,15 @@ through ``launch``'s ``targets``; the optimizer itself knows nothing of replicas
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
 
-from .errors import ParclError, ShapeError
-from .kernels import optim as K
-from .tape.node import Node, host_copy
-from .tensor import FLOAT, Tensor
+from ..errors import ParclError, ShapeError
+from ..tape.node import Node, host_copy
+from ..tensor import FLOAT, Tensor
 
-__all__ = ["SGD", "Adam", "AdamW", "FlatBucket", "Optimizer", "OptimizerError", "StepPlan",
-           "lr_scheduler"]
+__all__ = ["FlatBucket", "Optimizer", "OptimizerError", "StepPlan"]
 
 
 class OptimizerError(ParclError, ValueError):
@@ -415,116 +412,6 @@ def _as_index(name: str, key) -> int:
         raise OptimizerError(f"{name}: parameter index {key!r} is not an integer") from None
 
 
-def _betas(value) -> tuple[float, float]:
-    try:
-        b1, b2 = (float(b) for b in value)
-    except (TypeError, ValueError):
-        raise OptimizerError(f"betas must be a pair of floats, got {value!r}") from None
-    for i, b in enumerate((b1, b2)):
-        if not 0.0 <= b < 1.0:
-            raise OptimizerError(f"invalid beta parameter at index {i}: {b} (must be in "
-                                 "[0, 1))")
-    return (b1, b2)
-
-
-def _bool(value) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise OptimizerError(f"expected a bool, got {value!r}")
-    return bool(value)
-
-
-class SGD(Optimizer):
-    """Stochastic gradient descent, PyTorch's formula (dampening 0)::
-
-        g = grad + weight_decay * p
-        b = g (first step), else momentum * b + g          (when momentum != 0)
-        g = g + momentum * b if nesterov else b            (when momentum != 0)
-        p = p - lr * g
-
-    >>> opt = pc.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    """
-
-    options = {"lr": lambda v: _nonneg("lr", v), "momentum": lambda v: _nonneg("momentum", v),
-               "weight_decay": lambda v: _nonneg("weight_decay", v), "nesterov": _bool}
-
-    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
-                 nesterov: bool = False):
-        super().__init__(params, {"lr": lr, "momentum": momentum,
-                                  "weight_decay": weight_decay, "nesterov": nesterov})
-
-    def _check_combination(self, opts):
-        if opts["nesterov"] and opts["momentum"] <= 0:
-            raise OptimizerError("SGD: nesterov momentum requires momentum > 0")
-
-    # PyTorch creates the momentum buffer as a copy of the first gradient: absent until then.
-    optional_tensors = ("momentum_buffer",)
-
-    @_replicable
-    def _update(self, p, grad, state, opts, fresh):
-        if opts["momentum"] == 0:
-            K.sgd_(p.value, grad, opts["lr"], opts["weight_decay"], target=_target(p))
-            return
-        buf = state.get("momentum_buffer")
-        K.sgd_momentum_(p.value, grad, buf, opts["lr"], opts["weight_decay"],
-                        opts["momentum"], opts["nesterov"], "momentum_buffer" in fresh,
-                        target=_target(p))
-
-    def _allocate(self, p, state, opts):
-        if opts["momentum"] != 0 and state.get("momentum_buffer") is None:
-            return {"momentum_buffer": Tensor.empty(p.value.queue, p.shape)}
-        return {}
-
-
-class Adam(Optimizer):
-    """Adam, PyTorch's formula (``t`` counts this parameter's steps from 1)::
-
-        g = grad + weight_decay * p
-        m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2
-        p = p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
-
-    >>> opt = pc.optim.Adam(model.parameters(), lr=1e-3)
-    """
-
-    options = {"lr": lambda v: _nonneg("lr", v), "betas": _betas,
-               "eps": lambda v: _nonneg("eps", v),
-               "weight_decay": lambda v: _nonneg("weight_decay", v)}
-    state_tensors = ("exp_avg", "exp_avg_sq")
-    has_step = True
-    decoupled = False
-
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0):
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
-                                  "weight_decay": weight_decay})
-
-    @_replicable
-    def _update(self, p, grad, state, opts, fresh):
-        step = state["step"] + 1
-        wd = opts["weight_decay"]
-        K.adam_(p.value, grad, state["exp_avg"], state["exp_avg_sq"], lr=opts["lr"],
-                beta1=opts["betas"][0], beta2=opts["betas"][1], eps=opts["eps"], step=step,
-                weight_decay=0.0 if self.decoupled else wd,
-                decoupled_weight_decay=wd if self.decoupled else 0.0, target=_target(p))
-        state["step"] = step
-
-
-class AdamW(Adam):
-    """Adam with decoupled weight decay (PyTorch's AdamW)::
-
-        p = p * (1 - lr * weight_decay)
-        then Adam's update of p without weight decay in the gradient
-
-    >>> opt = pc.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    """
-
-    decoupled = True
-
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.01):
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-
-
-
 class StepPlan:
     """A validated step (``Optimizer.prepare``): ``single``, per-parameter updates; ``whole``,
     whole flat buckets, each with its options and flat state; ``launch`` enqueues both."""
@@ -549,10 +436,3 @@ class _FlatParam:
 
 def _target(p):
     return p.target if isinstance(p, _FlatParam) else None
-
-
-# ``pc.optim.lr_scheduler`` as in PyTorch; also importable as ``parcl.optim.lr_scheduler``
-# (registered like ``os.path``), though it lives in its own module.
-from . import lr_scheduler  # noqa: E402
-
-sys.modules[__name__ + ".lr_scheduler"] = lr_scheduler
