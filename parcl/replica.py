@@ -15,6 +15,7 @@ when the group is built. See docs/architecture.md.
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 
@@ -29,7 +30,9 @@ from .errors import ParclError, ReplicaError, ShapeError
 from .nn.module import capture_key
 from .optim import FlatBucket
 from .replica_steps import Captured, Eager, count_samples, ignored_label, split_batch
+from .replica_stats import StatsExchange
 from .replica_threads import Replica
+from .tape import mode
 
 DEFAULT_TIMEOUT = 600.0       # seconds any dispatched call may take before the group gives up
 
@@ -52,11 +55,15 @@ class ReplicaGroup:
     results, far less Python per step; a step is recorded again whenever the batch shapes,
     the grad modes, the model's Python state (``pc.nn.capture_key``) or ``step``'s ``key``
     change; steps that cannot be replayed (host reads in the model) stay eager.
+    ``sync_batchnorm=True``: every training-mode batch norm normalises with the statistics of
+    the global batch (every replica's, and every rank's through ``comm``), combined on the
+    devices in a fixed order (``parcl.replica_stats``), so a step equals the single-replica
+    full-batch step, running statistics included (such steps are not replayed).
     """
 
     def __init__(self, build_model, devices=None, *, allreduce: str = "auto",
                  bucket_mb: float = 25.0, comm=None, timeout: float = DEFAULT_TIMEOUT,
-                 capture: bool = False):
+                 capture: bool = False, sync_batchnorm: bool = False):
         devs = list(devices) if devices is not None else runtime.devices()
         if not devs:
             raise ParclError("ReplicaGroup: no devices given")
@@ -92,6 +99,9 @@ class ReplicaGroup:
             raise
         index = [{id(p): i for i, p in enumerate(ps)} for ps in self._params]
         self._backward = Captured(index) if self.capture else Eager(index)
+        self._stats = StatsExchange([r.queue for r in self.replicas], self.comm,
+                                    self.timeout) if sync_batchnorm else None
+        self._replica_step = self._synced_step if sync_batchnorm else self._backward.run
 
     @classmethod
     def from_launch(cls, build_model, **kwargs) -> ReplicaGroup:
@@ -176,7 +186,9 @@ class ReplicaGroup:
             self._broken = f"replicas {busy} did not finish within {limit:.0f} s"
             raise ReplicaError(f"ReplicaGroup.run: {self._broken}")
         if job.failures:
-            failure = min(job.failures, key=lambda f: f.index)
+            # The cause, not a replica that only stopped because another one failed
+            failure = min(job.failures, key=lambda f: (
+                isinstance(f.error, threading.BrokenBarrierError), f.index))
             raise self._failure(failure) from failure.error
         return list(job.results)
 
@@ -281,7 +293,9 @@ class ReplicaGroup:
         self._prepare_grads()
         keys = [(capture_key(r.model), key) for r in self.replicas] if self.capture \
             else [None] * k
-        outcomes = self.run(self._backward.run, shards, [loss_fn] * k, keys)
+        if self._stats is not None:
+            self._stats.start()
+        outcomes = self.run(self._replica_step, shards, [loss_fn] * k, keys)
         self._check_signatures([o.reached for o in outcomes])
         max_norm = None if max_grad_norm is None else _positive("max_grad_norm", max_grad_norm)
         norm = self._end.finish(self._buffers, optimizer, max_norm)
@@ -307,6 +321,20 @@ class ReplicaGroup:
         """The global 2-norm of the summed gradient before the last ``step`` clipped it (with
         ``max_grad_norm``); None before any clipped step."""
         return None if self._last_norm is None else float(self._last_norm)
+
+    def _synced_step(self, replica, micros, loss_fn, key):
+        """A replica's part of the step with its batch norms' statistics exchanged."""
+        member = self._stats.member(replica.index)
+        mode.set_batch_stats_sync(member)
+        try:
+            outcome = self._backward.run(replica, micros, loss_fn, key)
+        except BaseException:
+            self._stats.abort()            # nobody waits for this replica any more
+            raise
+        finally:
+            mode.set_batch_stats_sync(None)
+        member.leave()
+        return outcome
 
     def _prepare_grads(self) -> None:
         """Every gradient is its bucket view, and zero unless the last step zeroed it."""

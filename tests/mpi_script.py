@@ -29,6 +29,13 @@ def build(queue):
                             pc.nn.Linear(32, 4, queue=queue))
 
 
+def build_bn(queue):
+    pc.nn.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Linear(16, 32, bias=False, queue=queue),
+                            pc.nn.BatchNorm1d(32, queue=queue), pc.nn.ReLU(),
+                            pc.nn.Linear(32, 4, queue=queue))
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("out")
@@ -36,13 +43,16 @@ def main() -> None:
     p.add_argument("--capture", action="store_true")
     p.add_argument("--clip", type=float, default=None, help="group.step's max_grad_norm")
     p.add_argument("--accumulate", type=int, default=1, help="accumulation_steps")
+    p.add_argument("--sync-bn", action="store_true", help="a model with batch norm, "
+                   "ReplicaGroup(sync_batchnorm=True)")
     args = p.parse_args()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((GLOBAL_BATCH, 16)).astype(np.float32)
     y = rng.integers(0, 4, GLOBAL_BATCH)
     rank, world = dist.rank(), dist.world_size()
     share = slice(rank * GLOBAL_BATCH // world, (rank + 1) * GLOBAL_BATCH // world)
-    with ReplicaGroup.from_launch(build, capture=args.capture) as group:
+    with ReplicaGroup.from_launch(build_bn if args.sync_bn else build, capture=args.capture,
+                                  sync_batchnorm=args.sync_bn) as group:
         opt = pc.optim.Adam(group.parameters(), lr=1e-2)
         norms = []
         for step in range(3):
@@ -54,7 +64,9 @@ def main() -> None:
         if args.clip is not None:
             np.save(f"{args.out}.norms{rank}.npy", np.array(norms, np.float64))
         if dist.is_main():
-            np.savez(args.out, **{n: p.value.to_host() for n, p in group.named_parameters()})
+            state = {n: p.value.to_host() for n, p in group.named_parameters()}
+            state.update({n: b.to_host() for n, b in group.model.named_buffers()})
+            np.savez(args.out, **state)
 
 
 if __name__ == "__main__":

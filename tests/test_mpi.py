@@ -85,6 +85,20 @@ def test_clipping_and_accumulation_across_ranks_match_one_replica(tmp_path):
     assert (norms[0] > 0.05).all()                                # so every step clipped
 
 
+def test_sync_batchnorm_across_ranks_matches_one_replica(tmp_path):
+    """Batch statistics over both ranks' replicas: parameters and running statistics equal
+    one replica's on the whole batch."""
+    runs = {"mpi": [MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 2, "--allow-repeat"],
+            "single": [*LAUNCH, "--replicas", 1]}
+    for name, cmd in runs.items():
+        r = run([*cmd, SCRIPT, tmp_path / f"{name}.npz", "--sync-bn"])
+        assert r.returncode == 0, f"{name}: {r.stderr}"
+    ref, got = params(tmp_path / "single.npz"), params(tmp_path / "mpi.npz")
+    assert "1.running_var" in ref
+    for key in ref:
+        np.testing.assert_allclose(got[key], ref[key], rtol=1e-4, atol=1e-6, err_msg=key)
+
+
 def test_a_failing_rank_stops_the_whole_job(tmp_path):
     t0 = time.monotonic()
     r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, SCRIPT, tmp_path / "never.npz",

@@ -113,6 +113,8 @@ def add_arguments(p) -> None:
     p.add_argument("--capture", action="store_true",
                    help="capture each replica's forward/backward once and replay it "
                         "(ReplicaGroup(capture=True)) for the samples/s figure")
+    p.add_argument("--sync-batchnorm", action="store_true",
+                   help="ReplicaGroup(sync_batchnorm=True): batch norm over the global batch")
     p.add_argument("--ceiling", action="store_true",
                    help="also time bare replays: each replica thread replays its captured "
                         "forward/backward and finishes its queue, step after step, with no "
@@ -287,7 +289,8 @@ def _measure(args, plans, steps, repeat, warmup, comm, world, trace) -> list[dic
                 continue
             group = stack.enter_context(ReplicaGroup(
                 models.builder(args.model), devs, allreduce=args.allreduce, comm=comm,
-                capture=capture or kind == "bare"))
+                capture=capture or kind == "bare",
+                sync_batchnorm=getattr(args, "sync_batchnorm", False)))
             if state is None:
                 state = group.replicas[0].model.state_dict()
             opt = pc.optim.SGD(group.parameters(), lr=models.LR)

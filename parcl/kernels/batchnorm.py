@@ -24,7 +24,8 @@ from ..tensor import FLOAT, Tensor
 from . import elementwise as ew
 from ._cache import VECTOR_TYPES, get_kernel, round_up
 
-SOURCE = "//CL//" + VECTOR_TYPES + r"""
+# The per-channel reduction helpers (also used by batchnorm_sync.py's kernels).
+CHANNEL_HELPERS = r"""
 #define HAS_W 1
 #define HAS_B 2
 #define UPDATE 4
@@ -59,6 +60,9 @@ inline float group_sum(float v, __local float* scratch)
             const long at = (j / HW * C + c) * HW + j % HW; body \
         } \
     }
+"""
+
+SOURCE = "//CL//" + VECTOR_TYPES + CHANNEL_HELPERS + r"""
 
 __kernel void channel_sum(__global const float* restrict x, __global float* restrict out,
                           const int N, const int C, const int HW, __local float* scratch)
@@ -290,13 +294,16 @@ def batch_norm_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None,
                        running_mean: Tensor | None, running_var: Tensor | None,
                        training: bool, momentum: float = 0.1, eps: float = 1e-5, *,
                        residual: Tensor | None = None, relu: bool = False,
-                       overwrite_residual: bool = False):
+                       overwrite_residual: bool = False, stats=None):
     """Normalise per channel; returns ``(y, mean, invstd)`` (the statistics used).
 
     Training: batch mean and biased variance, and the running statistics (when given) updated
     in place with the unbiased variance. Evaluation: the running statistics. ``residual`` is
     added and ``relu`` applied in the same pass; with ``overwrite_residual`` the result is
     written over ``residual`` (then ``y`` is ``residual``) instead of a new tensor.
+    ``stats``: ``(mean, invstd)`` computed elsewhere (``batchnorm_sync``: over several
+    replicas' batches) to normalise with instead of this batch's (the running statistics are
+    then not touched here).
     """
     n, c, hw = _ncw("batch_norm", x)
     _check(x, c, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
@@ -315,12 +322,15 @@ def batch_norm_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None,
         if n * hw <= 1 and training:
             raise ShapeError(f"batch_norm: expected more than 1 value per channel when "
                              f"training, got input of shape {x.shape}")
-        mean, invstd = Tensor.empty(q, (c,)), Tensor.empty(q, (c,))
         update = training and running_mean is not None and running_var is not None
-        _per_channel(q, "bn_stats", c, x.data, mean.data, invstd.data,
-                     running_mean.data if update else None,
-                     running_var.data if update else None, *_i32(n, c, hw),
-                     np.float32(eps), np.float32(momentum), np.int32(4 if update else 0))
+        if stats is not None:
+            mean, invstd = stats
+        else:
+            mean, invstd = Tensor.empty(q, (c,)), Tensor.empty(q, (c,))
+            _per_channel(q, "bn_stats", c, x.data, mean.data, invstd.data,
+                         running_mean.data if update else None,
+                         running_var.data if update else None, *_i32(n, c, hw),
+                         np.float32(eps), np.float32(momentum), np.int32(4 if update else 0))
     else:
         mean, invstd = running_mean, Tensor.empty(q, (c,))
         _k(q, "bn_invstd")(q, (round_up(c, 64),), (64,), running_var.data, invstd.data,
@@ -343,10 +353,14 @@ def batch_norm_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None,
 
 def batch_norm_backward(x: Tensor, grad: Tensor, weight: Tensor | None, mean: Tensor,
                         invstd: Tensor, batch_stats: bool, need_input: bool = True,
-                        need_weight: bool = True, need_bias: bool = True):
+                        need_weight: bool = True, need_bias: bool = True, count: int = 0,
+                        sync=None):
     """Gradients (input, weight, bias) of ``batch_norm_forward`` given the statistics it used.
     ``batch_stats``: the forward normalised with batch statistics (training mode), so the
-    gradient flows through the mean and variance too."""
+    gradient flows through the mean and variance too, taken over ``count`` values per channel
+    (default: this input's); with ``sync`` those are every participant's, whose gradient sums
+    the input gradient then uses (weight and bias get this participant's own sums, which the
+    allreduce adds up)."""
     n, c, hw = _ncw("batch_norm", x)
     q = x.queue
     sg, sgx = Tensor.empty(q, (c,)), Tensor.empty(q, (c,))
@@ -356,11 +370,15 @@ def batch_norm_backward(x: Tensor, grad: Tensor, weight: Tensor | None, mean: Te
     gx = None
     if need_input:
         gx = Tensor.empty(q, x.shape)
-        inv_m = 1.0 / (n * hw) if batch_stats else 0.0
+        inv_m = 1.0 / (count or n * hw) if batch_stats else 0.0
+        tg, tgx = sg, sgx
+        if batch_stats and sync is not None:
+            from . import batchnorm_sync as bns
+            tg, tgx = bns.sum_parts(sync.gather(bns.stack_rows(sg, sgx), 0)[0])
         g, loc = _grid2(q, hw, n * c)
         _k(q, "bn_grad_input")(q, g, loc, x.data, grad.data, gx.data,
                                mean.data, invstd.data,
-                               weight.data if weight is not None else None, sg.data, sgx.data,
+                               weight.data if weight is not None else None, tg.data, tgx.data,
                                np.int32(c), np.int32(hw), np.int32(n * c), np.float32(inv_m),
                                np.int32(1 if weight is not None else 0))
     return gx, (sgx if need_weight else None), (sg if need_bias else None)

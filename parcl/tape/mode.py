@@ -111,6 +111,18 @@ class enable_grad(_GradModeContext):
     value = True
 
 
+def batch_stats_sync():
+    """This thread's batch-statistics exchange (``sync_batchnorm``), or None: an object with
+    ``gather(part, count) -> (parts, counts)`` stacking every participant's per-channel
+    ``part`` in a fixed order. Training-mode batch norm then normalises over all of them."""
+    return getattr(_state, "stats_sync", None)
+
+
+def set_batch_stats_sync(sync) -> None:
+    """Set (None: clear) this thread's batch-statistics exchange; see ``batch_stats_sync``."""
+    _state.stats_sync = sync
+
+
 def capture_modes() -> tuple[bool, bool]:
     """The calling thread's (grad mode, anomaly mode), to hand to a worker thread."""
     return is_grad_enabled(), is_anomaly_enabled()

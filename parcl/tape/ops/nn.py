@@ -22,6 +22,7 @@ import numpy as np
 from ... import recorder
 from ...errors import DTypeError, ParclError, ShapeError
 from ...kernels import batchnorm as bnk
+from ...kernels import batchnorm_sync as bns
 from ...kernels import conv as convk
 from ...kernels import elementwise as ew
 from ...kernels import pool as poolk
@@ -29,6 +30,7 @@ from ...kernels import random as rndk
 from ...kernels.gemm import gemm
 from ...kernels.reduction import sum as reduce_sum
 from ...tensor import FLOAT, Tensor, check_same_queue
+from .. import mode
 from ..node import ACCUMULATED, Function, Node
 
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "conv2d", "dropout", "linear",
@@ -240,26 +242,33 @@ class BatchNorm(Function):
         # The fused epilogue, relu(bn(x) + residual) in one pass: the normalised value itself
         # never becomes a graph node, so it is not kept alive for backward (one activation
         # less per residual block), and with overwrite_residual not even a new buffer.
-        y, mean, invstd = bnk.batch_norm_forward(x, weight, bias, running_mean, running_var,
-                                                 training, momentum, eps, residual=residual,
-                                                 relu=relu,
-                                                 overwrite_residual=overwrite_residual)
+        # sync_batchnorm: the statistics of every replica's batch (mode.batch_stats_sync)
+        sync = mode.batch_stats_sync() if training else None
+        stats, count = None, 0
+        if sync is not None:
+            update = running_mean is not None and running_var is not None
+            parts, counts = sync.gather(bns.partial_stats(x), x.size // x.shape[1])
+            *stats, count = bns.combine_stats(parts, counts, running_mean, running_var, eps,
+                                              momentum, update)
+        y, mean, invstd = bnk.batch_norm_forward(
+            x, weight, bias, running_mean, running_var, training, momentum, eps,
+            residual=residual, relu=relu, overwrite_residual=overwrite_residual, stats=stats)
         if self.recording:
             batch_stats = mean is not running_mean
             # Evaluation normalises with the running mean itself: keep a copy, a later
             # training forward may update the running statistics before this backward runs.
             self.saved = (x, weight, mean if batch_stats else mean.copy(), invstd, batch_stats,
-                          y if relu else None)
+                          y if relu else None, count, sync)
         return y
 
     def backward(self, g: Tensor):
-        x, weight, mean, invstd, batch_stats, out = self.saved
+        x, weight, mean, invstd, batch_stats, out, count, sync = self.saved
         need = self.needs_input_grad
         if out is not None:
             g = ew.relu_backward(out, g)            # out > 0 exactly where the sum was > 0
         gx, gw, gb = bnk.batch_norm_backward(x, g, weight, mean, invstd, batch_stats,
                                              need_input=need[0], need_weight=need[1],
-                                             need_bias=need[2])
+                                             need_bias=need[2], count=count, sync=sync)
         return gx, gw, gb, (g if need[3] else None)
 
 

@@ -1,0 +1,113 @@
+"""``sync_batchnorm``: batch statistics over every replica's batch (and every rank's).
+
+At each training-mode batch norm, every replica thread hands its per-channel partials to the
+exchange and gets everybody's back, stacked in replica order (then rank order), as a tensor on
+its own queue: the statistics, and in the backward the gradient sums, are then those of the
+global batch, so a data-parallel step equals the single-replica full-batch step. The partials
+stay on the devices (one context): each queue copies the others' after an event, with no host
+wait; across ranks replica 0 gathers them through ``comm``. The threads meet at a barrier
+twice per exchange (bounded by the group's timeout; a failing replica aborts it, so nobody
+waits for it).
+
+>>> exchange = StatsExchange(queues, comm=None, timeout=600)
+>>> mode.set_batch_stats_sync(exchange.member(index))      # in replica `index`'s thread
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pyopencl as cl
+
+from . import recorder
+from .errors import ReplicaError
+from .tensor import Tensor
+
+_DONE = object()          # a replica's slot once its step is over
+
+
+class StatsExchange:
+    """The meeting point of one group's replica threads (see the module docstring)."""
+
+    def __init__(self, queues: list[cl.CommandQueue], comm=None, timeout: float = 600.0):
+        self.queues, self.comm = list(queues), comm
+        k = len(self.queues)
+        self.barrier = threading.Barrier(k, timeout=timeout)
+        self.slots: list = [None] * k            # (partials, ready event, count) per replica
+        self.reads: list[list] = [[] for _ in range(k)]   # (whose, event) copies each made
+        self.host: tuple | None = None           # across ranks: (partials, counts) on the host
+
+    def member(self, index: int) -> Member:
+        return Member(self, index)
+
+    def start(self) -> None:
+        """Before a step: a barrier broken by a failed step is usable again."""
+        if self.barrier.broken:
+            self.barrier.reset()
+        self.slots = [None] * len(self.queues)
+
+    def abort(self) -> None:
+        """A replica failed: every replica waiting here (or arriving) stops at once."""
+        self.barrier.abort()
+
+
+class Member:
+    """One replica's side of the exchange: ``gather`` (``parcl.tape.mode.batch_stats_sync``)."""
+
+    def __init__(self, exchange: StatsExchange, index: int):
+        self.exchange, self.index = exchange, index
+
+    def gather(self, part: Tensor, count: int) -> tuple[Tensor, np.ndarray]:
+        """Every replica's ``part`` (same shape), stacked in replica order on this replica's
+        queue, and their counts."""
+        ex, r = self.exchange, self.index
+        q = ex.queues[r]
+        # Work that waits on other queues' events: a recorded step could not replay it.
+        recorder.unsafe("sync_batchnorm exchanges batch statistics between replicas")
+        ex.slots[r] = (part, cl.enqueue_marker(q), float(count))
+        ex.barrier.wait()                                      # every part is enqueued
+        slots = list(ex.slots)
+        done = [i for i, s in enumerate(slots) if s is _DONE]
+        if done:
+            raise ReplicaError(f"sync_batchnorm: replica {r} reached a batch norm that replica "
+                               f"{done[0]} did not (it finished its step); every replica must "
+                               "run the same layers", index=r)
+        k = len(slots)
+        stacked = Tensor.empty(q, (k, *part.shape))
+        reads = []
+        for i, (p, ready, _) in enumerate(slots):
+            event = cl.enqueue_copy(q, stacked.data, p.data, byte_count=p.nbytes,
+                                    dst_offset=i * p.nbytes,
+                                    wait_for=None if i == r else [ready])
+            if i != r:
+                reads.append((i, event))
+        ex.reads[r] = reads
+        counts = np.array([s[2] for s in slots], np.float32)
+        if ex.comm is not None and r == 0:
+            ex.host = _across_ranks(ex.comm, stacked, counts)
+        ex.barrier.wait()                                      # every copy is enqueued
+        # This replica's part may go back to its pool only once the others have read it.
+        mine = [e for j in range(k) for i, e in ex.reads[j] if i == r]
+        if mine:
+            cl.enqueue_barrier(q, wait_for=mine)
+        if ex.comm is not None:
+            host_parts, counts = ex.host
+            stacked = Tensor.from_host(q, host_parts)
+        return stacked, counts
+
+    def leave(self) -> None:
+        """This replica's step is over: one that still waits for it learns so."""
+        ex = self.exchange
+        ex.slots[self.index] = _DONE
+        try:
+            ex.barrier.wait()
+        except threading.BrokenBarrierError:
+            pass                     # another replica failed (or got _DONE and raised)
+
+
+def _across_ranks(comm, stacked: Tensor, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every rank's stacked partials and counts, in rank order (the same on every rank)."""
+    parts = comm.allgather(stacked.to_host())
+    all_counts = comm.allgather(counts)
+    return np.concatenate(parts, axis=0), np.concatenate(all_counts)
