@@ -284,24 +284,47 @@ class ReplicaGroup:
         otherwise the step is recorded again.
         """
         self._check_open()
-        x, y = np.asarray(x), np.asarray(y)
+        max_norm = None if max_grad_norm is None else _positive("max_grad_norm", max_grad_norm)
         k = len(self.replicas)
+        shards = self._split(x, y, loss_fn, accumulation_steps)                    # 1.
+        self._begin()
+        outcomes = self.run(self._replica_step, shards, [loss_fn] * k, self._keys(key))  # 2.
+        self._check_signatures([o.reached for o in outcomes])                      # 3.
+        norm = self._end.finish(self._buffers, optimizer, max_norm)                # 4.
+        self._grads_dirty = False
+        return self._finish(outcomes, norm)                                        # 5.
+
+    def _split(self, x, y, loss_fn, accumulation_steps: int):
+        """Every replica's micro-batches, weighted by their share of the global batch."""
+        x, y = np.asarray(x), np.asarray(y)
         ignore = ignored_label(loss_fn)
         count = count_samples(y, ignore) if y.ndim else 0
         total = count if self.comm is None else int(self.comm.allreduce(count))
-        shards = split_batch(x, y, k, total, accumulation_steps, ignore)
-        self._prepare_grads()
-        keys = [(capture_key(r.model), key) for r in self.replicas] if self.capture \
-            else [None] * k
+        return split_batch(x, y, len(self.replicas), total, accumulation_steps, ignore)
+
+    def _begin(self) -> None:
+        """Before the replicas start: every gradient its bucket view, zero unless the last
+        step zeroed it; a batch-statistics exchange broken by a failed step reset."""
+        if self._grads_dirty:
+            self.zero_grad()
+        else:
+            for grads in self._buffers.grads:
+                grads.gather()
+        self._grads_dirty = True
         if self._stats is not None:
             self._stats.start()
-        outcomes = self.run(self._replica_step, shards, [loss_fn] * k, keys)
-        self._check_signatures([o.reached for o in outcomes])
-        max_norm = None if max_grad_norm is None else _positive("max_grad_norm", max_grad_norm)
-        norm = self._end.finish(self._buffers, optimizer, max_norm)
-        self._grads_dirty = False
+
+    def _keys(self, key) -> list:
+        """Per replica what its recorded step is looked up by (beside shapes and modes)."""
+        if not self.capture:
+            return [None] * len(self.replicas)
+        return [(capture_key(r.model), key) for r in self.replicas]
+
+    def _finish(self, outcomes, norm) -> float:
+        """Wait for the losses (and the norm), the step's one host synchronisation; where the
+        devices are the host's own cores, for every queue too. The sample-weighted loss."""
         reads = [e for o in outcomes for e in o.reads]
-        labels = [f"replica {o_i}" for o_i, o in enumerate(outcomes) for _ in o.reads]
+        labels = [f"replica {i}" for i, o in enumerate(outcomes) for _ in o.reads]
         if norm is not None:
             self._last_norm = np.empty((), np.float32)
             reads.append(cl.enqueue_copy(norm.queue, self._last_norm, norm.data,
@@ -335,15 +358,6 @@ class ReplicaGroup:
             mode.set_batch_stats_sync(None)
         member.leave()
         return outcome
-
-    def _prepare_grads(self) -> None:
-        """Every gradient is its bucket view, and zero unless the last step zeroed it."""
-        if self._grads_dirty:
-            self.zero_grad()
-        else:
-            for grads in self._buffers.grads:
-                grads.gather()
-        self._grads_dirty = True
 
     def _check_signatures(self, signatures: list[tuple]) -> None:
         """Desync check: every replica must have given gradients to the same parameters."""
