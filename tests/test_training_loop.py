@@ -176,3 +176,44 @@ def test_a_failing_replica_does_not_leave_the_others_waiting_at_a_batch_norm(dev
         with pytest.raises(pc.ReplicaError, match="replica 1 .*replica lost"):
             group.step(x, np.zeros(4, np.int64), tp.cross_entropy, adamw(group.parameters()))
         assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("before,after", [(2, 1), (1, 2)])
+def test_a_run_resumes_on_another_replica_count(devices2, tmp_path, before, after):
+    """A checkpoint of a run on R replicas continues on R' replicas with the same global
+    batches: the same data order, and parameters equal to the uninterrupted run's."""
+    x, y = batch(48, seed=5)
+    loader = pc.data.DataLoader((x, y), batch_size=12, shuffle=True, seed=1)
+
+    def train(group, opt, sched, steps, loader):
+        it = iter(loader)
+        for _ in range(steps):
+            xb, yb = next(it)
+            group.step(xb, yb, tp.cross_entropy, opt, max_grad_norm=1.0)
+            sched.step()
+
+    def make(devices):
+        group = ReplicaGroup(seeded(mlp), devices)
+        opt = adamw(group.parameters())
+        return group, opt, pc.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=4)
+
+    group, opt, sched = make(devices2[:2])            # uninterrupted, on 2 replicas
+    with group:
+        train(group, opt, sched, 4, loader)
+        want = [p.value.to_host() for p in group.parameters()]
+    loader = pc.data.DataLoader((x, y), batch_size=12, shuffle=True, seed=1)
+    group, opt, sched = make(devices2[:before])
+    with group:
+        train(group, opt, sched, 2, loader)
+        pc.save(tmp_path / "ckpt.safetensors", group.model, opt, step=2, scheduler=sched,
+                loader=loader.state_dict())
+    group, opt, sched = make(devices2[:after])
+    with group:
+        meta = pc.load(tmp_path / "ckpt.safetensors", group.model, opt, scheduler=sched)
+        group.broadcast_parameters()
+        loader = pc.data.DataLoader((x, y), batch_size=12, shuffle=True, seed=1)
+        loader.load_state_dict(meta["loader"])
+        train(group, opt, sched, 2, loader)
+        got = [p.value.to_host() for p in group.parameters()]
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
