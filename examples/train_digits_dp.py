@@ -13,7 +13,9 @@ checkpoints. Each replica's step is recorded once and replayed (``capture=True``
 the eager step's results bit for bit with far less Python; ``--no-capture`` runs it eagerly.
 
 The learning rate warms up and then follows a cosine (``warmup_cosine``: ``LinearLR`` then
-``CosineAnnealingLR``), one scheduler step after every optimizer step. A checkpoint
+``CosineAnnealingLR``), one scheduler step after every optimizer step, and the reduced
+gradient's global norm is clipped to ``--max-grad-norm`` (``group.step(max_grad_norm=)``,
+the same norm on every replica and rank). A checkpoint
 (``DIR/last.safetensors``, written atomically) holds the model, the Adam state, the scheduler,
 the step, the epoch, the data loader's position and every rank's augmentation RNG state. When
 ``DIR`` holds one, the run resumes from it (``--resume`` insists on one), bit-identically to an
@@ -55,6 +57,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=8e-3,
                    help="Adam learning rate (after the warm-up; cosine decay)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-grad-norm", type=float, default=1.0, metavar="N",
+                   help="clip the reduced gradient's global norm to N (0: no clipping)")
     p.add_argument("--augment", action=argparse.BooleanOptionalAction, default=True,
                    help="random one-pixel shifts of the training images (default: on)")
     p.add_argument("--checkpoint", metavar="DIR", help="save DIR/last.safetensors")
@@ -145,7 +149,8 @@ def main(argv=None) -> float:
                 if args.augment:
                     xb = shift_augment(xb, rng)
                 xb = ((xb - mean) / std).astype(np.float32)
-                losses.append(group.step(xb, yb, tp.cross_entropy, opt))
+                losses.append(group.step(xb, yb, tp.cross_entropy, opt,
+                                         max_grad_norm=args.max_grad_norm or None))
                 scheduler.step()
                 step += 1
                 bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
