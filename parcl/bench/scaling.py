@@ -64,6 +64,7 @@ import parcl.tape as tp
 from parcl.replica import ReplicaGroup
 
 from . import models
+from .scaling_plot import PHASES, plot  # noqa: F401  (plot: the subcommand's --plot)
 from .common import (
     BenchError,
     add_table,
@@ -77,9 +78,7 @@ from .common import (
     parse_ints,
     put_rate,
     repeat_of,
-    require_matplotlib,
     resolve_devices,
-    save_figure,
     time_interleaved,
     warmup_of,
 )
@@ -87,7 +86,6 @@ from .reference import NUMPY_MODELS, NumpyDataParallel
 from .trace import ChromeTrace, clock_offset, has_profiling
 
 DEFAULT_STEPS = {"mlp": 20, "cnn": 10, "digits": 20, "resnet18": 2}
-PHASES = ("fwd_bwd", "allreduce", "optimizer", "broadcast")
 
 
 def add_arguments(p) -> None:
@@ -165,6 +163,7 @@ def run(args) -> dict:
     mode = "strong" if args.global_batch is not None else "weak"
     result = new_result("scaling", {
         "model": args.model, "replicas": counts, "mode": mode, "steps": steps,
+        "capture": bool(getattr(args, "capture", False)),
         "repeat": repeat, "warmup": warmup, "allreduce": args.allreduce,
         "batch_per_replica": args.batch_per_replica, "global_batch": args.global_batch,
         "image_size": args.image_size if args.model == "resnet18" else None, "ranks": world})
@@ -472,30 +471,3 @@ def _phased(group, opt, x, y, steps, trace, label, comm) -> dict:
             "runs from the phase's first enqueue to the return of that queue's finish()")
         trace.metadata.setdefault("replica_counts", []).append(label)
     return {f"{p}_ms": float(np.median(v)) * 1e3 for p, v in records.items()}
-
-
-def plot(result: dict, path: str) -> None:
-    plt = require_matplotlib()
-    rows = result["tables"]["scaling"]["rows"]
-    labels = [r["label"] for r in rows]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3.4))
-    sps = [r["samples_per_s"] for r in rows]
-    err = [[r["samples_per_s"] - r["samples_per_s_min"] for r in rows],
-           [r["samples_per_s_max"] - r["samples_per_s"] for r in rows]]
-    ax1.bar(labels, sps, yerr=err, color="tab:blue", capsize=3)
-    for i, r in enumerate(rows):
-        ax1.text(i, sps[i], f"{r['speedup']:.2f}x", ha="center", va="bottom", fontsize=8)
-    ax1.set_xlabel("replicas")
-    ax1.set_ylabel("samples/s")
-    ax1.set_title(f"{result['params']['model']} throughput ({result['params']['mode']})",
-                  fontsize=10)
-    bottom = np.zeros(len(rows))
-    for p, color in zip(PHASES, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
-        vals = np.array([r.get(f"{p}_ms", 0.0) for r in rows])   # bare replays: no phases
-        ax2.bar(labels, vals, bottom=bottom, label=p.replace("_", "+"), color=color)
-        bottom += vals
-    ax2.set_xlabel("replicas")
-    ax2.set_ylabel("ms per step (phased)")
-    ax2.set_title("where a step goes", fontsize=10)
-    ax2.legend(fontsize=7)
-    save_figure(fig, path)
