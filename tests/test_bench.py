@@ -467,3 +467,13 @@ def test_median_ci_brackets_the_median_and_is_reproducible():
     assert lo <= float(np.median(values)) <= hi and lo < hi
     assert median_ci(values) == (lo, hi)                     # seeded
     assert median_ci([4.0]) == (4.0, 4.0)
+
+
+def test_docs_reruns_the_benchmarks_behind_the_performance_page(tmp_path):
+    out, img = tmp_path / "res", tmp_path / "img"
+    assert main(["docs", "--quick", "--only", "allreduce,scaling_mlp", "--out", str(out),
+                 "--img", str(img)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["allreduce.json", "scaling_mlp.json"]
+    assert sorted(p.name for p in img.iterdir()) == ["allreduce.png", "scaling_mlp.png"]
+    assert json.loads((out / "scaling_mlp.json").read_text())["params"]["capture"] is True
+    assert main(["docs", "--only", "nope", "--out", str(out), "--img", str(img)]) == 2

@@ -11,6 +11,6 @@ measured on the reference machine are in docs/performance.md.
 0
 """
 
-SUBCOMMANDS = ("scaling", "allreduce", "kernels", "compare", "memory")
+SUBCOMMANDS = ("scaling", "allreduce", "kernels", "compare", "memory", "docs")
 
 __all__ = ["SUBCOMMANDS"]
