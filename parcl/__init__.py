@@ -15,21 +15,19 @@ ensure_known_cpu()      # before any OpenCL platform is loaded: see parcl/hostcp
 from . import data, nn, optim  # noqa: E402
 from .checkpoint import load, save  # noqa: E402
 from .errors import (AnomalyError, CheckpointError, DeviceError, DTypeError,  # noqa: E402
-                     GradcheckError, ParclError, ReplicaError, ShapeError)
+                     GradcheckError, LabelError, ParclError, ReplicaError, ShapeError)
+from .nn.module import manual_seed  # noqa: E402  (this thread's init and dropout seed)
 from .runtime import (Queue, context_for, default_queue, describe, devices,  # noqa: E402
                       memory_stats, new_queue, reset_peak_memory_stats, set_default_queue,
                       split_device)
 from .tensor import Tensor  # noqa: E402
 
-from .errors import LabelError  # noqa: E402  (losses)
-
 __version__ = "0.1.0"
 
 __all__ = [
     "AnomalyError", "CheckpointError", "DTypeError", "DeviceError", "GradcheckError",
-    "ParclError", "Queue", "ReplicaError", "ShapeError", "Tensor", "__version__",
-    "context_for", "data", "default_queue", "describe", "devices", "load", "memory_stats",
-    "new_queue", "nn", "optim", "reset_peak_memory_stats", "save", "set_default_queue",
-    "split_device",
+    "LabelError", "ParclError", "Queue", "ReplicaError", "ShapeError", "Tensor", "__version__",
+    "context_for", "data", "default_queue", "describe", "devices", "load", "manual_seed",
+    "memory_stats", "new_queue", "nn", "optim", "reset_peak_memory_stats", "save",
+    "set_default_queue", "split_device",
 ]
-__all__ += ["LabelError"]  # losses

@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cpu, cpu:N, gpu, gpu:I,J or all (default: $PARCL_DEVICES, else GPUs, "
                         "else the CPU)")
     p.add_argument("--allreduce", default="auto", metavar="ALGO",
-                   help="allreduce algorithm: auto, direct, scatter or ring")
+                   help="allreduce algorithm: auto, direct, shared, scatter or ring")
     p.add_argument("--allow-repeat", action="store_true",
                    help="let several replicas share a device when there are fewer devices "
                         "than replicas")
