@@ -182,3 +182,18 @@ def test_capture_key_sees_plain_attributes_only(queue):
     assert pc.nn.capture_key(model) == key
     model.temperature = 2.0
     assert pc.nn.capture_key(model) != key
+
+
+# -- an op whose input was bad is reported no later than the next host read -----------------
+def test_recorded_index_ops_read_back_without_a_backward_raise(queue):
+    w = tp.tensor(pc.Tensor.from_host(queue, np.ones((4, 3), np.float32)), requires_grad=True)
+    bad = pc.Tensor.from_host(queue, np.array([1, 7]))
+    with tp.Tape():
+        rows = tp.embedding(bad, w)                     # recorded, never backwarded
+    with pytest.raises(pc.ShapeError, match="embedding: index 7"):
+        rows.to_host()
+    x = tp.tensor(pc.Tensor.from_host(queue, np.ones((2, 3), np.float32)), requires_grad=True)
+    with tp.Tape():
+        picked = tp.gather(x, 1, pc.Tensor.from_host(queue, np.array([[0], [5]])))
+    with pytest.raises(pc.ShapeError, match="gather: index 5"):
+        picked.to_host()

@@ -35,16 +35,19 @@ class _IndexCheck:
     def __init__(self, flag: Tensor, index: Tensor, x_shape: tuple, axis: int):
         self.host = np.empty(1, np.int32)
         self.index, self.x_shape, self.axis = index, x_shape, axis
+        self.error: ShapeError | None = None
         self.reread(flag)
         if recorder.current() is not None:
             recorder.call(lambda: self.reread(flag))     # each replay reads it afresh
             recorder.host_hook(self.check)
 
     def reread(self, flag: Tensor) -> None:
-        self.flag = flag
+        self.flag, self.error = flag, None
         self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
 
     def check(self) -> None:
+        if self.error is not None:
+            raise self.error                     # every read of a bad result, not the first
         if self.event is None:
             return
         runtime.wait_for_events([self.event], what="gather's index check")
@@ -53,11 +56,12 @@ class _IndexCheck:
         if at != gk.NO_ERROR:
             where = np.unravel_index(at, self.index.shape)
             value = int(self.index.to_host().reshape(-1)[at])
-            raise ShapeError(f"gather: index {value} at position {tuple(map(int, where))} of "
-                             f"index {self.index.shape} is out of range for dimension "
-                             f"{self.axis} of size {self.x_shape[self.axis]} (input "
-                             f"{self.x_shape}); indices must be in [0, "
-                             f"{self.x_shape[self.axis]})")
+            self.error = ShapeError(
+                f"gather: index {value} at position {tuple(map(int, where))} of index "
+                f"{self.index.shape} is out of range for dimension {self.axis} of size "
+                f"{self.x_shape[self.axis]} (input {self.x_shape}); indices must be in [0, "
+                f"{self.x_shape[self.axis]})")
+            raise self.error
 
 
 class Gather(Function):
@@ -68,6 +72,7 @@ class Gather(Function):
         check = _IndexCheck(flag, index, x.shape, axis % x.ndim)
         if not self.recording or mode.is_anomaly_enabled():
             check.check()
+        out.checks = (check.check,)    # read back without a backward: checked before the read
         if self.recording:
             self.saved = (x.shape, axis % x.ndim, index, check)
         return out

@@ -112,6 +112,7 @@ class _IndexCheck:
         self.host = np.empty(1, np.int32)
         self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
         self.flag, self.indices, self.V = flag, indices, num_embeddings
+        self.error: ShapeError | None = None
         if recorder.current() is None or recorder.input_check(indices, self.check_host):
             return
         # Indices computed on the device inside a captured step: each replay reads the flag
@@ -120,17 +121,24 @@ class _IndexCheck:
         recorder.host_hook(self.check)
 
     def reread(self) -> None:
+        self.error = None
         self.event = cl.enqueue_copy(self.flag.queue, self.host, self.flag.data,
                                      is_blocking=False)
 
     def check(self) -> None:
+        if self.error is not None:
+            raise self.error                     # every read of a bad result, not the first
         if self.event is None:
             return
         runtime.wait_for_events([self.event], what="embedding's index check")
         self.event = None
         pos = int(self.host[0])
         if pos < self.indices.size:
-            self._raise(pos, int(self.indices.to_host().reshape(-1)[pos]))
+            try:
+                self._raise(pos, int(self.indices.to_host().reshape(-1)[pos]))
+            except ShapeError as exc:
+                self.error = exc
+                raise
 
     def check_host(self, indices: np.ndarray) -> None:
         """The same check on the indices' host array, before a replay uploads it."""
@@ -155,6 +163,7 @@ class Embedding(Function):
         check = _IndexCheck(flag, indices, weight.shape[0])
         if not self.recording or mode.is_anomaly_enabled():
             check.check()
+        out.checks = (check.check,)    # read back without a backward: checked before the read
         if self.recording:
             self.saved = (indices, weight.shape[0], check)
         return out
