@@ -327,6 +327,8 @@ def test_compare_netcl_row_same_first_loss_and_its_tape_overhead(tmp_path, capsy
     x, y = models.batch("cnn", 2, seed=3)
     for _ in range(2):
         assert mine.step(x, y, 0.1) == pytest.approx(ref.step(x, y, 0.1), rel=1e-4)
+    with pytest.raises(common.BenchError, match="no netcl twin for model 'mobilenet'"):
+        netcl_ref.NetclModel("mobilenet", state)
     chain = netcl_ref.netcl_chain_us_per_op(2)
     assert chain["ops"] == 31
     assert 0 < chain["forward_us_per_op"] < chain["total_us_per_op"]

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import models
+from .common import BenchError
 
 NETCL_MODELS = ("mlp", "cnn")
 NETCL_HINT = ("netcl is not installed, so its row is left out; to add it: pip install netcl "
@@ -83,11 +84,11 @@ class NetclModel:
     """
 
     def __init__(self, name: str, state: dict, device=None):
+        if name not in NETCL_MODELS:
+            raise BenchError(f"netcl_ref: no netcl twin for model {name!r}; choose from "
+                             f"{', '.join(NETCL_MODELS)}")
         from netcl.nn import layers as nl
 
-        if name not in NETCL_MODELS:
-            raise ValueError(f"netcl_ref: no netcl twin for model {name!r}; choose from "
-                             f"{', '.join(NETCL_MODELS)}")
         q = self.queue = _queue(device)
         if name == "mlp":
             mods = [nl.Linear(q, 784, 512), nl.ReLU(), nl.Linear(q, 512, 512), nl.ReLU(),
@@ -138,7 +139,7 @@ def _write(param, value) -> None:
 
     value = np.ascontiguousarray(value, dtype=np.float32)
     if tuple(value.shape) != tuple(param.shape):
-        raise ValueError(f"netcl_ref: parameter shape {tuple(param.shape)}, parcl's weight has "
+        raise BenchError(f"netcl_ref: parameter shape {tuple(param.shape)}, parcl's weight has "
                          f"{tuple(value.shape)}")
     write_tensor(param, value)
 
@@ -197,7 +198,7 @@ def netcl_chain_us_per_op(repeat: int = 20, device=None) -> dict:
     from netcl.core.tensor import Tensor
 
     if repeat < 1:
-        raise ValueError(f"netcl_chain_us_per_op: repeat must be >= 1, got {repeat}")
+        raise BenchError(f"netcl_chain_us_per_op: repeat must be >= 1, got {repeat}")
     q = _queue(device)
     rng = np.random.default_rng(0)
     host = [rng.standard_normal((CHAIN_SIZE, CHAIN_SIZE), dtype=np.float32) * 0.5
