@@ -249,7 +249,7 @@ def test_lead_in_runs_the_same_configuration_untimed_before_each_timed_run():
 # -- compare ---------------------------------------------------------------------------------
 def test_compare_smoke(tmp_path, capsys):
     text, result = _run(tmp_path, capsys, ["compare", "--model", "mlp,cnn", "--batch", "8",
-                                           "--steps", "1", "--repeat", "1"])
+                                           "--steps", "1", "--repeat", "1", "--no-netcl"])
     rows = _rows(result, "compare")
     _printed(text, result, "compare")
     try:
@@ -292,16 +292,46 @@ def test_compare_captured_step_replays_the_eager_step(tmp_path, capsys):
         np.testing.assert_array_equal(a.value.to_host(), b.value.to_host())
     _, result = _run(tmp_path, capsys, ["compare", "--model", "mlp", "--batch", "4", "--steps",
                                         "2", "--repeat", "1", "--no-numpy", "--no-torch",
-                                        "--capture"], plot=False)
+                                        "--no-netcl", "--capture"], plot=False)
     assert [r["impl"] for r in _rows(result, "compare")] == ["parcl (capture)"]
 
 
 def test_compare_can_leave_out_a_reference(tmp_path, capsys):
     _, result = _run(tmp_path, capsys, ["compare", "--model", "mlp", "--batch", "4", "--steps",
-                                        "1", "--repeat", "1", "--no-numpy", "--no-torch"],
-                     plot=False)
+                                        "1", "--repeat", "1", "--no-numpy", "--no-torch",
+                                        "--no-netcl"], plot=False)
     assert [r["impl"] for r in _rows(result, "compare")] == ["parcl"]
     assert result["params"]["numpy"] is False
+
+
+def test_compare_netcl_row_same_first_loss_and_its_tape_overhead(tmp_path, capsys):
+    """netcl (in the test extra) gets a row from parcl's weights with parcl's first loss, and
+    a second step equal to numpy's (the same SGD update); without netcl the row is left out
+    with a note saying how to install it."""
+    from parcl.bench import models, netcl_ref, reference
+
+    text, result = _run(tmp_path, capsys, ["compare", "--model", "mlp,cnn", "--batch", "2",
+                                           "--steps", "1", "--repeat", "1", "--no-numpy",
+                                           "--no-torch"], plot=False)
+    rows = {(r["model"], r["impl"]): r for r in _rows(result, "compare")}
+    if not netcl_ref.available():
+        assert netcl_ref.NETCL_HINT in result["notes"] and "pip install netcl" in text
+        assert set(rows) == {("mlp", "parcl"), ("cnn", "parcl")}
+        return
+    for name in ("mlp", "cnn"):
+        assert rows[name, "netcl"]["loss"] == pytest.approx(rows[name, "parcl"]["loss"],
+                                                            rel=1e-5)
+        assert rows[name, "netcl"]["samples_per_s"] > 0
+    state = models.builder("cnn")(pc.new_queue(pc.devices()[0])).state_dict()
+    ref, mine = reference.NUMPY_MODELS["cnn"](state), netcl_ref.NetclModel("cnn", state)
+    x, y = models.batch("cnn", 2, seed=3)
+    for _ in range(2):
+        assert mine.step(x, y, 0.1) == pytest.approx(ref.step(x, y, 0.1), rel=1e-4)
+    with pytest.raises(common.BenchError, match="no netcl twin for model 'mobilenet'"):
+        netcl_ref.NetclModel("mobilenet", state)
+    chain = netcl_ref.netcl_chain_us_per_op(2)
+    assert chain["ops"] == 31
+    assert 0 < chain["forward_us_per_op"] < chain["total_us_per_op"]
 
 
 @pytest.mark.parametrize("name", ["mlp", "cnn"])

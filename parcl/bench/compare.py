@@ -17,12 +17,15 @@ after each call, and slowed PyTorch's two-thread step 2-3x on a 2-core machine):
 ``--capture`` times parcl's step through ``tp.capture`` (the whole step, update included,
 recorded once and replayed: bit-identical to the eager step, far less Python); the row is then
 ``parcl (capture)``. ``mobilenet`` (depthwise-separable blocks, see ``models``) has no numpy
-reference: parcl is paired with PyTorch alone.
+reference: parcl is paired with PyTorch alone. When netcl (the peer PyOpenCL library) is
+importable, a ``netcl`` row runs the same step in it on its own queue on the same device
+(``netcl_ref``; ``mlp`` and ``cnn`` only); without it the row is left out with a note;
+``--no-netcl`` leaves it out.
 
 JSON rows (table ``compare``): ``model``, ``batch``, ``impl`` (``parcl``, ``numpy``,
-``pytorch``; ``parcl (capture)`` with ``--capture``), ``threads``, ``samples_per_s`` (+
-``_min``/``_max``), ``step_ms``, ``loss`` (first step), ``vs_parcl`` (+ ``_min``/``_max``: this
-implementation's speed over parcl's, per-run ratios).
+``pytorch``, ``netcl``; ``parcl (capture)`` with ``--capture``), ``threads``,
+``samples_per_s`` (+ ``_min``/``_max``), ``step_ms``, ``loss`` (first step), ``vs_parcl``
+(+ ``_min``/``_max``: this implementation's speed over parcl's, per-run ratios).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import numpy as np
 import parcl as pc
 import parcl.tape as tp
 
-from . import models, reference
+from . import models, netcl_ref, reference
 from .common import (
     BenchError,
     add_table,
@@ -68,6 +71,7 @@ def add_arguments(p) -> None:
     p.add_argument("--capture", action="store_true",
                    help="time parcl's step through tp.capture (recorded once, then replayed)")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
+    p.add_argument("--no-netcl", action="store_true", help="skip netcl even if installed")
     p.add_argument("--no-numpy", action="store_true",
                    help="skip the numpy reference (its spinning BLAS threads slow the next "
                         "implementation when they fill every core)")
@@ -98,6 +102,8 @@ def run(args) -> dict:
     result["devices"] = [device_info(dev, "parcl")]
     if torch is None and not args.no_torch:
         result["notes"].append(TORCH_HINT)
+    netcl = not args.no_netcl and netcl_ref.available()
+    result["notes"] += netcl_ref.compare_notes(names, args.no_netcl)
     if not args.no_numpy and any(m not in reference.NUMPY_MODELS for m in names):
         result["notes"].append("no numpy reference for "
                                + ", ".join(m for m in names if m not in reference.NUMPY_MODELS)
@@ -118,6 +124,8 @@ def run(args) -> dict:
             impls.append(("numpy", threads if applied else "default", *_numpy(name, state, x, y)))
         if torch is not None:
             impls.append(("pytorch", threads, *_pytorch(torch, name, state, x, y, threads)))
+        if netcl and name in netcl_ref.NETCL_MODELS:
+            impls.append(("netcl", f"{threads} CU", *netcl_ref.netcl_step(name, state, x, y, dev)))
         with limit:
             losses = [float(step()) for _, _, step, _ in impls]      # first step: the check
             stats = time_interleaved(
