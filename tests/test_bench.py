@@ -449,3 +449,32 @@ def test_median_ci_brackets_the_median_and_is_reproducible():
     assert lo <= float(np.median(values)) <= hi and lo < hi
     assert median_ci(values) == (lo, hi)                     # seeded
     assert median_ci([4.0]) == (4.0, 4.0)
+
+
+# -- overhead --------------------------------------------------------------------------------
+def test_overhead_smoke(tmp_path, capsys):
+    text, result = _run(tmp_path, capsys, ["overhead", "--depth", "2", "--passes", "1",
+                                           "--repeat", "2", "--warmup", "1",
+                                           "--guard-models", "mlp"])
+    rows = _rows(result, "overhead")
+    _printed(text, result, "overhead")
+    parcl_rows = [r for r in rows if r["impl"] == "parcl"]
+    assert [(r["workload"], r["mode"]) for r in parcl_rows] == [
+        ("chain", "fwd+bwd"), ("chain", "no_grad"), ("mix", "fwd+bwd"), ("mix", "no_grad")]
+    assert parcl_rows[0]["ops"] == 3 * 2 + 1          # tanh(h @ w + x) twice, then sum
+    assert parcl_rows[2]["ops"] == 7 * 2 + 1
+    for r in rows:
+        assert r["us_per_op_min"] <= r["us_per_op"] <= r["us_per_op_max"]
+        assert r["ops_per_s"] > 0 and r["drain_us_per_op"] > -1e3
+    guard = _rows(result, "guard")[0]
+    assert guard["model"] == "mlp" and guard["batch"] == 256
+    assert guard["capture_key_us"] > 0 and guard["snapshot_us"] > 0 and guard["step_ms"] > 0
+
+
+def test_overhead_without_torch(tmp_path, capsys):
+    _, result = _run(tmp_path, capsys, ["overhead", "--depth", "1", "--passes", "1",
+                                        "--repeat", "1", "--warmup", "0", "--no-torch",
+                                        "--guard-models", ""], plot=False)
+    assert {r["impl"] for r in _rows(result, "overhead")} == {"parcl"}
+    assert "guard" not in result["tables"]
+    assert any("PyTorch" in n for n in result["notes"])
