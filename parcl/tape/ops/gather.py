@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from ... import recorder, runtime
+from ... import gate, recorder, runtime
 from ...errors import ShapeError
 from ...kernels import gather as gk
 from ...tensor import Tensor
@@ -42,6 +42,7 @@ class _IndexCheck:
 
     def reread(self, flag: Tensor) -> None:
         self.flag = flag
+        gate.release()    # the read's event must not wait behind a held gate
         self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
 
     def check(self) -> None:
