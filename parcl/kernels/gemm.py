@@ -66,8 +66,11 @@ def _options(variant: str) -> tuple[str, ...]:
     return _OPTIONS + (f"-DVW={vw or 8}",)
 
 
+_OPTIONS_OF = {v: _options(v) for v in VARIANTS}
+
+
 def _kernel(queue: cl.CommandQueue, name: str, variant: str) -> cl.Kernel:
-    return get_kernel(queue, SOURCE, name, _options(variant))
+    return get_kernel(queue, SOURCE, name, _OPTIONS_OF[variant])
 
 
 def choose_variant(device: cl.Device) -> str:
@@ -198,12 +201,13 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     sa = (1, m) if trans_a else (k, 1)
     sb = (k, 1) if trans_b else (1, n)
     if variant in ("direct8", "direct16"):
+        # the small products of an eager step: plain ints (the kernel's declared argument
+        # types pack them to the same bytes as numpy scalars would, for less host time)
         kern = _kernel(queue, "gemm_direct", variant)
         lx, ly = DIRECT_GROUP
         kern(queue, (-(-n // (4 * lx)) * lx, -(-m // (4 * ly)) * ly, batch), (lx, ly, 1),
-             a.data, np.int64(a_bs), np.int64(sa[0]), np.int64(sa[1]),
-             b.data, np.int64(b_bs), np.int64(sb[1]), np.int64(sb[0]),
-             out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
+             a.data, a_bs, sa[0], sa[1], b.data, b_bs, sb[1], sb[0],
+             out.data, m * n, bias_buf, m, n, k, beta32, flags)
         return
     if variant not in VW:
         raise ValueError(f"gemm: unknown variant {variant!r}; expected one of {VARIANTS}")
