@@ -189,14 +189,7 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
             variant = "direct" + variant[3:]     # from the same program as the big kernel
     flags = (FLAG_BIAS if bias is not None else 0) | (FLAG_RELU if relu else 0)
     bias_buf = bias.data if bias is not None else None
-    c_bs, beta32 = np.int64(m * n), np.float32(beta)
-    dims = (np.int32(m), np.int32(n), np.int32(k))
-    if variant == "tiled":
-        kern = _kernel(queue, "gemm_tiled", variant)
-        kern(queue, (-(-n // TILE) * GROUP, -(-m // TILE) * GROUP, batch), (GROUP, GROUP, 1),
-             a.data, np.int64(a_bs), np.int32(trans_a), b.data, np.int64(b_bs),
-             np.int32(trans_b), out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
-        return
+    beta32 = np.float32(beta)
     # op(A)[i, k] and op(B)[k, j] as (row stride, k stride) in the tensors' memory
     sa = (1, m) if trans_a else (k, 1)
     sb = (k, 1) if trans_b else (1, n)
@@ -208,6 +201,14 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
         kern(queue, (-(-n // (4 * lx)) * lx, -(-m // (4 * ly)) * ly, batch), (lx, ly, 1),
              a.data, a_bs, sa[0], sa[1], b.data, b_bs, sb[1], sb[0],
              out.data, m * n, bias_buf, m, n, k, beta32, flags)
+        return
+    c_bs = np.int64(m * n)
+    dims = (np.int32(m), np.int32(n), np.int32(k))
+    if variant == "tiled":
+        kern = _kernel(queue, "gemm_tiled", variant)
+        kern(queue, (-(-n // TILE) * GROUP, -(-m // TILE) * GROUP, batch), (GROUP, GROUP, 1),
+             a.data, np.int64(a_bs), np.int32(trans_a), b.data, np.int64(b_bs),
+             np.int32(trans_b), out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
         return
     if variant not in VW:
         raise ValueError(f"gemm: unknown variant {variant!r}; expected one of {VARIANTS}")
