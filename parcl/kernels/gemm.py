@@ -140,6 +140,27 @@ def gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool = False,
     return out
 
 
+def product(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False,
+            into: Tensor | None = None) -> Tensor:
+    """``gemm`` for a caller that has validated its operands (2-D float32 on one queue, inner
+    dimensions equal, ``into`` of the result's shape and its own buffer): ``op(A) @ op(B)``,
+    or added into ``into`` (``beta=1``) and ``into`` returned. The eager matmul's path: its
+    checks ran once, at the op.
+
+    >>> product(a, a, trans_b=True).to_host()
+    array([[3., 3.],
+           [3., 3.]], dtype=float32)
+    """
+    m, k = a.shape[::-1] if trans_a else a.shape
+    n = b.shape[0] if trans_b else b.shape[1]
+    if into is None:
+        out, beta = Tensor.empty(a.queue, (m, n)), 0.0
+    else:
+        out, beta = into, 1.0
+    _launch(a, b, out, None, m, n, k, 1, 0, 0, trans_a, trans_b, False, beta, None)
+    return out
+
+
 def batched_gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool = False,
                  out: Tensor | None = None, _variant: str | None = None) -> Tensor:
     """3-D (batch, M, K) x (batch, K, N) -> (batch, M, N), with the transposes of ``gemm``

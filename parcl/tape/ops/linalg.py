@@ -29,7 +29,7 @@ from math import prod
 
 from ...errors import DTypeError, ShapeError
 from ...kernels import elementwise as ew
-from ...kernels.gemm import batched_gemm, gemm
+from ...kernels.gemm import batched_gemm, gemm, product
 from ...kernels.reduction import sum_to_shape
 from ...tensor import FLOAT, Tensor, check_same_queue
 from ..node import ACCUMULATED, Function
@@ -122,7 +122,7 @@ class Matmul(Function):
             if self.recording:
                 self.a = a if self.needs_input_grad[1] else None
                 self.b = b if self.needs_input_grad[0] else None
-            return gemm(a, b)
+            return product(a, b)
         p = self.plan = _plan(a.shape, b.shape)
         a, b = a.reshape(p.a2), b.reshape(p.b2)
         if self.recording:
@@ -177,10 +177,9 @@ class Matmul(Function):
 
 
 def _product(a: Tensor, b: Tensor, into: Tensor | None, **trans):
-    if into is None:
-        return gemm(a, b, **trans)
-    gemm(a, b, out=into, beta=1.0, **trans)
-    return ACCUMULATED
+    # the shapes were checked in the forward; g's by the tape, a target's by its node
+    out = product(a, b, into=into, **trans)
+    return out if into is None else ACCUMULATED
 
 
 def matmul(a, b, *, tape=None):
