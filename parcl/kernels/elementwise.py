@@ -340,11 +340,7 @@ def binary(op: str, a, b, out: Tensor | None = None) -> Tensor:
     check_same_queue(op, a, b)
     queue = a.queue
     if a.shape == b.shape:
-        res = Tensor.empty(queue, a.shape) if out is None else _output(op, queue, a.shape, out)
-        n = res.size
-        get_kernel(queue, SOURCE, op + "_contig")(queue, _global(n), _LOCAL, res.data, a.data,
-                                                  b.data, n)
-        return res
+        return _contig(op, queue, a, b, out)
     shape = broadcast_shapes(op, a.shape, b.shape)
     res = _output(op, queue, shape, out)
     dims, (sa, sb) = collapse_dims(shape, broadcast_strides(a.shape, shape),
@@ -363,6 +359,15 @@ def binary(op: str, a, b, out: Tensor | None = None) -> Tensor:
     k = get_kernel(queue, SOURCE, f"{op}_strided")
     k(queue, _global(res.size), (LOCAL,), res.data, a.data, b.data, np.int32(res.size),
       np.int32(len(dims)), _int8(dims), _int8(sa), _int8(sb))
+    return res
+
+
+def _contig(op: str, queue, a: Tensor, b: Tensor, out: Tensor | None) -> Tensor:
+    """The same-shape launch of ``binary`` (inputs already checked)."""
+    res = Tensor.empty(queue, a.shape) if out is None else _output(op, queue, a.shape, out)
+    n = res.size
+    get_kernel(queue, SOURCE, op + "_contig")(queue, _global(n), _LOCAL, res.data, a.data,
+                                              b.data, n)
     return res
 
 
@@ -420,7 +425,8 @@ def _backward(op: str, saved: Tensor, g: Tensor, out: Tensor | None) -> Tensor:
     check_float(op, saved, g)
     if saved.shape != g.shape:
         raise ShapeError(f"{op}: saved tensor {saved.shape} and gradient {g.shape} differ")
-    return binary(op, saved, g, out=out)      # same shapes: its flat path, one launch
+    check_same_queue(op, saved, g)
+    return _contig(op, saved.queue, saved, g, out)  # same shapes: the flat path, one launch
 
 
 def relu_backward(x: Tensor, g: Tensor, out: Tensor | None = None) -> Tensor:
