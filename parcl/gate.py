@@ -41,6 +41,7 @@ _GPU = cl.device_type.GPU
 
 class _Held(threading.local):
     gates: tuple = ()        # this thread's closed gates, innermost last
+    off = False              # inside ``disabled()``
 
 
 _held = _Held()
@@ -74,7 +75,7 @@ class hold:
 
     def __init__(self, queue: cl.CommandQueue):
         self.gate = None
-        if queue.device.type & _GPU or any(g.queue is queue and g.event is not None
+        if _held.off or queue.device.type & _GPU or any(g.queue is queue and g.event is not None
                                            for g in _held.gates):
             return
         self.gate = _Gate(queue)
@@ -109,6 +110,21 @@ def release() -> None:
     until their ``hold`` block ends."""
     for gate in _held.gates:
         gate.open()
+
+
+class disabled:
+    """``with gate.disabled():`` no gate is held in this thread (every launch goes to the device
+    at once, as without this module): what ``parcl-bench overhead --steps`` compares against.
+    Thread-local."""
+
+    def __enter__(self) -> disabled:
+        self.previous = _held.off
+        _held.off = True
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        _held.off = self.previous
+        return False
 
 
 def holding() -> bool:
