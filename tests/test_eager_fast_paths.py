@@ -131,3 +131,17 @@ def test_weight_used_twice_gets_both_gemm_contributions(queue, rng):
     want = (h64 @ w64).T @ ones + h64.T @ (ones @ w64.T)
     np.testing.assert_allclose(w.grad.to_host(), want, rtol=1e-4, atol=1e-5)
     assert tp.gradcheck(lambda v: tp.sum((h @ v) @ v), [w])
+
+
+def test_a_large_op_opens_the_gate_for_the_rest_of_the_block(queue):
+    small = tp.tensor(pc.Tensor.from_host(queue, np.ones(4, np.float32)), requires_grad=True)
+    large = tp.tensor(pc.Tensor.from_host(queue, np.zeros(gate.LARGE, np.float32)),
+                      requires_grad=True)
+    with tp.Tape():
+        tp.exp(small)
+        assert gate.holding()
+        y = tp.exp(large)                 # the device is busy long enough: nothing held
+        assert not gate.holding()
+        tp.exp(small)
+        assert not gate.holding()
+    assert float(tp.sum(y).to_host()) == gate.LARGE

@@ -297,7 +297,7 @@ class Function:
             return cls(None).forward(*values, **kwargs)
         fn = cls(tuple(needs))
         out = fn.forward(*values, **kwargs)
-        tick()
+        tick(out.size if isinstance(out, Tensor) else 0)
         fn.parent_slots = tuple(slots)
         node = _recorded(out, fn, [inputs[i] for i in slots], cls.name)
         if tape is None:

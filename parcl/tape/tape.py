@@ -177,7 +177,7 @@ class Tape:
                                      f"does not match input shape {parent.shape} (a bug in the "
                                      "op's backward)")
                 _accumulate(parent, g, owned)
-            gate.tick()
+            gate.tick(upstream.size)
 
     # -- cleanup and debugging -------------------------------------------------------------
     def release(self) -> None:
