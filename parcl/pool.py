@@ -64,7 +64,7 @@ class MemoryPool:
         self.pool_bytes = 0
 
     def allocate(self, nbytes: int) -> Allocation:
-        size = bin_size(max(int(nbytes), 1))
+        size = 256 if nbytes <= 256 else bin_size(int(nbytes))     # small: one bin, no call
         rec = recorder.current()
         if rec is not None:
             # Recording a step: reuse what the step itself freed (as the eager step would),

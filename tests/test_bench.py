@@ -507,3 +507,35 @@ def test_docs_reruns_the_benchmarks_behind_the_performance_page(tmp_path):
     assert sorted(p.name for p in img.iterdir()) == ["allreduce.png", "scaling_mlp.png"]
     assert json.loads((out / "scaling_mlp.json").read_text())["params"]["capture"] is True
     assert main(["docs", "--only", "nope", "--out", str(out), "--img", str(img)]) == 2
+
+
+# -- overhead --------------------------------------------------------------------------------
+def test_overhead_smoke(tmp_path, capsys):
+    text, result = _run(tmp_path, capsys, ["overhead", "--depth", "2", "--passes", "1",
+                                           "--repeat", "2", "--warmup", "1",
+                                           "--guard-models", "mlp", "--step-models", "mlp"])
+    rows = _rows(result, "overhead")
+    _printed(text, result, "overhead")
+    parcl_rows = [r for r in rows if r["impl"] == "parcl"]
+    assert [(r["workload"], r["mode"]) for r in parcl_rows] == [
+        ("chain", "fwd+bwd"), ("chain", "no_grad"), ("mix", "fwd+bwd"), ("mix", "no_grad")]
+    assert parcl_rows[0]["ops"] == 3 * 2 + 1          # tanh(h @ w + x) twice, then sum
+    assert parcl_rows[2]["ops"] == 7 * 2 + 1
+    for r in rows:
+        assert r["us_per_op_min"] <= r["us_per_op"] <= r["us_per_op_max"]
+        assert r["ops_per_s"] > 0 and r["drain_us_per_op"] > -1e3
+    guard = _rows(result, "guard")[0]
+    assert guard["model"] == "mlp" and guard["batch"] == 256
+    assert guard["capture_key_us"] > 0 and guard["snapshot_us"] > 0 and guard["step_ms"] > 0
+    steps = _rows(result, "steps")[0]
+    assert steps["model"] == "mlp" and steps["gated_ms"] > 0 and steps["ungated_ms"] > 0
+    assert steps["ungated_over_gated_min"] <= steps["ungated_over_gated"]
+
+
+def test_overhead_without_torch(tmp_path, capsys):
+    _, result = _run(tmp_path, capsys, ["overhead", "--depth", "1", "--passes", "1",
+                                        "--repeat", "1", "--warmup", "0", "--no-torch",
+                                        "--guard-models", "", "--step-models", ""], plot=False)
+    assert {r["impl"] for r in _rows(result, "overhead")} == {"parcl"}
+    assert "guard" not in result["tables"] and "steps" not in result["tables"]
+    assert any("PyTorch" in n for n in result["notes"])

@@ -24,7 +24,18 @@ from ..errors import ParclError
 _programs: dict[tuple, cl.Program] = {}
 _build_locks: dict[tuple, threading.Lock] = {}
 _lock = threading.Lock()
-_local = threading.local()
+
+
+class _Local(threading.local):
+    """One thread's kernel objects and its ``trace_launches`` sink (None: not tracing)."""
+
+    trace = None
+
+    def __init__(self):
+        self.kernels: dict[tuple, cl.Kernel] = {}
+
+
+_local = _Local()
 
 
 class KernelBuildError(ParclError):
@@ -70,17 +81,17 @@ def get_program(context: cl.Context, source: str, options: tuple[str, ...] = ())
 def get_kernel(queue: cl.CommandQueue, source: str, name: str,
                options: tuple[str, ...] = ()) -> cl.Kernel:
     """This thread's ``Kernel`` object for ``name`` in ``source`` on ``queue``'s context."""
-    cache = getattr(_local, "kernels", None)
-    if cache is None:
-        cache = _local.kernels = {}
+    local = _local
     ctx = queue.context
-    key = (ctx.int_ptr, hash(source), tuple(options), name)
-    k = cache.get(key)
+    if type(options) is not tuple:
+        options = tuple(options)
+    key = (ctx.int_ptr, hash(source), options, name)
+    k = local.kernels.get(key)
     if k is None:
         k = cl.Kernel(get_program(ctx, source, options), name)
         k.set_scalar_arg_dtypes(_scalar_dtypes(k))
-        cache[key] = k
-    sink = getattr(_local, "trace", None)
+        local.kernels[key] = k
+    sink = local.trace
     if sink is not None:
         k = _TracedKernel(k, name, sink)
     if recorder.current() is not None:
@@ -140,7 +151,7 @@ class trace_launches:
     queue made with ``profiling=True`` the events carry device timestamps."""
 
     def __enter__(self) -> list:
-        self.previous = getattr(_local, "trace", None)
+        self.previous = _local.trace
         self.launches: list = []
         _local.trace = self.launches
         return self.launches

@@ -227,6 +227,7 @@ __kernel void expand(__global float *out, __global const float *x, const float a
 
 SOURCE = _build_source()
 LOCAL = 128
+_LOCAL = (LOCAL,)
 GRID_LOCAL = 32        # the 3-D broadcast path: work-items along the innermost dim per group
 GRID_MIN_INNER = 16    # below this the padding of the 3-D path wastes more than div/mod costs
 _INT_MAX = 2**31 - 1
@@ -328,20 +329,18 @@ def binary(op: str, a, b, out: Tensor | None = None) -> Tensor:
     """
     if op not in BINARY_OPS:
         raise ValueError(f"binary: unknown op {op!r}; expected one of {sorted(BINARY_OPS)}")
-    if _is_scalar(b):
-        return scalar(op, a, b, out=out)
-    if _is_scalar(a):
-        if op not in REVERSED:
-            raise TypeError(f"{op}: the left operand must be a tensor")
-        return scalar(REVERSED[op], b, a, out=out)
+    if type(a) is not Tensor or type(b) is not Tensor:     # a scalar side, or bad input
+        if _is_scalar(b):
+            return scalar(op, a, b, out=out)
+        if _is_scalar(a):
+            if op not in REVERSED:
+                raise TypeError(f"{op}: the left operand must be a tensor")
+            return scalar(REVERSED[op], b, a, out=out)
     check_float(op, a, b)
     check_same_queue(op, a, b)
     queue = a.queue
     if a.shape == b.shape:
-        res = _output(op, queue, a.shape, out)
-        k = get_kernel(queue, SOURCE, f"{op}_contig")
-        k(queue, _global(res.size), (LOCAL,), res.data, a.data, b.data, np.int32(res.size))
-        return res
+        return _contig(op, queue, a, b, out)
     shape = broadcast_shapes(op, a.shape, b.shape)
     res = _output(op, queue, shape, out)
     dims, (sa, sb) = collapse_dims(shape, broadcast_strides(a.shape, shape),
@@ -363,14 +362,24 @@ def binary(op: str, a, b, out: Tensor | None = None) -> Tensor:
     return res
 
 
+def _contig(op: str, queue, a: Tensor, b: Tensor, out: Tensor | None) -> Tensor:
+    """The same-shape launch of ``binary`` (inputs already checked)."""
+    res = Tensor.empty(queue, a.shape) if out is None else _output(op, queue, a.shape, out)
+    n = res.size
+    get_kernel(queue, SOURCE, op + "_contig")(queue, _global(n), _LOCAL, res.data, a.data,
+                                              b.data, n)
+    return res
+
+
 def scalar(op: str, x: Tensor, s: float, out: Tensor | None = None) -> Tensor:
     """``op(x, s)`` with a Python scalar ``s`` (``rsub``: s - x, ``rdiv``: s / x, ``rpow``)."""
     if op not in BINARY_OPS:
         raise ValueError(f"scalar: unknown op {op!r}; expected one of {sorted(BINARY_OPS)}")
     check_float(op, x)
-    res = _output(op, x.queue, x.shape, out)
-    k = get_kernel(x.queue, SOURCE, f"{op}_scalar")
-    k(x.queue, _global(x.size), (LOCAL,), res.data, x.data, np.float32(s), np.int32(x.size))
+    res = Tensor.empty(x.queue, x.shape) if out is None else _output(op, x.queue, x.shape, out)
+    n = res.size
+    get_kernel(x.queue, SOURCE, op + "_scalar")(x.queue, _global(n), _LOCAL, res.data, x.data,
+                                                np.float32(s), n)
     return res
 
 
@@ -387,10 +396,10 @@ def unary(op: str, x: Tensor, out: Tensor | None = None, *, p: float = 0.0,
     if op not in UNARY_OPS:
         raise ValueError(f"unary: unknown op {op!r}; expected one of {sorted(UNARY_OPS)}")
     check_float(op, x)
-    res = _output(op, x.queue, x.shape, out)
-    k = get_kernel(x.queue, SOURCE, f"{op}_unary")
-    k(x.queue, _global(x.size), (LOCAL,), res.data, x.data, np.float32(p), np.float32(q),
-      np.int32(x.size))
+    res = Tensor.empty(x.queue, x.shape) if out is None else _output(op, x.queue, x.shape, out)
+    n = res.size
+    get_kernel(x.queue, SOURCE, op + "_unary")(x.queue, _global(n), _LOCAL, res.data, x.data,
+                                               np.float32(p), np.float32(q), n)
     return res
 
 
@@ -404,10 +413,11 @@ def grad(op: str, saved: Tensor, g: Tensor, *, p: float = 0.0, q: float = 0.0,
     if saved.shape != g.shape:
         raise ShapeError(f"{op}: saved tensor {saved.shape} and gradient {g.shape} differ")
     check_same_queue(op, saved, g)
-    res = _output(op, g.queue, g.shape, out)
-    k = get_kernel(g.queue, SOURCE, f"{op}_grad")
-    k(g.queue, _global(g.size), (LOCAL,), res.data, saved.data, g.data, np.float32(p),
-      np.float32(q), np.int32(g.size))
+    res = Tensor.empty(g.queue, g.shape) if out is None else _output(op, g.queue, g.shape, out)
+    n = res.size
+    get_kernel(g.queue, SOURCE, op + "_grad")(g.queue, _global(n), _LOCAL, res.data,
+                                              saved.data, g.data, np.float32(p),
+                                              np.float32(q), n)
     return res
 
 
@@ -415,7 +425,8 @@ def _backward(op: str, saved: Tensor, g: Tensor, out: Tensor | None) -> Tensor:
     check_float(op, saved, g)
     if saved.shape != g.shape:
         raise ShapeError(f"{op}: saved tensor {saved.shape} and gradient {g.shape} differ")
-    return binary(op, saved, g, out=out)
+    check_same_queue(op, saved, g)
+    return _contig(op, saved.queue, saved, g, out)  # same shapes: the flat path, one launch
 
 
 def relu_backward(x: Tensor, g: Tensor, out: Tensor | None = None) -> Tensor:
@@ -467,8 +478,9 @@ def axpy(y: Tensor, x: Tensor, alpha: float = 1.0) -> Tensor:
     if x.size != y.size:
         raise ShapeError(f"axpy: sizes differ: y {y.shape} and x {x.shape}")
     check_same_queue("axpy", y, x)
-    k = get_kernel(y.queue, SOURCE, "axpy")
-    k(y.queue, _global(y.size), (LOCAL,), y.data, x.data, np.float32(alpha), np.int32(y.size))
+    n = y.size
+    get_kernel(y.queue, SOURCE, "axpy")(y.queue, _global(n), _LOCAL, y.data, x.data,
+                                        np.float32(alpha), n)
     return y
 
 

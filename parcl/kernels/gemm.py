@@ -66,8 +66,11 @@ def _options(variant: str) -> tuple[str, ...]:
     return _OPTIONS + (f"-DVW={vw or 8}",)
 
 
+_OPTIONS_OF = {v: _options(v) for v in VARIANTS}
+
+
 def _kernel(queue: cl.CommandQueue, name: str, variant: str) -> cl.Kernel:
-    return get_kernel(queue, SOURCE, name, _options(variant))
+    return get_kernel(queue, SOURCE, name, _OPTIONS_OF[variant])
 
 
 def choose_variant(device: cl.Device) -> str:
@@ -138,6 +141,27 @@ def gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool = False,
     return out
 
 
+def product(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False,
+            into: Tensor | None = None) -> Tensor:
+    """``gemm`` for a caller that has validated its operands (2-D float32 on one queue, inner
+    dimensions equal, ``into`` of the result's shape and its own buffer): ``op(A) @ op(B)``,
+    or added into ``into`` (``beta=1``) and ``into`` returned. The eager matmul's path: its
+    checks ran once, at the op.
+
+    >>> product(a, a, trans_b=True).to_host()
+    array([[3., 3.],
+           [3., 3.]], dtype=float32)
+    """
+    m, k = a.shape[::-1] if trans_a else a.shape
+    n = b.shape[0] if trans_b else b.shape[1]
+    if into is None:
+        out, beta = Tensor.empty(a.queue, (m, n)), 0.0
+    else:
+        out, beta = into, 1.0
+    _launch(a, b, out, None, m, n, k, 1, 0, 0, trans_a, trans_b, False, beta, None)
+    return out
+
+
 def batched_gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool = False,
                  out: Tensor | None = None, _variant: str | None = None) -> Tensor:
     """3-D (batch, M, K) x (batch, K, N) -> (batch, M, N), with the transposes of ``gemm``
@@ -188,24 +212,26 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
             variant = "direct" + variant[3:]     # from the same program as the big kernel
     flags = (FLAG_BIAS if bias is not None else 0) | (FLAG_RELU if relu else 0)
     bias_buf = bias.data if bias is not None else None
-    c_bs, beta32 = np.int64(m * n), np.float32(beta)
+    beta32 = np.float32(beta)
+    # op(A)[i, k] and op(B)[k, j] as (row stride, k stride) in the tensors' memory
+    sa = (1, m) if trans_a else (k, 1)
+    sb = (k, 1) if trans_b else (1, n)
+    if variant in ("direct8", "direct16"):
+        # the small products of an eager step: plain ints (the kernel's declared argument
+        # types pack them to the same bytes as numpy scalars would, for less host time)
+        kern = _kernel(queue, "gemm_direct", variant)
+        lx, ly = DIRECT_GROUP
+        kern(queue, (-(-n // (4 * lx)) * lx, -(-m // (4 * ly)) * ly, batch), (lx, ly, 1),
+             a.data, a_bs, sa[0], sa[1], b.data, b_bs, sb[1], sb[0],
+             out.data, m * n, bias_buf, m, n, k, beta32, flags)
+        return
+    c_bs = np.int64(m * n)
     dims = (np.int32(m), np.int32(n), np.int32(k))
     if variant == "tiled":
         kern = _kernel(queue, "gemm_tiled", variant)
         kern(queue, (-(-n // TILE) * GROUP, -(-m // TILE) * GROUP, batch), (GROUP, GROUP, 1),
              a.data, np.int64(a_bs), np.int32(trans_a), b.data, np.int64(b_bs),
              np.int32(trans_b), out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
-        return
-    # op(A)[i, k] and op(B)[k, j] as (row stride, k stride) in the tensors' memory
-    sa = (1, m) if trans_a else (k, 1)
-    sb = (k, 1) if trans_b else (1, n)
-    if variant in ("direct8", "direct16"):
-        kern = _kernel(queue, "gemm_direct", variant)
-        lx, ly = DIRECT_GROUP
-        kern(queue, (-(-n // (4 * lx)) * lx, -(-m // (4 * ly)) * ly, batch), (lx, ly, 1),
-             a.data, np.int64(a_bs), np.int64(sa[0]), np.int64(sa[1]),
-             b.data, np.int64(b_bs), np.int64(sb[1]), np.int64(sb[0]),
-             out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
         return
     if variant not in VW:
         raise ValueError(f"gemm: unknown variant {variant!r}; expected one of {VARIANTS}")

@@ -14,6 +14,7 @@ import traceback
 import numpy as np
 
 from ..errors import AnomalyError
+from ..gate import tick
 from ..runtime import default_queue
 from ..tensor import Tensor
 from . import mode
@@ -275,31 +276,54 @@ class Function:
     def apply(cls, *inputs, tape=None, **kwargs):
         """Run the op; record a Node when some input requires grad and grad mode is on (or an
         explicit ``tape`` is given), else return the raw output Tensor."""
-        values, needs = [], []
-        for x in inputs:
+        # The hot path of every eager op: one pass over the inputs, one read of the
+        # thread's modes, and the Node built without re-checking what was checked here.
+        values, needs, slots = [], [], []
+        record = False
+        for i, x in enumerate(inputs):
             if isinstance(x, Node):
                 values.append(x.value)
                 needs.append(x.requires_grad)
+                slots.append(i)
+                record = record or x.requires_grad
             elif x is None or isinstance(x, Tensor):
                 values.append(x)
                 needs.append(False)
             else:
                 raise TypeError(f"{cls.name}: expected a tp.Node or pc.Tensor input, got "
                                 f"{type(x).__name__}")
-        record = any(needs) and (tape is not None or mode.is_grad_enabled())
-        fn = cls(tuple(needs) if record else None)
+        state = mode.state
+        if not (record and (tape is not None or state.grad)):
+            return cls(None).forward(*values, **kwargs)
+        fn = cls(tuple(needs))
         out = fn.forward(*values, **kwargs)
-        if not record:
-            return out
-        slots = tuple(i for i, x in enumerate(inputs) if isinstance(x, Node))
-        fn.parent_slots = slots
-        node = Node(out, grad_fn=fn, parents=[inputs[i] for i in slots], requires_grad=True,
-                    op_name=cls.name)
+        tick(out.size if isinstance(out, Tensor) else 0)
+        fn.parent_slots = tuple(slots)
+        node = _recorded(out, fn, [inputs[i] for i in slots], cls.name)
         if tape is None:
-            tape = mode.get_current_tape()
+            tape = state.tape
         if tape is not None:
             tape.record(node)
-        if mode.is_anomaly_enabled():
+        if state.anomaly:
             node.where = _call_site()
             check_finite(out, "forward", node)
         return node
+
+
+_new = object.__new__
+
+
+def _recorded(value: Tensor, fn: Function, parents: list, op_name: str) -> Node:
+    """The Node of a recorded op: ``Node(value, fn, parents, True, op_name)`` without the
+    checks ``Function.apply`` already made."""
+    node = _new(Node)
+    node.value = value
+    node.grad_fn = fn
+    node.parents = parents
+    node.requires_grad = True
+    node.grad = None
+    node.op_name = op_name
+    node.where = None
+    node.index = None
+    node.tape = None
+    return node

@@ -11,6 +11,7 @@ import threading
 import weakref
 
 from ..errors import ParclError, ShapeError
+from .. import gate
 from ..kernels import elementwise as ew
 from ..runtime import default_queue
 from ..tensor import Tensor
@@ -44,6 +45,7 @@ class Tape:
         self.ref = weakref.ref(self)       # what the nodes it records point back through
         self.nodes: list[Node] = []
         self._previous: list = []
+        self._holds: list = []
         self._backward_done = False
         self._released = False
 
@@ -51,12 +53,18 @@ class Tape:
     def __enter__(self) -> Tape:
         # Submit pending work (e.g. the last optimizer step) so the queue does not fill up
         # while the next forward is being enqueued.
-        default_queue().flush()
+        queue = default_queue()
+        queue.flush()
         self._previous.append(mode.get_current_tape())
         mode.set_current_tape(self)
+        # The forward's small launches go to the device in bursts (parcl.gate); whatever
+        # waits for the device inside the block (to_host, finish) opens the gate first.
+        hold = gate.hold(queue)
+        self._holds.append(hold.__enter__())
         return self
 
     def __exit__(self, *exc) -> bool:
+        self._holds.pop().__exit__()
         mode.set_current_tape(self._previous.pop())
         return False
 
@@ -125,15 +133,27 @@ class Tape:
 
     def _reverse(self, order: list[Node], loss: Node, grad: Tensor, retain_grads: bool) -> None:
         anomaly = mode.is_anomaly_enabled()
-        owned: set[int] = set()        # buffers already some node's .grad in this pass
+        owned: dict[int, int] = {}     # buffer -> how many nodes' .grad it is in this pass
         _accumulate(loss, grad, owned)
+        if anomaly:                     # every gradient is read back: nothing may be held
+            self._walk(order, loss, retain_grads, owned, True)
+            return
+        # The reverse pass only enqueues (its checks are deferred past it): its small launches
+        # go to the device in bursts too, after what a forward block still holds
+        gate.release()
+        with gate.hold(loss.value.queue):
+            self._walk(order, loss, retain_grads, owned, False)
+
+    @staticmethod
+    def _walk(order: list[Node], loss: Node, retain_grads: bool, owned: dict[int, int],
+              anomaly: bool) -> None:
         for node in reversed(order):
-            if node.grad_fn is None:
+            fn = node.grad_fn
+            if fn is None:
                 continue                          # a leaf: its .grad is final
             upstream = node.grad
             if upstream is None:
                 continue                          # no path from loss carried a gradient
-            fn = node.grad_fn
             targets = None if anomaly else _grad_targets(node)   # anomaly: every grad checked
             if targets:
                 fn.grad_targets = targets
@@ -142,17 +162,22 @@ class Tape:
                 del fn.grad_targets                 # back to the class's empty default
             if not retain_grads and node is not loss:
                 node.grad = None
-                owned.discard(id(upstream.data))   # its buffer may go to one parent uncopied
+                key = id(upstream.data)            # its buffer may go to a parent uncopied
+                if owned.get(key, 0) > 1:
+                    owned[key] -= 1
+                else:
+                    owned.pop(key, None)
             for parent, g in zip(node.parents, parent_grads):
                 if g is None or g is ACCUMULATED or not parent.requires_grad:
                     continue
                 if anomaly:
                     check_finite(g, "backward", node)
-                if tuple(g.shape) != tuple(parent.shape):
+                if g.shape != parent.value.shape and tuple(g.shape) != tuple(parent.shape):
                     raise ShapeError(f"backward of '{node.op_name}': gradient shape {g.shape} "
                                      f"does not match input shape {parent.shape} (a bug in the "
                                      "op's backward)")
                 _accumulate(parent, g, owned)
+            gate.tick(upstream.size)
 
     # -- cleanup and debugging -------------------------------------------------------------
     def release(self) -> None:
@@ -206,15 +231,26 @@ def _grad_targets(node: Node) -> dict | None:
     return targets
 
 
-def _accumulate(node: Node, g: Tensor, owned: set[int]) -> None:
-    """node.grad += g. A first contribution is adopted without a copy unless its buffer is
-    already another node's grad (pass-through backwards such as add hand the upstream tensor to
-    several parents; sharing it would let one parent's ``+=`` change another's gradient)."""
+def _accumulate(node: Node, g: Tensor, owned: dict[int, int]) -> None:
+    """node.grad += g. ``owned`` counts, per buffer, the nodes whose ``.grad`` it is in this
+    pass. A first contribution is adopted without a copy. A buffer that is already another
+    node's grad (pass-through backwards such as add hand the upstream tensor to several
+    parents) is copied for a leaf, whose ``.grad`` outlives the pass and is updated in place
+    (optimizers, GEMM accumulation); an inner node shares it and copies on write: its first
+    ``+=`` adds into a new buffer (one launch, as the in-place add; the same sum)."""
     if node.grad is None:
-        if id(g.data) in owned:
+        key = id(g.data)
+        if key in owned and node.grad_fn is None:
             g = g.copy()
-        owned.add(id(g.data))
+            key = id(g.data)
+        owned[key] = owned.get(key, 0) + 1
         node.grad = g
+        return
+    key = id(node.grad.data)
+    if owned.get(key, 0) > 1:
+        owned[key] -= 1
+        node.grad = ew.binary("add", node.grad, g)
+        owned[id(node.grad.data)] = 1
     else:
         ew.axpy(node.grad, g, 1.0)
 

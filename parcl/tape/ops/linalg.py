@@ -29,10 +29,10 @@ from math import prod
 
 from ...errors import DTypeError, ShapeError
 from ...kernels import elementwise as ew
-from ...kernels.gemm import batched_gemm, gemm
+from ...kernels.gemm import batched_gemm, gemm, product
 from ...kernels.reduction import sum_to_shape
 from ...tensor import FLOAT, Tensor, check_same_queue
-from ..node import Function
+from ..node import ACCUMULATED, Function
 
 __all__ = ["matmul"]
 
@@ -116,6 +116,13 @@ class Matmul(Function):
                 raise DTypeError(f"matmul: {which} operand {t.shape} has dtype {t.dtype}, "
                                  "expected float32")
         check_same_queue("matmul", a, b)
+        if len(a.shape) == 2 and len(b.shape) == 2 and a.shape[1] == b.shape[0]:
+            # the common product: one GEMM on the operands as they are, no plan, no views
+            self.plan = None
+            if self.recording:
+                self.a = a if self.needs_input_grad[1] else None
+                self.b = b if self.needs_input_grad[0] else None
+            return product(a, b)
         p = self.plan = _plan(a.shape, b.shape)
         a, b = a.reshape(p.a2), b.reshape(p.b2)
         if self.recording:
@@ -131,6 +138,8 @@ class Matmul(Function):
 
     def backward(self, g: Tensor):
         p = self.plan
+        if p is None:
+            return self._backward_2d(g)
         ga = gb = None
         if self.needs_input_grad[0]:
             b = self.b
@@ -154,6 +163,23 @@ class Matmul(Function):
                     gb = sum_to_shape(gb.reshape(*p.batch, p.k, p.n), p.b2)
             gb = gb.reshape(p.b_shape)
         return ga, gb
+
+    def _backward_2d(self, g: Tensor):
+        """dA = G @ B^T, dB = A^T @ G; one a leaf's existing ``.grad`` is accumulated into
+        by the GEMM itself (beta=1: the same sum, rounded once, as adding it afterwards)."""
+        ga = gb = None
+        targets = self.grad_targets
+        if self.needs_input_grad[0]:
+            ga = _product(g, self.b, targets.get(0), trans_b=True)
+        if self.needs_input_grad[1]:
+            gb = _product(self.a, g, targets.get(1), trans_a=True)
+        return ga, gb
+
+
+def _product(a: Tensor, b: Tensor, into: Tensor | None, **trans):
+    # the shapes were checked in the forward; g's by the tape, a target's by its node
+    out = product(a, b, into=into, **trans)
+    return out if into is None else ACCUMULATED
 
 
 def matmul(a, b, *, tape=None):
