@@ -16,7 +16,6 @@ import time
 
 import pyopencl as cl
 
-from . import gate
 from .errors import DeviceError
 from .pool import MemoryPool, pool_of
 
@@ -261,12 +260,6 @@ class Queue(cl.CommandQueue):
         self.pool = MemoryPool(context)
         self.profiling = bool(properties & cl.command_queue_properties.PROFILING_ENABLE)
 
-    def finish(self) -> None:
-        """Wait for every command enqueued so far (the calling thread's launch gates are
-        opened first: ``parcl.gate``)."""
-        gate.release()
-        super().finish()
-
 
 def new_queue(device: cl.Device | None = None, profiling: bool = False) -> Queue:
     """A new in-order command queue on ``device`` (default: ``devices()[0]``) in its shared
@@ -334,7 +327,6 @@ def wait_for_events(events, timeout: float = WAIT_TIMEOUT, what: str = "a device
     events = list(events)
     if not events:
         return
-    gate.release()              # what this thread holds back may be what it waits for
     _start_watchdog()
     key = threading.get_ident()
     _waits[key] = (time.monotonic() + timeout, timeout, what, events, labels)

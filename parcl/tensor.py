@@ -13,7 +13,7 @@ from numbers import Real
 import numpy as np
 import pyopencl as cl
 
-from . import gate, recorder
+from . import recorder
 from .errors import DeviceError, DTypeError, ShapeError
 from .pool import Allocation, pool_of
 
@@ -127,9 +127,6 @@ class Tensor:
             raise ShapeError(f"Tensor.from_host: zero-size array of shape {array.shape}; "
                              "parcl tensors hold at least one element")
         host = snapshot(array)
-        # pyopencl's event of this copy waits for it when dropped: it must never sit behind
-        # a launch gate this thread holds (parcl.gate), or the drop would wait forever
-        gate.release()
         t = cls.empty(queue, host.shape, dt)
         event = cl.enqueue_copy(queue, t.data, host, is_blocking=False)
         recorder.copy(queue, t.data, host)
@@ -168,7 +165,6 @@ class Tensor:
         """A numpy copy; blocks until every enqueued write to this tensor is done. Runs
         ``checks`` first (they raise the error of an op that found its input bad)."""
         recorder.unsafe("a value was read back to the host (to_host/item)")
-        gate.release()            # what this thread holds back must run before the read
         for check in self.checks:
             check()
         out = np.empty(self.shape, self.dtype)

@@ -513,7 +513,7 @@ def test_docs_reruns_the_benchmarks_behind_the_performance_page(tmp_path):
 def test_overhead_smoke(tmp_path, capsys):
     text, result = _run(tmp_path, capsys, ["overhead", "--depth", "2", "--passes", "1",
                                            "--repeat", "2", "--warmup", "1",
-                                           "--guard-models", "mlp", "--step-models", "mlp"])
+                                           "--guard-models", "mlp"])
     rows = _rows(result, "overhead")
     _printed(text, result, "overhead")
     parcl_rows = [r for r in rows if r["impl"] == "parcl"]
@@ -527,15 +527,12 @@ def test_overhead_smoke(tmp_path, capsys):
     guard = _rows(result, "guard")[0]
     assert guard["model"] == "mlp" and guard["batch"] == 256
     assert guard["capture_key_us"] > 0 and guard["snapshot_us"] > 0 and guard["step_ms"] > 0
-    steps = _rows(result, "steps")[0]
-    assert steps["model"] == "mlp" and steps["gated_ms"] > 0 and steps["ungated_ms"] > 0
-    assert steps["ungated_over_gated_min"] <= steps["ungated_over_gated"]
 
 
 def test_overhead_without_torch(tmp_path, capsys):
     _, result = _run(tmp_path, capsys, ["overhead", "--depth", "1", "--passes", "1",
                                         "--repeat", "1", "--warmup", "0", "--no-torch",
-                                        "--guard-models", "", "--step-models", ""], plot=False)
+                                        "--guard-models", ""], plot=False)
     assert {r["impl"] for r in _rows(result, "overhead")} == {"parcl"}
-    assert "guard" not in result["tables"] and "steps" not in result["tables"]
+    assert "guard" not in result["tables"]
     assert any("PyTorch" in n for n in result["notes"])

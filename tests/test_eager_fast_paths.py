@@ -1,16 +1,12 @@
-"""The eager tape's fast paths give the same bits as the plain ones: launch gates (parcl.gate),
-the weight gradient accumulated by its GEMM, gradients shared by pass-through backwards and
-copied on write; and nothing a forward block does to wait for the device waits for itself."""
+"""The eager tape's fast paths give the same bits as the plain ones: the weight gradient
+accumulated by its GEMM, gradients shared by pass-through backwards and copied on write."""
 
 from __future__ import annotations
 
 import numpy as np
-import pyopencl as cl
-import pytest
 
 import parcl as pc
 import parcl.tape as tp
-from parcl import gate, runtime
 from parcl.kernels import elementwise as ew
 from parcl.kernels.gemm import gemm
 
@@ -28,57 +24,6 @@ def _chain(queue, rng_seed=0, depth=4):
         loss = tp.sum(h)
     tape.backward(loss)
     return loss.to_host(), w.grad.to_host(), x.grad.to_host()
-
-
-def test_gated_tape_gives_the_bits_of_the_ungated_one(queue):
-    gated = _chain(queue, depth=2 * gate.EVERY)          # the gates reopen on the way
-    with gate.disabled():
-        with tp.Tape():
-            tp.exp(tp.tensor(pc.Tensor.from_host(queue, np.ones(2, np.float32)), True))
-            assert not gate.holding()
-        plain = _chain(queue, depth=2 * gate.EVERY)
-    for a, b in zip(gated, plain):
-        assert a.tobytes() == b.tobytes()
-
-
-def test_a_forward_block_holds_its_launches_and_every_wait_opens_it(queue):
-    x = tp.tensor(pc.Tensor.from_host(queue, np.ones(3, np.float32)), requires_grad=True)
-    with tp.Tape():
-        y = tp.exp(x)
-        assert gate.holding()
-        np.testing.assert_allclose(y.to_host(), np.e, rtol=1e-6)     # opens, does not hang
-        assert not gate.holding()
-    with tp.Tape():
-        tp.exp(x)
-        queue.finish()                                  # parcl's Queue opens it first
-        assert not gate.holding()
-    with tp.Tape():
-        y = tp.exp(x)
-        ev = cl.enqueue_marker(queue)
-        runtime.wait_for_events([ev])
-        assert not gate.holding()
-    assert not gate.holding()
-
-
-def test_an_upload_dropped_inside_a_forward_block_does_not_wait_for_itself(queue):
-    x = tp.tensor(pc.Tensor.from_host(queue, np.ones(3, np.float32)), requires_grad=True)
-    with tp.Tape() as tape:
-        y = tp.exp(x)
-        for _ in range(3):                   # pyopencl waits for the copy when it is dropped
-            pc.Tensor.from_host(queue, np.arange(3, dtype=np.float32))
-        loss = tp.sum(y * tp.tensor(pc.Tensor.from_host(queue, np.full(3, 2.0, np.float32))))
-    tape.backward(loss)
-    np.testing.assert_allclose(x.grad.to_host(), 2 * np.e, rtol=1e-6)
-
-
-def test_gates_are_opened_on_an_exception_in_the_block(queue):
-    x = tp.tensor(pc.Tensor.from_host(queue, np.ones(3, np.float32)), requires_grad=True)
-    with pytest.raises(ValueError, match="in the block"):
-        with tp.Tape():
-            tp.exp(x)
-            raise ValueError("an error in the block")
-    assert not gate.holding()
-    queue.finish()
 
 
 def test_gemm_accumulating_with_beta_1_equals_gemm_then_axpy_bit_for_bit(queue, rng):
@@ -131,17 +76,3 @@ def test_weight_used_twice_gets_both_gemm_contributions(queue, rng):
     want = (h64 @ w64).T @ ones + h64.T @ (ones @ w64.T)
     np.testing.assert_allclose(w.grad.to_host(), want, rtol=1e-4, atol=1e-5)
     assert tp.gradcheck(lambda v: tp.sum((h @ v) @ v), [w])
-
-
-def test_a_large_op_opens_the_gate_for_the_rest_of_the_block(queue):
-    small = tp.tensor(pc.Tensor.from_host(queue, np.ones(4, np.float32)), requires_grad=True)
-    large = tp.tensor(pc.Tensor.from_host(queue, np.zeros(gate.LARGE, np.float32)),
-                      requires_grad=True)
-    with tp.Tape():
-        tp.exp(small)
-        assert gate.holding()
-        y = tp.exp(large)                 # the device is busy long enough: nothing held
-        assert not gate.holding()
-        tp.exp(small)
-        assert not gate.holding()
-    assert float(tp.sum(y).to_host()) == gate.LARGE

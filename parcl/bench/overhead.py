@@ -17,11 +17,6 @@ bottleneck. ``us/op`` is host time per recorded op (a forward op and its share o
 backward); ``ops/s`` its inverse; ``vs torch`` the median of per-round ratios of PyTorch's
 time to parcl's (1.0: as fast). All configurations run in alternation (``time_interleaved``).
 
-The ``steps`` table (``--step-models``): eager training steps of the benchmark models at their
-default batches, forward + backward + SGD, with the launch gates (``parcl.gate``) and inside
-``gate.disabled()``, timed in alternation: ``ungated/gated`` is the median of per-round ratios
-(> 1: the gates made the step faster). The kernels and their order are the same either way.
-
 The ``guard`` table: the host cost of the capture guard ``pc.nn.capture_key(model)`` and of
 the host snapshot of a batch's upload (``parcl.tensor.snapshot`` of x and y) on the benchmark
 MLP and CNN at their default batches, against one captured training step
@@ -30,9 +25,7 @@ MLP and CNN at their default batches, against one captured training step
 JSON rows: table ``overhead``: ``workload``, ``impl``, ``mode``, ``ops`` (recorded ops per
 pass), ``us_per_op`` (+ ``_min``/``_max``/``_q1``/``_q3``), ``ops_per_s``, ``drain_us_per_op``,
 ``vs_torch`` (+ ``_min``/``_max``); table ``guard``: ``model``, ``batch``, ``capture_key_us``,
-``snapshot_us``, ``step_ms`` (+ spreads), ``guard_pct`` (key + snapshot as % of the step);
-table ``steps``: ``model``, ``batch``, ``gated_ms``, ``ungated_ms`` (+ spreads),
-``ungated_over_gated`` (+ ``_min``/``_max``).
+``snapshot_us``, ``step_ms`` (+ spreads), ``guard_pct`` (key + snapshot as % of the step).
 """
 
 from __future__ import annotations
@@ -43,7 +36,6 @@ import numpy as np
 
 import parcl as pc
 import parcl.tape as tp
-from parcl import gate
 from parcl.tensor import snapshot
 
 from . import models
@@ -75,11 +67,6 @@ def add_arguments(p) -> None:
     p.add_argument("--passes", type=int, default=20, help="passes per timed run (default 20)")
     p.add_argument("--guard-models", default="mlp,cnn",
                    help="models of the guard table ('' for none; default mlp,cnn)")
-    p.add_argument("--step-models", default="mlp,cnn",
-                   help="models of the steps table: eager training steps with and without "
-                        "launch gates ('' for none; default mlp,cnn; also resnet18)")
-    p.add_argument("--image-size", type=int, default=64,
-                   help="resnet18 input size in the steps table (default 64)")
     p.add_argument("--devices", default="cpu", metavar="SPEC",
                    help="device (default cpu: the whole CPU device)")
     p.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
@@ -90,8 +77,7 @@ def run(args) -> dict:
         if getattr(args, name) < 1:
             raise BenchError(f"--{name} must be >= 1, got {getattr(args, name)}")
     guard_models = [m.strip() for m in args.guard_models.split(",") if m.strip()]
-    step_models = [m.strip() for m in args.step_models.split(",") if m.strip()]
-    for m in guard_models + step_models:
+    for m in guard_models:
         if m not in models.MODELS:
             raise BenchError(f"overhead: unknown model {m!r}; choose from {models.MODELS}")
     repeat, warmup = repeat_of(args, 15), warmup_of(args, 3)
@@ -108,7 +94,6 @@ def run(args) -> dict:
     try:
         rows = _overhead_rows(q, torch, args, repeat, warmup)
         guard = [_guard_row(q, m, repeat, warmup) for m in guard_models]
-        steps = [_steps_row(q, m, args.image_size, repeat, warmup) for m in step_models]
     finally:
         pc.set_default_queue(previous)
     add_table(result, "overhead", f"host time per recorded op, median [min-max] of {repeat} "
@@ -126,14 +111,6 @@ def run(args) -> dict:
                       ("capture_key_us", "capture_key us", ".1f"),
                       ("snapshot_us", "snapshot us", ".1f"), ("step_ms", "step ms", ".2f"),
                       ("guard_pct", "guard %", ".2f")], guard)
-    if steps:
-        add_table(result, "steps", "eager training step (forward, backward, SGD) with launch "
-                  "gates vs without (gate.disabled()), timed in alternation", [
-                      ("model", "model", ""), ("batch", "batch", ""),
-                      ("gated_ms", "gated ms", ".2f"), ("ungated_ms", "ungated ms", ".2f"),
-                      ("ungated_over_gated", "ungated/gated", ".3f"),
-                      ("ratio_range", "[min-max]", fmt_range("ungated_over_gated", ".3f"))],
-                  steps)
     if torch is None:
         result["notes"].append("PyTorch is not installed (or --no-torch): no torch rows")
     return result
@@ -313,34 +290,6 @@ def _guard_row(q, name: str, repeat: int, warmup: int) -> dict:
     put_stat(row, "snapshot_us", snap_s, 1e6 / calls)
     put_stat(row, "step_ms", step_s, 1e3)
     row["guard_pct"] = (row["capture_key_us"] + row["snapshot_us"]) / (row["step_ms"] * 1e3) * 100
-    return row
-
-
-# -- training steps with and without gates ----------------------------------------------------
-def _steps_row(q, name: str, image_size: int, repeat: int, warmup: int) -> dict:
-    batch = models.DEFAULT_BATCH[name]
-    model = models.builder(name)(q)
-    opt = pc.optim.SGD(model.parameters(), lr=models.LR)
-    x, y = models.batch(name, batch, image_size)
-
-    def step():
-        xd, yd = pc.Tensor.from_host(q, x), pc.Tensor.from_host(q, y)
-        with tp.Tape() as tape:
-            loss = tp.cross_entropy(model(tp.tensor(xd)), yd)
-        tape.backward(loss)
-        opt.step()
-        opt.zero_grad()
-
-    def ungated():
-        with gate.disabled():
-            step()
-
-    gated_s, ungated_s = time_interleaved([(step, q.finish), (ungated, q.finish)], repeat,
-                                          warmup)
-    row = {"model": name, "batch": batch}
-    put_stat(row, "gated_ms", gated_s, 1e3)
-    put_stat(row, "ungated_ms", ungated_s, 1e3)
-    put_ratio(row, "ungated_over_gated", gated_s, ungated_s)
     return row
 
 

@@ -20,6 +20,7 @@ class _State(threading.local):
     grad = True
     anomaly = False
     tape = None
+    stats_sync = None
 
 
 state = _State()       # thread-local: each thread sees its own attributes
@@ -125,12 +126,12 @@ def batch_stats_sync():
     """This thread's batch-statistics exchange (``sync_batchnorm``), or None: an object with
     ``gather(part, count) -> (parts, counts)`` stacking every participant's per-channel
     ``part`` in a fixed order. Training-mode batch norm then normalises over all of them."""
-    return getattr(_state, "stats_sync", None)
+    return state.stats_sync
 
 
 def set_batch_stats_sync(sync) -> None:
     """Set (None: clear) this thread's batch-statistics exchange; see ``batch_stats_sync``."""
-    _state.stats_sync = sync
+    state.stats_sync = sync
 
 
 def capture_modes() -> tuple[bool, bool]:

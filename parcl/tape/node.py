@@ -14,7 +14,6 @@ import traceback
 import numpy as np
 
 from ..errors import AnomalyError
-from ..gate import tick
 from ..runtime import default_queue
 from ..tensor import Tensor
 from . import mode
@@ -297,7 +296,6 @@ class Function:
             return cls(None).forward(*values, **kwargs)
         fn = cls(tuple(needs))
         out = fn.forward(*values, **kwargs)
-        tick(out.size if isinstance(out, Tensor) else 0)
         fn.parent_slots = tuple(slots)
         node = _recorded(out, fn, [inputs[i] for i in slots], cls.name)
         if tape is None:

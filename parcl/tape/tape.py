@@ -11,7 +11,6 @@ import threading
 import weakref
 
 from ..errors import ParclError, ShapeError
-from .. import gate
 from ..kernels import elementwise as ew
 from ..runtime import default_queue
 from ..tensor import Tensor
@@ -45,7 +44,6 @@ class Tape:
         self.ref = weakref.ref(self)       # what the nodes it records point back through
         self.nodes: list[Node] = []
         self._previous: list = []
-        self._holds: list = []
         self._backward_done = False
         self._released = False
 
@@ -53,18 +51,12 @@ class Tape:
     def __enter__(self) -> Tape:
         # Submit pending work (e.g. the last optimizer step) so the queue does not fill up
         # while the next forward is being enqueued.
-        queue = default_queue()
-        queue.flush()
+        default_queue().flush()
         self._previous.append(mode.get_current_tape())
         mode.set_current_tape(self)
-        # The forward's small launches go to the device in bursts (parcl.gate); whatever
-        # waits for the device inside the block (to_host, finish) opens the gate first.
-        hold = gate.hold(queue)
-        self._holds.append(hold.__enter__())
         return self
 
     def __exit__(self, *exc) -> bool:
-        self._holds.pop().__exit__()
         mode.set_current_tape(self._previous.pop())
         return False
 
@@ -135,14 +127,7 @@ class Tape:
         anomaly = mode.is_anomaly_enabled()
         owned: dict[int, int] = {}     # buffer -> how many nodes' .grad it is in this pass
         _accumulate(loss, grad, owned)
-        if anomaly:                     # every gradient is read back: nothing may be held
-            self._walk(order, loss, retain_grads, owned, True)
-            return
-        # The reverse pass only enqueues (its checks are deferred past it): its small launches
-        # go to the device in bursts too, after what a forward block still holds
-        gate.release()
-        with gate.hold(loss.value.queue):
-            self._walk(order, loss, retain_grads, owned, False)
+        self._walk(order, loss, retain_grads, owned, anomaly)
 
     @staticmethod
     def _walk(order: list[Node], loss: Node, retain_grads: bool, owned: dict[int, int],
@@ -177,7 +162,6 @@ class Tape:
                                      f"does not match input shape {parent.shape} (a bug in the "
                                      "op's backward)")
                 _accumulate(parent, g, owned)
-            gate.tick(upstream.size)
 
     # -- cleanup and debugging -------------------------------------------------------------
     def release(self) -> None:

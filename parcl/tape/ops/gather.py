@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from ... import gate, recorder, runtime
+from ... import recorder, runtime
 from ...errors import ShapeError
 from ...kernels import gather as gk
 from ...tensor import Tensor

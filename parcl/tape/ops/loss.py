@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from ... import gate, recorder, runtime
+from ... import recorder, runtime
 from ...errors import LabelError, ParclError
 from ...kernels import softmax as smk
 from ...tensor import Tensor
@@ -121,7 +121,6 @@ class _LabelCheck:
         self.labels_shape = labels.shape
         self.host = np.empty(2, np.int64)
         self.bad: tuple[int, int] | None = None      # (row, label) of the latest read
-        gate.release()    # the read's event must not wait behind a held gate
         self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
         self.flag = flag                 # keep the device buffer alive until the copy is done
         if recorder.current() is None or recorder.input_check(labels, self.check_host):
@@ -136,7 +135,6 @@ class _LabelCheck:
 
     def reread(self, flag: Tensor) -> None:
         self.flag = flag
-        gate.release()    # the read's event must not wait behind a held gate
         self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
 
     def check(self) -> None:

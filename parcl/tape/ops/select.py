@@ -26,7 +26,7 @@ from numbers import Real
 import numpy as np
 import pyopencl as cl
 
-from ... import gate, recorder, runtime
+from ... import recorder, runtime
 from ...errors import ShapeError
 from ...kernels import elementwise as ew
 from ...kernels import select as sk
@@ -110,7 +110,6 @@ class _IndexCheck:
 
     def __init__(self, flag: Tensor, indices: Tensor, num_embeddings: int):
         self.host = np.empty(1, np.int32)
-        gate.release()    # the read's event must not wait behind a held gate
         self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
         self.flag, self.indices, self.V = flag, indices, num_embeddings
         self.error: ShapeError | None = None
