@@ -24,11 +24,12 @@ from __future__ import annotations
 from numbers import Real
 
 import numpy as np
-from pyopencl import cltypes
 
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..tensor import FLOAT, Tensor, check_same_queue
 from ._cache import get_kernel
+from .broadcast import (_int8, broadcast_shapes, broadcast_strides,  # noqa: F401
+                        collapse_dims, int8_vector)
 
 # name -> C expression of (x, y); x is the left input, y the right one (or the scalar).
 BINARY_OPS = {
@@ -233,7 +234,7 @@ GRID_MIN_INNER = 16    # below this the padding of the 3-D path wastes more than
 _INT_MAX = 2**31 - 1
 
 
-# -- validation and shape helpers --------------------------------------------------------------
+# -- validation --------------------------------------------------------------------------------
 def check_float(op: str, *ts) -> None:
     """Every argument is a float32 ``pc.Tensor`` (else TypeError / DTypeError naming ``op``)."""
     for t in ts:
@@ -245,59 +246,6 @@ def check_float(op: str, *ts) -> None:
                              ".astype(np.float32) before Tensor.from_host)")
         if t.size > _INT_MAX:
             raise ShapeError(f"{op}: tensor of shape {t.shape} has more than 2**31-1 elements")
-
-
-def broadcast_shapes(op: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    """numpy's broadcast of two shapes, or ShapeError naming ``op`` and both shapes."""
-    n = max(len(a), len(b))
-    pa, pb = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
-    out = []
-    for x, y in zip(pa, pb):
-        if x != y and x != 1 and y != 1:
-            raise ShapeError(f"{op}: shapes {tuple(a)} and {tuple(b)} are not broadcastable "
-                             "(numpy rules: trailing dimensions must be equal or 1)")
-        out.append(y if x == 1 else x)
-    return tuple(out)
-
-
-def broadcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[int]:
-    """Element strides of a contiguous ``shape`` read as ``out_shape`` (0 where broadcast)."""
-    n = len(out_shape)
-    padded = (1,) * (n - len(shape)) + tuple(shape)
-    strides, step = [0] * n, 1
-    for k in range(n - 1, -1, -1):
-        strides[k] = 0 if padded[k] == 1 else step
-        step *= padded[k]
-    return strides
-
-
-def collapse_dims(shape, *strides_list) -> tuple[list[int], list[list[int]]]:
-    """Drop size-1 dimensions and merge neighbours every stride list walks contiguously."""
-    dims: list[int] = []
-    out: list[list[int]] = [[] for _ in strides_list]
-    for k, size in enumerate(shape):
-        if size == 1:
-            continue
-        if dims and all(st[-1] == s[k] * size for st, s in zip(out, strides_list)):
-            dims[-1] *= size
-            for st, s in zip(out, strides_list):
-                st[-1] = s[k]
-            continue
-        dims.append(size)
-        for st, s in zip(out, strides_list):
-            st.append(s[k])
-    if not dims:
-        dims = [1]
-        out = [[0] for _ in strides_list]
-    return dims, out
-
-
-def _int8(values: list[int]):
-    vals = list(values) + [1] * (8 - len(values))
-    return cltypes.make_int8(*vals)
-
-
-int8_vector = _int8     # public: packs collapse_dims' dims and strides for other families
 
 
 def _global(n: int) -> tuple[int]:
