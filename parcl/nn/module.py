@@ -86,8 +86,7 @@ class Parameter(Node):
     (True, (3, 4))
     """
 
-    # No __slots__: a Parameter may carry attributes such as ``_grad_is_view`` (set by
-    # gradient buckets whose .grad is a persistent view into a flat buffer).
+    # No __slots__: users may hang their own attributes on a Parameter, as on PyTorch's.
 
     def __init__(self, value: Tensor, requires_grad: bool = True):
         if isinstance(value, Node):
@@ -303,7 +302,7 @@ class Module:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear every parameter's ``.grad`` (zero-filled instead when ``set_to_none`` is
-        False or the grad is a persistent view, ``_grad_is_view``)."""
+        False)."""
         for p in self.parameters():
             p.zero_grad(set_to_none)
 
