@@ -46,3 +46,7 @@ __all__ += ["BatchNorm1d", "Embedding", "GELU", "GroupNorm", "LayerNorm", "RMSNo
 from .containers import Identity, ModuleList, Softmax  # noqa: E402
 
 __all__ += ["Identity", "ModuleList", "Softmax"]
+
+from .gpt import GPT, CausalSelfAttention  # noqa: E402  (transformers)
+
+__all__ += ["CausalSelfAttention", "GPT"]
