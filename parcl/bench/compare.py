@@ -16,7 +16,9 @@ after each call, and slowed PyTorch's two-thread step 2-3x on a 2-core machine):
 ``--no-numpy`` / ``--no-torch`` leave one out so parcl is paired with a single reference.
 ``--capture`` times parcl's step through ``tp.capture`` (the whole step, update included,
 recorded once and replayed: bit-identical to the eager step, far less Python); the row is then
-``parcl (capture)``.
+``parcl (capture)``. ``--model gpt`` is nanoGPT's model (``pc.nn.GPT``, see ``models``) with
+AdamW against its PyTorch twin (``torch_gpt.py``); it has no numpy reference, and its rows add
+``tokens_per_s`` (samples/s x T).
 
 JSON rows (table ``compare``): ``model``, ``batch``, ``impl`` (``parcl``, ``numpy``,
 ``pytorch``; ``parcl (capture)`` with ``--capture``), ``threads``, ``samples_per_s`` (+
@@ -54,11 +56,11 @@ TORCH_HINT = ("PyTorch is not installed, so its column is skipped; to add it: "
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--model", default="mlp,cnn", help="models: mlp, cnn (default both)")
+    p.add_argument("--model", default="mlp,cnn", help="models: mlp, cnn, gpt (default mlp,cnn)")
     p.add_argument("--batch", type=int, default=None,
                    help=f"batch (default per model: {models.DEFAULT_BATCH})")
     p.add_argument("--steps", type=int, default=None,
-                   help="steps per timed run (default 10 mlp, 3 cnn)")
+                   help="steps per timed run (default 10 mlp, 3 cnn and gpt)")
     p.add_argument("--devices", default="cpu", metavar="SPEC",
                    help="device for parcl (default cpu: the whole CPU device)")
     p.add_argument("--capture", action="store_true",
@@ -81,8 +83,8 @@ def run(args) -> dict:
     repeat, warmup = repeat_of(args, 3), warmup_of(args, 1)
     names = [m.strip() for m in args.model.split(",") if m.strip()]
     for m in names:
-        if m not in reference.NUMPY_MODELS:
-            raise BenchError(f"compare: unknown model {m!r}; choose mlp or cnn")
+        if m not in reference.NUMPY_MODELS and m != "gpt":
+            raise BenchError(f"compare: unknown model {m!r}; choose mlp, cnn or gpt")
     dev = resolve_devices(args.devices)[0]
     threads = int(dev.max_compute_units)
     torch = None if args.no_torch else _torch()
@@ -104,8 +106,8 @@ def run(args) -> dict:
         limit, applied = numpy_threads(threads)
         capture = getattr(args, "capture", False)
         impls = [("parcl" + (" (capture)" if capture else ""), f"{threads} CU",
-                  *_parcl(q, model, x, y, capture))]
-        if not args.no_numpy:
+                  *_parcl(q, model, x, y, capture, name))]
+        if not args.no_numpy and name in reference.NUMPY_MODELS:     # none for gpt
             impls.append(("numpy", threads if applied else "default", *_numpy(name, state, x, y)))
         if torch is not None:
             impls.append(("pytorch", threads, *_pytorch(torch, name, state, x, y, threads)))
@@ -117,14 +119,17 @@ def run(args) -> dict:
         for (impl, thr, _, _), loss, stat in zip(impls, losses, stats):
             row = {"model": name, "batch": n, "impl": impl, "threads": thr, "loss": loss,
                    **_rates(n, steps, stat)}
+            if name == "gpt":                    # a sample is a window of block_size tokens
+                row["tokens_per_s"] = row["samples_per_s"] * models.GPT["block_size"]
             put_ratio(row, "vs_parcl", stat, stats[0])
             rows.append(row)
-    add_table(result, "compare", f"one SGD training step, samples/s median [min-max] of "
-              f"{repeat} alternating runs; vs parcl = median of per-run ratios; loss = "
-              "first-step loss from the same weights and batch", [
+    tokens = [("tokens_per_s", "tokens/s", ".0f")] if "gpt" in names else []
+    add_table(result, "compare", f"one training step (SGD; AdamW for gpt), samples/s median "
+              f"[min-max] of {repeat} alternating runs; vs parcl = median of per-run ratios; "
+              "loss = first-step loss from the same weights and batch", [
                   ("model", "model", ""), ("batch", "batch", ""), ("impl", "impl", ""),
                   ("threads", "threads", ""), ("samples_per_s", "samples/s", ".1f"),
-                  ("sps_range", "[min-max]", fmt_range("samples_per_s", ".1f")),
+                  ("sps_range", "[min-max]", fmt_range("samples_per_s", ".1f")), *tokens,
                   ("step_ms", "step ms", ".2f"), ("vs_parcl", "vs parcl", ".2f"),
                   ("vs_range", "[min-max]", fmt_range("vs_parcl", ".2f")),
                   ("loss", "loss", ".5f")], rows)
@@ -137,15 +142,16 @@ def _rates(n: int, steps: int, stat: dict) -> dict:
     return row
 
 
-def _parcl(q, model, x, y, capture: bool = False):
+def _parcl(q, model, x, y, capture: bool = False, name: str = "mlp"):
     """(step, sync): one parcl training step (batch upload included) and the queue's finish.
     With ``capture`` the whole step (update included) goes through ``tp.capture``: the first
     call runs eagerly and is recorded, later ones replay it."""
-    opt = pc.optim.SGD(model.parameters(), lr=models.LR)
+    opt = models.optimizer(name, model.parameters())
+    loss_fn = models.loss_of(model)
 
     def body(xd, yd):
         with tp.Tape() as tape:
-            loss = tp.cross_entropy(model(tp.tensor(xd)), yd)
+            loss = loss_fn(model(tp.tensor(xd)), yd)
         tape.backward(loss)
         opt.step()
         # A replay reuses the recorded gradient buffers, so they are zeroed in place there;
@@ -183,11 +189,16 @@ def _numpy(name, state, x, y):
 def _pytorch(torch, name, state, x, y, threads):
     torch.set_num_threads(threads)
     model = models.torch_model(name, state)
-    opt = torch.optim.SGD(model.parameters(), lr=models.LR)
+    if name == "gpt":
+        from .torch_gpt import loss as loss_fn
+        opt = torch.optim.AdamW(model.parameters(), lr=models.GPT_LR)
+    else:
+        loss_fn = torch.nn.functional.cross_entropy
+        opt = torch.optim.SGD(model.parameters(), lr=models.LR)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
 
     def step():
-        loss = torch.nn.functional.cross_entropy(model(xt), yt)
+        loss = loss_fn(model(xt), yt)
         loss.backward()
         opt.step()
         opt.zero_grad()

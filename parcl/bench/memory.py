@@ -42,7 +42,7 @@ from .common import (
 )
 
 MB = float(1 << 20)
-DEFAULT_BATCH = {"mlp": 256, "cnn": 64, "resnet18": 24}
+DEFAULT_BATCH = {"mlp": 256, "cnn": 64, "resnet18": 24, "gpt": 16}
 
 
 def add_arguments(p) -> None:
@@ -125,7 +125,7 @@ def _measure(dev, name: str, args) -> dict:
         t0 = time.perf_counter()
         tape = tp.Tape()
         with tape:
-            loss = tp.cross_entropy(model(tp.tensor(xt)), yt)
+            loss = models.loss_of(model)(model(tp.tensor(xt)), yt)
         q.finish()
         row["forward_tape_ms"] = (time.perf_counter() - t0) * 1e3
         stats = pc.memory_stats(q)
