@@ -476,3 +476,8 @@ def test_gpt_in_compare_scaling_and_memory(tmp_path, capsys):
     (row,) = _rows(result, "memory")
     assert row["tape_held_mb"] > 0 and row["backward_peak_mb"] >= row["tape_peak_mb"]
     assert row["zero_grad_mb"] == 0.0
+    try:                                   # PyTorch's autograd saves activations too
+        import torch  # noqa: F401
+        assert 0 < row["torch_saved_mb"] < 10 * row["tape_held_mb"]
+    except ImportError:
+        assert row["torch_saved_mb"] is None

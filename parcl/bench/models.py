@@ -98,6 +98,15 @@ def optimizer(model: str, params):
     return pc.optim.SGD(params, lr=LR)
 
 
+def torch_loss(model: str):
+    """PyTorch's loss for ``model``: nanoGPT's (every position) for ``gpt``, else cross entropy."""
+    if model == "gpt":
+        from .torch_gpt import loss
+        return loss
+    import torch
+    return torch.nn.functional.cross_entropy
+
+
 def torch_model(model: str, state: dict):
     """The same model in PyTorch with parcl's initial weights ``state`` (a state_dict)."""
     import torch
