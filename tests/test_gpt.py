@@ -166,6 +166,25 @@ def test_state_dict_has_nanogpt_keys_and_round_trips(queue, rng):
         other.load_state_dict({k: v for k, v in back.items() if k != "lm_head.weight"})
 
 
+def test_bias_false_drops_every_bias_as_nanogpt(queue):
+    model = pc.nn.GPT(**{**TINY, "n_layer": 2}, bias=False, queue=queue)
+    assert list(model.state_dict()) == [k for k in nanogpt_keys(2) if not k.endswith(".bias")]
+
+
+def test_dropout_only_while_training(queue, rng):
+    pc.nn.manual_seed(0)
+    model = pc.nn.GPT(**TINY, dropout=0.3, queue=queue)
+    idx = rng.integers(0, TINY["vocab_size"], (2, 6))
+    tp.manual_seed(1)
+    with tp.no_grad():
+        a, b = model(idx).to_host(), model(idx).to_host()
+        model.eval()
+        c, d = model(idx).to_host(), model(idx).to_host()
+    assert not np.allclose(a, b)               # fresh masks each forward
+    np.testing.assert_array_equal(c, d)
+    assert not np.allclose(a, c)
+
+
 def test_nanogpt_initialisation(queue):
     pc.nn.manual_seed(0)
     model = pc.nn.GPT(vocab_size=64, block_size=32, n_layer=3, n_head=2, n_embd=64,
