@@ -12,6 +12,7 @@ import pytest
 from scipy.special import erf
 
 import parcl as pc
+import parcl.replica
 import parcl.tape as tp
 from parcl.testing import seeded, train_replicated, train_single
 
@@ -259,9 +260,14 @@ def test_two_replicas_train_the_gpt_as_one(devices2):
     ref = train_single(build, pc.nn.GPT.loss, _batch(), 3, _adamw, device=devices2[0])
     again = train_single(build, pc.nn.GPT.loss, _batch(), 3, _adamw, device=devices2[0])
     assert all(np.array_equal(a, b) for a, b in zip(ref, again))
-    runs = {capture: train_replicated(build, pc.nn.GPT.loss, _batch(), 3, 2, _adamw,
-                                      devices=devices2, capture=capture)
-            for capture in (False, True)}
+    runs = {False: train_replicated(build, pc.nn.GPT.loss, _batch(), 3, 2, _adamw,
+                                    devices=devices2)}
+    with pc.replica.ReplicaGroup(build, devices2, capture=True) as group:
+        opt = _adamw(group.parameters())
+        for _ in range(3):
+            group.step(*_batch(), pc.nn.GPT.loss, opt)
+        assert [[s.replays for s in steps] for steps in group.captured_steps] == [[2], [2]]
+        runs[True] = [p.value.to_host() for p in group.parameters()]
     for got in runs.values():
         assert len(got) == len(ref) == len(nanogpt_keys(2)) - 1
         for a, b in zip(ref, got):
