@@ -146,6 +146,16 @@ def test_tied_weight_gradient_is_the_sum_of_both_uses(tiny, queue):
                                rtol=1e-3, atol=2e-5)
 
 
+def test_a_tied_parameter_keeps_its_place_and_is_listed_once(queue):
+    """Module-level tying (what GPT does): a Parameter assigned into a second module."""
+    a, b = pc.nn.Linear(3, 3, queue=queue), pc.nn.Linear(3, 3, queue=queue)
+    net = pc.nn.Sequential(a, b)
+    b.weight = a.weight
+    assert list(b.state_dict()) == ["weight", "bias"]
+    assert [n for n, _ in net.named_parameters()] == ["0.weight", "0.bias", "1.bias"]
+    assert list(net.state_dict()) == ["0.weight", "0.bias", "1.weight", "1.bias"]
+
+
 def test_state_dict_has_nanogpt_keys_and_round_trips(queue, rng):
     pc.nn.manual_seed(0)
     model = pc.nn.GPT(vocab_size=13, block_size=4, n_layer=2, n_head=2, n_embd=8, queue=queue)
