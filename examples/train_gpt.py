@@ -3,6 +3,7 @@
     python examples/train_gpt.py                                    # one replica
     parcl-launch --replicas 2 examples/train_gpt.py                 # 2 CPU sub-devices
     mpiexec -n 2 parcl-launch --replicas 1 examples/train_gpt.py    # 2 processes
+    python examples/train_gpt.py --checkpoint run/ --save-every 500 [--resume]
 
 The text is read from the running interpreter (``pc.data.text_corpus``: no download), split
 into training and validation files, and cut into windows of ``--block-size`` characters
@@ -12,7 +13,9 @@ nanoGPT's parameter groups), a linear warm-up then a cosine learning rate
 (``pc.optim.lr_scheduler``). ``--batch-size`` is the global batch, split over every replica
 of every rank. Only rank 0 prints: the train and validation loss in nats and bits per
 character beside the unigram baseline (a model that knows only character frequencies), and
-at the end a greedy and a sampled continuation.
+at the end a greedy and a sampled continuation. A checkpoint holds the model, the AdamW state,
+the step, the loader's position and the schedule, so ``--resume`` continues the run where it
+stopped (``--max-steps`` is the whole run's length).
 """
 
 from __future__ import annotations
@@ -35,7 +38,11 @@ PROMPT = "def "
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--max-steps", type=int, default=1500, help="training steps")
+    p.add_argument("--max-steps", type=int, default=1500,
+                   help="training steps: the length of the run and of its schedule")
+    p.add_argument("--stop-at", type=int, default=0, metavar="STEP",
+                   help="stop (and save) at this step, the schedule unchanged: --resume "
+                        "goes on from there")
     p.add_argument("--batch-size", type=int, default=16, help="global batch (all ranks)")
     p.add_argument("--block-size", type=int, default=64, help="context length T")
     p.add_argument("--n-layer", type=int, default=4)
@@ -53,11 +60,16 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="validation batches (of 64 windows) per evaluation")
     p.add_argument("--sample-chars", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--checkpoint", metavar="DIR", help="save DIR/last.safetensors at the end")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="save DIR/last.safetensors at the end (and every --save-every steps)")
+    p.add_argument("--save-every", type=int, default=0, metavar="STEPS")
+    p.add_argument("--resume", action="store_true", help="continue from DIR/last.safetensors")
     p.add_argument("--capture", action=argparse.BooleanOptionalAction, default=True,
                    help="record each replica's step once and replay it (default: on)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     args = p.parse_args(argv)
+    if args.resume and not args.checkpoint:
+        p.error("--resume needs --checkpoint DIR")
     if args.batch_size % dist.world_size():
         p.error(f"--batch-size {args.batch_size} must divide by the {dist.world_size()} ranks")
     return args
@@ -128,11 +140,28 @@ def main(argv=None) -> float:
         log(f"GPT: {n_params:,} parameters; {len(group)} replicas x {world} ranks ({devices}); "
             f"global batch {args.batch_size} x {args.block_size} characters")
 
-        start, step, recent = time.perf_counter(), 0, []
+        path = os.path.join(args.checkpoint, "last.safetensors") if args.checkpoint else None
+        step = 0
+        if args.resume:
+            meta = pc.load(path, group.model, opt)
+            group.broadcast_parameters()             # the loaded weights to every replica
+            step = int(meta["step"])
+            loader.load_state_dict(meta["loader"])   # rank 0's position: every rank's
+            scheduler.load_state_dict(meta["schedule"])
+            log(f"resumed from {path} at step {step}")
+
+        def save() -> None:
+            if is_main:
+                os.makedirs(args.checkpoint, exist_ok=True)
+                pc.save(path, group.model, opt, step=step, loader=loader.state_dict(),
+                        schedule=scheduler.state_dict())
+
+        stop = min(args.stop_at, args.max_steps) if args.stop_at else args.max_steps
+        start, first, recent = time.perf_counter(), step, []
         val_loss = float("nan")
-        bar = tqdm(total=args.max_steps, desc="train", leave=False,
+        bar = tqdm(total=args.max_steps, initial=step, desc="train", leave=False,
                    disable=args.no_progress or not is_main)
-        while step < args.max_steps:
+        while step < stop:
             for xb, yb in loader:
                 # TODO(clipping): group.step(..., max_grad_norm=1.0) once the training-loop
                 # branch adds it; pc.nn.utils.clip_grad_norm_ cannot reach inside group.step.
@@ -141,7 +170,9 @@ def main(argv=None) -> float:
                 step += 1
                 bar.update()
                 bar.set_postfix(loss=f"{recent[-1]:.3f}", refresh=False)
-                if step % args.eval_every == 0 or step == args.max_steps:
+                if path and args.save_every and step % args.save_every == 0:
+                    save()
+                if step % args.eval_every == 0 or step == stop:
                     train_loss, recent = float(np.mean(recent)), []
                     if is_main:
                         val_loss = evaluate(group.model, val_batches)
@@ -150,14 +181,12 @@ def main(argv=None) -> float:
                         f"({bits(train_loss):.3f} bits), validation {val_loss:.4f} nats/char "
                         f"({bits(val_loss):.3f} bits), lr {scheduler.get_last_lr()[0]:.2e} "
                         f"({time.perf_counter() - start:.0f} s)")
-                if step >= args.max_steps:
+                if step >= stop:
                     break
         bar.close()
         elapsed = time.perf_counter() - start
-        if args.checkpoint and is_main:
-            os.makedirs(args.checkpoint, exist_ok=True)
-            pc.save(os.path.join(args.checkpoint, "last.safetensors"), group.model, opt,
-                    step=step)
+        if path:
+            save()
         if is_main:
             model = group.model.eval()
             prompt = vocab.encode(PROMPT).astype(np.int64)[None]
@@ -167,8 +196,9 @@ def main(argv=None) -> float:
             log(f"--- greedy ---\n{vocab.decode(greedy[0])}")
             log(f"--- temperature 0.8, top-k 20 ---\n{vocab.decode(sampled[0])}")
             log("---")
-    tokens = step * args.batch_size * args.block_size
-    log(f"{step} steps in {elapsed:.0f} s ({tokens / elapsed:,.0f} characters/s)")
+    tokens = (step - first) * args.batch_size * args.block_size
+    log(f"{step - first} steps in {elapsed:.0f} s ({tokens / max(elapsed, 1e-9):,.0f} "
+        "characters/s)")
     log(f"validation: {val_loss:.4f} nats/char, {bits(val_loss):.3f} bits/char (unigram "
         f"baseline {baseline.nats:.4f} nats/char, {baseline.bits:.3f} bits/char)")
     return val_loss

@@ -96,6 +96,27 @@ def test_train_gpt_captured_steps_are_bit_identical_to_eager_ones(tmp_path):
         np.testing.assert_array_equal(captured[key], eager[key], err_msg=key)
 
 
+def test_train_gpt_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path):
+    """Model, AdamW state, loader position and schedule all come back from the checkpoint."""
+    from safetensors.numpy import load_file
+
+    def run(out, *extra):
+        r = subprocess.run([sys.executable, *GPT_SHORT, "--max-steps", "6", "--checkpoint",
+                            str(out), *extra], capture_output=True, text=True, timeout=120,
+                           cwd=ROOT, env=ENV)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    run(tmp_path / "whole")
+    run(tmp_path / "parts", "--stop-at", "3")
+    assert "resumed from" in run(tmp_path / "parts", "--resume")
+    whole = load_file(tmp_path / "whole" / "last.safetensors")
+    parts = load_file(tmp_path / "parts" / "last.safetensors")
+    assert whole.keys() == parts.keys()
+    for key in whole:
+        np.testing.assert_array_equal(parts[key], whole[key], err_msg=key)
+
+
 def test_train_vit_digits_on_two_replicas_reaches_97_percent():
     acc = final_accuracy(["-m", "parcl.launch", "--replicas", "2",
                           "examples/train_vit_digits.py"])
