@@ -242,8 +242,8 @@ def load_digits(images: bool = False, test_fraction: float = 0.2, seed: int = 0
             np.ascontiguousarray(x[test]), y[test])
 
 
-# character-level text from the standard library's sources (transformers)
-from .data_text import (CharVocab, TextCorpus, TextLoader, UnigramBaseline,  # noqa: E402
-                        text_corpus)
+# character-level text from the standard library's sources (transformers); the result types
+# (TextCorpus, UnigramBaseline) stay in parcl.data_text
+from .data_text import CharVocab, TextLoader, text_corpus  # noqa: E402
 
-__all__ += ["CharVocab", "TextCorpus", "TextLoader", "UnigramBaseline", "text_corpus"]
+__all__ += ["CharVocab", "TextLoader", "text_corpus"]
