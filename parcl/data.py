@@ -240,3 +240,10 @@ def load_digits(images: bool = False, test_fraction: float = 0.2, seed: int = 0
     test = rng.permutation(np.concatenate(test))
     return (np.ascontiguousarray(x[train]), y[train],
             np.ascontiguousarray(x[test]), y[test])
+
+
+# character-level text from the standard library's sources (transformers); the result types
+# (TextCorpus, UnigramBaseline) stay in parcl.data_text
+from .data_text import CharVocab, TextLoader, text_corpus  # noqa: E402
+
+__all__ += ["CharVocab", "TextLoader", "text_corpus"]

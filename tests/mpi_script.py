@@ -1,12 +1,13 @@
 """Helper for tests/test_mpi.py: 3 data-parallel steps of a small MLP on one fixed global batch.
 
     [mpiexec -n K] parcl-launch --replicas N tests/mpi_script.py OUT.npz [--fail-rank R]
-        [--capture]
+        [--capture] [--model gpt]
 
 Each rank takes its contiguous share of the global batch; rank 0 saves the parameters to
 OUT.npz. With ``--fail-rank R`` rank R raises after its first step while the others go on
 (and would wait for it forever in the next allreduce without parcl-launch's MPI abort).
 ``--capture`` records the step once and replays it (``ReplicaGroup(capture=True)``).
+``--model gpt`` trains a tiny ``pc.nn.GPT`` (tied head) on token windows with AdamW instead.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ def build_bn(queue):
                             pc.nn.Linear(32, 4, queue=queue))
 
 
+def build_gpt(queue):
+    pc.nn.manual_seed(0)
+    return pc.nn.GPT(vocab_size=13, block_size=8, n_layer=2, n_head=2, n_embd=16, queue=queue)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("out")
@@ -45,20 +51,26 @@ def main() -> None:
     p.add_argument("--accumulate", type=int, default=1, help="accumulation_steps")
     p.add_argument("--sync-bn", action="store_true", help="a model with batch norm, "
                    "ReplicaGroup(sync_batchnorm=True)")
+    p.add_argument("--model", choices=["mlp", "gpt"], default="mlp")
     args = p.parse_args()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((GLOBAL_BATCH, 16)).astype(np.float32)
     y = rng.integers(0, 4, GLOBAL_BATCH)
+    model, loss_fn, make_opt = build, tp.cross_entropy, pc.optim.Adam
+    if args.model == "gpt":
+        ids = rng.integers(0, 13, (GLOBAL_BATCH, 9))
+        x, y = ids[:, :-1], ids[:, 1:]
+        model, loss_fn, make_opt = build_gpt, pc.nn.GPT.loss, pc.optim.AdamW
     rank, world = dist.rank(), dist.world_size()
     share = slice(rank * GLOBAL_BATCH // world, (rank + 1) * GLOBAL_BATCH // world)
-    with ReplicaGroup.from_launch(build_bn if args.sync_bn else build, capture=args.capture,
+    with ReplicaGroup.from_launch(build_bn if args.sync_bn else model, capture=args.capture,
                                   sync_batchnorm=args.sync_bn) as group:
-        opt = pc.optim.Adam(group.parameters(), lr=1e-2)
+        opt = make_opt(group.parameters(), lr=1e-2)
         norms = []
         for step in range(3):
             if step == 1 and rank == args.fail_rank:
                 raise RuntimeError(f"deliberate failure on rank {rank}")
-            group.step(x[share], y[share], tp.cross_entropy, opt, max_grad_norm=args.clip,
+            group.step(x[share], y[share], loss_fn, opt, max_grad_norm=args.clip,
                        accumulation_steps=args.accumulate)
             norms.append(group.last_grad_norm)
         if args.clip is not None:

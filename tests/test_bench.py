@@ -536,3 +536,33 @@ def test_overhead_without_torch(tmp_path, capsys):
     assert {r["impl"] for r in _rows(result, "overhead")} == {"parcl"}
     assert "guard" not in result["tables"]
     assert any("PyTorch" in n for n in result["notes"])
+# -- the transformer workload ------------------------------------------------------------------
+def test_gpt_in_compare_scaling_and_memory(tmp_path, capsys):
+    """``--model gpt``: parcl and PyTorch's nanoGPT twin agree on the first loss (AdamW, tied
+    head), tokens/s is samples/s x T; scaling and memory run it too."""
+    text, result = _run(tmp_path, capsys, ["compare", "--model", "gpt", "--batch", "2",
+                                           "--steps", "1", "--repeat", "1"], plot=False)
+    rows = {r["impl"]: r for r in _rows(result, "compare")}
+    assert "numpy" not in rows and "tokens/s" in text
+    try:
+        import torch  # noqa: F401
+        assert rows["pytorch"]["loss"] == pytest.approx(rows["parcl"]["loss"], rel=1e-4)
+    except ImportError:
+        assert set(rows) == {"parcl"}
+    assert rows["parcl"]["tokens_per_s"] == pytest.approx(rows["parcl"]["samples_per_s"] * 64)
+    assert rows["parcl"]["loss"] == pytest.approx(np.log(98), rel=0.05)   # ~uniform at init
+    _, result = _run(tmp_path, capsys, [
+        "scaling", "--model", "gpt", "--replicas", "1,2", "--batch-per-replica", "1",
+        "--steps", "1", "--repeat", "1", "--warmup", "0", "--capture"], plot=False)
+    assert [(r["kind"], r["batch"]) for r in _rows(result, "scaling")] == [("step", 1),
+                                                                          ("step", 2)]
+    _, result = _run(tmp_path, capsys, ["memory", "--model", "gpt", "--batch", "1"],
+                     plot=False)
+    (row,) = _rows(result, "memory")
+    assert row["tape_held_mb"] > 0 and row["backward_peak_mb"] >= row["tape_peak_mb"]
+    assert row["zero_grad_mb"] == 0.0
+    try:                                   # PyTorch's autograd saves activations too
+        import torch  # noqa: F401
+        assert 0 < row["torch_saved_mb"] < 10 * row["tape_held_mb"]
+    except ImportError:
+        assert row["torch_saved_mb"] is None

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 API_MD = ROOT / "docs" / "api.md"
 MARKER = "<!-- not yet runnable -->"
 PRELUDE = "import numpy as np, parcl as pc, parcl.tape as tp\n"
-MAX_MARKED = 6        # features being merged; each marked block names one
+MAX_MARKED = 0        # every example runs; a block that cannot is marked and named
 
 
 def python_blocks(text: str) -> list[dict]:

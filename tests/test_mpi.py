@@ -97,6 +97,21 @@ def test_sync_batchnorm_across_ranks_matches_one_replica(tmp_path):
     assert "1.running_var" in ref
     for key in ref:
         np.testing.assert_allclose(got[key], ref[key], rtol=1e-4, atol=1e-6, err_msg=key)
+def test_two_ranks_train_the_gpt_as_one_replica(tmp_path):
+    """The tied-weight GPT under ``mpiexec -n 2`` (captured) ends where 1 replica does."""
+    results = {}
+    for name, cmd in {"mpi 2x1 capture": [MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1],
+                      "1 process x 1": [*LAUNCH, "--replicas", 1]}.items():
+        out = tmp_path / f"{name.replace(' ', '_')}.npz"
+        r = run([*cmd, SCRIPT, out, "--model", "gpt", "--capture"])
+        assert r.returncode == 0, f"{name}: {r.stderr}"
+        results[name] = params(out)
+    ref, got = results["1 process x 1"], results["mpi 2x1 capture"]
+    assert "transformer.wte.weight" in ref and "lm_head.weight" not in ref    # listed once
+    assert got.keys() == ref.keys()
+    for key in ref:
+        # atol: the key bias's gradient is zero but for rounding, which Adam scales up
+        np.testing.assert_allclose(got[key], ref[key], rtol=1e-4, atol=1e-5, err_msg=key)
 
 
 def test_a_failing_rank_stops_the_whole_job(tmp_path):

@@ -21,6 +21,9 @@ reference: parcl is paired with PyTorch alone. When netcl (the peer PyOpenCL lib
 importable, a ``netcl`` row runs the same step in it on its own queue on the same device
 (``netcl_ref``; ``mlp`` and ``cnn`` only); without it the row is left out with a note;
 ``--no-netcl`` leaves it out.
+``--model gpt`` is nanoGPT's model (``pc.nn.GPT``, see ``models``) with
+AdamW against its PyTorch twin (``torch_gpt.py``); it has no numpy reference, and its rows add
+``tokens_per_s`` (samples/s x T).
 
 JSON rows (table ``compare``): ``model``, ``batch``, ``impl`` (``parcl``, ``numpy``,
 ``pytorch``, ``netcl``; ``parcl (capture)`` with ``--capture``), ``threads``,
@@ -53,7 +56,7 @@ from .common import (
     warmup_of,
 )
 
-COMPARE_MODELS = ("mlp", "cnn", "mobilenet")
+COMPARE_MODELS = ("mlp", "cnn", "mobilenet", "gpt")
 TORCH_HINT = ("PyTorch is not installed, so its column is skipped; to add it: "
               "pip install torch (a CPU-only build is enough)")
 
@@ -61,11 +64,11 @@ TORCH_HINT = ("PyTorch is not installed, so its column is skipped; to add it: "
 def add_arguments(p) -> None:
     p.add_argument("--model", default="mlp,cnn",
                    help=f"models: {', '.join(COMPARE_MODELS)} (default mlp,cnn); mobilenet "
-                        "has no numpy reference")
+                        "and gpt have no numpy reference")
     p.add_argument("--batch", type=int, default=None,
                    help=f"batch (default per model: {models.DEFAULT_BATCH})")
     p.add_argument("--steps", type=int, default=None,
-                   help="steps per timed run (default 10 mlp, 3 cnn)")
+                   help="steps per timed run (default 10 mlp, 3 cnn and gpt)")
     p.add_argument("--devices", default="cpu", metavar="SPEC",
                    help="device for parcl (default cpu: the whole CPU device)")
     p.add_argument("--capture", action="store_true",
@@ -119,8 +122,8 @@ def run(args) -> dict:
         limit, applied = numpy_threads(threads)
         capture = getattr(args, "capture", False)
         impls = [("parcl" + (" (capture)" if capture else ""), f"{threads} CU",
-                  *_parcl(q, model, x, y, capture))]
-        if not args.no_numpy and name in reference.NUMPY_MODELS:
+                  *_parcl(q, model, x, y, capture, name))]
+        if not args.no_numpy and name in reference.NUMPY_MODELS:     # none for gpt
             impls.append(("numpy", threads if applied else "default", *_numpy(name, state, x, y)))
         if torch is not None:
             impls.append(("pytorch", threads, *_pytorch(torch, name, state, x, y, threads)))
@@ -134,14 +137,17 @@ def run(args) -> dict:
         for (impl, thr, _, _), loss, stat in zip(impls, losses, stats):
             row = {"model": name, "batch": n, "impl": impl, "threads": thr, "loss": loss,
                    **_rates(n, steps, stat)}
+            if name == "gpt":                    # a sample is a window of block_size tokens
+                row["tokens_per_s"] = row["samples_per_s"] * models.GPT["block_size"]
             put_ratio(row, "vs_parcl", stat, stats[0])
             rows.append(row)
-    add_table(result, "compare", f"one SGD training step, samples/s median [min-max] of "
-              f"{repeat} alternating runs; vs parcl = median of per-run ratios; loss = "
-              "first-step loss from the same weights and batch", [
+    tokens = [("tokens_per_s", "tokens/s", ".0f")] if "gpt" in names else []
+    add_table(result, "compare", f"one training step (SGD; AdamW for gpt), samples/s median "
+              f"[min-max] of {repeat} alternating runs; vs parcl = median of per-run ratios; "
+              "loss = first-step loss from the same weights and batch", [
                   ("model", "model", ""), ("batch", "batch", ""), ("impl", "impl", ""),
                   ("threads", "threads", ""), ("samples_per_s", "samples/s", ".1f"),
-                  ("sps_range", "[min-max]", fmt_range("samples_per_s", ".1f")),
+                  ("sps_range", "[min-max]", fmt_range("samples_per_s", ".1f")), *tokens,
                   ("step_ms", "step ms", ".2f"), ("vs_parcl", "vs parcl", ".2f"),
                   ("vs_range", "[min-max]", fmt_range("vs_parcl", ".2f")),
                   ("loss", "loss", ".5f")], rows)
@@ -154,15 +160,16 @@ def _rates(n: int, steps: int, stat: dict) -> dict:
     return row
 
 
-def _parcl(q, model, x, y, capture: bool = False):
+def _parcl(q, model, x, y, capture: bool = False, name: str = "mlp"):
     """(step, sync): one parcl training step (batch upload included) and the queue's finish.
     With ``capture`` the whole step (update included) goes through ``tp.capture``: the first
     call runs eagerly and is recorded, later ones replay it."""
-    opt = pc.optim.SGD(model.parameters(), lr=models.LR)
+    opt = models.optimizer(name, model.parameters())
+    loss_fn = models.loss_of(model)
 
     def body(xd, yd):
         with tp.Tape() as tape:
-            loss = tp.cross_entropy(model(tp.tensor(xd)), yd)
+            loss = loss_fn(model(tp.tensor(xd)), yd)
         tape.backward(loss)
         opt.step()
         # A replay reuses the recorded gradient buffers, so they are zeroed in place there;
@@ -200,11 +207,16 @@ def _numpy(name, state, x, y):
 def _pytorch(torch, name, state, x, y, threads):
     torch.set_num_threads(threads)
     model = models.torch_model(name, state)
-    opt = torch.optim.SGD(model.parameters(), lr=models.LR)
+    if name == "gpt":
+        from .torch_gpt import loss as loss_fn
+        opt = torch.optim.AdamW(model.parameters(), lr=models.GPT_LR)
+    else:
+        loss_fn = torch.nn.functional.cross_entropy
+        opt = torch.optim.SGD(model.parameters(), lr=models.LR)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
 
     def step():
-        loss = torch.nn.functional.cross_entropy(model(xt), yt)
+        loss = loss_fn(model(xt), yt)
         loss.backward()
         opt.step()
         opt.zero_grad()

@@ -19,7 +19,9 @@ JSON rows (table ``memory``): ``model``, ``batch``, ``input``, ``params_mb``,
 ``nograd_peak_mb``, ``nograd_after_mb``, ``tape_peak_mb``, ``tape_held_mb``, ``tape_extra_mb``
 (tape peak - no_grad peak), ``tape_ratio`` (tape peak / no_grad peak), ``backward_peak_mb``,
 ``released_mb``, ``zero_grad_mb``, ``forward_ms``, ``forward_tape_ms``. MB = 2**20 bytes, all
-relative to the bytes in use before the forward.
+relative to the bytes in use before the forward. ``torch_saved_mb``: what PyTorch's autograd
+saves in the same forward of its twin of the model (mlp, cnn, gpt; None without PyTorch), to
+compare with ``tape_held_mb``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from .common import (
 )
 
 MB = float(1 << 20)
-DEFAULT_BATCH = {"mlp": 256, "cnn": 64, "resnet18": 24}
+DEFAULT_BATCH = {"mlp": 256, "cnn": 64, "resnet18": 24, "gpt": 16}
 
 
 def add_arguments(p) -> None:
@@ -77,6 +79,7 @@ def run(args) -> dict:
                   ("tape_peak_mb", "tape peak", ".1f"), ("tape_extra_mb", "tape adds", ".1f"),
                   ("tape_ratio", "tape/no_grad", ".2f"),
                   ("tape_held_mb", "held after fwd", ".1f"),
+                  ("torch_saved_mb", "torch saved", ".1f"),
                   ("backward_peak_mb", "fwd+bwd peak", ".1f"),
                   ("released_mb", "after release", ".1f"),
                   ("zero_grad_mb", "after zero_grad", ".1f")], rows)
@@ -125,7 +128,7 @@ def _measure(dev, name: str, args) -> dict:
         t0 = time.perf_counter()
         tape = tp.Tape()
         with tape:
-            loss = tp.cross_entropy(model(tp.tensor(xt)), yt)
+            loss = models.loss_of(model)(model(tp.tensor(xt)), yt)
         q.finish()
         row["forward_tape_ms"] = (time.perf_counter() - t0) * 1e3
         stats = pc.memory_stats(q)
@@ -146,9 +149,37 @@ def _measure(dev, name: str, args) -> dict:
         row["tape_extra_mb"] = row["tape_peak_mb"] - row["nograd_peak_mb"]
         row["tape_ratio"] = (row["tape_peak_mb"] / row["nograd_peak_mb"]
                              if row["nograd_peak_mb"] > 0 else None)
+        row["torch_saved_mb"] = _torch_saved_mb(name, model.state_dict(), x, y)
         return row
     finally:
         pc.set_default_queue(previous)
+
+
+def _torch_saved_mb(name: str, state: dict, x, y) -> float | None:
+    """What PyTorch's autograd keeps for backward after the same forward (its twin of the
+    model with these weights, where there is one and PyTorch is installed): the bytes of the
+    distinct storages its graph saved, parameters and input left out, as ``tape_held_mb``
+    leaves them out."""
+    try:
+        import torch
+        twin = models.torch_model(name, state)
+    except (ImportError, ValueError):
+        return None
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = twin(xt)
+        loss = models.torch_loss(name)(out, yt)
+    mine = {p.untyped_storage().data_ptr() for p in twin.parameters()}
+    mine.add(xt.untyped_storage().data_ptr())
+    del loss, out
+    return sum(n for ptr, n in saved.items() if ptr not in mine) / MB
 
 
 def plot(result: dict, path: str) -> None:

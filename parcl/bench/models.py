@@ -12,8 +12,13 @@
   - linear(128 -> 10), batch 32 of 3x32x32.
 * ``resnet18``: torchvision's ResNet-18 (10 classes), batch 16 of 3x``image_size``^2 (224 by
   default in ``memory``, smaller where the benchmark says so).
+* ``gpt``: nanoGPT's model (``pc.nn.GPT``) at the char-level config of
+  ``examples/train_gpt.py``: 4 layers, width 128, 4 heads, T = 64, vocabulary 98, batch 16
+  windows of token ids; the loss is ``GPT.loss`` (cross entropy over every position), the
+  optimizer AdamW(lr=1e-3).
 
-Labels are int64 class indices; the loss is cross entropy; the optimizer SGD(lr=0.01).
+Labels are int64 class indices; the loss is cross entropy; the optimizer SGD(lr=0.01) (AdamW
+for ``gpt``: ``loss_of`` and ``optimizer`` give each model's).
 """
 
 from __future__ import annotations
@@ -21,10 +26,17 @@ from __future__ import annotations
 import numpy as np
 
 import parcl as pc
+import parcl.tape as tp
 
 MODELS = ("mlp", "cnn", "digits", "mobilenet", "resnet18")
 DEFAULT_BATCH = {"mlp": 256, "cnn": 64, "digits": 64, "mobilenet": 32, "resnet18": 16}
 LR = 0.01
+
+# the transformer workload (pc.nn.GPT)
+GPT = {"vocab_size": 98, "block_size": 64, "n_layer": 4, "n_head": 4, "n_embd": 128}
+GPT_LR = 1e-3
+MODELS += ("gpt",)
+DEFAULT_BATCH["gpt"] = 16
 
 
 def input_shape(model: str, image_size: int = 224) -> tuple[int, ...]:
@@ -36,6 +48,8 @@ def input_shape(model: str, image_size: int = 224) -> tuple[int, ...]:
         return (1, 8, 8)
     if model == "mobilenet":
         return (3, 32, 32)
+    if model == "gpt":
+        return (GPT["block_size"],)
     return (3, image_size, image_size)
 
 
@@ -63,6 +77,8 @@ def builder(model: str):
             return nn.Sequential(*_mobilenet_layers(nn, queue))
         if model == "resnet18":
             return nn.resnet18(num_classes=10, in_channels=3, queue=queue)
+        if model == "gpt":
+            return nn.GPT(**GPT, queue=queue)
         raise ValueError(f"unknown model {model!r}; choose from {MODELS}")
     return build
 
@@ -85,9 +101,33 @@ def _mobilenet_layers(nn, queue=None) -> list:
 def batch(model: str, n: int, image_size: int = 224, seed: int = 0):
     """Random ``(x float32, y int64)`` of ``n`` samples for ``model``."""
     rng = np.random.default_rng(seed)
+    if model == "gpt":                   # token ids and their next-token targets
+        ids = rng.integers(0, GPT["vocab_size"], (n, GPT["block_size"] + 1))
+        return ids[:, :-1].copy(), ids[:, 1:].copy()
     x = rng.standard_normal((n, *input_shape(model, image_size)), dtype=np.float32)
     y = rng.integers(0, 10, n).astype(np.int64)
     return x, y
+
+
+def loss_of(model):
+    """The benchmark loss of a built model: ``GPT.loss`` for a GPT, else cross entropy."""
+    return pc.nn.GPT.loss if isinstance(model, pc.nn.GPT) else tp.cross_entropy
+
+
+def optimizer(model: str, params):
+    """The benchmark optimizer of ``model``: AdamW(lr=1e-3) for ``gpt``, else SGD(lr=0.01)."""
+    if model == "gpt":
+        return pc.optim.AdamW(params, lr=GPT_LR)
+    return pc.optim.SGD(params, lr=LR)
+
+
+def torch_loss(model: str):
+    """PyTorch's loss for ``model``: nanoGPT's (every position) for ``gpt``, else cross entropy."""
+    if model == "gpt":
+        from .torch_gpt import loss
+        return loss
+    import torch
+    return torch.nn.functional.cross_entropy
 
 
 def torch_model(model: str, state: dict):
@@ -98,6 +138,9 @@ def torch_model(model: str, state: dict):
     if model == "mlp":
         m = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                           nn.Linear(512, 10))
+    elif model == "gpt":
+        from .torch_gpt import TorchGPT
+        m = TorchGPT(**GPT)
     elif model == "cnn":
         m = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3),
                           nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 5 * 5, 10))

@@ -85,7 +85,7 @@ from .common import (
 from .reference import NUMPY_MODELS, NumpyDataParallel
 from .trace import ChromeTrace, clock_offset, has_profiling
 
-DEFAULT_STEPS = {"mlp": 20, "cnn": 10, "digits": 20, "resnet18": 2}
+DEFAULT_STEPS = {"mlp": 20, "cnn": 10, "digits": 20, "resnet18": 2, "gpt": 5}
 
 
 def add_arguments(p) -> None:
@@ -252,7 +252,7 @@ def _fwd_bwd(replica, x, y, weight, profiling):
     xt = tp.tensor(pc.Tensor.from_host(q, x))
     yt = pc.Tensor.from_host(q, y)
     with tp.Tape() as tape:
-        loss = tp.cross_entropy(replica.model(xt), yt)
+        loss = models.loss_of(replica.model)(replica.model(xt), yt)
     tape.backward(loss, grad=pc.Tensor.full(q, loss.shape, weight))
     tape.release()
     m1 = cl.enqueue_marker(q) if profiling else None
@@ -292,7 +292,7 @@ def _measure(args, plans, steps, repeat, warmup, comm, world, trace) -> list[dic
                 sync_batchnorm=getattr(args, "sync_batchnorm", False)))
             if state is None:
                 state = group.replicas[0].model.state_dict()
-            opt = pc.optim.SGD(group.parameters(), lr=models.LR)
+            opt = models.optimizer(args.model, group.parameters())
             run = _steps(group, opt, x, y, steps) if kind == "step" else _bare(group, x, y, steps)
             runs.append((run, _sync(group, comm)))
             rows.append({"label": label, "kind": kind, "replicas": n, "ranks": world,
@@ -323,9 +323,11 @@ def _blas_threads(devs, stack) -> int | str:
 def capture_forward_backward(replica):
     """The replica's forward + backward alone (no update), captured on its queue; called with
     its batch shard ``x``, ``y`` and the loss weight (a float32 array) as numpy arrays."""
+    loss_fn = models.loss_of(replica.model)
+
     def body(xd, yd, wd, model=replica.model):
         with tp.Tape() as tape:
-            loss = tp.cross_entropy(model(tp.tensor(xd)), yd)
+            loss = loss_fn(model(tp.tensor(xd)), yd)
         tape.backward(loss, grad=wd.reshape(loss.shape))
         tape.release()
         return loss.value
@@ -355,9 +357,11 @@ def _bare(group, x, y, steps):
 
 
 def _steps(group, opt, x, y, steps):
+    loss_fn = models.loss_of(group.model)
+
     def run_steps():
         for _ in range(steps):
-            group.step(x, y, tp.cross_entropy, opt)
+            group.step(x, y, loss_fn, opt)
     return run_steps
 
 

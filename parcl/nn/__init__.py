@@ -15,6 +15,7 @@ from .activation import ELU, LeakyReLU, Sigmoid, SiLU, Softplus, Tanh
 from .containers import Identity, ModuleList, Softmax
 from .conv import ConvTranspose2d
 from .gelu import GELU
+from .gpt import GPT, CausalSelfAttention
 from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, Linear,
                      MaxPool2d, ReLU, Sequential, flatten)
 from .loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
@@ -38,7 +39,7 @@ __all__ = [
     # losses
     "BCEWithLogitsLoss", "CrossEntropyLoss", "MSELoss", "NLLLoss",
     # models
-    "BasicBlock", "ResNet", "resnet18",
+    "BasicBlock", "CausalSelfAttention", "GPT", "ResNet", "resnet18",
     # helpers
     "capture_key", "default_generator", "flatten", "manual_seed", "utils",
 ]

@@ -165,7 +165,10 @@ class Module:
     def __setattr__(self, name: str, value) -> None:
         params, buffers, modules = self._registries()
         if isinstance(value, Parameter):
-            self._forget(name)
+            # A Parameter replacing one (weight tying: another module's Parameter) keeps its
+            # place in the order, as PyTorch's; it may be registered in several modules.
+            if name not in params:
+                self._forget(name)
             params[name] = value
         elif isinstance(value, Module):
             self._forget(name)

@@ -1,0 +1,198 @@
+"""Real text with no download: the Python standard library's own source files, as characters.
+
+``text_corpus()`` reads ``.py`` files of the running interpreter's standard library
+(``sysconfig.get_paths()["stdlib"]``, ``site-packages`` left out) in a fixed order, up to a cap,
+and splits them **by file** into a training and a validation set; ``TextLoader`` cuts a token
+array into ``(B, T)`` windows and their next-character targets, seeded and sharded by rank
+like ``DataLoader`` (it is one, over the windows' start positions).
+
+The vocabulary is fixed, so it is the same on every machine: tab, newline and the 95
+printable ASCII characters, plus one id for anything else (``CharVocab``).
+
+>>> import parcl as pc
+>>> corpus = pc.data.text_corpus(max_chars=200_000)
+>>> loader = pc.data.TextLoader(corpus.train, block_size=8, batch_size=4)
+>>> x, y = next(iter(loader))
+>>> x.shape, y.shape, x.dtype
+((4, 8), (4, 8), dtype('int64'))
+>>> bool((x[:, 1:] == y[:, :-1]).all())
+True
+"""
+
+from __future__ import annotations
+
+import math
+import sysconfig
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .data import DataLoader
+from .errors import ShapeError
+
+__all__ = ["CharVocab", "TextCorpus", "TextLoader", "UnigramBaseline", "text_corpus"]
+
+_CHARS = "\t\n" + "".join(chr(c) for c in range(32, 127))
+
+
+@dataclass(frozen=True)
+class CharVocab:
+    """A character vocabulary: ``chars[i]`` has id ``i``; every other character has id
+    ``unknown`` (``len(chars)``), decoded as ``"?"``. ``size`` counts the unknown id too.
+
+    >>> vocab = CharVocab()
+    >>> vocab.size, vocab.decode(vocab.encode("a\\u00e9"))
+    (98, 'a?')
+    """
+
+    chars: str = _CHARS
+
+    @property
+    def unknown(self) -> int:
+        return len(self.chars)
+
+    @property
+    def size(self) -> int:
+        return len(self.chars) + 1
+
+    def encode(self, text: str) -> np.ndarray:
+        """The ids of ``text``'s characters, uint8 ``(len(text),)``."""
+        codes = np.frombuffer(text.encode("utf-32-le"), np.uint32)
+        table = np.full(128, self.unknown, np.uint8)     # every known character is ASCII
+        table[[ord(c) for c in self.chars]] = np.arange(len(self.chars), dtype=np.uint8)
+        return np.where(codes < 128, table[np.minimum(codes, 127)], np.uint8(self.unknown))
+
+    def decode(self, ids) -> str:
+        """The text of ``ids`` (unknown ids as ``"?"``)."""
+        chars = self.chars + "?"
+        return "".join(chars[int(i)] for i in np.asarray(ids).reshape(-1))
+
+
+@dataclass(frozen=True)
+class UnigramBaseline:
+    """What a model that knows only character frequencies scores: the cross-entropy of the
+    validation text under the training text's character frequencies (add-one smoothed)."""
+
+    nats: float          # per character
+    bits: float          # per character: nats / ln 2
+
+
+@dataclass(frozen=True)
+class TextCorpus:
+    """Token ids of the training and validation text (uint8), the files each came from
+    (relative to ``root``) and the vocabulary."""
+
+    train: np.ndarray
+    val: np.ndarray
+    train_files: tuple[str, ...]
+    val_files: tuple[str, ...]
+    root: str
+    vocab: CharVocab
+
+    def unigram_baseline(self) -> UnigramBaseline:
+        """The unigram model's validation loss, the figure a language model must beat.
+
+        >>> base = corpus.unigram_baseline()
+        >>> round(base.bits / base.nats, 4)
+        1.4427
+        """
+        counts = np.bincount(self.train, minlength=self.vocab.size).astype(np.float64) + 1.0
+        logp = np.log(counts / counts.sum())
+        nats = float(-np.mean(logp[self.val]))
+        return UnigramBaseline(nats=nats, bits=nats / math.log(2.0))
+
+
+def _file_order(path: str) -> tuple[int, str]:
+    # A hash of the relative path spreads the capped selection over the whole library (not
+    # the alphabet's first packages) and is the same on every machine with this stdlib.
+    return zlib.crc32(path.encode()), path
+
+
+def text_corpus(max_chars: int = 4_000_000, val_every: int = 10, root: str | None = None
+                ) -> TextCorpus:
+    """The standard library's ``.py`` files as a character corpus, split by file.
+
+    Files (``site-packages`` excluded) are taken in a fixed pseudo-random order (a CRC-32 of
+    their relative path) until ``max_chars`` characters are read; every ``val_every``-th of
+    them goes to the validation set, the others to training. ``root`` defaults to
+    ``sysconfig.get_paths()["stdlib"]`` of the running interpreter.
+
+    >>> corpus = text_corpus(max_chars=100_000)
+    >>> len(corpus.train) + len(corpus.val) >= 100_000, len(corpus.val_files) >= 1
+    (True, True)
+    """
+    if max_chars < 1:
+        raise ShapeError(f"text_corpus: max_chars={max_chars} must be >= 1")
+    if val_every < 2:
+        raise ShapeError(f"text_corpus: val_every={val_every} must be >= 2 (one file in "
+                         f"val_every goes to validation)")
+    base = Path(root if root is not None else sysconfig.get_paths()["stdlib"])
+    names = sorted((p.relative_to(base).as_posix() for p in base.rglob("*.py")
+                    if "site-packages" not in p.parts and "dist-packages" not in p.parts),
+                   key=_file_order)
+    if not names:
+        raise FileNotFoundError(f"text_corpus: no .py files under {base}")
+    vocab = CharVocab()
+    parts: dict[bool, list[np.ndarray]] = {True: [], False: []}
+    files: dict[bool, list[str]] = {True: [], False: []}
+    total = 0
+    for i, name in enumerate(names):
+        if total >= max_chars and files[True]:
+            break
+        text = (base / name).read_text(encoding="utf-8", errors="replace")
+        is_val = i % val_every == 0
+        parts[is_val].append(vocab.encode(text))
+        files[is_val].append(name)
+        total += len(text)
+    if not files[False]:
+        raise ShapeError(f"text_corpus: max_chars={max_chars} leaves no training file")
+
+    def joined(key: bool) -> np.ndarray:
+        return np.concatenate(parts[key]) if parts[key] else np.zeros(0, np.uint8)
+
+    return TextCorpus(train=joined(False), val=joined(True), train_files=tuple(files[False]),
+                      val_files=tuple(files[True]), root=str(base), vocab=vocab)
+
+
+class TextLoader(DataLoader):
+    """``(x, y)`` batches of ``batch_size`` windows of ``block_size`` tokens from the 1-D
+    ``tokens``: ``x`` int64 ``(B, T)`` and ``y = tokens`` shifted by one.
+
+    The windows are the non-overlapping ``tokens[s : s + T]`` at ``s = 0, T, 2T, ...`` (each
+    with its target window, so ``(len(tokens) - 1) // T`` of them). It is a ``DataLoader`` over
+    their start positions: seeded shuffling per epoch, ``rank``/``world_size`` shards, resumable
+    ``state_dict()``; ``drop_last`` defaults to True, so every batch is full.
+
+    >>> tokens = np.arange(20)
+    >>> loader = TextLoader(tokens, block_size=4, batch_size=2, shuffle=False)
+    >>> x, y = next(iter(loader))
+    >>> x.tolist(), y.tolist()
+    ([[0, 1, 2, 3], [4, 5, 6, 7]], [[1, 2, 3, 4], [5, 6, 7, 8]])
+    """
+
+    def __init__(self, tokens: np.ndarray, block_size: int, batch_size: int,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = True, rank: int = 0,
+                 world_size: int = 1):
+        tokens = np.asarray(tokens)
+        if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
+            raise ShapeError(f"TextLoader: tokens must be a 1-D integer array, got shape "
+                             f"{tokens.shape} and dtype {tokens.dtype}")
+        if block_size < 1:
+            raise ShapeError(f"TextLoader: block_size={block_size} must be >= 1")
+        windows = (len(tokens) - 1) // int(block_size)
+        if windows < 1:
+            raise ShapeError(f"TextLoader: {len(tokens)} tokens hold no window of "
+                             f"block_size={block_size} plus its target")
+        self.tokens, self.block_size = tokens, int(block_size)
+        starts = np.arange(windows, dtype=np.int64) * self.block_size
+        super().__init__((starts,), batch_size, shuffle=shuffle, seed=seed,
+                         drop_last=drop_last, rank=rank, world_size=world_size)
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        offsets = np.arange(self.block_size + 1, dtype=np.int64)
+        for (starts,) in super().__iter__():
+            rows = self.tokens[starts[:, None] + offsets].astype(np.int64)
+            yield rows[:, :-1], rows[:, 1:]
