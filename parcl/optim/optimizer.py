@@ -1,23 +1,7 @@
-"""Optimizers: ``SGD``, ``Adam``, ``AdamW`` with the update formulas of PyTorch's documentation.
-
-Each step is one fused OpenCL kernel per parameter (``parcl.kernels.optim``), enqueued on the
-parameter's queue; scalars such as bias corrections are computed on the host, so ``step()``
-never waits for the device. Parameters whose ``.grad`` is None are skipped. A step validates
-every parameter before it launches anything: one that fails leaves parameters and state as
-they were.
-
-Parameters that live in flat buffers (a ``FlatBucket``: one flat value and gradient tensor that
-the parameters' ``.value`` and ``.grad`` view) can be stepped one kernel per bucket:
-``launch(prepare(buckets))``. ``ReplicaGroup`` keeps every replica's parameters that way, and
-``parcl.allreduce.fused`` runs each bucket's update as the whole end of a data-parallel step
-through ``launch``'s ``targets``; the optimizer itself knows nothing of replicas.
-
->>> opt = pc.optim.AdamW(model.parameters(), lr=1e-3)
->>> with tp.Tape() as tape:
-...     loss = tp.cross_entropy(model(x), y)
->>> tape.backward(loss)
->>> opt.step()
->>> opt.zero_grad()
+"""The base of every optimizer: parameter groups, per-parameter state, validation before any
+launch, state dicts, and the flat-bucket interface (``FlatBucket``, ``prepare``/``launch``,
+``StepPlan``) that steps a whole bucket of parameters with one kernel. The update rules
+themselves are in ``rules.py``; see the package docstring.
 """
 
 from __future__ import annotations
