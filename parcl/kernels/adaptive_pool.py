@@ -76,6 +76,18 @@ __kernel void adaptive_avg_bwd(__global const float* restrict g, __global float*
         gx[(long)row * W + xx] = acc;
     }
 }
+
+// Global pooling's backward (one bin per plane): every input gets its plane's gradient over
+// the bin's size, the very expression adaptive_avg_bwd computes for it, without the per-
+// element search for the bins that contain it (the whole backward was ~10x an elementwise
+// pass).
+__kernel void global_avg_bwd(__global const float* restrict g, __global float* restrict gx,
+                             const int HW, const long n)
+{
+    const long i = get_global_id(0);
+    if (i < n)
+        gx[i] = 0.0f + g[i / HW] / (float)HW;
+}
 """
 
 
@@ -117,6 +129,12 @@ def adaptive_avg_pool2d_forward(x: Tensor, output_size) -> Tensor:
 def adaptive_avg_pool2d_backward(grad: Tensor, x_shape) -> Tensor:
     oh, ow = grad.shape[2:]
     gx = Tensor.empty(grad.queue, tuple(x_shape))
+    if oh == ow == 1:                     # global average pooling (ResNet, MobileNet)
+        hw, n = x_shape[2] * x_shape[3], gx.size
+        get_kernel(grad.queue, SOURCE, "global_avg_bwd")(
+            grad.queue, (-(-n // 256) * 256,), (256,), grad.data, gx.data, np.int32(hw),
+            np.int64(n))
+        return gx
     _launch(grad.queue, "adaptive_avg_bwd", x_shape[3], _rows(x_shape), grad.data, gx.data,
             *_i32(x_shape[2], x_shape[3], oh, ow))
     return gx
