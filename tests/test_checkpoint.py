@@ -457,7 +457,6 @@ def test_a_format_1_checkpoint_without_checksums_still_loads(ckpt):
 
 # --- the file's mode follows the umask, like any other new file ----------------------------
 
-@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o002, 0o664)])
 def test_checkpoint_mode_follows_the_umask(tmp_path, umask, mode):
     # In a child process: the umask is process-wide, and other tests' threads may create files.

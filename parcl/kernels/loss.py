@@ -21,10 +21,10 @@ from math import prod
 import numpy as np
 import pyopencl as cl
 
-from ..errors import DTypeError, ShapeError
-from ..runtime import is_gpu
-from ..tensor import FLOAT, Tensor, check_same_queue
-from ._cache import get_kernel, round_up
+from ..errors import ShapeError
+from ..tensor import Tensor, check_same_queue
+from ._cache import get_kernel
+from .softmax import _float, _grid, _group  # the same launch geometry and checks
 
 SOURCE = r"""//CL//
 // Rows r = (n, i) of x viewed as (N, C, inner), as the class-index kernels. With the target
@@ -147,26 +147,8 @@ __kernel void bce_bwd(__global const float* restrict x, __global const float* re
 }
 """
 
-LOCAL = 64
-
-
 def _k(queue, name: str):
     return get_kernel(queue, SOURCE, name)
-
-
-def _group(queue) -> int:
-    return 256 if is_gpu(queue.device) else 64
-
-
-def _grid(n: int):
-    return (round_up(max(n, 1), LOCAL),), (LOCAL,)
-
-
-def _float(op: str, **ts) -> None:
-    for name, t in ts.items():
-        if t is not None and t.dtype != FLOAT:
-            raise DTypeError(f"{op}: {name} has dtype {t.dtype} (shape {t.shape}), expected "
-                             "float32")
 
 
 def _rows(x: Tensor) -> tuple[int, int, int]:
