@@ -19,9 +19,9 @@ from ..tensor import FLOAT, Tensor
 from ._cache import get_kernel
 from .conv import _runs, pair
 
-SOURCE = "//CL//" + r"""
-// Work-item (column block, row): XB consecutive columns of one output (forward) or input
-// (backward) row, row = plane * height + y. XB is the whole row on CPUs, 1 on GPUs.
+# Work-item (column block, row): XB consecutive columns of one output (forward) or input
+# (backward) row, row = plane * height + y. XB is the whole row on CPUs, 1 on GPUs.
+ROW_SETUP = r"""
 #define ROW_SETUP(WIDTH, HEIGHT) \
     const int c0 = get_global_id(0) * XB, row = get_global_id(1); \
     if (c0 >= WIDTH || row >= rows) \
@@ -29,6 +29,9 @@ SOURCE = "//CL//" + r"""
     const int c1 = min(WIDTH, c0 + XB); \
     const int r = row % HEIGHT; \
     const long plane = row / HEIGHT;
+"""
+
+SOURCE = "//CL//" + ROW_SETUP + r"""
 
 // Adaptive average pool, PyTorch's bins: [floor(o*I/O), ceil((o+1)*I/O)).
 inline int bin_start(int o, int I, int O) { return (o * I) / O; }

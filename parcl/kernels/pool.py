@@ -26,6 +26,7 @@ from ..errors import DTypeError
 from ..tensor import FLOAT, Tensor
 from ._cache import VECTOR_TYPES, get_kernel
 from .adaptive_pool import (  # noqa: F401  (their home before adaptive_pool.py)
+    ROW_SETUP,
     adaptive_avg_pool2d_backward,
     adaptive_avg_pool2d_forward,
     adaptive_size,
@@ -33,16 +34,7 @@ from .adaptive_pool import (  # noqa: F401  (their home before adaptive_pool.py)
 from .conv import _runs, pair
 from .conv_geometry import PoolWindow, window
 
-SOURCE = "//CL//" + VECTOR_TYPES + r"""
-// Work-item (column block, row): XB consecutive columns of one output (forward) or input
-// (backward) row, row = plane * height + y. XB is the whole row on CPUs, 1 on GPUs.
-#define ROW_SETUP(WIDTH, HEIGHT) \
-    const int c0 = get_global_id(0) * XB, row = get_global_id(1); \
-    if (c0 >= WIDTH || row >= rows) \
-        return; \
-    const int c1 = min(WIDTH, c0 + XB); \
-    const int r = row % HEIGHT; \
-    const long plane = row / HEIGHT;
+SOURCE = "//CL//" + VECTOR_TYPES + ROW_SETUP + r"""
 
 #ifdef KH
 // The window kernels are built per window: KH, KW (size), SH, SW (stride), PH, PW (padding)
