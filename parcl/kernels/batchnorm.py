@@ -126,6 +126,89 @@ __kernel void bn_stats(__global const float* restrict x, __global float* restric
     }
 }
 
+// CPU variants of bn_stats and bn_grad_sums: one work-item per channel walking each image's
+// run in 8 lanes (as channel_sum_lanes), then the lanes folded in a fixed order. The work-group
+// reductions above pay barriers and a strided walk that PoCL runs at ~2 GB/s on one core.
+#define LANES_FOLD(v) \
+    ((((v).s0 + (v).s4) + ((v).s2 + (v).s6)) + (((v).s1 + (v).s5) + ((v).s3 + (v).s7)))
+__kernel void bn_stats_lanes(__global const float* restrict x, __global float* restrict mean,
+                             __global float* restrict invstd, __global float* running_mean,
+                             __global float* running_var, const int N, const int C,
+                             const int HW, const float eps, const float momentum,
+                             const int flags)
+{
+    const int c = get_global_id(0);
+    if (c >= C)
+        return;
+    const long M = (long)N * HW;
+    const int nv = HW / 8;
+    float8 acc = (float8)(0.0f);
+    float tail = 0.0f;
+    for (int n = 0; n < N; ++n) {
+        const global float* p = x + ((long)n * C + c) * HW;
+        for (int i = 0; i < nv; ++i)
+            acc += *(const global float8u*)(p + 8 * i);
+        for (int i = nv * 8; i < HW; ++i)
+            tail += p[i];
+    }
+    const float mu = (LANES_FOLD(acc) + tail) / (float)M;
+    const float8 mu8 = (float8)(mu);
+    acc = (float8)(0.0f);
+    tail = 0.0f;
+    for (int n = 0; n < N; ++n) {
+        const global float* p = x + ((long)n * C + c) * HW;
+        for (int i = 0; i < nv; ++i) {
+            const float8 d = *(const global float8u*)(p + 8 * i) - mu8;
+            acc += d * d;
+        }
+        for (int i = nv * 8; i < HW; ++i) {
+            const float d = p[i] - mu;
+            tail += d * d;
+        }
+    }
+    const float var = (LANES_FOLD(acc) + tail) / (float)M;
+    mean[c] = mu;
+    invstd[c] = 1.0f / sqrt(var + eps);
+    if (flags & UPDATE) {
+        const float unbiased = M > 1 ? var * ((float)M / (float)(M - 1)) : var;
+        running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mu;
+        running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
+    }
+}
+
+__kernel void bn_grad_sums_lanes(__global const float* restrict x,
+                                 __global const float* restrict g,
+                                 __global const float* restrict mean,
+                                 __global const float* restrict invstd,
+                                 __global float* restrict sg, __global float* restrict sgx,
+                                 const int N, const int C, const int HW)
+{
+    const int c = get_global_id(0);
+    if (c >= C)
+        return;
+    const float mu = mean[c];
+    const float8 mu8 = (float8)(mu);
+    const int nv = HW / 8;
+    float8 a = (float8)(0.0f), b = (float8)(0.0f);
+    float ta = 0.0f, tb = 0.0f;
+    for (int n = 0; n < N; ++n) {
+        const long base = ((long)n * C + c) * HW;
+        const global float* px = x + base;
+        const global float* pg = g + base;
+        for (int i = 0; i < nv; ++i) {
+            const float8 gv = *(const global float8u*)(pg + 8 * i);
+            a += gv;
+            b += gv * (*(const global float8u*)(px + 8 * i) - mu8);
+        }
+        for (int i = nv * 8; i < HW; ++i) {
+            ta += pg[i];
+            tb += pg[i] * (px[i] - mu);
+        }
+    }
+    sg[c] = LANES_FOLD(a) + ta;
+    sgx[c] = (LANES_FOLD(b) + tb) * invstd[c];
+}
+
 // Evaluation: invstd from the running variance.
 __kernel void bn_invstd(__global const float* restrict var, __global float* restrict invstd,
                         const float eps, const int C)
@@ -327,10 +410,13 @@ def batch_norm_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None,
             mean, invstd = stats
         else:
             mean, invstd = Tensor.empty(q, (c,)), Tensor.empty(q, (c,))
-            _per_channel(q, "bn_stats", c, x.data, mean.data, invstd.data,
-                         running_mean.data if update else None,
-                         running_var.data if update else None, *_i32(n, c, hw),
-                         np.float32(eps), np.float32(momentum), np.int32(4 if update else 0))
+            args = (x.data, mean.data, invstd.data, running_mean.data if update else None,
+                    running_var.data if update else None, *_i32(n, c, hw), np.float32(eps),
+                    np.float32(momentum), np.int32(4 if update else 0))
+            if is_gpu(q.device):
+                _per_channel(q, "bn_stats", c, *args)
+            else:
+                _k(q, "bn_stats_lanes")(q, (c,), (1,), *args)
     else:
         mean, invstd = running_mean, Tensor.empty(q, (c,))
         _k(q, "bn_invstd")(q, (round_up(c, 64),), (64,), running_var.data, invstd.data,
@@ -365,8 +451,11 @@ def batch_norm_backward(x: Tensor, grad: Tensor, weight: Tensor | None, mean: Te
     q = x.queue
     sg, sgx = Tensor.empty(q, (c,)), Tensor.empty(q, (c,))
     if need_weight or need_bias or (need_input and batch_stats):
-        _per_channel(q, "bn_grad_sums", c, x.data, grad.data, mean.data, invstd.data,
-                     sg.data, sgx.data, *_i32(n, c, hw))
+        args = (x.data, grad.data, mean.data, invstd.data, sg.data, sgx.data, *_i32(n, c, hw))
+        if is_gpu(q.device):
+            _per_channel(q, "bn_grad_sums", c, *args)
+        else:
+            _k(q, "bn_grad_sums_lanes")(q, (c,), (1,), *args)
     gx = None
     if need_input:
         gx = Tensor.empty(q, x.shape)
