@@ -107,21 +107,31 @@ def ensure_known_cpu() -> str | None:
     # hwloc relative to itself ($ORIGIN/../../pocl_binary_distribution/.libs).
     root = os.path.join(_cache_dir(), f"pocl-{digest}")
     copy = os.path.join(root, "lib", "pocl", os.path.basename(original))
-    if not os.path.exists(copy):
-        patched = patch_family_switch(library)
-        if patched is None:
+    try:
+        if not os.path.exists(copy) and not _write_copy(library, original, root, copy):
             return None
-        os.makedirs(os.path.dirname(copy), exist_ok=True)
-        support = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(original))),
-                               "pocl_binary_distribution")
-        link = os.path.join(root, "pocl_binary_distribution")
-        if not os.path.islink(link):
-            tmp_link = f"{link}.{os.getpid()}"
-            os.symlink(support, tmp_link)
-            os.replace(tmp_link, link)
-        tmp = f"{copy}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(patched)
-        os.replace(tmp, copy)                   # atomic: concurrent processes agree
+    except OSError:                 # no writable cache: PoCL stays as it is
+        return None
     ctypes.CDLL(copy)
     return copy
+
+
+def _write_copy(library: bytes, original: str, root: str, copy: str) -> bool:
+    """Write the patched copy (and its link to pocl_binary_distribution); False when this
+    PoCL's host detection does not have the expected shape."""
+    patched = patch_family_switch(library)
+    if patched is None:
+        return False
+    os.makedirs(os.path.dirname(copy), exist_ok=True)
+    support = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(original))),
+                           "pocl_binary_distribution")
+    link = os.path.join(root, "pocl_binary_distribution")
+    if not os.path.islink(link):
+        tmp_link = f"{link}.{os.getpid()}"
+        os.symlink(support, tmp_link)
+        os.replace(tmp_link, link)
+    tmp = f"{copy}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(patched)
+    os.replace(tmp, copy)                   # atomic: concurrent processes agree
+    return True

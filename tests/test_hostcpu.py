@@ -48,3 +48,16 @@ def test_cpu_family_is_read_for_amd_only(tmp_path):
     assert hostcpu.amd_cpu_family(str(amd)) == 26
     assert hostcpu.amd_cpu_family(str(intel)) is None
     assert hostcpu.amd_cpu_family(str(tmp_path / "missing")) is None
+
+
+def test_an_unwritable_cache_leaves_pocl_as_it_is(tmp_path, monkeypatch):
+    fake = tmp_path / "libpocl-fake.so"
+    fake.write_bytes(_fake_library())
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache directory would go")
+    monkeypatch.setattr(hostcpu, "amd_cpu_family", lambda: 26)
+    monkeypatch.setattr(hostcpu, "_pocl_library", lambda: str(fake))
+    monkeypatch.setattr(hostcpu, "_cache_dir", lambda: str(blocked))
+    monkeypatch.setattr(hostcpu.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(hostcpu.platform, "machine", lambda: "x86_64")
+    assert hostcpu.ensure_known_cpu() is None          # no error at import time either
