@@ -109,9 +109,16 @@ def test_two_ranks_train_the_gpt_as_one_replica(tmp_path):
     ref, got = results["1 process x 1"], results["mpi 2x1 capture"]
     assert "transformer.wte.weight" in ref and "lm_head.weight" not in ref    # listed once
     assert got.keys() == ref.keys()
+    n_embd = 16                                         # mpi_script.build_gpt
     for key in ref:
-        # atol: the key bias's gradient is zero but for rounding, which Adam scales up
-        np.testing.assert_allclose(got[key], ref[key], rtol=1e-4, atol=1e-5, err_msg=key)
+        a, b = got[key], ref[key]
+        if key.endswith("attn.c_attn.bias"):
+            # The key bias adds the same q.b to every score of a row, which softmax ignores:
+            # its gradient is zero but for rounding, which Adam scales to lr-sized noise.
+            keys = slice(n_embd, 2 * n_embd)
+            assert np.abs(a[keys]).max() < 1e-3 and np.abs(b[keys]).max() < 1e-3
+            a, b = np.delete(a, np.r_[keys]), np.delete(b, np.r_[keys])
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=key)
 
 
 def test_a_failing_rank_stops_the_whole_job(tmp_path):

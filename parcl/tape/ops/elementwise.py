@@ -379,7 +379,9 @@ class Gelu(Function):
         return ew.unary(self.op, x)
 
     def backward(self, g):
-        return ew.binary(f"{self.op}_backward", self.x, g)
+        if self.op == "gelu":
+            return ew.gelu_backward(self.x, g)
+        return ew.binary("gelu_tanh_backward", self.x, g)
 
 
 class Sqrt(Function):
