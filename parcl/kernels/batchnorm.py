@@ -78,12 +78,11 @@ __kernel void channel_sum(__global const float* restrict x, __global float* rest
 // CPU variant: one work-item per channel, each image's run summed in 8 lanes (no barriers, no
 // work-item-dependent loops), the lanes then folded in a fixed order; the lanes are loaded as
 // one unaligned float8u (VECTOR_TYPES).
-__kernel void channel_sum_lanes(__global const float* restrict x, __global float* restrict out,
-                                const int N, const int C, const int HW)
+#define LANES_FOLD(v) \
+    ((((v).s0 + (v).s4) + ((v).s2 + (v).s6)) + (((v).s1 + (v).s5) + ((v).s3 + (v).s7)))
+inline float channel_lanes_sum(const global float* restrict x, const int N, const int C,
+                               const int HW, const int c)
 {
-    const int c = get_global_id(0);
-    if (c >= C)
-        return;
     const int nv = HW / 8;
     float8 acc = (float8)(0.0f);
     float tail = 0.0f;
@@ -94,9 +93,15 @@ __kernel void channel_sum_lanes(__global const float* restrict x, __global float
         for (int i = nv * 8; i < HW; ++i)
             tail += p[i];
     }
-    const float4 a4 = acc.lo + acc.hi;
-    const float2 a2 = a4.lo + a4.hi;
-    out[c] = (a2.x + a2.y) + tail;
+    return LANES_FOLD(acc) + tail;
+}
+
+__kernel void channel_sum_lanes(__global const float* restrict x, __global float* restrict out,
+                                const int N, const int C, const int HW)
+{
+    const int c = get_global_id(0);
+    if (c < C)
+        out[c] = channel_lanes_sum(x, N, C, HW, c);
 }
 
 // Batch statistics: mean[c], invstd[c] = 1/sqrt(biased var + eps); with UPDATE the running
@@ -129,8 +134,6 @@ __kernel void bn_stats(__global const float* restrict x, __global float* restric
 // CPU variants of bn_stats and bn_grad_sums: one work-item per channel walking each image's
 // run in 8 lanes (as channel_sum_lanes), then the lanes folded in a fixed order. The work-group
 // reductions above pay barriers and a strided walk that PoCL runs at ~2 GB/s on one core.
-#define LANES_FOLD(v) \
-    ((((v).s0 + (v).s4) + ((v).s2 + (v).s6)) + (((v).s1 + (v).s5) + ((v).s3 + (v).s7)))
 __kernel void bn_stats_lanes(__global const float* restrict x, __global float* restrict mean,
                              __global float* restrict invstd, __global float* running_mean,
                              __global float* running_var, const int N, const int C,
@@ -142,19 +145,10 @@ __kernel void bn_stats_lanes(__global const float* restrict x, __global float* r
         return;
     const long M = (long)N * HW;
     const int nv = HW / 8;
+    const float mu = channel_lanes_sum(x, N, C, HW, c) / (float)M;
+    const float8 mu8 = (float8)(mu);
     float8 acc = (float8)(0.0f);
     float tail = 0.0f;
-    for (int n = 0; n < N; ++n) {
-        const global float* p = x + ((long)n * C + c) * HW;
-        for (int i = 0; i < nv; ++i)
-            acc += *(const global float8u*)(p + 8 * i);
-        for (int i = nv * 8; i < HW; ++i)
-            tail += p[i];
-    }
-    const float mu = (LANES_FOLD(acc) + tail) / (float)M;
-    const float8 mu8 = (float8)(mu);
-    acc = (float8)(0.0f);
-    tail = 0.0f;
     for (int n = 0; n < N; ++n) {
         const global float* p = x + ((long)n * C + c) * HW;
         for (int i = 0; i < nv; ++i) {
