@@ -50,6 +50,26 @@ typedef float float8u __attribute__((ext_vector_type(8), aligned(4)));
 typedef uchar uchar8u __attribute__((ext_vector_type(8), aligned(1)));
 """
 
+# The sum of v over the work-group, which every work-item must call: a fixed tree in local
+# memory (scratch holds one float per work-item; the work-group size is a power of two), so the
+# value is bit-reproducible and is returned to every work-item.
+GROUP_SUM = r"""
+inline float group_sum(float v, __local float* scratch)
+{
+    const int l = get_local_id(0), L = get_local_size(0);
+    scratch[l] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = L / 2; s > 0; s >>= 1) {
+        if (l < s)
+            scratch[l] += scratch[l + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float r = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+"""
+
 
 def load_source(name: str) -> str:
     """The text of ``parcl/kernels/cl/<name>.cl`` (shipped as package data)."""

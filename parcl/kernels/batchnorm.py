@@ -22,29 +22,22 @@ from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import FLOAT, Tensor
 from . import elementwise as ew
-from ._cache import VECTOR_TYPES, get_kernel, round_up
+from ._cache import GROUP_SUM, VECTOR_TYPES, get_kernel, round_up
 
 # The per-channel reduction helpers (also used by batchnorm_sync.py's kernels).
-CHANNEL_HELPERS = r"""
+CHANNEL_HELPERS = GROUP_SUM + r"""
 #define HAS_W 1
 #define HAS_B 2
 #define UPDATE 4
 
-// Sum over this work-group's channel c of f(element): work-item l takes elements l, l+L, ...
-// of the channel (j = n*HW + i), then a fixed tree over the work-group.
-inline float group_sum(float v, __local float* scratch)
+// PyTorch's running statistics: an exponential average of the batch mean and of the unbiased
+// batch variance.
+inline void update_running(__global float* running_mean, __global float* running_var,
+                           const int c, const float momentum, const float mu,
+                           const float unbiased)
 {
-    const int l = get_local_id(0), L = get_local_size(0);
-    scratch[l] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = L / 2; s > 0; s >>= 1) {
-        if (l < s)
-            scratch[l] += scratch[l + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float r = scratch[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
+    running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mu;
+    running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
 }
 
 // Visit every element `at` of channel c, work-item l taking a fixed strided share: along each
@@ -125,8 +118,7 @@ __kernel void bn_stats(__global const float* restrict x, __global float* restric
         invstd[c] = 1.0f / sqrt(var + eps);
         if (flags & UPDATE) {
             const float unbiased = M > 1 ? var * ((float)M / (float)(M - 1)) : var;
-            running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mu;
-            running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
+            update_running(running_mean, running_var, c, momentum, mu, unbiased);
         }
     }
 }
@@ -165,8 +157,7 @@ __kernel void bn_stats_lanes(__global const float* restrict x, __global float* r
     invstd[c] = 1.0f / sqrt(var + eps);
     if (flags & UPDATE) {
         const float unbiased = M > 1 ? var * ((float)M / (float)(M - 1)) : var;
-        running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mu;
-        running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
+        update_running(running_mean, running_var, c, momentum, mu, unbiased);
     }
 }
 

@@ -66,8 +66,7 @@ __kernel void bn_combine(__global const float* restrict parts, __global const fl
     invstd[c] = 1.0f / sqrt(var + eps);
     if (flags & UPDATE) {
         const float unbiased = total > 1.0f ? m2 / (total - 1.0f) : var;
-        running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mu;
-        running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
+        update_running(running_mean, running_var, c, momentum, mu, unbiased);
     }
 }
 

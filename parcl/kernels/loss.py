@@ -23,10 +23,10 @@ import pyopencl as cl
 
 from ..errors import ShapeError
 from ..tensor import Tensor, check_same_queue
-from ._cache import get_kernel
+from ._cache import GROUP_SUM, get_kernel
 from .softmax import _float, _grid, _group  # the same launch geometry and checks
 
-SOURCE = r"""//CL//
+SOURCE = "//CL//" + GROUP_SUM + r"""
 // Rows r = (n, i) of x viewed as (N, C, inner), as the class-index kernels. With the target
 // smoothed, t' = (1-eps) t + eps/C, row loss = sum_c t'[c] (lse - x[c]); the mean is over
 // rows. stats[r] = lse of row r, stats[rows + r] = sum_c t'[c] (for the backward).
@@ -59,15 +59,9 @@ __kernel void soft_ce_fwd(__global const float* restrict x, __global const float
         stats[rows + r] = mass;
         acc += row;
     }
-    sums[l] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = L / 2; s > 0; s >>= 1) {
-        if (l < s)
-            sums[l] += sums[l + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    acc = group_sum(acc, sums);
     if (l == 0)
-        loss[0] = sums[0] / (float)rows;
+        loss[0] = acc / (float)rows;
 }
 
 // gx = (softmax(x) * sum_c t' - t') g / rows;  gt = (1-eps) (lse - x) g / rows
@@ -114,15 +108,9 @@ __kernel void bce_fwd(__global const float* restrict x, __global const float* re
         const float li = (1.0f - ti) * xi + lw * softplus_neg(xi);
         acc += w ? w[i % nw] * li : li;
     }
-    sums[l] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = L / 2; s > 0; s >>= 1) {
-        if (l < s)
-            sums[l] += sums[l + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    acc = group_sum(acc, sums);
     if (l == 0)
-        loss[0] = sums[0] / (float)n;
+        loss[0] = acc / (float)n;
 }
 
 // gx = w (lw sigmoid(x) - pos_weight t) g / n;  gt = w ((pos_weight - 1) sp - x) g / n

@@ -23,27 +23,9 @@ import numpy as np
 
 from ..runtime import is_gpu
 from ..tensor import Tensor
-from ._cache import get_kernel, round_up
+from ._cache import GROUP_SUM, get_kernel, round_up
 
 WG = 128      # work-group size of the GPU row kernels (a power of two)
-
-_GROUP_SUM = r"""
-/* Sum of v over the work-group: a fixed tree in local memory. */
-inline float group_sum(float v, __local float *scratch)
-{
-    const int l = get_local_id(0);
-    scratch[l] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = WG / 2; s > 0; s >>= 1) {
-        if (l < s) scratch[l] += scratch[l + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float r = scratch[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}
-"""
-
 
 def _variant(prefix: str, center: int) -> str:
     """The kernels of one normalisation: ``center`` 1 subtracts the mean (layer norm), 0 keeps
@@ -171,7 +153,7 @@ __kernel void {prefix}_bwd_params(__global float *gw, __global float *gb,
 }}"""
 
 
-SOURCE = "//CL//\n" + f"#define WG {WG}\n" + _GROUP_SUM + _variant("ln", 1) + _variant("rms", 0)
+SOURCE = "//CL//\n" + f"#define WG {WG}\n" + GROUP_SUM + _variant("ln", 1) + _variant("rms", 0)
 
 
 def _prefix(center: bool) -> str:

@@ -29,7 +29,7 @@ import pyopencl as cl
 from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import FLOAT, LABEL_DTYPES, Tensor, check_same_queue
-from ._cache import get_kernel, round_up
+from ._cache import GROUP_SUM, get_kernel, round_up
 
 _CE = r"""
 // Rows r = (n, i) of x viewed as (N, C, inner): row r's class c is x[(n*C + c)*inner + i].
@@ -127,7 +127,7 @@ __kernel void ce_bwd_LT(__global const float* restrict x, __global const LT* res
 }
 """
 
-SOURCE = r"""//CL//
+SOURCE = "//CL//" + GROUP_SUM + r"""
 // y = softmax (or log-softmax with LOG) of x along C, x viewed as (outer, C, inner).
 __kernel void softmax_fwd(__global const float* restrict x, __global float* restrict y,
                           const long lines, const int C, const int inner, const int log_out)
@@ -197,15 +197,9 @@ __kernel void mse_fwd(__global const float* restrict p, __global const float* re
         const float d = p[i] - t[i];
         acc += d * d;
     }
-    sums[l] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = L / 2; s > 0; s >>= 1) {
-        if (l < s)
-            sums[l] += sums[l + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    acc = group_sum(acc, sums);
     if (l == 0)
-        loss[0] = sums[0] / (float)n;
+        loss[0] = acc / (float)n;
 }
 
 // gp = 2 (p - t) g / n, gt = -gp (each only when its pointer is not NULL)
