@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import parcl as pc
+import parcl.tape as tp
 
 
 @pytest.fixture(scope="session")
@@ -35,6 +36,21 @@ def rng():
 
 
 AWKWARD_SIZES = [1, 7, 33, 257, 1000]
+
+
+def up(q, a, dtype=np.float32):
+    """``a`` as a device tensor on queue ``q`` (float32 unless told)."""
+    return pc.Tensor.from_host(q, np.asarray(a, dtype))
+
+
+def leaf(q, a, requires_grad=True):
+    """``a`` on ``q`` as a tape leaf (one that collects a gradient unless told)."""
+    return tp.tensor(up(q, a), requires_grad)
+
+
+def close(got, want, tol=1e-4):
+    """``got`` equals ``want`` to ``tol``, absolute and relative."""
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
 def run_on_both_queues(queues, work):

@@ -13,18 +13,7 @@ import parcl as pc
 import parcl.tape as tp
 from parcl.kernels import conv as convk
 from parcl.kernels import conv_transpose as ctk
-
-
-def up(q, a, dtype=np.float32):
-    return pc.Tensor.from_host(q, np.asarray(a, dtype))
-
-
-def leaf(q, a):
-    return tp.tensor(up(q, a), requires_grad=True)
-
-
-def close(got, want, tol=1e-4):
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+from conftest import close, leaf, up
 
 
 # (x shape, weight shape, stride, padding, dilation, groups): odd and size-1 dims; rows wide

@@ -13,14 +13,7 @@ from parcl.kernels import conv as convk
 from parcl.kernels import pool as poolk
 from parcl.kernels import random as rndk
 from parcl.kernels import softmax as smk
-
-
-def up(q, a, dtype=np.float32):
-    return pc.Tensor.from_host(q, np.asarray(a, dtype))
-
-
-def close(got, want, tol=1e-4):
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+from conftest import close, up
 
 
 # -- convolution --------------------------------------------------------------------------------

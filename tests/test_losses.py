@@ -10,18 +10,7 @@ import pytest
 
 import parcl as pc
 import parcl.tape as tp
-
-
-def up(q, a, dtype=np.float32):
-    return pc.Tensor.from_host(q, np.asarray(a, dtype))
-
-
-def leaf(q, a, grad=True):
-    return tp.tensor(up(q, a), requires_grad=grad)
-
-
-def close(got, want, tol=1e-4):
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+from conftest import close, leaf, up
 
 
 def loss_and_grads(fn, *nodes):

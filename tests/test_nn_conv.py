@@ -13,14 +13,7 @@ import pytest
 import parcl as pc
 import parcl.tape as tp
 from parcl import nn
-
-
-def up(q, a):
-    return pc.Tensor.from_host(q, np.asarray(a, np.float32))
-
-
-def close(got, want, tol=1e-4):
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+from conftest import close, up
 
 
 def forward_backward(layer, x, g):

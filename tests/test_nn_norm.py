@@ -8,10 +8,7 @@ import pytest
 
 import parcl as pc
 import parcl.tape as tp
-
-
-def up(q, a, dtype=np.float32):
-    return pc.Tensor.from_host(q, np.asarray(a, dtype))
+from conftest import up
 
 
 def test_layer_norm_layer(queue, rng):

@@ -10,12 +10,9 @@ import pytest
 
 import parcl as pc
 import parcl.tape as tp
+from conftest import leaf
 
 _erf = np.vectorize(math.erf)
-
-
-def leaf(queue, a, requires_grad=True):
-    return tp.tensor(pc.Tensor.from_host(queue, np.asarray(a, np.float32)), requires_grad)
 
 
 UNARY = {

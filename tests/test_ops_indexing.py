@@ -9,10 +9,7 @@ import pytest
 
 import parcl as pc
 import parcl.tape as tp
-
-
-def leaf(queue, a, requires_grad=True):
-    return tp.tensor(pc.Tensor.from_host(queue, np.asarray(a, np.float32)), requires_grad)
+from conftest import leaf
 
 
 KEYS = [

@@ -8,10 +8,7 @@ import pytest
 
 import parcl as pc
 import parcl.tape as tp
-
-
-def leaf(queue, a, requires_grad=True):
-    return tp.tensor(pc.Tensor.from_host(queue, np.asarray(a, np.float32)), requires_grad)
+from conftest import leaf
 
 
 @pytest.mark.parametrize("shapes,axis", [([(2, 3), (2, 1), (2, 5)], 1), ([(1, 3), (4, 3)], 0),

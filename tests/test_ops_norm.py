@@ -8,10 +8,7 @@ import pytest
 
 import parcl as pc
 import parcl.tape as tp
-
-
-def leaf(q, a, grad=True):
-    return tp.tensor(pc.Tensor.from_host(q, np.asarray(a, np.float32)), grad)
+from conftest import leaf
 
 
 def ref_layer_norm(x, k, w=None, b=None, eps=1e-5, center=True):

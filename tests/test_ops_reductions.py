@@ -9,10 +9,7 @@ import pytest
 
 import parcl as pc
 import parcl.tape as tp
-
-
-def leaf(q, a, grad=True):
-    return tp.tensor(pc.Tensor.from_host(q, np.asarray(a, np.float32)), grad)
+from conftest import leaf
 
 
 def grad_of(q, fn, x, upstream=None):

@@ -11,14 +11,7 @@ import pytest
 
 import parcl as pc
 import parcl.tape as tp
-
-
-def up(q, a, dtype=np.float32):
-    return pc.Tensor.from_host(q, np.asarray(a, dtype))
-
-
-def leaf(q, a, grad=True):
-    return tp.tensor(up(q, a), grad)
+from conftest import leaf, up
 
 
 def test_from_host_accepts_bool_masks(queue):

@@ -10,14 +10,7 @@ import pytest
 
 import parcl as pc
 import parcl.tape as tp
-
-
-def up(q, a, dtype=np.float32):
-    return pc.Tensor.from_host(q, np.asarray(a, dtype))
-
-
-def leaf(q, a):
-    return tp.tensor(up(q, a), requires_grad=True)
+from conftest import leaf, up
 
 
 def distinct(rng, shape):
