@@ -305,6 +305,15 @@ class ReplicaGroup:
     def _begin(self) -> None:
         """Before the replicas start: every gradient its bucket view, zero unless the last
         step zeroed it; a batch-statistics exchange broken by a failed step reset."""
+        for r, values in enumerate(self._buffers.values):
+            replaced = values.replaced()
+            if replaced:
+                shapes = ", ".join(f"{i} {tuple(values.params[i].shape)}" for i in replaced[:4])
+                raise ParclError(
+                    f"ReplicaGroup.step: replica {r}: parameters {shapes} had .value replaced "
+                    "after the group was made, so the step would train tensors the model no "
+                    "longer reads; copy new values in place (p.value.copy_(t), "
+                    "load_state_dict) or make a new ReplicaGroup")
         if self._grads_dirty:
             self.zero_grad()
         else:
@@ -326,14 +335,15 @@ class ReplicaGroup:
         reads = [e for o in outcomes for e in o.reads]
         labels = [f"replica {i}" for i, o in enumerate(outcomes) for _ in o.reads]
         if norm is not None:
-            self._last_norm = np.empty((), np.float32)
-            reads.append(cl.enqueue_copy(norm.queue, self._last_norm, norm.data,
-                                         is_blocking=False))
+            host_norm = np.empty((), np.float32)
+            reads.append(cl.enqueue_copy(norm.queue, host_norm, norm.data, is_blocking=False))
             labels.append("replica 0")
         if self._host_cores:
             reads += [cl.enqueue_marker(r.queue) for r in self.replicas]
             labels += [f"replica {r.index}" for r in self.replicas]
         runtime.wait_for_events(reads, self.timeout, "ReplicaGroup.step", labels=labels)
+        if norm is not None:                 # only once read: a failed wait leaves the last one
+            self._last_norm = host_norm
         # A micro-batch with no sample to count (every label ignored) adds nothing.
         local = sum(w * float(h.sum()) for o in outcomes for w, h in zip(o.weights, o.losses)
                     if w)

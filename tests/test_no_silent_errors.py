@@ -175,6 +175,18 @@ def test_the_key_of_a_step_re_records_it(devices2):
     assert results[0] == results[1]
 
 
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "captured"])
+def test_a_parameter_value_replaced_after_the_group_was_made_raises(devices2, capture):
+    x, y = np.ones((4, 16), np.float32), np.array([0, 1, 2, 3])
+    with ReplicaGroup(mlp, devices2, capture=capture) as group:
+        opt = pc.optim.SGD(group.parameters(), lr=0.1)
+        group.step(x, y, tp.cross_entropy, opt)
+        weight = group.replicas[1].model.parameters()[0]
+        weight.value = pc.Tensor.zeros(weight.value.queue, weight.shape)
+        with pytest.raises(pc.ParclError, match=r"replica 1: parameters 0 \(8, 16\)"):
+            group.step(x, y, tp.cross_entropy, opt)
+
+
 def test_capture_key_sees_plain_attributes_only(queue):
     model = Branching(queue)
     key = pc.nn.capture_key(model)

@@ -108,10 +108,18 @@ class ParamBuckets:
 
     def __init__(self, params: list, queue: cl.CommandQueue, plan, align: int):
         shapes = [tuple(p.shape) for p in params]
-        self.flats, views = _flat_views(shapes, queue, plan, align)
-        for p, view in zip(params, views):
+        self.flats, self.views = _flat_views(shapes, queue, plan, align)
+        self.params = params
+        for p, view in zip(params, self.views):
             view.copy_(p.value)
             p.value = view
+
+    def replaced(self) -> list[int]:
+        """The indices of the parameters whose ``.value`` is no longer its bucket view (set
+        anew after the buckets were made): the optimizer would update a tensor the model no
+        longer reads."""
+        return [i for i, (p, view) in enumerate(zip(self.params, self.views))
+                if p.value is not view]
 
     def copy_from(self, other: ParamBuckets, wait_for) -> list[cl.Event]:
         """Enqueue on this replica's queue: every bucket = ``other``'s (after ``wait_for``)."""
