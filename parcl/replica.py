@@ -15,6 +15,7 @@ when the group is built. See docs/architecture.md.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import weakref
@@ -83,6 +84,7 @@ class ReplicaGroup:
         self._broken: str | None = None
         self._last_job: threads.Job | None = None
         self._grads_dirty = False
+        self._found_ignore: dict = {}       # loss_fn's code -> the ignore_index found inside
         self._last_norm: np.ndarray | None = None
         self.replicas = [Replica(i, d, runtime.new_queue(d)) for i, d in enumerate(devs)]
         for r in self.replicas:
@@ -267,7 +269,9 @@ class ReplicaGroup:
 
         The batch is split along dim 0 (uneven splits weighted by sample count, or for a loss
         with an ``ignore_index`` by the labels it does not ignore, so the result equals the
-        single-replica full-batch step); each replica computes
+        single-replica full-batch step; a ``loss_fn`` that hides such a loss, a lambda around
+        ``cross_entropy``, raises on the first batch with ignored labels, before any update,
+        and is weighed right from then on); each replica computes
         ``loss_fn(model(x_i), y_i)`` on its own tape and runs backward, as
         ``accumulation_steps`` micro-batches one after another when asked (gradients
         accumulate on the replica; nothing is communicated in between); then the gradients
@@ -286,18 +290,48 @@ class ReplicaGroup:
         self._check_open()
         max_norm = None if max_grad_norm is None else _positive("max_grad_norm", max_grad_norm)
         k = len(self.replicas)
-        shards = self._split(x, y, loss_fn, accumulation_steps)                    # 1.
+        ignore = self._ignored_label(loss_fn)
+        shards = self._split(x, y, ignore, accumulation_steps)                     # 1.
         self._begin()
         outcomes = self.run(self._replica_step, shards, [loss_fn] * k, self._keys(key))  # 2.
-        self._check_signatures([o.reached for o in outcomes])                      # 3.
+        self._check_weights(loss_fn, y, ignore, outcomes)                          # 3.
+        self._check_signatures([o.reached for o in outcomes])
         norm = self._end.finish(self._buffers, optimizer, max_norm)                # 4.
         self._grads_dirty = False
         return self._finish(outcomes, norm)                                        # 5.
 
-    def _split(self, x, y, loss_fn, accumulation_steps: int):
+    def _ignored_label(self, loss_fn) -> int | None:
+        """The label ``loss_fn``'s mean leaves out, as far as the step can tell before it
+        runs: seen on ``loss_fn`` itself, or found inside it by an earlier step."""
+        ignore = ignored_label(loss_fn)
+        return self._found_ignore.get(_code(loss_fn)) if ignore is None else ignore
+
+    def _check_weights(self, loss_fn, y, ignore: int | None, outcomes) -> None:
+        """Raise if the replicas' shares were weighted by the wrong count: ``loss_fn`` hid a
+        loss that is a mean over the labels not ``ignore_index`` (a lambda around
+        ``cross_entropy``), and this batch has such labels. Nothing is updated then; the
+        next step with the same function weighs them right."""
+        found = outcomes[0].found_ignore
+        if found == ignore:
+            return
+        self._found_ignore[_code(loss_fn)] = found
+        y = np.asarray(y)
+        wrong = bool(np.issubdtype(y.dtype, np.integer)
+                     and np.isin(y, [v for v in (ignore, found) if v is not None]).any())
+        if self.comm is not None:          # every rank runs the same function: all get here
+            wrong = bool(self.comm.allreduce(int(wrong)))
+        if wrong:
+            raise ParclError(
+                f"ReplicaGroup.step: loss_fn's loss is a mean over the labels not {found} "
+                f"(ignore_index), which the step could not see from loss_fn, so the replicas' "
+                f"shares of this batch were weighted by rows and nothing was updated; steps "
+                f"with this loss_fn now weigh by the labels counted. Pass the loss visibly "
+                f"(pc.nn.CrossEntropyLoss(ignore_index=...), functools.partial(tp.cross_entropy"
+                f", ignore_index=...), or set loss_fn.ignore_index) to get none of this")
+
+    def _split(self, x, y, ignore: int | None, accumulation_steps: int):
         """Every replica's micro-batches, weighted by their share of the global batch."""
         x, y = np.asarray(x), np.asarray(y)
-        ignore = ignored_label(loss_fn)
         count = count_samples(y, ignore) if y.ndim else 0
         total = count if self.comm is None else int(self.comm.allreduce(count))
         return split_batch(x, y, len(self.replicas), total, accumulation_steps, ignore)
@@ -413,6 +447,15 @@ class ReplicaGroup:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<ReplicaGroup {len(self.replicas)} replicas, {state}>"
+
+
+def _code(loss_fn):
+    """What identifies a loss function across steps: its code (a lambda made anew each step
+    has the same), else its type."""
+    while isinstance(loss_fn, functools.partial):
+        loss_fn = loss_fn.func
+    fn = getattr(loss_fn, "__func__", loss_fn)
+    return getattr(fn, "__code__", None) or type(loss_fn)
 
 
 def _positive(name: str, value) -> float:

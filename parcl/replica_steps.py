@@ -9,6 +9,7 @@ replica's thread; ``ReplicaGroup`` picks one of the two when it is built.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,21 +36,34 @@ class Micro:
 @dataclass
 class Outcome:
     """What a replica's part of the step gave: the pending host reads of its micro-batches'
-    losses, and which parameters (by index) got a gradient."""
+    losses, which parameters (by index) got a gradient, and the label value its loss op
+    said it left out of its mean (``found_ignore``; None for a mean over rows)."""
 
     losses: list[np.ndarray]
     reads: list[cl.Event]
     weights: list[float]
     reached: tuple[int, ...]
+    found_ignore: int | None = None
 
 
 def ignored_label(loss_fn) -> int | None:
     """The label value ``loss_fn`` leaves out of its mean (``ignore_index``), or None: such a
-    loss is a mean over the labels not ignored, so the shards are weighted by those."""
+    loss is a mean over the labels not ignored, so the shards are weighted by those. Seen
+    from outside: the function itself, a partial or a module with an ``ignore_index``."""
     if loss_fn in (ops.cross_entropy, ops.nll_loss):
         return -100
     value = getattr(loss_fn, "ignore_index", None)
+    if value is None and isinstance(loss_fn, functools.partial):
+        value = loss_fn.keywords.get("ignore_index")
+        if value is None and loss_fn.func in (ops.cross_entropy, ops.nll_loss):
+            value = -100
     return int(value) if isinstance(value, (int, np.integer)) else None
+
+
+def loss_ignore(loss: Node) -> int | None:
+    """Seen from inside: the label value the op that made ``loss`` left out of its mean
+    (``cross_entropy``/``nll_loss`` with class indices), or None."""
+    return getattr(loss.grad_fn, "ignore_index", None)
 
 
 def count_samples(y: np.ndarray, ignore: int | None) -> int:
@@ -110,8 +124,9 @@ class Eager:
             Tensor.from_host(q, m.x), Tensor.from_host(q, m.y), Tensor.from_host(q, m.weight)))
 
     def body(self, replica, loss_fn):
-        """``(x, y, weight) -> (loss, reached)`` on device tensors: forward on a fresh tape,
-        backward with the sample weight as upstream gradient, the graph released."""
+        """``(x, y, weight) -> (loss, reached, found_ignore)`` on device tensors: forward on a
+        fresh tape, backward with the sample weight as upstream gradient, the graph
+        released."""
         index = self.param_index[replica.index]
 
         def body(xt: Tensor, yt: Tensor, wt: Tensor):
@@ -122,8 +137,9 @@ class Eager:
                                  f"{getattr(loss, 'shape', type(loss).__name__)}")
             visited = tape.backward(loss, grad=wt.reshape(loss.shape), retain_grads=False)
             reached = sorted(index[id(node)] for node in visited if id(node) in index)
+            found = loss_ignore(loss)
             tape.release()
-            return loss.value, tuple(reached)
+            return loss.value, tuple(reached), found
 
         return body
 
@@ -157,10 +173,10 @@ class Captured(Eager):
 def _run_micros(replica, micros: list[Micro], run) -> Outcome:
     """Run every micro-batch in turn (gradients accumulate in the replica's buckets) and
     enqueue the read of each loss right after it (a replay overwrites its outputs)."""
-    losses, reads, reached = [], [], set()
+    losses, reads, reached, found = [], [], set(), None
     for m in micros:
         try:
-            loss, got = run(m)
+            loss, got, found = run(m)
         except ParclError as exc:
             row = getattr(exc, "row", None)          # a flat index into the labels
             if row is not None and getattr(exc, "batch_row", None) is None:
@@ -171,4 +187,5 @@ def _run_micros(replica, micros: list[Micro], run) -> Outcome:
         reads.append(cl.enqueue_copy(replica.queue, host, loss.data, is_blocking=False))
         losses.append(host)
         reached.update(got)
-    return Outcome(losses, reads, [float(m.weight) for m in micros], tuple(sorted(reached)))
+    return Outcome(losses, reads, [float(m.weight) for m in micros], tuple(sorted(reached)),
+                   found)

@@ -1,6 +1,8 @@
 """What data-parallel training loops rely on: gradient accumulation, ignored labels spread
 unevenly over the replicas, errors that point at the caller's batch."""
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -217,3 +219,48 @@ def test_a_run_resumes_on_another_replica_count(devices2, tmp_path, before, afte
         got = [p.value.to_host() for p in group.parameters()]
     for a, b in zip(want, got):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "captured"])
+def test_a_lambda_hiding_ignored_labels_raises_once_then_weighs_them(devices2, capture):
+    """``lambda out, y: cross_entropy(out, y)`` hides its ignore_index from the step: the
+    first batch with ignored labels raises before anything is updated (weighting the
+    replicas by rows would be silently wrong), and the same lambda is weighed right after."""
+    x, y = batch(12)
+    y[:5] = -100                              # replica 0 keeps one counted label, replica 1 six
+    want = train_single(seeded(mlp), tp.cross_entropy, (x, y), 2, adamw)
+    with ReplicaGroup(seeded(mlp), devices2, capture=capture) as group:
+        opt = adamw(group.parameters())
+        before = [p.value.to_host() for p in group.parameters()]
+        failed = []
+        for i in range(3):                     # a new lambda each step, as in a user's loop
+            try:
+                group.step(x, y, lambda out, t: tp.cross_entropy(out, t), opt)
+            except pc.ParclError as exc:
+                assert "mean over the labels not -100" in str(exc)
+                for a, p in zip(before, group.parameters()):
+                    np.testing.assert_array_equal(p.value.to_host(), a)
+                failed.append(i)
+        assert failed == [0]
+        got = [p.value.to_host() for p in group.parameters()]
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+
+
+def test_a_lambda_without_ignored_labels_in_its_batch_just_trains(devices2):
+    x, y = batch(12)
+    want = train_single(seeded(mlp), tp.cross_entropy, (x, y), 2, adamw)
+    with ReplicaGroup(seeded(mlp), devices2) as group:
+        opt = adamw(group.parameters())
+        for _ in range(2):
+            group.step(x, y, lambda out, t: tp.cross_entropy(out, t), opt)
+        got = [p.value.to_host() for p in group.parameters()]
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss_fn", [functools.partial(tp.cross_entropy, ignore_index=3),
+                                     pc.nn.GPT.loss], ids=["partial", "gpt-loss"])
+def test_ignore_index_is_seen_through_partials_and_gpt_loss(loss_fn):
+    from parcl.replica_steps import ignored_label
+    assert ignored_label(loss_fn) == (3 if isinstance(loss_fn, functools.partial) else -100)

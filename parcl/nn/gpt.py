@@ -211,6 +211,8 @@ class GPT(Module):
         return ops.cross_entropy(ops.reshape(logits, (-1, vocab)),
                                  ops.reshape(targets, (-1,)))
 
+    loss.__func__.ignore_index = -100     # what ReplicaGroup.step weighs the replicas by
+
     def generate(self, idx, max_new_tokens: int, temperature: float = 1.0,
                  top_k: int | None = None, greedy: bool = False, *, seed: int = 0
                  ) -> np.ndarray:

@@ -181,6 +181,8 @@ class CrossEntropy(Function):
 
     def forward(self, logits: Tensor, labels: Tensor, ignore_index: int = -100,
                 label_smoothing: float = 0.0, check_labels: bool = False):
+        self.ignore_index = ignore_index  # the loss is a mean over the other labels (replicas
+        # weigh their shares by those: ``ReplicaGroup.step``)
         opts = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, nll=self.nll)
         loss, stats, flag = smk.cross_entropy_forward(logits, labels, **opts)
         check = _LabelCheck(self.name, flag, logits.shape, self.what, labels, ignore_index)
