@@ -99,7 +99,7 @@ class ReplicaGroup:
         except BaseException:
             self.close()
             raise
-        index = [{id(p): i for i, p in enumerate(ps)} for ps in self._params]
+        index = [{id(p.entry): i for i, p in enumerate(ps)} for ps in self._params]
         self._backward = Captured(index) if self.capture else Eager(index)
         self._stats = StatsExchange([r.queue for r in self.replicas], self.comm,
                                     self.timeout) if sync_batchnorm else None

@@ -115,7 +115,7 @@ class Eager:
     """Forward and backward of every micro-batch through the tape, on the replica's thread."""
 
     def __init__(self, param_index: list[dict[int, int]]):
-        self.param_index = param_index          # per replica: id(parameter) -> index
+        self.param_index = param_index          # per replica: id(p.entry) -> index
 
     def run(self, replica, micros: list[Micro], loss_fn, key) -> Outcome:
         body = self.body(replica, loss_fn)

@@ -4,21 +4,73 @@ A Node carries the fields of netcl's Tape page: ``value`` (a ``pc.Tensor``), ``g
 (``upstream -> [grad per parent]``), ``parents`` (input Nodes in argument order),
 ``requires_grad``, ``grad`` and ``op_name``. Ops are ``Function`` subclasses: ``forward`` on raw
 tensors saves what ``backward`` needs, both in one class, so reading an op tells everything.
+
+The graph itself is made of each Node's ``Entry``: its graph fields without its value. The
+tape and the children of a Node hold its Entry, never the Node, so the value of an
+intermediate the caller no longer holds goes back to the pool at once unless its op's
+backward saved it (as PyTorch frees every output its backward does not read); ``parents``
+gives the Nodes back while they live.
 """
 
 from __future__ import annotations
 
 import os
 import traceback
+import weakref
 
 import numpy as np
 
-from ..errors import AnomalyError
+from ..errors import AnomalyError, ParclError
 from ..runtime import default_queue
 from ..tensor import Tensor
 from . import mode
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Entry:
+    """A Node's place in the graph: everything but its value (``shape`` stands in for it),
+    held by its tape and its children. ``node`` is a weak reference to the Node."""
+
+    __slots__ = ("grad_fn", "parents", "requires_grad", "grad", "op_name", "where", "index",
+                 "tape", "shape", "node", "__weakref__")
+
+    @property
+    def value(self) -> Tensor:
+        """The Node's value while the Node lives; a clear error once it was let go."""
+        node = self.node()
+        if node is None:
+            raise ParclError(f"the output of '{self.op_name}' (shape {self.shape}) was let "
+                             "go: nothing held its Node, so the graph kept only what the "
+                             "backward reads; keep a reference to the Node to read its value")
+        return node.value
+
+    def __repr__(self) -> str:
+        return f"Entry(op={self.op_name}, shape={self.shape})"
+
+
+def _entry(value: Tensor, grad_fn, parents: list, requires_grad: bool, op_name: str) -> Entry:
+    e = _new(Entry)
+    e.grad_fn = grad_fn
+    e.parents = parents
+    e.requires_grad = requires_grad
+    e.grad = None
+    e.op_name = op_name
+    e.where = None          # "file:line in func" of the recording call (anomaly mode)
+    e.index = None          # position on its tape
+    e.tape = None           # weakref to the tape that recorded it; FREED once released
+    e.shape = value.shape
+    return e
+
+
+def _graph_field(name: str, doc: str) -> property:
+    def get(self):
+        return getattr(self.entry, name)
+
+    def set(self, v):
+        setattr(self.entry, name, v)
+
+    return property(get, set, doc=doc)
 
 
 class Node:
@@ -29,8 +81,7 @@ class Node:
     >>> y = x * x
     """
 
-    __slots__ = ("value", "grad_fn", "parents", "requires_grad", "grad", "op_name", "where",
-                 "index", "tape", "__weakref__")
+    __slots__ = ("value", "entry", "__weakref__")
     __array_priority__ = 1000       # so `ndarray * node` defers to Node.__rmul__
 
     def __init__(self, value: Tensor, grad_fn=None, parents=None, requires_grad=False,
@@ -38,14 +89,27 @@ class Node:
         if not isinstance(value, Tensor):
             raise TypeError(f"Node value must be a pc.Tensor, got {type(value).__name__}")
         self.value = value
-        self.grad_fn = grad_fn
-        self.parents = list(parents) if parents else []
-        self.requires_grad = bool(requires_grad)
-        self.grad: Tensor | None = None
-        self.op_name = op_name
-        self.where = None          # "file:line in func" of the recording call (anomaly mode)
-        self.index = None          # position on its tape
-        self.tape = None           # weakref to the tape that recorded it; FREED once released
+        graph = [p.entry if isinstance(p, Node) else p for p in parents] if parents else []
+        self.entry = _entry(value, grad_fn, graph, bool(requires_grad), op_name)
+        self.entry.node = weakref.ref(self)
+
+    grad_fn = _graph_field("grad_fn", "upstream -> [gradient per parent]; None for a leaf")
+    requires_grad = _graph_field("requires_grad", "whether a gradient flows to this Node")
+    grad = _graph_field("grad", "the accumulated gradient (a pc.Tensor), None before backward")
+    op_name = _graph_field("op_name", "the op that made it: 'matmul', 'relu', ...; 'leaf'")
+    where = _graph_field("where", "where the op was recorded (under detect_anomaly)")
+    index = _graph_field("index", "its position on its tape (None for a leaf)")
+    tape = _graph_field("tape", "weakref to the tape that recorded it (FREED once released)")
+
+    @property
+    def parents(self) -> list:
+        """The input Nodes in argument order (an input nothing holds any more is its
+        ``Entry``: the graph without the value)."""
+        return [_node_of(e) for e in self.entry.parents]
+
+    @parents.setter
+    def parents(self, nodes) -> None:
+        self.entry.parents = [p.entry if isinstance(p, Node) else p for p in nodes]
 
     # -- tensor-like properties ---------------------------------------------------------
     @property
@@ -86,13 +150,14 @@ class Node:
     @property
     def freed(self) -> bool:
         """Whether the tape that recorded this node was released: its graph is gone."""
-        return self.tape is FREED
+        return self.entry.tape is FREED
 
     def backward(self, grad: Tensor | None = None) -> None:
         """``loss.backward()``: the backward of the tape that recorded this node (a new tape's
         when none did, e.g. ops recorded with no tape current)."""
         from .tape import Tape
-        recorded = self.tape() if self.tape is not None and self.tape is not FREED else None
+        tape = self.entry.tape
+        recorded = tape() if tape is not None and tape is not FREED else None
         (recorded if recorded is not None else Tape()).backward(self, grad)
 
     def detach(self) -> Tensor:
@@ -176,6 +241,11 @@ def _freed():
 
 
 FREED = _freed
+
+
+def _node_of(e: Entry):
+    node = e.node()
+    return e if node is None else node
 
 
 def _ops():
@@ -277,14 +347,16 @@ class Function:
         explicit ``tape`` is given), else return the raw output Tensor."""
         # The hot path of every eager op: one pass over the inputs, one read of the
         # thread's modes, and the Node built without re-checking what was checked here.
-        values, needs, slots = [], [], []
+        values, needs, slots, parents = [], [], [], []
         record = False
         for i, x in enumerate(inputs):
             if isinstance(x, Node):
                 values.append(x.value)
-                needs.append(x.requires_grad)
+                e = x.entry
+                needs.append(e.requires_grad)
                 slots.append(i)
-                record = record or x.requires_grad
+                parents.append(e)
+                record = record or e.requires_grad
             elif x is None or isinstance(x, Tensor):
                 values.append(x)
                 needs.append(False)
@@ -297,13 +369,13 @@ class Function:
         fn = cls(tuple(needs))
         out = fn.forward(*values, **kwargs)
         fn.parent_slots = tuple(slots)
-        node = _recorded(out, fn, [inputs[i] for i in slots], cls.name)
+        node = _recorded(out, fn, parents, cls.name)
         if tape is None:
             tape = state.tape
         if tape is not None:
-            tape.record(node)
+            tape.record(node.entry)
         if state.anomaly:
-            node.where = _call_site()
+            node.entry.where = _call_site()
             check_finite(out, "forward", node)
         return node
 
@@ -312,16 +384,10 @@ _new = object.__new__
 
 
 def _recorded(value: Tensor, fn: Function, parents: list, op_name: str) -> Node:
-    """The Node of a recorded op: ``Node(value, fn, parents, True, op_name)`` without the
-    checks ``Function.apply`` already made."""
+    """The Node of a recorded op (its ``parents`` are Entries) without the checks
+    ``Function.apply`` already made."""
     node = _new(Node)
     node.value = value
-    node.grad_fn = fn
-    node.parents = parents
-    node.requires_grad = True
-    node.grad = None
-    node.op_name = op_name
-    node.where = None
-    node.index = None
-    node.tape = None
+    e = node.entry = _entry(value, fn, parents, True, op_name)
+    e.node = weakref.ref(node)
     return node

@@ -15,7 +15,7 @@ from ..kernels import elementwise as ew
 from ..runtime import default_queue
 from ..tensor import Tensor
 from . import mode
-from .node import ACCUMULATED, FREED, Node, check_finite
+from .node import ACCUMULATED, FREED, Entry, Node, check_finite
 
 _backward_state = threading.local()
 
@@ -42,7 +42,7 @@ class Tape:
 
     def __init__(self):
         self.ref = weakref.ref(self)       # what the nodes it records point back through
-        self.nodes: list[Node] = []
+        self.nodes: list[Entry] = []      # the recorded Nodes' graph entries
         self._previous: list = []
         self._backward_done = False
         self._released = False
@@ -60,23 +60,24 @@ class Tape:
         mode.set_current_tape(self._previous.pop())
         return False
 
-    def record(self, node: Node) -> None:
+    def record(self, entry: Entry) -> None:
         if self._released:
-            raise ParclError(f"op '{node.op_name}' recorded on a released tape")
-        node.index = len(self.nodes)
-        node.tape = self.ref
-        self.nodes.append(node)
+            raise ParclError(f"op '{entry.op_name}' recorded on a released tape")
+        entry.index = len(self.nodes)
+        entry.tape = self.ref
+        self.nodes.append(entry)
 
     # -- backward ---------------------------------------------------------------------------
     def backward(self, loss: Node, grad: Tensor | None = None, *,
-                 retain_grads: bool = True) -> list[Node]:
+                 retain_grads: bool = True) -> list[Entry]:
         """Reverse pass from ``loss``: every node's ``grad_fn`` once, gradients accumulated
         (``+=``) into parents and into parameters' ``.grad``.
 
         ``loss`` must be a scalar unless ``grad`` (the upstream gradient, shaped like ``loss``)
         is given. Once per tape. ``retain_grads=False`` frees intermediate nodes' gradients as
         soon as they are propagated (leaves still get ``.grad``): less memory. Returns the
-        nodes the pass visited (those requiring grad), parents before children.
+        graph entries the pass visited (``node.entry`` of those requiring grad), parents
+        before children.
         """
         if self._released:
             raise ParclError("backward on a released tape: the graph was freed by "
@@ -104,6 +105,7 @@ class Tape:
         elif tuple(grad.shape) != tuple(loss.shape):
             raise ShapeError(f"backward: upstream grad of shape {grad.shape} does not match "
                              f"loss shape {loss.shape}")
+        loss = loss.entry
         order = topological_order(loss)
         for node in order:
             if node.tape is FREED:
@@ -123,14 +125,15 @@ class Tape:
             check()
         return order
 
-    def _reverse(self, order: list[Node], loss: Node, grad: Tensor, retain_grads: bool) -> None:
+    def _reverse(self, order: list[Entry], loss: Entry, grad: Tensor,
+                 retain_grads: bool) -> None:
         anomaly = mode.is_anomaly_enabled()
         owned: dict[int, int] = {}     # buffer -> how many nodes' .grad it is in this pass
         _accumulate(loss, grad, owned)
         self._walk(order, loss, retain_grads, owned, anomaly)
 
     @staticmethod
-    def _walk(order: list[Node], loss: Node, retain_grads: bool, owned: dict[int, int],
+    def _walk(order: list[Entry], loss: Entry, retain_grads: bool, owned: dict[int, int],
               anomaly: bool) -> None:
         for node in reversed(order):
             fn = node.grad_fn
@@ -157,7 +160,7 @@ class Tape:
                     continue
                 if anomaly:
                     check_finite(g, "backward", node)
-                if g.shape != parent.value.shape and tuple(g.shape) != tuple(parent.shape):
+                if g.shape != parent.shape and tuple(g.shape) != tuple(parent.shape):
                     raise ShapeError(f"backward of '{node.op_name}': gradient shape {g.shape} "
                                      f"does not match input shape {parent.shape} (a bug in the "
                                      "op's backward)")
@@ -194,14 +197,14 @@ class Tape:
         return f"<Tape {len(self.nodes)} nodes>"
 
 
-def _describe_parent(p: Node, tape: Tape) -> str:
+def _describe_parent(p: Entry, tape: Tape) -> str:
     if p.index is not None and p.index < len(tape.nodes) and tape.nodes[p.index] is p:
         return f"#{p.index}"
     kind = "leaf" if p.requires_grad else "input"
     return f"{kind}{p.shape}"
 
 
-def _grad_targets(node: Node) -> dict | None:
+def _grad_targets(node: Entry) -> dict | None:
     """Input index -> the existing ``.grad`` of each leaf parent that appears once (None
     when there is none: most nodes, and no allocation for them)."""
     targets = None
@@ -215,7 +218,7 @@ def _grad_targets(node: Node) -> dict | None:
     return targets
 
 
-def _accumulate(node: Node, g: Tensor, owned: dict[int, int]) -> None:
+def _accumulate(node: Entry, g: Tensor, owned: dict[int, int]) -> None:
     """node.grad += g. ``owned`` counts, per buffer, the nodes whose ``.grad`` it is in this
     pass. A first contribution is adopted without a copy. A buffer that is already another
     node's grad (pass-through backwards such as add hand the upstream tensor to several
@@ -239,11 +242,14 @@ def _accumulate(node: Node, g: Tensor, owned: dict[int, int]) -> None:
         ew.axpy(node.grad, g, 1.0)
 
 
-def topological_order(root: Node) -> list[Node]:
-    """Nodes reachable from ``root`` that require grad, each after all of its parents."""
-    order: list[Node] = []
+def topological_order(root: Node | Entry) -> list[Entry]:
+    """The graph entries reachable from ``root`` that require grad, each after all of its
+    parents."""
+    if isinstance(root, Node):
+        root = root.entry
+    order: list[Entry] = []
     visited: set[int] = set()
-    stack: list[tuple[Node, int]] = [(root, 0)]
+    stack: list[tuple[Entry, int]] = [(root, 0)]
     visited.add(id(root))
     while stack:
         node, i = stack.pop()

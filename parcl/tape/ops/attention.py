@@ -2,9 +2,12 @@
 Node with its own backward (``torch.nn.functional.scaled_dot_product_attention``).
 
 The forward is two batched GEMMs around the fused masked softmax
-(``parcl.kernels.attention``); it saves the attention probabilities ``p`` (after dropout, if
-any, the mask regenerated from dropout's counter, never stored), so the backward is four
-GEMMs and one softmax-backward kernel:
+(``parcl.kernels.attention``). It saves ``q``, ``k`` and ``v`` but not the attention
+probabilities ``p`` (``T x T`` per head, as much as q, k and v together at T = 64, D = 32):
+the backward recomputes them with the same two kernels, bit for bit, as flash attention
+does. (With dropout ``p`` and its dropped version are saved instead, the dropout mask
+regenerated from dropout's counter, never stored.) The backward is then four GEMMs and one
+softmax-backward kernel:
 
     dv = p^T @ g,  dp = g @ v^T,  ds = p * (dp - rowsum(p * dp)) * scale,
     dq = ds @ k,   dk = ds^T @ q
@@ -64,9 +67,8 @@ class ScaledDotProductAttention(Function):
         self.scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
         self.shapes = (q.shape, k.shape, v.shape, None if mask is None else mask.shape)
         q3, k3, v3 = q.reshape(nb, tq, d), k.reshape(nb, tk, d), v.reshape(nb, tk, dv)
-        s = batched_gemm(q3, k3, trans_b=True)
-        p = ak.masked_softmax(s, self.scale, mask, is_causal, batch)
-        del s
+        self.mask, self.is_causal, self.batch = mask, is_causal, batch
+        p = self._probabilities(q3, k3)
         self.dropout = None
         if dropout_p > 0.0:
             self.dropout = Dropout((True,))
@@ -74,12 +76,18 @@ class ScaledDotProductAttention(Function):
         else:
             pd = p
         out = batched_gemm(pd, v3)
-        if self.recording:
-            self.saved = (q3, k3, v3, p, pd)
+        if self.recording:        # p is recomputed in the backward unless dropout used it
+            self.saved = (q3, k3, v3, p, pd) if self.dropout else (q3, k3, v3, None, None)
         return out.reshape(*batch, tq, dv)
+
+    def _probabilities(self, q3: Tensor, k3: Tensor) -> Tensor:
+        s = batched_gemm(q3, k3, trans_b=True)
+        return ak.masked_softmax(s, self.scale, self.mask, self.is_causal, self.batch)
 
     def backward(self, g: Tensor):
         q3, k3, v3, p, pd = self.saved
+        if p is None:
+            p = pd = self._probabilities(q3, k3)
         need_q, need_k, need_v = self.needs_input_grad[:3]
         need_mask = len(self.needs_input_grad) > 3 and self.needs_input_grad[3]
         g3 = g.reshape(pd.shape[0], pd.shape[1], v3.shape[-1])

@@ -157,12 +157,14 @@ class _Scalar(Function):
     """``kernel(x, s)`` for a Python scalar ``s``; the public op's name is ``name``."""
 
     kernel = ""
+    reads_x = reads_out = False     # what backward reads: only that is kept for it
 
     def forward(self, x, s):
         self.s = float(s)
         out = ew.scalar(self.kernel, x, self.s)
         if self.recording:
-            self.x, self.out = x, out
+            self.x = x if self.reads_x else None
+            self.out = out if self.reads_out else None
         return out
 
 
@@ -203,6 +205,7 @@ class DivScalar(_Scalar):                  # x / s
 
 class RDivScalar(_Scalar):                 # s / x: d/dx = -(s/x) / x
     name, kernel = "div", "rdiv"
+    reads_x = reads_out = True
 
     def backward(self, g):
         t = ew.binary("div", self.out, self.x)
@@ -211,6 +214,7 @@ class RDivScalar(_Scalar):                 # s / x: d/dx = -(s/x) / x
 
 class PowScalar(_Scalar):                  # x ** p: d/dx = p * x**(p-1), and 0 for p == 0
     name = kernel = "pow"
+    reads_x = True
 
     def backward(self, g):
         if self.s == 0.0:                  # PyTorch: zeros, whatever x (0 * x**-1 is NaN at 0)
@@ -220,6 +224,7 @@ class PowScalar(_Scalar):                  # x ** p: d/dx = p * x**(p-1), and 0 
 
 class RPowScalar(_Scalar):                 # s ** x: d/dx = s**x * ln(s), 0 for s == 0, x >= 0
     name, kernel = "pow", "rpow"
+    reads_x = True
 
     def backward(self, g):
         return _mul_into(ew.scalar("rpow_grad_exponent", self.x, self.s), g)
@@ -227,6 +232,7 @@ class RPowScalar(_Scalar):                 # s ** x: d/dx = s**x * ln(s), 0 for 
 
 class MaximumScalar(_Scalar):
     name = kernel = "maximum"
+    reads_x = True
 
     def backward(self, g):
         return _mul_into(ew.scalar("ge", self.x, self.s), g)
@@ -234,6 +240,7 @@ class MaximumScalar(_Scalar):
 
 class MinimumScalar(_Scalar):
     name = kernel = "minimum"
+    reads_x = True
 
     def backward(self, g):
         return _mul_into(ew.scalar("le", self.x, self.s), g)
