@@ -12,6 +12,7 @@ import pytest
 import parcl as pc
 from conftest import run_on_both_queues
 from parcl.kernels import elementwise as ew
+from parcl.kernels import gelu
 from parcl.kernels import layout
 
 SIZES = [1, 7, 33, 257, 1000]
@@ -142,7 +143,8 @@ def test_backward_helpers(queue, rng):
     _close(ew.tanh_backward(dev(queue, t), tg).to_host(), g64 * (1 - t * t), atol=1e-6)
     pdf = np.exp(-x64 ** 2 / 2) / math.sqrt(2 * math.pi)
     want = g64 * (0.5 * (1 + _erf(x64 / math.sqrt(2))) + x64 * pdf)
-    _close(ew.gelu_backward(tx, tg).to_host(), want, atol=1e-6)
+    for variant in ("vec", "one"):
+        _close(gelu.gelu_backward(tx, tg, variant=variant).to_host(), want, atol=1e-6)
     s = np.abs(x64) + 0.5
     _close(ew.sqrt_backward(dev(queue, s), tg).to_host(), g64 * 0.5 / s)
 
@@ -273,3 +275,21 @@ def test_transpose_bad_axes(queue):
         layout.transpose(x, (0, 0))
     with pytest.raises(pc.ShapeError, match="do not match"):
         layout.transpose(x, (0, 1, 2))
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 1000, 4099])
+@pytest.mark.parametrize("variant", ["vec", "one"])
+def test_gelu_backward_in_one_kernel_is_bit_for_bit_the_four_flat_launches(queue, n, variant):
+    """The fused kernel (float8 per work-item on CPUs, one element on GPUs) against
+    phi(x), times x, plus Phi(x), times g as separate launches: the same bits, tails and the
+    clamped far ends (|x| = 90) included."""
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 4).astype(np.float32)
+    x[: min(n, 4)] = np.array([0.0, -90.0, 90.0, -8.0], np.float32)[: min(n, 4)]
+    tx, tg = dev(queue, x), dev(queue, rng.standard_normal(n))
+    d = ew.unary("normal_pdf", tx)
+    ew.binary("mul", tx, d, out=d)
+    ew.binary("add", ew.unary("normal_cdf", tx), d, out=d)
+    want = ew.binary("mul", tg, d, out=d).to_host()
+    got = gelu.gelu_backward(tx, tg, variant=variant).to_host()
+    np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))

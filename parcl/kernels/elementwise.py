@@ -148,7 +148,7 @@ inline float gelu_tanh_grad(const float x)
 # erfcc): one exp and one division, which vectorise, where PoCL's erf is a call costing ~5x an
 # exp here (GELU was about half of a GPT step). Each tail takes the erfc of |x|, so even
 # gelu(-8) ~ -5e-15 keeps its relative accuracy, as PyTorch's does.
-_NORMAL_CDF = r"""
+NORMAL_CDF = r"""
 // exp by Cephes' expf: n = round(x / ln 2), r = x - n ln 2 in two parts, a degree-6 polynomial,
 // then 2^n built from its exponent bits; relative error ~2e-7, branch-free so it vectorises
 // (PoCL's exp is a call costing ~4 ns per element on this CPU).
@@ -180,7 +180,7 @@ inline float normal_cdf(const float x)
 
 
 def _build_source() -> str:
-    parts = ["//CL//", _STRIDED_OFFSETS, _GELU_TANH, _NORMAL_CDF]
+    parts = ["//CL//", _STRIDED_OFFSETS, _GELU_TANH, NORMAL_CDF]
     for name, expr in BINARY_OPS.items():
         parts.append(f"""
 __kernel void {name}_contig(__global float *out, __global const float *a,
@@ -424,19 +424,6 @@ def sigmoid_backward(y: Tensor, g: Tensor, out: Tensor | None = None) -> Tensor:
 def tanh_backward(y: Tensor, g: Tensor, out: Tensor | None = None) -> Tensor:
     """``g * (1 - y**2)`` from tanh's output ``y``."""
     return _backward("tanh_backward", y, g, out)
-
-
-def gelu_backward(x: Tensor, g: Tensor, out: Tensor | None = None) -> Tensor:
-    """``g * (Phi(x) + x * phi(x))`` from gelu's input ``x`` (exact erf form), in five flat
-    launches: PoCL 3.0 leaves a kernel computing Phi and phi together unvectorised, 7x slower
-    (7 ms against 1.5 ms for 524k elements on one core)."""
-    if x.shape != g.shape:
-        raise ShapeError(f"gelu_backward: saved tensor {x.shape} and gradient {g.shape} differ")
-    check_same_queue("gelu_backward", x, g)
-    d = unary("normal_pdf", x)
-    binary("mul", x, d, out=d)
-    binary("add", unary("normal_cdf", x), d, out=d)
-    return binary("mul", g, d, out=out if out is not None else d)
 
 
 def sqrt_backward(y: Tensor, g: Tensor, out: Tensor | None = None) -> Tensor:

@@ -20,6 +20,7 @@ import numpy as np
 
 from ...errors import ParclError
 from ...kernels import elementwise as ew
+from ...kernels.gelu import gelu_backward
 from ...kernels.reduction import sum_to_shape
 from ...tensor import Tensor
 from ..node import Function, Node
@@ -387,7 +388,7 @@ class Gelu(Function):
 
     def backward(self, g):
         if self.op == "gelu":
-            return ew.gelu_backward(self.x, g)
+            return gelu_backward(self.x, g)
         return ew.binary("gelu_tanh_backward", self.x, g)
 
 
