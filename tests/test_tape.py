@@ -482,3 +482,33 @@ def test_a_held_intermediate_keeps_its_value_and_identity(queue, rng):
     np.testing.assert_allclose(h.to_host(), x.to_host() * 2)
     tape.backward(loss)
     np.testing.assert_allclose(h.grad.to_host(), np.ones(5))
+
+
+def test_an_in_place_relu_over_a_saved_tensor_raises_in_backward(queue):
+    """``h * h`` saves h; ``relu(h, inplace=True)`` then overwrites it, so the product's
+    gradient would be computed from relu(h): the backward says so instead (PyTorch's
+    "modified by an inplace operation"), before anything is accumulated."""
+    x = leaf(queue, [-1.0, 0.5, 2.0])
+    with tp.Tape() as tape:
+        h = x * 2.0
+        p = h * h
+        r = tp.relu(h, inplace=True)
+        loss = tp.sum(p) + tp.sum(r)
+    with pytest.raises(pc.ParclError, match=r"'mul' .* relu\(inplace=True\) overwrote"):
+        tape.backward(loss)
+    assert x.grad is None
+
+
+def test_an_in_place_relu_nothing_saved_before_trains_as_out_of_place(queue):
+    """Over a tensor no earlier op saved (a scalar product's output), in place is fine and
+    gives the out-of-place gradient."""
+    grads = []
+    for inplace in (False, True):
+        x = leaf(queue, [-1.0, 0.5, 2.0])
+        with tp.Tape() as tape:
+            r = tp.relu(x * 2.0, inplace=inplace)
+            loss = tp.sum(r * r)
+        tape.backward(loss)
+        grads.append(x.grad.to_host())
+    np.testing.assert_array_equal(grads[0], grads[1])
+    np.testing.assert_allclose(grads[0], [0.0, 4.0, 16.0])

@@ -43,6 +43,8 @@ class Tape:
     def __init__(self):
         self.ref = weakref.ref(self)       # what the nodes it records point back through
         self.nodes: list[Entry] = []      # the recorded Nodes' graph entries
+        # buffer -> (tape position, what) of its latest in-place change (``changed``)
+        self.changes: dict[int, tuple[int, str]] = {}
         self._previous: list = []
         self._backward_done = False
         self._released = False
@@ -114,6 +116,8 @@ class Tape:
                     f"{node.shape}) recorded on a tape that was released since, so nothing "
                     "behind it would get a gradient. Record it again on this tape, or pass "
                     "it on with .detach() where no gradient should flow through it")
+        if self.changes:
+            _check_saved_unchanged([e for e in order if e.tape is self.ref], self.changes)
         self._backward_done = True
         outer = getattr(_backward_state, "deferred", None)
         _backward_state.deferred = deferred = []
@@ -166,6 +170,12 @@ class Tape:
                                      "op's backward)")
                 _accumulate(parent, g, owned)
 
+    def changed(self, value: Tensor, what: str) -> None:
+        """Note that ``what`` (an in-place op) is about to overwrite ``value``'s buffer: an op
+        recorded before now that saved it would get a wrong gradient, so ``backward`` raises
+        for it (as PyTorch's version counters do)."""
+        self.changes[value.data.int_ptr] = (len(self.nodes), what)
+
     # -- cleanup and debugging -------------------------------------------------------------
     def release(self) -> None:
         """Free the graph: every node's grad_fn and parents dropped, so activation buffers
@@ -195,6 +205,35 @@ class Tape:
 
     def __repr__(self) -> str:
         return f"<Tape {len(self.nodes)} nodes>"
+
+
+def _check_saved_unchanged(order: list[Entry], changes: dict[int, tuple[int, str]]) -> None:
+    """Raise if an op saved, for its backward, a tensor that an in-place op overwrote after
+    the op was recorded (nothing has been accumulated yet)."""
+    for entry in order:
+        fn = entry.grad_fn
+        if fn is None:
+            continue
+        for name, saved in vars(fn).items():
+            for t in _tensors(saved):
+                change = changes.get(t.data.int_ptr)
+                if change is not None and change[0] > entry.index:
+                    raise ParclError(
+                        f"backward: '{entry.op_name}' (output {entry.shape}) saved a tensor "
+                        f"{t.shape} ('{name}') for its backward that {change[1]} overwrote "
+                        "after it was recorded, so its gradient would be computed from the "
+                        "new values; do that op out of place (inplace=False)")
+
+
+def _tensors(value):
+    if isinstance(value, Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
 
 
 def _describe_parent(p: Entry, tape: Tape) -> str:

@@ -23,7 +23,8 @@ from ...kernels import elementwise as ew
 from ...kernels.gelu import gelu_backward
 from ...kernels.reduction import sum_to_shape
 from ...tensor import Tensor
-from ..node import Function, Node
+from .. import mode
+from ..node import FREED, Function, Node
 
 __all__ = ["abs", "add", "div", "exp", "gelu", "log", "maximum", "minimum", "mul", "neg",
            "pow", "relu", "sigmoid", "sqrt", "sub", "tanh"]
@@ -432,15 +433,28 @@ def log(x, *, tape=None):
 def relu(x, inplace: bool = False, *, tape=None):
     """``max(x, 0)``; gradient 0 at 0.
 
-    ``inplace=True`` overwrites ``x``'s buffer (as PyTorch's ``inplace``): one activation less
-    kept for backward, but only correct when nothing else reads ``x`` afterwards, such as the
-    output of a BatchNorm or of a residual add that feeds this ReLU alone (BatchNorm's backward
-    needs its input, not its output). A leaf that requires grad cannot be changed in place.
+    ``inplace=True`` overwrites ``x``'s buffer (as PyTorch's ``inplace``) instead of
+    allocating the output. A leaf that requires grad cannot be changed in place, and an op
+    recorded before that saved ``x`` for its backward (``x * x``, say) makes the backward
+    raise a ``ParclError`` instead of computing its gradient from the overwritten values.
     """
     if inplace and isinstance(x, Node) and x.requires_grad and x.grad_fn is None:
         raise ParclError("relu(inplace=True) on a leaf that requires grad: its value is what "
                          "its gradient is taken with respect to; use inplace=False")
+    if inplace:
+        _note_change(x, tape, "relu(inplace=True)")
     return Relu.apply(x, tape=tape, inplace=bool(inplace))
+
+
+def _note_change(x, tape, what: str) -> None:
+    """Tell the tapes that may hold ops which saved ``x`` (its own, the given or current one)
+    that ``what`` overwrites it now."""
+    value = x.value if isinstance(x, Node) else x
+    own = x.entry.tape if isinstance(x, Node) else None
+    tapes = {id(t): t for t in (own() if callable(own) and own is not FREED else None,
+                                tape, mode.get_current_tape()) if t is not None}
+    for t in tapes.values():
+        t.changed(value, what)
 
 
 def sigmoid(x, *, tape=None):
