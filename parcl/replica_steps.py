@@ -120,8 +120,11 @@ class Eager:
     def run(self, replica, micros: list[Micro], loss_fn, key) -> Outcome:
         body = self.body(replica, loss_fn)
         q = replica.queue
+        # The caller's arrays are borrowed, not copied: the group waits for every replica's
+        # loss, read after these uploads, before step returns (or raises).
         return _run_micros(replica, micros, lambda m: body(
-            Tensor.from_host(q, m.x), Tensor.from_host(q, m.y), Tensor.from_host(q, m.weight)))
+            Tensor.from_host(q, m.x, borrow=True), Tensor.from_host(q, m.y, borrow=True),
+            Tensor.from_host(q, m.weight, borrow=True)))
 
     def body(self, replica, loss_fn):
         """``(x, y, weight) -> (loss, reached, found_ignore)`` on device tensors: forward on a
@@ -154,7 +157,8 @@ class Captured(Eager):
 
     def run(self, replica, micros: list[Micro], loss_fn, key) -> Outcome:
         step = self.step(replica, loss_fn)
-        return _run_micros(replica, micros, lambda m: step(m.x, m.y, m.weight, key=key))
+        return _run_micros(replica, micros,          # borrowed, as in Eager.run
+                           lambda m: step(m.x, m.y, m.weight, key=key, borrow=True))
 
     def step(self, replica, loss_fn):
         # Recordings per loss function, holding it (an id alone could be reused by a new

@@ -44,6 +44,16 @@ def snapshot(array: np.ndarray) -> np.ndarray:
     return np.array(array, order="C", copy=True)
 
 
+def own(array: np.ndarray, borrow: bool = False) -> np.ndarray:
+    """What a non-blocking upload of ``array`` reads: a ``snapshot``, or ``array`` itself
+    (C-contiguous) when the caller ``borrow``s it, keeping it unchanged until the upload is
+    done. A recorded upload (step capture) always gets a snapshot: it is read again at every
+    replay."""
+    if borrow and recorder.current() is None:
+        return np.ascontiguousarray(array)
+    return snapshot(array)
+
+
 def normalize_shape(op: str, shape) -> tuple[int, ...]:
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
@@ -107,13 +117,16 @@ class Tensor:
         return t
 
     @classmethod
-    def from_host(cls, queue: cl.CommandQueue, array) -> Tensor:
+    def from_host(cls, queue: cl.CommandQueue, array, *, borrow: bool = False) -> Tensor:
         """Device copy of a numpy array (float32 data, int32/int64 labels, ``np.bool_`` masks
         stored as uint8 0/1).
 
         The array may be changed or freed as soon as this returns: the copy is enqueued, not
-        waited for, from a host copy that parcl owns (``snapshot``). Other dtypes are a
-        ``TypeError`` and a zero-size array a ``ShapeError``.
+        waited for, from a host copy that parcl owns (``snapshot``). ``borrow=True`` skips
+        that host copy for a caller that keeps ``array`` unchanged until the copy is done
+        (it waits for something enqueued after it on ``queue``, as ``ReplicaGroup.step``
+        waits for its losses). Other dtypes are a ``TypeError`` and a zero-size array a
+        ``ShapeError``.
         """
         if not isinstance(array, np.ndarray):
             array = np.asarray(array)
@@ -126,7 +139,7 @@ class Tensor:
         if array.size == 0:
             raise ShapeError(f"Tensor.from_host: zero-size array of shape {array.shape}; "
                              "parcl tensors hold at least one element")
-        host = snapshot(array)
+        host = own(array, borrow)
         t = cls.empty(queue, host.shape, dt)
         event = cl.enqueue_copy(queue, t.data, host, is_blocking=False)
         recorder.copy(queue, t.data, host)

@@ -34,6 +34,25 @@ def test_a_loader_refilling_one_buffer_uploads_every_batch(queue):
         np.testing.assert_array_equal(t.to_host(), want)
 
 
+def test_only_a_borrowing_caller_uploads_without_a_host_copy(queue):
+    """``borrow=True`` (``ReplicaGroup.step``, which waits for its losses before returning)
+    uploads from the array itself; everyone else, and any recorded upload, from a copy."""
+    from parcl import recorder
+    from parcl.tensor import own
+    a = np.arange(6, dtype=np.float32)
+    assert np.shares_memory(own(a, borrow=True), a)
+    assert not np.shares_memory(own(a), a)
+    recorder.start()
+    try:
+        assert not np.shares_memory(own(a, borrow=True), a)     # replayed later: copied
+    finally:
+        recorder.stop()
+    t = pc.Tensor.from_host(queue, a, borrow=True)
+    queue.finish()
+    a[:] = -1
+    np.testing.assert_array_equal(t.to_host(), np.arange(6, dtype=np.float32))
+
+
 def mlp(queue):
     pc.nn.manual_seed(0)
     return pc.nn.Sequential(pc.nn.Linear(16, 8, queue=queue), pc.nn.ReLU(),

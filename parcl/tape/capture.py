@@ -27,7 +27,7 @@ import numpy as np
 import pyopencl as cl
 
 from .. import recorder
-from ..tensor import Tensor, _check_dtype, snapshot
+from ..tensor import Tensor, _check_dtype, own
 from . import mode
 
 MAX_SIGNATURES = 8          # recordings kept per captured function (oldest dropped first)
@@ -62,30 +62,32 @@ class CapturedStep:
     def _key(self, arrays, key):
         return (tuple((a.shape, a.dtype.str) for a in arrays), mode.capture_modes(), key)
 
-    def __call__(self, *arrays, key=()):
-        """Run the step on these numpy inputs (see the module docstring)."""
+    def __call__(self, *arrays, key=(), borrow: bool = False):
+        """Run the step on these numpy inputs (see the module docstring). ``borrow=True``:
+        the caller keeps the arrays unchanged until the uploads are done (it waits for the
+        step's outputs), so they are uploaded without a host copy (``Tensor.from_host``)."""
         arrays = tuple(np.ascontiguousarray(a) for a in arrays)
         k = self._key(arrays, key)
         entry = self._entries.get(k)
         if entry is not None and entry.reason is None:
             entry.recording.check_inputs(arrays)     # may raise: nothing is enqueued then
-            self._upload(entry, arrays)
+            self._upload(entry, arrays, borrow)
             entry.recording.replay()
             self.replays += 1
             return entry.outputs
         if entry is not None:                  # known not to be replayable: plain eager
             self.eager_calls += 1
-            return self.fn(*self._fresh_inputs(arrays))
-        return self._record(k, arrays)
+            return self.fn(*self._fresh_inputs(arrays, borrow))
+        return self._record(k, arrays, borrow)
 
-    def _fresh_inputs(self, arrays) -> list[Tensor]:
-        return [Tensor.from_host(self.queue, a) for a in arrays]
+    def _fresh_inputs(self, arrays, borrow: bool) -> list[Tensor]:
+        return [Tensor.from_host(self.queue, a, borrow=borrow) for a in arrays]
 
-    def _record(self, k, arrays):
+    def _record(self, k, arrays, borrow: bool):
         inputs = [Tensor.empty(self.queue, a.shape, _check_dtype("capture", a.dtype))
                   for a in arrays]
         entry = _Entry(inputs, None, None, None)
-        self._upload(entry, arrays)
+        self._upload(entry, arrays, borrow)
         if mode.is_anomaly_enabled():
             entry.reason = "detect_anomaly reads every value back to the host"
             self.eager_calls += 1
@@ -104,10 +106,10 @@ class CapturedStep:
         self._entries[k] = entry
         return outputs
 
-    def _upload(self, entry: _Entry, arrays) -> None:
+    def _upload(self, entry: _Entry, arrays, borrow: bool) -> None:
         # Non-blocking copies from parcl's own host copies (the caller may refill its arrays
-        # as soon as the call returns); their events keep those alive until done.
-        entry.uploads = [cl.enqueue_copy(self.queue, t.data, snapshot(a), is_blocking=False)
+        # as soon as the call returns) unless it borrows them; the events keep them alive.
+        entry.uploads = [cl.enqueue_copy(self.queue, t.data, own(a, borrow), is_blocking=False)
                          for t, a in zip(entry.inputs, arrays)]
 
     def clear(self) -> None:
