@@ -512,3 +512,29 @@ def test_an_in_place_relu_nothing_saved_before_trains_as_out_of_place(queue):
         grads.append(x.grad.to_host())
     np.testing.assert_array_equal(grads[0], grads[1])
     np.testing.assert_allclose(grads[0], [0.0, 4.0, 16.0])
+
+
+def test_an_optimizer_step_between_forward_and_backward_raises(queue, rng):
+    """The linear op saved the weight; stepping the optimizer before the backward changed it
+    in place, so the input's gradient would be taken at the new weight (PyTorch raises for
+    this too). Stepping after the backward, as a training loop does, is fine."""
+    pc.nn.manual_seed(0)
+    layer = pc.nn.Linear(4, 3, queue=queue)
+    opt = pc.optim.SGD(layer.parameters(), lr=0.1)
+    x = leaf(queue, rng.standard_normal((2, 4)))
+    for _ in range(2):                           # the loop as it should be
+        with tp.Tape() as tape:
+            loss = tp.sum(layer(x))
+        tape.backward(loss)
+        opt.step()
+        opt.zero_grad()
+    with tp.Tape() as tape:
+        loss = tp.sum(layer(x))
+    tape.backward(loss)
+    opt.step()                                   # a new forward is needed after this
+    with tp.Tape() as tape:
+        stale = tp.sum(layer(x))
+        tp.sum(layer(x))
+    opt.step()
+    with pytest.raises(pc.ParclError, match=r"'linear' .* updated in place .* optimizer"):
+        tape.backward(stale)

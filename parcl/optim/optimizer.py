@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ParclError, ShapeError
-from ..tape.node import Node, host_copy
+from ..tape.node import Node, changed, host_copy
 from ..tensor import FLOAT, Tensor
 
 __all__ = ["FlatBucket", "Optimizer", "OptimizerError", "StepPlan"]
@@ -183,9 +183,11 @@ class Optimizer:
             state = self.state.setdefault(p, {})
             state.update(fresh)
             self._update(p, p.grad, state, opts, fresh)
+        changed(p for p, _, _ in plan.single)
         for b, opts, (state, fresh) in plan.whole:
             flat = _FlatParam(b.value, targets(b) if targets is not None else None)
             self._update(flat, b.grad, state, opts, fresh)
+            changed(b.params)
             if self.has_step:
                 for p in b.params:
                     self.state[p]["step"] = state["step"]

@@ -15,6 +15,7 @@ gives the Nodes back while they live.
 from __future__ import annotations
 
 import os
+import time
 import traceback
 import weakref
 
@@ -33,7 +34,7 @@ class Entry:
     held by its tape and its children. ``node`` is a weak reference to the Node."""
 
     __slots__ = ("grad_fn", "parents", "requires_grad", "grad", "op_name", "where", "index",
-                 "tape", "shape", "node", "__weakref__")
+                 "tape", "shape", "node", "recorded_at", "changed_at", "__weakref__")
 
     @property
     def value(self) -> Tensor:
@@ -60,7 +61,18 @@ def _entry(value: Tensor, grad_fn, parents: list, requires_grad: bool, op_name: 
     e.index = None          # position on its tape
     e.tape = None           # weakref to the tape that recorded it; FREED once released
     e.shape = value.shape
+    e.recorded_at = None    # time.monotonic_ns() when its tape recorded it
+    e.changed_at = None     # a leaf's last in-place update (``changed``), monotonic ns
     return e
+
+
+def changed(nodes, when: int | None = None) -> None:
+    """Note that these leaves' values were just updated in place (an optimizer step): a
+    backward through ops recorded before then that saved them raises instead of taking
+    their gradients at the new values (PyTorch's version counters catch the same)."""
+    when = time.monotonic_ns() if when is None else when
+    for n in nodes:
+        n.entry.changed_at = when
 
 
 def _graph_field(name: str, doc: str) -> property:

@@ -8,6 +8,7 @@ order in which gradients are summed is the same on every run and every replica.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 
 from ..errors import ParclError, ShapeError
@@ -67,6 +68,7 @@ class Tape:
             raise ParclError(f"op '{entry.op_name}' recorded on a released tape")
         entry.index = len(self.nodes)
         entry.tape = self.ref
+        entry.recorded_at = time.monotonic_ns()
         self.nodes.append(entry)
 
     # -- backward ---------------------------------------------------------------------------
@@ -118,6 +120,8 @@ class Tape:
                     "it on with .detach() where no gradient should flow through it")
         if self.changes:
             _check_saved_unchanged([e for e in order if e.tape is self.ref], self.changes)
+        if self.nodes:
+            _check_leaves_unchanged(order, self.nodes[0].recorded_at)
         self._backward_done = True
         outer = getattr(_backward_state, "deferred", None)
         _backward_state.deferred = deferred = []
@@ -223,6 +227,28 @@ def _check_saved_unchanged(order: list[Entry], changes: dict[int, tuple[int, str
                         f"{t.shape} ('{name}') for its backward that {change[1]} overwrote "
                         "after it was recorded, so its gradient would be computed from the "
                         "new values; do that op out of place (inplace=False)")
+
+
+def _check_leaves_unchanged(order: list[Entry], since: int) -> None:
+    """Raise if a leaf (a parameter) was updated in place (an optimizer step) after an op that
+    saved its value was recorded: that op's gradient would be taken at the new value."""
+    changed = {id(e): e for e in order
+               if e.grad_fn is None and e.changed_at is not None and e.changed_at > since}
+    if not changed:
+        return
+    for entry in order:
+        fn, at = entry.grad_fn, entry.recorded_at
+        if fn is None or at is None:
+            continue
+        for p in entry.parents:
+            leaf = changed.get(id(p))
+            node = leaf.node() if leaf is not None and leaf.changed_at > at else None
+            if node is not None and any(t is node.value for t in _tensors(list(vars(fn).values()))):
+                raise ParclError(
+                    f"backward: '{entry.op_name}' (output {entry.shape}) saved a "
+                    f"{leaf.op_name} {leaf.shape} that was updated in place (an optimizer "
+                    "step) after the op was recorded, so its gradient would be taken at the "
+                    "new value; run backward before stepping, or record the forward again")
 
 
 def _tensors(value):
