@@ -23,8 +23,8 @@ from ...kernels import elementwise as ew
 from ...kernels.gelu import gelu_backward
 from ...kernels.reduction import sum_to_shape
 from ...tensor import Tensor
-from .. import mode
-from ..node import FREED, Function, Node
+from ..node import Function, Node
+from ..tape import note_change
 
 __all__ = ["abs", "add", "div", "exp", "gelu", "log", "maximum", "minimum", "mul", "neg",
            "pow", "relu", "sigmoid", "sqrt", "sub", "tanh"]
@@ -442,19 +442,9 @@ def relu(x, inplace: bool = False, *, tape=None):
         raise ParclError("relu(inplace=True) on a leaf that requires grad: its value is what "
                          "its gradient is taken with respect to; use inplace=False")
     if inplace:
-        _note_change(x, tape, "relu(inplace=True)")
+        note_change(x, tape, "relu(inplace=True)")
     return Relu.apply(x, tape=tape, inplace=bool(inplace))
 
-
-def _note_change(x, tape, what: str) -> None:
-    """Tell the tapes that may hold ops which saved ``x`` (its own, the given or current one)
-    that ``what`` overwrites it now."""
-    value = x.value if isinstance(x, Node) else x
-    own = x.entry.tape if isinstance(x, Node) else None
-    tapes = {id(t): t for t in (own() if callable(own) and own is not FREED else None,
-                                tape, mode.get_current_tape()) if t is not None}
-    for t in tapes.values():
-        t.changed(value, what)
 
 
 def sigmoid(x, *, tape=None):
