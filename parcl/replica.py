@@ -15,7 +15,6 @@ when the group is built. See docs/architecture.md.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 import weakref
@@ -30,7 +29,7 @@ from .allreduce.end import Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
 from .nn.module import capture_key
 from .optim import FlatBucket
-from .replica_steps import Captured, Eager, count_samples, ignored_label, split_batch
+from .replica_steps import Captured, Eager, IgnoredLabels, count_samples, split_batch
 from .replica_stats import StatsExchange
 from .replica_threads import Replica
 from .tape import mode
@@ -84,7 +83,7 @@ class ReplicaGroup:
         self._broken: str | None = None
         self._last_job: threads.Job | None = None
         self._grads_dirty = False
-        self._found_ignore: dict = {}       # loss_fn's code -> the ignore_index found inside
+        self._labels = IgnoredLabels()
         self._last_norm: np.ndarray | None = None
         self.replicas = [Replica(i, d, runtime.new_queue(d)) for i, d in enumerate(devs)]
         for r in self.replicas:
@@ -290,44 +289,15 @@ class ReplicaGroup:
         self._check_open()
         max_norm = None if max_grad_norm is None else _positive("max_grad_norm", max_grad_norm)
         k = len(self.replicas)
-        ignore = self._ignored_label(loss_fn)
+        ignore = self._labels.ignored(loss_fn)
         shards = self._split(x, y, ignore, accumulation_steps)                     # 1.
         self._begin()
         outcomes = self.run(self._replica_step, shards, [loss_fn] * k, self._keys(key))  # 2.
-        self._check_weights(loss_fn, y, ignore, outcomes)                          # 3.
+        self._labels.check(loss_fn, y, ignore, outcomes, self.comm)                # 3.
         self._check_signatures([o.reached for o in outcomes])
         norm = self._end.finish(self._buffers, optimizer, max_norm)                # 4.
         self._grads_dirty = False
         return self._finish(outcomes, norm)                                        # 5.
-
-    def _ignored_label(self, loss_fn) -> int | None:
-        """The label ``loss_fn``'s mean leaves out, as far as the step can tell before it
-        runs: seen on ``loss_fn`` itself, or found inside it by an earlier step."""
-        ignore = ignored_label(loss_fn)
-        return self._found_ignore.get(_code(loss_fn)) if ignore is None else ignore
-
-    def _check_weights(self, loss_fn, y, ignore: int | None, outcomes) -> None:
-        """Raise if the replicas' shares were weighted by the wrong count: ``loss_fn`` hid a
-        loss that is a mean over the labels not ``ignore_index`` (a lambda around
-        ``cross_entropy``), and this batch has such labels. Nothing is updated then; the
-        next step with the same function weighs them right."""
-        found = outcomes[0].found_ignore
-        if found == ignore:
-            return
-        self._found_ignore[_code(loss_fn)] = found
-        y = np.asarray(y)
-        wrong = bool(np.issubdtype(y.dtype, np.integer)
-                     and np.isin(y, [v for v in (ignore, found) if v is not None]).any())
-        if self.comm is not None:          # every rank runs the same function: all get here
-            wrong = bool(self.comm.allreduce(int(wrong)))
-        if wrong:
-            raise ParclError(
-                f"ReplicaGroup.step: loss_fn's loss is a mean over the labels not {found} "
-                f"(ignore_index), which the step could not see from loss_fn, so the replicas' "
-                f"shares of this batch were weighted by rows and nothing was updated; steps "
-                f"with this loss_fn now weigh by the labels counted. Pass the loss visibly "
-                f"(pc.nn.CrossEntropyLoss(ignore_index=...), functools.partial(tp.cross_entropy"
-                f", ignore_index=...), or set loss_fn.ignore_index) to get none of this")
 
     def _split(self, x, y, ignore: int | None, accumulation_steps: int):
         """Every replica's micro-batches, weighted by their share of the global batch."""
@@ -447,15 +417,6 @@ class ReplicaGroup:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<ReplicaGroup {len(self.replicas)} replicas, {state}>"
-
-
-def _code(loss_fn):
-    """What identifies a loss function across steps: its code (a lambda made anew each step
-    has the same), else its type."""
-    while isinstance(loss_fn, functools.partial):
-        loss_fn = loss_fn.func
-    fn = getattr(loss_fn, "__func__", loss_fn)
-    return getattr(fn, "__code__", None) or type(loss_fn)
 
 
 def _positive(name: str, value) -> float:

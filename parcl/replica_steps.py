@@ -66,6 +66,50 @@ def loss_ignore(loss: Node) -> int | None:
     return getattr(loss.grad_fn, "ignore_index", None)
 
 
+class IgnoredLabels:
+    """What each loss function's mean leaves out, as far as a step can tell: seen on the
+    function (``ignored_label``), or found inside it by an earlier step (``check``)."""
+
+    def __init__(self):
+        self.found: dict = {}           # loss_fn's code -> the ignore_index its loss reported
+
+    def ignored(self, loss_fn) -> int | None:
+        ignore = ignored_label(loss_fn)
+        return self.found.get(_code(loss_fn)) if ignore is None else ignore
+
+    def check(self, loss_fn, y, ignore: int | None, outcomes: list[Outcome], comm) -> None:
+        """Raise if the replicas' shares were weighted by the wrong count: ``loss_fn`` hid a
+        loss that is a mean over the labels not ``ignore_index`` (a lambda around
+        ``cross_entropy``), and this batch has such labels. Nothing is updated then; the
+        next step with the same function weighs them right."""
+        found = outcomes[0].found_ignore
+        if found == ignore:
+            return
+        self.found[_code(loss_fn)] = found
+        y = np.asarray(y)
+        wrong = bool(np.issubdtype(y.dtype, np.integer)
+                     and np.isin(y, [v for v in (ignore, found) if v is not None]).any())
+        if comm is not None:               # every rank runs the same function: all get here
+            wrong = bool(comm.allreduce(int(wrong)))
+        if wrong:
+            raise ParclError(
+                f"ReplicaGroup.step: loss_fn's loss is a mean over the labels not {found} "
+                f"(ignore_index), which the step could not see from loss_fn, so the replicas' "
+                f"shares of this batch were weighted by rows and nothing was updated; steps "
+                f"with this loss_fn now weigh by the labels counted. Pass the loss visibly "
+                f"(pc.nn.CrossEntropyLoss(ignore_index=...), functools.partial(tp.cross_entropy"
+                f", ignore_index=...), or set loss_fn.ignore_index) to get none of this")
+
+
+def _code(loss_fn):
+    """What identifies a loss function across steps: its code (a lambda made anew each step
+    has the same), else its type."""
+    while isinstance(loss_fn, functools.partial):
+        loss_fn = loss_fn.func
+    fn = getattr(loss_fn, "__func__", loss_fn)
+    return getattr(fn, "__code__", None) or type(loss_fn)
+
+
 def count_samples(y: np.ndarray, ignore: int | None) -> int:
     """What a shard's mean loss is a mean over: its rows, or its labels not ``ignore``."""
     if ignore is None or not np.issubdtype(y.dtype, np.integer):
