@@ -173,3 +173,31 @@ def test_norm_kernel_variants(queue, rng, workgroup, center, D):
     np.testing.assert_allclose(gx.to_host(), want_gx, atol=1e-4)
     np.testing.assert_allclose(gw.to_host(), (g64 * h).sum(0), atol=1e-4)
     np.testing.assert_allclose(gb.to_host(), g64.sum(0), atol=1e-4)
+
+
+@pytest.mark.parametrize("center", [True, False], ids=["layer", "rms"])
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("rows, D", [(8, 8), (16, 64), (24, 136), (1024, 128)])
+def test_the_8_row_kernels_are_bit_for_bit_the_one_row_kernels(queue, rng, center, affine,
+                                                                rows, D):
+    """On CPUs, rows and D in whole multiples of 8 take 8 rows per work-item (a row per
+    vector lane): the same sums in the same order, so the same bits, forward and backward,
+    and numpy's layer norm."""
+    from parcl.kernels import norm as nk
+    x = (rng.standard_normal((rows, D)) * 3 + 1).astype(np.float32)
+    tx, tg = (pc.Tensor.from_host(queue, a) for a in (x, rng.standard_normal((rows, D))
+                                                       .astype(np.float32)))
+    tw, tb = ((pc.Tensor.from_host(queue, rng.standard_normal(D).astype(np.float32))
+               for _ in range(2)) if affine else (None, None))
+    got = []
+    for lanes in (False, True):
+        y, mean, rstd = nk.norm_forward(tx, D, tw, tb, 1e-5, center, workgroup=False,
+                                        lanes=lanes)
+        gx, _, _ = nk.norm_backward(tx, tg, D, mean, rstd, tw, center, workgroup=False,
+                                    lanes=lanes)
+        got.append([t.to_host().view(np.int32) for t in (y, mean, rstd, gx)])
+    for one, eight in zip(*got):
+        np.testing.assert_array_equal(eight, one)
+    want = ref_layer_norm(x, 1, None if tw is None else tw.to_host(),
+                          None if tb is None else tb.to_host(), center=center)
+    np.testing.assert_allclose(got[1][0].view(np.float32), want, atol=3e-5)
