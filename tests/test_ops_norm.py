@@ -181,8 +181,8 @@ def test_norm_kernel_variants(queue, rng, workgroup, center, D):
 def test_the_8_row_kernels_are_bit_for_bit_the_one_row_kernels(queue, rng, center, affine,
                                                                 rows, D):
     """On CPUs, rows and D in whole multiples of 8 take 8 rows per work-item (a row per
-    vector lane): the same sums in the same order, so the same bits, forward and backward,
-    and numpy's layer norm."""
+    vector lane), and the weight and bias gradients 8 columns: the same sums in the same
+    order, so the same bits, forward and backward, and numpy's layer norm."""
     from parcl.kernels import norm as nk
     x = (rng.standard_normal((rows, D)) * 3 + 1).astype(np.float32)
     tx, tg = (pc.Tensor.from_host(queue, a) for a in (x, rng.standard_normal((rows, D))
@@ -193,9 +193,9 @@ def test_the_8_row_kernels_are_bit_for_bit_the_one_row_kernels(queue, rng, cente
     for lanes in (False, True):
         y, mean, rstd = nk.norm_forward(tx, D, tw, tb, 1e-5, center, workgroup=False,
                                         lanes=lanes)
-        gx, _, _ = nk.norm_backward(tx, tg, D, mean, rstd, tw, center, workgroup=False,
-                                    lanes=lanes)
-        got.append([t.to_host().view(np.int32) for t in (y, mean, rstd, gx)])
+        gx, gw, gb = nk.norm_backward(tx, tg, D, mean, rstd, tw, center, workgroup=False,
+                                      lanes=lanes, need_weight=True, need_bias=True)
+        got.append([t.to_host().view(np.int32) for t in (y, mean, rstd, gx, gw, gb)])
     for one, eight in zip(*got):
         np.testing.assert_array_equal(eight, one)
     want = ref_layer_norm(x, 1, None if tw is None else tw.to_host(),
