@@ -538,3 +538,14 @@ def test_an_optimizer_step_between_forward_and_backward_raises(queue, rng):
     opt.step()
     with pytest.raises(pc.ParclError, match=r"'linear' .* updated in place .* optimizer"):
         tape.backward(stale)
+
+
+def test_loading_a_state_dict_between_forward_and_backward_raises(queue, rng):
+    pc.nn.manual_seed(0)
+    layer = pc.nn.Linear(4, 3, queue=queue)
+    x = leaf(queue, rng.standard_normal((2, 4)))
+    with tp.Tape() as tape:
+        loss = tp.sum(layer(x))
+    layer.load_state_dict({k: v * 2 for k, v in layer.state_dict().items()})
+    with pytest.raises(pc.ParclError, match=r"'linear' .* updated in place"):
+        tape.backward(loss)

@@ -27,7 +27,7 @@ import pyopencl as cl
 
 from ..errors import ParclError, ShapeError
 from ..runtime import default_queue
-from ..tape.node import Node, host_copy
+from ..tape.node import Node, changed, host_copy
 from ..tensor import Tensor
 
 __all__ = ["Module", "Parameter", "StateDictError", "default_generator", "manual_seed"]
@@ -381,6 +381,8 @@ class Module:
             # Non-blocking: pyopencl's event keeps `array` alive until the copy is done, and
             # in-order queues run it before any later kernel reads the tensor.
             cl.enqueue_copy(tensor.queue, tensor.data, array, is_blocking=False)
+        loaded = {id(t) for t, _ in uploads}      # a backward through ops that saved them
+        changed(p for p in self.parameters() if id(p.value) in loaded)    # now raises
 
     # -- calling -------------------------------------------------------------------------
     def forward(self, *args, **kwargs):

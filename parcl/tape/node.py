@@ -67,7 +67,8 @@ def _entry(value: Tensor, grad_fn, parents: list, requires_grad: bool, op_name: 
 
 
 def changed(nodes, when: int | None = None) -> None:
-    """Note that these leaves' values were just updated in place (an optimizer step): a
+    """Note that these leaves' values were just updated in place (an optimizer step,
+    ``load_state_dict``): a
     backward through ops recorded before then that saved them raises instead of taking
     their gradients at the new values (PyTorch's version counters catch the same)."""
     when = time.monotonic_ns() if when is None else when

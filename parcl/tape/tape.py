@@ -259,8 +259,9 @@ def _check_leaves_unchanged(order: list[Entry], since: int) -> None:
                 raise ParclError(
                     f"backward: '{entry.op_name}' (output {entry.shape}) saved a "
                     f"{leaf.op_name} {leaf.shape} that was updated in place (an optimizer "
-                    "step) after the op was recorded, so its gradient would be taken at the "
-                    "new value; run backward before stepping, or record the forward again")
+                    "step or load_state_dict) after the op was recorded, so its gradient "
+                    "would be taken at the new value; run backward before updating, or "
+                    "record the forward again")
 
 
 def _tensors(value):
