@@ -53,6 +53,17 @@ inline void update_running(__global float* running_mean, __global float* running
             const long at = (j / HW * C + c) * HW + j % HW; body \
         } \
     }
+
+// Channel c's mean `mu` and sum of squared deviations `m2` over its M = N * HW elements of
+// x, two-pass, in FOR_CHANNEL's fixed order (batch statistics, and each participant's part
+// of synchronised ones).
+#define CHANNEL_MOMENTS(x, mu, m2) \
+    float acc = 0.0f; \
+    FOR_CHANNEL(acc += x[at];) \
+    const float mu = group_sum(acc, scratch) / (float)M; \
+    acc = 0.0f; \
+    FOR_CHANNEL(const float d = x[at] - mu; acc += d * d;) \
+    const float m2 = group_sum(acc, scratch);
 """
 
 SOURCE = "//CL//" + VECTOR_TYPES + CHANNEL_HELPERS + r"""
@@ -107,12 +118,8 @@ __kernel void bn_stats(__global const float* restrict x, __global float* restric
 {
     const int c = get_group_id(0), l = get_local_id(0), L = get_local_size(0);
     const long M = (long)N * HW;
-    float acc = 0.0f;
-    FOR_CHANNEL(acc += x[at];)
-    const float mu = group_sum(acc, scratch) / (float)M;
-    acc = 0.0f;
-    FOR_CHANNEL(const float d = x[at] - mu; acc += d * d;)
-    const float var = group_sum(acc, scratch) / (float)M;
+    CHANNEL_MOMENTS(x, mu, m2)
+    const float var = m2 / (float)M;
     if (l == 0) {
         mean[c] = mu;
         invstd[c] = 1.0f / sqrt(var + eps);

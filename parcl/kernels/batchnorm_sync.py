@@ -29,12 +29,7 @@ __kernel void bn_partial(__global const float* restrict x, __global float* restr
 {
     const int c = get_group_id(0), l = get_local_id(0), L = get_local_size(0);
     const long M = (long)N * HW;
-    float acc = 0.0f;
-    FOR_CHANNEL(acc += x[at];)
-    const float mu = group_sum(acc, scratch) / (float)M;
-    acc = 0.0f;
-    FOR_CHANNEL(const float d = x[at] - mu; acc += d * d;)
-    const float m2 = group_sum(acc, scratch);
+    CHANNEL_MOMENTS(x, mu, m2)
     if (l == 0) {
         part[c] = mu;
         part[C + c] = m2;

@@ -104,54 +104,40 @@ class Div(_Binary):
         return ga, gb
 
 
-class Pow(_Binary):
+class _Partials(_Binary):
+    """An op whose gradient for input i is ``partials[i](a, b) * g``, one kernel each
+    (broadcast shape, then reduced to the input's shape)."""
+
+    partials = ("", "")
+
+    def forward(self, a, b):
+        if self.recording:
+            self.a, self.b = a, b
+        return super().forward(a, b)
+
+    def backward(self, g):
+        return tuple(self._reduce(i, _mul_into(ew.binary(op, self.a, self.b), g))
+                     if self.needs_input_grad[i] else None
+                     for i, op in enumerate(self.partials))
+
+
+class Pow(_Partials):
     """``a ** b``; PyTorch's partials, zero where it has zeros (``pow_grad_*`` kernels)."""
 
     name = kernel = "pow"
-
-    def forward(self, a, b):
-        if self.recording:
-            self.a, self.b = a, b
-        return super().forward(a, b)
-
-    def backward(self, g):
-        grads = []
-        for i, op in enumerate(("pow_grad_base", "pow_grad_exponent")):
-            grads.append(self._reduce(i, _mul_into(ew.binary(op, self.a, self.b), g))
-                         if self.needs_input_grad[i] else None)
-        return tuple(grads)
+    partials = ("pow_grad_base", "pow_grad_exponent")
 
 
-class _MaxMin(_Binary):
-    """maximum / minimum: the gradient goes to the winning side (ties: to the left input)."""
+class Maximum(_Partials):
+    """The gradient goes to the winning side (ties: to the left input)."""
 
-    masks = ("", "")
-
-    def forward(self, a, b):
-        if self.recording:
-            self.a, self.b = a, b
-        return super().forward(a, b)
-
-    def backward(self, g):
-        grads = []
-        for i, mask_op in enumerate(self.masks):
-            if not self.needs_input_grad[i]:
-                grads.append(None)
-                continue
-            mask = ew.binary(mask_op, self.a, self.b)   # the broadcast shape, like g
-            _mul_into(mask, g)
-            grads.append(self._reduce(i, mask))
-        return tuple(grads)
-
-
-class Maximum(_MaxMin):
     name = kernel = "maximum"
-    masks = ("ge", "lt")
+    partials = ("ge", "lt")
 
 
-class Minimum(_MaxMin):
+class Minimum(_Partials):
     name = kernel = "minimum"
-    masks = ("le", "gt")
+    partials = ("le", "gt")
 
 
 # -- tensor-scalar ops ----------------------------------------------------------------------
