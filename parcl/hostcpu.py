@@ -11,8 +11,8 @@ cache in which an AMD family above 25 is taken for family 25 (one jump target ch
 LLVM's host detection; the code is found by its bytes, and nothing is changed when they are
 not there), and loads it before the OpenCL loader looks for PoCL: the loader then finds the
 copy already loaded under PoCL's name. Kernels are compiled for Zen 3, which every later AMD
-CPU runs. Nothing happens on other CPUs, other PoCL builds or when an OpenCL platform was
-already loaded; ``PARCL_POCL_CPU_FIX=0`` turns it off.
+CPU runs. Nothing happens on other CPUs, other PoCL builds or when PoCL was already loaded
+(``/proc/self/maps``); ``PARCL_POCL_CPU_FIX=0`` turns it off.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import importlib.util
 import os
 import platform
 import struct
+import warnings
 
 # sub $4,%r10d; cmp $0x15,%r10d; ja <unknown family>: LLVM's switch over AMD families 4..25
 _FAMILY_SWITCH = bytes.fromhex("4183ea04 4183fa15 0f87".replace(" ", ""))
@@ -97,29 +98,44 @@ def ensure_known_cpu() -> str | None:
     if family is None or family <= _LAST_KNOWN_FAMILY:
         return None
     original = _pocl_library()
-    if original is None:
-        return None
-    with open(original, "rb") as f:
-        library = f.read()
-    digest = hashlib.sha256(library).hexdigest()[:16]
-    # The copy keeps PoCL's file name (the loader opens it by that name) and its place two
-    # levels below a link to pocl_binary_distribution: PoCL finds its kernel library and
-    # hwloc relative to itself ($ORIGIN/../../pocl_binary_distribution/.libs).
-    root = os.path.join(_cache_dir(), f"pocl-{digest}")
+    if original is None or _mapped(original):
+        return None                 # no PoCL, or the loader has opened it already: too late
+    # One copy per installed PoCL file (its path, size and time: no 100 MB read per import).
+    # It keeps PoCL's file name (the loader opens it by that name) and its place two levels
+    # below a link to that installation's pocl_binary_distribution: PoCL finds its kernel
+    # library and hwloc relative to itself ($ORIGIN/../../pocl_binary_distribution/.libs), so
+    # a copy serves the one installation it was made from, and no other can break it.
+    st = os.stat(original)
+    key = hashlib.sha256(f"{original}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
+    root = os.path.join(_cache_dir(), f"pocl-{key[:16]}")
     copy = os.path.join(root, "lib", "pocl", os.path.basename(original))
     try:
-        if not os.path.exists(copy) and not _write_copy(library, original, root, copy):
+        if not os.path.exists(copy) and not _write_copy(original, root, copy):
             return None
-    except OSError:                 # no writable cache: PoCL stays as it is
+        ctypes.CDLL(copy)
+    except OSError as exc:          # no writable cache, or a copy that cannot load
+        warnings.warn(f"parcl: could not use a patched PoCL for this CPU ({exc}); kernel "
+                      "builds may fail with \"unknown target CPU 'generic'\". Set "
+                      "PARCL_POCL_CPU_FIX=0 to skip this, or remove " + root, RuntimeWarning,
+                      stacklevel=2)
         return None
-    ctypes.CDLL(copy)
     return copy
 
 
-def _write_copy(library: bytes, original: str, root: str, copy: str) -> bool:
+def _mapped(path: str) -> bool:
+    """Whether this process has ``path`` loaded already."""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+            return os.path.realpath(path) in f.read()
+    except OSError:
+        return False
+
+
+def _write_copy(original: str, root: str, copy: str) -> bool:
     """Write the patched copy (and its link to pocl_binary_distribution); False when this
     PoCL's host detection does not have the expected shape."""
-    patched = patch_family_switch(library)
+    with open(original, "rb") as f:
+        patched = patch_family_switch(f.read())
     if patched is None:
         return False
     os.makedirs(os.path.dirname(copy), exist_ok=True)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import struct
+
+import pytest
 
 from parcl import hostcpu
 
@@ -60,4 +63,44 @@ def test_an_unwritable_cache_leaves_pocl_as_it_is(tmp_path, monkeypatch):
     monkeypatch.setattr(hostcpu, "_cache_dir", lambda: str(blocked))
     monkeypatch.setattr(hostcpu.platform, "system", lambda: "Linux")
     monkeypatch.setattr(hostcpu.platform, "machine", lambda: "x86_64")
-    assert hostcpu.ensure_known_cpu() is None          # no error at import time either
+    with pytest.warns(RuntimeWarning, match="could not use a patched PoCL"):
+        assert hostcpu.ensure_known_cpu() is None      # no error at import time either
+
+
+def _installation(root, monkeypatch, cache):
+    """A fake venv layout: site-packages/pyopencl/.libs/libpocl-x.so beside
+    site-packages/pocl_binary_distribution."""
+    libs = root / "site-packages" / "pyopencl" / ".libs"
+    libs.mkdir(parents=True)
+    (root / "site-packages" / "pocl_binary_distribution").mkdir()
+    lib = libs / "libpocl-x.so"
+    lib.write_bytes(_fake_library())
+    monkeypatch.setattr(hostcpu, "amd_cpu_family", lambda: 26)
+    monkeypatch.setattr(hostcpu, "_pocl_library", lambda: str(lib))
+    monkeypatch.setattr(hostcpu, "_cache_dir", lambda: str(cache))
+    monkeypatch.setattr(hostcpu.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(hostcpu.platform, "machine", lambda: "x86_64")
+    return root / "site-packages" / "pocl_binary_distribution"
+
+
+def test_each_installation_gets_its_own_copy_and_a_bad_one_warns(tmp_path, monkeypatch):
+    """Two venvs with the same PoCL build must not share a copy: the copy finds PoCL's kernel
+    library through a link to its own installation, so deleting one venv cannot break the
+    other. A copy that cannot be loaded (here: fake bytes) is a warning, not a failed import."""
+    cache = tmp_path / "cache"
+    links = []
+    for venv in ("a", "b"):
+        support = _installation(tmp_path / venv, monkeypatch, cache)
+        with pytest.warns(RuntimeWarning, match="could not use a patched PoCL"):
+            assert hostcpu.ensure_known_cpu() is None
+        links.append((support, sorted(cache.glob("pocl-*/pocl_binary_distribution"))))
+    roots = links[1][1]
+    assert len(roots) == 2
+    assert {os.path.realpath(p) for p in roots} == {str(s) for s, _ in links}
+
+
+def test_nothing_is_done_once_pocl_is_loaded(tmp_path, monkeypatch):
+    _installation(tmp_path / "a", monkeypatch, tmp_path / "cache")
+    monkeypatch.setattr(hostcpu, "_mapped", lambda path: True)
+    assert hostcpu.ensure_known_cpu() is None
+    assert not (tmp_path / "cache").exists()
