@@ -66,9 +66,12 @@ class Reduced:
     def __init__(self, algorithm: str = "auto", comm=None):
         self.algorithm, self.comm = algorithm, comm
 
-    def finish(self, buffers: StepBuffers, optimizer, max_norm: float | None = None):
+    def finish(self, buffers: StepBuffers, optimizer, max_norm: float | None = None,
+               plan=None):
+        """``plan``: the optimizer's step, prepared already (``Fused`` falling back here)."""
         # Validate before anything changes: a bad gradient leaves every replica as it was.
-        plan = optimizer.prepare(buffers.buckets) if _plannable(optimizer) else None
+        if plan is None and _plannable(optimizer):
+            plan = optimizer.prepare(buffers.buckets)
         self.reduce(buffers)
         norm = None
         if max_norm is not None:

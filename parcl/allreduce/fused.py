@@ -37,7 +37,7 @@ class Fused:
             return self.fallback.finish(buffers, optimizer, max_norm)
         plan = optimizer.prepare(buffers.buckets)     # validates first: a bad grad changes nothing
         if plan.single:
-            return self.fallback.finish(buffers, optimizer)
+            return self.fallback.finish(buffers, optimizer, plan=plan)
         queues = buffers.queues
         k = len(queues)
         # Every replica's backward, and any optimizer state just allocated on replica 0, comes

@@ -185,6 +185,7 @@ class Optimizer:
             self._update(p, p.grad, state, opts, fresh)
         changed(p for p, _, _ in plan.single)
         for b, opts, (state, fresh) in plan.whole:
+            self._keep_flat(b, state, fresh)
             flat = _FlatParam(b.value, targets(b) if targets is not None else None)
             self._update(flat, b.grad, state, opts, fresh)
             changed(b.params)
@@ -232,12 +233,19 @@ class Optimizer:
         return True
 
     def _flat_state(self, b, opts):
-        """(flat state, fresh entries) of bucket ``b``; created zeroed on first use."""
+        """(flat state, fresh entries) of bucket ``b``, the fresh ones (first use) allocated but
+        not kept yet: ``launch`` keeps them (``_keep_flat``), so a plan prepared and dropped
+        (a failed step, or a step that ends another way) changes no state."""
         flat = self._flat.get(id(b))
-        state, views = flat if flat is not None else ({}, {p: {} for p in b.params})
-        fresh = self._allocate(_FlatParam(b.value), state, opts)
+        state = flat[0] if flat is not None else {}
+        return state, self._allocate(_FlatParam(b.value), state, opts)
+
+    def _keep_flat(self, b, state, fresh) -> None:
+        """Keep bucket ``b``'s fresh flat state, each parameter's state entries viewing it."""
         if not fresh:
-            return state, fresh
+            return
+        flat = self._flat.get(id(b))
+        views = flat[1] if flat is not None else {p: {} for p in b.params}
         state.update(fresh)
         for name, t in fresh.items():
             if not isinstance(t, Tensor):
@@ -251,7 +259,6 @@ class Optimizer:
             entry.update(views[p])
         self._flat[id(b)] = (state, views)
         self._buckets[id(b)] = b
-        return state, fresh
 
     def _allocate(self, p: Node, state: dict[str, Any], opts: dict[str, Any]
                   ) -> dict[str, Any]:
