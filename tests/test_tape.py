@@ -13,7 +13,7 @@ import pytest
 
 import parcl as pc
 import parcl.tape as tp
-from conftest import leaf
+from conftest import leaf, up
 
 
 def run_threads(target, n=2, timeout=120):
@@ -549,3 +549,22 @@ def test_loading_a_state_dict_between_forward_and_backward_raises(queue, rng):
     layer.load_state_dict({k: v * 2 for k, v in layer.state_dict().items()})
     with pytest.raises(pc.ParclError, match=r"'linear' .* updated in place"):
         tape.backward(loss)
+
+
+@pytest.mark.parametrize("retain", [True, False], ids=["retain_grads", "released_grads"])
+@pytest.mark.parametrize("op", ["linear", "matmul"])
+def test_a_leaf_both_added_and_multiplied_gets_one_gradient_either_way(queue, rng, op, retain):
+    """``W + f(x, W)``: the add hands one gradient buffer to W and to f's output. W's
+    ``.grad`` must not be the buffer f's backward then reads while it accumulates W's weight
+    gradient into W's ``.grad`` (it was, with ``retain_grads=False``: a refused GEMM, or
+    a GEMM reading and writing one buffer)."""
+    w64 = rng.standard_normal((4, 4))
+    x64 = rng.standard_normal((4, 4))
+    w, x = leaf(queue, w64), up(queue, x64)
+    fn = (lambda a, b: tp.linear(a, b)) if op == "linear" else tp.matmul
+    with tp.Tape() as tape:
+        loss = tp.sum(tp.add(w, fn(tp.tensor(x), w)))
+    tape.backward(loss, retain_grads=retain)
+    ones = np.ones((4, 4))
+    want = ones + (ones.T @ x64 if op == "linear" else x64.T @ ones)
+    np.testing.assert_allclose(w.grad.to_host(), want, rtol=1e-5, atol=1e-5)

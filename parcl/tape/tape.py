@@ -150,7 +150,7 @@ class Tape:
             upstream = node.grad
             if upstream is None:
                 continue                          # no path from loss carried a gradient
-            targets = None if anomaly else _grad_targets(node)   # anomaly: every grad checked
+            targets = None if anomaly else _grad_targets(node, owned)  # anomaly: all checked
             if targets:
                 fn.grad_targets = targets
             parent_grads = fn(upstream)
@@ -282,14 +282,18 @@ def _describe_parent(p: Entry, tape: Tape) -> str:
     return f"{kind}{p.shape}"
 
 
-def _grad_targets(node: Entry) -> dict | None:
-    """Input index -> the existing ``.grad`` of each leaf parent that appears once (None
-    when there is none: most nodes, and no allocation for them)."""
+def _grad_targets(node: Entry, owned: dict[int, int]) -> dict | None:
+    """Input index -> the existing ``.grad`` of each leaf parent that appears once and owns
+    its buffer alone (None when there is none: most nodes, and no allocation for them). A
+    ``.grad`` still shared with another node (pass-through backwards hand one buffer to
+    several parents) may be this node's own upstream gradient: accumulating into it in
+    place would overwrite what the backward reads, so that leaf gets the usual copy-on-write
+    ``+=`` (``_accumulate``) instead."""
     targets = None
     parents = node.parents
     for slot, p in zip(node.grad_fn.parent_slots, parents):
-        if p.grad is not None and p.grad_fn is None and p.requires_grad and sum(
-                q is p for q in parents) == 1:
+        if p.grad is not None and p.grad_fn is None and p.requires_grad and owned.get(
+                id(p.grad.data), 0) <= 1 and sum(q is p for q in parents) == 1:
             if targets is None:
                 targets = {}
             targets[slot] = p.grad
