@@ -568,3 +568,28 @@ def test_a_leaf_both_added_and_multiplied_gets_one_gradient_either_way(queue, rn
     ones = np.ones((4, 4))
     want = ones + (ones.T @ x64 if op == "linear" else x64.T @ ones)
     np.testing.assert_allclose(w.grad.to_host(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_overwriting_a_saved_residual_raises_in_backward(queue, rng):
+    """``exp`` saves its output; a batch norm that writes its result over it
+    (``overwrite_residual=True``) would have exp's gradient taken from the overwritten
+    values. The same mechanism as ``relu(inplace=True)`` (``Function.overwrites``) catches it;
+    over an output nothing saved it trains as out of place."""
+    x = leaf(queue, rng.standard_normal((4, 3)))
+    z = leaf(queue, rng.standard_normal((4, 3)))
+    with tp.Tape() as tape:
+        r = tp.exp(z)
+        loss = tp.sum(tp.batch_norm(x, None, None, None, None, True, residual=r,
+                                    overwrite_residual=True) * r)
+    with pytest.raises(pc.ParclError, match=r"'exp' .* batch_norm\(overwrite_residual=True\)"):
+        tape.backward(loss)
+    grads = []
+    for overwrite in (False, True):
+        z.grad = None
+        with tp.Tape() as tape:
+            r = z * 2.0                              # nothing saves it
+            loss = tp.sum(tp.batch_norm(x, None, None, None, None, True, residual=r,
+                                        overwrite_residual=overwrite))
+        tape.backward(loss)
+        grads.append(z.grad.to_host())
+    np.testing.assert_array_equal(grads[0], grads[1])

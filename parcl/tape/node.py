@@ -256,6 +256,27 @@ def _freed():
 FREED = _freed
 
 
+def _overwriting(cls, x, tape) -> None:
+    """Before ``cls``'s forward overwrites input ``x`` in place (``Function.overwrites``)."""
+    what = f"{cls.name}({cls.overwrites[0]}=True)"
+    if isinstance(x, Node) and x.requires_grad and x.grad_fn is None:
+        raise ParclError(f"{what} on a leaf that requires grad: its value is what its "
+                         f"gradient is taken with respect to; use {cls.overwrites[0]}=False")
+    note_change(x, tape, what)
+
+
+def note_change(x, tape, what: str) -> None:
+    """Tell the tapes that may hold ops which saved ``x`` (a Node or Tensor) for their
+    backward (its own tape, ``tape`` and the current one) that ``what``, an in-place op, is
+    about to overwrite it (``Tape.changed``)."""
+    value = x.value if isinstance(x, Node) else x
+    own = x.entry.tape if isinstance(x, Node) else None
+    tapes = {id(t): t for t in (own() if own is not None and own is not FREED else None,
+                                tape, mode.get_current_tape()) if t is not None}
+    for t in tapes.values():
+        t.changed(value, what)
+
+
 def _node_of(e: Entry):
     node = e.node()
     return e if node is None else node
@@ -332,6 +353,10 @@ class Function:
 
     name = "function"
     grad_targets: dict = {}        # set per backward by the tape; never mutated in place
+    # (option, input position): the input that a truthy option makes the forward overwrite
+    # in place (``relu(inplace=True)``); ``apply`` refuses a leaf that requires grad there
+    # and tells the tapes (``note_change``), whose backward then raises for ops that saved it.
+    overwrites: tuple[str, int] | None = None
 
     def __init__(self, needs_input_grad: tuple[bool, ...] | None):
         self.needs_input_grad = needs_input_grad
@@ -360,6 +385,8 @@ class Function:
         explicit ``tape`` is given), else return the raw output Tensor."""
         # The hot path of every eager op: one pass over the inputs, one read of the
         # thread's modes, and the Node built without re-checking what was checked here.
+        if cls.overwrites is not None and kwargs.get(cls.overwrites[0]):
+            _overwriting(cls, inputs[cls.overwrites[1]], tape)
         values, needs, slots, parents = [], [], [], []
         record = False
         for i, x in enumerate(inputs):

@@ -211,18 +211,6 @@ class Tape:
         return f"<Tape {len(self.nodes)} nodes>"
 
 
-def note_change(x, tape, what: str) -> None:
-    """Tell the tapes that may hold ops which saved ``x`` (a Node or Tensor) for their
-    backward (its own tape, ``tape`` and the current one) that ``what``, an in-place op, is
-    about to overwrite it (``Tape.changed``)."""
-    value = x.value if isinstance(x, Node) else x
-    own = x.entry.tape if isinstance(x, Node) else None
-    tapes = {id(t): t for t in (own() if own is not None and own is not FREED else None,
-                                tape, mode.get_current_tape()) if t is not None}
-    for t in tapes.values():
-        t.changed(value, what)
-
-
 def _check_saved_unchanged(order: list[Entry], changes: dict[int, tuple[int, str]]) -> None:
     """Raise if an op saved, for its backward, a tensor that an in-place op overwrote after
     the op was recorded (nothing has been accumulated yet)."""

@@ -18,13 +18,11 @@ from numbers import Real
 
 import numpy as np
 
-from ...errors import ParclError
 from ...kernels import elementwise as ew
 from ...kernels.gelu import gelu_backward
 from ...kernels.reduction import sum_to_shape
 from ...tensor import Tensor
-from ..node import Function, Node
-from ..tape import note_change
+from ..node import Function
 
 __all__ = ["abs", "add", "div", "exp", "gelu", "log", "maximum", "minimum", "mul", "neg",
            "pow", "relu", "sigmoid", "sqrt", "sub", "tanh"]
@@ -334,6 +332,7 @@ class Log(Function):
 
 class Relu(Function):
     name = "relu"
+    overwrites = ("inplace", 0)
 
     def forward(self, x, inplace: bool = False):
         self.out = ew.unary("relu", x, out=x if inplace else None)
@@ -424,11 +423,6 @@ def relu(x, inplace: bool = False, *, tape=None):
     recorded before that saved ``x`` for its backward (``x * x``, say) makes the backward
     raise a ``ParclError`` instead of computing its gradient from the overwritten values.
     """
-    if inplace and isinstance(x, Node) and x.requires_grad and x.grad_fn is None:
-        raise ParclError("relu(inplace=True) on a leaf that requires grad: its value is what "
-                         "its gradient is taken with respect to; use inplace=False")
-    if inplace:
-        note_change(x, tape, "relu(inplace=True)")
     return Relu.apply(x, tape=tape, inplace=bool(inplace))
 
 

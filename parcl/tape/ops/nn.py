@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 from ... import recorder
-from ...errors import DTypeError, ParclError, ShapeError
+from ...errors import DTypeError, ShapeError
 from ...kernels import batchnorm as bnk
 from ...kernels import batchnorm_sync as bns
 from ...kernels import conv as convk
@@ -228,6 +228,7 @@ def adaptive_avg_pool2d(x, output_size, *, tape=None):
 # -- batch norm ------------------------------------------------------------------------------
 class BatchNorm(Function):
     name = "batch_norm"
+    overwrites = ("overwrite_residual", 3)
 
     def forward(self, x: Tensor, weight: Tensor | None, bias: Tensor | None,
                 residual: Tensor | None = None, running_mean: Tensor | None = None,
@@ -292,11 +293,6 @@ def batch_norm(x, weight, bias, running_mean, running_var, training: bool,
     >>> tp.batch_norm(x, gamma, beta, rm, rv, training=True).shape      # x (2, 3, 8, 8)
     (2, 3, 8, 8)
     """
-    if overwrite_residual and isinstance(residual, Node) and residual.requires_grad \
-            and residual.grad_fn is None:
-        raise ParclError("batch_norm(overwrite_residual=True) on a leaf residual that requires "
-                         "grad: its value is what its gradient is taken with respect to; use "
-                         "overwrite_residual=False")
     rm = running_mean.value if isinstance(running_mean, Node) else running_mean
     rv = running_var.value if isinstance(running_var, Node) else running_var
     return BatchNorm.apply(x, weight, bias, residual, tape=tape, running_mean=rm,
