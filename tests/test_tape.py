@@ -593,3 +593,18 @@ def test_batch_norm_overwriting_a_saved_residual_raises_in_backward(queue, rng):
         tape.backward(loss)
         grads.append(z.grad.to_host())
     np.testing.assert_array_equal(grads[0], grads[1])
+
+
+def test_an_optimizer_step_is_caught_through_views_of_the_parameter(queue, rng):
+    """A batched matmul saves a reshaped view of its weight, and a reshape can stand between
+    the parameter and the op that saves it: both still share the parameter's buffer."""
+    w = pc.nn.Parameter.from_host(queue, rng.standard_normal((4, 3)).astype(np.float32))
+    opt = pc.optim.SGD([w], lr=0.1)
+    x = leaf(queue, rng.standard_normal((2, 5, 4)))
+    for forward in (lambda: tp.matmul(x, w), lambda: tp.matmul(x, tp.reshape(w, (4, 3)))):
+        w.grad = pc.Tensor.zeros(queue, (4, 3))
+        with tp.Tape() as tape:
+            loss = tp.sum(forward())
+        opt.step()
+        with pytest.raises(pc.ParclError, match="updated in place"):
+            tape.backward(loss)

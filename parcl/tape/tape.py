@@ -231,19 +231,23 @@ def _check_saved_unchanged(order: list[Entry], changes: dict[int, tuple[int, str
 
 def _check_leaves_unchanged(order: list[Entry], since: int) -> None:
     """Raise if a leaf (a parameter) was updated in place (an optimizer step) after an op that
-    saved its value was recorded: that op's gradient would be taken at the new value."""
-    changed = {id(e): e for e in order
-               if e.grad_fn is None and e.changed_at is not None and e.changed_at > since}
+    saved its value, or a view of it (a reshape), was recorded: that op's gradient would be
+    taken at the new value. Saved tensors are matched by buffer, as in-place changes are."""
+    changed = {}                         # buffer -> the leaf updated since the tape began
+    for e in order:
+        if e.grad_fn is None and e.changed_at is not None and e.changed_at > since:
+            node = e.node()
+            if node is not None:
+                changed[node.value.data.int_ptr] = e
     if not changed:
         return
     for entry in order:
         fn, at = entry.grad_fn, entry.recorded_at
         if fn is None or at is None:
             continue
-        for p in entry.parents:
-            leaf = changed.get(id(p))
-            node = leaf.node() if leaf is not None and leaf.changed_at > at else None
-            if node is not None and any(t is node.value for t in _tensors(list(vars(fn).values()))):
+        for t in _tensors(list(vars(fn).values())):
+            leaf = changed.get(t.data.int_ptr)
+            if leaf is not None and leaf.changed_at > at:
                 raise ParclError(
                     f"backward: '{entry.op_name}' (output {entry.shape}) saved a "
                     f"{leaf.op_name} {leaf.shape} that was updated in place (an optimizer "
