@@ -128,18 +128,19 @@ class Tensor:
         waits for its losses). Other dtypes are a ``TypeError`` and a zero-size array a
         ``ShapeError``.
         """
+        converted = False               # a conversion's result is parcl's own copy already
         if not isinstance(array, np.ndarray):
             array = np.asarray(array)
             if array.dtype == np.float64:
-                array = array.astype(np.float32)
+                array, converted = array.astype(np.float32), True
         if array.dtype == np.bool_:     # masks: held as uint8 0/1 on the device
-            array, dt = array.astype(np.uint8), np.dtype(np.uint8)
+            array, dt, converted = array.astype(np.uint8), np.dtype(np.uint8), True
         else:
             dt = _check_dtype("Tensor.from_host", array.dtype)
         if array.size == 0:
             raise ShapeError(f"Tensor.from_host: zero-size array of shape {array.shape}; "
                              "parcl tensors hold at least one element")
-        host = own(array, borrow)
+        host = own(array, borrow or converted)
         t = cls.empty(queue, host.shape, dt)
         event = cl.enqueue_copy(queue, t.data, host, is_blocking=False)
         recorder.copy(queue, t.data, host)

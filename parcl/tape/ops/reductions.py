@@ -153,7 +153,8 @@ class Var(Function):
         if self.root:
             ew.unary("sqrt", out, out=out)
         if self.recording:
-            self.saved = (x, mean, out, rd.reduced_shape(x.shape, axes, True))
+            self.saved = (x, mean, out if self.root else None,    # only std's reads it
+                          rd.reduced_shape(x.shape, axes, True))
         return out
 
     def backward(self, g: Tensor):
