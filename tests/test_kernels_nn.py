@@ -383,9 +383,12 @@ def test_gpu_grids_give_the_same_results(queue, rng, monkeypatch):
         tiled, tidx = poolk.max_pool2d_forward(up(queue, x), 2)      # tiling windows, tails
         tiled_g = poolk.max_pool2d_backward(tiled, tidx, x.shape, 2)
         ap = poolk.adaptive_avg_pool2d_forward(up(queue, x), (2, 4))
-        bn = bnk.batch_norm_forward(up(queue, x), None, None, None, None, True)[0]
+        bn, mean, invstd = bnk.batch_norm_forward(up(queue, x), None, None, None, None, True)
+        bn_grads = bnk.batch_norm_backward(up(queue, x), up(queue, x[::-1].copy()),
+                                           up(queue, b[:3]), mean, invstd, True)
         ce = smk.cross_entropy_forward(up(queue, logits), up(queue, labels, np.int64))[0]
-        return [t.to_host() for t in (y, *grads, mp, mpg, tiled, tiled_g, ap, bn, ce)]
+        return [t.to_host() for t in (y, *grads, mp, mpg, tiled, tiled_g, ap, bn, *bn_grads,
+                                      ce)]
 
     cpu = run()
     for mod in (convk, bnk, smk):

@@ -143,3 +143,10 @@ def test_reduction_errors(queue):
         tp.max(x, 2)
     with pytest.raises(pc.ShapeError, match=r"var: repeated axis"):
         tp.var(x, (1, -1))
+
+
+def test_cumsum_over_a_tensor_with_no_elements(queue):
+    from parcl.kernels import scan
+    empty = pc.Tensor.empty(queue, (0, 4))
+    for axis in (0, 1):
+        assert scan.cumsum(empty, axis).shape == (0, 4)

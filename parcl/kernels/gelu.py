@@ -15,12 +15,12 @@ import numpy as np
 from ..errors import ShapeError
 from ..runtime import is_gpu
 from ..tensor import Tensor, check_same_queue
-from ._cache import get_kernel
+from ._cache import VECTOR_TYPES, get_kernel, round_up
 from .elementwise import LOCAL, NORMAL_CDF, check_float
 
 VECTOR = 8            # elements per work-item on CPUs
 
-SOURCE = "//CL//\n" + NORMAL_CDF + r"""
+SOURCE = "//CL//\n" + VECTOR_TYPES + NORMAL_CDF + r"""
 inline float8 exp_poly8(float8 x)
 {
     x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
@@ -55,11 +55,11 @@ __kernel void gelu_backward_vec(__global float *out, __global const float *a,
 {
     const int i = get_global_id(0);
     if (VECTOR * i + VECTOR <= n) {
-        const float8 x = vload8(i, a);
+        const float8 x = *(__global const float8u*)(a + VECTOR * i);
         float8 d = exp_poly8(-0.5f * x * x) * 0.3989422804014327f;
         d = x * d;
         d = normal_cdf8(x) + d;
-        vstore8(vload8(i, b) * d, i, out);
+        *(__global float8u*)(out + VECTOR * i) = *(__global const float8u*)(b + VECTOR * i) * d;
     } else {
         for (int j = VECTOR * i; j < n; ++j) out[j] = gelu_grad1(a[j], b[j]);
     }
@@ -73,20 +73,18 @@ __kernel void gelu_backward_one(__global float *out, __global const float *a,
 """.replace("VECTOR", str(VECTOR))
 
 
-def gelu_backward(x: Tensor, g: Tensor, out: Tensor | None = None, *,
-                  variant: str | None = None) -> Tensor:
+def gelu_backward(x: Tensor, g: Tensor, *, variant: str | None = None) -> Tensor:
     """``g * (Phi(x) + x * phi(x))`` from gelu's input ``x`` (exact erf form); ``variant``
     ``"vec"`` (CPUs' default) or ``"one"`` (GPUs') forces a kernel, for tests."""
     if x.shape != g.shape:
         raise ShapeError(f"gelu_backward: saved tensor {x.shape} and gradient {g.shape} differ")
     check_float("gelu_backward", x, g)
     check_same_queue("gelu_backward", x, g)
-    res = Tensor.empty(x.queue, x.shape) if out is None else out
+    res = Tensor.empty(x.queue, x.shape)
     n = res.size
     if variant is None:
         variant = "one" if is_gpu(x.queue.device) else "vec"
     items = -(-n // VECTOR) if variant == "vec" else n
-    size = -(-items // LOCAL) * LOCAL
     get_kernel(x.queue, SOURCE, "gelu_backward_" + variant)(
-        x.queue, (size,), (LOCAL,), res.data, x.data, g.data, np.int32(n))
+        x.queue, (round_up(items, LOCAL),), (LOCAL,), res.data, x.data, g.data, np.int32(n))
     return res

@@ -73,8 +73,10 @@ def cumsum(x: Tensor, axis: int, reverse: bool = False) -> Tensor:
                          f"(shape {x.shape})")
     ax %= x.ndim
     R, inner = x.shape[ax], prod(x.shape[ax + 1:])
-    lines = x.size // R
+    lines = prod(x.shape[:ax]) * inner
     out = Tensor.empty(x.queue, x.shape)
+    if x.size == 0:
+        return out
     get_kernel(x.queue, SOURCE, "cumsum")(x.queue, (round_up(lines, 64),), (64,), out.data,
                                           x.data, np.int32(lines), np.int32(R),
                                           np.int32(inner), np.int32(1 if reverse else 0))
