@@ -110,6 +110,11 @@ class DataLoader:
         self.world_size = int(world_size)
         self.epoch = 0
         self.batch_index = 0   # batches of `epoch` already handed out
+        if len(self) == 0:     # an epoch of no batches: a training loop would never step
+            raise ShapeError(f"{type(self).__name__}: {self.samples_per_rank} samples per rank "
+                             f"({self.num_samples} over world_size={self.world_size}) make no "
+                             f"full batch of batch_size={self.batch_size} with drop_last=True; "
+                             "use a smaller batch or drop_last=False")
 
     @property
     def samples_per_rank(self) -> int:

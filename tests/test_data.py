@@ -220,3 +220,14 @@ def test_errors():
         DataLoader((), 2)
     with pytest.raises(TypeError, match="batch_size must be an int"):
         DataLoader((x, y), 2.5)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: pc.data.DataLoader(np.arange(6), batch_size=4, drop_last=True, world_size=2),
+    lambda: pc.data.TextLoader(np.arange(40), block_size=4, batch_size=4, world_size=4)],
+    ids=["DataLoader", "TextLoader"])
+def test_a_loader_with_no_full_batch_per_rank_is_refused(make):
+    """drop_last with fewer samples per rank than a batch would give an epoch of no batches:
+    a `while step < steps: for batch in loader` loop would spin without ever stepping."""
+    with pytest.raises(pc.ShapeError, match="make no full batch"):
+        make()
