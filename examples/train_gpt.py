@@ -145,18 +145,17 @@ def main(argv=None) -> float:
         path = os.path.join(args.checkpoint, "last.safetensors") if args.checkpoint else None
         step = 0
         if args.resume:
-            meta = pc.load(path, group.model, opt)
+            meta = pc.load(path, group.model, opt, scheduler=scheduler)
             group.broadcast_parameters()             # the loaded weights to every replica
             step = int(meta["step"])
             loader.load_state_dict(meta["loader"])   # rank 0's position: every rank's
-            scheduler.load_state_dict(meta["schedule"])
             log(f"resumed from {path} at step {step}")
 
         def save() -> None:
             if is_main:
                 os.makedirs(args.checkpoint, exist_ok=True)
-                pc.save(path, group.model, opt, step=step, loader=loader.state_dict(),
-                        schedule=scheduler.state_dict())
+                pc.save(path, group.model, opt, step=step, scheduler=scheduler,
+                        loader=loader.state_dict())
 
         stop = min(args.stop_at, args.max_steps) if args.stop_at else args.max_steps
         start, first, recent = time.perf_counter(), step, []
