@@ -284,8 +284,8 @@ def test_compare_captured_step_replays_the_eager_step(tmp_path, capsys):
     x, y = models.batch("mlp", 8, seed=1)
     eager_model, captured_model = models.builder("mlp")(q), models.builder("mlp")(q)
     captured_model.load_state_dict(eager_model.state_dict())
-    eager, _ = compare._parcl(q, eager_model, x, y)
-    captured, _ = compare._parcl(q, captured_model, x, y, capture=True)
+    eager, _ = compare.parcl_step(q, eager_model, x, y)
+    captured, _ = compare.parcl_step(q, captured_model, x, y, capture=True)
     for _ in range(3):                    # recorded, then replayed twice: bit-identical
         assert float(eager()) == float(captured())
     for a, b in zip(eager_model.parameters(), captured_model.parameters()):

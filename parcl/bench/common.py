@@ -320,6 +320,15 @@ def mpi_comm():
     return comm if comm.Get_size() > 1 else None
 
 
+def torch_or_none():
+    """PyTorch, or None where it is not installed (the benchmarks then skip its rows)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
 def new_result(benchmark: str, params: dict) -> dict:
     return {"benchmark": benchmark, "schema": SCHEMA, "command": None,
             "environment": environment(), "devices": [], "params": params, "notes": [],

@@ -40,6 +40,7 @@ import parcl.tape as tp
 
 from . import models, netcl_ref, reference
 from .common import (
+    torch_or_none,
     BenchError,
     add_table,
     device_info,
@@ -80,14 +81,6 @@ def add_arguments(p) -> None:
                         "implementation when they fill every core)")
 
 
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
-
-
 def run(args) -> dict:
     repeat, warmup = repeat_of(args, 3), warmup_of(args, 1)
     names = [m.strip() for m in args.model.split(",") if m.strip()]
@@ -97,7 +90,7 @@ def run(args) -> dict:
                              f"{', '.join(COMPARE_MODELS)}")
     dev = resolve_devices(args.devices)[0]
     threads = int(dev.max_compute_units)
-    torch = None if args.no_torch else _torch()
+    torch = None if args.no_torch else torch_or_none()
     result = new_result("compare", {"models": names, "batch": args.batch, "repeat": repeat,
                                     "warmup": warmup, "steps": args.steps,
                                     "numpy": not args.no_numpy,
@@ -122,7 +115,7 @@ def run(args) -> dict:
         limit, applied = numpy_threads(threads)
         capture = getattr(args, "capture", False)
         impls = [("parcl" + (" (capture)" if capture else ""), f"{threads} CU",
-                  *_parcl(q, model, x, y, capture, name))]
+                  *parcl_step(q, model, x, y, capture, name))]
         if not args.no_numpy and name in reference.NUMPY_MODELS:     # none for gpt
             impls.append(("numpy", threads if applied else "default", *_numpy(name, state, x, y)))
         if torch is not None:
@@ -160,7 +153,7 @@ def _rates(n: int, steps: int, stat: dict) -> dict:
     return row
 
 
-def _parcl(q, model, x, y, capture: bool = False, name: str = "mlp"):
+def parcl_step(q, model, x, y, capture: bool = False, name: str = "mlp"):
     """(step, sync): one parcl training step (batch upload included) and the queue's finish.
     With ``capture`` the whole step (update included) goes through ``tp.capture``: the first
     call runs eagerly and is recorded, later ones replay it."""
@@ -207,12 +200,8 @@ def _numpy(name, state, x, y):
 def _pytorch(torch, name, state, x, y, threads):
     torch.set_num_threads(threads)
     model = models.torch_model(name, state)
-    if name == "gpt":
-        from .torch_gpt import loss as loss_fn
-        opt = torch.optim.AdamW(model.parameters(), lr=models.GPT_LR)
-    else:
-        loss_fn = torch.nn.functional.cross_entropy
-        opt = torch.optim.SGD(model.parameters(), lr=models.LR)
+    loss_fn = models.torch_loss(name)
+    opt = models.torch_optimizer(torch, name, model.parameters())
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
 
     def step():

@@ -130,6 +130,13 @@ def torch_loss(model: str):
     return torch.nn.functional.cross_entropy
 
 
+def torch_optimizer(torch, model: str, params):
+    """PyTorch's twin of ``optimizer``."""
+    if model == "gpt":
+        return torch.optim.AdamW(params, lr=GPT_LR)
+    return torch.optim.SGD(params, lr=LR)
+
+
 def torch_model(model: str, state: dict):
     """The same model in PyTorch with parcl's initial weights ``state`` (a state_dict)."""
     import torch

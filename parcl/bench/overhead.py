@@ -39,7 +39,9 @@ import parcl.tape as tp
 from parcl.tensor import snapshot
 
 from . import models
+from .compare import parcl_step
 from .common import (
+    torch_or_none,
     BenchError,
     add_table,
     device_info,
@@ -81,7 +83,7 @@ def run(args) -> dict:
         if m not in models.MODELS:
             raise BenchError(f"overhead: unknown model {m!r}; choose from {models.MODELS}")
     repeat, warmup = repeat_of(args, 15), warmup_of(args, 3)
-    torch = None if args.no_torch else _torch()
+    torch = None if args.no_torch else torch_or_none()
     dev = resolve_devices(args.devices)[0]
     q = pc.new_queue(dev)
     result = new_result("overhead", {"depth": args.depth, "size": args.size, "rows": args.rows,
@@ -114,14 +116,6 @@ def run(args) -> dict:
     if torch is None:
         result["notes"].append("PyTorch is not installed (or --no-torch): no torch rows")
     return result
-
-
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
 
 
 # -- the workloads ---------------------------------------------------------------------------
@@ -237,11 +231,12 @@ def _overhead_rows(q, torch, args, repeat: int, warmup: int) -> list[dict]:
         row["drain_us_per_op"] = float(np.median(np.subtract(stat["times"], host))) * 1e6 / n
         row["times"] = host
         rows.append(row)
-    for row in rows:                            # torch's time over parcl's, run by run
-        twin = next((r for r in rows if r["impl"] == "pytorch" and r["workload"] ==
-                     row["workload"] and r["mode"] == row["mode"]), None)
+    totals = [stat["times"] for stat in stats]  # host and drain: what PyTorch's times hold
+    for row, total in zip(rows, totals):        # torch's time over parcl's, run by run
+        twin = next((t for r, t in zip(rows, totals) if r["impl"] == "pytorch" and
+                     r["workload"] == row["workload"] and r["mode"] == row["mode"]), None)
         if twin is not None and row["impl"] == "parcl":
-            put_ratio(row, "vs_torch", {"times": row["times"]}, {"times": twin["times"]})
+            put_ratio(row, "vs_torch", {"times": total}, {"times": twin})
     return rows
 
 
@@ -260,18 +255,8 @@ def _timed(run_pass, workload, passes: int, host: list):
 def _guard_row(q, name: str, repeat: int, warmup: int) -> dict:
     batch = models.DEFAULT_BATCH[name]
     model = models.builder(name)(q)
-    opt = pc.optim.SGD(model.parameters(), lr=models.LR)
     x, y = models.batch(name, batch)
-
-    def body(xd, yd):
-        with tp.Tape() as tape:
-            loss = tp.cross_entropy(model(tp.tensor(xd)), yd)
-        tape.backward(loss)
-        opt.step()
-        opt.zero_grad(set_to_none=False)       # a replay reuses the gradient buffers
-        return loss.value
-
-    step = tp.capture(body, q)
+    step, _ = parcl_step(q, model, x, y, capture=True, name=name)   # the model's own loss
     calls = 100
 
     def key():
@@ -284,7 +269,7 @@ def _guard_row(q, name: str, repeat: int, warmup: int) -> dict:
             snapshot(y)
 
     key_s, snap_s, step_s = time_interleaved(
-        [(key, None), (snap, None), (lambda: step(x, y), q.finish)], repeat, warmup)
+        [(key, None), (snap, None), (step, q.finish)], repeat, warmup)
     row = {"model": name, "batch": batch}
     put_stat(row, "capture_key_us", key_s, 1e6 / calls)
     put_stat(row, "snapshot_us", snap_s, 1e6 / calls)

@@ -36,12 +36,14 @@ def plot(result: dict, path: str) -> None:
                     label=label if r["replicas"] == counts[-1] else None)
             ax1.text(x, r["speedup"] + 0.03, f"{r['speedup']:.2f}", ha="center", va="bottom",
                      fontsize=7)
-    ax1.plot([-0.5, len(counts) - 0.5], [counts[0], counts[-1]] if len(counts) > 1 else
-             [1, 1], ls=":", color="black", lw=1, label="ideal")
+    # Ideal: c replicas against the first count's, at each group of bars.
+    ax1.plot(range(len(counts)), [c / counts[0] for c in counts], ls=":", marker="_",
+             markersize=20, color="black", lw=1, label="ideal")
     ax1.set_xticks(range(len(counts)), [str(c) for c in counts])
     ax1.set_xlabel("replicas")
     ax1.set_ylabel("speedup (median, 95% CI)")
-    ax1.set_title(f"{result['params']['model']}: weak scaling", fontsize=10)
+    mode = "strong" if result["params"].get("global_batch") is not None else "weak"
+    ax1.set_title(f"{result['params']['model']}: {mode} scaling", fontsize=10)
     ax1.legend(fontsize=7, loc="upper left")
     steps = [r for r in rows if r.get("kind", "step") == "step"]
     bottom = np.zeros(len(steps))
