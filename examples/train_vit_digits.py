@@ -1,12 +1,13 @@
-"""A small vision transformer on the 8x8 digits: each image as a sequence of 16 patches.
+"""A small vision transformer on the 8x8 digits: each image as a sequence of 8 row tokens.
 
     python examples/train_vit_digits.py                       # ~98 % test accuracy
     parcl-launch --replicas 2 examples/train_vit_digits.py    # 2 CPU sub-devices
 
-Each 8x8 image is cut into 16 patches of 2x2 pixels (reshape and transpose inside the
-model), each patch embedded by a Linear layer, a learned position embedding added, then
+Each 8x8 image is a sequence of its 8 rows (``--patch 0``, the default) or of square
+patches (``--patch 2``: 16 patches of 2x2 pixels, cut by a reshape and transpose inside the
+model), each token embedded by a Linear layer, a learned position embedding added, then
 ``--depth`` pre-norm encoder blocks (bidirectional multi-head attention, GELU MLP), mean
-pooling over the patches, a layer norm and a linear classifier. AdamW, a cosine learning
+pooling over the tokens, a layer norm and a linear classifier. AdamW, a cosine learning
 rate (``pc.optim.lr_scheduler``), random one-pixel shifts of the training images.
 """
 
@@ -110,7 +111,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--depth", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--patch", type=int, default=0,
-                   help="patch side in pixels (1, 2, 4), or 0: one token per image row")
+                   help="patch side in pixels (1, 2, 4, 8), or 0: one token per image row")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps")
     p.add_argument("--capture", action=argparse.BooleanOptionalAction, default=True,

@@ -3,6 +3,8 @@ variable and what is there; a layer built with a zero size names its argument.""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import parcl as pc
@@ -58,3 +60,18 @@ def test_layers_with_a_zero_size_name_the_argument(queue, build, fragment):
 def test_layers_with_good_sizes_still_build(queue):
     assert pc.nn.Linear(1, 1).weight.shape == (1, 1)
     assert pc.nn.Conv2d(1, 2, (1, 3), padding=0).weight.shape == (2, 1, 1, 3)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: pc.nn.Conv2d(1, 4, (2.5, 2.5)), "Conv2d: kernel_size must be a positive integer "
+                                              "or a pair of them, got (2.5, 2.5)"),
+    (lambda: pc.nn.Conv2d(1, 4, 3, stride=(1, 0)), "Conv2d: stride must be a positive"),
+    (lambda: pc.nn.ConvTranspose2d(0, 4, 3), "ConvTranspose2d: in_channels must be a positive"),
+    (lambda: pc.nn.ConvTranspose2d(1, 4, 0), "ConvTranspose2d: kernel_size must be a positive"),
+    (lambda: pc.nn.ConvTranspose2d(1, 4, 3, padding=-1), "padding must be a non-negative"),
+], ids=["fractional-kernel", "zero-stride", "tconv-channels", "tconv-kernel", "tconv-padding"])
+def test_convolution_sizes_are_checked_before_they_are_converted(make, message):
+    """A fractional size is refused, not truncated to an int; ConvTranspose2d gets the same
+    checks as Conv2d."""
+    with pytest.raises(pc.ShapeError, match=re.escape(message)):
+        make()

@@ -15,7 +15,7 @@ import math
 from ..errors import ShapeError
 from ..runtime import default_queue
 from ..tape import ops
-from .layers import _arg, _check_features, _pair, _param
+from .layers import _arg, _check_features, _check_sizes, _pair, _param
 from .module import Module, uniform_
 
 __all__ = ["ConvTranspose2d"]
@@ -33,15 +33,18 @@ class ConvTranspose2d(Module):
         super().__init__()
         queue = queue if queue is not None else default_queue()
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        self.kernel_size = _pair("ConvTranspose2d kernel_size", kernel_size)
-        self.stride = _pair("ConvTranspose2d stride", stride)
-        self.padding = _pair("ConvTranspose2d padding", padding)
-        self.output_padding = _pair("ConvTranspose2d output_padding", output_padding)
+        _check_sizes("ConvTranspose2d", {"in_channels": in_channels,
+                                         "out_channels": out_channels})
+        self.kernel_size = _pair("ConvTranspose2d", "kernel_size", kernel_size)
+        self.stride = _pair("ConvTranspose2d", "stride", stride)
+        self.padding = _pair("ConvTranspose2d", "padding", padding, least=0)
+        self.output_padding = _pair("ConvTranspose2d", "output_padding", output_padding,
+                                    least=0)
         if any(o >= s for o, s in zip(self.output_padding, self.stride)):
             raise ShapeError(f"ConvTranspose2d: output_padding {self.output_padding} must be "
                              f"smaller than the stride {self.stride} (as PyTorch)")
         fan_in = self.out_channels * self.kernel_size[0] * self.kernel_size[1]
-        bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+        bound = 1.0 / math.sqrt(fan_in)
         self.weight = _param(queue, uniform_((self.in_channels, self.out_channels)
                                              + self.kernel_size, bound))
         if bias:

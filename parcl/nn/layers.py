@@ -30,27 +30,30 @@ __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm2d", "Conv2d", "Dropout",
            "Linear", "MaxPool2d", "ReLU", "Sequential"]
 
 
-def _pair(name: str, value) -> tuple[int, int]:
-    if isinstance(value, (int, np.integer)):
-        return int(value), int(value)
-    value = tuple(int(v) for v in value)
-    if len(value) != 2:
-        raise ShapeError(f"{name} must be an int or a pair of ints, got {value}")
-    return value
+def _size(v, least: int) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= least
 
 
-def _check_sizes(layer: str, positive: dict, nonnegative: dict | None = None) -> None:
+def _want(least: int) -> str:
+    return "a positive integer" if least else "a non-negative integer"
+
+
+def _pair(layer: str, name: str, value, least: int = 1) -> tuple[int, int]:
+    """An int or a pair of ints (each at least ``least``) as a pair, checked before any
+    conversion: ``(2.5, 2.5)`` is refused, not truncated."""
+    pair = (value, value) if not isinstance(value, (tuple, list)) else tuple(value)
+    if len(pair) != 2 or not all(_size(v, least) for v in pair):
+        raise ShapeError(f"{layer}: {name} must be {_want(least)} or a pair of them, got "
+                         f"{value!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def _check_sizes(layer: str, positive: dict) -> None:
     """Refuse zero, negative or non-integer sizes at construction, naming the argument: else
     they surface later as an unrelated error (an empty weight's upload, a kernel's range)."""
-    for name, value in {**positive, **(nonnegative or {})}.items():
-        least = 1 if name in positive else 0
-        entries = value if isinstance(value, (tuple, list)) else (value,)
-        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= least
-                   for v in entries):
-            want = "a positive integer" if least else "a non-negative integer"
-            raise ShapeError(f"{layer}: {name} must be {want}"
-                             f"{' (or a pair of them)' if isinstance(value, tuple) else ''}, "
-                             f"got {value!r}")
+    for name, value in positive.items():
+        if not _size(value, 1):
+            raise ShapeError(f"{layer}: {name} must be {_want(1)}, got {value!r}")
 
 
 def _arg(pair: tuple[int, int]):
@@ -83,7 +86,7 @@ class Linear(Module):
         _check_sizes("Linear", {"in_features": in_features, "out_features": out_features})
         queue = queue if queue is not None else default_queue()
         self.in_features, self.out_features = int(in_features), int(out_features)
-        bound = 1.0 / math.sqrt(self.in_features) if self.in_features > 0 else 0.0
+        bound = 1.0 / math.sqrt(self.in_features)
         self.weight = _param(queue, uniform_((self.out_features, self.in_features), bound))
         if bias:
             self.bias = _param(queue, uniform_((self.out_features,), bound))
@@ -113,19 +116,17 @@ class Conv2d(Module):
         super().__init__()
         queue = queue if queue is not None else default_queue()
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        self.kernel_size = _pair("Conv2d kernel_size", kernel_size)
-        self.stride = _pair("Conv2d stride", stride)
-        self.padding = _pair("Conv2d padding", padding)
-        self.dilation = _pair("Conv2d dilation", dilation)
+        _check_sizes("Conv2d", {"in_channels": in_channels, "out_channels": out_channels})
+        self.kernel_size = _pair("Conv2d", "kernel_size", kernel_size)
+        self.stride = _pair("Conv2d", "stride", stride)
+        self.padding = _pair("Conv2d", "padding", padding, least=0)
+        self.dilation = _pair("Conv2d", "dilation", dilation)
         self.groups = int(groups)
-        _check_sizes("Conv2d", {"in_channels": in_channels, "out_channels": out_channels,
-                                "kernel_size": self.kernel_size, "stride": self.stride,
-                                "dilation": self.dilation}, {"padding": self.padding})
         if self.groups < 1 or self.in_channels % self.groups or self.out_channels % self.groups:
             raise ShapeError(f"Conv2d: groups={groups} must be >= 1 and divide in_channels="
                              f"{self.in_channels} and out_channels={self.out_channels}")
         fan_in = self.in_channels // self.groups * self.kernel_size[0] * self.kernel_size[1]
-        bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+        bound = 1.0 / math.sqrt(fan_in)
         self.weight = _param(queue, uniform_((self.out_channels,
                                               self.in_channels // self.groups)
                                              + self.kernel_size, bound))
