@@ -69,7 +69,11 @@ class Job:
             self.finished += 1
             if self.finished == self.k:
                 self.all_done.set()
-            if self.finished == self.k or failure is not None:
+            # A replica that only stopped because a failing one broke their shared barrier
+            # (sync_batchnorm) does not wake the dispatcher: the cause it is waiting for
+            # comes from the failing replica itself, maybe a moment later.
+            if self.finished == self.k or failure is not None and not isinstance(
+                    failure.error, threading.BrokenBarrierError):
                 self.done_or_failed.set()
 
     def wait(self, deadline: float, stop_on_error: bool = True) -> bool:

@@ -467,3 +467,16 @@ def test_momentum_switched_on_later_uses_the_fused_path_correctly(devices2):
 
     for a, b in zip(run(True), run(False)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_replica_stopped_by_a_broken_barrier_waits_for_the_cause():
+    """sync_batchnorm's barrier breaks for every replica when one fails; the dispatcher is
+    woken by the failure that caused it, so the error names the replica that failed."""
+    import threading
+
+    from parcl.replica_threads import Failure, Job
+    job = Job(2)
+    job.finish(0, failure=Failure(0, threading.BrokenBarrierError(), ""))
+    assert not job.done_or_failed.is_set()
+    job.finish(1, failure=Failure(1, RuntimeError("replica lost"), ""))
+    assert job.done_or_failed.is_set() and job.all_done.is_set()
