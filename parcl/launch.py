@@ -41,6 +41,9 @@ import traceback
 
 USAGE_ERROR = 2
 RESTART_COUNT_ENV = "PARCL_RESTART_COUNT"
+# Set by the supervising launcher in each run it starts: that run is one run, not another
+# supervisor (it got the same arguments, --max-restarts included).
+SUPERVISED_ENV = "PARCL_LAUNCH_SUPERVISED"
 SCRIPT_ERROR = 1
 INTERRUPTED = 130
 _EXIT_GRACE_S = 15.0   # after Ctrl-C, the longest cleanup may take before the process is ended
@@ -335,9 +338,9 @@ def main(argv: list[str] | None = None) -> int:
         if error is not None and not under_mpi:
             print(_one_line(error), file=sys.stderr, flush=True)
             return USAGE_ERROR
-        if error is None and opts.max_restarts:
+        if error is None and opts.max_restarts and not os.environ.get(SUPERVISED_ENV):
             from .restarts import supervise
-            return supervise(opts)
+            return supervise(opts, argv)
         if opts is not None and opts.max_restarts is not None:
             os.environ.setdefault(RESTART_COUNT_ENV, "0")   # --max-restarts 0: the first run
         # Under MPI every rank takes part in the set-up even when its own arguments failed, and

@@ -164,8 +164,10 @@ class Eager:
     def run(self, replica, micros: list[Micro], loss_fn, key) -> Outcome:
         body = self.body(replica, loss_fn)
         q = replica.queue
-        # The caller's arrays are borrowed, not copied: the group waits for every replica's
-        # loss, read after these uploads, before step returns (or raises).
+        # The caller's arrays are borrowed, not copied: step returns only after every
+        # replica's loss read, which the queue runs after these uploads. A step that raises
+        # may leave an upload pending; it only feeds that step's gradients, which the next
+        # step zeroes on the same queue after it.
         return _run_micros(replica, micros, lambda m: body(
             Tensor.from_host(q, m.x, borrow=True), Tensor.from_host(q, m.y, borrow=True),
             Tensor.from_host(q, m.weight, borrow=True)))

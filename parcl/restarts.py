@@ -26,25 +26,17 @@ import signal
 import subprocess
 import sys
 
-from .launch import INTERRUPTED, RESTART_COUNT_ENV
+from .launch import INTERRUPTED, RESTART_COUNT_ENV, SUPERVISED_ENV
 
 __all__ = ["child_command", "exit_status", "supervise"]
 
 _STOP_GRACE_S = 15.0     # after Ctrl-C, how long the child may take to stop before it is killed
 
 
-def child_command(opts) -> list[str]:
-    """The launcher command line of one run: ``opts`` without ``--max-restarts``."""
-    cmd = [sys.executable, "-m", "parcl.launch"]
-    if opts.replicas is not None:
-        cmd += ["--replicas", str(opts.replicas)]
-    if opts.devices is not None:
-        cmd += ["--devices", opts.devices]
-    if opts.allreduce != "auto":
-        cmd += ["--allreduce", opts.allreduce]
-    if opts.allow_repeat:
-        cmd.append("--allow-repeat")
-    return [*cmd, opts.script, *opts.args]
+def child_command(argv: list[str]) -> list[str]:
+    """The launcher command line of one run: the launcher's own arguments, as given. The
+    child runs them once (``SUPERVISED_ENV``): every launcher option reaches every run."""
+    return [sys.executable, "-m", "parcl.launch", *argv]
 
 
 def exit_status(returncode: int) -> int:
@@ -62,12 +54,12 @@ def _describe(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
-def supervise(opts) -> int:
+def supervise(opts, argv: list[str]) -> int:
     """Run ``opts.script`` until it succeeds or ``opts.max_restarts`` restarts are spent;
     returns the last run's exit status."""
-    cmd = child_command(opts)
+    cmd = child_command(argv)
     for count in range(opts.max_restarts + 1):
-        env = {**os.environ, RESTART_COUNT_ENV: str(count)}
+        env = {**os.environ, RESTART_COUNT_ENV: str(count), SUPERVISED_ENV: "1"}
         child = subprocess.Popen(cmd, env=env)
         try:
             returncode = child.wait()

@@ -225,6 +225,22 @@ def test_max_restarts_runs_a_failing_script_again_with_the_restart_count(tmp_pat
     assert "RuntimeError: crash in run 0" in r.stderr      # the failed run's own traceback
 
 
+def test_every_restarted_run_gets_the_launcher_options(tmp_path):
+    """A restart runs the same launcher command (without supervising again): --replicas and
+    --allreduce reach every run, not only the first."""
+    script, log = tmp_path / "opts.py", tmp_path / "runs.txt"
+    script.write_text(
+        "import os, sys\nimport parcl as pc\n"
+        "count = int(os.environ['PARCL_RESTART_COUNT'])\n"
+        "choice = pc.runtime.launched()\n"
+        "with open(sys.argv[1], 'a') as f:\n"
+        "    f.write(f'{count} {len(pc.devices())} {choice.allreduce}\\n')\n"
+        "sys.exit(3 if count == 0 else 0)\n")
+    r = launch("--replicas", 2, "--allreduce", "ring", "--max-restarts", 1, script, log)
+    assert r.returncode == 0, r.stderr
+    assert log.read_text().splitlines() == ["0 2 ring", "1 2 ring"]
+
+
 def test_max_restarts_exhausted_exits_with_the_last_status(tmp_path):
     r, runs = flaky(tmp_path, "raise,exit", "--max-restarts", 1)
     assert r.returncode == 7
