@@ -29,6 +29,7 @@ from ..nn.utils import clip_grads_with_norm_, get_total_norm
 from ..optim import FlatBucket, Optimizer
 from ..tensor import Tensor
 from . import ALGORITHMS, allreduce_scaled
+from ._common import order_after, pending
 from .buckets import GradBuckets, ParamBuckets
 from .mpi import hierarchical
 
@@ -48,15 +49,19 @@ class StepBuffers:
     def broadcast(self) -> None:
         """Copy replica 0's parameters and buffers to every other replica; replica 0's queue
         waits for those reads before it changes anything again."""
-        ready = [cl.enqueue_marker(self.queues[0])]
+        ready = [pending(self.queues[0])]
         reads = []
         for r in range(1, len(self.queues)):
             reads += self.values[r].copy_from(self.values[0], ready)
-            for s, d in zip(self.buffers[0], self.buffers[r]):
-                reads.append(cl.enqueue_copy(self.queues[r], d.data, s.data,
-                                             byte_count=s.nbytes, wait_for=ready))
-        if reads:
-            cl.enqueue_barrier(self.queues[0], wait_for=reads)
+        order_after(self.queues[0], reads + self.copy_buffers(ready))
+
+    def copy_buffers(self, wait_for=None) -> list[cl.Event]:
+        """Copy replica 0's buffers (batch norm's running statistics) to every other
+        replica, each on its own queue after ``wait_for``; the copies' events."""
+        return [cl.enqueue_copy(self.queues[r], d.data, s.data, byte_count=s.nbytes,
+                                wait_for=wait_for)
+                for r in range(1, len(self.queues))
+                for s, d in zip(self.buffers[0], self.buffers[r])]
 
 
 class Reduced:

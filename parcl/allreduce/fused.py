@@ -17,7 +17,7 @@ from __future__ import annotations
 import pyopencl as cl
 
 from ..kernels.optim import MAX_REPLICAS, Replicated
-from ._common import chunk_bounds
+from ._common import chunk_bounds, order_after, pending
 from .end import Reduced, StepBuffers, _plannable
 
 __all__ = ["MAX_REPLICAS", "Fused"]
@@ -54,9 +54,7 @@ class Fused:
                               [grads.flats[b] for grads in buffers.grads], shards)
 
         optimizer.launch(plan, targets=target)
-        for r in range(1, k):                      # buffers: BatchNorm's running statistics
-            for s, d in zip(buffers.buffers[0], buffers.buffers[r]):
-                cl.enqueue_copy(queues[r], d.data, s.data, byte_count=s.nbytes)
+        buffers.copy_buffers()      # after the fence: replica 0's forward updated them
         if k > 1 and self.fence:
             _fence(queues)
         return None
@@ -65,6 +63,6 @@ class Fused:
 def _fence(queues: list[cl.CommandQueue]) -> None:
     """Nothing enqueued on any queue from here on starts before everything enqueued so far on
     every other queue is done."""
-    ready = [cl.enqueue_marker(q) for q in queues]
+    ready = [pending(q) for q in queues]
     for r, q in enumerate(queues):
-        cl.enqueue_barrier(q, wait_for=[e for i, e in enumerate(ready) if i != r])
+        order_after(q, [e for i, e in enumerate(ready) if i != r])
