@@ -53,9 +53,6 @@ def collapse_dims(shape, *strides_list) -> tuple[list[int], list[list[int]]]:
     return dims, out
 
 
-def _int8(values: list[int]):
-    vals = list(values) + [1] * (8 - len(values))
-    return cltypes.make_int8(*vals)
-
-
-int8_vector = _int8     # public: packs collapse_dims' dims and strides for other families
+def int8_vector(values: list[int]):
+    """Up to 8 dims or strides as the ``int8`` kernel argument, padded with 1s."""
+    return cltypes.make_int8(*(list(values) + [1] * (8 - len(values))))

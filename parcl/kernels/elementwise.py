@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..tensor import FLOAT, Tensor, check_same_queue
 from ._cache import get_kernel
-from .broadcast import (_int8, broadcast_shapes, broadcast_strides,  # noqa: F401
+from .broadcast import (broadcast_shapes, broadcast_strides,  # noqa: F401
                         collapse_dims, int8_vector)
 
 # name -> C expression of (x, y); x is the left input, y the right one (or the scalar).
@@ -335,12 +335,12 @@ def binary(op: str, a, b, out: Tensor | None = None) -> Tensor:
         dims, sa, sb = [1] * pad + dims, [0] * pad + sa, [0] * pad + sb
         k = get_kernel(queue, SOURCE, f"{op}_grid")
         gsize = ((dims[2] + GRID_LOCAL - 1) // GRID_LOCAL * GRID_LOCAL, dims[1], dims[0])
-        k(queue, gsize, (GRID_LOCAL, 1, 1), res.data, a.data, b.data, _int8(dims), _int8(sa),
-          _int8(sb))
+        k(queue, gsize, (GRID_LOCAL, 1, 1), res.data, a.data, b.data, int8_vector(dims),
+          int8_vector(sa), int8_vector(sb))
         return res
     k = get_kernel(queue, SOURCE, f"{op}_strided")
     k(queue, _global(res.size), (LOCAL,), res.data, a.data, b.data, np.int32(res.size),
-      np.int32(len(dims)), _int8(dims), _int8(sa), _int8(sb))
+      np.int32(len(dims)), int8_vector(dims), int8_vector(sa), int8_vector(sb))
     return res
 
 
@@ -445,7 +445,7 @@ def broadcast_to(x: Tensor, shape, alpha: float = 1.0) -> Tensor:
                          f"dimensions; at most {MAX_DIMS} are supported")
     k = get_kernel(x.queue, SOURCE, "expand")
     k(x.queue, _global(res.size), (LOCAL,), res.data, x.data, np.float32(alpha),
-      np.int32(res.size), np.int32(len(dims)), _int8(dims), _int8(sx))
+      np.int32(res.size), np.int32(len(dims)), int8_vector(dims), int8_vector(sx))
     return res
 
 

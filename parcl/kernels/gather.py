@@ -22,11 +22,11 @@ array([[2., 2.],
 from __future__ import annotations
 
 import numpy as np
-from pyopencl import cltypes
 
 from ..errors import DTypeError, ShapeError
 from ..tensor import FLOAT, LABEL_DTYPES, Tensor, check_same_queue
 from ._cache import get_kernel, round_up
+from .broadcast import int8_vector
 
 NO_ERROR = np.iinfo(np.int32).max
 LOCAL = 64
@@ -100,9 +100,6 @@ def _strides(shape) -> list[int]:
     return out
 
 
-def _int8(values):
-    return cltypes.make_int8(*(list(values) + [1] * (8 - len(values))))
-
 
 def check_gather(x: Tensor, axis: int, index: Tensor) -> int:
     """Validate and return ``axis`` in ``[0, ndim)``."""
@@ -143,7 +140,7 @@ def gather_forward(x: Tensor, axis: int, index: Tensor) -> tuple[Tensor, Tensor]
     n = index.size
     get_kernel(q, SOURCE, "gather_fwd_" + _suffix(index))(
         q, (round_up(n, LOCAL),), (LOCAL,), out.data, x.data, index.data, flag.data,
-        np.int32(n), np.int32(x.ndim), _int8(index.shape), _int8(sx), np.int32(sxa),
+        np.int32(n), np.int32(x.ndim), int8_vector(index.shape), int8_vector(sx), np.int32(sxa),
         np.int32(x.shape[axis]))
     return out, flag
 
@@ -160,7 +157,8 @@ def gather_backward(g: Tensor, x_shape, axis: int, index: Tensor) -> Tensor:
         return gx
     get_kernel(q, SOURCE, "gather_bwd_" + _suffix(index))(
         q, (round_up(lines, LOCAL),), (LOCAL,), gx.data, g.data, index.data, np.int32(lines),
-        np.int32(len(keep)), _int8([index.shape[k] for k in keep]), _int8([sx[k] for k in keep]),
-        _int8([si[k] for k in keep]), np.int32(index.shape[axis]), np.int32(sx[axis]),
-        np.int32(si[axis]), np.int32(x_shape[axis]))
+        np.int32(len(keep)), int8_vector([index.shape[k] for k in keep]),
+        int8_vector([sx[k] for k in keep]), int8_vector([si[k] for k in keep]),
+        np.int32(index.shape[axis]), np.int32(sx[axis]), np.int32(si[axis]),
+        np.int32(x_shape[axis]))
     return gx

@@ -15,12 +15,12 @@ batched 2-D transpose (N, C, HW) -> (N, HW, C) and takes the tiled kernel.
 from __future__ import annotations
 
 import numpy as np
-from pyopencl import cltypes
 
 from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import SUPPORTED, Tensor
 from ._cache import get_kernel
+from .broadcast import int8_vector
 
 TILE = 16
 
@@ -154,13 +154,9 @@ def transpose(x: Tensor, axes=None, *, tiled: bool | None = None) -> Tensor:
     n = out.size // run
     k = get_kernel(q, SOURCE, "permute_nd")
     k(q, (_round(n, 64),), (64,), out.data, x.data, np.int32(n), np.int32(run),
-      np.int32(len(dims)), _int8(dims), _int8(strides))
+      np.int32(len(dims)), int8_vector(dims), int8_vector(strides))
     return out
 
 
 def _round(n: int, m: int) -> int:
     return (n + m - 1) // m * m
-
-
-def _int8(values: list[int]):
-    return cltypes.make_int8(*(list(values) + [1] * (8 - len(values))))

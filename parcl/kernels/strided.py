@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from math import prod
 
 import numpy as np
-from pyopencl import cltypes
 
 from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import INTERNAL, Tensor, check_same_queue
 from ._cache import get_kernel, round_up
+from .broadcast import collapse_dims, int8_vector
 
 MAX_DIMS = 8           # after merging; an int8 of sizes and of strides per side
 LOCAL = 64
@@ -114,24 +114,6 @@ class View:
         return View(self.shape, tuple(strides), offset)
 
 
-def _merge(shape, sd, ss) -> tuple[list[int], list[int], list[int]]:
-    """Drop size-1 dims; merge neighbours both views walk as one run."""
-    dims: list[int] = []
-    a: list[int] = []
-    b: list[int] = []
-    for size, x, y in zip(shape, sd, ss):
-        if size == 1:
-            continue
-        if dims and a[-1] == x * size and b[-1] == y * size:
-            dims[-1] *= size
-            a[-1], b[-1] = x, y
-            continue
-        dims.append(size)
-        a.append(x)
-        b.append(y)
-    return dims, a, b
-
-
 def _piece(run: int) -> int:
     """A divisor of ``run`` between 64 and MAX_RUN (1 when there is none: one element per
     work-item, still parallel)."""
@@ -140,9 +122,6 @@ def _piece(run: int) -> int:
             return piece
     return 1
 
-
-def _int8(values: list[int]):
-    return cltypes.make_int8(*(list(values) + [1] * (8 - len(values))))
 
 
 def copy_view(dst: Tensor, dst_view: View, src: Tensor, src_view: View, *,
@@ -161,7 +140,7 @@ def copy_view(dst: Tensor, dst_view: View, src: Tensor, src_view: View, *,
     n_total = prod(dst_view.shape)
     if n_total == 0:
         return dst
-    dims, sd, ss = _merge(dst_view.shape, dst_view.strides, src_view.strides)
+    dims, (sd, ss) = collapse_dims(dst_view.shape, dst_view.strides, src_view.strides)
     q = dst.queue
     run, rd, rs = 1, 0, 0
     per_element = is_gpu(q.device) if _per_element is None else _per_element
@@ -181,8 +160,8 @@ def copy_view(dst: Tensor, dst_view: View, src: Tensor, src_view: View, *,
     n = n_total // run
     k = get_kernel(q, SOURCE, f"copy_{dst.itemsize}")
     k(q, (round_up(n, LOCAL),), (LOCAL,), dst.data, np.int64(dst_view.offset), src.data,
-      np.int64(src_view.offset), np.int32(n), np.int32(len(dims)), _int8(dims), _int8(sd),
-      _int8(ss), np.int32(run), np.int32(rd), np.int32(rs))
+      np.int64(src_view.offset), np.int32(n), np.int32(len(dims)), int8_vector(dims),
+      int8_vector(sd), int8_vector(ss), np.int32(run), np.int32(rd), np.int32(rs))
     return dst
 
 
