@@ -94,17 +94,25 @@ __kernel void global_avg_bwd(__global const float* restrict g, __global float* r
 """
 
 
-def _launch(queue, name: str, run: int, rows: int, *args) -> None:
+def launch_rows(queue, source: str, name: str, run: int, rows: int, *args,
+                options=()) -> None:
+    """A pooling kernel of ``source``: one work-item per row of ``run`` outputs (CPU) or per
+    output (GPU); ``options`` build the program (``PoolWindow.options`` for window kernels)."""
     g, loc, xb = _runs(queue, run, rows)
-    get_kernel(queue, SOURCE, name)(queue, g[:2], loc[:2], *args, np.int32(rows),
-                                    np.int32(xb))
+    get_kernel(queue, source, name, options)(queue, g[:2], loc[:2], *args, np.int32(rows),
+                                             np.int32(xb))
 
 
-def _i32(*v):
+def _launch(queue, name: str, run: int, rows: int, *args) -> None:
+    launch_rows(queue, SOURCE, name, run, rows, *args)
+
+
+def i32(*v):
     return [np.int32(a) for a in v]
 
 
-def _rows(shape) -> int:
+def rows_of(shape) -> int:
+    """Rows (plane * height) of an NCHW shape."""
     return shape[0] * shape[1] * shape[2]
 
 
@@ -124,8 +132,8 @@ def adaptive_avg_pool2d_forward(x: Tensor, output_size) -> Tensor:
                          "expected float32")
     oh, ow = adaptive_size("adaptive_avg_pool2d", x.shape, output_size)
     y = Tensor.empty(x.queue, (*x.shape[:2], oh, ow))
-    _launch(x.queue, "adaptive_avg_fwd", ow, _rows(y.shape), x.data, y.data,
-            *_i32(x.shape[2], x.shape[3], oh, ow))
+    _launch(x.queue, "adaptive_avg_fwd", ow, rows_of(y.shape), x.data, y.data,
+            *i32(x.shape[2], x.shape[3], oh, ow))
     return y
 
 
@@ -138,6 +146,6 @@ def adaptive_avg_pool2d_backward(grad: Tensor, x_shape) -> Tensor:
             grad.queue, (-(-n // 256) * 256,), (256,), grad.data, gx.data, np.int32(hw),
             np.int64(n))
         return gx
-    _launch(grad.queue, "adaptive_avg_bwd", x_shape[3], _rows(x_shape), grad.data, gx.data,
-            *_i32(x_shape[2], x_shape[3], oh, ow))
+    _launch(grad.queue, "adaptive_avg_bwd", x_shape[3], rows_of(x_shape), grad.data, gx.data,
+            *i32(x_shape[2], x_shape[3], oh, ow))
     return gx

@@ -24,7 +24,7 @@ import pyopencl as cl
 from ..errors import ShapeError
 from ..tensor import Tensor, check_same_queue
 from ._cache import GROUP_SUM, get_kernel
-from .softmax import _float, _grid, _group  # the same launch geometry and checks
+from .softmax import _float, _grid, _group, _rows  # the same launch geometry and checks
 
 SOURCE = "//CL//" + GROUP_SUM + r"""
 // Rows r = (n, i) of x viewed as (N, C, inner), as the class-index kernels. With the target
@@ -137,11 +137,6 @@ __kernel void bce_bwd(__global const float* restrict x, __global const float* re
 
 def _k(queue, name: str):
     return get_kernel(queue, SOURCE, name)
-
-
-def _rows(x: Tensor) -> tuple[int, int, int]:
-    c, inner = x.shape[1], prod(x.shape[2:])
-    return x.shape[0] * inner, c, inner
 
 
 def check_soft_cross_entropy(logits: Tensor, target: Tensor) -> None:

@@ -24,14 +24,17 @@ import numpy as np
 
 from ..errors import DTypeError
 from ..tensor import FLOAT, Tensor
-from ._cache import VECTOR_TYPES, get_kernel
+from ._cache import VECTOR_TYPES
 from .adaptive_pool import (  # noqa: F401  (their home before adaptive_pool.py)
     ROW_SETUP,
     adaptive_avg_pool2d_backward,
     adaptive_avg_pool2d_forward,
     adaptive_size,
+    i32,
+    launch_rows,
+    rows_of,
 )
-from .conv import _runs, pair
+from .conv import pair
 from .conv_geometry import PoolWindow, window
 
 SOURCE = "//CL//" + VECTOR_TYPES + ROW_SETUP + r"""
@@ -295,15 +298,7 @@ __kernel void avg_pool_bwd(__global const float* restrict g, __global float* res
 """
 
 def _launch(queue, name: str, run: int, rows: int, *args, options=()) -> None:
-    """One work-item per row of ``run`` outputs (CPU) or per output (GPU); ``options`` build
-    the window kernels' program for their window (``PoolWindow.options``)."""
-    g, loc, xb = _runs(queue, run, rows)
-    get_kernel(queue, SOURCE, name, options)(queue, g[:2], loc[:2], *args, np.int32(rows),
-                                             np.int32(xb))
-
-
-def _i32(*v):
-    return [np.int32(a) for a in v]
+    launch_rows(queue, SOURCE, name, run, rows, *args, options=options)
 
 
 def _check(op: str, x: Tensor) -> None:
@@ -311,13 +306,8 @@ def _check(op: str, x: Tensor) -> None:
         raise DTypeError(f"{op}: input has dtype {x.dtype} (shape {x.shape}), expected float32")
 
 
-def _rows(shape) -> int:
-    """Rows (plane * height) of an NCHW shape."""
-    return shape[0] * shape[1] * shape[2]
-
-
 def _args(x_shape, o):
-    return _i32(x_shape[2], x_shape[3], o[0], o[1])
+    return i32(x_shape[2], x_shape[3], o[0], o[1])
 
 
 def index_dtype(kernel_size) -> np.dtype:
@@ -352,7 +342,7 @@ def max_pool2d_backward(grad: Tensor, indices: Tensor, x_shape, kernel_size, str
                          f"come from max_pool2d_forward with window {k} for gradient "
                          f"{grad.shape} (expected {index_dtype(k)})")
     gx = Tensor.empty(grad.queue, tuple(x_shape))
-    _launch(grad.queue, "max_pool_bwd", x_shape[3], _rows(x_shape), grad.data, indices.data,
+    _launch(grad.queue, "max_pool_bwd", x_shape[3], rows_of(x_shape), grad.data, indices.data,
             gx.data, *_args(x_shape, win.out), options=win.options())
     return gx
 
@@ -372,7 +362,7 @@ def avg_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0, *,
     _check("avg_pool2d", x)
     win = window("avg_pool2d", x.shape, kernel_size, stride, padding, 1, ceil_mode)
     y = Tensor.empty(x.queue, (*x.shape[:2], *win.out))
-    _launch(x.queue, "avg_pool_fwd", win.out[1], _rows(y.shape), x.data, y.data,
+    _launch(x.queue, "avg_pool_fwd", win.out[1], rows_of(y.shape), x.data, y.data,
             *_args(x.shape, win.out), options=win.options(_divisor(win, count_include_pad)))
     return y
 
@@ -381,6 +371,6 @@ def avg_pool2d_backward(grad: Tensor, x_shape, kernel_size, stride=None, padding
                         ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
     win = window("avg_pool2d", x_shape, kernel_size, stride, padding, 1, ceil_mode)
     gx = Tensor.empty(grad.queue, tuple(x_shape))
-    _launch(grad.queue, "avg_pool_bwd", x_shape[3], _rows(x_shape), grad.data, gx.data,
+    _launch(grad.queue, "avg_pool_bwd", x_shape[3], rows_of(x_shape), grad.data, gx.data,
             *_args(x_shape, win.out), options=win.options(_divisor(win, count_include_pad)))
     return gx
