@@ -16,52 +16,38 @@ array([[1., 1.],
 from __future__ import annotations
 
 import numpy as np
-import pyopencl as cl
 
-from ... import recorder, runtime
 from ...errors import ShapeError
 from ...kernels import gather as gk
 from ...tensor import Tensor
 from .. import mode
 from ..node import Function
 from ..tape import defer
+from .checks import FlagCheck
 
 __all__ = ["gather"]
 
 
-class _IndexCheck:
-    """The pending read of a gather flag and what to say if it is set."""
+class _IndexCheck(FlagCheck):
+    """gather's flag: the first out-of-range position of ``index``, or ``NO_ERROR``."""
+
+    description = "gather's index check"
 
     def __init__(self, flag: Tensor, index: Tensor, x_shape: tuple, axis: int):
-        self.host = np.empty(1, np.int32)
         self.index, self.x_shape, self.axis = index, x_shape, axis
-        self.error: ShapeError | None = None
-        self.reread(flag)
-        if recorder.current() is not None:
-            recorder.call(lambda: self.reread(flag))     # each replay reads it afresh
-            recorder.host_hook(self.check)
+        super().__init__(flag)
 
-    def reread(self, flag: Tensor) -> None:
-        self.flag, self.error = flag, None
-        self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
-
-    def check(self) -> None:
-        if self.error is not None:
-            raise self.error                     # every read of a bad result, not the first
-        if self.event is None:
-            return
-        runtime.wait_for_events([self.event], what="gather's index check")
-        self.event = self.flag = None
-        at = int(self.host[0])
-        if at != gk.NO_ERROR:
-            where = np.unravel_index(at, self.index.shape)
-            value = int(self.index.to_host().reshape(-1)[at])
-            self.error = ShapeError(
-                f"gather: index {value} at position {tuple(map(int, where))} of index "
-                f"{self.index.shape} is out of range for dimension {self.axis} of size "
-                f"{self.x_shape[self.axis]} (input {self.x_shape}); indices must be in [0, "
-                f"{self.x_shape[self.axis]})")
-            raise self.error
+    def error(self, host: np.ndarray) -> ShapeError | None:
+        at = int(host[0])
+        if at == gk.NO_ERROR:
+            return None
+        where = np.unravel_index(at, self.index.shape)
+        value = int(self.index.to_host().reshape(-1)[at])
+        return ShapeError(
+            f"gather: index {value} at position {tuple(map(int, where))} of index "
+            f"{self.index.shape} is out of range for dimension {self.axis} of size "
+            f"{self.x_shape[self.axis]} (input {self.x_shape}); indices must be in [0, "
+            f"{self.x_shape[self.axis]})")
 
 
 class Gather(Function):

@@ -33,9 +33,7 @@ naming the op, the row (also as ``.row``), the label and the number of classes:
 from __future__ import annotations
 
 import numpy as np
-import pyopencl as cl
 
-from ... import recorder, runtime
 from ...errors import LabelError, ParclError
 from ...kernels import softmax as smk
 from ...tensor import Tensor
@@ -43,6 +41,7 @@ from .. import mode
 from ..node import Function
 from ..tape import defer
 from . import soft_loss
+from .checks import FlagCheck
 from .soft_loss import binary_cross_entropy_with_logits
 
 __all__ = ["binary_cross_entropy_with_logits", "cross_entropy", "log_softmax", "mse_loss",
@@ -111,42 +110,22 @@ def mse_loss(pred, target, *, tape=None):
     return MseLoss.apply(pred, target, tape=tape)
 
 
-class _LabelCheck:
-    """The pending read of a class-label flag, what to say if it is set, and the host-side
-    version of the same check for captured steps' label inputs."""
+class _LabelCheck(FlagCheck):
+    """The class-label flag (the first bad label's row and value, row -1 when all are fine),
+    and the host-side version of the same check for captured steps' label inputs."""
+
+    dtype, size = np.int64, 2
 
     def __init__(self, op: str, flag: Tensor, shape: tuple, what: str, labels: Tensor,
                  ignore_index: int):
-        self.op, self.shape, self.what, self.ignore = op, shape, what, ignore_index
+        self.op, self.shape, self.input_name, self.ignore = op, shape, what, ignore_index
         self.labels_shape = labels.shape
-        self.host = np.empty(2, np.int64)
-        self.bad: tuple[int, int] | None = None      # (row, label) of the latest read
-        self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
-        self.flag = flag                 # keep the device buffer alive until the copy is done
-        if recorder.current() is None or recorder.input_check(labels, self.check_host):
-            return
-        # A captured step whose labels are computed on the device: each replay reads the
-        # flag again right after the forward kernel that wrote it (so the check waits for
-        # the forward, not the backward), and checks it once the replay is enqueued. (Labels
-        # that are an input of the step are checked on the host before each replay instead:
-        # no read, no wait.)
-        recorder.call(lambda: self.reread(flag))
-        recorder.host_hook(self.check)
+        self.description = f"{op}'s label check"
+        super().__init__(flag, checked=labels)
 
-    def reread(self, flag: Tensor) -> None:
-        self.flag = flag
-        self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
-
-    def check(self) -> None:
-        """Raise if the latest read of the flag found a bad label (waiting for it first). A
-        failed check fails again on every call: the loss it guards stays garbage."""
-        if self.event is not None:
-            runtime.wait_for_events([self.event], what=f"{self.op}'s label check")
-            self.event = self.flag = None
-            row, label = (int(v) for v in self.host)
-            self.bad = (row, label) if row >= 0 else None
-        if self.bad is not None:
-            self._raise(*self.bad)
+    def error(self, host: np.ndarray) -> LabelError | None:
+        row, label = (int(v) for v in host)
+        return self._error(row, label) if row >= 0 else None
 
     def check_host(self, labels: np.ndarray) -> None:
         """The same check on the labels' host array, before a replay uploads it."""
@@ -157,18 +136,18 @@ class _LabelCheck:
         bad = ((flat < 0) | (flat >= c)) & (flat != self.ignore)
         if bad.any():
             row = int(np.argmax(bad))
-            self._raise(row, int(flat[row]))
+            raise self._error(row, int(flat[row]))
 
-    def _raise(self, row: int, label: int):
+    def _error(self, row: int, label: int) -> LabelError:
         c = self.shape[1]
         where = f"row {row}"
         if len(self.labels_shape) > 1:
             pos = tuple(int(i) for i in np.unravel_index(row, self.labels_shape))
             where += f" (position {pos} of labels {self.labels_shape})"
-        raise LabelError(f"{self.op}: label {label} at {where} is out of range for {c} classes "
-                         f"({self.what} {self.shape}); labels must be class indices in "
-                         f"[0, {c}) or ignore_index ({self.ignore})", op=self.op, row=row,
-                         label=label, num_classes=c)
+        return LabelError(f"{self.op}: label {label} at {where} is out of range for {c} classes "
+                          f"({self.input_name} {self.shape}); labels must be class indices in "
+                          f"[0, {c}) or ignore_index ({self.ignore})", op=self.op, row=row,
+                          label=label, num_classes=c)
 
 
 class CrossEntropy(Function):

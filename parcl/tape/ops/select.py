@@ -24,9 +24,7 @@ from __future__ import annotations
 from numbers import Real
 
 import numpy as np
-import pyopencl as cl
 
-from ... import recorder, runtime
 from ...errors import ShapeError
 from ...kernels import elementwise as ew
 from ...kernels import select as sk
@@ -35,6 +33,7 @@ from ...tensor import Tensor
 from .. import mode
 from ..node import ACCUMULATED, Function, Node
 from ..tape import defer
+from .checks import FlagCheck
 
 __all__ = ["embedding", "masked_fill", "where"]
 
@@ -105,40 +104,21 @@ def masked_fill(x, mask, value: float, *, tape=None):
     return where(m, float(value), x, tape=tape)
 
 
-class _IndexCheck:
-    """The pending read of an embedding's index flag and what to say if it is set."""
+class _IndexCheck(FlagCheck):
+    """The embedding's flag: the first out-of-range position of ``indices`` (``size`` of
+    them when all are in range)."""
+
+    description = "embedding's index check"
 
     def __init__(self, flag: Tensor, indices: Tensor, num_embeddings: int):
-        self.host = np.empty(1, np.int32)
-        self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
-        self.flag, self.indices, self.V = flag, indices, num_embeddings
-        self.error: ShapeError | None = None
-        if recorder.current() is None or recorder.input_check(indices, self.check_host):
-            return
-        # Indices computed on the device inside a captured step: each replay reads the flag
-        # again after the forward wrote it and checks it once the replay is enqueued.
-        recorder.call(self.reread)
-        recorder.host_hook(self.check)
+        self.indices, self.V = indices, num_embeddings
+        super().__init__(flag, checked=indices)
 
-    def reread(self) -> None:
-        self.error = None
-        self.event = cl.enqueue_copy(self.flag.queue, self.host, self.flag.data,
-                                     is_blocking=False)
-
-    def check(self) -> None:
-        if self.error is not None:
-            raise self.error                     # every read of a bad result, not the first
-        if self.event is None:
-            return
-        runtime.wait_for_events([self.event], what="embedding's index check")
-        self.event = None
-        pos = int(self.host[0])
-        if pos < self.indices.size:
-            try:
-                self._raise(pos, int(self.indices.to_host().reshape(-1)[pos]))
-            except ShapeError as exc:
-                self.error = exc
-                raise
+    def error(self, host: np.ndarray) -> ShapeError | None:
+        pos = int(host[0])
+        if pos >= self.indices.size:
+            return None
+        return self._error(pos, int(self.indices.to_host().reshape(-1)[pos]))
 
     def check_host(self, indices: np.ndarray) -> None:
         """The same check on the indices' host array, before a replay uploads it."""
@@ -146,13 +126,13 @@ class _IndexCheck:
         bad = (flat < 0) | (flat >= self.V)
         if bad.any():
             pos = int(np.argmax(bad))
-            self._raise(pos, int(flat[pos]))
+            raise self._error(pos, int(flat[pos]))
 
-    def _raise(self, pos: int, value: int):
+    def _error(self, pos: int, value: int) -> ShapeError:
         where_ = np.unravel_index(pos, self.indices.shape) if self.indices.shape else ()
-        raise ShapeError(f"embedding: index {value} at position {tuple(map(int, where_))} of "
-                         f"indices {self.indices.shape} is out of range for a weight of "
-                         f"{self.V} rows; indices must be in [0, {self.V})")
+        return ShapeError(f"embedding: index {value} at position {tuple(map(int, where_))} of "
+                          f"indices {self.indices.shape} is out of range for a weight of "
+                          f"{self.V} rows; indices must be in [0, {self.V})")
 
 
 class Embedding(Function):

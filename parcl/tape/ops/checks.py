@@ -1,0 +1,55 @@
+"""``FlagCheck``: an op's input check done on the device, read back without a stall.
+
+Some inputs can only be validated where they are used: a class label, a gather or embedding
+index. The op's kernel writes a small flag (the first bad position, or a sentinel); a
+``FlagCheck`` starts the non-blocking read of it at once and raises, at the first host read of
+what the op produced (``Tensor.checks``), in the backward (``defer``) or at once, the error the
+flag means. Inside a captured step every replay reads the flag afresh; where the checked
+tensor is an input of the step, its host array is checked before each replay instead
+(``check_host``: no device read, no wait). A failed check fails again on every call: what it
+guards is garbage.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+
+from ... import recorder, runtime
+from ...tensor import Tensor
+
+
+class FlagCheck:
+    """Subclasses give ``description`` (named in a timed-out wait), the flag's host ``dtype`` and
+    ``size``, ``error(host)`` (the exception the read flag means, or None) and, for checked
+    tensors that may be a captured step's input, ``check_host(array)``."""
+
+    description = "a device-side check"
+    dtype, size = np.int32, 1
+
+    def __init__(self, flag: Tensor, checked: Tensor | None = None):
+        self.host = np.empty(self.size, self.dtype)
+        self.reread(flag)
+        if recorder.current() is None:
+            return
+        if checked is not None and hasattr(self, "check_host") and recorder.input_check(
+                checked, self.check_host):
+            return
+        recorder.call(lambda: self.reread(flag))     # each replay reads it afresh
+        recorder.host_hook(self.check)
+
+    def reread(self, flag: Tensor) -> None:
+        self.flag, self.failure = flag, None
+        self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
+
+    def check(self) -> None:
+        """Raise if the latest read of the flag found a bad input (waiting for it first)."""
+        if self.event is not None:
+            runtime.wait_for_events([self.event], what=self.description)
+            self.event = self.flag = None
+            self.failure = self.error(self.host)
+        if self.failure is not None:
+            raise self.failure
+
+    def error(self, host: np.ndarray) -> Exception | None:
+        raise NotImplementedError
