@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
+from ..runtime import is_gpu
 from ..tensor import FLOAT, LABEL_DTYPES, Tensor, check_same_queue
 from . import elementwise as ew
 from ._cache import get_kernel, round_up
@@ -83,6 +84,25 @@ __kernel void embed_count_{it}(__global int *count, __global const {it} *idx, co
     int c = 0;
     for (int i = 0; i < n; ++i) c += (idx[i] == v);
     count[v] = c;
+}}
+
+/* CPUs: the same lists (count and start, positions in index order) walked once by one
+   work-item, O(n + V) where the two kernels above take O(n V): 39 ms against well under one
+   for GPT-2's 50257 rows and 4096 positions. ``cursor`` is scratch (V ints). */
+__kernel void embed_lists_{it}(__global int *pos, __global int *start, __global int *cursor,
+                              __global const {it} *idx, const int n, const int V)
+{{
+    if (get_global_id(0) != 0) return;
+    for (int v = 0; v <= V; ++v) start[v] = 0;
+    for (int i = 0; i < n; ++i) {{
+        const {it} v = idx[i];
+        if (v >= 0 && v < V) start[v + 1] += 1;
+    }}
+    for (int v = 0; v < V; ++v) {{ start[v + 1] += start[v]; cursor[v] = start[v]; }}
+    for (int i = 0; i < n; ++i) {{
+        const {it} v = idx[i];
+        if (v >= 0 && v < V) pos[cursor[v]++] = i;
+    }}
 }}
 
 __kernel void embed_positions_{it}(__global int *pos, __global const int *start,
@@ -181,9 +201,12 @@ def embedding_forward(indices: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def embedding_backward(indices: Tensor, grad: Tensor, num_embeddings: int,
-                       into: Tensor | None = None) -> Tensor:
+                       into: Tensor | None = None, *,
+                       _parallel_lists: bool | None = None) -> Tensor:
     """The weight gradient ``(V, D)`` of ``embedding_forward``: ``grad`` rows summed per index
-    in index order; added into ``into`` (an existing gradient, returned) when given."""
+    in index order; added into ``into`` (an existing gradient, returned) when given.
+    (``_parallel_lists`` forces the GPU way of building the per-row lists, or the CPU one:
+    tests run both.)"""
     q = grad.queue
     D = grad.shape[-1]
     V, n = int(num_embeddings), indices.size
@@ -191,12 +214,19 @@ def embedding_backward(indices: Tensor, grad: Tensor, num_embeddings: int,
     it = INDEX_TYPES[indices.dtype]
     count, start = Tensor.empty(q, (V,), np.int32), Tensor.empty(q, (V + 1,), np.int32)
     pos = Tensor.empty(q, (n,), np.int32)
-    rows = (round_up(V, 64),), (64,)
-    get_kernel(q, SOURCE, f"embed_count_{it}")(q, *rows, count.data, indices.data,
-                                                np.int32(n), np.int32(V))
-    get_kernel(q, SOURCE, "embed_starts")(q, (1,), (1,), start.data, count.data, np.int32(V))
-    get_kernel(q, SOURCE, f"embed_positions_{it}")(q, *rows, pos.data, start.data,
-                                                    indices.data, np.int32(n), np.int32(V))
+    if not (is_gpu(q.device) if _parallel_lists is None else _parallel_lists):
+        get_kernel(q, SOURCE, f"embed_lists_{it}")(q, (1,), (1,), pos.data, start.data,
+                                                    count.data, indices.data, np.int32(n),
+                                                    np.int32(V))
+    else:                          # GPUs: a work-item per row, each walking the indices
+        rows = (round_up(V, 64),), (64,)
+        get_kernel(q, SOURCE, f"embed_count_{it}")(q, *rows, count.data, indices.data,
+                                                    np.int32(n), np.int32(V))
+        get_kernel(q, SOURCE, "embed_starts")(q, (1,), (1,), start.data, count.data,
+                                              np.int32(V))
+        get_kernel(q, SOURCE, f"embed_positions_{it}")(q, *rows, pos.data, start.data,
+                                                        indices.data, np.int32(n),
+                                                        np.int32(V))
     gsize, lsize = _grid2(D, V)
     get_kernel(q, SOURCE, "embed_bwd")(q, gsize, lsize, gw.data, grad.data, pos.data,
                                        start.data, np.int32(V), np.int32(D),
