@@ -32,11 +32,10 @@ from ..runtime import is_gpu
 from ..tensor import Tensor
 from . import elementwise as ew
 from ._cache import VECTOR_TYPES, get_kernel, round_up
-from .conv_geometry import (  # noqa: F401  (pair, out_size: used from here by pooling)
+from .conv_geometry import (  # noqa: F401  (pair: used from here by pooling)
     ConvGeometry,
     _check_float,
     check_conv,
-    out_size,
     pair,
 )
 from .gemm import batched_gemm, gemm

@@ -116,7 +116,8 @@ REVERSED = {"add": "add", "mul": "mul", "sub": "rsub", "div": "rdiv", "rsub": "s
 
 MAX_DIMS = 6
 
-_STRIDED_OFFSETS = r"""
+# The offsets of element i in two strided views (other kernel families broadcast with it too).
+STRIDED_OFFSETS = r"""
 /* Offsets into a and b of the element at flat output index i: dimensions d (outermost s0),
    element strides sa, sb (0 along broadcast dimensions), nd in 1..6. */
 #define STRIDED_OFFSETS(i, nd, d, sa, sb, oa, ob) {                              \
@@ -132,7 +133,6 @@ _STRIDED_OFFSETS = r"""
     }                                                                            \
 }
 """
-STRIDED_OFFSETS = _STRIDED_OFFSETS     # public: other kernel families broadcast with it too
 # GELU's tanh approximation: tanh(u), u = sqrt(2/pi) * (x + 0.044715 x^3), and its derivative
 _GELU_TANH = r"""
 #define GELU_T(x) tanh(0.7978845608028654f * ((x) + 0.044715f * (x) * (x) * (x)))
@@ -180,7 +180,7 @@ inline float normal_cdf(const float x)
 
 
 def _build_source() -> str:
-    parts = ["//CL//", _STRIDED_OFFSETS, _GELU_TANH, NORMAL_CDF]
+    parts = ["//CL//", STRIDED_OFFSETS, _GELU_TANH, NORMAL_CDF]
     for name, expr in BINARY_OPS.items():
         parts.append(f"""
 __kernel void {name}_contig(__global float *out, __global const float *a,

@@ -281,11 +281,11 @@ _ROWS8 = r"""
     const float8 p7 = *(__global const float8u*)((base) + 7 * D + (j));
 #define COL(c) ((float8)(p0.s##c, p1.s##c, p2.s##c, p3.s##c, p4.s##c, p5.s##c, p6.s##c, p7.s##c))
 #define GCOL(c) ((float8)(q0.s##c, q1.s##c, q2.s##c, q3.s##c, q4.s##c, q5.s##c, q6.s##c, q7.s##c))
-#define SQDEV(c) {{ const float8 d = COL(c) - m; v += d * d; }}
-#define GRADSUMS(c) {{ const float8 h = (COL(c) - m) * rs, \
+#define SQDEV(c) { const float8 d = COL(c) - m; v += d * d; }
+#define GRADSUMS(c) { const float8 h = (COL(c) - m) * rs, \
                                    gh = w ? GCOL(c) * w[j + c] : GCOL(c); \
-                       s1 += gh; s2 += gh * h; }}
-""".replace("{{", "{").replace("}}", "}")
+                       s1 += gh; s2 += gh * h; }
+"""
 
 SOURCE = ("//CL//\n" + f"#define WG {WG}\n" + VECTOR_TYPES + _ROWS8 + GROUP_SUM
           + _variant("ln", 1) + _variant("rms", 0))
@@ -348,7 +348,6 @@ def norm_backward(x: Tensor, g: Tensor, D: int, mean: Tensor, rstd: Tensor,
                 rstd.data, _buf(weight), np.int32(rows), np.int32(D), workgroup=workgroup,
                 lanes=lanes)
     if need_weight or need_bias:
-        gw = gb = None
         if need_weight:
             gw = weight_into if weight_into is not None else Tensor.empty(q, (D,))
         if need_bias:
