@@ -239,7 +239,7 @@ class ReplicaGroup:
         """Zero every replica's gradient buckets (after any straggling replica finished)."""
         self._wait_idle()
         for grads in self._buffers.grads:
-            grads.gather()
+            grads.gather(keep=False)        # every view back, then zeroed: nothing to copy
             grads.zero_()
 
     def allreduce_grads(self, average: bool = True) -> None:

@@ -76,18 +76,20 @@ class GradBuckets:
         for p, view in zip(params, self.views):
             p.grad = view
 
-    def gather(self) -> None:
+    def gather(self, keep: bool = True) -> None:
         """Make every parameter's ``.grad`` its view again: a gradient that was replaced (an
         optimizer's ``zero_grad()`` dropping it, a backward that made a new one) is copied
-        into the bucket, a dropped one is zero there, so the buckets hold every gradient."""
+        into the bucket, a dropped one is zero there, so the buckets hold every gradient.
+        ``keep=False``: the buckets are about to be zeroed, so nothing is copied."""
         for p, view in zip(self.params, self.views):
             grad = p.grad
             if grad is view:
                 continue
-            if grad is None:
-                view.fill_(0)
-            else:
-                view.copy_(grad)
+            if keep:
+                if grad is None:
+                    view.fill_(0)
+                else:
+                    view.copy_(grad)
             p.grad = view
 
     def zero_(self) -> None:
