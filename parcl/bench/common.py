@@ -320,6 +320,17 @@ def mpi_comm():
     return comm if comm.Get_size() > 1 else None
 
 
+class LazyLoss:
+    """A loss on the device (parcl's or netcl's), read only when asked: timed steps never
+    ask, so no step waits for its own loss."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __float__(self) -> float:
+        return float(self.value.to_host().reshape(-1)[0])
+
+
 def torch_or_none():
     """PyTorch, or None where it is not installed (the benchmarks then skip its rows)."""
     try:

@@ -40,6 +40,7 @@ import parcl.tape as tp
 
 from . import models, netcl_ref, reference
 from .common import (
+    LazyLoss,
     torch_or_none,
     BenchError,
     add_table,
@@ -174,22 +175,12 @@ def parcl_step(q, model, x, y, capture: bool = False, name: str = "mlp"):
         captured = tp.capture(body, q)
 
         def step():
-            return _LazyLoss(captured(x, y))
+            return LazyLoss(captured(x, y))
     else:
         def step():
-            return _LazyLoss(body(pc.Tensor.from_host(q, x), pc.Tensor.from_host(q, y)))
+            return LazyLoss(body(pc.Tensor.from_host(q, x), pc.Tensor.from_host(q, y)))
 
     return step, q.finish
-
-
-class _LazyLoss:
-    """A parcl loss read from the device only when asked (timed steps never ask)."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def __float__(self) -> float:
-        return float(self.value.to_host())
 
 
 def _numpy(name, state, x, y):

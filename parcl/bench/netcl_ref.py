@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from . import models
-from .common import BenchError
+from .common import BenchError, LazyLoss
 
 NETCL_MODELS = ("mlp", "cnn")
 NETCL_HINT = ("netcl is not installed, so its row is left out; to add it: pip install netcl "
@@ -152,19 +152,9 @@ def netcl_step(name: str, state: dict, x: np.ndarray, y: np.ndarray, device=None
     ref = NetclModel(name, state, device)
 
     def step():
-        return _Loss(ref.step_lazy(x, y, models.LR))
+        return LazyLoss(ref.step_lazy(x, y, models.LR))
 
     return step, None
-
-
-class _Loss:
-    """A netcl loss read only when asked (timed steps never ask)."""
-
-    def __init__(self, value):
-        self.value = value
-
-    def __float__(self) -> float:
-        return float(self.value.to_host().reshape(-1)[0])
 
 
 @dataclass(frozen=True)
@@ -175,11 +165,6 @@ class ChainTimes:
     forward_us_per_op: float
     backward_us_per_op: float
     total_us_per_op: float
-
-    def as_dict(self) -> dict:
-        return {"ops": self.ops, "forward_us_per_op": self.forward_us_per_op,
-                "backward_us_per_op": self.backward_us_per_op,
-                "total_us_per_op": self.total_us_per_op}
 
 
 def netcl_chain_us_per_op(repeat: int = 20, device=None) -> dict:
@@ -226,6 +211,6 @@ def netcl_chain_us_per_op(repeat: int = 20, device=None) -> dict:
             t.grad = None
     fwd, bwd = fwd[1:], bwd[1:]
     total = [a + b for a, b in zip(fwd, bwd)]
-    return ChainTimes(ops, statistics.median(fwd) / ops * 1e6,
-                      statistics.median(bwd) / ops * 1e6,
-                      statistics.median(total) / ops * 1e6).as_dict()
+    return asdict(ChainTimes(ops, statistics.median(fwd) / ops * 1e6,
+                             statistics.median(bwd) / ops * 1e6,
+                             statistics.median(total) / ops * 1e6))
