@@ -23,6 +23,7 @@ import hashlib
 import importlib.util
 import os
 import platform
+import shutil
 import struct
 import warnings
 
@@ -110,8 +111,10 @@ def ensure_known_cpu() -> str | None:
     root = os.path.join(_cache_dir(), f"pocl-{key[:16]}")
     copy = os.path.join(root, "lib", "pocl", os.path.basename(original))
     try:
-        if not os.path.exists(copy) and not _write_copy(original, root, copy):
-            return None
+        if not os.path.exists(copy):
+            _drop_orphans(_cache_dir())
+            if not _write_copy(original, root, copy):
+                return None
         ctypes.CDLL(copy)
     except OSError as exc:          # no writable cache, or a copy that cannot load
         warnings.warn(f"parcl: could not use a patched PoCL for this CPU ({exc}); kernel "
@@ -120,6 +123,14 @@ def ensure_known_cpu() -> str | None:
                       stacklevel=2)
         return None
     return copy
+
+
+def _drop_orphans(cache: str) -> None:
+    """Remove the copies made for installations that are gone (their link dangles): a copy
+    is made per installation, and venvs come and go."""
+    for link in glob.glob(os.path.join(cache, "pocl-*", "pocl_binary_distribution")):
+        if os.path.islink(link) and not os.path.exists(link):
+            shutil.rmtree(os.path.dirname(link), ignore_errors=True)
 
 
 def _mapped(path: str) -> bool:

@@ -104,3 +104,17 @@ def test_nothing_is_done_once_pocl_is_loaded(tmp_path, monkeypatch):
     monkeypatch.setattr(hostcpu, "_mapped", lambda path: True)
     assert hostcpu.ensure_known_cpu() is None
     assert not (tmp_path / "cache").exists()
+
+
+def test_copies_of_installations_that_are_gone_are_removed(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    gone = cache / "pocl-0123456789abcdef"
+    (gone / "lib" / "pocl").mkdir(parents=True)
+    os.symlink(tmp_path / "deleted-venv" / "pocl_binary_distribution",
+               gone / "pocl_binary_distribution")
+    support = _installation(tmp_path / "a", monkeypatch, cache)
+    with pytest.warns(RuntimeWarning):             # the fake library cannot load
+        hostcpu.ensure_known_cpu()
+    assert not gone.exists()
+    kept = list(cache.glob("pocl-*/pocl_binary_distribution"))
+    assert [os.path.realpath(p) for p in kept] == [str(support)]
