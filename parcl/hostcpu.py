@@ -179,7 +179,7 @@ def ensure_known_cpu() -> str | None:
     copy = os.path.join(root, "lib", "pocl", os.path.basename(original))
     try:
         if not os.path.exists(copy):
-            _drop_stale(_cache_dir(), _support(original))
+            _drop_stale(_cache_dir(), _support(original), keep=root)
             if not _write_copy(original, root, copy, patches):
                 return None
         ctypes.CDLL(copy)
@@ -198,12 +198,15 @@ def _support(original: str) -> str:
                         "pocl_binary_distribution")
 
 
-def _drop_stale(cache: str, support: str) -> None:
-    """Before a new copy for the installation of ``support`` is made: remove the copies made
-    for installations that are gone (their link dangles; a copy is made per installation, and
-    venvs come and go) and the older copies of this one (other patches or another PoCL file:
-    a process still using one keeps its mapping)."""
+def _drop_stale(cache: str, support: str, keep: str) -> None:
+    """Before the copy ``keep`` for the installation of ``support`` is made: remove the copies
+    made for installations that are gone (their link dangles; a copy is made per
+    installation, and venvs come and go) and the older copies of this one (other patches or
+    another PoCL file: a process still using one keeps its mapping). ``keep`` itself may be
+    in the making by another process starting at the same time (``mpiexec``)."""
     for link in glob.glob(os.path.join(cache, "pocl-*", "pocl_binary_distribution")):
+        if os.path.dirname(link) == keep:
+            continue
         if os.path.islink(link) and (not os.path.exists(link)
                                      or os.path.realpath(link) == os.path.realpath(support)):
             shutil.rmtree(os.path.dirname(link), ignore_errors=True)

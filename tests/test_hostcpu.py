@@ -183,3 +183,15 @@ def test_a_new_copy_replaces_older_copies_of_the_same_installation(tmp_path, mon
              if os.path.realpath(p) == str(support)]
     lib = _fake_library()
     assert copy.read_bytes() == hostcpu.patch_cpu_name(hostcpu.patch_family_switch(lib))
+
+
+def test_a_copy_another_process_is_making_is_kept(tmp_path):
+    """Two processes starting at once (mpiexec) make the same copy: neither removes it."""
+    support = tmp_path / "venv" / "pocl_binary_distribution"
+    support.mkdir(parents=True)
+    making, older = tmp_path / "cache" / "pocl-new", tmp_path / "cache" / "pocl-old"
+    for root in (making, older):
+        root.mkdir(parents=True)
+        os.symlink(support, root / "pocl_binary_distribution")
+    hostcpu._drop_stale(str(tmp_path / "cache"), str(support), keep=str(making))
+    assert making.exists() and not older.exists()
