@@ -32,9 +32,24 @@ def _probe_key(device: cl.Device, source: str) -> str:
     if key is None:
         src = source
         key = "|".join([device.platform.name, device.platform.version, device.name.strip(),
-                        device.driver_version, hashlib.sha1(src.encode()).hexdigest()[:12]])
+                        device.driver_version, _compiler(),
+                        hashlib.sha1(src.encode()).hexdigest()[:12]])
         _probe_keys[device.int_ptr] = key
     return key
+
+
+def _compiler() -> str:
+    """The PoCL library this process runs, by path: ``parcl.hostcpu``'s patched copies are
+    named by their patches, and the CPU target they compile for (AVX2 or AVX-512 code) is
+    what the probe's answer depends on."""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if "libpocl" in line:
+                    return line.split()[-1]
+    except OSError:
+        pass
+    return ""
 
 
 def _probe_file() -> Path:
