@@ -267,3 +267,16 @@ def test_two_threads_two_subdevices(queues2):
     assert not any(t.is_alive() for t in threads)
     assert not errors, errors
 
+
+
+def test_the_probe_is_remembered_per_pocl_library(queue, monkeypatch):
+    """An AVX2 and an AVX-512 build of PoCL (parcl.hostcpu's copies) compile float16 code
+    differently: a probe's answer for one is not taken for the other."""
+    from parcl.kernels import gemm_probe
+    keys = []
+    for library in ("/cache/pocl-avx2/libpocl.so", "/cache/pocl-avx512/libpocl.so"):
+        monkeypatch.setattr(gemm_probe, "_probe_keys", {})
+        monkeypatch.setattr(gemm_probe, "_compiler", lambda library=library: library)
+        keys.append(gemm_probe._probe_key(queue.device, SOURCE))
+    assert keys[0] != keys[1] and keys[1].endswith(gemm_probe._probe_key(queue.device,
+                                                                         SOURCE)[-12:])
