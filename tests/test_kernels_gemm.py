@@ -278,5 +278,5 @@ def test_the_probe_is_remembered_per_pocl_library(queue, monkeypatch):
         monkeypatch.setattr(gemm_probe, "_probe_keys", {})
         monkeypatch.setattr(gemm_probe, "_compiler", lambda library=library: library)
         keys.append(gemm_probe._probe_key(queue.device, SOURCE))
-    assert keys[0] != keys[1] and keys[1].endswith(gemm_probe._probe_key(queue.device,
-                                                                         SOURCE)[-12:])
+    assert keys[0] != keys[1]
+    assert "pocl-avx2" in keys[0] and "pocl-avx512" in keys[1]
