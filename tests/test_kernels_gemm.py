@@ -12,7 +12,7 @@ import pytest
 
 import parcl as pc
 from parcl.kernels.gemm import SOURCE, VARIANTS, batched_gemm, choose_variant, gemm
-from parcl.kernels.gemm_probe import wide_kernel_ok
+from parcl.kernels.probe import wide_kernel_ok
 
 TRANS = list(itertools.product([False, True], repeat=2))
 
@@ -44,7 +44,7 @@ def variant(request, queue):
     """Every variant, forced, on the CPU device. Where the float16 probe failed (a PoCL that
     aborts on float16 code would take the whole test run down), the float8 variant that
     replaces it on this device is tested in its place."""
-    if request.param.endswith("16") and not wide_kernel_ok(queue.device, SOURCE):
+    if request.param.endswith("16") and not wide_kernel_ok(queue.device, "gemm", SOURCE):
         return request.param[:-2] + "8"
     return request.param
 
@@ -191,7 +191,7 @@ def test_large_rectangular(queue, rng):
 
 
 def test_variant_follows_device_type(queue):
-    want = "cpu16" if wide_kernel_ok(queue.device, SOURCE) else "cpu8"
+    want = "cpu16" if wide_kernel_ok(queue.device, "gemm", SOURCE) else "cpu8"
     assert choose_variant(queue.device) == want      # the PoCL CPU device: never "tiled"
 
 
@@ -272,11 +272,11 @@ def test_two_threads_two_subdevices(queues2):
 def test_the_probe_is_remembered_per_pocl_library(queue, monkeypatch):
     """An AVX2 and an AVX-512 build of PoCL (parcl.hostcpu's copies) compile float16 code
     differently: a probe's answer for one is not taken for the other."""
-    from parcl.kernels import gemm_probe
+    from parcl.kernels import probe
     keys = []
     for library in ("/cache/pocl-avx2/libpocl.so", "/cache/pocl-avx512/libpocl.so"):
-        monkeypatch.setattr(gemm_probe, "_probe_keys", {})
-        monkeypatch.setattr(gemm_probe, "_compiler", lambda library=library: library)
-        keys.append(gemm_probe._probe_key(queue.device, SOURCE))
+        monkeypatch.setattr(probe, "_probe_keys", {})
+        monkeypatch.setattr(probe, "_compiler", lambda library=library: library)
+        keys.append(probe._probe_key(queue.device, "gemm", SOURCE))
     assert keys[0] != keys[1]
     assert "pocl-avx2" in keys[0] and "pocl-avx512" in keys[1]

@@ -9,7 +9,7 @@ The variants live in ``cl/gemm.cl`` and are chosen by device *type* (never by pl
   streams its two panels contiguously, so PoCL emits straight FMA code with no barriers.
   ``cpu16`` (AVX-512 wide) is about twice as fast, but PoCL 3.0/LLVM 14 has aborted whole
   processes on float16 code, so it becomes the default for a device only after a subprocess
-  has built it and checked its results there (``gemm_probe.wide_kernel_ok``, remembered on
+  has built it and checked its results there (``probe.wide_kernel_ok``, remembered on
   disk);
   otherwise CPUs get ``cpu8``.
 * ``"direct8"`` / ``"direct16"`` — CPU products under ``DIRECT_MAX`` multiply-adds: one
@@ -37,7 +37,7 @@ from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import FLOAT, Tensor, check_same_queue
 from ._cache import VECTOR_TYPES, get_kernel, load_source
-from .gemm_probe import wide_kernel_ok
+from .probe import wide_kernel_ok
 
 _OPTIONS = ("-cl-mad-enable",)   # `acc += x * y` must become an FMA; no relaxed math needed
 MR = 8                           # rows of op(A) per CPU register block; must match gemm.cl
@@ -78,7 +78,25 @@ def choose_variant(device: cl.Device) -> str:
     passed, else ``"cpu8"``."""
     if is_gpu(device):
         return "tiled"
-    return "cpu16" if wide_kernel_ok(device, SOURCE) else "cpu8"
+    return "cpu16" if wide_kernel_ok(device, "gemm", SOURCE) else "cpu8"
+
+
+def wide_check(queue: cl.CommandQueue) -> bool:
+    """The float16 probe's check (run in its subprocess): ``cpu16`` against numpy."""
+    rng = np.random.default_rng(0)
+    for trans_a, trans_b, (m, n, k) in [(False, False, (37, 45, 29)), (True, True, (8, 64, 3)),
+                                        (False, True, (70, 33, 100))]:
+        ha = rng.standard_normal((k, m) if trans_a else (m, k), dtype=np.float32)
+        hb = rng.standard_normal((n, k) if trans_b else (k, n), dtype=np.float32)
+        hbias = rng.standard_normal(n, dtype=np.float32)
+        want = np.maximum((ha.T if trans_a else ha).astype(np.float64)
+                          @ (hb.T if trans_b else hb) + hbias, 0)
+        got = gemm(Tensor.from_host(queue, ha), Tensor.from_host(queue, hb), trans_a=trans_a,
+                   trans_b=trans_b, bias=Tensor.from_host(queue, hbias), relu=True,
+                   _variant="cpu16").to_host()
+        if not np.allclose(got, want, rtol=0, atol=1e-4 * max(1.0, np.abs(want).max())):
+            return False
+    return True
 
 
 # -- validation ----------------------------------------------------------------------------
