@@ -29,10 +29,12 @@ from .allreduce.end import Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
 from .nn.module import capture_key
 from .optim import FlatBucket
-from .replica_steps import Captured, Eager, IgnoredLabels, count_samples, split_batch
+from .replica_steps import (Captured, Eager, IgnoredLabels, count_samples, positive,
+                            skip_unreached, split_batch)
 from .replica_stats import StatsExchange
 from .replica_threads import Replica
 from .tape import mode
+from .tape.ops import nn as nn_ops
 
 DEFAULT_TIMEOUT = 600.0       # seconds any dispatched call may take before the group gives up
 
@@ -261,6 +263,22 @@ class ReplicaGroup:
         self._wait_idle()
         self._buffers.broadcast()
 
+    def rng_state(self) -> list[list[int]]:
+        """Every replica's dropout generator, ``[seed, counter]`` per replica (JSON-able: save
+        it in a checkpoint's meta). With ``set_rng_state`` a resumed run draws the dropout
+        masks the uninterrupted run would have drawn."""
+        self._check_open()
+        return [list(state) for state in self.run(lambda r: nn_ops.rng_state())]
+
+    def set_rng_state(self, states) -> None:
+        """Put back every replica's dropout generator from ``rng_state()``."""
+        self._check_open()
+        states = [tuple(int(v) for v in s) for s in states]
+        if len(states) != len(self.replicas) or any(len(s) != 2 for s in states):
+            raise ParclError(f"ReplicaGroup.set_rng_state: expected {len(self.replicas)} "
+                             f"[seed, counter] pairs (one per replica), got {states!r}")
+        self.run(lambda r, state: nn_ops.set_rng_state(state), states)
+
     # -- the data-parallel step -----------------------------------------------------------
     def step(self, x: np.ndarray, y: np.ndarray, loss_fn, optimizer, *, key=None,
              accumulation_steps: int = 1, max_grad_norm: float | None = None) -> float:
@@ -287,14 +305,15 @@ class ReplicaGroup:
         otherwise the step is recorded again.
         """
         self._check_open()
-        max_norm = None if max_grad_norm is None else _positive("max_grad_norm", max_grad_norm)
+        max_norm = None if max_grad_norm is None else positive("max_grad_norm", max_grad_norm)
         k = len(self.replicas)
         ignore = self._labels.ignored(loss_fn)
         shards = self._split(x, y, ignore, accumulation_steps)                     # 1.
         self._begin()
         outcomes = self.run(self._replica_step, shards, [loss_fn] * k, self._keys(key))  # 2.
         self._labels.check(loss_fn, y, ignore, outcomes, self.comm)                # 3.
-        self._check_signatures([o.reached for o in outcomes])
+        skip_unreached(self._params[0], self._check_signatures([o.reached for o in outcomes]),
+                       self.comm)
         norm = self._end.finish(self._buffers, optimizer, max_norm)                # 4.
         self._grads_dirty = False
         return self._finish(outcomes, norm)                                        # 5.
@@ -373,8 +392,9 @@ class ReplicaGroup:
         member.leave()
         return outcome
 
-    def _check_signatures(self, signatures: list[tuple]) -> None:
-        """Desync check: every replica must have given gradients to the same parameters."""
+    def _check_signatures(self, signatures: list[tuple]) -> tuple[int, ...]:
+        """Desync check: every replica must have given gradients to the same parameters
+        (returned, by index)."""
         ref = signatures[0]
         for i, sig in enumerate(signatures[1:], start=1):
             if sig != ref:
@@ -386,6 +406,7 @@ class ReplicaGroup:
                     f"{only0 or 'none'}; only on replica {i}: {only_i or 'none'} (did the "
                     "model take a data-dependent branch?). Nothing was reduced or stepped.",
                     index=i, device=runtime.describe(self.replicas[i].device))
+        return ref
 
     def _describe_param(self, j: int) -> str:
         return f"{self._names[j]} {tuple(self._params[0][j].shape)}"
@@ -418,12 +439,3 @@ class ReplicaGroup:
         state = "closed" if self._closed else "open"
         return f"<ReplicaGroup {len(self.replicas)} replicas, {state}>"
 
-
-def _positive(name: str, value) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise ParclError(f"ReplicaGroup.step: {name} must be a number, got {value!r}") from None
-    if not value > 0:
-        raise ParclError(f"ReplicaGroup.step: {name} must be > 0, got {value}")
-    return value

@@ -36,14 +36,17 @@ class Micro:
 @dataclass
 class Outcome:
     """What a replica's part of the step gave: the pending host reads of its micro-batches'
-    losses, which parameters (by index) got a gradient, and the label value its loss op
-    said it left out of its mean (``found_ignore``; None for a mean over rows)."""
+    losses, which parameters (by index) got a gradient, the label value its loss op said it
+    left out of its mean (``found_ignore``; None for a mean over rows), and that of a loss op
+    with an ``ignore_index`` found under other ops of the loss (``ignore_inside``: the loss
+    is then no mean the step can weigh by)."""
 
     losses: list[np.ndarray]
     reads: list[cl.Event]
     weights: list[float]
     reached: tuple[int, ...]
     found_ignore: int | None = None
+    ignore_inside: int | None = None
 
 
 def ignored_label(loss_fn) -> int | None:
@@ -66,6 +69,16 @@ def loss_ignore(loss: Node) -> int | None:
     return getattr(loss.grad_fn, "ignore_index", None)
 
 
+def ignore_inside(visited) -> int | None:
+    """The ``ignore_index`` of a ``cross_entropy``/``nll_loss`` among the graph entries a
+    backward visited (``CE * w``, ``CE + aux``), or None."""
+    for entry in visited:
+        value = getattr(entry.grad_fn, "ignore_index", None)
+        if value is not None:
+            return value
+    return None
+
+
 class IgnoredLabels:
     """What each loss function's mean leaves out, as far as a step can tell: seen on the
     function (``ignored_label``), or found inside it by an earlier step (``check``)."""
@@ -82,8 +95,11 @@ class IgnoredLabels:
         loss that is a mean over the labels not ``ignore_index`` (a lambda around
         ``cross_entropy``), and this batch has such labels. Nothing is updated then; the
         next step with the same function weighs them right."""
+        inside = outcomes[0].ignore_inside
+        if inside is not None and inside != ignore:
+            self._check_inside(inside, y, comm)
         found = outcomes[0].found_ignore
-        if found == ignore:
+        if found == ignore or inside is not None:
             return
         self.found[_code(loss_fn)] = found
         y = np.asarray(y)
@@ -99,6 +115,26 @@ class IgnoredLabels:
                 f"with this loss_fn now weigh by the labels counted. Pass the loss visibly "
                 f"(pc.nn.CrossEntropyLoss(ignore_index=...), functools.partial(tp.cross_entropy"
                 f", ignore_index=...), or set loss_fn.ignore_index) to get none of this")
+
+
+    @staticmethod
+    def _check_inside(inside: int, y, comm) -> None:
+        """A loss made of a mean over the labels not ``inside`` and other ops: no weighting of
+        the shards by rows or by labels gives the full-batch gradient of every such loss, so
+        a batch with such labels raises (every step) unless ``loss_fn`` says which to use."""
+        y = np.asarray(y)
+        wrong = bool(np.issubdtype(y.dtype, np.integer) and np.isin(y, [inside]).any())
+        if comm is not None:
+            wrong = bool(comm.allreduce(int(wrong)))
+        if wrong:
+            raise ParclError(
+                f"ReplicaGroup.step: loss_fn's loss contains a cross_entropy/nll_loss that is a "
+                f"mean over the labels not {inside} (ignore_index) under other ops (a weight, an "
+                f"auxiliary term), and this batch has such labels: the replicas' and micro-"
+                f"batches' shares cannot be weighed to give the full-batch gradient, so nothing "
+                f"was updated. Set loss_fn.ignore_index = {inside} to weigh them by the labels "
+                f"counted (exact when the loss is that mean times a constant), or build the "
+                f"other terms so that the batch has no ignored labels")
 
 
 def _code(loss_fn):
@@ -173,9 +209,9 @@ class Eager:
             Tensor.from_host(q, m.weight, borrow=True)))
 
     def body(self, replica, loss_fn):
-        """``(x, y, weight) -> (loss, reached, found_ignore)`` on device tensors: forward on a
-        fresh tape, backward with the sample weight as upstream gradient, the graph
-        released."""
+        """``(x, y, weight) -> (loss, reached, found_ignore, ignore_inside)`` on device
+        tensors: forward on a fresh tape, backward with the sample weight as upstream
+        gradient, the graph released."""
         index = self.param_index[replica.index]
 
         def body(xt: Tensor, yt: Tensor, wt: Tensor):
@@ -187,8 +223,9 @@ class Eager:
             visited = tape.backward(loss, grad=wt.reshape(loss.shape), retain_grads=False)
             reached = sorted(index[id(node)] for node in visited if id(node) in index)
             found = loss_ignore(loss)
+            inside = None if found is not None else ignore_inside(visited)
             tape.release()
-            return loss.value, tuple(reached), found
+            return loss.value, tuple(reached), found, inside
 
         return body
 
@@ -223,10 +260,10 @@ class Captured(Eager):
 def _run_micros(replica, micros: list[Micro], run) -> Outcome:
     """Run every micro-batch in turn (gradients accumulate in the replica's buckets) and
     enqueue the read of each loss right after it (a replay overwrites its outputs)."""
-    losses, reads, reached, found = [], [], set(), None
+    losses, reads, reached, found, inside = [], [], set(), None, None
     for m in micros:
         try:
-            loss, got, found = run(m)
+            loss, got, found, inside = run(m)
         except ParclError as exc:
             row = getattr(exc, "row", None)          # a flat index into the labels
             if row is not None and getattr(exc, "batch_row", None) is None:
@@ -238,4 +275,28 @@ def _run_micros(replica, micros: list[Micro], run) -> Outcome:
         losses.append(host)
         reached.update(got)
     return Outcome(losses, reads, [float(m.weight) for m in micros], tuple(sorted(reached)),
-                   found)
+                   found, inside)
+
+
+def skip_unreached(params: list, reached: tuple[int, ...], comm) -> None:
+    """A parameter of ``params`` (replica 0's, the optimizer's) that no replica of any rank
+    gave a gradient this step (``reached``: the indices that got one) gets ``.grad`` None, so
+    the update skips it as ``torch.optim`` does (and DDP with ``find_unused_parameters``):
+    weight decay and momentum move nothing that had no gradient, and Adam starts no state for
+    it. The next step points it back at its bucket view."""
+    if comm is not None:
+        reached = set().union(*comm.allgather(reached))
+    missing = set(range(len(params))) - set(reached)
+    for j in missing:
+        params[j].grad = None
+
+
+def positive(name: str, value) -> float:
+    """``value`` as a float, which must be > 0 (``step``'s ``max_grad_norm``)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ParclError(f"ReplicaGroup.step: {name} must be a number, got {value!r}") from None
+    if not value > 0:
+        raise ParclError(f"ReplicaGroup.step: {name} must be > 0, got {value}")
+    return value

@@ -296,3 +296,111 @@ def test_momentum_with_parameter_groups_splitting_a_bucket_equals_the_named_allr
         assert np.isfinite(a).all()
         np.testing.assert_array_equal(a, b)
         np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-6)
+
+
+class TwoHeads(pc.nn.Module):
+    """A head the forward never uses (an auxiliary or conditional branch)."""
+
+    def __init__(self, queue=None):
+        super().__init__()
+        self.body = pc.nn.Linear(16, 12, queue=queue)
+        self.head = pc.nn.Linear(12, 5, queue=queue)
+        self.aux = pc.nn.Linear(12, 5, queue=queue)
+
+    def forward(self, x):
+        return self.head(tp.relu(self.body(x)))
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "captured"])
+@pytest.mark.parametrize("make", [
+    lambda p: pc.optim.AdamW(p, lr=1e-2, weight_decay=0.1),
+    lambda p: pc.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.1)], ids=["adamw", "sgd"])
+def test_a_parameter_without_a_gradient_is_not_updated(devices2, make, capture):
+    """As in torch.optim (and DDP with find_unused_parameters): weight decay and momentum do
+    not move a parameter the forward never used, and Adam keeps no state for it."""
+    x, y = batch(8)
+    want = train_single(seeded(TwoHeads), tp.cross_entropy, (x, y), 3, make)
+    with ReplicaGroup(seeded(TwoHeads), devices2, capture=capture) as group:
+        opt = make(group.parameters())
+        aux = group.model.aux.weight.value.to_host()
+        for _ in range(3):
+            group.step(x, y, tp.cross_entropy, opt)
+        np.testing.assert_array_equal(group.model.aux.weight.value.to_host(), aux)
+        assert group.model.aux.weight.grad is None
+        assert group.model.aux.weight not in opt.state
+        got = [p.value.to_host() for p in group.parameters()]
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss_fn", [
+    lambda out, t: tp.cross_entropy(out, t) * 1.0,
+    lambda out, t: tp.cross_entropy(out, t) + 0.01 * tp.mean(out * out)], ids=["scaled", "aux"])
+def test_a_loss_with_ignored_labels_under_other_ops_raises_every_step(devices2, loss_fn):
+    """``CE * w`` or ``CE + aux`` with ignored labels spread unevenly: weighing the replicas by
+    rows or by labels cannot give the full-batch gradient of every such loss, so each step
+    with such labels raises before anything is updated."""
+    x, y = batch(8)
+    y[:3] = -100
+    with ReplicaGroup(seeded(mlp), devices2) as group:
+        opt = adamw(group.parameters())
+        before = [p.value.to_host() for p in group.parameters()]
+        for _ in range(2):
+            with pytest.raises(pc.ParclError, match="under other ops"):
+                group.step(x, y, loss_fn, opt)
+        for a, p in zip(before, group.parameters()):
+            np.testing.assert_array_equal(p.value.to_host(), a)
+        group.step(x, np.where(y < 0, 0, y), loss_fn, opt)      # no ignored label: trains
+
+
+def test_a_declared_ignore_index_weighs_a_scaled_loss_by_its_labels(devices2):
+    x, y = batch(8)
+    y[:3] = -100
+
+    def loss_fn(out, t):
+        return tp.cross_entropy(out, t) * 2.0
+    loss_fn.ignore_index = -100
+    want = train_single(seeded(mlp), loss_fn, (x, y), 2, adamw)
+    with ReplicaGroup(seeded(mlp), devices2) as group:
+        opt = adamw(group.parameters())
+        for _ in range(2):
+            group.step(x, y, loss_fn, opt)
+        got = [p.value.to_host() for p in group.parameters()]
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "captured"])
+def test_a_resumed_run_with_dropout_draws_the_same_masks(devices2, tmp_path, capture):
+    """Saving ``group.rng_state()`` with the checkpoint and putting it back makes 4 steps,
+    a save and a load, then 4 more, bit for bit 8 straight steps."""
+    x, y = batch(16, seed=7)
+
+    def build(q):
+        return pc.nn.Sequential(pc.nn.Linear(16, 12, queue=q), pc.nn.ReLU(),
+                                pc.nn.Dropout(0.3), pc.nn.Linear(12, 5, queue=q))
+
+    def run(steps, group, opt):
+        for _ in range(steps):
+            group.step(x, y, tp.cross_entropy, opt)
+
+    with ReplicaGroup(seeded(build), devices2, capture=capture) as group:
+        opt = adamw(group.parameters())
+        run(8, group, opt)
+        want = [p.value.to_host() for p in group.parameters()]
+    path = tmp_path / "ckpt.safetensors"
+    with ReplicaGroup(seeded(build), devices2, capture=capture) as group:
+        opt = adamw(group.parameters())
+        run(4, group, opt)
+        pc.save(path, group.model, opt, step=4, dropout=group.rng_state())
+    with ReplicaGroup(seeded(build), devices2, capture=capture) as group:
+        opt = adamw(group.parameters())
+        meta = pc.load(path, group.model, opt)
+        group.broadcast_parameters()
+        group.set_rng_state(meta["dropout"])
+        run(4, group, opt)
+        got = [p.value.to_host() for p in group.parameters()]
+        with pytest.raises(pc.ParclError, match="one per replica"):
+            group.set_rng_state(meta["dropout"][:1])
+    for a, b in zip(want, got):
+        np.testing.assert_array_equal(b, a)
