@@ -149,13 +149,15 @@ def main(argv=None) -> float:
             group.broadcast_parameters()             # the loaded weights to every replica
             step = int(meta["step"])
             loader.load_state_dict(meta["loader"])   # rank 0's position: every rank's
+            if len(meta.get("dropout", [])) == len(group):  # the same masks as in one run
+                group.set_rng_state(meta["dropout"])
             log(f"resumed from {path} at step {step}")
 
         def save() -> None:
             if is_main:
                 os.makedirs(args.checkpoint, exist_ok=True)
                 pc.save(path, group.model, opt, step=step, scheduler=scheduler,
-                        loader=loader.state_dict())
+                        loader=loader.state_dict(), dropout=group.rng_state())
 
         stop = min(args.stop_at, args.max_steps) if args.stop_at else args.max_steps
         start, first, recent = time.perf_counter(), step, []
