@@ -61,6 +61,19 @@ def test_inplace_on_a_leaf_that_requires_grad_is_refused(queue):
         tp.relu(w, inplace=True)
 
 
+def test_inplace_on_a_view_of_such_a_leaf_is_refused_too(queue):
+    """A reshape (or flatten) shares the leaf's buffer: overwriting it would change the
+    parameter itself, and every later read of it in the forward (PyTorch: "a view of a leaf
+    Variable that requires grad is being used in an in-place operation")."""
+    w = tp.tensor(np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32), requires_grad=True)
+    with tp.Tape():
+        for view in (tp.reshape(w, (4,)), w.reshape(4), tp.reshape(tp.reshape(w, (4,)), (2, 2))):
+            with pytest.raises(pc.ParclError, match="through a view of it"):
+                tp.relu(view, inplace=True)
+        tp.relu(w * 1.0, inplace=True)             # a new buffer: nothing of w's is changed
+    np.testing.assert_array_equal(w.value.to_host(), [[-1, 2], [3, -4]])
+
+
 def _bn_inputs(queue, seed=0):
     rng = np.random.default_rng(seed)
     x, r = (rng.standard_normal((3, 2, 4, 4)).astype(np.float32) for _ in range(2))

@@ -34,7 +34,7 @@ class Entry:
     held by its tape and its children. ``node`` is a weak reference to the Node."""
 
     __slots__ = ("grad_fn", "parents", "requires_grad", "grad", "op_name", "where", "index",
-                 "tape", "shape", "node", "recorded_at", "changed_at", "__weakref__")
+                 "tape", "shape", "node", "recorded_at", "changed_at", "alias", "__weakref__")
 
     @property
     def value(self) -> Tensor:
@@ -63,6 +63,7 @@ def _entry(value: Tensor, grad_fn, parents: list, requires_grad: bool, op_name: 
     e.shape = value.shape
     e.recorded_at = None    # time.monotonic_ns() when its tape recorded it
     e.changed_at = None     # a leaf's last in-place update (``changed``), monotonic ns
+    e.alias = None          # the parent whose buffer its value is (a reshape's input), if any
     return e
 
 
@@ -259,10 +260,23 @@ FREED = _freed
 def _overwriting(cls, x, tape) -> None:
     """Before ``cls``'s forward overwrites input ``x`` in place (``Function.overwrites``)."""
     what = f"{cls.name}({cls.overwrites[0]}=True)"
-    if isinstance(x, Node) and x.requires_grad and x.grad_fn is None:
-        raise ParclError(f"{what} on a leaf that requires grad: its value is what its "
+    if isinstance(x, Node) and x.requires_grad and _leaf_viewed(x) is not None:
+        through = "" if x.grad_fn is None else f" (through a view of it: {x.op_name})"
+        raise ParclError(f"{what} on a leaf that requires grad{through}: its value is what its "
                          f"gradient is taken with respect to; use {cls.overwrites[0]}=False")
     note_change(x, tape, what)
+
+
+def _leaf_viewed(x: Node) -> Entry | None:
+    """The leaf requiring grad whose buffer ``x`` is: ``x`` itself, or a leaf that ``x``
+    views through ops whose output is their input's buffer (``reshape``, ``flatten``); else
+    None."""
+    e = x.entry
+    while e.grad_fn is not None:
+        if e.alias is None:
+            return None
+        e = e.parents[e.alias]
+    return e if e.requires_grad else None
 
 
 def note_change(x, tape, what: str) -> None:
@@ -410,6 +424,11 @@ class Function:
         out = fn.forward(*values, **kwargs)
         fn.parent_slots = tuple(slots)
         node = _recorded(out, fn, parents, cls.name)
+        data = out.data
+        for k, i in enumerate(slots):
+            if values[i].data is data:        # a view (reshape) or an in-place op's output
+                node.entry.alias = k
+                break
         if tape is None:
             tape = state.tape
         if tape is not None:
