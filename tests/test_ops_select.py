@@ -132,6 +132,17 @@ def test_gelu_tanh(queue, rng):
         tp.gelu(nx, approximate="fast")
 
 
+def test_gelu_tanh_saturates_exactly_far_out(queue):
+    """Far out the tanh is exactly +-1 in float32: gelu(x) is x or 0 and its gradient 1 or
+    0, as PyTorch's (a tanh one float short of 1 made the gradient 1.0064 at x = 100)."""
+    x = leaf(queue, np.array([-100.0, -30.0, -10.0, 10.0, 30.0, 100.0]))
+    with tp.Tape() as tape:
+        y = tp.gelu(x, approximate="tanh")
+    tape.backward(tp.sum(y))
+    np.testing.assert_array_equal(y.value.to_host(), [0, 0, 0, 10, 30, 100])
+    np.testing.assert_array_equal(x.grad.to_host(), [0, 0, 0, 1, 1, 1])
+
+
 def test_embedding_in_a_captured_step(queue, rng):
     """Replays equal the eager step bit for bit; indices that are an input of the step are
     range-checked on the host before a replay uploads them, computed ones on the device."""
