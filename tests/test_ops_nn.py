@@ -151,6 +151,17 @@ def test_softmax_ops(queue, rng, shape, axis, op):
     assert tp.gradcheck(lambda a: getattr(tp, op)(a, axis=axis), [nx])
 
 
+def test_log_softmax_of_a_row_far_from_zero(queue):
+    """A row masked with -1e9 is uniform: -log C, not 0 (x - (m + log s) loses log s when
+    |m| is that large; (x - m) - log s does not), and its gradient sums to zero per row."""
+    x = leaf(queue, np.array([[-1e9] * 4, [1e9, 1e9, 1e9, 1e9], [0.0, 1.0, 2.0, 3.0]]))
+    with tp.Tape() as tape:
+        y = tp.log_softmax(x, axis=-1)
+    tape.backward(tp.sum(y[0]) + tp.sum(y[1]))
+    np.testing.assert_allclose(y.value.to_host()[:2], np.full((2, 4), -np.log(4)), rtol=1e-6)
+    np.testing.assert_allclose(x.grad.to_host()[:2], np.zeros((2, 4)), atol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_cross_entropy(queue, rng, dtype):
     x, labels = rng.standard_normal((7, 5)) * 2, rng.integers(0, 5, 7)

@@ -146,9 +146,11 @@ __kernel void softmax_fwd(__global const float* restrict x, __global float* rest
     for (int c = 0; c < C; ++c)
         s += exp(xl[(long)c * inner] - m);
     if (log_out) {
-        const float z = m + log(s);
+        // (x - m) - log s, as PyTorch: x - (m + log s) lost log s where |m| is huge (a row
+        // masked with -1e9 came out all 0 instead of -log C)
+        const float ls = log(s);
         for (int c = 0; c < C; ++c)
-            yl[(long)c * inner] = xl[(long)c * inner] - z;
+            yl[(long)c * inner] = (xl[(long)c * inner] - m) - ls;
     } else {
         const float inv = 1.0f / s;
         for (int c = 0; c < C; ++c)
