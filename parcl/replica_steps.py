@@ -96,18 +96,20 @@ class IgnoredLabels:
         ``cross_entropy``), and this batch has such labels. Nothing is updated then; the
         next step with the same function weighs them right."""
         inside = outcomes[0].ignore_inside
-        if inside is not None and inside != ignore:
-            self._check_inside(inside, y, comm)
+        if inside is not None and inside != ignore and _has_labels(y, [inside], comm):
+            raise ParclError(
+                f"ReplicaGroup.step: loss_fn's loss contains a cross_entropy/nll_loss that is a "
+                f"mean over the labels not {inside} (ignore_index) under other ops (a weight, an "
+                f"auxiliary term), and this batch has such labels: the replicas' and micro-"
+                f"batches' shares cannot be weighed to give the full-batch gradient, so nothing "
+                f"was updated (every such step raises). Set loss_fn.ignore_index = {inside} to "
+                f"weigh them by the labels counted (exact when the loss is that mean times a "
+                f"constant), or keep ignored labels out of the batch")
         found = outcomes[0].found_ignore
         if found == ignore or inside is not None:
             return
         self.found[_code(loss_fn)] = found
-        y = np.asarray(y)
-        wrong = bool(np.issubdtype(y.dtype, np.integer)
-                     and np.isin(y, [v for v in (ignore, found) if v is not None]).any())
-        if comm is not None:               # every rank runs the same function: all get here
-            wrong = bool(comm.allreduce(int(wrong)))
-        if wrong:
+        if _has_labels(y, [v for v in (ignore, found) if v is not None], comm):
             raise ParclError(
                 f"ReplicaGroup.step: loss_fn's loss is a mean over the labels not {found} "
                 f"(ignore_index), which the step could not see from loss_fn, so the replicas' "
@@ -117,24 +119,13 @@ class IgnoredLabels:
                 f", ignore_index=...), or set loss_fn.ignore_index) to get none of this")
 
 
-    @staticmethod
-    def _check_inside(inside: int, y, comm) -> None:
-        """A loss made of a mean over the labels not ``inside`` and other ops: no weighting of
-        the shards by rows or by labels gives the full-batch gradient of every such loss, so
-        a batch with such labels raises (every step) unless ``loss_fn`` says which to use."""
-        y = np.asarray(y)
-        wrong = bool(np.issubdtype(y.dtype, np.integer) and np.isin(y, [inside]).any())
-        if comm is not None:
-            wrong = bool(comm.allreduce(int(wrong)))
-        if wrong:
-            raise ParclError(
-                f"ReplicaGroup.step: loss_fn's loss contains a cross_entropy/nll_loss that is a "
-                f"mean over the labels not {inside} (ignore_index) under other ops (a weight, an "
-                f"auxiliary term), and this batch has such labels: the replicas' and micro-"
-                f"batches' shares cannot be weighed to give the full-batch gradient, so nothing "
-                f"was updated. Set loss_fn.ignore_index = {inside} to weigh them by the labels "
-                f"counted (exact when the loss is that mean times a constant), or build the "
-                f"other terms so that the batch has no ignored labels")
+
+def _has_labels(y, values: list, comm) -> bool:
+    """Whether the batch's integer labels ``y`` (on any rank: every rank runs the same loss
+    function, so all get here) hold any of ``values``."""
+    y = np.asarray(y)
+    found = bool(np.issubdtype(y.dtype, np.integer) and np.isin(y, values).any())
+    return bool(comm.allreduce(int(found))) if comm is not None else found
 
 
 def _code(loss_fn):
