@@ -104,13 +104,14 @@ def test_train_gpt_captured_steps_are_bit_identical_to_eager_ones(tmp_path):
 
 
 def test_train_gpt_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path):
-    """Model, AdamW state, loader position and schedule all come back from the checkpoint."""
+    """Model, AdamW state, loader position, schedule and the dropout masks' generators all
+    come back from the checkpoint."""
     from safetensors.numpy import load_file
 
     def run(out, *extra):
-        r = subprocess.run([sys.executable, *GPT_SHORT, "--max-steps", "6", "--checkpoint",
-                            str(out), *extra], capture_output=True, text=True, timeout=120,
-                           cwd=ROOT, env=ENV)
+        r = subprocess.run([sys.executable, *GPT_SHORT, "--max-steps", "6", "--dropout", "0.1",
+                            "--checkpoint", str(out), *extra], capture_output=True, text=True,
+                           timeout=120, cwd=ROOT, env=ENV)
         assert r.returncode == 0, r.stderr
         return r.stdout
 
