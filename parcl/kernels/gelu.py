@@ -27,7 +27,8 @@ from ..errors import ShapeError
 from ..runtime import is_gpu
 from ..tensor import Tensor, check_same_queue
 from ._cache import VECTOR_TYPES, get_kernel, round_up
-from .elementwise import LOCAL, NORMAL_CDF, check_float
+from .clmath import NORMAL_CDF
+from .elementwise import LOCAL, check_float
 from .probe import wide_kernel_ok
 
 VARIANTS = ("vec16", "vec8", "one")
