@@ -295,3 +295,30 @@ def test_dropout_rng_is_thread_local(queue):
     t.start()
     t.join(30)
     assert seen == [(0, 0)] and nn_ops.rng_state() == (5, 9)
+
+
+def test_cross_entropy_of_a_row_far_from_zero(queue):
+    """Logits of -1e9 everywhere in a row (a masked row) are uniform: loss log C and the
+    gradient softmax - onehot, as for logits near zero (its log-sum-exp is kept as max and
+    log-sum: their sum would lose the log-sum)."""
+    x = leaf(queue, np.array([[-1e9] * 4, [1e9] * 4]))
+    labels = up(queue, np.array([2, 0]), np.int64)
+    with tp.Tape() as tape:
+        loss = tp.cross_entropy(x, labels)
+    tape.backward(loss)
+    np.testing.assert_allclose(loss.item(), np.log(4), rtol=1e-6)
+    want = (np.full((2, 4), 0.25) - np.eye(4)[[2, 0]]) / 2
+    np.testing.assert_allclose(x.grad.to_host(), want, atol=1e-6)
+
+
+def test_soft_cross_entropy_of_a_row_far_from_zero(queue):
+    x = leaf(queue, np.array([[-1e9] * 4, [1e9] * 4]))
+    target = leaf(queue, np.array([[0.0, 0.0, 1.0, 0.0], [0.5, 0.5, 0.0, 0.0]]))
+    with tp.Tape() as tape:
+        loss = tp.cross_entropy(x, target)
+    tape.backward(loss)
+    np.testing.assert_allclose(loss.item(), np.log(4), rtol=1e-6)
+    np.testing.assert_allclose(x.grad.to_host(), (0.25 - target.value.to_host()) / 2,
+                               atol=1e-6)
+    np.testing.assert_allclose(target.grad.to_host(), np.full((2, 4), np.log(4) / 2),
+                               rtol=1e-6)

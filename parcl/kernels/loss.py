@@ -47,16 +47,17 @@ __kernel void soft_ce_fwd(__global const float* restrict x, __global const float
         float s = 0.0f;
         for (int c = 0; c < C; ++c)
             s += exp(x[base + (long)c * inner] - m);
-        const float z = m + log(s);
-        float row = 0.0f, mass = 0.0f;
+        const float ls = log(s);       // lse = m + ls, kept in two parts: their sum loses
+        float row = 0.0f, mass = 0.0f; // ls where |m| is huge (a row masked with -1e9)
         for (int c = 0; c < C; ++c) {
             const long j = base + (long)c * inner;
             const float tc = (1.0f - eps) * t[j] + u;
-            row += tc * (z - x[j]);       // z - x >= 0: no cancellation for large logits
+            row += tc * ((m - x[j]) + ls);     // lse - x >= 0: no cancellation
             mass += tc;
         }
-        stats[r] = z;
+        stats[r] = m;
         stats[rows + r] = mass;
+        stats[2 * rows + r] = ls;
         acc += row;
     }
     acc = group_sum(acc, sums);
@@ -80,10 +81,10 @@ __kernel void soft_ce_bwd(__global const float* restrict x, __global const float
     const float scale = g[0] / (float)rows;
     if (which & 1) {
         const float tc = (1.0f - eps) * t[i] + eps / (float)C;
-        gx[i] = (exp(x[i] - stats[r]) * stats[rows + r] - tc) * scale;
+        gx[i] = (exp((x[i] - stats[r]) - stats[2 * rows + r]) * stats[rows + r] - tc) * scale;
     }
     if (which & 2)
-        gt[i] = (1.0f - eps) * (stats[r] - x[i]) * scale;
+        gt[i] = (1.0f - eps) * ((stats[r] - x[i]) + stats[2 * rows + r]) * scale;
 }
 
 // The numerically stable binary cross-entropy of PyTorch: with sp = softplus(-x) =
@@ -153,11 +154,12 @@ def check_soft_cross_entropy(logits: Tensor, target: Tensor) -> None:
 def soft_cross_entropy_forward(logits: Tensor, target: Tensor, label_smoothing: float = 0.0):
     """Mean over rows of ``-sum_c t'[c] log_softmax(logits)[c]``, ``t'`` the target mixed
     with the uniform distribution by ``label_smoothing`` (class dim 1). Returns ``(loss,
-    stats)``: the scalar loss and each row's log-sum-exp then each row's target mass."""
+    stats)``: the scalar loss, then per row its maximum, its target mass and its log of the sum
+    of exps below the maximum (the log-sum-exp in two parts)."""
     check_soft_cross_entropy(logits, target)
     q = logits.queue
     rows, c, inner = _rows(logits)
-    loss, stats = Tensor.empty(q, ()), Tensor.empty(q, (2 * rows,))
+    loss, stats = Tensor.empty(q, ()), Tensor.empty(q, (3 * rows,))
     L = _group(q)
     _k(q, "soft_ce_fwd")(q, (L,), (L,), logits.data, target.data, loss.data, stats.data,
                          np.int32(rows), np.int32(c), np.int32(inner),

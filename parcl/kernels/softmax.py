@@ -35,8 +35,9 @@ _CE = r"""
 // Rows r = (n, i) of x viewed as (N, C, inner): row r's class c is x[(n*C + c)*inner + i].
 // Row loss: (1-eps) * (lse - x[t]) + eps/C * sum_c (lse - x[c]); with NLL the input already
 // holds log-probabilities (lse = 0, no smoothing). Rows labelled `ignore` take no part; the
-// mean is over the rest (0/0 = NaN when all are ignored, as PyTorch). stats[r] = lse of row r,
-// stats[rows] = the number of rows that count.
+// mean is over the rest (0/0 = NaN when all are ignored, as PyTorch). Row r's lse is kept in two
+// parts, its max stats[r] and log-sum stats[rows + r]: m + log s loses log s where |m| is huge
+// (a row masked with -1e9); stats[2 * rows] = the number of rows that count.
 __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* restrict labels,
                         __global float* restrict loss, __global float* restrict stats,
                         __global long* restrict flag, const int rows, const int C,
@@ -49,23 +50,24 @@ __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* res
     for (int r = l; r < rows; r += L) {
         const int n = r / inner;
         const global float* row = x + (long)n * C * inner + (r - n * inner);
-        float z = 0.0f, smooth = 0.0f;
+        float m = 0.0f, ls = 0.0f, smooth = 0.0f;
         if (!nll) {
-            float m = -INFINITY;
+            m = -INFINITY;
             for (int c = 0; c < C; ++c)
                 m = fmax(m, row[(long)c * inner]);
             float s = 0.0f;
             for (int c = 0; c < C; ++c)
                 s += exp(row[(long)c * inner] - m);
-            z = m + log(s);
-            if (eps != 0.0f) {                     // sum_c (z - x[c]), each term >= 0
+            ls = log(s);
+            if (eps != 0.0f) {                     // sum_c (lse - x[c]), each term >= 0
                 float d = 0.0f;
                 for (int c = 0; c < C; ++c)
                     d += m - row[(long)c * inner];
-                smooth = (float)C * log(s) + d;
+                smooth = (float)C * ls + d;
             }
         }
-        stats[r] = z;
+        stats[r] = m;
+        stats[rows + r] = ls;
         const LT t = labels[r];
         if (t == ignore)
             continue;
@@ -73,7 +75,7 @@ __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* res
             acc += NAN;
             first_bad = min(first_bad, r);
         } else {
-            const float nl = z - row[(long)t * inner];
+            const float nl = (m - row[(long)t * inner]) + ls;
             acc += eps == 0.0f ? nl : (1.0f - eps) * nl + eps / (float)C * smooth;
             ++count;
         }
@@ -91,7 +93,7 @@ __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* res
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (l == 0) {
-        stats[rows] = (float)counts[0];
+        stats[2 * rows] = (float)counts[0];
         loss[0] = sums[0] / (float)counts[0];
         flag[0] = bad[0] < rows ? bad[0] : -1;
         flag[1] = bad[0] < rows ? (long)labels[bad[0]] : 0;
@@ -121,8 +123,8 @@ __kernel void ce_bwd_LT(__global const float* restrict x, __global const LT* res
         r = n * inner + (rest - c * inner);
     }
     const LT t = labels[r];
-    const float e = exp(x[i] - stats[r]), p = nll ? 0.0f : e;     // a select, no branch
-    const float v = (p - (t == c ? 1.0f - eps : 0.0f) - u) * (g[0] / stats[rows]);
+    const float e = exp((x[i] - stats[r]) - stats[rows + r]), p = nll ? 0.0f : e;  // a select
+    const float v = (p - (t == c ? 1.0f - eps : 0.0f) - u) * (g[0] / stats[2 * rows]);
     gx[i] = t == ignore ? 0.0f : v;
 }
 """
@@ -313,15 +315,16 @@ def cross_entropy_forward(logits: Tensor, labels: Tensor, ignore_index: int = -1
     logits[r, labels[r]]`` (mixed with the uniform distribution by ``label_smoothing``);
     ``nll=True``: ``logits`` are log-probabilities and the row loss is ``-logits[r, label]``.
 
-    Returns ``(loss, stats, flag)``: the scalar loss (shape ``()``), ``stats`` (rows + 1,):
-    each row's log-sum-exp then the number of rows that count (both for the backward), and an
-    int64 (2,) flag: ``[first bad row or -1, its label]``.
+    Returns ``(loss, stats, flag)``: the scalar loss (shape ``()``), ``stats`` (2 rows + 1,):
+    each row's maximum, each row's log of the sum of exps below it (its log-sum-exp in two
+    parts), then the number of rows that count (all for the backward), and an int64 (2,)
+    flag: ``[first bad row or -1, its label]``.
     """
     op = "nll_loss" if nll else "cross_entropy"
     check_cross_entropy(logits, labels, op, "log_probs" if nll else "logits")
     q = logits.queue
     rows, c, inner = _rows(logits)
-    loss, stats = Tensor.empty(q, ()), Tensor.empty(q, (rows + 1,))
+    loss, stats = Tensor.empty(q, ()), Tensor.empty(q, (2 * rows + 1,))
     flag = Tensor.empty(q, (2,), np.int64)
     L = _group(q)
     _k(q, "ce_fwd_" + _suffix(labels))(q, (L,), (L,), logits.data, labels.data, loss.data,
