@@ -8,6 +8,7 @@ thread and queue. It tells where a step's time goes; the step itself is timed wh
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pyopencl as cl
@@ -37,6 +38,20 @@ def _fwd_bwd(replica, x, y, weight, profiling):
     return t0, t1, time.perf_counter(), (m0, m1)
 
 
+@dataclass
+class Phase:
+    """One phase of a phased step: its markers on every queue (None without profiling), the
+    host times it began, finished enqueueing and found every queue done, and per queue when
+    its ``finish()`` returned."""
+
+    start: list | None
+    end: list | None
+    began: float
+    enqueued: float
+    done: list[float]
+    finished: float
+
+
 def phased(group, opt, x, y, steps, trace, label, comm) -> dict:
     """Run ``steps`` steps phase by phase; per-phase medians (ms) and the optional trace."""
     k = len(group.replicas)
@@ -63,6 +78,15 @@ def phased(group, opt, x, y, steps, trace, label, comm) -> dict:
     def markers():
         return [cl.enqueue_marker(q) for q in queues] if profiling else None
 
+    def phase(*work) -> Phase:
+        """Enqueue ``work`` between markers, then wait for every queue."""
+        began, start = now(), markers()
+        for w in work:
+            w()
+        end, enqueued = markers(), now()
+        done = finish_each()
+        return Phase(start, end, began, enqueued, done, now())
+
     for step in range(steps + 1):            # step 0 is a discarded warm-up
         finish_each()
         if comm is not None:
@@ -70,64 +94,45 @@ def phased(group, opt, x, y, steps, trace, label, comm) -> dict:
         t0 = now()
         per = group.run(_fwd_bwd, xs, ys, weights, [profiling] * k)
         t1 = now()
-        m_ar = markers()
-        group.allreduce_grads(average=False)       # the weights make it the batch mean
-        m_ar_end = markers()
-        t2a = now()
-        ar_done = finish_each()
-        t2 = now()
-        m_opt = markers()
-        opt.step()
-        group.zero_grad()
-        m_opt_end = markers()
-        t3a = now()
-        opt_done = finish_each()
-        t3 = now()
-        m_bc = markers()
-        group.broadcast_parameters()
-        m_bc_end = markers()
-        t4a = now()
-        bc_done = finish_each()
-        t4 = now()
+        ar = phase(lambda: group.allreduce_grads(average=False))   # weights: the batch mean
+        up = phase(opt.step, group.zero_grad)
+        bc = phase(group.broadcast_parameters)
         if step == 0:
             continue
         replica_dispatch = max(p[1] - p[0] for p in per)
         records["fwd_bwd"].append(t1 - t0)
-        records["allreduce"].append(t2 - t1)
-        records["optimizer"].append(t3 - t2)
-        records["broadcast"].append(t4 - t3)
-        records["dispatch"].append(replica_dispatch + (t2a - t1) + (t3a - t2) + (t4a - t3))
-        records["phased"].append(t4 - t0)
+        for name, ph in (("allreduce", ar), ("optimizer", up), ("broadcast", bc)):
+            records[name].append(ph.finished - ph.began)
+        records["dispatch"].append(replica_dispatch + sum(ph.enqueued - ph.began
+                                                          for ph in (ar, up, bc)))
+        records["phased"].append(bc.finished - t0)
         if trace is None:
             continue
         main = trace.track(f"[{label}] main thread")
         trace.span(main, "forward+backward (run in replicas)", t0, t1, "phase")
-        trace.span(main, "allreduce enqueue", t1, t2a, "dispatch")
-        trace.span(main, "allreduce wait", t2a, t2, "wait")
-        trace.span(main, "optimizer enqueue", t2, t3a, "dispatch")
-        trace.span(main, "optimizer wait", t3a, t3, "wait")
-        trace.span(main, "broadcast enqueue", t3, t4a, "dispatch")
-        trace.span(main, "broadcast wait", t4a, t4, "wait")
+        for name, ph in (("allreduce", ar), ("optimizer", up), ("broadcast", bc)):
+            trace.span(main, f"{name} enqueue", ph.began, ph.enqueued, "dispatch")
+            trace.span(main, f"{name} wait", ph.enqueued, ph.finished, "wait")
         for i, (s, e, d, (m0, m1)) in enumerate(per):
             tid = trace.track(f"[{label}] replica {i} thread")
             trace.span(tid, "forward+backward enqueue", s, e, "dispatch", {"step": step})
             trace.span(tid, "finish (wait)", e, d, "wait", {"step": step})
             if profiling:
                 qt = trace.track(f"[{label}] replica {i} queue (device clock)")
-                spans = [("forward+backward", m0, m1), ("allreduce", m_ar[i], m_ar_end[i]),
-                         ("broadcast", m_bc[i], m_bc_end[i])]
+                spans = [("forward+backward", m0, m1), ("allreduce", ar.start[i], ar.end[i]),
+                         ("broadcast", bc.start[i], bc.end[i])]
                 if i == 0:                       # the optimizer runs on replica 0's queue
-                    spans.insert(2, ("optimizer", m_opt[i], m_opt_end[i]))
+                    spans.insert(2, ("optimizer", up.start[i], up.end[i]))
                 for name, a, b in spans:
                     trace.device_span(qt, name, a.profile.end, b.profile.end, offsets[i],
                                       args={"step": step})
             else:
                 qt = trace.track(f"[{label}] replica {i} queue (host-timed)")
                 trace.span(qt, "forward+backward", s, d, "queue", {"step": step})
-                trace.span(qt, "allreduce", t1, ar_done[i], "queue", {"step": step})
+                trace.span(qt, "allreduce", ar.began, ar.done[i], "queue", {"step": step})
                 if i == 0:
-                    trace.span(qt, "optimizer", t2, opt_done[i], "queue", {"step": step})
-                trace.span(qt, "broadcast", t3, bc_done[i], "queue", {"step": step})
+                    trace.span(qt, "optimizer", up.began, up.done[i], "queue", {"step": step})
+                trace.span(qt, "broadcast", bc.began, bc.done[i], "queue", {"step": step})
     if trace is not None:
         trace.metadata["timing"] = (
             "queue rows: device timestamps of OpenCL profiling markers at phase boundaries"
