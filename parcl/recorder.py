@@ -94,6 +94,9 @@ class Recording:
         self.inputs: list = []              # the captured call's input tensors
         self.input_checks: list = []        # (input index, check(host array)) before a replay
         self.unsafe: str | None = None      # why this call cannot be replayed, if it cannot
+        # id(leaf entry) -> [entry, .grad before, requires_grad, .grad after] of every leaf the
+        # recorded backward passes met: a replay writes the gradients the recording wrote
+        self.leaves: dict[int, list] = {}
         self._calls: list | None = None     # the ops bound for replay (made by the first one)
         self.ref = weakref.ref(self)
         self._kept: dict[tuple, list] = {}  # (pool, size) -> buffers the step freed
@@ -136,6 +139,33 @@ class Recording:
         """Run the host hooks, as after every replay (each may raise)."""
         for hook in self.host_hooks:
             hook()
+
+    # -- the leaves' gradients: what the replay writes, and when it is still right -----------
+    def note_leaves(self, entries) -> None:
+        """Before a recorded backward over the graph ``entries``: each leaf's (and each
+        leaf input's) ``.grad`` and ``requires_grad`` as it finds them."""
+        for e in entries:
+            for p in (e, *e.parents):
+                if p.grad_fn is None and id(p) not in self.leaves:
+                    self.leaves[id(p)] = [p, p.grad, p.requires_grad, None]
+
+    def note_grads(self) -> None:
+        """After a recorded backward: the ``.grad`` each leaf ended with."""
+        for leaf in self.leaves.values():
+            leaf[3] = leaf[0].grad
+
+    def leaves_unchanged(self) -> bool:
+        """Whether every leaf has the ``.grad`` (the same tensor, or None) and the
+        ``requires_grad`` the recording found: only then does a replay compute what the eager
+        call would (an accumulation into the same buffer, or a gradient assigned anew)."""
+        return all(e.grad is before and e.requires_grad == needs
+                   for e, before, needs, _ in self.leaves.values())
+
+    def give_grads(self) -> None:
+        """After a replay: every leaf's ``.grad`` is the tensor the recorded backward left it
+        (which the replay just wrote), as after the eager call."""
+        for e, _, _, after in self.leaves.values():
+            e.grad = after
 
     def check_inputs(self, arrays) -> None:
         """Run the input checks on the host arrays a replay is about to upload (each may

@@ -175,7 +175,7 @@ def test_a_launch_failing_in_a_replay_names_its_replica(devices2):
         group.step(x, y, tp.cross_entropy, opt)            # replayed: its calls are bound
         before = [p.value.to_host() for p in group.parameters()]
         (step,) = group.captured_steps[1]
-        (entry,) = step._entries.values()
+        ((entry,),) = step._entries.values()
 
         def lost():                                     # e.g. CL_OUT_OF_RESOURCES
             raise RuntimeError("simulated enqueue failure")
@@ -246,7 +246,7 @@ def _loss_step(queue, labels_of=lambda y: y):
 
 
 def _op_names(step):
-    ops = next(iter(step._entries.values())).recording.ops
+    ops = next(iter(step._entries.values()))[-1].recording.ops
     return [op.kernel.function_name if isinstance(op, recorder.Launch)
             else type(op).__name__.lower() for op in ops]
 
@@ -257,7 +257,8 @@ def test_replayed_labels_are_checked_on_the_host_before_anything_is_enqueued(que
     nothing enqueued (the gradients the step accumulates stay as they were)."""
     model, step = _loss_step(queue)
     x, y = batch(8)
-    step(x, y)
+    step(x, y)                    # recorded: the gradients assigned (there were none)
+    step(x, y)                    # recorded again: now they are accumulated into
     assert "call" not in _op_names(step)                   # no device read to replay
     step(x, y)                                             # replayed: checked, no error
     before = [p.grad.to_host() for p in model.parameters()]
@@ -326,3 +327,124 @@ def test_a_wide_mlp_on_two_sub_devices_replays_bit_identically(devices2):
     assert eager[0] == replayed[0]
     for a, b in zip(eager[1], replayed[1]):
         np.testing.assert_array_equal(a, b)
+
+
+# -- what a replay writes into the leaves' gradients --------------------------------------------
+def _captured_loop(queue, captured, *, set_to_none=True, accumulate=1, make_opt=None,
+                   freeze_at=None, steps=5):
+    """``steps`` training steps of ``mlp``: forward and backward through ``tp.capture`` (or
+    plainly), ``accumulate`` calls per update, the optimizer outside, as ReplicaGroup does;
+    ``freeze_at``: from that step on the first layer's weight is frozen."""
+    model = mlp(queue)
+    opt = (make_opt or (lambda p: pc.optim.AdamW(p, lr=1e-2)))(model.parameters())
+
+    def body(x, y):
+        with tp.Tape() as tape:
+            loss = tp.cross_entropy(model(tp.tensor(x)), y)
+        tape.backward(loss)
+        return loss.value
+    step = tp.capture(body, queue) if captured else None
+    losses = []
+    for s in range(steps):
+        if s == freeze_at:
+            model[0].weight.requires_grad = False
+        for a in range(accumulate):
+            x, y = batch(8, seed=10 * s + a)
+            out = step(x, y) if captured else body(pc.Tensor.from_host(queue, x),
+                                                    pc.Tensor.from_host(queue, y))
+            losses.append(float(out.to_host()))
+        opt.step()
+        opt.zero_grad(set_to_none=set_to_none)
+    return losses, [p.value.to_host() for p in model.parameters()], step
+
+
+@pytest.mark.parametrize("set_to_none", [True, False], ids=["zero_grad", "zero_grad(False)"])
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_captured_backward_in_a_training_loop_equals_the_eager_one(queue, set_to_none,
+                                                                    accumulate):
+    """With ``opt.zero_grad()`` dropping the gradients (PyTorch's default) a replay gives
+    every parameter its gradient again; gradients accumulated over several calls add up; a
+    call that finds the gradients otherwise than the recording did is recorded anew."""
+    eager = _captured_loop(queue, False, set_to_none=set_to_none, accumulate=accumulate)
+    replayed = _captured_loop(queue, True, set_to_none=set_to_none, accumulate=accumulate)
+    assert replayed[0] == eager[0]
+    assert all(np.array_equal(a, b) for a, b in zip(eager[1], replayed[1]))
+    assert replayed[2].replays >= 5 * accumulate - 3
+
+
+def test_freezing_a_parameter_records_the_step_anew(queue):
+    eager = _captured_loop(queue, False, freeze_at=2)
+    replayed = _captured_loop(queue, True, freeze_at=2)
+    assert replayed[0] == eager[0]
+    assert all(np.array_equal(a, b) for a, b in zip(eager[1], replayed[1]))
+
+
+def test_an_optimizer_step_inside_a_captured_function_stays_eager(queue):
+    """Its learning rate and state (Adam's step count, momentum's first step) change every
+    call: a replay would repeat the first call's update."""
+    model = mlp(queue)
+    opt = pc.optim.Adam(model.parameters(), lr=1e-2)
+
+    def body(x, y):
+        with tp.Tape() as tape:
+            loss = tp.cross_entropy(model(tp.tensor(x)), y)
+        tape.backward(loss)
+        opt.step()
+        opt.zero_grad()
+        return loss.value
+    step = tp.capture(body, queue)
+    for s in range(3):
+        step(*batch(8, seed=s))
+    assert step.replays == 0 and "optimizer step (Adam)" in step.reason(*batch(8))
+    assert opt.state[model[0].weight]["step"] == 3
+
+
+def test_a_group_notices_a_frozen_parameter(devices2):
+    """ReplicaGroup(capture=True): freezing a layer between steps is seen (the recorded
+    backward gave it a gradient) and the step is recorded again: the captured run equals
+    the eager one."""
+    got = {}
+    for capture in (False, True):
+        with ReplicaGroup(mlp, devices2, capture=capture) as group:
+            opt = pc.optim.AdamW(group.parameters(), lr=1e-2)
+            for s in range(4):
+                if s == 2:
+                    for r in group.replicas:
+                        r.model[0].weight.requires_grad = False
+                group.step(*batch(12, seed=s), tp.cross_entropy, opt)
+            got[capture] = [p.value.to_host() for p in group.parameters()]
+    assert all(np.array_equal(a, b) for a, b in zip(got[False], got[True]))
+
+
+def test_capture_key_sees_numpy_scalars_lists_and_a_loss_modules_state(devices2):
+    """A scale set from numpy (np.float64 is a float), a list attribute changed in place, and
+    a CrossEntropyLoss whose label_smoothing changes: each records the step again, so the
+    captured run equals the eager one."""
+    class Scaled(pc.nn.Module):
+        def __init__(self, queue=None):
+            super().__init__()
+            self.body = mlp(queue)
+            self.scale, self.shifts = 1.0, [0.0]
+
+        def forward(self, x):
+            return self.body(x) * self.scale + self.shifts[0]
+
+    got = {}
+    for capture in (False, True):
+        crit = pc.nn.CrossEntropyLoss()
+        with ReplicaGroup(Scaled, devices2, capture=capture) as group:
+            opt = pc.optim.SGD(group.parameters(), lr=0.1)
+            for s in range(4):
+                for r in group.replicas:
+                    if s == 1:
+                        r.model.scale = np.sqrt(np.float64(2.0))
+                    if s == 2:
+                        r.model.shifts[0] = 0.5
+                crit.label_smoothing = 0.1 if s == 3 else 0.0
+                group.step(*batch(12, seed=s), crit, opt)
+            got[capture] = [p.value.to_host() for p in group.parameters()]
+    assert all(np.array_equal(a, b) for a, b in zip(got[False], got[True]))
+    model = pc.nn.Dropout(0.5)
+    before = pc.nn.capture_key(model)
+    model.p = np.float32(0.25)
+    assert pc.nn.capture_key(model) != before

@@ -254,6 +254,8 @@ def test_bad_label_in_a_replayed_training_step_with_device_labels(queue, rng):
         return loss.value
     step = tp.capture(body, queue)
     x, y = rng.standard_normal((5, 4)).astype(np.float32), np.array([0, -100, 2, 1, 1])
+    for p in model.parameters():             # persistent buffers: every call accumulates
+        p.grad = pc.Tensor.zeros(queue, p.shape)
     step(x, y)
     step(x, y)
     assert step.replays == 1

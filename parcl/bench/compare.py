@@ -14,7 +14,7 @@ and the table says how to install it. When the threads fill every core, an imple
 idle worker threads can still be spinning when the next one starts (OpenBLAS's do, for a while
 after each call, and slowed PyTorch's two-thread step 2-3x on a 2-core machine):
 ``--no-numpy`` / ``--no-torch`` leave one out so parcl is paired with a single reference.
-``--capture`` times parcl's step through ``tp.capture`` (the whole step, update included,
+``--capture`` times parcl's step through ``tp.capture`` (forward and backward; the update after it,
 recorded once and replayed: bit-identical to the eager step, far less Python); the row is then
 ``parcl (capture)``. ``mobilenet`` (depthwise-separable blocks, see ``models``) has no numpy
 reference: parcl is paired with PyTorch alone. When netcl (the peer PyOpenCL library) is
@@ -156,8 +156,9 @@ def _rates(n: int, steps: int, stat: dict) -> dict:
 
 def parcl_step(q, model, x, y, capture: bool = False, name: str = "mlp"):
     """(step, sync): one parcl training step (batch upload included) and the queue's finish.
-    With ``capture`` the whole step (update included) goes through ``tp.capture``: the first
-    call runs eagerly and is recorded, later ones replay it."""
+    With ``capture`` the forward and backward go through ``tp.capture`` (the first call runs
+    eagerly and is recorded, later ones replay it) and the update runs after it, as in
+    ``ReplicaGroup(capture=True)``: an optimizer's scalars change every step."""
     opt = models.optimizer(name, model.parameters())
     loss_fn = models.loss_of(model)
 
@@ -165,20 +166,16 @@ def parcl_step(q, model, x, y, capture: bool = False, name: str = "mlp"):
         with tp.Tape() as tape:
             loss = loss_fn(model(tp.tensor(xd)), yd)
         tape.backward(loss)
-        opt.step()
-        # A replay reuses the recorded gradient buffers, so they are zeroed in place there;
-        # eagerly they are dropped, as PyTorch's zero_grad does by default.
-        opt.zero_grad(set_to_none=not capture)
         return loss.value
 
-    if capture:
-        captured = tp.capture(body, q)
+    run = tp.capture(body, q) if capture else (
+        lambda xh, yh: body(pc.Tensor.from_host(q, xh), pc.Tensor.from_host(q, yh)))
 
-        def step():
-            return LazyLoss(captured(x, y))
-    else:
-        def step():
-            return LazyLoss(body(pc.Tensor.from_host(q, x), pc.Tensor.from_host(q, y)))
+    def step():
+        loss = run(x, y)
+        opt.step()
+        opt.zero_grad()
+        return LazyLoss(loss)
 
     return step, q.finish
 

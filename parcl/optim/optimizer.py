@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import recorder
 from ..errors import ParclError, ShapeError
 from ..tape.node import Node, changed, host_copy
 from ..tensor import FLOAT, Tensor
@@ -179,6 +180,11 @@ class Optimizer:
         ``replicable``) gives a whole bucket's ``parcl.kernels.optim.Replicated``: its update
         then sums several gradient copies and writes several value copies, run in chunks on
         several queues (the fused end of a data-parallel step)."""
+        # Its scalars (lr, Adam's bias corrections, momentum's first step) come from the host
+        # and change from call to call: a replay would repeat this call's.
+        recorder.unsafe(f"an optimizer step ({type(self).__name__}): its learning rate and "
+                        "state change from call to call; step the optimizer outside the "
+                        "captured function")
         for p, opts, fresh in plan.single:
             state = self.state.setdefault(p, {})
             state.update(fresh)

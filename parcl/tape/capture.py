@@ -30,7 +30,8 @@ from .. import recorder
 from ..tensor import Tensor, _check_dtype, own
 from . import mode
 
-MAX_SIGNATURES = 8          # recordings kept per captured function (oldest dropped first)
+MAX_SIGNATURES = 8          # input signatures kept per captured function (oldest dropped first)
+MAX_VARIANTS = 4            # recordings per signature, one per state of the leaves' gradients
 
 
 class _Entry:
@@ -50,14 +51,16 @@ class CapturedStep:
     def __init__(self, fn, queue: cl.CommandQueue):
         self.fn = fn
         self.queue = queue
-        self._entries: dict = {}
+        # signature -> its recordings, one per state of the leaves' gradients the recorded
+        # backward found (none yet, or accumulating into given buffers), newest last
+        self._entries: dict[tuple, list[_Entry]] = {}
         self.replays = 0
         self.eager_calls = 0
 
     def reason(self, *arrays, key=()) -> str | None:
         """Why calls with these inputs run eagerly (None when they are replayed)."""
-        entry = self._entries.get(self._key(arrays, key))
-        return None if entry is None else entry.reason
+        variants = self._entries.get(self._key(arrays, key))
+        return variants[0].reason if variants else None
 
     def _key(self, arrays, key):
         return (tuple((a.shape, a.dtype.str) for a in arrays), mode.capture_modes(), key)
@@ -68,16 +71,22 @@ class CapturedStep:
         step's outputs), so they are uploaded without a host copy (``Tensor.from_host``)."""
         arrays = tuple(np.ascontiguousarray(a) for a in arrays)
         k = self._key(arrays, key)
-        entry = self._entries.get(k)
-        if entry is not None and entry.reason is None:
-            entry.recording.check_inputs(arrays)     # may raise: nothing is enqueued then
-            self._upload(entry, arrays, borrow)
-            entry.recording.replay()
-            self.replays += 1
-            return entry.outputs
-        if entry is not None:                  # known not to be replayable: plain eager
+        variants = self._entries.get(k, ())
+        if variants and variants[0].reason is not None:    # not replayable: plain eager
             self.eager_calls += 1
             return self.fn(*self._fresh_inputs(arrays, borrow))
+        for entry in variants:
+            # The recording whose backward found the leaves' gradients as they are now (none,
+            # or these buffers to accumulate into) and the same parameters frozen; another
+            # state (zero_grad(set_to_none=...), a second accumulation, a frozen layer) is
+            # recorded anew: a replay writes what its recording wrote.
+            if entry.recording.leaves_unchanged():
+                entry.recording.check_inputs(arrays)     # may raise: nothing is enqueued then
+                self._upload(entry, arrays, borrow)
+                entry.recording.replay()
+                entry.recording.give_grads()
+                self.replays += 1
+                return entry.outputs
         return self._record(k, arrays, borrow)
 
     def _fresh_inputs(self, arrays, borrow: bool) -> list[Tensor]:
@@ -101,9 +110,11 @@ class CapturedStep:
             entry.recording, entry.outputs, entry.reason = rec, outputs, rec.unsafe
             if rec.unsafe is not None:
                 entry.recording = entry.outputs = None     # unpin the buffers
+        variants = self._entries.pop(k, [])
+        variants = [entry] if entry.reason is not None else (variants + [entry])[-MAX_VARIANTS:]
         if len(self._entries) >= MAX_SIGNATURES:
             self._entries.pop(next(iter(self._entries)))
-        self._entries[k] = entry
+        self._entries[k] = variants
         return outputs
 
     def _upload(self, entry: _Entry, arrays, borrow: bool) -> None:

@@ -11,6 +11,7 @@ import threading
 import time
 import weakref
 
+from .. import recorder
 from ..errors import ParclError, ShapeError
 from ..kernels import elementwise as ew
 from ..runtime import default_queue
@@ -123,12 +124,17 @@ class Tape:
         if self.nodes:
             _check_leaves_unchanged(order, self.nodes[0].recorded_at)
         self._backward_done = True
+        rec = recorder.current()
+        if rec is not None:
+            rec.note_leaves(order)
         outer = getattr(_backward_state, "deferred", None)
         _backward_state.deferred = deferred = []
         try:
             self._reverse(order, loss, grad, retain_grads)
         finally:
             _backward_state.deferred = outer
+        if rec is not None:
+            rec.note_grads()
         for check in deferred:
             check()
         return order
