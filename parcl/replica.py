@@ -27,7 +27,7 @@ from . import runtime
 from .allreduce.buckets import GradBuckets, ParamBuckets, alignment_elems, plan_buckets
 from .allreduce.end import Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
-from .nn.module import capture_key
+from .nn.module import Module, capture_key
 from .optim import FlatBucket
 from .replica_steps import (Captured, Eager, IgnoredLabels, count_samples, positive,
                             skip_unreached, split_batch)
@@ -310,7 +310,8 @@ class ReplicaGroup:
         ignore = self._labels.ignored(loss_fn)
         shards = self._split(x, y, ignore, accumulation_steps)                     # 1.
         self._begin()
-        outcomes = self.run(self._replica_step, shards, [loss_fn] * k, self._keys(key))  # 2.
+        keys = self._keys(key, loss_fn)
+        outcomes = self.run(self._replica_step, shards, [loss_fn] * k, keys)       # 2.
         self._labels.check(loss_fn, y, ignore, outcomes, self.comm)                # 3.
         skip_unreached(self._params[0], self._check_signatures([o.reached for o in outcomes]),
                        self.comm)
@@ -346,11 +347,14 @@ class ReplicaGroup:
         if self._stats is not None:
             self._stats.start()
 
-    def _keys(self, key) -> list:
-        """Per replica what its recorded step is looked up by (beside shapes and modes)."""
+    def _keys(self, key, loss_fn) -> list:
+        """Per replica what its recorded step is looked up by (beside shapes and modes): the
+        model's Python state, a loss module's (``CrossEntropyLoss(label_smoothing=...)``)
+        and ``key``."""
         if not self.capture:
             return [None] * len(self.replicas)
-        return [(capture_key(r.model), key) for r in self.replicas]
+        loss_state = capture_key(loss_fn) if isinstance(loss_fn, Module) else None
+        return [(capture_key(r.model), loss_state, key) for r in self.replicas]
 
     def _finish(self, outcomes, norm) -> float:
         """Wait for the losses (and the norm), the step's one host synchronisation; where the

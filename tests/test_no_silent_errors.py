@@ -207,10 +207,18 @@ def test_a_parameter_value_replaced_after_the_group_was_made_raises(devices2, ca
 
 
 def test_capture_key_sees_plain_attributes_only(queue):
+    """Plain values (numbers, strings, numpy scalars, and tuples, lists and dicts of them)
+    are what a forward branches on; anything else (an object, a list holding one) is not."""
     model = Branching(queue)
     key = pc.nn.capture_key(model)
-    model.notes = ["a list is not plain"]
+    model.helper = [object()]
     assert pc.nn.capture_key(model) == key
+    model.notes = ["a list of plain values is plain"]
+    assert pc.nn.capture_key(model) != key
+    key = pc.nn.capture_key(model)
+    model.notes.append("changed in place")
+    assert pc.nn.capture_key(model) != key
+    key = pc.nn.capture_key(model)
     model.temperature = 2.0
     assert pc.nn.capture_key(model) != key
 

@@ -107,15 +107,36 @@ class Parameter(Node):
 _PLAIN = (bool, int, float, str, type(None))
 
 
-def _plain(value) -> bool:
+_NOT_PLAIN = object()
+
+
+def _frozen(value):
+    """A hashable stand-in for a plain attribute value (bool, int, float, str, None, numpy
+    scalars, and tuples, lists and dicts of them), or ``_NOT_PLAIN``."""
     kind = type(value)
-    return kind in _PLAIN or (kind is tuple and all(_plain(v) for v in value))
+    if kind in _PLAIN:
+        return value
+    if isinstance(value, np.generic):           # np.float64(...) is a float too
+        return (kind.__name__, value.item())
+    if kind in (tuple, list):
+        items = []
+        for v in value:
+            f = _frozen(v)
+            if f is _NOT_PLAIN:
+                return _NOT_PLAIN
+            items.append(f)
+        return (kind.__name__, tuple(items))
+    if kind is dict and all(type(k) is str for k in value):
+        f = _frozen(list(value.values()))
+        return _NOT_PLAIN if f is _NOT_PLAIN else ("dict", tuple(value), f)
+    return _NOT_PLAIN
 
 
 def capture_key(model: Module) -> tuple:
     """Every module's ``training`` flag and other plain Python attributes (bool, int, float,
-    str, None and tuples of them), in module order: what a forward may branch on or pass
-    into an op without its tensors' shapes showing it. A captured step
+    str, None, numpy scalars, and tuples, lists and dicts of them), in module order: what a
+    forward may branch on or pass into an op without its tensors' shapes showing it. A
+    captured step
     (``ReplicaGroup(capture=True)``, ``tp.capture(..., key=...)``) is replayed only while this
     is unchanged, and recorded again when it changes.
 
@@ -126,7 +147,8 @@ def capture_key(model: Module) -> tuple:
     False
     """
     modules = model.modules() if isinstance(model, Module) else [model]
-    return tuple(tuple(item for item in vars(m).items() if _plain(item[1])) for m in modules)
+    return tuple(tuple((name, f) for name, value in vars(m).items()
+                       if (f := _frozen(value)) is not _NOT_PLAIN) for m in modules)
 
 
 # -- Module -----------------------------------------------------------------------------------
