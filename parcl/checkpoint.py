@@ -5,7 +5,8 @@ Tensors are stored under ``model.<name>`` (the model's ``state_dict()`` keys) an
 ``optim.state.<param>.<name>`` (the optimizer's per-parameter buffers). Everything else (step,
 user metadata, the optimizer's scalars and param_groups, a learning-rate scheduler's state, the
 CRC-32 of every tensor's bytes, the parcl and format versions) is one JSON document under the
-key ``"parcl"`` of the safetensors header's ``__metadata__``. Nothing is ever unpickled.
+key ``"parcl"`` of the safetensors header's ``__metadata__``, with that document's own CRC-32
+beside it under ``"parcl_crc32"``. Nothing is ever unpickled.
 
 A save is atomic: the file is written beside ``path`` under a temporary name, fsynced, renamed
 onto ``path`` and the directory fsynced, so a crash leaves the previous checkpoint intact (and
@@ -41,11 +42,13 @@ from .errors import CheckpointError, DTypeError
 
 __all__ = ["FORMAT_VERSION", "load", "save"]
 
-# Format 2 added the per-tensor checksums (``"crc32"``) and the scheduler state. Format-1 files
-# (parcl before checksums) still load, without a checksum check: refusing them would strand
-# every existing run, and they keep every other check.
-FORMAT_VERSION = 2
+# Format 2 added the per-tensor checksums (``"crc32"``) and the scheduler state; format 3 the
+# checksum of the JSON document itself (under DOC_CRC_KEY, beside it: step, meta, the
+# optimizer's scalars and the scheduler are in the document). Format-1 and -2 files still load
+# with what they have: refusing them would strand every existing run.
+FORMAT_VERSION = 3
 META_KEY = "parcl"
+DOC_CRC_KEY = "parcl_crc32"
 MODEL_PREFIX = "model."
 OPTIM_PREFIX = "optim.state."
 _DTYPES = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
@@ -91,7 +94,8 @@ def save(path: str | os.PathLike, model: Any, optimizer: Any = None, step: int =
     except (TypeError, ValueError) as e:
         raise TypeError(f"save({path!r}): the metadata is not JSON-serialisable ({e}); pass "
                         f"numbers, strings, lists and dicts") from e
-    data = safetensors.numpy.save(tensors, metadata={META_KEY: header})
+    data = safetensors.numpy.save(tensors, metadata={
+        META_KEY: header, DOC_CRC_KEY: str(zlib.crc32(header.encode()))})
     atomic_write(path, data, "checkpoint")
 
 
@@ -228,11 +232,19 @@ def _read(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         # The header was just validated by safetensors; read its metadata from the same bytes.
         header_len = int.from_bytes(data[:8], "little")
         header = json.loads(data[8:8 + header_len])
-        doc = json.loads(header["__metadata__"][META_KEY])
+        text = header["__metadata__"][META_KEY]
+        doc_crc = header["__metadata__"].get(DOC_CRC_KEY)
+        doc = json.loads(text)
         spans = {k: v["data_offsets"] for k, v in header.items() if k != "__metadata__"}
     except Exception as e:
         raise CheckpointError(f"load({path!r}): the file is damaged or not a parcl checkpoint "
                               f"({type(e).__name__}: {e})") from e
+    # The document's own checksum first: where it is (format 3) a damaged step, meta,
+    # optimizer scalar or format number is refused, not loaded.
+    if doc_crc is not None and doc_crc != str(zlib.crc32(text.encode())):
+        raise CheckpointError(f"load({path!r}): the checksum of the checkpoint's metadata "
+                              f"(step, meta, optimizer and scheduler state) does not match it; "
+                              f"the file is damaged (nothing was loaded)")
     if not (isinstance(doc, dict) and isinstance(doc.get("model_keys"), list)
             and isinstance(doc.get("format"), int) and isinstance(doc.get("meta", {}), dict)):
         raise CheckpointError(f"load({path!r}): the metadata is not a parcl checkpoint's")
@@ -240,6 +252,10 @@ def _read(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         raise CheckpointError(f"load({path!r}): checkpoint format {doc.get('format')} was "
                               f"written by parcl {doc.get('parcl_version')}, newer than this "
                               f"one (format {FORMAT_VERSION}); upgrade parcl")
+    if doc["format"] < 1 or (doc["format"] >= 3 and doc_crc is None):
+        why = "does not exist" if doc["format"] < 1 else "lacks its metadata checksum"
+        raise CheckpointError(f"load({path!r}): checkpoint format {doc['format']} {why}; "
+                              f"the file is damaged")
     expected = {MODEL_PREFIX + k for k in doc["model_keys"]}
     if doc.get("optimizer"):
         expected |= {f"{OPTIM_PREFIX}{entry['key']}.{name}"

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import numpy as np
 import pytest
@@ -144,8 +145,31 @@ def test_file_layout_is_plain_safetensors_with_json_metadata(ckpt):
     assert {"optim.state.0.exp_avg", "optim.state.1.exp_avg_sq"} <= keys
     assert len(keys) == 4 + 2 * 2
     assert doc["step"] == 7 and doc["meta"] == {"epoch": 1}
-    assert doc["parcl_version"] == pc.__version__ and doc["format"] == 2
+    assert doc["parcl_version"] == pc.__version__ and doc["format"] == 3
     assert doc["optimizer"]["param_groups"][0]["betas"] == [0.9, 0.999]
+    with safe_open(str(ckpt), framework="numpy") as f:         # the document's own CRC-32
+        assert f.metadata()["parcl_crc32"] == str(zlib.crc32(f.metadata()["parcl"].encode()))
+
+
+@pytest.mark.parametrize("change", [
+    # the header holds the document as a JSON string: its quotes are escaped there
+    lambda text: text.replace('lr\\": 0.001', 'lr\\": 0.009'),       # one bit of the lr
+    lambda text: text.replace('step\\": 7', 'step\\": 3'),           # the step
+    lambda text: text.replace('format\\": 3', 'format\\": 1'),       # no checks at all
+    lambda text: text.replace('format\\": 3', 'format\\": 0'),
+], ids=["lr", "step", "format-1", "format-0"])
+def test_damage_to_the_metadata_is_refused(ckpt, change):
+    """The step, meta, optimizer scalars and scheduler live in the JSON document, not in
+    tensors: its own checksum catches a flipped digit there, or a format number changed so
+    as to skip the tensors' checksums."""
+    pc.save(ckpt, FakeModel(), FakeAdam(FakeModel()), step=7)
+    data = bytearray(ckpt.read_bytes())
+    n = int.from_bytes(data[:8], "little")
+    header = data[8:8 + n].decode()
+    damaged = change(header)
+    assert damaged != header and len(damaged) == len(header)
+    ckpt.write_bytes(bytes(data[:8]) + damaged.encode() + bytes(data[8 + n:]))
+    refuse_load(ckpt, FakeModel(seed=3), match=["damaged"])
 
 
 def test_overwrite_leaves_no_temporary_files(ckpt):
