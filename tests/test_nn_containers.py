@@ -74,3 +74,26 @@ def test_softmax_layer(queue, dim):
     assert y.op_name == "softmax"
     ident = pc.nn.Identity()
     assert ident(node) is node and not list(ident.parameters())
+
+
+def test_a_slice_of_a_sequential_keeps_its_childrens_names(queue):
+    """As PyTorch's: ``net[1:]``'s state dict has the keys its layers had in ``net``."""
+    net = pc.nn.Sequential(pc.nn.Linear(4, 4, queue=queue), pc.nn.ReLU(),
+                           pc.nn.Linear(4, 2, queue=queue))
+    assert list(net[1:].state_dict()) == ["2.weight", "2.bias"]
+    from collections import OrderedDict
+    named = pc.nn.Sequential(OrderedDict(body=pc.nn.Linear(4, 4, queue=queue),
+                                         head=pc.nn.Linear(4, 2, queue=queue)))
+    assert list(named[1:].state_dict()) == ["head.weight", "head.bias"]
+    assert named[-1] is named.head
+
+
+def test_assigning_a_non_parameter_to_a_parameter_is_a_type_error(queue):
+    """PyTorch's TypeError: a Node put in a parameter's place would silently leave
+    parameters(), the optimizer and the state dict."""
+    fc = pc.nn.Linear(4, 2, queue=queue)
+    with pytest.raises(TypeError, match="Linear.weight is a parameter"):
+        fc.weight = tp.tensor(np.zeros((2, 4), np.float32), requires_grad=True)
+    assert len(list(fc.parameters())) == 2 and "weight" in fc.state_dict()
+    fc.bias = None                                   # allowed, as in PyTorch
+    assert list(fc.state_dict()) == ["weight"]

@@ -332,10 +332,9 @@ class Sequential(Module):
         return iter(self._modules.values())
 
     def __getitem__(self, index):
-        layers = list(self._modules.values())
-        if isinstance(index, slice):
-            return Sequential(*layers[index])
-        return layers[index]
+        if isinstance(index, slice):             # keeps the children's names, as PyTorch's
+            return Sequential(OrderedDict(list(self._modules.items())[index]))
+        return list(self._modules.values())[index]
 
     def forward(self, x):
         layers = list(self._modules.values())

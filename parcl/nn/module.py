@@ -195,6 +195,12 @@ class Module:
         elif isinstance(value, Module):
             self._forget(name)
             modules[name] = value
+        elif name in params and value is not None:
+            # PyTorch's TypeError: a Node or Tensor put here would silently leave
+            # parameters(), the optimizer and every checkpoint
+            raise TypeError(f"{type(self).__name__}.{name} is a parameter: assign a "
+                            f"pc.nn.Parameter or None, not {type(value).__name__} (to change "
+                            f"its value in place: {name}.value.copy_(t) or load_state_dict)")
         elif name in buffers:
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(f"{type(self).__name__}.{name} is a buffer: assign a pc.Tensor "
