@@ -14,6 +14,13 @@ Like CUDA graphs, capture assumes ``fn`` does the same device work whenever its 
 the same shapes: Python state that changes what ``fn`` enqueues without changing the input
 shapes (a step counter choosing a branch) must go into ``key``.
 
+A replay also gives every leaf the ``.grad`` its recording gave it. The recording noted the
+state it found the leaves' gradients in (none, or buffers to accumulate into) and which leaves
+required grad; a call that finds another state (``opt.zero_grad()`` dropped them, a second
+micro-batch accumulates, a layer was frozen) is recorded again as another variant of the same
+signature, so a replay always writes what the eager call would. An optimizer step inside
+``fn`` makes it unreplayable: its learning rate and state change every call.
+
 Like a CUDA graph, a replay writes into the same output tensors each time: the tensors
 returned by one call are overwritten by the next (copy a value you want to keep).
 
