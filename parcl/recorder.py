@@ -22,6 +22,17 @@ import pyopencl as cl
 _local = threading.local()
 
 
+@dataclass
+class LeafGrad:
+    """A leaf a recorded backward met: the ``.grad`` it found (None, or the tensor it
+    accumulated into), whether it required grad then, and the ``.grad`` it left."""
+
+    entry: object
+    before: object
+    requires_grad: bool
+    after: object = None
+
+
 @dataclass(frozen=True)
 class Launch:
     """A kernel launch: the recording's own kernel object, its arguments set once; ``updates``
@@ -94,9 +105,9 @@ class Recording:
         self.inputs: list = []              # the captured call's input tensors
         self.input_checks: list = []        # (input index, check(host array)) before a replay
         self.unsafe: str | None = None      # why this call cannot be replayed, if it cannot
-        # id(leaf entry) -> [entry, .grad before, requires_grad, .grad after] of every leaf the
-        # recorded backward passes met: a replay writes the gradients the recording wrote
-        self.leaves: dict[int, list] = {}
+        # id(leaf entry) -> every leaf the recorded backward passes met: a replay writes the
+        # gradients the recording wrote
+        self.leaves: dict[int, LeafGrad] = {}
         self._calls: list | None = None     # the ops bound for replay (made by the first one)
         self.ref = weakref.ref(self)
         self._kept: dict[tuple, list] = {}  # (pool, size) -> buffers the step freed
@@ -147,25 +158,26 @@ class Recording:
         for e in entries:
             for p in (e, *e.parents):
                 if p.grad_fn is None and id(p) not in self.leaves:
-                    self.leaves[id(p)] = [p, p.grad, p.requires_grad, None]
+                    self.leaves[id(p)] = LeafGrad(p, p.grad, p.requires_grad)
 
     def note_grads(self) -> None:
         """After a recorded backward: the ``.grad`` each leaf ended with."""
         for leaf in self.leaves.values():
-            leaf[3] = leaf[0].grad
+            leaf.after = leaf.entry.grad
 
     def leaves_unchanged(self) -> bool:
         """Whether every leaf has the ``.grad`` (the same tensor, or None) and the
         ``requires_grad`` the recording found: only then does a replay compute what the eager
         call would (an accumulation into the same buffer, or a gradient assigned anew)."""
-        return all(e.grad is before and e.requires_grad == needs
-                   for e, before, needs, _ in self.leaves.values())
+        return all(leaf.entry.grad is leaf.before
+                   and leaf.entry.requires_grad == leaf.requires_grad
+                   for leaf in self.leaves.values())
 
     def give_grads(self) -> None:
         """After a replay: every leaf's ``.grad`` is the tensor the recorded backward left it
         (which the replay just wrote), as after the eager call."""
-        for e, _, _, after in self.leaves.values():
-            e.grad = after
+        for leaf in self.leaves.values():
+            leaf.entry.grad = leaf.after
 
     def check_inputs(self, arrays) -> None:
         """Run the input checks on the host arrays a replay is about to upload (each may

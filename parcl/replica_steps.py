@@ -275,9 +275,9 @@ def skip_unreached(params: list, reached: tuple[int, ...], comm) -> None:
     the update skips it as ``torch.optim`` does (and DDP with ``find_unused_parameters``):
     weight decay and momentum move nothing that had no gradient, and Adam starts no state for
     it. The next step points it back at its bucket view."""
-    if comm is not None:
-        reached = set().union(*comm.allgather(reached))
     missing = set(range(len(params))) - set(reached)
+    if comm is not None:                   # what no rank reached (usually nothing to send)
+        missing = set.intersection(*map(set, comm.allgather(sorted(missing))))
     for j in missing:
         params[j].grad = None
 

@@ -22,7 +22,8 @@ signature, so a replay always writes what the eager call would. An optimizer ste
 ``fn`` makes it unreplayable: its learning rate and state change every call.
 
 Like a CUDA graph, a replay writes into the same output tensors each time: the tensors
-returned by one call are overwritten by the next (copy a value you want to keep).
+returned by one call, and the gradient tensors it gives the leaves, are overwritten by the
+next (copy a value you want to keep).
 
 >>> step = tp.capture(lambda x, y: train_step(model, x, y), queue)
 >>> loss = step(x_batch, y_batch)      # eager and recorded; replayed from the next call on
