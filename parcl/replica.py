@@ -101,7 +101,7 @@ class ReplicaGroup:
             self.close()
             raise
         index = [{id(p.entry): i for i, p in enumerate(ps)} for ps in self._params]
-        self._backward = Captured(index) if self.capture else Eager(index)
+        self._backward = (Captured if self.capture else Eager)(index, self._buffers)
         self._stats = StatsExchange([r.queue for r in self.replicas], self.comm,
                                     self.timeout) if sync_batchnorm else None
         self._replica_step = self._synced_step if sync_batchnorm else self._backward.run
@@ -327,34 +327,23 @@ class ReplicaGroup:
         return split_batch(x, y, len(self.replicas), total, accumulation_steps, ignore)
 
     def _begin(self) -> None:
-        """Before the replicas start: every gradient its bucket view, zero unless the last
-        step zeroed it; a batch-statistics exchange broken by a failed step reset."""
-        for r, values in enumerate(self._buffers.values):
-            replaced = values.replaced()
-            if replaced:
-                shapes = ", ".join(f"{i} {tuple(values.params[i].shape)}" for i in replaced[:4])
-                raise ParclError(
-                    f"ReplicaGroup.step: replica {r}: parameters {shapes} had .value replaced "
-                    "after the group was made, so the step would train tensors the model no "
-                    "longer reads; copy new values in place (p.value.copy_(t), "
-                    "load_state_dict) or make a new ReplicaGroup")
+        """Before the replicas start: a failed step's gradients zeroed (each replica makes
+        its buckets its gradients again in its own call: ``Eager.prepare``); a batch-statistics
+        exchange broken by a failed step reset."""
         if self._grads_dirty:
             self.zero_grad()
-        else:
-            for grads in self._buffers.grads:
-                grads.gather()
         self._grads_dirty = True
         if self._stats is not None:
             self._stats.start()
 
     def _keys(self, key, loss_fn) -> list:
-        """Per replica what its recorded step is looked up by (beside shapes and modes): the
-        model's Python state, a loss module's (``CrossEntropyLoss(label_smoothing=...)``)
-        and ``key``."""
+        """Per replica what its recorded step is looked up by beside shapes, modes and its
+        model's Python state (``capture_key``, taken in the replica's own call): a loss
+        module's state (``CrossEntropyLoss(label_smoothing=...)``) and ``key``."""
         if not self.capture:
             return [None] * len(self.replicas)
         loss_state = capture_key(loss_fn) if isinstance(loss_fn, Module) else None
-        return [(capture_key(r.model), loss_state, key) for r in self.replicas]
+        return [(loss_state, key)] * len(self.replicas)
 
     def _finish(self, outcomes, norm) -> float:
         """Wait for the losses (and the norm), the step's one host synchronisation; where the

@@ -16,6 +16,7 @@ import numpy as np
 import pyopencl as cl
 
 from .errors import ParclError, ShapeError
+from .nn.module import capture_key
 from .tape import Node, Tape, ops, tensor
 from .tape.capture import capture
 from .tensor import Tensor
@@ -185,10 +186,28 @@ def _as_supported(a: np.ndarray) -> np.ndarray:
 class Eager:
     """Forward and backward of every micro-batch through the tape, on the replica's thread."""
 
-    def __init__(self, param_index: list[dict[int, int]]):
+    def __init__(self, param_index: list[dict[int, int]], buffers):
         self.param_index = param_index          # per replica: id(p.entry) -> index
+        self.buffers = buffers                  # the group's StepBuffers
+
+    def prepare(self, replica) -> None:
+        """Before the replica's forward: its gradient buckets its parameters' ``.grad`` again
+        (copying in any gradient replaced since), and its parameters still its buckets'
+        views. Each replica does its own, on its own thread, so none of it delays the
+        others' start."""
+        values = self.buffers.values[replica.index]
+        replaced = values.replaced()
+        if replaced:
+            shapes = ", ".join(f"{i} {tuple(values.params[i].shape)}" for i in replaced[:4])
+            raise ParclError(
+                f"ReplicaGroup.step: replica {replica.index}: parameters {shapes} had .value "
+                "replaced after the group was made, so the step would train tensors the model "
+                "no longer reads; copy new values in place (p.value.copy_(t), "
+                "load_state_dict) or make a new ReplicaGroup")
+        self.buffers.grads[replica.index].gather()
 
     def run(self, replica, micros: list[Micro], loss_fn, key) -> Outcome:
+        self.prepare(replica)
         body = self.body(replica, loss_fn)
         q = replica.queue
         # The caller's arrays are borrowed, not copied: step returns only after every
@@ -225,12 +244,16 @@ class Captured(Eager):
     """Each replica records its step once per input signature and key and replays it after
     (``tp.capture``), on its own thread; recordings are kept per loss function."""
 
-    def __init__(self, param_index: list[dict[int, int]]):
-        super().__init__(param_index)
+    def __init__(self, param_index: list[dict[int, int]], buffers):
+        super().__init__(param_index, buffers)
         self.steps: list[dict] = [{} for _ in param_index]
 
     def run(self, replica, micros: list[Micro], loss_fn, key) -> Outcome:
+        """``key``: the group's part of the lookup key (a loss module's state, the caller's
+        ``key``); the replica's model state (``capture_key``) is added here."""
+        self.prepare(replica)
         step = self.step(replica, loss_fn)
+        key = (capture_key(replica.model), *key)
         return _run_micros(replica, micros,          # borrowed, as in Eager.run
                            lambda m: step(m.x, m.y, m.weight, key=key, borrow=True))
 
