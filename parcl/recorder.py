@@ -19,7 +19,14 @@ from functools import partial
 
 import pyopencl as cl
 
-_local = threading.local()
+class _Local(threading.local):
+    # Class defaults: reading an attribute a thread never set is then a plain lookup (a
+    # getattr with a default raises and catches inside, ~8x slower, on every allocation and
+    # launch of an eager op).
+    recording: Recording | None = None
+
+
+_local = _Local()
 
 
 @dataclass
@@ -121,7 +128,7 @@ class Recording:
 
     def take(self, pool, size: int):
         """A buffer of ``size`` the step freed earlier (reused in the same order on replay)."""
-        if getattr(_local, "recording", None) is not self:
+        if _local.recording is not self:
             return None                     # recording over: kept buffers are the replays'
         with self._lock:
             bucket = self._kept.get((pool, size))
@@ -188,7 +195,7 @@ class Recording:
 
 def current() -> Recording | None:
     """The recording of this thread, or None."""
-    return getattr(_local, "recording", None)
+    return _local.recording
 
 
 def start(inputs=()) -> Recording:
@@ -206,13 +213,13 @@ def stop() -> None:
 
 def unsafe(reason: str) -> None:
     """Mark the current recording (if any) as not replayable, and say why."""
-    rec = getattr(_local, "recording", None)
+    rec = _local.recording
     if rec is not None and rec.unsafe is None:
         rec.unsafe = reason
 
 
 def kernel(kernel, queue, gsize, lsize, args: tuple, wait_for) -> None:
-    rec = getattr(_local, "recording", None)
+    rec = _local.recording
     if rec is None:
         return
     if wait_for:
@@ -224,7 +231,7 @@ def replay_arg(index: int, value) -> None:
     """Have every replay set argument ``index`` of the kernel launch just recorded to
     ``value()`` before enqueueing it (e.g. a fresh random key: dropout stays replayable).
     ``value`` is called in replay order, on the replaying thread."""
-    rec = getattr(_local, "recording", None)
+    rec = _local.recording
     if rec is None:
         return
     op = rec.ops[-1] if rec.ops else None
@@ -234,7 +241,7 @@ def replay_arg(index: int, value) -> None:
 
 
 def copy(queue, dst, src, **kwargs) -> None:
-    rec = getattr(_local, "recording", None)
+    rec = _local.recording
     if rec is None:
         return
     if kwargs.get("wait_for"):
@@ -244,7 +251,7 @@ def copy(queue, dst, src, **kwargs) -> None:
 
 
 def fill(queue, buf, pattern, offset: int, size: int) -> None:
-    rec = getattr(_local, "recording", None)
+    rec = _local.recording
     if rec is not None:
         rec.ops.append(Fill(queue, buf, pattern, offset, size))
 
@@ -252,7 +259,7 @@ def fill(queue, buf, pattern, offset: int, size: int) -> None:
 def call(fn) -> None:
     """Have ``fn()`` run at this point of every replay, between the recorded launches (e.g. to
     enqueue the read of a flag the launches before it wrote). Not called now."""
-    rec = getattr(_local, "recording", None)
+    rec = _local.recording
     if rec is not None:
         rec.ops.append(Call(fn))
 
@@ -263,7 +270,7 @@ def input_check(tensor, check) -> bool:
     ahead of any upload, and return True: a value that only has to be validated is then
     checked on the host, with no device read and no wait. False otherwise (not recording, or
     not an input): check it on the device."""
-    rec = getattr(_local, "recording", None)
+    rec = _local.recording
     if rec is None:
         return False
     for index, t in enumerate(rec.inputs):
@@ -275,6 +282,6 @@ def input_check(tensor, check) -> bool:
 
 def host_hook(hook) -> None:
     """Have ``hook()`` run after each replay (e.g. a check of a value the step wrote)."""
-    rec = getattr(_local, "recording", None)
+    rec = _local.recording
     if rec is not None:
         rec.host_hooks.append(hook)

@@ -284,7 +284,7 @@ def mask_layout(mask: Tensor, batch: tuple[int, ...], tq: int, tk: int) -> MaskL
 
 
 def _int4(values) -> object:
-    return cltypes.make_int4(*(list(values) + [1] * (4 - len(values))))
+    return np.array((*values, *[1] * (4 - len(values))), dtype=cltypes.int4)   # no eval
 
 
 def _variant(queue, variant: str | None) -> str:

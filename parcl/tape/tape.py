@@ -19,14 +19,18 @@ from ..tensor import Tensor
 from . import mode
 from .node import ACCUMULATED, FREED, Entry, Node, check_finite
 
-_backward_state = threading.local()
+class _BackwardState(threading.local):
+    deferred: list | None = None     # the checks of the running backward pass (``defer``)
+
+
+_backward_state = _BackwardState()
 
 
 def defer(check) -> None:
     """Run ``check()`` once the current backward pass has enqueued all its work (now, outside
     a backward). Ops use it for checks that must wait for the device, so the wait overlaps with
     the rest of the backward instead of stalling it."""
-    pending = getattr(_backward_state, "deferred", None)
+    pending = _backward_state.deferred
     if pending is None:
         check()
     else:
@@ -127,7 +131,7 @@ class Tape:
         rec = recorder.current()
         if rec is not None:
             rec.note_leaves(order)
-        outer = getattr(_backward_state, "deferred", None)
+        outer = _backward_state.deferred
         _backward_state.deferred = deferred = []
         try:
             self._reverse(order, loss, grad, retain_grads)
