@@ -11,6 +11,7 @@ when the device is out of memory the pool drops what it holds and tries again.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 import pyopencl as cl
 
@@ -49,12 +50,28 @@ class Allocation:
             pool._give_back(self.buffer, self.nbytes)
 
 
+@dataclass(frozen=True)
+class Overwrite:
+    """The latest in-place change of a buffer: when (``time.monotonic_ns()``), by ``what``
+    (``"relu(inplace=True)"``, ``"an optimizer step or load_state_dict"``), and whether it
+    was an ``update`` of a parameter rather than an op's in-place output."""
+
+    when: int
+    what: str
+    update: bool
+
+
 class MemoryPool:
-    """Buffers for one queue's context, reused by size bin; thread-safe."""
+    """Buffers for one queue's context, reused by size bin; thread-safe. It also keeps the
+    latest in-place change of each of the queue's buffers (``note_overwrite``): a backward
+    through an op recorded before it that saved the buffer raises (PyTorch's version
+    counters catch the same)."""
 
     def __init__(self, context: cl.Context):
         self.context = context
         self._free: dict[int, list[cl.Buffer]] = {}
+        self.overwrites: dict[int, Overwrite] = {}      # buffer int_ptr -> its latest one
+        self.last_overwrite = 0                          # the latest ``when`` of them all
         # Reentrant: a garbage collection run while the lock is held may free an Allocation
         # (its __del__ gives the buffer back here, on the same thread).
         self._lock = threading.RLock()
@@ -101,6 +118,12 @@ class MemoryPool:
             self._free.setdefault(size, []).append(buf)
             self.bytes_in_use -= size
             self.allocations -= 1
+
+    def note_overwrite(self, buffer: cl.Buffer, when: int, what: str, update: bool) -> None:
+        """``buffer`` (of this queue) was, or is about to be, changed in place at ``when``."""
+        self.overwrites[buffer.int_ptr] = Overwrite(when, what, update)
+        if when > self.last_overwrite:
+            self.last_overwrite = when
 
     def _drop_free_locked(self) -> None:
         for size, bucket in self._free.items():

@@ -236,3 +236,28 @@ def test_recorded_index_ops_read_back_without_a_backward_raise(queue):
         picked = tp.gather(x, 1, pc.Tensor.from_host(queue, np.array([[0], [5]])))
     with pytest.raises(pc.ShapeError, match="gather: index 5"):
         picked.to_host()
+
+
+def test_values_computed_from_a_bad_index_or_label_raise_at_their_read(queue):
+    # An evaluation loop records but never backwards: what it reads is computed from the
+    # checked op's output, so the check travels with every value made from it.
+    pc.nn.manual_seed(0)
+    emb, head = pc.nn.Embedding(4, 3, queue=queue), pc.nn.Linear(3, 2, queue=queue)
+    with tp.Tape():
+        logits = head(emb(pc.Tensor.from_host(queue, np.array([1, 4]))))
+    with pytest.raises(pc.ShapeError, match="embedding: index 4"):
+        logits.to_host()
+    with pytest.raises(pc.ShapeError, match="embedding: index 4"):
+        float(tp.sum(logits))
+    gpt = pc.nn.GPT(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4, queue=queue)
+    with pytest.raises(pc.ShapeError, match="embedding: index 5"):
+        gpt(np.array([[1, 5]])).to_host()
+    ce = pc.nn.CrossEntropyLoss()
+    x = tp.tensor(pc.Tensor.from_host(queue, np.zeros((2, 3), np.float32)), requires_grad=True)
+    with tp.Tape():
+        half = ce(x, pc.Tensor.from_host(queue, np.array([0, 3]))) * 0.5
+    with pytest.raises(pc.LabelError, match="label 3"):
+        float(half)
+    with tp.no_grad():                           # unrecorded ops of a checked value too
+        with pytest.raises(pc.ShapeError, match="embedding: index 4"):
+            tp.relu(logits.value).to_host()

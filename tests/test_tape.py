@@ -551,6 +551,69 @@ def test_loading_a_state_dict_between_forward_and_backward_raises(queue, rng):
         tape.backward(loss)
 
 
+def test_an_in_place_change_after_the_tape_block_raises_in_backward(queue):
+    """The change is seen whichever tape is current when it happens (here none, under
+    no_grad, as in an evaluation probe between forward and backward): ``linear`` saved x."""
+    a = np.array([[1.0, -2.0, 3.0]], np.float32)
+    x = pc.Tensor.from_host(queue, a)
+    w = leaf(queue, np.ones((2, 3)))
+    with tp.Tape() as tape:
+        loss = tp.sum(tp.linear(x, w))
+    with tp.no_grad():
+        tp.relu(x, inplace=True)
+    with pytest.raises(pc.ParclError, match=r"'linear' .* relu\(inplace=True\) overwrote"):
+        tape.backward(loss)
+    assert w.grad is None
+
+
+def test_ops_recorded_on_no_tape_are_checked_for_changes_too(queue):
+    """``loss.backward()`` with no tape current backwards on a new tape: an optimizer step
+    or an in-place op after the forward still raises."""
+    w = pc.nn.Parameter.from_host(queue, np.array([1.0, 2.0, 3.0], np.float32))
+    opt = pc.optim.SGD([w], lr=1.0)
+    loss = tp.sum(w * w)
+    w.grad = pc.Tensor.full(queue, (3,), 1.0)
+    opt.step()
+    w.grad = None
+    with pytest.raises(pc.ParclError, match=r"'mul' .* updated in place .* optimizer"):
+        loss.backward()
+    v = leaf(queue, [1.0, 1.0, 1.0])
+    h = tp.tensor(np.array([1.0, -2.0, 3.0], np.float32))
+    loss = tp.sum(v * h)
+    tp.relu(h, inplace=True)
+    with pytest.raises(pc.ParclError, match=r"'mul' .* relu\(inplace=True\) overwrote"):
+        loss.backward()
+
+
+def test_a_graph_over_two_tapes_sees_an_update_between_them(queue):
+    """Features recorded on tape A (kept), a head on tape B: an optimizer step in between
+    changed what A's op saved, so B's backward raises rather than taking the gradient at the
+    new value."""
+    w = pc.nn.Parameter.from_host(queue, np.array([1.0, 2.0, 3.0], np.float32))
+    opt = pc.optim.SGD([w], lr=1.0)
+    with tp.Tape() as a:                          # kept: its graph is still there
+        h = w * w
+    w.grad = pc.Tensor.full(queue, (3,), 1.0)
+    opt.step()
+    w.grad = None
+    with tp.Tape() as b:
+        loss = tp.sum(h * 1.0)
+    with pytest.raises(pc.ParclError, match=r"'mul' .* updated in place"):
+        b.backward(loss)
+    assert a.nodes and w.grad is None
+
+
+def test_a_leaf_backwarded_with_a_given_grad_does_not_keep_the_callers_tensor(queue):
+    x = leaf(queue, [1.0, 2.0])
+    g = pc.Tensor.from_host(queue, np.array([1.0, 1.0], np.float32))
+    for _ in range(3):
+        with tp.Tape() as tape:
+            pass
+        tape.backward(x, grad=g)
+    np.testing.assert_array_equal(x.grad.to_host(), [3.0, 3.0])
+    np.testing.assert_array_equal(g.to_host(), [1.0, 1.0])
+
+
 @pytest.mark.parametrize("retain", [True, False], ids=["retain_grads", "released_grads"])
 @pytest.mark.parametrize("op", ["linear", "matmul"])
 def test_a_leaf_both_added_and_multiplied_gets_one_gradient_either_way(queue, rng, op, retain):

@@ -22,10 +22,12 @@ import weakref
 import numpy as np
 
 from ..errors import AnomalyError, ParclError
+from ..pool import pool_of
 from ..runtime import default_queue
 from ..tensor import Tensor
 from . import mode
 
+_now = time.monotonic_ns
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -34,7 +36,7 @@ class Entry:
     held by its tape and its children. ``node`` is a weak reference to the Node."""
 
     __slots__ = ("grad_fn", "parents", "requires_grad", "grad", "op_name", "where", "index",
-                 "tape", "shape", "node", "recorded_at", "changed_at", "alias", "__weakref__")
+                 "tape", "shape", "node", "recorded_at", "alias", "__weakref__")
 
     @property
     def value(self) -> Tensor:
@@ -61,20 +63,22 @@ def _entry(value: Tensor, grad_fn, parents: list, requires_grad: bool, op_name: 
     e.index = None          # position on its tape
     e.tape = None           # weakref to the tape that recorded it; FREED once released
     e.shape = value.shape
-    e.recorded_at = None    # time.monotonic_ns() when its tape recorded it
-    e.changed_at = None     # a leaf's last in-place update (``changed``), monotonic ns
+    # time.monotonic_ns() when the op was recorded (on a tape or not): a backward raises
+    # for an op whose saved tensors were changed in place after it (``MemoryPool.overwrites``)
+    e.recorded_at = None if grad_fn is None else _now()
     e.alias = None          # the parent whose buffer its value is (a reshape's input), if any
     return e
 
 
 def changed(nodes, when: int | None = None) -> None:
     """Note that these leaves' values were just updated in place (an optimizer step,
-    ``load_state_dict``): a
-    backward through ops recorded before then that saved them raises instead of taking
-    their gradients at the new values (PyTorch's version counters catch the same)."""
-    when = time.monotonic_ns() if when is None else when
+    ``load_state_dict``): a backward through ops recorded before then that saved them
+    raises instead of taking their gradients at the new values."""
+    when = _now() if when is None else when
     for n in nodes:
-        n.entry.changed_at = when
+        v = n.value
+        pool_of(v.queue).note_overwrite(v.data, when, "an optimizer step or load_state_dict",
+                                        update=True)
 
 
 def _graph_field(name: str, doc: str) -> property:
@@ -257,14 +261,14 @@ def _freed():
 FREED = _freed
 
 
-def _overwriting(cls, x, tape) -> None:
+def _overwriting(cls, x) -> None:
     """Before ``cls``'s forward overwrites input ``x`` in place (``Function.overwrites``)."""
     what = f"{cls.name}({cls.overwrites[0]}=True)"
     if isinstance(x, Node) and x.requires_grad and _leaf_viewed(x) is not None:
         through = "" if x.grad_fn is None else f" (through a view of it: {x.op_name})"
         raise ParclError(f"{what} on a leaf that requires grad{through}: its value is what its "
                          f"gradient is taken with respect to; use {cls.overwrites[0]}=False")
-    note_change(x, tape, what)
+    note_change(x, what)
 
 
 def _leaf_viewed(x: Node) -> Entry | None:
@@ -279,16 +283,12 @@ def _leaf_viewed(x: Node) -> Entry | None:
     return e if e.requires_grad else None
 
 
-def note_change(x, tape, what: str) -> None:
-    """Tell the tapes that may hold ops which saved ``x`` (a Node or Tensor) for their
-    backward (its own tape, ``tape`` and the current one) that ``what``, an in-place op, is
-    about to overwrite it (``Tape.changed``)."""
+def note_change(x, what: str) -> None:
+    """Note that ``what``, an in-place op, is about to overwrite ``x`` (a Node or Tensor): a
+    backward through an op recorded before now that saved it raises, on whichever tape (or
+    none) that op was recorded."""
     value = x.value if isinstance(x, Node) else x
-    own = x.entry.tape if isinstance(x, Node) else None
-    tapes = {id(t): t for t in (own() if own is not None and own is not FREED else None,
-                                tape, mode.get_current_tape()) if t is not None}
-    for t in tapes.values():
-        t.changed(value, what)
+    pool_of(value.queue).note_overwrite(value.data, _now(), what, update=False)
 
 
 def _node_of(e: Entry):
@@ -369,7 +369,7 @@ class Function:
     grad_targets: dict = {}        # set per backward by the tape; never mutated in place
     # (option, input position): the input that a truthy option makes the forward overwrite
     # in place (``relu(inplace=True)``); ``apply`` refuses a leaf that requires grad there
-    # and tells the tapes (``note_change``), whose backward then raises for ops that saved it.
+    # and notes the change (``note_change``): a backward then raises for ops that saved it.
     overwrites: tuple[str, int] | None = None
 
     def __init__(self, needs_input_grad: tuple[bool, ...] | None):
@@ -400,28 +400,38 @@ class Function:
         # The hot path of every eager op: one pass over the inputs, one read of the
         # thread's modes, and the Node built without re-checking what was checked here.
         if cls.overwrites is not None and kwargs.get(cls.overwrites[0]):
-            _overwriting(cls, inputs[cls.overwrites[1]], tape)
+            _overwriting(cls, inputs[cls.overwrites[1]])
         values, needs, slots, parents = [], [], [], []
         record = False
+        checks = ()            # the inputs' pending device-side checks (``Tensor.checks``)
         for i, x in enumerate(inputs):
             if isinstance(x, Node):
-                values.append(x.value)
+                v = x.value
+                values.append(v)
                 e = x.entry
                 needs.append(e.requires_grad)
                 slots.append(i)
                 parents.append(e)
                 record = record or e.requires_grad
             elif x is None or isinstance(x, Tensor):
+                v = x
                 values.append(x)
                 needs.append(False)
             else:
                 raise TypeError(f"{cls.name}: expected a tp.Node or pc.Tensor input, got "
                                 f"{type(x).__name__}")
+            if v is not None and v.checks:
+                checks = _joined(checks, v.checks)
         state = mode.state
         if not (record and (tape is not None or state.grad)):
-            return cls(None).forward(*values, **kwargs)
+            out = cls(None).forward(*values, **kwargs)
+            if checks:
+                _inherit(out, checks)
+            return out
         fn = cls(tuple(needs))
         out = fn.forward(*values, **kwargs)
+        if checks:
+            _inherit(out, checks)
         fn.parent_slots = tuple(slots)
         node = _recorded(out, fn, parents, cls.name)
         data = out.data
@@ -440,6 +450,26 @@ class Function:
 
 
 _new = object.__new__
+
+
+def _joined(a: tuple, b: tuple) -> tuple:
+    """The checks of ``a`` and those of ``b`` not already in it (usually the same tuple)."""
+    if a is b or not a:
+        return b
+    extra = tuple(c for c in b if c not in a)
+    return a + extra if extra else a
+
+
+def _inherit(out, checks: tuple) -> None:
+    """An op's output keeps its inputs' pending checks (an embedding's index range, a loss's
+    labels): a value computed from a bad input raises at its first host read too, not only
+    the checked op's own output."""
+    if isinstance(out, Tensor):
+        out.checks = _joined(out.checks, checks)
+    elif isinstance(out, (tuple, list)):
+        for t in out:
+            if isinstance(t, Tensor):
+                t.checks = _joined(t.checks, checks)
 
 
 def _recorded(value: Tensor, fn: Function, parents: list, op_name: str) -> Node:

@@ -8,12 +8,12 @@ order in which gradients are summed is the same on every run and every replica.
 from __future__ import annotations
 
 import threading
-import time
 import weakref
 
 from .. import recorder
 from ..errors import ParclError, ShapeError
 from ..kernels import elementwise as ew
+from ..pool import pool_of
 from ..runtime import default_queue
 from ..tensor import Tensor
 from . import mode
@@ -49,8 +49,6 @@ class Tape:
     def __init__(self):
         self.ref = weakref.ref(self)       # what the nodes it records point back through
         self.nodes: list[Entry] = []      # the recorded Nodes' graph entries
-        # buffer -> (tape position, what) of its latest in-place change (``changed``)
-        self.changes: dict[int, tuple[int, str]] = {}
         self._previous: list = []
         self._backward_done = False
         self._released = False
@@ -73,7 +71,6 @@ class Tape:
             raise ParclError(f"op '{entry.op_name}' recorded on a released tape")
         entry.index = len(self.nodes)
         entry.tape = self.ref
-        entry.recorded_at = time.monotonic_ns()
         self.nodes.append(entry)
 
     # -- backward ---------------------------------------------------------------------------
@@ -123,10 +120,7 @@ class Tape:
                     f"{node.shape}) recorded on a tape that was released since, so nothing "
                     "behind it would get a gradient. Record it again on this tape, or pass "
                     "it on with .detach() where no gradient should flow through it")
-        if self.changes:
-            _check_saved_unchanged([e for e in order if e.tape is self.ref], self.changes)
-        if self.nodes:
-            _check_leaves_unchanged(order, self.nodes[0].recorded_at)
+        _check_saved_unchanged(order, pool_of(grad.queue))
         self._backward_done = True
         rec = recorder.current()
         if rec is not None:
@@ -147,6 +141,8 @@ class Tape:
                  retain_grads: bool) -> None:
         anomaly = mode.is_anomaly_enabled()
         owned: dict[int, int] = {}     # buffer -> how many nodes' .grad it is in this pass
+        if loss.grad_fn is None and loss.grad is None:
+            grad = grad.copy()     # a leaf's .grad outlives the pass: never the caller's tensor
         _accumulate(loss, grad, owned)
         self._walk(order, loss, retain_grads, owned, anomaly)
 
@@ -184,12 +180,6 @@ class Tape:
                                      "op's backward)")
                 _accumulate(parent, g, owned)
 
-    def changed(self, value: Tensor, what: str) -> None:
-        """Note that ``what`` (an in-place op) is about to overwrite ``value``'s buffer: an op
-        recorded before now that saved it would get a wrong gradient, so ``backward`` raises
-        for it (as PyTorch's version counters do)."""
-        self.changes[value.data.int_ptr] = (len(self.nodes), what)
-
     # -- cleanup and debugging -------------------------------------------------------------
     def release(self) -> None:
         """Free the graph: every node's grad_fn and parents dropped, so activation buffers
@@ -221,49 +211,35 @@ class Tape:
         return f"<Tape {len(self.nodes)} nodes>"
 
 
-def _check_saved_unchanged(order: list[Entry], changes: dict[int, tuple[int, str]]) -> None:
-    """Raise if an op saved, for its backward, a tensor that an in-place op overwrote after
-    the op was recorded (nothing has been accumulated yet)."""
-    for entry in order:
-        fn = entry.grad_fn
-        if fn is None:
-            continue
-        for name, saved in vars(fn).items():
-            for t in _tensors(saved):
-                change = changes.get(t.data.int_ptr)
-                if change is not None and change[0] > entry.index:
-                    raise ParclError(
-                        f"backward: '{entry.op_name}' (output {entry.shape}) saved a tensor "
-                        f"{t.shape} ('{name}') for its backward that {change[1]} overwrote "
-                        "after it was recorded, so its gradient would be computed from the "
-                        "new values; do that op out of place (inplace=False)")
-
-
-def _check_leaves_unchanged(order: list[Entry], since: int) -> None:
-    """Raise if a leaf (a parameter) was updated in place (an optimizer step) after an op that
-    saved its value, or a view of it (a reshape), was recorded: that op's gradient would be
-    taken at the new value. Saved tensors are matched by buffer, as in-place changes are."""
-    changed = {}                         # buffer -> the leaf updated since the tape began
-    for e in order:
-        if e.grad_fn is None and e.changed_at is not None and e.changed_at > since:
-            node = e.node()
-            if node is not None:
-                changed[node.value.data.int_ptr] = e
-    if not changed:
-        return
+def _check_saved_unchanged(order: list[Entry], pool) -> None:
+    """Raise if an op in ``order`` saved, for its backward, a tensor that was changed in place
+    after the op was recorded (``MemoryPool.overwrites``: an in-place op, an optimizer step),
+    whichever tape recorded it: its gradient would be computed from the new values. Nothing
+    has been accumulated yet. Saved tensors are matched by buffer, so views count too."""
+    recorded = [e.recorded_at for e in order if e.recorded_at is not None]
+    if not recorded or pool.last_overwrite <= min(recorded):
+        return                          # nothing changed in place since the first op
+    overwrites = pool.overwrites
     for entry in order:
         fn, at = entry.grad_fn, entry.recorded_at
         if fn is None or at is None:
             continue
-        for t in _tensors(list(vars(fn).values())):
-            leaf = changed.get(t.data.int_ptr)
-            if leaf is not None and leaf.changed_at > at:
+        for name, saved in vars(fn).items():
+            for t in _tensors(saved):
+                change = overwrites.get(t.data.int_ptr)
+                if change is None or change.when <= at:
+                    continue
+                if change.update:
+                    raise ParclError(
+                        f"backward: '{entry.op_name}' (output {entry.shape}) saved a tensor "
+                        f"{t.shape} ('{name}') that was updated in place ({change.what}) after "
+                        "the op was recorded, so its gradient would be taken at the new value; "
+                        "run backward before updating, or record the forward again")
                 raise ParclError(
-                    f"backward: '{entry.op_name}' (output {entry.shape}) saved a "
-                    f"{leaf.op_name} {leaf.shape} that was updated in place (an optimizer "
-                    "step or load_state_dict) after the op was recorded, so its gradient "
-                    "would be taken at the new value; run backward before updating, or "
-                    "record the forward again")
+                    f"backward: '{entry.op_name}' (output {entry.shape}) saved a tensor "
+                    f"{t.shape} ('{name}') for its backward that {change.what} overwrote "
+                    "after it was recorded, so its gradient would be computed from the "
+                    "new values; do that op out of place (inplace=False)")
 
 
 def _tensors(value):
