@@ -7,6 +7,7 @@ ever enqueued, never waited for, except in ``to_host``.
 
 from __future__ import annotations
 
+import time
 from math import prod
 from numbers import Real
 
@@ -208,6 +209,7 @@ class Tensor:
                              wait_for=wait)
         recorder.copy(self.queue, self.data, src.data, byte_count=self.nbytes, wait_for=wait)
         foreign_use(src, ev)
+        self._overwritten("Tensor.copy_")
         return self
 
     def fill_(self, value) -> Tensor:
@@ -215,7 +217,12 @@ class Tensor:
         pattern = np.array([value], dtype=self.dtype)
         cl.enqueue_fill_buffer(self.queue, self.data, pattern, 0, self.size * self.itemsize)
         recorder.fill(self.queue, self.data, pattern, 0, self.size * self.itemsize)
+        self._overwritten("Tensor.fill_")
         return self
+
+    def _overwritten(self, what: str) -> None:
+        # a backward through an op recorded before now that saved this buffer raises
+        pool_of(self.queue).note_overwrite(self.data, time.monotonic_ns(), what, update=True)
 
     # -- properties --------------------------------------------------------------------
     @property

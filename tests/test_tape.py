@@ -603,6 +603,25 @@ def test_a_graph_over_two_tapes_sees_an_update_between_them(queue):
     assert a.nodes and w.grad is None
 
 
+def test_a_value_copied_or_filled_in_place_before_the_backward_raises(queue, rng):
+    pc.nn.manual_seed(0)
+    layer = pc.nn.Linear(4, 3, queue=queue)
+    x = leaf(queue, rng.standard_normal((2, 4)))
+    for change in (lambda w: w.copy_(pc.Tensor.from_host(queue, np.ones((3, 4), np.float32))),
+                   lambda w: w.fill_(0.5)):
+        with tp.Tape() as tape:
+            loss = tp.sum(layer(x))
+        change(layer.weight.value)
+        with pytest.raises(pc.ParclError, match=r"'linear' .* updated in place \(Tensor\."):
+            tape.backward(loss)
+
+
+def test_only_float_tensors_require_grad(queue):
+    with pytest.raises(pc.DTypeError, match="int64 tensor .* cannot require grad"):
+        tp.tensor(np.array([1, 2]), requires_grad=True)
+    assert tp.tensor(np.array([1, 2])).value.dtype == np.int64
+
+
 def test_a_leaf_backwarded_with_a_given_grad_does_not_keep_the_callers_tensor(queue):
     x = leaf(queue, [1.0, 2.0])
     g = pc.Tensor.from_host(queue, np.array([1.0, 1.0], np.float32))

@@ -21,7 +21,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import AnomalyError, ParclError
+from ..errors import AnomalyError, DTypeError, ParclError
 from ..pool import pool_of
 from ..runtime import default_queue
 from ..tensor import Tensor
@@ -326,6 +326,9 @@ def tensor(t, requires_grad: bool = False) -> Node:
         if array.dtype == np.float64:
             array = array.astype(np.float32)
         t = Tensor.from_host(default_queue(), array)
+    if requires_grad and t.dtype != np.float32:
+        raise DTypeError(f"tp.tensor: a {t.dtype} tensor {t.shape} cannot require grad; "
+                         "gradients are float32 (convert with .astype(np.float32))")
     return Node(t, requires_grad=requires_grad)
 
 
