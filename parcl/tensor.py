@@ -108,13 +108,13 @@ class Tensor:
     def zeros(cls, queue: cl.CommandQueue, shape, dtype=np.float32) -> Tensor:
         """Zero-filled tensor from ``queue``'s memory pool."""
         t = cls.empty(queue, shape, dtype)
-        t.fill_(0)
+        t.fill_owned(0)
         return t
 
     @classmethod
     def full(cls, queue: cl.CommandQueue, shape, value: float, dtype=np.float32) -> Tensor:
         t = cls.empty(queue, shape, dtype)
-        t.fill_(value)
+        t.fill_owned(value)
         return t
 
     @classmethod
@@ -200,6 +200,20 @@ class Tensor:
 
     def copy_(self, src: Tensor) -> Tensor:
         """Copy ``src`` (same size, same context) into this tensor, in place."""
+        self.copy_owned(src)
+        self._overwritten("Tensor.copy_")
+        return self
+
+    def fill_(self, value) -> Tensor:
+        """Set every element to ``value``, in place (enqueued)."""
+        self.fill_owned(value)
+        self._overwritten("Tensor.fill_")
+        return self
+
+    def copy_owned(self, src: Tensor) -> None:
+        """``copy_`` for parcl's own buffers that no recorded op can have saved (a new
+        tensor, a gradient bucket): not noted as an overwrite (``MemoryPool.overwrites``),
+        so no backward has to look for it."""
         if src.size != self.size or src.dtype != self.dtype:
             raise ShapeError(f"copy_: source {src.shape} {src.dtype} does not fit "
                              f"{self.shape} {self.dtype}")
@@ -209,16 +223,12 @@ class Tensor:
                              wait_for=wait)
         recorder.copy(self.queue, self.data, src.data, byte_count=self.nbytes, wait_for=wait)
         foreign_use(src, ev)
-        self._overwritten("Tensor.copy_")
-        return self
 
-    def fill_(self, value) -> Tensor:
-        """Set every element to ``value``, in place (enqueued)."""
+    def fill_owned(self, value) -> None:
+        """``fill_`` for parcl's own buffers, not noted as an overwrite (see ``copy_owned``)."""
         pattern = np.array([value], dtype=self.dtype)
         cl.enqueue_fill_buffer(self.queue, self.data, pattern, 0, self.size * self.itemsize)
         recorder.fill(self.queue, self.data, pattern, 0, self.size * self.itemsize)
-        self._overwritten("Tensor.fill_")
-        return self
 
     def _overwritten(self, what: str) -> None:
         # a backward through an op recorded before now that saved this buffer raises

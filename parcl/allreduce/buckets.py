@@ -87,15 +87,15 @@ class GradBuckets:
                 continue
             if keep:
                 if grad is None:
-                    view.fill_(0)
+                    view.fill_owned(0)
                 else:
-                    view.copy_(grad)
+                    view.copy_owned(grad)
             p.grad = view
 
     def zero_(self) -> None:
         """Zero every gradient: one fill per bucket."""
         for flat in self.flats:
-            flat.fill_(0)
+            flat.fill_owned(0)
 
     def detach(self) -> None:
         """Give the parameters ordinary gradients again (``.grad = None``)."""
@@ -113,7 +113,7 @@ class ParamBuckets:
         self.flats, self.views = _flat_views(shapes, queue, plan, align)
         self.params = params
         for p, view in zip(params, self.views):
-            view.copy_(p.value)
+            view.copy_owned(p.value)
             p.value = view
 
     def replaced(self) -> list[int]:

@@ -163,7 +163,7 @@ class Node:
         if set_to_none:
             self.grad = None
         else:
-            self.grad.fill_(0)
+            self.grad.fill_owned(0)    # a gradient: no recorded op saved it
 
     @property
     def freed(self) -> bool:
