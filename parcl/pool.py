@@ -50,7 +50,7 @@ class Allocation:
             pool._give_back(self.buffer, self.nbytes)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)           # made for every parameter at every optimizer step
 class Overwrite:
     """The latest in-place change of a buffer: when (``time.monotonic_ns()``), by ``what``
     (``"relu(inplace=True)"``, ``"an optimizer step or load_state_dict"``), and whether it

@@ -182,6 +182,17 @@ def test_no_grad_returns_raw_tensors_and_builds_no_node(queue):
     assert isinstance(evaluate(x), pc.Tensor)
     assert tp.is_grad_enabled()
 
+    @tp.no_grad()
+    def batches(v, n):                       # a generator: its body runs without recording
+        for _ in range(n):
+            seen.append(tp.is_grad_enabled())
+            yield tp.exp(v)
+
+    seen = []
+    outs = [(out, tp.is_grad_enabled()) for out in batches(x, 2)]
+    assert seen == [False, False]
+    assert all(isinstance(o, pc.Tensor) and caller for o, caller in outs)
+
 
 def test_set_grad_enabled_for_a_whole_script(queue):
     x = leaf(queue, [1.0])

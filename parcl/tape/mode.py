@@ -8,6 +8,7 @@ threads receive the dispatching thread's modes explicitly (``capture_modes``/``a
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 
 
@@ -97,6 +98,22 @@ class _GradModeContext:
         return False
 
     def __call__(self, fn):
+        if inspect.isgeneratorfunction(fn):
+            # The mode holds while the generator's body runs, between its yields, and the
+            # caller's mode is back while the caller runs (as torch.no_grad does).
+            @functools.wraps(fn)
+            def generator(*args, **kwargs):
+                gen = fn(*args, **kwargs)
+                sent = None
+                while True:
+                    with self.__class__():
+                        try:
+                            item = gen.send(sent)
+                        except StopIteration as stop:
+                            return stop.value
+                    sent = yield item
+            return generator
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             with self.__class__():
