@@ -27,7 +27,8 @@ import pyopencl as cl
 
 from ..errors import ParclError, ShapeError
 from ..runtime import default_queue
-from ..tape.node import Node, changed, host_copy
+from ..tape.changes import changed
+from ..tape.node import Node, host_copy
 from ..tensor import Tensor
 
 __all__ = ["Module", "Parameter", "StateDictError", "default_generator", "manual_seed"]

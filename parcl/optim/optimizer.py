@@ -12,7 +12,8 @@ import numpy as np
 
 from .. import recorder
 from ..errors import ParclError, ShapeError
-from ..tape.node import Node, changed, host_copy
+from ..tape.changes import changed
+from ..tape.node import Node, host_copy
 from ..tensor import FLOAT, Tensor
 
 __all__ = ["FlatBucket", "Optimizer", "OptimizerError", "StepPlan"]

@@ -14,21 +14,19 @@ gives the Nodes back while they live.
 
 from __future__ import annotations
 
-import os
 import time
-import traceback
 import weakref
 
 import numpy as np
 
-from ..errors import AnomalyError, DTypeError, ParclError
-from ..pool import pool_of
+from ..errors import DTypeError, ParclError
 from ..runtime import default_queue
 from ..tensor import Tensor
 from . import mode
+from .anomaly import call_site, check_finite
+from .changes import note_change
 
 _now = time.monotonic_ns
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Entry:
@@ -68,17 +66,6 @@ def _entry(value: Tensor, grad_fn, parents: list, requires_grad: bool, op_name: 
     e.recorded_at = None if grad_fn is None else _now()
     e.alias = None          # the parent whose buffer its value is (a reshape's input), if any
     return e
-
-
-def changed(nodes, when: int | None = None) -> None:
-    """Note that these leaves' values were just updated in place (an optimizer step,
-    ``load_state_dict``): a backward through ops recorded before then that saved them
-    raises instead of taking their gradients at the new values."""
-    when = _now() if when is None else when
-    for n in nodes:
-        v = n.value
-        pool_of(v.queue).note_overwrite(v.data, when, "an optimizer step or load_state_dict",
-                                        update=True)
 
 
 def _graph_field(name: str, doc: str) -> property:
@@ -283,14 +270,6 @@ def _leaf_viewed(x: Node) -> Entry | None:
     return e if e.requires_grad else None
 
 
-def note_change(x, what: str) -> None:
-    """Note that ``what``, an in-place op, is about to overwrite ``x`` (a Node or Tensor): a
-    backward through an op recorded before now that saved it raises, on whichever tape (or
-    none) that op was recorded."""
-    value = x.value if isinstance(x, Node) else x
-    pool_of(value.queue).note_overwrite(value.data, _now(), what, update=False)
-
-
 def _node_of(e: Entry):
     node = e.node()
     return e if node is None else node
@@ -330,23 +309,6 @@ def tensor(t, requires_grad: bool = False) -> Node:
         raise DTypeError(f"tp.tensor: a {t.dtype} tensor {t.shape} cannot require grad; "
                          "gradients are float32 (convert with .astype(np.float32))")
     return Node(t, requires_grad=requires_grad)
-
-
-def _call_site() -> str:
-    """The first stack frame outside parcl: where the user recorded the op."""
-    for frame in reversed(traceback.extract_stack()[:-2]):
-        if not os.path.abspath(frame.filename).startswith(_PACKAGE_DIR):
-            return f"{frame.filename}:{frame.lineno} in {frame.name}"
-    return "<parcl internal>"
-
-
-def check_finite(t: Tensor, what: str, node: Node) -> None:
-    """Raise AnomalyError if ``t`` holds NaN or inf (anomaly mode only: reads back to host)."""
-    host = t.to_host()
-    if not np.all(np.isfinite(host)):
-        bad = "NaN" if np.isnan(host).any() else "inf"
-        raise AnomalyError(f"{what} of op '{node.op_name}' (output shape {node.shape}) produced "
-                           f"{bad}; the op was recorded at {node.where}")
 
 
 #: What ``Function.backward`` returns for an input whose gradient it already added into
@@ -447,7 +409,7 @@ class Function:
         if tape is not None:
             tape.record(node.entry)
         if state.anomaly:
-            node.entry.where = _call_site()
+            node.entry.where = call_site()
             check_finite(out, "forward", node)
         return node
 

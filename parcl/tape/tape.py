@@ -17,7 +17,9 @@ from ..pool import pool_of
 from ..runtime import default_queue
 from ..tensor import Tensor
 from . import mode
-from .node import ACCUMULATED, FREED, Entry, Node, check_finite
+from .anomaly import check_finite
+from .changes import check_saved_unchanged
+from .node import ACCUMULATED, FREED, Entry, Node
 
 class _BackwardState(threading.local):
     deferred: list | None = None     # the checks of the running backward pass (``defer``)
@@ -120,7 +122,7 @@ class Tape:
                     f"{node.shape}) recorded on a tape that was released since, so nothing "
                     "behind it would get a gradient. Record it again on this tape, or pass "
                     "it on with .detach() where no gradient should flow through it")
-        _check_saved_unchanged(order, pool_of(grad.queue))
+        check_saved_unchanged(order, pool_of(grad.queue))
         self._backward_done = True
         rec = recorder.current()
         if rec is not None:
@@ -209,48 +211,6 @@ class Tape:
 
     def __repr__(self) -> str:
         return f"<Tape {len(self.nodes)} nodes>"
-
-
-def _check_saved_unchanged(order: list[Entry], pool) -> None:
-    """Raise if an op in ``order`` saved, for its backward, a tensor that was changed in place
-    after the op was recorded (``MemoryPool.overwrites``: an in-place op, an optimizer step),
-    whichever tape recorded it: its gradient would be computed from the new values. Nothing
-    has been accumulated yet. Saved tensors are matched by buffer, so views count too."""
-    recorded = [e.recorded_at for e in order if e.recorded_at is not None]
-    if not recorded or pool.last_overwrite <= min(recorded):
-        return                          # nothing changed in place since the first op
-    overwrites = pool.overwrites
-    for entry in order:
-        fn, at = entry.grad_fn, entry.recorded_at
-        if fn is None or at is None:
-            continue
-        for name, saved in vars(fn).items():
-            for t in _tensors(saved):
-                change = overwrites.get(t.data.int_ptr)
-                if change is None or change.when <= at:
-                    continue
-                if change.update:
-                    raise ParclError(
-                        f"backward: '{entry.op_name}' (output {entry.shape}) saved a tensor "
-                        f"{t.shape} ('{name}') that was updated in place ({change.what}) after "
-                        "the op was recorded, so its gradient would be taken at the new value; "
-                        "run backward before updating, or record the forward again")
-                raise ParclError(
-                    f"backward: '{entry.op_name}' (output {entry.shape}) saved a tensor "
-                    f"{t.shape} ('{name}') for its backward that {change.what} overwrote "
-                    "after it was recorded, so its gradient would be computed from the "
-                    "new values; do that op out of place (inplace=False)")
-
-
-def _tensors(value):
-    if isinstance(value, Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _tensors(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _tensors(v)
 
 
 def _describe_parent(p: Entry, tape: Tape) -> str:
