@@ -167,6 +167,13 @@ class Recording:
                 if p.grad_fn is None and id(p) not in self.leaves:
                     self.leaves[id(p)] = LeafGrad(p, p.grad, p.requires_grad)
 
+    def note_inputs(self, entries) -> None:
+        """Leaves that an op met without recording (none of its inputs required grad: a
+        frozen layer): their state is noted too, so a thaw records the call anew."""
+        for p in entries:
+            if p.grad_fn is None and id(p) not in self.leaves:
+                self.leaves[id(p)] = LeafGrad(p, p.grad, p.requires_grad)
+
     def note_grads(self) -> None:
         """After a recorded backward: the ``.grad`` each leaf ended with."""
         for leaf in self.leaves.values():

@@ -311,13 +311,26 @@ class ReplicaGroup:
         shards = self._split(x, y, ignore, accumulation_steps)                     # 1.
         self._begin()
         keys = self._keys(key, loss_fn)
-        outcomes = self.run(self._replica_step, shards, [loss_fn] * k, keys)       # 2.
-        self._labels.check(loss_fn, y, ignore, outcomes, self.comm)                # 3.
-        skip_unreached(self._params[0], self._check_signatures([o.reached for o in outcomes]),
-                       self.comm)
-        norm = self._end.finish(self._buffers, optimizer, max_norm)                # 4.
+        try:
+            outcomes = self.run(self._replica_step, shards, [loss_fn] * k, keys)   # 2.
+            self._labels.check(loss_fn, y, ignore, outcomes, self.comm)            # 3.
+            skip_unreached(self._params[0],
+                           self._check_signatures([o.reached for o in outcomes]), self.comm)
+            norm = self._end.finish(self._buffers, optimizer, max_norm)            # 4.
+        except BaseException:
+            self._rewind_rng()
+            raise
         self._grads_dirty = False
         return self._finish(outcomes, norm)                                        # 5.
+
+    def _rewind_rng(self) -> None:
+        """After a failed step: every replica's dropout generator as the step found it, so
+        the next step draws what it would have drawn (eager or replayed alike)."""
+        if self._broken is None:
+            try:
+                self.run(_rewind_rng)
+            except ParclError:
+                pass                  # the step's own error is the one to report
 
     def _split(self, x, y, ignore: int | None, accumulation_steps: int):
         """Every replica's micro-batches, weighted by their share of the global batch."""
@@ -432,3 +445,7 @@ class ReplicaGroup:
         state = "closed" if self._closed else "open"
         return f"<ReplicaGroup {len(self.replicas)} replicas, {state}>"
 
+
+def _rewind_rng(replica) -> None:
+    if replica.rng_at_step is not None:
+        nn_ops.set_rng_state(replica.rng_at_step)

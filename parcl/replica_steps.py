@@ -195,6 +195,7 @@ class Eager:
         (copying in any gradient replaced since), and its parameters still its buckets'
         views. Each replica does its own, on its own thread, so none of it delays the
         others' start."""
+        replica.rng_at_step = ops.nn.rng_state()       # a failed step puts it back
         values = self.buffers.values[replica.index]
         replaced = values.replaced()
         if replaced:

@@ -223,6 +223,85 @@ def test_capture_key_sees_plain_attributes_only(queue):
     assert pc.nn.capture_key(model) != key
 
 
+def test_a_layer_thawed_after_the_step_was_recorded_trains(devices2, queue):
+    """A frozen first layer is not in the recorded graph at all; thawing it must record the
+    step anew, in a group and under tp.capture, as the eager steps do."""
+    x = np.random.default_rng(0).standard_normal((6, 16)).astype(np.float32)
+    y = np.arange(6) % 4
+    results = []
+    for capture in (False, True):
+        with ReplicaGroup(mlp, devices2, capture=capture) as group:
+            opt = pc.optim.SGD(group.parameters(), lr=0.1)
+            first = [r.model[0].parameters() for r in group.replicas]
+            for step in range(4):
+                for p in (p for ps in first for p in ps):
+                    p.requires_grad = step >= 2          # frozen for two steps, then thawed
+                group.step(x, y, tp.cross_entropy, opt)
+            results.append([p.value.to_host() for p in group.parameters()])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+    model = mlp(queue)
+
+    def fwd_bwd(xt, yt):
+        with tp.Tape() as tape:
+            loss = tp.cross_entropy(model(tp.tensor(xt)), yt)
+        tape.backward(loss)
+        return loss.value
+
+    step = tp.capture(fwd_bwd, queue)
+    for p in model[0].parameters():
+        p.requires_grad = False
+    for _ in range(2):
+        model.zero_grad()
+        step(x, y)
+    for p in model[0].parameters():
+        p.requires_grad = True
+    model.zero_grad()
+    step(x, y)
+    assert model[0].weight.grad is not None
+
+
+def test_capture_key_sees_dicts_with_any_plain_keys_enums_and_named_tuples(queue):
+    import collections
+    import enum
+
+    Mode = enum.Enum("Mode", "fast slow")
+    Pair = collections.namedtuple("Pair", "a b")
+    model = Branching(queue)
+    for name, first, second in (("scale", {0: 1.0}, {0: 3.0}), ("mode", Mode.fast, Mode.slow),
+                                ("pair", Pair(1, 2), Pair(1, 3))):
+        setattr(model, name, first)
+        key = pc.nn.capture_key(model)
+        setattr(model, name, second)
+        assert pc.nn.capture_key(model) != key, name
+
+
+def test_a_failed_step_leaves_the_dropout_generators_as_it_found_them(devices2):
+    """The eager step draws its dropout keys before the label check fails, the replay checks
+    the labels first: either way the step that raised changes nothing, so eager and captured
+    runs stay equal after it."""
+    def model(queue):
+        pc.nn.manual_seed(0)
+        return pc.nn.Sequential(pc.nn.Linear(16, 8, queue=queue), pc.nn.Dropout(0.5),
+                                pc.nn.Linear(8, 4, queue=queue))
+
+    x, y, bad = np.ones((4, 16), np.float32), np.array([0, 1, 2, 3]), np.array([0, 1, 2, 9])
+    results = []
+    for capture in (False, True):
+        with ReplicaGroup(model, devices2, capture=capture) as group:
+            opt = pc.optim.SGD(group.parameters(), lr=0.1)
+            group.step(x, y, tp.cross_entropy, opt)
+            group.step(x, y, tp.cross_entropy, opt)
+            before = group.rng_state()
+            with pytest.raises(pc.ReplicaError):
+                group.step(x, bad, tp.cross_entropy, opt)
+            assert group.rng_state() == before
+            group.step(x, y, tp.cross_entropy, opt)
+            results.append([p.value.to_host() for p in group.parameters()])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
 # -- an op whose input was bad is reported no later than the next host read -----------------
 def test_recorded_index_ops_read_back_without_a_backward_raise(queue):
     w = tp.tensor(pc.Tensor.from_host(queue, np.ones((4, 3), np.float32)), requires_grad=True)

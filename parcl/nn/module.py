@@ -18,6 +18,7 @@ bit-identical models on every run and in every replica thread.
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -113,13 +114,16 @@ _NOT_PLAIN = object()
 
 def _frozen(value):
     """A hashable stand-in for a plain attribute value (bool, int, float, str, None, numpy
-    scalars, and tuples, lists and dicts of them), or ``_NOT_PLAIN``."""
+    scalars, enum members, and tuples (named ones too), lists and dicts of them, keys
+    included), or ``_NOT_PLAIN``."""
     kind = type(value)
     if kind in _PLAIN:
         return value
     if isinstance(value, np.generic):           # np.float64(...) is a float too
         return (kind.__name__, value.item())
-    if kind in (tuple, list):
+    if isinstance(value, enum.Enum):
+        return (kind.__qualname__, value.name)
+    if isinstance(value, (tuple, list)):
         items = []
         for v in value:
             f = _frozen(v)
@@ -127,17 +131,27 @@ def _frozen(value):
                 return _NOT_PLAIN
             items.append(f)
         return (kind.__name__, tuple(items))
-    if kind is dict and all(type(k) is str for k in value):
-        f = _frozen(list(value.values()))
-        return _NOT_PLAIN if f is _NOT_PLAIN else ("dict", tuple(value), f)
+    if isinstance(value, dict):
+        f = _frozen([*value.keys(), *value.values()])
+        return _NOT_PLAIN if f is _NOT_PLAIN else ("dict", f)
     return _NOT_PLAIN
+
+
+def _parameter_state(m: Module) -> tuple:
+    """Which Parameter object each of ``m``'s parameters is, and whether it requires grad: a
+    frozen layer's ops are not in the recorded graph at all, so only this shows a thaw (or
+    a parameter replaced by a new one) to a captured step's key. The Entry's id is safe: a
+    recording keeps the entries of the leaves its graph met."""
+    return tuple((name, id(p.entry), p.requires_grad) for name, p in m._parameters.items()
+                 if p is not None)
 
 
 def capture_key(model: Module) -> tuple:
     """Every module's ``training`` flag and other plain Python attributes (bool, int, float,
-    str, None, numpy scalars, and tuples, lists and dicts of them), in module order: what a
-    forward may branch on or pass into an op without its tensors' shapes showing it. A
-    captured step
+    str, None, numpy scalars, enum members, and tuples, lists and dicts of them), in module
+    order: what a forward may branch on or pass into an op without its tensors' shapes
+    showing it; and which Parameter each of its parameters is and whether it requires grad (a
+    layer frozen when the step was recorded is not in its graph). A captured step
     (``ReplicaGroup(capture=True)``, ``tp.capture(..., key=...)``) is replayed only while this
     is unchanged, and recorded again when it changes.
 
@@ -147,9 +161,12 @@ def capture_key(model: Module) -> tuple:
     >>> pc.nn.capture_key(model) == before
     False
     """
-    modules = model.modules() if isinstance(model, Module) else [model]
-    return tuple(tuple((name, f) for name, value in vars(m).items()
-                       if (f := _frozen(value)) is not _NOT_PLAIN) for m in modules)
+    if not isinstance(model, Module):
+        return (tuple((name, f) for name, value in vars(model).items()
+                      if (f := _frozen(value)) is not _NOT_PLAIN),)
+    return tuple((tuple((name, f) for name, value in vars(m).items()
+                        if (f := _frozen(value)) is not _NOT_PLAIN), _parameter_state(m))
+                 for m in model.modules())
 
 
 # -- Module -----------------------------------------------------------------------------------

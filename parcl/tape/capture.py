@@ -12,7 +12,9 @@ signature. Dropout is replayed: each replay takes the next key of the recording 
 generator, exactly as the eager call would, so captured and eager runs match bit for bit.
 Like CUDA graphs, capture assumes ``fn`` does the same device work whenever its inputs have
 the same shapes: Python state that changes what ``fn`` enqueues without changing the input
-shapes (a step counter choosing a branch) must go into ``key``.
+shapes (a step counter choosing a branch) must go into ``key``; ``key=pc.nn.capture_key(model)``
+covers a model's plain attributes, its train/eval modes and which Parameter objects it holds
+(a parameter replaced by a new one). A parameter frozen or thawed is seen without a key.
 
 A replay also gives every leaf the ``.grad`` its recording gave it. The recording noted the
 state it found the leaves' gradients in (none, or buffers to accumulate into) and which leaves

@@ -19,6 +19,7 @@ import weakref
 
 import numpy as np
 
+from .. import recorder
 from ..errors import DTypeError, ParclError
 from ..runtime import default_queue
 from ..tensor import Tensor
@@ -389,6 +390,9 @@ class Function:
                 checks = _joined(checks, v.checks)
         state = mode.state
         if not (record and (tape is not None or state.grad)):
+            rec = recorder.current() if parents else None
+            if rec is not None:                   # inside tp.capture: a frozen layer's leaves
+                rec.note_inputs(parents)
             out = cls(None).forward(*values, **kwargs)
             if checks:
                 _inherit(out, checks)
