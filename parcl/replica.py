@@ -75,7 +75,7 @@ class ReplicaGroup:
         # makes the host's threads compete with the device's (measured: 4 % slower steps).
         self._host_cores = any(d.type & cl.device_type.CPU for d in devs)
         try:
-            self._end = end_of_step(allreduce, self.comm, len(devs), fence=not self._host_cores)
+            self._end = end_of_step(allreduce, self.comm, len(devs), devices=devs)
         except ValueError as exc:
             raise ValueError(f"ReplicaGroup: {exc}") from None
         self.allreduce_algorithm = allreduce

@@ -91,3 +91,28 @@ def test_grad_views_write_into_bucket(queue):
     assert flat.sum() == 24.0
     buckets.zero_()
     assert not params[0].grad.to_host().any()
+
+
+def test_on_devices_with_their_own_memory_only_direct_is_chosen_or_allowed():
+    """The fused end, ``shared``, ``scatter`` and ``ring`` have several queues work on one
+    buffer at once: fine where the devices are the host's cores (one memory), undefined in
+    OpenCL on GPUs, which keep their own copy of a buffer."""
+    import types
+
+    import pyopencl as cl
+
+    from parcl.allreduce import shares_memory
+    from parcl.allreduce.end import Reduced, end_of_step
+    from parcl.allreduce.fused import Fused
+
+    gpus = [types.SimpleNamespace(type=cl.device_type.GPU)] * 2
+    cpus = pc.devices(split=2)
+    assert shares_memory(cpus) and not shares_memory(gpus)
+    assert choose_algorithm(25 << 20, 2, shared_memory=False) == "direct"
+    assert isinstance(end_of_step("auto", None, 2, devices=cpus), Fused)
+    end = end_of_step("auto", None, 2, devices=gpus)
+    assert isinstance(end, Reduced) and end.algorithm == "auto"
+    for name in ("shared", "scatter", "ring"):
+        with pytest.raises(ValueError, match=f"allreduce '{name}' has several queues"):
+            end_of_step(name, None, 2, devices=gpus)
+    assert isinstance(end_of_step("direct", None, 2, devices=gpus), Reduced)

@@ -9,6 +9,8 @@ every replica ends with the same values. Cross-process reduction (MPI) lives in 
 
 from __future__ import annotations
 
+import pyopencl as cl
+
 from ..tensor import Tensor
 from ._common import check_tensors
 from .buckets import GradBuckets, plan_buckets
@@ -27,11 +29,34 @@ ALGORITHMS = {"direct": direct, "ring": ring, "scatter": scatter, "shared": shar
 AUTO_SHARED_BYTES = 1 << 20
 
 
-def choose_algorithm(nbytes: int, replicas: int) -> str:
+# Only ``direct`` touches a buffer from one queue at a time. The others have several queues
+# work on one buffer at once (different chunks of it: ``shared`` writes every replica's buffer
+# from every queue, ``scatter`` and ``ring`` read a buffer whose owner is writing another chunk
+# of it), which OpenCL leaves undefined for devices with memories of their own: a GPU keeps its
+# copy of a buffer and moves it whole, so one device's chunk can overwrite another's. They are
+# for devices that are the host's own cores (CPU sub-devices), which share one memory.
+SHARED_MEMORY_ONLY = ("ring", "scatter", "shared")
+
+
+def shares_memory(devices) -> bool:
+    """Whether several queues may work on one buffer at once on ``devices``: CPU devices (the
+    host's cores, one memory), chosen by device type."""
+    return all(d.type & cl.device_type.CPU for d in devices)
+
+
+def choose_algorithm(nbytes: int, replicas: int, shared_memory: bool = True) -> str:
     """The algorithm ``auto`` runs for a tensor of ``nbytes`` over ``replicas`` replicas."""
-    if replicas <= 1 or nbytes < AUTO_SHARED_BYTES:
+    if replicas <= 1 or nbytes < AUTO_SHARED_BYTES or not shared_memory:
         return "direct"
     return "shared"
+
+
+def check_algorithm(algorithm: str, devices, what: str) -> None:
+    """Refuse an algorithm that needs one memory (``SHARED_MEMORY_ONLY``) on other devices."""
+    if algorithm in SHARED_MEMORY_ONLY and not shares_memory(devices):
+        raise ValueError(f"{what}: allreduce {algorithm!r} has several queues work on one buffer "
+                         "at once, which OpenCL leaves undefined on devices with memories of "
+                         "their own (GPUs); use 'direct' or 'auto'")
 
 
 def allreduce(tensors: list[Tensor], op: str = "sum", algorithm: str = "auto") -> None:
@@ -54,9 +79,15 @@ def allreduce_scaled(tensors: list[Tensor], scale: float, algorithm: str = "auto
             from ..kernels.elementwise import scale_
             scale_(tensors[0], scale)
         return
-    name = choose_algorithm(tensors[0].nbytes, len(tensors)) if algorithm == "auto" else algorithm
+    devices = [t.queue.device for t in tensors]
+    if algorithm == "auto":
+        name = choose_algorithm(tensors[0].nbytes, len(tensors), shares_memory(devices))
+    else:
+        check_algorithm(algorithm, devices, "allreduce")
+        name = algorithm
     ALGORITHMS[name](tensors, scale)
 
 
-__all__ = ["ALGORITHMS", "GradBuckets", "allreduce", "allreduce_scaled", "choose_algorithm",
-           "direct", "plan_buckets", "ring", "scatter", "shared"]
+__all__ = ["ALGORITHMS", "GradBuckets", "allreduce", "allreduce_scaled", "check_algorithm",
+           "choose_algorithm", "direct", "plan_buckets", "ring", "scatter", "shares_memory",
+           "shared"]

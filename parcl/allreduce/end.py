@@ -15,7 +15,7 @@ They are bit-identical: every element is summed in replica order and updated by 
 arithmetic. Clipping the reduced gradient (``max_norm``) needs its norm before the update, so
 a clipped step always ends as ``Reduced`` does.
 
->>> end = end_of_step("auto", comm=None, replicas=2, fence=False)
+>>> end = end_of_step("auto", comm=None, replicas=2, devices=group_devices)
 >>> end.finish(buffers, optimizer)
 """
 
@@ -28,7 +28,7 @@ import pyopencl as cl
 from ..nn.utils import clip_grads_with_norm_, get_total_norm
 from ..optim import FlatBucket, Optimizer
 from ..tensor import Tensor
-from . import ALGORITHMS, allreduce_scaled
+from . import ALGORITHMS, allreduce_scaled, check_algorithm, shares_memory
 from ._common import order_after, pending
 from .buckets import GradBuckets, ParamBuckets
 from .mpi import hierarchical
@@ -109,15 +109,18 @@ def _plannable(optimizer) -> bool:
     return isinstance(optimizer, Optimizer) and optimizer.plannable
 
 
-def end_of_step(allreduce: str, comm, replicas: int, fence: bool):
-    """The end of step for a group: ``Fused`` on one process with ``allreduce="auto"``
-    (``fence``: whether the queues must be fenced after it, see ``Fused``), else ``Reduced``
-    with that algorithm (and MPI when ``comm`` is given)."""
+def end_of_step(allreduce: str, comm, replicas: int, devices=()):
+    """The end of step for a group: ``Fused`` on one process with ``allreduce="auto"`` where
+    the ``devices`` share one memory (the host's cores), else ``Reduced`` with that algorithm
+    (and MPI when ``comm`` is given). ``Fused`` writes every replica's buffers from every queue
+    at once: on devices with memories of their own (GPUs) that is undefined, so they end as
+    ``Reduced``, whose ``auto`` picks ``direct`` there."""
     if allreduce != "auto" and allreduce not in ALGORITHMS:
         raise ValueError(f"unknown allreduce {allreduce!r}; choose one of "
                          f"{sorted(ALGORITHMS)} or 'auto'")
-    if comm is None and allreduce == "auto":
+    check_algorithm(allreduce, devices, "ReplicaGroup")
+    if comm is None and allreduce == "auto" and shares_memory(devices):
         from .fused import MAX_REPLICAS, Fused
         if replicas <= MAX_REPLICAS:
-            return Fused(fence)
+            return Fused()
     return Reduced(allreduce, comm)

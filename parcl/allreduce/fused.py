@@ -24,12 +24,11 @@ __all__ = ["MAX_REPLICAS", "Fused"]
 
 
 class Fused:
-    """The fused end of a step on one process. ``fence``: whether the queues must wait for
-    each other's chunks after it; not where the devices are the host's own cores, since the
-    group waits for every queue before the next step is even enqueued there."""
+    """The fused end of a step on one process whose devices share one memory (the host's
+    cores: ``end_of_step`` picks it only there). No fence after it: there the group waits for
+    every queue before the next step is even enqueued."""
 
-    def __init__(self, fence: bool):
-        self.fence = fence
+    def __init__(self):
         self.fallback = Reduced()
 
     def finish(self, buffers: StepBuffers, optimizer, max_norm: float | None = None):
@@ -55,8 +54,6 @@ class Fused:
 
         optimizer.launch(plan, targets=target)
         buffers.copy_buffers()      # after the fence: replica 0's forward updated them
-        if k > 1 and self.fence:
-            _fence(queues)
         return None
 
 
