@@ -14,8 +14,9 @@ nanoGPT's parameter groups), a linear warm-up then a cosine learning rate
 of every rank. Only rank 0 prints: the train and validation loss in nats and bits per
 character beside the unigram baseline (a model that knows only character frequencies), and
 at the end a greedy and a sampled continuation. A checkpoint holds the model, the AdamW state,
-the step, the loader's position and the schedule, so ``--resume`` continues the run where it
-stopped (``--max-steps`` is the whole run's length).
+the step, the loader's position and the schedule, so a run whose ``--checkpoint DIR`` holds
+one continues where it stopped, as a ``parcl-launch --max-restarts`` restart needs
+(``--resume`` insists on one; ``--max-steps`` is the whole run's length).
 """
 
 from __future__ import annotations
@@ -63,9 +64,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sample-chars", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint", metavar="DIR",
-                   help="save DIR/last.safetensors at the end (and every --save-every steps)")
+                   help="save DIR/last.safetensors at the end (and every --save-every steps); "
+                        "continue from it when it exists")
     p.add_argument("--save-every", type=int, default=0, metavar="STEPS")
-    p.add_argument("--resume", action="store_true", help="continue from DIR/last.safetensors")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from DIR/last.safetensors, which must exist")
     p.add_argument("--capture", action=argparse.BooleanOptionalAction, default=True,
                    help="record each replica's step once and replay it (default: on)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
@@ -144,7 +147,9 @@ def main(argv=None) -> float:
 
         path = os.path.join(args.checkpoint, "last.safetensors") if args.checkpoint else None
         step = 0
-        if args.resume:
+        # A checkpoint in DIR is continued from (what makes a parcl-launch --max-restarts
+        # restart resume, as docs/launch.md says); --resume insists there is one.
+        if args.resume or (path and os.path.exists(path)):
             meta = pc.load(path, group.model, opt, scheduler=scheduler)
             group.broadcast_parameters()             # the loaded weights to every replica
             step = int(meta["step"])
