@@ -448,3 +448,14 @@ def test_capture_key_sees_numpy_scalars_lists_and_a_loss_modules_state(devices2)
     before = pc.nn.capture_key(model)
     model.p = np.float32(0.25)
     assert pc.nn.capture_key(model) != before
+
+
+def test_a_bool_mask_input_is_taken_as_tensor_from_host_takes_it(queue):
+    x = np.arange(6, dtype=np.float32)
+    mask = np.array([True, False, True, True, False, False])
+    zeros = pc.Tensor.zeros(queue, (6,))
+    step = tp.capture(lambda xt, mt: tp.where(mt, xt, zeros), queue)
+    eager = tp.where(pc.Tensor.from_host(queue, mask), pc.Tensor.from_host(queue, x), zeros)
+    for _ in range(3):
+        np.testing.assert_array_equal(step(x, mask).to_host(), eager.to_host())
+    assert step.replays == 2

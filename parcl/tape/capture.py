@@ -37,7 +37,7 @@ import numpy as np
 import pyopencl as cl
 
 from .. import recorder
-from ..tensor import Tensor, _check_dtype, own
+from ..tensor import INTERNAL, Tensor, _check_dtype, own
 from . import mode
 
 MAX_SIGNATURES = 8          # input signatures kept per captured function (oldest dropped first)
@@ -53,6 +53,16 @@ class _Entry:
         self.outputs = outputs
         self.reason = reason
         self.uploads = []
+
+
+def _as_input(a) -> np.ndarray:
+    """A call's host array as its recorded input holds it: C-contiguous, a ``np.bool_`` mask
+    as uint8 0/1 (as ``Tensor.from_host`` stores it)."""
+    a = np.ascontiguousarray(a)
+    if a.dtype == np.bool_:
+        return a.view(np.uint8)
+    _check_dtype("capture", a.dtype)
+    return a
 
 
 class CapturedStep:
@@ -79,7 +89,7 @@ class CapturedStep:
         """Run the step on these numpy inputs (see the module docstring). ``borrow=True``:
         the caller keeps the arrays unchanged until the uploads are done (it waits for the
         step's outputs), so they are uploaded without a host copy (``Tensor.from_host``)."""
-        arrays = tuple(np.ascontiguousarray(a) for a in arrays)
+        arrays = tuple(_as_input(a) for a in arrays)
         k = self._key(arrays, key)
         variants = self._entries.get(k, ())
         if variants and variants[0].reason is not None:    # not replayable: plain eager
@@ -103,7 +113,7 @@ class CapturedStep:
         return [Tensor.from_host(self.queue, a, borrow=borrow) for a in arrays]
 
     def _record(self, k, arrays, borrow: bool):
-        inputs = [Tensor.empty(self.queue, a.shape, _check_dtype("capture", a.dtype))
+        inputs = [Tensor.empty(self.queue, a.shape, _check_dtype("capture", a.dtype, INTERNAL))
                   for a in arrays]
         entry = _Entry(inputs, None, None, None)
         self._upload(entry, arrays, borrow)
