@@ -110,6 +110,7 @@ _PLAIN = (bool, int, float, str, type(None))
 
 
 _NOT_PLAIN = object()
+_REGISTRIES = frozenset(("_parameters", "_buffers", "_modules"))   # not plain: skipped at once
 
 
 def _frozen(value):
@@ -142,8 +143,8 @@ def _parameter_state(m: Module) -> tuple:
     frozen layer's ops are not in the recorded graph at all, so only this shows a thaw (or
     a parameter replaced by a new one) to a captured step's key. The Entry's id is safe: a
     recording keeps the entries of the leaves its graph met."""
-    return tuple((name, id(p.entry), p.requires_grad) for name, p in m._parameters.items()
-                 if p is not None)
+    return tuple((name, id(e), e.requires_grad) for name, p in m._parameters.items()
+                 if p is not None for e in (p.entry,))
 
 
 def capture_key(model: Module) -> tuple:
@@ -165,7 +166,8 @@ def capture_key(model: Module) -> tuple:
         return (tuple((name, f) for name, value in vars(model).items()
                       if (f := _frozen(value)) is not _NOT_PLAIN),)
     return tuple((tuple((name, f) for name, value in vars(m).items()
-                        if (f := _frozen(value)) is not _NOT_PLAIN), _parameter_state(m))
+                        if name not in _REGISTRIES and (f := _frozen(value)) is not _NOT_PLAIN),
+                  _parameter_state(m))
                  for m in model.modules())
 
 
