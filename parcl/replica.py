@@ -318,7 +318,7 @@ class ReplicaGroup:
                            self._check_signatures([o.reached for o in outcomes]), self.comm)
             norm = self._end.finish(self._buffers, optimizer, max_norm)            # 4.
         except BaseException:
-            self._rewind_rng()
+            self._rewind_rng()                 # a failed step leaves the dropout generators too
             raise
         self._grads_dirty = False
         return self._finish(outcomes, norm)                                        # 5.
