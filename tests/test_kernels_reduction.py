@@ -165,3 +165,11 @@ def test_two_threads_reduce_concurrently(queues2):
         for o in outs:
             np.testing.assert_allclose(o, x.astype(np.float64).sum(1), rtol=1e-5, atol=1e-5)
         assert len(fulls) == 1
+
+
+def test_a_gpu_takes_work_groups_only_for_long_rows_and_launches_under_2_31():
+    chunk = rd.CHUNK_GPU
+    assert rd.use_workgroups(1000, 1024, 1, chunk)             # long rows, short stride
+    assert not rd.use_workgroups(1000, 4, 1, chunk)            # 4 values: one work-item each
+    assert not rd.use_workgroups(1000, 1024, 64, chunk)        # long strides: sequential
+    assert not rd.use_workgroups(9_000_000, 256, 1, chunk)     # 2.3e9 work-items: too many

@@ -153,14 +153,22 @@ def reduce_3d(op: str, x: Tensor, outer: int, R: int, inner: int, scale: float =
     work-group trees on a GPU when ``inner`` is small, sequential loops otherwise)."""
     q = x.queue
     gpu = is_gpu(q.device)
-    if workgroup is None:
-        workgroup = gpu and inner < 32
     chunk = CHUNK_GPU if gpu else CHUNK_CPU
+    if workgroup is None:
+        workgroup = gpu and use_workgroups(outer, R, inner, chunk)
     if R > chunk:
         nchunks = (R + chunk - 1) // chunk
         partial = _launch(op, x, outer, R, inner, chunk, nchunks, 1.0, workgroup)
         return reduce_3d(op, partial, outer, nchunks, inner, scale, workgroup=workgroup)
     return _launch(op, x, outer, R, inner, R, 1, scale, workgroup)
+
+
+def use_workgroups(outer: int, R: int, inner: int, chunk: int) -> bool:
+    """Whether a GPU reduces with a work-group per output (``{op}_wg``): for short inner
+    strides, rows of at least one group's width, and a launch under 2**31 work-items (GPU
+    drivers mishandle ids past that); else one work-item per output loops over its row."""
+    outputs = outer * inner * -(-R // chunk)
+    return inner < 32 and R >= WG and outputs * WG < 2**31
 
 
 def _launch(op, x, outer, R, inner, chunk, nchunks, scale, workgroup) -> Tensor:
