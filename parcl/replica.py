@@ -318,17 +318,17 @@ class ReplicaGroup:
                            self._check_signatures([o.reached for o in outcomes]), self.comm)
             norm = self._end.finish(self._buffers, optimizer, max_norm)            # 4.
         except BaseException:
-            self._rewind_rng()                 # a failed step leaves the dropout generators too
+            self._rewind()                     # dropout generators and running statistics too
             raise
         self._grads_dirty = False
         return self._finish(outcomes, norm)                                        # 5.
 
-    def _rewind_rng(self) -> None:
-        """After a failed step: every replica's dropout generator as the step found it, so
-        the next step draws what it would have drawn (eager or replayed alike)."""
+    def _rewind(self) -> None:
+        """After a failed step: every replica's dropout generator and buffers as the step
+        found them, so the next step computes what it would have (eager or replayed alike)."""
         if self._broken is None:
             try:
-                self.run(_rewind_rng)
+                self.run(self._backward.rewind)
             except ParclError:
                 pass                  # the step's own error is the one to report
 
@@ -444,8 +444,3 @@ class ReplicaGroup:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<ReplicaGroup {len(self.replicas)} replicas, {state}>"
-
-
-def _rewind_rng(replica) -> None:
-    if replica.rng_at_step is not None:
-        nn_ops.set_rng_state(replica.rng_at_step)

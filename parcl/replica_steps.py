@@ -196,6 +196,7 @@ class Eager:
         views. Each replica does its own, on its own thread, so none of it delays the
         others' start."""
         replica.rng_at_step = ops.nn.rng_state()       # a failed step puts it back
+        self.buffers.keep(replica.index)                # and the running statistics
         values = self.buffers.values[replica.index]
         replaced = values.replaced()
         if replaced:
@@ -206,6 +207,13 @@ class Eager:
                 "no longer reads; copy new values in place (p.value.copy_(t), "
                 "load_state_dict) or make a new ReplicaGroup")
         self.buffers.grads[replica.index].gather()
+
+    def rewind(self, replica) -> None:
+        """After a failed step: the replica's dropout generator and buffers as its part of
+        the step found them (``prepare``), so a failed step changes nothing."""
+        if replica.rng_at_step is not None:
+            ops.nn.set_rng_state(replica.rng_at_step)
+        self.buffers.restore(replica.index)
 
     def run(self, replica, micros: list[Micro], loss_fn, key) -> Outcome:
         self.prepare(replica)

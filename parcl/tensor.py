@@ -158,8 +158,8 @@ class Tensor:
             view.checks = self.checks
             return view
         shape = tuple(int(s) for s in shape)
-        if shape.count(-1) > 1:
-            raise ShapeError(f"reshape: at most one -1 in {shape}")
+        if shape.count(-1) > 1 or any(s < -1 for s in shape):
+            raise ShapeError(f"reshape: at most one -1 and no other negative size in {shape}")
         if -1 in shape:
             known = prod(s for s in shape if s != -1)
             if known == 0 or self.size % known:
@@ -199,7 +199,10 @@ class Tensor:
         return out
 
     def copy_(self, src: Tensor) -> Tensor:
-        """Copy ``src`` (same size, same context) into this tensor, in place."""
+        """Copy ``src`` (same shape and dtype, same context) into this tensor, in place."""
+        if tuple(src.shape) != tuple(self.shape):
+            raise ShapeError(f"copy_: source of shape {src.shape} into a tensor of shape "
+                             f"{self.shape}; reshape it first if the layout is meant")
         self.copy_owned(src)
         self._overwritten("Tensor.copy_")
         return self
@@ -226,6 +229,9 @@ class Tensor:
 
     def fill_owned(self, value) -> None:
         """``fill_`` for parcl's own buffers, not noted as an overwrite (see ``copy_owned``)."""
+        if np.ndim(value) != 0:
+            raise ShapeError(f"fill_: the value must be a scalar, got shape {np.shape(value)} "
+                             f"(for a tensor of shape {self.shape})")
         pattern = np.array([value], dtype=self.dtype)
         cl.enqueue_fill_buffer(self.queue, self.data, pattern, 0, self.size * self.itemsize)
         recorder.fill(self.queue, self.data, pattern, 0, self.size * self.itemsize)

@@ -276,13 +276,15 @@ def test_capture_key_sees_dicts_with_any_plain_keys_enums_and_named_tuples(queue
         assert pc.nn.capture_key(model) != key, name
 
 
-def test_a_failed_step_leaves_the_dropout_generators_as_it_found_them(devices2):
-    """The eager step draws its dropout keys before the label check fails, the replay checks
-    the labels first: either way the step that raised changes nothing, so eager and captured
-    runs stay equal after it."""
+def test_a_failed_step_leaves_dropout_generators_and_running_statistics_as_it_found_them(
+        devices2):
+    """The eager step draws its dropout keys and updates batch norm's running statistics
+    before the label check fails, the replay checks the labels first: either way the step
+    that raised changes nothing, so eager and captured runs stay equal after it."""
     def model(queue):
         pc.nn.manual_seed(0)
-        return pc.nn.Sequential(pc.nn.Linear(16, 8, queue=queue), pc.nn.Dropout(0.5),
+        return pc.nn.Sequential(pc.nn.Linear(16, 8, queue=queue),
+                                pc.nn.BatchNorm1d(8, queue=queue), pc.nn.Dropout(0.5),
                                 pc.nn.Linear(8, 4, queue=queue))
 
     x, y, bad = np.ones((4, 16), np.float32), np.array([0, 1, 2, 3]), np.array([0, 1, 2, 9])
@@ -293,9 +295,14 @@ def test_a_failed_step_leaves_the_dropout_generators_as_it_found_them(devices2):
             group.step(x, y, tp.cross_entropy, opt)
             group.step(x, y, tp.cross_entropy, opt)
             before = group.rng_state()
+            stats = [dict(r.model.state_dict())
+                     for r in group.replicas]
             with pytest.raises(pc.ReplicaError):
                 group.step(x, bad, tp.cross_entropy, opt)
             assert group.rng_state() == before
+            for r, kept in zip(group.replicas, stats):
+                for k, v in r.model.state_dict().items():
+                    np.testing.assert_array_equal(v, kept[k], err_msg=k)
             group.step(x, y, tp.cross_entropy, opt)
             results.append([p.value.to_host() for p in group.parameters()])
     for a, b in zip(*results):

@@ -170,3 +170,18 @@ def test_a_step_whose_device_never_finishes_ends_the_process_naming_the_replica(
     assert "not reached" not in proc.stdout
     assert "ReplicaGroup.step waited 0.5 s" in proc.stderr
     assert "still pending: replica 1" in proc.stderr       # replica 1 first (0 waits on it)
+
+
+def test_fill_copy_and_reshape_refuse_what_would_silently_scramble(queue):
+    t = pc.Tensor.zeros(queue, (2, 3))
+    with pytest.raises(pc.ShapeError, match="fill_: the value must be a scalar"):
+        t.fill_(np.array([1.0, 2.0]))                # was tiled over the buffer
+    with pytest.raises(pc.ShapeError, match="fill_: the value must be a scalar"):
+        pc.Tensor.full(queue, (4,), [1.0, 2.0])
+    transposed = pc.Tensor.from_host(queue, np.arange(6, dtype=np.float32).reshape(3, 2))
+    with pytest.raises(pc.ShapeError, match=r"copy_: source of shape \(3, 2\)"):
+        t.copy_(transposed)                          # was its raw buffer, reinterpreted
+    with pytest.raises(pc.ShapeError, match="no other negative size"):
+        t.reshape(-2, -3)
+    np.testing.assert_array_equal(t.copy_(transposed.reshape(2, 3)).to_host(),
+                                  np.arange(6).reshape(2, 3))

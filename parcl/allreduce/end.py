@@ -21,7 +21,7 @@ a clipped step always ends as ``Reduced`` does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyopencl as cl
 
@@ -45,6 +45,27 @@ class StepBuffers:
     values: list[ParamBuckets]
     buffers: list[list[Tensor]]
     buckets: list[FlatBucket]
+    kept: list = field(init=False)     # per replica: its buffers as its last step found them
+
+    def __post_init__(self):
+        self.kept = [None] * len(self.queues)
+
+    def keep(self, r: int) -> None:
+        """Before replica ``r``'s part of a step, on its queue: a copy of its buffers (batch
+        norm's running statistics, which a training forward updates in place), for
+        ``restore``."""
+        if not self.buffers[r]:
+            return
+        if self.kept[r] is None:
+            self.kept[r] = [Tensor.empty(b.queue, b.shape, b.dtype) for b in self.buffers[r]]
+        for copy, b in zip(self.kept[r], self.buffers[r]):
+            copy.copy_owned(b)
+
+    def restore(self, r: int) -> None:
+        """After a failed step: replica ``r``'s buffers as ``keep`` found them."""
+        if self.kept[r] is not None:
+            for copy, b in zip(self.kept[r], self.buffers[r]):
+                b.copy_owned(copy)
 
     def broadcast(self) -> None:
         """Copy replica 0's parameters and buffers to every other replica; replica 0's queue

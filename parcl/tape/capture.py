@@ -110,7 +110,9 @@ class CapturedStep:
         return self._record(k, arrays, borrow)
 
     def _fresh_inputs(self, arrays, borrow: bool) -> list[Tensor]:
-        return [Tensor.from_host(self.queue, a, borrow=borrow) for a in arrays]
+        # a uint8 array here is a bool mask viewed by _as_input (uint8 itself is refused)
+        return [Tensor.from_host(self.queue, a.view(np.bool_) if a.dtype == np.uint8 else a,
+                                 borrow=borrow) for a in arrays]
 
     def _record(self, k, arrays, borrow: bool):
         inputs = [Tensor.empty(self.queue, a.shape, _check_dtype("capture", a.dtype, INTERNAL))
