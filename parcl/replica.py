@@ -296,7 +296,8 @@ class ReplicaGroup:
         broadcast. ``max_grad_norm`` clips the summed gradient's global 2-norm (the same on
         every replica and rank) before the update, as ``pc.nn.utils.clip_grad_norm_`` would on
         the full batch; the norm before clipping is then ``last_grad_norm``. A failed step
-        leaves parameters and optimizer state unchanged.
+        leaves parameters, optimizer state, batch norm's running statistics and the dropout
+        generators unchanged.
 
         With ``capture=True`` a replica's recorded step is replayed only while its model's
         Python state (``pc.nn.capture_key``: every module's ``training`` flag and plain
