@@ -10,6 +10,7 @@ when the device is out of memory the pool drops what it holds and tries again.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import dataclass
 
@@ -52,13 +53,18 @@ class Allocation:
 
 @dataclass(slots=True)           # made for every parameter at every optimizer step
 class Overwrite:
-    """The latest in-place change of a buffer: when (``time.monotonic_ns()``), by ``what``
+    """The latest in-place change of a buffer: when (a ``stamp()``), by ``what``
     (``"relu(inplace=True)"``, ``"an optimizer step or load_state_dict"``), and whether it
     was an ``update`` of a parameter rather than an op's in-place output."""
 
     when: int
     what: str
     update: bool
+
+
+#: The next number of one process-wide sequence, ordering recorded ops against in-place
+#: changes exactly (a clock's ticks could tie); ``next`` on ``itertools.count`` is atomic.
+stamp = itertools.count(1).__next__
 
 
 class MemoryPool:
@@ -119,10 +125,11 @@ class MemoryPool:
             self.bytes_in_use -= size
             self.allocations -= 1
 
-    def note_overwrite(self, buffer: cl.Buffer, when: int, what: str, update: bool) -> None:
-        """``buffer`` (of this queue) was, or is about to be, changed in place at ``when``."""
-        self.overwrites[buffer.int_ptr] = Overwrite(when, what, update)
-        if when > self.last_overwrite:
+    def note_overwrite(self, buffer: cl.Buffer, what: str, update: bool) -> None:
+        """``buffer`` (of this queue) was, or is about to be, changed in place now."""
+        with self._lock:                 # threads of one queue: last_overwrite only grows
+            when = stamp()
+            self.overwrites[buffer.int_ptr] = Overwrite(when, what, update)
             self.last_overwrite = when
 
     def _drop_free_locked(self) -> None:

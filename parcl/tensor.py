@@ -7,7 +7,6 @@ ever enqueued, never waited for, except in ``to_host``.
 
 from __future__ import annotations
 
-import time
 from math import prod
 from numbers import Real
 
@@ -238,7 +237,7 @@ class Tensor:
 
     def _overwritten(self, what: str) -> None:
         # a backward through an op recorded before now that saved this buffer raises
-        pool_of(self.queue).note_overwrite(self.data, time.monotonic_ns(), what, update=True)
+        pool_of(self.queue).note_overwrite(self.data, what, update=True)
 
     # -- properties --------------------------------------------------------------------
     @property

@@ -154,12 +154,14 @@ def reduce_3d(op: str, x: Tensor, outer: int, R: int, inner: int, scale: float =
     q = x.queue
     gpu = is_gpu(q.device)
     chunk = CHUNK_GPU if gpu else CHUNK_CPU
+    forced = workgroup
     if workgroup is None:
         workgroup = gpu and use_workgroups(outer, R, inner, chunk)
     if R > chunk:
         nchunks = (R + chunk - 1) // chunk
         partial = _launch(op, x, outer, R, inner, chunk, nchunks, 1.0, workgroup)
-        return reduce_3d(op, partial, outer, nchunks, inner, scale, workgroup=workgroup)
+        # the partials' rows are nchunks long: chosen again for them unless forced
+        return reduce_3d(op, partial, outer, nchunks, inner, scale, workgroup=forced)
     return _launch(op, x, outer, R, inner, R, 1, scale, workgroup)
 
 

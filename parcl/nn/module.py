@@ -139,20 +139,18 @@ def _frozen(value):
 
 
 def _parameter_state(m: Module) -> tuple:
-    """Which Parameter object each of ``m``'s parameters is, and whether it requires grad: a
-    frozen layer's ops are not in the recorded graph at all, so only this shows a thaw (or
-    a parameter replaced by a new one) to a captured step's key. The Entry's id is safe: a
-    recording keeps the entries of the leaves its graph met."""
-    return tuple((name, id(e), e.requires_grad) for name, p in m._parameters.items()
-                 if p is not None for e in (p.entry,))
+    """Which Parameter object each of ``m``'s parameters is: one replaced by a new one is in
+    no recording (a freeze or thaw is seen by the recording itself, ``leaves_unchanged``).
+    The Entry's id is safe: a recording keeps the entries of the leaves its forward met."""
+    return tuple((name, id(p.entry)) for name, p in m._parameters.items() if p is not None)
 
 
 def capture_key(model: Module) -> tuple:
     """Every module's ``training`` flag and other plain Python attributes (bool, int, float,
     str, None, numpy scalars, enum members, and tuples, lists and dicts of them), in module
     order: what a forward may branch on or pass into an op without its tensors' shapes
-    showing it; and which Parameter each of its parameters is and whether it requires grad (a
-    layer frozen when the step was recorded is not in its graph). A captured step
+    showing it; and which Parameter object each of its parameters is (one replaced by a new
+    Parameter). A captured step
     (``ReplicaGroup(capture=True)``, ``tp.capture(..., key=...)``) is replayed only while this
     is unchanged, and recorded again when it changes.
 

@@ -12,23 +12,17 @@ version counters catch the same).
 
 from __future__ import annotations
 
-import time
-
 from ..errors import ParclError
 from ..pool import pool_of
 from ..tensor import Tensor
 
-_now = time.monotonic_ns
-
-
-def changed(nodes, when: int | None = None) -> None:
+def changed(nodes) -> None:
     """Note that these leaves' values were just updated in place (an optimizer step,
     ``load_state_dict``): a backward through ops recorded before then that saved them
     raises instead of taking their gradients at the new values."""
-    when = _now() if when is None else when
     for n in nodes:
         v = n.value
-        pool_of(v.queue).note_overwrite(v.data, when, "an optimizer step or load_state_dict",
+        pool_of(v.queue).note_overwrite(v.data, "an optimizer step or load_state_dict",
                                         update=True)
 
 
@@ -37,7 +31,7 @@ def note_change(x, what: str) -> None:
     backward through an op recorded before now that saved it raises, on whichever tape (or
     none) that op was recorded."""
     value = x if isinstance(x, Tensor) else x.value       # a Tensor or a Node
-    pool_of(value.queue).note_overwrite(value.data, _now(), what, update=False)
+    pool_of(value.queue).note_overwrite(value.data, what, update=False)
 
 
 def check_saved_unchanged(order: list, pool) -> None:
@@ -52,7 +46,7 @@ def check_saved_unchanged(order: list, pool) -> None:
     overwrites = pool.overwrites
     for entry in order:
         fn, at = entry.grad_fn, entry.recorded_at
-        if fn is None or at is None:
+        if fn is None:                  # a leaf (an op always has its recorded_at)
             continue
         for name, saved in vars(fn).items():
             for t in _tensors(saved):

@@ -104,14 +104,21 @@ class _GradModeContext:
             @functools.wraps(fn)
             def generator(*args, **kwargs):
                 gen = fn(*args, **kwargs)
-                sent = None
+                step = functools.partial(gen.send, None)
                 while True:
                     with self.__class__():
                         try:
-                            item = gen.send(sent)
+                            item = step()
                         except StopIteration as stop:
                             return stop.value
-                    sent = yield item
+                    try:
+                        step = functools.partial(gen.send, (yield item))
+                    except GeneratorExit:
+                        with self.__class__():
+                            gen.close()              # its finally blocks run in the mode
+                        raise
+                    except BaseException as exc:     # thrown in: the body sees it, in the mode
+                        step = functools.partial(gen.throw, exc)
             return generator
 
         @functools.wraps(fn)

@@ -14,20 +14,19 @@ gives the Nodes back while they live.
 
 from __future__ import annotations
 
-import time
 import weakref
 
 import numpy as np
 
 from .. import recorder
 from ..errors import DTypeError, ParclError
+from ..pool import stamp
 from ..runtime import default_queue
 from ..tensor import Tensor
 from . import mode
 from .anomaly import call_site, check_finite
 from .changes import note_change
 
-_now = time.monotonic_ns
 
 
 class Entry:
@@ -62,9 +61,9 @@ def _entry(value: Tensor, grad_fn, parents: list, requires_grad: bool, op_name: 
     e.index = None          # position on its tape
     e.tape = None           # weakref to the tape that recorded it; FREED once released
     e.shape = value.shape
-    # time.monotonic_ns() when the op was recorded (on a tape or not): a backward raises
-    # for an op whose saved tensors were changed in place after it (``MemoryPool.overwrites``)
-    e.recorded_at = None if grad_fn is None else _now()
+    # when the op was recorded (a ``pool.stamp()``, on a tape or not): a backward raises for
+    # an op whose saved tensors were changed in place after it (``MemoryPool.overwrites``)
+    e.recorded_at = None if grad_fn is None else stamp()
     e.alias = None          # the parent whose buffer its value is (a reshape's input), if any
     return e
 
