@@ -330,8 +330,9 @@ class ReplicaGroup:
         if self._broken is None:
             try:
                 self.run(self._backward.rewind)
-            except ParclError:
-                pass                  # the step's own error is the one to report
+            except ParclError as exc:  # the step's own error is still the one raised
+                self._broken = (f"a failed step could not restore the replicas' dropout "
+                                f"generators and running statistics ({exc})")
 
     def _split(self, x, y, ignore: int | None, accumulation_steps: int):
         """Every replica's micro-batches, weighted by their share of the global batch."""

@@ -130,7 +130,7 @@ def _plannable(optimizer) -> bool:
     return isinstance(optimizer, Optimizer) and optimizer.plannable
 
 
-def end_of_step(allreduce: str, comm, replicas: int, devices=()):
+def end_of_step(allreduce: str, comm, replicas: int, devices):
     """The end of step for a group: ``Fused`` on one process with ``allreduce="auto"`` where
     the ``devices`` share one memory (the host's cores), else ``Reduced`` with that algorithm
     (and MPI when ``comm`` is given). ``Fused`` writes every replica's buffers from every queue

@@ -63,7 +63,7 @@ from parcl.replica import ReplicaGroup
 
 from . import models
 from .scaling_phases import phased
-from .scaling_plot import PHASES, plot  # noqa: F401  (plot: the subcommand's --plot)
+from .scaling_plot import plot  # noqa: F401  (the subcommand's --plot)
 from .common import (
     BenchError,
     add_table,
