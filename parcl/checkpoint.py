@@ -127,8 +127,18 @@ def _flatten_optimizer(optimizer: Any, tensors: dict[str, np.ndarray]) -> dict[s
                 scalars[name] = value
         state.append({"key": key, "scalars": scalars, "tensors": arrays})
     rest = {k: v for k, v in sd.items() if k not in ("state", "param_groups")}
-    return {"class": type(optimizer).__name__, "state": state,
+    return {"class": type(optimizer).__name__, "rule": _rule(optimizer), "state": state,
             "param_groups": sd.get("param_groups", []), "extra": rest}
+
+
+def _rule(optimizer) -> str | None:
+    """The parcl optimizer whose update ``optimizer`` runs (its class, or the one it derives
+    from), or None for one of the user's own. Adam's and AdamW's states have the same names:
+    only this tells them apart."""
+    for cls in type(optimizer).__mro__:
+        if cls.__module__.startswith("parcl.optim") and cls.__name__ != "Optimizer":
+            return cls.__name__
+    return None
 
 
 def _crc32(data) -> int:
@@ -331,6 +341,10 @@ def _optimizer_state(path: str, doc: dict[str, Any], tensors: dict[str, np.ndarr
     current = optimizer.state_dict()
     cur_groups = current.get("param_groups", [])
     problems = []
+    rule = _rule(optimizer)
+    if opt.get("rule") and rule and opt["rule"] != rule:
+        problems.append(f"it holds an {opt['rule']} optimizer's state, and "
+                        f"{type(optimizer).__name__}'s update differs")
     if len(saved["param_groups"]) != len(cur_groups):
         problems.append(f"{len(saved['param_groups'])} param_groups saved, optimizer has "
                         f"{len(cur_groups)}")

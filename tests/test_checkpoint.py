@@ -500,3 +500,18 @@ def test_checkpoint_mode_follows_the_umask(tmp_path, umask, mode):
     assert r.returncode == 0, r.stderr
     assert ckpt.stat().st_mode & 0o777 == mode
     assert ckpt.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777
+
+
+def test_an_adam_checkpoint_is_refused_by_adamw_and_leaves_it_unchanged(ckpt, queue):
+    """Same state names, different update rule: loading one into the other would quietly
+    change how the run trains (Adam's weight decay becoming AdamW's decoupled one)."""
+    pc.nn.manual_seed(0)
+    model = pc.nn.Linear(3, 2, queue=queue)
+    pc.save(ckpt, model, pc.optim.Adam(model.parameters(), weight_decay=0.1))
+    adamw = pc.optim.AdamW(model.parameters(), weight_decay=0.01)
+    before = model.state_dict()
+    with pytest.raises(pc.CheckpointError, match="an Adam optimizer's state, and AdamW's"):
+        pc.load(ckpt, model, adamw)
+    assert adamw.param_groups[0]["weight_decay"] == 0.01
+    for k, v in model.state_dict().items():
+        np.testing.assert_array_equal(v, before[k])

@@ -105,6 +105,9 @@ def combine_stats(parts: Tensor, counts: np.ndarray, running_mean: Tensor | None
     if parts.ndim != 3 or parts.shape[1] != 2 or counts.shape != (parts.shape[0],):
         raise ShapeError(f"combine_stats: partials {parts.shape} and counts {counts.shape} "
                          "do not fit (P, 2, C) and (P,)")
+    if counts.sum() <= 1:          # training only; every participant finds the same total
+        raise ShapeError(f"batch_norm: expected more than 1 value per channel when training, "
+                         f"got {int(counts.sum())} over all the replicas' batches together")
     p, _, c = parts.shape
     q = parts.queue
     n = Tensor.from_host(q, counts)
