@@ -27,10 +27,12 @@ from . import runtime
 from .allreduce.buckets import GradBuckets, ParamBuckets, alignment_elems, plan_buckets
 from .allreduce.end import Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
+from .gate import release
 from .nn.module import Module, capture_key
 from .optim import FlatBucket
-from .replica_steps import (Captured, Eager, IgnoredLabels, count_samples, positive,
-                            skip_unreached, split_batch)
+from .pool import stamp
+from .replica_steps import (Captured, Eager, IgnoredLabels, check_reduction, positive,
+                            shard_batch, skip_unreached, weighted_loss)
 from .replica_stats import StatsExchange
 from .replica_threads import Replica
 from .tape import mode
@@ -97,6 +99,7 @@ class ReplicaGroup:
                 r.model = m
             self._setup_parameters(bucket_mb)
             self._buffers.broadcast()
+            self._synced = stamp()          # when the replicas' parameters were last made equal
         except BaseException:
             self.close()
             raise
@@ -262,6 +265,7 @@ class ReplicaGroup:
         self._check_open()
         self._wait_idle()
         self._buffers.broadcast()
+        self._synced = stamp()
 
     def rng_state(self) -> list[list[int]]:
         """Every replica's dropout generator, ``[seed, counter]`` per replica (JSON-able: save
@@ -281,7 +285,8 @@ class ReplicaGroup:
 
     # -- the data-parallel step -----------------------------------------------------------
     def step(self, x: np.ndarray, y: np.ndarray, loss_fn, optimizer, *, key=None,
-             accumulation_steps: int = 1, max_grad_norm: float | None = None) -> float:
+             accumulation_steps: int = 1, max_grad_norm: float | None = None,
+             reduction: str = "mean") -> float:
         """One data-parallel step on this process's numpy batch; returns the mean loss.
 
         The batch is split along dim 0 (uneven splits weighted by sample count, or for a loss
@@ -299,6 +304,12 @@ class ReplicaGroup:
         leaves parameters, optimizer state, batch norm's running statistics and the dropout
         generators unchanged.
 
+        ``loss_fn`` returns the mean loss over its batch (``reduction="mean"``; a loss that
+        ends in ``tp.sum`` is refused, as it would be weighed wrongly), or, with
+        ``reduction="sum"``, the sum over its batch: each shard's sum then counts once, and
+        the step returns the sum over the global batch. A batch whose every label is ignored
+        returns NaN, as PyTorch's mean over no labels (its update has zero gradients).
+
         With ``capture=True`` a replica's recorded step is replayed only while its model's
         Python state (``pc.nn.capture_key``: every module's ``training`` flag and plain
         attributes), the batch shapes and dtypes, the grad and anomaly modes and ``key`` (any
@@ -308,21 +319,24 @@ class ReplicaGroup:
         self._check_open()
         max_norm = None if max_grad_norm is None else positive("max_grad_norm", max_grad_norm)
         k = len(self.replicas)
-        ignore = self._labels.ignored(loss_fn)
-        shards = self._split(x, y, ignore, accumulation_steps)                     # 1.
+        ignore = self._labels.ignored(loss_fn) if reduction == "mean" else None
+        shards, total = shard_batch(x, y, k, self.comm, ignore, accumulation_steps,   # 1.
+                                    reduction)
         self._begin()
-        keys = self._keys(key, loss_fn)
+        keys = self._keys(key, loss_fn, reduction)
         try:
             outcomes = self.run(self._replica_step, shards, [loss_fn] * k, keys)   # 2.
             self._labels.check(loss_fn, y, ignore, outcomes, self.comm)            # 3.
+            check_reduction(reduction, outcomes)
             skip_unreached(self._params[0],
                            self._check_signatures([o.reached for o in outcomes]), self.comm)
             norm = self._end.finish(self._buffers, optimizer, max_norm)            # 4.
+            self._synced = stamp()
         except BaseException:
             self._rewind()                     # dropout generators and running statistics too
             raise
         self._grads_dirty = False
-        return self._finish(outcomes, norm)                                        # 5.
+        return self._finish(outcomes, norm, total)                                 # 5.
 
     def _rewind(self) -> None:
         """After a failed step: every replica's dropout generator and buffers as the step
@@ -334,39 +348,36 @@ class ReplicaGroup:
                 self._broken = (f"a failed step could not restore the replicas' dropout "
                                 f"generators and running statistics ({exc})")
 
-    def _split(self, x, y, ignore: int | None, accumulation_steps: int):
-        """Every replica's micro-batches, weighted by their share of the global batch."""
-        x, y = np.asarray(x), np.asarray(y)
-        count = count_samples(y, ignore) if y.ndim else 0
-        total = count if self.comm is None else int(self.comm.allreduce(count))
-        return split_batch(x, y, len(self.replicas), total, accumulation_steps, ignore)
-
     def _begin(self) -> None:
         """Before the replicas start: a failed step's gradients zeroed (each replica makes
-        its buckets its gradients again in its own call: ``Eager.prepare``); a batch-statistics
-        exchange broken by a failed step reset."""
+        its buckets its gradients again in its own call: ``Eager.prepare``); replica 0's
+        parameters copied to the others if changed in place since they were last made equal;
+        a batch-statistics exchange broken by a failed step reset."""
         if self._grads_dirty:
             self.zero_grad()
         self._grads_dirty = True
+        if len(self.replicas) > 1 and self._buffers.changed_since(self._synced):
+            self._buffers.broadcast()
         if self._stats is not None:
             self._stats.start()
 
-    def _keys(self, key, loss_fn) -> list:
+    def _keys(self, key, loss_fn, reduction: str) -> list:
         """Per replica what its recorded step is looked up by beside shapes, modes and its
         model's Python state (``capture_key``, taken in the replica's own call): a loss
         module's state (``CrossEntropyLoss(label_smoothing=...)``) and ``key``."""
         if not self.capture:
-            return [None] * len(self.replicas)
+            return [reduction] * len(self.replicas)
         loss_state = capture_key(loss_fn) if isinstance(loss_fn, Module) else None
-        return [(loss_state, key)] * len(self.replicas)
+        return [(loss_state, key, reduction)] * len(self.replicas)
 
-    def _finish(self, outcomes, norm) -> float:
+    def _finish(self, outcomes, norm, total: int) -> float:
         """Wait for the losses (and the norm), the step's one host synchronisation; where the
         devices are the host's own cores, for every queue too. The sample-weighted loss."""
         reads = [e for o in outcomes for e in o.reads]
         labels = [f"replica {i}" for i, o in enumerate(outcomes) for _ in o.reads]
         if norm is not None:
             host_norm = np.empty((), np.float32)
+            release(norm.queue)
             reads.append(cl.enqueue_copy(norm.queue, host_norm, norm.data, is_blocking=False))
             labels.append("replica 0")
         if self._host_cores:
@@ -375,10 +386,7 @@ class ReplicaGroup:
         runtime.wait_for_events(reads, self.timeout, "ReplicaGroup.step", labels=labels)
         if norm is not None:                 # only once read: a failed wait leaves the last one
             self._last_norm = host_norm
-        # A micro-batch with no sample to count (every label ignored) adds nothing.
-        local = sum(w * float(h.sum()) for o in outcomes for w, h in zip(o.weights, o.losses)
-                    if w)
-        return float(self.comm.allreduce(local)) if self.comm is not None else local
+        return weighted_loss(outcomes, total, self.comm)
 
     @property
     def last_grad_norm(self) -> float | None:

@@ -22,6 +22,7 @@ import pyopencl as cl
 
 from . import recorder
 from .errors import ReplicaError
+from .gate import release
 from .tensor import Tensor
 
 _DONE = object()          # a replica's slot once its step is over
@@ -66,6 +67,7 @@ class Member:
         # Work that waits on other queues' events: a recorded step could not replay it.
         recorder.unsafe("sync_batchnorm exchanges batch statistics between replicas")
         ex.slots[r] = (part, cl.enqueue_marker(q), float(count))
+        release(q)                 # the others' copies wait for it (parcl.gate)
         ex.barrier.wait()                                      # every part is enqueued
         slots = list(ex.slots)
         done = [i for i, s in enumerate(slots) if s is _DONE]
@@ -83,6 +85,7 @@ class Member:
             if i != r:
                 reads.append((i, event))
         ex.reads[r] = reads
+        release(q)
         counts = np.array([s[2] for s in slots], np.float32)
         if ex.comm is not None and r == 0:
             ex.host = _across_ranks(ex.comm, stacked, counts)
@@ -100,6 +103,7 @@ class Member:
         """This replica's step is over: one that still waits for it learns so."""
         ex = self.exchange
         ex.slots[self.index] = _DONE
+        release(ex.queues[self.index])
         try:
             ex.barrier.wait()
         except threading.BrokenBarrierError:

@@ -16,6 +16,7 @@ import numpy as np
 import pyopencl as cl
 
 from .errors import ParclError, ShapeError
+from .gate import release
 from .nn.module import capture_key
 from .tape import Node, Tape, ops, tensor
 from .tape.capture import capture
@@ -48,6 +49,7 @@ class Outcome:
     reached: tuple[int, ...]
     found_ignore: int | None = None
     ignore_inside: int | None = None
+    summed: bool = False          # the loss ends in a ``sum`` (no mean the step can weigh)
 
 
 def ignored_label(loss_fn) -> int | None:
@@ -145,11 +147,36 @@ def count_samples(y: np.ndarray, ignore: int | None) -> int:
     return int(np.count_nonzero(y != ignore))
 
 
+def shard_batch(x, y, replicas: int, comm, ignore: int | None, accumulation_steps: int,
+                reduction: str) -> tuple[list[list[Micro]], int]:
+    """Every replica's micro-batches of this process's batch (``split_batch``), and the
+    samples of the global batch, every rank's (``count_samples``)."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"ReplicaGroup.step: reduction must be 'mean' or 'sum', got "
+                         f"{reduction!r}")
+    x, y = np.asarray(x), np.asarray(y)
+    count = count_samples(y, ignore) if y.ndim else 0
+    total = count if comm is None else int(comm.allreduce(count))
+    return split_batch(x, y, replicas, total, accumulation_steps, ignore, reduction), total
+
+
+def weighted_loss(outcomes: list[Outcome], total: int, comm) -> float:
+    """The step's loss from the replicas' read losses: the weighted sum over every rank (a
+    micro-batch with no sample to count, every label ignored, adds nothing); NaN for a
+    batch with no label to count at all, as PyTorch's mean over no labels."""
+    local = sum(w * float(h.sum()) for o in outcomes for w, h in zip(o.weights, o.losses)
+                if w)
+    if total == 0:
+        return float("nan")
+    return float(comm.allreduce(local)) if comm is not None else float(local)
+
+
 def split_batch(x: np.ndarray, y: np.ndarray, replicas: int, total: int,
-                accumulation_steps: int = 1, ignore: int | None = None) -> list[list[Micro]]:
+                accumulation_steps: int = 1, ignore: int | None = None,
+                reduction: str = "mean") -> list[list[Micro]]:
     """Per replica its micro-batches: contiguous rows, the first ``n % replicas`` replicas
     (and micro-batches) one row longer, each weighted by its share of ``total``, the samples
-    of the global batch (all ranks; see ``count_samples``)."""
+    of the global batch (all ranks; see ``count_samples``), or by 1 for a summed loss."""
     n = int(x.shape[0]) if x.ndim else 0
     if y.ndim == 0 or y.shape[0] != n:
         raise ShapeError(f"ReplicaGroup.step: x has {n} samples but y has shape {y.shape}")
@@ -166,9 +193,9 @@ def split_batch(x: np.ndarray, y: np.ndarray, replicas: int, total: int,
     out = []
     for lo, hi in zip(shards, shards[1:]):
         micro = [lo + b for b in _bounds(hi - lo, int(accumulation_steps))]
-        out.append([Micro(x[a:b], y[a:b],
-                          np.array(count_samples(y[a:b], ignore) / max(total, 1), np.float32), a)
-                    for a, b in zip(micro, micro[1:])])
+        out.append([Micro(x[a:b], y[a:b], np.array(
+            1.0 if reduction == "sum" else count_samples(y[a:b], ignore) / max(total, 1),
+            np.float32), a) for a, b in zip(micro, micro[1:])])
     return out
 
 
@@ -228,7 +255,7 @@ class Eager:
             Tensor.from_host(q, m.weight, borrow=True)))
 
     def body(self, replica, loss_fn):
-        """``(x, y, weight) -> (loss, reached, found_ignore, ignore_inside)`` on device
+        """``(x, y, weight) -> (loss, reached, found_ignore, ignore_inside, summed)`` on device
         tensors: forward on a fresh tape, backward with the sample weight as upstream
         gradient, the graph released."""
         index = self.param_index[replica.index]
@@ -243,8 +270,9 @@ class Eager:
             reached = sorted(index[id(node)] for node in visited if id(node) in index)
             found = loss_ignore(loss)
             inside = None if found is not None else ignore_inside(visited)
+            summed = loss.op_name == "sum"
             tape.release()
-            return loss.value, tuple(reached), found, inside
+            return loss.value, tuple(reached), found, inside, summed
 
         return body
 
@@ -283,10 +311,10 @@ class Captured(Eager):
 def _run_micros(replica, micros: list[Micro], run) -> Outcome:
     """Run every micro-batch in turn (gradients accumulate in the replica's buckets) and
     enqueue the read of each loss right after it (a replay overwrites its outputs)."""
-    losses, reads, reached, found, inside = [], [], set(), None, None
+    losses, reads, reached, found, inside, summed = [], [], set(), None, None, False
     for m in micros:
         try:
-            loss, got, found, inside = run(m)
+            loss, got, found, inside, summed = run(m)
         except ParclError as exc:
             row = getattr(exc, "row", None)          # a flat index into the labels
             if row is not None and getattr(exc, "batch_row", None) is None:
@@ -294,11 +322,23 @@ def _run_micros(replica, micros: list[Micro], run) -> Outcome:
                 exc.batch_row = m.start + int(row) // per_sample   # the caller's sample
             raise
         host = np.empty(loss.shape, np.float32)
+        release(replica.queue)                    # never behind a gate (parcl.gate)
         reads.append(cl.enqueue_copy(replica.queue, host, loss.data, is_blocking=False))
         losses.append(host)
         reached.update(got)
     return Outcome(losses, reads, [float(m.weight) for m in micros], tuple(sorted(reached)),
-                   found, inside)
+                   found, inside, summed)
+
+
+def check_reduction(reduction: str, outcomes: list[Outcome]) -> None:
+    """A mean-weighted step whose loss is a ``tp.sum`` over its batch would scale each
+    shard's gradient by its share of the batch: a wrong update, different for every replica
+    count. Refused before the update."""
+    if reduction == "mean" and any(o.summed for o in outcomes):
+        raise ParclError("ReplicaGroup.step: loss_fn returned a sum (its last op is 'sum'), "
+                         "but the step weighs each replica's loss as a mean over its share of "
+                         "the batch; return the mean (tp.mean), or pass reduction='sum' to "
+                         "step for a loss summed over the batch")
 
 
 def skip_unreached(params: list, reached: tuple[int, ...], comm) -> None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pyopencl as cl
 
 from . import runtime
+from .gate import release
 from .tape import mode
 
 
@@ -119,6 +120,7 @@ def _work(replica: Replica) -> None:
         else:
             job.finish(replica.index, result=result)
         finally:
+            release(replica.queue)         # what it launched runs now (parcl.gate)
             mode.set_current_tape(None)
             del job, fn, args
 

@@ -15,6 +15,7 @@ import pyopencl as cl
 
 from . import recorder
 from .errors import DeviceError, DTypeError, ShapeError
+from .gate import release, release_all
 from .pool import Allocation, pool_of
 
 FLOAT = np.dtype(np.float32)
@@ -142,6 +143,7 @@ class Tensor:
                              "parcl tensors hold at least one element")
         host = own(array, borrow or converted)
         t = cls.empty(queue, host.shape, dt)
+        release(queue)                # a host copy is never held behind a gate (parcl.gate)
         event = cl.enqueue_copy(queue, t.data, host, is_blocking=False)
         recorder.copy(queue, t.data, host)
         t._keep = event           # pyopencl's event keeps `host` alive until the copy is done
@@ -182,6 +184,7 @@ class Tensor:
         for check in self.checks:
             check()
         out = np.empty(self.shape, self.dtype)
+        release_all()                  # held launches first: they may write what is read
         cl.enqueue_copy(self.queue, out, self.data, is_blocking=True)
         return out
 
@@ -444,7 +447,9 @@ def foreign_wait(t: Tensor, queue: cl.CommandQueue) -> list[cl.Event] | None:
     if t.queue is queue or t.queue == queue:
         return None
     recorder.unsafe("work crosses command queues")
-    return [cl.enqueue_marker(t.queue)]
+    event = cl.enqueue_marker(t.queue)
+    release(t.queue)                  # another queue waits for it: nothing held back
+    return [event]
 
 
 def foreign_use(t: Tensor, event: cl.Event) -> None:

@@ -436,6 +436,29 @@ def test_gradcheck_catches_a_wrong_backward(queue):
         tp.gradcheck(lambda v: BadSquare.apply(v), [x])
 
 
+def test_gradcheck_checks_every_element_by_default(queue):
+    """One wrong element of 200 (an indexing slip in a backward) is caught: by default every
+    element is perturbed, as PyTorch's gradcheck does; a sample of 64 would miss it."""
+    class OneWrong(tp.Function):
+        name = "one_wrong"
+
+        def forward(self, x):
+            from parcl.kernels import elementwise as ew
+            self.x = x
+            return ew.unary("square", x)
+
+        def backward(self, g):
+            from parcl.kernels import elementwise as ew
+            grad = ew.binary("mul", ew.scalar("mul", self.x, 2.0), g).to_host()
+            grad[137] += 5.0
+            return pc.Tensor.from_host(g.queue, grad)
+
+    x = tp.tensor(pc.Tensor.from_host(queue, np.linspace(-1, 1, 200).astype(np.float32)),
+                  requires_grad=True)
+    with pytest.raises(pc.GradcheckError, match="input 0"):
+        tp.gradcheck(lambda v: OneWrong.apply(v), [x])
+
+
 def test_retain_grads_false_never_shares_a_gradient_buffer(queue):
     def leaf(v):
         return tp.tensor(pc.Tensor.from_host(queue, np.array([v], np.float32)),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pyopencl as cl
 
+from ..gate import release_all
 from ..tensor import Tensor
 from ._common import check_tensors
 from .buckets import GradBuckets, plan_buckets
@@ -79,6 +80,7 @@ def allreduce_scaled(tensors: list[Tensor], scale: float, algorithm: str = "auto
             from ..kernels.elementwise import scale_
             scale_(tensors[0], scale)
         return
+    release_all()           # the queues wait for each other's work: none of it held back
     devices = [t.queue.device for t in tensors]
     if algorithm == "auto":
         name = choose_algorithm(tensors[0].nbytes, len(tensors), shares_memory(devices))
@@ -86,6 +88,7 @@ def allreduce_scaled(tensors: list[Tensor], scale: float, algorithm: str = "auto
         check_algorithm(algorithm, devices, "allreduce")
         name = algorithm
     ALGORITHMS[name](tensors, scale)
+    release_all()
 
 
 __all__ = ["ALGORITHMS", "GradBuckets", "allreduce", "allreduce_scaled", "check_algorithm",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pyopencl as cl
 
+from ..gate import release
+
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..tensor import FLOAT, Tensor
 
@@ -40,8 +42,11 @@ def chunk_bounds(n: int, k: int) -> list[tuple[int, int]]:
 
 
 def pending(queue: cl.CommandQueue) -> cl.Event:
-    """An event for everything enqueued on ``queue`` so far."""
-    return cl.enqueue_marker(queue)
+    """An event for everything enqueued on ``queue`` so far (for other queues to wait for:
+    none of it held back, ``parcl.gate``)."""
+    event = cl.enqueue_marker(queue)
+    release(queue)
+    return event
 
 
 def copy_range(queue, dst: Tensor, src: Tensor, offset: int, count: int, wait_for) -> cl.Event:

@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 import pyopencl as cl
 
 from ..nn.utils import clip_grads_with_norm_, get_total_norm
+from ..gate import release_all
 from ..optim import FlatBucket, Optimizer
+from ..pool import pool_of
 from ..tensor import Tensor
 from . import ALGORITHMS, allreduce_scaled, check_algorithm, shares_memory
 from ._common import order_after, pending
@@ -67,6 +69,17 @@ class StepBuffers:
             for copy, b in zip(self.kept[r], self.buffers[r]):
                 b.copy_owned(copy)
 
+    def changed_since(self, when: int) -> bool:
+        """Whether replica 0's parameters or buffers were changed in place after ``when`` (a
+        ``pool.stamp``), by ``load_state_dict`` or ``p.value.copy_`` between steps: the
+        other replicas then still hold the old values until a ``broadcast``."""
+        pool = pool_of(self.queues[0])
+        if pool.last_overwrite <= when:
+            return False
+        changes = pool.overwrites
+        return any(c is not None and c.when > when for c in (
+            changes.get(t.data.int_ptr) for t in [*self.values[0].views, *self.buffers[0]]))
+
     def broadcast(self) -> None:
         """Copy replica 0's parameters and buffers to every other replica; replica 0's queue
         waits for those reads before it changes anything again."""
@@ -75,6 +88,7 @@ class StepBuffers:
         for r in range(1, len(self.queues)):
             reads += self.values[r].copy_from(self.values[0], ready)
         order_after(self.queues[0], reads + self.copy_buffers(ready))
+        release_all()              # queues wait for each other's work: none of it held
 
     def copy_buffers(self, wait_for=None) -> list[cl.Event]:
         """Copy replica 0's buffers (batch norm's running statistics) to every other

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pyopencl as cl
 
+from ..gate import release_all
 from ..kernels.optim import MAX_REPLICAS, Replicated
 from ._common import chunk_bounds, order_after, pending
 from .end import Reduced, StepBuffers, _plannable
@@ -54,6 +55,7 @@ class Fused:
 
         optimizer.launch(plan, targets=target)
         buffers.copy_buffers()      # after the fence: replica 0's forward updated them
+        release_all()               # queues wait for each other's work: none of it held
         return None
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..kernels.reduce import reduce_into
+from ..gate import release_all
 from ..tensor import Tensor
 from ._common import order_after, pending
 
@@ -38,6 +39,7 @@ def hierarchical(tensors: list[Tensor], comm, scale: float = 1.0) -> None:
         ready = [pending(t.queue) for t in tensors[1:]]
         reduce_into(q0, root.data, [t.data for t in tensors], 0, root.size, 1.0,
                     wait_for=ready)
+    release_all()                     # a blocking map or read next (parcl.gate)
     if root.nbytes >= MAP_BYTES:
         # Map the bucket rather than copy it: on a CPU device the map is the buffer itself
         # (no copy at all); elsewhere the driver moves the bytes, as a read and write would.

@@ -8,9 +8,11 @@ Two workloads on one queue, each a fresh graph every pass (as a dynamic model bu
   ``--width``): ``layer_norm``, a reshape to 1-D and back, adds of a bias and of a residual, a
   scalar multiply and ``gelu``, ``--depth`` times, then ``sum``.
 
-For each, four modes: ``fwd+bwd`` (record on a ``tp.Tape``, then ``tape.backward``) and
-``no_grad`` (the same forward under ``tp.no_grad()``), in parcl and in PyTorch's eager autograd
-(CPU, when torch is installed; ``--no-torch`` leaves it out). A timed run is ``--passes``
+For each, two modes: ``fwd+bwd`` (record on a ``tp.Tape``, then ``tape.backward``) and
+``no_grad`` (the same forward under ``tp.no_grad()``), in parcl, in parcl on a queue made with
+``hold_launches=False`` (``parcl-unheld``: every launch handed to the device at once, see
+``parcl.gate``) and in PyTorch's eager autograd (CPU, when torch is installed; ``--no-torch``
+leaves it out). A timed run is ``--passes``
 passes; its ``host`` time stops when the last op has been enqueued, ``drain`` is the wait for
 the queue after that (``queue.finish()``): a drain near 0 means the host, not the device, is the
 bottleneck. ``us/op`` is host time per recorded op (a forward op and its share of the
@@ -94,7 +96,8 @@ def run(args) -> dict:
     previous = pc.default_queue()
     pc.set_default_queue(q)
     try:
-        rows = _overhead_rows(q, torch, args, repeat, warmup)
+        rows = _overhead_rows(q, pc.new_queue(dev, hold_launches=False), torch, args, repeat,
+                              warmup)
         guard = [_guard_row(q, m, repeat, warmup) for m in guard_models]
     finally:
         pc.set_default_queue(previous)
@@ -204,8 +207,12 @@ class _Torch:
             workload()
 
 
-def _overhead_rows(q, torch, args, repeat: int, warmup: int) -> list[dict]:
+def _overhead_rows(q, unheld, torch, args, repeat: int, warmup: int) -> list[dict]:
     impls = [("parcl", _Parcl(q, args))]
+    pc.set_default_queue(unheld)          # the same workload on a queue that holds no launch
+    impls.append(("parcl-unheld", _Parcl(unheld, args)))
+    pc.set_default_queue(q)
+    queues = {"parcl": q, "parcl-unheld": unheld}
     if torch is not None:
         torch.set_num_threads(1)        # tiny tensors: one thread is PyTorch's fastest
         impls.append(("pytorch", _Torch(torch, args)))
@@ -218,7 +225,7 @@ def _overhead_rows(q, torch, args, repeat: int, warmup: int) -> list[dict]:
                 host: list[float] = []
                 configs.append((workload, impl, mode, host))
                 hosts.append((_timed(run_pass, getattr(obj, workload), args.passes, host),
-                              q.finish if impl == "parcl" else None))
+                              queues[impl].finish if impl in queues else None))
     stats = time_interleaved(hosts, repeat, warmup)
     rows = []
     for (workload, impl, mode, host), stat in zip(configs, stats):
@@ -235,7 +242,7 @@ def _overhead_rows(q, torch, args, repeat: int, warmup: int) -> list[dict]:
     for row, total in zip(rows, totals):        # torch's time over parcl's, run by run
         twin = next((t for r, t in zip(rows, totals) if r["impl"] == "pytorch" and
                      r["workload"] == row["workload"] and r["mode"] == row["mode"]), None)
-        if twin is not None and row["impl"] == "parcl":
+        if twin is not None and row["impl"] in queues:
             put_ratio(row, "vs_torch", {"times": total}, {"times": twin})
     return rows
 
@@ -286,10 +293,12 @@ def plot(result: dict, path: str) -> None:
     values = [r["us_per_op"] for r in rows]
     errs = [[v - r["us_per_op_min"] for v, r in zip(values, rows)],
             [r["us_per_op_max"] - v for v, r in zip(values, rows)]]
-    colors = ["tab:blue" if r["impl"] == "parcl" else "tab:orange" for r in rows]
+    colors = [{"parcl": "tab:blue", "parcl-unheld": "lightsteelblue"}.get(r["impl"], "tab:orange")
+              for r in rows]
     ax.bar(range(len(rows)), values, yerr=errs, color=colors, capsize=2)
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels(labels, fontsize=6)
     ax.set_ylabel("host us per recorded op")
-    ax.set_title("eager tape overhead (blue parcl, orange PyTorch)", fontsize=10)
+    ax.set_title("eager tape overhead (blue parcl, light: launches not held; orange PyTorch)",
+                 fontsize=8)
     save_figure(fig, path)

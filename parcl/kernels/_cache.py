@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from importlib import resources
+from math import prod
 
 import numpy as np
 import pyopencl as cl
@@ -111,6 +112,12 @@ def get_kernel(queue: cl.CommandQueue, source: str, name: str,
         k = cl.Kernel(get_program(ctx, source, options), name)
         k.set_scalar_arg_dtypes(_scalar_dtypes(k))
         local.kernels[key] = k
+    try:
+        gate = queue.gate              # a parcl Queue on a CPU device: launches held in batches
+    except AttributeError:
+        gate = None
+    if gate is not None:
+        k = _HeldKernel(k, gate)
     sink = local.trace
     if sink is not None:
         k = _TracedKernel(k, name, sink)
@@ -124,6 +131,26 @@ def _own_kernel(program: cl.Program, name: str, args: tuple) -> cl.Kernel:
     own.set_scalar_arg_dtypes(_scalar_dtypes(own))
     own.set_args(*args)
     return own
+
+
+class _HeldKernel:
+    """A kernel whose launches go behind its queue's gate (``parcl.gate``) unless they are
+    big enough to start the device at once."""
+
+    __slots__ = ("kernel", "gate")
+
+    def __init__(self, kernel, gate):
+        self.kernel, self.gate = kernel, gate
+
+    def __call__(self, queue, gsize, *args, **kwargs):
+        gate = self.gate
+        if gate.hold(prod(gsize)):
+            gate.busy = event = self.kernel(queue, gsize, *args, **kwargs)
+            return event
+        return self.kernel(queue, gsize, *args, **kwargs)
+
+    def __getattr__(self, attr):
+        return getattr(self.kernel, attr)
 
 
 class _RecordedKernel:

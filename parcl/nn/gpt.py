@@ -25,6 +25,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..errors import DTypeError, ShapeError
+from ..gate import release
 from ..runtime import default_queue
 from ..tape import ops
 from ..tape.mode import no_grad
@@ -267,4 +268,5 @@ def _pick(logits: np.ndarray, temperature: float, top_k: int | None, greedy: boo
 
 def _write(t: Tensor, array: np.ndarray) -> None:
     """Copy a host array into a device tensor (blocking: ``array`` is a temporary)."""
+    release(t.queue)                  # never behind a gate (parcl.gate)
     cl.enqueue_copy(t.queue, t.data, np.ascontiguousarray(array, dtype=t.dtype))

@@ -37,6 +37,7 @@ import numpy as np
 import pyopencl as cl
 
 from .. import recorder
+from ..gate import release
 from ..tensor import INTERNAL, Tensor, _check_dtype, own
 from . import mode
 
@@ -142,6 +143,7 @@ class CapturedStep:
     def _upload(self, entry: _Entry, arrays, borrow: bool) -> None:
         # Non-blocking copies from parcl's own host copies (the caller may refill its arrays
         # as soon as the call returns) unless it borrows them; the events keep them alive.
+        release(self.queue)                  # never behind a gate (parcl.gate)
         entry.uploads = [cl.enqueue_copy(self.queue, t.data, own(a, borrow), is_blocking=False)
                          for t, a in zip(entry.inputs, arrays)]
 

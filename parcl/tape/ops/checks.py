@@ -16,6 +16,7 @@ import numpy as np
 import pyopencl as cl
 
 from ... import recorder, runtime
+from ...gate import release
 from ...tensor import Tensor
 
 
@@ -40,6 +41,7 @@ class FlagCheck:
 
     def reread(self, flag: Tensor) -> None:
         self.flag, self.failure = flag, None
+        release(flag.queue)          # never behind a gate (parcl.gate)
         self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
 
     def check(self) -> None:

@@ -1,0 +1,177 @@
+"""Held launches: a CPU device's queue is woken once per batch of launches, not once per launch.
+
+Why: when PoCL's CPU device has nothing queued, every launch wakes its worker threads, and that
+costs the launching thread ~10-15 µs; a launch queued behind others costs ~2 µs. An eager tape
+launches a few kernels per op, each small enough to finish before the host has the next one
+ready, so it paid the wake-up on almost every launch: most of its host time per op (measured
+with ``parcl-bench overhead``; see docs/performance.md).
+
+How: the first launch on a queue whose gate is not held enqueues a marker that waits for a user
+event (the gate); the launches after it queue up behind the marker, and the device sees none of
+them until the gate is released (the event completed), which wakes it once for all of them.
+A gate is released, and the next one taken by the next launch:
+
+* after ``LIMIT`` launches or ``AGE`` seconds, so a device-bound run starts its work at once;
+* before every host wait parcl makes (``release_all``: ``Tensor.to_host``,
+  ``runtime.wait_for_events``, ``Queue.finish``/``flush``) and when a replica's call returns;
+* by a keeper thread, for a gate held longer than ``KEEPER_AGE``: a wait parcl does not know of
+  (a blocking pyopencl call on a parcl queue, another queue's command waiting for this one) is
+  delayed by at most that, never left to hang.
+
+Only in-order queues on CPU devices are gated (chosen by device type, once, when the queue is
+made): a GPU driver batches submissions itself. The kernels, their order and their results are
+those of an ungated queue; only when the device starts them changes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+
+import pyopencl as cl
+
+LIMIT = 64               # launches behind one gate
+AGE = 1e-3               # seconds a gate is held before the next launch releases it
+BIG = 4096               # work-items of a launch that starts the device at once
+KEEPER_AGE = 5e-3        # seconds after which the keeper thread releases a gate itself
+
+_COMPLETE = cl.command_execution_status.COMPLETE
+_clock = time.perf_counter
+
+
+class Gate:
+    """The gate of one queue: ``hold(items)`` before each launch, ``release()`` to let the
+    device run what is behind it. Safe to use from several threads."""
+
+    __slots__ = ("queue", "event", "taken", "count", "busy", "lock")
+
+    def __init__(self, queue: cl.CommandQueue):
+        self.queue = queue
+        self.event: cl.UserEvent | None = None
+        self.taken = 0.0               # when the held gate was taken (``_clock``)
+        self.count = 0                 # launches behind it
+        self.busy: cl.Event | None = None  # the last big launch, while it may be running
+        self.lock = threading.Lock()
+
+    def hold(self, items: int) -> bool:
+        """Before a launch of ``items`` work-items on the queue. A small launch goes behind
+        the held gate (a new one if there is none, or the held one is full or old), unless
+        the device is still busy with a big launch: then it queues behind that, which wakes
+        nothing. A launch of ``BIG`` work-items or more releases the gate and goes at once
+        (True: the caller hands its event to ``busy``)."""
+        with self.lock:
+            event = self.event
+            if items >= BIG:
+                if event is not None:
+                    self.event = None
+                    event.set_status(_COMPLETE)
+                return True
+            if event is not None:
+                self.count += 1
+                if self.count < LIMIT and _clock() - self.taken < AGE:
+                    return False
+                event.set_status(_COMPLETE)
+                self.event = None
+            elif _keeper.closed:       # interpreter exit: nothing may be left held
+                return False
+            else:
+                busy = self.busy
+                if busy is not None:
+                    if busy.command_execution_status != _COMPLETE:
+                        return False
+                    self.busy = None
+            self.event = event = cl.UserEvent(self.queue.context)
+            cl.enqueue_marker(self.queue, wait_for=[event])
+            self.taken = _clock()
+            self.count = 0
+        _keeper.watch(self)
+        return False
+
+    def release(self) -> None:
+        """Let the device run everything launched so far."""
+        with self.lock:
+            event, self.event = self.event, None
+            if event is not None:
+                event.set_status(_COMPLETE)
+
+
+class _Keeper:
+    """The process's held gates, and the thread that releases those held too long."""
+
+    def __init__(self):
+        self.held: dict[int, Gate] = {}
+        self.lock = threading.Lock()
+        self.busy = threading.Event()      # set while some gate may be held
+        self.thread: threading.Thread | None = None
+        self.closed = False                # at exit: no gate is taken any more
+
+    def watch(self, gate: Gate) -> None:
+        with self.lock:
+            self.held[id(gate)] = gate
+            if not self.busy.is_set():
+                self.busy.set()
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="parcl-gate-keeper",
+                                               daemon=True)
+                self.thread.start()
+
+    def release_all(self) -> None:
+        with self.lock:
+            gates = list(self.held.values())
+            self.held.clear()
+        for gate in gates:
+            gate.release()
+
+    def _run(self) -> None:
+        while True:
+            self.busy.wait()
+            time.sleep(KEEPER_AGE)
+            now = _clock()
+            with self.lock:
+                gates = list(self.held.values())
+            for gate in gates:
+                if gate.event is not None and now - gate.taken >= KEEPER_AGE:
+                    gate.release()
+            with self.lock:
+                for key in [k for k, g in self.held.items() if g.event is None]:
+                    del self.held[key]
+                if not self.held:
+                    self.busy.clear()
+
+
+_keeper = _Keeper()
+
+
+def release(queue: cl.CommandQueue) -> None:
+    """Release ``queue``'s gate, if it has one: before a copy between the host and the device.
+    pyopencl's event for such a copy waits for it when dropped, holding the interpreter lock,
+    so the keeper thread could not release a gate it sits behind."""
+    gate = getattr(queue, "gate", None)
+    if gate is not None:
+        gate.release()
+
+
+def release_all() -> None:
+    """Release every held gate of the process: before a host wait, which may depend on any
+    queue's work."""
+    _keeper.release_all()
+
+
+@atexit.register
+def _at_exit() -> None:
+    """Before the interpreter tears down (and the keeper thread with it): a queue released
+    then waits for its work, which must not be held behind a gate nobody will release."""
+    _keeper.closed = True
+    _keeper.release_all()
+
+
+def _forget_keeper() -> None:
+    """A forked child has none of the parent's threads (nor usable OpenCL objects)."""
+    global _keeper
+    _keeper = _Keeper()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_keeper)

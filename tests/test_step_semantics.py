@@ -1,0 +1,98 @@
+"""What a data-parallel step means where a loss is not a plain mean, a shard is tiny, or replica
+0 was changed between steps: the 2-replica step still equals the single-replica full batch."""
+
+import numpy as np
+import pytest
+
+import parcl as pc
+import parcl.tape as tp
+from parcl.replica import ReplicaGroup
+
+
+def mlp(queue, bn=False):
+    pc.manual_seed(0)
+    layers = [pc.nn.Linear(6, 8, queue=queue)]
+    if bn:
+        layers.append(pc.nn.BatchNorm1d(8, queue=queue))
+    return pc.nn.Sequential(*layers, pc.nn.ReLU(), pc.nn.Linear(8, 4, queue=queue))
+
+
+def batch(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, 6)).astype(np.float32), rng.integers(0, 4, n)
+
+
+def one_step(devices, x, y, loss_fn, bn=False, sync_batchnorm=False, **kwargs):
+    with ReplicaGroup(lambda q: mlp(q, bn), devices, sync_batchnorm=sync_batchnorm) as g:
+        loss = g.step(x, y, loss_fn, pc.optim.SGD(g.parameters(), lr=0.1), **kwargs)
+        return loss, {k: v for k, v in g.model.state_dict().items()}
+
+
+def sum_loss(out, target):
+    onehot = pc.Tensor.from_host(target.queue, np.eye(4, dtype=np.float32)[target.to_host()])
+    d = out - onehot
+    return tp.sum(d * d)
+
+
+def test_a_loss_summed_over_the_batch_is_refused_unless_the_step_is_told(devices2):
+    x, y = batch(5)
+    with ReplicaGroup(mlp, devices2) as g:
+        before = g.model.state_dict()
+        with pytest.raises(pc.ParclError, match="reduction='sum'"):
+            g.step(x, y, sum_loss, pc.optim.SGD(g.parameters(), lr=0.1))
+        for k, v in g.model.state_dict().items():        # refused before the update
+            np.testing.assert_array_equal(v, before[k])
+
+
+def test_a_summed_loss_with_reduction_sum_equals_the_full_batch(devices2):
+    x, y = batch(5)
+    one, p1 = one_step(devices2[:1], x, y, sum_loss, reduction="sum")
+    two, p2 = one_step(devices2, x, y, sum_loss, reduction="sum")
+    np.testing.assert_allclose(two, one, rtol=1e-5)
+    for k in p1:
+        np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
+
+
+def test_a_batch_whose_every_label_is_ignored_returns_nan_as_pytorch(devices2):
+    x, _ = batch(4)
+    loss, _ = one_step(devices2, x, np.full(4, -100), tp.cross_entropy)
+    assert isinstance(loss, float) and np.isnan(loss)
+
+
+def test_sync_batchnorm_takes_a_shard_of_one_sample_when_the_global_batch_has_more(devices2):
+    x, y = batch(3)                      # shards of 2 and 1: the statistics are over all 3
+    one, p1 = one_step(devices2[:1], x, y, tp.cross_entropy, bn=True)
+    two, p2 = one_step(devices2, x, y, tp.cross_entropy, bn=True, sync_batchnorm=True)
+    np.testing.assert_allclose(two, one, rtol=1e-5)
+    for k in p1:
+        np.testing.assert_allclose(p2[k], p1[k], rtol=1e-4, atol=1e-6)
+
+
+def test_sync_batchnorm_still_refuses_one_sample_in_all(devices2):
+    x, y = batch(2)
+    with ReplicaGroup(lambda q: mlp(q, True), devices2[:1], sync_batchnorm=True) as g:
+        with pytest.raises(pc.ReplicaError, match="more than 1 value per channel"):
+            g.step(x[:1], y[:1], tp.cross_entropy, pc.optim.SGD(g.parameters(), lr=0.1))
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_a_state_loaded_into_replica_0_between_steps_reaches_every_replica(devices2, capture):
+    x, y = batch(6)
+    with ReplicaGroup(mlp, devices2[:1]) as ref:
+        pc.manual_seed(1)
+        loaded = mlp(pc.default_queue()).state_dict()     # another model's weights
+        ref.model.load_state_dict(loaded)
+        want = ref.step(x, y, tp.cross_entropy, pc.optim.SGD(ref.parameters(), lr=0.1))
+        want_params = ref.model.state_dict()
+    with ReplicaGroup(mlp, devices2, capture=capture) as g:
+        opt = pc.optim.SGD(g.parameters(), lr=0.1)
+        g.step(x, y, tp.cross_entropy, opt)
+        g.model.load_state_dict(loaded)                   # no broadcast_parameters()
+        opt.zero_grad()
+        got = g.step(x, y, tp.cross_entropy, pc.optim.SGD(g.parameters(), lr=0.1))
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+        for k, v in g.model.state_dict().items():
+            np.testing.assert_allclose(v, want_params[k], rtol=1e-5, atol=1e-7)
+        other = g.replicas[1].model.state_dict()
+        for k, v in g.model.state_dict().items():
+            np.testing.assert_array_equal(other[k], v)
