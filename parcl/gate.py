@@ -6,17 +6,23 @@ launches a few kernels per op, each small enough to finish before the host has t
 ready, so it paid the wake-up on almost every launch: most of its host time per op (measured
 with ``parcl-bench overhead``; see docs/performance.md).
 
-How: the first launch on a queue whose gate is not held enqueues a marker that waits for a user
-event (the gate); the launches after it queue up behind the marker, and the device sees none of
-them until the gate is released (the event completed), which wakes it once for all of them.
-A gate is released, and the next one taken by the next launch:
+How: once ``STREAK`` small launches (under ``BIG`` work-items) in a row have found the device
+idle, the next one enqueues a marker that waits for a user event (the gate); the launches after
+it queue up behind the marker, and the device sees none of them until the gate is released (the
+event completed), which wakes it once for all of them. A launch that finds the device still busy
+with the last one given to it queues behind that (which wakes nothing), and a big one goes at
+once, so a device-bound run (a training step's GEMMs and convolutions) holds nothing. A gate is
+released, and the next taken:
 
-* after ``LIMIT`` launches or ``AGE`` seconds, so a device-bound run starts its work at once;
+* after ``LIMIT`` launches or ``AGE`` seconds, and by the next big launch;
 * before every host wait parcl makes (``release_all``: ``Tensor.to_host``,
-  ``runtime.wait_for_events``, ``Queue.finish``/``flush``) and when a replica's call returns;
-* by a keeper thread, for a gate held longer than ``KEEPER_AGE``: a wait parcl does not know of
-  (a blocking pyopencl call on a parcl queue, another queue's command waiting for this one) is
-  delayed by at most that, never left to hang.
+  ``runtime.wait_for_events``, ``Queue.finish``/``flush``), before every copy between host and
+  device (``release``: pyopencl waits for a dropped copy's event holding the interpreter lock),
+  where another queue is to wait for this one (``allreduce``, ``foreign_wait``, batch-norm
+  statistics), and when a replica's call returns;
+* by a keeper thread, for a gate held longer than ``KEEPER_AGE``: a blocking pyopencl call on a
+  parcl queue that parcl does not know of is delayed by at most that, never left to hang; at
+  exit every gate is released.
 
 Only in-order queues on CPU devices are gated (chosen by device type, once, when the queue is
 made): a GPU driver batches submissions itself. The kernels, their order and their results are
@@ -35,6 +41,7 @@ import pyopencl as cl
 LIMIT = 64               # launches behind one gate
 AGE = 1e-3               # seconds a gate is held before the next launch releases it
 BIG = 4096               # work-items of a launch that starts the device at once
+STREAK = 4               # small launches in a row finding the device idle before one is held
 KEEPER_AGE = 5e-3        # seconds after which the keeper thread releases a gate itself
 
 _COMPLETE = cl.command_execution_status.COMPLETE
@@ -45,43 +52,48 @@ class Gate:
     """The gate of one queue: ``hold(items)`` before each launch, ``release()`` to let the
     device run what is behind it. Safe to use from several threads."""
 
-    __slots__ = ("queue", "event", "taken", "count", "busy", "lock")
+    __slots__ = ("queue", "event", "taken", "count", "busy", "idle", "lock")
 
     def __init__(self, queue: cl.CommandQueue):
         self.queue = queue
         self.event: cl.UserEvent | None = None
         self.taken = 0.0               # when the held gate was taken (``_clock``)
         self.count = 0                 # launches behind it
-        self.busy: cl.Event | None = None  # the last big launch, while it may be running
+        self.busy: cl.Event | None = None  # the last launch that went to the device at once
+        self.idle = 0                  # small launches in a row that found the device idle
         self.lock = threading.Lock()
 
     def hold(self, items: int) -> bool:
-        """Before a launch of ``items`` work-items on the queue. A small launch goes behind
-        the held gate (a new one if there is none, or the held one is full or old), unless
-        the device is still busy with a big launch: then it queues behind that, which wakes
-        nothing. A launch of ``BIG`` work-items or more releases the gate and goes at once
-        (True: the caller hands its event to ``busy``)."""
+        """Before a launch of ``items`` work-items on the queue: True if it goes to the device
+        at once (the caller keeps its event in ``busy``), False if it is held. A small launch
+        is held behind the held gate (a new one if the held one is full or old), or behind a
+        new gate if the device has run everything it was given; while the device still runs
+        the last launch given to it, a new one queues behind that, which wakes nothing. A
+        launch of ``BIG`` work-items or more releases the gate and goes at once."""
         with self.lock:
             event = self.event
-            if items >= BIG:
-                if event is not None:
+            if event is not None:
+                if items >= BIG:
                     self.event = None
                     event.set_status(_COMPLETE)
-                return True
-            if event is not None:
+                    return True
                 self.count += 1
                 if self.count < LIMIT and _clock() - self.taken < AGE:
                     return False
+                self.event = None            # full or old: released, and a new one taken
                 event.set_status(_COMPLETE)
-                self.event = None
-            elif _keeper.closed:       # interpreter exit: nothing may be left held
-                return False
             else:
+                if items >= BIG or _keeper.closed:     # at exit nothing may be left held
+                    self.idle = 0
+                    return True
                 busy = self.busy
-                if busy is not None:
-                    if busy.command_execution_status != _COMPLETE:
-                        return False
-                    self.busy = None
+                if busy is not None and busy.command_execution_status != _COMPLETE:
+                    self.idle = 0
+                    return True
+                self.idle += 1               # a small launch finding the device idle
+                if self.idle < STREAK:
+                    return True
+            self.busy = None
             self.event = event = cl.UserEvent(self.queue.context)
             cl.enqueue_marker(self.queue, wait_for=[event])
             self.taken = _clock()

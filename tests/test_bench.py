@@ -533,9 +533,11 @@ def test_overhead_without_torch(tmp_path, capsys):
     _, result = _run(tmp_path, capsys, ["overhead", "--depth", "1", "--passes", "1",
                                         "--repeat", "1", "--warmup", "0", "--no-torch",
                                         "--guard-models", ""], plot=False)
-    assert {r["impl"] for r in _rows(result, "overhead")} == {"parcl"}
+    assert {r["impl"] for r in _rows(result, "overhead")} == {"parcl", "parcl-unheld"}
     assert "guard" not in result["tables"]
     assert any("PyTorch" in n for n in result["notes"])
+
+
 # -- the transformer workload ------------------------------------------------------------------
 def test_gpt_in_compare_scaling_and_memory(tmp_path, capsys):
     """``--model gpt``: parcl and PyTorch's nanoGPT twin agree on the first loss (AdamW, tied

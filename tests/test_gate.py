@@ -27,11 +27,20 @@ def chain(queue, seed=0):
     return loss.value.to_host(), w.grad.to_host()
 
 
+def hold(queue, x, factor=2.0):
+    """``x * factor`` after enough small launches in a row that the gate holds it."""
+    queue.finish()
+    while True:
+        y = x * factor
+        if queue.gate.event is not None:
+            return y
+        queue.gate.busy.wait()                     # the device idle again
+
+
 def test_cpu_queues_are_gated_and_small_launches_are_held(devices2):
     q = pc.new_queue(devices2[0])
     assert q.gate is not None
-    x = pc.Tensor.from_host(q, np.ones(16, np.float32))
-    y = x * 2.0
+    y = hold(q, pc.Tensor.from_host(q, np.ones(16, np.float32)))
     assert q.gate.event is not None                 # held: the device has not seen it
     np.testing.assert_array_equal(y.to_host(), np.full(16, 2.0, np.float32))
     assert q.gate.event is None                     # a host read released it first
@@ -41,7 +50,7 @@ def test_a_big_launch_releases_the_gate_and_goes_at_once(devices2):
     q = pc.new_queue(devices2[0])
     small = pc.Tensor.from_host(q, np.ones(16, np.float32))
     big = pc.Tensor.from_host(q, np.ones(gate.BIG, np.float32))
-    _ = small * 2.0
+    hold(q, small)
     assert q.gate.event is not None
     _ = big * 2.0
     assert q.gate.event is None
@@ -56,7 +65,7 @@ def test_gated_results_are_bit_identical_to_an_ungated_queue(devices2):
 
 def test_a_blocking_pyopencl_call_parcl_does_not_know_of_is_delayed_not_hung(devices2):
     q = pc.new_queue(devices2[0])
-    y = pc.Tensor.from_host(q, np.ones(16, np.float32)) * 3.0
+    y = hold(q, pc.Tensor.from_host(q, np.ones(16, np.float32)), 3.0)
     assert q.gate.event is not None
     host = np.empty(16, np.float32)
     t0 = time.monotonic()
@@ -69,7 +78,8 @@ def test_a_process_exits_with_launches_still_held():
     code = textwrap.dedent("""
         import numpy as np, parcl as pc
         q = pc.new_queue(pc.devices()[0])
-        y = pc.Tensor.from_host(q, np.ones(16, np.float32)) * 2.0
+        x = pc.Tensor.from_host(q, np.ones(16, np.float32))
+        ys = [x * 2.0 for _ in range(20)]             # some held when the script ends
         z = pc.Tensor.from_host(q, np.ones(16, np.float32))
         print("done")
     """)
