@@ -288,8 +288,9 @@ def _guard_row(q, name: str, repeat: int, warmup: int) -> dict:
 def plot(result: dict, path: str) -> None:
     plt = require_matplotlib()
     rows = result["tables"]["overhead"]["rows"]
-    fig, ax = plt.subplots(figsize=(5.6, 3.4))
-    labels = [f"{r['workload']}\n{r['impl']}\n{r['mode']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(7.2, 3.6))
+    short = {"parcl": "parcl", "parcl-unheld": "unheld", "pytorch": "torch"}
+    labels = [f"{r['workload']}\n{short.get(r['impl'], r['impl'])}\n{r['mode']}" for r in rows]
     values = [r["us_per_op"] for r in rows]
     errs = [[v - r["us_per_op_min"] for v, r in zip(values, rows)],
             [r["us_per_op_max"] - v for v, r in zip(values, rows)]]
