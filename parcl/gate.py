@@ -67,21 +67,26 @@ class Gate:
         """Before a launch of ``items`` work-items on the queue: True if it goes to the device
         at once (the caller keeps its event in ``busy``), False if it is held. A small launch
         is held behind the held gate (a new one if the held one is full or old), or behind a
-        new gate if the device has run everything it was given; while the device still runs
-        the last launch given to it, a new one queues behind that, which wakes nothing. A
-        launch of ``BIG`` work-items or more releases the gate and goes at once."""
+        new gate once ``STREAK`` small launches in a row have found the device idle; while
+        the device still runs the last launch given to it, a new one queues behind that,
+        which wakes nothing. A launch of ``BIG`` work-items or more releases the gate and
+        goes at once."""
+        if self.event is not None and items < BIG:
+            # The common case, without the lock: another thread releasing the gate meanwhile
+            # only makes this launch go at once.
+            self.count += 1
+            if self.count < LIMIT and _clock() - self.taken < AGE:
+                return False
+        return self._decide(items)
+
+    def _decide(self, items: int) -> bool:
         with self.lock:
             event = self.event
-            if event is not None:
-                if items >= BIG:
-                    self.event = None
-                    event.set_status(_COMPLETE)
-                    return True
-                self.count += 1
-                if self.count < LIMIT and _clock() - self.taken < AGE:
-                    return False
-                self.event = None            # full or old: released, and a new one taken
+            if event is not None:            # big, or the held one full or old: released
+                self.event = None
                 event.set_status(_COMPLETE)
+                if items >= BIG:
+                    return True
             else:
                 if items >= BIG or _keeper.closed:     # at exit nothing may be left held
                     self.idle = 0
