@@ -16,10 +16,12 @@ released, and the next taken:
 
 * after ``LIMIT`` launches or ``AGE`` seconds, and by the next big launch;
 * before every host wait parcl makes (``release_all``: ``Tensor.to_host``,
-  ``runtime.wait_for_events``, ``Queue.finish``/``flush``), before every copy between host and
-  device (``release``: pyopencl waits for a dropped copy's event holding the interpreter lock),
-  where another queue is to wait for this one (``allreduce``, ``foreign_wait``, batch-norm
-  statistics), and when a replica's call returns;
+  ``runtime.wait_for_events``, ``Queue.finish``/``flush``); before and after every copy
+  between host and device (``release``: pyopencl waits for a dropped copy's event holding the
+  interpreter lock, so the copy must be behind no gate, not even one another thread took
+  meanwhile); wherever another queue is made to wait for this one's work (``allreduce``,
+  ``foreign_wait``/``foreign_use``, batch-norm statistics, the end of a step); before a
+  ``ReplicaGroup`` dispatches a call, and when a replica's call returns;
 * by a keeper thread, for a gate held longer than ``KEEPER_AGE``: a blocking pyopencl call on a
   parcl queue that parcl does not know of is delayed by at most that, never left to hang; at
   exit every gate is released.

@@ -324,6 +324,7 @@ def _run_micros(replica, micros: list[Micro], run) -> Outcome:
         host = np.empty(loss.shape, np.float32)
         release(replica.queue)                    # never behind a gate (parcl.gate)
         reads.append(cl.enqueue_copy(replica.queue, host, loss.data, is_blocking=False))
+        release(replica.queue)
         losses.append(host)
         reached.update(got)
     return Outcome(losses, reads, [float(m.weight) for m in micros], tuple(sorted(reached)),

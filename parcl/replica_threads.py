@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pyopencl as cl
 
 from . import runtime
-from .gate import release
+from .gate import release, release_all
 from .tape import mode
 
 
@@ -97,6 +97,7 @@ def start(replica: Replica) -> None:
 def dispatch(replicas: list[Replica], job: Job, fn, per_replica_args) -> None:
     """Hand ``fn(replica, *args_i)`` to every replica's thread, with this thread's modes."""
     modes = mode.capture_modes()
+    release_all()          # nothing this thread left held may stall a replica (parcl.gate)
     for i, r in enumerate(replicas):
         r.inbox.put((job, fn, tuple(a[i] for a in per_replica_args), modes))
 

@@ -143,8 +143,9 @@ class Tensor:
                              "parcl tensors hold at least one element")
         host = own(array, borrow or converted)
         t = cls.empty(queue, host.shape, dt)
-        release(queue)                # a host copy is never held behind a gate (parcl.gate)
+        release(queue)                # a host copy is never held behind a gate (parcl.gate),
         event = cl.enqueue_copy(queue, t.data, host, is_blocking=False)
+        release(queue)                # nor behind one another thread took meanwhile
         recorder.copy(queue, t.data, host)
         t._keep = event           # pyopencl's event keeps `host` alive until the copy is done
         return t
@@ -457,3 +458,4 @@ def foreign_use(t: Tensor, event: cl.Event) -> None:
     never hands the buffer to new work while that event may still touch it."""
     if event is not None and event.get_info(cl.event_info.COMMAND_QUEUE) != t.queue:
         cl.enqueue_barrier(t.queue, wait_for=[event])
+        release_all()               # that work must not wait behind a held gate (parcl.gate)

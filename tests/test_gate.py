@@ -101,3 +101,76 @@ def test_a_failed_backward_with_an_upload_in_flight_does_not_hang(queue):
         except pc.ParclError:
             pass
     assert x.grad is None
+
+
+def test_cross_queue_work_and_uploads_after_it_never_hang():
+    """A copy or an update whose event another queue waits for, then an upload there whose
+    event is dropped at once: the gate in front of that work is released when the other queue
+    is made to wait for it (``foreign_use``). Run in a subprocess: a hang here would hold the
+    interpreter lock, where no in-process timeout can fire."""
+    code = textwrap.dedent("""
+        import threading, time
+        import numpy as np, parcl as pc, parcl.tape as tp
+        d0, d1 = pc.devices(split=2)[:2]
+        q0, q1 = pc.new_queue(d0), pc.new_queue(d1)
+        x = np.ones(16, np.float32)
+        a, b = pc.Tensor.from_host(q0, x), pc.Tensor.from_host(q1, 2 * x)
+        for t in (a, b):
+            (t * 2.0).to_host(); (t + 1.0).to_host()
+        for _ in range(20):
+            b = b + 1.0                                   # held on q1
+        b.copy_(a)                                        # q0 waits for a copy on q1
+        y = pc.Tensor.from_host(q0, x) * 2.0              # an upload dropped after its op
+        assert (y.to_host() == 2).all() and (b.to_host() == 1).all()
+        for _ in range(20):
+            a = a + 1.0                                   # held on q0
+        a.copy_(b)
+        pc.Tensor.from_host(q1, x)                        # dropped at once
+        lin = pc.nn.Linear(4, 4, queue=q1)
+        sd = lin.state_dict()
+        for _ in range(20):
+            a = a + 1.0
+        pc.Tensor.empty(q0, lin.weight.shape).copy_(lin.weight.value)
+        lin.load_state_dict(sd)                           # its uploads' events dropped at once
+        w = tp.tensor(pc.Tensor.from_host(q0, x), requires_grad=True)
+        w.grad = pc.Tensor.from_host(q1, x)               # a gradient on another queue
+        for _ in range(20):
+            b = b + 1.0
+        pc.optim.SGD([w], lr=0.5).step()
+        pc.Tensor.from_host(q1, x)
+        assert (w.value.to_host() == 0.5).all()
+        stop = time.monotonic() + 1.0                     # two threads sharing one queue
+        def uploads():
+            while time.monotonic() < stop:
+                pc.Tensor.from_host(q0, x)
+        def ops():
+            t = pc.Tensor.from_host(q0, x)
+            while time.monotonic() < stop:
+                t = t + 1.0
+        threads = [threading.Thread(target=f) for f in (uploads, ops)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        print("done")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "done"
+
+
+def test_a_group_run_after_the_caller_held_launches_does_not_stall(devices2):
+    from parcl.replica import ReplicaGroup
+    x = np.ones((2, 3), np.float32)
+
+    def forward(replica, xs):
+        return replica.model(tp.tensor(pc.Tensor.from_host(replica.queue, xs))).value
+
+    with ReplicaGroup(lambda q: pc.nn.Linear(3, 3, queue=q), devices2) as group:
+        outs = group.run(forward, [x, x])
+        target = pc.Tensor.empty(outs[0].queue, outs[1].shape)
+        for _ in range(10):
+            target = target * 1.0                        # held on replica 0's queue
+        target.copy_(outs[1])                            # waits for replica 1's queue
+        again = group.run(forward, [x, x])
+        np.testing.assert_array_equal(again[0].to_host(), outs[0].to_host())
+        np.testing.assert_array_equal(target.to_host(), outs[1].to_host())

@@ -146,6 +146,7 @@ class CapturedStep:
         release(self.queue)                  # never behind a gate (parcl.gate)
         entry.uploads = [cl.enqueue_copy(self.queue, t.data, own(a, borrow), is_blocking=False)
                          for t, a in zip(entry.inputs, arrays)]
+        release(self.queue)
 
     def clear(self) -> None:
         """Drop every recording (their pinned buffers go back to the pool)."""

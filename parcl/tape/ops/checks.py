@@ -43,6 +43,7 @@ class FlagCheck:
         self.flag, self.failure = flag, None
         release(flag.queue)          # never behind a gate (parcl.gate)
         self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
+        release(flag.queue)
 
     def check(self) -> None:
         """Raise if the latest read of the flag found a bad input (waiting for it first)."""
