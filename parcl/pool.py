@@ -2,7 +2,7 @@
 
 Why per queue: a buffer freed by one queue is only safe to hand to new work on *that* queue
 (in-order queues run the new work after the old). Work that another queue enqueues on a buffer
-must make the owner queue wait for it (``parcl.tensor.foreign_use``), so reuse stays ordered.
+must make the owner queue wait for it (``parcl.crossqueue.foreign_use``), so reuse stays ordered.
 
 Freed buffers are binned by a rounded size (3 significant bits, at most ~25% slack) and reused;
 when the device is out of memory the pool drops what it holds and tries again.

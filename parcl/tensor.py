@@ -15,6 +15,7 @@ import pyopencl as cl
 
 from . import recorder
 from .errors import DeviceError, DTypeError, ShapeError
+from .crossqueue import foreign_use, foreign_wait
 from .gate import release, release_all
 from .pool import Allocation, pool_of
 
@@ -441,21 +442,3 @@ def check_same_queue(op: str, *tensors: Tensor) -> None:
             check_same_context(op, *tensors)
             raise DeviceError(f"{op}: inputs {tensors[0].shape} and {t.shape} are on different "
                               "command queues (different replicas?); ops run on one queue")
-
-
-def foreign_wait(t: Tensor, queue: cl.CommandQueue) -> list[cl.Event] | None:
-    """Events ``queue`` must wait for before it reads ``t`` (owned by another queue)."""
-    if t.queue is queue or t.queue == queue:
-        return None
-    recorder.unsafe("work crosses command queues")
-    event = cl.enqueue_marker(t.queue)
-    release(t.queue)                  # another queue waits for it: nothing held back
-    return [event]
-
-
-def foreign_use(t: Tensor, event: cl.Event) -> None:
-    """Order ``t``'s own queue after ``event`` (work another queue did on ``t``), so its pool
-    never hands the buffer to new work while that event may still touch it."""
-    if event is not None and event.get_info(cl.event_info.COMMAND_QUEUE) != t.queue:
-        cl.enqueue_barrier(t.queue, wait_for=[event])
-        release_all()               # that work must not wait behind a held gate (parcl.gate)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
-from ..tensor import FLOAT, Tensor, check_same_context, foreign_use, foreign_wait
+from ..crossqueue import foreign_use, foreign_wait
+from ..tensor import FLOAT, Tensor, check_same_context
 from ._cache import get_kernel, round_up
 from .reduce import ordered_sum
 
