@@ -16,10 +16,10 @@ released, and the next taken:
 
 * after ``LIMIT`` launches or ``AGE`` seconds, and by the next big launch;
 * before every host wait parcl makes (``release_all``: ``Tensor.to_host``,
-  ``runtime.wait_for_events``, ``Queue.finish``/``flush``); before and after every copy
-  between host and device (``release``: pyopencl waits for a dropped copy's event holding the
-  interpreter lock, so the copy must be behind no gate, not even one another thread took
-  meanwhile); wherever another queue is made to wait for this one's work (``allreduce``,
+  ``runtime.wait_for_events``, ``Queue.finish``/``flush``); after every non-blocking copy
+  between host and device (``transfer``: pyopencl waits for a dropped copy's event holding the
+  interpreter lock, so the copy must be behind no gate) and before every blocking one;
+  wherever another queue is made to wait for this one's work (``allreduce``,
   ``foreign_wait``/``foreign_use``, batch-norm statistics, the end of a step); before a
   ``ReplicaGroup`` dispatches a call, and when a replica's call returns;
 * by a keeper thread, for a gate held longer than ``KEEPER_AGE``: a blocking pyopencl call on a
@@ -164,12 +164,22 @@ _keeper = _Keeper()
 
 
 def release(queue: cl.CommandQueue) -> None:
-    """Release ``queue``'s gate, if it has one: before a copy between the host and the device.
-    pyopencl's event for such a copy waits for it when dropped, holding the interpreter lock,
-    so the keeper thread could not release a gate it sits behind."""
+    """Release ``queue``'s gate, if it has one: before a blocking copy (which would wait for
+    the keeper), where another queue is to wait for this one, at the end of a replica's call."""
     gate = getattr(queue, "gate", None)
     if gate is not None:
         gate.release()
+
+
+def transfer(queue: cl.CommandQueue, dst, src) -> cl.Event:
+    """``cl.enqueue_copy(queue, dst, src, is_blocking=False)`` between host and device, with
+    no gate left in front of it: pyopencl's event for such a copy waits for it when dropped,
+    holding the interpreter lock, where the keeper thread could not run. Released after the
+    enqueue, so that neither the gate held before it nor one another thread took meanwhile
+    holds it back."""
+    event = cl.enqueue_copy(queue, dst, src, is_blocking=False)
+    release(queue)
+    return event
 
 
 def release_all() -> None:

@@ -27,7 +27,7 @@ from . import runtime
 from .allreduce.buckets import GradBuckets, ParamBuckets, alignment_elems, plan_buckets
 from .allreduce.end import Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
-from .gate import release
+from .gate import transfer
 from .nn.module import Module, capture_key
 from .optim import FlatBucket
 from .pool import stamp
@@ -364,7 +364,8 @@ class ReplicaGroup:
     def _keys(self, key, loss_fn, reduction: str) -> list:
         """Per replica what its recorded step is looked up by beside shapes, modes and its
         model's Python state (``capture_key``, taken in the replica's own call): a loss
-        module's state (``CrossEntropyLoss(label_smoothing=...)``) and ``key``."""
+        module's state (``CrossEntropyLoss(label_smoothing=...)``), ``key`` and the
+        ``reduction`` (which decides what the step checks of the loss)."""
         if not self.capture:
             return [reduction] * len(self.replicas)
         loss_state = capture_key(loss_fn) if isinstance(loss_fn, Module) else None
@@ -377,8 +378,7 @@ class ReplicaGroup:
         labels = [f"replica {i}" for i, o in enumerate(outcomes) for _ in o.reads]
         if norm is not None:
             host_norm = np.empty((), np.float32)
-            release(norm.queue)
-            reads.append(cl.enqueue_copy(norm.queue, host_norm, norm.data, is_blocking=False))
+            reads.append(transfer(norm.queue, host_norm, norm.data))
             labels.append("replica 0")
         if self._host_cores:
             reads += [cl.enqueue_marker(r.queue) for r in self.replicas]

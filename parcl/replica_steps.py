@@ -16,7 +16,7 @@ import numpy as np
 import pyopencl as cl
 
 from .errors import ParclError, ShapeError
-from .gate import release
+from .gate import transfer
 from .nn.module import capture_key
 from .tape import Node, Tape, ops, tensor
 from .tape.capture import capture
@@ -152,7 +152,7 @@ def shard_batch(x, y, replicas: int, comm, ignore: int | None, accumulation_step
     """Every replica's micro-batches of this process's batch (``split_batch``), and the
     samples of the global batch, every rank's (``count_samples``)."""
     if reduction not in ("mean", "sum"):
-        raise ValueError(f"ReplicaGroup.step: reduction must be 'mean' or 'sum', got "
+        raise ParclError(f"ReplicaGroup.step: reduction must be 'mean' or 'sum', got "
                          f"{reduction!r}")
     x, y = np.asarray(x), np.asarray(y)
     count = count_samples(y, ignore) if y.ndim else 0
@@ -322,9 +322,7 @@ def _run_micros(replica, micros: list[Micro], run) -> Outcome:
                 exc.batch_row = m.start + int(row) // per_sample   # the caller's sample
             raise
         host = np.empty(loss.shape, np.float32)
-        release(replica.queue)                    # never behind a gate (parcl.gate)
-        reads.append(cl.enqueue_copy(replica.queue, host, loss.data, is_blocking=False))
-        release(replica.queue)
+        reads.append(transfer(replica.queue, host, loss.data))
         losses.append(host)
         reached.update(got)
     return Outcome(losses, reads, [float(m.weight) for m in micros], tuple(sorted(reached)),

@@ -16,7 +16,7 @@ import pyopencl as cl
 from . import recorder
 from .errors import DeviceError, DTypeError, ShapeError
 from .crossqueue import foreign_use, foreign_wait
-from .gate import release, release_all
+from .gate import transfer, release_all
 from .pool import Allocation, pool_of
 
 FLOAT = np.dtype(np.float32)
@@ -144,9 +144,7 @@ class Tensor:
                              "parcl tensors hold at least one element")
         host = own(array, borrow or converted)
         t = cls.empty(queue, host.shape, dt)
-        release(queue)                # a host copy is never held behind a gate (parcl.gate),
-        event = cl.enqueue_copy(queue, t.data, host, is_blocking=False)
-        release(queue)                # nor behind one another thread took meanwhile
+        event = transfer(queue, t.data, host)
         recorder.copy(queue, t.data, host)
         t._keep = event           # pyopencl's event keeps `host` alive until the copy is done
         return t

@@ -80,7 +80,6 @@ def allreduce_scaled(tensors: list[Tensor], scale: float, algorithm: str = "auto
             from ..kernels.elementwise import scale_
             scale_(tensors[0], scale)
         return
-    release_all()           # the queues wait for each other's work: none of it held back
     devices = [t.queue.device for t in tensors]
     if algorithm == "auto":
         name = choose_algorithm(tensors[0].nbytes, len(tensors), shares_memory(devices))
@@ -88,7 +87,7 @@ def allreduce_scaled(tensors: list[Tensor], scale: float, algorithm: str = "auto
         check_algorithm(algorithm, devices, "allreduce")
         name = algorithm
     ALGORITHMS[name](tensors, scale)
-    release_all()
+    release_all()           # the queues wait for each other's work: none of it held back
 
 
 __all__ = ["ALGORITHMS", "GradBuckets", "allreduce", "allreduce_scaled", "check_algorithm",

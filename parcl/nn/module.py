@@ -27,7 +27,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..errors import ParclError, ShapeError
-from ..gate import release
+from ..gate import transfer
 from ..runtime import default_queue
 from ..tape.changes import changed
 from ..tape.node import Node, host_copy
@@ -427,10 +427,7 @@ class Module:
         for tensor, array in uploads:
             # Non-blocking: pyopencl's event keeps `array` alive until the copy is done, and
             # in-order queues run it before any later kernel reads the tensor.
-            release(tensor.queue)       # never behind a gate (parcl.gate): not before it,
-            event = cl.enqueue_copy(tensor.queue, tensor.data, array, is_blocking=False)
-            release(tensor.queue)       # nor behind one another thread took meanwhile
-            del event
+            transfer(tensor.queue, tensor.data, array)
         loaded = {id(t) for t, _ in uploads}      # a backward through ops that saved them
         changed(p for p in self.parameters() if id(p.value) in loaded)    # now raises
 

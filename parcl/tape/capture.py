@@ -37,7 +37,7 @@ import numpy as np
 import pyopencl as cl
 
 from .. import recorder
-from ..gate import release
+from ..gate import transfer
 from ..tensor import INTERNAL, Tensor, _check_dtype, own
 from . import mode
 
@@ -143,10 +143,8 @@ class CapturedStep:
     def _upload(self, entry: _Entry, arrays, borrow: bool) -> None:
         # Non-blocking copies from parcl's own host copies (the caller may refill its arrays
         # as soon as the call returns) unless it borrows them; the events keep them alive.
-        release(self.queue)                  # never behind a gate (parcl.gate)
-        entry.uploads = [cl.enqueue_copy(self.queue, t.data, own(a, borrow), is_blocking=False)
+        entry.uploads = [transfer(self.queue, t.data, own(a, borrow))
                          for t, a in zip(entry.inputs, arrays)]
-        release(self.queue)
 
     def clear(self) -> None:
         """Drop every recording (their pinned buffers go back to the pool)."""

@@ -13,10 +13,9 @@ guards is garbage.
 from __future__ import annotations
 
 import numpy as np
-import pyopencl as cl
 
 from ... import recorder, runtime
-from ...gate import release
+from ...gate import transfer
 from ...tensor import Tensor
 
 
@@ -41,9 +40,7 @@ class FlagCheck:
 
     def reread(self, flag: Tensor) -> None:
         self.flag, self.failure = flag, None
-        release(flag.queue)          # never behind a gate (parcl.gate)
-        self.event = cl.enqueue_copy(flag.queue, self.host, flag.data, is_blocking=False)
-        release(flag.queue)
+        self.event = transfer(flag.queue, self.host, flag.data)
 
     def check(self) -> None:
         """Raise if the latest read of the flag found a bad input (waiting for it first)."""
