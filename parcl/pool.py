@@ -51,6 +51,9 @@ class Allocation:
             pool._give_back(self.buffer, self.nbytes)
 
 
+_new = object.__new__
+
+
 @dataclass(slots=True)           # made for every parameter at every optimizer step
 class Overwrite:
     """The latest in-place change of a buffer: when (a ``stamp()``), by ``what``
@@ -96,7 +99,11 @@ class MemoryPool:
             if buf is None:
                 buf = self._take(size)
             return Allocation(self, buf, size, rec.ref)
-        return Allocation(self, self._take(size), size)
+        # the eager hot path: the Allocation made without an __init__ call
+        alloc = _new(Allocation)
+        alloc.pool, alloc.buffer, alloc.nbytes = self, self._take(size), size
+        alloc.recording = None
+        return alloc
 
     def _take(self, size: int) -> cl.Buffer:
         with self._lock:

@@ -265,6 +265,10 @@ class Queue(cl.CommandQueue):
             hold_launches = bool(device.type & cl.device_type.CPU)
         in_order = not properties & cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
         self.gate = Gate(self) if hold_launches and in_order else None
+        # (thread ident, source, options, name) -> the kernel as this queue launches it
+        # from that thread (``kernels._cache.get_kernel``)
+        self.launchers: dict[tuple, object] = {}
+        self.choices: dict[str, str] = {}    # kernel family -> its variant for this device
 
     def finish(self) -> None:
         """Wait for everything enqueued (every held launch released first)."""

@@ -77,12 +77,14 @@ class Tensor:
     (36.0, 5, (3, 2))
     """
 
-    __slots__ = ("queue", "shape", "dtype", "data", "_alloc", "_keep", "checks", "__weakref__")
+    __slots__ = ("queue", "shape", "size", "dtype", "data", "_alloc", "_keep", "checks",
+                 "__weakref__")
 
     def __init__(self, queue: cl.CommandQueue, shape, dtype, data: cl.Buffer,
                  alloc: Allocation | None, keep=None):
         self.queue = queue
         self.shape = shape
+        self.size = prod(shape)   # read by every launch: computed once
         self.dtype = dtype
         self.data = data          # the cl.Buffer kernels read and write (offset 0)
         self._alloc = alloc       # keeps the pooled memory on loan while this view lives
@@ -97,12 +99,16 @@ class Tensor:
         """Uninitialised tensor from ``queue``'s memory pool."""
         if dtype is np.float32 and type(shape) is tuple:
             dt = FLOAT                 # the hot path: kernels allocating their outputs
+            if shape and min(shape) < 0:
+                raise ShapeError(f"Tensor.empty: negative dimension in shape {shape}")
         else:
             dt = _check_dtype("Tensor.empty", dtype, INTERNAL)
-            shape = normalize_shape("Tensor.empty", shape)
-        if min(shape, default=0) < 0:
-            raise ShapeError(f"Tensor.empty: negative dimension in shape {shape}")
-        alloc = pool_of(queue).allocate(max(prod(shape), 1) * dt.itemsize)
+            shape = normalize_shape("Tensor.empty", shape)     # refuses negative dimensions
+        try:
+            pool = queue.pool          # a parcl Queue's own
+        except AttributeError:
+            pool = pool_of(queue)
+        alloc = pool.allocate(max(prod(shape), 1) * dt.itemsize)
         return cls(queue, shape, dt, alloc.buffer, alloc)
 
     @classmethod
@@ -243,10 +249,6 @@ class Tensor:
         pool_of(self.queue).note_overwrite(self.data, what, update=True)
 
     # -- properties --------------------------------------------------------------------
-    @property
-    def size(self) -> int:
-        return prod(self.shape)
-
     @property
     def ndim(self) -> int:
         return len(self.shape)

@@ -12,6 +12,7 @@ pyopencl then packs scalars itself, which makes a launch ~5 µs of host time ins
 from __future__ import annotations
 
 import threading
+from threading import get_ident
 from importlib import resources
 from math import prod
 
@@ -33,7 +34,7 @@ class _Local(threading.local):
     trace = None
 
     def __init__(self):
-        self.kernels: dict[tuple, cl.Kernel] = {}
+        self.kernels: dict[tuple, cl.Kernel] = {}      # by context, program and name
 
 
 _local = _Local()
@@ -101,29 +102,54 @@ def get_program(context: cl.Context, source: str, options: tuple[str, ...] = ())
 
 def get_kernel(queue: cl.CommandQueue, source: str, name: str,
                options: tuple[str, ...] = ()) -> cl.Kernel:
-    """This thread's ``Kernel`` object for ``name`` in ``source`` on ``queue``'s context."""
+    """This thread's ``Kernel`` object for ``name`` in ``source`` on ``queue``'s context,
+    wrapped to hold its launches behind the queue's gate where the queue has one."""
     local = _local
-    ctx = queue.context
     if type(options) is not tuple:
         options = tuple(options)
-    key = (ctx.int_ptr, hash(source), options, name)
-    k = local.kernels.get(key)
-    if k is None:
-        k = cl.Kernel(get_program(ctx, source, options), name)
-        k.set_scalar_arg_dtypes(_scalar_dtypes(k))
-        local.kernels[key] = k
     try:
-        gate = queue.gate              # a parcl Queue on a CPU device: launches held in batches
+        # A parcl Queue keeps its launchers, one per thread (a thread's ident is never
+        # another live thread's): the hot path of every eager op is one dict lookup, with
+        # no context or gate query.
+        launchers = queue.launchers
     except AttributeError:
-        gate = None
-    if gate is not None:
-        k = _HeldKernel(k, gate)
+        k = _launcher(queue, source, name, options)
+    else:
+        key = (get_ident(), source, options, name)
+        k = launchers.get(key)
+        if k is None:
+            k = launchers[key] = _launcher(queue, source, name, options)
     sink = local.trace
     if sink is not None:
         k = _TracedKernel(k, name, sink)
     if recorder.current() is not None:
         return _RecordedKernel(k)
     return k
+
+
+def _launcher(queue: cl.CommandQueue, source: str, name: str, options: tuple) -> cl.Kernel:
+    """The thread's kernel object, behind ``queue``'s gate when it has one."""
+    ctx = queue.context
+    key = (ctx.int_ptr, hash(source), options, name)
+    k = _local.kernels.get(key)
+    if k is None:
+        k = cl.Kernel(get_program(ctx, source, options), name)
+        k.set_scalar_arg_dtypes(_scalar_dtypes(k))
+        _local.kernels[key] = k
+    gate = getattr(queue, "gate", None)   # a parcl Queue on a CPU device: launches in batches
+    return k if gate is None else _HeldKernel(k, gate)
+
+
+def chosen(queue: cl.CommandQueue, family: str, choose) -> str:
+    """``choose(queue.device)``, a kernel family's variant for the device type, made once per
+    parcl queue (``queue.choices``); a plain pyopencl queue chooses at every call."""
+    try:
+        return queue.choices[family]
+    except AttributeError:
+        return choose(queue.device)
+    except KeyError:
+        variant = queue.choices[family] = choose(queue.device)
+        return variant
 
 
 def _own_kernel(program: cl.Program, name: str, args: tuple) -> cl.Kernel:

@@ -218,6 +218,11 @@ __kernel void expand(__global float *out, __global const float *x, const float a
 
 
 SOURCE = _build_source()
+# Each op's kernel names, made once: a launch looks its kernel up by a name whose hash is
+# already known, not by a string built anew.
+_NAMES = {kind: {op: f"{op}_{kind}" for op in ops}
+          for kind, ops in (("contig", BINARY_OPS), ("scalar", BINARY_OPS),
+                            ("unary", UNARY_OPS), ("grad", GRAD_OPS))}
 LOCAL = 128
 _LOCAL = (LOCAL,)
 GRID_LOCAL = 32        # the 3-D broadcast path: work-items along the innermost dim per group
@@ -305,8 +310,8 @@ def _contig(op: str, queue, a: Tensor, b: Tensor, out: Tensor | None) -> Tensor:
     """The same-shape launch of ``binary`` (inputs already checked)."""
     res = Tensor.empty(queue, a.shape) if out is None else _output(op, queue, a.shape, out)
     n = res.size
-    get_kernel(queue, SOURCE, op + "_contig")(queue, _global(n), _LOCAL, res.data, a.data,
-                                              b.data, n)
+    get_kernel(queue, SOURCE, _NAMES["contig"][op])(queue, _global(n), _LOCAL, res.data,
+                                                    a.data, b.data, n)
     return res
 
 
@@ -317,8 +322,10 @@ def scalar(op: str, x: Tensor, s: float, out: Tensor | None = None) -> Tensor:
     check_float(op, x)
     res = Tensor.empty(x.queue, x.shape) if out is None else _output(op, x.queue, x.shape, out)
     n = res.size
-    get_kernel(x.queue, SOURCE, op + "_scalar")(x.queue, _global(n), _LOCAL, res.data, x.data,
-                                                np.float32(s), n)
+    # Python numbers as they are: the kernel's declared float argument packs them to the
+    # same float32 as np.float32 would, for less host time
+    get_kernel(x.queue, SOURCE, _NAMES["scalar"][op])(x.queue, _global(n), _LOCAL, res.data,
+                                                      x.data, s, n)
     return res
 
 
@@ -337,8 +344,8 @@ def unary(op: str, x: Tensor, out: Tensor | None = None, *, p: float = 0.0,
     check_float(op, x)
     res = Tensor.empty(x.queue, x.shape) if out is None else _output(op, x.queue, x.shape, out)
     n = res.size
-    get_kernel(x.queue, SOURCE, op + "_unary")(x.queue, _global(n), _LOCAL, res.data, x.data,
-                                               np.float32(p), np.float32(q), n)
+    get_kernel(x.queue, SOURCE, _NAMES["unary"][op])(x.queue, _global(n), _LOCAL, res.data,
+                                                     x.data, p, q, n)
     return res
 
 
@@ -354,9 +361,8 @@ def grad(op: str, saved: Tensor, g: Tensor, *, p: float = 0.0, q: float = 0.0,
     check_same_queue(op, saved, g)
     res = Tensor.empty(g.queue, g.shape) if out is None else _output(op, g.queue, g.shape, out)
     n = res.size
-    get_kernel(g.queue, SOURCE, op + "_grad")(g.queue, _global(n), _LOCAL, res.data,
-                                              saved.data, g.data, np.float32(p),
-                                              np.float32(q), n)
+    get_kernel(g.queue, SOURCE, _NAMES["grad"][op])(g.queue, _global(n), _LOCAL, res.data,
+                                                    saved.data, g.data, p, q, n)
     return res
 
 
@@ -413,8 +419,7 @@ def axpy(y: Tensor, x: Tensor, alpha: float = 1.0) -> Tensor:
         raise ShapeError(f"axpy: sizes differ: y {y.shape} and x {x.shape}")
     check_same_queue("axpy", y, x)
     n = y.size
-    get_kernel(y.queue, SOURCE, "axpy")(y.queue, _global(n), _LOCAL, y.data, x.data,
-                                        np.float32(alpha), n)
+    get_kernel(y.queue, SOURCE, "axpy")(y.queue, _global(n), _LOCAL, y.data, x.data, alpha, n)
     return y
 
 

@@ -26,7 +26,7 @@ import pyopencl as cl
 from ..errors import ShapeError
 from ..runtime import is_gpu
 from ..tensor import Tensor, check_same_queue
-from ._cache import VECTOR_TYPES, get_kernel, round_up
+from ._cache import VECTOR_TYPES, chosen, get_kernel, round_up
 from .clmath import NORMAL_CDF
 from .elementwise import LOCAL, check_float
 from .probe import wide_kernel_ok
@@ -148,7 +148,7 @@ def gelu_backward(x: Tensor, g: Tensor, *, variant: str | None = None) -> Tensor
 def _launch(name: str, variant: str | None, res: Tensor, *inputs: Tensor) -> None:
     queue, n = res.queue, res.size
     if variant is None:
-        variant = choose_variant(queue.device)
+        variant = chosen(queue, "gelu", choose_variant)
     kind = "one" if variant == "one" else "vec"
     items = -(-n // WIDTH[variant])
     get_kernel(queue, SOURCES[variant], f"{name}_{kind}")(

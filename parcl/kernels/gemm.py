@@ -36,7 +36,7 @@ import pyopencl as cl
 from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import FLOAT, Tensor, check_same_queue
-from ._cache import VECTOR_TYPES, get_kernel, load_source
+from ._cache import VECTOR_TYPES, chosen, get_kernel, load_source
 from .probe import wide_kernel_ok
 
 _OPTIONS = ("-cl-mad-enable",)   # `acc += x * y` must become an FMA; no relaxed math needed
@@ -225,7 +225,7 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     if m == 0 or n == 0 or batch == 0:
         return
     if variant is None:
-        variant = choose_variant(queue.device)
+        variant = chosen(queue, "gemm", choose_variant)
         if variant in VW and batch * m * n * k <= DIRECT_MAX:
             variant = "direct" + variant[3:]     # from the same program as the big kernel
     flags = (FLAG_BIAS if bias is not None else 0) | (FLAG_RELU if relu else 0)

@@ -254,6 +254,8 @@ def sum_to_shape(g: Tensor, shape) -> Tensor:
     """``g`` (a gradient of a broadcast result) summed back to ``shape``, the shape of the input
     that was broadcast (numpy rules). Returns ``g`` itself, no copy, when shapes already match;
     a zero-copy reshape when only size-1 dimensions differ."""
+    if g.shape == shape:                   # the common case (an add of equal shapes): no work
+        return g
     shape = tuple(int(s) for s in shape)
     if tuple(g.shape) == shape:
         return g

@@ -15,6 +15,7 @@ gives the Nodes back while they live.
 from __future__ import annotations
 
 import weakref
+from functools import cache
 
 import numpy as np
 
@@ -275,7 +276,9 @@ def _node_of(e: Entry):
     return e if node is None else node
 
 
+@cache
 def _ops():
+    # imported on first use (ops import this module); cached, as every operator calls it
     from . import ops
     return ops
 

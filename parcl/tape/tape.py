@@ -230,8 +230,9 @@ def _grad_targets(node: Entry, owned: dict[int, int]) -> dict | None:
     targets = None
     parents = node.parents
     for slot, p in zip(node.grad_fn.parent_slots, parents):
+        # (``parents.count`` compares by identity: an Entry has no ``__eq__``)
         if p.grad is not None and p.grad_fn is None and p.requires_grad and owned.get(
-                id(p.grad.data), 0) <= 1 and sum(q is p for q in parents) == 1:
+                id(p.grad.data), 0) <= 1 and parents.count(p) == 1:
             if targets is None:
                 targets = {}
             targets[slot] = p.grad

@@ -22,7 +22,7 @@ from ...kernels import elementwise as ew
 from ...kernels.gelu import gelu_backward, gelu_forward
 from ...kernels.reduction import sum_to_shape
 from ...tensor import Tensor
-from ..node import Function
+from ..node import Function, Node
 
 __all__ = ["abs", "add", "div", "exp", "gelu", "log", "maximum", "minimum", "mul", "neg",
            "pow", "relu", "sigmoid", "sqrt", "sub", "tanh"]
@@ -232,6 +232,8 @@ class MinimumScalar(_Scalar):
         return _mul_into(ew.scalar("le", self.x, self.s), g)
 
 
+_OPERANDS = (Node, Tensor)
+
 # tensor op, scalar on the right, scalar on the left
 _BINARY = {
     "add": (Add, AddScalar, AddScalar),
@@ -246,6 +248,8 @@ _BINARY = {
 
 def _binary(op: str, a, b, tape):
     tensor_fn, right_fn, left_fn = _BINARY[op]
+    if type(a) in _OPERANDS and type(b) in _OPERANDS:      # the common case, no ABC check
+        return tensor_fn.apply(a, b, tape=tape)
     if _is_scalar(b):
         if _is_scalar(a):
             raise TypeError(f"{op}: both operands are Python scalars; pass a tp.Node or "
