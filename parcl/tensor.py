@@ -164,11 +164,12 @@ class Tensor:
             view = Tensor(self.queue, self.shape, self.dtype, self.data, self._alloc, self._keep)
             view.checks = self.checks
             return view
-        shape = tuple(int(s) for s in shape)
-        if shape.count(-1) > 1 or any(s < -1 for s in shape):
-            raise ShapeError(f"reshape: at most one -1 and no other negative size in {shape}")
-        if -1 in shape:
-            known = prod(s for s in shape if s != -1)
+        shape = tuple(map(int, shape))
+        if shape and min(shape) < 0:
+            if shape.count(-1) > 1 or min(shape) < -1:
+                raise ShapeError(f"reshape: at most one -1 and no other negative size in "
+                                 f"{shape}")
+            known = -prod(shape)               # the product of the other sizes
             if known == 0 or self.size % known:
                 raise ShapeError(f"reshape: cannot view {self.shape} as {shape}")
             shape = tuple(self.size // known if s == -1 else s for s in shape)

@@ -18,6 +18,7 @@ Variants, chosen by device type:
 
 from __future__ import annotations
 
+from operator import attrgetter
 from string import Template
 
 import numpy as np
@@ -145,6 +146,9 @@ def gelu_backward(x: Tensor, g: Tensor, *, variant: str | None = None) -> Tensor
     return res
 
 
+_data = attrgetter("data")
+
+
 def _launch(name: str, variant: str | None, res: Tensor, *inputs: Tensor) -> None:
     queue, n = res.queue, res.size
     if variant is None:
@@ -153,7 +157,7 @@ def _launch(name: str, variant: str | None, res: Tensor, *inputs: Tensor) -> Non
     items = -(-n // WIDTH[variant])
     get_kernel(queue, SOURCES[variant], f"{name}_{kind}")(
         queue, (round_up(max(items, 1), LOCAL),), (LOCAL,), res.data,
-        *(t.data for t in inputs), np.int32(n))
+        *map(_data, inputs), n)
 
 
 def wide_check(queue: cl.CommandQueue) -> bool:
