@@ -6,7 +6,8 @@ even inside ``no_grad`` (netcl's escape hatch).
 
 | module | ops |
 |---|---|
-| elementwise, activation | add sub mul div pow neg exp log sqrt abs relu sigmoid tanh gelu, ... |
+| elementwise | add sub mul div pow maximum minimum |
+| unary, activation | neg exp log sqrt abs relu sigmoid tanh gelu, silu leaky_relu elu ... |
 | linalg | matmul (batched, broadcasting) |
 | reduce, reductions | sum mean max min argmax argmin var std logsumexp cumsum |
 | shape, indexing, join | reshape transpose getitem flip pad expand gather cat stack split |
@@ -19,7 +20,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 """
 
 from . import (activation, attention, conv, elementwise, indexing, join, linalg, loss, nn,
-               norm, reduce, reductions, select, shape)
+               norm, reduce, reductions, select, shape, unary)
 from .activation import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
@@ -34,7 +35,8 @@ from .reduce import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
 from .select import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
+from .unary import *  # noqa: F401,F403
 
 __all__ = [name for module in (activation, attention, conv, elementwise, indexing, join, linalg,
-                               loss, nn, norm, reduce, reductions, select, shape)
+                               loss, nn, norm, reduce, reductions, select, shape, unary)
            for name in module.__all__]
