@@ -32,12 +32,20 @@ _local = _Local()
 @dataclass
 class LeafGrad:
     """A leaf a recorded backward met: the ``.grad`` it found (None, or the tensor it
-    accumulated into), whether it required grad then, and the ``.grad`` it left."""
+    accumulated into), whether it required grad then, the ``.grad`` it left, and its
+    ``.value`` (held: its memory, which the replay reads, cannot go to another tensor)."""
 
     entry: object
     before: object
     requires_grad: bool
     after: object = None
+    value: object = None
+
+    @classmethod
+    def of(cls, entry) -> LeafGrad:
+        node = entry.node()
+        return cls(entry, entry.grad, entry.requires_grad,
+                   value=None if node is None else node.value)
 
 
 @dataclass(frozen=True)
@@ -165,14 +173,14 @@ class Recording:
         for e in entries:
             for p in (e, *e.parents):
                 if p.grad_fn is None and id(p) not in self.leaves:
-                    self.leaves[id(p)] = LeafGrad(p, p.grad, p.requires_grad)
+                    self.leaves[id(p)] = LeafGrad.of(p)
 
     def note_inputs(self, entries) -> None:
         """Leaves that an op met without recording (none of its inputs required grad: a
         frozen layer): their state is noted too, so a thaw records the call anew."""
         for p in entries:
             if p.grad_fn is None and id(p) not in self.leaves:
-                self.leaves[id(p)] = LeafGrad(p, p.grad, p.requires_grad)
+                self.leaves[id(p)] = LeafGrad.of(p)
 
     def note_grads(self) -> None:
         """After a recorded backward: the ``.grad`` each leaf ended with."""
@@ -180,12 +188,19 @@ class Recording:
             leaf.after = leaf.entry.grad
 
     def leaves_unchanged(self) -> bool:
-        """Whether every leaf has the ``.grad`` (the same tensor, or None) and the
-        ``requires_grad`` the recording found: only then does a replay compute what the eager
-        call would (an accumulation into the same buffer, or a gradient assigned anew)."""
-        return all(leaf.entry.grad is leaf.before
-                   and leaf.entry.requires_grad == leaf.requires_grad
-                   for leaf in self.leaves.values())
+        """Whether every leaf has the ``.grad`` (the same tensor, or None), the
+        ``requires_grad`` and the ``.value`` tensor the recording found: only then does a
+        replay compute what the eager call would (an accumulation into the same buffer, or a
+        gradient assigned anew, at the values the model holds: ``p.value = t`` between calls
+        is another recording)."""
+        for leaf in self.leaves.values():          # a plain loop: run before every replay
+            e = leaf.entry
+            if e.grad is not leaf.before or e.requires_grad != leaf.requires_grad:
+                return False
+            node = e.node()       # None: nobody holds the Node, nobody gave it a new value
+            if node is not None and node.value is not leaf.value:
+                return False
+        return True
 
     def give_grads(self) -> None:
         """After a replay: every leaf's ``.grad`` is the tensor the recorded backward left it

@@ -28,11 +28,13 @@ from .allreduce.buckets import GradBuckets, ParamBuckets, alignment_elems, plan_
 from .allreduce.end import Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
-from .nn.module import Module, capture_key
+from .nn.buffer_slots import ModelBuffers
+from .nn.keys import capture_key
+from .nn.module import Module
 from .optim import FlatBucket
 from .pool import stamp
-from .replica_steps import (Captured, Eager, IgnoredLabels, check_reduction, positive,
-                            shard_batch, skip_unreached, weighted_loss)
+from .replica_steps import (Captured, Eager, IgnoredLabels, check_reduction, check_signatures,
+                            positive, shard_batch, skip_unreached, weighted_loss)
 from .replica_stats import StatsExchange
 from .replica_threads import Replica
 from .tape import mode
@@ -151,10 +153,13 @@ class ReplicaGroup:
         buckets = [FlatBucket(value, grad, [self._params[0][i] for i, _ in members],
                               [off for _, off in members])
                    for value, grad, members in zip(values[0].flats, grads[0].flats, plan)]
+        # the buffers each model holds at every step (one replaced: a reset of its statistics)
+        modules = all(isinstance(r.model, Module) for r in self.replicas)
         self._buffers = StepBuffers(
             [r.queue for r in self.replicas], grads, values,
             [[b for _, b in r.model.named_buffers()] if hasattr(r.model, "named_buffers")
-             else [] for r in self.replicas], buckets)
+             else [] for r in self.replicas], buckets,
+            [ModelBuffers(r.model) for r in self.replicas] if modules else [])
 
     # -- dispatch -----------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -264,6 +269,7 @@ class ReplicaGroup:
         every other replica."""
         self._check_open()
         self._wait_idle()
+        self._buffers.refresh()
         self._buffers.broadcast()
         self._synced = stamp()
 
@@ -329,7 +335,8 @@ class ReplicaGroup:
             self._labels.check(loss_fn, y, ignore, outcomes, self.comm)            # 3.
             check_reduction(reduction, outcomes)
             skip_unreached(self._params[0],
-                           self._check_signatures([o.reached for o in outcomes]), self.comm)
+                           check_signatures([o.reached for o in outcomes], self._names,
+                                            self._params[0], self.replicas), self.comm)
             norm = self._end.finish(self._buffers, optimizer, max_norm)            # 4.
             self._synced = stamp()
         except BaseException:
@@ -351,12 +358,14 @@ class ReplicaGroup:
     def _begin(self) -> None:
         """Before the replicas start: a failed step's gradients zeroed (each replica makes
         its buckets its gradients again in its own call: ``Eager.prepare``); replica 0's
-        parameters copied to the others if changed in place since they were last made equal;
-        a batch-statistics exchange broken by a failed step reset."""
+        parameters and buffers copied to the others if changed in place since they were last
+        made equal, or a buffer replaced; a batch-statistics exchange broken by a failed step
+        reset."""
         if self._grads_dirty:
             self.zero_grad()
         self._grads_dirty = True
-        if len(self.replicas) > 1 and self._buffers.changed_since(self._synced):
+        if self._buffers.refresh() or (len(self.replicas) > 1
+                                       and self._buffers.changed_since(self._synced)):
             self._buffers.broadcast()
         if self._stats is not None:
             self._stats.start()
@@ -407,25 +416,6 @@ class ReplicaGroup:
             mode.set_batch_stats_sync(None)
         member.leave()
         return outcome
-
-    def _check_signatures(self, signatures: list[tuple]) -> tuple[int, ...]:
-        """Desync check: every replica must have given gradients to the same parameters
-        (returned, by index)."""
-        ref = signatures[0]
-        for i, sig in enumerate(signatures[1:], start=1):
-            if sig != ref:
-                only0 = [self._describe_param(j) for j in sorted(set(ref) - set(sig))]
-                only_i = [self._describe_param(j) for j in sorted(set(sig) - set(ref))]
-                raise ReplicaError(
-                    f"replica desync before allreduce: replica 0 gave gradients to "
-                    f"{len(ref)} parameters, replica {i} to {len(sig)}; only on replica 0: "
-                    f"{only0 or 'none'}; only on replica {i}: {only_i or 'none'} (did the "
-                    "model take a data-dependent branch?). Nothing was reduced or stepped.",
-                    index=i, device=runtime.describe(self.replicas[i].device))
-        return ref
-
-    def _describe_param(self, j: int) -> str:
-        return f"{self._names[j]} {tuple(self._params[0][j].shape)}"
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:

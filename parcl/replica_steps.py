@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl as cl
 
-from .errors import ParclError, ShapeError
+from . import runtime
+from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
-from .nn.module import capture_key
+from .nn.keys import capture_key
 from .tape import Node, Tape, ops, tensor
 from .tape.capture import capture
 from .tensor import Tensor
@@ -338,6 +339,27 @@ def check_reduction(reduction: str, outcomes: list[Outcome]) -> None:
                          "but the step weighs each replica's loss as a mean over its share of "
                          "the batch; return the mean (tp.mean), or pass reduction='sum' to "
                          "step for a loss summed over the batch")
+
+
+def check_signatures(signatures: list[tuple], names: list[str], params: list,
+                     replicas: list) -> tuple[int, ...]:
+    """Desync check: every replica must have given gradients to the same parameters
+    (returned, by index; ``names`` and ``params`` are replica 0's)."""
+    def describe(j: int) -> str:
+        return f"{names[j]} {tuple(params[j].shape)}"
+
+    ref = signatures[0]
+    for i, sig in enumerate(signatures[1:], start=1):
+        if sig != ref:
+            only0 = [describe(j) for j in sorted(set(ref) - set(sig))]
+            only_i = [describe(j) for j in sorted(set(sig) - set(ref))]
+            raise ReplicaError(
+                f"replica desync before allreduce: replica 0 gave gradients to "
+                f"{len(ref)} parameters, replica {i} to {len(sig)}; only on replica 0: "
+                f"{only0 or 'none'}; only on replica {i}: {only_i or 'none'} (did the "
+                "model take a data-dependent branch?). Nothing was reduced or stepped.",
+                index=i, device=runtime.describe(replicas[i].device))
+    return ref
 
 
 def skip_unreached(params: list, reached: tuple[int, ...], comm) -> None:

@@ -97,3 +97,36 @@ def test_assigning_a_non_parameter_to_a_parameter_is_a_type_error(queue):
     assert len(list(fc.parameters())) == 2 and "weight" in fc.state_dict()
     fc.bias = None                                   # allowed, as in PyTorch
     assert list(fc.state_dict()) == ["weight"]
+
+
+def test_replacing_a_child_by_name_keeps_its_place(queue):
+    """As PyTorch's: ``add_module``/``setattr`` on an existing name replaces the child where
+    it is, so a Sequential still runs it there, and ``state_dict()`` and ``parameters()``
+    (what checkpoints and optimizer state are matched by) keep their order."""
+    pc.nn.manual_seed(0)
+    seq = pc.nn.Sequential(pc.nn.Linear(4, 4, queue=queue), pc.nn.Tanh(),
+                           pc.nn.Linear(4, 4, queue=queue))
+    state = seq.state_dict()
+    seq.add_module("1", pc.nn.Sigmoid())
+    assert [type(m).__name__ for m in seq] == ["Linear", "Sigmoid", "Linear"]
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    with tp.no_grad():
+        got = seq(pc.Tensor.from_host(queue, x)).to_host()
+    h = 1 / (1 + np.exp(-(x @ state["0.weight"].T + state["0.bias"])))
+    np.testing.assert_allclose(got, h @ state["2.weight"].T + state["2.bias"], rtol=1e-5,
+                               atol=1e-6)
+    first = seq[0]
+    setattr(seq, "0", pc.nn.Linear(4, 4, queue=queue))
+    assert seq[0] is not first and list(seq._modules) == ["0", "1", "2"]
+    assert list(seq.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert seq.parameters()[0] is seq[0].weight
+
+
+def test_replacing_a_parameter_or_buffer_by_name_keeps_its_place(queue):
+    bn = pc.nn.BatchNorm1d(3, queue=queue)
+    order = list(bn.state_dict())
+    bn.register_buffer("running_mean", pc.Tensor.zeros(queue, (3,)))
+    bn.register_parameter("weight", pc.nn.Parameter(pc.Tensor.zeros(queue, (3,))))
+    bn.weight = pc.nn.Parameter(pc.Tensor.zeros(queue, (3,)))
+    assert list(bn.state_dict()) == order
+    assert bn.parameters() == [bn.weight, bn.bias]

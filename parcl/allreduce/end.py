@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import pyopencl as cl
 
 from ..nn.utils import clip_grads_with_norm_, get_total_norm
+from ..errors import ParclError
 from ..gate import release_all
 from ..optim import FlatBucket, Optimizer
 from ..pool import pool_of
@@ -40,16 +41,51 @@ from .mpi import hierarchical
 class StepBuffers:
     """Every replica's flat buffers (replica 0's first), which the end of a step works on:
     gradient and parameter buckets, other state to copy from replica 0 (BatchNorm's running
-    statistics), and replica 0's buckets as the optimizer sees them."""
+    statistics), and replica 0's buckets as the optimizer sees them. ``watches``: per
+    replica, what says when its model holds other buffers (``changed()``) and reads them
+    (``refresh()``: ``pc.nn.buffer_slots.ModelBuffers``); none: ``buffers`` are fixed."""
 
     queues: list[cl.CommandQueue]
     grads: list[GradBuckets]
     values: list[ParamBuckets]
     buffers: list[list[Tensor]]
     buckets: list[FlatBucket]
+    watches: list = field(default_factory=list)
     kept: list = field(init=False)     # per replica: its buffers as its last step found them
+    stale: bool = field(init=False, default=False)   # read, but refused: every step refuses
 
     def __post_init__(self):
+        self.kept = [None] * len(self.queues)
+        if self.watches:
+            self._take([w.tensors for w in self.watches])
+
+    def refresh(self) -> bool:
+        """Before a step: if a model's buffers were replaced by new tensors since they were
+        read (a reset of the running statistics), read every replica's again, so the step
+        copies, keeps and restores the tensors the models read now; True then (replica 0's
+        must then be copied to the others: ``broadcast``). A few identity checks otherwise.
+        Buffers that do not line up across the replicas raise, at every step until fixed."""
+        if not self.stale and not any(w.changed() for w in self.watches):
+            return False
+        self.stale = True
+        self._take([w.refresh() for w in self.watches])
+        self.stale = False
+        return True
+
+    def _take(self, buffers: list[list[Tensor]]) -> None:
+        # Replica 0's are copied onto the others' by position, byte for byte: a replica whose
+        # buffers do not line up with them would be written out of bounds or not at all.
+        first = [(tuple(b.shape), b.dtype) for b in buffers[0]]
+        for r, bs in enumerate(buffers[1:], 1):
+            got = [(tuple(b.shape), b.dtype) for b in bs]
+            if got != first:
+                raise ParclError(
+                    f"ReplicaGroup: replica {r}'s model holds buffers {_shapes(got)} but "
+                    f"replica 0's {_shapes(first)}: every replica's model must hold the same "
+                    "buffers (replica 0's are copied onto them in order); replace a buffer in "
+                    "every replica alike (for r in group.replicas: ...), or copy new values "
+                    "in place (b.copy_(t), load_state_dict)")
+        self.buffers = buffers
         self.kept = [None] * len(self.queues)
 
     def keep(self, r: int) -> None:
@@ -97,6 +133,10 @@ class StepBuffers:
                                 wait_for=wait_for)
                 for r in range(1, len(self.queues))
                 for s, d in zip(self.buffers[0], self.buffers[r])]
+
+
+def _shapes(entries) -> str:
+    return "[" + ", ".join(f"{shape} {dtype}" for shape, dtype in entries) + "]"
 
 
 class Reduced:

@@ -16,11 +16,11 @@ from .containers import Identity, ModuleList, Softmax
 from .conv import ConvTranspose2d
 from .gelu import GELU
 from .gpt import GPT, CausalSelfAttention
+from .keys import capture_key
 from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, Linear,
                      MaxPool2d, ReLU, Sequential, flatten)
 from .loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
-from .module import (Module, Parameter, StateDictError, capture_key, default_generator,
-                     manual_seed)
+from .module import Module, Parameter, StateDictError, default_generator, manual_seed
 from .norm import BatchNorm1d, GroupNorm, LayerNorm, RMSNorm
 from .resnet import BasicBlock, ResNet, resnet18
 from .sparse import Embedding

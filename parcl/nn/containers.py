@@ -74,9 +74,7 @@ class ModuleList(Module):
     def __setitem__(self, index: int, module: Module) -> None:
         if not isinstance(module, Module):
             raise TypeError(f"ModuleList: expected an nn.Module, got {type(module).__name__}")
-        name = str(self._index(int(index)))
-        self._modules[name] = module        # an existing key: its place in the order stays
-        object.__setattr__(self, name, module)
+        self.add_module(str(self._index(int(index))), module)     # keeps its place
 
     def append(self, module: Module) -> ModuleList:
         self.add_module(str(len(self)), module)

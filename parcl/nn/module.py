@@ -18,7 +18,6 @@ bit-identical models on every run and in every replica thread.
 
 from __future__ import annotations
 
-import enum
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -28,8 +27,8 @@ import pyopencl as cl
 
 from ..errors import ParclError, ShapeError
 from ..gate import transfer
+from ..pool import pool_of
 from ..runtime import default_queue
-from ..tape.changes import changed
 from ..tape.node import Node, host_copy
 from ..tensor import Tensor
 
@@ -106,70 +105,6 @@ class Parameter(Node):
         return f"Parameter(shape={self.shape})"
 
 
-# -- Python state that decides a forward's device work ----------------------------------------
-_PLAIN = (bool, int, float, str, type(None))
-
-
-_NOT_PLAIN = object()
-_REGISTRIES = frozenset(("_parameters", "_buffers", "_modules"))   # not plain: skipped at once
-
-
-def _frozen(value):
-    """A hashable stand-in for a plain attribute value (bool, int, float, str, None, numpy
-    scalars, enum members, and tuples (named ones too), lists and dicts of them, keys
-    included), or ``_NOT_PLAIN``."""
-    kind = type(value)
-    if kind in _PLAIN:
-        return value
-    if isinstance(value, np.generic):           # np.float64(...) is a float too
-        return (kind.__name__, value.item())
-    if isinstance(value, enum.Enum):
-        return (kind.__qualname__, value.name)
-    if isinstance(value, (tuple, list)):
-        items = []
-        for v in value:
-            f = _frozen(v)
-            if f is _NOT_PLAIN:
-                return _NOT_PLAIN
-            items.append(f)
-        return (kind.__name__, tuple(items))
-    if isinstance(value, dict):
-        f = _frozen([*value.keys(), *value.values()])
-        return _NOT_PLAIN if f is _NOT_PLAIN else ("dict", f)
-    return _NOT_PLAIN
-
-
-def _parameter_state(m: Module) -> tuple:
-    """Which Parameter object each of ``m``'s parameters is: one replaced by a new one is in
-    no recording (a freeze or thaw is seen by the recording itself, ``leaves_unchanged``).
-    The Entry's id is safe: a recording keeps the entries of the leaves its forward met."""
-    return tuple((name, id(p.entry)) for name, p in m._parameters.items() if p is not None)
-
-
-def capture_key(model: Module) -> tuple:
-    """Every module's ``training`` flag and other plain Python attributes (bool, int, float,
-    str, None, numpy scalars, enum members, and tuples, lists and dicts of them), in module
-    order: what a forward may branch on or pass into an op without its tensors' shapes
-    showing it; and which Parameter object each of its parameters is (one replaced by a new
-    Parameter). A captured step
-    (``ReplicaGroup(capture=True)``, ``tp.capture(..., key=...)``) is replayed only while this
-    is unchanged, and recorded again when it changes.
-
-    >>> model = pc.nn.Dropout(0.5)
-    >>> before = pc.nn.capture_key(model)
-    >>> _ = model.eval()
-    >>> pc.nn.capture_key(model) == before
-    False
-    """
-    if not isinstance(model, Module):
-        return (tuple((name, f) for name, value in vars(model).items()
-                      if (f := _frozen(value)) is not _NOT_PLAIN),)
-    return tuple((tuple((name, f) for name, value in vars(m).items()
-                        if name not in _REGISTRIES and (f := _frozen(value)) is not _NOT_PLAIN),
-                  _parameter_state(m))
-                 for m in model.modules())
-
-
 # -- Module -----------------------------------------------------------------------------------
 class Module:
     """Base class of layers and models: registration, modes, state dicts.
@@ -206,14 +141,10 @@ class Module:
     def __setattr__(self, name: str, value) -> None:
         params, buffers, modules = self._registries()
         if isinstance(value, Parameter):
-            # A Parameter replacing one (weight tying: another module's Parameter) keeps its
-            # place in the order, as PyTorch's; it may be registered in several modules.
-            if name not in params:
-                self._forget(name)
-            params[name] = value
+            # may be registered in several modules (weight tying: another module's Parameter)
+            self._place(params, name, value)
         elif isinstance(value, Module):
-            self._forget(name)
-            modules[name] = value
+            self._place(modules, name, value)
         elif name in params and value is not None:
             # PyTorch's TypeError: a Node or Tensor put here would silently leave
             # parameters(), the optimizer and every checkpoint
@@ -237,14 +168,25 @@ class Module:
         for registry in self._registries():
             registry.pop(name, None)
 
+    def _place(self, registry: OrderedDict, name: str, value) -> None:
+        """Register ``value`` as ``name`` in ``registry``. One replacing a value of the same
+        kind keeps its place in the order, as PyTorch's: ``seq.add_module("1", Sigmoid())``
+        still runs second in a Sequential, and ``state_dict()`` and ``parameters()`` keep
+        their order (what an optimizer's state and a checkpoint are matched by)."""
+        for other in self._registries():
+            if other is not registry:
+                other.pop(name, None)
+        registry[name] = value              # an existing key keeps its position
+
     def register_parameter(self, name: str, param: Parameter | None) -> None:
         """Register ``param`` under ``name`` (None: an absent optional parameter)."""
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"register_parameter({name!r}): expected an nn.Parameter, got "
                             f"{type(param).__name__}")
-        self._forget(name)
-        if param is not None:
-            self._parameters[name] = param
+        if param is None:
+            self._forget(name)
+        else:
+            self._place(self._parameters, name, param)
         object.__setattr__(self, name, param)
 
     def register_buffer(self, name: str, tensor: Tensor | None) -> None:
@@ -253,17 +195,18 @@ class Module:
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"register_buffer({name!r}): expected a pc.Tensor, got "
                             f"{type(tensor).__name__}")
-        self._forget(name)
-        self._buffers[name] = tensor
+        self._place(self._buffers, name, tensor)
         object.__setattr__(self, name, tensor)
 
     def add_module(self, name: str, module: Module | None) -> None:
+        """Register ``module`` as the child ``name`` (one replacing a child keeps its place)."""
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"add_module({name!r}): expected an nn.Module, got "
                             f"{type(module).__name__}")
-        self._forget(name)
-        if module is not None:
-            self._modules[name] = module
+        if module is None:
+            self._forget(name)
+        else:
+            self._place(self._modules, name, module)
         object.__setattr__(self, name, module)
 
     # -- traversal -----------------------------------------------------------------------
@@ -428,8 +371,12 @@ class Module:
             # Non-blocking: pyopencl's event keeps `array` alive until the copy is done, and
             # in-order queues run it before any later kernel reads the tensor.
             transfer(tensor.queue, tensor.data, array)
-        loaded = {id(t) for t, _ in uploads}      # a backward through ops that saved them
-        changed(p for p in self.parameters() if id(p.value) in loaded)    # now raises
+        # Each noted as updated, parameters and buffers alike: a backward through ops recorded
+        # before that saved one now raises, and a ReplicaGroup copies them to its other
+        # replicas before its next step (``StepBuffers.changed_since``).
+        for tensor, _ in uploads:
+            pool_of(tensor.queue).note_overwrite(tensor.data, "an optimizer step or "
+                                                 "load_state_dict", update=True)
 
     # -- calling -------------------------------------------------------------------------
     def forward(self, *args, **kwargs):

@@ -13,8 +13,10 @@ generator, exactly as the eager call would, so captured and eager runs match bit
 Like CUDA graphs, capture assumes ``fn`` does the same device work whenever its inputs have
 the same shapes: Python state that changes what ``fn`` enqueues without changing the input
 shapes (a step counter choosing a branch) must go into ``key``; ``key=pc.nn.capture_key(model)``
-covers a model's plain attributes, its train/eval modes and which Parameter objects it holds
-(a parameter replaced by a new one). A parameter frozen or thawed is seen without a key.
+covers a model's plain attributes, its train/eval modes, which modules (of which types) it is
+made of and which tensors it holds (a parameter or buffer replaced by a new one): the key kept
+with a recording holds those tensors, so the memory its replays use goes to no other tensor.
+A parameter frozen or thawed, or given a new ``.value``, is seen without a key.
 
 A replay also gives every leaf the ``.grad`` its recording gave it. The recording noted the
 state it found the leaves' gradients in (none, or buffers to accumulate into) and which leaves

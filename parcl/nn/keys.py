@@ -1,0 +1,102 @@
+"""``capture_key``: everything of a model a captured step's replay depends on besides its
+inputs' shapes.
+
+A recording (``parcl.recorder``) replays kernels on the very buffers the recorded call read.
+So the key of a captured call must change whenever the eager call would read something else:
+
+* which modules the model is made of, and of which type (``model.act = Sigmoid()`` replacing
+  a ``Tanh`` enqueues other kernels, with no shape to show it);
+* every module's ``training`` flag and plain Python attributes (what a forward branches on or
+  passes into an op: ``Dropout.p``, ``ReLU.inplace``);
+* which tensors it reads: each parameter's Parameter object and its ``.value`` Tensor, each
+  buffer (``bn.running_mean = pc.Tensor.zeros(...)`` replacing one) and any other Tensor or
+  Node held as an attribute.
+
+Objects are put in the key themselves, not their ``id()``: they compare by identity, and a
+key kept beside a recording keeps them alive, so the memory a replay writes cannot have been
+handed to another tensor meanwhile (an ``id`` of a dropped object could also be reused).
+
+>>> import parcl as pc
+>>> bn = pc.nn.BatchNorm1d(3)
+>>> before = pc.nn.capture_key(bn)
+>>> bn.running_mean = pc.Tensor.zeros(pc.default_queue(), (3,))
+>>> pc.nn.capture_key(bn) == before
+False
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from ..tape.node import Node
+from ..tensor import Tensor
+from .module import Module
+
+__all__ = ["capture_key"]
+
+_PLAIN = (bool, int, float, str, type(None))
+_NOT_PLAIN = object()
+_REGISTRIES = frozenset(("_parameters", "_buffers", "_modules"))   # not plain: skipped at once
+
+
+def _frozen(value):
+    """A hashable stand-in for an attribute value a forward may read: plain values (bool,
+    int, float, str, None, numpy scalars, enum members, and tuples (named ones too), lists and
+    dicts of them, keys included) by value; Tensors by identity, Nodes (Parameters) by
+    identity with their value's; ``_NOT_PLAIN`` for anything else (a sub-module, which
+    ``capture_key`` visits itself, an arbitrary object)."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if isinstance(value, Node):                 # a Parameter: the object and its values
+        return (value, value.value)
+    if isinstance(value, Tensor):               # a buffer, or a tensor the forward reads
+        return value
+    if isinstance(value, np.generic):           # np.float64(...) is a float too
+        return (kind.__name__, value.item())
+    if isinstance(value, enum.Enum):
+        return (kind.__qualname__, value.name)
+    if isinstance(value, (tuple, list)):
+        items = []
+        for v in value:
+            f = _frozen(v)
+            if f is _NOT_PLAIN:
+                return _NOT_PLAIN
+            items.append(f)
+        return (kind.__name__, tuple(items))
+    if isinstance(value, dict):
+        f = _frozen([*value.keys(), *value.values()])
+        return _NOT_PLAIN if f is _NOT_PLAIN else ("dict", f)
+    return _NOT_PLAIN
+
+
+def _attributes(obj) -> tuple:
+    # Parameters and buffers are attributes too (registration sets them): each is seen here,
+    # a buffer set to None as well.
+    return tuple((name, f) for name, value in vars(obj).items()
+                 if name not in _REGISTRIES and (f := _frozen(value)) is not _NOT_PLAIN)
+
+
+def capture_key(model) -> tuple:
+    """Per module, in module order: the module itself and its type, its ``training`` flag and
+    other plain Python attributes (bool, int, float, str, None, numpy scalars, enum members,
+    and tuples, lists and dicts of them), and the tensors it holds (each Parameter with its
+    ``.value``, each buffer, any other Tensor attribute), by identity. A captured step
+    (``ReplicaGroup(capture=True)``, ``tp.capture(..., key=...)``) is replayed only while this
+    is unchanged, and recorded again when it changes: a module replaced by another (of any
+    type), a parameter or buffer replaced by a new tensor, a mode or a setting changed.
+    Changes *inside* a tensor (``copy_``, ``load_state_dict``, an optimizer step) keep the
+    key: the replay reads the same buffers, so it sees them. For an object that is not a
+    Module (a loss function), its type and plain attributes.
+
+    >>> model = pc.nn.Dropout(0.5)
+    >>> before = pc.nn.capture_key(model)
+    >>> _ = model.eval()
+    >>> pc.nn.capture_key(model) == before
+    False
+    """
+    if not isinstance(model, Module):
+        return ((type(model), _attributes(model)),)
+    return tuple((m, type(m), _attributes(m)) for m in model.modules())

@@ -1,0 +1,261 @@
+"""A captured step never replays what the model no longer is.
+
+A replay re-enqueues the recorded kernels on the recorded buffers. Whatever changes what the
+eager call would enqueue or read — a sub-module replaced by one of another type, a buffer or a
+parameter's value replaced by a new tensor — must record the step anew, and a ReplicaGroup
+must copy the tensors its models hold now (a reset of the running statistics, a buffers-only
+``load_state_dict``). Each test compares with the eager run, or with a single replica.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import parcl as pc
+import parcl.tape as tp
+from parcl.replica import ReplicaGroup
+
+
+def batch(n, d=8, seed=0, classes=4):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, d)).astype(np.float32) * 2 + 1,
+            rng.integers(0, classes, n).astype(np.int64))
+
+
+class Net(pc.nn.Module):
+    def __init__(self, queue):
+        super().__init__()
+        self.fc1 = pc.nn.Linear(8, 16, queue=queue)
+        self.fc2 = pc.nn.Linear(16, 4, queue=queue)
+        self.act = pc.nn.Tanh()
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def net(queue):
+    pc.nn.manual_seed(0)
+    return Net(queue)
+
+
+def bn_net(queue):
+    pc.nn.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Linear(8, 6, queue=queue), pc.nn.BatchNorm1d(6, queue=queue),
+                            pc.nn.Linear(6, 4, queue=queue))
+
+
+def train_group(build, devices, capture, change, steps=4, evaluate=False):
+    """Per step: the loss, every parameter and replica 0's buffers after it, and whether
+    every replica holds replica 0's buffers; ``change(group, step)`` runs before each."""
+    out = []
+    with ReplicaGroup(build, devices, capture=capture) as group:
+        if evaluate:
+            group.eval()
+        opt = pc.optim.SGD(group.parameters(), lr=0.1)
+        for i in range(steps):
+            change(group, i)
+            loss = group.step(*batch(8, seed=i), tp.cross_entropy, opt)
+            buffers = [[b.to_host() for b in r.model.buffers()] for r in group.replicas]
+            out.append((loss, [p.value.to_host() for p in group.parameters()], buffers[0],
+                        all(np.array_equal(a, b) for bs in buffers[1:]
+                            for a, b in zip(bs, buffers[0]))))
+        replays = [step.replays for per in group.captured_steps for step in per]
+    return out, replays
+
+
+def assert_same_runs(a, b):
+    for (la, pa, ba, _), (lb, pb, bb, _) in zip(a, b):
+        assert la == lb
+        for u, v in zip(pa + ba, pb + bb):
+            np.testing.assert_array_equal(u, v)
+
+
+# -- F1: a sub-module replaced by one of another type -----------------------------------------
+def test_capture_key_sees_a_submodule_replaced_by_another_type(queue):
+    model = net(queue)
+    key = pc.nn.capture_key(model)
+    model.act = pc.nn.Sigmoid()                  # no parameters, no attributes: same otherwise
+    assert pc.nn.capture_key(model) != key
+    acts = pc.nn.ModuleList([pc.nn.Identity()])
+    key = pc.nn.capture_key(acts)
+    acts[0] = pc.nn.SiLU()
+    assert pc.nn.capture_key(acts) != key
+
+
+def test_a_captured_group_after_an_activation_swap_equals_the_eager_one(devices2):
+    def swap(group, step):
+        if step == 2:
+            for r in group.replicas:
+                r.model.act = pc.nn.Sigmoid()
+
+    eager, _ = train_group(net, devices2, False, swap)
+    captured, replays = train_group(net, devices2, True, swap)
+    assert_same_runs(eager, captured)
+    assert replays == [2, 2]                     # steps 1 and 3: the swap recorded step 2
+
+
+def test_tp_capture_after_a_modulelist_entry_swap_equals_eager(queue):
+    pc.nn.manual_seed(0)
+    fc, acts = pc.nn.Linear(4, 4), pc.nn.ModuleList([pc.nn.Identity()])
+    model = pc.nn.Sequential(fc, acts)           # what capture_key looks at
+
+    def forward(x):
+        with tp.no_grad():
+            return acts[0](fc(x))
+
+    step = tp.capture(forward, queue)
+    x = np.linspace(-2, 2, 8, dtype=np.float32).reshape(2, 4)
+    for _ in range(2):
+        step(x, key=pc.nn.capture_key(model))
+    acts[0] = pc.nn.SiLU()
+    got = step(x, key=pc.nn.capture_key(model)).to_host()
+    np.testing.assert_array_equal(got, forward(pc.Tensor.from_host(queue, x)).to_host())
+
+
+# -- F3: a buffer replaced by a new tensor ------------------------------------------------------
+def _bn_step(model):
+    def fwd_bwd(x, y):
+        with tp.Tape() as tape:
+            loss = tp.cross_entropy(model(tp.tensor(x)), y)
+        tape.backward(loss)
+        return loss.value
+    return fwd_bwd
+
+
+def _reset_statistics(bn, queue):
+    bn.running_mean = pc.Tensor.zeros(queue, (bn.num_features,))
+    bn.running_var = pc.Tensor.full(queue, (bn.num_features,), 1.0)
+
+
+def test_tp_capture_after_a_reset_of_the_running_statistics_equals_eager(queue):
+    runs = []
+    for captured in (False, True):
+        model = bn_net(queue)
+        fwd_bwd = _bn_step(model)
+        step = tp.capture(fwd_bwd, queue)
+        for i in range(4):
+            if i == 2:
+                _reset_statistics(model[1], queue)
+            model.zero_grad()
+            x, y = batch(6, seed=i)
+            if captured:
+                step(x, y, key=pc.nn.capture_key(model))
+            else:
+                fwd_bwd(pc.Tensor.from_host(queue, x), pc.Tensor.from_host(queue, y))
+        runs.append([t.to_host() for t in model.buffers()]
+                    + [p.grad.to_host() for p in model.parameters()])
+    assert step.replays == 2
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_replay_never_writes_into_a_buffer_the_model_dropped(queue):
+    """The recording's key holds the statistics it was recorded with: the pool cannot hand
+    their memory to another tensor while a replay could still write it."""
+    model = bn_net(queue)
+    step = tp.capture(_bn_step(model), queue)
+    x, y = batch(6)
+    for _ in range(2):
+        model.zero_grad()
+        step(x, y, key=pc.nn.capture_key(model))
+    _reset_statistics(model[1], queue)             # the old tensors are dropped here
+    unrelated = [pc.Tensor.full(queue, (6,), 7.0) for _ in range(4)]
+    model.zero_grad()
+    step(x, y, key=pc.nn.capture_key(model))
+    for t in unrelated:
+        np.testing.assert_array_equal(t.to_host(), np.full(6, 7.0, np.float32))
+    assert np.abs(model[1].running_mean.to_host()).max() > 0      # the new ones were updated
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "captured"])
+def test_a_group_after_a_reset_of_replica_0s_statistics_copies_the_new_ones(devices2,
+                                                                              capture):
+    """``group.model`` is replica 0's: the statistics put there are the ones every replica
+    computes with and is given after the step, as with one replica."""
+    def reset(group, step):
+        if step == 2:
+            bn = group.model[1]
+            bn.running_mean = pc.Tensor.full(bn.running_mean.queue, (6,), 3.0)
+            bn.running_var = pc.Tensor.full(bn.running_var.queue, (6,), 0.5)
+
+    one, _ = train_group(bn_net, devices2[:1], capture, reset, evaluate=True)
+    two, _ = train_group(bn_net, devices2, capture, reset, evaluate=True)
+    for (la, pa, ba, _), (lb, pb, bb, same) in zip(one, two):
+        assert same
+        np.testing.assert_allclose(la, lb, rtol=1e-6)
+        for u, v in zip(pa + ba, pb + bb):
+            np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-6)
+
+
+def test_a_captured_group_after_a_reset_in_training_equals_the_eager_one(devices2):
+    def reset(group, step):
+        if step == 2:
+            for r in group.replicas:
+                _reset_statistics(r.model[1], r.queue)
+
+    eager, _ = train_group(bn_net, devices2, False, reset)
+    captured, replays = train_group(bn_net, devices2, True, reset)
+    assert_same_runs(eager, captured)
+    assert all(same for *_, same in captured) and replays == [2, 2]
+
+
+def test_buffers_replaced_differently_in_one_replica_only_raise(devices2):
+    with ReplicaGroup(bn_net, devices2) as group:
+        opt = pc.optim.SGD(group.parameters(), lr=0.1)
+        group.step(*batch(8), tp.cross_entropy, opt)
+        kept = group.model[1].running_mean
+        group.model[1].running_mean = None
+        for _ in range(2):                       # every step, not only the first to see it
+            with pytest.raises(pc.ParclError, match=r"replica 1's model holds buffers .* but "
+                                                    r"replica 0's"):
+                group.step(*batch(8), tp.cross_entropy, opt)
+        group.model[1].running_mean = kept
+        group.step(*batch(8), tp.cross_entropy, opt)
+
+
+# -- F4: a parameter's value replaced by a new tensor ---------------------------------------------
+@pytest.mark.parametrize("keyed", [False, True], ids=["no key", "capture_key"])
+def test_tp_capture_after_a_parameter_value_is_replaced_equals_eager(queue, keyed):
+    pc.nn.manual_seed(0)
+    fc = pc.nn.Linear(4, 2)
+
+    def fwd_bwd(x):
+        with tp.Tape() as tape:
+            loss = tp.mean(fc(tp.tensor(x)))
+        tape.backward(loss)
+        return loss.value
+
+    step = tp.capture(fwd_bwd, queue)
+    x = np.ones((3, 4), np.float32)
+    for _ in range(2):
+        fc.zero_grad()
+        step(x, key=pc.nn.capture_key(fc) if keyed else ())
+    fc.weight.value = pc.Tensor.from_host(queue, np.full((2, 4), 5.0, np.float32))
+    reuse = [pc.Tensor.full(queue, (2, 4), -1.0) for _ in range(4)]   # the old weight's size
+    fc.zero_grad()
+    replayed = float(step(x, key=pc.nn.capture_key(fc) if keyed else ()).to_host())
+    grad = fc.weight.grad.to_host()
+    fc.zero_grad()
+    assert replayed == float(fwd_bwd(pc.Tensor.from_host(queue, x)).to_host())
+    np.testing.assert_array_equal(grad, fc.weight.grad.to_host())
+    assert all(np.array_equal(t.to_host(), np.full((2, 4), -1.0, np.float32)) for t in reuse)
+
+
+# -- F5: a buffers-only load_state_dict ----------------------------------------------------------
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "captured"])
+def test_a_buffers_only_load_state_dict_reaches_every_replica(devices2, capture):
+    stats = {"1.running_mean": np.full(6, 2.0, np.float32),
+             "1.running_var": np.full(6, 0.25, np.float32)}
+
+    def load(group, step):
+        if step == 1:
+            group.model.load_state_dict(stats, strict=False)
+
+    one, _ = train_group(bn_net, devices2[:1], capture, load, steps=3, evaluate=True)
+    two, _ = train_group(bn_net, devices2, capture, load, steps=3, evaluate=True)
+    for (la, pa, ba, _), (lb, pb, bb, same) in zip(one, two):
+        assert same
+        np.testing.assert_allclose(la, lb, rtol=1e-6)
+        for u, v in zip(pa + ba, pb + bb):
+            np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-6)
