@@ -180,8 +180,8 @@ def test_norm_kernel_variants(queue, rng, workgroup, center, D):
 @pytest.mark.parametrize("rows, D", [(8, 8), (16, 64), (24, 136), (1024, 128)])
 def test_the_8_row_kernels_are_bit_for_bit_the_one_row_kernels(queue, rng, center, affine,
                                                                 rows, D):
-    """On CPUs, rows and D in whole multiples of 8 take 8 rows per work-item (a row per
-    vector lane), and the weight and bias gradients 8 columns: the same sums in the same
+    """On CPUs, rows and D in whole multiples of 8 take 8 rows per work-item (each row
+    walked in vectors by the same row functions as the one-row kernels), and the weight and bias gradients 8 columns: the same sums in the same
     order, so the same bits, forward and backward, and numpy's layer norm."""
     from parcl.kernels import norm as nk
     x = (rng.standard_normal((rows, D)) * 3 + 1).astype(np.float32)

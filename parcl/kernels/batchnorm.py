@@ -1,9 +1,12 @@
 """Batch normalisation over (N, C, HW) views, and per-channel sums.
 
-Every per-channel reduction runs in one work-group per channel: each work-item sums a fixed
-strided share of the channel's N*HW elements, then a fixed tree combines them, so results are
-bit-identical run to run (no atomics). Training statistics are two-pass (mean, then the mean of
-squared deviations), which stays accurate when the mean is large against the spread.
+Every per-channel reduction runs in a fixed order, so results are bit-identical run to run (no
+atomics): on GPUs one work-group per channel, each work-item summing a fixed strided share of
+the channel's N*HW elements, then a fixed tree; on CPUs one work-item per channel in 8 vector
+lanes, with blocked running sums (``LANES_SUMS`` in ``cl/batchnorm.cl``). Training statistics
+are two-pass (a mean, then the sums of the deviations from it and of their squares, which
+correct the mean and give the variance around the corrected one), which stays accurate when
+the mean is large against the spread.
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import batchnorm as bn
@@ -24,8 +27,30 @@ from ..tensor import FLOAT, Tensor
 from . import elementwise as ew
 from ._cache import GROUP_SUM, VECTOR_TYPES, get_kernel, load_source, round_up
 
+# group_sum of two values at once, in the same tree (the same bits as two group_sum calls) with
+# half the barriers; scratch holds two floats per work-item.
+GROUP_SUM2 = r"""
+inline float2 group_sum2(float2 v, __local float* scratch)
+{
+    const int l = get_local_id(0), L = get_local_size(0);
+    scratch[l] = v.x;
+    scratch[L + l] = v.y;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = L / 2; s > 0; s >>= 1) {
+        if (l < s) {
+            scratch[l] += scratch[l + s];
+            scratch[L + l] += scratch[L + l + s];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float2 r = (float2)(scratch[0], scratch[L]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+}
+"""
+
 # The per-channel reduction helpers (also used by batchnorm_sync.py's kernels).
-CHANNEL_HELPERS = GROUP_SUM + r"""
+CHANNEL_HELPERS = GROUP_SUM + GROUP_SUM2 + r"""
 #define HAS_W 1
 #define HAS_B 2
 #define UPDATE 4
@@ -54,16 +79,36 @@ inline void update_running(__global float* running_mean, __global float* running
         } \
     }
 
-// Channel c's mean `mu` and sum of squared deviations `m2` over its M = N * HW elements of
-// x, two-pass, in FOR_CHANNEL's fixed order (batch statistics, and each participant's part
-// of synchronised ones).
-#define CHANNEL_MOMENTS(x, mu, m2) \
+// The shift the second pass subtracts: the first pass's mean cut to 16 significant bits.
+// x - shift is then exact for nearly every x; with a full-precision shift close to 0 every
+// x - m1 of one binade would round the same way, biasing the correction by up to half a float
+// step of the spread. Any shift near the mean serves CORRECTED_MOMENTS.
+#define SHIFT(m) as_float(as_uint(m) & 0xffffff00u)
+
+// A channel's mean and sum of squared deviations from the shift m1 (SHIFT of the first pass's
+// mean) and the second pass's sums s of d = x - m1 and q of d * d over its M elements. The
+// first pass's mean is off by the rounding of a sum as large as M * mean; s / M corrects it
+// (the corrected two-pass algorithm of Chan, Golub and LeVeque) and the squares are taken
+// around the corrected mean, so both stay accurate however large the mean against the
+// spread. `lo` is what the float mean `mu` lost in rounding (mu + lo carries the mean beyond
+// float precision; synchronised statistics combine several means with it).
+#define CORRECTED_MOMENTS(m1, s, q, M, mu, m2, lo) \
+    const float ds_ = (s) / (float)(M); \
+    const float mu = (m1) + ds_; \
+    const float lo = ds_ - (mu - (m1)); \
+    const float sds_ = (s) * ds_; \
+    const float m2 = fmax((q) - sds_, 0.0f);
+
+// Channel c's moments (CORRECTED_MOMENTS) over its M = N * HW elements of x, in FOR_CHANNEL's
+// fixed order (batch statistics, and each participant's part of synchronised ones).
+#define CHANNEL_MOMENTS(x, mu, m2, lo) \
     float acc = 0.0f; \
     FOR_CHANNEL(acc += x[at];) \
-    const float mu = group_sum(acc, scratch) / (float)M; \
-    acc = 0.0f; \
-    FOR_CHANNEL(const float d = x[at] - mu; acc += d * d;) \
-    const float m2 = group_sum(acc, scratch);
+    const float m1 = SHIFT(group_sum(acc, scratch) / (float)M); \
+    float s = 0.0f, q = 0.0f; \
+    FOR_CHANNEL(const float d = x[at] - m1; const float dd = d * d; s += d; q += dd;) \
+    const float2 sq = group_sum2((float2)(s, q), scratch); \
+    CORRECTED_MOMENTS(m1, sq.x, sq.y, M, mu, m2, lo)
 """
 
 SOURCE = "//CL//" + VECTOR_TYPES + CHANNEL_HELPERS + load_source("batchnorm")
@@ -97,7 +142,7 @@ def _ncw(op: str, x: Tensor) -> tuple[int, int, int]:
 def _per_channel(queue, name: str, c: int, *args) -> None:
     L = _group(queue)
     _k(queue, name)(queue, (c * L,), (L,), *args,
-                    cl.LocalMemory(4 * L))
+                    cl.LocalMemory(8 * L))          # two floats per work-item: group_sum2
 
 
 def channel_sum(x: Tensor) -> Tensor:

@@ -1,14 +1,17 @@
 """Batch statistics over several participants' batches (``ReplicaGroup(sync_batchnorm=True)``).
 
-Each participant reduces its own batch to per-channel partials, a ``(2, C)`` tensor: its mean
-and its sum of squared deviations from that mean (two passes, as ``bn_stats``). Stacked in a
-fixed order, ``(P, 2, C)``, they combine into the statistics of all the batches together by the
-parallel-variance rule (Chan et al.): ``mean = sum(n_p mean_p) / n`` and
-``M2 = sum(M2_p + n_p (mean_p - mean)^2)``, summed in participant order, so every participant
-computes the same bits. The backward's per-channel gradient sums are stacked and added up the
-same way (``sum_parts``).
+Each participant reduces its own batch to per-channel partials, a ``(3, C)`` tensor: its mean,
+its sum of squared deviations from that mean (two passes, as ``bn_stats``) and what the float
+mean lost in rounding. Stacked in a fixed order, ``(P, 3, C)``, they combine into the
+statistics of all the batches together by the parallel-variance rule (Chan et al.):
+``mean = sum(n_p mean_p) / n`` and ``M2 = sum(M2_p + n_p (mean_p - mean)^2)``, summed in
+participant order, so every participant computes the same bits. The means enter as offsets
+from the first participant's, each with its rounding added back: with a mean of 1e3 a float
+mean is off by up to 3e-5, which ``n_p (mean_p - mean)^2`` would otherwise turn into a
+variance error of ~2e-6 relative (30x that of a float's batch statistics). The backward's
+per-channel gradient sums are stacked and added up the same way (``sum_parts``).
 
->>> parts, counts = sync.gather(partial_stats(x), x.shape[0])   # (P, 2, C) and (P,)
+>>> parts, counts = sync.gather(partial_stats(x), x.shape[0])   # (P, 3, C) and (P,)
 >>> mean, invstd, count = combine_stats(parts, counts, None, None, 1e-5, 0.1, False)
 """
 
@@ -23,20 +26,24 @@ from ._cache import VECTOR_TYPES, get_kernel, round_up
 from .batchnorm import CHANNEL_HELPERS, _group, _i32, _ncw
 
 SOURCE = "//CL//" + VECTOR_TYPES + CHANNEL_HELPERS + r"""
-// This participant's partials: part[c] = mean, part[C + c] = sum of squared deviations.
+// This participant's partials: part[c] = mean, part[C + c] = sum of squared deviations,
+// part[2C + c] = the mean's rounding (mean + that carries the mean beyond float precision).
 __kernel void bn_partial(__global const float* restrict x, __global float* restrict part,
                          const int N, const int C, const int HW, __local float* scratch)
 {
     const int c = get_group_id(0), l = get_local_id(0), L = get_local_size(0);
     const long M = (long)N * HW;
-    CHANNEL_MOMENTS(x, mu, m2)
+    CHANNEL_MOMENTS(x, mu, m2, lo)
     if (l == 0) {
         part[c] = mu;
         part[C + c] = m2;
+        part[2 * C + c] = lo;
     }
 }
 
 // Every participant's partials (P of them, counts n[p]) combined in order, per channel.
+// OFFSET(p): participant p's mean minus the pivot, its rounding added back.
+#define OFFSET(p) ((parts[(p) * 3 * C + c] - pivot) + parts[((p) * 3 + 2) * C + c])
 __kernel void bn_combine(__global const float* restrict parts, __global const float* restrict n,
                          const int P, const int C, __global float* restrict mean,
                          __global float* restrict invstd, __global float* running_mean,
@@ -46,15 +53,20 @@ __kernel void bn_combine(__global const float* restrict parts, __global const fl
     const int c = get_global_id(0);
     if (c >= C)
         return;
-    float total = 0.0f, mu = 0.0f;
-    for (int p = 0; p < P; ++p)
+    // Means as offsets from participant 0's (exact where they are within a factor 2 of it):
+    // the offsets and their mean carry the means' roundings, which the float means drop.
+    const float pivot = parts[c];
+    float total = 0.0f, off = 0.0f;
+    for (int p = 0; p < P; ++p) {
         total += n[p];
-    for (int p = 0; p < P; ++p)
-        mu += (n[p] / total) * parts[(p * 2) * C + c];
+        off += n[p] * OFFSET(p);
+    }
+    off /= total;
+    const float mu = pivot + off;
     float m2 = 0.0f;
     for (int p = 0; p < P; ++p) {
-        const float d = parts[(p * 2) * C + c] - mu;
-        m2 += parts[(p * 2 + 1) * C + c] + n[p] * (d * d);
+        const float d = OFFSET(p) - off;
+        m2 += parts[(p * 3 + 1) * C + c] + n[p] * (d * d);
     }
     const float var = m2 / total;
     mean[c] = mu;
@@ -85,26 +97,26 @@ def _k(queue, name: str):
 
 
 def partial_stats(x: Tensor) -> Tensor:
-    """This participant's ``(2, C)`` partials of an ``(N, C, ...)`` batch: per channel its mean
-    and its sum of squared deviations from it."""
+    """This participant's ``(3, C)`` partials of an ``(N, C, ...)`` batch: per channel its mean,
+    its sum of squared deviations from it, and the mean's rounding error."""
     n, c, hw = _ncw("batch_norm", x)
-    part = Tensor.empty(x.queue, (2, c))
+    part = Tensor.empty(x.queue, (3, c))
     L = _group(x.queue)              # one work-group per channel, as batchnorm's reductions
     _k(x.queue, "bn_partial")(x.queue, (c * L,), (L,), x.data, part.data, *_i32(n, c, hw),
-                              cl.LocalMemory(4 * L))
+                              cl.LocalMemory(8 * L))       # two floats per work-item
     return part
 
 
 def combine_stats(parts: Tensor, counts: np.ndarray, running_mean: Tensor | None,
                   running_var: Tensor | None, eps: float, momentum: float, update: bool):
     """``(mean, invstd, count)`` of all the participants' batches together from their stacked
-    ``(P, 2, C)`` partials and their ``(P,)`` counts (values per channel); the running
+    ``(P, 3, C)`` partials and their ``(P,)`` counts (values per channel); the running
     statistics (when ``update``) move towards them with the unbiased variance, as ``bn_stats``
     does."""
     counts = np.asarray(counts, np.float32)
-    if parts.ndim != 3 or parts.shape[1] != 2 or counts.shape != (parts.shape[0],):
+    if parts.ndim != 3 or parts.shape[1] != 3 or counts.shape != (parts.shape[0],):
         raise ShapeError(f"combine_stats: partials {parts.shape} and counts {counts.shape} "
-                         "do not fit (P, 2, C) and (P,)")
+                         "do not fit (P, 3, C) and (P,); make them with partial_stats")
     if counts.sum() <= 1:          # training only; every participant finds the same total
         raise ShapeError(f"batch_norm: expected more than 1 value per channel when training, "
                          f"got {int(counts.sum())} over all the replicas' batches together")
