@@ -25,29 +25,7 @@ from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import FLOAT, Tensor
 from . import elementwise as ew
-from ._cache import GROUP_SUM, VECTOR_TYPES, get_kernel, load_source, round_up
-
-# group_sum of two values at once, in the same tree (the same bits as two group_sum calls) with
-# half the barriers; scratch holds two floats per work-item.
-GROUP_SUM2 = r"""
-inline float2 group_sum2(float2 v, __local float* scratch)
-{
-    const int l = get_local_id(0), L = get_local_size(0);
-    scratch[l] = v.x;
-    scratch[L + l] = v.y;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = L / 2; s > 0; s >>= 1) {
-        if (l < s) {
-            scratch[l] += scratch[l + s];
-            scratch[L + l] += scratch[L + l + s];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float2 r = (float2)(scratch[0], scratch[L]);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-}
-"""
+from ._cache import GROUP_SUM, GROUP_SUM2, VECTOR_TYPES, get_kernel, load_source, round_up
 
 # The per-channel reduction helpers (also used by batchnorm_sync.py's kernels).
 CHANNEL_HELPERS = GROUP_SUM + GROUP_SUM2 + r"""

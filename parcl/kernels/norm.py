@@ -28,8 +28,7 @@ import numpy as np
 
 from ..runtime import is_gpu
 from ..tensor import Tensor
-from ._cache import GROUP_SUM, VECTOR_TYPES, get_kernel, round_up
-from .batchnorm import GROUP_SUM2
+from ._cache import GROUP_SUM, GROUP_SUM2, VECTOR_TYPES, get_kernel, round_up
 
 WG = 128      # work-group size of the GPU row kernels (a power of two)
 
