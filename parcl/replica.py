@@ -28,7 +28,7 @@ from .allreduce.buckets import GradBuckets, ParamBuckets, alignment_elems, plan_
 from .allreduce.end import Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
-from .nn.buffer_slots import ModelBuffers
+from .nn.buffer_slots import ModelSlots
 from .nn.keys import capture_key
 from .nn.module import Module
 from .optim import FlatBucket
@@ -153,13 +153,13 @@ class ReplicaGroup:
         buckets = [FlatBucket(value, grad, [self._params[0][i] for i, _ in members],
                               [off for _, off in members])
                    for value, grad, members in zip(values[0].flats, grads[0].flats, plan)]
-        # the buffers each model holds at every step (one replaced: a reset of its statistics)
+        # what each model holds: checked before every step (a buffer replaced is re-read)
         modules = all(isinstance(r.model, Module) for r in self.replicas)
         self._buffers = StepBuffers(
             [r.queue for r in self.replicas], grads, values,
             [[b for _, b in r.model.named_buffers()] if hasattr(r.model, "named_buffers")
              else [] for r in self.replicas], buckets,
-            [ModelBuffers(r.model) for r in self.replicas] if modules else [])
+            [ModelSlots(r.model) for r in self.replicas] if modules else [])
 
     # -- dispatch -----------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -258,6 +258,8 @@ class ReplicaGroup:
         every replica ends with the same gradients."""
         self._check_open()
         self._wait_idle()
+        if self._buffers.refresh():        # raises for a model holding other Parameters
+            self._buffers.broadcast()      # replaced buffers: replica 0's, as a step would
         for grads in self._buffers.grads:
             grads.gather()                 # gradients the replicas' own backwards replaced
         world = self.comm.Get_size() if self.comm is not None else 1
@@ -308,7 +310,8 @@ class ReplicaGroup:
         every replica and rank) before the update, as ``pc.nn.utils.clip_grad_norm_`` would on
         the full batch; the norm before clipping is then ``last_grad_norm``. A failed step
         leaves parameters, optimizer state, batch norm's running statistics and the dropout
-        generators unchanged.
+        generators unchanged. A model given other Parameters or buffer slots since the group
+        was built (``model.fc = Linear(...)``) raises before anything: make a new group.
 
         ``loss_fn`` returns the mean loss over its batch (``reduction="mean"``; a loss that
         ends in ``tp.sum`` is refused, as it would be weighed wrongly), or, with
@@ -317,10 +320,10 @@ class ReplicaGroup:
         returns NaN, as PyTorch's mean over no labels (its update has zero gradients).
 
         With ``capture=True`` a replica's recorded step is replayed only while its model's
-        Python state (``pc.nn.capture_key``: every module's ``training`` flag and plain
-        attributes), the batch shapes and dtypes, the grad and anomaly modes and ``key`` (any
-        hashable value, for state the model does not hold) are those it was recorded with;
-        otherwise the step is recorded again.
+        Python state (``pc.nn.capture_key``: its modules and their types, ``training`` flags,
+        plain attributes and tensors by identity), the batch shapes and dtypes, the grad and
+        anomaly modes and ``key`` (any hashable value, for state the model does not hold) are
+        those it was recorded with; otherwise the step is recorded again.
         """
         self._check_open()
         max_norm = None if max_grad_norm is None else positive("max_grad_norm", max_grad_norm)

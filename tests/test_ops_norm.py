@@ -181,8 +181,9 @@ def test_norm_kernel_variants(queue, rng, workgroup, center, D):
 def test_the_8_row_kernels_are_bit_for_bit_the_one_row_kernels(queue, rng, center, affine,
                                                                 rows, D):
     """On CPUs, rows and D in whole multiples of 8 take 8 rows per work-item (each row
-    walked in vectors by the same row functions as the one-row kernels), and the weight and bias gradients 8 columns: the same sums in the same
-    order, so the same bits, forward and backward, and numpy's layer norm."""
+    walked in vectors by the row functions of the one-row kernels), and the weight and
+    bias gradients 8 columns: the same sums in the same order, so the same bits, forward
+    and backward, and numpy's layer norm."""
     from parcl.kernels import norm as nk
     x = (rng.standard_normal((rows, D)) * 3 + 1).astype(np.float32)
     tx, tg = (pc.Tensor.from_host(queue, a) for a in (x, rng.standard_normal((rows, D))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import pyopencl as cl
 
+from ..nn.buffer_slots import ABSENT
 from ..nn.utils import clip_grads_with_norm_, get_total_norm
 from ..errors import ParclError
 from ..gate import release_all
@@ -41,34 +42,44 @@ from .mpi import hierarchical
 class StepBuffers:
     """Every replica's flat buffers (replica 0's first), which the end of a step works on:
     gradient and parameter buckets, other state to copy from replica 0 (BatchNorm's running
-    statistics), and replica 0's buckets as the optimizer sees them. ``watches``: per
-    replica, what says when its model holds other buffers (``changed()``) and reads them
-    (``refresh()``: ``pc.nn.buffer_slots.ModelBuffers``); none: ``buffers`` are fixed."""
+    statistics), and replica 0's buckets as the optimizer sees them. ``slots``: per
+    replica, the Parameters and buffers its model held when the buckets were made and what
+    it holds now (``pc.nn.buffer_slots.ModelSlots``); none: the models are not checked and
+    ``buffers`` are fixed."""
 
     queues: list[cl.CommandQueue]
     grads: list[GradBuckets]
     values: list[ParamBuckets]
     buffers: list[list[Tensor]]
     buckets: list[FlatBucket]
-    watches: list = field(default_factory=list)
+    slots: list = field(default_factory=list)
     kept: list = field(init=False)     # per replica: its buffers as its last step found them
-    stale: bool = field(init=False, default=False)   # read, but refused: every step refuses
+    stale: bool = field(init=False, default=False)   # re-read, not yet taken (or refused)
 
     def __post_init__(self):
         self.kept = [None] * len(self.queues)
-        if self.watches:
-            self._take([w.tensors for w in self.watches])
+        if self.slots:
+            self._take([s.tensors for s in self.slots])
 
     def refresh(self) -> bool:
-        """Before a step: if a model's buffers were replaced by new tensors since they were
-        read (a reset of the running statistics), read every replica's again, so the step
-        copies, keeps and restores the tensors the models read now; True then (replica 0's
-        must then be copied to the others: ``broadcast``). A few identity checks otherwise.
-        Buffers that do not line up across the replicas raise, at every step until fixed."""
-        if not self.stale and not any(w.changed() for w in self.watches):
+        """Before a step: a model that holds other Parameters or buffer slots than the
+        buckets were made with raises (nothing is changed: the step would train Parameters
+        the model no longer reads). If a model's buffers were replaced by new tensors since
+        they were read (a reset of the running statistics), every replica's are taken again,
+        so the step copies, keeps and restores the tensors the models read now; True then
+        (replica 0's must then be copied to the others: ``broadcast``). One comparison per
+        module registry otherwise. Buffers that do not line up across the replicas raise, at
+        every step until fixed."""
+        changes = [s.look() for s in self.slots]
+        # a look that re-read a model's buffers says so once: taken below, or at the first
+        # refresh that does not raise
+        self.stale = self.stale or any(changes)
+        for r, change in enumerate(changes):
+            if change is not None and change.structural:
+                raise ParclError(_changed_model(r, change))
+        if not self.stale:
             return False
-        self.stale = True
-        self._take([w.refresh() for w in self.watches])
+        self._take([s.tensors for s in self.slots])
         self.stale = False
         return True
 
@@ -133,6 +144,31 @@ class StepBuffers:
                                 wait_for=wait_for)
                 for r in range(1, len(self.queues))
                 for s, d in zip(self.buffers[0], self.buffers[r])]
+
+
+def _changed_model(r: int, change) -> str:
+    """The error for replica ``r``'s model holding other Parameters or buffer slots (a
+    ``ModelChange``): each changed path, old and new, and what to do."""
+    changes = [*change.parameters, *change.buffer_slots]
+    what = "; ".join(f"{c.path}: {_describe(c.old)} -> {_describe(c.new, c.old)}"
+                     for c in changes[:6]) + (f"; {len(changes) - 6} more" if len(changes) > 6
+                                              else "")
+    return (f"ReplicaGroup: replica {r}'s model no longer holds the Parameters and buffer "
+            f"slots the group was built with ({what}). The group's buckets and its optimizer "
+            "hold the Parameters the models held then, so a step would train objects the "
+            "model no longer reads; nothing was changed. After changing a model's structure "
+            "build a new ReplicaGroup (and optimizer) whose build_model makes the new model; "
+            "to put new values into the same parameters and buffers use load_state_dict or "
+            "p.value.copy_(t), which keep the objects")
+
+
+def _describe(obj, old=None) -> str:
+    """How the error names what a slot holds (``old``: what it held, to say "another")."""
+    if obj is ABSENT:
+        return "nothing"
+    if isinstance(obj, Tensor):
+        return f"Tensor(shape={tuple(obj.shape)})"
+    return f"another {obj!r}" if type(obj) is type(old) else repr(obj)
 
 
 def _shapes(entries) -> str:
