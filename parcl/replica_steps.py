@@ -228,7 +228,10 @@ class Eager:
         values = self.buffers.values[replica.index]
         replaced = values.replaced()
         if replaced:
-            shapes = ", ".join(f"{i} {tuple(values.params[i].shape)}" for i in replaced[:4])
+            names = {id(p): name for name, p in replica.model.named_parameters()} \
+                if hasattr(replica.model, "named_parameters") else {}
+            shapes = ", ".join(f"{names.get(id(values.params[i]), i)} "
+                               f"{tuple(values.params[i].shape)}" for i in replaced[:4])
             raise ParclError(
                 f"ReplicaGroup.step: replica {replica.index}: parameters {shapes} had .value "
                 "replaced after the group was made, so the step would train tensors the model "

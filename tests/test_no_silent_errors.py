@@ -202,7 +202,7 @@ def test_a_parameter_value_replaced_after_the_group_was_made_raises(devices2, ca
         group.step(x, y, tp.cross_entropy, opt)
         weight = group.replicas[1].model.parameters()[0]
         weight.value = pc.Tensor.zeros(weight.value.queue, weight.shape)
-        with pytest.raises(pc.ParclError, match=r"replica 1: parameters 0 \(8, 16\)"):
+        with pytest.raises(pc.ParclError, match=r"replica 1: parameters 0\.weight \(8, 16\)"):
             group.step(x, y, tp.cross_entropy, opt)
 
 
