@@ -27,8 +27,8 @@ import pyopencl as cl
 
 from ..errors import ParclError, ShapeError
 from ..gate import transfer
-from ..pool import pool_of
 from ..runtime import default_queue
+from ..tape.changes import changed
 from ..tape.node import Node, host_copy
 from ..tensor import Tensor
 
@@ -374,9 +374,7 @@ class Module:
         # Each noted as updated, parameters and buffers alike: a backward through ops recorded
         # before that saved one now raises, and a ReplicaGroup copies them to its other
         # replicas before its next step (``StepBuffers.changed_since``).
-        for tensor, _ in uploads:
-            pool_of(tensor.queue).note_overwrite(tensor.data, "an optimizer step or "
-                                                 "load_state_dict", update=True)
+        changed(tensor for tensor, _ in uploads)
 
     # -- calling -------------------------------------------------------------------------
     def forward(self, *args, **kwargs):

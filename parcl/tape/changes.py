@@ -17,11 +17,12 @@ from ..pool import pool_of
 from ..tensor import Tensor
 
 def changed(nodes) -> None:
-    """Note that these leaves' values were just updated in place (an optimizer step,
-    ``load_state_dict``): a backward through ops recorded before then that saved them
-    raises instead of taking their gradients at the new values."""
+    """Note that these leaves' values (Nodes, or the Tensors themselves: a module's buffers)
+    were just updated in place (an optimizer step, ``load_state_dict``): a backward through
+    ops recorded before then that saved them raises instead of taking their gradients at the
+    new values."""
     for n in nodes:
-        v = n.value
+        v = n if isinstance(n, Tensor) else n.value
         pool_of(v.queue).note_overwrite(v.data, "an optimizer step or load_state_dict",
                                         update=True)
 

@@ -246,7 +246,7 @@ _BINARY = {
 
 def _binary(op: str, a, b, tape):
     tensor_fn, right_fn, left_fn = _BINARY[op]
-    if type(a) in _OPERANDS and type(b) in _OPERANDS:      # the common case, no ABC check
+    if isinstance(a, _OPERANDS) and isinstance(b, _OPERANDS):   # the common case: no ABC
         return tensor_fn.apply(a, b, tape=tape)
     if _is_scalar(b):
         if _is_scalar(a):
