@@ -91,7 +91,7 @@ class MemoryPool:
 
     def allocate(self, nbytes: int) -> Allocation:
         size = 256 if nbytes <= 256 else bin_size(int(nbytes))     # small: one bin, no call
-        rec = recorder.current()
+        rec = recorder.state.recording
         if rec is not None:
             # Recording a step: reuse what the step itself freed (as the eager step would),
             # and never give the step's buffers back while the recording may be replayed.
@@ -105,8 +105,12 @@ class MemoryPool:
         alloc.recording = None
         return alloc
 
+    # ``acquire``/``release`` rather than ``with``: these two run for every tensor an op
+    # makes and frees, and the context manager costs twice as much host time here.
     def _take(self, size: int) -> cl.Buffer:
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             bucket = self._free.get(size)
             buf = bucket.pop() if bucket else None
             if buf is None:
@@ -116,6 +120,8 @@ class MemoryPool:
             self.allocations += 1
             if self.bytes_in_use > self.peak_bytes_in_use:
                 self.peak_bytes_in_use = self.bytes_in_use
+        finally:
+            lock.release()
         return buf
 
     def _new_buffer(self, size: int) -> cl.Buffer:
@@ -127,10 +133,17 @@ class MemoryPool:
             return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
 
     def _give_back(self, buf: cl.Buffer, size: int) -> None:
-        with self._lock:
-            self._free.setdefault(size, []).append(buf)
+        lock = self._lock
+        lock.acquire()
+        try:
+            bucket = self._free.get(size)
+            if bucket is None:
+                bucket = self._free[size] = []
+            bucket.append(buf)
             self.bytes_in_use -= size
             self.allocations -= 1
+        finally:
+            lock.release()
 
     def note_overwrite(self, buffer: cl.Buffer, what: str, update: bool) -> None:
         """``buffer`` (of this queue) was, or is about to be, changed in place now."""

@@ -26,7 +26,10 @@ class _Local(threading.local):
     recording: Recording | None = None
 
 
-_local = _Local()
+# This thread's recording: ``state.recording`` is read directly where every launch and every
+# allocation asks (``kernels._cache.get_kernel``, ``MemoryPool.allocate``), as a call to
+# ``current()`` there costs more than the read itself.
+state = _Local()
 
 
 @dataclass
@@ -136,7 +139,7 @@ class Recording:
 
     def take(self, pool, size: int):
         """A buffer of ``size`` the step freed earlier (reused in the same order on replay)."""
-        if _local.recording is not self:
+        if state.recording is not self:
             return None                     # recording over: kept buffers are the replays'
         with self._lock:
             bucket = self._kept.get((pool, size))
@@ -217,7 +220,7 @@ class Recording:
 
 def current() -> Recording | None:
     """The recording of this thread, or None."""
-    return _local.recording
+    return state.recording
 
 
 def start(inputs=()) -> Recording:
@@ -225,23 +228,23 @@ def start(inputs=()) -> Recording:
     arrays are uploaded into on every replay (see ``input_check``)."""
     rec = Recording()
     rec.inputs = list(inputs)
-    _local.recording = rec
+    state.recording = rec
     return rec
 
 
 def stop() -> None:
-    _local.recording = None
+    state.recording = None
 
 
 def unsafe(reason: str) -> None:
     """Mark the current recording (if any) as not replayable, and say why."""
-    rec = _local.recording
+    rec = state.recording
     if rec is not None and rec.unsafe is None:
         rec.unsafe = reason
 
 
 def kernel(kernel, queue, gsize, lsize, args: tuple, wait_for) -> None:
-    rec = _local.recording
+    rec = state.recording
     if rec is None:
         return
     if wait_for:
@@ -253,7 +256,7 @@ def replay_arg(index: int, value) -> None:
     """Have every replay set argument ``index`` of the kernel launch just recorded to
     ``value()`` before enqueueing it (e.g. a fresh random key: dropout stays replayable).
     ``value`` is called in replay order, on the replaying thread."""
-    rec = _local.recording
+    rec = state.recording
     if rec is None:
         return
     op = rec.ops[-1] if rec.ops else None
@@ -263,7 +266,7 @@ def replay_arg(index: int, value) -> None:
 
 
 def copy(queue, dst, src, **kwargs) -> None:
-    rec = _local.recording
+    rec = state.recording
     if rec is None:
         return
     if kwargs.get("wait_for"):
@@ -273,7 +276,7 @@ def copy(queue, dst, src, **kwargs) -> None:
 
 
 def fill(queue, buf, pattern, offset: int, size: int) -> None:
-    rec = _local.recording
+    rec = state.recording
     if rec is not None:
         rec.ops.append(Fill(queue, buf, pattern, offset, size))
 
@@ -281,7 +284,7 @@ def fill(queue, buf, pattern, offset: int, size: int) -> None:
 def call(fn) -> None:
     """Have ``fn()`` run at this point of every replay, between the recorded launches (e.g. to
     enqueue the read of a flag the launches before it wrote). Not called now."""
-    rec = _local.recording
+    rec = state.recording
     if rec is not None:
         rec.ops.append(Call(fn))
 
@@ -292,7 +295,7 @@ def input_check(tensor, check) -> bool:
     ahead of any upload, and return True: a value that only has to be validated is then
     checked on the host, with no device read and no wait. False otherwise (not recording, or
     not an input): check it on the device."""
-    rec = _local.recording
+    rec = state.recording
     if rec is None:
         return False
     for index, t in enumerate(rec.inputs):
@@ -304,6 +307,6 @@ def input_check(tensor, check) -> bool:
 
 def host_hook(hook) -> None:
     """Have ``hook()`` run after each replay (e.g. a check of a value the step wrote)."""
-    rec = _local.recording
+    rec = state.recording
     if rec is not None:
         rec.host_hooks.append(hook)

@@ -268,7 +268,9 @@ class Queue(cl.CommandQueue):
         # (thread ident, source, options, name) -> the kernel as this queue launches it
         # from that thread (``kernels._cache.get_kernel``)
         self.launchers: dict[tuple, object] = {}
-        self.choices: dict[str, str] = {}    # kernel family -> its variant for this device
+        # kernel family -> its variant for this device; (family, signature) -> a launch's
+        # geometry worked out once (``kernels.gemm``'s small products)
+        self.choices: dict = {}
 
     def finish(self) -> None:
         """Wait for everything enqueued (every held launch released first)."""

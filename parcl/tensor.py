@@ -20,6 +20,7 @@ from .gate import transfer, release_all
 from .pool import Allocation, pool_of
 
 FLOAT = np.dtype(np.float32)
+_FLOAT32 = np.float32
 LABEL_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 SUPPORTED = (FLOAT,) + LABEL_DTYPES
 # Kernels' own buffers only (Tensor.empty): uint8 holds what backward needs in a byte, such as
@@ -97,18 +98,21 @@ class Tensor:
     @classmethod
     def empty(cls, queue: cl.CommandQueue, shape, dtype=np.float32) -> Tensor:
         """Uninitialised tensor from ``queue``'s memory pool."""
-        if dtype is np.float32 and type(shape) is tuple:
-            dt = FLOAT                 # the hot path: kernels allocating their outputs
+        if dtype is _FLOAT32 and type(shape) is tuple:
+            # the hot path: kernels allocating their float32 outputs
             if shape and min(shape) < 0:
                 raise ShapeError(f"Tensor.empty: negative dimension in shape {shape}")
+            size = prod(shape)
+            dt = FLOAT
         else:
             dt = _check_dtype("Tensor.empty", dtype, INTERNAL)
             shape = normalize_shape("Tensor.empty", shape)     # refuses negative dimensions
+            size = prod(shape)
         try:
             pool = queue.pool          # a parcl Queue's own
         except AttributeError:
             pool = pool_of(queue)
-        alloc = pool.allocate(max(prod(shape), 1) * dt.itemsize)
+        alloc = pool.allocate((size or 1) * dt.itemsize)
         return cls(queue, shape, dt, alloc.buffer, alloc)
 
     @classmethod

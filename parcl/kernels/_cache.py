@@ -144,7 +144,7 @@ def get_kernel(queue: cl.CommandQueue, source: str, name: str,
     sink = local.trace
     if sink is not None:
         k = _TracedKernel(k, name, sink)
-    if recorder.current() is not None:
+    if recorder.state.recording is not None:
         return _RecordedKernel(k)
     return k
 

@@ -236,7 +236,7 @@ def check_float(op: str, *ts) -> None:
     for t in ts:
         if not isinstance(t, Tensor):
             raise TypeError(f"{op}: expected a pc.Tensor, got {type(t).__name__}")
-        if t.dtype != FLOAT:
+        if t.dtype is not FLOAT and t.dtype != FLOAT:      # (``is``: the common case, fast)
             raise DTypeError(f"{op}: dtype {t.dtype} is not supported (shape {t.shape}); "
                              "elementwise kernels take float32 (convert with "
                              ".astype(np.float32) before Tensor.from_host)")

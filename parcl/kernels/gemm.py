@@ -30,6 +30,8 @@ array([[3., 3.],
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyopencl as cl
 
@@ -217,6 +219,56 @@ def batched_gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool =
 
 
 # -- launching -----------------------------------------------------------------------------
+_DIRECT_OF = {"cpu16": "direct16", "cpu8": "direct8"}    # from the same program as the big one
+_DIRECT = frozenset(_DIRECT_OF.values())
+_DIRECT_LOCAL = (*DIRECT_GROUP, 1)
+_PLANS_MAX = 4096         # signatures remembered per queue (a dynamic-shape model has more)
+
+
+@dataclass(frozen=True, slots=True)
+class DirectPlan:
+    """One small product's launch on a CPU: the program's ``options``, the global size, and
+    the (row, k) strides of op(A) and op(B) in the operands' memory."""
+
+    options: tuple[str, ...]
+    gsize: tuple[int, int, int]
+    sa: tuple[int, int]
+    sb: tuple[int, int]
+
+
+def _plan(variant: str, m: int, n: int, k: int, batch: int, trans_a: bool,
+          trans_b: bool) -> DirectPlan:
+    lx, ly = DIRECT_GROUP
+    return DirectPlan(_OPTIONS_OF[variant], (-(-n // (4 * lx)) * lx, -(-m // (4 * ly)) * ly,
+                                            batch),
+                      (1, m) if trans_a else (k, 1), (k, 1) if trans_b else (1, n))
+
+
+def _direct_plan(queue: cl.CommandQueue, m: int, n: int, k: int, batch: int, trans_a: bool,
+                 trans_b: bool) -> DirectPlan | None:
+    """The ``gemm_direct`` launch of a product small enough for it on a CPU device, or None
+    (a big product, or a GPU): worked out once per parcl queue and signature
+    (``queue.choices``), as an eager step repeats the same few products."""
+    key = ("gemm", m, n, k, batch, trans_a, trans_b)
+    try:
+        return queue.choices[key]
+    except KeyError:
+        pass
+    except AttributeError:                      # a plain pyopencl queue: worked out per call
+        return _new_direct_plan(queue, m, n, k, batch, trans_a, trans_b)
+    p = _new_direct_plan(queue, m, n, k, batch, trans_a, trans_b)
+    if len(queue.choices) < _PLANS_MAX:
+        queue.choices[key] = p
+    return p
+
+
+def _new_direct_plan(queue, m, n, k, batch, trans_a, trans_b) -> DirectPlan | None:
+    variant = chosen(queue, "gemm", choose_variant)
+    if variant not in VW or batch * m * n * k > DIRECT_MAX:
+        return None
+    return _plan(_DIRECT_OF[variant], m, n, k, batch, trans_a, trans_b)
+
+
 def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: int, k: int,
             batch: int, a_bs: int, b_bs: int, trans_a: bool, trans_b: bool, relu: bool,
             beta: float, variant: str | None, pack_a: bool = False) -> None:
@@ -224,25 +276,25 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     queue = a.queue
     if m == 0 or n == 0 or batch == 0:
         return
-    if variant is None:
-        variant = chosen(queue, "gemm", choose_variant)
-        if variant in VW and batch * m * n * k <= DIRECT_MAX:
-            variant = "direct" + variant[3:]     # from the same program as the big kernel
     flags = (FLAG_BIAS if bias is not None else 0) | (FLAG_RELU if relu else 0)
     bias_buf = bias.data if bias is not None else None
+    if variant is None:
+        p = _direct_plan(queue, m, n, k, batch, trans_a, trans_b)
+        if p is None:
+            variant = chosen(queue, "gemm", choose_variant)
+    else:                                         # a test forcing a variant
+        p = _plan(variant, m, n, k, batch, trans_a, trans_b) if variant in _DIRECT else None
+    if p is not None:
+        # the small products of an eager step: plain numbers (the kernel's declared argument
+        # types pack them to the same bytes as numpy scalars would, for less host time)
+        get_kernel(queue, SOURCE, "gemm_direct", p.options)(
+            queue, p.gsize, _DIRECT_LOCAL, a.data, a_bs, p.sa[0], p.sa[1], b.data, b_bs,
+            p.sb[1], p.sb[0], out.data, m * n, bias_buf, m, n, k, beta, flags)
+        return
     beta32 = np.float32(beta)
     # op(A)[i, k] and op(B)[k, j] as (row stride, k stride) in the tensors' memory
     sa = (1, m) if trans_a else (k, 1)
     sb = (k, 1) if trans_b else (1, n)
-    if variant in ("direct8", "direct16"):
-        # the small products of an eager step: plain ints (the kernel's declared argument
-        # types pack them to the same bytes as numpy scalars would, for less host time)
-        kern = _kernel(queue, "gemm_direct", variant)
-        lx, ly = DIRECT_GROUP
-        kern(queue, (-(-n // (4 * lx)) * lx, -(-m // (4 * ly)) * ly, batch), (lx, ly, 1),
-             a.data, a_bs, sa[0], sa[1], b.data, b_bs, sb[1], sb[0],
-             out.data, m * n, bias_buf, m, n, k, beta32, flags)
-        return
     c_bs = np.int64(m * n)
     dims = (np.int32(m), np.int32(n), np.int32(k))
     if variant == "tiled":

@@ -359,7 +359,9 @@ class Function:
         grads = self.backward(upstream)
         if not isinstance(grads, (tuple, list)):
             grads = (grads,)
-        return [grads[i] for i in self.parent_slots]
+        slots = self.parent_slots
+        # increasing input positions: as many as there are gradients means every one of them
+        return grads if len(slots) == len(grads) else [grads[i] for i in slots]
 
     @classmethod
     def apply(cls, *inputs, tape=None, **kwargs):

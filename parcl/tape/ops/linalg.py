@@ -107,15 +107,21 @@ def _full(t: Tensor, batch: tuple, count: int) -> Tensor:
     return t.reshape(count, r, c)
 
 
+def _check_float(a: Tensor, b: Tensor) -> None:
+    for t, which in ((a, "left"), (b, "right")):
+        if t.dtype != FLOAT:
+            raise DTypeError(f"matmul: {which} operand {t.shape} has dtype {t.dtype}, "
+                             "expected float32")
+
+
 class Matmul(Function):
     name = "matmul"
 
     def forward(self, a: Tensor, b: Tensor) -> Tensor:
-        for t, which in ((a, "left"), (b, "right")):
-            if t.dtype != FLOAT:
-                raise DTypeError(f"matmul: {which} operand {t.shape} has dtype {t.dtype}, "
-                                 "expected float32")
-        check_same_queue("matmul", a, b)
+        if a.dtype is not FLOAT or b.dtype is not FLOAT:      # (``is``: the common case, fast)
+            _check_float(a, b)
+        if a.queue is not b.queue:
+            check_same_queue("matmul", a, b)
         if len(a.shape) == 2 and len(b.shape) == 2 and a.shape[1] == b.shape[0]:
             # the common product: one GEMM on the operands as they are, no plan, no views
             self.plan = None
