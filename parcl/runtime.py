@@ -241,6 +241,15 @@ def is_gpu(device: cl.Device) -> bool:
     return bool(device.type & cl.device_type.GPU)
 
 
+def on_gpu(queue: cl.CommandQueue) -> bool:
+    """Whether ``queue``'s device is a GPU: a parcl ``Queue`` knows it from when it was made
+    (asking the device makes a ``Device`` object, at every launch that chooses a variant)."""
+    try:
+        return queue.gpu
+    except AttributeError:
+        return is_gpu(queue.device)
+
+
 def root_device(device: cl.Device) -> cl.Device:
     """The device ``device`` was split from (through any levels), or itself."""
     parent = device.get_info(cl.device_info.PARENT_DEVICE)
@@ -260,6 +269,7 @@ class Queue(cl.CommandQueue):
                  hold_launches: bool | None = None):
         super().__init__(context, device, properties=properties)
         self.pool = MemoryPool(context)
+        self.gpu = is_gpu(device)          # read by kernels choosing a variant (``on_gpu``)
         self.profiling = bool(properties & cl.command_queue_properties.PROFILING_ENABLE)
         if hold_launches is None:        # where it pays: a CPU device (parcl.gate)
             hold_launches = bool(device.type & cl.device_type.CPU)

@@ -130,7 +130,7 @@ def test_gpu_layouts_give_the_same_results(queue, rng, monkeypatch):
         return [t.to_host() for t in (y, *grads, yt)]
 
     cpu = run()
-    monkeypatch.setattr(convk, "is_gpu", lambda device: True)
+    monkeypatch.setattr(convk, "on_gpu", lambda queue: True)
     for a, b in zip(run(), cpu):
         close(a, b, 1e-5)
 

@@ -345,7 +345,7 @@ def test_batch_norm_residual_errors(queue):
 def test_channel_sum(queue, rng, monkeypatch, shape, gpu):
     """Both variants (CPU: 8 lanes per channel; GPU: a work-group tree), runs of every length
     against the 8 lanes (shorter, a multiple, a tail)."""
-    monkeypatch.setattr(bnk, "is_gpu", lambda device: gpu)
+    monkeypatch.setattr(bnk, "on_gpu", lambda queue: gpu)
     x = rng.standard_normal(shape)
     close(bnk.channel_sum(up(queue, x)).to_host(), x.sum(tuple(i for i in range(x.ndim) if i != 1)))
 
@@ -392,6 +392,6 @@ def test_gpu_grids_give_the_same_results(queue, rng, monkeypatch):
 
     cpu = run()
     for mod in (convk, bnk, smk):
-        monkeypatch.setattr(mod, "is_gpu", lambda device: True)
+        monkeypatch.setattr(mod, "on_gpu", lambda queue: True)
     for a, b_ in zip(run(), cpu):
         close(a, b_, 1e-5)

@@ -92,8 +92,8 @@ def kernels(request, monkeypatch):
     """Each op's kernel variants for both device types, on this (CPU) device: the GPU ones
     (a work-group per row or channel, a tree in local memory) are chosen by device type."""
     if request.param == "gpu kernels":
-        for mod in (nk, bnk):
-            monkeypatch.setattr(mod, "is_gpu", lambda device: True)
+        monkeypatch.setattr(nk, "on_gpu", lambda queue: True)
+        monkeypatch.setattr(bnk, "on_gpu", lambda queue: True)
     return request.param
 
 

@@ -31,7 +31,7 @@ from pyopencl import cltypes
 
 from ..errors import DTypeError, ShapeError
 from ..tensor import FLOAT, Tensor, check_same_queue
-from ..runtime import is_gpu
+from ..runtime import on_gpu
 from ._cache import VECTOR_TYPES, get_kernel, round_up
 from .elementwise import broadcast_strides, collapse_dims
 
@@ -291,7 +291,7 @@ def _variant(queue, variant: str | None) -> str:
     """``"rows"`` (a work-item per row, vectorised along it) on CPUs, ``"groups"`` (a
     work-group per row) on GPUs; tests force one with ``variant``."""
     if variant is None:
-        return "groups" if is_gpu(queue.device) else "rows"
+        return "groups" if on_gpu(queue) else "rows"
     if variant not in VARIANTS:
         raise ValueError(f"attention: unknown variant {variant!r}; expected one of {VARIANTS}")
     return variant

@@ -22,7 +22,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..errors import DTypeError, ShapeError
-from ..runtime import is_gpu
+from ..runtime import on_gpu
 from ..tensor import FLOAT, Tensor
 from . import elementwise as ew
 from ._cache import GROUP_SUM, GROUP_SUM2, VECTOR_TYPES, get_kernel, load_source, round_up
@@ -97,7 +97,7 @@ def _k(queue, name: str):
 
 
 def _group(queue) -> int:
-    return 256 if is_gpu(queue.device) else 64
+    return 256 if on_gpu(queue) else 64
 
 
 def _grid2(queue, run: int, rows: int):
@@ -127,7 +127,7 @@ def channel_sum(x: Tensor) -> Tensor:
     """Sum of an (N, C, ...) tensor over every axis but 1 -> (C,); fixed order."""
     n, c, hw = _ncw("channel_sum", x)
     out = Tensor.empty(x.queue, (c,))
-    if is_gpu(x.queue.device):
+    if on_gpu(x.queue):
         _per_channel(x.queue, "channel_sum", c, x.data, out.data, *_i32(n, c, hw))
     else:
         _k(x.queue, "channel_sum_lanes")(x.queue, (c,), (1,), x.data, out.data,
@@ -192,7 +192,7 @@ def batch_norm_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None,
             args = (x.data, mean.data, invstd.data, running_mean.data if update else None,
                     running_var.data if update else None, *_i32(n, c, hw), np.float32(eps),
                     np.float32(momentum), np.int32(4 if update else 0))
-            if is_gpu(q.device):
+            if on_gpu(q):
                 _per_channel(q, "bn_stats", c, *args)
             else:
                 _k(q, "bn_stats_lanes")(q, (c,), (1,), *args)
@@ -231,7 +231,7 @@ def batch_norm_backward(x: Tensor, grad: Tensor, weight: Tensor | None, mean: Te
     sg, sgx = Tensor.empty(q, (c,)), Tensor.empty(q, (c,))
     if need_weight or need_bias or (need_input and batch_stats):
         args = (x.data, grad.data, mean.data, invstd.data, sg.data, sgx.data, *_i32(n, c, hw))
-        if is_gpu(q.device):
+        if on_gpu(q):
             _per_channel(q, "bn_grad_sums", c, *args)
         else:
             _k(q, "bn_grad_sums_lanes")(q, (c,), (1,), *args)

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..runtime import is_gpu
+from ..runtime import on_gpu
 from ..tensor import Tensor
 from . import elementwise as ew
 from ._cache import VECTOR_TYPES, get_kernel, round_up
@@ -214,7 +214,7 @@ def _k(queue, name: str):
 
 def _runs(queue, run: int, rows: int, depth: int = 1):
     """(global, local, XB) for ``rows`` x ``depth`` contiguous runs of length ``run``."""
-    if is_gpu(queue.device):
+    if on_gpu(queue):
         lx = min(32, 1 << max(run - 1, 0).bit_length())
         ly = max(1, 128 // lx)
         return (round_up(run, lx), round_up(rows, ly), depth), (lx, ly, 1), 1
@@ -235,7 +235,7 @@ def _row_blocks(queue, run: int, rows: int, block: int, depth: int = 1):
     """(global, local, XB, RB) for ``rows`` x ``depth`` runs of length ``run``: on CPUs one
     work-item per ``block`` whole runs (one image: far fewer, longer work-items than one per
     row, ~2x faster on PoCL), on GPUs one per element."""
-    if is_gpu(queue.device):
+    if on_gpu(queue):
         g, loc, _ = _runs(queue, run, rows, depth)
         return g, loc, 1, 1
     items = -(-rows // block)

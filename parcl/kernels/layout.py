@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
-from ..runtime import is_gpu
+from ..runtime import on_gpu
 from ..tensor import SUPPORTED, Tensor
 from ._cache import get_kernel
 from .broadcast import int8_vector
@@ -139,7 +139,7 @@ def transpose(x: Tensor, axes=None, *, tiled: bool | None = None) -> Tensor:
     if batched_2d:
         batch = dims[0] if len(dims) == 3 else 1
         cols, rows = dims[-2], dims[-1]          # x is (batch, rows, cols)
-        if tiled if tiled is not None else is_gpu(q.device):
+        if tiled if tiled is not None else on_gpu(q):
             k = get_kernel(q, SOURCE, "transpose_tiled")
             gsize = (_round(cols, TILE), _round(rows, TILE), batch)
             k(q, gsize, (TILE, TILE, 1), out.data, x.data, np.int32(rows), np.int32(cols))
@@ -148,7 +148,7 @@ def transpose(x: Tensor, axes=None, *, tiled: bool | None = None) -> Tensor:
             k(q, (cols, batch), None, out.data, x.data, np.int32(rows), np.int32(cols))
         return out
     run = 1
-    if strides[-1] == 1 and dims[-1] >= 8 and not is_gpu(q.device):
+    if strides[-1] == 1 and dims[-1] >= 8 and not on_gpu(q):
         run = dims.pop()                         # x and out share this contiguous run
         strides.pop()
     n = out.size // run

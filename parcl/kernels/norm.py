@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime import is_gpu
+from ..runtime import on_gpu
 from ..tensor import Tensor
 from ._cache import GROUP_SUM, GROUP_SUM2, VECTOR_TYPES, get_kernel, round_up
 
@@ -350,7 +350,7 @@ def _launch(q, name: str, rows: int, D: int, *args, workgroup: bool | None = Non
     per work-item where the rows and D are whole multiples of 8 (``lanes=False`` forces the
     one-row kernel, for tests), else one row per work-item."""
     if workgroup is None:
-        workgroup = is_gpu(q.device)
+        workgroup = on_gpu(q)
     if workgroup:
         get_kernel(q, SOURCE, f"{name}_wg")(q, (rows * WG,), (WG,), *args)
     elif lanes and rows % 8 == 0 and D % 8 == 0:
@@ -404,7 +404,7 @@ def norm_backward(x: Tensor, g: Tensor, D: int, mean: Tensor, rstd: Tensor,
         acc = (1 if weight_into is not None else 0) | (2 if bias_into is not None else 0)
         local = 64
         name, items = f"{_prefix(center)}_bwd_params", D
-        if lanes and D % 8 == 0 and not is_gpu(q.device):
+        if lanes and D % 8 == 0 and not on_gpu(q):
             name, items = name + "8", D // 8
         get_kernel(q, SOURCE, name)(
             q, (round_up(items, local),), (local,), _buf(gw), _buf(gb), g.data, x.data,

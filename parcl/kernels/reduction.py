@@ -26,7 +26,7 @@ from math import prod
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
-from ..runtime import is_gpu
+from ..runtime import on_gpu
 from ..tensor import LABEL_DTYPES, Tensor
 from . import layout
 from ._cache import VECTOR_TYPES, get_kernel
@@ -152,7 +152,7 @@ def reduce_3d(op: str, x: Tensor, outer: int, R: int, inner: int, scale: float =
     ``scale``; a flat (outer * inner,) tensor. ``workgroup`` forces the kernel variant (default:
     work-group trees on a GPU when ``inner`` is small, sequential loops otherwise)."""
     q = x.queue
-    gpu = is_gpu(q.device)
+    gpu = on_gpu(q)
     chunk = CHUNK_GPU if gpu else CHUNK_CPU
     forced = workgroup
     if workgroup is None:
@@ -181,7 +181,7 @@ def _launch(op, x, outer, R, inner, chunk, nchunks, scale, workgroup) -> Tensor:
             np.int32(nchunks), np.float32(scale))
     if workgroup:
         get_kernel(q, SOURCE, f"{op}_wg")(q, (n * WG,), (WG,), *args)
-    elif inner % 8 == 0 and not is_gpu(q.device):
+    elif inner % 8 == 0 and not on_gpu(q):
         n8 = n // 8
         args = (out.data, x.data, np.int32(n8), *args[3:])
         get_kernel(q, SOURCE, f"{op}_seq8")(q, ((n8 + 63) // 64 * 64,), (64,), *args)

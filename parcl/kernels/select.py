@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
-from ..runtime import is_gpu
+from ..runtime import on_gpu
 from ..tensor import FLOAT, LABEL_DTYPES, Tensor, check_same_queue
 from . import elementwise as ew
 from ._cache import get_kernel, round_up
@@ -214,7 +214,7 @@ def embedding_backward(indices: Tensor, grad: Tensor, num_embeddings: int,
     it = INDEX_TYPES[indices.dtype]
     count, start = Tensor.empty(q, (V,), np.int32), Tensor.empty(q, (V + 1,), np.int32)
     pos = Tensor.empty(q, (n,), np.int32)
-    if not (is_gpu(q.device) if _parallel_lists is None else _parallel_lists):
+    if not (on_gpu(q) if _parallel_lists is None else _parallel_lists):
         get_kernel(q, SOURCE, f"embed_lists_{it}")(q, (1,), (1,), pos.data, start.data,
                                                     count.data, indices.data, np.int32(n),
                                                     np.int32(V))

@@ -27,7 +27,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..errors import DTypeError, ShapeError
-from ..runtime import is_gpu
+from ..runtime import on_gpu
 from ..tensor import FLOAT, LABEL_DTYPES, Tensor, check_same_queue
 from ._cache import GROUP_SUM, get_kernel, round_up
 
@@ -233,7 +233,7 @@ def _k(queue, name: str):
 
 
 def _group(queue) -> int:
-    return 256 if is_gpu(queue.device) else 64
+    return 256 if on_gpu(queue) else 64
 
 
 def _grid(n: int):

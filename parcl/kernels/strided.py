@@ -29,7 +29,7 @@ from math import prod
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
-from ..runtime import is_gpu
+from ..runtime import on_gpu
 from ..tensor import INTERNAL, Tensor, check_same_queue
 from ._cache import get_kernel, round_up
 from .broadcast import collapse_dims, int8_vector
@@ -143,7 +143,7 @@ def copy_view(dst: Tensor, dst_view: View, src: Tensor, src_view: View, *,
     dims, (sd, ss) = collapse_dims(dst_view.shape, dst_view.strides, src_view.strides)
     q = dst.queue
     run, rd, rs = 1, 0, 0
-    per_element = is_gpu(q.device) if _per_element is None else _per_element
+    per_element = on_gpu(q) if _per_element is None else _per_element
     if dims and not per_element:
         run, rd, rs = dims.pop(), sd.pop(), ss.pop()
         if run > MAX_RUN and n_total // run < MIN_ITEMS:
