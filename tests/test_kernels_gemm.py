@@ -7,6 +7,7 @@ import itertools
 import threading
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 
@@ -280,3 +281,21 @@ def test_the_probe_is_remembered_per_pocl_library(queue, monkeypatch):
         keys.append(probe._probe_key(queue.device, "gemm", SOURCE))
     assert keys[0] != keys[1]
     assert "pocl-avx2" in keys[0] and "pocl-avx512" in keys[1]
+
+
+@pytest.mark.parametrize("trans_a, trans_b", TRANS)
+def test_small_products_are_the_same_on_a_plain_pyopencl_queue(queue, rng, trans_a, trans_b):
+    """A parcl queue works out a small product's launch once per signature and keeps it
+    (``queue.choices``); a plain pyopencl queue works it out at every call. Both launch the
+    same kernel: the results are equal bit for bit, at the first call and the repeated one."""
+    plain = cl.CommandQueue(queue.context, queue.device)
+    a, b = _operands(rng, 5, 7, 3, trans_a, trans_b)
+    kept = [gemm(pc.Tensor.from_host(queue, a), pc.Tensor.from_host(queue, b), trans_a=trans_a,
+                 trans_b=trans_b).to_host() for _ in range(2)]
+    fresh = gemm(pc.Tensor.from_host(plain, a), pc.Tensor.from_host(plain, b), trans_a=trans_a,
+                 trans_b=trans_b).to_host()
+    np.testing.assert_array_equal(kept[0], kept[1])
+    np.testing.assert_array_equal(kept[0], fresh)
+    np.testing.assert_allclose(kept[0], _op(a, trans_a) @ _op(b, trans_b), rtol=1e-5, atol=1e-5)
+    assert ("gemm", 5, 7, 3, 1, trans_a, trans_b) in queue.choices
+    pc.pool.release_pool(plain)
