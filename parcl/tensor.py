@@ -53,7 +53,8 @@ def own(array: np.ndarray, borrow: bool = False) -> np.ndarray:
     done. A recorded upload (step capture) always gets a snapshot: it is read again at every
     replay."""
     if borrow and recorder.current() is None:
-        return np.ascontiguousarray(array)
+        # np.asarray, not np.ascontiguousarray: that one makes a 0-d array (1,)
+        return np.asarray(array, order="C")
     return snapshot(array)
 
 

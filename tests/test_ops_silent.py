@@ -1,0 +1,37 @@
+"""Ops that once gave wrong numbers without raising: each test is the reproducer of one such
+case, with the value PyTorch (or numpy) gives, or the clear error parcl gives instead."""
+
+import numpy as np
+import pytest
+
+import parcl as pc
+import parcl.tape as tp
+
+
+# -- host input: a 0-d array stays 0-d -------------------------------------------------------
+@pytest.mark.parametrize("value", [2.5, np.array(True), np.bool_(False)],
+                         ids=["python-float", "0d-bool-array", "numpy-bool"])
+def test_a_scalar_or_0d_host_value_uploads_as_a_0d_tensor(queue, value):
+    """``Tensor.from_host(q, 2.5)`` and a 0-d boolean mask were uploaded with shape ``(1,)``
+    (``np.ascontiguousarray`` makes a 0-d array 1-D), so a 0-d mask broadcast a 0-d input
+    to ``(1,)``."""
+    t = pc.Tensor.from_host(queue, value)
+    assert t.shape == ()
+    assert t.to_host() == np.asarray(value)
+
+
+def test_a_borrowed_0d_array_uploads_as_a_0d_tensor(queue):
+    t = pc.Tensor.from_host(queue, np.array(3.5, np.float32), borrow=True)
+    assert t.shape == () and t.item() == 3.5
+
+
+def test_where_with_a_0d_mask_keeps_a_0d_input_0d(queue):
+    """``tp.where(np.array(True), x, 0.0)`` with ``x`` of shape ``()`` gave shape ``(1,)``."""
+    x = tp.tensor(np.float32(4.0), requires_grad=True)
+    assert tp.where(np.array(True), x, 0.0).shape == ()
+    assert tp.masked_fill(x, np.array(False), 0.0).shape == ()
+
+
+def test_a_borrowed_transposed_array_uploads_its_values(queue):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(pc.Tensor.from_host(queue, a.T, borrow=True).to_host(), a.T)
