@@ -35,3 +35,30 @@ def test_where_with_a_0d_mask_keeps_a_0d_input_0d(queue):
 def test_a_borrowed_transposed_array_uploads_its_values(queue):
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_array_equal(pc.Tensor.from_host(queue, a.T, borrow=True).to_host(), a.T)
+
+
+# -- a graph backwarded twice: inner gradients start from zero each pass -----------------------
+def test_loss_backward_twice_without_a_tape_adds_the_gradient_twice(queue):
+    """``y = tp.sum(x * x)`` recorded with no tape current, then ``y.backward()`` twice: the
+    second pass propagated the first pass's inner gradients again, giving ``8x`` where
+    PyTorch (``retain_graph=True``) gives ``2x + 2x``."""
+    x = tp.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    y = tp.sum(x * x)
+    y.backward()
+    y.backward()
+    np.testing.assert_array_equal(x.grad.to_host(), [4.0, 8.0, 12.0])
+
+
+def test_a_second_tape_through_a_backwarded_graph_gets_only_its_own_gradient(queue):
+    """``h = x * x`` on one tape (backwarded), then ``sum(3 h)`` on another: ``x.grad`` was
+    ``10x`` (the first pass's ``h.grad`` propagated again) instead of ``2x + 6x``."""
+    x = tp.tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    with tp.Tape() as first:
+        h = x * x
+        loss = tp.sum(h)
+    first.backward(loss)
+    with tp.Tape() as second:
+        loss2 = tp.sum(h * 3)
+    second.backward(loss2)
+    np.testing.assert_array_equal(x.grad.to_host(), [8.0, 16.0, 24.0])
+    np.testing.assert_array_equal(h.grad.to_host(), [3.0, 3.0, 3.0])   # this pass's own

@@ -143,6 +143,12 @@ class Tape:
                  retain_grads: bool) -> None:
         anomaly = mode.is_anomaly_enabled()
         owned: dict[int, int] = {}     # buffer -> how many nodes' .grad it is in this pass
+        for entry in order:
+            # An inner node's .grad is this pass's own: one left by an earlier pass through
+            # the same graph (another tape's backward, or loss.backward() again with no
+            # tape) would be propagated a second time. Leaves keep theirs: they accumulate.
+            if entry.grad_fn is not None:
+                entry.grad = None
         if loss.grad_fn is None and loss.grad is None:
             grad = grad.copy()     # a leaf's .grad outlives the pass: never the caller's tensor
         _accumulate(loss, grad, owned)
