@@ -62,3 +62,67 @@ def test_a_second_tape_through_a_backwarded_graph_gets_only_its_own_gradient(que
     second.backward(loss2)
     np.testing.assert_array_equal(x.grad.to_host(), [8.0, 16.0, 24.0])
     np.testing.assert_array_equal(h.grad.to_host(), [3.0, 3.0, 3.0])   # this pass's own
+
+
+# -- a Node read after an in-place op changed it ---------------------------------------------
+def _x():
+    return tp.tensor(np.array([-1.0, 2.0, -3.0, 4.0]), requires_grad=True)
+
+
+def test_reading_the_input_of_an_inplace_relu_afterwards_raises(queue):
+    """``z = x * 2; tp.relu(z, inplace=True); tp.sum(z)`` gave ``x.grad == 2`` everywhere:
+    ``z`` holds the relu's values but its graph skipped the relu (PyTorch: ``[0, 2, 0, 2]``).
+    """
+    x = _x()
+    with tp.Tape() as tape:
+        z = x * 2
+        tp.relu(z, inplace=True)
+        loss = tp.sum(z)
+    with pytest.raises(pc.ParclError, match=r"'sum'.*'mul'.*relu\(inplace=True\)"):
+        tape.backward(loss)
+    assert x.grad is None                       # nothing accumulated
+
+
+def test_reading_a_view_taken_before_an_inplace_relu_raises(queue):
+    """``v = z.reshape(2, 2); tp.relu(z, inplace=True); tp.sum(v)``: ``v`` shares ``z``'s
+    buffer, so it changed too."""
+    x = _x()
+    with tp.Tape() as tape:
+        z = x * 2
+        v = z.reshape(2, 2)
+        tp.relu(z, inplace=True)
+        loss = tp.sum(v)
+    with pytest.raises(pc.ParclError, match="'reshape'.*shares it"):
+        tape.backward(loss)
+
+
+def test_reading_the_base_of_a_view_changed_in_place_raises(queue):
+    x = _x()
+    with tp.Tape() as tape:
+        z = x * 2
+        tp.relu(z.reshape(2, 2), inplace=True)
+        loss = tp.sum(z * 3)
+    with pytest.raises(pc.ParclError, match="overwrote its buffer"):
+        tape.backward(loss)
+
+
+def test_the_result_of_an_inplace_relu_and_its_views_backward_as_pytorch(queue):
+    """What stays allowed: reading the in-place op's result and views of it taken after;
+    gradients as PyTorch's."""
+    x = _x()
+    with tp.Tape() as tape:
+        r = tp.relu(x * 2, inplace=True)
+        loss = tp.sum(r * r) + tp.sum(r.reshape(2, 2))
+    tape.backward(loss)
+    np.testing.assert_array_equal(x.grad.to_host(), [0.0, 18.0, 0.0, 34.0])   # 8x + 2
+
+
+def test_a_resnet_block_with_inplace_relus_still_backwards(queue):
+    pc.nn.manual_seed(0)
+    from parcl.nn.resnet import BasicBlock
+    block = BasicBlock(2, 4, stride=2)           # a downsample: its output is overwritten
+    x = tp.tensor(np.random.default_rng(0).standard_normal((2, 2, 6, 6)), requires_grad=True)
+    with tp.Tape() as tape:
+        loss = tp.sum(block(x))
+    tape.backward(loss)
+    assert x.grad is not None and np.isfinite(x.grad.to_host()).all()

@@ -8,13 +8,30 @@ with its buffer in the queue's pool (``MemoryPool.overwrites``), and ``Tape.back
 before accumulating anything, for an op recorded before a change to a buffer it saved:
 whichever tape recorded the op, or none, and whichever was current at the change (PyTorch's
 version counters catch the same).
+
+An in-place op also changes what every other Node over the same buffer holds: its input, and
+the views (``reshape``) of it taken before. An op that reads one of those afterwards reads the
+new values while the graph says the old ones, so its gradient would skip the in-place op
+(PyTorch rebases such Nodes onto the in-place op's history). Changes made through the graph
+are therefore noted per buffer too (``_through_graph``, keyed by the Entry that owns the
+buffer), and the same backward raises for an op that read such a Node after the change.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 from ..errors import ParclError
-from ..pool import pool_of
+from ..pool import pool_of, stamp
 from ..tensor import Tensor
+
+# The Entry whose value owns a buffer (reshape outputs and in-place outputs are views of their
+# input: ``Entry.alias``) -> [(when, the Entry changed, what)] for in-place ops on Nodes
+# over that buffer; weak, so it goes with the graph.
+_through_graph: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
 
 def changed(nodes) -> None:
     """Note that these leaves' values (Nodes, or the Tensors themselves: a module's buffers)
@@ -32,7 +49,18 @@ def note_change(x, what: str) -> None:
     backward through an op recorded before now that saved it raises, on whichever tape (or
     none) that op was recorded."""
     value = x if isinstance(x, Tensor) else x.value       # a Tensor or a Node
+    entry = getattr(x, "entry", None)
+    if entry is not None and entry.grad_fn is not None:   # a leaf's readers read a constant
+        with _lock:
+            _through_graph.setdefault(_owner(entry), []).append((stamp(), entry, what))
     pool_of(value.queue).note_overwrite(value.data, what, update=False)
+
+
+def _owner(entry):
+    """The Entry whose buffer ``entry``'s value is (itself unless it is a view)."""
+    while entry.grad_fn is not None and entry.alias is not None:
+        entry = entry.parents[entry.alias]
+    return entry
 
 
 def check_saved_unchanged(order: list, pool) -> None:
@@ -44,6 +72,8 @@ def check_saved_unchanged(order: list, pool) -> None:
     recorded = [e.recorded_at for e in order if e.recorded_at is not None]
     if not recorded or pool.last_overwrite <= min(recorded):
         return                          # nothing changed in place since the first op
+    if _through_graph:
+        _check_no_stale_reads(order)
     overwrites = pool.overwrites
     for entry in order:
         fn, at = entry.grad_fn, entry.recorded_at
@@ -76,3 +106,39 @@ def _tensors(value):
     elif isinstance(value, dict):
         for v in value.values():
             yield from _tensors(v)
+
+
+def _check_no_stale_reads(order: list) -> None:
+    """Raise if an op in ``order`` read a Node whose buffer an in-place op changed after the
+    Node was recorded and before the op was (``z = x * 2; relu(z, inplace=True); sum(z)``):
+    the Node's graph no longer describes what the op read."""
+    with _lock:
+        changes = {id(owner): list(c) for owner, c in _through_graph.items()}
+    for reader in order:
+        if reader.grad_fn is None:
+            continue
+        for k, read in enumerate(reader.parents):
+            if read.recorded_at is None:             # a leaf: a constant, or refused
+                continue
+            noted = changes.get(id(_owner(read)), ())
+            for when, changed_entry, what in noted:
+                if read.recorded_at < when < reader.recorded_at and not _made_by(
+                        reader, k, when, noted):
+                    through = "" if changed_entry is read else (
+                        f" through the output of '{changed_entry.op_name}' "
+                        f"{changed_entry.shape}, which shares it")
+                    raise ParclError(
+                        f"backward: '{reader.op_name}' (output {reader.shape}) read the output "
+                        f"of '{read.op_name}' (shape {read.shape}) after {what} overwrote its "
+                        f"buffer{through}, so its gradient would skip {what}; use the in-place "
+                        "op's result instead (y = tp.relu(x, inplace=True), then y), or do it "
+                        "out of place")
+
+
+def _made_by(reader, k: int, when: int, changes: list) -> bool:
+    """Whether ``reader`` is the in-place op that made the change at ``when`` to its input
+    ``k``: it overwrites that input (its output is that buffer) and ``when`` is the latest
+    change before it was recorded."""
+    if getattr(reader.grad_fn, "overwrites", None) is None or reader.alias != k:
+        return False
+    return when == max(w for w, _, _ in changes if w < reader.recorded_at)
