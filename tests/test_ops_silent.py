@@ -126,3 +126,17 @@ def test_a_resnet_block_with_inplace_relus_still_backwards(queue):
         loss = tp.sum(block(x))
     tape.backward(loss)
     assert x.grad is not None and np.isfinite(x.grad.to_host()).all()
+
+
+# -- an axis that is not an int is refused, not truncated ------------------------------------
+@pytest.mark.parametrize("op", [
+    lambda x: tp.softmax(x, axis=0.9), lambda x: tp.log_softmax(x, axis=0.9),
+    lambda x: tp.cumsum(x, 0.9), lambda x: tp.argmax(x, axis=1.7),
+    lambda x: tp.sum(x, axis=(0.5,)), lambda x: tp.max(x, axis=(1.5,)),
+], ids=["softmax", "log_softmax", "cumsum", "argmax", "sum", "max"])
+def test_a_float_axis_is_a_shape_error_not_another_axis(queue, op):
+    """``tp.softmax(x, axis=0.9)`` on ``(1, 3)`` ran along axis 0 (``int(0.9)``) and gave
+    ones; numpy and PyTorch refuse a float axis."""
+    x = tp.tensor(np.arange(3, dtype=np.float32).reshape(1, 3))
+    with pytest.raises(pc.ShapeError, match="axis must be an int"):
+        op(x)

@@ -129,7 +129,7 @@ def normalize_axes(op: str, axis, ndim: int, shape=None) -> tuple[int, ...]:
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     norm = []
     for a in axes:
-        a = int(a)
+        a = axis_int(op, a, shape)
         if not -ndim <= a < ndim:
             raise ShapeError(f"{op}: axis {a} is out of range for a {ndim}-D tensor "
                              f"(shape {shape})")
@@ -137,6 +137,14 @@ def normalize_axes(op: str, axis, ndim: int, shape=None) -> tuple[int, ...]:
     if len(set(norm)) != len(norm):
         raise ShapeError(f"{op}: repeated axis in {axes} (shape {shape})")
     return tuple(sorted(norm))
+
+
+def axis_int(op: str, axis, shape=None) -> int:
+    """``axis`` as an int; a float (``1.7``) or a bool is refused, as numpy refuses it, not
+    truncated to another axis."""
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise ShapeError(f"{op}: axis must be an int, got {axis!r} (shape {shape})")
+    return int(axis)
 
 
 def reduced_shape(shape, axes, keepdims: bool) -> tuple[int, ...]:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ...errors import ShapeError
 from ...kernels import gather as gk
+from ...kernels.reduction import axis_int
 from ...tensor import Tensor
 from .. import mode
 from ..node import Function
@@ -81,4 +82,4 @@ def gather(x, axis: int, index, *, tape=None):
     >>> tp.gather(x, 0, i).shape
     (2, 2)
     """
-    return Gather.apply(x, index, tape=tape, axis=int(axis))
+    return Gather.apply(x, index, tape=tape, axis=axis_int("gather", axis, x.shape))

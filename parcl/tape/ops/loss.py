@@ -36,6 +36,7 @@ import numpy as np
 
 from ...errors import LabelError, ParclError
 from ...kernels import softmax as smk
+from ...kernels.reduction import axis_int
 from ...tensor import Tensor
 from .. import mode
 from ..node import Function
@@ -74,7 +75,7 @@ def softmax(x, axis: int = -1, *, tape=None):
     >>> tp.softmax(x, axis=1).shape
     (2, 3)
     """
-    return Softmax.apply(x, tape=tape, axis=int(axis))
+    return Softmax.apply(x, tape=tape, axis=axis_int("softmax", axis, x.shape))
 
 
 def log_softmax(x, axis: int = -1, *, tape=None):
@@ -83,7 +84,7 @@ def log_softmax(x, axis: int = -1, *, tape=None):
     >>> tp.log_softmax(x).shape
     (2, 3)
     """
-    return LogSoftmax.apply(x, tape=tape, axis=int(axis))
+    return LogSoftmax.apply(x, tape=tape, axis=axis_int("log_softmax", axis, x.shape))
 
 
 class MseLoss(Function):

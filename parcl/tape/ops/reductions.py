@@ -107,7 +107,7 @@ def _arg(op: str, x, axis, keepdims: bool, negate: bool) -> Tensor:
     if axis is None:                       # the index into the flattened tensor
         idx = rd.argmax(src.reshape((1, x.size)), axis=-1)
         return idx.reshape((1,) * x.ndim if keepdims else ())
-    (ax,) = rd.normalize_axes(op, int(axis), x.ndim, x.shape)
+    (ax,) = rd.normalize_axes(op, rd.axis_int(op, axis, x.shape), x.ndim, x.shape)
     idx = rd.argmax(src, axis=ax)
     return idx.reshape(rd.reduced_shape(x.shape, (ax,), keepdims)) if keepdims else idx
 
@@ -251,5 +251,5 @@ def cumsum(x, axis: int, *, tape=None):
     >>> tp.cumsum(x, axis=1).shape         # x (2, 3)
     (2, 3)
     """
-    return CumSum.apply(x, tape=tape, axis=int(axis))
+    return CumSum.apply(x, tape=tape, axis=rd.axis_int("cumsum", axis, x.shape))
 
