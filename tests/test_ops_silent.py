@@ -117,6 +117,24 @@ def test_the_result_of_an_inplace_relu_and_its_views_backward_as_pytorch(queue):
     np.testing.assert_array_equal(x.grad.to_host(), [0.0, 18.0, 0.0, 34.0])   # 8x + 2
 
 
+def test_an_inplace_op_keeps_no_graph_alive_after_its_tape_is_released(queue):
+    """The note of an in-place change must not hold the graph (the memory benchmark's
+    ``zero_grad_mb`` found buffers still out of the pool)."""
+    import gc
+    import weakref
+    x = _x()
+    with tp.Tape() as tape:
+        z = x * 2
+        r = tp.relu(z, inplace=True)
+        loss = tp.sum(r)
+    tape.backward(loss)
+    entry = weakref.ref(z.entry)
+    tape.release()
+    del z, r, loss, tape
+    gc.collect()
+    assert entry() is None
+
+
 def test_a_resnet_block_with_inplace_relus_still_backwards(queue):
     pc.nn.manual_seed(0)
     from parcl.nn.resnet import BasicBlock

@@ -27,8 +27,8 @@ from ..pool import pool_of, stamp
 from ..tensor import Tensor
 
 # The Entry whose value owns a buffer (reshape outputs and in-place outputs are views of their
-# input: ``Entry.alias``) -> [(when, the Entry changed, what)] for in-place ops on Nodes
-# over that buffer; weak, so it goes with the graph.
+# input: ``Entry.alias``) -> [(when, a weakref to the Entry changed, what)] for in-place ops
+# on Nodes over that buffer; weak, so it goes with the graph.
 _through_graph: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
@@ -52,7 +52,9 @@ def note_change(x, what: str) -> None:
     entry = getattr(x, "entry", None)
     if entry is not None and entry.grad_fn is not None:   # a leaf's readers read a constant
         with _lock:
-            _through_graph.setdefault(_owner(entry), []).append((stamp(), entry, what))
+            # the changed Entry weakly: a strong one would keep its owner, the key, alive
+            _through_graph.setdefault(_owner(entry), []).append(
+                (stamp(), weakref.ref(entry), what))
     pool_of(value.queue).note_overwrite(value.data, what, update=False)
 
 
@@ -121,9 +123,10 @@ def _check_no_stale_reads(order: list) -> None:
             if read.recorded_at is None:             # a leaf: a constant, or refused
                 continue
             noted = changes.get(id(_owner(read)), ())
-            for when, changed_entry, what in noted:
+            for when, changed_ref, what in noted:
                 if read.recorded_at < when < reader.recorded_at and not _made_by(
                         reader, k, when, noted):
+                    changed_entry = changed_ref() or read
                     through = "" if changed_entry is read else (
                         f" through the output of '{changed_entry.op_name}' "
                         f"{changed_entry.shape}, which shares it")
