@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from dataclasses import dataclass
 
 import pyopencl as cl
@@ -81,6 +82,10 @@ class MemoryPool:
         self._free: dict[int, list[cl.Buffer]] = {}
         self.overwrites: dict[int, Overwrite] = {}      # buffer int_ptr -> its latest one
         self.last_overwrite = 0                          # the latest ``when`` of them all
+        # The graph Entry owning a buffer -> [(when, a weakref to the Entry changed, what)]:
+        # in-place ops on Nodes over that buffer (``tape.changes``); weak keys, so a note goes
+        # with its graph.
+        self.graph_changes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # Reentrant: a garbage collection run while the lock is held may free an Allocation
         # (its __del__ gives the buffer back here, on the same thread).
         self._lock = threading.RLock()
@@ -151,6 +156,17 @@ class MemoryPool:
             when = stamp()
             self.overwrites[buffer.int_ptr] = Overwrite(when, what, update)
             self.last_overwrite = when
+
+    def note_graph_change(self, owner, entry, what: str) -> None:
+        """An in-place op ``what`` changes ``entry``'s value, a view of ``owner``'s buffer."""
+        with self._lock:
+            self.graph_changes.setdefault(owner, []).append(
+                (stamp(), weakref.ref(entry), what))
+
+    def graph_changes_by_owner(self) -> dict[int, list]:
+        """``graph_changes`` keyed by the owner's ``id``, copied."""
+        with self._lock:
+            return {id(owner): list(c) for owner, c in self.graph_changes.items()}
 
     def _drop_free_locked(self) -> None:
         for size, bucket in self._free.items():

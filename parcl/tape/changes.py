@@ -13,25 +13,16 @@ An in-place op also changes what every other Node over the same buffer holds: it
 the views (``reshape``) of it taken before. An op that reads one of those afterwards reads the
 new values while the graph says the old ones, so its gradient would skip the in-place op
 (PyTorch rebases such Nodes onto the in-place op's history). Changes made through the graph
-are therefore noted per buffer too (``_through_graph``, keyed by the Entry that owns the
-buffer), and the same backward raises for an op that read such a Node after the change.
+are therefore noted per buffer too (``MemoryPool.graph_changes``, keyed by the Entry that
+owns the buffer), and the same backward raises for an op that read such a Node after the
+change.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
-
 from ..errors import ParclError
-from ..pool import pool_of, stamp
+from ..pool import pool_of
 from ..tensor import Tensor
-
-# The Entry whose value owns a buffer (reshape outputs and in-place outputs are views of their
-# input: ``Entry.alias``) -> [(when, a weakref to the Entry changed, what)] for in-place ops
-# on Nodes over that buffer; weak, so it goes with the graph.
-_through_graph: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
-
 
 def changed(nodes) -> None:
     """Note that these leaves' values (Nodes, or the Tensors themselves: a module's buffers)
@@ -49,13 +40,14 @@ def note_change(x, what: str) -> None:
     backward through an op recorded before now that saved it raises, on whichever tape (or
     none) that op was recorded."""
     value = x if isinstance(x, Tensor) else x.value       # a Tensor or a Node
+    pool = pool_of(value.queue)
     entry = getattr(x, "entry", None)
     if entry is not None and entry.grad_fn is not None:   # a leaf's readers read a constant
-        with _lock:
-            # the changed Entry weakly: a strong one would keep its owner, the key, alive
-            _through_graph.setdefault(_owner(entry), []).append(
-                (stamp(), weakref.ref(entry), what))
-    pool_of(value.queue).note_overwrite(value.data, what, update=False)
+        # (the Entry whose buffer it is, reshape and in-place outputs being views of their
+        # input: ``Entry.alias``, is the note's key; the changed one is held weakly, as a
+        # strong reference would keep the key alive)
+        pool.note_graph_change(_owner(entry), entry, what)
+    pool.note_overwrite(value.data, what, update=False)
 
 
 def _owner(entry):
@@ -74,8 +66,8 @@ def check_saved_unchanged(order: list, pool) -> None:
     recorded = [e.recorded_at for e in order if e.recorded_at is not None]
     if not recorded or pool.last_overwrite <= min(recorded):
         return                          # nothing changed in place since the first op
-    if _through_graph:
-        _check_no_stale_reads(order)
+    if pool.graph_changes:
+        _check_no_stale_reads(order, pool.graph_changes_by_owner())
     overwrites = pool.overwrites
     for entry in order:
         fn, at = entry.grad_fn, entry.recorded_at
@@ -110,12 +102,10 @@ def _tensors(value):
             yield from _tensors(v)
 
 
-def _check_no_stale_reads(order: list) -> None:
+def _check_no_stale_reads(order: list, changes: dict[int, list]) -> None:
     """Raise if an op in ``order`` read a Node whose buffer an in-place op changed after the
     Node was recorded and before the op was (``z = x * 2; relu(z, inplace=True); sum(z)``):
     the Node's graph no longer describes what the op read."""
-    with _lock:
-        changes = {id(owner): list(c) for owner, c in _through_graph.items()}
     for reader in order:
         if reader.grad_fn is None:
             continue
