@@ -68,7 +68,9 @@ class DataLoader:
     The loader remembers where it is: a full pass advances to the next epoch, an interrupted
     pass resumes where it stopped on the next ``iter()``, and ``state_dict()`` /
     ``load_state_dict()`` carry that position through a checkpoint. ``set_epoch(e)`` starts
-    epoch ``e`` from its first batch. Use one iterator at a time.
+    epoch ``e`` from its first batch; either, called during a pass, takes effect at that
+    pass's next batch (a loop that rolls back to a checkpoint goes on from there). Use one
+    iterator at a time.
 
     >>> import numpy as np
     >>> x = np.arange(10, dtype=np.float32)
@@ -144,8 +146,13 @@ class DataLoader:
     def __iter__(self) -> Iterator[tuple[np.ndarray, ...]]:
         if 0 < len(self) <= self.batch_index:    # the last pass stopped after its last batch
             self.epoch, self.batch_index = self.epoch + 1, 0
-        share = self.indices()
+        share, order_of = self.indices(), (self.epoch, self.seed)
         while self.batch_index < len(self):
+            if (self.epoch, self.seed) != order_of:
+                # load_state_dict or set_epoch moved the loader while this pass ran (a run
+                # rolled back to a checkpoint inside its loop): go on from where it points
+                # now, in that epoch's order, not with the stale order of the pass.
+                share, order_of = self.indices(), (self.epoch, self.seed)
             start = self.batch_index * self.batch_size
             idx = share[start:start + self.batch_size]
             # Counted before the yield: state_dict() taken while the caller holds this batch

@@ -1,0 +1,46 @@
+"""Checkpoints and resumes that must not silently train on the wrong data or with the wrong
+state: each test is a reproducer of a run that once went on without an error and gave other
+numbers than an uninterrupted run."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import parcl as pc
+
+
+def _batches(loader, n):
+    return [b.tolist() for (b,), _ in zip(loader, range(n))]
+
+
+def test_a_loader_rolled_back_inside_its_loop_goes_on_from_the_loaded_position():
+    """A training loop that reloads its last checkpoint when something goes wrong (a NaN
+    loss) calls ``loader.load_state_dict`` inside ``for xb in loader``. The pass used to go
+    on in the order of the epoch it had started, labelled with the loaded epoch: samples of
+    epoch 1 trained as epoch 0's, and epoch 1 seen twice."""
+    x = np.arange(12)
+    loader = pc.data.DataLoader(x, batch_size=2, shuffle=True, seed=5)
+    rolled_back = {**loader.state_dict(), "epoch": 0, "batch_index": 1}
+    for _ in loader:                       # epoch 0 done: the pass below is epoch 1's
+        pass
+    seen = []
+    for i, (b,) in enumerate(loader):
+        seen.append(b.tolist())
+        if i == 2:
+            loader.load_state_dict(rolled_back)
+    fresh = pc.data.DataLoader(x, batch_size=2, shuffle=True, seed=5)
+    fresh.load_state_dict(rolled_back)
+    assert seen[3:] == _batches(fresh, 5)
+    assert loader.state_dict()["epoch"] == 1 and loader.state_dict()["batch_index"] == 0
+
+
+def test_set_epoch_during_a_pass_switches_to_that_epochs_order():
+    """``set_epoch(3)`` between two batches of epoch 0 used to replay epoch 0's order from
+    its first batch while the loader said epoch 3."""
+    loader = pc.data.DataLoader(np.arange(12), batch_size=2, shuffle=True, seed=5)
+    seen = []
+    for i, (b,) in enumerate(loader):
+        seen.append(b.tolist())
+        if i == 1:
+            loader.set_epoch(3)
+    assert seen[2:] == loader.indices(3).reshape(-1, 2).tolist()
