@@ -5,8 +5,10 @@ numbers than an uninterrupted run."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import parcl as pc
+import parcl.tape as tp
 
 
 def _batches(loader, n):
@@ -44,3 +46,39 @@ def test_set_epoch_during_a_pass_switches_to_that_epochs_order():
         if i == 1:
             loader.set_epoch(3)
     assert seen[2:] == loader.indices(3).reshape(-1, 2).tolist()
+
+
+def _adam_checkpoint(path):
+    pc.nn.manual_seed(0)
+    model = pc.nn.Linear(3, 2)
+    opt = pc.optim.Adam(model.parameters(), lr=1e-2)
+    with tp.Tape() as tape:
+        loss = tp.mse_loss(model(tp.tensor(np.ones((4, 3)))),
+                           pc.Tensor.zeros(model.weight.queue, (4, 2)))
+    tape.backward(loss)
+    opt.step()
+    pc.save(path, model, opt, step=1)
+    return opt
+
+
+def test_a_tensor_table_that_says_another_dtype_is_refused(tmp_path):
+    """The safetensors header's table of dtypes and shapes is under no checksum: the tensor
+    checksums cover the bytes, the document's its own JSON. Three bits turning an Adam
+    moment's ``F32`` into ``I32`` left every checksum valid, and a fresh optimizer (which has
+    no state to compare with) loaded moments of about -1e9 without a word."""
+    path = tmp_path / "ckpt.safetensors"
+    _adam_checkpoint(path)
+    data = bytearray(path.read_bytes())
+    entry = b'"optim.state.0.exp_avg":{"dtype":"F32"'
+    at = data.index(entry) + len(entry) - 4
+    data[at:at + 1] = b"I"
+    path.write_bytes(bytes(data))
+    pc.nn.manual_seed(0)
+    model = pc.nn.Linear(3, 2)
+    opt = pc.optim.Adam(model.parameters(), lr=1e-2)
+    before = model.weight.to_host()
+    with pytest.raises(pc.CheckpointError, match=r"exp_avg' is int32 \[2, 3\] in the file, "
+                                                 r"saved as \['float32', \[2, 3\]\]"):
+        pc.load(path, model, opt)
+    assert opt.state_dict()["state"] == {}
+    np.testing.assert_array_equal(model.weight.to_host(), before)
