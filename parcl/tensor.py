@@ -8,6 +8,7 @@ ever enqueued, never waited for, except in ``to_host``.
 from __future__ import annotations
 
 from math import prod
+from operator import index
 from numbers import Real
 
 import numpy as np
@@ -58,10 +59,19 @@ def own(array: np.ndarray, borrow: bool = False) -> np.ndarray:
     return snapshot(array)
 
 
+def dims(op: str, shape) -> tuple[int, ...]:
+    """``shape``'s sizes as Python ints. A size that is not an integer (``2.9``, ``2.0``) is a
+    ``ShapeError``, as numpy and PyTorch refuse it, not truncated to another size."""
+    try:
+        return tuple(map(index, shape))
+    except TypeError:
+        raise ShapeError(f"{op}: sizes must be integers, got {tuple(shape)}") from None
+
+
 def normalize_shape(op: str, shape) -> tuple[int, ...]:
     if isinstance(shape, (int, np.integer)):
         shape = (int(shape),)
-    shape = tuple(int(s) for s in shape)
+    shape = dims(op, shape)
     if any(s < 0 for s in shape):
         raise ShapeError(f"{op}: negative dimension in shape {shape}")
     return shape
@@ -99,13 +109,10 @@ class Tensor:
     @classmethod
     def empty(cls, queue: cl.CommandQueue, shape, dtype=np.float32) -> Tensor:
         """Uninitialised tensor from ``queue``'s memory pool."""
-        if dtype is _FLOAT32 and type(shape) is tuple:
-            # the hot path: kernels allocating their float32 outputs
-            if shape and min(shape) < 0:
-                raise ShapeError(f"Tensor.empty: negative dimension in shape {shape}")
-            size = prod(shape)
-            dt = FLOAT
-        else:
+        size = prod(shape) if type(shape) is tuple else None
+        if dtype is _FLOAT32 and type(size) is int and not (shape and min(shape) < 0):
+            dt = FLOAT                 # the hot path: kernels allocating their float32 outputs
+        else:             # another dtype or shape type, numpy or float sizes, a negative size
             dt = _check_dtype("Tensor.empty", dtype, INTERNAL)
             shape = normalize_shape("Tensor.empty", shape)     # refuses negative dimensions
             size = prod(shape)
@@ -169,7 +176,7 @@ class Tensor:
             view = Tensor(self.queue, self.shape, self.dtype, self.data, self._alloc, self._keep)
             view.checks = self.checks
             return view
-        shape = tuple(map(int, shape))
+        shape = dims("reshape", shape)
         if shape and min(shape) < 0:
             if shape.count(-1) > 1 or min(shape) < -1:
                 raise ShapeError(f"reshape: at most one -1 and no other negative size in "

@@ -158,3 +158,24 @@ def test_a_float_axis_is_a_shape_error_not_another_axis(queue, op):
     x = tp.tensor(np.arange(3, dtype=np.float32).reshape(1, 3))
     with pytest.raises(pc.ShapeError, match="axis must be an int"):
         op(x)
+
+
+@pytest.mark.parametrize("op", [
+    lambda x: x.value.reshape(2.9, 2), lambda x: x.reshape((2.0, 3)),
+    lambda x: tp.expand(x[:1], (2.5, 2)), lambda x: tp.split(x, [1.5, 1.5], 0),
+    lambda x: pc.Tensor.zeros(x.value.queue, (2.0, 3)),
+    lambda x: tp.layer_norm(x, (2.0,)),
+], ids=["Tensor.reshape", "reshape", "expand", "split", "Tensor.zeros", "layer_norm"])
+def test_a_float_size_is_a_shape_error_not_truncated(queue, op):
+    """``x.reshape(2.9, 2)`` on a (3, 2) tensor was read as ``reshape(2, 2)`` by ``int()`` (and
+    failed only by luck of the element count; ``expand((2.5, 2))`` expanded to 2 rows); numpy
+    and PyTorch refuse a float size."""
+    x = tp.tensor(np.arange(6, dtype=np.float32).reshape(3, 2))
+    with pytest.raises(pc.ShapeError, match="sizes must be integers"):
+        op(x)
+
+
+def test_integer_sizes_of_any_integer_type_still_work(queue):
+    x = tp.tensor(np.arange(6, dtype=np.float32).reshape(3, 2))
+    assert x.reshape(np.int64(2), 3).shape == (2, 3)
+    assert tp.expand(x[:1], (np.int32(4), -1)).shape == (4, 2)

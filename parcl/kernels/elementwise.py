@@ -26,7 +26,7 @@ from numbers import Real
 import numpy as np
 
 from ..errors import DeviceError, DTypeError, ShapeError
-from ..tensor import FLOAT, Tensor, check_same_queue
+from ..tensor import FLOAT, Tensor, check_same_queue, dims
 from .clmath import GELU_TANH, NORMAL_CDF
 from ._cache import get_kernel
 from .broadcast import (broadcast_shapes, broadcast_strides,  # noqa: F401
@@ -398,17 +398,17 @@ def broadcast_to(x: Tensor, shape, alpha: float = 1.0) -> Tensor:
     """A new contiguous tensor of ``shape`` holding ``x`` broadcast (numpy rules) times
     ``alpha`` (the backward of sum/mean)."""
     check_float("broadcast_to", x)
-    shape = tuple(int(s) for s in shape)
+    shape = dims("broadcast_to", shape)
     if broadcast_shapes("broadcast_to", x.shape, shape) != shape:
         raise ShapeError(f"broadcast_to: cannot broadcast {x.shape} to {shape}")
     res = Tensor.empty(x.queue, shape)
-    dims, (sx,) = collapse_dims(shape, broadcast_strides(x.shape, shape))
-    if len(dims) > MAX_DIMS:
-        raise ShapeError(f"broadcast_to: {x.shape} to {shape} needs {len(dims)} strided "
+    strided, (sx,) = collapse_dims(shape, broadcast_strides(x.shape, shape))
+    if len(strided) > MAX_DIMS:
+        raise ShapeError(f"broadcast_to: {x.shape} to {shape} needs {len(strided)} strided "
                          f"dimensions; at most {MAX_DIMS} are supported")
     k = get_kernel(x.queue, SOURCE, "expand")
     k(x.queue, _global(res.size), (LOCAL,), res.data, x.data, np.float32(alpha),
-      np.int32(res.size), np.int32(len(dims)), int8_vector(dims), int8_vector(sx))
+      np.int32(res.size), np.int32(len(strided)), int8_vector(strided), int8_vector(sx))
     return res
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..runtime import default_queue
 from ..tape import ops
-from ..tensor import Tensor
+from ..tensor import Tensor, dims
 from .layers import BatchNorm2d
 from .module import Module, Parameter
 
@@ -24,7 +24,7 @@ __all__ = ["BatchNorm1d", "GroupNorm", "LayerNorm", "RMSNorm"]
 def _shape(normalized_shape) -> tuple[int, ...]:
     if isinstance(normalized_shape, (int, np.integer)):
         return (int(normalized_shape),)
-    return tuple(int(s) for s in normalized_shape)
+    return dims("normalized_shape", normalized_shape)
 
 
 def _filled(queue, shape, value: float) -> Parameter:

@@ -22,7 +22,7 @@ from ...kernels import elementwise as ew
 from ...kernels import strided
 from ...kernels.reduction import sum_to_shape
 from ...kernels.strided import View
-from ...tensor import Tensor
+from ...tensor import Tensor, dims
 from ..node import Function
 from .gather import gather
 
@@ -164,4 +164,4 @@ def expand(x, shape, *, tape=None):
     """
     if isinstance(shape, int):
         shape = (shape,)
-    return Expand.apply(x, tape=tape, shape=tuple(int(s) for s in shape))
+    return Expand.apply(x, tape=tape, shape=dims("expand", shape))

@@ -17,7 +17,7 @@ from __future__ import annotations
 from ...errors import DTypeError, ShapeError
 from ...kernels import strided
 from ...kernels.strided import View
-from ...tensor import Tensor, check_same_queue
+from ...tensor import Tensor, check_same_queue, dims
 from ..node import Function
 
 __all__ = ["cat", "split", "stack"]
@@ -139,7 +139,7 @@ def split(x, split_size_or_sections, axis: int = 0, *, tape=None) -> tuple:
     axis = strided.normalize_axis("split", axis, len(shape), shape)
     n = shape[axis]
     if isinstance(split_size_or_sections, (list, tuple)):
-        sizes = [int(s) for s in split_size_or_sections]
+        sizes = list(dims("split", split_size_or_sections))
         if any(s < 0 for s in sizes) or sum(sizes) != n:
             raise ShapeError(f"split: sections {sizes} must be non-negative and add up to "
                              f"{n}, the size of axis {axis} (shape {shape})")

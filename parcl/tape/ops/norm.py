@@ -21,7 +21,7 @@ from ...kernels import batchnorm as bnk
 from ...kernels import elementwise as ew
 from ...kernels import norm as nk
 from ...kernels.elementwise import check_float
-from ...tensor import Tensor, check_same_queue
+from ...tensor import Tensor, check_same_queue, dims
 from ..node import ACCUMULATED, Function
 
 __all__ = ["group_norm", "layer_norm", "rms_norm"]
@@ -34,7 +34,7 @@ def _normalized_shape(op: str, x: Tensor, normalized_shape, **params) -> tuple[i
     """``normalized_shape`` as a tuple, checked against ``x``'s trailing dims and the shapes of
     ``params``; returns it with D, the number of elements per row."""
     shape = (int(normalized_shape),) if isinstance(normalized_shape, (int, np.integer)) \
-        else tuple(int(s) for s in normalized_shape)
+        else dims(op, normalized_shape)
     if not shape or x.ndim < len(shape) or tuple(x.shape[-len(shape):]) != shape:
         raise ShapeError(f"{op}: input of shape {x.shape} does not end with normalized_shape "
                          f"{shape}")
