@@ -19,6 +19,7 @@ from .errors import DeviceError, DTypeError, ShapeError
 from .crossqueue import foreign_use, foreign_wait
 from .gate import transfer, release_all
 from .pool import Allocation, pool_of
+from .uploads import own
 
 FLOAT = np.dtype(np.float32)
 _FLOAT32 = np.float32
@@ -36,27 +37,6 @@ def _check_dtype(op: str, dtype, allowed=SUPPORTED) -> np.dtype:
                          f"int32/int64 labels and bool masks (convert with "
                          f".astype(np.float32))")
     return dt
-
-
-def snapshot(array: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy of ``array`` that parcl owns, for a non-blocking upload to read.
-
-    An enqueued copy reads its host memory whenever the device gets to it, which may be after
-    the call that enqueued it returned; a loader that refills one buffer for every batch would
-    then have the device copy the next batch (or half of it). Copying on the host costs a
-    memcpy (~0.1 ms per MB here) and keeps every upload asynchronous."""
-    return np.array(array, order="C", copy=True)
-
-
-def own(array: np.ndarray, borrow: bool = False) -> np.ndarray:
-    """What a non-blocking upload of ``array`` reads: a ``snapshot``, or ``array`` itself
-    (C-contiguous) when the caller ``borrow``s it, keeping it unchanged until the upload is
-    done. A recorded upload (step capture) always gets a snapshot: it is read again at every
-    replay."""
-    if borrow and recorder.current() is None:
-        # np.asarray, not np.ascontiguousarray: that one makes a 0-d array (1,)
-        return np.asarray(array, order="C")
-    return snapshot(array)
 
 
 def dims(op: str, shape) -> tuple[int, ...]:

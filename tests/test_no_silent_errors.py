@@ -38,7 +38,7 @@ def test_only_a_borrowing_caller_uploads_without_a_host_copy(queue):
     """``borrow=True`` (``ReplicaGroup.step``, which waits for its losses before returning)
     uploads from the array itself; everyone else, and any recorded upload, from a copy."""
     from parcl import recorder
-    from parcl.tensor import own
+    from parcl.uploads import own
     a = np.arange(6, dtype=np.float32)
     assert np.shares_memory(own(a, borrow=True), a)
     assert not np.shares_memory(own(a), a)

@@ -20,7 +20,7 @@ backward); ``ops/s`` its inverse; ``vs torch`` the median of per-round ratios of
 time to parcl's (1.0: as fast). All configurations run in alternation (``time_interleaved``).
 
 The ``guard`` table: the host cost of the capture guard ``pc.nn.capture_key(model)`` and of
-the host snapshot of a batch's upload (``parcl.tensor.snapshot`` of x and y) on the benchmark
+the host snapshot of a batch's upload (``parcl.uploads.snapshot`` of x and y) on the benchmark
 MLP and CNN at their default batches, against one captured training step
 (``tp.capture``, the SGD update included).
 
@@ -38,7 +38,7 @@ import numpy as np
 
 import parcl as pc
 import parcl.tape as tp
-from parcl.tensor import snapshot
+from parcl.uploads import snapshot
 
 from . import models
 from .compare import parcl_step

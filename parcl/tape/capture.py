@@ -40,7 +40,8 @@ import pyopencl as cl
 
 from .. import recorder
 from ..gate import transfer
-from ..tensor import INTERNAL, Tensor, _check_dtype, own
+from ..tensor import INTERNAL, Tensor, _check_dtype
+from ..uploads import own
 from . import mode
 
 MAX_SIGNATURES = 8          # input signatures kept per captured function (oldest dropped first)
