@@ -154,8 +154,12 @@ def main(argv=None) -> float:
             group.broadcast_parameters()             # the loaded weights to every replica
             step = int(meta["step"])
             loader.load_state_dict(meta["loader"])   # rank 0's position: every rank's
-            if len(meta.get("dropout", [])) == len(group):  # the same masks as in one run
-                group.set_rng_state(meta["dropout"])
+            saved = meta.get("dropout", [])
+            if len(saved) == len(group):             # the same masks as in one run
+                group.set_rng_state(saved)
+            elif args.dropout > 0:                   # masks drawn afresh: say so, not silently
+                log(f"note: the checkpoint has {len(saved)} dropout generators for "
+                    f"{len(group)} replicas; this run draws its dropout masks afresh")
             log(f"resumed from {path} at step {step}")
 
         def save() -> None:
