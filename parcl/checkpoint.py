@@ -164,13 +164,19 @@ def load(path: str | os.PathLike, model: Any, optimizer: Any = None, *,
     scheduler of another class raise ``CheckpointError`` naming the file and the keys, and
     leave model, optimizer and scheduler unchanged. A checkpoint's optimizer (scheduler) state
     is ignored when ``optimizer`` (``scheduler``) is None, e.g. loading weights for
-    evaluation. Files written before checksums existed (format 1) load without the checksum
-    check.
+    evaluation; a ``scheduler`` without its ``optimizer`` is refused. Files written before
+    checksums existed (format 1) load without the checksum check.
 
     >>> meta = pc.load("run/ckpt.safetensors", model, opt, scheduler=sched)   # doctest: +SKIP
     >>> step = meta["step"]                                                   # doctest: +SKIP
     """
     path = os.fspath(path)
+    if scheduler is not None and optimizer is None:
+        # The learning rates live in the optimizer: a schedule that computes the next one from
+        # the current one (ExponentialLR, ReduceLROnPlateau) would go on from the fresh value.
+        raise CheckpointError(f"load({path!r}): a scheduler is given without its optimizer, "
+                              "whose learning rates it steps; pass both (pc.load(path, model, "
+                              "optimizer, scheduler=s))")
     doc, tensors = _read(path)
     model_state, current = _model_state(path, doc, tensors, model)
     optim_state = _optimizer_state(path, doc, tensors, optimizer)

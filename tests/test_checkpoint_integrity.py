@@ -82,3 +82,25 @@ def test_a_tensor_table_that_says_another_dtype_is_refused(tmp_path):
         pc.load(path, model, opt)
     assert opt.state_dict()["state"] == {}
     np.testing.assert_array_equal(model.weight.to_host(), before)
+
+
+def test_a_scheduler_without_its_optimizer_is_refused(tmp_path, queue):
+    """``pc.load(path, model, scheduler=s)`` restored the schedule's counters but not the
+    optimizer's learning rates, so a recursive schedule went on from the fresh rate (StepLR
+    halving every step: 0.1 then 0.05 instead of the saved 0.025 then 0.0125), silently."""
+    model = pc.nn.Linear(2, 2, queue=queue)
+    opt = pc.optim.SGD(model.parameters(), lr=0.1)
+    sched = pc.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    sched.step()
+    sched.step()
+    path = tmp_path / "ckpt.safetensors"
+    pc.save(path, model, opt, step=2, scheduler=sched)
+    fresh = pc.nn.Linear(2, 2, queue=queue)
+    fresh_sched = pc.optim.lr_scheduler.StepLR(pc.optim.SGD(fresh.parameters(), lr=0.1),
+                                               step_size=1, gamma=0.5)
+    with pytest.raises(pc.CheckpointError, match="without its optimizer"):
+        pc.load(path, fresh, scheduler=fresh_sched)
+    opt2 = pc.optim.SGD(fresh.parameters(), lr=0.1)
+    sched2 = pc.optim.lr_scheduler.StepLR(opt2, step_size=1, gamma=0.5)
+    pc.load(path, fresh, opt2, scheduler=sched2)
+    assert opt2.param_groups[0]["lr"] == pytest.approx(0.025)
