@@ -22,7 +22,6 @@ from .pool import Allocation, pool_of
 from .uploads import own
 
 FLOAT = np.dtype(np.float32)
-_FLOAT32 = np.float32
 LABEL_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 SUPPORTED = (FLOAT,) + LABEL_DTYPES
 # Kernels' own buffers only (Tensor.empty): uint8 holds what backward needs in a byte, such as
@@ -90,7 +89,7 @@ class Tensor:
     def empty(cls, queue: cl.CommandQueue, shape, dtype=np.float32) -> Tensor:
         """Uninitialised tensor from ``queue``'s memory pool."""
         size = prod(shape) if type(shape) is tuple else None
-        if dtype is _FLOAT32 and type(size) is int and not (shape and min(shape) < 0):
+        if dtype is np.float32 and type(size) is int and not (shape and min(shape) < 0):
             dt = FLOAT                 # the hot path: kernels allocating their float32 outputs
         else:             # another dtype or shape type, numpy or float sizes, a negative size
             dt = _check_dtype("Tensor.empty", dtype, INTERNAL)

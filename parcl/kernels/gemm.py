@@ -227,10 +227,10 @@ _PLANS_MAX = 4096         # signatures remembered per queue (a dynamic-shape mod
 
 @dataclass(frozen=True, slots=True)
 class DirectPlan:
-    """One small product's launch on a CPU: the program's ``options``, the global size, and
-    the (row, k) strides of op(A) and op(B) in the operands' memory."""
+    """One small product's launch on a CPU: its ``variant`` (``direct8``/``direct16``), the
+    global size, and the (row, k) strides of op(A) and op(B) in the operands' memory."""
 
-    options: tuple[str, ...]
+    variant: str
     gsize: tuple[int, int, int]
     sa: tuple[int, int]
     sb: tuple[int, int]
@@ -239,8 +239,7 @@ class DirectPlan:
 def _plan(variant: str, m: int, n: int, k: int, batch: int, trans_a: bool,
           trans_b: bool) -> DirectPlan:
     lx, ly = DIRECT_GROUP
-    return DirectPlan(_OPTIONS_OF[variant], (-(-n // (4 * lx)) * lx, -(-m // (4 * ly)) * ly,
-                                            batch),
+    return DirectPlan(variant, (-(-n // (4 * lx)) * lx, -(-m // (4 * ly)) * ly, batch),
                       (1, m) if trans_a else (k, 1), (k, 1) if trans_b else (1, n))
 
 
@@ -287,7 +286,7 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     if p is not None:
         # the small products of an eager step: plain numbers (the kernel's declared argument
         # types pack them to the same bytes as numpy scalars would, for less host time)
-        get_kernel(queue, SOURCE, "gemm_direct", p.options)(
+        _kernel(queue, "gemm_direct", p.variant)(
             queue, p.gsize, _DIRECT_LOCAL, a.data, a_bs, p.sa[0], p.sa[1], b.data, b_bs,
             p.sb[1], p.sb[0], out.data, m * n, bias_buf, m, n, k, beta, flags)
         return

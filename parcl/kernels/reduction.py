@@ -30,6 +30,7 @@ from ..runtime import on_gpu
 from ..tensor import LABEL_DTYPES, Tensor
 from . import layout
 from ._cache import VECTOR_TYPES, get_kernel
+from .strided import axis_int
 from .elementwise import check_float
 
 WG = 256            # work-group size of the GPU tree kernels (a power of two)
@@ -137,14 +138,6 @@ def normalize_axes(op: str, axis, ndim: int, shape=None) -> tuple[int, ...]:
     if len(set(norm)) != len(norm):
         raise ShapeError(f"{op}: repeated axis in {axes} (shape {shape})")
     return tuple(sorted(norm))
-
-
-def axis_int(op: str, axis, shape=None) -> int:
-    """``axis`` as an int; a float (``1.7``) or a bool is refused, as numpy refuses it, not
-    truncated to another axis."""
-    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
-        raise ShapeError(f"{op}: axis must be an int, got {axis!r} (shape {shape})")
-    return int(axis)
 
 
 def reduced_shape(shape, axes, keepdims: bool) -> tuple[int, ...]:

@@ -238,11 +238,18 @@ def getitem(x: Tensor, key) -> Tensor:
     return read_view(x, parse_key("getitem", x.shape, key))
 
 
+def axis_int(op: str, axis, shape=None) -> int:
+    """``axis`` as an int; a float (``1.7``) or a bool is a ShapeError, as numpy refuses it,
+    not truncated to another axis."""
+    if not _is_int(axis):
+        raise ShapeError(f"{op}: axis must be an int, got {axis!r} (shape {shape})")
+    return int(axis)
+
+
 def normalize_axis(op: str, axis: int, ndim: int, shape) -> int:
     """``axis`` in ``[0, ndim)`` (negative counts from the end), or ShapeError."""
-    if not _is_int(axis):
-        raise ShapeError(f"{op}: axis must be an int, got {axis!r}")
-    if not -ndim <= int(axis) < ndim:
+    axis = axis_int(op, axis, shape)
+    if not -ndim <= axis < ndim:
         raise ShapeError(f"{op}: axis {axis} is out of range for a tensor of shape "
                          f"{tuple(shape)} ({ndim} dimensions)")
-    return int(axis) % ndim
+    return axis % ndim

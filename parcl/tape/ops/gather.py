@@ -19,7 +19,7 @@ import numpy as np
 
 from ...errors import ShapeError
 from ...kernels import gather as gk
-from ...kernels.reduction import axis_int
+from ...kernels.strided import axis_int
 from ...tensor import Tensor
 from .. import mode
 from ..node import Function

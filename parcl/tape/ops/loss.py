@@ -36,7 +36,7 @@ import numpy as np
 
 from ...errors import LabelError, ParclError
 from ...kernels import softmax as smk
-from ...kernels.reduction import axis_int
+from ...kernels.strided import axis_int
 from ...tensor import Tensor
 from .. import mode
 from ..node import Function

@@ -26,6 +26,7 @@ from ...kernels import layout
 from ...kernels import reduction as rd
 from ...kernels import scan
 from ...kernels import select as sk
+from ...kernels.strided import axis_int
 from ...tensor import Tensor
 from ..node import Function, Node
 
@@ -107,7 +108,7 @@ def _arg(op: str, x, axis, keepdims: bool, negate: bool) -> Tensor:
     if axis is None:                       # the index into the flattened tensor
         idx = rd.argmax(src.reshape((1, x.size)), axis=-1)
         return idx.reshape((1,) * x.ndim if keepdims else ())
-    (ax,) = rd.normalize_axes(op, rd.axis_int(op, axis, x.shape), x.ndim, x.shape)
+    (ax,) = rd.normalize_axes(op, axis_int(op, axis, x.shape), x.ndim, x.shape)
     idx = rd.argmax(src, axis=ax)
     return idx.reshape(rd.reduced_shape(x.shape, (ax,), keepdims)) if keepdims else idx
 
@@ -251,5 +252,5 @@ def cumsum(x, axis: int, *, tape=None):
     >>> tp.cumsum(x, axis=1).shape         # x (2, 3)
     (2, 3)
     """
-    return CumSum.apply(x, tape=tape, axis=rd.axis_int("cumsum", axis, x.shape))
+    return CumSum.apply(x, tape=tape, axis=axis_int("cumsum", axis, x.shape))
 
