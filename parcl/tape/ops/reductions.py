@@ -107,10 +107,15 @@ def _arg(op: str, x, axis, keepdims: bool, negate: bool) -> Tensor:
     src = ew.unary("neg", x) if negate else x
     if axis is None:                       # the index into the flattened tensor
         idx = rd.argmax(src.reshape((1, x.size)), axis=-1)
-        return idx.reshape((1,) * x.ndim if keepdims else ())
-    (ax,) = rd.normalize_axes(op, axis_int(op, axis, x.shape), x.ndim, x.shape)
-    idx = rd.argmax(src, axis=ax)
-    return idx.reshape(rd.reduced_shape(x.shape, (ax,), keepdims)) if keepdims else idx
+        shape = (1,) * x.ndim if keepdims else ()
+    else:
+        (ax,) = rd.normalize_axes(op, axis_int(op, axis, x.shape), x.ndim, x.shape)
+        idx = rd.argmax(src, axis=ax)
+        shape = rd.reduced_shape(x.shape, (ax,), keepdims) if keepdims else idx.shape
+    # the input's pending checks (an embedding's index range): the indices of rows picked by a
+    # bad id raise at their host read, as every value computed through tp ops does
+    idx.checks = x.checks
+    return idx.reshape(shape)
 
 
 def argmax(x, axis=None, keepdims: bool = False) -> Tensor:
