@@ -35,3 +35,54 @@ def test_argmax_keeps_a_check_through_a_view(queue):
         flat = tp.argmax(rows, keepdims=True)
     with pytest.raises(pc.ShapeError, match="embedding: index 4"):
         flat.to_host()
+
+
+# -- load_state_dict: a value that is not a number loaded NaN ---------------------------------
+@pytest.mark.parametrize("value", [None, np.array([None, 1.0], dtype=object),
+                                   np.array(["1.5", "2"])],
+                         ids=["None", "object-array-with-None", "strings-of-numbers"])
+def test_load_state_dict_refuses_values_that_are_not_numbers(queue, value):
+    """``load_state_dict`` cast every value with ``np.array(value, dtype=float32)``: ``None``
+    (and an object array holding one) became NaN and strings of digits became numbers, loaded
+    without a word (a 0-d or matching-shape parameter took them). PyTorch refuses a value
+    that is not a tensor ("expected torch.Tensor or Tensor-like object from checkpoint");
+    parcl documents a ``StateDictError`` for non-numeric values, with nothing changed."""
+    class Scale(pc.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.s = pc.nn.Parameter.from_host(queue, np.ones(np.shape(value), np.float32))
+            self.b = pc.nn.Parameter.from_host(queue, np.zeros(2, np.float32))
+
+    m = Scale()
+    with pytest.raises(pc.nn.StateDictError, match="'s' is not a numeric array"):
+        m.load_state_dict({"s": value, "b": np.ones(2)})
+    np.testing.assert_array_equal(m.s.to_host(), np.ones(np.shape(value)))
+    np.testing.assert_array_equal(m.b.to_host(), np.zeros(2))      # nothing was loaded
+
+
+def test_load_state_dict_still_casts_numeric_arrays(queue):
+    """float64, integer and boolean arrays (and PyTorch-style nested lists) are numbers: cast
+    to float32 as PyTorch's ``copy_`` does."""
+    lin = pc.nn.Linear(2, 2, queue=queue)
+    lin.load_state_dict({"weight": np.array([[0.5, 1], [2, 3]], np.float64),
+                         "bias": np.array([True, False])})
+    np.testing.assert_array_equal(lin.weight.to_host(), [[0.5, 1], [2, 3]])
+    np.testing.assert_array_equal(lin.bias.to_host(), [1, 0])
+    lin.load_state_dict({"weight": [[1, 2], [3, 4]], "bias": np.arange(2)})
+    np.testing.assert_array_equal(lin.weight.to_host(), [[1, 2], [3, 4]])
+
+
+def test_optimizer_load_state_dict_refuses_a_none_moment(queue):
+    """The optimizer's ``load_state_dict`` shares the cast: Adam's ``exp_avg`` given as an
+    object array holding ``None`` loaded NaN moments (every later step NaN). Now the
+    ``OptimizerError`` it has for non-numeric state."""
+    lin = pc.nn.Linear(2, 1, bias=False, queue=queue)
+    opt = pc.optim.Adam(lin.parameters(), lr=0.1)
+    with tp.Tape() as tape:
+        loss = tp.sum(lin(tp.tensor(np.ones((1, 2)))))
+    tape.backward(loss)
+    opt.step()
+    sd = opt.state_dict()
+    sd["state"][0]["exp_avg"] = np.array([[None, 1.0]], dtype=object)
+    with pytest.raises(pc.optim.OptimizerError, match="exp_avg.*not a numeric array"):
+        opt.load_state_dict(sd)

@@ -290,7 +290,11 @@ def host_copy(value, dtype) -> np.ndarray:
         value = value.value
     if isinstance(value, Tensor):
         value = value.to_host()
-    return np.array(value, dtype=dtype, order="C", copy=True)
+    array = np.asarray(value)
+    if array.dtype.kind not in "biufc":
+        # np.array(None, float32) is NaN and np.array("1.5", float32) is 1.5: not numbers
+        raise TypeError(f"expected numbers, got {type(value).__name__} of dtype {array.dtype}")
+    return np.array(array, dtype=dtype, order="C", copy=True)
 
 
 def tensor(t, requires_grad: bool = False) -> Node:
