@@ -86,3 +86,39 @@ def test_optimizer_load_state_dict_refuses_a_none_moment(queue):
     sd["state"][0]["exp_avg"] = np.array([[None, 1.0]], dtype=object)
     with pytest.raises(pc.optim.OptimizerError, match="exp_avg.*not a numeric array"):
         opt.load_state_dict(sd)
+
+
+# -- a registered name with a dot made two state-dict entries one -----------------------------
+def test_a_dotted_buffer_name_cannot_shadow_a_child_parameter(queue):
+    """``m.register_buffer("a.weight", t)`` beside a child ``a`` with a ``weight`` was
+    accepted: ``state_dict()`` had one ``a.weight`` key for two tensors (the buffer's value
+    silently lost in a checkpoint), and ``load_state_dict`` wrote that one array into both.
+    PyTorch refuses the name (``KeyError: buffer name can't contain "."``)."""
+    m = pc.nn.Module()
+    m.a = pc.nn.Linear(2, 2, queue=queue)
+    with pytest.raises(pc.nn.StateDictError, match=r"register_buffer\('a.weight'\).*'\.'"):
+        m.register_buffer("a.weight", pc.Tensor.zeros(queue, (2, 2)))
+    assert list(m.state_dict()) == ["a.weight", "a.bias"]
+    assert "a.weight" not in m._buffers
+
+
+@pytest.mark.parametrize("how", ["register_parameter", "add_module", "setattr", "Sequential"])
+@pytest.mark.parametrize("name", ["x.y", ""])
+def test_names_with_a_dot_or_empty_are_refused_everywhere(queue, how, name):
+    """The same for parameters and children (``add_module``, ``setattr``, an
+    ``OrderedDict`` given to ``Sequential``): a dot makes keys ambiguous (``x.y.weight`` of a
+    child ``x.y`` reads as child ``x``, grandchild ``y``) and an empty name gives keys
+    ``.weight``; PyTorch raises ``KeyError`` for both. Nothing is registered."""
+    from collections import OrderedDict
+    m = pc.nn.Module()
+    p = pc.nn.Parameter.from_host(queue, np.ones(1, np.float32))
+    with pytest.raises(pc.nn.StateDictError, match="name"):
+        if how == "register_parameter":
+            m.register_parameter(name, p)
+        elif how == "add_module":
+            m.add_module(name, pc.nn.Identity())
+        elif how == "setattr":
+            setattr(m, name, p)
+        else:
+            m = pc.nn.Sequential(OrderedDict([(name, pc.nn.Linear(1, 1, queue=queue))]))
+    assert m.state_dict() == {} and m.parameters() == []

@@ -173,6 +173,14 @@ class Module:
         kind keeps its place in the order, as PyTorch's: ``seq.add_module("1", Sigmoid())``
         still runs second in a Sequential, and ``state_dict()`` and ``parameters()`` keep
         their order (what an optimizer's state and a checkpoint are matched by)."""
+        if not isinstance(name, str) or not name or "." in name:
+            # PyTorch's KeyError: "a.b" would read as child "a"'s "b" in state-dict keys
+            # (two tensors under one key), "" gives keys ".weight"
+            what = {id(self._parameters): "register_parameter", id(self._buffers):
+                    "register_buffer"}.get(id(registry), "add_module")
+            raise StateDictError(f"{type(self).__name__}.{what}({name!r}): a name must be a "
+                                 "non-empty string without '.' (state-dict keys join names "
+                                 "with '.')")
         for other in self._registries():
             if other is not registry:
                 other.pop(name, None)
