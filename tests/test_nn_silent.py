@@ -122,3 +122,55 @@ def test_names_with_a_dot_or_empty_are_refused_everywhere(queue, how, name):
         else:
             m = pc.nn.Sequential(OrderedDict([(name, pc.nn.Linear(1, 1, queue=queue))]))
     assert m.state_dict() == {} and m.parameters() == []
+
+
+# -- train()/eval() call each child's train(), as PyTorch's ----------------------------------
+class _FrozenNormBackbone(pc.nn.Module):
+    """The fine-tuning idiom: a ``train`` override that keeps batch norm in evaluation."""
+
+    def __init__(self, queue):
+        super().__init__()
+        self.fc = pc.nn.Linear(3, 3, queue=queue)
+        self.bn = pc.nn.BatchNorm1d(3, queue=queue)
+
+    def train(self, mode=True):
+        super().train(mode)
+        self.bn.eval()
+        return self
+
+    def forward(self, x):
+        return self.bn(self.fc(x))
+
+
+def test_train_on_a_parent_runs_a_childs_train_override(queue):
+    """``model.train()`` set ``training`` on every descendant directly, so a child's own
+    ``train`` was never called: the frozen batch norm of the idiom above went back to batch
+    statistics and its running statistics moved at every step. PyTorch's ``Module.train``
+    calls ``child.train(mode)`` on each child: the override keeps ``bn`` in evaluation."""
+    model = pc.nn.Sequential(_FrozenNormBackbone(queue), pc.nn.Linear(3, 2, queue=queue))
+    model.eval()
+    model.train()
+    backbone = model[0]
+    assert model.training and backbone.training and backbone.fc.training
+    assert not backbone.bn.training                     # PyTorch: False
+    x = tp.tensor(np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32))
+    with tp.no_grad():
+        model(x)
+    np.testing.assert_array_equal(backbone.bn.running_mean.to_host(), np.zeros(3))
+    assert model.train(False) is model and not any(m.training for m in model.modules())
+
+
+def test_train_reaches_a_shared_child_and_returns_self(queue):
+    """A child registered under two names is switched once either way; ``eval()`` is
+    ``train(False)`` (an override of ``train`` sees it), as PyTorch's."""
+    calls = []
+
+    class Counting(pc.nn.Module):
+        def train(self, mode=True):
+            calls.append(mode)
+            return super().train(mode)
+
+    shared = Counting()
+    model = pc.nn.Sequential(shared, pc.nn.ReLU(), shared)
+    assert model.eval() is model
+    assert calls and set(calls) == {False} and not shared.training

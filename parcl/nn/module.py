@@ -292,9 +292,12 @@ class Module:
 
     # -- modes ---------------------------------------------------------------------------
     def train(self, mode: bool = True) -> Module:
-        """Training mode (batch statistics, dropout on) for this module and its children."""
-        for m in self.modules():
-            object.__setattr__(m, "training", bool(mode))
+        """Training mode (batch statistics, dropout on) for this module and its children:
+        ``child.train(mode)`` on each child, as PyTorch's, so a child's own override of
+        ``train`` (one that keeps its batch norm in evaluation) takes effect."""
+        object.__setattr__(self, "training", bool(mode))
+        for child in self._modules.values():
+            child.train(mode)
         return self
 
     def eval(self) -> Module:
