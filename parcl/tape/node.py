@@ -291,8 +291,7 @@ def host_copy(value, dtype) -> np.ndarray:
     if isinstance(value, Tensor):
         value = value.to_host()
     array = np.asarray(value)
-    if array.dtype.kind not in "biufc":
-        # np.array(None, float32) is NaN and np.array("1.5", float32) is 1.5: not numbers
+    if array.dtype.kind not in "biufc":      # None (np.array: NaN), strings, objects
         raise TypeError(f"expected numbers, got {type(value).__name__} of dtype {array.dtype}")
     return np.array(array, dtype=dtype, order="C", copy=True)
 
