@@ -174,3 +174,26 @@ def test_train_reaches_a_shared_child_and_returns_self(queue):
     model = pc.nn.Sequential(shared, pc.nn.ReLU(), shared)
     assert model.eval() is model
     assert calls and set(calls) == {False} and not shared.training
+
+
+# -- scaled_dot_product_attention: the mask's gradient at scale=0 -----------------------------
+def test_attention_mask_gradient_with_scale_zero(queue, rng):
+    """``scale=0.0`` (scores ignore q and k; the mask alone shapes the weights) raised a
+    ``ZeroDivisionError`` in the backward: the mask's gradient was the scores' gradient divided
+    by the scale. PyTorch gives ``p * (dp - rowsum(p * dp))`` summed over the batch (here in
+    numpy float64); q and k get zero."""
+    q, k, v = (rng.standard_normal((2, 3, 4)).astype(np.float32) for _ in range(3))
+    m = rng.standard_normal((3, 3)).astype(np.float32)
+    nodes = [tp.tensor(x, requires_grad=True) for x in (q, k, v, m)]
+    with tp.Tape() as tape:
+        y = tp.scaled_dot_product_attention(*nodes[:3], attn_mask=nodes[3], scale=0.0)
+        loss = tp.sum(y * y)
+    tape.backward(loss)
+    e = np.exp(m - m.max(-1, keepdims=True).astype(np.float64))
+    p = np.broadcast_to(e / e.sum(-1, keepdims=True), (2, 3, 3))
+    dy = 2 * (p @ v)
+    dp = dy @ v.transpose(0, 2, 1)
+    dm = (p * (dp - (p * dp).sum(-1, keepdims=True))).sum(0)
+    want = [np.zeros_like(q), np.zeros_like(k), p.transpose(0, 2, 1) @ dy, dm]
+    for node, w in zip(nodes, want):
+        np.testing.assert_allclose(node.grad.to_host(), w, rtol=1e-5, atol=1e-6)

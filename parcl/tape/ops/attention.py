@@ -99,6 +99,8 @@ class ScaledDotProductAttention(Function):
             if self.dropout is not None:
                 dp = self.dropout.backward(dp)
             ds = ak.masked_softmax_backward(p, dp, self.scale)
+            # scale 0: ds is zero and cannot be divided back; the mask's gradient unscaled
+            dm = ak.masked_softmax_backward(p, dp, 1.0) if need_mask and not self.scale else ds
             del dp
             if need_q:
                 gq = batched_gemm(ds, k3).reshape(self.shapes[0])
@@ -106,8 +108,8 @@ class ScaledDotProductAttention(Function):
                 gk = batched_gemm(ds, q3, trans_a=True).reshape(self.shapes[1])
             if need_mask:               # d(scores)/d(mask) = 1: ds without the scale
                 full = (*self.shapes[0][:-2], p.shape[1], p.shape[2])
-                gm = sum_to_shape(ds.reshape(full), self.shapes[3])
-                if self.scale != 1.0:
+                gm = sum_to_shape(dm.reshape(full), self.shapes[3])
+                if dm is ds and self.scale != 1.0:
                     gm = ew.scalar("mul", gm, 1.0 / self.scale)
         return gq, gk, gv, gm
 
