@@ -11,16 +11,13 @@ from typing import Any
 import numpy as np
 
 from .. import recorder
-from ..errors import ParclError, ShapeError
+from ..errors import ShapeError
 from ..tape.changes import changed
 from ..tape.node import Node, host_copy
 from ..tensor import FLOAT, Tensor
+from .checks import OptimizerError, _as_index, _nonneg, _once, _ordered
 
 __all__ = ["FlatBucket", "Optimizer", "OptimizerError", "StepPlan"]
-
-
-class OptimizerError(ParclError, ValueError):
-    """Bad optimizer options, or a state dict that does not fit the optimizer."""
 
 
 def _replicable(update):
@@ -43,16 +40,6 @@ class FlatBucket:
         self.grad_views = [p.grad for p in params]
 
 
-def _nonneg(name: str, value) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise OptimizerError(f"{name} must be a number, got {value!r}") from None
-    if not value >= 0.0:       # also rejects NaN
-        raise OptimizerError(f"invalid {name}: {value} (must be >= 0)")
-    return value
-
-
 class Optimizer:
     """Base class: parameter groups, per-parameter state, ``zero_grad``, state dicts.
 
@@ -70,6 +57,7 @@ class Optimizer:
 
     def __init__(self, params, defaults: dict[str, Any]):
         defaults = self._validate_options(defaults)
+        _ordered(type(self).__name__, params)
         params = list(params) if not isinstance(params, Node) else [params]
         if not params:
             raise OptimizerError(f"{type(self).__name__} got an empty parameter list")
@@ -86,6 +74,7 @@ class Optimizer:
             if not isinstance(group, dict) or "params" not in group:
                 raise OptimizerError("parameter groups must be dicts with a 'params' entry")
             plist = group["params"]
+            _ordered(type(self).__name__, plist)
             plist = [plist] if isinstance(plist, Node) else list(plist)
             for p in plist:
                 if not isinstance(p, Node):
@@ -337,12 +326,14 @@ class Optimizer:
         id_map = {}
         for saved, mine in zip(groups, self.param_groups):
             for idx, p in zip(saved["params"], mine["params"]):
-                id_map[_as_index(name, idx)] = p
+                id_map[_once(name, "param_groups", idx, id_map)] = p
         state_in = state_dict.get("state", {})
         if not isinstance(state_in, dict):
             raise OptimizerError(f"{name}: 'state' must be a dict index -> entry")
         staged: dict[Node, dict[str, Any]] = {}
+        keys: set[int] = set()
         for key, entry in state_in.items():
+            keys.add(_once(name, "state", key, keys))
             p = id_map.get(_as_index(name, key))
             if p is None:
                 raise OptimizerError(f"{name}: state for parameter {key!r}, which no "
@@ -401,15 +392,6 @@ class Optimizer:
             opts = ", ".join(f"{k}={v}" for k, v in g.items() if k != "params")
             lines.append(f"  group {i}: {len(g['params'])} params, {opts}")
         return "\n".join(lines) + "\n)"
-
-
-def _as_index(name: str, key) -> int:
-    try:
-        if isinstance(key, bool):
-            raise ValueError
-        return int(key)
-    except (TypeError, ValueError):
-        raise OptimizerError(f"{name}: parameter index {key!r} is not an integer") from None
 
 
 class StepPlan:
