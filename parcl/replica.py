@@ -88,7 +88,7 @@ class ReplicaGroup:
         self._closed = False
         self._broken: str | None = None
         self._last_job: threads.Job | None = None
-        self._grads_dirty = False
+        self._grads_dirty = self._reduced = False    # _reduced: by allreduce_grads
         self._labels = IgnoredLabels()
         self._last_norm: np.ndarray | None = None
         self.replicas = [Replica(i, d, runtime.new_queue(d)) for i, d in enumerate(devs)]
@@ -176,6 +176,8 @@ class ReplicaGroup:
             self._broken = (f"a replica did not finish its previous call within "
                             f"{self.timeout:.0f} s")
             raise ReplicaError(f"ReplicaGroup: {self._broken}")
+        if self._reduced:     # replica 0's gradients dropped (zero_grad) after allreduce_grads
+            self._reduced = not self._buffers.drop_like_first()
 
     def run(self, fn, *per_replica_args, timeout: float | None = None) -> list:
         """Call ``fn(replica, a[i], b[i], ...)`` in every replica's thread at once and return
@@ -251,6 +253,7 @@ class ReplicaGroup:
         for grads in self._buffers.grads:
             grads.gather(keep=False)        # every view back, then zeroed: nothing to copy
             grads.zero_()
+        self._reduced = False
 
     def allreduce_grads(self, average: bool = True) -> None:
         """Sum (``average=True``: average) the replicas' gradients with the OpenCL reduce
@@ -262,6 +265,7 @@ class ReplicaGroup:
             self._buffers.broadcast()      # replaced buffers: replica 0's, as a step would
         for grads in self._buffers.grads:
             grads.gather()                 # gradients the replicas' own backwards replaced
+        self._reduced = True
         world = self.comm.Get_size() if self.comm is not None else 1
         scale = 1.0 / (len(self.replicas) * world) if average else 1.0
         Reduced(self.allreduce_algorithm, self.comm).reduce(self._buffers, scale)
@@ -366,6 +370,9 @@ class ReplicaGroup:
         reset."""
         if self._grads_dirty:
             self.zero_grad()
+        elif self._reduced:                # allreduce_grads' copies: the gradient counts once
+            self._buffers.forget_copies()
+            self._reduced = False
         self._grads_dirty = True
         if self._buffers.refresh() or (len(self.replicas) > 1
                                        and self._buffers.changed_since(self._synced)):
@@ -374,10 +381,8 @@ class ReplicaGroup:
             self._stats.start()
 
     def _keys(self, key, loss_fn, reduction: str) -> list:
-        """Per replica what its recorded step is looked up by beside shapes, modes and its
-        model's Python state (``capture_key``, taken in the replica's own call): a loss
-        module's state (``CrossEntropyLoss(label_smoothing=...)``), ``key`` and the
-        ``reduction`` (which decides what the step checks of the loss)."""
+        """Per replica what its recorded step is looked up by beside shapes, modes and
+        ``capture_key``: a loss module's state, ``key`` and the ``reduction``."""
         if not self.capture:
             return [reduction] * len(self.replicas)
         loss_state = capture_key(loss_fn) if isinstance(loss_fn, Module) else None

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 import parcl as pc
+import parcl.tape as tp
 from parcl.optim import SGD, Adam, OptimizerError
+from parcl.replica import ReplicaGroup
 
 
 def params(queue, *shapes):
@@ -61,3 +63,73 @@ def test_a_state_dict_listing_a_parameter_index_twice_is_refused(queue):
     fresh.load_state_dict(saved)                   # the real one still loads
     np.testing.assert_array_equal(fresh.state[c]["exp_avg"].to_host(),
                                   opt.state[c]["exp_avg"].to_host())
+
+
+def _linear(queue):
+    pc.nn.manual_seed(0)
+    return pc.nn.Linear(4, 2, queue=queue)
+
+
+def _grads(w, b, x):
+    """numpy: the gradients of ``mean((x @ w.T + b) ** 2)`` over the whole batch."""
+    out = x.astype(np.float64) @ w.T + b
+    d = 2 * out / out.size
+    return d.T @ x, d.sum(0)
+
+
+def _backward(replica, xs):
+    with tp.Tape() as tape:
+        out = replica.model(tp.tensor(pc.Tensor.from_host(replica.queue, xs)))
+        loss = tp.mean(out * out)
+    tape.backward(loss)
+
+
+@pytest.mark.parametrize("zero", ["optimizer", "model"])
+def test_zero_grad_of_the_optimizer_after_allreduce_grads_zeroes_every_replica(devices2, zero):
+    """The custom loop of docs/api.md (``group.run`` backward, ``allreduce_grads``,
+    ``opt.step()``), with PyTorch's ``opt.zero_grad()`` (or ``group.model.zero_grad()``) in
+    place of ``group.zero_grad()``: that dropped replica 0's gradients only, and replica 1's
+    next backward added to the reduced gradient it still held, so from the second step on
+    every update was off (the weights by 0.09 after 4 steps here), with no error. PyTorch's
+    loop (each process zeroing its own model) gives plain SGD on the full-batch gradient."""
+    rng = np.random.default_rng(0)
+    xs = [rng.random((6, 4), dtype=np.float32) for _ in range(4)]
+    with ReplicaGroup(_linear, devices2) as group:
+        w = group.model.weight.value.to_host().astype(np.float64)
+        b = group.model.bias.value.to_host().astype(np.float64)
+        opt = SGD(group.parameters(), lr=0.1)
+        for x in xs:
+            group.run(_backward, [x[:3], x[3:]])
+            group.allreduce_grads(average=True)
+            opt.step()
+            (opt if zero == "optimizer" else group.model).zero_grad()
+            group.broadcast_parameters()
+            gw, gb = _grads(w, b, x)
+            w, b = w - 0.1 * gw, b - 0.1 * gb
+        for r in group.replicas:
+            np.testing.assert_allclose(r.model.weight.value.to_host(), w, rtol=1e-5,
+                                       atol=1e-6)
+            np.testing.assert_allclose(r.model.bias.value.to_host(), b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_step_after_allreduce_grads_counts_the_left_gradient_once(devices2):
+    """``allreduce_grads`` leaves every replica a copy of the reduced gradient; a
+    ``group.step`` right after it (no ``zero_grad``) used to sum those copies as if each were
+    a replica's own, so the left gradient entered the update twice (2 replicas), silently.
+    PyTorch's ``backward`` adds to a ``.grad`` left in place once: the update is
+    ``lr * (left + this step's gradient)``."""
+    rng = np.random.default_rng(1)
+    x0, x = rng.random((6, 4), dtype=np.float32), rng.random((6, 4), dtype=np.float32)
+    with ReplicaGroup(_linear, devices2) as group:
+        w = group.model.weight.value.to_host().astype(np.float64)
+        b = group.model.bias.value.to_host().astype(np.float64)
+        opt = SGD(group.parameters(), lr=0.1)
+        group.run(_backward, [x0[:3], x0[3:]])
+        group.allreduce_grads(average=True)
+        group.step(x, np.zeros(6, np.int64), lambda out, y: tp.mean(out * out), opt)
+        lw, lb = _grads(w, b, x0)
+        gw, gb = _grads(w, b, x)
+        np.testing.assert_allclose(group.model.weight.value.to_host(), w - 0.1 * (lw + gw),
+                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(group.model.bias.value.to_host(), b - 0.1 * (lb + gb),
+                                   rtol=1e-5, atol=1e-6)

@@ -127,6 +127,27 @@ class StepBuffers:
         return any(c is not None and c.when > when for c in (
             changes.get(t.data.int_ptr) for t in [*self.values[0].views, *self.buffers[0]]))
 
+    def drop_like_first(self) -> bool:
+        """After ``allreduce_grads`` every replica holds a copy of the reduced gradient; a
+        gradient replica 0 dropped since (``optimizer.zero_grad()``, ``model.zero_grad()``:
+        its ``.grad`` no longer its bucket view) is zeroed on every replica that kept its
+        copy, so their next backward does not add to it. True if any was."""
+        first = self.grads[0]
+        dropped = [j for j, (p, v) in enumerate(zip(first.params, first.views))
+                   if p.grad is not v]
+        for grads in self.grads[1:]:
+            for j in dropped:
+                if grads.params[j].grad is grads.views[j]:
+                    grads.views[j].fill_owned(0)
+        return bool(dropped)
+
+    def forget_copies(self) -> None:
+        """Zero the other replicas' copies of the reduced gradient (replica 0's is kept): a
+        step sums every replica's gradient, so the left one counts once, as in PyTorch."""
+        for grads in self.grads[1:]:
+            grads.gather(keep=False)
+            grads.zero_()
+
     def broadcast(self) -> None:
         """Copy replica 0's parameters and buffers to every other replica; replica 0's queue
         waits for those reads before it changes anything again."""
