@@ -88,7 +88,7 @@ class ReplicaGroup:
         self._closed = False
         self._broken: str | None = None
         self._last_job: threads.Job | None = None
-        self._grads_dirty = self._reduced = False    # _reduced: by allreduce_grads
+        self._grads_dirty, self._reduced = False, 0    # _reduced: StepBuffers.follow_first
         self._labels = IgnoredLabels()
         self._last_norm: np.ndarray | None = None
         self.replicas = [Replica(i, d, runtime.new_queue(d)) for i, d in enumerate(devs)]
@@ -176,8 +176,6 @@ class ReplicaGroup:
             self._broken = (f"a replica did not finish its previous call within "
                             f"{self.timeout:.0f} s")
             raise ReplicaError(f"ReplicaGroup: {self._broken}")
-        if self._reduced:     # replica 0's gradients dropped (zero_grad) after allreduce_grads
-            self._reduced = not self._buffers.drop_like_first()
 
     def run(self, fn, *per_replica_args, timeout: float | None = None) -> list:
         """Call ``fn(replica, a[i], b[i], ...)`` in every replica's thread at once and return
@@ -190,6 +188,8 @@ class ReplicaGroup:
                 raise ShapeError(f"ReplicaGroup.run: argument {j} has {len(arg)} entries; "
                                  f"expected one per replica ({k})")
         self._wait_idle()
+        if self._reduced:           # after allreduce_grads: replica 0's gradients, everywhere
+            self._reduced = self._buffers.follow_first(self._reduced)
         job = threads.Job(k)
         self._last_job = job
         threads.dispatch(self.replicas, job, fn, per_replica_args)
@@ -253,7 +253,7 @@ class ReplicaGroup:
         for grads in self._buffers.grads:
             grads.gather(keep=False)        # every view back, then zeroed: nothing to copy
             grads.zero_()
-        self._reduced = False
+        self._reduced = 0
 
     def allreduce_grads(self, average: bool = True) -> None:
         """Sum (``average=True``: average) the replicas' gradients with the OpenCL reduce
@@ -263,9 +263,11 @@ class ReplicaGroup:
         self._wait_idle()
         if self._buffers.refresh():        # raises for a model holding other Parameters
             self._buffers.broadcast()      # replaced buffers: replica 0's, as a step would
+        if self._reduced:
+            self._buffers.follow_first(self._reduced)
         for grads in self._buffers.grads:
             grads.gather()                 # gradients the replicas' own backwards replaced
-        self._reduced = True
+        self._reduced = 1
         world = self.comm.Get_size() if self.comm is not None else 1
         scale = 1.0 / (len(self.replicas) * world) if average else 1.0
         Reduced(self.allreduce_algorithm, self.comm).reduce(self._buffers, scale)
@@ -370,10 +372,9 @@ class ReplicaGroup:
         reset."""
         if self._grads_dirty:
             self.zero_grad()
-        elif self._reduced:                # allreduce_grads' copies: the gradient counts once
+        elif self._reduced == 1:           # allreduce_grads' copies: the gradient counts once
             self._buffers.forget_copies()
-            self._reduced = False
-        self._grads_dirty = True
+        self._grads_dirty, self._reduced = True, 0
         if self._buffers.refresh() or (len(self.replicas) > 1
                                        and self._buffers.changed_since(self._synced)):
             self._buffers.broadcast()

@@ -84,11 +84,12 @@ def _backward(replica, xs):
     tape.backward(loss)
 
 
-@pytest.mark.parametrize("zero", ["optimizer", "model"])
+@pytest.mark.parametrize("zero", ["optimizer", "model", "in-place"])
 def test_zero_grad_of_the_optimizer_after_allreduce_grads_zeroes_every_replica(devices2, zero):
     """The custom loop of docs/api.md (``group.run`` backward, ``allreduce_grads``,
     ``opt.step()``), with PyTorch's ``opt.zero_grad()`` (or ``group.model.zero_grad()``) in
-    place of ``group.zero_grad()``: that dropped replica 0's gradients only, and replica 1's
+    place of ``group.zero_grad()`` (or ``opt.zero_grad(set_to_none=False)``): that zeroed
+    replica 0's gradients only, and replica 1's
     next backward added to the reduced gradient it still held, so from the second step on
     every update was off (the weights by 0.09 after 4 steps here), with no error. PyTorch's
     loop (each process zeroing its own model) gives plain SGD on the full-batch gradient."""
@@ -102,7 +103,10 @@ def test_zero_grad_of_the_optimizer_after_allreduce_grads_zeroes_every_replica(d
             group.run(_backward, [x[:3], x[3:]])
             group.allreduce_grads(average=True)
             opt.step()
-            (opt if zero == "optimizer" else group.model).zero_grad()
+            if zero == "in-place":
+                opt.zero_grad(set_to_none=False)
+            else:
+                (opt if zero == "optimizer" else group.model).zero_grad()
             group.broadcast_parameters()
             gw, gb = _grads(w, b, x)
             w, b = w - 0.1 * gw, b - 0.1 * gb
