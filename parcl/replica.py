@@ -366,14 +366,16 @@ class ReplicaGroup:
 
     def _begin(self) -> None:
         """Before the replicas start: a failed step's gradients zeroed (each replica makes
-        its buckets its gradients again in its own call: ``Eager.prepare``); replica 0's
-        parameters and buffers copied to the others if changed in place since they were last
-        made equal, or a buffer replaced; a batch-statistics exchange broken by a failed step
-        reset."""
+        its buckets its gradients again in its own call: ``Eager.prepare``), or the copies
+        ``allreduce_grads`` left; replica 0's parameters and buffers copied to the others if
+        changed in place since they were last made equal, or a buffer replaced; a
+        batch-statistics exchange broken by a failed step reset."""
         if self._grads_dirty:
             self.zero_grad()
         elif self._reduced == 1:           # allreduce_grads' copies: the gradient counts once
             self._buffers.forget_copies()
+        elif self._reduced:                # ... and what replica 0 dropped since is dropped
+            self._buffers.follow_first(self._reduced)
         self._grads_dirty, self._reduced = True, 0
         if self._buffers.refresh() or (len(self.replicas) > 1
                                        and self._buffers.changed_since(self._synced)):

@@ -137,3 +137,29 @@ def test_a_step_after_allreduce_grads_counts_the_left_gradient_once(devices2):
                                    rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(group.model.bias.value.to_host(), b - 0.1 * (lb + gb),
                                    rtol=1e-5, atol=1e-6)
+
+
+def test_a_step_after_allreduce_grads_and_zero_grad_of_the_optimizer_starts_from_zero(devices2):
+    """``allreduce_grads``, a ``run`` that only evaluates, ``opt.step()``, ``opt.zero_grad()``,
+    then ``group.step``: replica 1 still held its copy of the reduced gradient, which the
+    step summed into its update as if it were this batch's. PyTorch's ``zero_grad`` leaves
+    nothing: the step is plain SGD on this batch."""
+    rng = np.random.default_rng(2)
+    x0, x = rng.random((6, 4), dtype=np.float32), rng.random((6, 4), dtype=np.float32)
+    with ReplicaGroup(_linear, devices2) as group:
+        w = group.model.weight.value.to_host().astype(np.float64)
+        b = group.model.bias.value.to_host().astype(np.float64)
+        opt = SGD(group.parameters(), lr=0.1)
+        group.run(_backward, [x0[:3], x0[3:]])
+        group.allreduce_grads(average=True)
+        group.run(lambda r: None)
+        opt.step()
+        opt.zero_grad()
+        gw, gb = _grads(w, b, x0)
+        w, b = w - 0.1 * gw, b - 0.1 * gb
+        group.step(x, np.zeros(6, np.int64), lambda out, y: tp.mean(out * out), opt)
+        gw, gb = _grads(w, b, x)
+        np.testing.assert_allclose(group.model.weight.value.to_host(), w - 0.1 * gw,
+                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(group.model.bias.value.to_host(), b - 0.1 * gb,
+                                   rtol=1e-5, atol=1e-6)
