@@ -87,12 +87,12 @@ def _backward(replica, xs):
 @pytest.mark.parametrize("zero", ["optimizer", "model", "in-place"])
 def test_zero_grad_of_the_optimizer_after_allreduce_grads_zeroes_every_replica(devices2, zero):
     """The custom loop of docs/api.md (``group.run`` backward, ``allreduce_grads``,
-    ``opt.step()``), with PyTorch's ``opt.zero_grad()`` (or ``group.model.zero_grad()``) in
-    place of ``group.zero_grad()`` (or ``opt.zero_grad(set_to_none=False)``): that zeroed
-    replica 0's gradients only, and replica 1's
-    next backward added to the reduced gradient it still held, so from the second step on
-    every update was off (the weights by 0.09 after 4 steps here), with no error. PyTorch's
-    loop (each process zeroing its own model) gives plain SGD on the full-batch gradient."""
+    ``opt.step()``), with PyTorch's ``opt.zero_grad()`` (``group.model.zero_grad()``,
+    ``opt.zero_grad(set_to_none=False)``) in place of ``group.zero_grad()``: that zeroed
+    replica 0's gradients only, and replica 1's next backward added to the reduced gradient
+    it still held, so from the second step on every update was off (the weights by 0.09
+    after 4 steps here), with no error. PyTorch's loop (each process zeroing its own model)
+    gives plain SGD on the full-batch gradient."""
     rng = np.random.default_rng(0)
     xs = [rng.random((6, 4), dtype=np.float32) for _ in range(4)]
     with ReplicaGroup(_linear, devices2) as group:
