@@ -116,6 +116,22 @@ def test_zero_grad_of_the_optimizer_after_allreduce_grads_zeroes_every_replica(d
             np.testing.assert_allclose(r.model.bias.value.to_host(), b, rtol=1e-5, atol=1e-6)
 
 
+def _reduced_once(group, x0):
+    """Replica 0's starting weights (float64), an SGD over them, and one backward of ``x0``
+    split over the two replicas, reduced by ``allreduce_grads``."""
+    w = group.model.weight.value.to_host().astype(np.float64)
+    b = group.model.bias.value.to_host().astype(np.float64)
+    opt = SGD(group.parameters(), lr=0.1)
+    group.run(_backward, [x0[:3], x0[3:]])
+    group.allreduce_grads(average=True)
+    return w, b, opt
+
+
+def _assert_params(group, w, b):
+    np.testing.assert_allclose(group.model.weight.value.to_host(), w, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(group.model.bias.value.to_host(), b, rtol=1e-5, atol=1e-6)
+
+
 def test_a_step_after_allreduce_grads_counts_the_left_gradient_once(devices2):
     """``allreduce_grads`` leaves every replica a copy of the reduced gradient; a
     ``group.step`` right after it (no ``zero_grad``) used to sum those copies as if each were
@@ -125,18 +141,11 @@ def test_a_step_after_allreduce_grads_counts_the_left_gradient_once(devices2):
     rng = np.random.default_rng(1)
     x0, x = rng.random((6, 4), dtype=np.float32), rng.random((6, 4), dtype=np.float32)
     with ReplicaGroup(_linear, devices2) as group:
-        w = group.model.weight.value.to_host().astype(np.float64)
-        b = group.model.bias.value.to_host().astype(np.float64)
-        opt = SGD(group.parameters(), lr=0.1)
-        group.run(_backward, [x0[:3], x0[3:]])
-        group.allreduce_grads(average=True)
+        w, b, opt = _reduced_once(group, x0)
         group.step(x, np.zeros(6, np.int64), lambda out, y: tp.mean(out * out), opt)
         lw, lb = _grads(w, b, x0)
         gw, gb = _grads(w, b, x)
-        np.testing.assert_allclose(group.model.weight.value.to_host(), w - 0.1 * (lw + gw),
-                                   rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(group.model.bias.value.to_host(), b - 0.1 * (lb + gb),
-                                   rtol=1e-5, atol=1e-6)
+        _assert_params(group, w - 0.1 * (lw + gw), b - 0.1 * (lb + gb))
 
 
 def test_a_step_after_allreduce_grads_and_zero_grad_of_the_optimizer_starts_from_zero(devices2):
@@ -147,11 +156,7 @@ def test_a_step_after_allreduce_grads_and_zero_grad_of_the_optimizer_starts_from
     rng = np.random.default_rng(2)
     x0, x = rng.random((6, 4), dtype=np.float32), rng.random((6, 4), dtype=np.float32)
     with ReplicaGroup(_linear, devices2) as group:
-        w = group.model.weight.value.to_host().astype(np.float64)
-        b = group.model.bias.value.to_host().astype(np.float64)
-        opt = SGD(group.parameters(), lr=0.1)
-        group.run(_backward, [x0[:3], x0[3:]])
-        group.allreduce_grads(average=True)
+        w, b, opt = _reduced_once(group, x0)
         group.run(lambda r: None)
         opt.step()
         opt.zero_grad()
@@ -159,7 +164,4 @@ def test_a_step_after_allreduce_grads_and_zero_grad_of_the_optimizer_starts_from
         w, b = w - 0.1 * gw, b - 0.1 * gb
         group.step(x, np.zeros(6, np.int64), lambda out, y: tp.mean(out * out), opt)
         gw, gb = _grads(w, b, x)
-        np.testing.assert_allclose(group.model.weight.value.to_host(), w - 0.1 * gw,
-                                   rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(group.model.bias.value.to_host(), b - 0.1 * gb,
-                                   rtol=1e-5, atol=1e-6)
+        _assert_params(group, w - 0.1 * gw, b - 0.1 * gb)
