@@ -202,17 +202,8 @@ class ReplicaGroup:
             # The cause, not a replica that only stopped because another one failed
             failure = min(job.failures, key=lambda f: (
                 isinstance(f.error, threading.BrokenBarrierError), f.index))
-            raise self._failure(failure) from failure.error
+            raise failure.error_in(self.replicas[failure.index]) from failure.error
         return list(job.results)
-
-    def _failure(self, failure: threads.Failure) -> ReplicaError:
-        index, exc, tb = failure.index, failure.error, failure.traceback
-        dev = runtime.describe(self.replicas[index].device)
-        row = getattr(exc, "batch_row", None)
-        where = f" (row {row} of the batch given to step)" if row is not None else ""
-        return ReplicaError(f"replica {index} on {dev} failed: {type(exc).__name__}: {exc}"
-                            f"{where}\n--- traceback in replica {index} ---\n{tb}",
-                            index=index, device=dev, traceback_text=tb)
 
     # -- gradients and parameters -----------------------------------------------------
     def parameters(self) -> list:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pyopencl as cl
 
 from . import runtime
+from .errors import ReplicaError
 from .gate import release, release_all
 from .tape import mode
 
@@ -46,6 +47,17 @@ class Failure:
     index: int
     error: BaseException
     traceback: str
+
+    def error_in(self, replica: Replica) -> ReplicaError:
+        """The ``ReplicaError`` the caller raises: the replica's index and device, the
+        original error (with the batch row it names, if any) and its traceback."""
+        dev = runtime.describe(replica.device)
+        row = getattr(self.error, "batch_row", None)
+        where = f" (row {row} of the batch given to step)" if row is not None else ""
+        return ReplicaError(f"replica {self.index} on {dev} failed: "
+                            f"{type(self.error).__name__}: {self.error}{where}\n"
+                            f"--- traceback in replica {self.index} ---\n{self.traceback}",
+                            index=self.index, device=dev, traceback_text=self.traceback)
 
 
 class Job:
