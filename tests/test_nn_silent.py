@@ -176,6 +176,17 @@ def test_train_reaches_a_shared_child_and_returns_self(queue):
     assert calls and set(calls) == {False} and not shared.training
 
 
+@pytest.mark.parametrize("mode", ["eval", "False", 0, None], ids=repr)
+def test_train_with_a_mode_that_is_not_a_bool_is_refused(queue, mode):
+    """``model.train("eval")`` switched the model to training (any non-empty string is true),
+    silently; PyTorch raises ``ValueError`` for a mode that is not a bool. Nothing changes."""
+    model = pc.nn.Sequential(pc.nn.Dropout(0.5)).eval()
+    with pytest.raises(pc.ParclError, match="mode must be a bool"):
+        model.train(mode)
+    assert not any(m.training for m in model.modules())
+    assert model.train(np.bool_(True)).training      # a numpy bool is a bool
+
+
 # -- scaled_dot_product_attention: the mask's gradient at scale=0 -----------------------------
 def test_attention_mask_gradient_with_scale_zero(queue, rng):
     """``scale=0.0`` (scores ignore q and k; the mask alone shapes the weights) raised a

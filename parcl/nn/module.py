@@ -294,7 +294,11 @@ class Module:
     def train(self, mode: bool = True) -> Module:
         """Training mode (batch statistics, dropout on) for this module and its children:
         ``child.train(mode)`` on each child, as PyTorch's, so a child's own override of
-        ``train`` (one that keeps its batch norm in evaluation) takes effect."""
+        ``train`` (one that keeps its batch norm in evaluation) takes effect. ``mode`` must
+        be a bool: ``train("eval")`` would otherwise mean training (PyTorch's ValueError)."""
+        if not isinstance(mode, (bool, np.bool_)):
+            raise ParclError(f"{type(self).__name__}.train: mode must be a bool, got {mode!r} "
+                             f"({type(mode).__name__}); use eval() for evaluation")
         object.__setattr__(self, "training", bool(mode))
         for child in self._modules.values():
             child.train(mode)
