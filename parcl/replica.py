@@ -25,7 +25,7 @@ import pyopencl as cl
 from . import replica_threads as threads
 from . import runtime
 from .allreduce.buckets import GradBuckets, ParamBuckets, alignment_elems, plan_buckets
-from .allreduce.end import Reduced, StepBuffers, end_of_step
+from .allreduce.end import REDUCED, SYNCED, Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
 from .nn.buffer_slots import ModelSlots
@@ -88,7 +88,7 @@ class ReplicaGroup:
         self._closed = False
         self._broken: str | None = None
         self._last_job: threads.Job | None = None
-        self._grads_dirty, self._reduced = False, 0    # _reduced: StepBuffers.follow_first
+        self._grads_dirty, self._reduced = False, SYNCED   # see StepBuffers.follow_first
         self._labels = IgnoredLabels()
         self._last_norm: np.ndarray | None = None
         self.replicas = [Replica(i, d, runtime.new_queue(d)) for i, d in enumerate(devs)]
@@ -244,7 +244,7 @@ class ReplicaGroup:
         for grads in self._buffers.grads:
             grads.gather(keep=False)        # every view back, then zeroed: nothing to copy
             grads.zero_()
-        self._reduced = 0
+        self._reduced = SYNCED
 
     def allreduce_grads(self, average: bool = True) -> None:
         """Sum (``average=True``: average) the replicas' gradients with the OpenCL reduce
@@ -258,7 +258,7 @@ class ReplicaGroup:
             self._buffers.follow_first(self._reduced)
         for grads in self._buffers.grads:
             grads.gather()                 # gradients the replicas' own backwards replaced
-        self._reduced = 1
+        self._reduced = REDUCED
         world = self.comm.Get_size() if self.comm is not None else 1
         scale = 1.0 / (len(self.replicas) * world) if average else 1.0
         Reduced(self.allreduce_algorithm, self.comm).reduce(self._buffers, scale)
@@ -363,11 +363,11 @@ class ReplicaGroup:
         batch-statistics exchange broken by a failed step reset."""
         if self._grads_dirty:
             self.zero_grad()
-        elif self._reduced == 1:           # allreduce_grads' copies: the gradient counts once
+        elif self._reduced == REDUCED:     # allreduce_grads' copies: the gradient counts once
             self._buffers.forget_copies()
         elif self._reduced:                # ... and what replica 0 dropped since is dropped
             self._buffers.follow_first(self._reduced)
-        self._grads_dirty, self._reduced = True, 0
+        self._grads_dirty, self._reduced = True, SYNCED
         if self._buffers.refresh() or (len(self.replicas) > 1
                                        and self._buffers.changed_since(self._synced)):
             self._buffers.broadcast()

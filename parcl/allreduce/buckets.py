@@ -61,6 +61,13 @@ def _flat_views(shapes, queue: cl.CommandQueue, plan, align: int):
     return flats, views
 
 
+def copy_flats(dst: list, src: list, wait_for) -> list[cl.Event]:
+    """Enqueue on each ``dst`` bucket's queue: its bytes = the ``src`` bucket's, after
+    ``wait_for``; the copies' events."""
+    return [cl.enqueue_copy(d.queue, d.data, s.data, byte_count=s.nbytes, wait_for=wait_for)
+            for d, s in zip(dst, src)]
+
+
 class GradBuckets:
     """Flat gradient buffers for one replica's parameters, with ``.grad`` views into them:
     backward accumulates straight into the buckets."""
@@ -91,6 +98,10 @@ class GradBuckets:
                 else:
                     view.copy_owned(grad)
             p.grad = view
+
+    def copy_from(self, other: GradBuckets, wait_for) -> list[cl.Event]:
+        """Enqueue on this replica's queue: every bucket = ``other``'s (after ``wait_for``)."""
+        return copy_flats(self.flats, other.flats, wait_for)
 
     def zero_(self) -> None:
         """Zero every gradient: one fill per bucket."""
@@ -125,6 +136,4 @@ class ParamBuckets:
 
     def copy_from(self, other: ParamBuckets, wait_for) -> list[cl.Event]:
         """Enqueue on this replica's queue: every bucket = ``other``'s (after ``wait_for``)."""
-        return [cl.enqueue_copy(dst.queue, dst.data, src.data, byte_count=src.nbytes,
-                                wait_for=wait_for)
-                for dst, src in zip(self.flats, other.flats)]
+        return copy_flats(self.flats, other.flats, wait_for)

@@ -38,6 +38,11 @@ from .buckets import GradBuckets, ParamBuckets
 from .mpi import hierarchical
 
 
+# What ``allreduce_grads`` left on the replicas (``StepBuffers.follow_first``): nothing, every
+# replica a copy of the reduced gradient, or those copies made replica 0's once since.
+SYNCED, REDUCED, FOLLOWED = 0, 1, 2
+
+
 @dataclass
 class StepBuffers:
     """Every replica's flat buffers (replica 0's first), which the end of a step works on:
@@ -129,34 +134,31 @@ class StepBuffers:
 
     def follow_first(self, phase: int) -> int:
         """Before a call after ``allreduce_grads`` left every replica a copy of the reduced
-        gradient (``phase`` 1; 2 once a call ran since): replica 0's gradients, as its
-        optimizer and ``zero_grad`` left them, become every replica's, so the others' next
-        backward does not add to a copy replica 0 zeroed. The first call copies replica 0's
-        buckets; later ones zero the gradients replica 0 dropped (``.grad`` no longer its
-        bucket view), until one is. The next phase: 0 once the copies are gone."""
+        gradient (``phase`` REDUCED; FOLLOWED once a call ran since): replica 0's gradients,
+        as its optimizer and ``zero_grad`` left them, become every replica's, so the others'
+        next backward does not add to a copy replica 0 zeroed. The first call copies replica
+        0's buckets; later ones zero the gradients replica 0 dropped (``.grad`` no longer its
+        bucket view), until one is. The next phase: SYNCED once the copies are gone."""
         first = self.grads[0]
         dropped = [j for j, (p, v) in enumerate(zip(first.params, first.views))
                    if p.grad is not v]
-        if phase == 1:
+        if phase == REDUCED:
             none = [first.params[j] for j in dropped if first.params[j].grad is None]
             first.gather()                 # a dropped gradient is zero in the bucket
             for grads in self.grads[1:]:
                 grads.gather(keep=False)
             ready = [pending(self.queues[0])]
-            order_after(self.queues[0], [
-                cl.enqueue_copy(self.queues[r], d.data, s.data, byte_count=s.nbytes,
-                                wait_for=ready)
-                for r in range(1, len(self.queues))
-                for s, d in zip(first.flats, self.grads[r].flats)])
+            order_after(self.queues[0], [e for grads in self.grads[1:]
+                                         for e in grads.copy_from(first, ready)])
             release_all()
             for p in none:                 # still skipped by the optimizer, as PyTorch's
                 p.grad = None
-            return 0 if dropped else 2
+            return SYNCED if dropped else FOLLOWED
         for grads in self.grads[1:]:
             for j in dropped:
                 if grads.params[j].grad is grads.views[j]:
                     grads.views[j].fill_owned(0)
-        return 0 if dropped else phase
+        return SYNCED if dropped else phase
 
     def forget_copies(self) -> None:
         """Zero the other replicas' copies of the reduced gradient (replica 0's is kept): a
