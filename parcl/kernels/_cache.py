@@ -5,12 +5,14 @@ PoCL takes ~0.4 s per cold build, so sources are grouped into a few programs per
 ``Kernel`` objects are cached per *thread*: ``clSetKernelArg`` on one kernel object from two
 threads is a data race, so replica threads never share one.
 
-Every kernel gets its scalar argument dtypes declared (read from the kernel's argument info):
-pyopencl then packs scalars itself, which makes a launch ~5 µs of host time instead of ~30.
+Every kernel's scalar argument types are read from its argument info once; a launch
+(``Launcher``) packs and sets only the arguments that changed since the kernel object's last
+launch (``KernelArgs``) and enqueues it, behind the queue's gate (``parcl.gate``) on a CPU.
 """
 
 from __future__ import annotations
 
+import struct
 import threading
 from threading import get_ident
 from importlib import resources
@@ -34,7 +36,7 @@ class _Local(threading.local):
     trace = None
 
     def __init__(self):
-        self.kernels: dict[tuple, cl.Kernel] = {}      # by context, program and name
+        self.kernels: dict[tuple, KernelArgs] = {}      # by context, program and name
 
 
 _local = _Local()
@@ -123,9 +125,13 @@ def get_program(context: cl.Context, source: str, options: tuple[str, ...] = ())
 
 
 def get_kernel(queue: cl.CommandQueue, source: str, name: str,
-               options: tuple[str, ...] = ()) -> cl.Kernel:
+               options: tuple[str, ...] = (), role=None) -> Launcher:
     """This thread's ``Kernel`` object for ``name`` in ``source`` on ``queue``'s context,
-    wrapped to hold its launches behind the queue's gate where the queue has one."""
+    wrapped to hold its launches behind the queue's gate where the queue has one.
+
+    A kernel launched in a few distinct ways (a GEMM's transposes) may ask for one kernel
+    object per ``role`` (a small hashable): each keeps its own arguments set between
+    launches (``KernelArgs``), so only those that change within the role are set again."""
     local = _local
     if type(options) is not tuple:
         options = tuple(options)
@@ -135,12 +141,12 @@ def get_kernel(queue: cl.CommandQueue, source: str, name: str,
         # no context or gate query.
         launchers = queue.launchers
     except AttributeError:
-        k = _launcher(queue, source, name, options)
+        k = _launcher(queue, source, name, options, role)
     else:
-        key = (get_ident(), source, options, name)
+        key = (get_ident(), source, options, name, role)
         k = launchers.get(key)
         if k is None:
-            k = launchers[key] = _launcher(queue, source, name, options)
+            k = launchers[key] = _launcher(queue, source, name, options, role)
     sink = local.trace
     if sink is not None:
         k = _TracedKernel(k, name, sink)
@@ -149,17 +155,18 @@ def get_kernel(queue: cl.CommandQueue, source: str, name: str,
     return k
 
 
-def _launcher(queue: cl.CommandQueue, source: str, name: str, options: tuple) -> cl.Kernel:
+def _launcher(queue: cl.CommandQueue, source: str, name: str, options: tuple,
+              role) -> Launcher:
     """The thread's kernel object, behind ``queue``'s gate when it has one."""
     ctx = queue.context
-    key = (ctx.int_ptr, hash(source), options, name)
-    k = _local.kernels.get(key)
-    if k is None:
+    key = (ctx.int_ptr, hash(source), options, name, role)
+    args = _local.kernels.get(key)
+    if args is None:
         k = cl.Kernel(get_program(ctx, source, options), name)
-        k.set_scalar_arg_dtypes(_scalar_dtypes(k))
-        _local.kernels[key] = k
-    gate = getattr(queue, "gate", None)   # a parcl Queue on a CPU device: launches in batches
-    return k if gate is None else _HeldKernel(k, gate)
+        dtypes = _scalar_dtypes(k)
+        k.set_scalar_arg_dtypes(dtypes)     # for a launch with global_offset (pyopencl's own)
+        args = _local.kernels[key] = KernelArgs(k, dtypes)
+    return Launcher(args, getattr(queue, "gate", None))   # gate: a parcl Queue on a CPU
 
 
 def chosen(queue: cl.CommandQueue, family: str, choose) -> str:
@@ -181,24 +188,103 @@ def _own_kernel(program: cl.Program, name: str, args: tuple) -> cl.Kernel:
     return own
 
 
-class _HeldKernel:
-    """A kernel whose launches go behind its queue's gate (``parcl.gate``) unless they are
-    big enough to start the device at once."""
+_MUTABLE = (np.ndarray, np.void)
+_UNSET = object()          # an argument never set: no value is this one
 
-    __slots__ = ("kernel", "gate")
 
-    def __init__(self, kernel, gate):
-        self.kernel, self.gate = kernel, gate
+class KernelArgs:
+    """One thread's kernel object and the arguments it holds, so that a launch sets only those
+    that changed since the last one.
 
-    def __call__(self, queue, gsize, *args, **kwargs):
+    Why: pyopencl's invoker packs and sets every argument at every launch, ~1 µs of host time
+    per argument on the PoCL CPU device (a 6-argument elementwise launch ~10 µs, the enqueue
+    alone ~4); an eager step launches the same kernels with mostly the same sizes and flags,
+    and only the buffers change. OpenCL takes a kernel's arguments when a launch is
+    enqueued, so an argument set once serves every later launch until it is set again.
+
+    ``values`` holds each argument last set (buffers too, so that no buffer's handle is
+    freed and reused while this compares against it); a scalar that is not the same object
+    is compared by its packed bytes (``-0.0`` is not ``0.0``), and a numpy array or void
+    scalar, which may change in place, always is. Thread-local like the kernel object."""
+
+    __slots__ = ("kernel", "packs", "values", "packed")
+
+    def __init__(self, kernel: cl.Kernel, dtypes: list):
+        self.kernel = kernel
+        self.packs = [None if dt is None else _packer(np.dtype(dt)) for dt in dtypes]
+        self.forget()
+
+    def forget(self) -> None:
+        """After a launch that set every argument itself: the next one sets them all."""
+        self.values = [_UNSET] * len(self.packs)
+        self.packed = [None] * len(self.packs)
+
+    def set(self, args: tuple) -> None:
+        values = self.values
+        if len(args) != len(values):
+            raise TypeError(f"kernel {self.kernel.function_name}: {len(args)} arguments, "
+                            f"it takes {len(values)}")
+        kernel, packs, packed = self.kernel, self.packs, self.packed
+        for i, a in enumerate(args):
+            if a is values[i]:
+                continue
+            pack = packs[i]
+            if pack is None:                  # a buffer, None or local memory
+                kernel.set_arg(i, a)
+            else:
+                b = pack(a)
+                if b != packed[i]:
+                    kernel._set_arg_buf(i, b)     # what pyopencl's invoker calls: set_arg
+                    # tries every other argument type first, ~100x slower for bytes
+                    packed[i] = b
+                if isinstance(a, _MUTABLE):       # may change in place: compare its bytes
+                    continue
+            values[i] = a
+
+
+# struct's codes for OpenCL's scalar types, native byte order at standard sizes (numpy's
+# "l" is 8 bytes on Linux, struct's standard "l" 4)
+_CODES = {("f", 4): "f", ("f", 8): "d", ("i", 1): "b", ("u", 1): "B", ("i", 2): "h",
+          ("u", 2): "H", ("i", 4): "i", ("u", 4): "I", ("i", 8): "q", ("u", 8): "Q"}
+
+
+def _packer(dt: np.dtype):
+    """The bytes of a scalar argument of type ``dt``, as pyopencl's invoker packs them."""
+    code = _CODES.get((dt.kind, dt.itemsize))
+    if code is not None:
+        return struct.Struct("=" + code).pack
+    return lambda a: np.asarray(a, dt).tobytes()         # vector types (cltypes.float4, ...)
+
+
+class Launcher:
+    """A thread's kernel on one queue: ``launcher(queue, gsize, lsize, *args, wait_for=None)``
+    launches it, setting only the arguments that changed (``KernelArgs``). On a queue with a
+    gate (``parcl.gate``) small launches are held behind it unless they are big enough to
+    start the device at once."""
+
+    __slots__ = ("args", "kernel", "gate")
+
+    def __init__(self, args: KernelArgs, gate):
+        self.args, self.kernel, self.gate = args, args.kernel, gate
+
+    def __call__(self, queue, gsize, lsize, *args, wait_for=None, **kwargs):
         gate = self.gate
-        if gate.hold(prod(gsize)):
-            gate.busy = event = self.kernel(queue, gsize, *args, **kwargs)
-            return event
-        return self.kernel(queue, gsize, *args, **kwargs)
+        now = gate is not None and gate.hold(prod(gsize))
+        if kwargs:                     # global_offset and the like: pyopencl's own invoker
+            self.args.forget()
+            event = self.kernel(queue, gsize, lsize, *args, wait_for=wait_for, **kwargs)
+        else:
+            self.args.set(args)
+            event = _enqueue(queue, self.kernel, gsize, lsize, None, wait_for, False, False)
+        if now:
+            gate.busy = event
+        return event
 
     def __getattr__(self, attr):
         return getattr(self.kernel, attr)
+
+
+_enqueue = cl.enqueue_nd_range_kernel        # positional arguments: pybind's fast path
 
 
 class _RecordedKernel:

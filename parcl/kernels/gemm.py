@@ -71,8 +71,8 @@ def _options(variant: str) -> tuple[str, ...]:
 _OPTIONS_OF = {v: _options(v) for v in VARIANTS}
 
 
-def _kernel(queue: cl.CommandQueue, name: str, variant: str) -> cl.Kernel:
-    return get_kernel(queue, SOURCE, name, _OPTIONS_OF[variant])
+def _kernel(queue: cl.CommandQueue, name: str, variant: str, role=None) -> cl.Kernel:
+    return get_kernel(queue, SOURCE, name, _OPTIONS_OF[variant], role)
 
 
 def choose_variant(device: cl.Device) -> str:
@@ -286,7 +286,8 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     if p is not None:
         # the small products of an eager step: plain numbers (the kernel's declared argument
         # types pack them to the same bytes as numpy scalars would, for less host time)
-        _kernel(queue, "gemm_direct", p.variant)(
+        # one kernel object per transpose and beta, whose strides and beta stay set
+        _kernel(queue, "gemm_direct", p.variant, (trans_a, trans_b, beta))(
             queue, p.gsize, _DIRECT_LOCAL, a.data, a_bs, p.sa[0], p.sa[1], b.data, b_bs,
             p.sb[1], p.sb[0], out.data, m * n, bias_buf, m, n, k, beta, flags)
         return
