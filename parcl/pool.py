@@ -55,6 +55,11 @@ class Allocation:
 _new = object.__new__
 
 
+# ``Overwrite.what`` of a gradient zeroed in place (``zero_grad(set_to_none=False)``): a
+# ``ReplicaGroup`` zeroes the other replicas' copies of it too (``StepBuffers.follow_zeroing``)
+ZEROED = "zero_grad(set_to_none=False)"
+
+
 @dataclass(slots=True)           # made for every parameter at every optimizer step
 class Overwrite:
     """The latest in-place change of a buffer: when (a ``stamp()``), by ``what``

@@ -24,14 +24,11 @@ import pyopencl as cl
 
 from . import replica_threads as threads
 from . import runtime
-from .allreduce.buckets import GradBuckets, ParamBuckets, alignment_elems, plan_buckets
 from .allreduce.end import REDUCED, SYNCED, Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
-from .nn.buffer_slots import ModelSlots
 from .nn.keys import capture_key
 from .nn.module import Module
-from .optim import FlatBucket
 from .pool import stamp
 from .replica_steps import (Captured, Eager, IgnoredLabels, check_reduction, check_signatures,
                             positive, shard_batch, skip_unreached, weighted_loss)
@@ -89,6 +86,7 @@ class ReplicaGroup:
         self._broken: str | None = None
         self._last_job: threads.Job | None = None
         self._grads_dirty, self._reduced = False, SYNCED   # see StepBuffers.follow_first
+        self._seen = None        # replica 0's gradients after the last call (None: all zero)
         self._labels = IgnoredLabels()
         self._last_norm: np.ndarray | None = None
         self.replicas = [Replica(i, d, runtime.new_queue(d)) for i, d in enumerate(devs)]
@@ -96,7 +94,7 @@ class ReplicaGroup:
             threads.start(r)
         self._finalizer = weakref.finalize(self, threads.shutdown, list(self.replicas))
         try:
-            models = self.run(lambda r: build_model(r.queue))
+            models = self._call(lambda r: build_model(r.queue), ())
             for r, m in zip(self.replicas, models):
                 r.model = m
             self._setup_parameters(bucket_mb)
@@ -142,24 +140,9 @@ class ReplicaGroup:
                                  f"again for replica {r.index}; it must build a new model on "
                                  "the queue it is given each time it is called")
             seen.update(id(p) for p in ps)
-        # one layout for every replica: the strictest sub-buffer alignment among their devices
-        align = max(alignment_elems(r.device) for r in self.replicas)
-        plan = plan_buckets(shapes, bucket_mb, align)
-        grads = [GradBuckets(ps, r.queue, bucket_mb, plan=plan, align=align)
-                 for r, ps in zip(self.replicas, self._params)]
-        # Parameter values in the same flat layout: the broadcast is one copy per bucket.
-        values = [ParamBuckets(ps, r.queue, plan, align)
-                  for r, ps in zip(self.replicas, self._params)]
-        buckets = [FlatBucket(value, grad, [self._params[0][i] for i, _ in members],
-                              [off for _, off in members])
-                   for value, grad, members in zip(values[0].flats, grads[0].flats, plan)]
-        # what each model holds: checked before every step (a buffer replaced is re-read)
-        modules = all(isinstance(r.model, Module) for r in self.replicas)
-        self._buffers = StepBuffers(
-            [r.queue for r in self.replicas], grads, values,
-            [[b for _, b in r.model.named_buffers()] if hasattr(r.model, "named_buffers")
-             else [] for r in self.replicas], buckets,
-            [ModelSlots(r.model) for r in self.replicas] if modules else [])
+        self._buffers = StepBuffers.build([r.model for r in self.replicas],
+                                          [r.queue for r in self.replicas], self._params,
+                                          bucket_mb)
 
     # -- dispatch -----------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -188,9 +171,16 @@ class ReplicaGroup:
                 raise ShapeError(f"ReplicaGroup.run: argument {j} has {len(arg)} entries; "
                                  f"expected one per replica ({k})")
         self._wait_idle()
-        if self._reduced:           # after allreduce_grads: replica 0's gradients, everywhere
-            self._reduced = self._buffers.follow_first(self._reduced)
-        job = threads.Job(k)
+        self._follow()
+        try:
+            return self._call(fn, per_replica_args, timeout)
+        finally:
+            self._seen = self._buffers.seen()
+
+    def _call(self, fn, per_replica_args, timeout: float | None = None) -> list:
+        """``run`` without the checks and the following of replica 0's gradients: building
+        the models, and a step (which zeroes its gradients itself: ``_begin``)."""
+        job = threads.Job(len(self.replicas))
         self._last_job = job
         threads.dispatch(self.replicas, job, fn, per_replica_args)
         limit = self.timeout if timeout is None else timeout
@@ -204,6 +194,18 @@ class ReplicaGroup:
                 isinstance(f.error, threading.BrokenBarrierError), f.index))
             raise failure.error_in(self.replicas[failure.index]) from failure.error
         return list(job.results)
+
+    def _follow(self) -> None:
+        """Before a call: what the caller did to replica 0's gradients since the group's last
+        call (its optimizer or model's ``zero_grad``) done to every replica's: after
+        ``allreduce_grads`` replica 0's gradients are copied to the others
+        (``StepBuffers.follow_first``), otherwise what was zeroed is zeroed
+        (``follow_zeroing``)."""
+        if self._reduced:
+            self._buffers.follow_first()
+            self._reduced = SYNCED
+        elif self._seen is not None:
+            self._buffers.follow_zeroing(self._seen)
 
     # -- gradients and parameters -----------------------------------------------------
     def parameters(self) -> list:
@@ -244,7 +246,7 @@ class ReplicaGroup:
         for grads in self._buffers.grads:
             grads.gather(keep=False)        # every view back, then zeroed: nothing to copy
             grads.zero_()
-        self._reduced = SYNCED
+        self._reduced, self._seen = SYNCED, None
 
     def allreduce_grads(self, average: bool = True) -> None:
         """Sum (``average=True``: average) the replicas' gradients with the OpenCL reduce
@@ -254,8 +256,7 @@ class ReplicaGroup:
         self._wait_idle()
         if self._buffers.refresh():        # raises for a model holding other Parameters
             self._buffers.broadcast()      # replaced buffers: replica 0's, as a step would
-        if self._reduced:
-            self._buffers.follow_first(self._reduced)
+        self._follow()
         for grads in self._buffers.grads:
             grads.gather()                 # gradients the replicas' own backwards replaced
         self._reduced = REDUCED
@@ -328,10 +329,11 @@ class ReplicaGroup:
         ignore = self._labels.ignored(loss_fn) if reduction == "mean" else None
         shards, total = shard_batch(x, y, k, self.comm, ignore, accumulation_steps,   # 1.
                                     reduction)
+        self._wait_idle()
         self._begin()
         keys = self._keys(key, loss_fn, reduction)
         try:
-            outcomes = self.run(self._replica_step, shards, [loss_fn] * k, keys)   # 2.
+            outcomes = self._call(self._replica_step, (shards, [loss_fn] * k, keys))  # 2.
             self._labels.check(loss_fn, y, ignore, outcomes, self.comm)            # 3.
             check_reduction(reduction, outcomes)
             skip_unreached(self._params[0],
@@ -342,7 +344,7 @@ class ReplicaGroup:
         except BaseException:
             self._rewind()                     # dropout generators and running statistics too
             raise
-        self._grads_dirty = False
+        self._grads_dirty, self._seen = False, None        # the end zeroed every gradient
         return self._finish(outcomes, norm, total)                                 # 5.
 
     def _rewind(self) -> None:
@@ -363,11 +365,11 @@ class ReplicaGroup:
         batch-statistics exchange broken by a failed step reset."""
         if self._grads_dirty:
             self.zero_grad()
-        elif self._reduced == REDUCED:     # allreduce_grads' copies: the gradient counts once
+        elif self._reduced:                # allreduce_grads' copies: the gradient counts once
             self._buffers.forget_copies()
-        elif self._reduced:                # ... and what replica 0 dropped since is dropped
-            self._buffers.follow_first(self._reduced)
-        self._grads_dirty, self._reduced = True, SYNCED
+        elif self._seen is not None:       # what the caller zeroed on replica 0 is zeroed
+            self._buffers.follow_zeroing(self._seen)
+        self._grads_dirty, self._reduced, self._seen = True, SYNCED, None
         if self._buffers.refresh() or (len(self.replicas) > 1
                                        and self._buffers.changed_since(self._synced)):
             self._buffers.broadcast()

@@ -165,3 +165,99 @@ def test_a_step_after_allreduce_grads_and_zero_grad_of_the_optimizer_starts_from
         group.step(x, np.zeros(6, np.int64), lambda out, y: tp.mean(out * out), opt)
         gw, gb = _grads(w, b, x)
         _assert_params(group, w - 0.1 * gw, b - 0.1 * gb)
+
+
+def _evaluate(replica, xs):
+    with tp.no_grad():
+        replica.model(tp.tensor(pc.Tensor.from_host(replica.queue, xs)))
+
+
+@pytest.mark.parametrize("set_to_none", [True, False], ids=["to-none", "in-place"])
+def test_a_batch_discarded_with_opt_zero_grad_is_discarded_on_every_replica(devices2,
+                                                                            set_to_none):
+    """A backward, then ``opt.zero_grad()`` to discard it (a skipped batch: PyTorch's way),
+    then the batch to keep: ``zero_grad`` zeroed replica 0's gradients only, replica 1 added
+    the kept batch to the discarded one's, and the weights were 40 off after 3 steps, with
+    no error. In PyTorch every process zeroes its own: only the kept batches count."""
+    rng = np.random.default_rng(3)
+    xs = [rng.random((6, 4), dtype=np.float32) for _ in range(3)]
+    junk = rng.random((6, 4), dtype=np.float32) * 10
+    with ReplicaGroup(_linear, devices2) as group:
+        w = group.model.weight.value.to_host().astype(np.float64)
+        b = group.model.bias.value.to_host().astype(np.float64)
+        opt = SGD(group.parameters(), lr=0.1)
+        for x in xs:
+            group.run(_backward, [junk[:3], junk[3:]])
+            opt.zero_grad(set_to_none=set_to_none)
+            group.run(_backward, [x[:3], x[3:]])
+            group.allreduce_grads(average=True)
+            opt.step()
+            opt.zero_grad(set_to_none=set_to_none)
+            group.broadcast_parameters()
+            gw, gb = _grads(w, b, x)
+            w, b = w - 0.1 * gw, b - 0.1 * gb
+        for r in group.replicas:
+            np.testing.assert_allclose(r.model.weight.value.to_host(), w, rtol=1e-5,
+                                       atol=1e-6)
+            np.testing.assert_allclose(r.model.bias.value.to_host(), b, rtol=1e-5, atol=1e-6)
+
+
+def test_zero_grad_after_an_evaluation_run_zeroes_every_replica(devices2):
+    """``allreduce_grads``, ``opt.step()``, a ``run`` that evaluates, then
+    ``opt.zero_grad(set_to_none=False)``: the evaluation had already given replica 1 replica
+    0's reduced gradient, the in-place zero reached replica 0 only, and replica 1's next
+    backward added to the old gradient (weights 0.09 off after 4 steps, silently)."""
+    rng = np.random.default_rng(4)
+    xs = [rng.random((6, 4), dtype=np.float32) for _ in range(4)]
+    with ReplicaGroup(_linear, devices2) as group:
+        w = group.model.weight.value.to_host().astype(np.float64)
+        b = group.model.bias.value.to_host().astype(np.float64)
+        opt = SGD(group.parameters(), lr=0.1)
+        for x in xs:
+            group.run(_backward, [x[:3], x[3:]])
+            group.allreduce_grads(average=True)
+            opt.step()
+            group.broadcast_parameters()
+            group.run(_evaluate, [x[:3], x[3:]])
+            opt.zero_grad(set_to_none=False)
+            gw, gb = _grads(w, b, x)
+            w, b = w - 0.1 * gw, b - 0.1 * gb
+        _assert_params(group, w, b)
+        np.testing.assert_allclose(group.replicas[1].model.weight.value.to_host(), w,
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_group_step_after_a_discarded_run_counts_only_its_own_batch(devices2):
+    """A ``run`` that backwards a batch, ``opt.zero_grad()`` to discard it, then
+    ``group.step``: the step summed replica 1's discarded gradient into its update."""
+    rng = np.random.default_rng(5)
+    junk, x = rng.random((6, 4), dtype=np.float32) * 10, rng.random((6, 4), dtype=np.float32)
+    with ReplicaGroup(_linear, devices2) as group:
+        w = group.model.weight.value.to_host().astype(np.float64)
+        b = group.model.bias.value.to_host().astype(np.float64)
+        opt = SGD(group.parameters(), lr=0.1)
+        group.run(_backward, [junk[:3], junk[3:]])
+        opt.zero_grad()
+        group.step(x, np.zeros(6, np.int64), lambda out, y: tp.mean(out * out), opt)
+        gw, gb = _grads(w, b, x)
+        _assert_params(group, w - 0.1 * gw, b - 0.1 * gb)
+
+
+def test_gradients_accumulated_over_runs_still_add_up(devices2):
+    """What the group follows is the caller's ``zero_grad`` between calls only: two backward
+    runs accumulate (as two backwards in PyTorch), and a ``zero_grad`` each replica makes in
+    its own call is its own."""
+    rng = np.random.default_rng(6)
+    x1, x2 = rng.random((6, 4), dtype=np.float32), rng.random((6, 4), dtype=np.float32)
+    with ReplicaGroup(_linear, devices2) as group:
+        w = group.model.weight.value.to_host().astype(np.float64)
+        b = group.model.bias.value.to_host().astype(np.float64)
+        opt = SGD(group.parameters(), lr=0.1)
+        group.run(_backward, [x1[:3], x1[3:]])
+        group.run(lambda r: r.model.zero_grad(set_to_none=False))
+        group.run(_backward, [x1[:3], x1[3:]])
+        group.run(_backward, [x2[:3], x2[3:]])
+        group.allreduce_grads(average=True)
+        opt.step()
+        g1, g2 = _grads(w, b, x1), _grads(w, b, x2)
+        _assert_params(group, w - 0.1 * (g1[0] + g2[0]), b - 0.1 * (g1[1] + g2[1]))

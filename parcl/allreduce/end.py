@@ -25,22 +25,32 @@ from dataclasses import dataclass, field
 
 import pyopencl as cl
 
-from ..nn.buffer_slots import ABSENT
+from ..nn.buffer_slots import ABSENT, ModelSlots
+from ..nn.module import Module
 from ..nn.utils import clip_grads_with_norm_, get_total_norm
 from ..errors import ParclError
 from ..gate import release_all
 from ..optim import FlatBucket, Optimizer
-from ..pool import pool_of
+from ..pool import ZEROED, pool_of, stamp
 from ..tensor import Tensor
 from . import ALGORITHMS, allreduce_scaled, check_algorithm, shares_memory
 from ._common import order_after, pending
-from .buckets import GradBuckets, ParamBuckets
+from .buckets import GradBuckets, ParamBuckets, alignment_elems, plan_buckets
 from .mpi import hierarchical
 
 
-# What ``allreduce_grads`` left on the replicas (``StepBuffers.follow_first``): nothing, every
-# replica a copy of the reduced gradient, or those copies made replica 0's once since.
-SYNCED, REDUCED, FOLLOWED = 0, 1, 2
+# What ``allreduce_grads`` left on the replicas (``StepBuffers.follow_first``): nothing, or
+# every replica a copy of the reduced gradient.
+SYNCED, REDUCED = 0, 1
+
+
+@dataclass
+class Seen:
+    """Replica 0's gradients as the group's last call left them (``StepBuffers.seen``): when
+    (a ``pool.stamp``), and which parameters had one."""
+
+    when: int
+    held: list[bool]
 
 
 @dataclass
@@ -60,6 +70,27 @@ class StepBuffers:
     slots: list = field(default_factory=list)
     kept: list = field(init=False)     # per replica: its buffers as its last step found them
     stale: bool = field(init=False, default=False)   # re-read, not yet taken (or refused)
+
+    @classmethod
+    def build(cls, models: list, queues: list[cl.CommandQueue], params: list[list],
+              bucket_mb: float) -> StepBuffers:
+        """Every replica's buckets for its ``params`` (replica 0's first) in one layout, and
+        the buffers each model holds (checked before every step: a replaced one is re-read)."""
+        # one layout for every replica: the strictest sub-buffer alignment among their devices
+        align = max(alignment_elems(q.device) for q in queues)
+        plan = plan_buckets([tuple(p.shape) for p in params[0]], bucket_mb, align)
+        grads = [GradBuckets(ps, q, bucket_mb, plan=plan, align=align)
+                 for q, ps in zip(queues, params)]
+        # Parameter values in the same flat layout: the broadcast is one copy per bucket.
+        values = [ParamBuckets(ps, q, plan, align) for q, ps in zip(queues, params)]
+        buckets = [FlatBucket(value, grad, [params[0][i] for i, _ in members],
+                              [off for _, off in members])
+                   for value, grad, members in zip(values[0].flats, grads[0].flats, plan)]
+        modules = all(isinstance(m, Module) for m in models)
+        return cls(list(queues), grads, values,
+                   [[b for _, b in m.named_buffers()] if hasattr(m, "named_buffers") else []
+                    for m in models], buckets,
+                   [ModelSlots(m) for m in models] if modules else [])
 
     def __post_init__(self):
         self.kept = [None] * len(self.queues)
@@ -132,33 +163,47 @@ class StepBuffers:
         return any(c is not None and c.when > when for c in (
             changes.get(t.data.int_ptr) for t in [*self.values[0].views, *self.buffers[0]]))
 
-    def follow_first(self, phase: int) -> int:
-        """Before a call after ``allreduce_grads`` left every replica a copy of the reduced
-        gradient (``phase`` REDUCED; FOLLOWED once a call ran since): replica 0's gradients,
-        as its optimizer and ``zero_grad`` left them, become every replica's, so the others'
-        next backward does not add to a copy replica 0 zeroed. The first call copies replica
-        0's buckets; later ones zero the gradients replica 0 dropped (``.grad`` no longer its
-        bucket view), until one is. The next phase: SYNCED once the copies are gone."""
+    def follow_first(self) -> None:
+        """The first call after ``allreduce_grads`` left every replica a copy of the reduced
+        gradient: replica 0's gradients, as its optimizer and ``zero_grad`` left them, become
+        every replica's, so the others' next backward does not add to a copy replica 0
+        zeroed (a gradient replica 0 dropped is zero in every bucket, and stays ``None`` on
+        replica 0, so the optimizer still skips it, as PyTorch's)."""
         first = self.grads[0]
-        dropped = [j for j, (p, v) in enumerate(zip(first.params, first.views))
-                   if p.grad is not v]
-        if phase == REDUCED:
-            none = [first.params[j] for j in dropped if first.params[j].grad is None]
-            first.gather()                 # a dropped gradient is zero in the bucket
-            for grads in self.grads[1:]:
-                grads.gather(keep=False)
-            ready = [pending(self.queues[0])]
-            order_after(self.queues[0], [e for grads in self.grads[1:]
-                                         for e in grads.copy_from(first, ready)])
-            release_all()
-            for p in none:                 # still skipped by the optimizer, as PyTorch's
-                p.grad = None
-            return SYNCED if dropped else FOLLOWED
+        none = [p for p in first.params if p.grad is None]
+        first.gather()                     # a dropped gradient is zero in the bucket
         for grads in self.grads[1:]:
-            for j in dropped:
-                if grads.params[j].grad is grads.views[j]:
-                    grads.views[j].fill_owned(0)
-        return SYNCED if dropped else phase
+            grads.gather(keep=False)
+        ready = [pending(self.queues[0])]
+        order_after(self.queues[0], [e for grads in self.grads[1:]
+                                     for e in grads.copy_from(first, ready)])
+        release_all()
+        for p in none:
+            p.grad = None
+
+    def seen(self) -> Seen:
+        """Replica 0's gradients now, for ``follow_zeroing`` at the group's next call."""
+        return Seen(stamp(), [p.grad is not None for p in self.grads[0].params])
+
+    def follow_zeroing(self, seen: Seen) -> None:
+        """Zero on every other replica each gradient the caller zeroed on replica 0 since
+        ``seen`` (``zero_grad``, to ``None`` or in place, between the group's calls). The
+        model and optimizer the caller holds are replica 0's, and in PyTorch every process
+        zeroes its own: a gradient the caller discards (a skipped batch, the next step's
+        ``opt.zero_grad()``) is discarded everywhere, not kept by the other replicas for
+        their next backward to add to. Other changes to replica 0's gradients (assigned or
+        written by hand) stay replica 0's."""
+        first = self.grads[0]
+        pool = pool_of(self.queues[0])
+        recent = pool.last_overwrite > seen.when     # one comparison when nothing was zeroed
+        zeroed = [j for j, (p, had) in enumerate(zip(first.params, seen.held))
+                  if (p.grad is None and had)
+                  or (recent and p.grad is not None and _zeroed(pool, p.grad, seen.when))]
+        for grads in self.grads[1:]:
+            for j in zeroed:
+                g = grads.params[j].grad
+                if g is not None:
+                    g.fill_owned(0)
 
     def forget_copies(self) -> None:
         """Zero the other replicas' copies of the reduced gradient (replica 0's is kept): a
@@ -275,3 +320,9 @@ def end_of_step(allreduce: str, comm, replicas: int, devices):
         if replicas <= MAX_REPLICAS:
             return Fused()
     return Reduced(allreduce, comm)
+
+
+def _zeroed(pool, grad: Tensor, since: int) -> bool:
+    """Whether ``grad`` was zeroed in place (``zero_grad(set_to_none=False)``) after ``since``."""
+    change = pool.overwrites.get(grad.data.int_ptr)
+    return change is not None and change.when > since and change.what == ZEROED

@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import recorder
 from ..errors import DTypeError, ParclError
-from ..pool import stamp
+from ..pool import ZEROED, pool_of, stamp
 from ..runtime import default_queue
 from ..tensor import Tensor
 from . import mode
@@ -150,8 +150,10 @@ class Node:
             return
         if set_to_none:
             self.grad = None
-        else:
-            self.grad.fill_owned(0)    # a gradient: no recorded op saved it
+        else:                          # noted: a ReplicaGroup zeroes the other replicas' too
+            g = self.grad
+            g.fill_owned(0)
+            pool_of(g.queue).note_overwrite(g.data, ZEROED, update=True)
 
     @property
     def freed(self) -> bool:
