@@ -143,6 +143,22 @@ def test_gelu_tanh_saturates_exactly_far_out(queue):
     np.testing.assert_array_equal(x.grad.to_host(), [0, 0, 0, 1, 1, 1])
 
 
+@pytest.mark.parametrize("n", [16, 64], ids=["tail", "whole-vectors"])
+def test_gelu_gradient_far_out_is_one_or_zero(queue, n):
+    """Beyond |x| ~ 13 phi(x) is under float's normal range: the exact GELU's gradient
+    Phi(x) + x phi(x) is 1 or 0, as PyTorch's. The exp clamped at exp(-87) made x phi(x)
+    grow with x: 1.0066 at x = 1e36, -1.97 at x = -3e38."""
+    far = [-3e38, -1e37, -1e36, -1e20, -100.0, -13.5, 13.5, 100.0, 1e20, 1e36, 1e37, 3e38]
+    values = np.resize(np.array(far, np.float32), n)
+    x = leaf(queue, values)
+    with tp.Tape() as tape:
+        y = tp.gelu(x)
+    tape.backward(tp.sum(y))
+    want = (values > 0).astype(np.float32)
+    np.testing.assert_allclose(x.grad.to_host(), want, rtol=0, atol=1e-30)
+    np.testing.assert_array_equal(y.value.to_host(), np.where(values > 0, values, 0))
+
+
 def test_embedding_in_a_captured_step(queue, rng):
     """Replays equal the eager step bit for bit; indices that are an input of the step are
     range-checked on the host before a replay uploads them, computed ones on the device."""

@@ -35,9 +35,12 @@ NORMAL_CDF = r"""
 // exp by Cephes' expf: n = round(x / ln 2), r = x - n ln 2 in two parts, a degree-6 polynomial,
 // then 2^n built from its exponent bits; relative error ~2e-7, branch-free so it vectorises
 // (PoCL's exp is a call costing ~4 ns per element on this CPU).
-inline float exp_poly(float x)
+// Below -87 (exp under 1.6e-38, float's normal range) it is 0: the clamp keeps 2^n's exponent
+// bits valid, but alone it gave exp(-87) for any smaller x, and GELU's gradient x * phi(x)
+// was 1.0066 at x = 1e36 and -1.97 at x = -3e38 (PyTorch: 1 and 0).
+inline float exp_poly(const float x0)
 {
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    const float x = x0 < -87.0f ? -87.0f : (x0 > 88.0f ? 88.0f : x0);
     const float v = x * 1.44269504088896341f + 0.5f;
     const int t = (int)v;
     const int k = t - (v < (float)t);                 // floor(v), without a library call
@@ -45,7 +48,8 @@ inline float exp_poly(float x)
     const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
     const float p = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r
                      + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f;
-    return (p * r * r + r + 1.0f) * as_float((k + 127) << 23);
+    const float e = (p * r * r + r + 1.0f) * as_float((k + 127) << 23);
+    return x0 < -87.0f ? 0.0f : e;
 }
 inline float erfc_nonneg(const float z)
 {

@@ -37,9 +37,9 @@ VARIANTS = ("vec16", "vec8", "one")
 # The vector kernels at width $W (8 or 16): exp and the normal CDF as in NORMAL_CDF, per lane.
 _VECTOR = Template(r"""
 typedef float float${W}u __attribute__((ext_vector_type(${W}), aligned(4)));
-inline float${W} exp_poly${W}(float${W} x)
+inline float${W} exp_poly${W}(const float${W} x0)
 {
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    const float${W} x = x0 < -87.0f ? -87.0f : (x0 > 88.0f ? 88.0f : x0);
     const float${W} v = x * 1.44269504088896341f + 0.5f;
     const int${W} t = convert_int${W}_rtz(v);
     const int${W} k = t + (v < convert_float${W}(t));   // floor(v): true is -1 in a vector
@@ -47,7 +47,8 @@ inline float${W} exp_poly${W}(float${W} x)
     const float${W} r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
     const float${W} p = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f)
                          * r + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f;
-    return (p * r * r + r + 1.0f) * as_float${W}((k + 127) << 23);
+    const float${W} e = (p * r * r + r + 1.0f) * as_float${W}((k + 127) << 23);
+    return x0 < -87.0f ? (float${W})(0.0f) : e;       // as exp_poly: 0 below -87
 }
 inline float${W} normal_cdf${W}(const float${W} x)
 {
