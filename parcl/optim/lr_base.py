@@ -1,0 +1,124 @@
+"""The base of the learning-rate schedulers (``pc.optim.lr_scheduler``): ``LRScheduler``
+(``step()``, ``get_last_lr()``, JSON-able state dicts) and ``SchedulerError``. The schedules
+themselves are in ``lr_scheduler.py`` (one learning rate per step), ``lr_compose.py``
+(schedulers of schedulers) and ``lr_onecycle.py``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ParclError
+
+__all__ = ["LRScheduler", "SchedulerError"]
+
+
+class SchedulerError(ParclError, ValueError):
+    """Bad scheduler options, or a state dict that does not fit the scheduler."""
+
+
+class LRScheduler:
+    """Base class: ``step()``, ``get_last_lr()``, state dicts. Subclasses define ``get_lr()``
+    (the next learning rates, read after ``last_epoch`` was advanced) and, where PyTorch has
+    one, ``_closed_form()`` (used by ``SequentialLR`` at a milestone)."""
+
+    #: the subclass's own options, part of its state dict
+    _fields: tuple[str, ...] = ()
+
+    def __init__(self, optimizer: Any, last_epoch: int = -1):
+        groups = getattr(optimizer, "param_groups", None)
+        if not isinstance(groups, list) or not all(isinstance(g, dict) and "lr" in g
+                                                   for g in groups):
+            raise TypeError(f"{type(self).__name__}: {type(optimizer).__name__} is not an "
+                            f"optimizer (no param_groups with an 'lr')")
+        self.optimizer = optimizer
+        if last_epoch == -1:
+            if getattr(optimizer, "initial_lrs", None) is None:
+                optimizer.initial_lrs = [float(g["lr"]) for g in groups]
+        elif getattr(optimizer, "initial_lrs", None) is None:
+            raise SchedulerError(f"{type(self).__name__}: last_epoch={last_epoch} resumes a "
+                                 f"schedule, but no scheduler set the optimizer's initial_lrs; "
+                                 f"construct with last_epoch=-1 and load_state_dict instead")
+        self.base_lrs: list[float] = list(optimizer.initial_lrs)
+        self.last_epoch = int(last_epoch)
+        self._initial_step()
+
+    # -- stepping --------------------------------------------------------------------------
+    def _initial_step(self) -> None:
+        self._step_count = 0
+        self._is_initial = True
+        try:
+            self.step()
+        finally:
+            self._is_initial = False
+
+    def step(self) -> None:
+        """Advance the schedule by one step (call it after ``optimizer.step()``) and set every
+        parameter group's learning rate."""
+        self._step_count += 1
+        self._update_lr(None)
+
+    def _update_lr(self, epoch: int | None) -> None:
+        if epoch is None:
+            self.last_epoch += 1
+            values = self.get_lr()
+        else:
+            self.last_epoch = epoch
+            values = self._closed_form() if hasattr(self, "_closed_form") else self.get_lr()
+        for group, lr in zip(self.optimizer.param_groups, values):
+            group["lr"] = lr
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def get_lr(self) -> list[float]:
+        raise NotImplementedError
+
+    def get_last_lr(self) -> list[float]:
+        """The learning rates the last ``step()`` (or the constructor) set, one per group."""
+        return list(self._last_lr)
+
+    def _group_lrs(self) -> list[float]:
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    # -- state dicts -----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The schedule's position and options (PyTorch's keys), JSON-able."""
+        state = {"base_lrs": list(self.base_lrs), "last_epoch": self.last_epoch,
+                 "_step_count": self._step_count, "_last_lr": list(self._last_lr),
+                 "_is_initial": False}
+        state.update({name: getattr(self, name) for name in self._fields})
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a ``state_dict()``; one of another scheduler (other keys, another number of
+        parameter groups) raises ``SchedulerError`` and changes nothing."""
+        self._check_state(state_dict)
+        for key, value in state_dict.items():
+            setattr(self, key, list(value) if isinstance(value, list) else value)
+
+    def _check_state(self, state_dict: dict[str, Any]) -> None:
+        name = f"{type(self).__name__}.load_state_dict"
+        if not isinstance(state_dict, dict):
+            raise SchedulerError(f"{name}: expected a dict, got {type(state_dict).__name__}")
+        mine = self.state_dict()
+        if set(state_dict) != set(mine):
+            raise SchedulerError(f"{name}: the state has keys {sorted(state_dict)}, "
+                                 f"{type(self).__name__} has {sorted(mine)} (a state of "
+                                 f"another scheduler?)")
+        for key in ("base_lrs", "_last_lr"):
+            value = state_dict[key]
+            if not isinstance(value, list) or len(value) != len(mine[key]):
+                raise SchedulerError(f"{name}: {key} {value!r} does not fit the optimizer's "
+                                     f"{len(mine[key])} parameter groups")
+        if not isinstance(state_dict["last_epoch"], int):
+            raise SchedulerError(f"{name}: last_epoch must be an int, got "
+                                 f"{state_dict['last_epoch']!r}")
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._fields if k[0] != "_")
+        return f"{type(self).__name__}({opts}{', ' if opts else ''}last_epoch={self.last_epoch})"
+
+
+def _positive_int(owner: str, name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SchedulerError(f"{owner}: {name} must be a positive int, got {value!r}")
+    return value
+
