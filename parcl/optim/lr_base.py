@@ -5,6 +5,7 @@ themselves are in ``lr_scheduler.py`` (one learning rate per step), ``lr_compose
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..errors import ParclError
@@ -25,15 +26,17 @@ class LRScheduler:
     _fields: tuple[str, ...] = ()
 
     def __init__(self, optimizer: Any, last_epoch: int = -1):
-        groups = getattr(optimizer, "param_groups", None)
-        if not isinstance(groups, list) or not all(isinstance(g, dict) and "lr" in g
-                                                   for g in groups):
-            raise TypeError(f"{type(self).__name__}: {type(optimizer).__name__} is not an "
-                            f"optimizer (no param_groups with an 'lr')")
+        groups = _param_groups(type(self).__name__, optimizer)
         self.optimizer = optimizer
         if last_epoch == -1:
-            if getattr(optimizer, "initial_lrs", None) is None:
+            initial = getattr(optimizer, "initial_lrs", None)
+            if initial is None:
                 optimizer.initial_lrs = [float(g["lr"]) for g in groups]
+            elif len(initial) < len(groups):
+                # Groups added since (add_param_group) start from their own learning rates,
+                # as PyTorch's group.setdefault("initial_lr", group["lr"]) does.
+                optimizer.initial_lrs = list(initial) + [float(g["lr"])
+                                                         for g in groups[len(initial):]]
         elif getattr(optimizer, "initial_lrs", None) is None:
             raise SchedulerError(f"{type(self).__name__}: last_epoch={last_epoch} resumes a "
                                  f"schedule, but no scheduler set the optimizer's initial_lrs; "
@@ -64,7 +67,17 @@ class LRScheduler:
         else:
             self.last_epoch = epoch
             values = self._closed_form() if hasattr(self, "_closed_form") else self.get_lr()
-        for group, lr in zip(self.optimizer.param_groups, values):
+        groups = self.optimizer.param_groups
+        if len(values) != len(groups):
+            # PyTorch's zip(..., strict=True) raises here too; a plain zip would leave a group
+            # added by add_param_group at a learning rate no schedule sets, silently.
+            raise SchedulerError(
+                f"{type(self).__name__}.step: the schedule gives {len(values)} learning rates, "
+                f"the optimizer has {len(groups)} parameter groups (one was added with "
+                f"add_param_group after this scheduler was made, and this schedule computes "
+                f"from its base_lrs, one per group it was made with); make the scheduler "
+                f"after add_param_group")
+        for group, lr in zip(groups, values):
             group["lr"] = lr
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
@@ -84,7 +97,9 @@ class LRScheduler:
         state = {"base_lrs": list(self.base_lrs), "last_epoch": self.last_epoch,
                  "_step_count": self._step_count, "_last_lr": list(self._last_lr),
                  "_is_initial": False}
-        state.update({name: getattr(self, name) for name in self._fields})
+        for name in self._fields:            # copies: a saved state must not follow the schedule
+            value = getattr(self, name)
+            state[name] = list(value) if isinstance(value, list) else value
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -117,8 +132,30 @@ class LRScheduler:
         return f"{type(self).__name__}({opts}{', ' if opts else ''}last_epoch={self.last_epoch})"
 
 
+def _param_groups(owner: str, optimizer: Any) -> list[dict[str, Any]]:
+    """What a scheduler uses of an optimizer: its ``param_groups``, each with an ``"lr"``."""
+    groups = getattr(optimizer, "param_groups", None)
+    if not isinstance(groups, list) or not all(isinstance(g, dict) and "lr" in g
+                                               for g in groups):
+        raise TypeError(f"{owner}: {type(optimizer).__name__} is not an optimizer (no "
+                        f"param_groups with an 'lr')")
+    return groups
+
+
 def _positive_int(owner: str, name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise SchedulerError(f"{owner}: {name} must be a positive int, got {value!r}")
     return value
 
+
+def _number(owner: str, name: str, value) -> float:
+    """``value`` as a float; a bool, a non-number, NaN or an infinity is refused."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        out = float(value)
+    except (TypeError, ValueError):
+        raise SchedulerError(f"{owner}: {name} must be a number, got {value!r}") from None
+    if not math.isfinite(out):
+        raise SchedulerError(f"{owner}: {name} must be finite, got {value!r}")
+    return out

@@ -1,14 +1,37 @@
-"""Schedulers of schedulers (``pc.optim.lr_scheduler``): ``SequentialLR`` runs them one after
-another, switching at milestones, as ``torch.optim.lr_scheduler`` does."""
+"""Schedulers of schedulers (``pc.optim.lr_scheduler``), as ``torch.optim.lr_scheduler``'s:
+``SequentialLR`` runs them one after another, switching at milestones; ``ChainedScheduler``
+steps them all at every step, each multiplying into the learning rate the one before set."""
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from typing import Any
 
-from .lr_base import LRScheduler, SchedulerError
+from .lr_base import LRScheduler, SchedulerError, _param_groups
 
-__all__ = ["SequentialLR"]
+__all__ = ["ChainedScheduler", "SequentialLR"]
+
+
+def _check_members(owner: str, schedulers: list, optimizer: Any) -> None:
+    if not schedulers:
+        raise SchedulerError(f"{owner} expects at least one scheduler, got none")
+    for i, s in enumerate(schedulers):
+        if not isinstance(s, LRScheduler):
+            raise TypeError(f"{owner}: schedulers[{i}] is a {type(s).__name__}, not a "
+                            f"scheduler")
+        if s.optimizer is not optimizer:
+            raise SchedulerError(f"{owner}: schedulers[{i}] ({type(s).__name__}) belongs to "
+                                 f"another optimizer")
+
+
+def _undo_initial_steps(s: LRScheduler) -> None:
+    """PyTorch's ``recursive_undo``: every scheduler inside ``s`` (inside its parts, for a
+    scheduler of schedulers) goes one step back, undoing its constructor's initial step."""
+    if isinstance(s, (SequentialLR, ChainedScheduler)):
+        for sub in s._schedulers:
+            _undo_initial_steps(sub)
+    else:
+        s.last_epoch -= 1
 
 
 class SequentialLR(LRScheduler):
@@ -23,20 +46,20 @@ class SequentialLR(LRScheduler):
     def __init__(self, optimizer: Any, schedulers: list[LRScheduler], milestones: list[int],
                  last_epoch: int = -1):
         schedulers, milestones = list(schedulers), [int(m) for m in milestones]
-        if not schedulers:
-            raise SchedulerError("SequentialLR expects at least one scheduler, got none")
-        for i, s in enumerate(schedulers):
-            if not isinstance(s, LRScheduler):
-                raise TypeError(f"SequentialLR: schedulers[{i}] is a {type(s).__name__}, not "
-                                f"a scheduler")
-            if s.optimizer is not optimizer:
-                raise SchedulerError(f"SequentialLR: schedulers[{i}] ({type(s).__name__}) "
-                                     f"belongs to another optimizer")
+        _check_members("SequentialLR", schedulers, optimizer)
         if len(milestones) != len(schedulers) - 1:
             raise SchedulerError(f"SequentialLR: {len(schedulers)} schedulers need "
                                  f"{len(schedulers) - 1} milestones, got {len(milestones)}")
         if milestones != sorted(milestones):
             raise SchedulerError(f"SequentialLR: milestones must increase, got {milestones}")
+        for i, s in enumerate(schedulers[1:], start=1):
+            # At its milestone a scheduler restarts from step 0 by its closed form or get_lr;
+            # a scheduler of schedulers has neither (PyTorch raises NotImplementedError there).
+            if isinstance(s, (SequentialLR, ChainedScheduler)):
+                raise SchedulerError(f"SequentialLR: schedulers[{i}] is a {type(s).__name__}, "
+                                     f"which cannot restart at a milestone; only "
+                                     f"schedulers[0] may be one (or flatten it into this "
+                                     f"SequentialLR's list)")
         self._schedulers, self._milestones = schedulers, milestones
         self.optimizer = optimizer
         self.base_lrs = list(getattr(optimizer, "initial_lrs", None) or self._group_lrs())
@@ -47,7 +70,7 @@ class SequentialLR(LRScheduler):
         for group, lr in zip(optimizer.param_groups, self.base_lrs):
             group["lr"] = lr
         for s in schedulers:
-            s.last_epoch -= 1
+            _undo_initial_steps(s)
         idx = bisect_right(milestones, 0)
         schedulers[idx]._initial_step()
         self._last_lr = schedulers[idx].get_last_lr()
@@ -69,16 +92,84 @@ class SequentialLR(LRScheduler):
                 "_is_initial": False, "_milestones": list(self._milestones),
                 "_schedulers": [s.state_dict() for s in self._schedulers]}
 
+    def _check_state(self, state_dict: dict[str, Any]) -> None:
+        super()._check_state(state_dict)
+        _check_parts(self, state_dict["_schedulers"])
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._check_state(state_dict)
-        subs = state_dict["_schedulers"]
-        if not isinstance(subs, list) or len(subs) != len(self._schedulers):
-            raise SchedulerError(f"SequentialLR.load_state_dict: {len(subs)} schedulers' "
-                                 f"states given, this one chains {len(self._schedulers)}")
-        for s, sub in zip(self._schedulers, subs):       # every part checked before any change
-            s._check_state(sub)
+        self._check_state(state_dict)        # every part checked before any change
         for key in ("base_lrs", "last_epoch", "_step_count", "_last_lr", "_milestones"):
             value = state_dict[key]
             setattr(self, key, list(value) if isinstance(value, list) else value)
-        for s, sub in zip(self._schedulers, subs):
+        for s, sub in zip(self._schedulers, state_dict["_schedulers"]):
             s.load_state_dict(sub)
+
+
+def _check_parts(owner, subs) -> None:
+    name = f"{type(owner).__name__}.load_state_dict"
+    if not isinstance(subs, list) or len(subs) != len(owner._schedulers):
+        got = len(subs) if isinstance(subs, list) else type(subs).__name__
+        raise SchedulerError(f"{name}: {got} schedulers' states given, this one holds "
+                             f"{len(owner._schedulers)}")
+    for s, sub in zip(owner._schedulers, subs):
+        s._check_state(sub)
+
+
+class ChainedScheduler(LRScheduler):
+    """Step every scheduler of ``schedulers`` at each ``step()``, in order: each one's change
+    applies to the learning rate the one before it set, so recursive schedules multiply
+    (a constant warm-up under an exponential decay, say). The constructor takes no step of
+    its own (the parts took theirs). ``optimizer`` defaults to the first scheduler's.
+
+    >>> warm = pc.optim.lr_scheduler.ConstantLR(opt, factor=0.1, total_iters=20)
+    >>> decay = pc.optim.lr_scheduler.ExponentialLR(opt, gamma=0.9)
+    >>> sched = pc.optim.lr_scheduler.ChainedScheduler([warm, decay])
+    """
+
+    def __init__(self, schedulers: list[LRScheduler], optimizer: Any = None):
+        schedulers = list(schedulers)
+        if optimizer is None and schedulers:
+            optimizer = getattr(schedulers[0], "optimizer", None)
+        _check_members("ChainedScheduler", schedulers, optimizer)
+        self._schedulers = schedulers
+        self.optimizer = optimizer
+        self._last_lr = [g["lr"] for g in _param_groups("ChainedScheduler", optimizer)]
+
+    def _initial_step(self) -> None:
+        # As PyTorch's (inside SequentialLR): its parts take ordinary steps, not initial ones.
+        self.step()
+
+    def step(self) -> None:
+        """Step every chained scheduler once, in order."""
+        for s in self._schedulers:
+            s.step()
+        self._last_lr = self._group_lrs()
+
+    def state_dict(self) -> dict[str, Any]:
+        """``_last_lr`` and every part's state, JSON-able (PyTorch's keys)."""
+        return {"_last_lr": list(self._last_lr),
+                "_schedulers": [s.state_dict() for s in self._schedulers]}
+
+    def _check_state(self, state_dict: dict[str, Any]) -> None:
+        name = "ChainedScheduler.load_state_dict"
+        if not isinstance(state_dict, dict):
+            raise SchedulerError(f"{name}: expected a dict, got {type(state_dict).__name__}")
+        if set(state_dict) != {"_last_lr", "_schedulers"}:
+            raise SchedulerError(f"{name}: the state has keys {sorted(state_dict)}, "
+                                 f"ChainedScheduler has ['_last_lr', '_schedulers'] (a state "
+                                 f"of another scheduler?)")
+        last = state_dict["_last_lr"]
+        if not isinstance(last, list) or len(last) != len(self._last_lr):
+            raise SchedulerError(f"{name}: _last_lr {last!r} does not fit the optimizer's "
+                                 f"{len(self._last_lr)} parameter groups")
+        _check_parts(self, state_dict["_schedulers"])
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a ``state_dict()``: every part's state is checked before any changes."""
+        self._check_state(state_dict)
+        self._last_lr = list(state_dict["_last_lr"])
+        for s, sub in zip(self._schedulers, state_dict["_schedulers"]):
+            s.load_state_dict(sub)
+
+    def __repr__(self) -> str:
+        return f"ChainedScheduler([{', '.join(repr(s) for s in self._schedulers)}])"

@@ -1,6 +1,7 @@
 """Learning-rate schedulers (``pc.optim.lr_scheduler``): PyTorch's formulas and call order.
 
-``LambdaLR``, ``StepLR``, ``CosineAnnealingLR``, ``LinearLR`` and ``SequentialLR`` compute each
+``LambdaLR``, ``StepLR``, ``MultiStepLR``, ``ExponentialLR``, ``ConstantLR``, ``LinearLR``,
+``CosineAnnealingLR``, ``OneCycleLR``, ``SequentialLR`` and ``ChainedScheduler`` compute each
 step's learning rate exactly as ``torch.optim.lr_scheduler`` does (its recursive forms where
 it uses them, so the values agree to the last bit of a float64), and write it into every
 parameter group's ``"lr"``. The constructor takes the initial step (``last_epoch`` becomes 0);
@@ -28,10 +29,14 @@ import types
 from typing import Any
 from collections.abc import Callable
 
-from .lr_base import LRScheduler, SchedulerError, _positive_int
-from .lr_compose import SequentialLR
+from bisect import bisect_right
 
-__all__ = ["CosineAnnealingLR", "LRScheduler", "LambdaLR", "LinearLR", "SchedulerError",
+from .lr_base import LRScheduler, SchedulerError, _number, _positive_int
+from .lr_compose import ChainedScheduler, SequentialLR
+from .lr_onecycle import OneCycleLR
+
+__all__ = ["ChainedScheduler", "ConstantLR", "CosineAnnealingLR", "ExponentialLR",
+           "LRScheduler", "LambdaLR", "LinearLR", "MultiStepLR", "OneCycleLR", "SchedulerError",
            "SequentialLR", "StepLR"]
 
 
@@ -97,6 +102,93 @@ class StepLR(LRScheduler):
 
     def _closed_form(self) -> list[float]:
         return [base * self.gamma ** (self.last_epoch // self.step_size)
+                for base in self.base_lrs]
+
+
+class MultiStepLR(LRScheduler):
+    """Multiply the learning rate by ``gamma`` at each step listed in ``milestones`` (by
+    ``gamma ** n`` at a step listed ``n`` times, as PyTorch's Counter does).
+
+    >>> sched = pc.optim.lr_scheduler.MultiStepLR(opt, milestones=[30, 80], gamma=0.1)
+    """
+
+    _fields = ("milestones", "gamma")
+
+    def __init__(self, optimizer: Any, milestones, gamma: float = 0.1, last_epoch: int = -1):
+        try:
+            milestones = list(milestones)
+        except TypeError:
+            raise SchedulerError(f"MultiStepLR: milestones must be a list of ints, got "
+                                 f"{milestones!r}") from None
+        for m in milestones:
+            if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+                raise SchedulerError(f"MultiStepLR: milestones must be ints >= 0, got "
+                                     f"{milestones!r}")
+        # Sorted, repeats kept: the same multiset as PyTorch's Counter, and JSON-able.
+        self.milestones = sorted(milestones)
+        self.gamma = _number("MultiStepLR", "gamma", gamma)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        n = self.milestones.count(self.last_epoch)
+        if n == 0:
+            return self._group_lrs()
+        return [lr * self.gamma ** n for lr in self._group_lrs()]
+
+    def _closed_form(self) -> list[float]:
+        return [base * self.gamma ** bisect_right(self.milestones, self.last_epoch)
+                for base in self.base_lrs]
+
+
+class ExponentialLR(LRScheduler):
+    """Multiply the learning rate by ``gamma`` every step.
+
+    >>> sched = pc.optim.lr_scheduler.ExponentialLR(opt, gamma=0.95)
+    """
+
+    _fields = ("gamma",)
+
+    def __init__(self, optimizer: Any, gamma: float, last_epoch: int = -1):
+        self.gamma = _number("ExponentialLR", "gamma", gamma)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        if self._is_initial:        # a resumed constructor must not step one ahead
+            return self._group_lrs()
+        return [lr * self.gamma for lr in self._group_lrs()]
+
+    def _closed_form(self) -> list[float]:
+        return [base * self.gamma ** self.last_epoch for base in self.base_lrs]
+
+
+class ConstantLR(LRScheduler):
+    """Multiply the learning rate by ``factor`` for the first ``total_iters`` steps, then
+    divide it back (a constant warm-up).
+
+    >>> sched = pc.optim.lr_scheduler.ConstantLR(opt, factor=0.5, total_iters=4)
+    """
+
+    _fields = ("factor", "total_iters")
+
+    def __init__(self, optimizer: Any, factor: float = 1.0 / 3, total_iters: int = 5,
+                 last_epoch: int = -1):
+        factor = _number("ConstantLR", "factor", factor)
+        # PyTorch accepts 0 and then divides by it at total_iters.
+        if not 0.0 < factor <= 1.0:
+            raise SchedulerError(f"ConstantLR: factor must be in (0, 1], got {factor!r}")
+        self.factor = factor
+        self.total_iters = _positive_int("ConstantLR", "total_iters", total_iters)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        if self.last_epoch == 0:
+            return [lr * self.factor for lr in self._group_lrs()]
+        if self.last_epoch != self.total_iters:
+            return self._group_lrs()
+        return [lr * (1.0 / self.factor) for lr in self._group_lrs()]
+
+    def _closed_form(self) -> list[float]:
+        return [base * (self.factor + (self.last_epoch >= self.total_iters) * (1 - self.factor))
                 for base in self.base_lrs]
 
 
