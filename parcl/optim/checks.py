@@ -1,10 +1,12 @@
-"""What the optimizers check of their inputs: ``OptimizerError``, numeric options, that
-parameters come in an order that is the same in every run, and the indices of a saved state
-dict."""
+"""What the optimizers check of their inputs: ``OptimizerError``, numeric options, parameter
+groups and that their parameters come in an order that is the same in every run, and the
+indices of a saved state dict."""
 
 from __future__ import annotations
 
 from ..errors import ParclError
+from ..tape.node import Node
+from ..tensor import FLOAT
 
 __all__ = ["OptimizerError"]
 
@@ -46,3 +48,34 @@ def _as_index(name: str, key) -> int:
         return int(key)
     except (TypeError, ValueError):
         raise OptimizerError(f"{name}: parameter index {key!r} is not an integer") from None
+
+
+def _checked_group(cls: str, group, defaults: dict, seen: set[int]):
+    """A parameter group's parameters (a list), its options and its parameters' ids; refuses
+    a group that is no dict, a parameter that is no float32 leaf with requires_grad, one in
+    ``seen`` (an earlier group) or listed twice, and options ``defaults`` does not have."""
+    if not isinstance(group, dict) or "params" not in group:
+        raise OptimizerError("parameter groups must be dicts with a 'params' entry")
+    plist = group["params"]
+    _ordered(cls, plist)
+    plist = [plist] if isinstance(plist, Node) else list(plist)
+    ids: set[int] = set()
+    for p in plist:
+        if not isinstance(p, Node):
+            raise TypeError(f"{cls}: parameters must be nn.Parameter or tp.Node leaves, got "
+                            f"{type(p).__name__}")
+        if not p.requires_grad:
+            raise OptimizerError(f"{cls}: a parameter of shape {p.shape} does not require grad")
+        if p.value.dtype != FLOAT:
+            raise OptimizerError(f"{cls}: parameter of shape {p.shape} has dtype "
+                                 f"{p.value.dtype}; only float32 is trained")
+        if id(p) in seen or id(p) in ids:
+            raise OptimizerError(f"{cls}: a parameter of shape {p.shape} appears more than "
+                                 f"once (in two parameter groups, or twice in one)")
+        ids.add(id(p))
+    opts = {k: v for k, v in group.items() if k != "params"}
+    unknown = set(opts) - set(defaults)
+    if unknown:
+        raise OptimizerError(f"{cls}: unknown options {sorted(unknown)}; {cls} has "
+                             f"{sorted(defaults)}")
+    return plist, opts, ids

@@ -15,7 +15,7 @@ from ..errors import ShapeError
 from ..tape.changes import changed
 from ..tape.node import Node, host_copy
 from ..tensor import FLOAT, Tensor
-from .checks import OptimizerError, _as_index, _nonneg, _once, _ordered
+from .checks import OptimizerError, _as_index, _checked_group, _nonneg, _once, _ordered
 
 __all__ = ["FlatBucket", "Optimizer", "OptimizerError", "StepPlan"]
 
@@ -69,33 +69,38 @@ class Optimizer:
         self.state: dict[Node, dict[str, Any]] = {}
         self._flat: dict[int, tuple] = {}        # id(bucket) -> (flat state, per-param views)
         self._buckets: dict[int, FlatBucket] = {}   # keeps each id above meaning its bucket
+        #: the options a group added without them gets (PyTorch's ``optimizer.defaults``)
+        self.defaults: dict[str, Any] = defaults
         seen: set[int] = set()
         for group in groups:
-            if not isinstance(group, dict) or "params" not in group:
-                raise OptimizerError("parameter groups must be dicts with a 'params' entry")
-            plist = group["params"]
-            _ordered(type(self).__name__, plist)
-            plist = [plist] if isinstance(plist, Node) else list(plist)
-            for p in plist:
-                if not isinstance(p, Node):
-                    raise TypeError(f"{type(self).__name__}: parameters must be nn.Parameter "
-                                    f"or tp.Node leaves, got {type(p).__name__}")
-                if not p.requires_grad:
-                    raise OptimizerError(f"{type(self).__name__}: a parameter of shape "
-                                         f"{p.shape} does not require grad")
-                if p.value.dtype != FLOAT:
-                    raise OptimizerError(f"{type(self).__name__}: parameter of shape {p.shape} "
-                                         f"has dtype {p.value.dtype}; only float32 is trained")
-                if id(p) in seen:
-                    raise OptimizerError(f"{type(self).__name__}: a parameter of shape "
-                                         f"{p.shape} appears more than once")
-                seen.add(id(p))
-            opts = {k: v for k, v in group.items() if k != "params"}
-            unknown = set(opts) - set(defaults)
-            if unknown:
-                raise OptimizerError(f"{type(self).__name__}: unknown options {sorted(unknown)}")
-            opts = self._validate_options({**defaults, **opts})
-            self.param_groups.append({"params": plist, **opts})
+            self.param_groups.append(self._make_group(group, seen))
+
+    def _make_group(self, group, seen: set[int]) -> dict[str, Any]:
+        """``group`` checked and completed from ``defaults``; its parameters' ids join
+        ``seen`` (one already there is refused)."""
+        plist, opts, ids = _checked_group(type(self).__name__, group, self.defaults, seen)
+        opts = self._validate_options({**self.defaults, **opts})
+        seen |= ids
+        return {"params": plist, **opts}
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a parameter group, as PyTorch's: options it does not give are taken from the
+        constructor's (``defaults``); a parameter already in a group is an
+        ``OptimizerError``; everything is checked before the group is added. Its parameters
+        come after every existing one in ``state_dict()``'s numbering, so a state dict saved
+        before no longer fits (``load_state_dict`` refuses it). A scheduler made before steps
+        the new group as PyTorch's does (recursively, or not at all: a ``SchedulerError``);
+        make schedulers after adding groups. A bucket of a ``ReplicaGroup`` whose parameters
+        end up in several groups is stepped parameter by parameter.
+
+        >>> opt = pc.optim.SGD(head.parameters(), lr=0.1)       # doctest: +SKIP
+        >>> opt.add_param_group({"params": body.parameters(), "lr": 0.01})  # doctest: +SKIP
+        """
+        if not isinstance(param_group, dict):
+            raise TypeError(f"{type(self).__name__}.add_param_group: param_group must be a "
+                            f"dict, got {type(param_group).__name__}")
+        seen = {id(p) for p in self._params()}
+        self.param_groups.append(self._make_group(param_group, seen))
 
     # -- options -------------------------------------------------------------------------
     def _validate_options(self, opts: dict[str, Any]) -> dict[str, Any]:
