@@ -1,5 +1,5 @@
-"""Gradient clipping (``pc.nn.utils``): PyTorch's ``clip_grad_norm_``, with the norm computed
-on the device.
+"""Gradient clipping (``pc.nn.utils``): PyTorch's ``clip_grad_norm_`` and ``clip_grad_value_``,
+computed on the device.
 
 The global norm is formed in a fixed order, so it is the same bit for bit on every run: each
 tensor's partial (sum of squares, sum of ``|g|**p``, or max of ``|g|``) by the reduction
@@ -30,7 +30,8 @@ from ..kernels import reduction
 from ..tape.node import Node
 from ..tensor import Tensor, check_same_queue
 
-__all__ = ["ClipError", "clip_grad_norm_", "clip_grads_with_norm_", "get_total_norm"]
+__all__ = ["ClipError", "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_",
+           "get_total_norm"]
 
 EPS = 1e-6      # PyTorch's: clip_coef = max_norm / (total_norm + 1e-6)
 
@@ -147,3 +148,33 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
         return value
     scale_by_(grads, clip_coefficient(total, max_norm))
     return float(total.item())   # in queue order: after the scaling was enqueued, not before
+
+
+def clip_grad_value_(parameters, clip_value: float, foreach: bool | None = None) -> None:
+    """Clamp every gradient of ``parameters`` (an iterable of Parameters, or one) into
+    ``[-clip_value, clip_value]`` in place, as ``torch.nn.utils.clip_grad_value_``: one clamp
+    kernel per gradient on its queue, nothing read back. A NaN gradient element stays NaN (as
+    PyTorch's clamp keeps it); parameters without a gradient are skipped. ``clip_value`` must
+    be a number >= 0 (``inf`` leaves the gradients as they are); a negative or NaN one is a
+    ``ClipError`` (PyTorch would set every gradient to ``clip_value``, or to NaN).
+    ``foreach`` is accepted for PyTorch's signature: each gradient is one kernel either way.
+
+    >>> pc.nn.utils.clip_grad_value_(model.parameters(), clip_value=0.5)     # doctest: +SKIP
+    """
+    if foreach is not None and not isinstance(foreach, bool):
+        raise TypeError(f"clip_grad_value_: foreach must be None or a bool, got {foreach!r}")
+    try:
+        if isinstance(clip_value, bool):
+            raise TypeError
+        c = float(clip_value)
+    except (TypeError, ValueError):
+        raise ClipError(f"clip_grad_value_: clip_value must be a number, got "
+                        f"{clip_value!r}") from None
+    if not c >= 0:                  # also NaN
+        raise ClipError(f"clip_grad_value_: clip_value must be >= 0 (the gradients are clamped "
+                        f"to [-clip_value, clip_value]), got {c}")
+    grads = _grads(parameters)
+    for g in grads:                 # every gradient checked before any is changed
+        ew.check_float("clip_grad_value_", g)
+    for g in grads:
+        ew.unary("clamp", g, out=g, p=-c, q=c)
