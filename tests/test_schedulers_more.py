@@ -50,6 +50,7 @@ def trace(sched, opt, steps, key="lr"):
 CASES = {
     "multistep": lambda S, o: S.MultiStepLR(o, milestones=[2, 5, 9], gamma=0.3),
     "multistep-repeats-unsorted": lambda S, o: S.MultiStepLR(o, [9, 5, 2, 5], gamma=0.5),
+    "multistep-numpy-milestones": lambda S, o: S.MultiStepLR(o, np.arange(2, 12, 3), 0.5),
     "exponential": lambda S, o: S.ExponentialLR(o, gamma=0.9),
     "constant": lambda S, o: S.ConstantLR(o, factor=0.25, total_iters=4),
     "constant-defaults": lambda S, o: S.ConstantLR(o),
@@ -77,6 +78,13 @@ CASES = {
     "sequential-of-a-chain": lambda S, o: S.SequentialLR(
         o, [S.ChainedScheduler([S.ConstantLR(o, 0.5, 3), S.ExponentialLR(o, 0.9)]),
             S.StepLR(o, 2)], milestones=[4]),
+    # Before SequentialLR undid its parts' initial steps recursively (PyTorch's
+    # recursive_undo), this one began above the base learning rate: 1.5x, then 2x
+    # (PyTorch: 0.5x, 1x), silently.
+    "sequential-of-a-sequential": lambda S, o: S.SequentialLR(
+        o, [S.SequentialLR(o, [S.LinearLR(o, 0.5, total_iters=2), S.StepLR(o, 2, 0.5)],
+                           milestones=[2]),
+            S.LinearLR(o, 0.25, total_iters=3)], milestones=[6]),
 }
 
 
@@ -113,9 +121,9 @@ def test_a_chain_multiplies_its_schedules():
     assert got[20] == pytest.approx(got[19] * 9.0, rel=1e-12)
 
 
-@pytest.mark.parametrize("name", ["multistep", "exponential", "constant", "onecycle",
-                                  "chained-three", "sequential-warmup-then-onecycle",
-                                  "sequential-of-a-chain"])
+@pytest.mark.parametrize("name", ["multistep-numpy-milestones", "exponential", "constant",
+                                  "onecycle", "chained-three", "sequential-warmup-then-onecycle",
+                                  "sequential-of-a-chain", "sequential-of-a-sequential"])
 def test_a_saved_state_continues_the_schedule_bit_for_bit(name):
     opt = FakeOptimizer(*LRS)
     sched = build(name, P, opt)
@@ -131,6 +139,53 @@ def test_a_saved_state_continues_the_schedule_bit_for_bit(name):
     fresh.load_state_dict(saved)
     assert fresh.get_last_lr() == group_lrs
     assert trace(fresh, fresh_opt, 12) == rest
+
+
+def test_a_nested_sequential_starts_below_its_base_learning_rate():
+    opt = FakeOptimizer(1.0)
+    got = trace(build("sequential-of-a-sequential", P, opt), opt, 9)
+    assert [lr for lr, in got] == [0.5, 1.0, 1.0, 0.5, 0.5, 0.25, 0.25, 0.5, 0.75, 1.0]
+
+
+class FakeModel:
+    def __init__(self, value=0.0):
+        self.w = np.full(3, value, np.float32)
+
+    def state_dict(self):
+        return {"w": self.w.copy()}
+
+    def load_state_dict(self, d):
+        self.w = d["w"].copy()
+
+
+@pytest.mark.parametrize("make", [
+    lambda o: P.OneCycleLR(o, max_lr=[0.5, 0.2], total_steps=20),
+    lambda o: P.ChainedScheduler([P.ConstantLR(o, 0.5, 6), P.ExponentialLR(o, 0.9)]),
+], ids=["onecycle-cycling-momentum", "chained"])
+def test_a_checkpoint_resumes_the_schedule_and_momentum_bit_for_bit(tmp_path, make):
+    """pc.save / pc.load with a real SGD: the learning rates and (OneCycleLR's) momenta of a
+    resumed run are the uninterrupted run's."""
+    def fresh():
+        q = pc.default_queue()
+        opt = pc.optim.SGD([{"params": [pc.nn.Parameter(pc.Tensor.zeros(q, (2,)))], "lr": lr}
+                            for lr in LRS], lr=0.1, momentum=0.5)
+        return opt, make(opt)
+
+    def run(sched, opt, steps):
+        out = []
+        for _ in range(steps):
+            sched.step()
+            out.append([(g["lr"], g["momentum"]) for g in opt.param_groups])
+        return out
+
+    path = tmp_path / "ckpt.safetensors"
+    opt, sched = fresh()
+    run(sched, opt, 5)
+    pc.save(path, FakeModel(1.0), opt, step=5, scheduler=sched)
+    rest = run(sched, opt, 14)
+    opt2, sched2 = fresh()
+    pc.load(path, FakeModel(), opt2, scheduler=sched2)
+    assert run(sched2, opt2, 14) == rest
 
 
 def test_a_chained_state_of_other_parts_is_refused_unchanged():

@@ -25,6 +25,7 @@ chained by ``SequentialLR``, start from them): the optimizer's own state dict st
 from __future__ import annotations
 
 import math
+import numbers
 import types
 from typing import Any
 from collections.abc import Callable
@@ -121,11 +122,12 @@ class MultiStepLR(LRScheduler):
             raise SchedulerError(f"MultiStepLR: milestones must be a list of ints, got "
                                  f"{milestones!r}") from None
         for m in milestones:
-            if isinstance(m, bool) or not isinstance(m, int) or m < 0:
+            if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 0:
                 raise SchedulerError(f"MultiStepLR: milestones must be ints >= 0, got "
                                      f"{milestones!r}")
-        # Sorted, repeats kept: the same multiset as PyTorch's Counter, and JSON-able.
-        self.milestones = sorted(milestones)
+        # Sorted, repeats kept: the same multiset as PyTorch's Counter, and JSON-able (numpy
+        # integers become ints).
+        self.milestones = sorted(int(m) for m in milestones)
         self.gamma = _number("MultiStepLR", "gamma", gamma)
         super().__init__(optimizer, last_epoch)
 
