@@ -311,3 +311,27 @@ def test_bad_options_are_scheduler_errors_that_say_what_was_given(build, fragmen
     with pytest.raises(SchedulerError) as info:
         build(FakeOptimizer(*LRS))
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("cls, tcls", [(pc.optim.SGD, torch.optim.SGD),
+                                       (pc.optim.Adam, torch.optim.Adam)], ids=["sgd", "adam"])
+def test_onecycle_trains_as_pytorchs(cls, tcls):
+    """The schedule and the cycled momentum reach the update kernels: parameters after every
+    step of a OneCycleLR run equal PyTorch's (float32)."""
+    rng = np.random.default_rng(3)
+    q = pc.default_queue()
+    start = rng.standard_normal(5).astype(np.float32)
+    p, t = pc.nn.Parameter(pc.Tensor.from_host(q, start)), torch.nn.Parameter(
+        torch.from_numpy(start.copy()))
+    opt, topt = cls([p], lr=0.01), tcls([t], lr=0.01)
+    sched = P.OneCycleLR(opt, max_lr=0.3, total_steps=12)
+    tsched = T.OneCycleLR(topt, max_lr=0.3, total_steps=12)
+    for _ in range(12):
+        g = rng.standard_normal(5).astype(np.float32)
+        p.grad, t.grad = pc.Tensor.from_host(q, g), torch.from_numpy(g.copy())
+        opt.step()
+        topt.step()
+        sched.step()
+        tsched.step()
+        np.testing.assert_allclose(p.value.to_host(), t.detach().numpy(), rtol=2e-5, atol=2e-6)
+    assert not np.allclose(p.value.to_host(), start, atol=0.05)
