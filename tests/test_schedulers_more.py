@@ -280,6 +280,21 @@ def test_a_chain_after_a_milestone_is_refused_where_pytorch_fails_there():
                        milestones=[3])
 
 
+def test_a_fractional_milestone_is_refused():
+    """SequentialLR(milestones=[2.5]) used to switch at step 2 (int() truncated it), silently;
+    PyTorch switches after step 2 without ever restarting the next scheduler (no step equals
+    2.5), so its StepLR continues from the warm-up's lr. Neither is a schedule anyone meant."""
+    t_opt = torch_optimizer(1.0)
+    seq = T.SequentialLR(t_opt, [T.LinearLR(t_opt, 0.5, total_iters=10),
+                                 T.StepLR(t_opt, 1, 0.5)], milestones=[2.5])
+    np.testing.assert_allclose(np.array(trace(seq, t_opt, 4))[:, 0],
+                               [0.5, 0.55, 0.6, 0.6, 0.3], rtol=1e-12)   # never back to 1.0
+    opt = FakeOptimizer(1.0)
+    with pytest.raises(SchedulerError, match=r"milestones must be ints .* got \[2.5\]"):
+        P.SequentialLR(opt, [P.LinearLR(opt, 0.5, total_iters=10), P.StepLR(opt, 1, 0.5)],
+                       milestones=[2.5])
+
+
 @pytest.mark.parametrize("build, fragment", [
     (lambda o: P.MultiStepLR(o, [2, "5"]), "milestones must be ints >= 0, got [2, '5']"),
     (lambda o: P.MultiStepLR(o, [-1]), "milestones must be ints >= 0"),
@@ -303,6 +318,8 @@ def test_a_chain_after_a_milestone_is_refused_where_pytorch_fails_there():
                                                        "must be > 0"),
     (lambda o: P.OneCycleLR(o, 0.1, 10), "cycle_momentum=True needs an optimizer with a "
                                          "'momentum' (SGD) or 'betas' (Adam) option"),
+    (lambda o: P.SequentialLR(o, [P.StepLR(o, 2), P.ExponentialLR(o, 0.9)], [2.5]),
+     "milestones must be ints (the steps at which to switch), got [2.5]"),
     (lambda o: P.ChainedScheduler([]), "ChainedScheduler expects at least one scheduler"),
     (lambda o: P.ChainedScheduler([P.ExponentialLR(o, 0.9)], optimizer=FakeOptimizer(0.1)),
      "schedulers[0] (ExponentialLR) belongs to another optimizer"),

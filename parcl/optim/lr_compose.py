@@ -4,6 +4,7 @@ steps them all at every step, each multiplying into the learning rate the one be
 
 from __future__ import annotations
 
+import numbers
 from bisect import bisect_right
 from typing import Any
 
@@ -45,7 +46,14 @@ class SequentialLR(LRScheduler):
 
     def __init__(self, optimizer: Any, schedulers: list[LRScheduler], milestones: list[int],
                  last_epoch: int = -1):
-        schedulers, milestones = list(schedulers), [int(m) for m in milestones]
+        schedulers, milestones = list(schedulers), list(milestones)
+        # int() would make 2.5 a 2 silently: PyTorch switches after step 2 there but never
+        # restarts the next scheduler (no step equals 2.5), so neither reading is right.
+        if not all(isinstance(m, numbers.Integral) and not isinstance(m, bool)
+                   for m in milestones):
+            raise SchedulerError(f"SequentialLR: milestones must be ints (the steps at which "
+                                 f"to switch), got {milestones!r}")
+        milestones = [int(m) for m in milestones]
         _check_members("SequentialLR", schedulers, optimizer)
         if len(milestones) != len(schedulers) - 1:
             raise SchedulerError(f"SequentialLR: {len(schedulers)} schedulers need "
