@@ -118,6 +118,21 @@ def test_bad_norm_type(queue, norm_type):
         clip_grad_norm_([p], 1.0, norm_type=norm_type)
 
 
+@pytest.mark.parametrize("max_norm", [-1.0, float("nan"), "one", True])
+def test_a_negative_or_nan_max_norm_is_refused(queue, max_norm):
+    """PyTorch takes ``max_norm=-1`` and flips every gradient's sign ([3, 4] -> [-0.6,
+    -0.8]); a NaN makes every gradient NaN. Both are refused before anything changes."""
+    p = pc.nn.Parameter(pc.Tensor.from_host(queue, np.zeros(2, np.float32)))
+    p.grad = pc.Tensor.from_host(queue, np.array([3.0, 4.0], np.float32))
+    with pytest.raises(ClipError, match="max_norm must be"):
+        clip_grad_norm_([p], max_norm)
+    with pytest.raises(ClipError, match="max_norm must be"):
+        clip_grads_with_norm_([p], max_norm, get_total_norm([p.grad]))
+    np.testing.assert_array_equal(p.grad.to_host(), [3.0, 4.0])
+    assert clip_grad_norm_([p], float("inf")) == pytest.approx(5.0)      # inf: no clipping
+    np.testing.assert_array_equal(p.grad.to_host(), [3.0, 4.0])
+
+
 def test_gradients_on_two_queues_are_refused(queues2):
     a, b = (pc.Tensor.from_host(q, np.ones(3, np.float32)) for q in queues2)
     with pytest.raises(pc.DeviceError, match="different command queues"):

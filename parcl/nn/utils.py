@@ -111,10 +111,26 @@ def _grads(parameters) -> list[Tensor]:
     return grads
 
 
+def _max_norm(where: str, value) -> float:
+    """``max_norm`` as a float >= 0 (``inf``: nothing is clipped). A negative one would flip
+    every gradient's sign and a NaN make every gradient NaN, silently (PyTorch does both)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ClipError(f"{where}: max_norm must be a number, got {value!r}") from None
+    if not v >= 0:                 # also NaN
+        raise ClipError(f"{where}: max_norm must be >= 0, got {v} (a negative one would flip "
+                        "the gradients' sign, a NaN make them NaN)")
+    return v
+
+
 def clip_grads_with_norm_(parameters, max_norm: float, total_norm: Tensor) -> None:
     """Scale the gradients of ``parameters`` in place by ``min(max_norm / (total_norm +
     1e-6), 1)``, ``total_norm`` a 0-d device tensor (from ``get_total_norm``): nothing is read
     back. Parameters without a gradient are skipped."""
+    max_norm = _max_norm("clip_grads_with_norm_", max_norm)
     grads = _grads(parameters)
     if grads:
         scale_by_(grads, clip_coefficient(total_norm, max_norm))
@@ -134,6 +150,7 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
     >>> norm = pc.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)  # doctest: +SKIP
     >>> opt.step()                                                            # doctest: +SKIP
     """
+    max_norm = _max_norm("clip_grad_norm_", max_norm)
     grads = _grads(parameters)
     if not grads:
         return 0.0
