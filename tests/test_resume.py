@@ -15,6 +15,9 @@ import pytest
 import safetensors.numpy
 from safetensors import safe_open
 
+import parcl as pc
+import parcl.tape as tp
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "train_digits_dp.py"
 ENV = {k: v for k, v in os.environ.items()
@@ -73,3 +76,28 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT, env=ENV)
     assert r.returncode == 1
     assert "CheckpointError" in r.stderr and "no such checkpoint file" in r.stderr
+
+
+def test_dropout_generator_state_round_trips_through_a_checkpoint(queue, tmp_path):
+    """``tp.rng_state()`` saved in a checkpoint's meta and put back with
+    ``tp.set_rng_state`` (as JSON gives it back: a list): the resumed run draws the masks
+    the uninterrupted run would."""
+    x = tp.tensor(pc.Tensor.from_host(queue, np.ones(64, np.float32)))
+    tp.manual_seed(3)
+    tp.dropout(x, 0.5)
+    model = pc.nn.Linear(2, 2, queue=queue)
+    pc.save(tmp_path / "ckpt.safetensors", model, dropout=tp.rng_state())
+    want = tp.dropout(x, 0.5).to_host()
+    tp.manual_seed(99)                               # a restarted process starts elsewhere
+    meta = pc.load(tmp_path / "ckpt.safetensors", model)
+    assert isinstance(meta["dropout"], list)
+    tp.set_rng_state(meta["dropout"])
+    np.testing.assert_array_equal(tp.dropout(x, 0.5).to_host(), want)
+
+
+@pytest.mark.parametrize("state", [None, 3, (1,), (1.5, 0), ("1", 0), (True, 0), (0, -1)])
+def test_a_dropout_state_that_is_not_two_ints_is_refused(state):
+    before = tp.rng_state()
+    with pytest.raises(pc.ParclError, match="set_rng_state: expected a"):
+        tp.set_rng_state(state)
+    assert tp.rng_state() == before

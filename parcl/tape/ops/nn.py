@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 from ... import recorder
-from ...errors import DTypeError, ShapeError
+from ...errors import DTypeError, ParclError, ShapeError
 from ...kernels import batchnorm as bnk
 from ...kernels import batchnorm_sync as bns
 from ...kernels import conv as convk
@@ -34,7 +34,7 @@ from .. import mode
 from ..node import ACCUMULATED, Function, Node
 
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "conv2d", "dropout", "linear",
-           "manual_seed", "max_pool2d"]
+           "manual_seed", "max_pool2d", "rng_state", "set_rng_state"]
 
 
 # -- linear ----------------------------------------------------------------------------------
@@ -337,15 +337,27 @@ def manual_seed(seed: int) -> None:
 
 
 def rng_state() -> tuple[int, int]:
-    """This thread's dropout generator state ``(seed, counter)`` (for checkpoints)."""
+    """This thread's dropout generator state ``(seed, counter)``: saved in a checkpoint's
+    meta (``pc.save(..., dropout=tp.rng_state())``) and put back with ``set_rng_state``, a
+    resumed run draws the dropout masks the uninterrupted run would."""
     gen = _generator()
     return gen.seed, gen.counter
 
 
-def set_rng_state(state: tuple[int, int]) -> None:
-    """Restore a state returned by ``rng_state``."""
+def set_rng_state(state) -> None:
+    """Restore a state returned by ``rng_state`` (a pair of ints; a list, as JSON gives it
+    back, too). Anything else is a ``ParclError``, the generator unchanged."""
+    try:
+        seed, counter = state
+        ok = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                 for v in (seed, counter)) and counter >= 0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ParclError(f"set_rng_state: expected a (seed, counter) pair of ints from "
+                         f"rng_state(), got {state!r}")
     gen = _generator()
-    gen.seed, gen.counter = int(state[0]), int(state[1])
+    gen.seed, gen.counter = int(seed), int(counter)
 
 
 class Dropout(Function):
