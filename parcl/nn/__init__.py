@@ -12,7 +12,8 @@ same program builds bit-identical models in every run and every replica thread.
 """
 
 from .activation import ELU, LeakyReLU, Sigmoid, SiLU, Softplus, Tanh
-from .containers import Identity, ModuleList, Softmax
+from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, ParameterList,
+                         Softmax)
 from .conv import ConvTranspose2d
 from .gelu import GELU
 from .gpt import GPT, CausalSelfAttention
@@ -29,7 +30,8 @@ from . import utils  # noqa: E402  (pc.nn.utils.clip_grad_norm_: after the layer
 
 __all__ = [
     # containers and the base class
-    "Identity", "Module", "ModuleList", "Parameter", "Sequential", "StateDictError",
+    "Identity", "Module", "ModuleDict", "ModuleList", "Parameter", "ParameterDict",
+    "ParameterList", "Sequential", "StateDictError",
     # layers
     "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "ConvTranspose2d",
     "Dropout", "Embedding", "Flatten", "GroupNorm", "LayerNorm", "Linear", "MaxPool2d",

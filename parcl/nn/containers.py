@@ -1,4 +1,5 @@
-"""Small layers: ``Identity``, ``ModuleList`` and ``Softmax(dim)``, as PyTorch's.
+"""Small layers and containers: ``Identity``, ``ModuleList``, ``ModuleDict``, ``ParameterList``,
+``ParameterDict`` and ``Softmax(dim)``, as PyTorch's.
 
 ``ModuleList`` registers its modules as children named ``0``, ``1``, ..., so their parameters
 are ``0.weight``, ``1.weight``, ... in ``state_dict()`` (``h.0.attn.c_attn.weight`` inside a
@@ -14,13 +15,13 @@ ModuleList(3)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from ..errors import ParclError
 from ..tape import ops
-from .module import Module
+from .module import Module, Parameter
 
-__all__ = ["Identity", "ModuleList", "Softmax"]
+__all__ = ["Identity", "ModuleDict", "ModuleList", "ParameterDict", "ParameterList", "Softmax"]
 
 
 class Identity(Module):
@@ -98,6 +99,182 @@ class ModuleList(Module):
 
     def __repr__(self) -> str:
         return f"ModuleList({len(self)})"
+
+
+class ModuleDict(Module):
+    """Modules by name, each registered as a child of that name (so ``state_dict`` keys are
+    ``name.weight``), in insertion order: indexing, assignment, ``del``, ``in``, ``len``,
+    iteration over the names, ``keys``/``values``/``items``, ``update``, ``pop``, ``clear``.
+    Names follow ``add_module``'s rules (non-empty, no ``.``). No ``forward``, as PyTorch's.
+
+    >>> heads = pc.nn.ModuleDict({"cls": pc.nn.Linear(4, 2), "reg": pc.nn.Linear(4, 1)})
+    >>> list(heads), [k for k, _ in heads.named_parameters()][:2]
+    (['cls', 'reg'], ['cls.weight', 'cls.bias'])
+    """
+
+    def __init__(self, modules: Mapping[str, Module] | Iterable | None = None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key: str) -> Module:
+        return self._modules[key]
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        if not isinstance(module, Module):
+            raise TypeError(f"ModuleDict[{key!r}]: expected an nn.Module, got "
+                            f"{type(module).__name__}")
+        self.add_module(key, module)
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self._modules:
+            raise KeyError(key)
+        self.__delattr__(key)
+
+    def __contains__(self, key) -> bool:
+        return key in self._modules
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._modules))
+
+    def keys(self) -> list[str]:
+        return list(self._modules)
+
+    def values(self) -> list[Module]:
+        return list(self._modules.values())
+
+    def items(self) -> list[tuple[str, Module]]:
+        return list(self._modules.items())
+
+    def update(self, modules) -> None:
+        """Add or replace from a mapping or an iterable of ``(name, module)`` pairs."""
+        pairs = modules.items() if isinstance(modules, Mapping) else modules
+        for pair in pairs:
+            key, module = pair
+            self[key] = module
+
+    def pop(self, key: str) -> Module:
+        module = self[key]
+        del self[key]
+        return module
+
+    def clear(self) -> None:
+        for key in self.keys():
+            del self[key]
+
+    def forward(self, *args, **kwargs):
+        raise ParclError("ModuleDict has no forward: call its modules in your own")
+
+    def __repr__(self) -> str:
+        return f"ModuleDict({', '.join(self._modules)})"
+
+
+def _parameter(where: str, value) -> Parameter:
+    if not isinstance(value, Parameter):
+        raise TypeError(f"{where}: expected a pc.nn.Parameter, got {type(value).__name__}")
+    return value
+
+
+class ParameterList(Module):
+    """Parameters in a list, registered as ``0``, ``1``, ... (``state_dict`` keys ``0``,
+    ``1``, ...; ``name.0`` inside a model): ``append``, ``extend``, ``len``, iteration,
+    indexing and assignment by index, as PyTorch's.
+
+    >>> ps = pc.nn.ParameterList([pc.nn.Parameter.from_host(None, np.zeros(2, np.float32))])
+    >>> [k for k, _ in ps.named_parameters()]
+    ['0']
+    """
+
+    def __init__(self, values: Iterable[Parameter] | None = None):
+        super().__init__()
+        if values is not None:
+            self.extend(values)
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[Parameter]:
+        return iter(list(self._parameters.values()))
+
+    def __getitem__(self, index: int) -> Parameter:
+        values = list(self._parameters.values())
+        if not -len(values) <= index < len(values):
+            raise IndexError(f"ParameterList: index {index} is out of range for "
+                             f"{len(values)} parameters")
+        return values[index]
+
+    def __setitem__(self, index: int, value: Parameter) -> None:
+        self[index]                                    # in range, or IndexError
+        self.register_parameter(str(index % len(self)), _parameter("ParameterList", value))
+
+    def append(self, value: Parameter) -> ParameterList:
+        self.register_parameter(str(len(self)), _parameter("ParameterList", value))
+        return self
+
+    def extend(self, values: Iterable[Parameter]) -> ParameterList:
+        for value in values:
+            self.append(value)
+        return self
+
+    def forward(self, *args, **kwargs):
+        raise ParclError("ParameterList has no forward: use its parameters in your own")
+
+    def __repr__(self) -> str:
+        return f"ParameterList({len(self)})"
+
+
+class ParameterDict(Module):
+    """Parameters by name (``state_dict`` keys are the names), in insertion order: indexing,
+    assignment, ``del``, ``in``, ``len``, iteration over the names, ``keys``/``values``/
+    ``items``, ``update``, as PyTorch's."""
+
+    def __init__(self, parameters: Mapping[str, Parameter] | Iterable | None = None):
+        super().__init__()
+        if parameters is not None:
+            self.update(parameters)
+
+    def __getitem__(self, key: str) -> Parameter:
+        return self._parameters[key]
+
+    def __setitem__(self, key: str, value: Parameter) -> None:
+        self.register_parameter(key, _parameter(f"ParameterDict[{key!r}]", value))
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self._parameters:
+            raise KeyError(key)
+        self.__delattr__(key)
+
+    def __contains__(self, key) -> bool:
+        return key in self._parameters
+
+    def __len__(self) -> int:
+        return len(self._parameters)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._parameters))
+
+    def keys(self) -> list[str]:
+        return list(self._parameters)
+
+    def values(self) -> list[Parameter]:
+        return list(self._parameters.values())
+
+    def items(self) -> list[tuple[str, Parameter]]:
+        return list(self._parameters.items())
+
+    def update(self, parameters) -> None:
+        pairs = parameters.items() if isinstance(parameters, Mapping) else parameters
+        for key, value in pairs:
+            self[key] = value
+
+    def forward(self, *args, **kwargs):
+        raise ParclError("ParameterDict has no forward: use its parameters in your own")
+
+    def __repr__(self) -> str:
+        return f"ParameterDict({', '.join(self._parameters)})"
 
 
 class Softmax(Module):

@@ -217,6 +217,46 @@ class Module:
             self._place(self._modules, name, module)
         object.__setattr__(self, name, module)
 
+    def get_submodule(self, target: str) -> Module:
+        """The descendant at the dotted path ``target`` (``""``: this module), as PyTorch's;
+        an ``AttributeError`` naming the missing step otherwise."""
+        module = self
+        for i, name in enumerate(target.split(".") if target else []):
+            child = module._modules.get(name)
+            if child is None:
+                where = ".".join(target.split(".")[:i]) or type(self).__name__
+                raise AttributeError(f"get_submodule({target!r}): {where} has no submodule "
+                                     f"{name!r}")
+            module = child
+        return module
+
+    def get_parameter(self, target: str) -> Parameter:
+        """The Parameter at the dotted path ``target`` (``"0.weight"``), as PyTorch's."""
+        return self._get_registered(target, "_parameters", "parameter")
+
+    def get_buffer(self, target: str) -> Tensor:
+        """The buffer at the dotted path ``target`` (``"bn.running_mean"``), as PyTorch's."""
+        return self._get_registered(target, "_buffers", "buffer")
+
+    def _get_registered(self, target: str, registry: str, what: str):
+        path, _, name = target.rpartition(".")
+        owner = self.get_submodule(path)
+        value = getattr(owner, registry).get(name)
+        if value is None:
+            raise AttributeError(f"get_{what}({target!r}): {type(owner).__name__} has no "
+                                 f"{what} {name!r}")
+        return value
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Set ``requires_grad`` on every parameter (``False`` freezes them: no gradient, the
+        optimizer skips them), as PyTorch's; returns the module."""
+        if not isinstance(requires_grad, (bool, np.bool_)):
+            raise ParclError(f"{type(self).__name__}.requires_grad_: expected a bool, got "
+                             f"{requires_grad!r}")
+        for p in self.parameters():
+            p.requires_grad = bool(requires_grad)
+        return self
+
     # -- traversal -----------------------------------------------------------------------
     def named_modules(self, prefix: str = "", memo: set | None = None
                       ) -> Iterator[tuple[str, Module]]:
