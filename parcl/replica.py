@@ -30,8 +30,8 @@ from .gate import transfer
 from .nn.keys import capture_key
 from .nn.module import Module
 from .pool import stamp
-from .replica_steps import (Captured, Eager, IgnoredLabels, check_reduction, check_signatures,
-                            positive, shard_batch, skip_unreached, weighted_loss)
+from .replica_steps import (Captured, Eager, IgnoredLabels, check_optimizer, check_reduction,
+                            check_signatures, positive, shard_batch, skip_unreached, weighted_loss)
 from .replica_stats import StatsExchange
 from .replica_threads import Replica
 from .tape import mode
@@ -324,6 +324,7 @@ class ReplicaGroup:
         those it was recorded with; otherwise the step is recorded again.
         """
         self._check_open()
+        check_optimizer(optimizer, self._params)
         max_norm = None if max_grad_norm is None else positive("max_grad_norm", max_grad_norm)
         k = len(self.replicas)
         ignore = self._labels.ignored(loss_fn) if reduction == "mean" else None

@@ -378,6 +378,28 @@ def skip_unreached(params: list, reached: tuple[int, ...], comm) -> None:
         params[j].grad = None
 
 
+def check_optimizer(optimizer, params: list[list]) -> None:
+    """The step reduces the gradients into replica 0's parameters (``params[0]``) and copies
+    them to the others after the update: an optimizer holding any other parameter (another
+    replica's, an earlier group's, another model's) would train nothing the step keeps, so it
+    is refused before anything runs. A custom optimizer without ``param_groups`` is trusted."""
+    held = [p for group in getattr(optimizer, "param_groups", None) or ()
+            for p in group.get("params", ())]
+    ours = {id(p) for p in params[0]}
+    foreign = [p for p in held if id(p) not in ours]
+    if not foreign:
+        return
+    owner = {id(p): i for i, ps in enumerate(params) for p in ps}
+    where = sorted({f"replica {owner[id(p)]}'s" if id(p) in owner else "not this group's"
+                    for p in foreign})
+    raise ParclError(f"ReplicaGroup.step: the optimizer holds {len(foreign)} of its {len(held)} "
+                     f"parameters ({', '.join(where)}; shapes "
+                     f"{[tuple(p.shape) for p in foreign[:4]]}) that are not replica 0's, "
+                     f"which the step updates and copies to every replica: it would train "
+                     f"nothing. Build it over group.parameters() (after making a new group, "
+                     f"make a new optimizer too)")
+
+
 def positive(name: str, value) -> float:
     """``value`` as a float, which must be > 0 (``step``'s ``max_grad_norm``)."""
     try:

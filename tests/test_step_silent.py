@@ -1,0 +1,67 @@
+"""Data-parallel steps that used to give silently wrong results, each test its reproducer, with
+what parcl did and what PyTorch does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import parcl as pc
+import parcl.tape as tp
+from parcl.replica import ReplicaGroup
+
+
+def mlp(queue):
+    pc.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Linear(4, 5, queue=queue), pc.nn.ReLU(),
+                            pc.nn.Linear(5, 3, queue=queue))
+
+
+def batch(n=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, 4)).astype(np.float32), rng.integers(0, 3, n)
+
+
+def values(params):
+    return [p.value.to_host() for p in params]
+
+
+@pytest.mark.parametrize("capture", [False, True])
+@pytest.mark.parametrize("whose", ["replica 1", "an earlier group", "another model"])
+def test_an_optimizer_of_parameters_the_group_does_not_step_is_refused(devices2, capture,
+                                                                        whose):
+    """``group.step(x, y, loss_fn, opt)`` with ``opt`` built over parameters that are not
+    replica 0's (``group.parameters()``) used to return a loss and train nothing: another
+    replica's parameters are overwritten by replica 0's broadcast at the end of the step, and
+    the parameters of an earlier group (one rebuilt after a failure, keeping its optimizer) or
+    of a model built outside the group get no gradient at all. Every step left the model as it
+    was, with no error. (PyTorch's DDP wraps the model the optimizer was built over, so there
+    the same loop trains.) Refused before anything runs, naming where the parameters are."""
+    x, y = batch()
+    with ReplicaGroup(mlp, devices2) as old:
+        stale = old.parameters()
+        with ReplicaGroup(mlp, devices2, capture=capture) as g:
+            held = {"replica 1": lambda: g.replicas[1].model.parameters(),
+                    "an earlier group": lambda: stale,
+                    "another model": lambda: mlp(g.replicas[0].queue).parameters()}[whose]()
+            opt = pc.optim.SGD(held, lr=0.5)
+            before = values(g.parameters())
+            with pytest.raises(pc.ParclError, match="group.parameters()"):
+                g.step(x, y, tp.cross_entropy, opt)
+            for a, b in zip(before, values(g.parameters())):
+                np.testing.assert_array_equal(a, b)
+            good = pc.optim.SGD(g.parameters(), lr=0.5)          # the documented way trains
+            g.step(x, y, tp.cross_entropy, good)
+            assert any(not np.array_equal(a, b) for a, b in zip(before, values(g.parameters())))
+
+
+def test_an_optimizer_of_some_of_replica_0s_parameters_still_steps_them(devices2):
+    """Fine-tuning a head (an optimizer over a subset of ``group.parameters()``) is allowed:
+    the head is updated, the rest stays."""
+    x, y = batch()
+    with ReplicaGroup(mlp, devices2) as g:
+        before = values(g.parameters())
+        g.step(x, y, tp.cross_entropy, pc.optim.SGD(g.model[2].parameters(), lr=0.5))
+        after = values(g.parameters())
+        np.testing.assert_array_equal(before[0], after[0])
+        assert not np.array_equal(before[2], after[2])
