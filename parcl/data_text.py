@@ -191,6 +191,23 @@ class TextLoader(DataLoader):
         super().__init__((starts,), batch_size, shuffle=shuffle, seed=seed,
                          drop_last=drop_last, rank=rank, world_size=world_size)
 
+    def state_dict(self) -> dict:
+        """``DataLoader.state_dict()`` plus what the windows are cut by (``block_size``) and
+        from (``num_tokens``): a position means nothing over other windows."""
+        return {**super().state_dict(), "block_size": self.block_size,
+                "num_tokens": len(self.tokens)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """As ``DataLoader.load_state_dict``; a state of other windows (another block size,
+        another number of tokens, even with as many windows) is refused."""
+        for key, mine in (("block_size", self.block_size), ("num_tokens", len(self.tokens))):
+            if key in state and state[key] != mine:     # states saved before: not checked
+                raise ShapeError(f"TextLoader.load_state_dict: the state was saved with "
+                                 f"{key}={state[key]!r} but this loader has {key}={mine!r} "
+                                 f"({'tokens' if key == 'num_tokens' else 'windows'} of "
+                                 f"another size); resume with the same tokens and settings")
+        super().load_state_dict(state)
+
     def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         offsets = np.arange(self.block_size + 1, dtype=np.int64)
         for (starts,) in super().__iter__():

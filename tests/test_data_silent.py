@@ -1,0 +1,48 @@
+"""Data-loading inputs that used to give silently wrong results, each test its reproducer,
+with what parcl did and what a correct resume does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import parcl as pc
+from parcl.errors import ShapeError
+
+
+@pytest.mark.parametrize("change", ["block_size", "tokens"])
+def test_a_text_loader_state_of_other_windows_is_refused(change):
+    """``TextLoader.state_dict()`` named the position by window count only, so a state saved
+    over windows of 34 tokens loaded into a loader of 40-token windows (or over another
+    corpus) with the same number of windows: the resumed epoch went on at batch 1 of
+    windows that start elsewhere, and tokens 34..39 of that epoch were never trained on, with
+    no error (a ``DataLoader`` refuses another ``batch_size`` for the same reason). Refused
+    now, naming the setting; the same loader still resumes."""
+    tokens = np.arange(101) % 50
+    saved = pc.data.TextLoader(tokens, block_size=34, batch_size=1, shuffle=False)
+    first = next(iter(saved))
+    state = saved.state_dict()
+    other = (pc.data.TextLoader(tokens, block_size=40, batch_size=1, shuffle=False)
+             if change == "block_size" else
+             pc.data.TextLoader(np.arange(90) % 50, block_size=34, batch_size=1,
+                                shuffle=False))
+    assert len(other) == len(saved)               # the window count alone cannot tell
+    with pytest.raises(ShapeError, match="block_size" if change == "block_size" else "tokens"):
+        other.load_state_dict(state)
+    assert other.batch_index == 0                 # nothing changed
+    again = pc.data.TextLoader(tokens, block_size=34, batch_size=1, shuffle=False)
+    again.load_state_dict(state)
+    x, _ = next(iter(again))
+    np.testing.assert_array_equal(x, next(iter(saved))[0])
+    assert x[0, 0] == first[0][0, -1] + 1         # the next window, none skipped
+
+
+def test_a_text_loader_state_saved_before_the_check_still_loads():
+    """States saved without ``block_size``/``num_tokens`` (older runs) are not stranded."""
+    tokens = np.arange(101)
+    loader = pc.data.TextLoader(tokens, block_size=10, batch_size=2, shuffle=False)
+    state = loader.state_dict()
+    del state["block_size"], state["num_tokens"]
+    state["batch_index"] = 1
+    loader.load_state_dict(state)
+    assert next(iter(loader))[0][0, 0] == 20
