@@ -76,6 +76,7 @@ def save(path: str | os.PathLike, model: Any, optimizer: Any = None, step: int =
     from . import __version__
 
     path = os.fspath(path)
+    _check_scheduler(f"save({path!r})", optimizer, scheduler)
     tensors: dict[str, np.ndarray] = {}
     model_keys = []
     for name, value in model.state_dict().items():
@@ -177,6 +178,7 @@ def load(path: str | os.PathLike, model: Any, optimizer: Any = None, *,
         raise CheckpointError(f"load({path!r}): a scheduler is given without its optimizer, "
                               "whose learning rates it steps; pass both (pc.load(path, model, "
                               "optimizer, scheduler=s))")
+    _check_scheduler(f"load({path!r})", optimizer, scheduler)
     doc, tensors = _read(path)
     model_state, current = _model_state(path, doc, tensors, model)
     optim_state = _optimizer_state(path, doc, tensors, optimizer)
@@ -210,6 +212,17 @@ def load(path: str | os.PathLike, model: Any, optimizer: Any = None, *,
             scheduler.load_state_dict(sched_backup)
         raise
     return {"step": doc.get("step", 0), **doc.get("meta", {})}
+
+
+def _check_scheduler(what: str, optimizer: Any, scheduler: Any) -> None:
+    """A scheduler steps the learning rates of the optimizer it was built over: one of
+    another optimizer would leave ``optimizer`` at the checkpoint's rate from then on."""
+    owner = getattr(scheduler, "optimizer", None)
+    if optimizer is not None and owner is not None and owner is not optimizer:
+        raise CheckpointError(f"{what}: the scheduler was built over another optimizer than "
+                              f"the one given, so its steps would not change that one's "
+                              f"learning rates; pass the optimizer the scheduler steps, or a "
+                              f"scheduler built over this optimizer")
 
 
 def _scheduler_state(path: str, doc: dict[str, Any], scheduler: Any) -> dict[str, Any] | None:
