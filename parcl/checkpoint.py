@@ -3,10 +3,11 @@ safetensors file.
 
 Tensors are stored under ``model.<name>`` (the model's ``state_dict()`` keys) and
 ``optim.state.<param>.<name>`` (the optimizer's per-parameter buffers). Everything else (step,
-user metadata, the optimizer's scalars and param_groups, a learning-rate scheduler's state, the
-CRC-32 of every tensor's bytes and its dtype and shape, the parcl and format versions) is one
-JSON document under the key ``"parcl"`` of the safetensors header's ``__metadata__``, with
-that document's own CRC-32 beside it under ``"parcl_crc32"``. Nothing is ever unpickled.
+user metadata, the optimizer's scalars, param_groups and the model key of each of its
+parameters, a learning-rate scheduler's state, the CRC-32 of every tensor's bytes and its
+dtype and shape, the parcl and format versions) is one JSON document under the key
+``"parcl"`` of the safetensors header's ``__metadata__``, with that document's own CRC-32
+beside it under ``"parcl_crc32"``. Nothing is ever unpickled.
 
 A save is atomic: the file is written beside ``path`` under a temporary name, fsynced, renamed
 onto ``path`` and the directory fsynced, so a crash leaves the previous checkpoint intact (and
@@ -38,7 +39,8 @@ import numpy as np
 import safetensors.numpy
 
 from .atomicfile import atomic_write
-from .checkpoint_verify import crc32, layout, verify_checksums, verify_layout
+from .checkpoint_verify import (crc32, layout, misplaced_state, optimizer_param_names,
+                                verify_checksums, verify_layout)
 from .errors import CheckpointError, DTypeError
 
 __all__ = ["FORMAT_VERSION", "load", "save"]
@@ -89,6 +91,9 @@ def save(path: str | os.PathLike, model: Any, optimizer: Any = None, step: int =
                            "optimizer": None}
     if optimizer is not None:
         doc["optimizer"] = _flatten_optimizer(optimizer, tensors)
+        names = optimizer_param_names(model, optimizer, doc["optimizer"]["param_groups"])
+        if names is not None:      # whose state is whose: checked by load
+            doc["optimizer"]["param_names"] = sorted([i, n] for i, n in names.items())
     if scheduler is not None:
         doc["scheduler"] = {"class": type(scheduler).__name__, "state": scheduler.state_dict()}
     doc["crc32"] = {key: crc32(array) for key, array in tensors.items()}
@@ -181,7 +186,7 @@ def load(path: str | os.PathLike, model: Any, optimizer: Any = None, *,
     _check_scheduler(f"load({path!r})", optimizer, scheduler)
     doc, tensors = _read(path)
     model_state, current = _model_state(path, doc, tensors, model)
-    optim_state = _optimizer_state(path, doc, tensors, optimizer)
+    optim_state = _optimizer_state(path, doc, tensors, optimizer, model)
     sched_state = _scheduler_state(path, doc, scheduler)
 
     # The scheduler first: its state is a few numbers, so it is the cheap one to put back
@@ -319,7 +324,7 @@ def _model_state(path: str, doc: dict[str, Any], tensors: dict[str, np.ndarray],
 
 
 def _optimizer_state(path: str, doc: dict[str, Any], tensors: dict[str, np.ndarray],
-                     optimizer: Any) -> dict[str, Any] | None:
+                     optimizer: Any, model: Any) -> dict[str, Any] | None:
     if optimizer is None:
         return None
     if not doc.get("optimizer"):
@@ -354,6 +359,9 @@ def _optimizer_state(path: str, doc: dict[str, Any], tensors: dict[str, np.ndarr
         elif list(mine.get("params", [])) != list(theirs.get("params", [])):
             problems.append(f"param_groups[{i}] saved for params {mine.get('params')}, "
                             f"optimizer has {theirs.get('params')}")
+    if not problems:      # the state of each parameter onto the parameter of its name
+        problems += misplaced_state(opt.get("param_names"), optimizer_param_names(
+            model, optimizer, saved["param_groups"]))
     known = {p for g in cur_groups for p in g.get("params", [])}
     unknown = [k for k in state if known and k not in known]
     if unknown:

@@ -11,7 +11,8 @@ import numpy as np
 
 from .errors import CheckpointError
 
-__all__ = ["crc32", "layout", "verify_checksums", "verify_layout"]
+__all__ = ["crc32", "layout", "misplaced_state", "optimizer_param_names", "verify_checksums",
+           "verify_layout"]
 
 
 def crc32(data) -> int:
@@ -55,3 +56,28 @@ def verify_layout(path: str, saved: Any, tensors: dict[str, np.ndarray]) -> None
         raise CheckpointError(f"load({path!r}): the file's tensor table does not match the "
                               f"dtypes and shapes saved: {'; '.join(bad) or 'other keys'}; "
                               f"the file is damaged (nothing was loaded)")
+
+
+def optimizer_param_names(model: Any, optimizer: Any, groups: list) -> dict[int, str] | None:
+    """Per parameter index of ``groups`` (a state dict's ``param_groups``), the model key of
+    the parameter of ``optimizer`` that index maps to: position by position, group by group,
+    as ``load_state_dict`` maps them (PyTorch's way). None where the model or optimizer
+    cannot tell (no ``named_parameters``, no ``param_groups``)."""
+    named, mine = getattr(model, "named_parameters", None), getattr(optimizer, "param_groups",
+                                                                    None)
+    if named is None or mine is None:
+        return None
+    names = {id(p): name for name, p in named()}
+    return {idx: names[id(p)] for saved, group in zip(groups, mine)
+            for idx, p in zip(saved.get("params", ()), group.get("params", ()))
+            if id(p) in names}
+
+
+def misplaced_state(saved: Any, current: dict[int, str] | None) -> list[str]:
+    """Where the optimizer state saved for one parameter (``saved``: ``[index, model key]``
+    pairs written by ``save``; absent in older files) would be loaded into another."""
+    if not isinstance(saved, list) or current is None:
+        return []
+    return [f"the state saved for {name!r} would go to {current[idx]!r}"
+            for idx, name in (tuple(pair) for pair in saved if len(pair) == 2)
+            if idx in current and current[idx] != name]

@@ -44,3 +44,62 @@ def test_a_scheduler_of_another_optimizer_is_refused(tmp_path, queue, call):
     pc.load(path, fresh, fresh_opt, scheduler=right)
     right.step()
     assert fresh_opt.param_groups[0]["lr"] == 0.25
+
+
+def two_layers(queue):
+    pc.nn.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Linear(4, 4, queue=queue), pc.nn.ReLU(),
+                            pc.nn.Linear(4, 4, queue=queue))
+
+
+def adam_step(model, opt, queue):
+    import parcl.tape as tp
+    x = pc.Tensor.from_host(queue, np.arange(8, dtype=np.float32).reshape(2, 4) / 8)
+    with tp.Tape() as tape:
+        loss = tp.mse_loss(model(tp.tensor(x)), pc.Tensor.zeros(queue, (2, 4)))
+    tape.backward(loss)
+    opt.step()
+    opt.zero_grad()
+
+
+def test_optimizer_state_is_refused_when_it_would_land_on_other_parameters(tmp_path, queue):
+    """The optimizer's state is numbered by its parameters' order and mapped back by position
+    (as PyTorch does), so an optimizer built over the same parameters in another order
+    (``[layer 2, layer 0]``, param groups split differently, same shapes) used to load: layer
+    2 got layer 0's Adam moments and the other way round, and the resumed run trained on with
+    no error. The checkpoint now names the model key of each parameter's state, and a state
+    that would land on a parameter of another name is refused, changing nothing. The same
+    order, or an optimizer the same way round, resumes as before."""
+    path = str(tmp_path / "ckpt.safetensors")
+    model = two_layers(queue)
+    opt = pc.optim.Adam(model.parameters(), lr=0.1)
+    adam_step(model, opt, queue)
+    pc.save(path, model, opt)
+
+    fresh = two_layers(queue)
+    swapped = pc.optim.Adam([*fresh[2].parameters(), *fresh[0].parameters()], lr=0.1)
+    with pytest.raises(pc.CheckpointError, match=r"0\.weight.*2\.weight|2\.weight.*0\.weight"):
+        pc.load(path, fresh, swapped)
+    assert swapped.state == {}
+    np.testing.assert_array_equal(fresh[0].weight.to_host(), two_layers(queue)[0].weight.to_host())
+
+    same = pc.optim.Adam(fresh.parameters(), lr=0.1)
+    pc.load(path, fresh, same)
+    adam_step(model, opt, queue)
+    adam_step(fresh, same, queue)
+    np.testing.assert_array_equal(fresh[2].weight.to_host(), model[2].weight.to_host())
+
+
+def test_a_checkpoint_without_parameter_names_still_loads(tmp_path, queue, monkeypatch):
+    """Checkpoints written before the names were saved load as they did (positionally)."""
+    from parcl import checkpoint
+    path = str(tmp_path / "ckpt.safetensors")
+    model = two_layers(queue)
+    opt = pc.optim.Adam(model.parameters(), lr=0.1)
+    adam_step(model, opt, queue)
+    monkeypatch.setattr(checkpoint, "optimizer_param_names", lambda *a: None)
+    pc.save(path, model, opt)
+    monkeypatch.undo()
+    fresh = two_layers(queue)
+    pc.load(path, fresh, pc.optim.Adam([*fresh[2].parameters(), *fresh[0].parameters()],
+                                       lr=0.1))
