@@ -209,7 +209,9 @@ class TextLoader(DataLoader):
         super().load_state_dict(state)
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        offsets = np.arange(self.block_size + 1, dtype=np.int64)
+        offsets = np.arange(self.block_size, dtype=np.int64)
         for (starts,) in super().__iter__():
-            rows = self.tokens[starts[:, None] + offsets].astype(np.int64)
-            yield rows[:, :-1], rows[:, 1:]
+            # Two arrays, not two views of one (B, T + 1): x[:, 1:] would be y[:, :-1], and
+            # changing the inputs in place (an augmentation) would change the targets.
+            at = starts[:, None] + offsets
+            yield self.tokens[at].astype(np.int64), self.tokens[at + 1].astype(np.int64)

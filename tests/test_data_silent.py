@@ -46,3 +46,19 @@ def test_a_text_loader_state_saved_before_the_check_still_loads():
     state["batch_index"] = 1
     loader.load_state_dict(state)
     assert next(iter(loader))[0][0, 0] == 20
+
+
+def test_text_batches_do_not_share_memory_with_their_targets():
+    """``TextLoader`` yielded ``x`` and ``y`` as two views of one ``(B, T + 1)`` array, so
+    ``x[:, 1:]`` *was* ``y[:, :-1]``: corrupting the inputs in place (``x[mask] = unknown``,
+    a token-dropout augmentation) silently rewrote the targets too, and the model was
+    trained to predict the corrupted tokens. ``DataLoader`` promises that every batch it
+    yields is a new array; nanoGPT's ``get_batch`` stacks ``x`` and ``y`` separately. Now two
+    arrays, C-contiguous (so a step borrows them without a copy)."""
+    tokens = np.arange(1, 41)
+    loader = pc.data.TextLoader(tokens, block_size=4, batch_size=3, shuffle=False)
+    x, y = next(iter(loader))
+    assert not np.shares_memory(x, y)
+    assert x.flags.c_contiguous and y.flags.c_contiguous
+    x[:] = 0                                      # an in-place augmentation of the inputs
+    np.testing.assert_array_equal(y, [[2, 3, 4, 5], [6, 7, 8, 9], [10, 11, 12, 13]])
