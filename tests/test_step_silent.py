@@ -65,3 +65,40 @@ def test_an_optimizer_of_some_of_replica_0s_parameters_still_steps_them(devices2
         after = values(g.parameters())
         np.testing.assert_array_equal(before[0], after[0])
         assert not np.array_equal(before[2], after[2])
+
+
+def mlp_bn(queue):
+    pc.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Linear(4, 6, queue=queue), pc.nn.BatchNorm1d(6, queue=queue),
+                            pc.nn.Linear(6, 3, queue=queue))
+
+
+def recalibrated_then_frozen_step(devices, capture=False):
+    """Recompute batch norm's running statistics with forwards on ``group.model`` (precise
+    BN, SWA's ``update_bn``), then fine-tune with them frozen (``eval()``)."""
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((8, 4)).astype(np.float32), rng.integers(0, 3, 8)
+    calibration = (5 + 3 * rng.standard_normal((16, 4))).astype(np.float32)
+    with ReplicaGroup(mlp_bn, devices, capture=capture) as g:
+        opt = pc.optim.SGD(g.parameters(), lr=0.1)
+        with tp.no_grad():
+            g.model(pc.Tensor.from_host(g.replicas[0].queue, calibration))
+        g.eval()
+        loss = g.step(x, y, tp.cross_entropy, opt)
+        return loss, g.model.state_dict()
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_running_statistics_a_forward_changed_on_replica_0_reach_every_replica(devices2,
+                                                                               capture):
+    """A training-mode forward on ``group.model`` between steps updates replica 0's running
+    statistics in place, but that update was not noted as a change, so the next step did not
+    copy them to the other replicas (``load_state_dict`` and ``copy_`` are seen). An eval-mode
+    step then normalised replica 1's shard with the stale statistics: its loss and update
+    differed from the single-replica step on the same batch (loss 1.068 against 1.097 here),
+    with no error. Now the forward notes its update, and the step copies them first."""
+    one, one_state = recalibrated_then_frozen_step(devices2[:1])
+    two, two_state = recalibrated_then_frozen_step(devices2, capture)
+    assert two == pytest.approx(one, rel=1e-5)
+    for k in one_state:
+        np.testing.assert_allclose(two_state[k], one_state[k], rtol=1e-5, atol=1e-6)

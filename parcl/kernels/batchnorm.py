@@ -22,6 +22,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..errors import DTypeError, ShapeError
+from ..pool import pool_of
 from ..runtime import on_gpu
 from ..tensor import FLOAT, Tensor
 from . import elementwise as ew
@@ -196,6 +197,10 @@ def batch_norm_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None,
                 _per_channel(q, "bn_stats", c, *args)
             else:
                 _k(q, "bn_stats_lanes")(q, (c,), (1,), *args)
+            if update:   # changed in place: seen by a ReplicaGroup (copied to every replica)
+                for t in (running_mean, running_var):   # and by a backward that saved them
+                    pool_of(q).note_overwrite(t.data, "batch_norm's running statistics "
+                                              "update", update=False)
     else:
         mean, invstd = running_mean, Tensor.empty(q, (c,))
         _k(q, "bn_invstd")(q, (round_up(c, 64),), (64,), running_var.data, invstd.data,
