@@ -27,11 +27,10 @@ from . import runtime
 from .allreduce.end import REDUCED, SYNCED, Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
-from .nn.keys import capture_key
-from .nn.module import Module
 from .pool import stamp
 from .replica_steps import (Captured, Eager, IgnoredLabels, check_optimizer, check_reduction,
-                            check_signatures, positive, shard_batch, skip_unreached, weighted_loss)
+                            check_signatures, loss_key, positive, shard_batch, skip_unreached,
+                            weighted_loss)
 from .replica_stats import StatsExchange
 from .replica_threads import Replica
 from .tape import mode
@@ -382,7 +381,7 @@ class ReplicaGroup:
         ``capture_key``: a loss module's state, ``key`` and the ``reduction``."""
         if not self.capture:
             return [reduction] * len(self.replicas)
-        loss_state = capture_key(loss_fn) if isinstance(loss_fn, Module) else None
+        loss_state = loss_key(loss_fn)
         return [(loss_state, key, reduction)] * len(self.replicas)
 
     def _finish(self, outcomes, norm, total: int) -> float:

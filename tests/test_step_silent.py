@@ -102,3 +102,33 @@ def test_running_statistics_a_forward_changed_on_replica_0_reach_every_replica(d
     assert two == pytest.approx(one, rel=1e-5)
     for k in one_state:
         np.testing.assert_allclose(two_state[k], one_state[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("wrap", [
+    lambda crit: crit.forward, lambda crit: crit.__call__,
+    lambda crit: (lambda out, target: crit(out, target)),
+    lambda crit: __import__("functools").partial(crit)],
+    ids=["bound-forward", "bound-call", "closure", "partial"])
+def test_a_captured_step_sees_the_state_of_a_loss_module_behind_a_method_or_wrapper(devices2,
+                                                                                    wrap):
+    """With ``capture=True`` a loss module's settings are part of the recording's key
+    (``CrossEntropyLoss(label_smoothing=...)`` changed between steps is recorded again), but
+    only when the module itself was passed: ``loss_fn=crit.forward``, ``crit.__call__``, a
+    ``lambda`` or a ``functools.partial`` around it kept replaying the recording made with the
+    old ``label_smoothing``, so every later step's loss and update were those of the old
+    setting (0.03 off here), with no error. The module behind them is now found and keyed."""
+    def losses(capture):
+        rng = np.random.default_rng(0)
+        crit = pc.nn.CrossEntropyLoss(label_smoothing=0.0)
+        loss_fn = wrap(crit)
+        out = []
+        with ReplicaGroup(lambda q: pc.nn.Linear(4, 3, queue=q), devices2, capture=capture) as g:
+            opt = pc.optim.SGD(g.parameters(), lr=0.5)
+            for i in range(4):
+                if i == 2:
+                    crit.label_smoothing = 0.3
+                x, y = rng.standard_normal((8, 4)).astype(np.float32), rng.integers(0, 3, 8)
+                out.append(g.step(x, y, loss_fn, opt))
+        return out
+
+    np.testing.assert_array_equal(losses(True), losses(False))
