@@ -26,7 +26,10 @@ False
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import enum
+import types
 
 import numpy as np
 
@@ -38,13 +41,15 @@ __all__ = ["capture_key"]
 
 _PLAIN = (bool, int, float, str, type(None))
 _NOT_PLAIN = object()
+_NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
 _REGISTRIES = frozenset(("_parameters", "_buffers", "_modules"))   # not plain: skipped at once
 
 
 def _frozen(value):
     """A hashable stand-in for an attribute value a forward may read: plain values (bool,
-    int, float, str, None, numpy scalars, enum members, and tuples (named ones too), lists and
-    dicts of them, keys included) by value; Tensors by identity, Nodes (Parameters) by
+    int, float, str, None, numpy scalars, enum members, and tuples (named ones too), lists,
+    dicts, dataclass instances and namespaces of them, keys included) by value; Tensors by
+    identity, Nodes (Parameters) by
     identity with their value's; ``_NOT_PLAIN`` for anything else (a sub-module, which
     ``capture_key`` visits itself, an arbitrary object)."""
     kind = type(value)
@@ -69,6 +74,14 @@ def _frozen(value):
     if isinstance(value, dict):
         f = _frozen([*value.keys(), *value.values()])
         return _NOT_PLAIN if f is _NOT_PLAIN else ("dict", f)
+    if (dataclasses.is_dataclass(value) and not isinstance(value, type)) or isinstance(
+            value, _NAMESPACES):
+        # a config object (nanoGPT's ``self.config``, ``argparse.Namespace``) of plain
+        # values: by value, so ``model.cfg.dropout = 0.0`` is seen
+        f = _frozen(dict(vars(value)) if hasattr(value, "__dict__") else
+                    {field.name: getattr(value, field.name)
+                     for field in dataclasses.fields(value)})
+        return _NOT_PLAIN if f is _NOT_PLAIN else (kind.__qualname__, f)
     return _NOT_PLAIN
 
 
@@ -82,7 +95,8 @@ def _attributes(obj) -> tuple:
 def capture_key(model) -> tuple:
     """Per module, in module order: the module itself and its type, its ``training`` flag and
     other plain Python attributes (bool, int, float, str, None, numpy scalars, enum members,
-    and tuples, lists and dicts of them), and the tensors it holds (each Parameter with its
+    and tuples, lists, dicts, dataclass instances and namespaces of them: a config object),
+    and the tensors it holds (each Parameter with its
     ``.value``, each buffer, any other Tensor attribute), by identity. A captured step
     (``ReplicaGroup(capture=True)``, ``tp.capture(..., key=...)``) is replayed only while this
     is unchanged, and recorded again when it changes: a module replaced by another (of any
