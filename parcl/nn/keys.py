@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import hashlib
 import types
 
 import numpy as np
@@ -48,8 +49,8 @@ _REGISTRIES = frozenset(("_parameters", "_buffers", "_modules"))   # not plain: 
 def _frozen(value):
     """A hashable stand-in for an attribute value a forward may read: plain values (bool,
     int, float, str, None, numpy scalars, enum members, and tuples (named ones too), lists,
-    dicts, dataclass instances and namespaces of them, keys included) by value; Tensors by
-    identity, Nodes (Parameters) by
+    dicts, dataclass instances and namespaces of them, keys included) and numpy arrays (their
+    contents, hashed) by value; Tensors by identity, Nodes (Parameters) by
     identity with their value's; ``_NOT_PLAIN`` for anything else (a sub-module, which
     ``capture_key`` visits itself, an arbitrary object)."""
     kind = type(value)
@@ -59,6 +60,12 @@ def _frozen(value):
         return (value, value.value)
     if isinstance(value, Tensor):               # a buffer, or a tensor the forward reads
         return value
+    if isinstance(value, np.ndarray) and not value.dtype.hasobject:
+        # a host array the forward may upload: a replay uploads the copy its recording took,
+        # so a change inside the array must change the key (its contents, hashed)
+        data = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+        return ("ndarray", value.shape, value.dtype.str,
+                hashlib.blake2b(data, digest_size=16).digest())
     if isinstance(value, np.generic):           # np.float64(...) is a float too
         return (kind.__name__, value.item())
     if isinstance(value, enum.Enum):
@@ -96,7 +103,7 @@ def capture_key(model) -> tuple:
     """Per module, in module order: the module itself and its type, its ``training`` flag and
     other plain Python attributes (bool, int, float, str, None, numpy scalars, enum members,
     and tuples, lists, dicts, dataclass instances and namespaces of them: a config object),
-    and the tensors it holds (each Parameter with its
+    numpy arrays by their contents, and the tensors it holds (each Parameter with its
     ``.value``, each buffer, any other Tensor attribute), by identity. A captured step
     (``ReplicaGroup(capture=True)``, ``tp.capture(..., key=...)``) is replayed only while this
     is unchanged, and recorded again when it changes: a module replaced by another (of any
