@@ -36,6 +36,28 @@ BINARY_OPS = {
     "pow_grad_base": "(y == 0.0f) ? 0.0f : y * pow(x, y - 1.0f)",
     "pow_grad_exponent": "(x == 0.0f && y >= 0.0f) ? 0.0f : pow(x, y) * log(x)",
     "rpow_grad_exponent": "(y == 0.0f && x >= 0.0f) ? 0.0f : pow(y, x) * log(y)",
+    # 0/1 masks of the comparisons (tp.eq ... tp.ge); NaN compares unequal to everything
+    "eq": "(x == y) ? 1.0f : 0.0f",
+    "ne": "(x != y) ? 1.0f : 0.0f",
+    "atan2": "atan2(x, y)",
+    # atan2's partials: PyTorch's b / (a^2 + b^2), -a / (a^2 + b^2), and 0 at (0, 0) as it has
+    "atan2_grad_a": "(x * x + y * y == 0.0f) ? 0.0f : y / (x * x + y * y)",
+    "atan2_grad_b": "(x * x + y * y == 0.0f) ? 0.0f : -x / (x * x + y * y)",
+    # kl_div's pointwise terms, x the input (log-probabilities), y the target: xlogy(t, t) - t x
+    # (0 where t == 0), or exp(t) (t - x) for log targets; the target's gradient is NaN where
+    # t == 0, as PyTorch's (its xlogy backward divides t by t there)
+    "kl_div": "((y == 0.0f) ? 0.0f : y * log(y)) - y * x",
+    "kl_div_grad_input": "-y",
+    "kl_div_grad_target": "(y == 0.0f) ? NAN : log(y) + 1.0f - x",
+    "kl_div_log": "exp(y) * (y - x)",
+    "kl_div_log_grad_input": "-exp(y)",
+    "kl_div_log_grad_target": "exp(y) * (y + 1.0f - x)",
+    # binary_cross_entropy on probabilities x, PyTorch's: each log clamped at -100 (selects,
+    # not fmax: NaN stays NaN); the input gradient's denominator is clamped at 1e-12 as its is
+    "bce": "(y - 1.0f) * ((log1p(-x) < -100.0f) ? -100.0f : log1p(-x))"
+           " - y * ((log(x) < -100.0f) ? -100.0f : log(x))",
+    "bce_grad_input": "(x - y) / fmax((1.0f - x) * x, 1e-12f)",
+    "bce_grad_target": "log1p(-x) - log(x)",
 }
 
 # name -> C expression of x and the float parameters p, q (unused by most ops)
@@ -65,6 +87,37 @@ UNARY_OPS = {
     "softplus": "(x * p > q) ? x : log1p(exp(x * p)) / p",
     # p: min, q: max (+-INFINITY when not given); selects keep NaN, min > max gives max
     "clamp": "(((x < p) ? p : x) > q) ? q : ((x < p) ? p : x)",
+    "rsqrt": "rsqrt(x)",
+    "log1p": "log1p(x)",
+    "expm1": "expm1(x)",
+    "log2": "log2(x)",
+    "log10": "log10(x)",
+    "tan": "tan(x)",
+    "sinh": "sinh(x)",
+    "cosh": "cosh(x)",
+    "asin": "asin(x)",
+    "acos": "acos(x)",
+    "atan": "atan(x)",
+    "floor": "floor(x)",
+    "ceil": "ceil(x)",
+    "trunc": "trunc(x)",
+    "round": "rint(x)",                        # halves to even, as torch.round
+    # torch.round(decimals=d): p = 10^|d|, q > 0 for d > 0 (its order of operations)
+    "round_decimals": "(q > 0.0f) ? rint(x * p) / p : rint(x / p) * p",
+    "isnan": "isnan(x) ? 1.0f : 0.0f",
+    "isfinite": "isfinite(x) ? 1.0f : 0.0f",
+    # the hard activations with selects, so NaN stays NaN (PyTorch's min/max keep it too)
+    "hardsigmoid": "(x + 3.0f < 0.0f) ? 0.0f : ((x + 3.0f > 6.0f) ? 1.0f : (x + 3.0f) / 6.0f)",
+    "hardswish": "(x + 3.0f < 0.0f) ? 0.0f * x : ((x + 3.0f > 6.0f) ? x"
+                 " : x * (x + 3.0f) / 6.0f)",
+    # softplus as max(x, 0) + log1p(exp(-|x|)): no overflow for large x
+    "mish": "x * tanh(fmax(x, 0.0f) + log1p(exp(-fabs(x))))",
+    "softsign": "x / (1.0f + fabs(x))",
+    "logsigmoid": "fmin(x, 0.0f) - log1p(exp(-fabs(x)))",   # PyTorch's stable form
+    "selu": "(x > 0.0f) ? 1.0507009873554805f * x : 1.7580993408473766f * expm1(x)",
+    "celu": "(x > 0.0f) ? x : p * expm1(x * q)",            # p: alpha, q: 1 / alpha
+    "tanhshrink": "x - tanh(x)",
+    "threshold": "(x <= p) ? q : x",                       # p: threshold, q: value; NaN stays
 }
 
 _SIGMOID = "(1.0f / (1.0f + exp(-x)))"
@@ -82,10 +135,40 @@ GRAD_OPS = {
     # the logistic form of PyTorch's z / (z + 1), z = exp(beta x): finite for any threshold
     "softplus_backward": "(x * p > q) ? y : y / (1.0f + exp(-x * p))",
     "clamp_backward": "(x >= p && x <= q) ? y : 0.0f",
+    # the math ops: PyTorch's formulas (reciprocal and rsqrt through their results' powers)
+    "reciprocal_backward": "-y * (1.0f / x) * (1.0f / x)",
+    "rsqrt_backward": "-0.5f * y * rsqrt(x) * rsqrt(x) * rsqrt(x)",
+    "square_backward": "y * 2.0f * x",
+    "log1p_backward": "y / (x + 1.0f)",
+    "expm1_backward": "y * (expm1(x) + 1.0f)",
+    "log2_backward": "y / (x * 0.6931471805599453f)",
+    "log10_backward": "y / (x * 2.302585092994046f)",
+    "tan_backward": "y * (1.0f + tan(x) * tan(x))",
+    "sinh_backward": "y * cosh(x)",
+    "cosh_backward": "y * sinh(x)",
+    "asin_backward": "y * rsqrt(1.0f - x * x)",
+    "acos_backward": "-y * rsqrt(1.0f - x * x)",
+    "atan_backward": "y / (x * x + 1.0f)",
+    # hardtanh (p: min_val, q: max_val) passes no gradient at its bounds, unlike clamp
+    "hardtanh_backward": "(x <= p || x >= q) ? 0.0f : y",
+    "hardsigmoid_backward": "(x > -3.0f && x < 3.0f) ? y / 6.0f : 0.0f",
+    "hardswish_backward": "(x < -3.0f) ? 0.0f : ((x <= 3.0f) ? y * (x / 3.0f + 0.5f) : y)",
+    "mish_backward": "y * (tanh(fmax(x, 0.0f) + log1p(exp(-fabs(x)))) + x * "
+                     f"{_SIGMOID} * (1.0f - tanh(fmax(x, 0.0f) + log1p(exp(-fabs(x))))"
+                     " * tanh(fmax(x, 0.0f) + log1p(exp(-fabs(x))))))",
+    "softsign_backward": "y / ((1.0f + fabs(x)) * (1.0f + fabs(x)))",
+    # 1 - sigmoid(x) from exp(-|x|), which cannot overflow
+    "logsigmoid_backward": "(x < 0.0f) ? y * (1.0f - exp(-fabs(x)) / (1.0f + exp(-fabs(x))))"
+                           " : y * exp(-fabs(x)) / (1.0f + exp(-fabs(x)))",
+    "selu_backward": "(x > 0.0f) ? y * 1.0507009873554805f : y * 1.7580993408473766f * exp(x)",
+    "celu_backward": "(x > 0.0f) ? y : y * exp(x * q)",
+    "tanhshrink_backward": "y * tanh(x) * tanh(x)",
+    "threshold_backward": "(x <= p) ? 0.0f : y",
 }
 
 # what binary(op, scalar, t) means as a tensor-scalar op with the tensor on the left
 REVERSED = {"add": "add", "mul": "mul", "sub": "rsub", "div": "rdiv", "rsub": "sub",
             "rdiv": "div", "maximum": "maximum", "minimum": "minimum", "pow": "rpow",
             "rpow": "pow", "ge": "le", "le": "ge", "gt": "lt", "lt": "gt",
-            "pow_grad_exponent": "rpow_grad_exponent", "rpow_grad_exponent": "pow_grad_exponent"}
+            "pow_grad_exponent": "rpow_grad_exponent", "rpow_grad_exponent": "pow_grad_exponent",
+            "eq": "eq", "ne": "ne"}
