@@ -118,6 +118,9 @@ UNARY_OPS = {
     "celu": "(x > 0.0f) ? x : p * expm1(x * q)",            # p: alpha, q: 1 / alpha
     "tanhshrink": "x - tanh(x)",
     "threshold": "(x <= p) ? q : x",                       # p: threshold, q: value; NaN stays
+    # the pointwise losses of d = input - target, PyTorch's (p: beta, delta > 0)
+    "smooth_l1": "(fabs(x) < p) ? 0.5f * x * x / p : fabs(x) - 0.5f * p",
+    "huber": "(fabs(x) < p) ? 0.5f * x * x : p * (fabs(x) - 0.5f * p)",
 }
 
 _SIGMOID = "(1.0f / (1.0f + exp(-x)))"
@@ -164,6 +167,8 @@ GRAD_OPS = {
     "celu_backward": "(x > 0.0f) ? y : y * exp(x * q)",
     "tanhshrink_backward": "y * tanh(x) * tanh(x)",
     "threshold_backward": "(x <= p) ? 0.0f : y",
+    "smooth_l1_backward": "(x <= -p) ? -y : ((x >= p) ? y : x / p * y)",
+    "huber_backward": "(x <= -p) ? -p * y : ((x >= p) ? p * y : x * y)",
 }
 
 # what binary(op, scalar, t) means as a tensor-scalar op with the tensor on the left

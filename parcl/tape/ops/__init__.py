@@ -8,6 +8,8 @@ even inside ``no_grad`` (netcl's escape hatch).
 |---|---|
 | elementwise | add sub mul div pow maximum minimum |
 | unary, activation | neg exp log sqrt abs relu sigmoid tanh gelu, silu leaky_relu elu ... |
+| mathops | reciprocal rsqrt log1p ... atan2 floor round lerp, eq ... ge, isnan isfinite clip |
+| activation_more | hardtanh relu6 ... mish selu celu glu softmin threshold normalize ... |
 | linalg | matmul (batched, broadcasting) |
 | reduce, reductions | sum mean max min argmax argmin var std logsumexp cumsum |
 | shape, indexing, join | reshape transpose getitem flip pad expand gather cat stack split |
@@ -17,11 +19,13 @@ even inside ``no_grad`` (netcl's escape hatch).
 | attention | scaled_dot_product_attention |
 | loss | softmax log_softmax cross_entropy nll_loss mse_loss |
 | soft_loss | binary_cross_entropy_with_logits, cross_entropy with probabilities |
+| loss_more | l1_loss smooth_l1_loss huber_loss kl_div binary_cross_entropy ... (reduction=) |
 """
 
-from . import (activation, attention, conv, elementwise, indexing, join, linalg, loss, nn,
-               norm, reduce, reductions, select, shape, unary)
+from . import (activation, activation_more, attention, conv, elementwise, indexing, join, linalg,
+               loss, loss_more, mathops, nn, norm, reduce, reductions, select, shape, unary)
 from .activation import *  # noqa: F401,F403
+from .activation_more import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
@@ -29,6 +33,8 @@ from .indexing import *  # noqa: F401,F403
 from .join import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
+from .loss_more import *  # noqa: F401,F403
+from .mathops import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
@@ -37,6 +43,7 @@ from .select import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
 
-__all__ = [name for module in (activation, attention, conv, elementwise, indexing, join, linalg,
-                               loss, nn, norm, reduce, reductions, select, shape, unary)
+__all__ = [name for module in (activation, activation_more, attention, conv, elementwise, indexing,
+                               join, linalg, loss, loss_more, mathops, nn, norm, reduce,
+                               reductions, select, shape, unary)
            for name in module.__all__]

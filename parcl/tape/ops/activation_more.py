@@ -1,0 +1,205 @@
+"""More of PyTorch's activations, with its formulas, gradients and argument checks:
+``hardtanh relu6 hardsigmoid hardswish mish softsign logsigmoid selu celu tanhshrink
+threshold`` (one kernel forward, one backward each), ``glu`` and ``softmin`` (built on
+``split``/``sigmoid`` and ``softmax``), and the row normalisations ``normalize`` and
+``cosine_similarity``.
+
+At the kinks the gradient is PyTorch's: ``hardtanh`` and ``relu6`` pass none at their bounds
+(unlike ``clamp``), ``hardsigmoid`` none at +-3, ``hardswish`` takes its left piece at 3,
+``selu``/``celu`` their exponential piece at 0. ``logsigmoid`` and ``mish`` use the stable
+softplus ``max(x, 0) + log1p(exp(-|x|))``: finite for any finite input.
+
+>>> x = tp.tensor(pc.Tensor.from_host(q, np.array([-4.0, 0.5, 7.0], np.float32)), True)
+>>> tp.relu6(x).to_host()
+array([0. , 0.5, 6. ], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+from ...errors import ParclError, ShapeError
+from ...kernels import elementwise as ew
+from ...kernels.broadcast import broadcast_shapes
+from ...kernels.strided import normalize_axis
+from .activation import _Activation, _number, clamp
+from .elementwise import div, mul, pow
+from .indexing import expand
+from .join import split
+from .loss import softmax
+from .mathops import square
+from .reduce import sum
+from .reductions import max
+from .unary import abs, neg, sigmoid, sqrt
+
+__all__ = ["celu", "cosine_similarity", "glu", "hardsigmoid", "hardswish", "hardtanh", "mish",
+           "logsigmoid", "normalize", "relu6", "selu", "softmin", "softsign", "tanhshrink",
+           "threshold"]
+
+
+class Hardtanh(_Activation):
+    """``clamp``'s kernel forward; no gradient at the bounds (PyTorch's hardtanh_backward)."""
+
+    name = "hardtanh"
+
+    def forward(self, x, p: float = -1.0, q: float = 1.0):
+        self.p, self.q = p, q
+        self.x = x if self.recording else None
+        return ew.unary("clamp", x, p=p, q=q)
+
+
+_KERNELS = {name: type(name.capitalize(), (_Activation,), {"name": name})
+            for name in ("hardsigmoid", "hardswish", "mish", "softsign", "logsigmoid", "selu",
+                         "celu", "tanhshrink", "threshold")}
+
+
+def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0, *, tape=None):
+    """``x`` limited to ``[min_val, max_val]``; gradient 1 strictly inside, 0 elsewhere.
+    ``min_val > max_val`` is a ``ParclError`` (PyTorch's ValueError).
+
+    >>> tp.hardtanh(x, -2.0, 2.0).to_host()
+    array([-2. ,  0.5,  2. ], dtype=float32)
+    """
+    lo = _number("hardtanh", "min_val", min_val)
+    hi = _number("hardtanh", "max_val", max_val)
+    if lo > hi:
+        raise ParclError(f"hardtanh: min_val cannot be greater than max_val, got "
+                         f"min_val={lo} > max_val={hi}")
+    return Hardtanh.apply(x, tape=tape, p=lo, q=hi)
+
+
+def relu6(x, *, tape=None):
+    """``min(max(x, 0), 6)`` (``hardtanh(x, 0, 6)``; gradient 0 at 0 and 6)."""
+    return Hardtanh.apply(x, tape=tape, p=0.0, q=6.0)
+
+
+def hardsigmoid(x, *, tape=None):
+    """``relu6(x + 3) / 6``; gradient 1/6 strictly inside (-3, 3)."""
+    return _KERNELS["hardsigmoid"].apply(x, tape=tape)
+
+
+def hardswish(x, *, tape=None):
+    """``x * relu6(x + 3) / 6``."""
+    return _KERNELS["hardswish"].apply(x, tape=tape)
+
+
+def mish(x, *, tape=None):
+    """``x * tanh(softplus(x))``."""
+    return _KERNELS["mish"].apply(x, tape=tape)
+
+
+def softsign(x, *, tape=None):
+    """``x / (1 + |x|)``."""
+    return _KERNELS["softsign"].apply(x, tape=tape)
+
+
+def logsigmoid(x, *, tape=None):
+    """``log(sigmoid(x))`` as ``min(x, 0) - log1p(exp(-|x|))``: -x's magnitude for very
+    negative x, not -inf."""
+    return _KERNELS["logsigmoid"].apply(x, tape=tape)
+
+
+def selu(x, *, tape=None):
+    """``scale * (x if x > 0 else alpha * (exp(x) - 1))`` with PyTorch's constants
+    (alpha 1.6733, scale 1.0507)."""
+    return _KERNELS["selu"].apply(x, tape=tape)
+
+
+def celu(x, alpha: float = 1.0, *, tape=None):
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``; ``alpha = 0`` is a
+    ``ParclError`` (PyTorch refuses it too)."""
+    a = _number("celu", "alpha", alpha)
+    if a == 0.0:
+        raise ParclError("celu: alpha cannot be 0 (it divides x)")
+    return _KERNELS["celu"].apply(x, tape=tape, p=a, q=1.0 / a)
+
+
+def tanhshrink(x, *, tape=None):
+    """``x - tanh(x)``."""
+    return _KERNELS["tanhshrink"].apply(x, tape=tape)
+
+
+def threshold(x, threshold: float, value: float, *, tape=None):
+    """``x`` where ``x > threshold``, else ``value`` (NaN stays NaN; gradient 0 where
+    replaced)."""
+    t = _number("threshold", "threshold", threshold)
+    return _KERNELS["threshold"].apply(x, tape=tape, p=t,
+                                       q=_number("threshold", "value", value))
+
+
+def glu(x, dim: int = -1, *, tape=None):
+    """``a * sigmoid(b)``, ``a`` and ``b`` the two halves of ``x`` along ``dim`` (which must
+    have an even size; a ``ShapeError`` otherwise, as PyTorch's error).
+
+    >>> tp.glu(tp.tensor(pc.Tensor.from_host(q, np.ones((2, 4), np.float32)))).shape
+    (2, 2)
+    """
+    shape = tuple(x.shape)
+    if not shape:
+        raise ShapeError("glu: does not support scalars because halving size must be even")
+    axis = normalize_axis("glu", dim, len(shape), shape)
+    if shape[axis] % 2:
+        raise ShapeError(f"glu: halving dimension must be even, but dimension {axis} is size "
+                         f"{shape[axis]} (shape {shape})")
+    a, b = split(x, shape[axis] // 2, axis, tape=tape)
+    return mul(a, sigmoid(b, tape=tape), tape=tape)
+
+
+def softmin(x, dim: int | None = None, *, tape=None):
+    """``softmax(-x, dim)``. ``dim=None`` takes PyTorch's legacy choice (0 for 0-, 1- and 3-D
+    inputs, else 1) with its deprecation warning; pass ``dim``."""
+    if dim is None:
+        dim = 0 if len(x.shape) in (0, 1, 3) else 1
+        warnings.warn("softmin: implicit dimension choice has been deprecated; pass dim",
+                      UserWarning, stacklevel=2)
+    return softmax(neg(x, tape=tape), dim, tape=tape)
+
+
+def _norm(x, p: float, dim: int, eps: float, tape):
+    """``max(||x||_p, eps)`` along ``dim`` (kept). The clamp sits before the root: ``sqrt``
+    and ``pow(s, 1/p)`` have infinite slope at 0, and a zero row would give 0 * inf = NaN where
+    PyTorch's gradient is finite (its clamp stops the norm's gradient there)."""
+    if p == math.inf:
+        return clamp(max(abs(x, tape=tape), dim, keepdims=True, tape=tape), min=eps, tape=tape)
+    if p == 2.0:
+        s = sum(square(x, tape=tape), dim, keepdims=True, tape=tape)
+        return sqrt(clamp(s, min=eps * eps, tape=tape), tape=tape)
+    s = sum(pow(abs(x, tape=tape), p, tape=tape), dim, keepdims=True, tape=tape)
+    return pow(clamp(s, min=eps ** p, tape=tape), 1.0 / p, tape=tape)
+
+
+def normalize(x, p: float = 2.0, dim: int = 1, eps: float = 1e-12, *, tape=None):
+    """``torch.nn.functional.normalize``: ``x / max(||x||_p, eps)`` along ``dim`` (p >= 1 or
+    inf). A zero row gives zeros, with PyTorch's gradient ``1 / eps``.
+
+    >>> tp.normalize(tp.tensor(pc.Tensor.from_host(q, np.array([[3.0, 4.0]], np.float32)))
+    ...              ).to_host()
+    array([[0.6, 0.8]], dtype=float32)
+    """
+    p = _number("normalize", "p", p)
+    eps = _number("normalize", "eps", eps)
+    if not p >= 1.0:
+        raise ParclError(f"normalize: p must be >= 1 (or inf) here, got {p}")
+    dim = normalize_axis("normalize", dim, len(x.shape), x.shape)
+    return div(x, _norm(x, p, dim, eps, tape), tape=tape)
+
+
+def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8, *, tape=None):
+    """``torch.nn.functional.cosine_similarity``: ``sum(x1 * x2) / (max(||x1||, eps) *
+    max(||x2||, eps))`` along ``dim`` (reduced), the inputs broadcast first.
+
+    >>> a = pc.Tensor.from_host(q, np.array([[1.0, 0.0], [1.0, 1.0]], np.float32))
+    >>> tp.cosine_similarity(a, a).to_host()
+    array([1., 1.], dtype=float32)
+    """
+    eps = _number("cosine_similarity", "eps", eps)
+    shape1, shape2 = tuple(x1.shape), tuple(x2.shape)
+    shape = broadcast_shapes("cosine_similarity", shape1, shape2)
+    dim = normalize_axis("cosine_similarity", dim, len(shape), shape)
+    # each side is normalised along dim of the broadcast shape (a side broadcast along dim
+    # itself is normalised over its repeated values, as PyTorch expands before the norm)
+    sides = [div(v, _norm(v, 2.0, dim, eps, tape), tape=tape)
+             for v in (x1 if shape1 == shape else expand(x1, shape, tape=tape),
+                       x2 if shape2 == shape else expand(x2, shape, tape=tape))]
+    return sum(mul(sides[0], sides[1], tape=tape), dim, tape=tape)
