@@ -11,7 +11,9 @@ same program builds bit-identical models in every run and every replica thread.
 ['0.weight', '0.bias', '2.weight', '2.bias']
 """
 
-from .activation import ELU, LeakyReLU, Sigmoid, SiLU, Softplus, Tanh
+from .activation import (CELU, ELU, GLU, SELU, CosineSimilarity, Hardsigmoid, Hardswish, Hardtanh,
+                         LeakyReLU, LogSigmoid, Mish, ReLU6, Sigmoid, SiLU, Softmin, Softplus,
+                         Softsign, Tanh, Tanhshrink, Threshold)
 from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, ParameterList,
                          Softmax)
 from .conv import ConvTranspose2d
@@ -20,7 +22,8 @@ from .gpt import GPT, CausalSelfAttention
 from .keys import capture_key
 from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, Linear,
                      MaxPool2d, ReLU, Sequential, flatten)
-from .loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
+from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropyLoss, HuberLoss,
+                   KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss, SoftMarginLoss)
 from .module import Module, Parameter, StateDictError, default_generator, manual_seed
 from .norm import BatchNorm1d, GroupNorm, LayerNorm, RMSNorm
 from .resnet import BasicBlock, ResNet, resnet18
@@ -37,9 +40,12 @@ __all__ = [
     "Dropout", "Embedding", "Flatten", "GroupNorm", "LayerNorm", "Linear", "MaxPool2d",
     "RMSNorm",
     # activations
-    "ELU", "GELU", "LeakyReLU", "ReLU", "SiLU", "Sigmoid", "Softmax", "Softplus", "Tanh",
+    "CELU", "CosineSimilarity", "ELU", "GELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh",
+    "LeakyReLU", "LogSigmoid", "Mish", "ReLU", "ReLU6", "SELU", "SiLU", "Sigmoid", "Softmax",
+    "Softmin", "Softplus", "Softsign", "Tanh", "Tanhshrink", "Threshold",
     # losses
-    "BCEWithLogitsLoss", "CrossEntropyLoss", "MSELoss", "NLLLoss",
+    "BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "HuberLoss",
+    "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss", "SmoothL1Loss", "SoftMarginLoss",
     # models
     "BasicBlock", "CausalSelfAttention", "GPT", "ResNet", "resnet18",
     # helpers

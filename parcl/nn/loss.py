@@ -1,5 +1,8 @@
 """Loss modules: PyTorch's ``CrossEntropyLoss``, ``NLLLoss``, ``BCEWithLogitsLoss`` and
-``MSELoss`` over the ops of ``parcl.tape.ops`` (mean reduction).
+``MSELoss`` (mean reduction), and ``L1Loss``, ``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``,
+``BCELoss``, ``SoftMarginLoss``, ``CosineEmbeddingLoss`` (``reduction=`` 'none', 'mean' or
+'sum'; keyword-only, as PyTorch's deprecated ``size_average``/``reduce`` come first there),
+over the ops of ``parcl.tape.ops``.
 
 >>> import numpy as np, parcl as pc
 >>> q = pc.default_queue()
@@ -16,7 +19,9 @@ from ..tape import ops
 from ..tensor import Tensor
 from .module import Module
 
-__all__ = ["BCEWithLogitsLoss", "CrossEntropyLoss", "MSELoss", "NLLLoss"]
+__all__ = ["BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss",
+           "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss", "SmoothL1Loss",
+           "SoftMarginLoss"]
 
 
 def _reduction(cls: str, reduction: str) -> str:
@@ -82,3 +87,97 @@ class MSELoss(Module):
 
     def forward(self, input, target):
         return ops.mse_loss(input, target)
+
+
+class _Reduced(Module):
+    """A loss with ``reduction=`` checked at construction, as PyTorch's checks it (late)."""
+
+    allowed = ("none", "mean", "sum")
+
+    def __init__(self, reduction: str = "mean"):
+        super().__init__()
+        if reduction not in self.allowed:
+            raise ParclError(f"{type(self).__name__}: {reduction!r} is not a valid value for "
+                             f"reduction; expected one of {', '.join(map(repr, self.allowed))}")
+        self.reduction = reduction
+
+    def extra_repr(self) -> str:
+        return f"reduction={self.reduction!r}"
+
+
+class L1Loss(_Reduced):
+    """``tp.l1_loss(input, target, reduction)``."""
+
+    def __init__(self, *, reduction: str = "mean"):
+        super().__init__(reduction)
+
+    def forward(self, input, target):
+        return ops.l1_loss(input, target, self.reduction)
+
+
+class SmoothL1Loss(_Reduced):
+    """``tp.smooth_l1_loss(input, target, reduction, beta)``."""
+
+    def __init__(self, *, reduction: str = "mean", beta: float = 1.0):
+        super().__init__(reduction)
+        self.beta = float(beta)
+
+    def forward(self, input, target):
+        return ops.smooth_l1_loss(input, target, self.reduction, self.beta)
+
+
+class HuberLoss(_Reduced):
+    """``tp.huber_loss(input, target, reduction, delta)``."""
+
+    def __init__(self, *, reduction: str = "mean", delta: float = 1.0):
+        super().__init__(reduction)
+        self.delta = float(delta)
+
+    def forward(self, input, target):
+        return ops.huber_loss(input, target, self.reduction, self.delta)
+
+
+class KLDivLoss(_Reduced):
+    """``tp.kl_div(input, target, reduction, log_target)``; 'batchmean' too."""
+
+    allowed = ("none", "mean", "sum", "batchmean")
+
+    def __init__(self, *, reduction: str = "mean", log_target: bool = False):
+        super().__init__(reduction)
+        self.log_target = bool(log_target)
+
+    def forward(self, input, target):
+        return ops.kl_div(input, target, self.reduction, self.log_target)
+
+
+class BCELoss(_Reduced):
+    """``tp.binary_cross_entropy(input, target, weight, reduction)``; ``weight`` is a buffer
+    (in ``state_dict``, as PyTorch's)."""
+
+    def __init__(self, weight: Tensor | None = None, *, reduction: str = "mean"):
+        super().__init__(reduction)
+        self.register_buffer("weight", weight)
+
+    def forward(self, input, target):
+        return ops.binary_cross_entropy(input, target, self.weight, self.reduction)
+
+
+class SoftMarginLoss(_Reduced):
+    """``tp.soft_margin_loss(input, target, reduction)``."""
+
+    def __init__(self, *, reduction: str = "mean"):
+        super().__init__(reduction)
+
+    def forward(self, input, target):
+        return ops.soft_margin_loss(input, target, self.reduction)
+
+
+class CosineEmbeddingLoss(_Reduced):
+    """``tp.cosine_embedding_loss(input1, input2, target, margin, reduction)``."""
+
+    def __init__(self, margin: float = 0.0, *, reduction: str = "mean"):
+        super().__init__(reduction)
+        self.margin = float(margin)
+
+    def forward(self, input1, input2, target):
+        return ops.cosine_embedding_loss(input1, input2, target, self.margin, self.reduction)
