@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..tensor import FLOAT, Tensor, check_same_queue, dims
 from .clmath import GELU_TANH, NORMAL_CDF
-from .elementwise_ops import BINARY_OPS, GRAD_OPS, REVERSED, UNARY_OPS
+from .elementwise_ops import BINARY_OPS, GRAD_OPS, HELPERS, REVERSED, UNARY_OPS
 from ._cache import get_kernel
 from .broadcast import (broadcast_shapes, broadcast_strides,  # noqa: F401
                         collapse_dims, int8_vector)
@@ -55,7 +55,7 @@ STRIDED_OFFSETS = r"""
 
 
 def _build_source() -> str:
-    parts = ["//CL//", STRIDED_OFFSETS, GELU_TANH, NORMAL_CDF]
+    parts = ["//CL//", STRIDED_OFFSETS, GELU_TANH, NORMAL_CDF, HELPERS]
     for name, expr in BINARY_OPS.items():
         parts.append(f"""
 __kernel void {name}_contig(__global float *out, __global const float *a,

@@ -7,6 +7,18 @@ Adding an op is adding a line here; the launchers in ``elementwise`` do not chan
 
 from __future__ import annotations
 
+# Helpers the expressions call, prepended to the family's source.
+HELPERS = r"""
+// tanh(softplus(x)) for mish, softplus as max(x, 0) + log1p(exp(-|x|)) (no overflow). PoCL's
+// tanh stops one float short of 1 where the true value rounds to 1 (as in clmath's GELU_T):
+// times x in mish's gradient that gave 1.19e23 for 1 at x = 1e30.
+inline float mish_tanh(const float x)
+{
+    const float sp = fmax(x, 0.0f) + log1p(exp(-fabs(x)));
+    return (sp > 9.1f) ? 1.0f : tanh(sp);
+}
+"""
+
 # name -> C expression of (x, y); x is the left input, y the right one (or the scalar).
 BINARY_OPS = {
     "add": "x + y",
@@ -111,7 +123,7 @@ UNARY_OPS = {
     "hardswish": "(x + 3.0f < 0.0f) ? 0.0f * x : ((x + 3.0f > 6.0f) ? x"
                  " : x * (x + 3.0f) / 6.0f)",
     # softplus as max(x, 0) + log1p(exp(-|x|)): no overflow for large x
-    "mish": "x * tanh(fmax(x, 0.0f) + log1p(exp(-fabs(x))))",
+    "mish": "x * mish_tanh(x)",
     "softsign": "x / (1.0f + fabs(x))",
     "logsigmoid": "fmin(x, 0.0f) - log1p(exp(-fabs(x)))",   # PyTorch's stable form
     "selu": "(x > 0.0f) ? 1.0507009873554805f * x : 1.7580993408473766f * expm1(x)",
@@ -155,16 +167,17 @@ GRAD_OPS = {
     # hardtanh (p: min_val, q: max_val) passes no gradient at its bounds, unlike clamp
     "hardtanh_backward": "(x <= p || x >= q) ? 0.0f : y",
     "hardsigmoid_backward": "(x > -3.0f && x < 3.0f) ? y / 6.0f : 0.0f",
-    "hardswish_backward": "(x < -3.0f) ? 0.0f : ((x <= 3.0f) ? y * (x / 3.0f + 0.5f) : y)",
-    "mish_backward": "y * (tanh(fmax(x, 0.0f) + log1p(exp(-fabs(x)))) + x * "
-                     f"{_SIGMOID} * (1.0f - tanh(fmax(x, 0.0f) + log1p(exp(-fabs(x))))"
-                     " * tanh(fmax(x, 0.0f) + log1p(exp(-fabs(x))))))",
+    # PyTorch 2.13's: 0 at -3, 1 at 3 (the outer pieces at both ties)
+    "hardswish_backward": "(x <= -3.0f) ? 0.0f : ((x < 3.0f) ? y * (x / 3.0f + 0.5f) : y)",
+    "mish_backward": f"y * (mish_tanh(x) + x * {_SIGMOID}"
+                     " * (1.0f - mish_tanh(x) * mish_tanh(x)))",
     "softsign_backward": "y / ((1.0f + fabs(x)) * (1.0f + fabs(x)))",
     # 1 - sigmoid(x) from exp(-|x|), which cannot overflow
     "logsigmoid_backward": "(x < 0.0f) ? y * (1.0f - exp(-fabs(x)) / (1.0f + exp(-fabs(x))))"
                            " : y * exp(-fabs(x)) / (1.0f + exp(-fabs(x)))",
-    "selu_backward": "(x > 0.0f) ? y * 1.0507009873554805f : y * 1.7580993408473766f * exp(x)",
-    "celu_backward": "(x > 0.0f) ? y : y * exp(x * q)",
+    # x <= 0 tested first, as PyTorch's elu_backward: a NaN input takes the linear slope
+    "selu_backward": "(x <= 0.0f) ? y * 1.7580993408473766f * exp(x) : y * 1.0507009873554805f",
+    "celu_backward": "(x <= 0.0f) ? y * exp(x * q) : y",
     "tanhshrink_backward": "y * tanh(x) * tanh(x)",
     "threshold_backward": "(x <= p) ? 0.0f : y",
     "smooth_l1_backward": "(x <= -p) ? -y : ((x >= p) ? y : x / p * y)",

@@ -5,7 +5,7 @@ threshold`` (one kernel forward, one backward each), ``glu`` and ``softmin`` (bu
 ``cosine_similarity``.
 
 At the kinks the gradient is PyTorch's: ``hardtanh`` and ``relu6`` pass none at their bounds
-(unlike ``clamp``), ``hardsigmoid`` none at +-3, ``hardswish`` takes its left piece at 3,
+(unlike ``clamp``), ``hardsigmoid`` none at +-3, ``hardswish`` 0 at -3 and 1 at 3,
 ``selu``/``celu`` their exponential piece at 0. ``logsigmoid`` and ``mish`` use the stable
 softplus ``max(x, 0) + log1p(exp(-|x|))``: finite for any finite input.
 
