@@ -1,7 +1,7 @@
 """Loss modules: PyTorch's ``CrossEntropyLoss``, ``NLLLoss``, ``BCEWithLogitsLoss`` and
 ``MSELoss`` (mean reduction), and ``L1Loss``, ``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``,
 ``BCELoss``, ``SoftMarginLoss``, ``CosineEmbeddingLoss`` (``reduction=`` 'none', 'mean' or
-'sum'; keyword-only, as PyTorch's deprecated ``size_average``/``reduce`` come first there),
+'sum'; keyword-only where PyTorch's deprecated ``size_average``/``reduce`` come first),
 over the ops of ``parcl.tape.ops``.
 
 >>> import numpy as np, parcl as pc
@@ -127,9 +127,9 @@ class SmoothL1Loss(_Reduced):
 
 
 class HuberLoss(_Reduced):
-    """``tp.huber_loss(input, target, reduction, delta)``."""
+    """``tp.huber_loss(input, target, reduction, delta)`` (positional, as PyTorch's)."""
 
-    def __init__(self, *, reduction: str = "mean", delta: float = 1.0):
+    def __init__(self, reduction: str = "mean", delta: float = 1.0):
         super().__init__(reduction)
         self.delta = float(delta)
 

@@ -61,8 +61,8 @@ def _warn_broadcast(op: str, input, target) -> None:
     """PyTorch's warning for a target of another shape (the loss still broadcasts)."""
     if tuple(input.shape) != tuple(target.shape):
         broadcast_shapes(op, tuple(input.shape), tuple(target.shape))   # ShapeError if not
-        warnings.warn(f"{op}: using a target size ({tuple(target.shape)}) that is different "
-                      f"to the input size ({tuple(input.shape)}); this will likely lead to "
+        warnings.warn(f"{op}: using a target size {tuple(target.shape)} that is different "
+                      f"to the input size {tuple(input.shape)}; this will likely lead to "
                       "incorrect results due to broadcasting. Please ensure they have the "
                       "same size.", UserWarning, stacklevel=3)
 
@@ -170,8 +170,8 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *,
     _check_reduction(op, reduction)
     _tensors(op, input=input, target=target)
     if tuple(target.shape) != tuple(input.shape):
-        raise ShapeError(f"{op}: using a target size ({tuple(target.shape)}) that is different "
-                         f"to the input size ({tuple(input.shape)}); ensure they have the "
+        raise ShapeError(f"{op}: using a target size {tuple(target.shape)} that is different "
+                         f"to the input size {tuple(input.shape)}; ensure they have the "
                          "same size")
     loss = BinaryCrossEntropy.apply(input, target, tape=tape)
     if weight is not None:
@@ -184,11 +184,14 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *,
 
 
 def soft_margin_loss(input, target, reduction: str = "mean", *, tape=None):  # noqa: A002
-    """``log(1 + exp(-target * input))``, targets +-1, computed as ``-logsigmoid(target *
+    """``log(1 + exp(-target * input))``, targets +-1 (constants), computed as ``-logsigmoid(target *
     input)``: finite for any finite input (PyTorch's direct form overflows to inf past
     ``target * input < -88``)."""
     _check_reduction("soft_margin_loss", reduction)
     _tensors("soft_margin_loss", input=input, target=target)
+    if isinstance(target, Node) and target.requires_grad:
+        raise ParclError("soft_margin_loss: is not differentiable with respect to target (as "
+                         "PyTorch's); pass a target that does not require grad")
     if tuple(target.shape) != tuple(input.shape):
         raise ShapeError(f"soft_margin_loss: target {tuple(target.shape)} and input "
                          f"{tuple(input.shape)} must have the same shape")
