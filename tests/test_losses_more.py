@@ -93,7 +93,7 @@ def test_gradcheck_input_and_target(queue, rng, name):
     for kw in KWARGS.get(name, [{}]):
         if kw.get("beta") == 0.0:
             continue
-        assert tp.gradcheck(lambda a, b: fn(a, b, reduction="sum", **kw), inputs), kw
+        assert tp.gradcheck(lambda a, b, kw=kw: fn(a, b, reduction="sum", **kw), inputs), kw
 
 
 def test_kl_div_batchmean_and_zero_targets(queue, rng):

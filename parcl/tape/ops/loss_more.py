@@ -184,9 +184,9 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *,
 
 
 def soft_margin_loss(input, target, reduction: str = "mean", *, tape=None):  # noqa: A002
-    """``log(1 + exp(-target * input))``, targets +-1 (constants), computed as ``-logsigmoid(target *
-    input)``: finite for any finite input (PyTorch's direct form overflows to inf past
-    ``target * input < -88``)."""
+    """``log(1 + exp(-target * input))``, targets +-1 (constants), computed as
+    ``-logsigmoid(target * input)``: finite for any finite input (PyTorch's direct form
+    overflows to inf past ``target * input < -88``)."""
     _check_reduction("soft_margin_loss", reduction)
     _tensors("soft_margin_loss", input=input, target=target)
     if isinstance(target, Node) and target.requires_grad:
