@@ -258,3 +258,24 @@ def test_wrong_dtypes_are_named_errors(queue):
         tp.isnan(np.ones(3))
     with pytest.raises(DTypeError, match="lerp: weight"):
         tp.lerp(up(queue, [1.0]), up(queue, [2.0]), "half")
+
+
+@pytest.mark.parametrize("name", ["tanh", "elu", "tanhshrink"])
+def test_saturated_tanh_and_nan_slopes_are_pytorchs(queue, name):
+    """tanh is +-1 (gradient 0) where the true value rounds to it: PoCL's tanh gave 0.99999994
+    at 20 and at inf, and gradient 1.2e-7; elu's gradient at NaN is PyTorch's 1, not NaN."""
+    fn, tfn = {"tanh": (tp.tanh, torch.tanh), "elu": (tp.elu, torch.nn.functional.elu),
+               "tanhshrink": (tp.tanhshrink, torch.nn.functional.tanhshrink)}[name]
+    x = np.array([np.nan, -np.inf, np.inf, -1e30, -20.0, -9.5, 9.5, 10.0, 20.0, 1e30, 0.5],
+                 np.float32)
+    node = leaf(queue, x)
+    with tp.Tape() as tape:
+        y = fn(node)
+    tape.backward(y, grad=up(queue, np.ones_like(x)))
+    xt = torch.tensor(x, requires_grad=True)
+    ty = tfn(xt)
+    ty.backward(torch.ones_like(xt))
+    for got, want in ((y.to_host(), ty.detach().numpy()), (node.grad.to_host(),
+                                                           xt.grad.numpy())):
+        np.testing.assert_array_equal(got[:-1], want[:-1])           # saturated: exact
+        np.testing.assert_allclose(got[-1], want[-1], rtol=1e-6)

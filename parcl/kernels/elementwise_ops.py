@@ -9,13 +9,17 @@ from __future__ import annotations
 
 # Helpers the expressions call, prepended to the family's source.
 HELPERS = r"""
-// tanh(softplus(x)) for mish, softplus as max(x, 0) + log1p(exp(-|x|)) (no overflow). PoCL's
-// tanh stops one float short of 1 where the true value rounds to 1 (as in clmath's GELU_T):
-// times x in mish's gradient that gave 1.19e23 for 1 at x = 1e30.
+// tanh with +-1 where the true value rounds to +-1 (|x| > 9.1): PoCL's tanh stops one float
+// short (0.99999994, even at inf; as in clmath's GELU_T), which made tp.tanh(20) 0.99999994
+// and its gradient 1.2e-7 (PyTorch: 1 and 0), and, times x in mish's gradient, 1.19e23 for 1
+// at x = 1e30. mish_tanh is tanh(softplus(x)), softplus as max(x, 0) + log1p(exp(-|x|)).
+inline float tanh_sat(const float x)
+{
+    return (x > 9.1f) ? 1.0f : ((x < -9.1f) ? -1.0f : tanh(x));
+}
 inline float mish_tanh(const float x)
 {
-    const float sp = fmax(x, 0.0f) + log1p(exp(-fabs(x)));
-    return (sp > 9.1f) ? 1.0f : tanh(sp);
+    return tanh_sat(fmax(x, 0.0f) + log1p(exp(-fabs(x))));
 }
 """
 
@@ -79,7 +83,7 @@ UNARY_OPS = {
     "log": "log(x)",
     "relu": "(x < 0.0f) ? 0.0f : x",          # NaN stays NaN (anomaly mode sees it)
     "sigmoid": "1.0f / (1.0f + exp(-x))",
-    "tanh": "tanh(x)",
+    "tanh": "tanh_sat(x)",
     "gelu": "x * normal_cdf(x)",
     "normal_pdf": "exp_poly(-0.5f * x * x) * 0.3989422804014327f",
     "normal_cdf": "normal_cdf(x)",
@@ -128,7 +132,7 @@ UNARY_OPS = {
     "logsigmoid": "fmin(x, 0.0f) - log1p(exp(-fabs(x)))",   # PyTorch's stable form
     "selu": "(x > 0.0f) ? 1.0507009873554805f * x : 1.7580993408473766f * expm1(x)",
     "celu": "(x > 0.0f) ? x : p * expm1(x * q)",            # p: alpha, q: 1 / alpha
-    "tanhshrink": "x - tanh(x)",
+    "tanhshrink": "x - tanh_sat(x)",
     "threshold": "(x <= p) ? q : x",                       # p: threshold, q: value; NaN stays
     # the pointwise losses of d = input - target, PyTorch's (p: beta, delta > 0)
     "smooth_l1": "(fabs(x) < p) ? 0.5f * x * x / p : fabs(x) - 0.5f * p",
@@ -146,7 +150,8 @@ GRAD_OPS = {
     "sin_backward": "y * cos(x)",
     "cos_backward": "-y * sin(x)",
     "leaky_relu_backward": "(x > 0.0f) ? y : y * p",
-    "elu_backward": "(x > 0.0f) ? y : y * p * exp(x)",
+    # x <= 0 tested first, as PyTorch's: a NaN input takes the slope 1 (it gave NaN)
+    "elu_backward": "(x <= 0.0f) ? y * p * exp(x) : y",
     # the logistic form of PyTorch's z / (z + 1), z = exp(beta x): finite for any threshold
     "softplus_backward": "(x * p > q) ? y : y / (1.0f + exp(-x * p))",
     "clamp_backward": "(x >= p && x <= q) ? y : 0.0f",
@@ -178,7 +183,7 @@ GRAD_OPS = {
     # x <= 0 tested first, as PyTorch's elu_backward: a NaN input takes the linear slope
     "selu_backward": "(x <= 0.0f) ? y * 1.7580993408473766f * exp(x) : y * 1.0507009873554805f",
     "celu_backward": "(x <= 0.0f) ? y * exp(x * q) : y",
-    "tanhshrink_backward": "y * tanh(x) * tanh(x)",
+    "tanhshrink_backward": "y * tanh_sat(x) * tanh_sat(x)",
     "threshold_backward": "(x <= p) ? 0.0f : y",
     "smooth_l1_backward": "(x <= -p) ? -y : ((x >= p) ? y : x / p * y)",
     "huber_backward": "(x <= -p) ? -p * y : ((x >= p) ? p * y : x * y)",
