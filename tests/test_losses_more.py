@@ -270,3 +270,30 @@ def test_modules_match_pytorchs(queue, rng, layer, torch_layer, name):
                                                .sum()), rtol=1e-5)
     np.testing.assert_allclose(nx.grad.to_host(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
     assert layer.parameters() == [] and "reduction=" in repr(layer)
+
+
+def test_a_captured_step_replays_the_new_losses(queue):
+    """The losses' parameters (beta, delta) are kernel arguments and their reductions tape
+    ops: a replay gives the eager step's loss and gradients."""
+    w = tp.tensor(up(queue, [0.5, -1.5, 2.0]), True)
+    w.grad = pc.Tensor.zeros(queue, (3,))
+    t = up(queue, [0.2, 0.3, 0.5])
+
+    def fn(x):
+        with tp.Tape() as tape:
+            h = w * x
+            loss = (tp.smooth_l1_loss(h, t, beta=0.5) + tp.huber_loss(h, t, "sum", 2.0)
+                    + tp.kl_div(tp.log_softmax(h), t, "batchmean")
+                    + tp.binary_cross_entropy(tp.sigmoid(h), t) + tp.soft_margin_loss(h, t))
+        tape.backward(loss)
+        return loss.value
+
+    step = tp.capture(fn, queue)
+    xs = [np.array([i, -i, 0.5 * i], np.float32) for i in (1.0, 2.0, 3.0)]
+    replayed = [step(x).to_host() for x in xs]
+    grad_replayed = w.grad.to_host()
+    w.grad.fill_(0)
+    eager = [fn(up(queue, x)).to_host() for x in xs]
+    assert step.replays == 2
+    np.testing.assert_array_equal(replayed, eager)
+    np.testing.assert_array_equal(grad_replayed, w.grad.to_host())
