@@ -270,3 +270,5 @@ def test_cosine_similarity_layer_and_inplace_refused(queue, rng):
                  lambda: pc.nn.Hardtanh(inplace=True), lambda: pc.nn.Threshold(0, 0, True)):
         with pytest.raises(ParclError, match="inplace=True is not supported"):
             make()
+    with pytest.raises(ParclError, match="Hardtanh: min_val cannot be greater than max_val"):
+        pc.nn.Hardtanh(1.0, -1.0)

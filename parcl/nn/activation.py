@@ -100,6 +100,9 @@ class Hardtanh(Module):
         super().__init__()
         _no_inplace("Hardtanh", inplace)
         self.min_val, self.max_val = float(min_val), float(max_val)
+        if self.min_val > self.max_val:       # at construction, as PyTorch's module checks
+            raise ParclError(f"Hardtanh: min_val cannot be greater than max_val, got "
+                             f"min_val={self.min_val} > max_val={self.max_val}")
 
     def forward(self, x):
         return ops.hardtanh(x, self.min_val, self.max_val)
