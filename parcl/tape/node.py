@@ -15,8 +15,6 @@ gives the Nodes back while they live.
 from __future__ import annotations
 
 import weakref
-from functools import cache
-
 import numpy as np
 
 from .. import recorder
@@ -27,6 +25,7 @@ from ..tensor import Tensor
 from . import mode
 from .anomaly import call_site, check_finite
 from .changes import note_change
+from .node_methods import NodeMethods
 
 
 
@@ -79,7 +78,7 @@ def _graph_field(name: str, doc: str) -> property:
     return property(get, set, doc=doc)
 
 
-class Node:
+class Node(NodeMethods):
     """A recorded value: ``value``, ``grad_fn``, ``parents``, ``requires_grad``, ``grad``,
     ``op_name``. Supports ``+ - * / @``, unary ``-`` and ``.shape``.
 
@@ -176,72 +175,6 @@ class Node:
         return (f"Node(op={self.op_name}, shape={self.shape}, "
                 f"requires_grad={self.requires_grad})")
 
-    # -- operators: thin wrappers over the ops in parcl.tape.ops ------------------------
-    def __add__(self, other):
-        return _ops().add(self, other)
-
-    def __radd__(self, other):
-        return _ops().add(other, self)
-
-    def __sub__(self, other):
-        return _ops().sub(self, other)
-
-    def __rsub__(self, other):
-        return _ops().sub(other, self)
-
-    def __mul__(self, other):
-        return _ops().mul(self, other)
-
-    def __rmul__(self, other):
-        return _ops().mul(other, self)
-
-    def __truediv__(self, other):
-        return _ops().div(self, other)
-
-    def __rtruediv__(self, other):
-        return _ops().div(other, self)
-
-    def __matmul__(self, other):
-        return _ops().matmul(self, other)
-
-    def __rmatmul__(self, other):
-        return _ops().matmul(other, self)
-
-    def __neg__(self):
-        return _ops().neg(self)
-
-    def sum(self, axis=None, keepdims=False):
-        return _ops().sum(self, axis=axis, keepdims=keepdims)
-
-    def mean(self, axis=None, keepdims=False):
-        return _ops().mean(self, axis=axis, keepdims=keepdims)
-
-    def reshape(self, *shape):
-        if len(shape) == 1 and not isinstance(shape[0], int):
-            shape = tuple(shape[0])
-        return _ops().reshape(self, shape)
-
-    # -- PyTorch conveniences: x ** y, float(x), int(x), np.asarray(x) ------------------
-    def __pow__(self, other):
-        return _ops().pow(self, other)
-
-    def __rpow__(self, other):
-        return _ops().pow(other, self)
-
-    def __float__(self) -> float:
-        return float(self.value)
-
-    def __int__(self) -> int:
-        return int(self.value)
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        """``np.asarray(node)``: a host copy of the value (see ``pc.Tensor.__array__``)."""
-        return self.value.__array__(dtype, copy)
-
-    def __getitem__(self, key):
-        """``x[key]``: basic indexing (ints, slices with steps, None, ...), ``tp.getitem``."""
-        return _ops().getitem(self, key)
-
 
 def _freed():
     """Stands in ``Node.tape`` for a node whose tape was released (never called)."""
@@ -276,13 +209,6 @@ def _leaf_viewed(x: Node) -> Entry | None:
 def _node_of(e: Entry):
     node = e.node()
     return e if node is None else node
-
-
-@cache
-def _ops():
-    # imported on first use (ops import this module); cached, as every operator calls it
-    from . import ops
-    return ops
 
 
 def host_copy(value, dtype) -> np.ndarray:

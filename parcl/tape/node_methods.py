@@ -1,0 +1,91 @@
+"""``NodeMethods``: the operators and tensor-like methods of ``Node`` (``+ - * / @ **``,
+``x[key]``, ``x.sum()``, ``x.reshape(...)``, ``float(x)``, ``np.asarray(x)``), each a thin
+wrapper over the op of the same name in ``parcl.tape.ops``. Kept apart from ``node.py`` so
+that the graph's data structure stays short; ``Node`` inherits them unchanged.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+
+
+@cache
+def _ops():
+    # imported on first use (ops import node.py, which imports this); cached, as every
+    # operator calls it
+    from . import ops
+    return ops
+
+
+class NodeMethods:
+    """Mixed into ``Node`` (which holds ``value``); no state of its own."""
+
+    __slots__ = ()
+
+    # -- operators: thin wrappers over the ops in parcl.tape.ops ------------------------
+    def __add__(self, other):
+        return _ops().add(self, other)
+
+    def __radd__(self, other):
+        return _ops().add(other, self)
+
+    def __sub__(self, other):
+        return _ops().sub(self, other)
+
+    def __rsub__(self, other):
+        return _ops().sub(other, self)
+
+    def __mul__(self, other):
+        return _ops().mul(self, other)
+
+    def __rmul__(self, other):
+        return _ops().mul(other, self)
+
+    def __truediv__(self, other):
+        return _ops().div(self, other)
+
+    def __rtruediv__(self, other):
+        return _ops().div(other, self)
+
+    def __matmul__(self, other):
+        return _ops().matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return _ops().matmul(other, self)
+
+    def __neg__(self):
+        return _ops().neg(self)
+
+    def sum(self, axis=None, keepdims=False):
+        return _ops().sum(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return _ops().mean(self, axis=axis, keepdims=keepdims)
+
+    def reshape(self, *shape):
+        if len(shape) == 1 and not isinstance(shape[0], int):
+            shape = tuple(shape[0])
+        return _ops().reshape(self, shape)
+
+    # -- PyTorch conveniences: x ** y, float(x), int(x), np.asarray(x) ------------------
+    def __pow__(self, other):
+        return _ops().pow(self, other)
+
+    def __rpow__(self, other):
+        return _ops().pow(other, self)
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """``np.asarray(node)``: a host copy of the value (see ``pc.Tensor.__array__``)."""
+        return self.value.__array__(dtype, copy)
+
+    def __getitem__(self, key):
+        """``x[key]``: basic indexing (ints, slices with steps, None, ...), ``tp.getitem``."""
+        return _ops().getitem(self, key)
