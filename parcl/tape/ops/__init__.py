@@ -12,7 +12,9 @@ even inside ``no_grad`` (netcl's escape hatch).
 | activation_more | hardtanh relu6 ... mish selu celu glu softmin threshold normalize ... |
 | linalg | matmul (batched, broadcasting) |
 | reduce, reductions | sum mean max min argmax argmin var std logsumexp cumsum |
-| shape, indexing, join | reshape transpose getitem flip pad expand gather cat stack split |
+| shape | reshape transpose permute movedim t squeeze unsqueeze flatten unflatten |
+| indexing, join | getitem flip pad expand gather cat stack split |
+| slices | narrow chunk unbind roll repeat tile tril triu |
 | select | where masked_fill embedding |
 | norm | layer_norm rms_norm group_norm |
 | nn, conv | conv2d conv_transpose2d pools batch_norm dropout |
@@ -23,7 +25,8 @@ even inside ``no_grad`` (netcl's escape hatch).
 """
 
 from . import (activation, activation_more, attention, conv, elementwise, indexing, join, linalg,
-               loss, loss_more, mathops, nn, norm, reduce, reductions, select, shape, unary)
+               loss, loss_more, mathops, nn, norm, reduce, reductions, select, shape, slices,
+               unary)
 from .activation import *  # noqa: F401,F403
 from .activation_more import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
@@ -41,9 +44,10 @@ from .reduce import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
 from .select import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
+from .slices import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
 
 __all__ = [name for module in (activation, activation_more, attention, conv, elementwise, indexing,
                                join, linalg, loss, loss_more, mathops, nn, norm, reduce,
-                               reductions, select, shape, unary)
+                               reductions, select, shape, slices, unary)
            for name in module.__all__]
