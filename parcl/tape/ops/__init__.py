@@ -15,7 +15,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | shape | reshape transpose permute movedim t squeeze unsqueeze flatten unflatten |
 | indexing, join | getitem flip pad expand gather cat stack split |
 | slices | narrow chunk unbind roll repeat tile tril triu |
-| select | where masked_fill embedding |
+| select, picks | where masked_fill embedding, index_select one_hot |
 | norm | layer_norm rms_norm group_norm |
 | nn, conv | conv2d conv_transpose2d pools batch_norm dropout |
 | attention | scaled_dot_product_attention |
@@ -25,8 +25,8 @@ even inside ``no_grad`` (netcl's escape hatch).
 """
 
 from . import (activation, activation_more, attention, conv, elementwise, indexing, join, linalg,
-               loss, loss_more, mathops, nn, norm, reduce, reductions, select, shape, slices,
-               unary)
+               loss, loss_more, mathops, nn, norm, picks, reduce, reductions, select, shape,
+               slices, unary)
 from .activation import *  # noqa: F401,F403
 from .activation_more import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
@@ -40,6 +40,7 @@ from .loss_more import *  # noqa: F401,F403
 from .mathops import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
+from .picks import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
 from .select import *  # noqa: F401,F403
@@ -48,6 +49,6 @@ from .slices import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
 
 __all__ = [name for module in (activation, activation_more, attention, conv, elementwise, indexing,
-                               join, linalg, loss, loss_more, mathops, nn, norm, reduce,
+                               join, linalg, loss, loss_more, mathops, nn, norm, picks, reduce,
                                reductions, select, shape, slices, unary)
            for name in module.__all__]
