@@ -55,9 +55,10 @@ class _RangeCheck(FlagCheck):
         pos = self.where(at)
         value = int(self.index.to_host().reshape(-1)[pos])
         coords = tuple(map(int, np.unravel_index(pos, self.index.shape or (1,))))
+        plural = {"index": "indices", "label": "labels"}[self.noun]
         return ShapeError(f"{self.op}: {self.noun} {value} at position {coords} of "
-                          f"{self.noun} {self.index.shape} is out of range for {self.what}; "
-                          f"{self.noun}s must be in [0, {self.size})")
+                          f"{plural} {self.index.shape} is out of range for {self.what}; "
+                          f"{plural} must be in [0, {self.size})")
 
 
 class IndexSelect(Function):
