@@ -39,7 +39,8 @@ CHUNK_GPU = 16384
 
 _COMBINE = {"sum": ("0.0f", "acc + v"),
             # NaN wins (numpy's max propagates it): keep acc if it is NaN or not smaller
-            "max": ("-INFINITY", "(acc >= v || isnan(acc)) ? acc : v")}
+            "max": ("-INFINITY", "(acc >= v || isnan(acc)) ? acc : v"),
+            "prod": ("1.0f", "acc * v")}
 
 
 def _build_source() -> str:
@@ -149,9 +150,10 @@ def reduced_shape(shape, axes, keepdims: bool) -> tuple[int, ...]:
 # -- the (outer, R, inner) core --------------------------------------------------------------
 def reduce_3d(op: str, x: Tensor, outer: int, R: int, inner: int, scale: float = 1.0, *,
               workgroup: bool | None = None) -> Tensor:
-    """``op`` ("sum" or "max") over the middle axis of ``x`` viewed as (outer, R, inner), times
-    ``scale``; a flat (outer * inner,) tensor. ``workgroup`` forces the kernel variant (default:
-    work-group trees on a GPU when ``inner`` is small, sequential loops otherwise)."""
+    """``op`` ("sum", "max" or "prod") over the middle axis of ``x`` viewed as (outer, R,
+    inner), times ``scale``; a flat (outer * inner,) tensor. ``workgroup`` forces the kernel
+    variant (default: work-group trees on a GPU when ``inner`` is small, sequential loops
+    otherwise)."""
     q = x.queue
     gpu = on_gpu(q)
     chunk = CHUNK_GPU if gpu else CHUNK_CPU
@@ -229,6 +231,12 @@ def mean(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
 def max(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """Maximum over ``axis``, numpy semantics (NaN propagates)."""
     return _reduce("max", "max", x, axis, keepdims, mean=False)
+
+
+def product(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+    """Product over ``axis``, numpy semantics (multiplied in the same fixed order as sums;
+    named so as not to shadow ``math.prod``, which this module uses)."""
+    return _reduce("prod", "prod", x, axis, keepdims, mean=False)
 
 
 def argmax(x: Tensor, axis: int = -1, dtype=np.int64) -> Tensor:

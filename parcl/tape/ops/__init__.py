@@ -11,7 +11,9 @@ even inside ``no_grad`` (netcl's escape hatch).
 | mathops | reciprocal rsqrt log1p ... atan2 floor round lerp, eq ... ge, isnan isfinite clip |
 | activation_more | hardtanh relu6 ... mish selu celu glu softmin threshold normalize ... |
 | linalg | matmul (batched, broadcasting) |
+| linalg | matmul (batched, broadcasting) mm bmm |
 | reduce, reductions | sum mean max min argmax argmin var std logsumexp cumsum |
+| reduce_dims | amax amin prod |
 | shape | reshape transpose permute movedim t squeeze unsqueeze flatten unflatten |
 | indexing, join | getitem flip pad expand gather cat stack split |
 | slices | narrow chunk unbind roll repeat tile tril triu |
@@ -25,8 +27,8 @@ even inside ``no_grad`` (netcl's escape hatch).
 """
 
 from . import (activation, activation_more, attention, conv, elementwise, indexing, join, linalg,
-               loss, loss_more, mathops, nn, norm, picks, reduce, reductions, select, shape,
-               slices, unary)
+               loss, loss_more, mathops, nn, norm, picks, reduce, reduce_dims, reductions, select,
+               shape, slices, unary)
 from .activation import *  # noqa: F401,F403
 from .activation_more import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
@@ -42,6 +44,7 @@ from .nn import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .picks import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
+from .reduce_dims import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
 from .select import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
@@ -50,5 +53,5 @@ from .unary import *  # noqa: F401,F403
 
 __all__ = [name for module in (activation, activation_more, attention, conv, elementwise, indexing,
                                join, linalg, loss, loss_more, mathops, nn, norm, picks, reduce,
-                               reductions, select, shape, slices, unary)
+                               reduce_dims, reductions, select, shape, slices, unary)
            for name in module.__all__]

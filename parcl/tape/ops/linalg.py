@@ -34,7 +34,7 @@ from ...kernels.reduction import sum_to_shape
 from ...tensor import FLOAT, Tensor, check_same_queue
 from ..node import ACCUMULATED, Function
 
-__all__ = ["matmul"]
+__all__ = ["bmm", "matmul", "mm"]
 
 
 @dataclass(frozen=True)
@@ -182,6 +182,31 @@ class Matmul(Function):
         return ga, gb
 
 
+class Mm(Matmul):
+    """``torch.mm``: matmul of two matrices, checked to be 2-D."""
+
+    name = "mm"
+
+    def forward(self, a: Tensor, b: Tensor) -> Tensor:
+        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+            raise ShapeError(f"mm: expects matrices (m, k) @ (k, n), got {a.shape} @ "
+                             f"{b.shape}; tp.matmul broadcasts and batches")
+        return super().forward(a, b)
+
+
+class Bmm(Matmul):
+    """``torch.bmm``: matmul of two batches of matrices, checked to be 3-D and alike."""
+
+    name = "bmm"
+
+    def forward(self, a: Tensor, b: Tensor) -> Tensor:
+        if (a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0]
+                or a.shape[2] != b.shape[1]):
+            raise ShapeError(f"bmm: expects batches (b, m, k) @ (b, k, n), got {a.shape} @ "
+                             f"{b.shape}; tp.matmul broadcasts")
+        return super().forward(a, b)
+
+
 def _product(a: Tensor, b: Tensor, into: Tensor | None, **trans):
     # the shapes were checked in the forward; g's by the tape, a target's by its node
     out = product(a, b, into=into, **trans)
@@ -198,3 +223,23 @@ def matmul(a, b, *, tape=None):
     (2, 4)
     """
     return Matmul.apply(a, b, tape=tape)
+
+
+def mm(a, b, *, tape=None):
+    """``torch.mm``: ``a (m, k) @ b (k, n)``; anything but two matrices that fit is a
+    ShapeError (``tp.matmul`` broadcasts). op_name ``"mm"``.
+
+    >>> tp.mm(a, b).shape
+    (2, 4)
+    """
+    return Mm.apply(a, b, tape=tape)
+
+
+def bmm(a, b, *, tape=None):
+    """``torch.bmm``: ``a (B, m, k) @ b (B, k, n)`` with the same ``B``, no broadcasting.
+    op_name ``"bmm"``.
+
+    >>> tp.bmm(tp.unsqueeze(a, 0), tp.unsqueeze(b, 0)).shape
+    (1, 2, 4)
+    """
+    return Bmm.apply(a, b, tape=tape)
