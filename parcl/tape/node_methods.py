@@ -89,3 +89,48 @@ class NodeMethods:
     def __getitem__(self, key):
         """``x[key]``: basic indexing (ints, slices with steps, None, ...), ``tp.getitem``."""
         return _ops().getitem(self, key)
+
+    # -- PyTorch's shape methods (``x.permute(1, 0)``, ``x.view(-1)``, ...) ---------------
+    def view(self, *shape):
+        """``x.view(*shape)``: ``x.reshape`` (parcl's tensors are contiguous: always a view)."""
+        return self.reshape(*shape)
+
+    def permute(self, *dims):
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        return _ops().permute(self, dims)
+
+    def movedim(self, source, destination):
+        return _ops().movedim(self, source, destination)
+
+    def t(self):
+        return _ops().t(self)
+
+    @property
+    def T(self):  # noqa: N802
+        """The dims reversed, as ``ndarray.T`` and ``pc.Tensor.T`` (``tp.transpose``)."""
+        return _ops().transpose(self)
+
+    def squeeze(self, dim=None):
+        return _ops().squeeze(self, dim)
+
+    def unsqueeze(self, dim):
+        return _ops().unsqueeze(self, dim)
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        return _ops().flatten(self, start_dim, end_dim)
+
+    def unflatten(self, dim, sizes):
+        return _ops().unflatten(self, dim, sizes)
+
+    def chunk(self, chunks, dim=0):
+        return _ops().chunk(self, chunks, dim)
+
+    def unbind(self, dim=0):
+        return _ops().unbind(self, dim)
+
+    def narrow(self, dim, start, length):
+        return _ops().narrow(self, dim, start, length)
+
+    def repeat(self, *sizes):
+        return _ops().repeat(self, *sizes)
