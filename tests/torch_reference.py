@@ -1,0 +1,60 @@
+"""The same op in parcl and in PyTorch on the same inputs: outputs, gradients for the same
+upstream gradient, and errors where PyTorch raises (tests of the PyTorch-named ops)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import parcl as pc
+import parcl.tape as tp
+from conftest import leaf
+
+
+def _scalar_loss_tp(queue, out, weights):
+    """A weighted sum of ``out`` (a Node or a tuple of them) as one scalar Node."""
+    pieces = out if isinstance(out, tuple) else (out,)
+    total = None
+    for p, w in zip(pieces, weights):
+        term = tp.sum(p * pc.Tensor.from_host(queue, w))
+        total = term if total is None else total + term
+    return total
+
+
+def against_torch(queue, rng, tp_fn, torch_fn, arrays, tol=1e-5, grads=True):
+    """``tp_fn(*nodes)`` equals ``torch_fn(*tensors)`` (values and shapes, tuples piece by
+    piece) and, with ``grads``, so do the inputs' gradients of one random weighted sum."""
+    arrays = [np.asarray(a, np.float32) for a in arrays]
+    nodes = [leaf(queue, a) for a in arrays]
+    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+    with tp.Tape() as tape:
+        out = tp_fn(*nodes)
+        want = torch_fn(*ts)
+        outs = out if isinstance(out, tuple) else (out,)
+        wants = tuple(want) if isinstance(want, (tuple, list)) else (want,)
+        assert len(outs) == len(wants)
+        for o, w in zip(outs, wants):
+            assert o.shape == tuple(w.shape), (o.shape, tuple(w.shape))
+            np.testing.assert_allclose(o.to_host(), w.detach().numpy(), rtol=tol, atol=tol)
+        if not grads:
+            return out
+        weights = [rng.standard_normal(tuple(w.shape)).astype(np.float32) for w in wants]
+        loss = _scalar_loss_tp(queue, out, weights)
+    tape.backward(loss)
+    sum(torch.sum(w * torch.from_numpy(g)) for w, g in zip(wants, weights)).backward()
+    for n, t in zip(nodes, ts):
+        got = np.zeros(n.shape, np.float32) if n.grad is None else n.grad.to_host()
+        np.testing.assert_allclose(got, t.grad.numpy(), rtol=tol, atol=tol)
+    return out
+
+
+def raises_like_torch(tp_call, torch_call, op: str):
+    """PyTorch refuses ``torch_call`` and parcl refuses ``tp_call`` with a ParclError (or a
+    TypeError for a wrong argument type) whose message names ``op``."""
+    with pytest.raises((RuntimeError, IndexError, ValueError, TypeError)):
+        torch_call()
+    with pytest.raises((pc.ParclError, TypeError)) as err:
+        tp_call()
+    assert op in str(err.value), str(err.value)
+    return str(err.value)
