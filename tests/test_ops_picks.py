@@ -211,3 +211,20 @@ ERRORS = [
 def test_errors_like_torch(queue, op, tp_call, torch_call):
     x = leaf(queue, Z)
     raises_like_torch(lambda: tp_call(x), lambda: torch_call(torch.tensor(Z)), op)
+
+
+@pytest.mark.parametrize("workgroup", [None, True, False])
+def test_product_kernel_paths(queue, rng, workgroup):
+    """The 'prod' reduction through every kernel variant on this device: the 8-wide CPU loop
+    (inner % 8 == 0), two stages (R > one chunk), and the GPU work-group tree, forced."""
+    from parcl.kernels import reduction as rd
+    for shape, axis in (((3, 16), 0), ((5000,), 0), ((2, 3000, 8), 1), ((300, 3), 0)):
+        a = rng.uniform(0.999, 1.001, shape)
+        x = pc.Tensor.from_host(queue, a.astype(np.float32))
+        ax = axis % len(shape)
+        outer, inner = int(np.prod(shape[:ax])), int(np.prod(shape[ax + 1:]))
+        got = rd.reduce_3d("prod", x, outer, shape[ax], inner, workgroup=workgroup).to_host()
+        want = np.prod(a.astype(np.float32).astype(np.float64), axis).reshape(-1)
+        np.testing.assert_allclose(got, want, rtol=1e-4)
+        np.testing.assert_array_equal(rd.product(x, axis).to_host().reshape(-1),
+                                      rd.product(x, axis).to_host().reshape(-1))

@@ -161,3 +161,15 @@ ERRORS = [
 def test_errors_like_torch(queue, op, tp_call, torch_call):
     x = leaf(queue, X)
     raises_like_torch(lambda: tp_call(x), lambda: torch_call(torch.tensor(X)), op)
+
+
+def test_no_grad_raw_and_explicit_tape(queue, rng):
+    """Inside no_grad every op returns raw Tensors; with tape= it records there anyway."""
+    x = leaf(queue, rng.standard_normal((3, 4)))
+    with tp.no_grad():
+        outs = [tp.narrow(x, 0, 1, 1), *tp.chunk(x, 2), *tp.unbind(x), tp.roll(x, 1),
+                tp.repeat(x, 2, 1), tp.tile(x, (2,)), tp.tril(x), tp.triu(x)]
+        assert all(isinstance(o, pc.Tensor) for o in outs)
+        tape = tp.Tape()
+        y = tp.roll(tp.narrow(x, 1, 0, 3, tape=tape), 1, 0, tape=tape)
+    assert isinstance(y, tp.Node) and [e.op_name for e in tape.nodes] == ["narrow", "roll"]
