@@ -173,3 +173,14 @@ def test_no_grad_raw_and_explicit_tape(queue, rng):
         tape = tp.Tape()
         y = tp.roll(tp.narrow(x, 1, 0, 3, tape=tape), 1, 0, tape=tape)
     assert isinstance(y, tp.Node) and [e.op_name for e in tape.nodes] == ["narrow", "roll"]
+
+
+def test_zero_size_inputs(queue):
+    """Empty results of narrow/repeat go through chunk, roll, tril and triu as in PyTorch."""
+    x = leaf(queue, np.ones((2, 3)))
+    empty = tp.repeat(x, 0, 1)
+    assert empty.shape == (0, 3) and tp.narrow(x, 0, 2, 0).shape == (0, 3)
+    assert [p.shape for p in tp.chunk(empty, 2)] == [tuple(p.shape) for p in
+                                                     torch.chunk(torch.zeros(0, 3), 2)]
+    assert tp.roll(empty, 1, 0).shape == (0, 3) and tp.tril(empty).shape == (0, 3)
+    assert tp.triu(empty, 1).to_host().shape == (0, 3)

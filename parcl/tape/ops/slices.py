@@ -102,7 +102,10 @@ def chunk(x, chunks: int, dim: int = 0, *, tape=None) -> tuple:
     n = shape[axis]
     size = -(-n // chunks)
     whole = View.contiguous(shape)
-    views = [whole.narrow(axis, s, min(size, n - s)) for s in range(0, n, size)]
+    if n == 0:                                 # PyTorch: `chunks` empty pieces
+        views = [whole.narrow(axis, 0, 0)] * chunks
+    else:
+        views = [whole.narrow(axis, s, min(size, n - s)) for s in range(0, n, size)]
     return tuple(Chunk.apply(x, tape=tape, view=v, shape=v.shape) for v in views)
 
 
@@ -146,10 +149,14 @@ class Roll(Function):
 
     def forward(self, x: Tensor, shifts=(), dims=None):
         self.shifts, self.axes = shifts, dims
+        if x.size == 0:                                  # nothing to move (nor to copy)
+            return Tensor.empty(x.queue, x.shape, x.dtype)
         out = _rolled(x, shifts, dims)
         return x.copy() if out.data is x.data else out   # a new buffer even for no shift
 
     def backward(self, g: Tensor):
+        if g.size == 0:
+            return Tensor.empty(g.queue, g.shape)
         return _rolled(g, tuple(-s for s in self.shifts), self.axes)
 
 
@@ -256,6 +263,9 @@ class _Triangle(Function):
         if x.ndim < 2:
             raise ShapeError(f"{self.name}: expects at least 2 dims, got shape {x.shape}")
         rows, cols = x.shape[-2:]
+        self.mask = None
+        if x.size == 0:                  # nothing to mask (and no empty mask to upload)
+            return Tensor.empty(x.queue, x.shape)
         keep = (np.triu(np.ones((rows, cols), np.bool_), diagonal) if self.upper
                 else np.tril(np.ones((rows, cols), np.bool_), diagonal))
         self.mask = Tensor.from_host(x.queue, keep)
@@ -263,6 +273,8 @@ class _Triangle(Function):
         return sk.where(self.mask, x, self.zero)
 
     def backward(self, g: Tensor):
+        if self.mask is None:
+            return Tensor.empty(g.queue, g.shape)
         return sk.where(self.mask, g, self.zero)
 
 
