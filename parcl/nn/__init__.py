@@ -25,9 +25,12 @@ from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout,
 from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropyLoss, HuberLoss,
                    KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss, SoftMarginLoss)
 from .module import Module, Parameter, StateDictError, default_generator, manual_seed
+from .multihead import MultiheadAttention
 from .norm import BatchNorm1d, GroupNorm, LayerNorm, RMSNorm
 from .resnet import BasicBlock, ResNet, resnet18
 from .sparse import Embedding
+from .transformer import (TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+                          TransformerEncoderLayer, clone_module)
 
 from . import utils  # noqa: E402  (pc.nn.utils.clip_grad_norm_: after the layers it uses)
 
@@ -48,6 +51,9 @@ __all__ = [
     "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss", "SmoothL1Loss", "SoftMarginLoss",
     # models
     "BasicBlock", "CausalSelfAttention", "GPT", "ResNet", "resnet18",
+    # transformer building blocks (PyTorch's)
+    "MultiheadAttention", "TransformerDecoder", "TransformerDecoderLayer",
+    "TransformerEncoder", "TransformerEncoderLayer",
     # helpers
-    "capture_key", "default_generator", "flatten", "manual_seed", "utils",
+    "capture_key", "clone_module", "default_generator", "flatten", "manual_seed", "utils",
 ]

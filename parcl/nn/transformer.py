@@ -1,0 +1,314 @@
+"""PyTorch's transformer building blocks: ``TransformerEncoderLayer``, ``TransformerEncoder``,
+``TransformerDecoderLayer`` and ``TransformerDecoder``, with ``torch.nn``'s arguments,
+sub-module names (``self_attn``, ``linear1``, ``norm1``, ``layers.0``, ...) and forward
+signatures, so a torch state dict loads by name.
+
+``TransformerEncoder(layer, num_layers)`` copies ``layer`` ``num_layers`` times, as PyTorch's
+``copy.deepcopy`` does (every copy starts with the same weights). ``copy.deepcopy`` itself
+does not work on parcl modules (a pyopencl queue cannot be copied), so the copies are built
+by ``clone_module``: new Parameters and buffers holding device copies of the originals, on
+the same queue; every other attribute (numbers, strings, an activation function) is shared.
+
+>>> import numpy as np, parcl as pc, parcl.tape as tp
+>>> layer = pc.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True)
+>>> enc = pc.nn.TransformerEncoder(layer, num_layers=2)
+>>> list(enc.state_dict())[:2]
+['layers.0.self_attn.in_proj_weight', 'layers.0.self_attn.in_proj_bias']
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from ..errors import ParclError
+from ..runtime import default_queue
+from ..tape import ops
+from ..tensor import Tensor
+from .containers import ModuleList
+from .layers import Dropout, Linear
+from .module import Module, Parameter
+from .multihead import MultiheadAttention
+from .norm import LayerNorm
+
+__all__ = ["TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
+           "TransformerEncoderLayer", "clone_module"]
+
+
+# -- copies -----------------------------------------------------------------------------------
+def _clone_value(value, memo: dict):
+    if id(value) in memo:
+        return memo[id(value)]
+    if isinstance(value, Module):
+        return clone_module(value, memo)
+    if isinstance(value, Parameter):
+        new = Parameter(value.value.copy(), requires_grad=value.requires_grad)
+    elif isinstance(value, Tensor):
+        new = value.copy()
+    elif isinstance(value, OrderedDict):
+        new = OrderedDict((k, _clone_value(v, memo)) for k, v in value.items())
+    elif isinstance(value, dict):
+        new = {k: _clone_value(v, memo) for k, v in value.items()}
+    elif isinstance(value, list):
+        new = [_clone_value(v, memo) for v in value]
+    else:
+        return value          # immutable values, functions, queues: shared
+    memo[id(value)] = new
+    return new
+
+
+def clone_module(module: Module, memo: dict | None = None) -> Module:
+    """A copy of ``module`` with its own Parameters and buffers (device copies of the
+    originals, same queue, same ``requires_grad``), sub-modules copied the same way; a tensor
+    shared by two modules (tied weights) stays shared in the copy. What ``copy.deepcopy`` does
+    for a PyTorch module (parcl modules hold pyopencl queues, which cannot be deep-copied).
+
+    >>> fc = pc.nn.Linear(4, 2)
+    >>> pc.nn.clone_module(fc).weight is fc.weight
+    False
+    """
+    memo = {} if memo is None else memo
+    if id(module) in memo:
+        return memo[id(module)]
+    new = object.__new__(type(module))
+    memo[id(module)] = new
+    for name, value in module.__dict__.items():
+        object.__setattr__(new, name, _clone_value(value, memo))
+    return new
+
+
+# -- shared pieces ----------------------------------------------------------------------------
+def _activation(layer: str, activation):
+    """``(function, fused)``: PyTorch's "relu" / "gelu" strings or a callable; "relu" runs in
+    ``linear1``'s GEMM epilogue."""
+    if isinstance(activation, str):
+        if activation == "relu":
+            return ops.relu, True
+        if activation == "gelu":
+            return ops.gelu, False
+        raise ParclError(f"{layer}: activation should be relu/gelu, not {activation!r}")
+    if not callable(activation):
+        raise ParclError(f"{layer}: activation must be 'relu', 'gelu' or a callable, got "
+                         f"{type(activation).__name__}")
+    return activation, activation is ops.relu
+
+
+class _FeedForward:
+    """``linear2(dropout(activation(linear1(x))))`` then ``dropout_out``: the two layer types'
+    ``_ff_block``; a mix-in over modules that define those children."""
+
+    def _ff_block(self, x, dropout_out: Dropout):
+        if self._fused_relu:
+            h = self.linear1(x, relu=True)
+        else:
+            h = self.activation(self.linear1(x))
+        return dropout_out(self.linear2(self.dropout(h)))
+
+
+def _build_ff(layer: Module, d_model, dim_feedforward, dropout, activation, bias, queue):
+    layer.linear1 = Linear(d_model, dim_feedforward, bias=bias, queue=queue)
+    layer.dropout = Dropout(dropout)
+    layer.linear2 = Linear(dim_feedforward, d_model, bias=bias, queue=queue)
+    layer._fused_relu = _activation(type(layer).__name__, activation)[1]
+
+
+def _is_causal_mask(mask, size: int) -> bool:
+    """PyTorch's ``_detect_is_causal_mask`` for a host mask: equal to the square subsequent
+    mask (bool True above the diagonal, or float -inf above and 0 elsewhere)."""
+    if mask is None or not isinstance(mask, np.ndarray) or mask.shape != (size, size):
+        return False
+    upper = np.triu(np.ones((size, size), bool), 1)
+    if mask.dtype == np.bool_:
+        return bool(np.array_equal(mask, upper))
+    return bool(np.array_equal(mask, np.where(upper, -np.inf, 0.0)))
+
+
+def _seq_len(x, batch_first: bool) -> int:
+    shape = tuple(x.shape)
+    return shape[0] if len(shape) == 2 or not batch_first else shape[1]
+
+
+# -- encoder ----------------------------------------------------------------------------------
+class TransformerEncoderLayer(_FeedForward, Module):
+    """``torch.nn.TransformerEncoderLayer``: self-attention and a feed-forward block, each
+    with a residual connection, layer norm after (``norm_first=False``) or before it.
+
+    ``forward(src, src_mask=None, src_key_padding_mask=None, is_causal=False)``; masks as
+    ``MultiheadAttention``'s (boolean True = masked). ``activation`` is ``"relu"``,
+    ``"gelu"`` or a callable on a Node (a Module is registered as the child ``activation``).
+
+    >>> layer = pc.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0)
+    >>> [n for n, _ in layer.named_children()][:3]
+    ['self_attn', 'linear1', 'dropout']
+    """
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048,
+                 dropout: float = 0.1, activation="relu", layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True, *,
+                 queue=None):
+        super().__init__()
+        queue = queue if queue is not None else default_queue()
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first, queue=queue)
+        _build_ff(self, d_model, dim_feedforward, dropout, activation, bias, queue)
+        self.norm_first = bool(norm_first)
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, queue=queue)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, queue=queue)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.activation = _activation(type(self).__name__, activation)[0]
+        self.batch_first = bool(batch_first)
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                           need_weights=False, is_causal=is_causal)[0]
+        return self.dropout1(x)
+
+    def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal: bool = False):
+        x = src
+        if self.norm_first:
+            x = ops.add(x, self._sa_block(self.norm1(x), src_mask, src_key_padding_mask,
+                                          is_causal))
+            return ops.add(x, self._ff_block(self.norm2(x), self.dropout2))
+        x = self.norm1(ops.add(x, self._sa_block(x, src_mask, src_key_padding_mask,
+                                                 is_causal)))
+        return self.norm2(ops.add(x, self._ff_block(x, self.dropout2)))
+
+
+class TransformerEncoder(Module):
+    """``torch.nn.TransformerEncoder``: ``num_layers`` copies of ``encoder_layer`` (as
+    ``layers.0``, ``layers.1``, ... each a ``clone_module`` of it, so all start equal), then
+    ``norm`` if given.
+
+    ``forward(src, mask=None, src_key_padding_mask=None, is_causal=None)``: ``is_causal=None``
+    detects a (numpy) causal ``mask`` as PyTorch does. ``enable_nested_tensor`` and
+    ``mask_check`` are accepted for PyTorch's signature and change nothing: parcl never packs
+    padded sequences, so padded positions hold what every other position gets (PyTorch's
+    nested-tensor fast path, in evaluation without gradients, writes zeros there instead).
+
+    >>> enc = pc.nn.TransformerEncoder(pc.nn.TransformerEncoderLayer(8, 2, 16), 2)
+    >>> len(enc.layers)
+    2
+    """
+
+    def __init__(self, encoder_layer: Module, num_layers: int, norm: Module | None = None,
+                 enable_nested_tensor: bool = True, mask_check: bool = True):
+        super().__init__()
+        if not isinstance(encoder_layer, Module):
+            raise ParclError(f"TransformerEncoder: encoder_layer must be a pc.nn.Module, got "
+                             f"{type(encoder_layer).__name__}")
+        self.layers = ModuleList([clone_module(encoder_layer) for _ in range(int(num_layers))])
+        self.num_layers = int(num_layers)
+        self.norm = norm
+        self.enable_nested_tensor, self.mask_check = bool(enable_nested_tensor), bool(mask_check)
+
+    def forward(self, src, mask=None, src_key_padding_mask=None, is_causal: bool | None = None):
+        if is_causal is None:
+            first = self.layers[0] if len(self.layers) else None
+            is_causal = _is_causal_mask(mask, _seq_len(src, getattr(first, "batch_first",
+                                                                     False)))
+        out = src
+        for layer in self.layers:
+            out = layer(out, src_mask=mask, is_causal=is_causal,
+                        src_key_padding_mask=src_key_padding_mask)
+        return self.norm(out) if self.norm is not None else out
+
+
+# -- decoder ----------------------------------------------------------------------------------
+class TransformerDecoderLayer(_FeedForward, Module):
+    """``torch.nn.TransformerDecoderLayer``: self-attention, attention over ``memory``
+    (``multihead_attn``) and a feed-forward block, each with a residual connection and layer
+    norm (``norm1``, ``norm2``, ``norm3``; before each block with ``norm_first``).
+
+    ``forward(tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+    memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False)``.
+
+    >>> dec = pc.nn.TransformerDecoderLayer(8, 2, dim_feedforward=16)
+    >>> [n for n, _ in dec.named_children()][:2]
+    ['self_attn', 'multihead_attn']
+    """
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048,
+                 dropout: float = 0.1, activation="relu", layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True, *,
+                 queue=None):
+        super().__init__()
+        queue = queue if queue is not None else default_queue()
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first, queue=queue)
+        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                                 batch_first=batch_first, queue=queue)
+        _build_ff(self, d_model, dim_feedforward, dropout, activation, bias, queue)
+        self.norm_first = bool(norm_first)
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, queue=queue)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, queue=queue)
+        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, queue=queue)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.dropout3 = Dropout(dropout)
+        self.activation = _activation(type(self).__name__, activation)[0]
+        self.batch_first = bool(batch_first)
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                           is_causal=is_causal, need_weights=False)[0]
+        return self.dropout1(x)
+
+    def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal):
+        x = self.multihead_attn(x, mem, mem, attn_mask=attn_mask,
+                                key_padding_mask=key_padding_mask, is_causal=is_causal,
+                                need_weights=False)[0]
+        return self.dropout2(x)
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal: bool = False,
+                memory_is_causal: bool = False):
+        x = tgt
+        if self.norm_first:
+            x = ops.add(x, self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask,
+                                          tgt_is_causal))
+            x = ops.add(x, self._mha_block(self.norm2(x), memory, memory_mask,
+                                           memory_key_padding_mask, memory_is_causal))
+            return ops.add(x, self._ff_block(self.norm3(x), self.dropout3))
+        x = self.norm1(ops.add(x, self._sa_block(x, tgt_mask, tgt_key_padding_mask,
+                                                 tgt_is_causal)))
+        x = self.norm2(ops.add(x, self._mha_block(x, memory, memory_mask,
+                                                  memory_key_padding_mask, memory_is_causal)))
+        return self.norm3(ops.add(x, self._ff_block(x, self.dropout3)))
+
+
+class TransformerDecoder(Module):
+    """``torch.nn.TransformerDecoder``: ``num_layers`` copies of ``decoder_layer`` (``layers.i``,
+    made by ``clone_module``), then ``norm`` if given. ``forward(tgt, memory, tgt_mask=None,
+    memory_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None,
+    tgt_is_causal=None, memory_is_causal=False)``.
+
+    >>> dec = pc.nn.TransformerDecoder(pc.nn.TransformerDecoderLayer(8, 2, 16), 2)
+    >>> list(dec.state_dict())[-1]
+    'layers.1.norm3.bias'
+    """
+
+    def __init__(self, decoder_layer: Module, num_layers: int, norm: Module | None = None):
+        super().__init__()
+        if not isinstance(decoder_layer, Module):
+            raise ParclError(f"TransformerDecoder: decoder_layer must be a pc.nn.Module, got "
+                             f"{type(decoder_layer).__name__}")
+        self.layers = ModuleList([clone_module(decoder_layer) for _ in range(int(num_layers))])
+        self.num_layers = int(num_layers)
+        self.norm = norm
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal: bool | None = None,
+                memory_is_causal: bool = False):
+        if tgt_is_causal is None:
+            first = self.layers[0] if len(self.layers) else None
+            tgt_is_causal = _is_causal_mask(tgt_mask, _seq_len(tgt, getattr(
+                first, "batch_first", False)))
+        out = tgt
+        for layer in self.layers:
+            out = layer(out, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                        tgt_key_padding_mask=tgt_key_padding_mask,
+                        memory_key_padding_mask=memory_key_padding_mask,
+                        tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal)
+        return self.norm(out) if self.norm is not None else out
