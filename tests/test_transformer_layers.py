@@ -1,0 +1,207 @@
+"""pc.nn.TransformerEncoderLayer / TransformerEncoder / TransformerDecoderLayer /
+TransformerDecoder against torch.nn's (torch's state dict loaded, dropout 0): outputs and
+every gradient for norm_first, relu/gelu/callable activations, batch_first, unbatched
+inputs and masks; state-dict keys; the layer copies (clone_module)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from xfmr_reference import compare, load_torch
+
+import parcl as pc
+import parcl.tape as tp
+from parcl.errors import ParclError
+
+D, H, F, L, S, B = 8, 2, 16, 5, 4, 3
+
+
+def _enc_pair(**kw):
+    torch.manual_seed(0)
+    t = torch.nn.TransformerEncoderLayer(D, H, F, dropout=0.0, **kw)
+    return t, pc.nn.TransformerEncoderLayer(D, H, F, dropout=0.0, **kw)
+
+
+def _dec_pair(**kw):
+    torch.manual_seed(0)
+    t = torch.nn.TransformerDecoderLayer(D, H, F, dropout=0.0, **kw)
+    return t, pc.nn.TransformerDecoderLayer(D, H, F, dropout=0.0, **kw)
+
+
+def _x(rng, n=L, batch_first=False, batched=True):
+    shape = (n, D) if not batched else ((B, n, D) if batch_first else (n, B, D))
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _t(v):
+    return torch.tensor(v) if isinstance(v, np.ndarray) else v
+
+
+UPPER = np.triu(np.ones((L, L), bool), 1)
+KPM = np.zeros((B, L), bool)
+KPM[0, -2:] = True
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_encoder_layer_matches_torch(queue, rng, norm_first, activation, batch_first):
+    tm, pm = _enc_pair(activation=activation, norm_first=norm_first, batch_first=batch_first)
+    assert list(pm.state_dict()) == list(tm.state_dict())
+    x = _x(rng, batch_first=batch_first)
+    masks = {"src_mask": UPPER, "src_key_padding_mask": KPM}
+
+    def t_run(m, x):
+        return m(x, **{k: _t(v) for k, v in masks.items()})
+
+    def p_run(m, x):
+        return m(x, **masks)
+    compare(queue, tm, pm, [x], t_run, p_run)
+
+
+@pytest.mark.parametrize("masks", [{}, {"src_mask": UPPER, "is_causal": True},
+                                   {"src_mask": np.where(UPPER, -np.inf, 0).astype(np.float32)},
+                                   {"src_key_padding_mask": np.array([0, 0, 1, 0, 1], bool)}],
+                         ids=["none", "causal", "float", "kpm"])
+def test_encoder_layer_unbatched_matches_torch(queue, rng, masks):
+    tm, pm = _enc_pair(batch_first=True)
+    x = _x(rng, batched=False)
+
+    def t_run(m, x):
+        return m(x, **{k: _t(v) for k, v in masks.items()})
+
+    def p_run(m, x):
+        return m(x, **masks)
+    out, = compare(queue, tm, pm, [x], t_run, p_run)
+    assert out.shape == (L, D)
+
+
+def test_callable_activation_and_bias_false(queue, rng):
+    torch.manual_seed(0)
+    tm = torch.nn.TransformerEncoderLayer(D, H, F, dropout=0.0, bias=False,
+                                          activation=torch.nn.functional.silu)
+    pm = pc.nn.TransformerEncoderLayer(D, H, F, dropout=0.0, bias=False, activation=tp.silu)
+    assert list(pm.state_dict()) == list(tm.state_dict())
+    assert not any(k.endswith("bias") for k in pm.state_dict())
+
+    def run(m, x):
+        return m(x)
+    compare(queue, tm, pm, [_x(rng)], run, run)
+    # a Module activation is a child, as in torch (GELU has no parameters: no new keys)
+    mod = pc.nn.TransformerEncoderLayer(D, H, F, activation=pc.nn.GELU())
+    assert isinstance(dict(mod.named_children())["activation"], pc.nn.GELU)
+    with pytest.raises(ParclError, match="relu/gelu"):
+        pc.nn.TransformerEncoderLayer(D, H, F, activation="tanh")
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_stack_matches_torch(queue, rng, norm_first):
+    torch.manual_seed(0)
+    tl = torch.nn.TransformerEncoderLayer(D, H, F, dropout=0.0, norm_first=norm_first,
+                                          activation="gelu")
+    tm = torch.nn.TransformerEncoder(tl, 2, norm=torch.nn.LayerNorm(D),
+                                     enable_nested_tensor=False)
+    pl = pc.nn.TransformerEncoderLayer(D, H, F, dropout=0.0, norm_first=norm_first,
+                                       activation="gelu")
+    pm = pc.nn.TransformerEncoder(pl, 2, norm=pc.nn.LayerNorm(D))
+    assert list(pm.state_dict()) == list(tm.state_dict())
+    # torch's layers start as copies of one layer; so do parcl's
+    sd = pm.state_dict()
+    np.testing.assert_array_equal(sd["layers.0.linear1.weight"], sd["layers.1.linear1.weight"])
+    for masks in ({"mask": UPPER}, {"mask": UPPER, "src_key_padding_mask": KPM},
+                  {"mask": UPPER, "is_causal": True}):
+        def t_run(m, x, masks=masks):
+            return m(x, **{k: _t(v) for k, v in masks.items()})
+
+        def p_run(m, x, masks=masks):
+            return m(x, **masks)
+        tm.zero_grad()
+        pm.zero_grad()
+        compare(queue, tm, pm, [_x(rng)], t_run, p_run)
+
+
+def test_encoder_layers_are_independent_copies(queue):
+    layer = pc.nn.TransformerEncoderLayer(D, H, F)
+    enc = pc.nn.TransformerEncoder(layer, 3)
+    params = [p for m in enc.layers for p in m.parameters()]
+    assert len({id(p) for p in params}) == len(params) == 3 * len(layer.parameters())
+    assert not {id(p) for p in params} & {id(p) for p in layer.parameters()}
+    enc.layers[1].linear1.weight.value.fill_(2.0)
+    assert not np.any(enc.layers[0].linear1.weight.value.to_host() == 2.0)
+    assert not np.any(layer.linear1.weight.value.to_host() == 2.0)
+    assert enc.layers[2].self_attn.out_proj.weight.value.queue is layer.linear1.weight.value.queue
+    assert type(enc.layers[0]) is pc.nn.TransformerEncoderLayer
+    assert enc.layers[0]._modules["self_attn"] is enc.layers[0].self_attn
+
+
+def test_clone_module_keeps_ties_buffers_and_flags(queue):
+    pc.nn.manual_seed(0)
+    model = pc.nn.GPT(vocab_size=8, block_size=4, n_layer=1, n_head=2, n_embd=8)
+    model.transformer.wpe.weight.requires_grad = False
+    copy = pc.nn.clone_module(model)
+    assert copy.lm_head.weight is copy.transformer.wte.weight
+    assert copy.lm_head.weight is not model.lm_head.weight
+    assert not copy.transformer.wpe.weight.requires_grad
+    for (k, a), (k2, b) in zip(model.state_dict().items(), copy.state_dict().items()):
+        assert k == k2
+        np.testing.assert_array_equal(a, b)
+    bn = pc.nn.BatchNorm1d(4)
+    bn2 = pc.nn.clone_module(bn)
+    assert bn2.running_mean is not bn.running_mean
+    assert bn2._buffers["running_mean"] is bn2.running_mean
+    bn2.running_mean.fill_(5.0)
+    assert not bn.running_mean.to_host().any()
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_decoder_layer_matches_torch(queue, rng, norm_first, batch_first):
+    tm, pm = _dec_pair(norm_first=norm_first, batch_first=batch_first)
+    assert list(pm.state_dict()) == list(tm.state_dict())
+    tgt, mem = _x(rng, L, batch_first), _x(rng, S, batch_first)
+    mkpm = np.zeros((B, S), bool)
+    mkpm[1, 0] = True
+    masks = {"tgt_mask": UPPER, "tgt_is_causal": True, "memory_key_padding_mask": mkpm,
+             "tgt_key_padding_mask": KPM}
+
+    def t_run(m, tgt, mem):
+        return m(tgt, mem, **{k: _t(v) for k, v in masks.items()})
+
+    def p_run(m, tgt, mem):
+        return m(tgt, mem, **masks)
+    compare(queue, tm, pm, [tgt, mem], t_run, p_run)
+
+
+def test_decoder_stack_matches_torch(queue, rng):
+    torch.manual_seed(0)
+    tm = torch.nn.TransformerDecoder(torch.nn.TransformerDecoderLayer(D, H, F, dropout=0.0),
+                                     2, norm=torch.nn.LayerNorm(D))
+    pm = pc.nn.TransformerDecoder(pc.nn.TransformerDecoderLayer(D, H, F, dropout=0.0), 2,
+                                  norm=pc.nn.LayerNorm(D))
+    assert list(pm.state_dict()) == list(tm.state_dict())
+    mem_mask = rng.standard_normal((L, S)).astype(np.float32)
+
+    def t_run(m, tgt, mem):
+        return m(tgt, mem, tgt_mask=torch.tensor(UPPER), memory_mask=torch.tensor(mem_mask))
+
+    def p_run(m, tgt, mem):
+        return m(tgt, mem, tgt_mask=UPPER, memory_mask=mem_mask)
+    compare(queue, tm, pm, [_x(rng, L), _x(rng, S)], t_run, p_run)
+
+
+def test_dropout_in_training_only(queue, rng):
+    torch.manual_seed(0)
+    tm = torch.nn.TransformerEncoderLayer(D, H, F, dropout=0.3).eval()
+    pm = pc.nn.TransformerEncoderLayer(D, H, F, dropout=0.3)
+    load_torch(pm, tm)
+    x = _x(rng)
+    xd = pc.Tensor.from_host(queue, x)
+    with tp.no_grad():
+        train_out = pm(xd).to_host()
+        pm.eval()
+        eval_out = pm(xd).to_host()
+    with torch.no_grad():
+        want = tm(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(eval_out, want, rtol=2e-5, atol=2e-5)
+    assert not np.allclose(train_out, eval_out, atol=1e-3)
