@@ -129,3 +129,9 @@ def test_train_vit_digits_on_two_replicas_reaches_97_percent():
     acc = final_accuracy(["-m", "parcl.launch", "--replicas", "2",
                           "examples/train_vit_digits.py"])
     assert acc >= 0.97
+
+
+def test_train_transformer_histogram_learns_the_counts():
+    """examples/train_transformer_histogram.py: pc.nn.TransformerEncoder with a key padding
+    mask, well above the 0.38 of always answering the most common count."""
+    assert final_accuracy(["examples/train_transformer_histogram.py"]) >= 0.75
