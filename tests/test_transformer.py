@@ -236,3 +236,7 @@ def test_errors_where_torch_raises(queue, rng):
         pm(xd, other, other)
     with pytest.raises(ShapeError, match="key_padding_mask"):
         pm(xd, xd, xd, key_padding_mask=np.zeros((L,), bool))
+    with pytest.raises(AssertionError):                # (S, B) for (B, S): torch refuses
+        tm(xt, xt, xt, key_padding_mask=torch.zeros(L, B, dtype=torch.bool))
+    with pytest.raises(ShapeError, match="key_padding_mask"):
+        pm(xd, xd, xd, key_padding_mask=np.zeros((L, B), bool))

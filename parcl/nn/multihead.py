@@ -181,7 +181,8 @@ class MultiheadAttention(Module):
                                  f"batch sizes (dim {bdim}; batch_first={self.batch_first})")
         return batched
 
-    def _mask(self, key_padding_mask, attn_mask, bsz: int, tgt: int, src: int, queue):
+    def _mask(self, key_padding_mask, attn_mask, bsz: int, tgt: int, src: int, batched: bool,
+              queue):
         """One additive float mask broadcasting to ``(B, H, L, S)``, or None."""
         heads = self.num_heads
         kpm = additive_mask("key_padding_mask", key_padding_mask, queue)
@@ -194,9 +195,10 @@ class MultiheadAttention(Module):
             if len(want) == 3:
                 mask = ops.reshape(mask, (bsz, heads, tgt, src))
         if kpm is not None:
-            if kpm.size != bsz * src:
+            want = (bsz, src) if batched else (src,)
+            if tuple(kpm.shape) != want:      # (S, B) for (B, S) would mask the wrong keys
                 raise ShapeError(f"MultiheadAttention: key_padding_mask has shape "
-                                 f"{tuple(kpm.shape)}, expected ({bsz}, {src})")
+                                 f"{tuple(kpm.shape)}, expected {want}")
             kpm = ops.reshape(kpm, (bsz, 1, 1, src))
             mask = kpm if mask is None else ops.add(mask, kpm)
         return mask
@@ -221,7 +223,7 @@ class MultiheadAttention(Module):
         causal = bool(is_causal) and key_padding_mask is None and not need_weights
         queue = (query.value if isinstance(query, Node) else query).queue
         mask = None if causal else self._mask(key_padding_mask, attn_mask, bsz, tgt, src,
-                                              queue)
+                                              batched, queue)
         q, k, v = (self._heads(t, batch_first) for t in self._project(query, key, value))
         p = self.dropout if self.training else 0.0
         weights = None
