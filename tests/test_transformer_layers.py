@@ -205,3 +205,35 @@ def test_dropout_in_training_only(queue, rng):
         want = tm(torch.tensor(x)).numpy()
     np.testing.assert_allclose(eval_out, want, rtol=2e-5, atol=2e-5)
     assert not np.allclose(train_out, eval_out, atol=1e-3)
+
+
+class _Classifier(pc.nn.Module):
+    """Encoder (causal mask from numpy, uploaded each call), mean over positions, a head."""
+
+    def __init__(self, queue):
+        super().__init__()
+        layer = pc.nn.TransformerEncoderLayer(D, H, F, dropout=0.0, batch_first=True,
+                                              queue=queue)
+        self.encoder = pc.nn.TransformerEncoder(layer, 2)
+        self.head = pc.nn.Linear(D, 3, queue=queue)
+
+    def forward(self, x):
+        return self.head(tp.mean(self.encoder(x, mask=UPPER), axis=1))
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_encoder_data_parallel_matches_one_replica(devices2, capture):
+    from parcl.testing import seeded, train_replicated, train_single
+    rng = np.random.default_rng(0)
+    batch = (rng.standard_normal((8, L, D)).astype(np.float32),
+             rng.integers(0, 3, size=8).astype(np.int64))
+    build = seeded(_Classifier)
+    ref = train_single(build, tp.cross_entropy, batch, 3, device=devices2[0])
+    got = train_replicated(build, tp.cross_entropy, batch, 3, 2, devices=devices2,
+                           capture=capture)
+    assert len(got) == len(ref) == 2 * 12 + 2
+    moved = False
+    for a, b, p0 in zip(ref, got, [p.value.to_host() for p in build(None).parameters()]):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+        moved |= not np.allclose(a, p0)
+    assert moved
