@@ -30,7 +30,8 @@ def _seq(rng, batched, batch_first, n=L, e=E):
 
 
 def test_state_dict_keys_and_shapes_are_torchs():
-    for kw in ({}, {"bias": False}, {"kdim": 6, "vdim": 4}, {"kdim": 6, "bias": False}):
+    for kw in ({}, {"bias": False}, {"kdim": 6, "vdim": 4}, {"kdim": 6, "bias": False},
+               {"add_bias_kv": True}, {"add_bias_kv": True, "kdim": 6}):
         tm, pm = _pair(**kw)
         want = {k: tuple(v.shape) for k, v in tm.state_dict().items()}
         got = {k: v.shape for k, v in pm.state_dict().items()}
@@ -99,6 +100,33 @@ def test_kdim_vdim_matches_torch(queue, rng, batched):
         def run(m, q, k, v, need=need):
             return m(q, k, v, need_weights=need)
         compare(queue, tm, pm, [q, k, v], run, run)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+@pytest.mark.parametrize("bias_kv,zero_attn", [(True, False), (False, True), (True, True)])
+def test_bias_kv_and_zero_attn_match_torch(queue, rng, batch_first, bias_kv, zero_attn):
+    tm, pm = _pair(batch_first=batch_first, add_bias_kv=bias_kv, add_zero_attn=zero_attn)
+    q, k = _seq(rng, True, batch_first), _seq(rng, True, batch_first, S)
+    mask = rng.random((L, S)) < 0.3
+    kpm = np.zeros((B, S), bool)
+    kpm[1] = True                  # a whole row masked: only the added keys are left
+    extra = int(bias_kv) + int(zero_attn)
+    for need in (True, False):
+        def t_run(m, q, k, need=need):
+            return m(q, k, k, attn_mask=torch.tensor(mask), key_padding_mask=torch.tensor(kpm),
+                     need_weights=need)
+
+        def p_run(m, q, k, need=need):
+            return m(q, k, k, attn_mask=mask, key_padding_mask=kpm, need_weights=need)
+        tm.zero_grad()
+        pm.zero_grad()
+        out, w = compare(queue, tm, pm, [q, k], t_run, p_run)
+        if need:
+            assert w.shape == (B, L, S + extra) and w[:, :, S:].min() > 0
+    if bias_kv:                    # torch's xavier_normal_: std 1/sqrt(E)
+        pc.nn.manual_seed(0)
+        big = pc.nn.MultiheadAttention(256, 4, add_bias_kv=True).bias_k.value.to_host()
+        assert big.shape == (1, 1, 256) and abs(big.std() - 1 / 16) < 0.01
 
 
 def _masks(rng):
@@ -208,9 +236,6 @@ def test_errors_where_torch_raises(queue, rng):
         torch.nn.MultiheadAttention(10, 3)
     with pytest.raises(ShapeError, match="divisible"):
         pc.nn.MultiheadAttention(10, 3)
-    for kw in ({"add_bias_kv": True}, {"add_zero_attn": True}):
-        with pytest.raises(ParclError, match="not supported"):
-            pc.nn.MultiheadAttention(E, H, **kw)
     tm, pm = _pair()
     x = _seq(rng, True, False)
     xt, xd = torch.tensor(x), pc.Tensor.from_host(queue, x)

@@ -31,7 +31,7 @@ from ..tape import ops
 from ..tape.node import Node
 from ..tensor import Tensor
 from .layers import Linear
-from .module import Module, Parameter, uniform_
+from .module import Module, Parameter, normal_, uniform_
 
 __all__ = ["MultiheadAttention"]
 
@@ -83,7 +83,9 @@ class MultiheadAttention(Module):
     as one ``tp.scaled_dot_product_attention``). ``attn_mask`` is ``(L, S)`` or
     ``(B*H, L, S)``, ``key_padding_mask`` ``(B, S)``; ``is_causal`` is PyTorch's hint that
     ``attn_mask`` is the causal mask (it still has to be given). Dropout (on the attention
-    weights) only while training. ``add_bias_kv`` and ``add_zero_attn`` are refused.
+    weights) only while training. ``add_bias_kv`` adds the learnt key and value ``bias_k``
+    and ``bias_v`` ``(1, 1, E)`` after the given ones, ``add_zero_attn`` a zero key and value
+    after those (the masks are padded so that both are attended to).
 
     >>> mha = pc.nn.MultiheadAttention(8, 2)
     >>> list(mha.state_dict())
@@ -95,9 +97,6 @@ class MultiheadAttention(Module):
                  kdim: int | None = None, vdim: int | None = None, batch_first: bool = False,
                  *, queue=None):
         super().__init__()
-        if add_bias_kv or add_zero_attn:
-            raise ParclError("MultiheadAttention: add_bias_kv=True and add_zero_attn=True are "
-                             "not supported by parcl; build it without them")
         if not (isinstance(embed_dim, (int, np.integer)) and embed_dim > 0
                 and isinstance(num_heads, (int, np.integer)) and num_heads > 0):
             raise ShapeError(f"MultiheadAttention: embed_dim and num_heads must be positive "
@@ -128,6 +127,12 @@ class MultiheadAttention(Module):
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = out_proj
+        if add_bias_kv:              # torch's xavier_normal_ on (1, 1, E): std 1/sqrt(E)
+            self.bias_k = Parameter.from_host(queue, normal_((1, 1, e), 1 / math.sqrt(e)))
+            self.bias_v = Parameter.from_host(queue, normal_((1, 1, e), 1 / math.sqrt(e)))
+        else:
+            self.bias_k = self.bias_v = None
+        self.add_zero_attn = bool(add_zero_attn)
 
     # -- projections -----------------------------------------------------------------------
     def _project(self, query, key, value):
@@ -183,7 +188,10 @@ class MultiheadAttention(Module):
 
     def _mask(self, key_padding_mask, attn_mask, bsz: int, tgt: int, src: int, batched: bool,
               queue):
-        """One additive float mask broadcasting to ``(B, H, L, S)``, or None."""
+        """One additive float mask broadcasting to ``(B, H, L, S + extra)``, or None: each
+        mask checked against the given keys ``S``, then padded with zeros (not masked) for
+        the ``extra`` keys of ``bias_k`` and ``add_zero_attn``, as torch pads them."""
+        extra = (self.bias_k is not None) + self.add_zero_attn
         heads = self.num_heads
         kpm = additive_mask("key_padding_mask", key_padding_mask, queue)
         mask = additive_mask("attn_mask", attn_mask, queue)
@@ -194,12 +202,16 @@ class MultiheadAttention(Module):
                                  f"is {tuple(mask.shape)}, but should be {want}")
             if len(want) == 3:
                 mask = ops.reshape(mask, (bsz, heads, tgt, src))
+            if extra:
+                mask = ops.pad(mask, (0, extra))
         if kpm is not None:
             want = (bsz, src) if batched else (src,)
             if tuple(kpm.shape) != want:      # (S, B) for (B, S) would mask the wrong keys
                 raise ShapeError(f"MultiheadAttention: key_padding_mask has shape "
                                  f"{tuple(kpm.shape)}, expected {want}")
             kpm = ops.reshape(kpm, (bsz, 1, 1, src))
+            if extra:
+                kpm = ops.pad(kpm, (0, extra))
             mask = kpm if mask is None else ops.add(mask, kpm)
         return mask
 
@@ -224,7 +236,15 @@ class MultiheadAttention(Module):
         queue = (query.value if isinstance(query, Node) else query).queue
         mask = None if causal else self._mask(key_padding_mask, attn_mask, bsz, tgt, src,
                                               batched, queue)
-        q, k, v = (self._heads(t, batch_first) for t in self._project(query, key, value))
+        q, k, v = self._project(query, key, value)
+        if self.bias_k is not None:      # one more key and value, the same for every batch
+            axis = 1 if batch_first else 0
+            shape = (bsz, 1, self.embed_dim) if batch_first else (1, bsz, self.embed_dim)
+            k = ops.cat([k, ops.expand(self.bias_k, shape)], axis=axis)
+            v = ops.cat([v, ops.expand(self.bias_v, shape)], axis=axis)
+        q, k, v = (self._heads(t, batch_first) for t in (q, k, v))
+        if self.add_zero_attn:           # and a zero key and value after those
+            k, v = ops.pad(k, (0, 0, 0, 1)), ops.pad(v, (0, 0, 0, 1))
         p = self.dropout if self.training else 0.0
         weights = None
         if need_weights:
