@@ -95,6 +95,20 @@ def test_callable_activation_and_bias_false(queue, rng):
         pc.nn.TransformerEncoderLayer(D, H, F, activation="tanh")
 
 
+def test_assigning_the_activation_takes_effect(queue, rng):
+    # the ReLU fused into linear1 is chosen per call, not fixed at construction
+    tm, pm = _enc_pair(activation="gelu")
+    pm.activation = tp.relu
+    tm.activation = torch.nn.functional.relu
+
+    def run(m, x):
+        return m(x)
+    compare(queue, tm, pm, [_x(rng)], run, run)
+    tm.activation = torch.nn.functional.gelu
+    pm.activation = tp.gelu
+    compare(queue, tm, pm, [_x(rng)], run, run)
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_stack_matches_torch(queue, rng, norm_first):
     torch.manual_seed(0)

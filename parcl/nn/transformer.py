@@ -80,26 +80,26 @@ def clone_module(module: Module, memo: dict | None = None) -> Module:
 
 # -- shared pieces ----------------------------------------------------------------------------
 def _activation(layer: str, activation):
-    """``(function, fused)``: PyTorch's "relu" / "gelu" strings or a callable; "relu" runs in
-    ``linear1``'s GEMM epilogue."""
+    """The function for PyTorch's "relu" / "gelu" strings, or the callable given."""
     if isinstance(activation, str):
         if activation == "relu":
-            return ops.relu, True
+            return ops.relu
         if activation == "gelu":
-            return ops.gelu, False
+            return ops.gelu
         raise ParclError(f"{layer}: activation should be relu/gelu, not {activation!r}")
     if not callable(activation):
         raise ParclError(f"{layer}: activation must be 'relu', 'gelu' or a callable, got "
                          f"{type(activation).__name__}")
-    return activation, activation is ops.relu
+    return activation
 
 
 class _FeedForward:
     """``linear2(dropout(activation(linear1(x))))`` then ``dropout_out``: the two layer types'
-    ``_ff_block``; a mix-in over modules that define those children."""
+    ``_ff_block``; a mix-in over modules that define those children. ReLU runs in
+    ``linear1``'s GEMM epilogue; chosen per call, so assigning ``layer.activation`` works."""
 
     def _ff_block(self, x, dropout_out: Dropout):
-        if self._fused_relu:
+        if self.activation is ops.relu:
             h = self.linear1(x, relu=True)
         else:
             h = self.activation(self.linear1(x))
@@ -110,7 +110,6 @@ def _build_ff(layer: Module, d_model, dim_feedforward, dropout, activation, bias
     layer.linear1 = Linear(d_model, dim_feedforward, bias=bias, queue=queue)
     layer.dropout = Dropout(dropout)
     layer.linear2 = Linear(dim_feedforward, d_model, bias=bias, queue=queue)
-    layer._fused_relu = _activation(type(layer).__name__, activation)[1]
 
 
 def _is_causal_mask(mask, size: int) -> bool:
@@ -157,7 +156,7 @@ class TransformerEncoderLayer(_FeedForward, Module):
         self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, queue=queue)
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
-        self.activation = _activation(type(self).__name__, activation)[0]
+        self.activation = _activation(type(self).__name__, activation)
         self.batch_first = bool(batch_first)
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
@@ -247,7 +246,7 @@ class TransformerDecoderLayer(_FeedForward, Module):
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
         self.dropout3 = Dropout(dropout)
-        self.activation = _activation(type(self).__name__, activation)[0]
+        self.activation = _activation(type(self).__name__, activation)
         self.batch_first = bool(batch_first)
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
