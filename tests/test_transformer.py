@@ -265,3 +265,20 @@ def test_errors_where_torch_raises(queue, rng):
         tm(xt, xt, xt, key_padding_mask=torch.zeros(L, B, dtype=torch.bool))
     with pytest.raises(ShapeError, match="key_padding_mask"):
         pm(xd, xd, xd, key_padding_mask=np.zeros((L, B), bool))
+
+
+def test_captured_replays_follow_changing_masks(queue, rng):
+    # masks given as step inputs: each replay reads the new ones, bit for bit the eager call's
+    _, pm = _pair(batch_first=True)
+    step = tp.capture(lambda x, kpm: pm(x, x, x, key_padding_mask=kpm, need_weights=False)[0],
+                      queue)
+    with tp.no_grad():
+        for _ in range(3):
+            x = _seq(rng, True, True)
+            kpm = rng.random((B, L)) < 0.4
+            kpm[:, 0] = False
+            got = step(x, kpm, key=pc.nn.capture_key(pm)).to_host().copy()
+            xd = pc.Tensor.from_host(queue, x)
+            want = pm(xd, xd, xd, key_padding_mask=kpm, need_weights=False)[0].to_host()
+            np.testing.assert_array_equal(got, want)
+    assert step.replays == 2
