@@ -282,3 +282,15 @@ def test_captured_replays_follow_changing_masks(queue, rng):
             want = pm(xd, xd, xd, key_padding_mask=kpm, need_weights=False)[0].to_host()
             np.testing.assert_array_equal(got, want)
     assert step.replays == 2
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_float_mask_gradient_matches_torch(queue, rng, need_weights):
+    # a learnt additive mask (a relative-position bias): its gradient as torch's
+    tm, pm = _pair()
+    x = _seq(rng, True, False)
+    bias = rng.standard_normal((B * H, L, L)).astype(np.float32)
+
+    def run(m, x, bias):
+        return m(x, x, x, attn_mask=bias, need_weights=need_weights)
+    compare(queue, tm, pm, [x, bias], run, run)
