@@ -251,3 +251,45 @@ def test_encoder_data_parallel_matches_one_replica(devices2, capture):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
         moved |= not np.allclose(a, p0)
     assert moved
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_transformer_matches_torch(queue, rng, batch_first):
+    torch.manual_seed(0)
+    kw = dict(d_model=D, nhead=H, num_encoder_layers=2, num_decoder_layers=1,
+              dim_feedforward=F, dropout=0.0, batch_first=batch_first)
+    tm, pm = torch.nn.Transformer(**kw), pc.nn.Transformer(**kw)
+    assert list(pm.state_dict()) == list(tm.state_dict())
+    causal = pc.nn.Transformer.generate_square_subsequent_mask(L)
+    np.testing.assert_array_equal(causal, torch.nn.Transformer.generate_square_subsequent_mask(L))
+    skpm = np.zeros((B, S), bool)
+    skpm[2, -1] = True
+    masks = {"tgt_mask": causal, "src_key_padding_mask": skpm,
+             "memory_key_padding_mask": skpm, "tgt_key_padding_mask": KPM}
+
+    def t_run(m, src, tgt):
+        return m(src, tgt, **{k: _t(v) for k, v in masks.items()})
+
+    def p_run(m, src, tgt):
+        return m(src, tgt, **masks)
+    compare(queue, tm, pm, [_x(rng, S, batch_first), _x(rng, L, batch_first)], t_run, p_run)
+    with pytest.raises(RuntimeError):
+        tm(torch.zeros(S, B, D) if not batch_first else torch.zeros(B, S, D),
+           torch.zeros(L, B + 1, D) if not batch_first else torch.zeros(B + 1, L, D))
+    with pytest.raises(pc.ShapeError, match="batch number"):
+        shape = (L, B + 1, D) if not batch_first else (B + 1, L, D)
+        pm(tp.tensor(_x(rng, S, batch_first)), tp.tensor(np.zeros(shape, np.float32)))
+
+
+def test_transformer_initialisation_is_xavier_on_matrices():
+    pc.nn.manual_seed(0)
+    model = pc.nn.Transformer(d_model=16, nhead=2, num_encoder_layers=2, num_decoder_layers=1,
+                              dim_feedforward=32)
+    sd = model.state_dict()
+    w = sd["encoder.layers.0.linear1.weight"]                 # (32, 16): Linear's default
+    bound = np.sqrt(6 / (32 + 16))                             # re-drawn as xavier_uniform_
+    assert bound * 0.9 < np.abs(w).max() <= bound and np.abs(w).max() > 1 / 4
+    assert not sd["encoder.layers.0.self_attn.in_proj_bias"].any()
+    assert np.all(sd["decoder.norm.weight"] == 1)
+    # the copies of a layer start equal, then the re-draw makes them differ, as torch's
+    assert not np.array_equal(w, sd["encoder.layers.1.linear1.weight"])

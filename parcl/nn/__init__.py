@@ -29,8 +29,8 @@ from .multihead import MultiheadAttention
 from .norm import BatchNorm1d, GroupNorm, LayerNorm, RMSNorm
 from .resnet import BasicBlock, ResNet, resnet18
 from .sparse import Embedding
-from .transformer import (TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
-                          TransformerEncoderLayer, clone_module)
+from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
+                          TransformerEncoder, TransformerEncoderLayer, clone_module)
 
 from . import utils  # noqa: E402  (pc.nn.utils.clip_grad_norm_: after the layers it uses)
 
@@ -52,7 +52,7 @@ __all__ = [
     # models
     "BasicBlock", "CausalSelfAttention", "GPT", "ResNet", "resnet18",
     # transformer building blocks (PyTorch's)
-    "MultiheadAttention", "TransformerDecoder", "TransformerDecoderLayer",
+    "MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer",
     "TransformerEncoder", "TransformerEncoderLayer",
     # helpers
     "capture_key", "clone_module", "default_generator", "flatten", "manual_seed", "utils",

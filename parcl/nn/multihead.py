@@ -66,8 +66,9 @@ def _shape(mask) -> tuple[int, ...]:
     return tuple(mask.shape) if hasattr(mask, "shape") else np.shape(mask)
 
 
-def _xavier_uniform(shape) -> np.ndarray:
-    """``torch.nn.init.xavier_uniform_`` for a 2-d ``(fan_out, fan_in)`` weight."""
+def xavier_uniform(shape) -> np.ndarray:
+    """``torch.nn.init.xavier_uniform_`` for a 2-d ``(fan_out, fan_in)`` weight (a host array
+    from the thread's generator)."""
     fan_out, fan_in = shape
     return uniform_(shape, math.sqrt(6.0 / (fan_in + fan_out)))
 
@@ -116,11 +117,11 @@ class MultiheadAttention(Module):
         # PyTorch's draw order: out_proj's Linear defaults first, then xavier on in_proj
         out_proj = Linear(e, e, bias=bias, queue=queue)
         if self._qkv_same_embed_dim:
-            self.in_proj_weight = Parameter.from_host(queue, _xavier_uniform((3 * e, e)))
+            self.in_proj_weight = Parameter.from_host(queue, xavier_uniform((3 * e, e)))
         else:
-            self.q_proj_weight = Parameter.from_host(queue, _xavier_uniform((e, e)))
-            self.k_proj_weight = Parameter.from_host(queue, _xavier_uniform((e, self.kdim)))
-            self.v_proj_weight = Parameter.from_host(queue, _xavier_uniform((e, self.vdim)))
+            self.q_proj_weight = Parameter.from_host(queue, xavier_uniform((e, e)))
+            self.k_proj_weight = Parameter.from_host(queue, xavier_uniform((e, self.kdim)))
+            self.v_proj_weight = Parameter.from_host(queue, xavier_uniform((e, self.vdim)))
         if bias:
             self.in_proj_bias = Parameter(Tensor.zeros(queue, (3 * e,)))
             out_proj.bias.value.fill_(0.0)

@@ -22,17 +22,17 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..errors import ParclError
+from ..errors import ParclError, ShapeError
 from ..runtime import default_queue
 from ..tape import ops
 from ..tensor import Tensor
 from .containers import ModuleList
 from .layers import Dropout, Linear
 from .module import Module, Parameter
-from .multihead import MultiheadAttention
+from .multihead import MultiheadAttention, xavier_uniform
 from .norm import LayerNorm
 
-__all__ = ["TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
+__all__ = ["Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
            "TransformerEncoderLayer", "clone_module"]
 
 
@@ -311,3 +311,71 @@ class TransformerDecoder(Module):
                         memory_key_padding_mask=memory_key_padding_mask,
                         tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal)
         return self.norm(out) if self.norm is not None else out
+
+
+# -- the whole model --------------------------------------------------------------------------
+class Transformer(Module):
+    """``torch.nn.Transformer``: a ``TransformerEncoder`` (``encoder``: ``num_encoder_layers``
+    layers and a final ``LayerNorm``) and a ``TransformerDecoder`` (``decoder``, likewise), or
+    ``custom_encoder`` / ``custom_decoder``; then, as torch, every parameter with more than one
+    dimension re-drawn with xavier_uniform_. ``forward(src, tgt, src_mask=None, tgt_mask=None,
+    memory_mask=None, src_key_padding_mask=None, tgt_key_padding_mask=None,
+    memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+    memory_is_causal=False)`` returns the decoder's output.
+
+    >>> model = pc.nn.Transformer(d_model=8, nhead=2, num_encoder_layers=1,
+    ...                           num_decoder_layers=1, dim_feedforward=16)
+    >>> list(model.state_dict())[0]
+    'encoder.layers.0.self_attn.in_proj_weight'
+    """
+
+    def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6,
+                 num_decoder_layers: int = 6, dim_feedforward: int = 2048,
+                 dropout: float = 0.1, activation="relu", custom_encoder: Module | None = None,
+                 custom_decoder: Module | None = None, layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True, *,
+                 queue=None):
+        super().__init__()
+        queue = queue if queue is not None else default_queue()
+        args = (d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+                batch_first, norm_first, bias)
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
+        else:
+            self.encoder = TransformerEncoder(
+                TransformerEncoderLayer(*args, queue=queue), num_encoder_layers,
+                LayerNorm(d_model, eps=layer_norm_eps, bias=bias, queue=queue))
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            self.decoder = TransformerDecoder(
+                TransformerDecoderLayer(*args, queue=queue), num_decoder_layers,
+                LayerNorm(d_model, eps=layer_norm_eps, bias=bias, queue=queue))
+        for p in self.parameters():       # torch's _reset_parameters, in parameter order
+            if len(p.shape) == 2:
+                p.value.copy_(Tensor.from_host(p.value.queue, xavier_uniform(p.shape)))
+        self.d_model, self.nhead, self.batch_first = int(d_model), int(nhead), bool(batch_first)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz: int) -> np.ndarray:
+        """torch's causal mask: float32 ``(sz, sz)``, -inf above the diagonal, 0 elsewhere."""
+        return np.triu(np.full((sz, sz), -np.inf, np.float32), 1)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
+                src_key_padding_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, src_is_causal: bool | None = None,
+                tgt_is_causal: bool | None = None, memory_is_causal: bool = False):
+        ss, ts = tuple(src.shape), tuple(tgt.shape)
+        bdim = 0 if self.batch_first else 1
+        if len(ss) == 3 and (len(ts) != 3 or ss[bdim] != ts[bdim]):
+            raise ShapeError(f"Transformer: the batch number of src {ss} and tgt {ts} must be "
+                             f"equal (dim {bdim}, batch_first={self.batch_first})")
+        if ss[-1] != self.d_model or ts[-1] != self.d_model:
+            raise ShapeError(f"Transformer: the feature number of src {ss} and tgt {ts} must "
+                             f"be equal to d_model={self.d_model}")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+                              is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask,
+                            tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal)
