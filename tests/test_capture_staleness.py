@@ -259,3 +259,27 @@ def test_a_buffers_only_load_state_dict_reaches_every_replica(devices2, capture)
         np.testing.assert_allclose(la, lb, rtol=1e-6)
         for u, v in zip(pa + ba, pb + bb):
             np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-6)
+
+
+def test_capture_key_sees_a_function_attribute_replaced(queue):
+    """``self.act = tp.relu`` replaced by ``tp.sigmoid``: the key ignored functions, so the
+    captured call replayed the ReLU's kernels, silently."""
+    class Net(pc.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = pc.nn.Linear(4, 4, queue=queue)
+            self.act = tp.relu
+
+        def forward(self, x):
+            return self.act(self.fc(x))
+
+    net = Net()
+    x = -np.abs(np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32))
+    step = tp.capture(lambda xt: net(xt), queue)
+    with tp.no_grad():
+        step(x, key=pc.nn.capture_key(net))
+        net.act = tp.sigmoid
+        replayed = step(x, key=pc.nn.capture_key(net)).to_host()
+        eager = net(pc.Tensor.from_host(queue, x)).to_host()
+    np.testing.assert_array_equal(replayed, eager)
+    assert step.replays == 0

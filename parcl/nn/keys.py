@@ -7,7 +7,8 @@ So the key of a captured call must change whenever the eager call would read som
 * which modules the model is made of, and of which type (``model.act = Sigmoid()`` replacing
   a ``Tanh`` enqueues other kernels, with no shape to show it);
 * every module's ``training`` flag and plain Python attributes (what a forward branches on or
-  passes into an op: ``Dropout.p``, ``ReLU.inplace``);
+  passes into an op: ``Dropout.p``, ``ReLU.inplace``), and the functions it holds
+  (``self.act = tp.relu``), by identity;
 * which tensors it reads: each parameter's Parameter object and its ``.value`` Tensor, each
   buffer (``bn.running_mean = pc.Tensor.zeros(...)`` replacing one) and any other Tensor or
   Node held as an attribute.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import functools
 import hashlib
 import types
 
@@ -43,6 +45,8 @@ __all__ = ["capture_key"]
 _PLAIN = (bool, int, float, str, type(None))
 _NOT_PLAIN = object()
 _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+              functools.partial)
 _REGISTRIES = frozenset(("_parameters", "_buffers", "_modules"))   # not plain: skipped at once
 
 
@@ -70,6 +74,10 @@ def _frozen(value):
         return (kind.__name__, value.item())
     if isinstance(value, enum.Enum):
         return (kind.__qualname__, value.name)
+    if isinstance(value, _FUNCTIONS):
+        # an op a forward calls (``self.act = tp.relu``): by identity, so ``tp.sigmoid`` in
+        # its place is another recording, not a replay of the ReLU's kernels
+        return ("function", value)
     if isinstance(value, (tuple, list)):
         items = []
         for v in value:
