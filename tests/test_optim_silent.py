@@ -96,9 +96,7 @@ def test_zero_grad_of_the_optimizer_after_allreduce_grads_zeroes_every_replica(d
     rng = np.random.default_rng(0)
     xs = [rng.random((6, 4), dtype=np.float32) for _ in range(4)]
     with ReplicaGroup(_linear, devices2) as group:
-        w = group.model.weight.value.to_host().astype(np.float64)
-        b = group.model.bias.value.to_host().astype(np.float64)
-        opt = SGD(group.parameters(), lr=0.1)
+        w, b, opt = _start(group)
         for x in xs:
             group.run(_backward, [x[:3], x[3:]])
             group.allreduce_grads(average=True)
@@ -116,12 +114,17 @@ def test_zero_grad_of_the_optimizer_after_allreduce_grads_zeroes_every_replica(d
             np.testing.assert_allclose(r.model.bias.value.to_host(), b, rtol=1e-5, atol=1e-6)
 
 
+def _start(group):
+    """Replica 0's starting weights (float64) and an SGD over them."""
+    w = group.model.weight.value.to_host().astype(np.float64)
+    b = group.model.bias.value.to_host().astype(np.float64)
+    return w, b, SGD(group.parameters(), lr=0.1)
+
+
 def _reduced_once(group, x0):
     """Replica 0's starting weights (float64), an SGD over them, and one backward of ``x0``
     split over the two replicas, reduced by ``allreduce_grads``."""
-    w = group.model.weight.value.to_host().astype(np.float64)
-    b = group.model.bias.value.to_host().astype(np.float64)
-    opt = SGD(group.parameters(), lr=0.1)
+    w, b, opt = _start(group)
     group.run(_backward, [x0[:3], x0[3:]])
     group.allreduce_grads(average=True)
     return w, b, opt
@@ -183,9 +186,7 @@ def test_a_batch_discarded_with_opt_zero_grad_is_discarded_on_every_replica(devi
     xs = [rng.random((6, 4), dtype=np.float32) for _ in range(3)]
     junk = rng.random((6, 4), dtype=np.float32) * 10
     with ReplicaGroup(_linear, devices2) as group:
-        w = group.model.weight.value.to_host().astype(np.float64)
-        b = group.model.bias.value.to_host().astype(np.float64)
-        opt = SGD(group.parameters(), lr=0.1)
+        w, b, opt = _start(group)
         for x in xs:
             group.run(_backward, [junk[:3], junk[3:]])
             opt.zero_grad(set_to_none=set_to_none)
@@ -210,9 +211,7 @@ def test_zero_grad_after_an_evaluation_run_zeroes_every_replica(devices2):
     rng = np.random.default_rng(4)
     xs = [rng.random((6, 4), dtype=np.float32) for _ in range(4)]
     with ReplicaGroup(_linear, devices2) as group:
-        w = group.model.weight.value.to_host().astype(np.float64)
-        b = group.model.bias.value.to_host().astype(np.float64)
-        opt = SGD(group.parameters(), lr=0.1)
+        w, b, opt = _start(group)
         for x in xs:
             group.run(_backward, [x[:3], x[3:]])
             group.allreduce_grads(average=True)
@@ -233,9 +232,7 @@ def test_group_step_after_a_discarded_run_counts_only_its_own_batch(devices2):
     rng = np.random.default_rng(5)
     junk, x = rng.random((6, 4), dtype=np.float32) * 10, rng.random((6, 4), dtype=np.float32)
     with ReplicaGroup(_linear, devices2) as group:
-        w = group.model.weight.value.to_host().astype(np.float64)
-        b = group.model.bias.value.to_host().astype(np.float64)
-        opt = SGD(group.parameters(), lr=0.1)
+        w, b, opt = _start(group)
         group.run(_backward, [junk[:3], junk[3:]])
         opt.zero_grad()
         group.step(x, np.zeros(6, np.int64), lambda out, y: tp.mean(out * out), opt)
@@ -250,9 +247,7 @@ def test_gradients_accumulated_over_runs_still_add_up(devices2):
     rng = np.random.default_rng(6)
     x1, x2 = rng.random((6, 4), dtype=np.float32), rng.random((6, 4), dtype=np.float32)
     with ReplicaGroup(_linear, devices2) as group:
-        w = group.model.weight.value.to_host().astype(np.float64)
-        b = group.model.bias.value.to_host().astype(np.float64)
-        opt = SGD(group.parameters(), lr=0.1)
+        w, b, opt = _start(group)
         group.run(_backward, [x1[:3], x1[3:]])
         group.run(lambda r: r.model.zero_grad(set_to_none=False))
         group.run(_backward, [x1[:3], x1[3:]])
