@@ -3,6 +3,8 @@ program once per context, so tests share them)."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,13 @@ import parcl.tape as tp
 
 @pytest.fixture(scope="session")
 def devices2():
-    """The CPU split into two sub-devices (one core each here): two real OpenCL devices."""
+    """Two OpenCL devices: the CPU split into two sub-devices (one core each here), or, when
+    ``PARCL_DEVICES`` names GPUs (``PARCL_DEVICES=gpu python -m pytest tests/test_ops_*.py``),
+    the first two GPUs, one GPU twice where there is one (two queues on it)."""
+    spec = os.environ.get(pc.runtime.DEVICES_ENV, "")
+    if spec.strip().lower().startswith("gpu"):
+        gpus = pc.devices()
+        return (gpus * 2)[:2]
     return pc.devices(split=2)
 
 

@@ -1,28 +1,28 @@
 """``parcl-bench compare``: one training step of the same model and batch in parcl, in a numpy
 reference implementation, and in PyTorch on the CPU when it is importable.
 
-All three start from parcl's initial weights on the same random batch, so their first-step
-losses must agree (the ``loss`` column: a cross-check that they compute the same thing). A
-step is forward, softmax cross entropy, backward and an SGD update; parcl's step includes the
-host-to-device copy of the batch and ends with ``queue.finish()``. Every implementation gets
-the same compute: parcl one queue on ``--devices`` (default the whole CPU device), numpy's BLAS
-and PyTorch as many threads as that device has compute units (threadpoolctl /
-``torch.set_num_threads``). The implementations are timed in alternation (run r of each back
-to back) and ``vs parcl`` is the median of the per-run ratios, so a change in the machine's
-load affects all of them alike. PyTorch is not a parcl dependency: without it the column is skipped
-and the table says how to install it. When the threads fill every core, an implementation's
-idle worker threads can still be spinning when the next one starts (OpenBLAS's do, for a while
-after each call, and slowed PyTorch's two-thread step 2-3x on a 2-core machine):
-``--no-numpy`` / ``--no-torch`` leave one out so parcl is paired with a single reference.
-``--capture`` times parcl's step through ``tp.capture`` (forward and backward; the update after it,
-recorded once and replayed: bit-identical to the eager step, far less Python); the row is then
-``parcl (capture)``. ``mobilenet`` (depthwise-separable blocks, see ``models``) has no numpy
-reference: parcl is paired with PyTorch alone. When netcl (the peer PyOpenCL library) is
+All three start from parcl's initial weights on the same random batch, so their first-step losses
+must agree (the ``loss`` column: a cross-check that they compute the same thing). A step is
+forward, softmax cross entropy, backward and an SGD update; parcl's step includes the
+host-to-device copy of the batch and ends with ``queue.finish()``. Every implementation gets the
+same compute: parcl one queue on ``--devices`` (default the whole CPU device), numpy's BLAS and
+PyTorch as many threads as that device has compute units (threadpoolctl /
+``torch.set_num_threads``). On a GPU, numpy and PyTorch's CPU build get the host's cores, and a
+``pytorch (cuda)`` row runs PyTorch on the GPU where its build has CUDA. The implementations are
+timed in alternation (run r of each back to back) and ``vs parcl`` is the median of the per-run
+ratios, so a change in the machine's load affects all of them alike. PyTorch is not a parcl
+dependency: without it the column is skipped and the table says how to install it. When the threads
+fill every core, an implementation's idle worker threads can still be spinning when the next one
+starts (OpenBLAS's do, for a while after each call, and slowed PyTorch's two-thread step 2-3x on a
+2-core machine): ``--no-numpy`` / ``--no-torch`` leave one out so parcl is paired with a single
+reference. ``--capture`` times parcl's step through ``tp.capture`` (forward and backward; the
+update after it, recorded once and replayed: bit-identical to the eager step, far less Python); the
+row is then ``parcl (capture)``. ``mobilenet`` (depthwise-separable blocks, see ``models``) has no
+numpy reference: parcl is paired with PyTorch alone. When netcl (the peer PyOpenCL library) is
 importable, a ``netcl`` row runs the same step in it on its own queue on the same device
 (``netcl_ref``; ``mlp`` and ``cnn`` only); without it the row is left out with a note;
-``--no-netcl`` leaves it out.
-``--model gpt`` is nanoGPT's model (``pc.nn.GPT``, see ``models``) with
-AdamW against its PyTorch twin (``torch_gpt.py``); it has no numpy reference, and its rows add
+``--no-netcl`` leaves it out. ``--model gpt`` is nanoGPT's model (``pc.nn.GPT``, see ``models``)
+with AdamW against its PyTorch twin (``torch_gpt.py``); it has no numpy reference, and its rows add
 ``tokens_per_s`` (samples/s x T).
 
 JSON rows (table ``compare``): ``model``, ``batch``, ``impl`` (``parcl``, ``numpy``,
@@ -33,11 +33,14 @@ JSON rows (table ``compare``): ``model``, ``batch``, ``impl`` (``parcl``, ``nump
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 import parcl as pc
 import parcl.tape as tp
 
+from ..runtime import is_gpu
 from . import models, netcl_ref, reference
 from .common import (
     LazyLoss,
@@ -90,7 +93,10 @@ def run(args) -> dict:
             raise BenchError(f"compare: unknown model {m!r}; choose from "
                              f"{', '.join(COMPARE_MODELS)}")
     dev = resolve_devices(args.devices)[0]
-    threads = int(dev.max_compute_units)
+    # The references get the compute parcl gets: a CPU device's compute units, or, on a GPU,
+    # the host's cores for numpy and PyTorch's CPU build, and PyTorch on CUDA where it has it.
+    gpu = is_gpu(dev)
+    threads = (os.cpu_count() or 1) if gpu else int(dev.max_compute_units)
     torch = None if args.no_torch else torch_or_none()
     result = new_result("compare", {"models": names, "batch": args.batch, "repeat": repeat,
                                     "warmup": warmup, "steps": args.steps,
@@ -115,14 +121,18 @@ def run(args) -> dict:
         state = model.state_dict()
         limit, applied = numpy_threads(threads)
         capture = getattr(args, "capture", False)
-        impls = [("parcl" + (" (capture)" if capture else ""), f"{threads} CU",
+        impls = [("parcl" + (" (capture)" if capture else ""), f"{dev.max_compute_units} CU",
                   *parcl_step(q, model, x, y, capture, name))]
         if not args.no_numpy and name in reference.NUMPY_MODELS:     # none for gpt
             impls.append(("numpy", threads if applied else "default", *_numpy(name, state, x, y)))
         if torch is not None:
             impls.append(("pytorch", threads, *_pytorch(torch, name, state, x, y, threads)))
+            if gpu and torch.cuda.is_available():
+                impls.append(("pytorch (cuda)", "gpu",
+                              *_pytorch(torch, name, state, x, y, threads, "cuda")))
         if netcl and name in netcl_ref.NETCL_MODELS:
-            impls.append(("netcl", f"{threads} CU", *netcl_ref.netcl_step(name, state, x, y, dev)))
+            impls.append(("netcl", f"{dev.max_compute_units} CU",
+                          *netcl_ref.netcl_step(name, state, x, y, dev)))
         with limit:
             losses = [float(step()) for _, _, step, _ in impls]      # first step: the check
             stats = time_interleaved(
@@ -185,12 +195,14 @@ def _numpy(name, state, x, y):
     return (lambda: ref.step(x, y, models.LR)), None
 
 
-def _pytorch(torch, name, state, x, y, threads):
+def _pytorch(torch, name, state, x, y, threads, device="cpu"):
+    """(step, sync): the same step in PyTorch on ``device`` ("cpu", or "cuda": the batch is
+    copied to the GPU once, as parcl's is uploaded each step, and sync waits for the GPU)."""
     torch.set_num_threads(threads)
-    model = models.torch_model(name, state)
+    model = models.torch_model(name, state).to(device)
     loss_fn = models.torch_loss(name)
     opt = models.torch_optimizer(torch, name, model.parameters())
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
 
     def step():
         loss = loss_fn(model(xt), yt)
@@ -199,7 +211,7 @@ def _pytorch(torch, name, state, x, y, threads):
         opt.zero_grad()
         return loss.detach()
 
-    return step, None
+    return step, (torch.cuda.synchronize if device == "cuda" else None)
 
 
 def plot(result: dict, path: str) -> None:

@@ -38,6 +38,8 @@ arguments, what a replay cannot go below), ``step_us`` (enqueue + ``finish``)).
 
 from __future__ import annotations
 
+import os
+
 import time
 
 import numpy as np
@@ -110,11 +112,12 @@ def add_arguments(p) -> None:
 
 
 def _targets(args) -> list[tuple[str, object, int]]:
-    """(label, device, numpy threads): the whole device, and a CPU's one-CU sub-device."""
+    """(label, device, numpy threads): the whole device, and a CPU's one-CU sub-device. numpy
+    gets the cores parcl gets: a CPU device's compute units, or the host's cores beside a GPU."""
     devs = resolve_devices(args.devices or "cpu")
     whole = devs[0]
     units = int(whole.max_compute_units)
-    out = [("whole", whole, units)]
+    out = [("whole", whole, (os.cpu_count() or 1) if is_gpu(whole) else units)]
     if not is_gpu(whole) and units > 1 and args.devices in (None, "cpu"):
         out.append(("1 CU", resolve_devices(None, units)[0], 1))
     return out
