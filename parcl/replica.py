@@ -74,10 +74,7 @@ class ReplicaGroup:
         # returns: letting the end of a step run on while the host enqueues the next one only
         # makes the host's threads compete with the device's (measured: 4 % slower steps).
         self._host_cores = any(d.type & cl.device_type.CPU for d in devs)
-        try:
-            self._end = end_of_step(allreduce, self.comm, len(devs), devices=devs)
-        except ValueError as exc:
-            raise ValueError(f"ReplicaGroup: {exc}") from None
+        self._end = end_of_step(allreduce, self.comm, len(devs), devices=devs)
         self.allreduce_algorithm = allreduce
         self.timeout = float(timeout)
         self.capture = bool(capture)

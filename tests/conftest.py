@@ -38,6 +38,14 @@ def queues2(devices2, queue):
     return [queue, pc.new_queue(devices2[1])]
 
 
+def refused_here(algorithm: str, devices) -> bool:
+    """Whether ``algorithm`` is refused on ``devices``: the allreduce algorithms that have
+    several queues work on one buffer at once need devices that share the host's memory (CPU
+    sub-devices); on GPUs they are a ``ValueError`` (``parcl.allreduce.check_algorithm``)."""
+    from parcl.allreduce import SHARED_MEMORY_ONLY, shares_memory
+    return algorithm in SHARED_MEMORY_ONLY and not shares_memory(devices)
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)

@@ -263,7 +263,9 @@ def test_wrong_dtypes_are_named_errors(queue):
 @pytest.mark.parametrize("name", ["tanh", "elu", "tanhshrink"])
 def test_saturated_tanh_and_nan_slopes_are_pytorchs(queue, name):
     """tanh is +-1 (gradient 0) where the true value rounds to it: PoCL's tanh gave 0.99999994
-    at 20 and at inf, and gradient 1.2e-7; elu's gradient at NaN is PyTorch's 1, not NaN."""
+    at 20 and at inf, and gradient 1.2e-7; elu's gradient at NaN is PyTorch's 1, not NaN. The
+    saturated values (0, +-1, +-inf, NaN) are exact; elsewhere (elu's exp(x) slope at -20 and
+    -9.5) OpenCL allows exp a few ulp (NVIDIA's is 1 ulp off PyTorch's there)."""
     fn, tfn = {"tanh": (tp.tanh, torch.tanh), "elu": (tp.elu, torch.nn.functional.elu),
                "tanhshrink": (tp.tanhshrink, torch.nn.functional.tanhshrink)}[name]
     x = np.array([np.nan, -np.inf, np.inf, -1e30, -20.0, -9.5, 9.5, 10.0, 20.0, 1e30, 0.5],
@@ -277,5 +279,8 @@ def test_saturated_tanh_and_nan_slopes_are_pytorchs(queue, name):
     ty.backward(torch.ones_like(xt))
     for got, want in ((y.to_host(), ty.detach().numpy()), (node.grad.to_host(),
                                                            xt.grad.numpy())):
-        np.testing.assert_array_equal(got[:-1], want[:-1])           # saturated: exact
+        saturated = np.isnan(want) | np.isin(want, [0.0, 1.0, -1.0, np.inf, -np.inf])
+        np.testing.assert_array_equal(got[saturated], want[saturated])
+        np.testing.assert_array_max_ulp(got[:-1][~saturated[:-1]], want[:-1][~saturated[:-1]],
+                                        maxulp=2)
         np.testing.assert_allclose(got[-1], want[-1], rtol=1e-6)

@@ -10,8 +10,11 @@ import pytest
 
 import parcl as pc
 import parcl.tape as tp
+from parcl.allreduce import shares_memory
 from parcl.replica import ReplicaGroup
 from parcl.testing import assert_dp_equivalent, seeded, train_replicated, train_single
+
+from conftest import refused_here
 
 
 def mlp(queue):
@@ -53,6 +56,10 @@ def test_uneven_split_matches(devices2):
 
 @pytest.mark.parametrize("algorithm", ["direct", "scatter", "ring"])
 def test_every_algorithm_gives_the_same_training(devices2, algorithm):
+    if refused_here(algorithm, devices2):
+        with pytest.raises(ValueError, match=f"ReplicaGroup: allreduce '{algorithm}'"):
+            ReplicaGroup(mlp, devices2, allreduce=algorithm)
+        return
     ref = train_single(seeded(mlp), tp.cross_entropy, batch(12), 3, sgd)
     got = train_replicated(seeded(mlp), tp.cross_entropy, batch(12), 3, 2, sgd,
                            devices=devices2, allreduce=algorithm)
@@ -111,11 +118,12 @@ def test_replicas_start_identical_and_stay_identical(devices2):
 def test_each_replica_has_own_thread_queue_and_tape(devices2):
     with tp.Tape() as caller_tape, ReplicaGroup(mlp, devices2) as group:
         def info(r):
-            return (threading.get_ident(), r.queue.device.int_ptr, tp.get_current_tape(),
+            return (threading.get_ident(), r.queue, tp.get_current_tape(),
                     pc.default_queue() is r.queue)
         results = group.run(info)
         assert len({t for t, *_ in results}) == 2
-        assert results[0][1] != results[1][1]
+        assert results[0][1] is not results[1][1]
+        assert [q.device.int_ptr for _, q, *_ in results] == [d.int_ptr for d in devices2]
         assert all(tape is None for _, _, tape, _ in results)   # caller's tape is invisible
         assert all(own for *_, own in results)
         assert tp.get_current_tape() is caller_tape
@@ -351,8 +359,10 @@ def test_fused_bucket_optimizer_step_equals_the_per_parameter_step(devices2, mak
 
     fused_updates, fused_params, fused_state = run(True)
     plain_updates, plain_params, plain_state = run(False)
-    # 1 bucket, split over the 2 replicas' queues; 4 parameters one by one on replica 0's
-    assert len(fused_updates) == 2 and len({q for _, q in fused_updates}) == 2
+    # 1 bucket, split over the 2 replicas' queues where they share the host's memory (on GPUs
+    # replica 0 updates it whole); 4 parameters one by one on replica 0's
+    shards = 2 if shares_memory(devices2) else 1
+    assert len(fused_updates) == shards and len({q for _, q in fused_updates}) == shards
     assert len(plain_updates) == 4
     assert all(np.array_equal(a, b) for a, b in zip(fused_params, plain_params))
     for i in plain_state:
@@ -384,10 +394,12 @@ def test_the_sharded_step_equals_replica_0_stepping_everything(devices2, make_op
     """The default step shares the reduce, optimizer update, broadcast and zeroing among the
     replicas' queues; with allreduce="shared" replica 0 steps every parameter itself. Both
     sum in replica order with the same kernels: bit-identical parameters and state, and every
-    replica ends with replica 0's values and zero gradients."""
+    replica ends with replica 0's values and zero gradients. On GPUs (memories of their own)
+    the default step is replica 0 stepping everything after a "direct" allreduce."""
     from parcl.kernels._cache import trace_launches
 
     devs = [devices2[i % 2] for i in range(k)]
+    sharded = shares_memory(devs)
 
     def run(allreduce):
         with ReplicaGroup(seeded(mlp), devs, allreduce=allreduce, bucket_mb=0.004) as group:
@@ -403,13 +415,13 @@ def test_the_sharded_step_equals_replica_0_stepping_everything(devices2, make_op
             grads = [p.grad.to_host() for r in group.replicas for p in r.model.parameters()]
             return len(queues), kernels, replicas, grads, opt.state_dict()["state"]
 
-    n_sharded, kernels, sharded, grads, sharded_state = run("auto")
-    n_plain, _, plain, _, plain_state = run("shared")
-    assert n_sharded == k and n_plain == 1
-    # one kernel per queue and bucket does the whole end of the step: no reduce, no copies
-    assert not any(name.startswith("reduce") for name in kernels)
-    assert all(name.endswith(f"_x{k}") for name in kernels if _is_update(name))
-    for copy in sharded:
+    n_sharded, kernels, copies, grads, sharded_state = run("auto")
+    n_plain, _, plain, _, plain_state = run("shared" if sharded else "direct")
+    assert n_sharded == (k if sharded else 1) and n_plain == 1
+    if sharded:   # one kernel per queue and bucket does the whole end: no reduce, no copies
+        assert not any(name.startswith("reduce") for name in kernels)
+        assert all(name.endswith(f"_x{k}") for name in kernels if _is_update(name))
+    for copy in copies:
         assert all(np.array_equal(a, b) for a, b in zip(copy, plain[0]))
     assert all(not g.any() for g in grads)
     for i in plain_state:

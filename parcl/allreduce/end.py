@@ -312,7 +312,7 @@ def end_of_step(allreduce: str, comm, replicas: int, devices):
     at once: on devices with memories of their own (GPUs) that is undefined, so they end as
     ``Reduced``, whose ``auto`` picks ``direct`` there."""
     if allreduce != "auto" and allreduce not in ALGORITHMS:
-        raise ValueError(f"unknown allreduce {allreduce!r}; choose one of "
+        raise ValueError(f"ReplicaGroup: unknown allreduce {allreduce!r}; choose one of "
                          f"{sorted(ALGORITHMS)} or 'auto'")
     check_algorithm(allreduce, devices, "ReplicaGroup")
     if comm is None and allreduce == "auto" and shares_memory(devices):

@@ -57,6 +57,7 @@ from parcl.runtime import is_gpu
 
 from . import conv_kernels, reference
 from .common import (
+    torch_or_none,
     BenchError,
     add_table,
     device_info,
@@ -157,7 +158,8 @@ def run(args) -> dict:
         with limit:
             nthreads = threads if applied else None
             if "gemm" not in skip:
-                gemm_rows += _gemm(q, label, sizes, trans, nthreads, repeat, warmup)
+                gemm_rows += _gemm(q, label, sizes, trans, nthreads, repeat, warmup,
+                                   _cuda_torch() if is_gpu(dev) else None)
             if "memory" not in skip:
                 mem_rows += _memory(q, label, vectors, repeat, warmup)
             if "conv" not in skip:
@@ -176,7 +178,10 @@ def run(args) -> dict:
                   ("gflops_range", "[min-max]", spread),
                   ("numpy_gflops", "numpy GFLOP/s", ".1f"),
                   ("numpy_threads", "numpy threads", ""), ("ratio", "parcl/numpy", ".2f"),
-                  ("ratio_range", "[min-max]", fmt_range("ratio", ".2f"))],
+                  ("ratio_range", "[min-max]", fmt_range("ratio", ".2f")),
+                  *([("cuda_gflops", "torch cuda GFLOP/s", ".1f"),
+                     ("cuda_ratio", "parcl/torch cuda", ".2f")]
+                    if any("cuda_gflops" in r for r in gemm_rows) else [])],
               gemm_rows)
     add_table(result, "memory", "elementwise and reduction: GB/s of bytes read + written", [
         ("device", "device", ""), ("op", "op", ""), ("size", "elements", ""),
@@ -209,7 +214,18 @@ def run(args) -> dict:
     return result
 
 
-def _gemm(q, label, sizes, trans, threads, repeat, warmup) -> list[dict]:
+def _cuda_torch():
+    """PyTorch where it can run on the GPU (CUDA), float32 products in full float32 (TF32 off,
+    as parcl's): the GPU's own library as a GEMM reference beside a GPU. None elsewhere."""
+    torch = torch_or_none()
+    if torch is None or not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return torch
+
+
+def _gemm(q, label, sizes, trans, threads, repeat, warmup, torch=None) -> list[dict]:
+    """GEMM rows: parcl against numpy and, with ``torch`` (CUDA), against ``torch.matmul``."""
     rows = []
     rng = np.random.default_rng(0)
     for n in sizes:
@@ -224,14 +240,21 @@ def _gemm(q, label, sizes, trans, threads, repeat, warmup) -> list[dict]:
             # Untimed runs of the same side first: right after a 2-thread matmul, OpenBLAS's
             # worker spins for ~0.1 s, which halved the whole device's GEMM (85-100 against
             # 150-190 GFLOP/s timed in blocks); PoCL's idle workers spin too.
-            cl_stat, np_stat = time_interleaved(
-                [(lambda: gemm(a, b, trans_a=ta, trans_b=tb, out=out), q.finish),
-                 (lambda: np.matmul(na, nb), None)], repeat, warmup, lead_in=GEMM_LEAD_IN)
+            impls = [(lambda: gemm(a, b, trans_a=ta, trans_b=tb, out=out), q.finish),
+                     (lambda: np.matmul(na, nb), None)]
+            if torch is not None:
+                ca, cb = (torch.from_numpy(np.ascontiguousarray(v)).cuda() for v in (na, nb))
+                impls.append((lambda ca=ca, cb=cb: torch.matmul(ca, cb), torch.cuda.synchronize))
+            cl_stat, np_stat, *cuda_stat = time_interleaved(impls, repeat, warmup,
+                                                            lead_in=GEMM_LEAD_IN)
             row = {"device": label, "trans": t, "n": n, "variant": choose_variant(q.device),
                    "numpy_threads": threads if threads is not None else "default"}
             put_rate(row, "gflops", flop / 1e9, cl_stat)
             put_rate(row, "numpy_gflops", flop / 1e9, np_stat)
             put_ratio(row, "ratio", cl_stat, np_stat)
+            if cuda_stat:
+                put_rate(row, "cuda_gflops", flop / 1e9, cuda_stat[0])
+                put_ratio(row, "cuda_ratio", cl_stat, cuda_stat[0])
             rows.append(row)
     return rows
 

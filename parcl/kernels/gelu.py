@@ -2,9 +2,11 @@
 each in one kernel of whole vectors per work-item on CPUs.
 
 The backward does the same operations in the same order as the four flat launches it replaces
-(phi, times x, plus Phi, times g), each rounded on its own (separate statements: nothing is
-contracted into an FMA across them), and the forward the same as the flat ``gelu`` launch, so
-both are bit for bit the elementwise kernels' results, in one pass over memory.
+(phi, times x, plus Phi, times g), each rounded on its own: separate statements, which PoCL
+never contracts into an FMA across, and ``FP_CONTRACT OFF`` in their scope, since NVIDIA's
+compiler does (the helpers they call keep the default, as the flat kernels do), and the forward
+the same as the flat ``gelu`` launch, so both are bit for bit the elementwise kernels' results,
+in one pass over memory.
 
 Variants, chosen by device type:
 
@@ -75,6 +77,7 @@ __kernel void gelu_backward_vec(__global float *out, __global const float *a,
 {
     const int i = get_global_id(0);
     if (${W} * i + ${W} <= n) {
+        #pragma OPENCL FP_CONTRACT OFF
         const float${W} x = *(__global const float${W}u*)(a + ${W} * i);
         float${W} d = exp_poly${W}(-0.5f * x * x) * 0.3989422804014327f;
         d = x * d;
@@ -94,6 +97,7 @@ inline float gelu1(const float x)
 }
 inline float gelu_grad1(const float x, const float g)
 {
+    #pragma OPENCL FP_CONTRACT OFF
     float d = exp_poly(-0.5f * x * x) * 0.3989422804014327f;
     d = x * d;
     d = normal_cdf(x) + d;
