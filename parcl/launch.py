@@ -31,6 +31,7 @@ replica and exits 130.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import os
 import runpy
@@ -195,17 +196,41 @@ def _prefixed(text: str, prefix: str) -> str:
 
 def run_script(script: str, args: list[str]) -> None:
     """Run ``script`` as ``__main__`` with ``sys.argv = [script, *args]``, as ``python`` would
-    (its directory first on ``sys.path``)."""
+    (its directory first on ``sys.path``), with no Ctrl-C lost (``_redeliver``)."""
     sys.argv = [script, *args]
     script_dir = os.path.dirname(os.path.abspath(script))
     sys.path.insert(0, script_dir)
+    previous = sys.unraisablehook
+    sys.unraisablehook = _redeliver(previous)
     try:
         runpy.run_path(script, run_name="__main__")
     finally:
+        sys.unraisablehook = previous
         try:
             sys.path.remove(script_dir)
         except ValueError:
             pass
+
+
+def _redeliver(previous):
+    """An ``unraisablehook`` that raises a dropped KeyboardInterrupt again in the main thread.
+    Ctrl-C that lands while garbage collection runs a finalizer (a progress bar's ``__del__``)
+    raises inside it, and Python reports such an exception and drops it: the script trained on
+    as if Ctrl-C had not been pressed. A thread of its own raises it again a moment later
+    (``interrupt_main`` from the hook itself would raise inside the hook, and be dropped too),
+    so the script stops, or handles it, as for any Ctrl-C."""
+    def hook(unraisable):
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type,
+                                                          KeyboardInterrupt):
+            _thread.start_new_thread(_interrupt_soon, ())   # no wait for the thread's start
+            return
+        previous(unraisable)
+    return hook
+
+
+def _interrupt_soon() -> None:
+    time.sleep(0.05)               # the finalizer and the hook have returned by then
+    _thread.interrupt_main()
 
 
 def _exit_code(exc: SystemExit) -> int:

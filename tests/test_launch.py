@@ -170,6 +170,28 @@ def test_ctrl_c_stops_every_replica_and_exits_130():
             proc.wait()
 
 
+def test_ctrl_c_inside_a_finalizer_still_stops_the_script(tmp_path):
+    """Ctrl-C that lands while garbage collection runs a finalizer (a progress bar's ``__del__``)
+    raises KeyboardInterrupt inside it, which Python prints as "Exception ignored" and drops: the
+    script trained on as if Ctrl-C had not been pressed (seen: the digits example kept going for
+    20 s under load). parcl-launch delivers such an interrupt again, after the finalizer."""
+    script = tmp_path / "swallowed.py"
+    script.write_text(
+        "import os, signal, time\n"
+        "class Bar:\n"
+        "    def __del__(self):\n"
+        "        os.kill(os.getpid(), signal.SIGINT)   # Ctrl-C while the finalizer runs\n"
+        "        sum(range(1000))\n"
+        "Bar()\n"
+        "for _ in range(100):\n"
+        "    time.sleep(0.05)\n"
+        "print('trained on')\n")
+    r = launch(script, timeout=60)
+    assert "trained on" not in r.stdout
+    assert r.returncode == 130, r.stderr
+    assert "interrupted" in r.stderr and "Exception ignored" not in r.stderr
+
+
 def test_a_directory_as_the_script_names_its_scripts():
     r = launch("examples", timeout=60)
     assert r.returncode == 2
