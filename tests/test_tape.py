@@ -459,6 +459,28 @@ def test_gradcheck_checks_every_element_by_default(queue):
         tp.gradcheck(lambda v: OneWrong.apply(v), [x])
 
 
+@pytest.mark.parametrize("bad", ["analytic", "numeric"])
+def test_gradcheck_fails_a_nan_gradient(queue, bad):
+    """A NaN on either side is no match, as in PyTorch's gradcheck: a backward returning NaN
+    passed (``|NaN - fd| > tol`` is False, so no element was reported), and so did a
+    function that is NaN where it is checked."""
+    from parcl.kernels import elementwise as ew
+
+    class NanSide(tp.Function):
+        name = "nan_side"
+
+        def forward(self, x):
+            return ew.scalar("mul", x, float("nan") if bad == "numeric" else 2.0)
+
+        def backward(self, g):
+            return ew.scalar("mul", g, float("nan") if bad == "analytic" else 2.0)
+
+    x = tp.tensor(pc.Tensor.from_host(queue, np.array([0.5, -1.0], np.float32)),
+                  requires_grad=True)
+    with pytest.raises(pc.GradcheckError, match="nan"):
+        tp.gradcheck(NanSide.apply, [x])
+
+
 def test_retain_grads_false_never_shares_a_gradient_buffer(queue):
     def leaf(v):
         return tp.tensor(pc.Tensor.from_host(queue, np.array([v], np.float32)),

@@ -78,6 +78,9 @@ def gradcheck(fn, inputs, eps: float = 1e-3, atol: float = 1e-2, rtol: float = 1
             got = (analytic[i].reshape(-1)[picks] if analytic[i] is not None
                    else np.zeros(len(picks)))
             err = np.abs(got - numeric) - (atol + rtol * np.abs(numeric))
+            # A NaN on either side is a mismatch (as PyTorch's allclose), not "err > 0 is
+            # False"; equal infinities match (their difference is NaN too).
+            err = np.where(got == numeric, 0.0, np.where(np.isnan(err), np.inf, err))
             worst = int(np.argmax(err))
             if err[worst] > 0:
                 idx = np.unravel_index(int(picks[worst]), base.shape)
