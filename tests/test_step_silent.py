@@ -207,3 +207,76 @@ def test_a_captured_step_sees_a_host_array_the_forward_uploads_changed_in_place(
         return out
 
     np.testing.assert_array_equal(losses(True), losses(False))
+
+
+def bn_mlp(queue):
+    pc.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Linear(4, 6, queue=queue), pc.nn.BatchNorm1d(6, queue=queue),
+                            pc.nn.Tanh(), pc.nn.Linear(6, 3, queue=queue))
+
+
+def one_replica_step(build, x, y, prepare=lambda m: None):
+    """The reference: one SGD step of ``build``'s model on the whole batch, in this thread."""
+    q = pc.default_queue()
+    model = build(q)
+    prepare(model)
+    opt = pc.optim.SGD(model.parameters(), lr=0.5)
+    with tp.Tape() as tape:
+        loss = tp.cross_entropy(model(tp.tensor(pc.Tensor.from_host(q, x))),
+                                pc.Tensor.from_host(q, y))
+    tape.backward(loss)
+    opt.step()
+    return float(loss), values(model.parameters())
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_eval_on_the_group_model_puts_every_replica_in_eval(devices2, capture):
+    """``group.model.eval()`` (``group.model`` is replica 0's) switched replica 0 only: the
+    step mixed replica 0 normalising with its running statistics and replica 1 with its
+    batch's (loss 1.638 for 1.625, weights up to 0.15 off, no error), and ``group.run`` of an
+    evaluation ran replica 1 in training mode. Every replica now follows replica 0's modes
+    before each call, as PyTorch's DataParallel replicates the module's."""
+    x, y = batch(10)
+    want_loss, want = one_replica_step(bn_mlp, x, y, lambda m: m.eval())
+    with ReplicaGroup(bn_mlp, devices2, capture=capture) as g:
+        g.model.eval()
+        assert g.run(lambda r: r.model.training) == [False, False]
+        loss = g.step(x, y, tp.cross_entropy, pc.optim.SGD(g.parameters(), lr=0.5))
+        np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+        for a, b in zip(want, values(g.parameters())):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+        g.model[1].train()                     # one child back in training: followed too
+        assert g.run(lambda r: [m.training for m in r.model.modules()]) == \
+            [[False, False, True, False, False]] * 2
+
+
+def tanh_mlp(queue):
+    pc.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Linear(4, 6, queue=queue), pc.nn.Tanh(),
+                            pc.nn.Linear(6, 3, queue=queue))
+
+
+def test_an_activation_replaced_on_replica_0_only_is_refused(devices2):
+    """``setattr(group.model, "1", pc.nn.Sigmoid())`` in place of a Tanh (a module without
+    parameters, so no Parameter changed) replaced replica 0's only: replica 1 went on with
+    the Tanh and the step trained the mix (loss 1.68 for 1.61, no error). Refused before
+    anything changes, naming the module; replaced on every replica, the step is the
+    single-replica one."""
+    x, y = batch(10)
+    with ReplicaGroup(tanh_mlp, devices2) as g:
+        opt = pc.optim.SGD(g.parameters(), lr=0.5)
+        before = values(g.parameters())
+        setattr(g.model, "1", pc.nn.Sigmoid())
+        with pytest.raises(pc.ParclError, match="'1'.*Sigmoid.*Tanh"):
+            g.step(x, y, tp.cross_entropy, opt)
+        for a, b in zip(before, values(g.parameters())):
+            np.testing.assert_array_equal(a, b)
+        for r in g.replicas[1:]:
+            setattr(r.model, "1", pc.nn.Sigmoid())
+        loss = g.step(x, y, tp.cross_entropy, opt)
+        got = values(g.parameters())
+    want_loss, want = one_replica_step(
+        tanh_mlp, x, y, lambda m: setattr(m, "1", pc.nn.Sigmoid()))
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import pyopencl as cl
 
-from ..nn.buffer_slots import ABSENT, ModelSlots
+from ..nn.buffer_slots import ABSENT, ModelSlots, follow_modes
 from ..nn.module import Module
 from ..nn.utils import clip_grads_with_norm_, get_total_norm
 from ..errors import ParclError
@@ -113,6 +113,7 @@ class StepBuffers:
         for r, change in enumerate(changes):
             if change is not None and change.structural:
                 raise ParclError(_changed_model(r, change))
+        follow_modes(self.slots)          # replica 0's training modes; the same modules
         if not self.stale:
             return False
         self._take([s.tensors for s in self.slots])
