@@ -179,3 +179,24 @@ def test_integer_sizes_of_any_integer_type_still_work(queue):
     x = tp.tensor(np.arange(6, dtype=np.float32).reshape(3, 2))
     assert x.reshape(np.int64(2), 3).shape == (2, 3)
     assert tp.expand(x[:1], (np.int32(4), -1)).shape == (4, 2)
+
+
+# -- normalize: a row whose p-norm is below eps ------------------------------------------------
+@pytest.mark.parametrize("p,eps", [(4.0, 1e-12), (6.0, 1e-12), (2.0, 1e-30), (3.0, 1e-12)])
+def test_normalize_of_a_zero_or_tiny_row_is_finite_as_pytorchs(queue, p, eps):
+    """``tp.normalize(x, p=4)`` of a zero row gave NaN (PyTorch: zeros), and of a row of norm
+    1e-14 NaN (PyTorch: ``x / eps``): the norm was clamped at ``eps ** p`` before the root,
+    and ``1e-12 ** 4`` is 0 in float32. The same for p=2 with ``eps=1e-30``. Gradients as
+    PyTorch's: ``1 / eps`` through the clamped rows, no NaN."""
+    torch = pytest.importorskip("torch")
+    a = np.array([[0.0, 0.0, 0.0], [1.0, -2.0, 0.5], [1e-14, 0.0, -2e-14]], np.float32)
+    w = np.random.default_rng(0).standard_normal(a.shape).astype(np.float32)
+    x = tp.tensor(a, requires_grad=True)
+    with tp.Tape() as tape:
+        y = tp.normalize(x, p=p, dim=1, eps=eps)
+    tape.backward(tp.sum(y * tp.tensor(w)))
+    t = torch.tensor(a, requires_grad=True)
+    ty = torch.nn.functional.normalize(t, p=p, dim=1, eps=eps)
+    (ty * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(y.to_host(), ty.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(x.grad.to_host(), t.grad.numpy(), rtol=1e-4)

@@ -28,9 +28,10 @@ from .elementwise import div, mul, pow
 from .indexing import expand
 from .join import split
 from .loss import softmax
-from .mathops import square
+from .mathops import gt, square
 from .reduce import sum
 from .reductions import max
+from .select import where
 from .unary import abs, neg, sigmoid, sqrt
 
 __all__ = ["celu", "cosine_similarity", "glu", "hardsigmoid", "hardswish", "hardtanh", "mish",
@@ -157,16 +158,21 @@ def softmin(x, dim: int | None = None, *, tape=None):
 
 
 def _norm(x, p: float, dim: int, eps: float, tape):
-    """``max(||x||_p, eps)`` along ``dim`` (kept). The clamp sits before the root: ``sqrt``
-    and ``pow(s, 1/p)`` have infinite slope at 0, and a zero row would give 0 * inf = NaN where
-    PyTorch's gradient is finite (its clamp stops the norm's gradient there)."""
+    """``max(||x||_p, eps)`` along ``dim`` (kept), as PyTorch's ``norm().clamp_min(eps)``.
+    The root is taken of the positive sums only: ``sqrt`` and ``pow(s, 1/p)`` have infinite
+    slope at 0, so a zero row would give 0 * inf = NaN where PyTorch's gradient is 0 (its norm
+    backward masks zero norms). Not by clamping the sum at ``eps ** p`` first: that is 0 in
+    float32 for p >= 4 (``1e-12 ** 4``), and a zero row divided by it gave NaN."""
     if p == math.inf:
         return clamp(max(abs(x, tape=tape), dim, keepdims=True, tape=tape), min=eps, tape=tape)
     if p == 2.0:
         s = sum(square(x, tape=tape), dim, keepdims=True, tape=tape)
-        return sqrt(clamp(s, min=eps * eps, tape=tape), tape=tape)
-    s = sum(pow(abs(x, tape=tape), p, tape=tape), dim, keepdims=True, tape=tape)
-    return pow(clamp(s, min=eps ** p, tape=tape), 1.0 / p, tape=tape)
+    else:
+        s = sum(pow(abs(x, tape=tape), p, tape=tape), dim, keepdims=True, tape=tape)
+    positive = gt(s, 0.0)
+    s = where(positive, s, 1.0, tape=tape)
+    root = sqrt(s, tape=tape) if p == 2.0 else pow(s, 1.0 / p, tape=tape)
+    return clamp(where(positive, root, 0.0, tape=tape), min=eps, tape=tape)
 
 
 def normalize(x, p: float = 2.0, dim: int = 1, eps: float = 1e-12, *, tape=None):
