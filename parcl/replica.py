@@ -27,7 +27,6 @@ from . import runtime
 from .allreduce.end import REDUCED, SYNCED, Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
-from .nn.buffer_slots import follow_modes
 from .pool import stamp
 from .replica_steps import (Captured, Eager, IgnoredLabels, check_optimizer, check_reduction,
                             check_signatures, loss_key, positive, shard_batch, skip_unreached,
@@ -197,8 +196,8 @@ class ReplicaGroup:
         call (its optimizer or model's ``zero_grad``) done to every replica's: after
         ``allreduce_grads`` replica 0's gradients are copied to the others
         (``StepBuffers.follow_first``), otherwise what was zeroed is zeroed
-        (``follow_zeroing``); and replica 0's training modes (``group.model.eval()``)."""
-        follow_modes(self._buffers.slots, fresh=True)
+        (``follow_zeroing``); and replica 0's modes and attributes (``nn.follow``)."""
+        self._buffers.follow_model(fresh=True)
         if self._reduced:
             self._buffers.follow_first()
             self._reduced = SYNCED

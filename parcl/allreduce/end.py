@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import pyopencl as cl
 
-from ..nn.buffer_slots import ABSENT, ModelSlots, follow_modes
+from ..nn.buffer_slots import ABSENT, ModelSlots
+from ..nn.follow import ModelFollower
 from ..nn.module import Module
 from ..nn.utils import clip_grads_with_norm_, get_total_norm
 from ..errors import ParclError
@@ -69,6 +70,7 @@ class StepBuffers:
     buckets: list[FlatBucket]
     slots: list = field(default_factory=list)
     kept: list = field(init=False)     # per replica: its buffers as its last step found them
+    follower: ModelFollower | None = field(init=False, default=None)   # replica 0's state
     stale: bool = field(init=False, default=False)   # re-read, not yet taken (or refused)
 
     @classmethod
@@ -94,8 +96,15 @@ class StepBuffers:
 
     def __post_init__(self):
         self.kept = [None] * len(self.queues)
+        self.follower = ModelFollower(self.slots[0]) if self.slots else None
         if self.slots:
             self._take([s.tensors for s in self.slots])
+
+    def follow_model(self, fresh: bool = False) -> None:
+        """Replica 0's modes and newly assigned plain attributes made every replica's
+        (``nn.follow``); their module trees as the last ``look`` saw them, or walked now."""
+        if self.follower is not None:
+            self.follower.follow(self.slots, fresh)
 
     def refresh(self) -> bool:
         """Before a step: a model that holds other Parameters or buffer slots than the
@@ -113,7 +122,7 @@ class StepBuffers:
         for r, change in enumerate(changes):
             if change is not None and change.structural:
                 raise ParclError(_changed_model(r, change))
-        follow_modes(self.slots)          # replica 0's training modes; the same modules
+        self.follow_model()
         if not self.stale:
             return False
         self._take([s.tensors for s in self.slots])

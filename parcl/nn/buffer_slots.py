@@ -32,11 +32,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import ParclError
 from ..tensor import Tensor
 from .module import Module, Parameter
 
-__all__ = ["ABSENT", "ModelChange", "ModelSlots", "SlotChange", "follow_modes"]
+__all__ = ["ABSENT", "ModelChange", "ModelSlots", "SlotChange"]
 
 
 class _Absent:
@@ -88,7 +87,7 @@ class ModelSlots:
     def _note(self) -> None:
         named = list(self.model.named_modules())
         # the module tree as of this look: valid until a registry changes (``look`` notes
-        # again then), so following replica 0's modes needs no walk of the model
+        # again then), so following replica 0's (``nn.follow``) needs no walk of the model
         self.modules = [m for _, m in named]
         self.layout = [(path, type(m)) for path, m in named]
         registries = [r for m in self.modules for r in (m._parameters, m._buffers, m._modules)]
@@ -118,38 +117,6 @@ class ModelSlots:
         self.tensors = _unique(self.buffers.values())
         self._note()
         return ModelChange(buffers_replaced=True) if replaced else None
-
-
-def follow_modes(slots: list[ModelSlots], fresh: bool = False) -> None:
-    """Every other model's modules in the ``training`` mode of the first's, module by module
-    (``slots[0]`` is replica 0's: ``group.model.eval()`` switches every replica, as PyTorch's
-    DataParallel copies the module it replicates). Their module trees as last looked at, or
-    walked now (``fresh``: no ``look`` since a module may have been replaced). A tree of other
-    paths or module types than the first's (an activation replaced on replica 0 only) is a
-    ParclError: the replicas would compute different functions."""
-    if len(slots) < 2:
-        return
-    trees = [(s.modules, s.layout) if not fresh else _tree(s.model) for s in slots]
-    first, layout = trees[0]
-    for r, (modules, other) in enumerate(trees[1:], 1):
-        if other != layout:
-            path, mine, theirs = next(
-                ((a[0], a[1].__name__, b[1].__name__) for a, b in zip(layout, other)
-                 if a != b), (None, len(layout), len(other)))
-            raise ParclError(
-                f"ReplicaGroup: replica {r}'s model differs from replica 0's "
-                + (f"at {path!r}: replica 0 has a {mine}, replica {r} a {theirs}"
-                   if path is not None else f"({mine} modules, replica {r} {theirs})")
-                + "; replicas must compute the same function: replace a module on every "
-                "replica alike (for r in group.replicas: setattr(r.model, ...))")
-        for a, b in zip(first, modules):
-            if b.training != a.training:
-                object.__setattr__(b, "training", a.training)
-
-
-def _tree(model: Module) -> tuple[list[Module], list]:
-    named = list(model.named_modules())
-    return [m for _, m in named], [(path, type(m)) for path, m in named]
 
 
 def _slots(model: Module) -> tuple[dict[str, Parameter], dict[str, Tensor | None]]:

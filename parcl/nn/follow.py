@@ -1,0 +1,125 @@
+"""``ModelFollower``: replica 0's Python state made every replica's before a group's call.
+
+A ``ReplicaGroup``'s ``group.model`` is replica 0's model, and the other replicas are copies
+that only its Parameters and buffers are copied onto. What a training loop sets on the model
+it holds would otherwise stay replica 0's, and the replicas would compute different
+functions, silently: ``group.model.eval()`` (batch norm on running statistics on replica 0,
+on batch statistics elsewhere), ``model.drop.p = 0.0``, ``layer.activation = tp.gelu``. So,
+as PyTorch's ``DataParallel`` copies the module it replicates at every forward:
+
+* every module's ``training`` flag is replica 0's (a few µs: one list walk);
+* a plain attribute (``keys.capture_key``'s kinds: numbers, strings, tuples, lists, dicts,
+  config objects, numpy arrays, functions) *assigned* on replica 0 since the last call is
+  copied to the others (a copy of each mutable value, so no two replicas share it); changes
+  made inside such a value in place (``model.cfg.x = 1``, ``arr[:] = ...``) are not seen:
+  make those on every replica (``for r in group.replicas: ...``);
+* a module tree of other paths or types than replica 0's (an activation replaced on replica
+  0 only) is a ParclError: a module is not copied across devices.
+
+>>> import parcl as pc
+>>> models = [pc.nn.Sequential(pc.nn.Linear(2, 2), pc.nn.Dropout(0.5)) for _ in range(2)]
+>>> slots = [pc.nn.buffer_slots.ModelSlots(m) for m in models]
+>>> follower = ModelFollower(slots[0])
+>>> models[0].eval()[1].p = 0.0
+>>> follower.follow(slots)
+>>> models[1].training, models[1][1].p
+(False, 0.0)
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ..errors import ParclError
+from ..tape.node import Node
+from ..tensor import Tensor
+from .buffer_slots import ModelSlots
+from .keys import _NOT_PLAIN, _frozen
+from .module import Module
+
+__all__ = ["ModelFollower"]
+
+# what a module's __dict__ holds besides its attributes (registries, the mode followed apart)
+_SKIPPED = frozenset(("_parameters", "_buffers", "_modules", "training"))
+
+
+class ModelFollower:
+    """Follows the model of ``first`` (replica 0's ``ModelSlots``): ``follow(slots)``."""
+
+    def __init__(self, first: ModelSlots):
+        # id(module) -> (module, a copy of its __dict__, its values): what was last followed
+        self._seen = {id(m): _snapshot(m) for m in first.modules}
+
+    def follow(self, slots: list[ModelSlots], fresh: bool = False) -> None:
+        """Every other model of ``slots`` given replica 0's modes and the plain attributes
+        assigned on it since the last call. The module trees are the ones ``look`` last saw
+        (``fresh``: walked now, for a call that does not look)."""
+        if len(slots) < 2:
+            return
+        trees = [(s.modules, s.layout) if not fresh else _tree(s.model) for s in slots]
+        first, layout = trees[0]
+        for r, (_, other) in enumerate(trees[1:], 1):
+            if other != layout:
+                raise ParclError(_different_trees(r, layout, other))
+        changed = self._assigned(first)
+        for modules, _ in trees[1:]:
+            for a, b in zip(first, modules):
+                if b.training != a.training:
+                    object.__setattr__(b, "training", a.training)
+            for j, names in changed:
+                for name in names:
+                    object.__setattr__(modules[j], name, copy.deepcopy(vars(first[j])[name]))
+
+    def _assigned(self, modules: list[Module]) -> list[tuple[int, list[str]]]:
+        """Per module of replica 0 (by position) the plain attributes assigned since the
+        last call (all of them for a module not seen before: one put in place of another
+        of its type); the snapshot updated."""
+        out = []
+        for j, m in enumerate(modules):
+            seen = self._seen.get(id(m))
+            now = vars(m)
+            if seen is not None and seen[0] is m and _same(seen[2], now):
+                continue
+            old = seen[1] if seen is not None and seen[0] is m else {}
+            names = [k for k, v in now.items() if k not in _SKIPPED
+                     and (k not in old or old[k] is not v) and _plain(v)]
+            self._seen[id(m)] = _snapshot(m)
+            if names:
+                out.append((j, names))
+        if len(self._seen) > len(modules):      # modules replaced since: not kept alive
+            self._seen = {id(m): self._seen[id(m)] for m in modules}
+        return out
+
+
+def _snapshot(m: Module) -> tuple:
+    now = dict(vars(m))
+    return m, now, tuple(now.values())
+
+
+def _same(values: tuple, now: dict) -> bool:
+    # identity first (a tuple compares its items with `is` before `==`); a numpy attribute
+    # replaced by another array raises in `==`: that is a change
+    try:
+        return len(values) == len(now) and values == tuple(now.values())
+    except (ValueError, TypeError):
+        return False
+
+
+def _plain(value) -> bool:
+    return not isinstance(value, (Tensor, Node, Module)) and _frozen(value) is not _NOT_PLAIN
+
+
+def _tree(model: Module) -> tuple[list[Module], list]:
+    named = list(model.named_modules())
+    return [m for _, m in named], [(path, type(m)) for path, m in named]
+
+
+def _different_trees(r: int, layout: list, other: list) -> str:
+    path, mine, theirs = next(((a[0], a[1].__name__, b[1].__name__)
+                               for a, b in zip(layout, other) if a != b),
+                              (None, len(layout), len(other)))
+    where = (f"at {path!r}: replica 0 has a {mine}, replica {r} a {theirs}" if path is not None
+             else f"({mine} modules, replica {r} {theirs})")
+    return (f"ReplicaGroup: replica {r}'s model differs from replica 0's {where}; replicas "
+            "must compute the same function: replace a module on every replica alike "
+            "(for r in group.replicas: setattr(r.model, ...))")
