@@ -192,12 +192,14 @@ class ReplicaGroup:
         return list(job.results)
 
     def _follow(self) -> None:
-        """Before a call: what the caller did to replica 0's gradients since the group's last
-        call (its optimizer or model's ``zero_grad``) done to every replica's: after
-        ``allreduce_grads`` replica 0's gradients are copied to the others
-        (``StepBuffers.follow_first``), otherwise what was zeroed is zeroed
-        (``follow_zeroing``); and replica 0's modes and attributes (``nn.follow``)."""
+        """Before a call, what the caller did to replica 0 since the last one done to every
+        replica: gradients after ``allreduce_grads`` copied (``StepBuffers.follow_first``),
+        else what was zeroed zeroed (``follow_zeroing``); parameters changed in place (an
+        ``opt.step()``: a DDP loop has no broadcast) copied; modes, attributes (``nn.follow``)."""
         self._buffers.follow_model(fresh=True)
+        if len(self.replicas) > 1 and self._buffers.changed_since(self._synced):
+            self._buffers.broadcast()
+            self._synced = stamp()
         if self._reduced:
             self._buffers.follow_first()
             self._reduced = SYNCED

@@ -256,3 +256,29 @@ def test_gradients_accumulated_over_runs_still_add_up(devices2):
         opt.step()
         g1, g2 = _grads(w, b, x1), _grads(w, b, x2)
         _assert_params(group, w - 0.1 * (g1[0] + g2[0]), b - 0.1 * (g1[1] + g2[1]))
+
+
+def test_a_run_after_opt_step_reads_the_stepped_parameters_on_every_replica(devices2):
+    """The custom loop of docs/api.md (``group.run`` backward, ``allreduce_grads``,
+    ``opt.step()``) without ``group.broadcast_parameters()``, as a DDP loop has none: the
+    optimizer updates replica 0's parameters only, and replica 1's next backward used the
+    parameters of before the step, so every later gradient was off (replica 1's weights 0.34
+    from replica 0's after 3 steps, the trained model 0.03 from ``group.step``'s), with no
+    error. A ``run`` now copies replica 0's parameters changed in place since the replicas
+    were last made equal first, as ``step`` does."""
+    rng = np.random.default_rng(0)
+    xs = [rng.random((6, 4), dtype=np.float32) for _ in range(4)]
+    with ReplicaGroup(_linear, devices2) as group:
+        w, b, opt = _start(group)
+        for x in xs:
+            group.run(_backward, [x[:3], x[3:]])
+            group.allreduce_grads(average=True)
+            opt.step()
+            opt.zero_grad()
+            gw, gb = _grads(w, b, x)
+            w, b = w - 0.1 * gw, b - 0.1 * gb
+        _assert_params(group, w, b)
+        group.run(lambda r: None)
+        for r in group.replicas:
+            np.testing.assert_allclose(r.model.weight.value.to_host(), w, rtol=1e-5,
+                                       atol=1e-6)
