@@ -106,7 +106,17 @@ def _same(values: tuple, now: dict) -> bool:
 
 
 def _plain(value) -> bool:
-    return not isinstance(value, (Tensor, Node, Module)) and _frozen(value) is not _NOT_PLAIN
+    """A value to copy: plain (``capture_key``'s kinds) and holding no tensor. A tensor is
+    bound to its replica's queue; one a forward keeps (attention weights to look at) is
+    each replica's own."""
+    frozen = _frozen(value)
+    return frozen is not _NOT_PLAIN and not _holds_tensors(frozen)
+
+
+def _holds_tensors(frozen) -> bool:
+    if isinstance(frozen, (Tensor, Node)):
+        return True
+    return isinstance(frozen, tuple) and any(_holds_tensors(v) for v in frozen)
 
 
 def _tree(model: Module) -> tuple[list[Module], list]:
