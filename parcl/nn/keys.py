@@ -42,7 +42,7 @@ from .module import Module
 
 __all__ = ["capture_key"]
 
-_PLAIN = (bool, int, float, str, type(None))
+_PLAIN = (bool, int, float, complex, str, bytes, range, type(None))
 _NOT_PLAIN = object()
 _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
 _FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
@@ -52,8 +52,9 @@ _REGISTRIES = frozenset(("_parameters", "_buffers", "_modules"))   # not plain: 
 
 def _frozen(value):
     """A hashable stand-in for an attribute value a forward may read: plain values (bool,
-    int, float, str, None, numpy scalars, enum members, and tuples (named ones too), lists,
-    dicts, dataclass instances and namespaces of them, keys included) and numpy arrays (their
+    int, float, complex, str, bytes, range, None, numpy scalars, enum members, and tuples
+    (named ones too), lists, sets, dicts, dataclass instances and namespaces of them, keys
+    included) and numpy arrays (their
     contents, hashed) by value; Tensors by identity, Nodes (Parameters) by
     identity with their value's; ``_NOT_PLAIN`` for anything else (a sub-module, which
     ``capture_key`` visits itself, an arbitrary object)."""
@@ -89,6 +90,10 @@ def _frozen(value):
     if isinstance(value, dict):
         f = _frozen([*value.keys(), *value.values()])
         return _NOT_PLAIN if f is _NOT_PLAIN else ("dict", f)
+    if isinstance(value, (set, frozenset)):
+        # by value, as a list is (a forward may branch on membership: ``if i in self.skip``)
+        f = _frozen(list(value))
+        return _NOT_PLAIN if f is _NOT_PLAIN else (kind.__name__, frozenset(f[1]))
     if (dataclasses.is_dataclass(value) and not isinstance(value, type)) or isinstance(
             value, _NAMESPACES):
         # a config object (nanoGPT's ``self.config``, ``argparse.Namespace``) of plain
@@ -109,8 +114,9 @@ def _attributes(obj) -> tuple:
 
 def capture_key(model) -> tuple:
     """Per module, in module order: the module itself and its type, its ``training`` flag and
-    other plain Python attributes (bool, int, float, str, None, numpy scalars, enum members,
-    and tuples, lists, dicts, dataclass instances and namespaces of them: a config object),
+    other plain Python attributes (bool, int, float, complex, str, bytes, range, None, numpy
+    scalars, enum members, and tuples, lists, sets, dicts, dataclass instances and namespaces
+    of them: a config object),
     numpy arrays by their contents, and the tensors it holds (each Parameter with its
     ``.value``, each buffer, any other Tensor attribute), by identity. A captured step
     (``ReplicaGroup(capture=True)``, ``tp.capture(..., key=...)``) is replayed only while this
