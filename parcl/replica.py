@@ -27,9 +27,10 @@ from . import runtime
 from .allreduce.end import REDUCED, SYNCED, Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
+from .nn.keys import loss_key
 from .pool import stamp
 from .replica_steps import (Captured, Eager, IgnoredLabels, check_optimizer, check_reduction,
-                            check_signatures, loss_key, positive, shard_batch, skip_unreached,
+                            check_signatures, positive, shard_batch, skip_unreached,
                             weighted_loss)
 from .replica_stats import StatsExchange
 from .replica_threads import Replica

@@ -19,7 +19,6 @@ from . import runtime
 from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
 from .nn.keys import capture_key
-from .nn.module import Module
 from .tape import Node, Tape, ops, tensor
 from .tape.capture import capture
 from .tensor import Tensor
@@ -140,34 +139,6 @@ def _code(loss_fn):
         loss_fn = loss_fn.func
     fn = getattr(loss_fn, "__func__", loss_fn)
     return getattr(fn, "__code__", None) or type(loss_fn)
-
-
-def loss_key(loss_fn) -> tuple | None:
-    """What a captured step's replay depends on in ``loss_fn``: the ``capture_key`` of each
-    loss module it is or reaches through a bound method (``crit.forward``), a
-    ``functools.partial`` or a closure (``lambda out, y: crit(out, y)``), so a setting changed
-    on it (``label_smoothing``) records the step again; None when there is none."""
-    keys, seen, todo = [], set(), [loss_fn]
-    while todo:
-        fn = todo.pop()
-        if id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        if isinstance(fn, Module):
-            keys.append(capture_key(fn))
-        elif isinstance(fn, functools.partial):
-            todo.append(fn.func)
-        elif hasattr(fn, "__self__") and hasattr(fn, "__func__"):      # a bound method
-            todo += [fn.__self__, fn.__func__]
-        else:
-            for cell in getattr(fn, "__closure__", None) or ():
-                try:
-                    value = cell.cell_contents
-                except ValueError:                   # a cell not yet filled
-                    continue
-                if isinstance(value, Module) or callable(value):
-                    todo.append(value)
-    return tuple(keys) or None
 
 
 def count_samples(y: np.ndarray, ignore: int | None) -> int:

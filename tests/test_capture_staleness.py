@@ -9,6 +9,8 @@ must copy the tensors its models hold now (a reset of the running statistics, a 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -310,6 +312,49 @@ def test_a_captured_group_sees_a_set_attribute_changed(devices2):
                     for r in g.replicas:
                         r.model.skip.add("a")
                 out.append(g.step(*batch(8, seed=i), tp.cross_entropy, opt))
+        return out
+
+    np.testing.assert_array_equal(losses(True), losses(False))
+
+
+LOSS_SCALE = 1.0          # a module-level setting a loss function reads (the test sets it)
+
+
+@pytest.mark.parametrize("how", ["closure", "global", "partial"])
+def test_a_captured_group_sees_a_setting_its_loss_function_reads(devices2, how):
+    """A loss function reading a plain value it does not hold as a module attribute: a
+    closure's variable (``lambda o, y: tp.cross_entropy(o, y, label_smoothing=s)``), a
+    module-level setting, a partial's keywords. ``loss_key`` looked only for loss modules,
+    so after the value changed the captured steps replayed the old one (label smoothing 0
+    for 0.5: loss 1.130 where the eager step gives 1.153), silently. The values a loss
+    function reads that way are keyed now, as a loss module's attributes are."""
+    global LOSS_SCALE
+    setting = {"s": 0.0}
+
+    def make():
+        if how == "closure":
+            s = setting["s"]
+            return lambda o, y: tp.cross_entropy(o, y, label_smoothing=s)
+        if how == "global":
+            return lambda o, y: tp.cross_entropy(o, y) * LOSS_SCALE
+        return functools.partial(tp.cross_entropy, label_smoothing=0.0)
+
+    def losses(capture):
+        global LOSS_SCALE
+        LOSS_SCALE, setting["s"], out = 1.0, 0.0, []
+        loss_fn = make()
+        with ReplicaGroup(lambda q: (pc.manual_seed(0), Net(q))[1], devices2,
+                          capture=capture) as g:
+            opt = pc.optim.SGD(g.parameters(), lr=0.1)
+            for i in range(4):
+                if i == 2:
+                    if how == "closure":      # the cell rebound, the same function object
+                        loss_fn.__closure__[0].cell_contents = 0.5
+                    elif how == "global":
+                        LOSS_SCALE = 3.0
+                    else:
+                        loss_fn.keywords["label_smoothing"] = 0.5
+                out.append(g.step(*batch(8, seed=i), loss_fn, opt))
         return out
 
     np.testing.assert_array_equal(losses(True), losses(False))

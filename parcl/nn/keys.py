@@ -40,7 +40,7 @@ from ..tape.node import Node
 from ..tensor import Tensor
 from .module import Module
 
-__all__ = ["capture_key"]
+__all__ = ["capture_key", "loss_key"]
 
 _PLAIN = (bool, int, float, complex, str, bytes, range, type(None))
 _NOT_PLAIN = object()
@@ -135,3 +135,55 @@ def capture_key(model) -> tuple:
     if not isinstance(model, Module):
         return ((type(model), _attributes(model)),)
     return tuple((m, type(m), _attributes(m)) for m in model.modules())
+
+
+def loss_key(loss_fn) -> tuple | None:
+    """What a captured step's replay depends on in ``loss_fn``: the ``capture_key`` of each
+    loss module it is or reaches through a bound method (``crit.forward``), a
+    ``functools.partial`` or a closure (``lambda out, y: crit(out, y)``), and the plain values
+    it reads besides: a partial's arguments, a closure's variables, the module-level names
+    its code uses (``label_smoothing=s``, ``* LOSS_SCALE``). A setting changed on any of
+    them records the step again (a replay would run the recorded value's kernels); None
+    when there is none."""
+    keys, seen, todo = [], set(), [loss_fn]
+    while todo:
+        fn = todo.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        if isinstance(fn, Module):
+            keys.append(capture_key(fn))
+            continue
+        if hasattr(fn, "__self__") and hasattr(fn, "__func__"):      # a bound method
+            todo += [fn.__self__, fn.__func__]
+            continue
+        for name, value in _reads(fn):
+            if isinstance(value, Module) or (callable(value) and not isinstance(value, type)):
+                todo.append(value)
+            elif (frozen := _frozen(value)) is not _NOT_PLAIN:
+                keys.append((name, frozen))
+    return tuple(keys) or None
+
+
+def _reads(fn):
+    """``(name, value)`` of what ``fn`` reads besides its arguments: a partial's own
+    arguments and function; a function's closure variables, defaults and the module-level
+    globals its code names."""
+    if isinstance(fn, functools.partial):
+        yield "func", fn.func
+        yield from ((f"arg{i}", v) for i, v in enumerate(fn.args))
+        yield from fn.keywords.items()
+        return
+    code = getattr(fn, "__code__", None)
+    for name, cell in zip(getattr(code, "co_freevars", ()), getattr(fn, "__closure__", None)
+                          or ()):
+        try:
+            yield name, cell.cell_contents
+        except ValueError:                   # a cell not yet filled
+            continue
+    yield "defaults", getattr(fn, "__defaults__", None)
+    yield "kwdefaults", getattr(fn, "__kwdefaults__", None)
+    scope = getattr(fn, "__globals__", {})
+    for name in getattr(code, "co_names", ()):
+        if name in scope:
+            yield name, scope[name]
