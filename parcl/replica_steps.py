@@ -50,7 +50,7 @@ class Outcome:
     reached: tuple[int, ...]
     found_ignore: int | None = None
     ignore_inside: int | None = None
-    summed: bool = False          # the loss ends in a ``sum`` (no mean the step can weigh)
+    last_op: str = ""             # the op that made the loss: a sum or a mean (``MEANS``)
 
 
 def ignored_label(loss_fn) -> int | None:
@@ -259,7 +259,7 @@ class Eager:
             Tensor.from_host(q, m.weight, borrow=True)))
 
     def body(self, replica, loss_fn):
-        """``(x, y, weight) -> (loss, reached, found_ignore, ignore_inside, summed)`` on device
+        """``(x, y, weight) -> (loss, reached, found_ignore, ignore_inside, last_op)`` on device
         tensors: forward on a fresh tape, backward with the sample weight as upstream
         gradient, the graph released."""
         index = self.param_index[replica.index]
@@ -274,9 +274,13 @@ class Eager:
             reached = sorted(index[id(node)] for node in visited if id(node) in index)
             found = loss_ignore(loss)
             inside = None if found is not None else ignore_inside(visited)
-            summed = loss.op_name == "sum"
+            last_op = loss.op_name
+            mean_of = tuple(getattr(loss.grad_fn, "shape", ()))
+            if last_op == "mean" and not (mean_of[:1] == xt.shape[:1]
+                                          and len(loss.grad_fn.axes) == len(mean_of)):
+                last_op = "mean of no batch"    # of a sum over the batch (feature means)
             tape.release()
-            return loss.value, tuple(reached), found, inside, summed
+            return loss.value, tuple(reached), found, inside, last_op
 
         return body
 
@@ -315,10 +319,10 @@ class Captured(Eager):
 def _run_micros(replica, micros: list[Micro], run) -> Outcome:
     """Run every micro-batch in turn (gradients accumulate in the replica's buckets) and
     enqueue the read of each loss right after it (a replay overwrites its outputs)."""
-    losses, reads, reached, found, inside, summed = [], [], set(), None, None, False
+    losses, reads, reached, found, inside, last_op = [], [], set(), None, None, ""
     for m in micros:
         try:
-            loss, got, found, inside, summed = run(m)
+            loss, got, found, inside, last_op = run(m)
         except ParclError as exc:
             row = getattr(exc, "row", None)          # a flat index into the labels
             if row is not None and getattr(exc, "batch_row", None) is None:
@@ -330,18 +334,30 @@ def _run_micros(replica, micros: list[Micro], run) -> Outcome:
         losses.append(host)
         reached.update(got)
     return Outcome(losses, reads, [float(m.weight) for m in micros], tuple(sorted(reached)),
-                   found, inside, summed)
+                   found, inside, last_op)
+
+
+# ops whose result is a mean over their batch (parcl's losses take no reduction= or end in mean)
+MEANS = frozenset(("mean", "cross_entropy", "nll_loss", "mse_loss",
+                   "binary_cross_entropy_with_logits"))
 
 
 def check_reduction(reduction: str, outcomes: list[Outcome]) -> None:
     """A mean-weighted step whose loss is a ``tp.sum`` over its batch would scale each
-    shard's gradient by its share of the batch: a wrong update, different for every replica
-    count. Refused before the update."""
-    if reduction == "mean" and any(o.summed for o in outcomes):
+    shard's gradient by its share of the batch, and a summed step whose loss is a mean would
+    add the shards' means: wrong updates, different for every replica count. Refused before
+    the update."""
+    ops = {o.last_op for o in outcomes}
+    if reduction == "mean" and "sum" in ops:
         raise ParclError("ReplicaGroup.step: loss_fn returned a sum (its last op is 'sum'), "
                          "but the step weighs each replica's loss as a mean over its share of "
                          "the batch; return the mean (tp.mean), or pass reduction='sum' to "
                          "step for a loss summed over the batch")
+    if reduction == "sum" and ops & MEANS:
+        raise ParclError(f"ReplicaGroup.step: reduction='sum', but loss_fn returned a mean "
+                         f"(its last op is {sorted(ops & MEANS)[0]!r}): each replica's mean "
+                         f"would count once, a sum of means that grows with the replica count; "
+                         f"leave reduction='mean' for a mean loss, or return its sum")
 
 
 def check_signatures(signatures: list[tuple], names: list[str], params: list,

@@ -44,6 +44,25 @@ def test_a_loss_summed_over_the_batch_is_refused_unless_the_step_is_told(devices
             np.testing.assert_array_equal(v, before[k])
 
 
+@pytest.mark.parametrize("loss_fn", [tp.cross_entropy, pc.nn.L1Loss(),
+                                     lambda o, y: tp.mean(o * o)],
+                         ids=["cross_entropy", "L1Loss", "tp.mean"])
+def test_a_mean_loss_with_reduction_sum_is_refused(devices2, loss_fn):
+    """``reduction="sum"`` tells the step each shard's loss is a sum, so each counts once:
+    for a mean loss (``tp.cross_entropy``) the step then trained on the sum of the replicas'
+    means, a gradient that grows with the replica count (2 replicas: loss 2.92 for the
+    single replica's 1.46 on the same batch), with no error. Refused before the update, as a
+    sum with ``reduction="mean"`` is."""
+    x, y = batch(6)
+    y = y if loss_fn is tp.cross_entropy else np.eye(4, dtype=np.float32)[y]
+    with ReplicaGroup(mlp, devices2) as g:
+        before = g.model.state_dict()
+        with pytest.raises(pc.ParclError, match="returned a mean"):
+            g.step(x, y, loss_fn, pc.optim.SGD(g.parameters(), lr=0.1), reduction="sum")
+        for k, v in g.model.state_dict().items():
+            np.testing.assert_array_equal(v, before[k])
+
+
 def test_a_summed_loss_with_reduction_sum_equals_the_full_batch(devices2):
     x, y = batch(5)
     one, p1 = one_step(devices2[:1], x, y, sum_loss, reduction="sum")
@@ -96,3 +115,20 @@ def test_a_state_loaded_into_replica_0_between_steps_reaches_every_replica(devic
         other = g.replicas[1].model.state_dict()
         for k, v in g.model.state_dict().items():
             np.testing.assert_array_equal(other[k], v)
+
+
+def test_a_sum_over_the_batch_of_feature_means_still_takes_reduction_sum(devices2):
+    """A loss summed over the batch whose last op is a mean over the features (``tp.mean(
+    tp.sum(d * d, axis=0))``) is a sum: ``reduction="sum"`` takes it, and equals one
+    replica."""
+    def loss_fn(out, target):
+        onehot = pc.Tensor.from_host(target.queue, np.eye(4, dtype=np.float32)[target.to_host()])
+        d = out - onehot
+        return tp.mean(tp.sum(d * d, axis=0))
+
+    x, y = batch(5)
+    one, p1 = one_step(devices2[:1], x, y, loss_fn, reduction="sum")
+    two, p2 = one_step(devices2, x, y, loss_fn, reduction="sum")
+    np.testing.assert_allclose(two, one, rtol=1e-5)
+    for k in p1:
+        np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
