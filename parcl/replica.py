@@ -64,6 +64,8 @@ class ReplicaGroup:
     full-batch step, running statistics included (such steps are not replayed).
     """
 
+    _buffers: StepBuffers | None = None      # the models' buckets, once built
+
     def __init__(self, build_model, devices=None, *, allreduce: str = "auto",
                  bucket_mb: float = 25.0, comm=None, timeout: float = DEFAULT_TIMEOUT,
                  capture: bool = False, sync_batchnorm: bool = False):
@@ -185,6 +187,8 @@ class ReplicaGroup:
             busy = [r.index for r, res in zip(self.replicas, job.results) if res is None]
             self._broken = f"replicas {busy} did not finish within {limit:.0f} s"
             raise ReplicaError(f"ReplicaGroup.run: {self._broken}")
+        if self._buffers is not None:
+            self._buffers.note_model()      # what the forwards set is theirs (nn.follow)
         if job.failures:
             # The cause, not a replica that only stopped because another one failed
             failure = min(job.failures, key=lambda f: (

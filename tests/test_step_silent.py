@@ -304,3 +304,24 @@ def test_an_attribute_set_on_the_group_model_is_every_replicas(devices2, capture
     np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
     for a, b in zip(want, got):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_what_a_forward_sets_on_its_module_stays_each_replicas(devices2):
+    """Only attributes the caller assigns on replica 0 between calls are copied: one a
+    forward sets (here the rows it saw, 5 and 4 of an uneven batch of 9) is each replica's
+    own, as a cache keyed by it must be."""
+    class Rows(pc.nn.Module):
+        def __init__(self, queue):
+            super().__init__()
+            self.fc = pc.nn.Linear(4, 3, queue=queue)
+            self.rows = 0
+
+        def forward(self, x):
+            self.rows = x.shape[0]
+            return self.fc(x)
+
+    with ReplicaGroup(lambda q: (pc.manual_seed(0), Rows(q))[1], devices2) as g:
+        opt = pc.optim.SGD(g.parameters(), lr=0.5)
+        for n in (7, 9):
+            g.step(*batch(n), tp.cross_entropy, opt)
+        assert g.run(lambda r: r.model.rows) == [5, 4]

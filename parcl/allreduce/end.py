@@ -106,6 +106,11 @@ class StepBuffers:
         if self.follower is not None:
             self.follower.follow(self.slots, fresh)
 
+    def note_model(self) -> None:
+        """After a call: what its forwards set on replica 0's model is not the caller's."""
+        if self.follower is not None:
+            self.follower.note()
+
     def refresh(self) -> bool:
         """Before a step: a model that holds other Parameters or buffer slots than the
         buckets were made with raises (nothing is changed: the step would train Parameters

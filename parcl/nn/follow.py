@@ -9,10 +9,10 @@ as PyTorch's ``DataParallel`` copies the module it replicates at every forward:
 
 * every module's ``training`` flag is replica 0's (a few µs: one list walk);
 * a plain attribute (``keys.capture_key``'s kinds: numbers, strings, tuples, lists, dicts,
-  config objects, numpy arrays, functions) *assigned* on replica 0 since the last call is
-  copied to the others (a copy of each mutable value, so no two replicas share it); changes
-  made inside such a value in place (``model.cfg.x = 1``, ``arr[:] = ...``) are not seen:
-  make those on every replica (``for r in group.replicas: ...``);
+  config objects, numpy arrays, functions) *assigned* on replica 0 between two calls is
+  copied to the others, a copy of each mutable value (what a forward sets is each
+  replica's own); changes made inside such a value in place (``model.cfg.x = 1``,
+  ``arr[:] = ...``) are not seen: make those on every replica (``for r in group.replicas``);
 * a module tree of other paths or types than replica 0's (an activation replaced on replica
   0 only) is a ParclError: a module is not copied across devices.
 
@@ -47,8 +47,15 @@ class ModelFollower:
     """Follows the model of ``first`` (replica 0's ``ModelSlots``): ``follow(slots)``."""
 
     def __init__(self, first: ModelSlots):
-        # id(module) -> (module, a copy of its __dict__, its values): what was last followed
-        self._seen = {id(m): _snapshot(m) for m in first.modules}
+        self.first = first
+        self.note()
+
+    def note(self) -> None:
+        """After a call: replica 0's attributes as its forwards left them. What a forward
+        sets (a cached length, a counter) is each replica's own: only what is assigned
+        between calls is the caller's, to copy."""
+        # id(module) -> (module, its __dict__'s keys, their values)
+        self._seen = {id(m): _snapshot(m) for m in self.first.modules}
 
     def follow(self, slots: list[ModelSlots], fresh: bool = False) -> None:
         """Every other model of ``slots`` given replica 0's modes and the plain attributes
@@ -80,7 +87,7 @@ class ModelFollower:
             now = vars(m)
             if seen is not None and seen[0] is m and _same(seen[2], now):
                 continue
-            old = seen[1] if seen is not None and seen[0] is m else {}
+            old = dict(zip(seen[1], seen[2])) if seen is not None and seen[0] is m else {}
             names = [k for k, v in now.items() if k not in _SKIPPED
                      and (k not in old or old[k] is not v) and _plain(v)]
             self._seen[id(m)] = _snapshot(m)
@@ -92,8 +99,8 @@ class ModelFollower:
 
 
 def _snapshot(m: Module) -> tuple:
-    now = dict(vars(m))
-    return m, now, tuple(now.values())
+    now = vars(m)
+    return m, tuple(now), tuple(now.values())
 
 
 def _same(values: tuple, now: dict) -> bool:
