@@ -65,6 +65,7 @@ class ReplicaGroup:
     """
 
     _buffers: StepBuffers | None = None      # the models' buckets, once built
+    _called = 0                              # when the last call's replicas were done (stamp)
 
     def __init__(self, build_model, devices=None, *, allreduce: str = "auto",
                  bucket_mb: float = 25.0, comm=None, timeout: float = DEFAULT_TIMEOUT,
@@ -189,6 +190,7 @@ class ReplicaGroup:
             raise ReplicaError(f"ReplicaGroup.run: {self._broken}")
         if self._buffers is not None:
             self._buffers.note_model()      # what the forwards set is theirs (nn.follow)
+        self._called = stamp()              # and what they did to their own parameters
         if job.failures:
             # The cause, not a replica that only stopped because another one failed
             failure = min(job.failures, key=lambda f: (
@@ -197,12 +199,12 @@ class ReplicaGroup:
         return list(job.results)
 
     def _follow(self) -> None:
-        """Before a call, what the caller did to replica 0 since the last one done to every
-        replica: gradients after ``allreduce_grads`` copied (``StepBuffers.follow_first``),
-        else what was zeroed zeroed (``follow_zeroing``); parameters changed in place (an
-        ``opt.step()``: a DDP loop has no broadcast) copied; modes, attributes (``nn.follow``)."""
+        """Before a call, what the caller did to replica 0 since the last one, to every replica:
+        gradients reduced copied (``follow_first``) or zeroed zeroed (``follow_zeroing``),
+        parameters stepped copied (a DDP loop has no broadcast), modes (``nn.follow``)."""
         self._buffers.follow_model(fresh=True)
-        if len(self.replicas) > 1 and self._buffers.changed_since(self._synced):
+        if len(self.replicas) > 1 and self._buffers.changed_since(max(self._synced,
+                                                                       self._called)):
             self._buffers.broadcast()
             self._synced = stamp()
         if self._reduced:

@@ -282,3 +282,26 @@ def test_a_run_after_opt_step_reads_the_stepped_parameters_on_every_replica(devi
         for r in group.replicas:
             np.testing.assert_allclose(r.model.weight.value.to_host(), w, rtol=1e-5,
                                        atol=1e-6)
+
+
+def test_parameters_each_replica_steps_in_a_run_stay_its_own(devices2):
+    """What replicas do to their own parameters inside a ``run`` (local SGD: each replica
+    stepping its own optimizer, averaging now and then) is not undone by the next ``run``:
+    only replica 0's parameters changed between calls (the caller's ``opt.step()``) are
+    copied to the others."""
+    rng = np.random.default_rng(0)
+    x = rng.random((6, 4), dtype=np.float32)
+    with ReplicaGroup(_linear, devices2) as group:
+        opts = [SGD(r.model.parameters(), lr=0.1) for r in group.replicas]
+
+        def local_step(replica, xs):
+            _backward(replica, xs)
+            opts[replica.index].step()
+            opts[replica.index].zero_grad()
+            return replica.model.weight.value.to_host()
+
+        first = group.run(local_step, [x[:3], x[3:]])
+        assert not np.array_equal(first[0], first[1])
+        group.run(lambda r: None)
+        for r, w in zip(group.replicas, first):
+            np.testing.assert_array_equal(r.model.weight.value.to_host(), w)
