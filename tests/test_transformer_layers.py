@@ -5,6 +5,8 @@ inputs and masks; state-dict keys; the layer copies (clone_module)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -166,6 +168,35 @@ def test_clone_module_keeps_ties_buffers_and_flags(queue):
     assert bn2._buffers["running_mean"] is bn2.running_mean
     bn2.running_mean.fill_(5.0)
     assert not bn.running_mean.to_host().any()
+
+
+def test_cloned_layers_do_not_share_mutable_attributes(queue):
+    """``TransformerEncoder(layer, n)`` of a layer holding a numpy array, a dataclass config
+    and a set: ``clone_module`` shared them between the copies, so setting one layer's gain
+    (``enc.layers[0].gain[:] = 3``) set every layer's, silently; PyTorch's ``copy.deepcopy``
+    gives each copy its own. Functions and the queue stay shared."""
+    @dataclasses.dataclass
+    class Cfg:
+        scale: float = 1.0
+
+    class Layer(pc.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = pc.nn.Linear(4, 4, queue=queue)
+            self.gain, self.cfg, self.tags = np.ones(4, np.float32), Cfg(), {"a"}
+            self.act = tp.relu
+
+        def forward(self, x):
+            return self.act(self.fc(x) * tp.tensor(self.gain * self.cfg.scale))
+
+    enc = pc.nn.TransformerEncoder(Layer(), 2)
+    first, second = enc.layers[0], enc.layers[1]
+    first.gain[:] = 3.0
+    first.cfg.scale = 5.0
+    first.tags.add("b")
+    np.testing.assert_array_equal(second.gain, np.ones(4, np.float32))
+    assert second.cfg.scale == 1.0 and second.tags == {"a"}
+    assert second.act is tp.relu and second.fc.weight.value.queue is queue
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

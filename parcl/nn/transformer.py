@@ -7,7 +7,8 @@ signatures, so a torch state dict loads by name.
 ``copy.deepcopy`` does (every copy starts with the same weights). ``copy.deepcopy`` itself
 does not work on parcl modules (a pyopencl queue cannot be copied), so the copies are built
 by ``clone_module``: new Parameters and buffers holding device copies of the originals, on
-the same queue; every other attribute (numbers, strings, an activation function) is shared.
+the same queue; functions (an activation) are shared, other attributes copied as
+``copy.deepcopy`` copies them (a numpy array, a config object), a queue shared.
 
 >>> import numpy as np, parcl as pc, parcl.tape as tp
 >>> layer = pc.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True)
@@ -18,6 +19,8 @@ the same queue; every other attribute (numbers, strings, an activation function)
 
 from __future__ import annotations
 
+import copy
+import types
 from collections import OrderedDict
 
 import numpy as np
@@ -37,6 +40,10 @@ __all__ = ["Transformer", "TransformerDecoder", "TransformerDecoderLayer", "Tran
 
 
 # -- copies -----------------------------------------------------------------------------------
+_SHARED = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type,
+           types.ModuleType)
+
+
 def _clone_value(value, memo: dict):
     if id(value) in memo:
         return memo[id(value)]
@@ -52,8 +59,16 @@ def _clone_value(value, memo: dict):
         new = {k: _clone_value(v, memo) for k, v in value.items()}
     elif isinstance(value, list):
         new = [_clone_value(v, memo) for v in value]
+    elif isinstance(value, _SHARED):
+        return value          # functions, classes, Python modules: shared, as deepcopy does
     else:
-        return value          # immutable values, functions, queues: shared
+        # other values as copy.deepcopy copies them (a numpy array, a config object, a set:
+        # shared, a change to one layer's would change every copy's); what cannot be copied
+        # (a queue, a context) is shared
+        try:
+            return copy.deepcopy(value, memo)
+        except Exception:     # any refusal to be copied (a pyopencl object): share it
+            return value
     memo[id(value)] = new
     return new
 
