@@ -75,3 +75,21 @@ def test_convolution_sizes_are_checked_before_they_are_converted(make, message):
     checks as Conv2d."""
     with pytest.raises(pc.ShapeError, match=re.escape(message)):
         make()
+
+
+def test_a_work_group_larger_than_the_device_allows_names_kernel_and_limit(queue):
+    """A device that allows fewer work-items per group than a launch asks for (a GPU whose
+    limit for a register-heavy kernel is below 256, say) gets a DeviceError that names the
+    kernel, the group and the limit, not OpenCL's bare INVALID_WORK_GROUP_SIZE."""
+    import numpy as np
+
+    from parcl.kernels._cache import get_kernel
+    from parcl.kernels.elementwise import SOURCE
+
+    too_many = 2 * queue.device.max_work_group_size
+    t = pc.Tensor.from_host(queue, np.ones(too_many, np.float32))
+    axpy = get_kernel(queue, SOURCE, "axpy")
+    with pytest.raises(pc.DeviceError, match=rf"kernel axpy: a work-group of \({too_many},\)"
+                                             rf".* allows for this kernel \(\d+"):
+        axpy(queue, (too_many,), (too_many,), t.data, t.data, np.float32(1), np.int32(too_many))
+    np.testing.assert_array_equal(t.to_host(), 1.0)     # nothing ran

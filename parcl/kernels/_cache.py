@@ -23,7 +23,7 @@ import pyopencl as cl
 from pyopencl import cltypes
 
 from .. import recorder
-from ..errors import ParclError
+from ..errors import DeviceError, ParclError
 
 _programs: dict[tuple, cl.Program] = {}
 _build_locks: dict[tuple, threading.Lock] = {}
@@ -275,7 +275,10 @@ class Launcher:
             event = self.kernel(queue, gsize, lsize, *args, wait_for=wait_for, **kwargs)
         else:
             self.args.set(args)
-            event = _enqueue(queue, self.kernel, gsize, lsize, None, wait_for, False, False)
+            try:
+                event = _enqueue(queue, self.kernel, gsize, lsize, None, wait_for, False, False)
+            except cl.LogicError as exc:
+                raise _too_big(exc, self.kernel, queue.device, lsize) from exc
         if now:
             gate.busy = event
         return event
@@ -285,6 +288,21 @@ class Launcher:
 
 
 _enqueue = cl.enqueue_nd_range_kernel        # positional arguments: pybind's fast path
+
+
+def _too_big(exc: cl.LogicError, kernel: cl.Kernel, device: cl.Device, lsize) -> Exception:
+    """``exc`` as a ``DeviceError`` naming the kernel, the work-group and the device's limit
+    for that kernel where the group is more than the device allows (a GPU with fewer
+    work-items per group than parcl's kernels ask for, or a kernel whose registers lower it);
+    else ``exc`` itself. The check runs only after OpenCL refused the launch."""
+    if exc.code != cl.status_code.INVALID_WORK_GROUP_SIZE or lsize is None:
+        return exc
+    limit = kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)
+    return DeviceError(f"kernel {kernel.function_name}: a work-group of {tuple(lsize)} "
+                       f"({prod(lsize)} work-items) is more than {device.name.strip()!r} allows "
+                       f"for this kernel ({limit}; the device's maximum "
+                       f"{device.max_work_group_size}); parcl's kernels ask for at most 256: "
+                       "please report this device")
 
 
 class _RecordedKernel:
