@@ -8,7 +8,9 @@ import numpy as np
 import parcl as pc
 import parcl.tape as tp
 from parcl.kernels import elementwise as ew
+from parcl.kernels._cache import trace_launches
 from parcl.kernels.gemm import gemm
+from parcl.tape.ops import unary
 
 
 def _chain(queue, rng_seed=0, depth=4):
@@ -76,3 +78,80 @@ def test_weight_used_twice_gets_both_gemm_contributions(queue, rng):
     want = (h64 @ w64).T @ ones + h64.T @ (ones @ w64.T)
     np.testing.assert_allclose(w.grad.to_host(), want, rtol=1e-4, atol=1e-5)
     assert tp.gradcheck(lambda v: tp.sum((h @ v) @ v), [w])
+
+
+ACTIVATIONS = {"tanh": tp.tanh, "sigmoid": tp.sigmoid, "relu": tp.relu, "sqrt": tp.sqrt}
+
+
+def _bits(t) -> np.ndarray:
+    return t.to_host().view(np.int32)
+
+
+def test_an_activation_backward_adding_into_acc_equals_it_then_axpy_bit_for_bit(queue, rng):
+    for op in ew.ACCUMULATING:
+        helper = getattr(ew, op)
+        for shape in ((4, 4), (37,), (1000,)):
+            saved0, g0, acc0 = rng.standard_normal((3, *shape), np.float32)
+            saved = pc.Tensor.from_host(queue, np.abs(saved0) if op == "sqrt_backward"
+                                        else np.tanh(saved0))
+            g = pc.Tensor.from_host(queue, g0)
+            acc = pc.Tensor.from_host(queue, acc0)
+            fused = helper(saved, g, acc=acc)
+            plain = helper(saved, g)
+            np.testing.assert_array_equal(_bits(fused), _bits(plain))
+            summed = ew.axpy(pc.Tensor.from_host(queue, acc0), plain, 1.0)
+            np.testing.assert_array_equal(_bits(acc), _bits(summed))
+
+
+def _grads(queue, act, build, seed=0):
+    """The leaves' gradients after two backward passes (the second accumulates into the
+    first's .grad), and the names of the kernels the second launched."""
+    rng = np.random.default_rng(seed)
+    w = tp.tensor(pc.Tensor.from_host(queue, rng.standard_normal((5, 5), np.float32) * 0.5),
+                  requires_grad=True)
+    x = tp.tensor(pc.Tensor.from_host(queue, np.abs(rng.standard_normal((5, 5), np.float32))
+                                      + 0.5), requires_grad=True)      # sqrt's inputs > 0
+    h = tp.tensor(pc.Tensor.from_host(queue, rng.standard_normal((5, 5), np.float32)))
+    for _ in range(2):
+        with tp.Tape() as tape:
+            loss = build(act, h, w, x)
+        with trace_launches() as launches:
+            tape.backward(loss)
+    return [_bits(w.grad), _bits(x.grad)], [name for name, _, _ in launches]
+
+
+def _chain(act, h, w, x):
+    for _ in range(4):
+        h = act(tp.abs(h @ w) + x)
+    return tp.sum(h * h)
+
+
+def _add_read_twice(act, h, w, x):
+    """s = h @ w + x feeds the activation and the loss: s gets two gradients, so the
+    activation's alone must not go into x.grad."""
+    s = tp.abs(h @ w) + x
+    return tp.sum(act(s)) + tp.sum(s * s)
+
+
+def _leaf_twice(act, h, w, x):
+    return tp.sum(act(x + x) @ w)
+
+
+def test_the_leaf_gradient_an_add_hands_on_is_added_by_the_activation_bit_for_bit(
+        queue, monkeypatch):
+    """tanh(h @ w + x): tanh's backward kernel adds its gradient into x.grad itself (the add
+    hands it on unchanged) instead of an axpy after the add's backward; the same bits."""
+    for name, act in ACTIVATIONS.items():
+        for build, fused in ((_chain, True), (_add_read_twice, False), (_leaf_twice, False)):
+            new, launched = _grads(queue, act, build)
+            kernel = f"{name}_backward_acc"
+            assert (kernel in launched) == fused, (name, build.__name__, launched)
+            for cls in (unary.Tanh, unary.Sigmoid, unary.Relu, unary.Sqrt):
+                monkeypatch.setattr(cls, "adds_into", False)
+            old, launched_old = _grads(queue, act, build)
+            monkeypatch.undo()
+            assert kernel not in launched_old
+            if fused:
+                assert launched_old.count("axpy") == launched.count("axpy") + 4
+            for a, b in zip(new, old):
+                np.testing.assert_array_equal(a, b)

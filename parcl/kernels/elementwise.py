@@ -54,6 +54,11 @@ STRIDED_OFFSETS = r"""
 """
 
 
+# The activations' backward helpers that can also add their result into another tensor
+# (``acc=``): the gradients the tape hands on unchanged through an add to a leaf.
+ACCUMULATING = ("relu_backward", "sigmoid_backward", "tanh_backward", "sqrt_backward")
+
+
 def _build_source() -> str:
     parts = ["//CL//", STRIDED_OFFSETS, GELU_TANH, NORMAL_CDF, HELPERS]
     for name, expr in BINARY_OPS.items():
@@ -109,6 +114,18 @@ __kernel void {name}_grad(__global float *out, __global const float *a,
     int i = get_global_id(0);
     if (i < n) {{ float x = a[i], y = b[i]; out[i] = {expr}; }}
 }}""")
+    for name in ACCUMULATING:
+        parts.append(f"""
+/* {name}_contig that also adds its result into acc (acc += out), for the tape: the one
+   gradient an add then hands to a leaf's .grad, added there without a separate axpy launch.
+   r is a statement of its own, so acc + r is the same single rounding as axpy's y + 1 * x. */
+__kernel void {name}_acc(__global float *out, __global const float *a,
+                         __global const float *b, __global float *acc, const int n)
+{{
+    int i = get_global_id(0);
+    if (i < n) {{ float x = a[i], y = b[i]; float r = {BINARY_OPS[name]}; out[i] = r;
+                  acc[i] += r; }}
+}}""")
     parts.append(r"""
 __kernel void axpy(__global float *y, __global const float *x, const float alpha, const int n)
 {
@@ -140,7 +157,8 @@ SOURCE = _build_source()
 # already known, not by a string built anew.
 _NAMES = {kind: {op: f"{op}_{kind}" for op in ops}
           for kind, ops in (("contig", BINARY_OPS), ("scalar", BINARY_OPS),
-                            ("unary", UNARY_OPS), ("grad", GRAD_OPS))}
+                            ("unary", UNARY_OPS), ("grad", GRAD_OPS),
+                            ("acc", {op: None for op in ACCUMULATING}))}
 LOCAL = 128
 _LOCAL = (LOCAL,)
 GRID_LOCAL = 32        # the 3-D broadcast path: work-items along the innermost dim per group
@@ -284,32 +302,50 @@ def grad(op: str, saved: Tensor, g: Tensor, *, p: float = 0.0, q: float = 0.0,
     return res
 
 
-def _backward(op: str, saved: Tensor, g: Tensor, out: Tensor | None) -> Tensor:
+def _backward(op: str, saved: Tensor, g: Tensor, out: Tensor | None,
+              acc: Tensor | None = None) -> Tensor:
+    """An activation's backward helper; with ``acc`` (as many elements as ``g``) the same
+    launch also adds the result into it (``acc += result``, as ``axpy`` would)."""
     check_float(op, saved, g)
     if saved.shape != g.shape:
         raise ShapeError(f"{op}: saved tensor {saved.shape} and gradient {g.shape} differ")
     check_same_queue(op, saved, g)
-    return _contig(op, saved.queue, saved, g, out)  # same shapes: the flat path, one launch
+    if acc is None:
+        return _contig(op, saved.queue, saved, g, out)  # same shapes: the flat path, one launch
+    check_float(op, acc)
+    if acc.size != g.size:
+        raise ShapeError(f"{op}: acc has {acc.size} elements, the gradient {g.shape}")
+    check_same_queue(op, g, acc)
+    queue = g.queue
+    res = _output(op, queue, g.shape, out)
+    n = res.size
+    get_kernel(queue, SOURCE, _NAMES["acc"][op])(queue, _global(n), _LOCAL, res.data,
+                                                 saved.data, g.data, acc.data, n)
+    return res
 
 
-def relu_backward(x: Tensor, g: Tensor, out: Tensor | None = None) -> Tensor:
+def relu_backward(x: Tensor, g: Tensor, out: Tensor | None = None,
+                  acc: Tensor | None = None) -> Tensor:
     """``g * (x > 0)``; ``x`` may be relu's input or its output."""
-    return _backward("relu_backward", x, g, out)
+    return _backward("relu_backward", x, g, out, acc)
 
 
-def sigmoid_backward(y: Tensor, g: Tensor, out: Tensor | None = None) -> Tensor:
+def sigmoid_backward(y: Tensor, g: Tensor, out: Tensor | None = None,
+                     acc: Tensor | None = None) -> Tensor:
     """``g * y * (1 - y)`` from sigmoid's output ``y``."""
-    return _backward("sigmoid_backward", y, g, out)
+    return _backward("sigmoid_backward", y, g, out, acc)
 
 
-def tanh_backward(y: Tensor, g: Tensor, out: Tensor | None = None) -> Tensor:
+def tanh_backward(y: Tensor, g: Tensor, out: Tensor | None = None,
+                  acc: Tensor | None = None) -> Tensor:
     """``g * (1 - y**2)`` from tanh's output ``y``."""
-    return _backward("tanh_backward", y, g, out)
+    return _backward("tanh_backward", y, g, out, acc)
 
 
-def sqrt_backward(y: Tensor, g: Tensor, out: Tensor | None = None) -> Tensor:
+def sqrt_backward(y: Tensor, g: Tensor, out: Tensor | None = None,
+                  acc: Tensor | None = None) -> Tensor:
     """``g * 0.5 / y`` from sqrt's output ``y``."""
-    return _backward("sqrt_backward", y, g, out)
+    return _backward("sqrt_backward", y, g, out, acc)
 
 
 def broadcast_to(x: Tensor, shape, alpha: float = 1.0) -> Tensor:

@@ -266,6 +266,10 @@ class Function:
 
     name = "function"
     grad_targets: dict = {}        # set per backward by the tape; never mutated in place
+    # An op of one input whose backward can also add its input gradient into another tensor
+    # in the same kernel (``also_into``, set by the tape for one call; ``Tape._walk``).
+    adds_into = False
+    also_into: Tensor | None = None
     # (option, input position): the input that a truthy option makes the forward overwrite
     # in place (``relu(inplace=True)``); ``apply`` refuses a leaf that requires grad there
     # and notes the change (``note_change``): a backward then raises for ops that saved it.
@@ -284,6 +288,11 @@ class Function:
 
     def backward(self, grad: Tensor):
         raise NotImplementedError
+
+    def hands_on(self, i: int) -> bool:
+        """Whether input ``i``'s gradient is the upstream gradient itself, unchanged (an add
+        of equal shapes): the tape may then add it into a leaf's ``.grad`` early."""
+        return False
 
     def __call__(self, upstream: Tensor) -> list:
         """grad_fn: the gradient for each parent Node, in argument order."""

@@ -55,6 +55,9 @@ class Add(_Binary):
     def backward(self, g):
         return self._reduce(0, g), self._reduce(1, g)
 
+    def hands_on(self, i):
+        return self.shapes[0] == self.shapes[1]
+
 
 class Sub(_Binary):
     name = kernel = "sub"

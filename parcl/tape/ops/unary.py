@@ -53,6 +53,7 @@ class Log(Function):
 
 class Relu(Function):
     name = "relu"
+    adds_into = True
     overwrites = ("inplace", 0)
 
     def forward(self, x, inplace: bool = False):
@@ -60,29 +61,32 @@ class Relu(Function):
         return self.out
 
     def backward(self, g):
-        return ew.relu_backward(self.out, g)       # out > 0 exactly where x > 0
+        # out > 0 exactly where x > 0
+        return ew.relu_backward(self.out, g, acc=self.also_into)
 
 
 class Sigmoid(Function):
     name = "sigmoid"
+    adds_into = True
 
     def forward(self, x):
         self.out = ew.unary("sigmoid", x)
         return self.out
 
     def backward(self, g):
-        return ew.sigmoid_backward(self.out, g)
+        return ew.sigmoid_backward(self.out, g, acc=self.also_into)
 
 
 class Tanh(Function):
     name = "tanh"
+    adds_into = True
 
     def forward(self, x):
         self.out = ew.unary("tanh", x)
         return self.out
 
     def backward(self, g):
-        return ew.tanh_backward(self.out, g)
+        return ew.tanh_backward(self.out, g, acc=self.also_into)
 
 
 class Gelu(Function):
@@ -101,13 +105,14 @@ class Gelu(Function):
 
 class Sqrt(Function):
     name = "sqrt"
+    adds_into = True
 
     def forward(self, x):
         self.out = ew.unary("sqrt", x)
         return self.out
 
     def backward(self, g):
-        return ew.sqrt_backward(self.out, g)
+        return ew.sqrt_backward(self.out, g, acc=self.also_into)
 
 
 class Abs(Function):
