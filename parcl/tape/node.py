@@ -257,15 +257,16 @@ class Function:
     backward needs (only when ``self.needs_input_grad`` is not None, i.e. when recording).
     ``backward(grad)`` returns one gradient (or None) per tensor input, shaped like it.
 
-    Before ``backward`` the tape fills ``grad_targets`` (input index -> Tensor) with the
-    existing gradients of leaf inputs (a parameter's persistent ``.grad``). A backward that can
-    add its result straight into one (a GEMM accumulating with ``beta=1``) may do so and return
-    ``ACCUMULATED`` for that input: one pass over the gradient instead of a temporary and a
-    separate ``+=``.
+    Before ``backward`` of an op whose class sets ``takes_targets`` the tape fills
+    ``grad_targets`` (input index -> Tensor) with the existing gradients of leaf inputs (a
+    parameter's persistent ``.grad``). A backward that can add its result straight into one
+    (a GEMM accumulating with ``beta=1``) may do so and return ``ACCUMULATED`` for that input:
+    one pass over the gradient instead of a temporary and a separate ``+=``.
     """
 
     name = "function"
     grad_targets: dict = {}        # set per backward by the tape; never mutated in place
+    takes_targets = False          # whether backward reads grad_targets (else none are found)
     # An op of one input whose backward can also add its input gradient into another tensor
     # in the same kernel (``also_into``, set by the tape for one call; ``Tape._walk``).
     adds_into = False

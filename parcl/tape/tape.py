@@ -166,7 +166,9 @@ class Tape:
             upstream = node.grad
             if upstream is None:
                 continue                          # no path from loss carried a gradient
-            targets = None if anomaly else _grad_targets(node, owned)  # anomaly: all checked
+            targets = None                        # anomaly: every gradient is checked
+            if fn.takes_targets and not anomaly:
+                targets = _grad_targets(node, owned)
             if targets:
                 fn.grad_targets = targets
             leaf = None
@@ -308,17 +310,16 @@ def topological_order(root: Node | Entry) -> list[Entry]:
     if isinstance(root, Node):
         root = root.entry
     order: list[Entry] = []
-    visited: set[int] = set()
-    stack: list[tuple[Entry, int]] = [(root, 0)]
-    visited.add(id(root))
+    visited = {root}                   # by identity: an Entry has no __eq__
+    stack = [(root, iter(root.parents))]
     while stack:
-        node, i = stack.pop()
-        if i < len(node.parents):
-            stack.append((node, i + 1))
-            parent = node.parents[i]
-            if parent.requires_grad and id(parent) not in visited:
-                visited.add(id(parent))
-                stack.append((parent, 0))
+        node, parents = stack[-1]
+        for parent in parents:        # resumes where this node's last visit left off
+            if parent.requires_grad and parent not in visited:
+                visited.add(parent)
+                stack.append((parent, iter(parent.parents)))
+                break
         else:
+            stack.pop()
             order.append(node)
     return order

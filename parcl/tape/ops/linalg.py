@@ -116,6 +116,7 @@ def _check_float(a: Tensor, b: Tensor) -> None:
 
 class Matmul(Function):
     name = "matmul"
+    takes_targets = True
 
     def forward(self, a: Tensor, b: Tensor) -> Tensor:
         if a.dtype is not FLOAT or b.dtype is not FLOAT:      # (``is``: the common case, fast)

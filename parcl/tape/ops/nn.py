@@ -39,6 +39,7 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "conv2d", "dropout
 
 # -- linear ----------------------------------------------------------------------------------
 class Linear(Function):
+    takes_targets = True
     name = "linear"
 
     def forward(self, x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False):

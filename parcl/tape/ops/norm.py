@@ -53,6 +53,8 @@ def _normalized_shape(op: str, x: Tensor, normalized_shape, **params) -> tuple[i
 class _RowNorm(Function):
     """layer_norm / rms_norm: one fused kernel per direction over (rows, D)."""
 
+    takes_targets = True
+
     center = True
 
     def forward(self, x: Tensor, weight: Tensor | None, bias: Tensor | None,

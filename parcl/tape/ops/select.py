@@ -136,6 +136,7 @@ class _IndexCheck(FlagCheck):
 
 
 class Embedding(Function):
+    takes_targets = True
     name = "embedding"
 
     def forward(self, indices: Tensor, weight: Tensor):
