@@ -9,7 +9,7 @@ import parcl as pc
 import parcl.tape as tp
 from parcl.kernels import elementwise as ew
 from parcl.kernels._cache import trace_launches
-from parcl.kernels.gemm import gemm
+from parcl.kernels.gemm import gemm, product, product2
 from parcl.tape.ops import unary
 
 
@@ -155,3 +155,33 @@ def test_the_leaf_gradient_an_add_hands_on_is_added_by_the_activation_bit_for_bi
                 assert launched_old.count("axpy") == launched.count("axpy") + 4
             for a, b in zip(new, old):
                 np.testing.assert_array_equal(a, b)
+
+
+def test_two_products_in_one_launch_equal_two_launches_bit_for_bit(queue, rng):
+    """A matmul's two gradients, dA = G @ B^T and dB += A^T @ G, in one gemm_direct2 launch
+    where both are small, with and without accumulating into an existing gradient."""
+    for m, k, n in ((4, 4, 4), (7, 5, 3), (1, 9, 13), (64, 48, 40)):
+        a, b, g = (pc.Tensor.from_host(queue, rng.standard_normal(s, np.float32))
+                   for s in ((m, k), (k, n), (m, n)))
+        for accumulate in (False, True):
+            c0 = rng.standard_normal((k, n), np.float32)
+            into = pc.Tensor.from_host(queue, c0) if accumulate else None
+            with trace_launches() as launches:
+                ga, gb = product2((g, b, False, True, None), (a, g, True, False, into))
+            assert [name for name, _, _ in launches] == ["gemm_direct2"]
+            plain_into = pc.Tensor.from_host(queue, c0) if accumulate else None
+            want_a = product(g, b, trans_b=True)
+            want_b = product(a, g, trans_a=True, into=plain_into)
+            assert gb is into if accumulate else gb is not None
+            np.testing.assert_array_equal(_bits(ga), _bits(want_a))
+            np.testing.assert_array_equal(_bits(gb), _bits(want_b))
+
+
+def test_two_products_too_big_for_one_launch_take_two(queue, rng):
+    a, b, g = (pc.Tensor.from_host(queue, rng.standard_normal((64, 64), np.float32))
+               for _ in range(3))
+    with trace_launches() as launches:
+        ga, gb = product2((g, b, False, True, None), (a, g, True, False, None))
+    assert "gemm_direct2" not in [name for name, _, _ in launches]
+    np.testing.assert_array_equal(_bits(ga), _bits(product(g, b, trans_b=True)))
+    np.testing.assert_array_equal(_bits(gb), _bits(product(a, g, trans_a=True)))

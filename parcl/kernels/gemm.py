@@ -182,6 +182,35 @@ def product(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False,
     return out
 
 
+def product2(first: tuple, second: tuple) -> tuple[Tensor, Tensor]:
+    """Two ``product`` calls, each ``(a, b, trans_a, trans_b, into)``, in one launch where
+    both are small products on a CPU (``gemm_direct2``: a matmul's two gradients), else in
+    two; each result as ``product`` returns it. Each element is computed as ``product``
+    computes it, bit for bit. The two must not write what the other reads.
+
+    >>> ga, gb = product2((g, b, False, True, None), (a, g, True, False, None))
+    """
+    (a0, b0, ta0, tb0, into0), (a1, b1, ta1, tb1, into1) = first, second
+    queue = a0.queue
+    m0, k0 = a0.shape[::-1] if ta0 else a0.shape
+    n0 = b0.shape[0] if tb0 else b0.shape[1]
+    m1, k1 = a1.shape[::-1] if ta1 else a1.shape
+    n1 = b1.shape[0] if tb1 else b1.shape[1]
+    p0 = _direct_plan(queue, m0, n0, k0, 1, ta0, tb0) if m0 and n0 else None
+    p1 = _direct_plan(queue, m1, n1, k1, 1, ta1, tb1) if p0 is not None and m1 and n1 else None
+    if p1 is None:
+        return (product(a0, b0, ta0, tb0, into=into0), product(a1, b1, ta1, tb1, into=into1))
+    out0, beta0 = (Tensor.empty(queue, (m0, n0)), 0.0) if into0 is None else (into0, 1.0)
+    out1, beta1 = (Tensor.empty(queue, (m1, n1)), 0.0) if into1 is None else (into1, 1.0)
+    g0, g1 = p0.gsize, p1.gsize
+    # one kernel object per pair of transposes and betas, whose strides and betas stay set
+    _kernel(queue, "gemm_direct2", p0.variant, (ta0, tb0, beta0, ta1, tb1, beta1))(
+        queue, (max(g0[0], g1[0]), max(g0[1], g1[1]), 2), _DIRECT_LOCAL,
+        a0.data, p0.sa[0], p0.sa[1], b0.data, p0.sb[1], p0.sb[0], out0.data, m0, n0, k0, beta0,
+        a1.data, p1.sa[0], p1.sa[1], b1.data, p1.sb[1], p1.sb[0], out1.data, m1, n1, k1, beta1)
+    return out0, out1
+
+
 def batched_gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool = False,
                  out: Tensor | None = None, _variant: str | None = None) -> Tensor:
     """3-D (batch, M, K) x (batch, K, N) -> (batch, M, N), with the transposes of ``gemm``

@@ -204,16 +204,11 @@ kernel void pack(const global float* restrict A, long a_bs, long a_si, long a_sk
 // through strides (op(A)[i][k] at i*a_si + k*a_sk, op(B)[k][j] at k*b_sk + j*b_sj). Rows and
 // columns past the edge are clamped to the last one, computed and never stored.
 
-kernel void gemm_direct(const global float* restrict A, long a_bs, long a_si, long a_sk,
-                        const global float* restrict B, long b_bs, long b_sk, long b_sj,
-                        global float* restrict C, long c_bs, const global float* restrict bias,
-                        int M, int N, int K, float beta, int flags)
+inline void direct_block(const global float* restrict A, long a_si, long a_sk,
+                         const global float* restrict B, long b_sk, long b_sj,
+                         global float* restrict C, const global float* restrict bias,
+                         int M, int N, int K, float beta, int flags, int i0, int j0)
 {
-    const int j0 = get_global_id(0) * 4, i0 = get_global_id(1) * 4, bt = get_global_id(2);
-    if (i0 >= M || j0 >= N)              // the grid is padded to whole work-groups
-        return;
-    A += bt * a_bs;
-    B += bt * b_bs;
     long ar[4], bc[4];
     for (int r = 0; r < 4; ++r)
         ar[r] = (long)min(i0 + r, M - 1) * a_si;
@@ -233,12 +228,42 @@ kernel void gemm_direct(const global float* restrict A, long a_bs, long a_si, lo
             for (int c = 0; c < 4; ++c)
                 acc[r][c] += av[r] * bv[c];
     }
-    C += bt * c_bs;
     for (int r = 0; r < 4 && i0 + r < M; ++r)
         for (int c = 0; c < 4 && j0 + c < N; ++c) {
             global float* p = C + (long)(i0 + r) * N + j0 + c;
             *p = epilogue1(acc[r][c], p, bias, j0 + c, beta, flags);
         }
+}
+
+kernel void gemm_direct(const global float* restrict A, long a_bs, long a_si, long a_sk,
+                        const global float* restrict B, long b_bs, long b_sk, long b_sj,
+                        global float* restrict C, long c_bs, const global float* restrict bias,
+                        int M, int N, int K, float beta, int flags)
+{
+    const int j0 = get_global_id(0) * 4, i0 = get_global_id(1) * 4, bt = get_global_id(2);
+    if (i0 >= M || j0 >= N)              // the grid is padded to whole work-groups
+        return;
+    direct_block(A + bt * a_bs, a_si, a_sk, B + bt * b_bs, b_sk, b_sj, C + bt * c_bs, bias,
+                 M, N, K, beta, flags, i0, j0);
+}
+
+// Two unrelated small products in one launch (a matmul's two gradients: one enqueue, not
+// two); the grid's third dimension picks the product, each block computed as gemm_direct does.
+kernel void gemm_direct2(const global float* restrict A0, long a0_si, long a0_sk,
+                         const global float* restrict B0, long b0_sk, long b0_sj,
+                         global float* restrict C0, int M0, int N0, int K0, float beta0,
+                         const global float* restrict A1, long a1_si, long a1_sk,
+                         const global float* restrict B1, long b1_sk, long b1_sj,
+                         global float* restrict C1, int M1, int N1, int K1, float beta1)
+{
+    const int j0 = get_global_id(0) * 4, i0 = get_global_id(1) * 4;
+    if (get_global_id(2) == 0) {
+        if (i0 < M0 && j0 < N0)
+            direct_block(A0, a0_si, a0_sk, B0, b0_sk, b0_sj, C0, 0, M0, N0, K0, beta0, 0,
+                         i0, j0);
+    } else if (i0 < M1 && j0 < N1) {
+        direct_block(A1, a1_si, a1_sk, B1, b1_sk, b1_sj, C1, 0, M1, N1, K1, beta1, 0, i0, j0);
+    }
 }
 
 

@@ -29,7 +29,7 @@ from math import prod
 
 from ...errors import DTypeError, ShapeError
 from ...kernels import elementwise as ew
-from ...kernels.gemm import batched_gemm, gemm, product
+from ...kernels.gemm import batched_gemm, gemm, product, product2
 from ...kernels.reduction import sum_to_shape
 from ...tensor import FLOAT, Tensor, check_same_queue
 from ..node import ACCUMULATED, Function
@@ -176,6 +176,10 @@ class Matmul(Function):
         by the GEMM itself (beta=1: the same sum, rounded once, as adding it afterwards)."""
         ga = gb = None
         targets = self.grad_targets
+        if self.needs_input_grad[0] and self.needs_input_grad[1]:      # both: one launch
+            into_a, into_b = targets.get(0), targets.get(1)
+            ga, gb = product2((g, self.b, False, True, into_a), (self.a, g, True, False, into_b))
+            return (ga if into_a is None else ACCUMULATED), (gb if into_b is None else ACCUMULATED)
         if self.needs_input_grad[0]:
             ga = _product(g, self.b, targets.get(0), trans_b=True)
         if self.needs_input_grad[1]:
