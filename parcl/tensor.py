@@ -296,13 +296,17 @@ class Tensor:
         return host if dtype is None else host.astype(dtype, copy=False)
 
     def _binary(self, op: str, a, b):
-        if any(isinstance(v, np.ndarray) for v in (a, b)):
-            raise TypeError(f"pc.Tensor {op}: a numpy array operand; upload it first "
-                            "(pc.Tensor.from_host(t.queue, array)) or compute on the host "
-                            "(np.asarray(t))")
-        if not all(isinstance(v, Tensor) or (isinstance(v, (Real, np.number))
-                                             and not isinstance(v, bool)) for v in (a, b)):
-            return NotImplemented
+        other = b if a is self else a
+        # Python numbers and tensors first: the abstract-class check below is the slow one,
+        # and a tp.Node on the other side (Tensor + Node under no_grad) comes here first
+        if type(other) is not float and type(other) is not int and not isinstance(other,
+                                                                               Tensor):
+            if isinstance(other, np.ndarray):
+                raise TypeError(f"pc.Tensor {op}: a numpy array operand; upload it first "
+                                "(pc.Tensor.from_host(t.queue, array)) or compute on the "
+                                "host (np.asarray(t))")
+            if not isinstance(other, (Real, np.number)) or isinstance(other, bool):
+                return NotImplemented
         from .kernels import elementwise as ew
         return ew.binary(op, a, b)
 
