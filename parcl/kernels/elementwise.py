@@ -21,6 +21,7 @@ array([1., 3., 5.], dtype=float32)
 
 from __future__ import annotations
 
+from math import prod
 from numbers import Real
 
 import numpy as np
@@ -353,17 +354,37 @@ def broadcast_to(x: Tensor, shape, alpha: float = 1.0) -> Tensor:
     ``alpha`` (the backward of sum/mean)."""
     check_float("broadcast_to", x)
     shape = dims("broadcast_to", shape)
-    if broadcast_shapes("broadcast_to", x.shape, shape) != shape:
-        raise ShapeError(f"broadcast_to: cannot broadcast {x.shape} to {shape}")
-    res = Tensor.empty(x.queue, shape)
-    strided, (sx,) = collapse_dims(shape, broadcast_strides(x.shape, shape))
-    if len(strided) > MAX_DIMS:
-        raise ShapeError(f"broadcast_to: {x.shape} to {shape} needs {len(strided)} strided "
-                         f"dimensions; at most {MAX_DIMS} are supported")
-    k = get_kernel(x.queue, SOURCE, "expand")
-    k(x.queue, _global(res.size), (LOCAL,), res.data, x.data, np.float32(alpha),
-      np.int32(res.size), np.int32(len(strided)), int8_vector(strided), int8_vector(sx))
+    queue = x.queue
+    key = ("expand", x.shape, shape)
+    try:
+        plan = queue.choices[key]
+    except (AttributeError, KeyError):
+        plan = _expand_plan(x.shape, shape)
+        choices = getattr(queue, "choices", None)
+        if choices is not None and len(choices) < PLANS_MAX:
+            choices[key] = plan
+    res = Tensor.empty(queue, shape)
+    get_kernel(queue, SOURCE, "expand")(queue, plan[0], _LOCAL, res.data, x.data,
+                                        np.float32(alpha), *plan[1:])
     return res
+
+
+# Launch plans a parcl queue remembers (``queue.choices``); a dynamic-shape model has more.
+PLANS_MAX = 4096
+
+
+def _expand_plan(in_shape: tuple, shape: tuple) -> tuple:
+    """The ``expand`` launch's global size and arguments after ``x``, worked out once per
+    queue and pair of shapes (``broadcast_to`` runs in every sum's and mean's backward)."""
+    if broadcast_shapes("broadcast_to", in_shape, shape) != shape:
+        raise ShapeError(f"broadcast_to: cannot broadcast {in_shape} to {shape}")
+    strided, (sx,) = collapse_dims(shape, broadcast_strides(in_shape, shape))
+    if len(strided) > MAX_DIMS:
+        raise ShapeError(f"broadcast_to: {in_shape} to {shape} needs {len(strided)} strided "
+                         f"dimensions; at most {MAX_DIMS} are supported")
+    n = prod(shape)
+    return (_global(n), np.int32(n), np.int32(len(strided)), int8_vector(strided),
+            int8_vector(sx))
 
 
 def axpy(y: Tensor, x: Tensor, alpha: float = 1.0) -> Tensor:
