@@ -159,7 +159,9 @@ def test_the_leaf_gradient_an_add_hands_on_is_added_by_the_activation_bit_for_bi
 
 def test_two_products_in_one_launch_equal_two_launches_bit_for_bit(queue, rng):
     """A matmul's two gradients, dA = G @ B^T and dB += A^T @ G, in one gemm_direct2 launch
-    where both are small, with and without accumulating into an existing gradient."""
+    where both are small, with and without accumulating into an existing gradient; on a GPU
+    (no direct kernel there) two launches, with the same results."""
+    one_launch = not pc.runtime.is_gpu(queue.device)
     for m, k, n in ((4, 4, 4), (7, 5, 3), (1, 9, 13), (64, 48, 40)):
         a, b, g = (pc.Tensor.from_host(queue, rng.standard_normal(s, np.float32))
                    for s in ((m, k), (k, n), (m, n)))
@@ -168,7 +170,8 @@ def test_two_products_in_one_launch_equal_two_launches_bit_for_bit(queue, rng):
             into = pc.Tensor.from_host(queue, c0) if accumulate else None
             with trace_launches() as launches:
                 ga, gb = product2((g, b, False, True, None), (a, g, True, False, into))
-            assert [name for name, _, _ in launches] == ["gemm_direct2"]
+            names = [name for name, _, _ in launches]
+            assert names == ["gemm_direct2"] if one_launch else len(names) == 2
             plain_into = pc.Tensor.from_host(queue, c0) if accumulate else None
             want_a = product(g, b, trans_b=True)
             want_b = product(a, g, trans_a=True, into=plain_into)
