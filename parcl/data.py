@@ -112,6 +112,7 @@ class DataLoader:
         self.world_size = int(world_size)
         self.epoch = 0
         self.batch_index = 0   # batches of `epoch` already handed out
+        self._resumed = None   # the epoch load_state_dict put the loader inside, until it moves
         if len(self) == 0:     # an epoch of no batches: a training loop would never step
             raise ShapeError(f"{type(self).__name__}: {self.samples_per_rank} samples per rank "
                              f"({self.num_samples} over world_size={self.world_size}) make no "
@@ -129,8 +130,14 @@ class DataLoader:
         return math.ceil(self.samples_per_rank / self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch`` (its own shuffle) from its first batch."""
+        """Start epoch ``epoch`` (its own shuffle) from its first batch; but right after
+        ``load_state_dict`` put the loader inside that very epoch, go on from where it stands:
+        a resumed ``for epoch in range(saved, E): loader.set_epoch(epoch)`` loop would
+        otherwise train the interrupted epoch's first batches twice."""
         _check_int("epoch", epoch, minimum=0)
+        resumed, self._resumed = self._resumed, None
+        if resumed == epoch:
+            return
         self.epoch = int(epoch)
         self.batch_index = 0
 
@@ -144,6 +151,7 @@ class DataLoader:
         return share
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, ...]]:
+        self._resumed = None                     # moving on: set_epoch starts afresh again
         if 0 < len(self) <= self.batch_index:    # the last pass stopped after its last batch
             self.epoch, self.batch_index = self.epoch + 1, 0
         share, order_of = self.indices(), (self.epoch, self.seed)
@@ -201,6 +209,7 @@ class DataLoader:
         self.seed = int(state["seed"])
         self.epoch = int(state["epoch"])
         self.batch_index = int(state["batch_index"])
+        self._resumed = self.epoch
 
     def __repr__(self) -> str:
         return (f"DataLoader(num_samples={self.num_samples}, batch_size={self.batch_size}, "

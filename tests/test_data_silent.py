@@ -62,3 +62,33 @@ def test_text_batches_do_not_share_memory_with_their_targets():
     assert x.flags.c_contiguous and y.flags.c_contiguous
     x[:] = 0                                      # an in-place augmentation of the inputs
     np.testing.assert_array_equal(y, [[2, 3, 4, 5], [6, 7, 8, 9], [10, 11, 12, 13]])
+
+
+def test_set_epoch_of_the_resumed_epoch_continues_where_the_checkpoint_stopped():
+    """The PyTorch-style resume loop, ``loader.load_state_dict(saved)`` then ``for epoch in
+    range(saved_epoch, E): loader.set_epoch(epoch); for batch in loader: ...``, trained the
+    interrupted epoch's first batches twice: ``set_epoch`` of the epoch just loaded went back to
+    its batch 0. It continues from the loaded batch now; any other ``set_epoch``, or one after
+    the loader has moved on, starts that epoch from its first batch as before."""
+    x = np.arange(40, dtype=np.float32).reshape(20, 2)
+    run = pc.data.DataLoader((x,), batch_size=4, shuffle=True, seed=3)
+    seen = []
+    for epoch in range(2):
+        run.set_epoch(epoch)
+        for i, (xb,) in enumerate(run):
+            seen.append(xb[:, 0].tolist())
+            if epoch == 1 and i == 1:
+                saved = run.state_dict()            # checkpoint after epoch 1's second batch
+    resumed = pc.data.DataLoader((x,), batch_size=4, shuffle=True, seed=3)
+    resumed.load_state_dict(saved)
+    again = []
+    for epoch in range(saved["epoch"], 2):
+        resumed.set_epoch(epoch)
+        again.extend(xb[:, 0].tolist() for (xb,) in resumed)
+    assert again == seen[5 + 2:]                    # epoch 1's last three batches, once each
+    resumed.set_epoch(1)                            # the loader has moved on: a fresh epoch 1
+    assert [xb[:, 0].tolist() for (xb,) in resumed] == seen[5:]
+    other = pc.data.DataLoader((x,), batch_size=4, shuffle=True, seed=3)
+    other.load_state_dict(saved)
+    other.set_epoch(0)                              # another epoch: from its first batch
+    assert [xb[:, 0].tolist() for (xb,) in other] == seen[:5]
