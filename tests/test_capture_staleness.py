@@ -358,3 +358,75 @@ def test_a_captured_group_sees_a_setting_its_loss_function_reads(devices2, how):
         return out
 
     np.testing.assert_array_equal(losses(True), losses(False))
+
+
+class Cfg:                 # a plain class: neither a dataclass nor a namespace
+    pass
+
+
+class Configured(pc.nn.Module):
+    """Branches on ``self.cfg.flag`` and scales by ``self.cfg.scale``."""
+
+    def __init__(self, queue, cfg):
+        super().__init__()
+        self.a = pc.nn.Linear(8, 8, queue=queue)
+        self.b = pc.nn.Linear(8, 4, queue=queue)
+        self.cfg = cfg
+
+    def forward(self, x):
+        h = tp.tanh(self.a(x)) if self.cfg.flag else x
+        return self.b(h) * self.cfg.scale
+
+
+def plain_cfg(**values):
+    cfg = Cfg()
+    cfg.__dict__.update(values)
+    return cfg
+
+
+def test_a_captured_group_sees_a_plain_config_object_changed(devices2):
+    """``model.cfg`` an instance of a plain class: ``capture_key`` keyed only dataclasses and
+    namespaces, so after ``r.model.cfg.flag = False`` (and ``.scale = 2.0``) on every replica
+    the captured steps replayed the recorded branch and scale, silently. Such objects are
+    keyed by their attributes' values, as a dataclass is."""
+    def losses(capture):
+        out = []
+        with ReplicaGroup(lambda q: (pc.manual_seed(0),
+                                     Configured(q, plain_cfg(flag=True, scale=1.0)))[1],
+                          devices2, capture=capture) as g:
+            opt = pc.optim.SGD(g.parameters(), lr=0.1)
+            for i in range(5):
+                for r in g.replicas:
+                    if i == 2:
+                        r.model.cfg.flag = False
+                    if i == 3:
+                        r.model.cfg.scale = 2.0
+                out.append(g.step(*batch(8, seed=i), tp.cross_entropy, opt))
+        return out
+
+    np.testing.assert_array_equal(losses(True), losses(False))
+    cfg = plain_cfg(flag=True, inner=plain_cfg(p=0.1))
+    key = pc.nn.capture_key(Configured(None, cfg))
+    cfg.inner.p = 0.2                                      # nested: seen too
+    assert pc.nn.capture_key(Configured(None, cfg)) != key
+
+
+def test_a_config_object_that_cannot_be_keyed_runs_eagerly(queue):
+    """A config object holding what has no value to compare (a lock) or a cycle: the step
+    cannot tell whether it changed, so it stays eager and says why, rather than replaying."""
+    import threading
+
+    cfg = plain_cfg(flag=True, scale=1.0, lock=threading.Lock())
+    cfg.self = cfg                                         # a cycle: bounded, no recursion
+    pc.manual_seed(0)
+    model = Configured(queue, cfg)
+    step = tp.capture(lambda xt: model(xt), queue)
+    x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
+    with tp.no_grad():
+        for flag in (True, True, False):
+            cfg.flag = flag
+            got = step(x, key=pc.nn.capture_key(model)).to_host()
+            np.testing.assert_array_equal(got, model(pc.Tensor.from_host(queue, x)).to_host())
+        why = step.reason(x, key=pc.nn.capture_key(model))     # under the call's grad mode
+    assert step.replays == 0 and step.eager_calls == 3
+    assert "Configured.cfg" in why and "lock" in why

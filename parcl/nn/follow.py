@@ -34,7 +34,7 @@ from ..errors import ParclError
 from ..tape.node import Node
 from ..tensor import Tensor
 from .buffer_slots import ModelSlots
-from .keys import _NOT_PLAIN, _frozen
+from .keys import _NOT_PLAIN, _RESOURCES, _frozen, _Unkeyable
 from .module import Module
 
 __all__ = ["ModelFollower"]
@@ -116,12 +116,15 @@ def _plain(value) -> bool:
     """A value to copy: plain (``capture_key``'s kinds) and holding no tensor. A tensor is
     bound to its replica's queue; one a forward keeps (attention weights to look at) is
     each replica's own."""
-    frozen = _frozen(value)
+    try:
+        frozen = _frozen(value)
+    except _Unkeyable:           # a config object holding a lock, a cycle: not copied
+        return False
     return frozen is not _NOT_PLAIN and not _holds_tensors(frozen)
 
 
 def _holds_tensors(frozen) -> bool:
-    if isinstance(frozen, (Tensor, Node)):
+    if isinstance(frozen, (Tensor, Node, *_RESOURCES)):     # a queue too: each replica's own
         return True
     return isinstance(frozen, tuple) and any(_holds_tensors(v) for v in frozen)
 

@@ -35,7 +35,9 @@ import hashlib
 import types
 
 import numpy as np
+import pyopencl as cl
 
+from ..tape.capture import Unkeyed
 from ..tape.node import Node
 from ..tensor import Tensor
 from .module import Module
@@ -47,23 +49,39 @@ _NOT_PLAIN = object()
 _NAMESPACES = (types.SimpleNamespace, argparse.Namespace)
 _FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
               functools.partial)
+# a device resource a module may hold (its queue): which one, by identity, never its insides
+_RESOURCES = (cl.CommandQueue, cl.Context, cl.Device)
 _REGISTRIES = frozenset(("_parameters", "_buffers", "_modules"))   # not plain: skipped at once
+# Bounds on what a config object is keyed through: nesting deeper than this is a cycle or a
+# data structure rather than settings, and so are more values than this in all (a vocabulary,
+# a diamond of shared objects); either makes the object unkeyable.
+_MAX_DEPTH = 8
+_MAX_ITEMS = 1024
 
 
-def _frozen(value):
+class _Unkeyable(Exception):
+    """A config object holding what cannot be keyed by value (the message says what)."""
+
+
+def _frozen(value, depth: int = 0, budget: list | None = None):
     """A hashable stand-in for an attribute value a forward may read: plain values (bool,
     int, float, complex, str, bytes, range, None, numpy scalars, enum members, and tuples
-    (named ones too), lists, sets, dicts, dataclass instances and namespaces of them, keys
-    included) and numpy arrays (their
-    contents, hashed) by value; Tensors by identity, Nodes (Parameters) by
-    identity with their value's; ``_NOT_PLAIN`` for anything else (a sub-module, which
-    ``capture_key`` visits itself, an arbitrary object)."""
+    (named ones too), lists, sets, dicts and config objects of them, keys included) and numpy
+    arrays (their contents, hashed) by value; Tensors by identity, Nodes (Parameters) by
+    identity with their value's, queues and functions by identity; ``_NOT_PLAIN`` for a
+    sub-module (which ``capture_key`` visits itself) or an object with no ``__dict__`` (a
+    lock). A config object (a dataclass, a namespace, any other instance with a
+    ``__dict__``) is keyed by its attributes' values; one holding what is not plain, or
+    deeper or larger than the bounds, raises ``_Unkeyable``: it could change unseen.
+    ``budget`` (one counter) bounds the values keyed below a config object."""
     kind = type(value)
     if kind in _PLAIN:
         return value
+    if isinstance(value, Module):               # first: most attributes that are not plain
+        return _NOT_PLAIN
     if isinstance(value, Node):                 # a Parameter: the object and its values
         return (value, value.value)
-    if isinstance(value, Tensor):               # a buffer, or a tensor the forward reads
+    if isinstance(value, (Tensor, *_RESOURCES)):    # a buffer, a tensor the forward reads
         return value
     if isinstance(value, np.ndarray) and not value.dtype.hasobject:
         # a host array the forward may upload: a replay uploads the copy its recording took,
@@ -80,29 +98,57 @@ def _frozen(value):
         # its place is another recording, not a replay of the ReLU's kernels
         return ("function", value)
     if isinstance(value, (tuple, list)):
+        _spend(kind, len(value), depth, budget)
         items = []
         for v in value:
-            f = _frozen(v)
+            f = _frozen(v, depth + 1, budget)
             if f is _NOT_PLAIN:
                 return _NOT_PLAIN
             items.append(f)
         return (kind.__name__, tuple(items))
     if isinstance(value, dict):
-        f = _frozen([*value.keys(), *value.values()])
+        f = _frozen([*value.keys(), *value.values()], depth, budget)
         return _NOT_PLAIN if f is _NOT_PLAIN else ("dict", f)
     if isinstance(value, (set, frozenset)):
         # by value, as a list is (a forward may branch on membership: ``if i in self.skip``)
-        f = _frozen(list(value))
+        f = _frozen(list(value), depth, budget)
         return _NOT_PLAIN if f is _NOT_PLAIN else (kind.__name__, frozenset(f[1]))
-    if (dataclasses.is_dataclass(value) and not isinstance(value, type)) or isinstance(
-            value, _NAMESPACES):
-        # a config object (nanoGPT's ``self.config``, ``argparse.Namespace``) of plain
-        # values: by value, so ``model.cfg.dropout = 0.0`` is seen
-        f = _frozen(dict(vars(value)) if hasattr(value, "__dict__") else
-                    {field.name: getattr(value, field.name)
-                     for field in dataclasses.fields(value)})
-        return _NOT_PLAIN if f is _NOT_PLAIN else (kind.__qualname__, f)
-    return _NOT_PLAIN
+    if isinstance(value, (type, types.ModuleType)) or not (hasattr(value, "__dict__") or (
+            dataclasses.is_dataclass(value))):
+        return _NOT_PLAIN
+    return _config(value, depth, budget)
+
+
+def _config(value, depth: int, budget: list | None):
+    """A config object (nanoGPT's ``self.config``, an ``argparse.Namespace``, an instance of
+    a plain class) by its attributes' values, so ``model.cfg.dropout = 0.0`` is seen; one
+    holding a sub-module, a lock or anything else not plain raises ``_Unkeyable``, since the
+    forward may read it and a change inside it could not be seen."""
+    kind = type(value)
+    fields = (vars(value) if hasattr(value, "__dict__") else
+              {field.name: getattr(value, field.name) for field in dataclasses.fields(value)})
+    budget = [_MAX_ITEMS] if budget is None else budget
+    _spend(kind, len(fields), depth, budget)
+    items = []
+    for name, v in fields.items():
+        f = _frozen(v, depth + 1, budget)
+        if f is _NOT_PLAIN:
+            raise _Unkeyable(f"{kind.__qualname__}.{name} holds a {type(v).__qualname__}, "
+                             "which is not keyed by value")
+        items.append((name, f))
+    return (kind.__qualname__, tuple(items))
+
+
+def _spend(kind, n: int, depth: int, budget: list | None) -> None:
+    # only below a config object (budget given) or past the depth bound (a list holding
+    # itself): a module's own long list stays keyed in full, as it was
+    if depth > _MAX_DEPTH:
+        raise _Unkeyable(f"a {kind.__qualname__} nested deeper than {_MAX_DEPTH} levels "
+                         "(a cycle?)")
+    if budget is not None:
+        budget[0] -= n
+        if budget[0] < 0:
+            raise _Unkeyable(f"more than {_MAX_ITEMS} values below a config object")
 
 
 def _attributes(obj) -> tuple:
@@ -112,11 +158,11 @@ def _attributes(obj) -> tuple:
                  if name not in _REGISTRIES and (f := _frozen(value)) is not _NOT_PLAIN)
 
 
-def capture_key(model) -> tuple:
+def capture_key(model) -> tuple | Unkeyed:
     """Per module, in module order: the module itself and its type, its ``training`` flag and
     other plain Python attributes (bool, int, float, complex, str, bytes, range, None, numpy
-    scalars, enum members, and tuples, lists, sets, dicts, dataclass instances and namespaces
-    of them: a config object),
+    scalars, enum members, and tuples, lists, sets, dicts and config objects of them: a
+    dataclass, a namespace, a plain class's instance, by its attributes' values),
     numpy arrays by their contents, and the tensors it holds (each Parameter with its
     ``.value``, each buffer, any other Tensor attribute), by identity. A captured step
     (``ReplicaGroup(capture=True)``, ``tp.capture(..., key=...)``) is replayed only while this
@@ -124,7 +170,10 @@ def capture_key(model) -> tuple:
     type), a parameter or buffer replaced by a new tensor, a mode or a setting changed.
     Changes *inside* a tensor (``copy_``, ``load_state_dict``, an optimizer step) keep the
     key: the replay reads the same buffers, so it sees them. For an object that is not a
-    Module (a loss function), its type and plain attributes.
+    Module (a loss function), its type and plain attributes. A config object that cannot be
+    keyed by value (it holds a lock or a sub-module, a cycle, too much) gives an ``Unkeyed``
+    naming it instead: the step then runs eagerly, as an unreplayable recording does, since
+    a replay could not see a change inside it.
 
     >>> model = pc.nn.Dropout(0.5)
     >>> before = pc.nn.capture_key(model)
@@ -133,11 +182,31 @@ def capture_key(model) -> tuple:
     False
     """
     if not isinstance(model, Module):
-        return ((type(model), _attributes(model)),)
-    return tuple((m, type(m), _attributes(m)) for m in model.modules())
+        try:
+            return ((type(model), _attributes(model)),)
+        except _Unkeyable as exc:
+            return _unkeyed_attribute(model, exc)
+    keys = []
+    for m in model.modules():
+        try:
+            keys.append((m, type(m), _attributes(m)))
+        except _Unkeyable as exc:
+            return _unkeyed_attribute(m, exc)
+    return tuple(keys)
 
 
-def loss_key(loss_fn) -> tuple | None:
+def _unkeyed_attribute(obj, exc: _Unkeyable) -> Unkeyed:
+    """The ``Unkeyed`` a step runs eagerly for, naming the attribute (searched for again:
+    only an unkeyable object pays for the search)."""
+    for name, value in vars(obj).items():
+        try:
+            _frozen(value)
+        except _Unkeyable:
+            return Unkeyed(f"{type(obj).__qualname__}.{name}: {exc}")
+    return Unkeyed(f"{type(obj).__qualname__}: {exc}")
+
+
+def loss_key(loss_fn) -> tuple | Unkeyed | None:
     """What a captured step's replay depends on in ``loss_fn``: the ``capture_key`` of each
     loss module it is or reaches through a bound method (``crit.forward``), a
     ``functools.partial`` or a closure (``lambda out, y: crit(out, y)``), and the plain values
@@ -153,37 +222,49 @@ def loss_key(loss_fn) -> tuple | None:
         seen.add(id(fn))
         if isinstance(fn, Module):
             keys.append(capture_key(fn))
+            if type(keys[-1]) is Unkeyed:          # the whole loss is then unkeyed
+                return keys[-1]
             continue
         if hasattr(fn, "__self__") and hasattr(fn, "__func__"):      # a bound method
             todo += [fn.__self__, fn.__func__]
             continue
-        for name, value in _reads(fn):
+        for name, value, is_global in _reads(fn):
             if isinstance(value, Module) or (callable(value) and not isinstance(value, type)):
                 todo.append(value)
-            elif (frozen := _frozen(value)) is not _NOT_PLAIN:
+                continue
+            try:
+                frozen = _frozen(value)
+            except _Unkeyable as exc:
+                if is_global:
+                    # the library's own state among them (a threading.local, a lock's
+                    # holder): only a global's plain value is keyed, as before
+                    continue
+                return Unkeyed(f"{getattr(fn, '__qualname__', type(fn).__qualname__)} reads "
+                               f"{name}: {exc}")
+            if frozen is not _NOT_PLAIN:
                 keys.append((name, frozen))
     return tuple(keys) or None
 
 
 def _reads(fn):
-    """``(name, value)`` of what ``fn`` reads besides its arguments: a partial's own
-    arguments and function; a function's closure variables, defaults and the module-level
-    globals its code names."""
+    """``(name, value, is_global)`` of what ``fn`` reads besides its arguments: a partial's
+    own arguments and function; a function's closure variables, defaults and the
+    module-level globals its code names."""
     if isinstance(fn, functools.partial):
-        yield "func", fn.func
-        yield from ((f"arg{i}", v) for i, v in enumerate(fn.args))
-        yield from fn.keywords.items()
+        yield "func", fn.func, False
+        yield from ((f"arg{i}", v, False) for i, v in enumerate(fn.args))
+        yield from ((k, v, False) for k, v in fn.keywords.items())
         return
     code = getattr(fn, "__code__", None)
     for name, cell in zip(getattr(code, "co_freevars", ()), getattr(fn, "__closure__", None)
                           or ()):
         try:
-            yield name, cell.cell_contents
+            yield name, cell.cell_contents, False
         except ValueError:                   # a cell not yet filled
             continue
-    yield "defaults", getattr(fn, "__defaults__", None)
-    yield "kwdefaults", getattr(fn, "__kwdefaults__", None)
+    yield "defaults", getattr(fn, "__defaults__", None), False
+    yield "kwdefaults", getattr(fn, "__kwdefaults__", None), False
     scope = getattr(fn, "__globals__", {})
     for name in getattr(code, "co_names", ()):
         if name in scope:
-            yield name, scope[name]
+            yield name, scope[name], True

@@ -6,7 +6,7 @@
 >>> tape.backward(loss)
 """
 
-from .capture import CapturedStep, capture
+from .capture import CapturedStep, Unkeyed, capture
 from .gradcheck import gradcheck
 from .mode import (
                    apply_modes,
@@ -25,7 +25,7 @@ from .ops import *  # noqa: F401,F403  (add, sub, ..., cross_entropy)
 from .ops import __all__ as _ops_all
 from .tape import Tape, topological_order
 
-__all__ = ["CapturedStep", "Function", "Node", "Tape", "apply_modes", "capture",
+__all__ = ["CapturedStep", "Function", "Node", "Tape", "Unkeyed", "apply_modes", "capture",
            "capture_modes", "detect_anomaly", "enable_grad", "get_current_tape", "gradcheck",
            "is_anomaly_enabled", "is_grad_enabled", "no_grad", "set_current_tape",
            "set_grad_enabled", "tensor", "topological_order", *_ops_all]

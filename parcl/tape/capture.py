@@ -8,8 +8,10 @@ eager step, with a few microseconds of Python per kernel instead of the whole ta
 
 A call whose recording cannot be replayed (it read a value back to the host, waited on another
 queue, or ran under ``detect_anomaly``) says why in ``reason`` and stays eager for that
-signature. Dropout is replayed: each replay takes the next key of the recording thread's
-generator, exactly as the eager call would, so captured and eager runs match bit for bit.
+signature; so does a call whose ``key`` is (or holds as an item) an ``Unkeyed``: state that
+cannot be compared by value. Dropout is replayed: each replay takes the next key of the
+recording thread's generator, exactly as the eager call would, so captured and eager runs
+match bit for bit.
 Like CUDA graphs, capture assumes ``fn`` does the same device work whenever its inputs have
 the same shapes: Python state that changes what ``fn`` enqueues without changing the input
 shapes (a step counter choosing a branch) must go into ``key``; ``key=pc.nn.capture_key(model)``
@@ -46,6 +48,35 @@ from . import mode
 
 MAX_SIGNATURES = 8          # input signatures kept per captured function (oldest dropped first)
 MAX_VARIANTS = 4            # recordings per signature, one per state of the leaves' gradients
+
+
+class Unkeyed:
+    """A ``key`` part standing for Python state that cannot be compared by value (a config
+    object holding a lock, a cycle); ``why`` names it. A replay could not tell whether that
+    state changed, so a call whose key is one, or holds one as an item, runs eagerly, as an
+    unreplayable recording does. Equal by ``why``: the eager verdict is kept per signature."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __eq__(self, other) -> bool:
+        return type(other) is Unkeyed and other.why == self.why
+
+    def __hash__(self) -> int:
+        return hash(self.why)
+
+    def __repr__(self) -> str:
+        return f"Unkeyed({self.why!r})"
+
+
+def _unkeyed(key) -> str | None:
+    # the key's top level only: capture_key and loss_key return an Unkeyed whole, and a
+    # group step's key is a tuple of them
+    parts = key if type(key) is tuple else (key,)
+    found = next((p for p in parts if type(p) is Unkeyed), None)
+    return None if found is None else f"its key cannot be compared by value: {found.why}"
 
 
 class _Entry:
@@ -123,8 +154,9 @@ class CapturedStep:
                   for a in arrays]
         entry = _Entry(inputs, None, None, None)
         self._upload(entry, arrays, borrow)
-        if mode.is_anomaly_enabled():
-            entry.reason = "detect_anomaly reads every value back to the host"
+        unkeyed = _unkeyed(k[2])
+        if unkeyed is not None or mode.is_anomaly_enabled():
+            entry.reason = unkeyed or "detect_anomaly reads every value back to the host"
             self.eager_calls += 1
             outputs = self.fn(*inputs)
         else:
