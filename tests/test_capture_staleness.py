@@ -430,3 +430,49 @@ def test_a_config_object_that_cannot_be_keyed_runs_eagerly(queue):
         why = step.reason(x, key=pc.nn.capture_key(model))     # under the call's grad mode
     assert step.replays == 0 and step.eager_calls == 3
     assert "Configured.cfg" in why and "lock" in why
+
+
+SCALE = 0.5               # module-level settings a forward reads (the test below sets them)
+SQUASH = True
+
+
+def squash(h):            # a function a forward calls, reading a global of its own
+    return tp.tanh(h) if SQUASH else h
+
+
+class Scaled(pc.nn.Module):
+    def __init__(self, queue):
+        super().__init__()
+        self.a = pc.nn.Linear(8, 8, queue=queue)
+        self.b = pc.nn.Linear(8, 4, queue=queue)
+
+    def forward(self, x):
+        return self.b(squash(self.a(x))) * SCALE
+
+
+def test_a_captured_group_sees_a_global_its_forward_reads(devices2):
+    """``return self.lin(x) * SCALE`` with ``SCALE`` a module-level setting: ``capture_key``
+    keyed only the model's attributes, so after ``SCALE = 2.0`` (and ``SQUASH = False``,
+    read by a function the forward calls) the captured steps replayed the recorded values,
+    silently. The plain globals a forward names, and those of the functions it calls by
+    name, are keyed, as ``loss_key`` keys a loss function's."""
+    global SCALE, SQUASH
+
+    def losses(capture):
+        global SCALE, SQUASH
+        SCALE, SQUASH, out = 0.5, True, []
+        with ReplicaGroup(lambda q: (pc.manual_seed(0), Scaled(q))[1], devices2,
+                          capture=capture) as g:
+            opt = pc.optim.SGD(g.parameters(), lr=0.1)
+            for i in range(5):
+                if i == 2:
+                    SCALE = 2.0
+                if i == 3:
+                    SQUASH = False
+                out.append(g.step(*batch(8, seed=i), tp.cross_entropy, opt))
+        return out
+
+    try:
+        np.testing.assert_array_equal(losses(True), losses(False))
+    finally:
+        SCALE, SQUASH = 0.5, True

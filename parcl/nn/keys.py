@@ -9,6 +9,8 @@ So the key of a captured call must change whenever the eager call would read som
 * every module's ``training`` flag and plain Python attributes (what a forward branches on or
   passes into an op: ``Dropout.p``, ``ReLU.inplace``), and the functions it holds
   (``self.act = tp.relu``), by identity;
+* the plain module-level values its ``forward`` reads (``* SCALE``), and those of the
+  functions it calls by name;
 * which tensors it reads: each parameter's Parameter object and its ``.value`` Tensor, each
   buffer (``bn.running_mean = pc.Tensor.zeros(...)`` replacing one) and any other Tensor or
   Node held as an attribute.
@@ -56,6 +58,7 @@ _REGISTRIES = frozenset(("_parameters", "_buffers", "_modules"))   # not plain: 
 # data structure rather than settings, and so are more values than this in all (a vocabulary,
 # a diamond of shared objects); either makes the object unkeyable.
 _MAX_DEPTH = 8
+_LIBRARY = __name__.split(".")[0] + "."      # "parcl.": whose layers' forwards are not walked
 _MAX_ITEMS = 1024
 
 
@@ -189,10 +192,57 @@ def capture_key(model) -> tuple | Unkeyed:
     keys = []
     for m in model.modules():
         try:
-            keys.append((m, type(m), _attributes(m)))
+            keys.append((m, type(m), _attributes(m), _forward_reads(m)))
         except _Unkeyable as exc:
             return _unkeyed_attribute(m, exc)
     return tuple(keys)
+
+
+def _forward_reads(module) -> tuple:
+    """``(name, key)`` of the module-level values ``module``'s ``forward`` names, and those
+    of the module-level functions it calls by name (one level down): a replay would run
+    the kernels of the value it was recorded with (``* SCALE``, ``if USE_GELU:``). Plain
+    values by value, functions by identity; other objects are skipped, as ``loss_key``
+    skips them (the library's own state is among them). parcl's own layers are skipped
+    whole: their forwards read only the library's constants and functions, which a script
+    does not set, and walking them doubled the guard's cost (MLP 11 -> 28 us)."""
+    kind = type(module)
+    if kind.__module__.startswith(_LIBRARY):
+        return ()
+    forward = getattr(kind, "forward", None)
+    if type(forward) is not types.FunctionType:
+        return ()
+    keys, called = [], []
+    _global_reads(forward, keys, called)
+    for fn in called:
+        _global_reads(fn, keys, None)
+    return tuple(keys)
+
+
+def _global_reads(fn, keys: list, called: list | None) -> None:
+    scope = fn.__globals__
+    for name in _names(fn.__code__):
+        if name not in scope:               # an attribute's name, a builtin
+            continue
+        value = scope[name]
+        if type(value) is types.FunctionType and called is not None and value is not fn:
+            called.append(value)
+        try:
+            frozen = _frozen(value)
+        except _Unkeyable:
+            continue
+        if frozen is not _NOT_PLAIN:
+            keys.append((name, frozen))
+
+
+def _names(code) -> tuple:
+    """The global and attribute names ``code`` uses, its comprehensions' and lambdas' too
+    (code objects of their own)."""
+    names = code.co_names
+    for const in code.co_consts:
+        if type(const) is types.CodeType:
+            names = names + _names(const)
+    return names
 
 
 def _unkeyed_attribute(obj, exc: _Unkeyable) -> Unkeyed:
@@ -265,6 +315,6 @@ def _reads(fn):
     yield "defaults", getattr(fn, "__defaults__", None), False
     yield "kwdefaults", getattr(fn, "__kwdefaults__", None), False
     scope = getattr(fn, "__globals__", {})
-    for name in getattr(code, "co_names", ()):
+    for name in (_names(code) if code is not None else ()):
         if name in scope:
             yield name, scope[name], True
