@@ -137,3 +137,39 @@ def test_gradients_on_two_queues_are_refused(queues2):
     a, b = (pc.Tensor.from_host(q, np.ones(3, np.float32)) for q in queues2)
     with pytest.raises(pc.DeviceError, match="different command queues"):
         get_total_norm([a, b])
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 3.0])
+def test_gradients_too_large_to_square_are_scaled_to_max_norm_not_zeroed(queue, norm_type):
+    """Gradients of ~2e19 and more: their squares (cubes) summed in float32 overflowed the
+    total norm to inf, so the clip coefficient max_norm / inf = 0 zeroed every gradient,
+    silently (PyTorch on the CPU scales them to max_norm). The norm is formed from the
+    gradients scaled down by their largest magnitude when that is large."""
+    grads = [np.array([3e19, -4e19], np.float32), np.full(1000, 1e18, np.float32),
+             np.array([0.5, 1e-3], np.float32)]
+    params = []
+    for g in grads:
+        p = pc.nn.Parameter(pc.Tensor.from_host(queue, np.zeros_like(g)))
+        p.grad = pc.Tensor.from_host(queue, g)
+        params.append(p)
+    want_total, want_grads = torch_clip_reference(grads, 1.0, norm_type)
+    total = clip_grad_norm_(params, 1.0, norm_type=norm_type)
+    assert total == pytest.approx(want_total, rel=1e-5)
+    for p, w in zip(params, want_grads):
+        np.testing.assert_allclose(p.grad.to_host(), w, rtol=1e-5, atol=1e-30)
+
+
+def test_the_norm_of_ordinary_gradients_is_the_plain_sum_of_squares_bit_for_bit(queue, rng):
+    """Below the largest magnitude that could overflow, the norm is exactly what it was: the
+    squares summed per tensor, the partials folded left to right, the root."""
+    from parcl.kernels import elementwise as ew
+    from parcl.kernels import reduction
+
+    for scale in (1e-30, 1.0, 1e6, 1e11):        # 1e11 * 3.5 sigma < 2**40
+        grads = [pc.Tensor.from_host(queue, (rng.standard_normal(s) * scale).astype(np.float32))
+                 for s in ((3, 4), (5000,), ())]
+        acc = reduction.sum(ew.unary("square", grads[0]))
+        for g in grads[1:]:
+            acc = ew.binary("add", acc, reduction.sum(ew.unary("square", g)), out=acc)
+        plain = ew.unary("sqrt", acc).to_host()
+        assert get_total_norm(grads).to_host().tobytes() == plain.tobytes()

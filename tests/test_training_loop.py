@@ -404,3 +404,24 @@ def test_a_resumed_run_with_dropout_draws_the_same_masks(devices2, tmp_path, cap
             group.set_rng_state(meta["dropout"][:1])
     for a, b in zip(want, got):
         np.testing.assert_array_equal(b, a)
+
+
+def test_clipping_a_reduced_gradient_too_large_to_square_scales_it(devices2):
+    """A loss scaled by 1e20 (gradients ~1e19 and more): the reduced gradient's norm summed
+    its squares in float32 and overflowed to inf, so max_grad_norm zeroed the update, and
+    the parameters did not move, silently. Clipped, the gradient's direction is the
+    unscaled one's: the same step as the unscaled loss clipped to the same norm."""
+    x, y = batch(12)
+    runs = []
+    for scale in (1.0, 1e20):
+        def loss_fn(out, target, scale=scale):
+            return tp.cross_entropy(out, target) * scale
+
+        with ReplicaGroup(seeded(mlp), devices2) as group:
+            group.step(x, y, loss_fn, pc.optim.SGD(group.parameters(), lr=0.1),
+                       max_grad_norm=1e-3)
+            runs.append((group.last_grad_norm, [p.value.to_host() for p in group.parameters()]))
+    (norm, want), (big_norm, got) = runs
+    assert big_norm == pytest.approx(norm * 1e20, rel=1e-5)
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)

@@ -3,11 +3,14 @@ computed on the device.
 
 The global norm is formed in a fixed order, so it is the same bit for bit on every run: each
 tensor's partial (sum of squares, sum of ``|g|**p``, or max of ``|g|``) by the reduction
-kernels, then the partials folded left to right, then the root. ``clip_grad_norm_`` reads the
-norm back once (its return value); the two halves it is made of, ``get_total_norm`` (a 0-d
-device tensor) and ``clip_grads_with_norm_`` (scales by a device scalar), never read anything,
-so a training step can clip without waiting for the device (as PyTorch's functions of the same
-names do).
+kernels, then the partials folded left to right, then the root; for a norm type above 1,
+``get_total_norm`` first scales the gradients by ``min(2**40 / max|g|, 1)`` (exactly 1 for any
+ordinary gradient), so powers that would overflow float32 cannot make the norm inf
+(``clip_grad_norm_`` does so only when the plain norm it reads back overflowed).
+``clip_grad_norm_`` reads the norm back once (its return value; twice where it overflowed);
+the two halves it is made of, ``get_total_norm`` (a 0-d device tensor) and
+``clip_grads_with_norm_`` (scales by a device scalar), never read anything, so a training step
+can clip without waiting for the device (as PyTorch's functions of the same names do).
 
 >>> import numpy as np, parcl as pc
 >>> q = pc.default_queue()
@@ -34,6 +37,8 @@ __all__ = ["ClipError", "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_
            "get_total_norm"]
 
 EPS = 1e-6      # PyTorch's: clip_coef = max_norm / (total_norm + 1e-6)
+_SAFE_MAX = 2.0 ** 40   # the largest |g| whose powers are summed unscaled (see _scale)
+_SAFE_MIN = 2.0 ** -88  # the smallest scale: 2**40 / FLT_MAX, what an infinite |g| would give 0
 
 
 class ClipError(ParclError, ValueError):
@@ -76,14 +81,43 @@ def get_total_norm(tensors: Iterable[Tensor], norm_type: float = 2.0) -> Tensor:
     if bad:
         raise TypeError(f"get_total_norm: expected pc.Tensors, got {bad[0]}")
     check_same_queue("get_total_norm", *tensors)
-    combine = "maximum" if math.isinf(p) else "add"
-    acc = _partial(tensors[0], p)
-    for t in tensors[1:]:                  # left to right: a fixed order of summation
-        acc = ew.binary(combine, acc, _partial(t, p), out=acc)
-    if math.isinf(p) or p == 1.0:
+    return _norm(tensors, p, scaled=True)
+
+
+def _norm(tensors: list[Tensor], p: float, scaled: bool) -> Tensor:
+    """The norm; ``scaled``: for p > 1 of the tensors scaled by ``_scale`` first (a few more
+    kernels: bit for bit the plain norm unless that overflows)."""
+    if math.isinf(p):
+        return _fold("maximum", [_partial(t, p) for t in tensors])
+    scale = _scale(tensors) if scaled and p > 1.0 else None
+    if scale is not None:
+        tensors = [ew.binary("mul", t, scale) for t in tensors]
+    acc = _fold("add", [_partial(t, p) for t in tensors])
+    if p == 1.0:
         return acc
-    return ew.unary("sqrt", acc, out=acc) if p == 2.0 else ew.scalar("pow", acc, 1.0 / p,
-                                                                       out=acc)
+    acc = ew.unary("sqrt", acc, out=acc) if p == 2.0 else ew.scalar("pow", acc, 1.0 / p,
+                                                                      out=acc)
+    return acc if scale is None else ew.binary("div", acc, scale, out=acc)
+
+
+def _fold(combine: str, partials: list[Tensor]) -> Tensor:
+    acc = partials[0]
+    for t in partials[1:]:                 # left to right: a fixed order of summation
+        acc = ew.binary(combine, acc, t, out=acc)
+    return acc
+
+
+def _scale(tensors: list[Tensor]) -> Tensor:
+    """The factor the gradients are multiplied by before their powers are summed, a 0-d
+    device tensor: ``min(2**40 / max|g|, 1)``. Squares of float32 values of ~2e19 overflow,
+    and a total norm of inf clipped every gradient to 0; scaled, the largest is at most
+    2**40, so no sum of fewer than 2**48 squares can overflow. Below 2**40 (every ordinary
+    gradient) the factor is exactly 1: the same products, the same sums, the norm bit for
+    bit. Floored at 2**-88 (where 2**40 / FLT_MAX lies), so an infinite gradient stays
+    infinite (not inf * 0 = NaN) and the norm stays inf, as before; a NaN stays NaN."""
+    biggest = _fold("maximum", [_partial(t, math.inf) for t in tensors])
+    scale = ew.scalar("rdiv", biggest, _SAFE_MAX, out=biggest)
+    return ew.unary("clamp", scale, out=scale, p=_SAFE_MIN, q=1.0)     # NaN stays NaN
 
 
 def clip_coefficient(total_norm: Tensor, max_norm: float) -> Tensor:
@@ -154,17 +188,21 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
     grads = _grads(parameters)
     if not grads:
         return 0.0
-    total = get_total_norm(grads, norm_type)
-    if error_if_nonfinite:
+    p = _norm_type(norm_type)
+    check_same_queue("clip_grad_norm_", *grads)
+    # The plain norm first, read back (the one host read): only where it overflowed is the
+    # scaled one formed, so an ordinary step enqueues no more kernels than it did.
+    total = _norm(grads, p, scaled=False)
+    value = float(total.item())
+    if value == math.inf and p > 1.0:      # powers too large for float32, or an inf gradient
+        total = _norm(grads, p, scaled=True)
         value = float(total.item())
-        if not math.isfinite(value):
-            raise ClipError(f"clip_grad_norm_: the total norm of order {norm_type} of "
-                            f"{len(grads)} gradients is non-finite ({value}); nothing was "
-                            f"clipped (error_if_nonfinite=False scales them anyway)")
-        scale_by_(grads, clip_coefficient(total, max_norm))
-        return value
+    if error_if_nonfinite and not math.isfinite(value):
+        raise ClipError(f"clip_grad_norm_: the total norm of order {norm_type} of "
+                        f"{len(grads)} gradients is non-finite ({value}); nothing was "
+                        f"clipped (error_if_nonfinite=False scales them anyway)")
     scale_by_(grads, clip_coefficient(total, max_norm))
-    return float(total.item())   # in queue order: after the scaling was enqueued, not before
+    return value
 
 
 def clip_grad_value_(parameters, clip_value: float, foreach: bool | None = None) -> None:
