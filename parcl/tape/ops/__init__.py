@@ -12,6 +12,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | activation_more | hardtanh relu6 ... mish selu celu glu softmin threshold normalize ... |
 | linalg | matmul (batched, broadcasting) |
 | linalg | matmul (batched, broadcasting) mm bmm |
+| contraction | einsum (built on sum permute reshape mm bmm) |
 | reduce, reductions | sum mean max min argmax argmin var std logsumexp cumsum |
 | reduce_dims | amax amin prod |
 | shape | reshape transpose permute movedim t squeeze unsqueeze flatten unflatten |
@@ -26,12 +27,13 @@ even inside ``no_grad`` (netcl's escape hatch).
 | loss_more | l1_loss smooth_l1_loss huber_loss kl_div binary_cross_entropy ... (reduction=) |
 """
 
-from . import (activation, activation_more, attention, conv, elementwise, indexing, join, linalg,
-               loss, loss_more, mathops, nn, norm, picks, reduce, reduce_dims, reductions, select,
-               shape, slices, unary)
+from . import (activation, activation_more, attention, contraction, conv, elementwise, indexing,
+               join, linalg, loss, loss_more, mathops, nn, norm, picks, reduce, reduce_dims,
+               reductions, select, shape, slices, unary)
 from .activation import *  # noqa: F401,F403
 from .activation_more import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
+from .contraction import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
 from .indexing import *  # noqa: F401,F403
@@ -51,7 +53,8 @@ from .shape import *  # noqa: F401,F403
 from .slices import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
 
-__all__ = [name for module in (activation, activation_more, attention, conv, elementwise, indexing,
-                               join, linalg, loss, loss_more, mathops, nn, norm, picks, reduce,
-                               reduce_dims, reductions, select, shape, slices, unary)
+__all__ = [name for module in (activation, activation_more, attention, contraction, conv,
+                               elementwise, indexing, join, linalg, loss, loss_more, mathops,
+                               nn, norm, picks, reduce, reduce_dims, reductions, select, shape,
+                               slices, unary)
            for name in module.__all__]
