@@ -27,6 +27,7 @@ from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropy
 from .module import Module, Parameter, StateDictError, default_generator, manual_seed
 from .multihead import MultiheadAttention
 from .norm import BatchNorm1d, GroupNorm, LayerNorm, RMSNorm
+from .recurrent import GRU, LSTM
 from .resnet import BasicBlock, ResNet, resnet18
 from .sparse import Embedding
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
@@ -42,6 +43,8 @@ __all__ = [
     "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "ConvTranspose2d",
     "Dropout", "Embedding", "Flatten", "GroupNorm", "LayerNorm", "Linear", "MaxPool2d",
     "RMSNorm",
+    # recurrent layers (PyTorch's)
+    "GRU", "LSTM",
     # activations
     "CELU", "CosineSimilarity", "ELU", "GELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh",
     "LeakyReLU", "LogSigmoid", "Mish", "ReLU", "ReLU6", "SELU", "SiLU", "Sigmoid", "Softmax",
