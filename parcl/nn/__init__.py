@@ -16,7 +16,7 @@ from .activation import (CELU, ELU, GLU, SELU, CosineSimilarity, Hardsigmoid, Ha
                          Softsign, Tanh, Tanhshrink, Threshold)
 from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, ParameterList,
                          Softmax)
-from .conv import ConvTranspose2d
+from .conv import AvgPool1d, Conv1d, ConvTranspose2d, MaxPool1d
 from .gelu import GELU
 from .gpt import GPT, CausalSelfAttention
 from .keys import capture_key
@@ -40,7 +40,8 @@ __all__ = [
     "Identity", "Module", "ModuleDict", "ModuleList", "Parameter", "ParameterDict",
     "ParameterList", "Sequential", "StateDictError",
     # layers
-    "AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "ConvTranspose2d",
+    "AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d",
+    "Conv2d", "ConvTranspose2d", "MaxPool1d",
     "Dropout", "Embedding", "Flatten", "GroupNorm", "LayerNorm", "Linear", "MaxPool2d",
     "RMSNorm",
     # recurrent layers (PyTorch's)

@@ -1,4 +1,5 @@
-"""Convolution layers beyond ``Conv2d``: ``ConvTranspose2d``.
+"""Convolution layers beyond ``Conv2d``: ``ConvTranspose2d``, and the 1-D layers ``Conv1d``,
+``MaxPool1d`` and ``AvgPool1d`` (over ``(N, C, L)``, through the 2-D ops).
 
 >>> import numpy as np, parcl as pc, parcl.tape as tp
 >>> up = pc.nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1)
@@ -15,10 +16,11 @@ import math
 from ..errors import ShapeError
 from ..runtime import default_queue
 from ..tape import ops
+from ..tape.ops.sequence import single
 from .layers import _arg, _check_features, _check_sizes, _pair, _param
 from .module import Module, uniform_
 
-__all__ = ["ConvTranspose2d"]
+__all__ = ["AvgPool1d", "Conv1d", "ConvTranspose2d", "MaxPool1d"]
 
 
 class ConvTranspose2d(Module):
@@ -66,3 +68,102 @@ class ConvTranspose2d(Module):
         if self.output_padding != (0, 0):
             s += f", output_padding={self.output_padding}"
         return s + ("" if self.bias is not None else ", bias=False")
+
+
+class Conv1d(Module):
+    """1-d convolution over ``(N, C, L)`` or unbatched ``(C, L)`` (``tp.conv1d``); weight
+    ``(cout, cin/groups, k)`` and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in =
+    cin/groups*k`` (PyTorch's default). ``padding`` an int, ``"valid"`` or ``"same"``;
+    ``padding_mode`` must be ``"zeros"``."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 *, queue=None):
+        super().__init__()
+        queue = queue if queue is not None else default_queue()
+        _check_sizes("Conv1d", {"in_channels": in_channels, "out_channels": out_channels})
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        self.kernel_size = (single("Conv1d", "kernel_size", kernel_size),)
+        self.stride = (single("Conv1d", "stride", stride),)
+        self.dilation = (single("Conv1d", "dilation", dilation),)
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ShapeError(f"Conv1d: padding {padding!r} is not 'same', 'valid' or an int")
+            if padding == "same" and self.stride != (1,):
+                raise ShapeError(f"Conv1d: padding='same' needs stride 1, got {self.stride}")
+            self.padding = padding
+        else:
+            self.padding = (single("Conv1d", "padding", padding, least=0),)
+        if padding_mode != "zeros":
+            raise ShapeError(f"Conv1d: padding_mode {padding_mode!r} is not supported (only "
+                             "'zeros')")
+        self.padding_mode = padding_mode
+        self.groups = int(groups)
+        if self.groups < 1 or self.in_channels % self.groups or self.out_channels % self.groups:
+            raise ShapeError(f"Conv1d: groups={groups} must be >= 1 and divide in_channels="
+                             f"{self.in_channels} and out_channels={self.out_channels}")
+        bound = 1.0 / math.sqrt(self.in_channels // self.groups * self.kernel_size[0])
+        self.weight = _param(queue, uniform_((self.out_channels, self.in_channels // self.groups,
+                                              self.kernel_size[0]), bound))
+        if bias:
+            self.bias = _param(queue, uniform_((self.out_channels,), bound))
+        else:
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        _check_features(self, x, -2, self.in_channels, (2, 3))
+        padding = self.padding if isinstance(self.padding, str) else self.padding[0]
+        return ops.conv1d(x, self.weight, self.bias, stride=self.stride[0], padding=padding,
+                          dilation=self.dilation[0], groups=self.groups)
+
+    def extra_repr(self) -> str:
+        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+             f"stride={self.stride}")
+        if self.padding != (0,):
+            s += f", padding={self.padding}"
+        if self.dilation != (1,):
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        return s + ("" if self.bias is not None else ", bias=False")
+
+
+class MaxPool1d(Module):
+    """Max pooling over ``(N, C, L)`` or ``(C, L)`` (``tp.max_pool1d``); ``stride=None`` means
+    ``kernel_size``."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
+                 return_indices: bool = False, ceil_mode: bool = False):
+        super().__init__()
+        if return_indices:
+            raise ShapeError("MaxPool1d: return_indices=True is not supported")
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.ceil_mode = dilation, bool(ceil_mode)
+
+    def forward(self, x):
+        return ops.max_pool1d(x, self.kernel_size, stride=self.stride, padding=self.padding,
+                              dilation=self.dilation, ceil_mode=self.ceil_mode)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+                f", dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class AvgPool1d(Module):
+    """Average pooling over ``(N, C, L)`` or ``(C, L)`` (``tp.avg_pool1d``), PyTorch's
+    divisors."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+                 count_include_pad: bool = True):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad = bool(ceil_mode), bool(count_include_pad)
+
+    def forward(self, x):
+        return ops.avg_pool1d(x, self.kernel_size, stride=self.stride, padding=self.padding,
+                              ceil_mode=self.ceil_mode,
+                              count_include_pad=self.count_include_pad)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+                f", ceil_mode={self.ceil_mode}, count_include_pad={self.count_include_pad}")

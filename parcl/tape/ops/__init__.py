@@ -21,6 +21,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | select, picks | where masked_fill embedding, index_select one_hot |
 | norm | layer_norm rms_norm group_norm |
 | nn, conv | conv2d conv_transpose2d pools batch_norm dropout |
+| sequence | conv1d max_pool1d avg_pool1d (the 2-D ops on (N, C, 1, L) views) |
 | attention | scaled_dot_product_attention |
 | loss | softmax log_softmax cross_entropy nll_loss mse_loss |
 | soft_loss | binary_cross_entropy_with_logits, cross_entropy with probabilities |
@@ -29,7 +30,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 
 from . import (activation, activation_more, attention, contraction, conv, elementwise, indexing,
                join, linalg, loss, loss_more, mathops, nn, norm, picks, reduce, reduce_dims,
-               reductions, select, shape, slices, unary)
+               reductions, select, sequence, shape, slices, unary)
 from .activation import *  # noqa: F401,F403
 from .activation_more import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
@@ -49,12 +50,13 @@ from .reduce import *  # noqa: F401,F403
 from .reduce_dims import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
 from .select import *  # noqa: F401,F403
+from .sequence import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
 from .slices import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
 
 __all__ = [name for module in (activation, activation_more, attention, contraction, conv,
                                elementwise, indexing, join, linalg, loss, loss_more, mathops,
-                               nn, norm, picks, reduce, reduce_dims, reductions, select, shape,
-                               slices, unary)
+                               nn, norm, picks, reduce, reduce_dims, reductions, select,
+                               sequence, shape, slices, unary)
            for name in module.__all__]

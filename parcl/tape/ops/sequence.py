@@ -1,0 +1,117 @@
+"""1-D convolution and pooling over ``(N, C, L)`` (or unbatched ``(C, L)``): PyTorch's
+``conv1d``, ``max_pool1d`` and ``avg_pool1d``, each the 2-D op on an ``(N, C, 1, L)`` view
+(``unsqueeze``/``squeeze`` are views: no copies), so their gradients are the 2-D ops'.
+
+>>> x = tp.tensor(pc.Tensor.from_host(q, np.ones((2, 4, 9), np.float32)), True)
+>>> w = tp.tensor(pc.Tensor.from_host(q, np.ones((6, 4, 3), np.float32)), True)
+>>> tp.conv1d(x, w, padding="same").shape, tp.max_pool1d(x, 2).shape
+((2, 6, 9), (2, 4, 4))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ShapeError
+from .indexing import pad as pad_op
+from .nn import avg_pool2d, conv2d, max_pool2d
+from .shape import squeeze, unsqueeze
+
+__all__ = ["avg_pool1d", "conv1d", "max_pool1d"]
+
+
+def single(op: str, name: str, value, least: int = 1) -> int:
+    """An int or a 1-tuple of one (at least ``least``) as an int, else a ShapeError."""
+    v = value[0] if isinstance(value, (tuple, list)) and len(value) == 1 else value
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
+        want = "a positive integer" if least else "a non-negative integer"
+        raise ShapeError(f"{op}: {name} must be {want} or a 1-tuple of one, got {value!r}")
+    return int(v)
+
+
+def _as_2d(op: str, x, tape):
+    """``x`` as ``(N, C, 1, L)`` and whether it was batched."""
+    shape = tuple(x.shape)
+    if len(shape) not in (2, 3):
+        raise ShapeError(f"{op}: expected a 2-d (C, L) or 3-d (N, C, L) input, got shape "
+                         f"{shape}")
+    batched = len(shape) == 3
+    return unsqueeze(x if batched else unsqueeze(x, 0, tape=tape), 2, tape=tape), batched
+
+
+def _back(y, batched: bool, tape):
+    y = squeeze(y, 2, tape=tape)
+    return y if batched else squeeze(y, 0, tape=tape)
+
+
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1, *,
+           tape=None):
+    """``torch.nn.functional.conv1d``: cross-correlation of ``x`` ``(N, C, L)`` or ``(C, L)``
+    with ``weight`` ``(cout, cin/groups, k)``; ``padding`` an int, ``"valid"`` (0) or
+    ``"same"`` (stride 1; an odd total padding puts the extra zero on the right, as PyTorch).
+    ``conv2d`` on an ``(N, C, 1, L)`` view.
+
+    >>> tp.conv1d(x, w, stride=2, padding=1).shape      # x (2, 4, 9), w (6, 4, 3)
+    (2, 6, 5)
+    """
+    wshape = tuple(weight.shape)
+    if len(wshape) != 3:
+        raise ShapeError(f"conv1d: weight must be 3-d (out_channels, in_channels/groups, "
+                         f"kernel), got shape {wshape}")
+    stride = single("conv1d", "stride", stride)
+    dilation = single("conv1d", "dilation", dilation)
+    x4, batched = _as_2d("conv1d", x, tape)
+    if isinstance(padding, str):
+        if padding not in ("same", "valid"):
+            raise ShapeError(f"conv1d: padding {padding!r} is not 'same', 'valid' or an int")
+        if padding == "same" and stride != 1:
+            raise ShapeError(f"conv1d: padding='same' needs stride 1, got stride {stride} "
+                             "(as PyTorch)")
+        total = dilation * (wshape[2] - 1) if padding == "same" else 0
+        left = total // 2
+        if total - left != left:              # the odd zero goes right: pad explicitly
+            x4 = pad_op(x4, (left, total - left), tape=tape)
+            left = 0
+    else:
+        left = single("conv1d", "padding", padding, least=0)
+    y = conv2d(x4, unsqueeze(weight, 2, tape=tape), bias, stride=(1, stride),
+               padding=(0, left), dilation=(1, dilation), groups=groups, tape=tape)
+    return _back(y, batched, tape)
+
+
+def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
+               return_indices: bool = False, *, tape=None):
+    """``torch.nn.functional.max_pool1d`` over ``(N, C, L)`` or ``(C, L)`` (``stride=None``
+    means ``kernel_size``; padding counts as -inf, at most half the kernel); ``max_pool2d`` on
+    an ``(N, C, 1, L)`` view. ``return_indices=True`` is refused.
+
+    >>> tp.max_pool1d(x, 3, stride=2, padding=1).shape      # x (2, 4, 9)
+    (2, 4, 5)
+    """
+    if return_indices:
+        raise ShapeError("max_pool1d: return_indices=True is not supported")
+    k = single("max_pool1d", "kernel_size", kernel_size)
+    s = k if stride is None else single("max_pool1d", "stride", stride)
+    p = single("max_pool1d", "padding", padding, least=0)
+    d = single("max_pool1d", "dilation", dilation)
+    x4, batched = _as_2d("max_pool1d", x, tape)
+    y = max_pool2d(x4, (1, k), stride=(1, s), padding=(0, p), dilation=(1, d),
+                   ceil_mode=ceil_mode, tape=tape)
+    return _back(y, batched, tape)
+
+
+def avg_pool1d(x, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True, *, tape=None):
+    """``torch.nn.functional.avg_pool1d`` over ``(N, C, L)`` or ``(C, L)``, PyTorch's divisors;
+    ``avg_pool2d`` on an ``(N, C, 1, L)`` view.
+
+    >>> tp.avg_pool1d(x, 2).shape      # x (2, 4, 9)
+    (2, 4, 4)
+    """
+    k = single("avg_pool1d", "kernel_size", kernel_size)
+    s = k if stride is None else single("avg_pool1d", "stride", stride)
+    p = single("avg_pool1d", "padding", padding, least=0)
+    x4, batched = _as_2d("avg_pool1d", x, tape)
+    y = avg_pool2d(x4, (1, k), stride=(1, s), padding=(0, p), ceil_mode=ceil_mode,
+                   count_include_pad=count_include_pad, tape=tape)
+    return _back(y, batched, tape)
