@@ -109,3 +109,21 @@ def test_ellipsis_missing_from_the_output_is_summed_as_torch(queue, rng):
     arrays = [rng.standard_normal((2, 3, 4))]
     against_torch(queue, rng, lambda x: tp.einsum("...i->i", x),
                   lambda x: torch.einsum("...i->i", x), arrays)
+
+
+def test_random_equations_match_torch(queue):
+    # 100 seeded equations of 1-3 operands (scalars, size-1 dims, implicit outputs among them)
+    rng = np.random.default_rng(7)
+    letters = list("abcde")
+    size = {c: int(rng.integers(1, 4)) for c in letters}
+    for _ in range(100):
+        terms = ["".join(rng.choice(letters, int(rng.integers(0, 4)), replace=False))
+                 for _ in range(int(rng.integers(1, 4)))]
+        seen = sorted(set("".join(terms)))
+        out = "".join(rng.permutation([c for c in seen if rng.random() < 0.5]))
+        eq = ",".join(terms) + (f"->{out}" if rng.random() < 0.7 else "")
+        arrays = [rng.standard_normal([size[c] for c in t]).astype(np.float32) for t in terms]
+        want = torch.einsum(eq, *[torch.tensor(a) for a in arrays]).numpy()
+        got = tp.einsum(eq, *[leaf(queue, a, False) for a in arrays]).to_host()
+        assert got.shape == want.shape, eq
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=eq)
