@@ -34,7 +34,6 @@ from .replica_steps import (Captured, Eager, IgnoredLabels, check_optimizer, che
                             weighted_loss)
 from .replica_stats import StatsExchange
 from .replica_threads import Replica
-from .tape import mode
 from .tape.ops import nn as nn_ops
 
 DEFAULT_TIMEOUT = 600.0       # seconds any dispatched call may take before the group gives up
@@ -107,7 +106,8 @@ class ReplicaGroup:
         self._backward = (Captured if self.capture else Eager)(index, self._buffers)
         self._stats = StatsExchange([r.queue for r in self.replicas], self.comm,
                                     self.timeout) if sync_batchnorm else None
-        self._replica_step = self._synced_step if sync_batchnorm else self._backward.run
+        self._replica_step = (self._stats.synced(self._backward.run) if sync_batchnorm
+                              else self._backward.run)
 
     @classmethod
     def from_launch(cls, build_model, **kwargs) -> ReplicaGroup:
@@ -413,20 +413,6 @@ class ReplicaGroup:
         """The global 2-norm of the summed gradient before the last ``step`` clipped it (with
         ``max_grad_norm``); None before any clipped step."""
         return None if self._last_norm is None else float(self._last_norm)
-
-    def _synced_step(self, replica, micros, loss_fn, key):
-        """A replica's part of the step with its batch norms' statistics exchanged."""
-        member = self._stats.member(replica.index)
-        mode.set_batch_stats_sync(member)
-        try:
-            outcome = self._backward.run(replica, micros, loss_fn, key)
-        except BaseException:
-            self._stats.abort()            # nobody waits for this replica any more
-            raise
-        finally:
-            mode.set_batch_stats_sync(None)
-        member.leave()
-        return outcome
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:

@@ -23,6 +23,7 @@ import pyopencl as cl
 from . import recorder
 from .errors import ReplicaError
 from .gate import release
+from .tape import mode
 from .tensor import Tensor
 
 _DONE = object()          # a replica's slot once its step is over
@@ -51,6 +52,23 @@ class StatsExchange:
     def abort(self) -> None:
         """A replica failed: every replica waiting here (or arriving) stops at once."""
         self.barrier.abort()
+
+    def synced(self, run):
+        """``run`` (a replica's part of a step, ``run(replica, *args)``) with its batch norms'
+        statistics exchanged here (``parcl.tape.mode.batch_stats_sync``)."""
+        def step(replica, *args):
+            member = self.member(replica.index)
+            mode.set_batch_stats_sync(member)
+            try:
+                outcome = run(replica, *args)
+            except BaseException:
+                self.abort()            # nobody waits for this replica any more
+                raise
+            finally:
+                mode.set_batch_stats_sync(None)
+            member.leave()
+            return outcome
+        return step
 
 
 class Member:

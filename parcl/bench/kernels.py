@@ -1,9 +1,9 @@
 """``parcl-bench kernels``: kernel throughput against numpy in the same run, and launch cost.
 
 * GEMM GFLOP/s (``2*n^3`` flop) for NN, NT and TN at ``--sizes`` (256..2048): the whole device
-  against numpy with as many BLAS threads as the device has compute units, and one sub-device
-  (one compute unit's share of the CPU) against numpy on one thread. Thread limits go through
-  threadpoolctl; without it numpy runs on its default threads and the table says so.
+  against numpy with as many BLAS threads as the device has compute units (a GPU: as the host
+  has cores, and ``torch.matmul`` on CUDA, TF32 off, where PyTorch has it), and one sub-device
+  against numpy on one thread (threadpoolctl; without it the table says so).
 * elementwise (add, relu) and reduction (sum of all, sum over rows) GB/s (bytes read + written
   once) against numpy's ``add``/``maximum``/``sum``.
 * conv2d forward and backward (input + weight gradients, 2x the forward flop) GFLOP/s against
@@ -22,10 +22,10 @@
   only the launches'.
 
 JSON tables: ``gemm`` (``device``, ``trans``, ``n``, ``variant``, ``gflops`` (+ ``_min``/
-``_max``), ``numpy_gflops`` (+ ...), ``numpy_threads``, ``ratio`` (+ ``_min``/``_max``)),
-``memory`` (``device``, ``op``, ``elems``, ``gbps``, ``numpy_gbps``, ``ratio``), ``conv``
-(``device``, ``shape``, ``pass``, ``gflops``, ``numpy_gflops``, ``ratio``), ``conv_ext``
-(see ``parcl.bench.conv_kernels``), ``launch``
+``_max``), ``numpy_gflops`` (+ ...), ``numpy_threads``, ``ratio`` (+ ``_min``/``_max``),
+``cuda_gflops``, ``cuda_ratio`` beside a GPU), ``memory`` (``device``, ``op``, ``elems``,
+``gbps``, ``numpy_gbps``, ``ratio``), ``conv`` (``device``, ``shape``, ``pass``, ``gflops``,
+``numpy_gflops``, ``ratio``), ``conv_ext`` (``parcl.bench.conv_kernels``), ``launch``
 (``device``, ``what``, ``us``), ``overhead`` (``device``, ``mode``, ``ops`` (recorded ops per
 step), ``kernels``, ``host_us`` (+ ``_min``/``_max``: enqueue time of one forward + backward),
 ``us_per_op``, ``ops_per_s``, ``us_per_kernel``, ``above_floor_us_per_op`` (host time per
@@ -40,22 +40,16 @@ from __future__ import annotations
 
 import os
 
-import time
-
 import numpy as np
-import pyopencl as cl
 
 import parcl as pc
-import parcl.tape as tp
-from parcl import recorder
 from parcl.kernels import conv as K_conv
 from parcl.kernels import elementwise as ew
 from parcl.kernels import reduction as red
-from parcl.kernels._cache import get_kernel
 from parcl.kernels.gemm import choose_variant, gemm
 from parcl.runtime import is_gpu
 
-from . import conv_kernels, reference
+from . import conv_kernels, launch_cost, reference
 from .common import (
     torch_or_none,
     BenchError,
@@ -167,9 +161,10 @@ def run(args) -> dict:
             if "conv_ext" not in skip:
                 ext_rows += conv_kernels.run_section(q, label, exts, threads, repeat, warmup)
         if "launch" not in skip:
-            launch_rows += _launch(q, label, args.launches, repeat)
+            launch_rows += launch_cost.launch_rows(q, label, args.launches, repeat)
         if "overhead" not in skip:
-            ovh_rows += _overhead(q, label, args.chain, max(repeat, 5), warmup)
+            ovh_rows += launch_cost.overhead_rows(q, label, args.chain, max(repeat, 5),
+                                                  warmup)
     spread = fmt_range("gflops", ".1f")
     add_table(result, "gemm", "GEMM n x n x n: parcl vs numpy.matmul, alternating runs, "
               f"median [min-max] of {repeat}; parcl/numpy = median of per-run ratios", [
@@ -320,121 +315,6 @@ def _conv(q, label, names, repeat, warmup) -> list[dict]:
                 put_ratio(row, "ratio", stat, np_stat)
             rows.append(row)
     return rows
-
-
-def _launch(q, label, launches, repeat) -> list[dict]:
-    if launches < 1:
-        raise BenchError(f"--launches must be >= 1, got {launches}")
-    t = pc.Tensor.zeros(q, (1,))
-    raw = get_kernel(q, ew.SOURCE, "scale")
-    one, alpha = np.int32(1), np.float32(1.0)
-
-    def parcl_launch():
-        ew.scale_(t, 1.0)
-
-    def raw_launch():
-        raw(q, (1,), None, t.data, alpha, one)
-
-    rows = []
-    for what, fn in (("parcl launcher", parcl_launch), ("raw pyopencl call", raw_launch)):
-        fn()
-        q.finish()
-        enq, drain = [], []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            for _ in range(launches):
-                fn()
-            t1 = time.perf_counter()
-            q.finish()
-            t2 = time.perf_counter()
-            enq.append((t1 - t0) / launches)
-            drain.append((t2 - t0) / launches)
-        rows.append(_us_row(label, f"enqueue ({what})", enq))
-        rows.append(_us_row(label, f"enqueue + run, per kernel ({what})", drain))
-    trips = []
-    for _ in range(max(launches // 10, 10)):
-        t0 = time.perf_counter()
-        parcl_launch()
-        q.finish()
-        trips.append(time.perf_counter() - t0)
-    rows.append(_us_row(label, "enqueue + finish round trip", trips))
-    return rows
-
-
-def _overhead(q, label, chain, repeat, warmup) -> list[dict]:
-    """Eager and captured host time of a tiny forward + backward of ``chain`` mul-adds."""
-    if chain < 1:
-        raise BenchError(f"--chain must be >= 1, got {chain}")
-    w = tp.tensor(pc.Tensor.from_host(q, np.full(4, 0.5, np.float32)), requires_grad=True)
-    w.grad = pc.Tensor.zeros(q, (4,))          # persistent, so a replay accumulates into it
-    hx = np.ones(4, np.float32)
-    nodes = []
-
-    def step(x):
-        xn = tp.tensor(x)
-        with tp.Tape() as tape:
-            h = xn
-            for _ in range(chain):
-                h = h * w + xn
-            loss = tp.sum(h)
-        tape.backward(loss)
-        nodes.append(len(tape.nodes))
-        tape.release()
-        return loss.value
-
-    x = pc.Tensor.from_host(q, hx)
-    rec = recorder.start()                     # count the launches of one step
-    try:
-        step(x)
-    finally:
-        recorder.stop()
-    kernels = sum(1 for op in rec.ops if isinstance(op, recorder.Launch))
-    del rec
-    q.finish()
-    captured = tp.capture(step, q)
-    # The floor: the same number of bare enqueues of a kernel whose arguments are preset (a
-    # replay's own launch call), so what parcl's Python adds above OpenCL's enqueue shows.
-    bare = cl.Kernel(get_kernel(q, ew.SOURCE, "scale").program, "scale")
-    bare.set_args(pc.Tensor.zeros(q, (1,)).data, np.float32(1.0), np.int32(1))
-
-    def floor():
-        for _ in range(kernels):
-            cl.enqueue_nd_range_kernel(q, bare, (1,), None)
-
-    rows = []
-    for mode, fn in (("eager", lambda: step(x)), ("capture (replay)", lambda: captured(hx)),
-                     ("floor: bare enqueues", floor)):
-        for _ in range(warmup + 2):            # capture: the first call records
-            fn()
-            q.finish()
-        host, total = [], []
-        for _ in range(repeat):
-            q.finish()
-            t0 = time.perf_counter()
-            fn()
-            t1 = time.perf_counter()
-            q.finish()
-            host.append(t1 - t0)
-            total.append(time.perf_counter() - t0)
-        h, tot = np.asarray(host) * 1e6, np.asarray(total) * 1e6
-        med = float(np.median(h))
-        ops = nodes[-1]
-        rows.append({"device": label, "mode": mode, "ops": ops, "kernels": kernels,
-                     "host_us": med, "host_us_min": float(h.min()), "host_us_max": float(h.max()),
-                     "us_per_op": med / ops, "ops_per_s": ops / med * 1e6,
-                     "us_per_kernel": med / kernels, "step_us": float(np.median(tot))})
-    if captured.replays == 0:
-        raise BenchError(f"overhead: the chain was not replayed ({captured.reason(hx)})")
-    floor_us = rows[-1]["host_us"]
-    for r in rows:
-        r["above_floor_us_per_op"] = (r["host_us"] - floor_us) / r["ops"]
-    return rows
-
-
-def _us_row(label, what, times) -> dict:
-    t = np.asarray(times) * 1e6
-    return {"device": label, "what": what, "us": float(np.median(t)),
-            "us_min": float(t.min()), "us_max": float(t.max())}
 
 
 def plot(result: dict, path: str) -> None:
