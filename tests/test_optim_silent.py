@@ -305,3 +305,62 @@ def test_parameters_each_replica_steps_in_a_run_stay_its_own(devices2):
         group.run(lambda r: None)
         for r, w in zip(group.replicas, first):
             np.testing.assert_array_equal(r.model.weight.value.to_host(), w)
+
+
+def _adam_run(queue, save_cls, load_cls, cut=5, steps=10):
+    """Ten steps of ``save_cls`` (weight_decay 0.5), its state dict loaded into a fresh
+    ``load_cls`` after ``cut`` of them; the final weights (``cut=None``: uninterrupted)."""
+    rng = np.random.default_rng(0)
+    w0, grads = rng.standard_normal(4), [rng.standard_normal(4) for _ in range(steps)]
+    p = pc.nn.Parameter.from_host(queue, w0.astype(np.float32))
+    opt = save_cls([p], lr=0.1, weight_decay=0.5)
+    for t, g in enumerate(grads):
+        if t == cut:
+            saved = opt.state_dict()
+            opt = load_cls([p], lr=0.1, weight_decay=0.5)
+            opt.load_state_dict(saved)
+        p.grad = pc.Tensor.from_host(queue, g.astype(np.float32))
+        opt.step()
+    return p.value.to_host()
+
+
+@pytest.mark.parametrize("saved,loaded", [("AdamW", "Adam"), ("Adam", "AdamW")])
+def test_an_adam_state_dict_is_refused_by_adamw_and_the_other_way(queue, saved, loaded):
+    """Adam's and AdamW's state dicts had the same keys, so an AdamW state loaded into Adam
+    (a resume script naming the other class) was taken, and the run went on with L2 weight
+    decay where it had trained with decoupled decay: weights [0.662, -0.143, 0.526, -0.230]
+    after 10 steps where the uninterrupted AdamW run ends at [0.593, -0.134, 0.463, -0.214],
+    silently. (PyTorch's Adam and AdamW state dicts carry ``decoupled_weight_decay``.) Each
+    group now carries it too, and a state of the other rule is refused, the optimizer
+    unchanged; ``pc.load`` refused this already."""
+    save_cls, load_cls = getattr(pc.optim, saved), getattr(pc.optim, loaded)
+    with pytest.raises(OptimizerError, match=f"{loaded}.load_state_dict: param_groups\\[0\\] "
+                                             f"was saved by {saved}"):
+        _adam_run(queue, save_cls, load_cls)
+    groups = _run_state(queue, save_cls)["param_groups"]
+    assert groups[0]["decoupled_weight_decay"] is (saved == "AdamW")
+    np.testing.assert_allclose(_adam_run(queue, save_cls, save_cls),
+                               _adam_run(queue, save_cls, save_cls, cut=None), rtol=1e-6)
+
+
+def test_an_adam_state_dict_saved_without_the_flag_still_loads(queue):
+    """A state dict saved before the flag was written (no ``decoupled_weight_decay``) loads
+    as before."""
+    p = params(queue, (3,))
+    opt = Adam(p, lr=0.1)
+    p[0].grad = pc.Tensor.from_host(queue, np.ones(3, np.float32))
+    opt.step()
+    old = opt.state_dict()
+    for g in old["param_groups"]:
+        del g["decoupled_weight_decay"]
+    fresh = Adam(p, lr=0.1)
+    fresh.load_state_dict(old)
+    assert fresh.state[p[0]]["step"] == 1
+
+
+def _run_state(queue, cls):
+    p = params(queue, (3,))
+    opt = cls(p, lr=0.1)
+    p[0].grad = pc.Tensor.from_host(queue, np.ones(3, np.float32))
+    opt.step()
+    return opt.state_dict()

@@ -107,6 +107,39 @@ class Adam(Optimizer):
                 decoupled_weight_decay=wd if self.decoupled else 0.0, target=_target(p))
         state["step"] = step
 
+    # Adam's and AdamW's states have the same entries; each group carries the rule it was
+    # saved by (PyTorch's key), so one is not loaded into the other and trained on silently
+    # with the other weight decay.
+    _RULE = "decoupled_weight_decay"
+
+    def state_dict(self):
+        sd = super().state_dict()
+        for group in sd["param_groups"]:
+            group[self._RULE] = self.decoupled
+        return sd
+
+    def load_state_dict(self, state_dict) -> None:
+        """As ``Optimizer.load_state_dict``; a state saved by the other of Adam and AdamW
+        (its groups' ``decoupled_weight_decay``) is refused. One saved without the flag
+        loads as before."""
+        groups = state_dict.get("param_groups") if isinstance(state_dict, dict) else None
+        if not isinstance(groups, (list, tuple)):
+            return super().load_state_dict(state_dict)
+        plain = []
+        for i, group in enumerate(groups):
+            if isinstance(group, dict) and self._RULE in group:
+                if bool(group[self._RULE]) != self.decoupled:
+                    name = type(self).__name__
+                    raise OptimizerError(
+                        f"{name}.load_state_dict: param_groups[{i}] was saved by "
+                        f"{'AdamW' if group[self._RULE] else 'Adam'} ({self._RULE}="
+                        f"{group[self._RULE]!r}), {name}'s weight decay is "
+                        f"{'decoupled' if self.decoupled else 'an L2 term'}; load it "
+                        f"into the optimizer that saved it")
+                group = {k: v for k, v in group.items() if k != self._RULE}
+            plain.append(group)
+        super().load_state_dict({**state_dict, "param_groups": plain})
+
 
 class AdamW(Adam):
     """Adam with decoupled weight decay (PyTorch's AdamW)::
