@@ -208,3 +208,14 @@ def test_attention_mask_gradient_with_scale_zero(queue, rng):
     want = [np.zeros_like(q), np.zeros_like(k), p.transpose(0, 2, 1) @ dy, dm]
     for node, w in zip(nodes, want):
         np.testing.assert_allclose(node.grad.to_host(), w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cls", ["Conv1d", "Conv2d"])
+@pytest.mark.parametrize("groups", [2.5, 2.0, True])
+def test_a_convolutions_groups_that_is_not_an_int_is_refused(queue, cls, groups):
+    """``Conv1d(4, 4, 3, groups=2.5)`` was built as a 2-group convolution (``int(2.5)``,
+    weight (4, 2, 3)) and ``groups=True`` as an ordinary one, silently: PyTorch refuses 2.5
+    (in_channels must be divisible by groups) and fails on 2.0. Refused, naming groups."""
+    with pytest.raises(pc.errors.ShapeError, match=f"{cls}: groups must be a positive integer, got "
+                                         f"{groups!r}"):
+        getattr(pc.nn, cls)(4, 4, 3, groups=groups, queue=queue)

@@ -81,7 +81,8 @@ class Conv1d(Module):
                  *, queue=None):
         super().__init__()
         queue = queue if queue is not None else default_queue()
-        _check_sizes("Conv1d", {"in_channels": in_channels, "out_channels": out_channels})
+        _check_sizes("Conv1d", {"in_channels": in_channels, "out_channels": out_channels,
+                               "groups": groups})
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
         self.kernel_size = (single("Conv1d", "kernel_size", kernel_size),)
         self.stride = (single("Conv1d", "stride", stride),)

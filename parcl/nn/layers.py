@@ -116,7 +116,8 @@ class Conv2d(Module):
         super().__init__()
         queue = queue if queue is not None else default_queue()
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        _check_sizes("Conv2d", {"in_channels": in_channels, "out_channels": out_channels})
+        _check_sizes("Conv2d", {"in_channels": in_channels, "out_channels": out_channels,
+                               "groups": groups})
         self.kernel_size = _pair("Conv2d", "kernel_size", kernel_size)
         self.stride = _pair("Conv2d", "stride", stride)
         self.padding = _pair("Conv2d", "padding", padding, least=0)
