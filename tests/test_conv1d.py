@@ -124,3 +124,16 @@ def test_refusals(queue, rng):
         pc.nn.MaxPool1d(2, return_indices=True)
     with pytest.raises(ShapeError, match="max_pool1d: kernel_size"):
         tp.max_pool1d(x, 2.5)
+
+
+@pytest.mark.parametrize("pool", ["max_pool1d", "avg_pool1d"])
+def test_a_1d_pools_bad_window_is_named_in_1d_terms(pool):
+    """Its errors named the 2-D pool underneath and (1, k) pairs (``max_pool2d: padding (0,
+    2) ...``); they name the 1-D op and its own numbers."""
+    x = tp.tensor(np.ones((1, 2, 5), np.float32))
+    fn = getattr(tp, pool)
+    with pytest.raises(pc.ShapeError, match=rf"^{pool}: padding 2 must be at most half the "
+                                            r"kernel size 3"):
+        fn(x, 3, padding=2)
+    with pytest.raises(pc.ShapeError, match=rf"^{pool}: kernel 9 .* length 5"):
+        fn(x, 9)

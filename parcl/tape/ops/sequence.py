@@ -39,6 +39,17 @@ def _as_2d(op: str, x, tape):
     return unsqueeze(x if batched else unsqueeze(x, 0, tape=tape), 2, tape=tape), batched
 
 
+def _check_window(op: str, length: int, k: int, p: int, d: int) -> None:
+    """A 1-D pool's window against its input, in the 1-D terms the caller gave (the 2-D pool
+    underneath would name itself and (1, k) pairs)."""
+    if p > k // 2:
+        raise ShapeError(f"{op}: padding {p} must be at most half the kernel size {k} "
+                         "(as PyTorch)")
+    if length + 2 * p < d * (k - 1) + 1:
+        raise ShapeError(f"{op}: kernel {k} (dilation {d}) with padding {p} does not fit the "
+                         f"input's length {length}")
+
+
 def _back(y, batched: bool, tape):
     y = squeeze(y, 2, tape=tape)
     return y if batched else squeeze(y, 0, tape=tape)
@@ -95,6 +106,7 @@ def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bo
     p = single("max_pool1d", "padding", padding, least=0)
     d = single("max_pool1d", "dilation", dilation)
     x4, batched = _as_2d("max_pool1d", x, tape)
+    _check_window("max_pool1d", x4.shape[-1], k, p, d)
     y = max_pool2d(x4, (1, k), stride=(1, s), padding=(0, p), dilation=(1, d),
                    ceil_mode=ceil_mode, tape=tape)
     return _back(y, batched, tape)
@@ -112,6 +124,7 @@ def avg_pool1d(x, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
     s = k if stride is None else single("avg_pool1d", "stride", stride)
     p = single("avg_pool1d", "padding", padding, least=0)
     x4, batched = _as_2d("avg_pool1d", x, tape)
+    _check_window("avg_pool1d", x4.shape[-1], k, p, 1)
     y = avg_pool2d(x4, (1, k), stride=(1, s), padding=(0, p), ceil_mode=ceil_mode,
                    count_include_pad=count_include_pad, tape=tape)
     return _back(y, batched, tape)
