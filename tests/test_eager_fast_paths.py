@@ -188,3 +188,32 @@ def test_two_products_too_big_for_one_launch_take_two(queue, rng):
     assert "gemm_direct2" not in [name for name, _, _ in launches]
     np.testing.assert_array_equal(_bits(ga), _bits(product(g, b, trans_b=True)))
     np.testing.assert_array_equal(_bits(gb), _bits(product(a, g, trans_a=True)))
+
+
+def test_a_backward_that_raised_leaves_no_walk_state_on_its_functions(queue, monkeypatch):
+    """The walk hands a Function this pass's gradient targets and the leaf ``.grad`` to add
+    into (``also_into``) for one call; a backward that raised left them set, so a retried
+    backward through the same graph would have added into the old targets."""
+    rng = np.random.default_rng(3)
+    w = tp.tensor(pc.Tensor.from_host(queue, rng.standard_normal((4, 4), np.float32)),
+                  requires_grad=True)
+    x = tp.tensor(pc.Tensor.from_host(queue, rng.standard_normal((4, 4), np.float32)),
+                  requires_grad=True)
+    x.grad = pc.Tensor.zeros(queue, (4, 4))          # a .grad to add into: the fused path
+    h = tp.tensor(pc.Tensor.from_host(queue, rng.standard_normal((4, 4), np.float32)))
+    with tp.Tape() as tape:
+        y = tp.tanh(h @ w + x)
+        loss = tp.sum(y)
+    real = ew.tanh_backward
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(ew, "tanh_backward", failing)
+    try:
+        tape.backward(loss)
+    except RuntimeError:
+        pass
+    monkeypatch.setattr(ew, "tanh_backward", real)
+    fn = y.grad_fn
+    assert "also_into" not in vars(fn) and "grad_targets" not in vars(fn)

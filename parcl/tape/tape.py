@@ -176,11 +176,14 @@ class Tape:
                 leaf = _handed_on(node, order[pos - 1], owned)
                 if leaf is not None:
                     fn.also_into = leaf.grad
-            parent_grads = fn(upstream)
-            if targets:
-                del fn.grad_targets                 # back to the class's empty default
+            try:
+                parent_grads = fn(upstream)
+            finally:    # also when it raises: a later backward must not see this walk's
+                if targets:
+                    del fn.grad_targets             # back to the class's empty default
+                if leaf is not None:
+                    del fn.also_into
             if leaf is not None:
-                del fn.also_into
                 handed = (order[pos - 1], leaf)
             if not retain_grads and node is not loss:
                 node.grad = None
