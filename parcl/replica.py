@@ -181,8 +181,12 @@ class ReplicaGroup:
         """``run`` without the checks and the following of replica 0's gradients: building
         the models, and a step (which zeroes its gradients itself: ``_begin``)."""
         job = threads.Job(len(self.replicas))
-        self._last_job = job
-        threads.dispatch(self.replicas, job, fn, per_replica_args)
+        try:
+            self._last_job = job
+            threads.dispatch(self.replicas, job, fn, per_replica_args)
+        except BaseException:          # Ctrl-C amid the hand-over: none waits for the rest
+            job.abandon()
+            raise
         limit = self.timeout if timeout is None else timeout
         if not job.wait(time.monotonic() + limit):
             busy = [r.index for r, res in zip(self.replicas, job.results) if res is None]

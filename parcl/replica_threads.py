@@ -71,6 +71,7 @@ class Job:
         self.results = [None] * k
         self.failures: list[Failure] = []
         self.finished = 0
+        self.sent = 0              # replicas the job was handed to (``dispatch``)
         self.k = k
         self._mutex = threading.Lock()
         self.all_done = threading.Event()
@@ -90,6 +91,17 @@ class Job:
             # comes from the failing replica itself, maybe a moment later.
             if self.finished == self.k or failure is not None and not isinstance(
                     failure.error, threading.BrokenBarrierError):
+                self.done_or_failed.set()
+
+    def abandon(self) -> None:
+        """The dispatch was interrupted (Ctrl-C) before every replica was handed the job:
+        those never will be, so they count as finished. Otherwise a wait for the job (the
+        next call's, or a failed step's rewind) waited for them until its timeout."""
+        with self._mutex:
+            self.finished += self.k - self.sent
+            self.sent = self.k
+            if self.finished >= self.k:
+                self.all_done.set()
                 self.done_or_failed.set()
 
     def wait(self, deadline: float, stop_on_error: bool = True) -> bool:
@@ -112,6 +124,7 @@ def dispatch(replicas: list[Replica], job: Job, fn, per_replica_args) -> None:
     release_all()          # nothing this thread left held may stall a replica (parcl.gate)
     for i, r in enumerate(replicas):
         r.inbox.put((job, fn, tuple(a[i] for a in per_replica_args), modes))
+        job.sent += 1
 
 
 def _work(replica: Replica) -> None:

@@ -492,3 +492,31 @@ def test_a_replica_stopped_by_a_broken_barrier_waits_for_the_cause():
     assert not job.done_or_failed.is_set()
     job.finish(1, failure=Failure(1, RuntimeError("replica lost"), ""))
     assert job.done_or_failed.is_set() and job.all_done.is_set()
+
+
+def test_ctrl_c_while_a_call_is_handed_out_does_not_hang_the_next_call(devices2):
+    """Ctrl-C that landed while a call was being handed to the replicas (one had it, the
+    other not) left a job no replica would finish: the failed step's rewind then waited for
+    it until the group's timeout (parcl-launch's Ctrl-C test hung, under load). The replicas
+    never handed the job count as finished; the next call runs at once."""
+    class Interrupted:                  # replica 1's inbox: Ctrl-C at its first hand-over
+        def __init__(self, inbox):
+            self.inbox, self.fired = inbox, False
+
+        def put(self, item):
+            if not self.fired:
+                self.fired = True
+                raise KeyboardInterrupt
+            self.inbox.put(item)
+
+        def get(self):
+            return self.inbox.get()
+
+    with ReplicaGroup(mlp, devices2, timeout=20) as group:
+        real = group.replicas[1].inbox
+        group.replicas[1].inbox = Interrupted(real)
+        with pytest.raises(KeyboardInterrupt):
+            group.run(lambda r: r.index)
+        t0 = time.monotonic()
+        assert group.run(lambda r: r.index) == [0, 1]
+        assert time.monotonic() - t0 < 5
