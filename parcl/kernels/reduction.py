@@ -21,6 +21,7 @@ array([3., 3., 3., 3.], dtype=float32)
 from __future__ import annotations
 
 import builtins
+from dataclasses import dataclass
 from math import prod
 
 import numpy as np
@@ -148,24 +149,51 @@ def reduced_shape(shape, axes, keepdims: bool) -> tuple[int, ...]:
 
 
 # -- the (outer, R, inner) core --------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One launch of a reduction: ``kernel`` (``sum_seq``, ``max_wg``, ...) over ``size`` outputs
+    with ``gsize``/``lsize``, and the kernel's scalar arguments ``args`` (n, R, inner, chunk,
+    nchunks, scale) as plain numbers: the kernel's declared types pack them."""
+
+    kernel: str
+    size: int
+    gsize: tuple[int]
+    lsize: tuple[int]
+    args: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A reduction worked out once per queue, input shape and axes (an eager step repeats the
+    same few): ``perm`` (reduced axes moved last first, or None), the ``stages`` (a long row is
+    reduced in chunks, then the partials again) and the result's ``shape``."""
+
+    perm: tuple[int, ...] | None
+    stages: tuple[Stage, ...]
+    shape: tuple[int, ...]
+
+
 def reduce_3d(op: str, x: Tensor, outer: int, R: int, inner: int, scale: float = 1.0, *,
               workgroup: bool | None = None) -> Tensor:
     """``op`` ("sum", "max" or "prod") over the middle axis of ``x`` viewed as (outer, R,
     inner), times ``scale``; a flat (outer * inner,) tensor. ``workgroup`` forces the kernel
     variant (default: work-group trees on a GPU when ``inner`` is small, sequential loops
     otherwise)."""
-    q = x.queue
-    gpu = on_gpu(q)
+    return _run(x, _stages(op, on_gpu(x.queue), outer, R, inner, scale, workgroup))
+
+
+def _stages(op: str, gpu: bool, outer: int, R: int, inner: int, scale: float,
+            workgroup: bool | None) -> tuple[Stage, ...]:
     chunk = CHUNK_GPU if gpu else CHUNK_CPU
     forced = workgroup
     if workgroup is None:
         workgroup = gpu and use_workgroups(outer, R, inner, chunk)
     if R > chunk:
         nchunks = (R + chunk - 1) // chunk
-        partial = _launch(op, x, outer, R, inner, chunk, nchunks, 1.0, workgroup)
+        first = _stage(op, gpu, outer, R, inner, chunk, nchunks, 1.0, workgroup)
         # the partials' rows are nchunks long: chosen again for them unless forced
-        return reduce_3d(op, partial, outer, nchunks, inner, scale, workgroup=forced)
-    return _launch(op, x, outer, R, inner, R, 1, scale, workgroup)
+        return (first, *_stages(op, gpu, outer, nchunks, inner, scale, forced))
+    return (_stage(op, gpu, outer, R, inner, R, 1, scale, workgroup),)
 
 
 def use_workgroups(outer: int, R: int, inner: int, chunk: int) -> bool:
@@ -176,44 +204,76 @@ def use_workgroups(outer: int, R: int, inner: int, chunk: int) -> bool:
     return inner < 32 and R >= WG and outputs * WG < 2**31
 
 
-def _launch(op, x, outer, R, inner, chunk, nchunks, scale, workgroup) -> Tensor:
-    q = x.queue
+def _stage(op, gpu, outer, R, inner, chunk, nchunks, scale, workgroup) -> Stage:
     n = outer * nchunks * inner
-    out = Tensor.empty(q, (n,))
-    args = (out.data, x.data, np.int32(n), np.int32(R), np.int32(inner), np.int32(chunk),
-            np.int32(nchunks), np.float32(scale))
     if workgroup:
-        get_kernel(q, SOURCE, f"{op}_wg")(q, (n * WG,), (WG,), *args)
-    elif inner % 8 == 0 and not on_gpu(q):
+        return Stage(f"{op}_wg", n, (n * WG,), (WG,), (n, R, inner, chunk, nchunks, scale))
+    if inner % 8 == 0 and not gpu:
         n8 = n // 8
-        args = (out.data, x.data, np.int32(n8), *args[3:])
-        get_kernel(q, SOURCE, f"{op}_seq8")(q, ((n8 + 63) // 64 * 64,), (64,), *args)
-    else:
-        get_kernel(q, SOURCE, f"{op}_seq")(q, ((n + 63) // 64 * 64,), (64,), *args)
-    return out
+        return Stage(f"{op}_seq8", n, ((n8 + 63) // 64 * 64,), (64,),
+                     (n8, R, inner, chunk, nchunks, scale))
+    return Stage(f"{op}_seq", n, ((n + 63) // 64 * 64,), (64,),
+                 (n, R, inner, chunk, nchunks, scale))
+
+
+def _run(x: Tensor, stages: tuple[Stage, ...]) -> Tensor:
+    """The stages one after the other, each reducing the last one's partials."""
+    q = x.queue
+    for s in stages:
+        out = Tensor.empty(q, (s.size,))
+        get_kernel(q, SOURCE, s.kernel)(q, s.gsize, s.lsize, out.data, x.data, *s.args)
+        x = out
+    return x
+
+
+_PLANS_MAX = 4096         # plans remembered per queue (a dynamic-shape model makes more)
 
 
 def _reduce(op: str, kernel_op: str, x: Tensor, axis, keepdims: bool, mean: bool,
             workgroup: bool | None = None) -> Tensor:
     check_float(op, x)
-    axes = normalize_axes(op, axis, x.ndim, x.shape)
-    out_shape = reduced_shape(x.shape, axes, keepdims)
-    red = [k for k in axes if x.shape[k] > 1]
-    kept = [k for k in range(x.ndim) if k not in axes and x.shape[k] > 1]
-    R = prod(x.shape[k] for k in axes)
-    if not red:                              # nothing to reduce: a copy in the new shape
-        return x.copy().reshape(out_shape)
+    queue = x.queue
+    choices = getattr(queue, "choices", None)       # a parcl Queue's: plans kept per queue
+    key = None
+    if choices is not None and workgroup is None and (axis is None or type(axis) in (int, tuple)):
+        key = ("reduce", op, kernel_op, x.shape, axis, keepdims, mean)
+        plan = choices.get(key)
+        if plan is not None:
+            return _apply(x, plan)
+    plan = _plan(op, kernel_op, x.shape, axis, keepdims, mean, on_gpu(queue), workgroup)
+    if key is not None and len(choices) < _PLANS_MAX:
+        choices[key] = plan
+    return _apply(x, plan)
+
+
+def _apply(x: Tensor, plan: Plan) -> Tensor:
+    if not plan.stages:                      # nothing to reduce: a copy in the new shape
+        return x.copy().reshape(plan.shape)
+    if plan.perm is not None:
+        x = layout.transpose(x, plan.perm)
+    return _run(x, plan.stages).reshape(plan.shape)
+
+
+def _plan(op: str, kernel_op: str, shape: tuple[int, ...], axis, keepdims: bool, mean: bool,
+          gpu: bool, workgroup: bool | None) -> Plan:
+    ndim = len(shape)
+    axes = normalize_axes(op, axis, ndim, shape)
+    out_shape = reduced_shape(shape, axes, keepdims)
+    red = [k for k in axes if shape[k] > 1]
+    kept = [k for k in range(ndim) if k not in axes and shape[k] > 1]
+    R = prod(shape[k] for k in axes)
+    if not red:
+        return Plan(None, (), out_shape)
+    perm = None
     if any(red[0] < k < red[-1] for k in kept):
         # Reduced axes interleaved with kept ones: move the reduced axes last.
-        perm = [k for k in range(x.ndim) if k not in axes] + list(axes)
-        x = layout.transpose(x, perm)
+        perm = tuple([k for k in range(ndim) if k not in axes] + list(axes))
         outer, inner = prod(out_shape), 1
     else:
-        outer = prod(x.shape[:red[0]])
-        inner = prod(x.shape[red[-1] + 1:])
+        outer = prod(shape[:red[0]])
+        inner = prod(shape[red[-1] + 1:])
     scale = 1.0 / R if mean else 1.0
-    res = reduce_3d(kernel_op, x, outer, R, inner, scale, workgroup=workgroup)
-    return res.reshape(out_shape)
+    return Plan(perm, _stages(kernel_op, gpu, outer, R, inner, scale, workgroup), out_shape)
 
 
 # -- public launchers ---------------------------------------------------------------------------

@@ -23,9 +23,11 @@ __all__ = ["mean", "sum"]
 
 class _Reduce(Function):
     def forward(self, x, axis=None, keepdims=False):
-        self.shape = x.shape
-        self.axes = rd.normalize_axes(self.name, axis, x.ndim, x.shape)
-        return self.kernel(x, self.axes, keepdims)
+        out = self.kernel(x, axis, keepdims)      # checks the axes (its plan is kept per shape)
+        if self.recording:
+            self.shape = x.shape
+            self.axes = rd.normalize_axes(self.name, axis, x.ndim, x.shape)
+        return out
 
     def _expand(self, g, alpha):
         kept = rd.reduced_shape(self.shape, self.axes, keepdims=True)
