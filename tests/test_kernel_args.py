@@ -75,6 +75,42 @@ def test_an_array_changed_in_place_is_sent_again(queue):
     np.testing.assert_array_equal(out.to_host(), [9, 2, 3, 4])
 
 
+def test_a_read_only_array_is_set_once_and_a_new_one_is_sent(queue):
+    """A launch plan's vectors are read-only arrays owning their memory: passed again, the
+    same array is not set again; another array with other bytes is, and a read-only view of a
+    writeable array (which its base may change) is compared every time."""
+    out = pc.Tensor.zeros(queue, (4,))
+    k = get_kernel(queue, SOURCE, "write_vector")
+    frozen = np.array((1.0, 2.0, 3.0, 4.0), dtype=pc.kernels._cache.cltypes.float4)
+    frozen.flags.writeable = False
+    k(queue, (1,), None, out.data, frozen)
+    k(queue, (1,), None, out.data, frozen)
+    np.testing.assert_array_equal(out.to_host(), [1, 2, 3, 4])
+    other = np.array((5.0, 6.0, 7.0, 8.0), dtype=pc.kernels._cache.cltypes.float4)
+    other.flags.writeable = False
+    k(queue, (1,), None, out.data, other)
+    np.testing.assert_array_equal(out.to_host(), [5, 6, 7, 8])
+    base = np.array([(1.0, 1.0, 1.0, 1.0)], dtype=pc.kernels._cache.cltypes.float4)
+    view = base[0:1].reshape(())
+    view.flags.writeable = False
+    k(queue, (1,), None, out.data, view)
+    base["x"] = 9.0                                    # the view's bytes change under it
+    k(queue, (1,), None, out.data, view)
+    np.testing.assert_array_equal(out.to_host(), [9, 1, 1, 1])
+
+
+def test_broadcasts_of_other_shapes_in_turn_match_numpy(queue, rng):
+    """Broadcast adds keep a launch plan per pair of shapes; plans used in turn on one kernel
+    object each launch with their own dims and strides."""
+    shapes = [((8, 64), (64,)), ((8, 64), (8, 1)), ((3, 1, 5), (1, 4, 5)), ((8, 64), (64,)),
+              ((2, 3, 4, 5, 6), (3, 1, 5, 1)), ((8, 1), (8, 64)), ((3, 1, 5), (1, 4, 5))]
+    for sa, sb in shapes:
+        a = rng.standard_normal(sa).astype(np.float32)
+        b = rng.standard_normal(sb).astype(np.float32)
+        got = ew.binary("add", pc.Tensor.from_host(queue, a), pc.Tensor.from_host(queue, b))
+        np.testing.assert_array_equal(got.to_host(), a + b)
+
+
 def test_a_launch_with_a_global_offset_leaves_no_stale_arguments(queue):
     """pyopencl's own invoker (used for ``global_offset``) sets every argument itself; the next
     launch must not assume the arguments set before it."""

@@ -205,7 +205,8 @@ class KernelArgs:
     ``values`` holds each argument last set (buffers too, so that no buffer's handle is
     freed and reused while this compares against it); a scalar that is not the same object
     is compared by its packed bytes (``-0.0`` is not ``0.0``), and a numpy array or void
-    scalar, which may change in place, always is. Thread-local like the kernel object."""
+    scalar, which may change in place, always is, unless it is a read-only array owning its
+    memory (a launch plan's ``int8_vector``). Thread-local like the kernel object."""
 
     __slots__ = ("kernel", "packs", "values", "packed")
 
@@ -237,9 +238,15 @@ class KernelArgs:
                     kernel._set_arg_buf(i, b)     # what pyopencl's invoker calls: set_arg
                     # tries every other argument type first, ~100x slower for bytes
                     packed[i] = b
-                if isinstance(a, _MUTABLE):       # may change in place: compare its bytes
-                    continue
+                if isinstance(a, _MUTABLE) and _writeable(a):   # may change in place:
+                    continue                                   # compare its bytes each time
             values[i] = a
+
+
+def _writeable(a) -> bool:
+    """Whether ``a`` (an ndarray or numpy void scalar) may change in place: a read-only array
+    that owns its memory (a launch plan's ``int8_vector``) cannot."""
+    return type(a) is not np.ndarray or a.flags.writeable or a.base is not None
 
 
 # struct's codes for OpenCL's scalar types, native byte order at standard sizes (numpy's

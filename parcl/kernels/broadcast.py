@@ -56,5 +56,9 @@ def collapse_dims(shape, *strides_list) -> tuple[list[int], list[list[int]]]:
 
 def int8_vector(values: list[int]):
     """Up to 8 dims or strides as the ``int8`` kernel argument, padded with 1s (built with
-    numpy: ``cltypes.make_int8`` runs ``eval`` on every call, ~15 us)."""
-    return np.array((*values, *[1] * (8 - len(values))), dtype=cltypes.int8)
+    numpy: ``cltypes.make_int8`` runs ``eval`` on every call, ~15 us). Read-only: a launch
+    plan keeps it, and a kernel sets it once for every launch that passes this same array
+    (``KernelArgs``)."""
+    vector = np.array((*values, *[1] * (8 - len(values))), dtype=cltypes.int8)
+    vector.flags.writeable = False
+    return vector

@@ -21,6 +21,7 @@ array([1., 3., 5.], dtype=float32)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from math import prod
 from numbers import Real
 
@@ -159,12 +160,15 @@ SOURCE = _build_source()
 _NAMES = {kind: {op: f"{op}_{kind}" for op in ops}
           for kind, ops in (("contig", BINARY_OPS), ("scalar", BINARY_OPS),
                             ("unary", UNARY_OPS), ("grad", GRAD_OPS),
+                          ("grid", BINARY_OPS), ("strided", BINARY_OPS),
                             ("acc", {op: None for op in ACCUMULATING}))}
 LOCAL = 128
 _LOCAL = (LOCAL,)
 GRID_LOCAL = 32        # the 3-D broadcast path: work-items along the innermost dim per group
 GRID_MIN_INNER = 16    # below this the padding of the 3-D path wastes more than div/mod costs
 _INT_MAX = 2**31 - 1
+# Launch plans a parcl queue remembers (``queue.choices``); a dynamic-shape model has more.
+PLANS_MAX = 4096
 
 
 # -- validation --------------------------------------------------------------------------------
@@ -222,25 +226,51 @@ def binary(op: str, a, b, out: Tensor | None = None) -> Tensor:
     queue = a.queue
     if a.shape == b.shape:
         return _contig(op, queue, a, b, out)
-    shape = broadcast_shapes(op, a.shape, b.shape)
-    res = _output(op, queue, shape, out)
-    dims, (sa, sb) = collapse_dims(shape, broadcast_strides(a.shape, shape),
-                                   broadcast_strides(b.shape, shape))
+    key = ("broadcast", a.shape, b.shape)
+    try:
+        plan = queue.choices[key]
+    except (AttributeError, KeyError):
+        plan = _broadcast_plan(op, a.shape, b.shape)
+        choices = getattr(queue, "choices", None)
+        if choices is not None and len(choices) < PLANS_MAX:
+            choices[key] = plan
+    res = _output(op, queue, plan.shape, out)
+    get_kernel(queue, SOURCE, _NAMES[plan.kind][op])(queue, plan.gsize, plan.lsize, res.data,
+                                                     a.data, b.data, *plan.args)
+    return res
+
+
+@dataclass(frozen=True, slots=True)
+class BroadcastPlan:
+    """A broadcast launch of ``binary``, worked out once per queue and pair of shapes (a bias
+    add repeats the same one every step): the result's ``shape``, the kernel ``kind``
+    (``grid``: up to 3 collapsed dimensions, the innermost long; else ``strided``), its
+    sizes and its arguments after the three buffers (read-only ``int8`` vectors, which a
+    launch then sets once, not at every call)."""
+
+    shape: tuple[int, ...]
+    kind: str
+    gsize: tuple[int, ...]
+    lsize: tuple[int, ...]
+    args: tuple
+
+
+def _broadcast_plan(op: str, a: tuple[int, ...], b: tuple[int, ...]) -> BroadcastPlan:
+    shape = broadcast_shapes(op, a, b)
+    dims, (sa, sb) = collapse_dims(shape, broadcast_strides(a, shape),
+                                   broadcast_strides(b, shape))
     if len(dims) > MAX_DIMS:
-        raise ShapeError(f"{op}: broadcasting {a.shape} with {b.shape} needs {len(dims)} "
+        raise ShapeError(f"{op}: broadcasting {a} with {b} needs {len(dims)} "
                          f"strided dimensions; at most {MAX_DIMS} are supported")
     if len(dims) <= 3 and dims[-1] >= GRID_MIN_INNER:
         pad = 3 - len(dims)
         dims, sa, sb = [1] * pad + dims, [0] * pad + sa, [0] * pad + sb
-        k = get_kernel(queue, SOURCE, f"{op}_grid")
         gsize = ((dims[2] + GRID_LOCAL - 1) // GRID_LOCAL * GRID_LOCAL, dims[1], dims[0])
-        k(queue, gsize, (GRID_LOCAL, 1, 1), res.data, a.data, b.data, int8_vector(dims),
-          int8_vector(sa), int8_vector(sb))
-        return res
-    k = get_kernel(queue, SOURCE, f"{op}_strided")
-    k(queue, _global(res.size), (LOCAL,), res.data, a.data, b.data, np.int32(res.size),
-      np.int32(len(dims)), int8_vector(dims), int8_vector(sa), int8_vector(sb))
-    return res
+        return BroadcastPlan(shape, "grid", gsize, (GRID_LOCAL, 1, 1),
+                             (int8_vector(dims), int8_vector(sa), int8_vector(sb)))
+    n = prod(shape)
+    return BroadcastPlan(shape, "strided", _global(n), _LOCAL,
+                         (n, len(dims), int8_vector(dims), int8_vector(sa), int8_vector(sb)))
 
 
 def _contig(op: str, queue, a: Tensor, b: Tensor, out: Tensor | None) -> Tensor:
@@ -367,10 +397,6 @@ def broadcast_to(x: Tensor, shape, alpha: float = 1.0) -> Tensor:
     get_kernel(queue, SOURCE, "expand")(queue, plan[0], _LOCAL, res.data, x.data,
                                         np.float32(alpha), *plan[1:])
     return res
-
-
-# Launch plans a parcl queue remembers (``queue.choices``); a dynamic-shape model has more.
-PLANS_MAX = 4096
 
 
 def _expand_plan(in_shape: tuple, shape: tuple) -> tuple:
