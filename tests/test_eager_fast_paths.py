@@ -217,3 +217,38 @@ def test_a_backward_that_raised_leaves_no_walk_state_on_its_functions(queue, mon
     monkeypatch.setattr(ew, "tanh_backward", real)
     fn = y.grad_fn
     assert "also_into" not in vars(fn) and "grad_targets" not in vars(fn)
+
+
+def test_linear_equals_its_gemms_bit_for_bit(queue, rng):
+    """linear's forward and backward launch the GEMMs unchecked (the op checked once): the
+    output, the input gradient, the weight gradient added into an existing .grad and the bias
+    gradient equal the public gemm calls' bit for bit, for 2-D and 3-D inputs, with and
+    without the fused ReLU."""
+    from parcl.kernels.reduction import sum as reduce_sum
+    for shape, relu in (((8, 64), False), ((8, 64), True), ((2, 5, 64), False), ((3, 64), True)):
+        x0 = rng.standard_normal(shape, np.float32)
+        w0 = rng.standard_normal((48, 64), np.float32) * 0.2
+        b0, gw0 = rng.standard_normal(48, np.float32), rng.standard_normal((48, 64), np.float32)
+        x = tp.tensor(pc.Tensor.from_host(queue, x0), requires_grad=True)
+        w = tp.tensor(pc.Tensor.from_host(queue, w0), requires_grad=True)
+        b = tp.tensor(pc.Tensor.from_host(queue, b0), requires_grad=True)
+        w.grad = pc.Tensor.from_host(queue, gw0)              # accumulated into by the GEMM
+        with tp.Tape() as tape:
+            y = tp.linear(x, w, b, relu=relu)
+            loss = tp.sum(y * y)
+        tape.backward(loss)
+
+        x2 = pc.Tensor.from_host(queue, x0.reshape(-1, 64))
+        wt, bt = pc.Tensor.from_host(queue, w0), pc.Tensor.from_host(queue, b0)
+        want_y = gemm(x2, wt, trans_b=True, bias=bt, relu=relu)
+        g = ew.scalar("mul", want_y, 2.0)        # d sum(y*y) / dy = y + y: doubling is exact
+        if relu:
+            g = ew.relu_backward(want_y, g)
+        want_gx = gemm(g, wt)
+        want_gw = pc.Tensor.from_host(queue, gw0)
+        gemm(g, x2, trans_a=True, out=want_gw, beta=1.0)
+        want_gb = reduce_sum(g, axis=0)
+        assert y.to_host().tobytes() == want_y.to_host().reshape(*shape[:-1], 48).tobytes()
+        assert x.grad.to_host().tobytes() == want_gx.to_host().reshape(shape).tobytes()
+        assert w.grad.to_host().tobytes() == want_gw.to_host().tobytes()
+        assert b.grad.to_host().tobytes() == want_gb.to_host().tobytes()

@@ -162,11 +162,13 @@ def gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool = False,
 
 
 def product(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False,
-            into: Tensor | None = None) -> Tensor:
+            into: Tensor | None = None, bias: Tensor | None = None,
+            relu: bool = False) -> Tensor:
     """``gemm`` for a caller that has validated its operands (2-D float32 on one queue, inner
-    dimensions equal, ``into`` of the result's shape and its own buffer): ``op(A) @ op(B)``,
-    or added into ``into`` (``beta=1``) and ``into`` returned. The eager matmul's path: its
-    checks ran once, at the op.
+    dimensions equal, ``into`` of the result's shape and its own buffer, ``bias`` of N
+    elements): ``op(A) @ op(B)`` (+ ``bias``, then ReLU), or added into ``into`` (``beta=1``)
+    and ``into`` returned. The eager matmul's and linear's path: their checks ran once, at
+    the op.
 
     >>> product(a, a, trans_b=True).to_host()
     array([[3., 3.],
@@ -178,7 +180,7 @@ def product(a: Tensor, b: Tensor, trans_a: bool = False, trans_b: bool = False,
         out, beta = Tensor.empty(a.queue, (m, n)), 0.0
     else:
         out, beta = into, 1.0
-    _launch(a, b, out, None, m, n, k, 1, 0, 0, trans_a, trans_b, False, beta, None)
+    _launch(a, b, out, bias, m, n, k, 1, 0, 0, trans_a, trans_b, relu, beta, None)
     return out
 
 

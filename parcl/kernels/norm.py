@@ -344,19 +344,26 @@ def _prefix(center: bool) -> str:
     return "ln" if center else "rms"
 
 
-def _launch(q, name: str, rows: int, D: int, *args, workgroup: bool | None = None,
-            lanes: bool = True) -> None:
+# Each launch's kernel name, made once (a name built anew is hashed anew at every launch)
+_NAMES = {(center, op, kind): f"{_prefix(center)}_{op}_{kind}" for center in (True, False)
+          for op in ("fwd", "bwd") for kind in ("wg", "rows8", "row")}
+
+
+def _launch(q, center: bool, op: str, rows: int, D: int, *args,
+            workgroup: bool | None = None, lanes: bool = True) -> None:
     """A row kernel: a work-group per row on GPUs (or ``workgroup=True``); on CPUs 8 rows
     per work-item where the rows and D are whole multiples of 8 (``lanes=False`` forces the
     one-row kernel, for tests), else one row per work-item."""
     if workgroup is None:
         workgroup = on_gpu(q)
     if workgroup:
-        get_kernel(q, SOURCE, f"{name}_wg")(q, (rows * WG,), (WG,), *args)
+        get_kernel(q, SOURCE, _NAMES[center, op, "wg"])(q, (rows * WG,), (WG,), *args)
     elif lanes and rows % 8 == 0 and D % 8 == 0:
-        get_kernel(q, SOURCE, f"{name}_rows8")(q, (round_up(rows // 8, 16),), (16,), *args)
+        get_kernel(q, SOURCE, _NAMES[center, op, "rows8"])(
+            q, (round_up(rows // 8, 16),), (16,), *args)
     else:
-        get_kernel(q, SOURCE, f"{name}_row")(q, (round_up(rows, 16),), (16,), *args)
+        get_kernel(q, SOURCE, _NAMES[center, op, "row"])(q, (round_up(rows, 16),), (16,),
+                                                          *args)
 
 
 def _buf(t: Tensor | None):
@@ -374,9 +381,9 @@ def norm_forward(x: Tensor, D: int, weight: Tensor | None, bias: Tensor | None, 
     rows = x.size // D
     y = Tensor.empty(q, x.shape)
     mean, rstd = Tensor.empty(q, (rows,)), Tensor.empty(q, (rows,))
-    _launch(q, f"{_prefix(center)}_fwd", rows, D, y.data, mean.data, rstd.data, x.data,
-            _buf(weight), _buf(bias), np.int32(rows), np.int32(D), np.float32(eps),
-            workgroup=workgroup, lanes=lanes)
+    # plain numbers: the kernel's declared types pack them as numpy's would
+    _launch(q, center, "fwd", rows, D, y.data, mean.data, rstd.data, x.data, _buf(weight),
+            _buf(bias), rows, D, eps, workgroup=workgroup, lanes=lanes)
     return y, mean, rstd
 
 
@@ -393,9 +400,8 @@ def norm_backward(x: Tensor, g: Tensor, D: int, mean: Tensor, rstd: Tensor,
     gx = gw = gb = None
     if need_input:
         gx = Tensor.empty(q, x.shape)
-        _launch(q, f"{_prefix(center)}_bwd", rows, D, gx.data, g.data, x.data, mean.data,
-                rstd.data, _buf(weight), np.int32(rows), np.int32(D), workgroup=workgroup,
-                lanes=lanes)
+        _launch(q, center, "bwd", rows, D, gx.data, g.data, x.data, mean.data, rstd.data,
+                _buf(weight), rows, D, workgroup=workgroup, lanes=lanes)
     if need_weight or need_bias:
         if need_weight:
             gw = weight_into if weight_into is not None else Tensor.empty(q, (D,))
@@ -408,6 +414,6 @@ def norm_backward(x: Tensor, g: Tensor, D: int, mean: Tensor, rstd: Tensor,
             name, items = name + "8", D // 8
         get_kernel(q, SOURCE, name)(
             q, (round_up(items, local),), (local,), _buf(gw), _buf(gb), g.data, x.data,
-            mean.data, rstd.data, np.int32(rows), np.int32(D), np.int32(acc))
+            mean.data, rstd.data, rows, D, acc)
     return gx, gw, gb
 

@@ -27,7 +27,7 @@ from ...kernels import conv as convk
 from ...kernels import elementwise as ew
 from ...kernels import pool as poolk
 from ...kernels import random as rndk
-from ...kernels.gemm import gemm
+from ...kernels.gemm import product, product2
 from ...kernels.reduction import sum as reduce_sum
 from ...tensor import FLOAT, Tensor, check_same_queue
 from .. import mode
@@ -43,8 +43,9 @@ class Linear(Function):
     name = "linear"
 
     def forward(self, x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False):
+        # every check here, once: the GEMM below is launched without checking again
         for nm, t in (("input", x), ("weight", weight), ("bias", bias)):
-            if t is not None and t.dtype != FLOAT:
+            if t is not None and t.dtype is not FLOAT and t.dtype != FLOAT:
                 raise DTypeError(f"linear: {nm} {t.shape} has dtype {t.dtype}, expected float32")
         if weight.ndim != 2:
             raise ShapeError(f"linear: weight must be 2-D (out_features, in_features), got "
@@ -57,31 +58,40 @@ class Linear(Function):
         if bias is not None and bias.shape != (out_f,):
             raise ShapeError(f"linear: bias has shape {bias.shape}, expected ({out_f},) for "
                              f"weight {weight.shape}")
-        check_same_queue("linear", *[t for t in (x, weight, bias) if t is not None])
-        x2 = x.reshape(-1, in_f)
-        y = gemm(x2, weight, trans_b=True, bias=bias, relu=relu)
+        if bias is None:
+            check_same_queue("linear", x, weight)
+        else:
+            check_same_queue("linear", x, weight, bias)
+        x2 = x if x.ndim == 2 else x.reshape(-1, in_f)
+        y = product(x2, weight, trans_b=True, bias=bias, relu=relu)
         if self.recording:
             self.x2 = x2 if self.needs_input_grad[1] else None
             self.weight = weight if self.needs_input_grad[0] else None
             self.y = y if relu else None
             self.x_shape = x.shape
-        return y.reshape(*x.shape[:-1], out_f)
+        return y if x.ndim == 2 else y.reshape(*x.shape[:-1], out_f)
 
     def backward(self, g: Tensor):
         g2 = g.reshape(-1, g.shape[-1])
         if self.y is not None:
             g2 = ew.relu_backward(self.y, g2)
         gx = gw = gb = None
-        if self.needs_input_grad[0]:
-            gx = gemm(g2, self.weight).reshape(self.x_shape)
-        if self.needs_input_grad[1]:
-            into = self.grad_targets.get(1)
-            if into is not None:               # the weight's .grad += g^T x, in the GEMM
-                gemm(g2, self.x2, trans_a=True, out=into, beta=1.0)
-                gw = ACCUMULATED
-            else:
-                gw = gemm(g2, self.x2, trans_a=True)
-        if self.needs_input_grad[2]:
+        need = self.needs_input_grad
+        # the weight's existing .grad takes g^T x in the GEMM itself (beta=1); the shapes were
+        # checked in the forward, g's by the tape
+        into = self.grad_targets.get(1) if need[1] else None
+        if need[0] and need[1]:                # both products in one launch where small
+            gx, gw = product2((g2, self.weight, False, False, None),
+                              (g2, self.x2, True, False, into))
+        elif need[0]:
+            gx = product(g2, self.weight)
+        elif need[1]:
+            gw = product(g2, self.x2, trans_a=True, into=into)
+        if gx is not None and len(self.x_shape) != 2:
+            gx = gx.reshape(self.x_shape)
+        if into is not None:
+            gw = ACCUMULATED
+        if need[2]:
             gb = reduce_sum(g2, axis=0)
         return gx, gw, gb
 
