@@ -113,6 +113,7 @@ class DataLoader:
         self.epoch = 0
         self.batch_index = 0   # batches of `epoch` already handed out
         self._resumed = None   # the epoch load_state_dict put the loader inside, until it moves
+        self._finished = False  # set_epoch chose an epoch the loaded state had finished
         if len(self) == 0:     # an epoch of no batches: a training loop would never step
             raise ShapeError(f"{type(self).__name__}: {self.samples_per_rank} samples per rank "
                              f"({self.num_samples} over world_size={self.world_size}) make no "
@@ -133,13 +134,20 @@ class DataLoader:
         """Start epoch ``epoch`` (its own shuffle) from its first batch; but right after
         ``load_state_dict`` put the loader inside that very epoch, go on from where it stands:
         a resumed ``for epoch in range(saved, E): loader.set_epoch(epoch)`` loop would
-        otherwise train the interrupted epoch's first batches twice."""
+        otherwise train the interrupted epoch's first batches twice. Likewise, right after
+        it loaded a state taken at ``epoch``'s last batch (which points at the start of
+        ``epoch + 1``), the pass of ``epoch`` yields nothing: that epoch was done."""
         _check_int("epoch", epoch, minimum=0)
         resumed, self._resumed = self._resumed, None
+        self._finished = False
         if resumed == epoch:
             return
+        # A loop that saves its own epoch beside state_dict() at that epoch's last batch
+        # resumes with set_epoch of the finished epoch: its pass must not train it again.
+        finished = resumed == epoch + 1 and self.batch_index == 0
         self.epoch = int(epoch)
-        self.batch_index = 0
+        self.batch_index = len(self) if finished else 0
+        self._finished = finished
 
     def indices(self, epoch: int | None = None) -> np.ndarray:
         """The sample indices this rank visits in ``epoch`` (default: the current one)."""
@@ -152,7 +160,9 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, ...]]:
         self._resumed = None                     # moving on: set_epoch starts afresh again
-        if 0 < len(self) <= self.batch_index:    # the last pass stopped after its last batch
+        finished, self._finished = self._finished, False
+        if 0 < len(self) <= self.batch_index and not finished:
+            # the last pass stopped after its last batch: this one is the next epoch's
             self.epoch, self.batch_index = self.epoch + 1, 0
         share, order_of = self.indices(), (self.epoch, self.seed)
         while self.batch_index < len(self):
@@ -209,7 +219,7 @@ class DataLoader:
         self.seed = int(state["seed"])
         self.epoch = int(state["epoch"])
         self.batch_index = int(state["batch_index"])
-        self._resumed = self.epoch
+        self._resumed, self._finished = self.epoch, False
 
     def __repr__(self) -> str:
         return (f"DataLoader(num_samples={self.num_samples}, batch_size={self.batch_size}, "

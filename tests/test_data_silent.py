@@ -92,3 +92,32 @@ def test_set_epoch_of_the_resumed_epoch_continues_where_the_checkpoint_stopped()
     other.load_state_dict(saved)
     other.set_epoch(0)                              # another epoch: from its first batch
     assert [xb[:, 0].tolist() for (xb,) in other] == seen[:5]
+
+
+def test_set_epoch_of_an_epoch_the_checkpoint_had_finished_yields_nothing_of_it():
+    """A checkpoint taken at an epoch's last batch, the loop's own epoch beside the loader's
+    state (``pc.save(..., epoch=epoch, loader=loader.state_dict())``, PyTorch's habit): the
+    state points at the next epoch's start, and the resume loop ``for epoch in
+    range(saved_epoch, E): loader.set_epoch(epoch)`` went back to batch 0 of the epoch the
+    checkpoint had finished, so that whole epoch was trained twice, silently (10 batches
+    after the resume where the uninterrupted run had 5 left). The finished epoch's pass is
+    empty now and the next epoch follows as in the uninterrupted run."""
+    x = np.arange(40, dtype=np.float32).reshape(20, 2)
+    run = pc.data.DataLoader((x,), batch_size=4, shuffle=True, seed=3)
+    seen = []
+    for epoch in range(2):
+        run.set_epoch(epoch)
+        for (xb,) in run:
+            seen.append(xb[:, 0].tolist())
+            if len(seen) == 5:                      # every 5 steps: here epoch 0's last batch
+                saved = {"epoch": epoch, "loader": run.state_dict()}
+    resumed = pc.data.DataLoader((x,), batch_size=4, shuffle=True, seed=3)
+    resumed.load_state_dict(saved["loader"])
+    again = []
+    for epoch in range(saved["epoch"], 2):
+        resumed.set_epoch(epoch)
+        again.extend(xb[:, 0].tolist() for (xb,) in resumed)
+    assert again == seen[5:]                        # epoch 1, once
+    assert resumed.state_dict()["epoch"] == 2 and resumed.state_dict()["batch_index"] == 0
+    resumed.set_epoch(0)                            # the loader has moved on: a fresh epoch 0
+    assert [xb[:, 0].tolist() for (xb,) in resumed] == seen[:5]
