@@ -68,7 +68,8 @@ def save(path: str | os.PathLike, model: Any, optimizer: Any = None, step: int =
 
     ``meta`` may hold anything JSON can carry: epoch, ``loader.state_dict()``, an RNG's
     ``bit_generator.state``, ... (numpy scalars and arrays become numbers and lists; tuples
-    come back as lists).
+    come back as lists). A dict key that is not a string is a ``TypeError``: JSON would give
+    it back as another key.
 
     Typical use, once per epoch or every N steps::
 
@@ -99,6 +100,8 @@ def save(path: str | os.PathLike, model: Any, optimizer: Any = None, step: int =
     doc["crc32"] = {key: crc32(array) for key, array in tensors.items()}
     doc["layout"] = {key: layout(array) for key, array in tensors.items()}
     try:
+        _check_keys(doc["meta"], "meta")
+        _check_keys({k: v for k, v in doc.items() if k != "meta"}, "the checkpoint's document")
         header = json.dumps(doc, default=_json_default)
     except (TypeError, ValueError) as e:
         raise TypeError(f"save({path!r}): the metadata is not JSON-serialisable ({e}); pass "
@@ -148,6 +151,22 @@ def _rule(optimizer) -> str | None:
         if cls.__module__.startswith("parcl.optim") and cls.__name__ != "Optimizer":
             return cls.__name__
     return None
+
+
+def _check_keys(value: Any, where: str) -> None:
+    """Refuse a dict key that is not a string: JSON keys are strings, and ``json.dumps``
+    turns 10 into "10" without a word, which then sorts before "9" and meets the "10" of
+    another key."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{where}: key {key!r} ({type(key).__name__}) is not a string "
+                                f"(JSON keys are strings: it would come back as another key); "
+                                f"use string keys or a list of pairs")
+            _check_keys(item, f"{where}[{key!r}]")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_keys(item, f"{where}[{i}]")
 
 
 def _json_default(value: Any) -> Any:

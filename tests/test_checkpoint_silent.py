@@ -103,3 +103,21 @@ def test_a_checkpoint_without_parameter_names_still_loads(tmp_path, queue, monke
     fresh = two_layers(queue)
     pc.load(path, fresh, pc.optim.Adam([*fresh[2].parameters(), *fresh[0].parameters()],
                                        lr=0.1))
+
+
+@pytest.mark.parametrize("meta", [{"accuracy": {9: 0.91, 10: 0.93}},
+                                  {"history": [{"step": 3, "lr": {0: 0.1}}]},
+                                  {"flags": {True: "on"}}])
+def test_meta_with_keys_json_would_turn_into_strings_is_refused(tmp_path, queue, meta):
+    """JSON keys are strings, and ``json.dumps`` turned an int key into one without a word:
+    ``pc.save(..., accuracy={9: 0.91, 10: 0.93})`` loaded back as ``{"9": ..., "10": ...}``,
+    so ``max(meta["accuracy"])``, the last epoch a resume goes on from, was ``"9"`` (strings
+    sort "10" < "9"), and ``{1: a, "1": b}`` kept only one. Such a key is refused now, as a
+    value JSON cannot carry is, naming where it is; nothing is written."""
+    path = tmp_path / "ckpt.safetensors"
+    model, _ = make(queue)
+    with pytest.raises(TypeError, match="key .* is not a string"):
+        pc.save(path, model, **meta)
+    assert not path.exists()
+    pc.save(path, model, accuracy={"9": 0.91, "10": 0.93}, pairs=[[9, 0.91], [10, 0.93]])
+    assert pc.load(path, model)["pairs"] == [[9, 0.91], [10, 0.93]]
