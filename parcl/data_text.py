@@ -180,6 +180,9 @@ class TextLoader(DataLoader):
         if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
             raise ShapeError(f"TextLoader: tokens must be a 1-D integer array, got shape "
                              f"{tokens.shape} and dtype {tokens.dtype}")
+        if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)):
+            # int() would truncate 2.5 to windows of 2 tokens, silently
+            raise TypeError(f"TextLoader: block_size must be an int, got {block_size!r}")
         if block_size < 1:
             raise ShapeError(f"TextLoader: block_size={block_size} must be >= 1")
         windows = (len(tokens) - 1) // int(block_size)

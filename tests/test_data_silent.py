@@ -121,3 +121,15 @@ def test_set_epoch_of_an_epoch_the_checkpoint_had_finished_yields_nothing_of_it(
     assert resumed.state_dict()["epoch"] == 2 and resumed.state_dict()["batch_index"] == 0
     resumed.set_epoch(0)                            # the loader has moved on: a fresh epoch 0
     assert [xb[:, 0].tolist() for (xb,) in resumed] == seen[:5]
+
+
+@pytest.mark.parametrize("block_size", [2.5, 8.0, True, "8"])
+def test_a_text_loaders_block_size_that_is_not_an_int_is_refused(block_size):
+    """``int(block_size)`` truncated it: ``TextLoader(tokens, block_size=2.5, ...)`` cut
+    windows of 2 tokens and ``block_size=True`` windows of 1, with no error (a model built
+    for the intended context then trained on shorter ones). Refused now, as a
+    ``DataLoader``'s ``batch_size`` is; numpy integers still count."""
+    with pytest.raises((TypeError, ShapeError), match="block_size"):
+        pc.data.TextLoader(np.arange(30), block_size=block_size, batch_size=2)
+    loader = pc.data.TextLoader(np.arange(30), block_size=np.int64(4), batch_size=2)
+    assert next(iter(loader))[0].shape == (2, 4)
