@@ -1,0 +1,96 @@
+"""A data-parallel run saved with pc.save mid-epoch and resumed in a fresh ReplicaGroup ends
+bit-identical to the uninterrupted run, eager and captured, and either way round: parameters,
+BatchNorm running statistics, every Adam/SGD state entry (step counts, moments, momentum),
+param groups whose learning rate, betas and weight decay were changed by hand before the
+checkpoint, the scheduler, the loader's position and the replicas' dropout generators."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import parcl as pc
+import parcl.tape as tp
+from parcl.optim.lr_scheduler import StepLR
+from parcl.replica import ReplicaGroup
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((40, 6)).astype(np.float32)
+Y = RNG.integers(0, 3, 40)
+STEPS, SAVE_AT, CHANGE_AT = 9, 4, 2       # 5 batches an epoch: the resume is mid-epoch 0
+
+
+def build(queue):
+    pc.nn.manual_seed(1)
+    return pc.nn.Sequential(pc.nn.Linear(6, 8, queue=queue), pc.nn.BatchNorm1d(8, queue=queue),
+                            pc.nn.ReLU(), pc.nn.Dropout(0.3), pc.nn.Linear(8, 3, queue=queue))
+
+
+def optimizer(kind, params):
+    if kind == "adam":
+        return pc.optim.Adam([{"params": params[:2]}, {"params": params[2:], "lr": 0.02}],
+                             lr=0.01)
+    return pc.optim.SGD([{"params": params[:2]},
+                         {"params": params[2:], "lr": 0.02, "momentum": 0.5, "nesterov": True}],
+                        lr=0.01, momentum=0.9)
+
+
+def train(devices, kind, capture, path, *, stop=STEPS, resume=False):
+    """The run's end state; saves at SAVE_AT, or starts from the checkpoint with ``resume``."""
+    with ReplicaGroup(build, devices, capture=capture) as group:
+        opt = optimizer(kind, group.model.parameters())
+        sched = StepLR(opt, step_size=2, gamma=0.5)
+        loader = pc.data.DataLoader((X, Y), batch_size=8, shuffle=True, seed=3)
+        step = 0
+        if resume:
+            meta = pc.load(path, group.model, opt, scheduler=sched)
+            loader.load_state_dict(meta["loader"])
+            group.set_rng_state(meta["dropout"])
+            step = meta["step"]
+        while step < stop:
+            for xb, yb in loader:
+                if step == CHANGE_AT:             # by hand, mid-run: only the checkpoint knows
+                    opt.param_groups[0]["weight_decay"] = 0.1
+                    if kind == "adam":
+                        opt.param_groups[1]["betas"] = (0.5, 0.9)
+                    else:
+                        opt.param_groups[0]["momentum"] = 0.7
+                group.step(xb, yb, tp.cross_entropy, opt)
+                sched.step()
+                step += 1
+                if step == SAVE_AT and not resume:
+                    pc.save(path, group.model, opt, step=step, scheduler=sched,
+                            loader=loader.state_dict(), dropout=group.rng_state())
+                if step >= stop:
+                    break
+        replica1 = group.run(lambda r: r.model.state_dict())[1]
+        return (group.model.state_dict(), replica1, opt.state_dict(), sched.state_dict(),
+                loader.state_dict(), group.rng_state())
+
+
+def assert_same(a, b, where="state"):
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b), where
+        for k in a:
+            assert_same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (u, v) in enumerate(zip(a, b)):
+            assert_same(u, v, f"{where}[{i}]")
+    elif isinstance(a, np.ndarray):
+        np.testing.assert_array_equal(a, b, err_msg=where)
+    else:
+        assert a == b, where
+
+
+@pytest.mark.parametrize("kind", ["adam", "sgd"])
+@pytest.mark.parametrize("capture_before, capture_after", [(False, False), (True, True),
+                                                           (False, True)])
+def test_a_resumed_group_run_ends_where_the_uninterrupted_one_does(
+        devices2, tmp_path, kind, capture_before, capture_after):
+    path = str(tmp_path / "ckpt.safetensors")
+    whole = train(devices2, kind, capture_after, path + ".unused")
+    train(devices2, kind, capture_before, path, stop=SAVE_AT)
+    resumed = train(devices2, kind, capture_after, path, resume=True)
+    assert_same(resumed, whole)
+    assert whole[4] == {**whole[4], "epoch": 1, "batch_index": 4}      # crossed an epoch
