@@ -45,11 +45,24 @@ class Allocation:
         if pool is None:
             return
         self.pool = None
-        rec = self.recording() if self.recording is not None else None
-        if rec is not None:
-            rec.keep(pool, self.buffer, self.nbytes)
-        else:
-            pool._give_back(self.buffer, self.nbytes)
+        if self.recording is not None:
+            rec = self.recording()
+            if rec is not None:
+                rec.keep(pool, self.buffer, self.nbytes)
+                return
+        # ``_give_back`` inlined: every tensor an eager op frees comes here
+        size = self.nbytes
+        lock = pool._lock
+        lock.acquire()
+        try:
+            bucket = pool._free.get(size)
+            if bucket is None:
+                bucket = pool._free[size] = []
+            bucket.append(self.buffer)
+            pool.bytes_in_use -= size
+            pool.allocations -= 1
+        finally:
+            lock.release()
 
 
 _new = object.__new__
@@ -109,10 +122,23 @@ class MemoryPool:
             if buf is None:
                 buf = self._take(size)
             return Allocation(self, buf, size, rec.ref)
-        # the eager hot path: the Allocation made without an __init__ call
+        # the eager hot path: ``_take`` inlined, the Allocation made without an __init__ call
+        lock = self._lock
+        lock.acquire()
+        try:
+            bucket = self._free.get(size)
+            buf = bucket.pop() if bucket else None
+            if buf is None:
+                buf = self._new_buffer(size)
+                self.pool_bytes += size
+            self.bytes_in_use += size
+            self.allocations += 1
+            if self.bytes_in_use > self.peak_bytes_in_use:
+                self.peak_bytes_in_use = self.bytes_in_use
+        finally:
+            lock.release()
         alloc = _new(Allocation)
-        alloc.pool, alloc.buffer, alloc.nbytes = self, self._take(size), size
-        alloc.recording = None
+        alloc.pool, alloc.buffer, alloc.nbytes, alloc.recording = self, buf, size, None
         return alloc
 
     # ``acquire``/``release`` rather than ``with``: these two run for every tensor an op

@@ -21,6 +21,8 @@ from .gate import transfer, release_all
 from .pool import Allocation, pool_of
 from .uploads import own
 
+_new = object.__new__
+
 FLOAT = np.dtype(np.float32)
 LABEL_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 SUPPORTED = (FLOAT,) + LABEL_DTYPES
@@ -100,7 +102,10 @@ class Tensor:
         except AttributeError:
             pool = pool_of(queue)
         alloc = pool.allocate((size or 1) * dt.itemsize)
-        return cls(queue, shape, dt, alloc.buffer, alloc)
+        t = _new(cls)                  # __init__'s fields, with the size known already
+        t.queue, t.shape, t.size, t.dtype = queue, shape, size, dt
+        t.data, t._alloc, t._keep, t.checks = alloc.buffer, alloc, None, ()
+        return t
 
     @classmethod
     def zeros(cls, queue: cl.CommandQueue, shape, dtype=np.float32) -> Tensor:

@@ -216,31 +216,41 @@ class KernelArgs:
         self.forget()
 
     def forget(self) -> None:
-        """After a launch that set every argument itself: the next one sets them all."""
-        self.values = [_UNSET] * len(self.packs)
-        self.packed = [None] * len(self.packs)
+        """After a launch that set every argument itself: the next one sets them all. (In
+        place: a ``Launcher`` reads these lists.)"""
+        n = len(self.packs)
+        try:
+            self.values[:] = [_UNSET] * n
+            self.packed[:] = [None] * n
+        except AttributeError:             # from __init__
+            self.values = [_UNSET] * n
+            self.packed = [None] * n
 
     def set(self, args: tuple) -> None:
+        """Set the arguments of ``args`` that are not those set last (``Launcher`` does this
+        inline; see ``put``)."""
         values = self.values
         if len(args) != len(values):
             raise TypeError(f"kernel {self.kernel.function_name}: {len(args)} arguments, "
                             f"it takes {len(values)}")
-        kernel, packs, packed = self.kernel, self.packs, self.packed
         for i, a in enumerate(args):
-            if a is values[i]:
-                continue
-            pack = packs[i]
-            if pack is None:                  # a buffer, None or local memory
-                kernel.set_arg(i, a)
-            else:
-                b = pack(a)
-                if b != packed[i]:
-                    kernel._set_arg_buf(i, b)     # what pyopencl's invoker calls: set_arg
-                    # tries every other argument type first, ~100x slower for bytes
-                    packed[i] = b
-                if isinstance(a, _MUTABLE) and _writeable(a):   # may change in place:
-                    continue                                   # compare its bytes each time
-            values[i] = a
+            if a is not values[i]:
+                self.put(i, a)
+
+    def put(self, i: int, a) -> None:
+        """Set argument ``i`` to ``a``, which is not the object set last."""
+        pack = self.packs[i]
+        if pack is None:                  # a buffer, None or local memory
+            self.kernel.set_arg(i, a)
+        else:
+            b = pack(a)
+            if b != self.packed[i]:
+                self.kernel._set_arg_buf(i, b)    # what pyopencl's invoker calls: set_arg
+                # tries every other argument type first, ~100x slower for bytes
+                self.packed[i] = b
+            if isinstance(a, _MUTABLE) and _writeable(a):   # may change in place: compare
+                return                                     # its bytes each time
+        self.values[i] = a
 
 
 def _writeable(a) -> bool:
@@ -277,11 +287,21 @@ class Launcher:
     def __call__(self, queue, gsize, lsize, *args, wait_for=None, **kwargs):
         gate = self.gate
         now = gate is not None and gate.hold(prod(gsize))
+        state = self.args
         if kwargs:                     # global_offset and the like: pyopencl's own invoker
-            self.args.forget()
+            state.forget()
             event = self.kernel(queue, gsize, lsize, *args, wait_for=wait_for, **kwargs)
         else:
-            self.args.set(args)
+            # ``KernelArgs.set`` inlined (a frame less at every launch): usually only the
+            # buffers changed since this kernel object's last launch, often not even those
+            values = state.values
+            if len(args) != len(values):
+                state.set(args)                       # raises, naming the kernel
+            i = 0
+            for a in args:
+                if a is not values[i]:
+                    state.put(i, a)
+                i += 1
             try:
                 event = _enqueue(queue, self.kernel, gsize, lsize, None, wait_for, False, False)
             except cl.LogicError as exc:

@@ -315,30 +315,38 @@ class Function:
         values, needs, slots, parents = [], [], [], []
         record = False
         checks = ()            # the inputs' pending device-side checks (``Tensor.checks``)
-        for i, x in enumerate(inputs):
+        i = 0
+        for x in inputs:
             if isinstance(x, Node):
                 v = x.value
-                values.append(v)
                 e = x.entry
+                if e.requires_grad:
+                    record = True
                 needs.append(e.requires_grad)
                 slots.append(i)
                 parents.append(e)
-                record = record or e.requires_grad
             elif x is None or isinstance(x, Tensor):
                 v = x
-                values.append(x)
                 needs.append(False)
             else:
                 raise TypeError(f"{cls.name}: expected a tp.Node or pc.Tensor input, got "
                                 f"{type(x).__name__}")
+            values.append(v)
             if v is not None and v.checks:
                 checks = _joined(checks, v.checks)
+            i += 1
         state = mode.state
         if not (record and (tape is not None or state.grad)):
-            rec = recorder.current() if parents else None
-            if rec is not None:                   # inside tp.capture: a frozen layer's leaves
-                rec.note_inputs(parents)
-            out = cls(None).forward(*values, **kwargs)
+            if parents:
+                rec = recorder.state.recording
+                if rec is not None:               # inside tp.capture: a frozen layer's leaves
+                    rec.note_inputs(parents)
+            if cls.__init__ is _plain_init:       # not recorded: __init__'s one field set
+                fn = _new(cls)
+                fn.needs_input_grad = None
+            else:
+                fn = cls(None)
+            out = fn.forward(*values, **kwargs)
             if checks:
                 _inherit(out, checks)
             return out
@@ -364,6 +372,7 @@ class Function:
 
 
 _new = object.__new__
+_plain_init = Function.__init__
 
 
 def _joined(a: tuple, b: tuple) -> tuple:
