@@ -177,7 +177,13 @@ class Tape:
                 if leaf is not None:
                     fn.also_into = leaf.grad
             try:
-                parent_grads = fn(upstream)
+                # ``fn(upstream)`` (``Function.__call__``) inlined: a frame less per node
+                parent_grads = fn.backward(upstream)
+                if not isinstance(parent_grads, (tuple, list)):
+                    parent_grads = (parent_grads,)
+                slots = fn.parent_slots
+                if len(slots) != len(parent_grads):     # Tensor inputs between the Nodes
+                    parent_grads = [parent_grads[i] for i in slots]
             finally:    # also when it raises: a later backward must not see this walk's
                 if targets:
                     del fn.grad_targets             # back to the class's empty default
@@ -203,7 +209,14 @@ class Tape:
                     raise ShapeError(f"backward of '{node.op_name}': gradient shape {g.shape} "
                                      f"does not match input shape {parent.shape} (a bug in the "
                                      "op's backward)")
-                _accumulate(parent, g, owned)
+                if parent.grad is None and parent.grad_fn is not None:
+                    # ``_accumulate``'s most common case inlined: an inner node's first
+                    # gradient, adopted without a copy (shared buffers are counted)
+                    key = id(g.data)
+                    owned[key] = owned.get(key, 0) + 1
+                    parent.grad = g
+                else:
+                    _accumulate(parent, g, owned)
 
     # -- cleanup and debugging -------------------------------------------------------------
     def release(self) -> None:
