@@ -1,0 +1,363 @@
+"""The p-norm of several tensors together (``pc.nn.utils.get_total_norm``, gradient clipping),
+in one launch per tensor and one to finish, with no temporaries the size of a tensor.
+
+The result is bit for bit what the composition of generic kernels gives (``reduction.sum``
+of ``ew.unary("square", g)`` per tensor, the partials folded left to right with
+``ew.binary("add")``, then ``sqrt``), because every sum is formed in the same order:
+
+* per tensor, one launch forms the first stage of ``reduction.reduce_3d``'s full reduction
+  (the same chunks, the same kernel shape: a sequential loop per chunk, or on a GPU a
+  work-group per chunk with ``reduction``'s strided loop and tree), reading the gradient once
+  and computing each element's term (``g*g``, ``|g|``, ``|g|**p``, ``max |g|``) in
+  registers. The partials go to one scratch buffer, each tensor's at its own offset.
+* one single-work-item launch (``finish_*``) reduces each tensor's partials as
+  ``reduce_3d``'s later stages would (the same chunks, the tree replayed sequentially where a
+  GPU stage would use one), folds the tensors' results left to right, and takes the root.
+
+The per-element terms are the generic kernels' expressions (``abs`` is their select, not
+``fabs``: -0 stays -0), each rounded on its own: ``FP_CONTRACT OFF``, since a compiler may
+otherwise fuse ``acc + x * x`` into one FMA (NVIDIA's does), which the separate kernels
+never could. A one-element tensor's partial is its term itself (``reduction`` copies it;
+``0 + -0`` would be +0).
+
+Overflow scaling (``scaled``, p > 1): squares of float32 gradients of ~2e19 overflow, so the
+gradients are multiplied by ``s = min(2**40 / max|g|, 1)`` (floored at 2**-88, where 2**40 /
+FLT_MAX lies, so an infinite gradient stays infinite and the norm inf; NaN stays NaN) before
+their powers are summed, and the root is divided by ``s``. The first pass forms each tensor's
+``max |g|`` and its unscaled sum together; ``finish_scale`` computes ``s`` on the device; the
+second pass reads ``s`` and, where it is exactly 1 (every ordinary gradient: ``g * 1`` is
+``g``, so its sums are the ones already formed), returns at once, else it overwrites the sums
+with those of ``g * s``. Nothing is read back.
+
+>>> import numpy as np, parcl as pc
+>>> from parcl.kernels import gradnorm
+>>> q = pc.default_queue()
+>>> g = [pc.Tensor.from_host(q, np.array([3.0, 4.0], np.float32))]
+>>> float(gradnorm.total_norm(g, 2.0).item())
+5.0
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyopencl as cl
+
+from ..errors import ParclError
+from ..runtime import on_gpu
+from ..tensor import Tensor, check_same_queue
+from ._cache import get_kernel
+from .elementwise import check_float
+from .elementwise_ops import BINARY_OPS, UNARY_OPS
+from .reduction import CHUNK_CPU, CHUNK_GPU, WG, use_workgroups
+
+SAFE_MAX = 2.0 ** 40   # the largest |g| whose powers are summed unscaled
+SAFE_MIN = 2.0 ** -88  # the smallest scale: 2**40 / FLT_MAX, what an infinite |g| would give
+
+# reduction's combines, and the generic kernels' expressions (of x, y; x the accumulator)
+_SUM = "acc + v"
+_MAX = "(acc >= v || isnan(acc)) ? acc : v"          # reduction's max: NaN wins
+_FOLD = {"sum": BINARY_OPS["add"], "max": BINARY_OPS["maximum"]}
+_ABS = UNARY_OPS["abs"]
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One launch per tensor: what each element ``x`` adds to the chunk's sum (statements
+    setting ``v``; None: no sum) and whether its ``max |x|`` is taken (into ``a``);
+    ``scaled``: the terms are of ``x * s``, and the launch does nothing where ``s == 1``."""
+
+    sum: str | None
+    max: bool = False
+    scaled: bool = False
+
+
+def _abs(x: str) -> str:
+    return f"({_ABS.replace('x', x)})"
+
+
+PASSES = {
+    "max": Pass(None, max=True),                                    # the inf-norm
+    "abs": Pass(f"v = {_abs('x')};"),                               # p = 1
+    "square": Pass("v = x * x;"),                                   # p = 2
+    "pow": Pass(f"v = pow({_abs('x')}, p);"),                       # any other p
+    "max_square": Pass("v = x * x;", max=True),                     # scaled p = 2, first pass
+    "max_pow": Pass(f"v = pow({_abs('x')}, p);", max=True),
+    "scaled_square": Pass("const float t = x * s; v = t * t;", scaled=True),
+    "scaled_pow": Pass(f"const float t = x * s; v = pow({_abs('t')}, p);", scaled=True),
+}
+
+# finish_<name>: which partials (the sums or the maxima) are folded, and the last step on
+# their fold ``acc`` (p: 1 / norm type; s: the scale), each as the generic kernel has it
+FINISHES = {
+    "sum": ("sum", "out[0] = acc;"),                             # p = 1
+    "sqrt": ("sum", "out[0] = sqrt(acc);"),
+    "root": ("sum", "out[0] = pow(acc, p);"),
+    "sqrt_scaled": ("sum", "const float r = sqrt(acc); out[0] = r / scale[0];"),
+    "root_scaled": ("sum", "const float r = pow(acc, p); out[0] = r / scale[0];"),
+    "max": ("max", "out[0] = acc;"),                             # the inf-norm
+    # the scale: rdiv, then clamp's selects (NaN stays NaN)
+    "scale": ("max", f"const float x = {SAFE_MAX.hex()}f / acc, lo = {SAFE_MIN.hex()}f;"
+                     " out[0] = (((x < lo) ? lo : x) > 1.0f) ? 1.0f : ((x < lo) ? lo : x);"),
+}
+
+
+def _stage_kernels(name: str, ps: Pass) -> str:
+    """The per-tensor launch of pass ``name``: chunk c's sum into part[at + c], its max into
+    part[total + at + c], as reduction's ``sum_seq``/``max_seq`` (one work-item per chunk)
+    and ``sum_wg``/``max_wg`` (a work-group per chunk) would leave them."""
+    term = (ps.sum or "") + (f" a = {_abs('x')};" if ps.max else "")
+    step = ((f"sum = {_SUM.replace('acc', 'sum')};" if ps.sum else "")
+            + (f" big = {_MAX.replace('acc', 'big').replace('v', 'a')};" if ps.max else ""))
+    store = ((" part[at + c] = sum;" if ps.sum else "")
+             + (" part[total + at + c] = big;" if ps.max else ""))
+    head = ("const float s = scale[0];\n    if (s == 1.0f) return;   /* the sums are g's */"
+            if ps.scaled else "")
+    tree = ((" sbuf[lid] = sbuf[lid] + sbuf[lid + k];" if ps.sum else "")
+            + (" { const float acc = mbuf[lid], v = mbuf[lid + k];"
+               f" mbuf[lid] = {_MAX}; }}" if ps.max else ""))
+    args = ("__global float *part, __global const float *g, __global const float *scale,\n"
+            "    const int at, const int total, const int R, const int chunk, const int nchunks,"
+            "\n    const float p")
+    return f"""
+__kernel void {name}_seq({args})
+{{
+    #pragma OPENCL FP_CONTRACT OFF
+    const int c = get_global_id(0);
+    if (c >= nchunks) return;
+    {head}
+    float sum = 0.0f, big = -INFINITY, v = 0.0f, a = 0.0f;
+    if (R == 1) {{                       /* reduction copies a lone element's term */
+        const float x = g[0];
+        {term}
+        sum = v; big = a;
+    }} else {{
+        const int start = c * chunk, end = min(start + chunk, R);
+        for (int r = start; r < end; ++r) {{ const float x = g[r]; {term} {step} }}
+    }}
+    {store}
+}}
+
+__kernel void {name}_wg({args})
+{{
+    #pragma OPENCL FP_CONTRACT OFF
+    __local float sbuf[WG], mbuf[WG];
+    const int c = get_group_id(0), lid = get_local_id(0);
+    {head}
+    const int start = c * chunk, end = min(start + chunk, R);
+    float sum = 0.0f, big = -INFINITY, v = 0.0f, a = 0.0f;
+    for (int r = start + lid; r < end; r += WG) {{ const float x = g[r]; {term} {step} }}
+    sbuf[lid] = sum; mbuf[lid] = big;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int k = WG / 2; k > 0; k >>= 1) {{
+        if (lid < k) {{{tree} }}
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}
+    if (lid == 0) {{ sum = sbuf[0]; big = mbuf[0];{store} }}
+}}"""
+
+
+def _rest(op: str, init: str, combine: str) -> str:
+    """``rest_<op>(x, R, ...)``: x[0..R) (a tensor's first-stage partials) reduced as
+    ``reduce_3d``'s later stages would: while R > chunk, a stage of chunks (written over x's
+    front: chunk c is read before x[c] is written), then one stage over what is left. A
+    stage is a tree where ``trees`` says reduction would use one: 1, a GPU's choice (rows of
+    WG or more); 2, forced (``workgroup=True``); 0, never."""
+    return f"""
+inline float chunk_{op}(__global const float *x, const int start, const int end, const int tree)
+{{
+    #pragma OPENCL FP_CONTRACT OFF
+    float acc, v;
+    if (!tree) {{
+        acc = {init};
+        for (int r = start; r < end; ++r) {{ v = x[r]; acc = {combine}; }}
+        return acc;
+    }}
+    float buf[WG];                        /* {op}_wg's work-items, one after another */
+    for (int l = 0; l < WG; ++l) {{
+        acc = {init};
+        for (int r = start + l; r < end; r += WG) {{ v = x[r]; acc = {combine}; }}
+        buf[l] = acc;
+    }}
+    for (int k = WG / 2; k > 0; k >>= 1)
+        for (int l = 0; l < k; ++l) {{ v = buf[l + k]; acc = buf[l]; buf[l] = {combine}; }}
+    return buf[0];
+}}
+
+inline float rest_{op}(__global float *x, int R, const int chunk, const int trees)
+{{
+    if (R == 1) return x[0];              /* the first stage was the whole reduction */
+    while (R > chunk) {{
+        const int n = (R + chunk - 1) / chunk, tree = trees == 2 || (trees == 1 && R >= WG);
+        for (int c = 0; c < n; ++c)
+            x[c] = chunk_{op}(x, c * chunk, min(c * chunk + chunk, R), tree);
+        R = n;
+    }}
+    return chunk_{op}(x, 0, R, trees == 2 || (trees == 1 && R >= WG));
+}}"""
+
+
+def _finish_kernel(name: str, partials: str, last: str) -> str:
+    region = "part" if partials == "sum" else "part + total"
+    fold = _FOLD[partials].replace("x", "acc").replace("y", "v")
+    return f"""
+__kernel void finish_{name}(__global float *out, __global float *part,
+    __global const int *counts, const int ntensors, const int total,
+    __global const float *scale, const int chunk, const int trees, const float p)
+{{
+    #pragma OPENCL FP_CONTRACT OFF
+    if (get_global_id(0) != 0) return;
+    __global float *from = {region};
+    float acc = 0.0f;
+    for (int t = 0, at = 0; t < ntensors; at += counts[t], ++t) {{
+        const float v = rest_{partials}(from + at, counts[t], chunk, trees);
+        acc = (t == 0) ? v : ({fold});      /* left to right */
+    }}
+    {last}
+}}"""
+
+
+def _build_source() -> str:
+    parts = ["//CL//", f"#define WG {WG}",
+             _rest("sum", "0.0f", _SUM), _rest("max", "-INFINITY", _MAX)]
+    parts += [_stage_kernels(name, ps) for name, ps in PASSES.items()]
+    parts += [_finish_kernel(name, *f) for name, f in FINISHES.items()]
+    return "\n".join(parts)
+
+
+SOURCE = _build_source()
+
+
+# -- the launches ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Stage:
+    """One tensor's first-stage launch: its partials at ``at`` in the scratch buffer, ``nchunks``
+    of them, by a work-group tree each (``tree``) or a sequential loop."""
+
+    at: int
+    size: int
+    nchunks: int
+    tree: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every tensor's first stage, the scratch buffer's length per region (``total``), the
+    chunk counts on the device (``counts``, for ``finish_*``), the chunk length and the
+    later stages' tree rule (see ``_rest``)."""
+
+    stages: tuple[Stage, ...]
+    total: int
+    counts: cl.Buffer
+    chunk: int
+    trees: int
+
+
+_PLANS_MAX = 4096       # plans a parcl queue keeps (queue.choices), as elementwise's
+
+
+def _plan(queue, sizes: tuple[int, ...], workgroup: bool | None) -> Plan:
+    """The plan for tensors of ``sizes``, made once per parcl queue (an eager training step
+    clips the same shapes every time; the counts are then on the device already)."""
+    key = ("gradnorm", sizes, workgroup)
+    try:
+        return queue.choices[key]
+    except KeyError:
+        pass
+    except AttributeError:                 # a plain pyopencl queue: made per call
+        return _new_plan(queue, sizes, workgroup)
+    plan = _new_plan(queue, sizes, workgroup)
+    if len(queue.choices) < _PLANS_MAX:
+        queue.choices[key] = plan
+    return plan
+
+
+def _new_plan(queue, sizes, workgroup) -> Plan:
+    gpu = on_gpu(queue)
+    chunk = CHUNK_GPU if gpu else CHUNK_CPU
+    stages, at = [], 0
+    for n in sizes:
+        nchunks = -(-n // chunk)
+        # reduce_3d's choice for a full reduction (outer = inner = 1); a lone element is a copy
+        tree = n > 1 and (workgroup if workgroup is not None
+                          else gpu and use_workgroups(1, n, 1, chunk))
+        stages.append(Stage(at, n, nchunks, tree))
+        at += nchunks
+    counts = np.array([s.nchunks for s in stages], np.int32)
+    # A buffer of its own, filled as it is made: no enqueued copy for a step capture to
+    # record, and not the pool's, so it lives as long as the plan does.
+    buf = cl.Buffer(queue.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
+                    hostbuf=counts)
+    trees = 0 if workgroup is False else 2 if workgroup else int(gpu)
+    return Plan(tuple(stages), at, buf, chunk, trees)
+
+
+def _pass(name: str, tensors: list[Tensor], plan: Plan, part: Tensor, scale: Tensor | None,
+          p: float) -> None:
+    q = part.queue
+    s = part.data if scale is None else scale.data      # an unscaled pass never reads it
+    seq = get_kernel(q, SOURCE, f"{name}_seq")
+    wg = get_kernel(q, SOURCE, f"{name}_wg")
+    total, chunk, p = np.int32(plan.total), np.int32(plan.chunk), np.float32(p)
+    for t, st in zip(tensors, plan.stages):
+        args = (part.data, t.data, s, np.int32(st.at), total, np.int32(st.size), chunk,
+                np.int32(st.nchunks), p)
+        if st.tree:
+            wg(q, (st.nchunks * WG,), (WG,), *args)
+        else:
+            seq(q, (-(-st.nchunks // 64) * 64,), (64,), *args)
+
+
+def _finish(name: str, plan: Plan, part: Tensor, scale: Tensor | None, p: float,
+            out: Tensor | None = None) -> Tensor:
+    q = part.queue
+    out = Tensor.empty(q, ()) if out is None else out
+    get_kernel(q, SOURCE, f"finish_{name}")(
+        q, (1,), (1,), out.data, part.data, plan.counts, np.int32(len(plan.stages)),
+        np.int32(plan.total), part.data if scale is None else scale.data,
+        np.int32(plan.chunk), np.int32(plan.trees), np.float32(p))
+    return out
+
+
+class NormError(ParclError, ValueError):
+    """A norm of no tensors, or of an order that is not a positive number."""
+
+
+def total_norm(tensors: list[Tensor], p: float, scaled: bool = True, *,
+               workgroup: bool | None = None) -> Tensor:
+    """The ``p``-norm (``p`` > 0 or inf) of ``tensors`` together, as if concatenated: a 0-d
+    tensor on their queue, enqueued, nothing read back. ``scaled`` (p > 1 only): formed from
+    the tensors scaled by ``min(2**40 / max|g|, 1)``, so it does not overflow where the plain
+    one would (bit for bit the plain norm for every ``max|g| <= 2**40``). ``workgroup``
+    forces reduction's kernel shape, as ``reduction.reduce_3d``'s does (tests).
+
+    >>> gradnorm.total_norm([p.grad for p in model.parameters()], 2.0)   # doctest: +SKIP
+    """
+    tensors = list(tensors)
+    if not tensors:
+        raise NormError("total_norm: no tensors given")
+    if not p > 0:
+        raise NormError(f"total_norm: the norm type must be > 0 (2.0, 1.0, inf, ...), got {p}")
+    check_float("total_norm", *tensors)
+    check_same_queue("total_norm", *tensors)
+    q = tensors[0].queue
+    plan = _plan(q, tuple(t.size for t in tensors), workgroup)
+    # The sums at [0, total), the maxima at [total, 2 total)
+    part = Tensor.empty(q, (2 * plan.total,))
+    if math.isinf(p):
+        _pass("max", tensors, plan, part, None, p)
+        return _finish("max", plan, part, None, p)
+    term = "square" if p == 2.0 else "pow"
+    if p == 1.0:
+        _pass("abs", tensors, plan, part, None, p)
+        return _finish("sum", plan, part, None, p)
+    root = "sqrt" if p == 2.0 else "root"
+    if not (scaled and p > 1.0):
+        _pass(term, tensors, plan, part, None, p)
+        return _finish(root, plan, part, None, 1.0 / p)
+    _pass(f"max_{term}", tensors, plan, part, None, p)
+    scale = _finish("scale", plan, part, None, p)
+    _pass(f"scaled_{term}", tensors, plan, part, scale, p)
+    return _finish(f"{root}_scaled", plan, part, scale, 1.0 / p)
