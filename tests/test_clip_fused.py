@@ -2,7 +2,9 @@
 one launch per tensor, one to finish) is bit for bit the norm the generic kernels compose
 (abs, square, pow, ``reduction.sum``/``max``, a left-to-right fold, the 2**40 overflow
 scaling), for every norm type, on tensors of one element to over a million, with huge,
-infinite and NaN gradients; and it is the float64 norm within float32's rounding."""
+infinite and NaN gradients; and it is the float64 norm within float32's rounding. The clip
+by that norm (``clip_grads_with_norm_``, one launch per gradient) is the generic kernels'
+clip bit for bit."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import parcl as pc
 from parcl.kernels import elementwise as ew
 from parcl.kernels import gradnorm, reduction
 from parcl.kernels._cache import trace_launches
-from parcl.nn.utils import clip_grad_norm_, get_total_norm
+from parcl.nn.utils import clip_grad_norm_, clip_grads_with_norm_, get_total_norm
 
 NORM_TYPES = [1.0, 2.0, 3.0, math.inf, 0.5]
 
@@ -62,7 +64,12 @@ def generic_norm(tensors, p, scaled, workgroup=None):
 
 
 def bits(t) -> bytes:
-    return t.to_host().tobytes()
+    """The tensor's bytes, every NaN as one NaN: which of two NaNs an operation passes on (its
+    sign, its payload) IEEE 754 leaves open, and a compiler may swap ``x * c``'s operands
+    (x86 passes on the first): NaN is NaN, every other value bit for bit."""
+    a = t.to_host()
+    a[np.isnan(a)] = np.nan
+    return a.tobytes()
 
 
 def gradient_sets(rng):
@@ -180,3 +187,35 @@ def test_clip_grad_norm_returns_and_clips_by_the_fused_norm(queue, gradients):
         grads = [g.copy() for g in gradients[name]]
         want = generic_norm(grads, 2.0, scaled=name != "mixed shapes")
         assert clip_grad_norm_(grads, 1e30) == float(want.item())
+
+
+def generic_clip(grads, norm, max_norm):
+    """The clip as ``pc.nn.utils`` formed it from generic kernels: the coefficient
+    min(max_norm / (norm + 1e-6), 1) by three scalar launches, then a broadcast mul each."""
+    coef = ew.scalar("add", norm, 1e-6)
+    ew.scalar("rdiv", coef, float(max_norm), out=coef)
+    ew.scalar("minimum", coef, 1.0, out=coef)
+    for g in grads:
+        ew.binary("mul", g, coef, out=g)
+
+
+@pytest.mark.parametrize("norm", [0.0, 0.37, 1.0, 3.3e7, math.inf, math.nan])
+@pytest.mark.parametrize("max_norm", [0.0, 1e-3, 1.0, 1e30, math.inf])
+def test_clipping_by_a_device_norm_is_the_generic_kernels_clip_bit_for_bit(queue, gradients,
+                                                                           norm, max_norm):
+    """One launch per gradient, each forming the coefficient from the norm on the device (a
+    CPU's work-items a run of 16 elements each, a GPU's one: both forced here)."""
+    grads = gradients["mixed shapes"] + gradients["inf"] + gradients["NaN"]
+    norm_t = pc.Tensor.from_host(queue, np.array(norm, np.float32))
+    want = [g.copy() for g in grads]
+    generic_clip(want, norm_t, max_norm)
+    got = [g.copy() for g in grads]
+    with trace_launches() as traced:
+        clip_grads_with_norm_(got, max_norm, norm_t)
+    assert len(traced) == len(grads)
+    for g, w in zip(got, want):
+        assert bits(g) == bits(w)
+    for run in (1, gradnorm.CLIP_RUN):
+        got = [g.copy() for g in grads]
+        gradnorm.clip_by_norm_(got, norm_t, max_norm, 1e-6, run=run)
+        assert all(bits(g) == bits(w) for g, w in zip(got, want)), run

@@ -38,7 +38,9 @@ WG = 256            # work-group size of the GPU tree kernels (a power of two)
 CHUNK_CPU = 2048    # rows of R one work-item sums before partials are reduced again
 CHUNK_GPU = 16384
 
-_COMBINE = {"sum": ("0.0f", "acc + v"),
+# Each op's start value and its step, a C expression of the running ``acc`` and the next value
+# ``v`` (``gradnorm`` forms its sums with the same ones, in the same order)
+COMBINE = {"sum": ("0.0f", "acc + v"),
             # NaN wins (numpy's max propagates it): keep acc if it is NaN or not smaller
             "max": ("-INFINITY", "(acc >= v || isnan(acc)) ? acc : v"),
             "prod": ("1.0f", "acc * v")}
@@ -46,7 +48,7 @@ _COMBINE = {"sum": ("0.0f", "acc + v"),
 
 def _build_source() -> str:
     parts = ["//CL//", VECTOR_TYPES, f"#define WG {WG}"]
-    for op, (init, combine) in _COMBINE.items():
+    for op, (init, combine) in COMBINE.items():
         parts.append(f"""
 /* out[o, p, j] = scale * op over r in chunk p of x[o, r, j]; one work-item per output. */
 __kernel void {op}_seq(__global float *out, __global const float *x, const int n, const int R,

@@ -2,8 +2,9 @@
 computed on the device.
 
 The global norm is formed in a fixed order, so it is the same bit for bit on every run: each
-tensor's partial (sum of squares, sum of ``|g|**p``, or max of ``|g|``) by the reduction
-kernels, then the partials folded left to right, then the root; for a norm type above 1,
+tensor's partial (sum of squares, sum of ``|g|**p``, or max of ``|g|``) in the reduction
+kernels' order, then the partials folded left to right, then the root, by the fused kernels of
+``parcl.kernels.gradnorm`` (one launch per tensor, one to finish); for a norm type above 1,
 ``get_total_norm`` first scales the gradients by ``min(2**40 / max|g|, 1)`` (exactly 1 for any
 ordinary gradient), so powers that would overflow float32 cannot make the norm inf
 (``clip_grad_norm_`` does so only when the plain norm it reads back overflowed).
@@ -29,7 +30,7 @@ from collections.abc import Iterable
 
 from ..errors import ParclError
 from ..kernels import elementwise as ew
-from ..kernels import reduction
+from ..kernels import gradnorm
 from ..tape.node import Node
 from ..tensor import Tensor, check_same_queue
 
@@ -37,8 +38,6 @@ __all__ = ["ClipError", "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_
            "get_total_norm"]
 
 EPS = 1e-6      # PyTorch's: clip_coef = max_norm / (total_norm + 1e-6)
-_SAFE_MAX = 2.0 ** 40   # the largest |g| whose powers are summed unscaled (see _scale)
-_SAFE_MIN = 2.0 ** -88  # the smallest scale: 2**40 / FLT_MAX, what an infinite |g| would give 0
 
 
 class ClipError(ParclError, ValueError):
@@ -54,16 +53,6 @@ def _norm_type(norm_type) -> float:
     if not p > 0:
         raise ClipError(f"clip_grad_norm_: norm_type must be > 0 (2.0, 1.0, inf, ...), got {p}")
     return p
-
-
-def _partial(g: Tensor, p: float) -> Tensor:
-    """This tensor's share of the norm, a 0-d tensor: max |g| (inf), sum g^2 (2), sum |g|^p."""
-    if math.isinf(p):
-        return reduction.max(ew.unary("abs", g))
-    if p == 2.0:
-        return reduction.sum(ew.unary("square", g))
-    a = ew.unary("abs", g)
-    return reduction.sum(a if p == 1.0 else ew.scalar("pow", a, p))
 
 
 def get_total_norm(tensors: Iterable[Tensor], norm_type: float = 2.0) -> Tensor:
@@ -85,53 +74,11 @@ def get_total_norm(tensors: Iterable[Tensor], norm_type: float = 2.0) -> Tensor:
 
 
 def _norm(tensors: list[Tensor], p: float, scaled: bool) -> Tensor:
-    """The norm; ``scaled``: for p > 1 of the tensors scaled by ``_scale`` first (a few more
-    kernels: bit for bit the plain norm unless that overflows)."""
-    if math.isinf(p):
-        return _fold("maximum", [_partial(t, p) for t in tensors])
-    scale = _scale(tensors) if scaled and p > 1.0 else None
-    if scale is not None:
-        tensors = [ew.binary("mul", t, scale) for t in tensors]
-    acc = _fold("add", [_partial(t, p) for t in tensors])
-    if p == 1.0:
-        return acc
-    acc = ew.unary("sqrt", acc, out=acc) if p == 2.0 else ew.scalar("pow", acc, 1.0 / p,
-                                                                      out=acc)
-    return acc if scale is None else ew.binary("div", acc, scale, out=acc)
-
-
-def _fold(combine: str, partials: list[Tensor]) -> Tensor:
-    acc = partials[0]
-    for t in partials[1:]:                 # left to right: a fixed order of summation
-        acc = ew.binary(combine, acc, t, out=acc)
-    return acc
-
-
-def _scale(tensors: list[Tensor]) -> Tensor:
-    """The factor the gradients are multiplied by before their powers are summed, a 0-d
-    device tensor: ``min(2**40 / max|g|, 1)``. Squares of float32 values of ~2e19 overflow,
-    and a total norm of inf clipped every gradient to 0; scaled, the largest is at most
-    2**40, so no sum of fewer than 2**48 squares can overflow. Below 2**40 (every ordinary
-    gradient) the factor is exactly 1: the same products, the same sums, the norm bit for
-    bit. Floored at 2**-88 (where 2**40 / FLT_MAX lies), so an infinite gradient stays
-    infinite (not inf * 0 = NaN) and the norm stays inf, as before; a NaN stays NaN."""
-    biggest = _fold("maximum", [_partial(t, math.inf) for t in tensors])
-    scale = ew.scalar("rdiv", biggest, _SAFE_MAX, out=biggest)
-    return ew.unary("clamp", scale, out=scale, p=_SAFE_MIN, q=1.0)     # NaN stays NaN
-
-
-def clip_coefficient(total_norm: Tensor, max_norm: float) -> Tensor:
-    """``min(max_norm / (total_norm + 1e-6), 1)`` as a 0-d tensor, computed on the device."""
-    coef = ew.scalar("add", total_norm, EPS)
-    ew.scalar("rdiv", coef, float(max_norm), out=coef)
-    return ew.scalar("minimum", coef, 1.0, out=coef)
-
-
-def scale_by_(tensors: Iterable[Tensor], factor: Tensor) -> None:
-    """Multiply every tensor in place by the 0-d device tensor ``factor`` (same queue)."""
-    for t in tensors:
-        check_same_queue("scale_by_", t, factor)
-        ew.binary("mul", t, factor, out=t)
+    """The norm; ``scaled``: for p > 1 of the tensors scaled by ``min(2**40 / max|g|, 1)``
+    first (bit for bit the plain norm unless that overflows; see ``kernels.gradnorm``). One
+    launch per tensor and one to finish (twice that scaled), in the order of summation of
+    ``reduction.sum`` over each tensor's powers, folded left to right."""
+    return gradnorm.total_norm(tensors, p, scaled)
 
 
 def _grads(parameters) -> list[Tensor]:
@@ -167,7 +114,7 @@ def clip_grads_with_norm_(parameters, max_norm: float, total_norm: Tensor) -> No
     max_norm = _max_norm("clip_grads_with_norm_", max_norm)
     grads = _grads(parameters)
     if grads:
-        scale_by_(grads, clip_coefficient(total_norm, max_norm))
+        gradnorm.clip_by_norm_(grads, total_norm, max_norm, EPS)
 
 
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
@@ -201,7 +148,7 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
         raise ClipError(f"clip_grad_norm_: the total norm of order {norm_type} of "
                         f"{len(grads)} gradients is non-finite ({value}); nothing was "
                         f"clipped (error_if_nonfinite=False scales them anyway)")
-    scale_by_(grads, clip_coefficient(total, max_norm))
+    gradnorm.clip_by_norm_(grads, total, max_norm, EPS)
     return value
 
 
