@@ -293,10 +293,12 @@ class ReplicaGroup:
     def set_rng_state(self, states) -> None:
         """Put back every replica's dropout generator from ``rng_state()``."""
         self._check_open()
-        states = [tuple(int(v) for v in s) for s in states]
-        if len(states) != len(self.replicas) or any(len(s) != 2 for s in states):
+        states = list(states)
+        if len(states) != len(self.replicas):
             raise ParclError(f"ReplicaGroup.set_rng_state: expected {len(self.replicas)} "
                              f"[seed, counter] pairs (one per replica), got {states!r}")
+        # every pair checked before any replica's generator changes
+        states = [nn_ops.checked_rng_state(s) for s in states]
         self.run(lambda r, state: nn_ops.set_rng_state(state), states)
 
     # -- the data-parallel step -----------------------------------------------------------

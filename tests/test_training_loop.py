@@ -406,6 +406,18 @@ def test_a_resumed_run_with_dropout_draws_the_same_masks(devices2, tmp_path, cap
         np.testing.assert_array_equal(b, a)
 
 
+@pytest.mark.parametrize("bad", [[1.5, 0], [0, 2.5], ["1", 0], [True, 0], [0, -1]])
+def test_a_group_dropout_state_that_is_not_ints_is_refused(devices2, bad):
+    """group.set_rng_state ran int() over every value before checking, so [1.5, 0] became
+    seed 1 and "1" or True did too: a resume drew other masks than the saved run, silently.
+    Refused now, as tp.set_rng_state refuses it, and no replica's generator changes."""
+    with ReplicaGroup(mlp, devices2) as group:
+        before = group.rng_state()
+        with pytest.raises(pc.ParclError, match="set_rng_state: expected"):
+            group.set_rng_state([[3, 0], bad])
+        assert group.rng_state() == before
+
+
 def test_clipping_a_reduced_gradient_too_large_to_square_scales_it(devices2):
     """A loss scaled by 1e20 (gradients ~1e19 and more): the reduced gradient's norm summed
     its squares in float32 and overflowed to inf, so max_grad_norm zeroed the update, and

@@ -355,9 +355,10 @@ def rng_state() -> tuple[int, int]:
     return gen.seed, gen.counter
 
 
-def set_rng_state(state) -> None:
-    """Restore a state returned by ``rng_state`` (a pair of ints; a list, as JSON gives it
-    back, too). Anything else is a ``ParclError``, the generator unchanged."""
+def checked_rng_state(state) -> tuple[int, int]:
+    """``state`` as the ``(seed, counter)`` pair of ints ``rng_state`` gives (a list, as JSON
+    gives it back, too); anything else (a float, a string, a bool, a negative counter) is a
+    ``ParclError``: rounded, it would draw other masks than the saved run."""
     try:
         seed, counter = state
         ok = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
@@ -367,8 +368,15 @@ def set_rng_state(state) -> None:
     if not ok:
         raise ParclError(f"set_rng_state: expected a (seed, counter) pair of ints from "
                          f"rng_state(), got {state!r}")
+    return int(seed), int(counter)
+
+
+def set_rng_state(state) -> None:
+    """Restore a state returned by ``rng_state`` (``checked_rng_state``). Anything else is a
+    ``ParclError``, the generator unchanged."""
+    seed, counter = checked_rng_state(state)
     gen = _generator()
-    gen.seed, gen.counter = int(seed), int(counter)
+    gen.seed, gen.counter = seed, counter
 
 
 class Dropout(Function):
