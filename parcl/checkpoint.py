@@ -371,7 +371,8 @@ def _optimizer_state(path: str, doc: dict[str, Any], tensors: dict[str, np.ndarr
         problems.append(f"{len(saved['param_groups'])} param_groups saved, optimizer has "
                         f"{len(cur_groups)}")
     for i, (mine, theirs) in enumerate(zip(saved["param_groups"], cur_groups)):
-        if set(mine) != set(theirs):
+        # a scheduler's initial_lr is in a group once one was attached, not an option
+        if set(mine) - {"initial_lr"} != set(theirs) - {"initial_lr"}:
             problems.append(f"param_groups[{i}] saved with options {sorted(mine)}, optimizer "
                             f"has {sorted(theirs)} (a different optimizer class? checkpoint "
                             f"has {opt.get('class')}, got {type(optimizer).__name__})")

@@ -261,12 +261,13 @@ def test_scheduler_drives_a_real_optimizer(queue):
         sched.step()
         assert opt.lr == 0.5 * 0.5 ** (t + 1)
     np.testing.assert_allclose(p.value.to_host(), expected, rtol=1e-6)
-    # The optimizer's own state dict is PyTorch's layout, untouched by the scheduler.
-    assert set(opt.state_dict()["param_groups"][0]) == {"lr", "momentum", "weight_decay",
-                                                        "nesterov", "params"}
+    # The optimizer's own state dict is PyTorch's layout: the scheduler's initial_lr joins
+    # each group's options.
+    assert opt.state_dict()["param_groups"][0].keys() == {"lr", "momentum", "weight_decay",
+                                                          "nesterov", "initial_lr", "params"}
     fresh = pc.optim.SGD([p], lr=0.5)
     fresh.load_state_dict(opt.state_dict())
-    assert fresh.lr == opt.lr
+    assert fresh.lr == opt.lr and fresh.initial_lrs == [0.5]
 
 
 def test_an_optimizer_refusal_puts_the_scheduler_back(tmp_path):

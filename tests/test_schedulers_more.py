@@ -188,6 +188,42 @@ def test_a_checkpoint_resumes_the_schedule_and_momentum_bit_for_bit(tmp_path, ma
     assert run(sched2, opt2, 14) == rest
 
 
+@pytest.mark.parametrize("last_epoch", [-1, 2], ids=["restarted", "resumed-by-last-epoch"])
+@pytest.mark.parametrize("via", ["checkpoint", "state_dict"])
+def test_a_scheduler_made_after_loading_the_optimizer_starts_from_the_initial_lr(
+        tmp_path, last_epoch, via):
+    """PyTorch's optimizer state dict keeps the first scheduler's ``initial_lr`` in every
+    group, so a scheduler made after loading it (without its own state) computes from the
+    run's initial learning rates. parcl's left them out: the new LambdaLR took the loaded,
+    already decayed rates as its base (0.0125 where PyTorch restarts at 0.1, decaying twice
+    from then on), and ``last_epoch=2`` was refused."""
+    def lam(epoch):
+        return 0.5 ** epoch
+
+    topt = torch_optimizer(*LRS)
+    tsched = T.LambdaLR(topt, lam)
+    trace(tsched, topt, 3)
+    fresh = torch_optimizer(*LRS)
+    fresh.load_state_dict(topt.state_dict())
+    want = trace(T.LambdaLR(fresh, lam, last_epoch=last_epoch), fresh, 4)
+
+    q = pc.default_queue()
+
+    def sgd():
+        return pc.optim.SGD([{"params": [pc.nn.Parameter(pc.Tensor.zeros(q, (2,)))], "lr": lr}
+                             for lr in LRS], lr=LRS[0])
+
+    opt = sgd()
+    trace(P.LambdaLR(opt, lam), opt, 3)
+    opt2 = sgd()
+    if via == "checkpoint":
+        pc.save(tmp_path / "ckpt.safetensors", FakeModel(1.0), opt, step=3)
+        pc.load(tmp_path / "ckpt.safetensors", FakeModel(), opt2)
+    else:
+        opt2.load_state_dict(json.loads(json.dumps(opt.state_dict())))
+    assert trace(P.LambdaLR(opt2, lam, last_epoch=last_epoch), opt2, 4) == want
+
+
 def test_a_chained_state_of_other_parts_is_refused_unchanged():
     opt = FakeOptimizer(*LRS)
     chain = build("chained-three", P, opt)
@@ -214,8 +250,9 @@ def test_onecycle_cycles_sgd_momentum_as_pytorch():
     assert trace(p_sched, opt, 15, "momentum") == trace(t_sched, torch_opt, 15, "momentum")
     assert opt.param_groups[0]["lr"] == torch_opt.param_groups[0]["lr"]
     assert "max_lr" not in opt.param_groups[0]            # the optimizer's options only
-    assert set(opt.state_dict()["param_groups"][0]) == {"lr", "momentum", "weight_decay",
-                                                        "nesterov", "params"}
+    saved = opt.state_dict()["param_groups"][0]        # and the initial_lr, as PyTorch's
+    assert saved.keys() == {"lr", "momentum", "weight_decay", "nesterov", "initial_lr", "params"}
+    assert saved["initial_lr"] == torch_opt.state_dict()["param_groups"][0]["initial_lr"]
 
 
 def test_onecycle_cycles_adams_first_beta_as_pytorch():

@@ -11,7 +11,8 @@ scheduler=s)`` keeps a schedule in a checkpoint and a resumed run continues it b
 
 Where PyTorch keeps ``param_group["initial_lr"]``, parcl keeps ``optimizer.initial_lrs`` (the
 first scheduler attached records the groups' learning rates there; later ones, as those
-chained by ``SequentialLR``, start from them): the optimizer's own state dict stays as it was.
+chained by ``SequentialLR``, start from them). The optimizer's state dict saves them as each
+group's ``"initial_lr"``, as PyTorch's, so a scheduler made after loading it starts from them.
 
 >>> opt = pc.optim.SGD(model.parameters(), lr=0.1)
 >>> warmup = pc.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=5)

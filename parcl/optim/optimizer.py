@@ -284,7 +284,8 @@ class Optimizer:
     # -- state dicts ---------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """PyTorch's layout: ``{"state": {index: {...}}, "param_groups": [{options...,
-        "params": [indices]}]}``; arrays are numpy host copies."""
+        "params": [indices]}]}``; arrays are numpy host copies. Once a scheduler was
+        attached each group also holds its ``initial_lr`` (``initial_lrs``), as PyTorch's."""
         index = {id(p): i for i, p in enumerate(self._params())}
         state = {}
         for i, p in enumerate(self._params()):
@@ -293,14 +294,18 @@ class Optimizer:
             if entry:
                 state[i] = entry
         groups = []
-        for g in self.param_groups:
+        initial = self.initial_lrs or []
+        for i, g in enumerate(self.param_groups):
             opts = {k: (list(v) if isinstance(v, tuple) else v)
                     for k, v in g.items() if k != "params"}
+            if i < len(initial):     # a group added after the scheduler has none (PyTorch)
+                opts["initial_lr"] = float(initial[i])
             groups.append({**opts, "params": [index[id(p)] for p in g["params"]]})
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore options and per-parameter state; everything is validated first and a
+        """Restore options, per-parameter state and the groups' ``initial_lr`` (a scheduler
+        made after this starts from them, as PyTorch's); everything is validated first and a
         mismatch raises ``OptimizerError`` leaving the optimizer unchanged."""
         name = f"{type(self).__name__}.load_state_dict"
         if not isinstance(state_dict, dict) or "param_groups" not in state_dict:
@@ -310,7 +315,7 @@ class Optimizer:
             raise OptimizerError(f"{name}: {len(groups) if isinstance(groups, list) else '?'} "
                                  f"param_groups given, the optimizer has "
                                  f"{len(self.param_groups)}")
-        new_opts = []
+        new_opts, new_initial = [], []
         for i, (saved, mine) in enumerate(zip(groups, self.param_groups)):
             if not isinstance(saved, dict):
                 raise OptimizerError(f"{name}: param_groups[{i}] is not a dict")
@@ -318,12 +323,17 @@ class Optimizer:
                 raise OptimizerError(f"{name}: param_groups[{i}] has "
                                      f"{len(saved.get('params', ()))} parameters, the "
                                      f"optimizer's has {len(mine['params'])}")
-            keys = set(saved) - {"params"}
+            keys = set(saved) - {"params", "initial_lr"}
             if keys != set(self.options):
                 raise OptimizerError(f"{name}: param_groups[{i}] has options {sorted(keys)}, "
                                      f"{type(self).__name__} has {sorted(self.options)}")
             try:
                 new_opts.append(self._validate_options(saved))
+                if "initial_lr" in saved:
+                    if len(new_initial) < i:    # only groups added after a scheduler lack it
+                        raise OptimizerError(f"initial_lr given, but param_groups[{i - 1}] "
+                                             f"has none")
+                    new_initial.append(_nonneg("initial_lr", saved["initial_lr"]))
             except OptimizerError as e:
                 raise OptimizerError(f"{name}: param_groups[{i}]: {e}") from None
         # Saved indices may be named differently from ours (another optimizer's numbering);
@@ -353,6 +363,7 @@ class Optimizer:
             new_state[p] = s
         for group, opts in zip(self.param_groups, new_opts):
             group.update(opts)
+        self.initial_lrs = new_initial or None     # the saved groups', as PyTorch replaces them
         self.state = new_state
         self._flat, self._buckets = {}, {}         # fresh per-parameter state: no flat views
 
