@@ -4,6 +4,9 @@ what parcl did and what PyTorch does."""
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -364,3 +367,33 @@ def _run_state(queue, cls):
     p[0].grad = pc.Tensor.from_host(queue, np.ones(3, np.float32))
     opt.step()
     return opt.state_dict()
+
+
+_ENTRY_ORDER = r"""
+import numpy as np, parcl as pc
+q = pc.default_queue()
+p = pc.nn.Parameter(pc.Tensor.zeros(q, (3,)))
+opt = pc.optim.Adam([p], lr=0.1)
+p.grad = pc.Tensor.from_host(q, np.ones(3, np.float32))
+opt.step()
+fresh = pc.optim.Adam([p], lr=0.1)
+fresh.load_state_dict(opt.state_dict())
+print(list(opt.state_dict()["state"][0]), list(fresh.state_dict()["state"][0]))
+"""
+
+
+def test_a_loaded_state_lists_its_entries_in_the_same_order_in_every_process():
+    """load_state_dict ordered each parameter's state tensors by a set's order, which
+    changes with the process's string hashing: a loaded Adam state listed exp_avg_sq before
+    exp_avg in some processes, so a checkpoint saved after a resume named its tensors in
+    another order (other header bytes) from run to run. Results did not change (updates read
+    the state by name). Now PyTorch's order, the one a fresh state has, in every process."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    orders = set()
+    for seed in ("1", "2", "4"):
+        env = {**os.environ, "PYTHONHASHSEED": seed,
+               "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        r = subprocess.run([sys.executable, "-c", _ENTRY_ORDER], capture_output=True,
+                           text=True, env=env, timeout=120, check=True)
+        orders.add(r.stdout.strip())
+    assert orders == {"['step', 'exp_avg', 'exp_avg_sq'] ['step', 'exp_avg', 'exp_avg_sq']"}

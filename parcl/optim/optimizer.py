@@ -390,7 +390,8 @@ class Optimizer:
                 raise OptimizerError(f"{name}: state[{key!r}]['step'] must be an int >= 0, "
                                      f"got {step!r}")
             out["step"] = int(step)
-        for t in sorted(set(entry) - {"step"}, key=list(allowed).index):
+        order = list(self.state_tensors) + list(self.optional_tensors)   # not a set's order
+        for t in sorted(set(entry) - {"step"}, key=order.index):
             try:
                 v = host_copy(entry[t], np.float32)
             except (TypeError, ValueError):
