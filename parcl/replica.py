@@ -373,15 +373,19 @@ class ReplicaGroup:
     def _begin(self) -> None:
         """Before the replicas start: a failed step's gradients zeroed (each replica makes
         its buckets its gradients again in its own call: ``Eager.prepare``), or the copies
-        ``allreduce_grads`` left; replica 0's parameters and buffers copied to the others if
-        changed in place since they were last made equal, or a buffer replaced; a
-        batch-statistics exchange broken by a failed step reset."""
+        ``allreduce_grads`` left, or a run's unreduced gradients averaged; replica 0's
+        parameters and buffers copied to the others if changed in place since they were last
+        made equal, or a buffer replaced; a batch-statistics exchange broken by a failed step
+        reset."""
         if self._grads_dirty:
             self.zero_grad()
         elif self._reduced:                # allreduce_grads' copies: the gradient counts once
             self._buffers.forget_copies()
         elif self._seen is not None:       # what the caller zeroed on replica 0 is zeroed
             self._buffers.follow_zeroing(self._seen)
+            # and what a run's backwards left, unreduced, counts as their mean (as DDP's)
+            world = self.comm.Get_size() if self.comm is not None else 1
+            self._buffers.average_left(len(self.replicas) * world)
         self._grads_dirty, self._reduced, self._seen = True, SYNCED, None
         if self._buffers.refresh() or (len(self.replicas) > 1
                                        and self._buffers.changed_since(self._synced)):

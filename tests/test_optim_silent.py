@@ -154,6 +154,27 @@ def test_a_step_after_allreduce_grads_counts_the_left_gradient_once(devices2):
         _assert_params(group, w - 0.1 * (lw + gw), b - 0.1 * (lb + gb))
 
 
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "captured"])
+def test_a_step_after_a_backward_run_averages_the_runs_gradients_as_ddp(devices2, capture):
+    """A backward ``run`` (each replica's mean loss over its shard, nothing reduced: DDP's
+    ``no_sync``), then ``group.step``: the step summed the replicas' left gradients, so the
+    run's batch entered the update once per replica (``lr * (2 * left + step)`` with 2
+    replicas, ``lr * (left + step)`` with 1), silently. DDP's synced backward averages what
+    ``no_sync`` accumulated: the update is ``lr * (mean of the left + this step's)``, the
+    same for every replica count."""
+    rng = np.random.default_rng(2)
+    x0, x = rng.random((6, 4), dtype=np.float32), rng.random((6, 4), dtype=np.float32)
+    with ReplicaGroup(_linear, devices2, capture=capture) as group:
+        w, b, opt = _start(group)
+        for _ in range(2):                  # the second step is replayed where captured
+            group.run(_backward, [x0[:3], x0[3:]])
+            group.step(x, np.zeros(6, np.int64), lambda out, y: tp.mean(out * out), opt)
+            lw, lb = _grads(w, b, x0)       # the mean of the two shards' mean gradients
+            gw, gb = _grads(w, b, x)
+            w, b = w - 0.1 * (lw + gw), b - 0.1 * (lb + gb)
+            _assert_params(group, w, b)
+
+
 def test_a_step_after_allreduce_grads_and_zero_grad_of_the_optimizer_starts_from_zero(devices2):
     """``allreduce_grads``, a ``run`` that only evaluates, ``opt.step()``, ``opt.zero_grad()``,
     then ``group.step``: replica 1 still held its copy of the reduced gradient, which the

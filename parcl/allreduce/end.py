@@ -31,6 +31,7 @@ from ..nn.module import Module
 from ..nn.utils import clip_grads_with_norm_, get_total_norm
 from ..errors import ParclError
 from ..gate import release_all
+from ..kernels.elementwise import scale_
 from ..optim import FlatBucket, Optimizer
 from ..pool import ZEROED, pool_of, stamp
 from ..tensor import Tensor
@@ -219,6 +220,18 @@ class StepBuffers:
                 g = grads.params[j].grad
                 if g is not None:
                     g.fill_owned(0)
+
+    def average_left(self, count: int) -> None:
+        """Before a step after a ``run`` that left each replica its own, unreduced gradients (a
+        backward per replica, as under DDP's ``no_sync``): every replica's divided by
+        ``count`` (the replicas of every rank), so the step's sum adds their mean, as DDP's
+        next synced backward averages what ``no_sync`` accumulated."""
+        if count == 1:
+            return
+        for grads in self.grads:
+            grads.gather()                 # gradients replaced since: into the buckets
+            for flat in grads.flats:
+                scale_(flat, 1.0 / count)
 
     def forget_copies(self) -> None:
         """Zero the other replicas' copies of the reduced gradient (replica 0's is kept): a
