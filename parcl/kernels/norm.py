@@ -24,7 +24,6 @@ array([[-1.,  1.]], dtype=float32)
 
 from __future__ import annotations
 
-import numpy as np
 
 from ..runtime import on_gpu
 from ..tensor import Tensor
