@@ -50,19 +50,7 @@ class Allocation:
             if rec is not None:
                 rec.keep(pool, self.buffer, self.nbytes)
                 return
-        # ``_give_back`` inlined: every tensor an eager op frees comes here
-        size = self.nbytes
-        lock = pool._lock
-        lock.acquire()
-        try:
-            bucket = pool._free.get(size)
-            if bucket is None:
-                bucket = pool._free[size] = []
-            bucket.append(self.buffer)
-            pool.bytes_in_use -= size
-            pool.allocations -= 1
-        finally:
-            lock.release()
+        pool._give_back(self.buffer, self.nbytes)
 
 
 _new = object.__new__
@@ -115,50 +103,31 @@ class MemoryPool:
     def allocate(self, nbytes: int) -> Allocation:
         size = 256 if nbytes <= 256 else bin_size(int(nbytes))     # small: one bin, no call
         rec = recorder.state.recording
+        # Recording a step: reuse what the step itself freed (as the eager step would), and
+        # never give the step's buffers back while the recording may be replayed.
+        buf = rec.take(self, size) if rec is not None else None
+        if buf is None:
+            # ``acquire``/``release`` rather than ``with``: this runs for every tensor an op
+            # makes, and the context manager costs twice as much host time here
+            lock = self._lock
+            lock.acquire()
+            try:
+                bucket = self._free.get(size)
+                buf = bucket.pop() if bucket else None
+                if buf is None:
+                    buf = self._new_buffer(size)
+                    self.pool_bytes += size
+                self.bytes_in_use += size
+                self.allocations += 1
+                if self.bytes_in_use > self.peak_bytes_in_use:
+                    self.peak_bytes_in_use = self.bytes_in_use
+            finally:
+                lock.release()
         if rec is not None:
-            # Recording a step: reuse what the step itself freed (as the eager step would),
-            # and never give the step's buffers back while the recording may be replayed.
-            buf = rec.take(self, size)
-            if buf is None:
-                buf = self._take(size)
             return Allocation(self, buf, size, rec.ref)
-        # the eager hot path: ``_take`` inlined, the Allocation made without an __init__ call
-        lock = self._lock
-        lock.acquire()
-        try:
-            bucket = self._free.get(size)
-            buf = bucket.pop() if bucket else None
-            if buf is None:
-                buf = self._new_buffer(size)
-                self.pool_bytes += size
-            self.bytes_in_use += size
-            self.allocations += 1
-            if self.bytes_in_use > self.peak_bytes_in_use:
-                self.peak_bytes_in_use = self.bytes_in_use
-        finally:
-            lock.release()
-        alloc = _new(Allocation)
+        alloc = _new(Allocation)          # the eager hot path: no __init__ call
         alloc.pool, alloc.buffer, alloc.nbytes, alloc.recording = self, buf, size, None
         return alloc
-
-    # ``acquire``/``release`` rather than ``with``: these two run for every tensor an op
-    # makes and frees, and the context manager costs twice as much host time here.
-    def _take(self, size: int) -> cl.Buffer:
-        lock = self._lock
-        lock.acquire()
-        try:
-            bucket = self._free.get(size)
-            buf = bucket.pop() if bucket else None
-            if buf is None:
-                buf = self._new_buffer(size)
-                self.pool_bytes += size
-            self.bytes_in_use += size
-            self.allocations += 1
-            if self.bytes_in_use > self.peak_bytes_in_use:
-                self.peak_bytes_in_use = self.bytes_in_use
-        finally:
-            lock.release()
-        return buf
 
     def _new_buffer(self, size: int) -> cl.Buffer:
         try:
@@ -169,7 +138,7 @@ class MemoryPool:
             return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
 
     def _give_back(self, buf: cl.Buffer, size: int) -> None:
-        lock = self._lock
+        lock = self._lock            # (acquire/release: see allocate)
         lock.acquire()
         try:
             bucket = self._free.get(size)
