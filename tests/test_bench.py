@@ -512,7 +512,7 @@ def test_docs_reruns_the_benchmarks_behind_the_performance_page(tmp_path):
 # -- overhead --------------------------------------------------------------------------------
 def test_overhead_smoke(tmp_path, capsys):
     text, result = _run(tmp_path, capsys, ["overhead", "--depth", "2", "--passes", "1",
-                                           "--repeat", "2", "--warmup", "1",
+                                           "--repeat", "2", "--warmup", "1", "--op-calls", "3",
                                            "--guard-models", "mlp"])
     rows = _rows(result, "overhead")
     _printed(text, result, "overhead")
@@ -524,6 +524,12 @@ def test_overhead_smoke(tmp_path, capsys):
     for r in rows:
         assert r["us_per_op_min"] <= r["us_per_op"] <= r["us_per_op_max"]
         assert r["ops_per_s"] > 0 and r["drain_us_per_op"] > -1e3
+    ops = _rows(result, "ops")
+    assert len(ops) == 24 and {r["mode"] for r in ops} == {"no_grad", "fwd+bwd"}
+    assert {"linear", "layer_norm", "add (bias)", "softmax", "sum"} <= {r["op"] for r in ops}
+    for r in ops:
+        assert 0 < r["us_min"] <= r["us"] <= r["us_max"]
+        assert ("vs_torch" in r) == ("torch_us" in r)
     guard = _rows(result, "guard")[0]
     assert guard["model"] == "mlp" and guard["batch"] == 256
     assert guard["capture_key_us"] > 0 and guard["snapshot_us"] > 0 and guard["step_ms"] > 0
@@ -532,8 +538,9 @@ def test_overhead_smoke(tmp_path, capsys):
 def test_overhead_without_torch(tmp_path, capsys):
     _, result = _run(tmp_path, capsys, ["overhead", "--depth", "1", "--passes", "1",
                                         "--repeat", "1", "--warmup", "0", "--no-torch",
-                                        "--guard-models", ""], plot=False)
+                                        "--guard-models", "", "--op-calls", "2"], plot=False)
     assert {r["impl"] for r in _rows(result, "overhead")} == {"parcl", "parcl-unheld"}
+    assert all("torch_us" not in r for r in _rows(result, "ops"))
     assert "guard" not in result["tables"]
     assert any("PyTorch" in n for n in result["notes"])
 

@@ -57,7 +57,7 @@ RUNS = {
                ["memory", "--model", "mlp", "--batch", "4"], True),
     "overhead": (["overhead", "--repeat", "15"],
                  ["overhead", "--depth", "1", "--passes", "1", "--repeat", "1", "--warmup", "0",
-                  "--guard-models", ""], True),
+                  "--op-calls", "2", "--guard-models", ""], True),
     "compare_gpt": (["compare", "--model", "gpt", "--devices", "cpu:2", "--repeat", "5"],
                     ["compare", "--model", "gpt", "--devices", "cpu:2", "--steps", "1",
                      "--repeat", "1", "--batch", "2"], False),

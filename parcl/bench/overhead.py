@@ -19,6 +19,8 @@ bottleneck. ``us/op`` is host time per recorded op (a forward op and its share o
 backward); ``ops/s`` its inverse; ``vs torch`` the median of per-round ratios of PyTorch's
 time to parcl's (1.0: as fast). All configurations run in alternation (``time_interleaved``).
 
+The ``ops`` table: each common op of a transformer block on its own (``overhead_ops``).
+
 The ``guard`` table: the host cost of the capture guard ``pc.nn.capture_key(model)`` and of
 the host snapshot of a batch's upload (``parcl.uploads.snapshot`` of x and y) on the benchmark
 MLP and CNN at their default batches, against one captured training step
@@ -42,6 +44,7 @@ from parcl.uploads import snapshot
 
 from . import models
 from .compare import parcl_step
+from .overhead_ops import ops_rows
 from .common import (
     torch_or_none,
     BenchError,
@@ -69,6 +72,8 @@ def add_arguments(p) -> None:
     p.add_argument("--rows", type=int, default=8, help="mix: rows (default 8)")
     p.add_argument("--width", type=int, default=64, help="mix: layer-norm width (default 64)")
     p.add_argument("--passes", type=int, default=20, help="passes per timed run (default 20)")
+    p.add_argument("--op-calls", type=int, default=50, help="ops table: calls per timed run "
+                   "(0: no ops table; default 50)")
     p.add_argument("--guard-models", default="mlp,cnn",
                    help="models of the guard table ('' for none; default mlp,cnn)")
     p.add_argument("--devices", default="cpu", metavar="SPEC",
@@ -80,6 +85,8 @@ def run(args) -> dict:
     for name in ("depth", "size", "rows", "width", "passes"):
         if getattr(args, name) < 1:
             raise BenchError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.op_calls < 0:
+        raise BenchError(f"--op-calls must be >= 0, got {args.op_calls}")
     guard_models = [m.strip() for m in args.guard_models.split(",") if m.strip()]
     for m in guard_models:
         if m not in models.MODELS:
@@ -90,6 +97,7 @@ def run(args) -> dict:
     q = pc.new_queue(dev)
     result = new_result("overhead", {"depth": args.depth, "size": args.size, "rows": args.rows,
                                      "width": args.width, "passes": args.passes,
+                                     "op_calls": args.op_calls,
                                      "repeat": repeat, "warmup": warmup,
                                      "torch": torch is not None})
     result["devices"] = [device_info(dev, "queue")]
@@ -98,6 +106,8 @@ def run(args) -> dict:
     try:
         rows = _overhead_rows(q, pc.new_queue(dev, hold_launches=False), torch, args, repeat,
                               warmup)
+        ops = (ops_rows(q, torch, args.rows, args.width, args.op_calls, repeat, warmup)
+               if args.op_calls else [])
         guard = [_guard_row(q, m, repeat, warmup) for m in guard_models]
     finally:
         pc.set_default_queue(previous)
@@ -109,6 +119,14 @@ def run(args) -> dict:
                   ("us_range", "[min-max]", fmt_range("us_per_op", ".2f")),
                   ("ops_per_s", "ops/s", ".0f"), ("drain_us_per_op", "drain us/op", ".2f"),
                   ("vs_torch", "vs torch", ".2f")], rows)
+    if ops:
+        add_table(result, "ops", f"host time of one op ({args.rows}x{args.width} tensors; "
+                  f"linear {args.width}->{args.width}), median [min-max] of {repeat} "
+                  f"alternating runs of {args.op_calls} calls; fwd+bwd: recorded, then its "
+                  "backward from a given gradient", [
+                      ("op", "op", ""), ("mode", "mode", ""), ("us", "us", ".2f"),
+                      ("us_range", "[min-max]", fmt_range("us", ".2f")),
+                      ("torch_us", "torch us", ".2f"), ("vs_torch", "vs torch", ".2f")], ops)
     if guard:
         add_table(result, "guard", "host cost per step of the capture guard (capture_key) and "
                   "of the upload snapshot vs one captured step", [
