@@ -528,7 +528,7 @@ def test_overhead_smoke(tmp_path, capsys):
     assert len(ops) == 24 and {r["mode"] for r in ops} == {"no_grad", "fwd+bwd"}
     assert {"linear", "layer_norm", "add (bias)", "softmax", "sum"} <= {r["op"] for r in ops}
     for r in ops:
-        assert 0 < r["us_min"] <= r["us"] <= r["us_max"]
+        assert 0 < r["us_min"] <= r["us"] <= r["us_max"] and 0 < r["host_us"]
         assert ("vs_torch" in r) == ("torch_us" in r)
     guard = _rows(result, "guard")[0]
     assert guard["model"] == "mlp" and guard["batch"] == 256

@@ -6,15 +6,18 @@ the mix's): ``linear`` (with bias), ``layer_norm``, a bias ``add`` (broadcast), 
 equal shapes, ``matmul``, ``gelu``, ``softmax``, a scalar ``mul``, ``sum`` and ``mean`` (full),
 ``sum`` over the last axis and ``reshape``. Two modes: ``no_grad`` (the op alone) and
 ``fwd+bwd`` (the op recorded on a tape, then its backward from a given upstream gradient: no
-loss op is added). A timed run is ``--op-calls`` calls (0: no table); ``us`` is the host time
-per call (the queue is finished after the run, outside the time), ``vs torch`` the median of
-per-round ratios of PyTorch's time to parcl's (1.0: as fast).
+loss op is added). A timed run is ``--op-calls`` calls (0: no table); ``host us`` is the host
+time per call, ``us`` the time per call until the queue is done (host and device: the drain
+after the host's last call included, as a caller that reads the result waits for it), ``vs
+torch`` the median of per-round ratios of PyTorch's time to parcl's ``us`` (1.0: as fast).
 
-JSON rows: table ``ops``: ``op``, ``mode``, ``us`` (+ ``_min``/``_max``), ``torch_us`` (+
-spreads, when torch is installed), ``vs_torch`` (+ ``_min``/``_max``).
+JSON rows: table ``ops``: ``op``, ``mode``, ``host_us``, ``us`` (+ ``_min``/``_max``),
+``torch_us`` (+ spreads, when torch is installed), ``vs_torch`` (+ ``_min``/``_max``).
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
@@ -66,7 +69,7 @@ def ops_rows(q, torch, rows: int, width: int, calls: int, repeat: int,
     rng = np.random.default_rng(0)
     parcl, torch_f = _cases(rows, width)
     torch_fns = torch_f(torch) if torch is not None else {}
-    configs, runs = [], []
+    configs, runs, hosts = [], [], []
     for op, (shapes, fn) in parcl.items():
         arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
         mine = [tp.tensor(a, requires_grad=True) for a in arrays]
@@ -74,15 +77,18 @@ def ops_rows(q, torch, rows: int, width: int, calls: int, repeat: int,
                   if torch is not None else None)
         for mode in ("no_grad", "fwd+bwd"):
             configs.append((op, mode))
-            runs.append([(_parcl_run(fn, mine, mode, calls), q.finish)])
+            host: list[float] = []
+            hosts.append(host)
+            runs.append([(_host_timed(_parcl_run(fn, mine, mode, calls), host), q.finish)])
             if torch is not None:
                 runs[-1].append((_torch_run(torch, torch_fns[op], theirs, mode, calls), None))
     flat = [r for pair in runs for r in pair]
     stats = iter(time_interleaved(flat, repeat, warmup))
     out = []
-    for (op, mode), pair in zip(configs, runs):
+    for (op, mode), pair, host in zip(configs, runs, hosts):
         row = {"op": op, "mode": mode}
         mine = next(stats)
+        row["host_us"] = float(np.median(host[-repeat:])) * 1e6 / calls   # after the warm-ups
         put_stat(row, "us", summarize(mine["times"]), 1e6 / calls)
         if len(pair) == 2:
             theirs = next(stats)
@@ -90,6 +96,15 @@ def ops_rows(q, torch, rows: int, width: int, calls: int, repeat: int,
             put_ratio(row, "vs_torch", mine, theirs)
         out.append(row)
     return out
+
+
+def _host_timed(run, host: list):
+    """``run``, appending its host time (before the queue's drain) to ``host``."""
+    def timed():
+        t0 = time.perf_counter()
+        run()
+        host.append(time.perf_counter() - t0)
+    return timed
 
 
 def _parcl_run(fn, inputs, mode: str, calls: int):
