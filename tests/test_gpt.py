@@ -177,6 +177,26 @@ def test_state_dict_has_nanogpt_keys_and_round_trips(queue, rng):
         other.load_state_dict({k: v for k, v in back.items() if k != "lm_head.weight"})
 
 
+def test_a_state_dict_whose_tied_entries_differ_is_refused(queue, rng):
+    """An untied model's weights (a head of its own) loaded into the tied GPT: the embedding
+    would silently become the head's weights (the later key wins, as in PyTorch)."""
+    pc.nn.manual_seed(0)
+    model = pc.nn.GPT(**TINY, queue=queue)
+    before = model.state_dict()
+    untied = random_state(model, rng)
+    untied["lm_head.weight"] = untied["transformer.wte.weight"] + 0.5
+    with pytest.raises(pc.nn.StateDictError, match="transformer.wte.weight.*lm_head.weight"):
+        model.load_state_dict(untied)
+    for key, value in model.state_dict().items():       # nothing was loaded
+        np.testing.assert_array_equal(value, before[key], err_msg=key)
+    tied = random_state(model, rng)                      # equal entries, or only one: loads
+    model.load_state_dict(tied)
+    np.testing.assert_array_equal(model.transformer.wte.weight.value.to_host(),
+                                  tied["transformer.wte.weight"].astype(np.float32))
+    del tied["lm_head.weight"]
+    model.load_state_dict(tied, strict=False)
+
+
 def test_bias_false_drops_every_bias_as_nanogpt(queue):
     model = pc.nn.GPT(**{**TINY, "n_layer": 2}, bias=False, queue=queue)
     assert list(model.state_dict()) == [k for k in nanogpt_keys(2) if not k.endswith(".bias")]

@@ -385,8 +385,10 @@ class Module:
         """Copy ``state_dict``'s arrays into the parameters and buffers, in place.
 
         Everything is checked first: missing or unexpected keys (when ``strict``), wrong
-        shapes, non-numeric values; any problem raises (``ShapeError`` if a shape is wrong,
-        else ``StateDictError``) listing every problem, and nothing is changed. Values may be
+        shapes, non-numeric values, different values under the keys of one tied tensor (GPT's
+        ``transformer.wte.weight`` and ``lm_head.weight``); any problem raises (``ShapeError``
+        if a shape is wrong, else ``StateDictError``) listing every problem, and nothing is
+        changed. Values may be
         numpy arrays, pc.Tensors or anything ``np.asarray`` accepts; they are cast to float32.
         PyTorch's ``*.num_batches_tracked`` entries are accepted and ignored.
         """
@@ -404,6 +406,7 @@ class Module:
         if strict and unexpected:
             key_problems.append(f"unexpected keys {unexpected}")
         uploads: list[tuple[Tensor, np.ndarray]] = []
+        first: dict[int, tuple[str, np.ndarray]] = {}   # a tied tensor's first key and value
         for key, tensor in targets:
             if key not in state_dict:
                 continue
@@ -415,6 +418,14 @@ class Module:
             if array.shape != tuple(tensor.shape):
                 shape_problems.append(f"{key!r} has shape {array.shape}, the model's is "
                                       f"{tuple(tensor.shape)}")
+                continue
+            # A tensor under several keys (tied weights) takes one value: different ones
+            # (an untied model's) would leave whichever key comes last, silently.
+            seen = first.setdefault(id(tensor), (key, array))
+            if seen[0] != key and not np.array_equal(seen[1], array, equal_nan=True):
+                key_problems.append(f"{seen[0]!r} and {key!r} are one tied tensor in "
+                                    f"{type(self).__name__} but differ in the state dict "
+                                    f"(weights of an untied model?)")
                 continue
             uploads.append((tensor, array))
         problems = shape_problems + key_problems
