@@ -382,6 +382,24 @@ def test_loss_input_errors(queue):
         tp.nll_loss(x, up(queue, np.zeros(4)))
 
 
+def test_an_ignore_index_that_is_not_an_integer_is_refused(queue):
+    """PyTorch's first argument of CrossEntropyLoss and NLLLoss (the third of cross_entropy
+    and nll_loss) is ``weight``: class weights given there were truncated into ignore_index,
+    so CrossEntropyLoss(0.5) silently left every label 0 out of the loss."""
+    x = up(queue, np.zeros((4, 3)))
+    y = up(queue, [0, 1, 2, 0], np.int64)
+    weights = up(queue, np.array([2.0], np.float32))
+    for bad in (0.5, 2.0, weights, True, "1"):
+        for make in (pc.nn.CrossEntropyLoss, pc.nn.NLLLoss):
+            with pytest.raises(TypeError, match=r"ignore_index must be an int.*class weights"):
+                make(bad)
+        for op in (tp.cross_entropy, tp.nll_loss):
+            with pytest.raises(TypeError, match=r"ignore_index must be an int.*class weights"):
+                op(x, y, bad)
+    assert pc.nn.CrossEntropyLoss(np.int64(2)).ignore_index == 2       # integers still do
+    assert tp.cross_entropy(x, y, np.int32(0)).item() == pytest.approx(np.log(3.0))
+
+
 def test_gpu_work_group_sizes_give_the_same_losses(queue, rng, monkeypatch):
     """GPUs reduce in 256-wide work-groups (chosen by device type); force that layout here so
     it is exercised without a GPU: same values within float32 rounding of the sum order."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ..errors import ParclError
 from ..tape import ops
+from ..tape.ops.loss import ignore_index_arg
 from ..tensor import Tensor
 from .module import Module
 
@@ -38,7 +39,7 @@ class CrossEntropyLoss(Module):
     def __init__(self, ignore_index: int = -100, label_smoothing: float = 0.0,
                  reduction: str = "mean"):
         super().__init__()
-        self.ignore_index = int(ignore_index)
+        self.ignore_index = ignore_index_arg("CrossEntropyLoss", ignore_index)
         self.label_smoothing = float(label_smoothing)
         self.reduction = _reduction("CrossEntropyLoss", reduction)
 
@@ -55,7 +56,7 @@ class NLLLoss(Module):
 
     def __init__(self, ignore_index: int = -100, reduction: str = "mean"):
         super().__init__()
-        self.ignore_index = int(ignore_index)
+        self.ignore_index = ignore_index_arg("NLLLoss", ignore_index)
         self.reduction = _reduction("NLLLoss", reduction)
 
     def forward(self, input, target):

@@ -187,6 +187,17 @@ class NllLoss(CrossEntropy):
     what = "log_probs"
 
 
+def ignore_index_arg(op: str, ignore_index) -> int:
+    """``ignore_index`` as an int; anything else is a TypeError. It is not truncated: where
+    PyTorch takes ``weight`` (the first argument of ``CrossEntropyLoss``, the third of
+    ``cross_entropy``), class weights would become an ignored class, silently."""
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)):
+        raise TypeError(f"{op}: ignore_index must be an int, got {ignore_index!r}; class "
+                        "weights (PyTorch's weight, passed where parcl takes ignore_index) "
+                        "are not supported")
+    return int(ignore_index)
+
+
 def _smoothing(op: str, label_smoothing) -> float:
     eps = float(label_smoothing)
     if not 0.0 <= eps <= 1.0:
@@ -216,10 +227,11 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     ()
     """
     eps = _smoothing("cross_entropy", label_smoothing)
+    ignore_index = ignore_index_arg("cross_entropy", ignore_index)
     shape = tuple(getattr(labels, "shape", ()))
     if len(shape) > 1 and shape == tuple(getattr(logits, "shape", ())):   # PyTorch's rule
         return soft_loss.SoftCrossEntropy.apply(logits, labels, tape=tape, label_smoothing=eps)
-    return CrossEntropy.apply(logits, labels, tape=tape, ignore_index=int(ignore_index),
+    return CrossEntropy.apply(logits, labels, tape=tape, ignore_index=ignore_index,
                               label_smoothing=eps, check_labels=bool(check_labels))
 
 
@@ -232,5 +244,6 @@ def nll_loss(log_probs, labels, ignore_index: int = -100, *, check_labels: bool 
     >>> tp.nll_loss(tp.log_softmax(logits, axis=1), labels).shape
     ()
     """
-    return NllLoss.apply(log_probs, labels, tape=tape, ignore_index=int(ignore_index),
+    ignore_index = ignore_index_arg("nll_loss", ignore_index)
+    return NllLoss.apply(log_probs, labels, tape=tape, ignore_index=ignore_index,
                          check_labels=bool(check_labels))
