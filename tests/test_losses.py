@@ -295,6 +295,18 @@ def test_cross_entropy_with_class_probabilities(queue, rng, shape, eps):
     assert tp.gradcheck(lambda a, b: tp.cross_entropy(a, b, label_smoothing=eps), [nx, nt])
 
 
+def test_ignore_index_with_class_probabilities_is_refused_as_pytorch(queue, rng):
+    """PyTorch raises "ignore_index is not supported for floating point target"; it was
+    dropped silently, the loss taken over every row."""
+    x, t = up(queue, rng.standard_normal((4, 3))), up(queue, np.full((4, 3), 1 / 3))
+    with pytest.raises(pc.ParclError, match=r"cross_entropy: ignore_index=1 .*class "
+                       r"probabilities"):
+        tp.cross_entropy(x, t, ignore_index=1)
+    with pytest.raises(pc.ParclError, match="ignore_index=0"):
+        pc.nn.CrossEntropyLoss(ignore_index=0)(x, t)
+    assert tp.cross_entropy(x, t, ignore_index=-100).item() > 0      # the default: fine
+
+
 def test_probability_targets_with_large_logits(queue, rng):
     x = rng.standard_normal((4, 6)) * 1e4
     t = np.full((4, 6), 1 / 6)

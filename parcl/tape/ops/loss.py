@@ -215,8 +215,8 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     With class indices, rows labelled ``ignore_index`` take no part: the mean is over the
     others (NaN when every row is ignored, as in PyTorch), and they get no gradient.
     ``label_smoothing`` ``e`` mixes in the uniform distribution: the target becomes
-    ``(1 - e) * onehot + e / C`` (PyTorch's formula, for probabilities too; ``ignore_index``
-    does not apply to them).
+    ``(1 - e) * onehot + e / C`` (PyTorch's formula, for probabilities too; an
+    ``ignore_index`` other than -100 is refused with them, as PyTorch).
 
     A label outside ``[0, C)`` other than ``ignore_index`` is a ``LabelError`` (a
     ``ShapeError``) naming the label, its row (also ``.row``) and C, raised at the first
@@ -230,6 +230,10 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     ignore_index = ignore_index_arg("cross_entropy", ignore_index)
     shape = tuple(getattr(labels, "shape", ()))
     if len(shape) > 1 and shape == tuple(getattr(logits, "shape", ())):   # PyTorch's rule
+        if ignore_index != -100:      # no row has a label to ignore; PyTorch raises too
+            raise ParclError(f"cross_entropy: ignore_index={ignore_index} is not supported "
+                             f"for class probabilities (a float target of the logits' shape "
+                             f"{shape}), as in PyTorch; leave it at -100")
         return soft_loss.SoftCrossEntropy.apply(logits, labels, tape=tape, label_smoothing=eps)
     return CrossEntropy.apply(logits, labels, tape=tape, ignore_index=ignore_index,
                               label_smoothing=eps, check_labels=bool(check_labels))
