@@ -40,7 +40,8 @@ _CHARS = "\t\n" + "".join(chr(c) for c in range(32, 127))
 
 @dataclass(frozen=True)
 class CharVocab:
-    """A character vocabulary: ``chars[i]`` has id ``i``; every other character has id
+    """A character vocabulary of distinct ASCII ``chars`` (else a ``ValueError``):
+    ``chars[i]`` has id ``i``; every other character has id
     ``unknown`` (``len(chars)``), decoded as ``"?"``. ``size`` counts the unknown id too.
 
     >>> vocab = CharVocab()
@@ -49,6 +50,13 @@ class CharVocab:
     """
 
     chars: str = _CHARS
+
+    def __post_init__(self) -> None:
+        # encode's table covers ASCII, and one id per character keeps decode(encode(t)) == t
+        odd = sorted({c for c in self.chars if ord(c) > 127 or self.chars.count(c) > 1})
+        if odd:
+            raise ValueError(f"CharVocab: chars must be distinct ASCII characters; "
+                             f"{''.join(odd)!r} are not (non-ASCII or listed twice)")
 
     @property
     def unknown(self) -> int:

@@ -333,6 +333,21 @@ def test_text_corpus_is_fixed_and_split_by_file(corpus):
     assert vocab.decode(head) == "".join(c if c in vocab.chars else "?" for c in text)
 
 
+def test_char_vocab_round_trips_and_refuses_what_it_cannot_encode():
+    vocab = pc.data.CharVocab()
+    text = "def f(x):\n\treturn x[-1] ~ {'a': 2}"
+    ids = vocab.encode(text)
+    assert ids.dtype == np.uint8 and vocab.decode(ids) == text
+    assert vocab.decode(vocab.encode("\u00e9\r\U0001F600")) == "???"   # unknown: one id each
+    small = pc.data.CharVocab("ab")
+    assert small.encode("abc").tolist() == [0, 1, 2] and small.size == 3
+    # non-ASCII characters failed in encode with an IndexError (a 128-entry table); a
+    # character listed twice had two ids, encode giving only the last
+    for chars in ("ab\u00e9", "aba"):
+        with pytest.raises(ValueError, match="CharVocab: chars"):
+            pc.data.CharVocab(chars)
+
+
 def test_unigram_baseline(corpus):
     base = corpus.unigram_baseline()
     counts = np.bincount(corpus.train, minlength=98) + 1.0
