@@ -159,6 +159,44 @@ def test_products_of_every_transpose_in_turn_match_numpy(queue, rng):
                                atol=1e-5)
 
 
+def test_packed_products_in_turn_equal_each_on_a_fresh_queue_bit_for_bit(queue, rng):
+    """A packed CPU product keeps its launch plan per signature, with plain-number arguments
+    a kernel object sets once: products of other signatures in turn (transposes, batches
+    with a shared B, bias and ReLU, accumulation) give the bits each gives on a queue that
+    has kept nothing."""
+    cases = [((96, 80), (80, 72), {}), ((80, 96), (80, 72), {"trans_a": True}),
+             ((96, 80), (72, 80), {"trans_b": True, "relu": True}),
+             ((99, 80), (80, 70), {"bias": 70}), ((96, 80), (80, 72), {})]
+    fresh = pc.new_queue(queue.device)
+    for sa, sb, opts in cases * 2:
+        a = rng.standard_normal(sa, dtype=np.float32)
+        b = rng.standard_normal(sb, dtype=np.float32)
+        bias = rng.standard_normal(opts.pop("bias"), dtype=np.float32) if "bias" in opts \
+            else None
+        got = []
+        for q in (queue, fresh):
+            kw = dict(opts, bias=None if bias is None else pc.Tensor.from_host(q, bias))
+            got.append(gemm.gemm(pc.Tensor.from_host(q, a), pc.Tensor.from_host(q, b),
+                                 **kw).to_host())
+            fresh.choices.clear()
+        assert got[0].tobytes() == got[1].tobytes()
+        if bias is not None:
+            opts["bias"] = bias.size
+    x = rng.standard_normal((3, 64, 48), dtype=np.float32)
+    w = rng.standard_normal((48, 64), dtype=np.float32)
+    c0 = rng.standard_normal((64, 64), dtype=np.float32)
+    for _ in range(2):
+        got = gemm.batched_gemm(pc.Tensor.from_host(queue, x), pc.Tensor.from_host(queue, w))
+        fresh.choices.clear()
+        want = gemm.batched_gemm(pc.Tensor.from_host(fresh, x), pc.Tensor.from_host(fresh, w))
+        assert got.to_host().tobytes() == want.to_host().tobytes()
+        acc = pc.Tensor.from_host(queue, c0)
+        gemm.gemm(pc.Tensor.from_host(queue, x[0]), pc.Tensor.from_host(queue, w), out=acc,
+                  beta=1.0)
+        np.testing.assert_allclose(acc.to_host(), c0 + x[0].astype(np.float64) @ w,
+                                   rtol=1e-5, atol=1e-4)
+
+
 def test_a_wrong_number_of_arguments_names_the_kernel(queue):
     out = pc.Tensor.zeros(queue, (1,))
     with pytest.raises(TypeError, match="kernel write: 2 arguments, it takes 3"):

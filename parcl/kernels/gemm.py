@@ -30,6 +30,7 @@ array([[3., 3.],
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -322,52 +323,122 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
             queue, p.gsize, _DIRECT_LOCAL, a.data, a_bs, p.sa[0], p.sa[1], b.data, b_bs,
             p.sb[1], p.sb[0], out.data, m * n, bias_buf, m, n, k, beta, flags)
         return
-    beta32 = np.float32(beta)
-    # op(A)[i, k] and op(B)[k, j] as (row stride, k stride) in the tensors' memory
-    sa = (1, m) if trans_a else (k, 1)
-    sb = (k, 1) if trans_b else (1, n)
-    c_bs = np.int64(m * n)
-    dims = (np.int32(m), np.int32(n), np.int32(k))
+    # Plain numbers, in plans kept per signature: the kernels' declared argument types pack
+    # them to the bytes numpy scalars would give, and the same objects at every launch are
+    # arguments a kernel object has set already (``KernelArgs``), not packed again.
     if variant == "tiled":
-        kern = _kernel(queue, "gemm_tiled", variant)
-        kern(queue, (-(-n // TILE) * GROUP, -(-m // TILE) * GROUP, batch), (GROUP, GROUP, 1),
-             a.data, np.int64(a_bs), np.int32(trans_a), b.data, np.int64(b_bs),
-             np.int32(trans_b), out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
+        g = _tiled_plan(queue, m, n, k, batch, a_bs, b_bs, trans_a, trans_b, beta, flags)
+        _kernel(queue, "gemm_tiled", variant)(
+            queue, g.gsize, g.lsize, a.data, *g.a_args, b.data, *g.b_args, out.data,
+            *g.c_args, bias_buf, *g.tail)
         return
     if variant not in VW:
         raise ValueError(f"gemm: unknown variant {variant!r}; expected one of {VARIANTS}")
-
-    nr = 2 * VW[variant]
-    pm, pn = -(-m // MR), -(-n // nr)            # panels of op(A) rows / op(B) columns
+    c = _cpu_plan(queue, variant, m, n, k, batch, a_bs, b_bs, trans_a, trans_b,
+                  pack_a or trans_a or m % MR != 0, beta, flags)
     # The panels are pooled temporaries, back in the queue's pool when dropped here: safe, as
     # the in-order queue runs anything that reuses them after this GEMM.
+    pa = Tensor.empty(queue, c.pa_shape) if c.pa_shape is not None else None
+    pb = Tensor.empty(queue, c.pb_shape)
+    if k > 0:
+        _kernel(queue, "pack", variant)(
+            queue, c.pack_gsize, c.pack_lsize, a.data, *c.pack_a, pa.data if pa else None,
+            *c.pack_m, b.data, *c.pack_b, pb.data, *c.pack_n)
+    _kernel(queue, "gemm_cpu", variant)(
+        queue, c.gsize, c.lsize, pa.data if pa else a.data, *c.a_strides, pb.data, *c.pb_bs,
+        out.data, *c.c_args, bias_buf, *c.tail)
+
+
+@dataclass(frozen=True, slots=True)
+class CpuPlan:
+    """A packed CPU product's two launches (``pack``, then ``gemm_cpu``), worked out once per
+    parcl queue and signature: the panels' shapes (``pa_shape`` None where op(A) is read in
+    place), the sizes, and each run of scalar arguments between the buffers."""
+
+    pa_shape: tuple | None
+    pb_shape: tuple
+    pack_gsize: tuple
+    pack_lsize: tuple
+    pack_a: tuple          # a_bs, op(A)'s row and k strides
+    pack_m: tuple          # m, A's panels (0: read in place)
+    pack_b: tuple          # b_bs, op(B)'s k and column strides
+    pack_n: tuple          # n, B's panels, B's batch, k
+    gsize: tuple
+    lsize: tuple
+    a_strides: tuple       # batch, panel, row and k strides of what gemm_cpu reads as A
+    pb_bs: tuple
+    c_args: tuple          # C's batch stride
+    tail: tuple            # m, n, k, beta, flags
+
+
+@dataclass(frozen=True, slots=True)
+class TiledPlan:
+    """The GPU's ``gemm_tiled`` launch, worked out once per parcl queue and signature."""
+
+    gsize: tuple
+    lsize: tuple
+    a_args: tuple
+    b_args: tuple
+    c_args: tuple
+    tail: tuple
+
+
+def _signed(beta: float):
+    """``beta`` as a plan's key: -0.0 (equal to 0.0, other bits) is a key of its own."""
+    return beta if beta else (beta, math.copysign(1.0, beta))
+
+
+def _kept(queue, key: tuple, make):
+    """``queue.choices[key]``, made by ``make()`` the first time (a plain pyopencl queue:
+    every time)."""
+    choices = getattr(queue, "choices", None)
+    if choices is None:
+        return make()
+    plan = choices.get(key)
+    if plan is None:
+        plan = make()
+        if len(choices) < _PLANS_MAX:
+            choices[key] = plan
+    return plan
+
+
+def _tiled_plan(queue, m, n, k, batch, a_bs, b_bs, trans_a, trans_b, beta, flags) -> TiledPlan:
+    return _kept(queue, ("gemm_tiled", m, n, k, batch, a_bs, b_bs, trans_a, trans_b,
+                         _signed(beta), flags),
+                 lambda: TiledPlan((-(-n // TILE) * GROUP, -(-m // TILE) * GROUP, batch),
+                                   (GROUP, GROUP, 1), (a_bs, int(trans_a)),
+                                   (b_bs, int(trans_b)), (m * n,), (m, n, k, beta, flags)))
+
+
+def _cpu_plan(queue, variant, m, n, k, batch, a_bs, b_bs, trans_a, trans_b, pack_a, beta,
+              flags) -> CpuPlan:
+    key = ("gemm_cpu", variant, m, n, k, batch, a_bs, b_bs, trans_a, trans_b, pack_a,
+           _signed(beta), flags)
+    return _kept(queue, key, lambda: _new_cpu_plan(variant, m, n, k, batch, a_bs, b_bs,
+                                                   trans_a, trans_b, pack_a, beta, flags))
+
+
+def _new_cpu_plan(variant, m, n, k, batch, a_bs, b_bs, trans_a, trans_b, pack_a, beta,
+                  flags) -> CpuPlan:
+    # op(A)[i, k] and op(B)[k, j] as (row stride, k stride) in the tensors' memory
+    sa = (1, m) if trans_a else (k, 1)
+    sb = (k, 1) if trans_b else (1, n)
+    nr = 2 * VW[variant]
+    pm, pn = -(-m // MR), -(-n // nr)            # panels of op(A) rows / op(B) columns
     b_batch = batch if b_bs else 1
     # A row-major op(A) whose rows fill whole panels is read in place: no edge to pad, and its
     # MR rows are MR sequential streams (measured 5-9 % faster than packing on MLP shapes).
     # A transposed A is packed: MR floats per k at a stride of M (2 KiB at M=512) would map
     # every k step to the same few L1 sets. B always goes through panels, which keep a
     # work-group's columns contiguous in L2.
-    pack_a = pack_a or trans_a or m % MR != 0
     a_panels = pm if pack_a else 0
-    if pack_a:
-        pa = Tensor.empty(queue, (batch, pm, k, MR))
-        a_buf, a_strides = pa.data, (pm * MR * k, k * MR, 1, MR)    # batch, panel, i, k
-    else:
-        a_buf, a_strides = a.data, (a_bs, MR * sa[0], sa[0], sa[1])
-    pb = Tensor.empty(queue, (b_batch, pn, k, nr))
-    pb_bs = pn * nr * k if b_bs else 0
-    if k > 0:
-        _kernel(queue, "pack", variant)(
-            queue, (-(-k // (PACK_KB * PACK_GROUP)) * PACK_GROUP, a_panels + pn, batch),
-            (PACK_GROUP, 1, 1),
-            a.data, np.int64(a_bs), np.int64(sa[0]), np.int64(sa[1]),
-            pa.data if pack_a else None, np.int32(m), np.int32(a_panels),
-            b.data, np.int64(b_bs), np.int64(sb[0]), np.int64(sb[1]), pb.data,
-            np.int32(n), np.int32(pn), np.int32(b_batch), np.int32(k))
+    a_strides = (pm * MR * k, k * MR, 1, MR) if pack_a else (a_bs, MR * sa[0], sa[0], sa[1])
     if n % VW[variant] == 0:
         flags |= FLAG_VEC
     lx, ly = CPU_GROUP[variant]
-    args = (a_buf, *(np.int64(v) for v in a_strides), pb.data, np.int64(pb_bs),
-            out.data, c_bs, bias_buf, *dims, beta32, np.int32(flags))
-    _kernel(queue, "gemm_cpu", variant)(
-        queue, (-(-pn // lx) * lx, -(-pm // ly) * ly, batch), (lx, ly, 1), *args)
+    return CpuPlan(
+        (batch, pm, k, MR) if pack_a else None, (b_batch, pn, k, nr),
+        (-(-k // (PACK_KB * PACK_GROUP)) * PACK_GROUP, a_panels + pn, batch),
+        (PACK_GROUP, 1, 1), (a_bs, sa[0], sa[1]), (m, a_panels), (b_bs, sb[0], sb[1]),
+        (n, pn, b_batch, k), (-(-pn // lx) * lx, -(-pm // ly) * ly, batch), (lx, ly, 1),
+        a_strides, (pn * nr * k if b_bs else 0,), (m * n,), (m, n, k, beta, flags))
