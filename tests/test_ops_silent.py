@@ -151,7 +151,8 @@ def test_a_resnet_block_with_inplace_relus_still_backwards(queue):
     lambda x: tp.softmax(x, axis=0.9), lambda x: tp.log_softmax(x, axis=0.9),
     lambda x: tp.cumsum(x, 0.9), lambda x: tp.argmax(x, axis=1.7),
     lambda x: tp.sum(x, axis=(0.5,)), lambda x: tp.max(x, axis=(1.5,)),
-], ids=["softmax", "log_softmax", "cumsum", "argmax", "sum", "max"])
+    lambda x: tp.transpose(x, (1.7, 0)),
+], ids=["softmax", "log_softmax", "cumsum", "argmax", "sum", "max", "transpose"])
 def test_a_float_axis_is_a_shape_error_not_another_axis(queue, op):
     """``tp.softmax(x, axis=0.9)`` on ``(1, 3)`` ran along axis 0 (``int(0.9)``) and gave
     ones; numpy and PyTorch refuse a float axis."""
@@ -164,12 +165,15 @@ def test_a_float_axis_is_a_shape_error_not_another_axis(queue, op):
     lambda x: x.value.reshape(2.9, 2), lambda x: x.reshape((2.0, 3)),
     lambda x: tp.expand(x[:1], (2.5, 2)), lambda x: tp.split(x, [1.5, 1.5], 0),
     lambda x: pc.Tensor.zeros(x.value.queue, (2.0, 3)),
-    lambda x: tp.layer_norm(x, (2.0,)),
-], ids=["Tensor.reshape", "reshape", "expand", "split", "Tensor.zeros", "layer_norm"])
+    lambda x: tp.layer_norm(x, (2.0,)), lambda x: tp.split(x, 1.5, 0),
+    lambda x: tp.pad(x, (0.5, 0.5)),
+], ids=["Tensor.reshape", "reshape", "expand", "split", "Tensor.zeros", "layer_norm",
+        "split_size", "pad"])
 def test_a_float_size_is_a_shape_error_not_truncated(queue, op):
     """``x.reshape(2.9, 2)`` on a (3, 2) tensor was read as ``reshape(2, 2)`` by ``int()`` (and
-    failed only by luck of the element count; ``expand((2.5, 2))`` expanded to 2 rows); numpy
-    and PyTorch refuse a float size."""
+    failed only by luck of the element count; ``expand((2.5, 2))`` expanded to 2 rows,
+    ``split(x, 1.5)`` cut pieces of 1, ``pad(x, (0.5, 0.5))`` padded nothing); numpy and
+    PyTorch refuse a float size."""
     x = tp.tensor(np.arange(6, dtype=np.float32).reshape(3, 2))
     with pytest.raises(pc.ShapeError, match="sizes must be integers"):
         op(x)

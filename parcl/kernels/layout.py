@@ -21,6 +21,7 @@ from ..runtime import on_gpu
 from ..tensor import SUPPORTED, Tensor
 from ._cache import get_kernel
 from .broadcast import int8_vector
+from .strided import axis_int
 
 TILE = 16
 
@@ -87,7 +88,7 @@ def normalize_axes(axes, ndim: int, shape) -> tuple[int, ...]:
         return tuple(range(ndim - 1, -1, -1))
     if isinstance(axes, (int, np.integer)):
         axes = (axes,)
-    axes = tuple(int(a) for a in axes)
+    axes = tuple(axis_int("transpose", a, tuple(shape)) for a in axes)
     if len(axes) != ndim:
         raise ShapeError(f"transpose: axes {axes} do not match a {ndim}-D tensor of shape "
                          f"{tuple(shape)}")

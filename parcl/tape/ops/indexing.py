@@ -85,7 +85,7 @@ class Pad(Function):
     name = "pad"
 
     def forward(self, x: Tensor, pad=(), value: float = 0.0):
-        pad = tuple(int(p) for p in pad)
+        pad = dims("pad", pad)
         if len(pad) % 2 or len(pad) // 2 > x.ndim:
             raise ShapeError(f"pad: padding {pad} must have an even length of at most "
                              f"2 * ndim = {2 * x.ndim} (input shape {x.shape})")

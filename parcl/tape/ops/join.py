@@ -144,7 +144,7 @@ def split(x, split_size_or_sections, axis: int = 0, *, tape=None) -> tuple:
             raise ShapeError(f"split: sections {sizes} must be non-negative and add up to "
                              f"{n}, the size of axis {axis} (shape {shape})")
     else:
-        size = int(split_size_or_sections)
+        size, = dims("split", (split_size_or_sections,))
         if size <= 0:
             raise ShapeError(f"split: split_size must be positive, got {size} (shape {shape})")
         sizes = [min(size, n - s) for s in range(0, n, size)] or [0]
