@@ -65,6 +65,30 @@ def test_index_select_out_of_range(queue):
         torch.index_select(torch.ones(2, 3), 1, torch.tensor([0, 3]))
 
 
+@pytest.mark.parametrize("size", [65, 1000])
+def test_index_select_and_one_hot_over_a_dimension_of_more_than_64(queue, rng, size):
+    """``tp.index_select`` on a dim of 65 or more entries and ``tp.one_hot`` with 65 or more
+    classes failed with ``clEnqueueReadBuffer failed: INVALID_VALUE``: their range check read
+    back one int32 per entry of the dim (its size had taken the name of the flag's length)
+    from a one-int flag. A vocabulary or a batch of that size is ordinary."""
+    a = rng.standard_normal((size, 3))
+    index = np.array([size - 1, 0, size - 1])
+    x = leaf(queue, a)
+    with tp.Tape() as tape:
+        y = tp.index_select(x, 0, pc.Tensor.from_host(queue, index))
+    tape.backward(tp.sum(y))
+    np.testing.assert_allclose(y.to_host(), a[index].astype(np.float32))
+    want = np.zeros((size, 3), np.float32)
+    np.add.at(want, index, 1.0)
+    np.testing.assert_array_equal(x.grad.to_host(), want)
+    labels = np.array([[size - 1], [3]])
+    got = tp.one_hot(pc.Tensor.from_host(queue, labels), size)
+    np.testing.assert_array_equal(
+        got.to_host(), torch.nn.functional.one_hot(torch.tensor(labels), size).numpy())
+    with pytest.raises(pc.ShapeError, match=f"index {size} .* indices must be in \\[0, {size}\\)"):
+        tp.index_select(x.value, 0, pc.Tensor.from_host(queue, np.array([size])))
+
+
 @pytest.mark.parametrize("labels,num_classes", [([0, 2, 1], -1), ([[3], [0]], 5),
                                                 (1, 3), ([0, 0], 1)])
 @pytest.mark.parametrize("dtype", [np.int64, np.int32])

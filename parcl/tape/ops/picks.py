@@ -38,13 +38,14 @@ __all__ = ["index_select", "one_hot"]
 
 
 class _RangeCheck(FlagCheck):
-    """A flag holding the flat position of the first index outside ``[0, size)`` in
-    ``index`` (or ``NO_ERROR``); ``where`` turns that position into the index's own."""
+    """A flag holding the flat position of the first index outside ``[0, bound)`` in
+    ``index`` (or ``NO_ERROR``); ``where`` turns that position into the index's own.
+    (``bound``, not ``size``: ``FlagCheck.size`` is the flag's own length.)"""
 
-    def __init__(self, op: str, flag: Tensor, index: Tensor, size: int, what: str, where,
+    def __init__(self, op: str, flag: Tensor, index: Tensor, bound: int, what: str, where,
                  noun: str = "index"):
         self.description = f"{op}'s {noun} check"
-        self.op, self.index, self.size, self.what, self.where = op, index, size, what, where
+        self.op, self.index, self.bound, self.what, self.where = op, index, bound, what, where
         self.noun = noun
         super().__init__(flag)
 
@@ -58,7 +59,7 @@ class _RangeCheck(FlagCheck):
         plural = {"index": "indices", "label": "labels"}[self.noun]
         return ShapeError(f"{self.op}: {self.noun} {value} at position {coords} of "
                           f"{plural} {self.index.shape} is out of range for {self.what}; "
-                          f"{plural} must be in [0, {self.size})")
+                          f"{plural} must be in [0, {self.bound})")
 
 
 class IndexSelect(Function):
