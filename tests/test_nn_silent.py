@@ -219,3 +219,13 @@ def test_a_convolutions_groups_that_is_not_an_int_is_refused(queue, cls, groups)
     with pytest.raises(pc.errors.ShapeError, match=f"{cls}: groups must be a positive integer, got "
                                          f"{groups!r}"):
         getattr(pc.nn, cls)(4, 4, 3, groups=groups, queue=queue)
+
+
+@pytest.mark.parametrize("sizes", [(10.7, 4), (10, 4.5), (0, 4), (10, True)])
+def test_an_embedding_size_that_is_not_a_positive_int_is_refused(queue, sizes):
+    """``Embedding(10.7, 4)`` built a table of 10 rows (``int(10.7)``), so index 10 was then
+    "out of range" for a table the user asked to hold it; PyTorch refuses a float size.
+    Refused at construction, naming the argument, as Linear and Conv2d do."""
+    with pytest.raises(pc.errors.ShapeError, match="Embedding: (num_embeddings|embedding_dim) "
+                                                   "must be a positive integer"):
+        pc.nn.Embedding(*sizes, queue=queue)

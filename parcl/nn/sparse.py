@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..runtime import default_queue
 from ..tape import ops
 from ..tensor import Tensor
+from .layers import _check_sizes
 from .module import Module, Parameter, normal_
 
 __all__ = ["Embedding"]
@@ -30,6 +31,8 @@ class Embedding(Module):
     def __init__(self, num_embeddings: int, embedding_dim: int, *, queue=None):
         super().__init__()
         queue = queue if queue is not None else default_queue()
+        _check_sizes("Embedding", {"num_embeddings": num_embeddings,
+                                   "embedding_dim": embedding_dim})
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         shape = (self.num_embeddings, self.embedding_dim)
         self.weight = Parameter(Tensor.from_host(queue, normal_(shape, 1.0)))
