@@ -18,6 +18,7 @@ JSON rows: table ``ops``: ``op``, ``mode``, ``host_us``, ``us`` (+ ``_min``/``_m
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -107,44 +108,42 @@ def _host_timed(run, host: list):
     return timed
 
 
-def _parcl_run(fn, inputs, mode: str, calls: int):
-    if mode == "no_grad":
-        def run():
-            with tp.no_grad():
-                for _ in range(calls):
-                    fn(*inputs)
-        return run
-    upstream = {}
-
+def _runner(calls: int, inputs, quiet, once):
+    """A timed run: ``once()`` ``calls`` times (inside ``quiet()``, a library's no_grad, when
+    given), then the inputs' gradients dropped."""
     def run():
-        for _ in range(calls):
-            with tp.Tape() as tape:
-                y = fn(*inputs)
-            g = upstream.get(y.shape)
-            if g is None:
-                g = upstream[y.shape] = pc.Tensor.full(y.queue, y.shape, 1.0)
-            tape.backward(y, grad=g)
+        with quiet() if quiet is not None else nullcontext():
+            for _ in range(calls):
+                once()
         for x in inputs:
             x.grad = None
     return run
+
+
+def _parcl_run(fn, inputs, mode: str, calls: int):
+    if mode == "no_grad":
+        return _runner(calls, inputs, tp.no_grad, lambda: fn(*inputs))
+    upstream = {}
+
+    def once():
+        with tp.Tape() as tape:
+            y = fn(*inputs)
+        g = upstream.get(y.shape)
+        if g is None:
+            g = upstream[y.shape] = pc.Tensor.full(y.queue, y.shape, 1.0)
+        tape.backward(y, grad=g)
+    return _runner(calls, inputs, None, once)
 
 
 def _torch_run(torch, fn, inputs, mode: str, calls: int):
     if mode == "no_grad":
-        def run():
-            with torch.no_grad():
-                for _ in range(calls):
-                    fn(*inputs)
-        return run
+        return _runner(calls, inputs, torch.no_grad, lambda: fn(*inputs))
     upstream = {}
 
-    def run():
-        for _ in range(calls):
-            y = fn(*inputs)
-            g = upstream.get(y.shape)
-            if g is None:
-                g = upstream[y.shape] = torch.ones(y.shape)
-            y.backward(g)
-        for x in inputs:
-            x.grad = None
-    return run
+    def once():
+        y = fn(*inputs)
+        g = upstream.get(y.shape)
+        if g is None:
+            g = upstream[y.shape] = torch.ones(y.shape)
+        y.backward(g)
+    return _runner(calls, inputs, None, once)

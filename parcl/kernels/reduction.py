@@ -239,7 +239,10 @@ def _reduce(op: str, kernel_op: str, x: Tensor, axis, keepdims: bool, mean: bool
     key = None
     if choices is not None and workgroup is None and (axis is None or type(axis) in (int, tuple)):
         key = ("reduce", op, kernel_op, x.shape, axis, keepdims, mean)
-        plan = choices.get(key)
+        try:
+            plan = choices.get(key)
+        except TypeError:          # an unhashable axis (a list inside): _plan names the error
+            key = plan = None
         if plan is not None:
             return _apply(x, plan)
     plan = _plan(op, kernel_op, x.shape, axis, keepdims, mean, on_gpu(queue), workgroup)
