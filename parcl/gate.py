@@ -72,16 +72,18 @@ class Gate:
         new gate once ``STREAK`` small launches in a row have found the device idle; while
         the device still runs the last launch given to it, a new one queues behind that,
         which wakes nothing. A launch of ``BIG`` work-items or more releases the gate and
-        goes at once."""
+        goes at once. (``Launcher`` inlines the first branch, the common case.)"""
         if self.event is not None and items < BIG:
             # The common case, without the lock: another thread releasing the gate meanwhile
             # only makes this launch go at once.
             self.count += 1
             if self.count < LIMIT and _clock() - self.taken < AGE:
                 return False
-        return self._decide(items)
+        return self.decide(items)
 
-    def _decide(self, items: int) -> bool:
+    def decide(self, items: int) -> bool:
+        """``hold`` past its common case (a small launch joining a held gate that is neither
+        full nor old), under the lock: release, take a new gate, or let the launch go."""
         with self.lock:
             event = self.event
             if event is not None:            # big, or the held one full or old: released

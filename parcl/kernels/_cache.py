@@ -23,6 +23,7 @@ import pyopencl as cl
 from pyopencl import cltypes
 
 from .. import recorder
+from ..gate import AGE, BIG, LIMIT, _clock
 from ..errors import DeviceError, ParclError
 
 _programs: dict[tuple, cl.Program] = {}
@@ -286,7 +287,17 @@ class Launcher:
 
     def __call__(self, queue, gsize, lsize, *args, wait_for=None, **kwargs):
         gate = self.gate
-        now = gate is not None and gate.hold(prod(gsize))
+        now = False
+        if gate is not None:
+            # ``Gate.hold``'s common case inlined (a frame less at every launch): a small
+            # launch joins the held gate while it is neither full nor old
+            items = gsize[0] if len(gsize) == 1 else prod(gsize)
+            if gate.event is not None and items < BIG:
+                gate.count += 1
+                if gate.count >= LIMIT or _clock() - gate.taken >= AGE:
+                    now = gate.decide(items)
+            else:
+                now = gate.decide(items)
         state = self.args
         if kwargs:                     # global_offset and the like: pyopencl's own invoker
             state.forget()
@@ -300,7 +311,11 @@ class Launcher:
             i = 0
             for a in args:
                 if a is not values[i]:
-                    state.put(i, a)
+                    if state.packs[i] is None:          # a buffer: ``put``'s first case
+                        state.kernel.set_arg(i, a)
+                        values[i] = a
+                    else:
+                        state.put(i, a)
                 i += 1
             try:
                 event = _enqueue(queue, self.kernel, gsize, lsize, None, wait_for, False, False)
