@@ -306,6 +306,10 @@ class Tensor:
         # and a tp.Node on the other side (Tensor + Node under no_grad) comes here first
         if type(other) is not float and type(other) is not int and not isinstance(other,
                                                                                Tensor):
+            if getattr(other, "__array_priority__", 0.0) > 0.0:
+                # ranked above arrays (numpy's convention; a tp.Node): its reflected operator
+                # takes the mix, without the slow abstract-class checks below
+                return NotImplemented
             if isinstance(other, np.ndarray):
                 raise TypeError(f"pc.Tensor {op}: a numpy array operand; upload it first "
                                 "(pc.Tensor.from_host(t.queue, array)) or compute on the "

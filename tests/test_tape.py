@@ -194,6 +194,21 @@ def test_no_grad_returns_raw_tensors_and_builds_no_node(queue):
     assert all(isinstance(o, pc.Tensor) and caller for o, caller in outs)
 
 
+def test_a_tensor_and_a_node_in_one_operator_give_the_op_either_way_round(queue):
+    """Under no_grad an op's output is a raw Tensor and a parameter is still a Node: an
+    operator between them is the Node's reflected one, whichever side the Tensor is on."""
+    w = leaf(queue, [2.0, 4.0])
+    with tp.no_grad():
+        h = tp.exp(leaf(queue, [0.0, 0.0]))                   # a raw Tensor of ones
+        assert isinstance(h, pc.Tensor) and isinstance(w, tp.Node)
+        for got, want in ((h + w, [3.0, 5.0]), (w + h, [3.0, 5.0]), (h - w, [-1.0, -3.0]),
+                          (h * w, [2.0, 4.0]), (h / w, [0.5, 0.25]), (w / h, [2.0, 4.0])):
+            assert isinstance(got, pc.Tensor)
+            np.testing.assert_array_equal(got.to_host(), want)
+        with pytest.raises(TypeError, match="numpy array operand"):
+            h + np.ones(2, np.float32)
+
+
 def test_set_grad_enabled_for_a_whole_script(queue):
     x = leaf(queue, [1.0])
     tp.set_grad_enabled(False)
