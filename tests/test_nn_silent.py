@@ -229,3 +229,20 @@ def test_an_embedding_size_that_is_not_a_positive_int_is_refused(queue, sizes):
     with pytest.raises(pc.errors.ShapeError, match="Embedding: (num_embeddings|embedding_dim) "
                                                    "must be a positive integer"):
         pc.nn.Embedding(*sizes, queue=queue)
+
+
+@pytest.mark.parametrize("sizes", [(2.7, 8), (2, 8.0), (2.0, 8), (0, 8), (-2, 8), (True, 8)],
+                         ids=repr)
+def test_a_group_norm_size_that_is_not_a_positive_int_is_refused(queue, sizes):
+    """``GroupNorm(2.7, 8)`` normalised over 2 groups (``int(2.7)``) and ``GroupNorm(2, 8.0)``
+    built 8 channels, silently; PyTorch refuses both (8 is not divisible by 2.7; a float
+    size in its weight's allocation). Refused at construction, naming the argument."""
+    with pytest.raises(pc.errors.ShapeError, match="GroupNorm: (num_groups|num_channels) "
+                                                   "must be a positive integer, got"):
+        pc.nn.GroupNorm(*sizes, queue=queue)
+
+
+def test_a_group_norm_whose_groups_do_not_divide_the_channels_is_still_refused(queue):
+    with pytest.raises(pc.errors.ShapeError, match="num_channels=8 is not divisible by "
+                                                   "num_groups=3"):
+        pc.nn.GroupNorm(3, 8, queue=queue)

@@ -15,7 +15,7 @@ from ..errors import ShapeError
 from ..runtime import default_queue
 from ..tape import ops
 from ..tensor import Tensor, dims
-from .layers import BatchNorm2d
+from .layers import BatchNorm2d, _check_sizes
 from .module import Module, Parameter
 
 __all__ = ["BatchNorm1d", "GroupNorm", "LayerNorm", "RMSNorm"]
@@ -99,9 +99,10 @@ class GroupNorm(Module):
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5,
                  affine: bool = True, *, queue=None):
         super().__init__()
+        _check_sizes("GroupNorm", {"num_groups": num_groups, "num_channels": num_channels})
         queue = queue if queue is not None else default_queue()
         self.num_groups, self.num_channels = int(num_groups), int(num_channels)
-        if self.num_groups < 1 or self.num_channels % self.num_groups:
+        if self.num_channels % self.num_groups:
             raise ShapeError(f"GroupNorm: num_channels={num_channels} is not divisible by "
                              f"num_groups={num_groups}")
         self.eps, self.affine = float(eps), bool(affine)
