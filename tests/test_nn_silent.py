@@ -246,3 +246,23 @@ def test_a_group_norm_whose_groups_do_not_divide_the_channels_is_still_refused(q
     with pytest.raises(pc.errors.ShapeError, match="num_channels=8 is not divisible by "
                                                    "num_groups=3"):
         pc.nn.GroupNorm(3, 8, queue=queue)
+
+
+@pytest.mark.parametrize("kwargs", [{"kdim": 4.5}, {"vdim": 6.0}, {"kdim": 0}, {"vdim": True}],
+                         ids=repr)
+def test_attention_kdim_or_vdim_that_is_not_a_positive_int_is_refused(queue, kwargs):
+    """``MultiheadAttention(8, 2, kdim=4.5)`` built a key projection of 4 input features
+    (``int(4.5)``), silently; PyTorch refuses the float in its weight's allocation. Refused,
+    naming the argument, as embed_dim and num_heads are."""
+    name, value = next(iter(kwargs.items()))
+    with pytest.raises(pc.errors.ShapeError, match=f"MultiheadAttention: {name} must be a "
+                                                   f"positive integer, got {value!r}"):
+        pc.nn.MultiheadAttention(8, 2, queue=queue, **kwargs)
+
+
+@pytest.mark.parametrize("sizes", [(8.0, 2), (8, 2.0), (0, 2), (8, True)], ids=repr)
+def test_attention_embed_dim_or_num_heads_that_is_not_a_positive_int_is_refused(queue, sizes):
+    with pytest.raises(pc.errors.ShapeError, match="MultiheadAttention: (embed_dim|num_heads) "
+                                                   "must be a positive integer"):
+        pc.nn.MultiheadAttention(*sizes, queue=queue)
+

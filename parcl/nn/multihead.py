@@ -30,7 +30,7 @@ from ..runtime import default_queue
 from ..tape import ops
 from ..tape.node import Node
 from ..tensor import Tensor
-from .layers import Linear
+from .layers import Linear, _check_sizes
 from .module import Module, Parameter, normal_, uniform_
 
 __all__ = ["MultiheadAttention"]
@@ -98,10 +98,8 @@ class MultiheadAttention(Module):
                  kdim: int | None = None, vdim: int | None = None, batch_first: bool = False,
                  *, queue=None):
         super().__init__()
-        if not (isinstance(embed_dim, (int, np.integer)) and embed_dim > 0
-                and isinstance(num_heads, (int, np.integer)) and num_heads > 0):
-            raise ShapeError(f"MultiheadAttention: embed_dim and num_heads must be positive "
-                             f"integers, got embed_dim={embed_dim!r}, num_heads={num_heads!r}")
+        sizes = {"embed_dim": embed_dim, "num_heads": num_heads, "kdim": kdim, "vdim": vdim}
+        _check_sizes("MultiheadAttention", {k: v for k, v in sizes.items() if v is not None})
         if embed_dim % num_heads:
             raise ShapeError(f"MultiheadAttention: embed_dim={embed_dim} must be divisible by "
                              f"num_heads={num_heads}")
