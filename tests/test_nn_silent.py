@@ -266,3 +266,30 @@ def test_attention_embed_dim_or_num_heads_that_is_not_a_positive_int_is_refused(
                                                    "must be a positive integer"):
         pc.nn.MultiheadAttention(*sizes, queue=queue)
 
+
+@pytest.mark.parametrize("stack", ["Encoder", "Decoder"])
+@pytest.mark.parametrize("num_layers", [2.7, 2.0, -1], ids=repr)
+def test_a_transformer_stacks_num_layers_that_is_not_an_int_is_refused(queue, stack,
+                                                                       num_layers):
+    """``TransformerEncoder(layer, 2.7)`` stacked 2 layers (``range(int(2.7))``), silently;
+    PyTorch's ``range(2.7)`` raises TypeError. A negative count (torch: an empty stack) is
+    refused too; zero layers stays allowed."""
+    layer = getattr(pc.nn, f"Transformer{stack}Layer")(8, 2, 16, queue=queue)
+    with pytest.raises(pc.errors.ShapeError, match=f"Transformer{stack}: num_layers must be a "
+                                                   f"non-negative integer, got {num_layers!r}"):
+        getattr(pc.nn, f"Transformer{stack}")(layer, num_layers)
+    assert len(getattr(pc.nn, f"Transformer{stack}")(layer, 0).layers) == 0
+
+
+def test_a_transformers_layer_counts_and_sizes_that_are_not_ints_are_refused(queue):
+    """``Transformer(num_encoder_layers=1.5)`` built one encoder layer; ``d_model=8.5`` with a
+    custom encoder and decoder became 8 (no layer of parcl's checked it)."""
+    with pytest.raises(pc.errors.ShapeError, match="num_layers must be a non-negative integer, "
+                                                   "got 1.5"):
+        pc.nn.Transformer(8, 2, num_encoder_layers=1.5, num_decoder_layers=1,
+                          dim_feedforward=16, queue=queue)
+    identity = pc.nn.Identity()
+    with pytest.raises(pc.errors.ShapeError, match="Transformer: d_model must be a positive "
+                                                   "integer, got 8.5"):
+        pc.nn.Transformer(8.5, 2, custom_encoder=identity, custom_decoder=identity,
+                          queue=queue)

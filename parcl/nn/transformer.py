@@ -30,7 +30,7 @@ from ..runtime import default_queue
 from ..tape import ops
 from ..tensor import Tensor
 from .containers import ModuleList
-from .layers import Dropout, Linear
+from .layers import Dropout, Linear, _check_sizes, _size
 from .module import Module, Parameter
 from .multihead import MultiheadAttention, xavier_uniform
 from .norm import LayerNorm
@@ -127,6 +127,15 @@ def _build_ff(layer: Module, d_model, dim_feedforward, dropout, activation, bias
     layer.linear2 = Linear(dim_feedforward, d_model, bias=bias, queue=queue)
 
 
+def _check_num_layers(stack: str, num_layers) -> int:
+    """``range(int(num_layers))`` made 2.7 two layers; PyTorch's ``range(num_layers)`` refuses a
+    float. Zero layers stays allowed (the stack is then its ``norm``)."""
+    if not _size(num_layers, 0):
+        raise ShapeError(f"{stack}: num_layers must be a non-negative integer, got "
+                         f"{num_layers!r}")
+    return int(num_layers)
+
+
 def _is_causal_mask(mask, size: int) -> bool:
     """PyTorch's ``_detect_is_causal_mask`` for a host mask: equal to the square subsequent
     mask (bool True above the diagonal, or float -inf above and 0 elsewhere)."""
@@ -212,8 +221,8 @@ class TransformerEncoder(Module):
         if not isinstance(encoder_layer, Module):
             raise ParclError(f"TransformerEncoder: encoder_layer must be a pc.nn.Module, got "
                              f"{type(encoder_layer).__name__}")
-        self.layers = ModuleList([clone_module(encoder_layer) for _ in range(int(num_layers))])
-        self.num_layers = int(num_layers)
+        self.num_layers = _check_num_layers("TransformerEncoder", num_layers)
+        self.layers = ModuleList([clone_module(encoder_layer) for _ in range(self.num_layers)])
         self.norm = norm
         self.enable_nested_tensor, self.mask_check = bool(enable_nested_tensor), bool(mask_check)
 
@@ -308,8 +317,8 @@ class TransformerDecoder(Module):
         if not isinstance(decoder_layer, Module):
             raise ParclError(f"TransformerDecoder: decoder_layer must be a pc.nn.Module, got "
                              f"{type(decoder_layer).__name__}")
-        self.layers = ModuleList([clone_module(decoder_layer) for _ in range(int(num_layers))])
-        self.num_layers = int(num_layers)
+        self.num_layers = _check_num_layers("TransformerDecoder", num_layers)
+        self.layers = ModuleList([clone_module(decoder_layer) for _ in range(self.num_layers)])
         self.norm = norm
 
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
@@ -351,6 +360,8 @@ class Transformer(Module):
                  batch_first: bool = False, norm_first: bool = False, bias: bool = True, *,
                  queue=None):
         super().__init__()
+        # checked here too: with custom_encoder and custom_decoder no layer of ours sees them
+        _check_sizes("Transformer", {"d_model": d_model, "nhead": nhead})
         queue = queue if queue is not None else default_queue()
         args = (d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
                 batch_first, norm_first, bias)
