@@ -293,3 +293,21 @@ def test_a_transformers_layer_counts_and_sizes_that_are_not_ints_are_refused(que
                                                    "integer, got 8.5"):
         pc.nn.Transformer(8.5, 2, custom_encoder=identity, custom_decoder=identity,
                           queue=queue)
+
+
+@pytest.mark.parametrize("layer", ["Softmax", "GLU", "CosineSimilarity"])
+@pytest.mark.parametrize("dim", [1.5, 0.9, True], ids=repr)
+def test_a_dim_that_is_not_an_int_is_refused_not_truncated(queue, layer, dim):
+    """``Softmax(1.5)`` normalised along dim 1 (``int(1.5)``) and ``GLU(0.9)`` halved dim 0,
+    silently; PyTorch's ops refuse a float dim (TypeError). Refused at construction, naming
+    the layer and the value."""
+    with pytest.raises(pc.errors.ShapeError, match=f"{layer}: dim must be an int, got "
+                                                   f"{dim!r}"):
+        getattr(pc.nn, layer)(dim)
+
+
+def test_a_numpy_integer_dim_still_works(queue, rng):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    with tp.no_grad():
+        got = pc.nn.Softmax(np.int64(0))(pc.Tensor.from_host(queue, x)).to_host()
+    np.testing.assert_allclose(got, np.exp(x) / np.exp(x).sum(0), rtol=1e-5)

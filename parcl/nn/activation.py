@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ..errors import ParclError
 from ..tape import ops
+from .layers import _dim
 from .module import Module
 
 __all__ = ["CELU", "ELU", "GLU", "SELU", "CosineSimilarity", "Hardsigmoid", "Hardswish",
@@ -195,7 +196,7 @@ class GLU(Module):
 
     def __init__(self, dim: int = -1):
         super().__init__()
-        self.dim = int(dim)
+        self.dim = _dim("GLU", dim)
 
     def forward(self, x):
         return ops.glu(x, self.dim)
@@ -238,7 +239,7 @@ class CosineSimilarity(Module):
 
     def __init__(self, dim: int = 1, eps: float = 1e-8):
         super().__init__()
-        self.dim, self.eps = int(dim), float(eps)
+        self.dim, self.eps = _dim("CosineSimilarity", dim), float(eps)
 
     def forward(self, x1, x2):
         return ops.cosine_similarity(x1, x2, self.dim, self.eps)

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from ..errors import ParclError
 from ..tape import ops
+from .layers import _dim
 from .module import Module, Parameter
 
 __all__ = ["Identity", "ModuleDict", "ModuleList", "ParameterDict", "ParameterList", "Softmax"]
@@ -286,7 +287,7 @@ class Softmax(Module):
 
     def __init__(self, dim: int):
         super().__init__()
-        self.dim = int(dim)
+        self.dim = _dim("Softmax", dim)
 
     def forward(self, x):
         return ops.softmax(x, axis=self.dim)

@@ -56,6 +56,14 @@ def _check_sizes(layer: str, positive: dict) -> None:
             raise ShapeError(f"{layer}: {name} must be {_want(1)}, got {value!r}")
 
 
+def _dim(layer: str, value, name: str = "dim") -> int:
+    """A dimension index as an int; a float (``1.5``) or a bool is refused, where ``int()``
+    would pick another dimension (PyTorch's ops refuse a float dim)."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise ShapeError(f"{layer}: {name} must be an int, got {value!r}")
+    return int(value)
+
+
 def _arg(pair: tuple[int, int]):
     """An int when both entries agree (the form every op accepts), else the pair."""
     return pair[0] if pair[0] == pair[1] else pair
