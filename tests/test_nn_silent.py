@@ -311,3 +311,21 @@ def test_a_numpy_integer_dim_still_works(queue, rng):
     with tp.no_grad():
         got = pc.nn.Softmax(np.int64(0))(pc.Tensor.from_host(queue, x)).to_host()
     np.testing.assert_allclose(got, np.exp(x) / np.exp(x).sum(0), rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["vocab_size", "block_size", "n_layer", "n_head", "n_embd"])
+def test_a_gpt_size_that_is_not_a_positive_int_is_refused(queue, name):
+    """``GPT(vocab_size=16.5, ...)`` built a 16-token vocabulary (``int()`` before the
+    embedding could check it), so token 16 was "out of range"; ``n_layer=1.9`` built one
+    block. nanoGPT's torch layers refuse the float. Refused, naming the argument."""
+    sizes = {"vocab_size": 16, "block_size": 8, "n_layer": 2, "n_head": 2, "n_embd": 8}
+    sizes[name] += 0.5 if name != "n_layer" else -0.1
+    with pytest.raises(pc.errors.ShapeError, match=f"GPT: {name} must be a positive integer, "
+                                                   f"got {sizes[name]!r}"):
+        pc.nn.GPT(**sizes, queue=queue)
+
+
+def test_causal_self_attention_refuses_a_float_head_count(queue):
+    with pytest.raises(pc.errors.ShapeError, match="CausalSelfAttention: n_head must be a "
+                                                   "positive integer, got 2.0"):
+        pc.nn.CausalSelfAttention(8, 2.0, queue=queue)

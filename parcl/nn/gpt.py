@@ -33,7 +33,7 @@ from ..tape.node import Node
 from ..tensor import Tensor
 from .containers import ModuleList
 from .gelu import GELU
-from .layers import Dropout, Linear
+from .layers import Dropout, Linear, _check_sizes
 from .module import Module, normal_
 from .norm import LayerNorm
 from .sparse import Embedding
@@ -55,7 +55,8 @@ class CausalSelfAttention(Module):
     def __init__(self, n_embd: int, n_head: int, dropout: float = 0.0, bias: bool = True, *,
                  queue=None):
         super().__init__()
-        if n_head < 1 or n_embd % n_head:
+        _check_sizes("CausalSelfAttention", {"n_embd": n_embd, "n_head": n_head})
+        if n_embd % n_head:
             raise ShapeError(f"CausalSelfAttention: n_embd={n_embd} must be a positive "
                              f"multiple of n_head={n_head}")
         self.c_attn = Linear(n_embd, 3 * n_embd, bias=bias, queue=queue)
@@ -145,6 +146,8 @@ class GPT(Module):
     def __init__(self, vocab_size: int, block_size: int, n_layer: int, n_head: int,
                  n_embd: int, dropout: float = 0.0, bias: bool = True, *, queue=None):
         super().__init__()
+        _check_sizes("GPT", {"vocab_size": vocab_size, "block_size": block_size,
+                             "n_layer": n_layer, "n_head": n_head, "n_embd": n_embd})
         queue = queue if queue is not None else default_queue()
         self.vocab_size, self.block_size = int(vocab_size), int(block_size)
         self.n_layer, self.n_head, self.n_embd = int(n_layer), int(n_head), int(n_embd)
