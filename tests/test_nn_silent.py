@@ -329,3 +329,21 @@ def test_causal_self_attention_refuses_a_float_head_count(queue):
     with pytest.raises(pc.errors.ShapeError, match="CausalSelfAttention: n_head must be a "
                                                    "positive integer, got 2.0"):
         pc.nn.CausalSelfAttention(8, 2.0, queue=queue)
+
+
+def test_max_pool2d_takes_pytorchs_positional_arguments(queue, rng):
+    """PyTorch's fifth argument of ``MaxPool2d`` is ``return_indices``, its sixth
+    ``ceil_mode``; parcl's fifth was ``ceil_mode``, so ``MaxPool2d(2, 2, 0, 1, True)``
+    (PyTorch: also return the indices) pooled with ceil_mode, silently, and PyTorch's
+    ``MaxPool2d(3, 2, 1, 1, False, True)`` was a TypeError. Now the places match:
+    return_indices=True is refused, a sixth ceil_mode gives PyTorch's output."""
+    torch = pytest.importorskip("torch")
+    with pytest.raises(pc.errors.ShapeError, match="MaxPool2d: return_indices=True is not "
+                                                   "supported"):
+        pc.nn.MaxPool2d(2, 2, 0, 1, True)
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    with tp.no_grad():
+        got = pc.nn.MaxPool2d(3, 2, 1, 1, False, True)(pc.Tensor.from_host(queue, x)).to_host()
+    want = torch.nn.MaxPool2d(3, 2, 1, 1, False, True)(torch.tensor(x)).numpy()
+    assert got.shape == want.shape == (2, 3, 5, 5)        # ceil_mode: 5, not 4
+    np.testing.assert_array_equal(got, want)

@@ -216,11 +216,15 @@ class ReLU(Module):
 
 class MaxPool2d(Module):
     """Max pooling over ``(N, C, H, W)``; ``stride=None`` means ``kernel_size``; ``dilation``
-    and ``ceil_mode`` as PyTorch (see ``tp.max_pool2d``)."""
+    and ``ceil_mode`` as PyTorch (see ``tp.max_pool2d``); ``return_indices=True`` is
+    refused (it holds PyTorch's fifth place, so a positional ``ceil_mode`` lands where
+    PyTorch code puts it)."""
 
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
-                 ceil_mode: bool = False):
+                 return_indices: bool = False, ceil_mode: bool = False):
         super().__init__()
+        if return_indices:
+            raise ShapeError("MaxPool2d: return_indices=True is not supported")
         self.kernel_size = kernel_size
         self.stride = stride
         self.padding = padding
