@@ -347,3 +347,22 @@ def test_max_pool2d_takes_pytorchs_positional_arguments(queue, rng):
     want = torch.nn.MaxPool2d(3, 2, 1, 1, False, True)(torch.tensor(x)).numpy()
     assert got.shape == want.shape == (2, 3, 5, 5)        # ceil_mode: 5, not 4
     np.testing.assert_array_equal(got, want)
+
+
+def test_conv_transpose2d_takes_pytorchs_positional_arguments(queue):
+    """PyTorch's seventh argument of ``ConvTranspose2d`` is ``groups``, its eighth ``bias``;
+    parcl's seventh was ``bias``, so ``ConvTranspose2d(4, 2, 3, 1, 0, 0, 2)`` (PyTorch: two
+    groups) built an ordinary one-group layer with a bias, silently. Now groups sits seventh
+    and anything but 1 (and dilation, padding_mode other than PyTorch's defaults) is
+    refused; ``bias`` eighth keeps its meaning."""
+    with pytest.raises(pc.errors.ShapeError, match="ConvTranspose2d: only groups=1, "
+                                                   "dilation=1 .* got groups=2"):
+        pc.nn.ConvTranspose2d(4, 2, 3, 1, 0, 0, 2, queue=queue)
+    with pytest.raises(pc.errors.ShapeError, match="groups must be a positive integer, got "
+                                                   "1.5"):
+        pc.nn.ConvTranspose2d(4, 2, 3, groups=1.5, queue=queue)
+    with pytest.raises(pc.errors.ShapeError, match="dilation=2"):
+        pc.nn.ConvTranspose2d(4, 2, 3, 1, 0, 0, 1, True, 2, queue=queue)
+    with pytest.raises(pc.errors.ShapeError, match="padding_mode='reflect'"):
+        pc.nn.ConvTranspose2d(4, 2, 3, padding_mode="reflect", queue=queue)
+    assert pc.nn.ConvTranspose2d(4, 2, 3, 1, 0, 0, 1, False, queue=queue).bias is None

@@ -28,15 +28,23 @@ class ConvTranspose2d(Module):
     ``(cin, cout, kh, kw)`` as PyTorch. Initialisation as PyTorch's ``_ConvNd``: weight and
     bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in = weight.size(1)*kh*kw =
     cout*kh*kw`` (kaiming_uniform with a=sqrt(5) reads the fan-in from the weight's dim 1).
-    Output height ``(H - 1)*stride - 2*padding + kh + output_padding``."""
+    Output height ``(H - 1)*stride - 2*padding + kh + output_padding``. ``groups``,
+    ``dilation`` and ``padding_mode`` sit where PyTorch's do (``groups`` before ``bias``), so
+    PyTorch's positional calls keep their meaning; only 1, 1 and ``"zeros"`` are supported."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
-                 output_padding=0, bias: bool = True, *, queue=None):
+                 output_padding=0, groups: int = 1, bias: bool = True, dilation=1,
+                 padding_mode: str = "zeros", *, queue=None):
         super().__init__()
         queue = queue if queue is not None else default_queue()
-        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
         _check_sizes("ConvTranspose2d", {"in_channels": in_channels,
-                                         "out_channels": out_channels})
+                                         "out_channels": out_channels, "groups": groups})
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        if groups != 1 or _pair("ConvTranspose2d", "dilation", dilation) != (1, 1) \
+                or padding_mode != "zeros":
+            raise ShapeError(f"ConvTranspose2d: only groups=1, dilation=1 and padding_mode="
+                             f"'zeros' are supported, got groups={groups!r}, dilation="
+                             f"{dilation!r}, padding_mode={padding_mode!r}")
         self.kernel_size = _pair("ConvTranspose2d", "kernel_size", kernel_size)
         self.stride = _pair("ConvTranspose2d", "stride", stride)
         self.padding = _pair("ConvTranspose2d", "padding", padding, least=0)
