@@ -366,3 +366,19 @@ def test_conv_transpose2d_takes_pytorchs_positional_arguments(queue):
     with pytest.raises(pc.errors.ShapeError, match="padding_mode='reflect'"):
         pc.nn.ConvTranspose2d(4, 2, 3, padding_mode="reflect", queue=queue)
     assert pc.nn.ConvTranspose2d(4, 2, 3, 1, 0, 0, 1, False, queue=queue).bias is None
+
+
+@pytest.mark.parametrize("index", [1.5, 0.9, "1"], ids=repr)
+def test_a_module_list_index_that_is_not_an_int_is_refused(index):
+    """``ModuleList.__getitem__`` and ``__setitem__`` converted the index with ``int()``, so
+    ``layers[1.5]`` returned (and ``layers[0.9] = m`` replaced) another layer than the one a
+    caller could mean, and ``layers["1"]`` worked; PyTorch, like a Python list, raises
+    TypeError."""
+    layers = pc.nn.ModuleList([pc.nn.ReLU(), pc.nn.Tanh()])
+    with pytest.raises(TypeError, match=f"ModuleList: index must be an int or a slice, got "
+                                        f"{index!r}"):
+        layers[index]
+    with pytest.raises(TypeError, match="ModuleList: index must be an int"):
+        layers[index] = pc.nn.Sigmoid()
+    assert [type(m).__name__ for m in layers] == ["ReLU", "Tanh"]
+    assert type(layers[np.int64(-1)]).__name__ == "Tanh"

@@ -15,6 +15,7 @@ ModuleList(3)
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator, Mapping
 
 from ..errors import ParclError
@@ -56,6 +57,13 @@ class ModuleList(Module):
             self.extend(modules)
 
     def _index(self, index: int) -> int:
+        # operator.index, not int(): ml[1.5] or ml["1"] must not reach module 1 (PyTorch and
+        # Python's list refuse them)
+        try:
+            index = operator.index(index)
+        except TypeError:
+            raise TypeError(f"ModuleList: index must be an int or a slice, got "
+                            f"{index!r}") from None
         n = len(self)
         if not -n <= index < n:
             raise IndexError(f"ModuleList: index {index} is out of range for {n} modules")
@@ -71,12 +79,12 @@ class ModuleList(Module):
         modules = list(self._modules.values())
         if isinstance(index, slice):
             return ModuleList(modules[index])
-        return modules[self._index(int(index))]
+        return modules[self._index(index)]
 
     def __setitem__(self, index: int, module: Module) -> None:
         if not isinstance(module, Module):
             raise TypeError(f"ModuleList: expected an nn.Module, got {type(module).__name__}")
-        self.add_module(str(self._index(int(index))), module)     # keeps its place
+        self.add_module(str(self._index(index)), module)     # keeps its place
 
     def append(self, module: Module) -> ModuleList:
         self.add_module(str(len(self)), module)
