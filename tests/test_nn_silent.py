@@ -382,3 +382,22 @@ def test_a_module_list_index_that_is_not_an_int_is_refused(index):
         layers[index] = pc.nn.Sigmoid()
     assert [type(m).__name__ for m in layers] == ["ReLU", "Tanh"]
     assert type(layers[np.int64(-1)]).__name__ == "Tanh"
+
+
+def test_gpt_generate_refuses_float_token_ids_and_a_float_count(queue):
+    """``GPT.generate`` cast its prompt with ``np.array(idx, dtype=np.int64)``, so token ids
+    ``[[1.7, 2.2]]`` became ``[[1, 2]]``, and ran ``range(int(max_new_tokens))``, so 2.7 new
+    tokens were 2, silently; nanoGPT's embedding refuses float ids and its ``range`` a float
+    count (the model's own forward already refused float ids)."""
+    pc.nn.manual_seed(0)
+    model = pc.nn.GPT(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=8,
+                      queue=queue).eval()
+    with pytest.raises(pc.DTypeError, match="GPT.generate: token ids must be integers, got "
+                                            "dtype float64"):
+        model.generate([[1.7, 2.2]], 2, greedy=True)
+    for count in (2.7, 2.0, -1, True):
+        with pytest.raises(pc.ShapeError, match=f"GPT.generate: max_new_tokens must be a "
+                                                f"non-negative int, got {count!r}"):
+            model.generate(np.array([[1, 2]]), count, greedy=True)
+    out = model.generate([[1, 2]], np.int64(3), greedy=True)     # a list of ints still works
+    assert out.shape == (1, 5) and out.dtype == np.int64

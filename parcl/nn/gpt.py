@@ -230,17 +230,25 @@ class GPT(Module):
         >>> model.generate(np.zeros((1, 1), np.int64), 4, greedy=True).shape
         (1, 5)
         """
-        idx = np.array(idx.to_host() if isinstance(idx, Tensor) else idx, dtype=np.int64)
+        idx = np.asarray(idx.to_host() if isinstance(idx, Tensor) else idx)
         if idx.ndim != 2 or idx.shape[1] < 1:
             raise ShapeError(f"GPT.generate: expected token ids (B, T) with T >= 1, got "
                              f"shape {idx.shape}")
+        if idx.dtype.kind not in "iu":     # a cast to int64 would truncate 1.7 to token 1
+            raise DTypeError(f"GPT.generate: token ids must be integers, got dtype {idx.dtype}")
+        idx = idx.astype(np.int64)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens,
+                                                              (int, np.integer)) \
+                or max_new_tokens < 0:     # range(int(2.7)) made 2 tokens
+            raise ShapeError(f"GPT.generate: max_new_tokens must be a non-negative int, got "
+                             f"{max_new_tokens!r}")
         if not greedy and not temperature > 0.0:
             raise ValueError(f"GPT.generate: temperature must be > 0, got {temperature}")
         if top_k is not None and top_k < 1:
             raise ValueError(f"GPT.generate: top_k must be >= 1, got {top_k}")
         rng = np.random.default_rng(seed)
         with no_grad():
-            for _ in range(int(max_new_tokens)):
+            for _ in range(max_new_tokens):
                 context = idx[:, -self.block_size:]
                 logits = self(context)[:, -1].to_host().astype(np.float64)   # (B, V)
                 idx = np.concatenate([idx, _pick(logits, temperature, top_k, greedy, rng)],
