@@ -10,10 +10,11 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 import parcl as pc
 import parcl.tape as tp
-from parcl.optim import SGD, Adam, OptimizerError
+from parcl.optim import SGD, Adam, AdamW, OptimizerError
 from parcl.replica import ReplicaGroup
 
 
@@ -418,3 +419,37 @@ def test_a_loaded_state_lists_its_entries_in_the_same_order_in_every_process():
                            text=True, env=env, timeout=120, check=True)
         orders.add(r.stdout.strip())
     assert orders == {"['step', 'exp_avg', 'exp_avg_sq'] ['step', 'exp_avg', 'exp_avg_sq']"}
+
+
+@pytest.mark.parametrize("cls", [Adam, AdamW])
+@pytest.mark.parametrize("betas", [(0.9, 0.99999), (0.99999, 0.999), (0.9, 0.9999)])
+def test_adam_with_a_beta_near_1_weighs_the_gradient_by_1_minus_beta_as_pytorch(queue, cls,
+                                                                                 betas):
+    """The kernel formed ``1 - beta`` on the device from the float32 beta, so beta2=0.99999
+    weighed g**2 by 1 - 0.99999f = 1.00136e-5 instead of 1e-5: exp_avg_sq came out 0.14%
+    too large and, the bias correction being 1 - 0.99999 in double, the first step of
+    Adam(lr=0.01) moved every weight by 0.0099932 instead of lr * g / (|g| + eps) = 0.01,
+    0.07% short on every step from then on (beta1=0.99999 put 0.14% into the first moment;
+    beta2=0.9999 was 0.017% off), silently. PyTorch computes ``1 - beta`` in double; so
+    does the host now, and the kernel takes it as its own argument."""
+    rng = np.random.default_rng(0)
+    w0 = rng.standard_normal(64).astype(np.float32)
+    grads = [rng.standard_normal(64).astype(np.float32) for _ in range(10)]
+    p = pc.nn.Parameter.from_host(queue, w0.copy())
+    t = torch.nn.Parameter(torch.from_numpy(w0.copy()))
+    opt = cls([p], lr=0.01, betas=betas, weight_decay=0.0)
+    topt = getattr(torch.optim, cls.__name__)([t], lr=0.01, betas=betas, weight_decay=0.0)
+    for i, g in enumerate(grads):
+        p.grad, t.grad = pc.Tensor.from_host(queue, g), torch.from_numpy(g.copy())
+        opt.step()
+        topt.step()
+        if i == 0:
+            np.testing.assert_allclose(w0 - p.value.to_host(), 0.01 * np.sign(g), rtol=0,
+                                       atol=5e-7)
+            np.testing.assert_array_equal(opt.state[p]["exp_avg_sq"].to_host(),
+                                          np.float32(1.0 - betas[1]) * (g * g))
+        np.testing.assert_allclose(p.value.to_host(), t.detach().numpy(), rtol=0, atol=1e-6)
+    for name in ("exp_avg", "exp_avg_sq"):     # PyTorch's lerp rounds m's small entries apart
+        want = topt.state[t][name].numpy()
+        np.testing.assert_allclose(opt.state[p][name].to_host(), want, rtol=1e-5,
+                                   atol=1e-5 * np.abs(want).max())

@@ -36,16 +36,17 @@ _UPDATES = {
     buf[i] = b;
     const float out = w - lr * (nesterov ? d + mu * b : b);"""),
     # p *= decay (AdamW's decoupled decay; 1 for Adam); g' = g + wd*p (Adam's L2; 0 for AdamW)
-    # m = b1*m + (1-b1)*g'; v = b2*v + (1-b2)*g'^2
+    # m = b1*m + c1*g'; v = b2*v + c2*g'^2, c1 = 1 - b1 and c2 = 1 - b2 from the host: formed
+    # here from the float32 betas, 1 - 0.99999f is 1.00136e-5, not 1e-5 (PyTorch's weight).
     # p -= step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps), step_size = lr / (1 - b1^t),
     # inv_sqrt_bc2 = 1 / sqrt(1 - b2^t): that is lr * m_hat / (sqrt(v_hat) + eps).
     "adam": ("__global float *m, __global float *v,", """const float decay, const float wd,
-    const float b1, const float b2, const float step_size, const float inv_sqrt_bc2,
-    const float eps""", """
+    const float b1, const float c1, const float b2, const float c2, const float step_size,
+    const float inv_sqrt_bc2, const float eps""", """
     const float w = p[i] * decay;
     const float d = G + wd * w;
-    const float mi = b1 * m[i] + (1.0f - b1) * d;
-    const float vi = b2 * v[i] + (1.0f - b2) * (d * d);
+    const float mi = b1 * m[i] + c1 * d;
+    const float vi = b2 * v[i] + c2 * (d * d);
     m[i] = mi;
     v[i] = vi;
     const float out = w - step_size * mi / (sqrt(vi) * inv_sqrt_bc2 + eps);"""),
@@ -183,6 +184,7 @@ def adam_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *, l
     bc1 = 1.0 - beta1 ** step
     bc2 = 1.0 - beta2 ** step
     scalars = (np.float32(1.0 - lr * decoupled_weight_decay), np.float32(weight_decay),
-               np.float32(beta1), np.float32(beta2), np.float32(lr / bc1),
+               np.float32(beta1), np.float32(1.0 - beta1), np.float32(beta2),
+               np.float32(1.0 - beta2), np.float32(lr / bc1),
                np.float32(1.0 / np.sqrt(bc2)), np.float32(eps))
     return _launch("adam", param, grad, (exp_avg, exp_avg_sq), scalars, target)
