@@ -133,6 +133,24 @@ def test_a_negative_or_nan_max_norm_is_refused(queue, max_norm):
     np.testing.assert_array_equal(p.grad.to_host(), [3.0, 4.0])
 
 
+def test_a_total_norm_of_more_than_one_number_is_refused(queue):
+    """``clip_grads_with_norm_`` took any float32 tensor as ``total_norm`` and its kernel read
+    the first element: given the per-gradient norms [10, 1] (a list of ``get_total_norm``
+    results put together), it scaled every gradient by 1 / 10, the first one's, with no
+    error; PyTorch's in-place multiply refuses a norm of that shape. Now a ``ClipError``
+    naming the shape, the gradients unchanged; a plain number is a ``TypeError``."""
+    p = pc.nn.Parameter(pc.Tensor.from_host(queue, np.zeros(3, np.float32)))
+    p.grad = pc.Tensor.from_host(queue, np.array([3.0, 4.0, 0.0], np.float32))
+    norms = pc.Tensor.from_host(queue, np.array([10.0, 1.0], np.float32))
+    with pytest.raises(ClipError, match=r"total_norm must hold one number.*shape \(2,\)"):
+        clip_grads_with_norm_([p], 1.0, norms)
+    with pytest.raises(TypeError, match="clip_grads_with_norm_: total_norm must be a pc.Tensor"):
+        clip_grads_with_norm_([p], 1.0, 5.0)
+    np.testing.assert_array_equal(p.grad.to_host(), [3.0, 4.0, 0.0])
+    clip_grads_with_norm_([p], 1.0, get_total_norm([p.grad]))
+    np.testing.assert_allclose(p.grad.to_host(), [0.6, 0.8, 0.0], rtol=1e-5)
+
+
 def test_gradients_on_two_queues_are_refused(queues2):
     a, b = (pc.Tensor.from_host(q, np.ones(3, np.float32)) for q in queues2)
     with pytest.raises(pc.DeviceError, match="different command queues"):

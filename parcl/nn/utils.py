@@ -112,6 +112,14 @@ def clip_grads_with_norm_(parameters, max_norm: float, total_norm: Tensor) -> No
     1e-6), 1)``, ``total_norm`` a 0-d device tensor (from ``get_total_norm``): nothing is read
     back. Parameters without a gradient are skipped."""
     max_norm = _max_norm("clip_grads_with_norm_", max_norm)
+    if not isinstance(total_norm, Tensor):
+        raise TypeError(f"clip_grads_with_norm_: total_norm must be a pc.Tensor (from "
+                        f"get_total_norm), got {type(total_norm).__name__}")
+    if total_norm.size != 1:
+        # the kernel reads its first element: a norm per gradient would clip every gradient
+        # by the first one's, where PyTorch's in-place multiply refuses the shape
+        raise ClipError(f"clip_grads_with_norm_: total_norm must hold one number (a 0-d "
+                        f"tensor from get_total_norm), got shape {tuple(total_norm.shape)}")
     grads = _grads(parameters)
     if grads:
         gradnorm.clip_by_norm_(grads, total_norm, max_norm, EPS)
