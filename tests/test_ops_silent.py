@@ -204,3 +204,33 @@ def test_normalize_of_a_zero_or_tiny_row_is_finite_as_pytorchs(queue, p, eps):
     (ty * torch.tensor(w)).sum().backward()
     np.testing.assert_allclose(y.to_host(), ty.detach().numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(x.grad.to_host(), t.grad.numpy(), rtol=1e-4)
+
+
+# -- a NaN input: the gradient passes on, as PyTorch's -------------------------------------------
+def test_relu_maximum_and_minimum_pass_the_gradient_of_a_nan_on(queue):
+    """``tp.relu`` gave a NaN input the gradient 0 (``out > 0`` is false for NaN), and
+    ``tp.maximum``/``tp.minimum`` gave 0 to both sides where either was NaN, so a NaN reaching
+    the loss through them left the layers below with finite gradients; PyTorch passes the
+    upstream gradient on (``threshold_backward``; both sides of ``maximum``). Ties keep
+    parcl's rule: the whole gradient to the left input."""
+    import torch
+    a = np.array([np.nan, 1.0, np.nan, 2.0, -1.0, 3.0], np.float32)
+    b = np.array([0.5, np.nan, np.nan, 2.0, 0.0, -3.0], np.float32)
+    for op, ref in ((tp.maximum, torch.maximum), (tp.minimum, torch.minimum)):
+        x, y = tp.tensor(a, requires_grad=True), tp.tensor(b, requires_grad=True)
+        with tp.Tape() as tape:
+            out = op(x, y)
+        tape.backward(tp.sum(out))
+        tx = torch.tensor(a, requires_grad=True)
+        ty = torch.tensor(b, requires_grad=True)
+        ref(tx, ty).sum().backward()
+        nan = np.isnan(a) | np.isnan(b)
+        np.testing.assert_array_equal(x.grad.to_host()[nan], tx.grad.numpy()[nan])
+        np.testing.assert_array_equal(y.grad.to_host()[nan], ty.grad.numpy()[nan])
+        np.testing.assert_array_equal(x.grad.to_host()[3], 1.0)      # the tie: to the left
+        np.testing.assert_array_equal(y.grad.to_host()[3], 0.0)
+    x = tp.tensor(a, requires_grad=True)
+    with tp.Tape() as tape:
+        out = tp.relu(x)
+    tape.backward(tp.sum(out))
+    np.testing.assert_array_equal(x.grad.to_host(), [1.0, 1.0, 1.0, 1.0, 0.0, 1.0])

@@ -40,8 +40,15 @@ BINARY_OPS = {
     "gt": "(x > y) ? 1.0f : 0.0f",
     "le": "(x <= y) ? 1.0f : 0.0f",
     "lt": "(x < y) ? 1.0f : 0.0f",
+    # maximum/minimum's partials: the winning side, ties to the left; where either input is
+    # NaN (the output is NaN) both sides pass the gradient, as PyTorch's
+    "maximum_grad_a": "(x < y) ? 0.0f : 1.0f",
+    "maximum_grad_b": "(x >= y) ? 0.0f : 1.0f",
+    "minimum_grad_a": "(x > y) ? 0.0f : 1.0f",
+    "minimum_grad_b": "(x <= y) ? 0.0f : 1.0f",
     # backward helpers: x is the saved forward input or output, y the upstream gradient
-    "relu_backward": "(x > 0.0f) ? y : 0.0f",
+    # x is relu's output: a NaN passes the gradient on, as PyTorch's threshold_backward
+    "relu_backward": "(x <= 0.0f) ? 0.0f : y",
     "sigmoid_backward": "y * x * (1.0f - x)",
     "tanh_backward": "y * (1.0f - x * x)",
     # GPT-2's tanh approximation (PyTorch's approximate="tanh"): u = k * (x + c * x^3)

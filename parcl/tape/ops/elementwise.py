@@ -128,15 +128,15 @@ class Pow(_Partials):
 
 
 class Maximum(_Partials):
-    """The gradient goes to the winning side (ties: to the left input)."""
+    """The gradient goes to the winning side (ties: to the left input; a NaN: to both)."""
 
     name = kernel = "maximum"
-    partials = ("ge", "lt")
+    partials = ("maximum_grad_a", "maximum_grad_b")
 
 
 class Minimum(_Partials):
     name = kernel = "minimum"
-    partials = ("le", "gt")
+    partials = ("minimum_grad_a", "minimum_grad_b")
 
 
 # -- tensor-scalar ops ----------------------------------------------------------------------
@@ -293,10 +293,12 @@ def pow(x, p, *, tape=None):  # noqa: A001
 
 
 def maximum(a, b, *, tape=None):
-    """Elementwise maximum with broadcasting (gradient to the larger side; ties to ``a``)."""
+    """Elementwise maximum with broadcasting (gradient to the larger side; ties to ``a``;
+    where either side is NaN, to both, as PyTorch)."""
     return _binary("maximum", a, b, tape)
 
 
 def minimum(a, b, *, tape=None):
-    """Elementwise minimum with broadcasting (gradient to the smaller side; ties to ``a``)."""
+    """Elementwise minimum with broadcasting (gradient to the smaller side; ties to ``a``;
+    where either side is NaN, to both)."""
     return _binary("minimum", a, b, tape)
