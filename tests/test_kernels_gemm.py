@@ -178,6 +178,40 @@ def test_reading_a_in_place_is_bit_identical_to_packing_it(queue, rng):
     np.testing.assert_array_equal(runs[0], runs[1])
 
 
+
+@pytest.mark.parametrize("width", ["8", "16"])
+def test_the_small_product_kernel_gives_the_packed_kernels_bits(queue, rng, width):
+    """``gemm_direct`` (small products, read in place, VW columns a work-item) sums every
+    element in k order from 0, as the packed kernels do: the same bits, whatever the
+    transposes, edges, batch, accumulation (beta) and epilogue, for either vector width."""
+    if width == "16" and not wide_kernel_ok(queue.device, "gemm", SOURCE):
+        width = "8"
+    for _ in range(60):
+        m, n, k = (int(v) for v in rng.integers(1, 50, 3))
+        batch = int(rng.choice([1, 1, 3]))
+        trans_a, trans_b = (bool(v) for v in rng.integers(0, 2, 2))
+        a, b = _operands(rng, m, n, k, trans_a, trans_b, batch=batch)
+        c0 = rng.standard_normal((batch, m, n)).astype(np.float32)
+        bias = rng.standard_normal(n).astype(np.float32) if batch == 1 and rng.integers(2) \
+            else None
+        relu = bool(batch == 1 and rng.integers(2))
+        beta = float(rng.choice([0.0, 1.0, 0.5])) if batch == 1 else 0.0   # batched: no beta
+        runs = []
+        for variant in ("direct" + width, "cpu" + width):
+            out = _up(queue, c0)
+            if batch == 1:
+                gemm(_up(queue, a[0]), _up(queue, b[0]), trans_a=trans_a, trans_b=trans_b,
+                     bias=None if bias is None else _up(queue, bias), relu=relu, beta=beta,
+                     out=out.reshape(m, n), _variant=variant)
+            else:
+                batched_gemm(_up(queue, a), _up(queue, b), trans_a=trans_a, trans_b=trans_b,
+                             out=out, _variant=variant)
+            runs.append(out.to_host())
+        assert runs[0].tobytes() == runs[1].tobytes(), (m, n, k, batch, trans_a, trans_b)
+        want = np.maximum if relu else (lambda v, _: v)
+        _close(runs[0], want(_op(a, trans_a) @ _op(b, trans_b) + beta * c0
+                             + (0 if bias is None else bias), 0))
+
 def test_batched_gemm_out(queue, rng):
     a, b = _operands(rng, 16, 32, 8, False, False, batch=2)
     out = pc.Tensor.empty(queue, (2, 16, 32))

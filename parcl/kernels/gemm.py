@@ -53,7 +53,7 @@ PACK_KB = 8                      # k-rows per packing work-item; must match KB i
 PACK_GROUP = 8                   # packing work-items (blocks of PACK_KB k-rows) per group
 TILE, GROUP = 64, 16             # the GPU tile and work-group edge; must match gemm.cl
 FLAG_BIAS, FLAG_RELU, FLAG_VEC = 1, 2, 4
-DIRECT_GROUP = (8, 8)            # work-items (4x4 blocks of C each) per gemm_direct group
+DIRECT_GROUP = (8, 8)            # work-items (4 x VW blocks of C each) per gemm_direct group
 # Up to this many multiply-adds a CPU product runs as one gemm_direct launch: PoCL takes ~0.1 ms
 # per enqueue, which the two packing launches would add to a product this small.
 DIRECT_MAX = 1 << 17
@@ -271,7 +271,8 @@ class DirectPlan:
 def _plan(variant: str, m: int, n: int, k: int, batch: int, trans_a: bool,
           trans_b: bool) -> DirectPlan:
     lx, ly = DIRECT_GROUP
-    return DirectPlan(variant, (-(-n // (4 * lx)) * lx, -(-m // (4 * ly)) * ly, batch),
+    vw = VW["cpu" + variant[6:]]                  # a work-item's columns: one vector
+    return DirectPlan(variant, (-(-n // (vw * lx)) * lx, -(-m // (4 * ly)) * ly, batch),
                       (1, m) if trans_a else (k, 1), (k, 1) if trans_b else (1, n))
 
 

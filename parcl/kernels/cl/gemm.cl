@@ -200,39 +200,66 @@ kernel void pack(const global float* restrict A, long a_bs, long a_si, long a_sk
 // ---- Small products: one launch, no packing --------------------------------------------------
 //
 // PoCL spends ~0.1 ms enqueueing each kernel, more than a small product takes, so those skip
-// the two packing launches: a 4x4 block of C per work-item, read straight from the operands
-// through strides (op(A)[i][k] at i*a_si + k*a_sk, op(B)[k][j] at k*b_sk + j*b_sj). Rows and
-// columns past the edge are clamped to the last one, computed and never stored.
+// the two packing launches: a 4 x VW block of C per work-item, read straight from the operands
+// through strides (op(A)[i][k] at i*a_si + k*a_sk, op(B)[k][j] at k*b_sk + j*b_sj). Each k step
+// is four broadcasts of op(A), one vector of op(B) and four vector FMAs: every element of C is
+// summed in k order from 0, as the packed kernels sum it (the same bits), VW columns at a time.
+// The vectors are spelled out because PoCL's work-item vectoriser leaves a scalar block (and
+// private arrays of vectors) scalar here: ~3 GFLOP/s against ~30. Rows and columns past the
+// edge are clamped to the last one, computed and never stored.
+
+typedef vec __attribute__((aligned(4))) vec_u;     // a vector load from any float address
+// VW floats s apart from p, as one vector (a private array in between leaves PoCL's code scalar)
+#define GATHER8(p, s) p[0], p[s], p[2 * s], p[3 * s], p[4 * s], p[5 * s], p[6 * s], p[7 * s]
+#if VW == 16
+#define GATHER(p, s) (vec)(GATHER8(p, s), GATHER8((p + 8 * s), s))
+#else
+#define GATHER(p, s) (vec)(GATHER8(p, s))
+#endif
 
 inline void direct_block(const global float* restrict A, long a_si, long a_sk,
                          const global float* restrict B, long b_sk, long b_sj,
                          global float* restrict C, const global float* restrict bias,
                          int M, int N, int K, float beta, int flags, int i0, int j0)
 {
-    long ar[4], bc[4];
-    for (int r = 0; r < 4; ++r)
-        ar[r] = (long)min(i0 + r, M - 1) * a_si;
-    for (int c = 0; c < 4; ++c)
-        bc[c] = (long)min(j0 + c, N - 1) * b_sj;
-    float acc[4][4];
-    for (int r = 0; r < 4; ++r)
-        for (int c = 0; c < 4; ++c)
-            acc[r][c] = 0.0f;
-    for (int k = 0; k < K; ++k) {
-        float av[4], bv[4];
-        for (int r = 0; r < 4; ++r)
-            av[r] = A[ar[r] + k * a_sk];
-        for (int c = 0; c < 4; ++c)
-            bv[c] = B[bc[c] + k * b_sk];
-        for (int r = 0; r < 4; ++r)
-            for (int c = 0; c < 4; ++c)
-                acc[r][c] += av[r] * bv[c];
-    }
-    for (int r = 0; r < 4 && i0 + r < M; ++r)
-        for (int c = 0; c < 4 && j0 + c < N; ++c) {
-            global float* p = C + (long)(i0 + r) * N + j0 + c;
-            *p = epilogue1(acc[r][c], p, bias, j0 + c, beta, flags);
+    const global float* a0 = A + (long)min(i0, M - 1) * a_si;
+    const global float* a1 = A + (long)min(i0 + 1, M - 1) * a_si;
+    const global float* a2 = A + (long)min(i0 + 2, M - 1) * a_si;
+    const global float* a3 = A + (long)min(i0 + 3, M - 1) * a_si;
+    vec c0 = (vec)(0.0f), c1 = (vec)(0.0f), c2 = (vec)(0.0f), c3 = (vec)(0.0f);
+#define DIRECT_STEP(bv) { const vec bk = (bv); const long ka = k * a_sk; \
+        c0 += (vec)(a0[ka]) * bk; c1 += (vec)(a1[ka]) * bk; \
+        c2 += (vec)(a2[ka]) * bk; c3 += (vec)(a3[ka]) * bk; }
+    if (b_sj == 1 && j0 + VW <= N) {          // VW whole columns of a row-major op(B)
+        const global float* row = B + j0;
+        for (int k = 0; k < K; ++k)
+            DIRECT_STEP(*(const global vec_u*)(row + k * b_sk))
+    } else if (j0 + VW <= N) {                // VW whole columns, strided (op(B) = B^T)
+        const global float* col = B + (long)j0 * b_sj;
+        for (int k = 0; k < K; ++k) {
+            const global float* p = col + k * b_sk;
+            DIRECT_STEP(GATHER(p, b_sj))
         }
+    } else {                                  // past the edge: one clamped load a column
+        long bc[VW];
+        for (int c = 0; c < VW; ++c)
+            bc[c] = (long)min(j0 + c, N - 1) * b_sj;
+        for (int k = 0; k < K; ++k) {
+            float t[VW];
+            for (int c = 0; c < VW; ++c)
+                t[c] = B[bc[c] + k * b_sk];
+            DIRECT_STEP(*(vec*)t)
+        }
+    }
+#undef DIRECT_STEP
+    global float* c = C + (long)i0 * N;
+    emit(c, bias, c0, j0, N, beta, flags);
+    if (i0 + 1 < M)
+        emit(c + N, bias, c1, j0, N, beta, flags);
+    if (i0 + 2 < M)
+        emit(c + 2 * N, bias, c2, j0, N, beta, flags);
+    if (i0 + 3 < M)
+        emit(c + 3 * N, bias, c3, j0, N, beta, flags);
 }
 
 kernel void gemm_direct(const global float* restrict A, long a_bs, long a_si, long a_sk,
@@ -240,7 +267,7 @@ kernel void gemm_direct(const global float* restrict A, long a_bs, long a_si, lo
                         global float* restrict C, long c_bs, const global float* restrict bias,
                         int M, int N, int K, float beta, int flags)
 {
-    const int j0 = get_global_id(0) * 4, i0 = get_global_id(1) * 4, bt = get_global_id(2);
+    const int j0 = get_global_id(0) * VW, i0 = get_global_id(1) * 4, bt = get_global_id(2);
     if (i0 >= M || j0 >= N)              // the grid is padded to whole work-groups
         return;
     direct_block(A + bt * a_bs, a_si, a_sk, B + bt * b_bs, b_sk, b_sj, C + bt * c_bs, bias,
@@ -256,7 +283,7 @@ kernel void gemm_direct2(const global float* restrict A0, long a0_si, long a0_sk
                          const global float* restrict B1, long b1_sk, long b1_sj,
                          global float* restrict C1, int M1, int N1, int K1, float beta1)
 {
-    const int j0 = get_global_id(0) * 4, i0 = get_global_id(1) * 4;
+    const int j0 = get_global_id(0) * VW, i0 = get_global_id(1) * 4;
     if (get_global_id(2) == 0) {
         if (i0 < M0 && j0 < N0)
             direct_block(A0, a0_si, a0_sk, B0, b0_sk, b0_sj, C0, 0, M0, N0, K0, beta0, 0,
