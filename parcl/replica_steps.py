@@ -339,7 +339,7 @@ def _run_micros(replica, micros: list[Micro], run) -> Outcome:
 
 # ops whose result is a mean over their batch (parcl's losses take no reduction= or end in mean)
 MEANS = frozenset(("mean", "cross_entropy", "nll_loss", "mse_loss",
-                   "binary_cross_entropy_with_logits"))
+                   "binary_cross_entropy_with_logits", "kl_div_batchmean"))
 
 
 def check_reduction(reduction: str, outcomes: list[Outcome]) -> None:

@@ -45,14 +45,17 @@ def test_a_loss_summed_over_the_batch_is_refused_unless_the_step_is_told(devices
 
 
 @pytest.mark.parametrize("loss_fn", [tp.cross_entropy, pc.nn.L1Loss(),
-                                     lambda o, y: tp.mean(o * o)],
-                         ids=["cross_entropy", "L1Loss", "tp.mean"])
+                                     lambda o, y: tp.mean(o * o),
+                                     pc.nn.KLDivLoss(reduction="batchmean")],
+                         ids=["cross_entropy", "L1Loss", "tp.mean", "KLDivLoss batchmean"])
 def test_a_mean_loss_with_reduction_sum_is_refused(devices2, loss_fn):
     """``reduction="sum"`` tells the step each shard's loss is a sum, so each counts once:
     for a mean loss (``tp.cross_entropy``) the step then trained on the sum of the replicas'
     means, a gradient that grows with the replica count (2 replicas: loss 2.92 for the
     single replica's 1.46 on the same batch), with no error. Refused before the update, as a
-    sum with ``reduction="mean"`` is."""
+    sum with ``reduction="mean"`` is. ``kl_div``'s 'batchmean' (its sum divided by the
+    shard's rows) is such a mean too: its last op was a plain division, so it got through
+    (loss 1.36 on 2 replicas for 0.68 on one)."""
     x, y = batch(6)
     y = y if loss_fn is tp.cross_entropy else np.eye(4, dtype=np.float32)[y]
     with ReplicaGroup(mlp, devices2) as g:
@@ -61,6 +64,23 @@ def test_a_mean_loss_with_reduction_sum_is_refused(devices2, loss_fn):
             g.step(x, y, loss_fn, pc.optim.SGD(g.parameters(), lr=0.1), reduction="sum")
         for k, v in g.model.state_dict().items():
             np.testing.assert_array_equal(v, before[k])
+
+
+def test_kl_div_batchmean_is_weighed_as_the_mean_it_is(devices2):
+    """With the default ``reduction="mean"`` a 'batchmean' KL divergence (the sum over the
+    shard divided by its rows) is weighed by rows like any mean: the 2-replica step on an
+    uneven batch equals one replica's."""
+    x, y = batch(7)
+    target = np.eye(4, dtype=np.float32)[y] * 0.7 + 0.3 / 4
+
+    def loss_fn(out, t):
+        return tp.kl_div(tp.log_softmax(out), t, reduction="batchmean")
+
+    one, p1 = one_step(devices2[:1], x, target, loss_fn)
+    two, p2 = one_step(devices2, x, target, loss_fn)
+    np.testing.assert_allclose(two, one, rtol=1e-5)
+    for k in p1:
+        np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
 
 
 def test_a_summed_loss_with_reduction_sum_equals_the_full_batch(devices2):

@@ -25,7 +25,7 @@ from ...tensor import Tensor
 from ..node import Node
 from .activation import _Activation, _number, clamp
 from .activation_more import logsigmoid
-from .elementwise import _Partials, add, div, mul, sub
+from .elementwise import DivScalar, _Partials, add, div, mul, sub
 from .mathops import eq
 from .reduce import mean, sum
 from .select import where
@@ -129,6 +129,13 @@ class KlDivLogTarget(_Partials):
     partials = ("kl_div_log_grad_input", "kl_div_log_grad_target")
 
 
+class BatchMean(DivScalar):
+    """``kl_div``'s 'batchmean', its sum divided by the rows: named for the loss, as
+    ``cross_entropy`` is, so a data-parallel step tells this mean over the batch from a sum
+    (``ReplicaGroup.step`` refuses it with ``reduction='sum'``)."""
+    name = "kl_div_batchmean"
+
+
 def kl_div(input, target, reduction: str = "mean", log_target: bool = False, *,  # noqa: A002
            tape=None):
     """``torch.nn.functional.kl_div``: ``input`` log-probabilities, ``target`` probabilities
@@ -147,7 +154,7 @@ def kl_div(input, target, reduction: str = "mean", log_target: bool = False, *, 
     if reduction != "batchmean":
         return _reduce(loss, reduction, tape)
     total = sum(loss, tape=tape)
-    return div(total, float(input.shape[0]), tape=tape) if input.shape else total
+    return BatchMean.apply(total, tape=tape, s=float(input.shape[0])) if input.shape else total
 
 
 class BinaryCrossEntropy(_Partials):
