@@ -98,6 +98,8 @@ class ReplicaGroup:
                 r.model = m
             self._setup_parameters(bucket_mb)
             self._buffers.broadcast()
+            for grads in self._buffers.grads:   # no gradient yet, as a new PyTorch model
+                grads.detach()                  # (a step makes them its views again)
             self._synced = stamp()          # when the replicas' parameters were last made equal
         except BaseException:
             self.close()
@@ -216,6 +218,8 @@ class ReplicaGroup:
             self._reduced = SYNCED
         elif self._seen is not None:
             self._buffers.follow_zeroing(self._seen)
+        else:                              # every bucket zero: what replica 0 dropped, too
+            self._buffers.drop_with_first()
 
     # -- gradients and parameters -----------------------------------------------------
     def parameters(self) -> list:
@@ -267,12 +271,16 @@ class ReplicaGroup:
         if self._buffers.refresh():        # raises for a model holding other Parameters
             self._buffers.broadcast()      # replaced buffers: replica 0's, as a step would
         self._follow()
+        unused = self._buffers.unused(self.comm)
         for grads in self._buffers.grads:
             grads.gather()                 # gradients the replicas' own backwards replaced
         self._reduced = REDUCED
         world = self.comm.Get_size() if self.comm is not None else 1
         scale = 1.0 / (len(self.replicas) * world) if average else 1.0
         Reduced(self.allreduce_algorithm, self.comm).reduce(self._buffers, scale)
+        for params in self._params:        # no replica's backward reached them: the
+            for j in unused:               # optimizer skips them, as after a step
+                params[j].grad = None
 
     def broadcast_parameters(self) -> None:
         """Copy replica 0's parameters (and buffers such as BatchNorm running statistics) to

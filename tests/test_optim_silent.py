@@ -7,6 +7,7 @@ import copy
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -330,6 +331,59 @@ def test_parameters_each_replica_steps_in_a_run_stay_its_own(devices2):
         group.run(lambda r: None)
         for r, w in zip(group.replicas, first):
             np.testing.assert_array_equal(r.model.weight.value.to_host(), w)
+
+
+class _WithUnusedHead(pc.nn.Module):
+    """A linear layer and a head its forward does not use (an auxiliary head, a frozen
+    branch switched off)."""
+
+    def __init__(self, queue):
+        super().__init__()
+        pc.nn.manual_seed(0)
+        self.body = pc.nn.Linear(4, 2, queue=queue)
+        self.unused = pc.nn.Linear(2, 2, queue=queue)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+@pytest.mark.parametrize("zero", ["before the backward", "after the step"])
+def test_a_parameter_no_backward_reached_keeps_no_gradient_through_allreduce_grads(devices2,
+                                                                                  zero):
+    """The custom loop of docs/api.md with a parameter the forward does not use: after
+    ``group.run`` backward its ``.grad`` is None on replica 0 (as in PyTorch), but
+    ``allreduce_grads`` made it a zero gradient, so ``opt.step()`` updated it: weight decay
+    shrank the unused head by lr * weight_decay every step (and a fresh group's gradients
+    were zero views, not None, so a loop zeroing after the step did it on its first step),
+    with no error. In PyTorch the head's ``.grad`` stays None and the optimizer skips it (DDP
+    leaves a parameter no rank used None too), as ``group.step`` does. Now it stays None on
+    every replica, and the loop trains what the same loop on one model trains."""
+    rng = np.random.default_rng(0)
+    xs = [rng.random((6, 4), dtype=np.float32) for _ in range(3)]
+    queue = pc.new_queue(devices2[0])
+    one = SimpleNamespace(model=_WithUnusedHead(queue), queue=queue)    # the same loop, one
+    one_opt = SGD(one.model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.5)   # model
+    with ReplicaGroup(_WithUnusedHead, devices2) as group:
+        head = group.model.unused.weight.value.to_host()
+        opt = SGD(group.parameters(), lr=0.1, momentum=0.9, weight_decay=0.5)
+        for x in xs:
+            if zero == "before the backward":
+                opt.zero_grad()
+                one_opt.zero_grad()
+            group.run(_backward, [x[:3], x[3:]])
+            group.allreduce_grads(average=True)
+            for r in group.replicas:
+                assert r.model.unused.weight.grad is None
+            opt.step()
+            _backward(one, x)
+            one_opt.step()
+            if zero == "after the step":
+                opt.zero_grad()
+                one_opt.zero_grad()
+        np.testing.assert_array_equal(group.model.unused.weight.value.to_host(), head)
+        for (name, p), q in zip(group.model.named_parameters(), one.model.parameters()):
+            np.testing.assert_allclose(p.value.to_host(), q.value.to_host(), rtol=1e-5,
+                                       atol=1e-6, err_msg=name)
 
 
 def _adam_run(queue, save_cls, load_cls, cut=5, steps=10):

@@ -196,6 +196,27 @@ class StepBuffers:
         release_all()
         for p in none:
             p.grad = None
+        self.drop_with_first()
+
+    def drop_with_first(self) -> None:
+        """Every other replica's ``.grad`` None where replica 0's is, while their buckets hold
+        zeros there (after a step, ``zero_grad`` or ``follow_first``'s copies): a gradient no
+        replica's next backward reaches then stays None on every replica (``unused``)."""
+        for j, p in enumerate(self.grads[0].params):
+            if p.grad is None:
+                for grads in self.grads[1:]:
+                    grads.params[j].grad = None
+
+    def unused(self, comm) -> list[int]:
+        """The parameters (by index) whose ``.grad`` is None on every replica, and on every
+        rank through ``comm``: no backward reached them since they were dropped. They stay
+        None after ``allreduce_grads``, as DDP leaves a globally unused parameter's."""
+        missing = set(range(len(self.grads[0].params)))
+        for grads in self.grads:
+            missing &= {j for j, p in enumerate(grads.params) if p.grad is None}
+        if comm is not None:
+            missing = set.intersection(*map(set, comm.allgather(sorted(missing))))
+        return sorted(missing)
 
     def seen(self) -> Seen:
         """Replica 0's gradients now, for ``follow_zeroing`` at the group's next call."""
@@ -212,10 +233,13 @@ class StepBuffers:
         first = self.grads[0]
         pool = pool_of(self.queues[0])
         recent = pool.last_overwrite > seen.when     # one comparison when nothing was zeroed
-        zeroed = [j for j, (p, had) in enumerate(zip(first.params, seen.held))
-                  if (p.grad is None and had)
-                  or (recent and p.grad is not None and _zeroed(pool, p.grad, seen.when))]
+        dropped = [j for j, (p, had) in enumerate(zip(first.params, seen.held))
+                   if p.grad is None and had]
+        zeroed = [j for j, p in enumerate(first.params)
+                  if recent and p.grad is not None and _zeroed(pool, p.grad, seen.when)]
         for grads in self.grads[1:]:
+            for j in dropped:              # to None as on replica 0 (``unused``)
+                grads.params[j].grad = None
             for j in zeroed:
                 g = grads.params[j].grad
                 if g is not None:
