@@ -6,13 +6,15 @@ launches a few kernels per op, each small enough to finish before the host has t
 ready, so it paid the wake-up on almost every launch: most of its host time per op (measured
 with ``parcl-bench overhead``; see docs/performance.md).
 
-How: once ``STREAK`` small launches (under ``BIG`` work-items) in a row have found the device
-idle, the next one enqueues a marker that waits for a user event (the gate); the launches after
-it queue up behind the marker, and the device sees none of them until the gate is released (the
-event completed), which wakes it once for all of them. A launch that finds the device still busy
-with the last one given to it queues behind that (which wakes nothing), and a big one goes at
-once, so a device-bound run (a training step's GEMMs and convolutions) holds nothing. A gate is
-released, and the next taken:
+How: a small launch (under ``BIG`` work-items) that finds the device idle enqueues a marker
+that waits for a user event (the gate) first; it and the launches after it queue up behind the
+marker, and the device sees none of them until the gate is released (the event completed),
+which wakes it once for all of them. A launch that finds the device still busy with the last one
+given to it queues behind that (which wakes nothing), and a big one goes at once, so a
+device-bound run (a training step's GEMMs and convolutions) holds little. (Waiting for a few
+idle findings in a row before holding anything left a host-bound step of small ops, an LSTM's,
+paying a wake-up at every other launch: ~20 % of its host time.) A gate is released, and the
+next taken:
 
 * after ``LIMIT`` launches or ``AGE`` seconds, and by the next big launch;
 * before every host wait parcl makes (``release_all``: ``Tensor.to_host``,
@@ -43,7 +45,6 @@ import pyopencl as cl
 LIMIT = 64               # launches behind one gate
 AGE = 1e-3               # seconds a gate is held before the next launch releases it
 BIG = 4096               # work-items of a launch that starts the device at once
-STREAK = 4               # small launches in a row finding the device idle before one is held
 KEEPER_AGE = 5e-3        # seconds after which the keeper thread releases a gate itself
 
 _COMPLETE = cl.command_execution_status.COMPLETE
@@ -54,7 +55,7 @@ class Gate:
     """The gate of one queue: ``hold(items)`` before each launch, ``release()`` to let the
     device run what is behind it. Safe to use from several threads."""
 
-    __slots__ = ("queue", "event", "taken", "count", "busy", "idle", "lock")
+    __slots__ = ("queue", "event", "taken", "count", "busy", "lock")
 
     def __init__(self, queue: cl.CommandQueue):
         self.queue = queue
@@ -62,17 +63,16 @@ class Gate:
         self.taken = 0.0               # when the held gate was taken (``_clock``)
         self.count = 0                 # launches behind it
         self.busy: cl.Event | None = None  # the last launch that went to the device at once
-        self.idle = 0                  # small launches in a row that found the device idle
         self.lock = threading.Lock()
 
     def hold(self, items: int) -> bool:
         """Before a launch of ``items`` work-items on the queue: True if it goes to the device
         at once (the caller keeps its event in ``busy``), False if it is held. A small launch
         is held behind the held gate (a new one if the held one is full or old), or behind a
-        new gate once ``STREAK`` small launches in a row have found the device idle; while
-        the device still runs the last launch given to it, a new one queues behind that,
-        which wakes nothing. A launch of ``BIG`` work-items or more releases the gate and
-        goes at once. (``Launcher`` inlines the first branch, the common case.)"""
+        new gate if it finds the device idle; while the device still runs the last launch
+        given to it, a new one queues behind that, which wakes nothing. A launch of ``BIG``
+        work-items or more releases the gate and goes at once. (``Launcher`` inlines the
+        first branch, the common case.)"""
         if self.event is not None and items < BIG:
             # The common case, without the lock: another thread releasing the gate meanwhile
             # only makes this launch go at once.
@@ -93,16 +93,11 @@ class Gate:
                     return True
             else:
                 if items >= BIG or _keeper.closed:     # at exit nothing may be left held
-                    self.idle = 0
                     return True
                 busy = self.busy
                 if busy is not None and busy.command_execution_status != _COMPLETE:
-                    self.idle = 0
-                    return True
-                self.idle += 1               # a small launch finding the device idle
-                if self.idle < STREAK:
-                    return True
-            self.busy = None
+                    return True              # queued behind a running launch: wakes nothing
+            self.busy = None                 # a small launch finding the device idle: held
             self.event = event = cl.UserEvent(self.queue.context)
             cl.enqueue_marker(self.queue, wait_for=[event])
             self.taken = _clock()

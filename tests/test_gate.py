@@ -28,7 +28,7 @@ def chain(queue, seed=0):
 
 
 def hold(queue, x, factor=2.0):
-    """``x * factor`` after enough small launches in a row that the gate holds it."""
+    """``x * factor`` once a small launch found the device idle and the gate holds it."""
     queue.finish()
     while True:
         y = x * factor
