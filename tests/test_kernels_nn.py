@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import nn_reference as ref
 import numpy as np
+import pyopencl as cl
 import pytest
 
 import parcl as pc
@@ -241,6 +242,48 @@ def test_softmax(queue, rng, shape, axis, log):
         want = s * (g - (g * s).sum(axis, keepdims=True))
     close(gx, want)
 
+
+# softmax_fwd as it was when it computed each exp twice (once for the sum, once for the output):
+# the kernel that keeps them in y must give its bits
+_TWO_PASS_SOFTMAX = r"""
+__kernel void two_pass(__global const float* restrict x, __global float* restrict y,
+                       const long lines, const int C, const int inner)
+{
+    const long gid = get_global_id(0);
+    if (gid >= lines)
+        return;
+    const long o = gid / inner;
+    const int i = (int)(gid - o * inner);
+    const global float* xl = x + o * C * inner + i;
+    global float* yl = y + o * C * inner + i;
+    float m = -INFINITY;
+    for (int c = 0; c < C; ++c)
+        m = fmax(m, xl[(long)c * inner]);
+    float s = 0.0f;
+    for (int c = 0; c < C; ++c)
+        s += exp(xl[(long)c * inner] - m);
+    const float inv = 1.0f / s;
+    for (int c = 0; c < C; ++c)
+        yl[(long)c * inner] = exp(xl[(long)c * inner] - m) * inv;
+}
+"""
+
+
+def test_softmax_keeping_its_exps_gives_the_two_pass_kernels_bits(queue, rng):
+    kernel = cl.Program(queue.context, _TWO_PASS_SOFTMAX).build().two_pass
+    for shape, axis in [((8, 64), -1), ((33, 10), 1), ((4, 5, 3), 1), ((2, 3, 4), 0),
+                        ((257,), 0), ((16, 4, 64), -1)]:
+        x = (rng.standard_normal(shape) * 8).astype(np.float32)
+        x.flat[::7] = -np.inf                               # masked entries
+        if x.ndim > 1:
+            x[(0,) * (x.ndim - 1)] = np.float32(1e30)       # a huge value beside them
+        got = smk.softmax_forward(up(queue, x), axis).to_host()
+        outer = int(np.prod(shape[:axis % x.ndim]))
+        inner = int(np.prod(shape[axis % x.ndim + 1:]))
+        want = pc.Tensor.empty(queue, shape)
+        kernel(queue, (outer * inner,), None, up(queue, x).data, want.data,
+               np.int64(outer * inner), np.int32(shape[axis]), np.int32(inner))
+        assert got.tobytes() == want.to_host().tobytes(), shape
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("n, c", [(1, 2), (7, 10), (300, 33)])

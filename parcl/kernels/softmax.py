@@ -145,18 +145,25 @@ __kernel void softmax_fwd(__global const float* restrict x, __global float* rest
     for (int c = 0; c < C; ++c)
         m = fmax(m, xl[(long)c * inner]);
     float s = 0.0f;
-    for (int c = 0; c < C; ++c)
-        s += exp(xl[(long)c * inner] - m);
     if (log_out) {
+        for (int c = 0; c < C; ++c)
+            s += exp(xl[(long)c * inner] - m);
         // (x - m) - log s, as PyTorch: x - (m + log s) lost log s where |m| is huge (a row
         // masked with -1e9 came out all 0 instead of -log C)
         const float ls = log(s);
         for (int c = 0; c < C; ++c)
             yl[(long)c * inner] = (xl[(long)c * inner] - m) - ls;
     } else {
+        // each exp is kept in y and scaled there: the exp (PoCL's scalar one, ~3 ns) is the
+        // cost here, and computing it again for the output doubled the kernel's time
+        for (int c = 0; c < C; ++c) {
+            const float e = exp(xl[(long)c * inner] - m);
+            yl[(long)c * inner] = e;
+            s += e;
+        }
         const float inv = 1.0f / s;
         for (int c = 0; c < C; ++c)
-            yl[(long)c * inner] = exp(xl[(long)c * inner] - m) * inv;
+            yl[(long)c * inner] *= inv;
     }
 }
 
