@@ -302,6 +302,7 @@ def _prepare(argv: list[str]):
             return opts, None
         if unknown:
             _refuse_unknown(argv, opts, unknown)
+        opts.args = _script_args(argv, opts)
         if not opts.script:
             raise LaunchError("no script given: parcl-launch [--replicas N] script.py [args...]")
         if os.path.isdir(opts.script) and not os.path.isfile(
@@ -336,6 +337,17 @@ def _refuse_unknown(argv: list[str], opts, unknown: list[str]) -> None:
                           f"{rest})")
     raise LaunchError(f"unrecognized arguments: {' '.join(unknown)} (parcl-launch's options "
                       f"go before the script, the script's own after it)")
+
+
+def _script_args(argv: list[str], opts) -> list[str]:
+    """The script's arguments exactly as given. argparse takes a ``--`` right after the script
+    for its own end-of-options marker and drops it, where ``python script.py -- -x`` hands the
+    script ``['--', '-x']``."""
+    start = len(argv) - len(opts.args)
+    if (opts.script is not None and start >= 2 and argv[start - 1] == "--"
+            and argv[start - 2] == opts.script):
+        return argv[start - 1:]
+    return opts.args
 
 
 def _scripts_in(directory: str) -> str:

@@ -140,6 +140,25 @@ def test_script_error_prints_its_traceback_and_exits_1(tmp_path):
     assert "runpy" not in r.stderr and "launch.py" not in r.stderr   # only the script's frames
 
 
+@pytest.mark.parametrize("args", [["--", "--lr", "0.1"], ["--"], ["a", "--", "-x"],
+                                  ["--replicas", "3"]])
+def test_script_arguments_reach_the_script_unchanged(tmp_path, args):
+    """The script sees ``sys.argv[1:]`` as ``python script.py ARGS`` would give it. argparse
+    dropped a ``--`` right after the script, so ``parcl-launch train.py -- --lr 0.1`` handed
+    the script ``['--lr', '0.1']``: a script that reads what follows ``--`` as positional
+    arguments (file names) instead took ``--lr 0.1`` as its own option, silently."""
+    script, out = tmp_path / "argv.py", tmp_path / "argv.txt"
+    script.write_text(f"import sys\nopen({str(out)!r}, 'w').write(repr(sys.argv[1:]))\n")
+    python = subprocess.run([sys.executable, script, *args], timeout=60)
+    assert python.returncode == 0
+    expected = out.read_text()
+    assert expected == repr(args)
+    out.unlink()
+    r = launch(script, *args, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == expected
+
+
 def test_script_exit_code_is_passed_through(tmp_path):
     script = tmp_path / "exit3.py"
     script.write_text("raise SystemExit(3)\n")
