@@ -134,6 +134,9 @@ def text_corpus(max_chars: int = 4_000_000, val_every: int = 10, root: str | Non
     """
     if max_chars < 1:
         raise ShapeError(f"text_corpus: max_chars={max_chars} must be >= 1")
+    if isinstance(val_every, bool) or not isinstance(val_every, (int, np.integer)):
+        # i % 2.5 == 0 holds at every 5th file: a float would be another split, silently
+        raise TypeError(f"text_corpus: val_every must be an int, got {val_every!r}")
     if val_every < 2:
         raise ShapeError(f"text_corpus: val_every={val_every} must be >= 2 (one file in "
                          f"val_every goes to validation)")

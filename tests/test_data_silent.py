@@ -133,3 +133,16 @@ def test_a_text_loaders_block_size_that_is_not_an_int_is_refused(block_size):
         pc.data.TextLoader(np.arange(30), block_size=block_size, batch_size=2)
     loader = pc.data.TextLoader(np.arange(30), block_size=np.int64(4), batch_size=2)
     assert next(iter(loader))[0].shape == (2, 4)
+
+
+@pytest.mark.parametrize("val_every", [2.5, 10.0, "10"])
+def test_a_corpus_val_every_that_is_not_an_int_is_refused(val_every):
+    """``text_corpus`` sent file ``i`` to validation when ``i % val_every == 0``, so
+    ``val_every=2.5`` held out every 5th file, the split of ``val_every=5`` (a fifth of the
+    files for validation where two in five were asked for), with no error; and
+    ``"10"`` failed on a ``<`` between str and int that named nothing. Refused now, naming
+    the argument; numpy integers still count."""
+    with pytest.raises((TypeError, ShapeError), match="val_every"):
+        pc.data.text_corpus(max_chars=50_000, val_every=val_every)
+    corpus = pc.data.text_corpus(max_chars=50_000, val_every=np.int64(2))
+    assert len(corpus.val_files) >= 1 and len(corpus.train_files) >= 1
