@@ -361,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     from . import distributed
 
     argv = sys.argv[1:] if argv is None else list(argv)
+    # Read once and taken out of the environment: a script that runs parcl-launch
+    # --max-restarts itself (a sweep driver) must get a supervisor, not one run.
+    supervised = os.environ.pop(SUPERVISED_ENV, None) is not None
     comm, rank = None, 0
     try:
         opts, error = _prepare(argv)
@@ -375,11 +378,11 @@ def main(argv: list[str] | None = None) -> int:
         if error is not None and not under_mpi:
             print(_one_line(error), file=sys.stderr, flush=True)
             return USAGE_ERROR
-        if error is None and opts.max_restarts and not os.environ.get(SUPERVISED_ENV):
+        if error is None and opts.max_restarts and not supervised:
             from .restarts import supervise
             return supervise(opts, argv)
-        if opts is not None and opts.max_restarts is not None:
-            os.environ.setdefault(RESTART_COUNT_ENV, "0")   # --max-restarts 0: the first run
+        if opts is not None and opts.max_restarts is not None and not supervised:
+            os.environ[RESTART_COUNT_ENV] = "0"   # --max-restarts 0: the first run
         # Under MPI every rank takes part in the set-up even when its own arguments failed, and
         # the ranks agree on the outcome: a rank that left alone would leave the others waiting
         # in their first collective forever.

@@ -300,6 +300,28 @@ def test_max_restarts_zero_runs_once_with_count_zero(tmp_path):
     assert r.returncode == 7 and runs == ["0 ['exit']"]
 
 
+def test_a_launch_inside_a_supervised_script_supervises_its_own_runs(tmp_path):
+    """Each supervised run had ``PARCL_LAUNCH_SUPERVISED`` in its environment, and so did
+    everything the script started: a sweep driver run under ``--max-restarts`` that launches
+    its trials with ``parcl-launch --max-restarts 1`` ran each trial once, silently, with the
+    driver's own ``PARCL_RESTART_COUNT``, and a failed trial failed the driver, which was
+    restarted whole. Now the flag is taken out of the environment by the run it was meant
+    for: the trial is restarted by its own supervisor, the driver runs once."""
+    flaky_script, trial_log = tmp_path / "flaky.py", tmp_path / "trial.txt"
+    flaky_script.write_text(FLAKY)
+    driver, driver_log = tmp_path / "driver.py", tmp_path / "driver.txt"
+    driver.write_text(
+        "import os, subprocess, sys\n"
+        f"open({str(driver_log)!r}, 'a').write(os.environ['PARCL_RESTART_COUNT'] + '\\n')\n"
+        "sys.exit(subprocess.run([sys.executable, '-m', 'parcl.launch', '--max-restarts', '1', "
+        f"{str(flaky_script)!r}, {str(trial_log)!r}, 'raise']).returncode)\n")
+    r = launch("--max-restarts", 1, driver, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert driver_log.read_text().splitlines() == ["0"]             # the driver ran once
+    assert trial_log.read_text().splitlines() == ["0 ['raise']", "1 ['raise']"]
+    assert "restart 1 of 1 (PARCL_RESTART_COUNT=1)" in r.stderr      # the trial's supervisor
+
+
 def test_max_restarts_is_refused_inside_an_mpi_rank(tmp_path, monkeypatch, capsys):
     """Under mpiexec a failed rank aborts the job: restarts belong outside mpiexec."""
     import parcl.launch as launch_module
