@@ -401,3 +401,21 @@ def test_gpt_generate_refuses_float_token_ids_and_a_float_count(queue):
             model.generate(np.array([[1, 2]]), count, greedy=True)
     out = model.generate([[1, 2]], np.int64(3), greedy=True)     # a list of ints still works
     assert out.shape == (1, 5) and out.dtype == np.int64
+
+
+def test_assigning_a_non_module_over_a_submodule_is_refused(queue):
+    """``model.fc = 5`` (or a Tensor, a function) replaced the submodule ``fc`` and dropped
+    it from ``parameters()`` and ``state_dict()`` silently, so an optimizer built afterwards
+    never trained it and a checkpoint lost it; PyTorch raises TypeError. ``None`` still
+    empties the slot, and after ``del`` the name is a plain attribute again."""
+    model = pc.nn.Sequential(pc.nn.Linear(2, 2, queue=queue), pc.nn.ReLU())
+    for value in (5, pc.Tensor.zeros(queue, (2, 2)), tp.relu):
+        with pytest.raises(TypeError, match="Sequential.0 is a submodule: assign a "
+                                            "pc.nn.Module or None"):
+            setattr(model, "0", value)
+    assert list(model.state_dict()) == ["0.weight", "0.bias"]
+    assert type(model[0]).__name__ == "Linear"
+    delattr(model, "1")
+    setattr(model, "1", tp.relu)                    # a plain attribute now, as in PyTorch
+    setattr(model, "0", None)
+    assert model.parameters() == [] and len(model) == 0

@@ -151,6 +151,12 @@ class Module:
             raise TypeError(f"{type(self).__name__}.{name} is a parameter: assign a "
                             f"pc.nn.Parameter or None, not {type(value).__name__} (to change "
                             f"its value in place: {name}.value.copy_(t) or load_state_dict)")
+        elif name in modules and value is not None:
+            # PyTorch's TypeError: ``model.fc = 5`` would silently take fc's parameters out
+            # of parameters(), the optimizer and every checkpoint
+            raise TypeError(f"{type(self).__name__}.{name} is a submodule: assign a "
+                            f"pc.nn.Module or None, not {type(value).__name__} (delattr it "
+                            "first to hold something else under that name)")
         elif name in buffers:
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(f"{type(self).__name__}.{name} is a buffer: assign a pc.Tensor "
