@@ -419,3 +419,25 @@ def test_assigning_a_non_module_over_a_submodule_is_refused(queue):
     setattr(model, "1", tp.relu)                    # a plain attribute now, as in PyTorch
     setattr(model, "0", None)
     assert model.parameters() == [] and len(model) == 0
+
+
+def test_a_layer_registered_twice_is_one_child_and_apply_visits_it_once(queue):
+    """``Sequential(layer, layer)`` (one layer run twice) listed the layer twice in
+    ``children()`` and ``named_children()``, so ``apply(fn)`` called ``fn`` on it twice: an
+    initialiser that scales the weights scaled them by 4 instead of 2, silently. PyTorch's
+    ``named_children`` yields each child once, under its first name, and ``apply`` and
+    ``train`` go through it."""
+    layer = pc.nn.Linear(3, 3, queue=queue)
+    before = layer.weight.value.to_host()
+    model = pc.nn.Sequential(layer, layer)
+
+    def double(m):
+        if isinstance(m, pc.nn.Linear):
+            m.weight.value.copy_(pc.Tensor.from_host(queue, 2 * m.weight.value.to_host()))
+
+    assert model.apply(double) is model
+    np.testing.assert_array_equal(layer.weight.value.to_host(), 2 * before)
+    assert model.children() == [layer]
+    assert [name for name, _ in model.named_children()] == ["0"]
+    assert len(model) == 2                      # still run twice by the forward
+    assert list(model.state_dict()) == ["0.weight", "0.bias", "1.weight", "1.bias"]

@@ -279,10 +279,18 @@ class Module:
         return [m for _, m in self.named_modules()]
 
     def named_children(self) -> Iterator[tuple[str, Module]]:
-        yield from self._modules.items()
+        """``(name, child)`` for each direct sub-module, in registration order; one registered
+        under two names (``Sequential(layer, layer)``) comes once, under its first, as in
+        PyTorch."""
+        seen: set[int] = set()
+        for name, child in self._modules.items():
+            if id(child) not in seen:
+                seen.add(id(child))
+                yield name, child
 
     def children(self) -> list[Module]:
-        return list(self._modules.values())
+        """The direct sub-modules, each once (see ``named_children``)."""
+        return [child for _, child in self.named_children()]
 
     def named_parameters(self, prefix: str = "", recurse: bool = True
                          ) -> Iterator[tuple[str, Parameter]]:
@@ -313,8 +321,10 @@ class Module:
         return [b for _, b in self.named_buffers(recurse=recurse)]
 
     def apply(self, fn) -> Module:
-        """Call ``fn(module)`` on every sub-module (children first) and on self."""
-        for child in self._modules.values():
+        """Call ``fn(module)`` on every sub-module (children first) and on self; a child
+        registered under two names is visited once through this module, as in PyTorch (an
+        ``fn`` that scales weights must not scale a repeated layer twice)."""
+        for child in self.children():
             child.apply(fn)
         fn(self)
         return self
@@ -346,7 +356,7 @@ class Module:
             raise ParclError(f"{type(self).__name__}.train: mode must be a bool, got {mode!r} "
                              f"({type(mode).__name__}); use eval() for evaluation")
         object.__setattr__(self, "training", bool(mode))
-        for child in self._modules.values():
+        for child in self.children():
             child.train(mode)
         return self
 
