@@ -134,6 +134,20 @@ def test_load_state_dict_lists_every_problem_and_non_strict(queue):
     np.testing.assert_array_equal(model.head.bias.to_host(), 7.0)
 
 
+def test_load_state_dict_returns_the_missing_and_unexpected_keys_as_pytorch(queue):
+    """``load_state_dict`` returned None, so ``strict=False`` gave no way to see what it had
+    skipped: PyTorch's ``missing, unexpected = model.load_state_dict(sd, strict=False)`` (or
+    ``.missing_keys``) failed. It returns PyTorch's pair, both lists empty on a full load."""
+    model = Net()
+    full = model.state_dict()
+    assert model.load_state_dict(full) == ([], [])
+    partial = {"head.bias": np.zeros(3, np.float32), "bogus": np.zeros(1)}
+    result = model.load_state_dict(partial, strict=False)
+    missing, unexpected = result
+    assert missing == [k for k in full if k != "head.bias"] == result.missing_keys
+    assert unexpected == ["bogus"] == result.unexpected_keys
+
+
 def test_seeded_init_is_reproducible_and_pytorch_scaled(queue):
     nn.manual_seed(123)
     a = nn.Sequential(nn.Linear(50, 20), nn.Conv2d(3, 8, 3))

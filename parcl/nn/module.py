@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 import pyopencl as cl
@@ -32,11 +33,20 @@ from ..tape.changes import changed
 from ..tape.node import Node, host_copy
 from ..tensor import Tensor
 
-__all__ = ["Module", "Parameter", "StateDictError", "default_generator", "manual_seed"]
+__all__ = ["IncompatibleKeys", "Module", "Parameter", "StateDictError", "default_generator",
+           "manual_seed"]
 
 
 class StateDictError(ParclError, ValueError):
     """A state dict with missing or unexpected keys, or values that are not arrays."""
+
+
+class IncompatibleKeys(NamedTuple):
+    """What ``load_state_dict`` returns, as PyTorch's: the model's keys the state dict lacked
+    and the state dict's keys the model has no place for (both empty when ``strict``)."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
 
 
 # -- the seeded generator -------------------------------------------------------------------
@@ -397,7 +407,7 @@ class Module:
         """
         return OrderedDict((k, t.to_host()) for k, t in self._state_tensors())
 
-    def load_state_dict(self, state_dict, strict: bool = True) -> None:
+    def load_state_dict(self, state_dict, strict: bool = True) -> IncompatibleKeys:
         """Copy ``state_dict``'s arrays into the parameters and buffers, in place.
 
         Everything is checked first: missing or unexpected keys (when ``strict``), wrong
@@ -406,7 +416,11 @@ class Module:
         if a shape is wrong, else ``StateDictError``) listing every problem, and nothing is
         changed. Values may be
         numpy arrays, pc.Tensors or anything ``np.asarray`` accepts; they are cast to float32.
-        PyTorch's ``*.num_batches_tracked`` entries are accepted and ignored.
+        PyTorch's ``*.num_batches_tracked`` entries are accepted and ignored. Returns
+        ``(missing_keys, unexpected_keys)`` as PyTorch's: what ``strict=False`` skipped.
+
+        >>> pc.nn.Linear(2, 2).load_state_dict({"weight": np.zeros((2, 2))}, strict=False)
+        IncompatibleKeys(missing_keys=['bias'], unexpected_keys=[])
         """
         if not hasattr(state_dict, "items"):
             raise StateDictError(f"{type(self).__name__}.load_state_dict: expected a mapping "
@@ -457,6 +471,7 @@ class Module:
         # before that saved one now raises, and a ReplicaGroup copies them to its other
         # replicas before its next step (``StepBuffers.changed_since``).
         changed(tensor for tensor, _ in uploads)
+        return IncompatibleKeys(missing, unexpected)
 
     # -- calling -------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
