@@ -3,6 +3,8 @@ requires_grad_, as PyTorch's: the same state-dict keys, orders and errors."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 import pytest
 import torch
@@ -122,3 +124,25 @@ def test_requires_grad_false_freezes_a_submodule(queue):
     assert all(p.requires_grad for p in model.parameters())
     with pytest.raises(pc.ParclError, match="expected a bool"):
         model.requires_grad_("no")
+
+
+def test_parameter_dict_from_a_plain_dict_has_torchs_sorted_order(queue):
+    """PyTorch's ParameterDict takes a plain ``dict`` in sorted key order (an OrderedDict, a
+    ParameterDict or pairs in their own order); parcl kept the dict's order, so
+    ``parameters()`` and ``state_dict()`` listed ``shift`` before ``scale`` where PyTorch
+    lists ``scale`` first, and an optimizer state matched by position put the moments of one
+    parameter on the other, silently."""
+    values = {"shift": (0.0, 1.0), "scale": (2.0,), "bias": (3.0, 4.0)}
+    ours = pc.nn.ParameterDict({k: param(queue, *v) for k, v in values.items()})
+    theirs = torch.nn.ParameterDict({k: torch.nn.Parameter(torch.tensor(v))
+                                     for k, v in values.items()})
+    assert ours.keys() == list(theirs.keys()) == ["bias", "scale", "shift"]
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert [p.shape for p in ours.parameters()] == [tuple(p.shape) for p in theirs.parameters()]
+    ours.update({"z": param(queue, 0.0), "a": param(queue, 0.0)})
+    theirs.update({"z": torch.nn.Parameter(torch.zeros(1)),
+                   "a": torch.nn.Parameter(torch.zeros(1))})
+    assert ours.keys() == list(theirs.keys()) == ["bias", "scale", "shift", "a", "z"]
+    ordered = [("y", param(queue, 0.0)), ("x", param(queue, 0.0))]     # pairs keep their order
+    assert pc.nn.ParameterDict(ordered).keys() == ["y", "x"]
+    assert pc.nn.ParameterDict(OrderedDict(ordered)).keys() == ["y", "x"]

@@ -16,6 +16,7 @@ ModuleList(3)
 from __future__ import annotations
 
 import operator
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 
 from ..errors import ParclError
@@ -236,9 +237,10 @@ class ParameterList(Module):
 
 
 class ParameterDict(Module):
-    """Parameters by name (``state_dict`` keys are the names), in insertion order: indexing,
-    assignment, ``del``, ``in``, ``len``, iteration over the names, ``keys``/``values``/
-    ``items``, ``update``, as PyTorch's."""
+    """Parameters by name (``state_dict`` keys are the names), in insertion order (a plain
+    ``dict`` given to the constructor or ``update`` sorted by key first, as PyTorch does):
+    indexing, assignment, ``del``, ``in``, ``len``, iteration over the names, ``keys``/
+    ``values``/``items``, ``update``, as PyTorch's."""
 
     def __init__(self, parameters: Mapping[str, Parameter] | Iterable | None = None):
         super().__init__()
@@ -275,7 +277,16 @@ class ParameterDict(Module):
         return list(self._parameters.items())
 
     def update(self, parameters) -> None:
-        pairs = parameters.items() if isinstance(parameters, Mapping) else parameters
+        """Add or replace from a mapping or an iterable of ``(name, parameter)`` pairs. As
+        PyTorch's: an ``OrderedDict``, a ParameterDict or pairs keep their order, a plain
+        ``dict`` (an unordered mapping to PyTorch) goes in sorted by key, so
+        ``parameters()`` (what an optimizer's state is matched by) has PyTorch's order."""
+        if isinstance(parameters, (OrderedDict, ParameterDict)):
+            pairs = parameters.items()
+        elif isinstance(parameters, Mapping):
+            pairs = sorted(parameters.items(), key=lambda pair: pair[0])
+        else:
+            pairs = parameters
         for key, value in pairs:
             self[key] = value
 
