@@ -287,6 +287,37 @@ def test_capture_key_sees_a_function_attribute_replaced(queue):
     assert step.replays == 0
 
 
+
+def test_capture_key_sees_a_module_swapped_inside_a_plain_list_or_dict(queue):
+    """Modules held in a plain list or dict attribute (``self.acts = [pc.nn.ReLU()]``, not
+    registered): a list or dict holding a module was left out of the key whole, so
+    ``net.acts[0] = pc.nn.Sigmoid()`` (or a setting changed on a module held so) replayed
+    the ReLU's kernels, silently. Such modules are now keyed by identity and their own
+    attributes with them."""
+    class Net(pc.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = pc.nn.Linear(4, 4, queue=queue)
+            self.acts = [pc.nn.ReLU()]
+            self.heads = {"out": pc.nn.Identity(), "slope": pc.nn.LeakyReLU(0.5)}
+
+        def forward(self, x):
+            return self.heads["slope"](self.heads["out"](self.acts[0](self.fc(x))))
+
+    net = Net()
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    step = tp.capture(lambda xt: net(xt), queue)
+    changes = [lambda: None, lambda: net.acts.__setitem__(0, pc.nn.Sigmoid()),
+               lambda: net.heads.__setitem__("out", pc.nn.Tanh()),
+               lambda: setattr(net.heads["slope"], "negative_slope", 0.1)]
+    with tp.no_grad():
+        step(x, key=pc.nn.capture_key(net))
+        for change in changes:
+            change()
+            replayed = step(x, key=pc.nn.capture_key(net)).to_host()
+            np.testing.assert_array_equal(replayed, net(pc.Tensor.from_host(queue, x)).to_host())
+    assert step.replays == 1                     # only the call after no change
+
 def test_a_captured_group_sees_a_set_attribute_changed(devices2):
     """A forward that branches on a set it holds (``if "a" in self.skip``): ``capture_key``
     skipped sets, so after ``r.model.skip.add("a")`` on every replica the captured steps

@@ -66,7 +66,7 @@ class _Unkeyable(Exception):
     """A config object holding what cannot be keyed by value (the message says what)."""
 
 
-def _frozen(value, depth: int = 0, budget: list | None = None):
+def _frozen(value, depth: int = 0, budget: list | None = None, found: list | None = None):
     """A hashable stand-in for an attribute value a forward may read: plain values (bool,
     int, float, complex, str, bytes, range, None, numpy scalars, enum members, and tuples
     (named ones too), lists, sets, dicts and config objects of them, keys included) and numpy
@@ -76,12 +76,19 @@ def _frozen(value, depth: int = 0, budget: list | None = None):
     lock). A config object (a dataclass, a namespace, any other instance with a
     ``__dict__``) is keyed by its attributes' values; one holding what is not plain, or
     deeper or larger than the bounds, raises ``_Unkeyable``: it could change unseen.
-    ``budget`` (one counter) bounds the values keyed below a config object."""
+    ``budget`` (one counter) bounds the values keyed below a config object. ``found`` (a
+    list, from ``capture_key``): a module *inside* a list, tuple, dict, set or config object
+    (``self.acts = [ReLU()]``, never registered) is keyed by identity and appended to it, so
+    its own attributes are keyed too, instead of the whole container being ``_NOT_PLAIN``:
+    ``self.acts[0] = Sigmoid()`` must record the step again."""
     kind = type(value)
     if kind in _PLAIN:
         return value
     if isinstance(value, Module):               # first: most attributes that are not plain
-        return _NOT_PLAIN
+        if depth == 0 or found is None:         # a registered sub-module: visited itself
+            return _NOT_PLAIN
+        found.append(value)
+        return ("module", value)
     if isinstance(value, Node):                 # a Parameter: the object and its values
         return (value, value.value)
     if isinstance(value, (Tensor, *_RESOURCES)):    # a buffer, a tensor the forward reads
@@ -104,29 +111,30 @@ def _frozen(value, depth: int = 0, budget: list | None = None):
         _spend(kind, len(value), depth, budget)
         items = []
         for v in value:
-            f = _frozen(v, depth + 1, budget)
+            f = _frozen(v, depth + 1, budget, found)
             if f is _NOT_PLAIN:
                 return _NOT_PLAIN
             items.append(f)
         return (kind.__name__, tuple(items))
     if isinstance(value, dict):
-        f = _frozen([*value.keys(), *value.values()], depth, budget)
+        f = _frozen([*value.keys(), *value.values()], depth, budget, found)
         return _NOT_PLAIN if f is _NOT_PLAIN else ("dict", f)
     if isinstance(value, (set, frozenset)):
         # by value, as a list is (a forward may branch on membership: ``if i in self.skip``)
-        f = _frozen(list(value), depth, budget)
+        f = _frozen(list(value), depth, budget, found)
         return _NOT_PLAIN if f is _NOT_PLAIN else (kind.__name__, frozenset(f[1]))
     if isinstance(value, (type, types.ModuleType)) or not (hasattr(value, "__dict__") or (
             dataclasses.is_dataclass(value))):
         return _NOT_PLAIN
-    return _config(value, depth, budget)
+    return _config(value, depth, budget, found)
 
 
-def _config(value, depth: int, budget: list | None):
+def _config(value, depth: int, budget: list | None, found: list | None = None):
     """A config object (nanoGPT's ``self.config``, an ``argparse.Namespace``, an instance of
     a plain class) by its attributes' values, so ``model.cfg.dropout = 0.0`` is seen; one
-    holding a sub-module, a lock or anything else not plain raises ``_Unkeyable``, since the
-    forward may read it and a change inside it could not be seen."""
+    holding a lock or anything else not plain (a module, unless ``found`` collects it) raises
+    ``_Unkeyable``, since the forward may read it and a change inside it could not be
+    seen."""
     kind = type(value)
     fields = (vars(value) if hasattr(value, "__dict__") else
               {field.name: getattr(value, field.name) for field in dataclasses.fields(value)})
@@ -134,7 +142,7 @@ def _config(value, depth: int, budget: list | None):
     _spend(kind, len(fields), depth, budget)
     items = []
     for name, v in fields.items():
-        f = _frozen(v, depth + 1, budget)
+        f = _frozen(v, depth + 1, budget, found)
         if f is _NOT_PLAIN:
             raise _Unkeyable(f"{kind.__qualname__}.{name} holds a {type(v).__qualname__}, "
                              "which is not keyed by value")
@@ -154,11 +162,12 @@ def _spend(kind, n: int, depth: int, budget: list | None) -> None:
             raise _Unkeyable(f"more than {_MAX_ITEMS} values below a config object")
 
 
-def _attributes(obj) -> tuple:
+def _attributes(obj, found: list | None = None) -> tuple:
     # Parameters and buffers are attributes too (registration sets them): each is seen here,
     # a buffer set to None as well.
     return tuple((name, f) for name, value in vars(obj).items()
-                 if name not in _REGISTRIES and (f := _frozen(value)) is not _NOT_PLAIN)
+                 if name not in _REGISTRIES and (f := _frozen(value, 0, None, found))
+                 is not _NOT_PLAIN)
 
 
 def capture_key(model) -> tuple | Unkeyed:
@@ -171,6 +180,8 @@ def capture_key(model) -> tuple | Unkeyed:
     (``ReplicaGroup(capture=True)``, ``tp.capture(..., key=...)``) is replayed only while this
     is unchanged, and recorded again when it changes: a module replaced by another (of any
     type), a parameter or buffer replaced by a new tensor, a mode or a setting changed.
+    Modules held in a plain list, tuple, dict, set or config object (never registered:
+    ``self.acts = [pc.nn.ReLU()]``) are keyed by identity and visited as well.
     Changes *inside* a tensor (``copy_``, ``load_state_dict``, an optimizer step) keep the
     key: the replay reads the same buffers, so it sees them. For an object that is not a
     Module (a loss function), its type and plain attributes. A config object that cannot be
@@ -190,11 +201,19 @@ def capture_key(model) -> tuple | Unkeyed:
         except _Unkeyable as exc:
             return _unkeyed_attribute(model, exc)
     keys = []
-    for m in model.modules():
+    todo = model.modules()
+    seen = {id(m) for m in todo}
+    for m in todo:                  # grows: the modules held in lists, dicts, config objects
+        found: list[Module] = []
         try:
-            keys.append((m, type(m), _attributes(m), _forward_reads(m)))
+            keys.append((m, type(m), _attributes(m, found), _forward_reads(m)))
         except _Unkeyable as exc:
             return _unkeyed_attribute(m, exc)
+        for held in found:
+            for sub in held.modules():
+                if id(sub) not in seen:
+                    seen.add(id(sub))
+                    todo.append(sub)
     return tuple(keys)
 
 
@@ -250,7 +269,7 @@ def _unkeyed_attribute(obj, exc: _Unkeyable) -> Unkeyed:
     only an unkeyable object pays for the search)."""
     for name, value in vars(obj).items():
         try:
-            _frozen(value)
+            _frozen(value, 0, None, [])
         except _Unkeyable:
             return Unkeyed(f"{type(obj).__qualname__}.{name}: {exc}")
     return Unkeyed(f"{type(obj).__qualname__}: {exc}")
