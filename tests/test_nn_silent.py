@@ -441,3 +441,14 @@ def test_a_layer_registered_twice_is_one_child_and_apply_visits_it_once(queue):
     assert [name for name, _ in model.named_children()] == ["0"]
     assert len(model) == 2                      # still run twice by the forward
     assert list(model.state_dict()) == ["0.weight", "0.bias", "1.weight", "1.bias"]
+
+
+def test_a_module_list_insert_that_is_refused_leaves_the_list_as_it_was():
+    """``ModuleList.insert(0, 5)`` took every module out, then raised on re-adding the 5:
+    the TypeError left an empty ModuleList, so a caller that caught it went on with a model
+    whose layers (and parameters) were gone. The module is checked first now."""
+    layers = pc.nn.ModuleList([pc.nn.Linear(2, 2), pc.nn.Tanh()])
+    with pytest.raises(TypeError, match="ModuleList.insert: expected an nn.Module, got int"):
+        layers.insert(0, 5)
+    assert [type(m).__name__ for m in layers] == ["Linear", "Tanh"]
+    assert [k for k, _ in layers.named_parameters()] == ["0.weight", "0.bias"]

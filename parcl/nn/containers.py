@@ -98,6 +98,9 @@ class ModuleList(Module):
 
     def insert(self, index: int, module: Module) -> None:
         """Insert ``module`` before ``index``; later modules are renamed one up, as PyTorch."""
+        if not isinstance(module, Module):       # before any child is taken out
+            raise TypeError(f"ModuleList.insert: expected an nn.Module, got "
+                            f"{type(module).__name__}")
         modules = list(self._modules.values())
         modules.insert(index, module)
         for name in list(self._modules):
