@@ -507,3 +507,16 @@ def test_adam_with_a_beta_near_1_weighs_the_gradient_by_1_minus_beta_as_pytorch(
         want = topt.state[t][name].numpy()
         np.testing.assert_allclose(opt.state[p][name].to_host(), want, rtol=1e-5,
                                    atol=1e-5 * np.abs(want).max())
+
+
+def test_sgd_refuses_pytorchs_positional_dampening_rather_than_reading_it_as_weight_decay(queue):
+    """PyTorch's ``SGD(params, lr, momentum, dampening, weight_decay, nesterov)`` takes
+    dampening fourth; parcl's took weight_decay there, so ``SGD(ps, 0.1, 0.9, 0.5)`` (torch:
+    dampening 0.5, no decay) trained with weight_decay=0.5: after 3 steps of a unit gradient
+    the weight 1.0 was 0.1941 where PyTorch's is 0.5840, silently. weight_decay and nesterov
+    are keyword-only now; the positional call is a TypeError."""
+    p, = params(queue, (4,))
+    with pytest.raises(TypeError):
+        SGD([p], 0.1, 0.9, 0.5)
+    opt = SGD([p], 0.1, 0.9, weight_decay=0.5, nesterov=True)
+    assert opt.param_groups[0]["weight_decay"] == 0.5 and opt.param_groups[0]["nesterov"]

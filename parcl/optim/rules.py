@@ -47,8 +47,11 @@ class SGD(Optimizer):
     options = {"lr": lambda v: _nonneg("lr", v), "momentum": lambda v: _nonneg("momentum", v),
                "weight_decay": lambda v: _nonneg("weight_decay", v), "nesterov": _bool}
 
-    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0,
-                 nesterov: bool = False):
+    # weight_decay and nesterov are keyword-only: PyTorch's fourth positional argument is
+    # dampening (which this SGD does not have), so SGD(ps, 0.1, 0.9, 0.5) must not read its
+    # 0.5 as a weight decay.
+    def __init__(self, params, lr: float, momentum: float = 0.0, *,
+                 weight_decay: float = 0.0, nesterov: bool = False):
         super().__init__(params, {"lr": lr, "momentum": momentum,
                                   "weight_decay": weight_decay, "nesterov": nesterov})
 
