@@ -332,6 +332,28 @@ def test_a_fractional_milestone_is_refused():
                        milestones=[2.5])
 
 
+def test_a_fractional_last_epoch_is_refused_not_truncated():
+    """StepLR(step_size=2, gamma=0.5, last_epoch=2.5) used to resume at step 2 (int()
+    truncated it): 0.05, 0.05, 0.025, ... from a base of 0.1, silently; PyTorch keeps 2.5,
+    its steps never land on a multiple of 2 again and the lr stays 0.1 forever. Neither is
+    the run that was saved; a whole number given as a float (3.0) still resumes."""
+    t_opt = torch_optimizer(0.1)
+    t_opt.param_groups[0]["initial_lr"] = 0.1
+    np.testing.assert_allclose(np.array(trace(T.StepLR(t_opt, 2, 0.5, last_epoch=2.5), t_opt,
+                                              5))[:, 0], [0.1] * 6, rtol=1e-12)
+    opt = FakeOptimizer(0.1)
+    opt.initial_lrs = [0.1]
+    with pytest.raises(SchedulerError, match=r"last_epoch must be an int .* got 2\.5"):
+        P.StepLR(opt, 2, 0.5, last_epoch=2.5)
+    assert opt.param_groups[0]["lr"] == 0.1
+    parts = [P.ExponentialLR(opt, 0.5), P.ConstantLR(opt, 0.1, 2)]
+    with pytest.raises(SchedulerError, match=r"SequentialLR: last_epoch must be an int"):
+        P.SequentialLR(opt, parts, [3], last_epoch=0.5)
+    opt = FakeOptimizer(0.1)
+    opt.initial_lrs = [0.1]
+    assert P.StepLR(opt, 2, 0.5, last_epoch=3.0).last_epoch == 4
+
+
 @pytest.mark.parametrize("build, fragment", [
     (lambda o: P.MultiStepLR(o, [2, "5"]), "milestones must be ints >= 0, got [2, '5']"),
     (lambda o: P.MultiStepLR(o, [-1]), "milestones must be ints >= 0"),

@@ -27,6 +27,7 @@ class LRScheduler:
 
     def __init__(self, optimizer: Any, last_epoch: int = -1):
         groups = _param_groups(type(self).__name__, optimizer)
+        last_epoch = _last_epoch(type(self).__name__, last_epoch)
         self.optimizer = optimizer
         if last_epoch == -1:
             initial = getattr(optimizer, "initial_lrs", None)
@@ -42,7 +43,7 @@ class LRScheduler:
                                  f"schedule, but no scheduler set the optimizer's initial_lrs; "
                                  f"construct with last_epoch=-1 and load_state_dict instead")
         self.base_lrs: list[float] = list(optimizer.initial_lrs)
-        self.last_epoch = int(last_epoch)
+        self.last_epoch = last_epoch
         self._initial_step()
 
     # -- stepping --------------------------------------------------------------------------
@@ -140,6 +141,22 @@ def _param_groups(owner: str, optimizer: Any) -> list[dict[str, Any]]:
         raise TypeError(f"{owner}: {type(optimizer).__name__} is not an optimizer (no "
                         f"param_groups with an 'lr')")
     return groups
+
+
+def _last_epoch(owner: str, value) -> int:
+    """``last_epoch`` as an int; 3.0 is 3, but 2.5 is refused: int() would resume at step 2
+    silently, where PyTorch keeps 2.5 and, its steps never again landing on an integer, never
+    decays at all (StepLR), so neither reading resumes the run that was saved."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        out = int(value)
+        if out != value:
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise SchedulerError(f"{owner}: last_epoch must be an int (the index of the last step "
+                             f"taken, -1 for a new schedule), got {value!r}") from None
+    return out
 
 
 def _positive_int(owner: str, name: str, value) -> int:

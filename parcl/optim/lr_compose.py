@@ -8,7 +8,7 @@ import numbers
 from bisect import bisect_right
 from typing import Any
 
-from .lr_base import LRScheduler, SchedulerError, _param_groups
+from .lr_base import LRScheduler, SchedulerError, _last_epoch, _param_groups
 
 __all__ = ["ChainedScheduler", "SequentialLR"]
 
@@ -47,6 +47,7 @@ class SequentialLR(LRScheduler):
     def __init__(self, optimizer: Any, schedulers: list[LRScheduler], milestones: list[int],
                  last_epoch: int = -1):
         schedulers, milestones = list(schedulers), list(milestones)
+        last_epoch = _last_epoch("SequentialLR", last_epoch)
         # int() would make 2.5 a 2 silently: PyTorch switches after step 2 there but never
         # restarts the next scheduler (no step equals 2.5), so neither reading is right.
         if not all(isinstance(m, numbers.Integral) and not isinstance(m, bool)
@@ -71,7 +72,7 @@ class SequentialLR(LRScheduler):
         self._schedulers, self._milestones = schedulers, milestones
         self.optimizer = optimizer
         self.base_lrs = list(getattr(optimizer, "initial_lrs", None) or self._group_lrs())
-        self.last_epoch = int(last_epoch) + 1
+        self.last_epoch = last_epoch + 1
         self._step_count = 0
         # The sub-schedulers' constructors each took a step: undo them, then take the first
         # one's initial step again from the initial learning rates, as PyTorch does.
