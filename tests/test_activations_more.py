@@ -177,6 +177,22 @@ def test_normalize_matches_pytorch(queue, rng, p, dim, n):
         assert tp.gradcheck(lambda v: tp.normalize(v, p, dim), [leaf(queue, x[1:4] + 0.1)])
 
 
+@pytest.mark.parametrize("dim", [1, -1])
+def test_normalize_inf_shares_the_gradient_among_elements_tied_for_the_largest_magnitude(
+        queue, rng, dim):
+    """PyTorch's inf-norm backward splits the gradient evenly among the elements whose |x|
+    is the norm; tp.normalize gave it all to the first (row 0: 3 and -3, row 1: 2 and -2)."""
+    x = np.array([[3.0, -3.0, 1.0], [2.0, 0.5, -2.0], [1.0, 1.0, 1.0]], np.float32)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    node = leaf(queue, x)
+    with tp.Tape() as tape:
+        y = tp.normalize(node, np.inf, dim)
+    tape.backward(y, grad=up(queue, g))
+    want, want_grad = _torch(lambda t: F.normalize(t, np.inf, dim), x, g)
+    np.testing.assert_allclose(y.to_host(), want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(node.grad.to_host(), want_grad, rtol=1e-5, atol=1e-6)
+
+
 def test_normalize_refuses_what_pytorch_refuses(queue):
     with pytest.raises(ShapeError, match=r"normalize: axis 1 is out of range .*\(3,\)"):
         tp.normalize(up(queue, [1.0, 2.0, 3.0]))             # torch: IndexError

@@ -30,7 +30,7 @@ from .join import split
 from .loss import softmax
 from .mathops import gt, square
 from .reduce import sum
-from .reductions import max
+from .reduce_dims import amax
 from .select import where
 from .unary import abs, neg, sigmoid, sqrt
 
@@ -164,7 +164,9 @@ def _norm(x, p: float, dim: int, eps: float, tape):
     backward masks zero norms). Not by clamping the sum at ``eps ** p`` first: that is 0 in
     float32 for p >= 4 (``1e-12 ** 4``), and a zero row divided by it gave NaN."""
     if p == math.inf:
-        return clamp(max(abs(x, tape=tape), dim, keepdims=True, tape=tape), min=eps, tape=tape)
+        # amax, not max: elements tied for the largest |x| share the gradient evenly, as in
+        # PyTorch's inf-norm backward (max gave it all to the first of them)
+        return clamp(amax(abs(x, tape=tape), dim, keepdim=True, tape=tape), min=eps, tape=tape)
     if p == 2.0:
         s = sum(square(x, tape=tape), dim, keepdims=True, tape=tape)
     else:
