@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import parcl as pc
 import parcl.tape as tp
@@ -122,6 +123,17 @@ def test_pad_errors(queue):
         tp.pad(t, (1,))
     with pytest.raises(pc.ShapeError, match="negative size"):
         tp.pad(t, (-2, -2))
+
+
+@pytest.mark.parametrize("pad", [(2, -6), (-6, 2), (-7, 3), (0, 0, 3, -4)])
+def test_pad_refuses_to_crop_more_than_a_dimension_holds_as_pytorch(queue, pad):
+    """A negative pad crops the input (PyTorch narrows it, and refuses a crop past its size);
+    tp.pad took (2, -6) of a size-5 dim as a size-1 output of the fill value, silently."""
+    t = pc.Tensor.zeros(queue, (3, 5))
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.pad(torch.zeros(3, 5), pad)
+    with pytest.raises(pc.ShapeError, match=r"pad: padding \(.*\) of dimension \d crops"):
+        tp.pad(t, pad)
 
 
 @pytest.mark.parametrize("shape,target", [((1, 3), (4, -1)), ((3,), (2, 5, 3)),

@@ -100,6 +100,12 @@ class Pad(Function):
                 raise ShapeError(f"pad: padding ({left}, {right}) of dimension {axis} (size "
                                  f"{n}) gives a negative size {out_shape[axis]} (input shape "
                                  f"{x.shape}, pad {pad})")
+            # Negative pads crop the input itself (PyTorch narrows it first): cropping more
+            # than the dimension holds is an error there, not a crop into the other side's pad
+            if n + min(left, 0) + min(right, 0) < 0:
+                raise ShapeError(f"pad: padding ({left}, {right}) of dimension {axis} crops "
+                                 f"{-min(left, 0) - min(right, 0)} elements from a size of {n} "
+                                 f"(input shape {x.shape}, pad {pad})")
             start, stop = max(0, -left), n - max(0, -right)
             spans.append((axis, start, max(0, left), max(0, stop - start)))
         kept, placed = View.contiguous(x.shape), View.contiguous(tuple(out_shape))
