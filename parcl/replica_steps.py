@@ -50,7 +50,7 @@ class Outcome:
     reached: tuple[int, ...]
     found_ignore: int | None = None
     ignore_inside: int | None = None
-    last_op: str = ""             # the op that made the loss: a sum or a mean (``MEANS``)
+    last_op: str = ""             # the op that reduced its batch (``batch_op``): a sum, a mean
 
 
 def ignored_label(loss_fn) -> int | None:
@@ -274,11 +274,7 @@ class Eager:
             reached = sorted(index[id(node)] for node in visited if id(node) in index)
             found = loss_ignore(loss)
             inside = None if found is not None else ignore_inside(visited)
-            last_op = loss.op_name
-            mean_of = tuple(getattr(loss.grad_fn, "shape", ()))
-            if last_op == "mean" and not (mean_of[:1] == xt.shape[:1]
-                                          and len(loss.grad_fn.axes) == len(mean_of)):
-                last_op = "mean of no batch"    # of a sum over the batch (feature means)
+            last_op = batch_op(loss, xt.shape[0])
             tape.release()
             return loss.value, tuple(reached), found, inside, last_op
 
@@ -316,6 +312,33 @@ class Captured(Eager):
         return entry[1]
 
 
+def batch_op(loss: Node, rows: int) -> str:
+    """The op that reduced the batch in ``loss`` (``check_reduction``): under nested sums and
+    means the one whose axes took the rows (dim 0 of the first reduction's input, followed
+    through the others' axes), not the last: ``tp.mean(tp.sum(d * d, axis=0))`` is a sum over
+    the batch, ``tp.sum(tp.mean(d * d, axis=0))`` a mean. Where the rows cannot be followed
+    (the first reduction's input does not start with them), the last op, a mean that is not
+    over the whole batch named "mean of no batch"."""
+    chain, entry = [], loss.entry
+    while entry.op_name in ("sum", "mean") and entry.parents:
+        chain.append(entry)                  # outermost first
+        entry = entry.parents[0]
+    if chain and tuple(chain[-1].grad_fn.shape)[:1] == (rows,):
+        axis = 0                             # where the rows are in the next one's input
+        for e in reversed(chain):
+            f = e.grad_fn
+            if axis in f.axes:
+                return e.op_name
+            if len(e.shape) < len(f.shape):  # the reduced axes dropped (no keepdims)
+                axis -= sum(1 for a in f.axes if a < axis)
+    last_op = loss.op_name
+    mean_of = tuple(getattr(loss.grad_fn, "shape", ()))
+    if last_op == "mean" and not (mean_of[:1] == (rows,)
+                                  and len(loss.grad_fn.axes) == len(mean_of)):
+        last_op = "mean of no batch"         # e.g. of a sum over the batch (feature means)
+    return last_op
+
+
 def _run_micros(replica, micros: list[Micro], run) -> Outcome:
     """Run every micro-batch in turn (gradients accumulate in the replica's buckets) and
     enqueue the read of each loss right after it (a replay overwrites its outputs)."""
@@ -349,15 +372,16 @@ def check_reduction(reduction: str, outcomes: list[Outcome]) -> None:
     the update."""
     ops = {o.last_op for o in outcomes}
     if reduction == "mean" and "sum" in ops:
-        raise ParclError("ReplicaGroup.step: loss_fn returned a sum (its last op is 'sum'), "
-                         "but the step weighs each replica's loss as a mean over its share of "
-                         "the batch; return the mean (tp.mean), or pass reduction='sum' to "
-                         "step for a loss summed over the batch")
+        raise ParclError("ReplicaGroup.step: loss_fn returned a sum (the op over its batch is "
+                         "'sum'), but the step weighs each replica's loss as a mean over its "
+                         "share of the batch; return the mean (tp.mean), or pass "
+                         "reduction='sum' to step for a loss summed over the batch")
     if reduction == "sum" and ops & MEANS:
         raise ParclError(f"ReplicaGroup.step: reduction='sum', but loss_fn returned a mean "
-                         f"(its last op is {sorted(ops & MEANS)[0]!r}): each replica's mean "
-                         f"would count once, a sum of means that grows with the replica count; "
-                         f"leave reduction='mean' for a mean loss, or return its sum")
+                         f"(the op over its batch is {sorted(ops & MEANS)[0]!r}): each "
+                         f"replica's mean would count once, a sum of means that grows with the "
+                         f"replica count; leave reduction='mean' for a mean loss, or return "
+                         f"its sum")
 
 
 def check_signatures(signatures: list[tuple], names: list[str], params: list,

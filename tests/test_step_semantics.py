@@ -152,3 +152,33 @@ def test_a_sum_over_the_batch_of_feature_means_still_takes_reduction_sum(devices
     np.testing.assert_allclose(two, one, rtol=1e-5)
     for k in p1:
         np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
+
+
+def _onehot_diff(out, target):
+    return out - pc.Tensor.from_host(target.queue, np.eye(4, dtype=np.float32)[target.to_host()])
+
+
+def test_the_op_that_reduces_the_batch_decides_how_a_nested_loss_is_weighed(devices2):
+    """Under nested reductions the step weighs a loss by the one over its batch, not the
+    last: a feature mean of batch sums (``tp.mean(tp.sum(d * d, axis=0))``) with
+    reduction='mean' trained on 1.11 where one replica has 2.17 (7 samples), silently, and a
+    feature sum of batch means (``tp.sum(tp.mean(d * d, axis=0))``) was refused as a sum with
+    'mean' but trained on 2.47 for one replica's 1.24 with 'sum'."""
+    def mean_of_sums(out, target):
+        d = _onehot_diff(out, target)
+        return tp.mean(tp.sum(d * d, axis=0))
+
+    def sum_of_means(out, target):
+        d = _onehot_diff(out, target)
+        return tp.sum(tp.mean(d * d, axis=0))
+
+    x, y = batch(7)               # shards of 4 and 3 rows: replica 0's as many as features
+    for loss_fn, right, wrong, message in [(mean_of_sums, "sum", "mean", "returned a sum"),
+                                           (sum_of_means, "mean", "sum", "returned a mean")]:
+        one, p1 = one_step(devices2[:1], x, y, loss_fn, reduction=right)
+        two, p2 = one_step(devices2, x, y, loss_fn, reduction=right)
+        np.testing.assert_allclose(two, one, rtol=1e-5)
+        for k in p1:
+            np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
+        with pytest.raises(pc.ParclError, match=message):
+            one_step(devices2, x, y, loss_fn, reduction=wrong)
