@@ -121,6 +121,20 @@ def test_refusals(queue, rng):
         pc.nn.GRU(IN, H, dropout=0.5)
 
 
+@pytest.mark.parametrize("which", ["c_0", "h_0", "h_0 and c_0"])
+def test_lstm_refuses_a_state_tuple_with_a_none_rather_than_starting_it_at_zeros(queue, rng,
+                                                                                 which):
+    # PyTorch raises on (h_0, None); parcl ran with c_0 = 0, silently
+    lstm = pc.nn.LSTM(IN, H)
+    x = pc.Tensor.from_host(queue, _x(rng))
+    s = pc.Tensor.from_host(queue, np.ones((1, B, H), np.float32))
+    hx = (None if "h_0" in which else s, None if "c_0" in which else s)
+    with pytest.raises(ParclError, match=f"LSTM: hx=\\(h_0, c_0\\) has {which} None"):
+        lstm(x, hx)
+    out, (h_n, c_n) = lstm(x, (s, s))                  # both given: still fine
+    assert h_n.shape == c_n.shape == (1, B, H)
+
+
 def test_no_grad_gives_raw_tensors_equal_to_the_recorded_run(queue, rng):
     import parcl.tape as tp
     gru = pc.nn.GRU(IN, H, num_layers=2)

@@ -211,6 +211,13 @@ class LSTM(_RNNBase):
             hx = (None, None)
         elif not isinstance(hx, (tuple, list)) or len(hx) != 2:
             raise ParclError(f"LSTM: hx must be a tuple (h_0, c_0), got {type(hx).__name__}")
+        elif any(s is None for s in hx):
+            # a None inside hx would start that state at zeros while the other is carried
+            # over (a c_n lost between truncated-BPTT chunks resets the cell, silently);
+            # PyTorch refuses it too: zeros for both is hx=None
+            missing = [name for name, s in zip(("h_0", "c_0"), hx) if s is None]
+            raise ParclError(f"LSTM: hx=(h_0, c_0) has {' and '.join(missing)} None; pass both "
+                             "states, or hx=None for zeros")
         out, (h_n, c_n) = self._forward(input, tuple(hx))
         return out, (h_n, c_n)
 
