@@ -166,3 +166,37 @@ def test_batchnorm_without_sync_follows_ddp_running_statistics_of_replica_0(devi
             if name in state:
                 np.testing.assert_allclose(state[name], value.numpy(), rtol=1e-5, atol=1e-6,
                                            err_msg=name)
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "captured"])
+def test_an_optimizer_over_frozen_parameters_skips_them_until_they_are_unfrozen(devices2,
+                                                                                capture):
+    """Gradual unfreezing, as with PyTorch: ``a`` frozen before the optimizer is built over
+    every parameter (its steps skip ``a``: no update, no weight decay, no momentum), then
+    unfrozen at the third step and trained from there on."""
+    data = _batches([10, 8, 12, 9, 11], 6, 4, seed=2)
+    with ReplicaGroup(Net, devices2, capture=capture) as group:
+        ref = _as_torch(TorchNet(), group.model.state_dict())
+        for r in group.replicas:
+            r.model.a.requires_grad_(False)
+        ref.a.requires_grad_(False)
+        opt = pc.optim.AdamW(group.parameters(), lr=0.01, weight_decay=0.1)
+        ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.01, weight_decay=0.1)
+        frozen = group.model.a.weight.value.to_host()
+        for i, (x, y) in enumerate(data):
+            if i == 2:
+                np.testing.assert_array_equal(group.model.a.weight.value.to_host(), frozen)
+                for r in group.replicas:
+                    r.model.a.requires_grad_(True)
+                ref.a.requires_grad_(True)
+            loss = group.step(x, y, tp.cross_entropy, opt)
+            ref_opt.zero_grad()
+            want = torch.nn.functional.cross_entropy(ref(torch.from_numpy(x)),
+                                                     torch.from_numpy(y))
+            want.backward()
+            ref_opt.step()
+            assert loss == pytest.approx(want.item(), rel=1e-5)
+        got = dict(group.named_parameters())
+        for name, p in ref.named_parameters():
+            np.testing.assert_allclose(got[name].value.to_host(), p.detach().numpy(),
+                                       rtol=1e-5, atol=1e-6, err_msg=name)

@@ -52,8 +52,10 @@ def _as_index(name: str, key) -> int:
 
 def _checked_group(cls: str, group, defaults: dict, seen: set[int]):
     """A parameter group's parameters (a list), its options and its parameters' ids; refuses
-    a group that is no dict, a parameter that is no float32 leaf with requires_grad, one in
-    ``seen`` (an earlier group) or listed twice, and options ``defaults`` does not have."""
+    a group that is no dict, a parameter that is no float32 leaf, one in ``seen`` (an earlier
+    group) or listed twice, and options ``defaults`` does not have. A frozen parameter
+    (``requires_grad=False``) is taken, as PyTorch's: it has no gradient, so each step skips
+    it, until it is unfrozen (gradual unfreezing builds the optimizer over all of them)."""
     if not isinstance(group, dict) or "params" not in group:
         raise OptimizerError("parameter groups must be dicts with a 'params' entry")
     plist = group["params"]
@@ -64,8 +66,6 @@ def _checked_group(cls: str, group, defaults: dict, seen: set[int]):
         if not isinstance(p, Node):
             raise TypeError(f"{cls}: parameters must be nn.Parameter or tp.Node leaves, got "
                             f"{type(p).__name__}")
-        if not p.requires_grad:
-            raise OptimizerError(f"{cls}: a parameter of shape {p.shape} does not require grad")
         if p.value.dtype != FLOAT:
             raise OptimizerError(f"{cls}: parameter of shape {p.shape} has dtype "
                                  f"{p.value.dtype}; only float32 is trained")

@@ -43,8 +43,9 @@ class FlatBucket:
 class Optimizer:
     """Base class: parameter groups, per-parameter state, ``zero_grad``, state dicts.
 
-    ``params`` is an iterable of Parameters (leaf ``tp.Node``s with ``requires_grad``), or of
-    dicts ``{"params": [...], "lr": ...}`` (parameter groups with their own options).
+    ``params`` is an iterable of Parameters (leaf ``tp.Node``s), or of dicts ``{"params":
+    [...], "lr": ...}`` (parameter groups with their own options). A parameter with no
+    gradient (frozen, or not reached by the backward) is skipped by ``step``, as PyTorch's.
     """
 
     #: option name -> validator; subclasses fill it (the order is the state dict's)
