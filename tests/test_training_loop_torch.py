@@ -173,12 +173,12 @@ def test_an_optimizer_over_frozen_parameters_skips_them_until_they_are_unfrozen(
                                                                                 capture):
     """Gradual unfreezing, as with PyTorch: ``a`` frozen before the optimizer is built over
     every parameter (its steps skip ``a``: no update, no weight decay, no momentum), then
-    unfrozen at the third step and trained from there on."""
+    unfrozen at the third step and trained from there on. Frozen and unfrozen on
+    ``group.model`` alone, as a DDP loop does on its one module: every replica follows."""
     data = _batches([10, 8, 12, 9, 11], 6, 4, seed=2)
     with ReplicaGroup(Net, devices2, capture=capture) as group:
         ref = _as_torch(TorchNet(), group.model.state_dict())
-        for r in group.replicas:
-            r.model.a.requires_grad_(False)
+        group.model.a.requires_grad_(False)
         ref.a.requires_grad_(False)
         opt = pc.optim.AdamW(group.parameters(), lr=0.01, weight_decay=0.1)
         ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.01, weight_decay=0.1)
@@ -186,8 +186,7 @@ def test_an_optimizer_over_frozen_parameters_skips_them_until_they_are_unfrozen(
         for i, (x, y) in enumerate(data):
             if i == 2:
                 np.testing.assert_array_equal(group.model.a.weight.value.to_host(), frozen)
-                for r in group.replicas:
-                    r.model.a.requires_grad_(True)
+                group.model.a.requires_grad_(True)
                 ref.a.requires_grad_(True)
             loss = group.step(x, y, tp.cross_entropy, opt)
             ref_opt.zero_grad()

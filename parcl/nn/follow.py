@@ -7,7 +7,9 @@ functions, silently: ``group.model.eval()`` (batch norm on running statistics on
 on batch statistics elsewhere), ``model.drop.p = 0.0``, ``layer.activation = tp.gelu``. So,
 as PyTorch's ``DataParallel`` copies the module it replicates at every forward:
 
-* every module's ``training`` flag is replica 0's (a few µs: one list walk);
+* every module's ``training`` flag is replica 0's (a few µs: one list walk), and every
+  Parameter's ``requires_grad`` (``group.model.encoder.requires_grad_(False)`` freezes it
+  on every replica, as a DDP loop freezes its one module);
 * a plain attribute (``keys.capture_key``'s kinds: numbers, strings, tuples, lists, dicts,
   config objects, numpy arrays, functions) *assigned* on replica 0 between two calls is
   copied to the others, a copy of each mutable value (what a forward sets is each
@@ -58,9 +60,10 @@ class ModelFollower:
         self._seen = {id(m): _snapshot(m) for m in self.first.modules}
 
     def follow(self, slots: list[ModelSlots], fresh: bool = False) -> None:
-        """Every other model of ``slots`` given replica 0's modes and the plain attributes
-        assigned on it since the last call. The module trees are the ones ``look`` last saw
-        (``fresh``: walked now, for a call that does not look)."""
+        """Every other model of ``slots`` given replica 0's modes, its Parameters'
+        ``requires_grad`` and the plain attributes assigned on it since the last call. The
+        module trees are the ones ``look`` last saw (``fresh``: walked now, for a call that
+        does not look)."""
         if len(slots) < 2:
             return
         trees = [(s.modules, s.layout) if not fresh else _tree(s.model) for s in slots]
@@ -69,10 +72,14 @@ class ModelFollower:
             if other != layout:
                 raise ParclError(_different_trees(r, layout, other))
         changed = self._assigned(first)
-        for modules, _ in trees[1:]:
+        wanted = [p.requires_grad for p in slots[0].parameters.values()]
+        for (modules, _), other in zip(trees[1:], slots[1:]):
             for a, b in zip(first, modules):
                 if b.training != a.training:
                     object.__setattr__(b, "training", a.training)
+            for want, p in zip(wanted, other.parameters.values()):
+                if p.requires_grad != want:
+                    p.requires_grad = want
             for j, names in changed:
                 for name in names:
                     object.__setattr__(modules[j], name, copy.deepcopy(vars(first[j])[name]))
