@@ -507,3 +507,38 @@ def test_a_captured_group_sees_a_global_its_forward_reads(devices2):
         np.testing.assert_array_equal(losses(True), losses(False))
     finally:
         SCALE, SQUASH = 0.5, True
+
+
+class WeightedLoss:        # a loss that is a plain object called as a function
+    def __init__(self, weight):
+        self.weight = weight
+
+    def __call__(self, out, y):
+        return tp.cross_entropy(out, y) * self.weight
+
+    def loss(self, out, y):
+        return tp.cross_entropy(out, y) * self.weight
+
+
+@pytest.mark.parametrize("how", ["__call__", "bound method"])
+def test_a_captured_group_sees_a_setting_held_by_a_loss_object(devices2, how):
+    """A loss that is an object of a plain class (``__call__`` reading ``self.weight``), or a
+    method bound to one: ``loss_key`` looked into neither, so after ``loss.weight = 3.0``
+    the captured steps replayed weight 1 (loss 1.569 where the eager step gives 4.707),
+    silently. The object's attributes, and what its ``__call__`` reads, are keyed now."""
+    def losses(capture):
+        crit, out = WeightedLoss(1.0), []
+        loss_fn = crit if how == "__call__" else crit.loss
+        with ReplicaGroup(lambda q: (pc.manual_seed(0), Net(q))[1], devices2,
+                          capture=capture) as g:
+            opt = pc.optim.SGD(g.parameters(), lr=0.1)
+            for i in range(4):
+                if i == 2:
+                    crit.weight = 3.0
+                out.append(g.step(*batch(8, seed=i), loss_fn, opt))
+            replays = sum(s.replays for per in g.captured_steps for s in per)
+        return out, replays
+
+    (eager, _), (captured, replays) = losses(False), losses(True)
+    np.testing.assert_array_equal(captured, eager)
+    assert replays == 4                          # steps 1 and 3 on both replicas

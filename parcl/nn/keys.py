@@ -279,8 +279,9 @@ def loss_key(loss_fn) -> tuple | Unkeyed | None:
     """What a captured step's replay depends on in ``loss_fn``: the ``capture_key`` of each
     loss module it is or reaches through a bound method (``crit.forward``), a
     ``functools.partial`` or a closure (``lambda out, y: crit(out, y)``), and the plain values
-    it reads besides: a partial's arguments, a closure's variables, the module-level names
-    its code uses (``label_smoothing=s``, ``* LOSS_SCALE``). A setting changed on any of
+    it reads besides: a partial's arguments, a closure's variables, the attributes of an
+    object it is or is bound to (a class with ``__call__``), the module-level names its code
+    uses (``label_smoothing=s``, ``* LOSS_SCALE``). A setting changed on any of
     them records the step again (a replay would run the recorded value's kernels); None
     when there is none."""
     keys, seen, todo = [], set(), [loss_fn]
@@ -317,12 +318,22 @@ def loss_key(loss_fn) -> tuple | Unkeyed | None:
 
 def _reads(fn):
     """``(name, value, is_global)`` of what ``fn`` reads besides its arguments: a partial's
-    own arguments and function; a function's closure variables, defaults and the
-    module-level globals its code names."""
+    own arguments and function; an object's attributes and its ``__call__``; a function's
+    closure variables, defaults and the module-level globals its code names."""
     if isinstance(fn, functools.partial):
         yield "func", fn.func, False
         yield from ((f"arg{i}", v, False) for i, v in enumerate(fn.args))
         yield from ((k, v, False) for k, v in fn.keywords.items())
+        return
+    if not isinstance(fn, (*_FUNCTIONS, type, types.ModuleType)) and hasattr(fn, "__dict__"):
+        # an object called as the loss (a class with ``__call__``, or a bound method's
+        # ``self``): what it holds (``self.w``, a loss module) and what its ``__call__``
+        # reads; reading none of it replayed the recorded weight after ``loss.w = 3.0``
+        yield from ((name, v, False) for name, v in vars(fn).items())
+        call = next((vars(k)["__call__"] for k in type(fn).__mro__ if "__call__" in vars(k)),
+                    None)                           # a Python function: its reads too
+        if type(call) is types.FunctionType:
+            yield "__call__", call, False
         return
     code = getattr(fn, "__code__", None)
     for name, cell in zip(getattr(code, "co_freevars", ()), getattr(fn, "__closure__", None)
