@@ -542,3 +542,53 @@ def test_a_captured_group_sees_a_setting_held_by_a_loss_object(devices2, how):
     (eager, _), (captured, replays) = losses(False), losses(True)
     np.testing.assert_array_equal(captured, eager)
     assert replays == 4                          # steps 1 and 3 on both replicas
+
+
+class Tempered(pc.nn.Module):
+    """Reads a class attribute and calls a helper method that reads a global."""
+
+    temperature = 1.0
+
+    def __init__(self, queue):
+        super().__init__()
+        self.a = pc.nn.Linear(8, 4, queue=queue)
+
+    def forward(self, x):
+        return self._head(self.a(x)) / self.temperature
+
+    def _head(self, h):
+        return h * SCALE
+
+
+@pytest.mark.parametrize("change", ["class attribute", "global read by a method"])
+def test_a_captured_group_sees_what_its_forward_reads_through_its_class(devices2, change):
+    """``/ self.temperature`` with ``temperature`` a class attribute, and ``self._head(h)``
+    reading the global ``SCALE``: ``capture_key`` keyed only the instance's attributes and
+    the globals ``forward`` itself names, so after ``Tempered.temperature = 1/3`` (or
+    ``SCALE = 1.5`` from 0.5) the captured steps replayed the recorded value (loss 1.830
+    where the eager step gives 3.293), silently. The class attributes a forward reads and
+    the methods it calls (their reads, as a called function's) are keyed now."""
+    global SCALE
+
+    def losses(capture):
+        global SCALE
+        SCALE, Tempered.temperature, out = 0.5, 1.0, []
+        with ReplicaGroup(lambda q: (pc.manual_seed(0), Tempered(q))[1], devices2,
+                          capture=capture) as g:
+            opt = pc.optim.SGD(g.parameters(), lr=0.1)
+            for i in range(4):
+                if i == 2:
+                    if change == "class attribute":
+                        Tempered.temperature = 1 / 3
+                    else:
+                        SCALE = 1.5
+                out.append(g.step(*batch(8, seed=i), tp.cross_entropy, opt))
+            replays = sum(s.replays for per in g.captured_steps for s in per)
+        return out, replays
+
+    try:
+        (eager, _), (captured, replays) = losses(False), losses(True)
+    finally:
+        SCALE, Tempered.temperature = 0.5, 1.0
+    np.testing.assert_array_equal(captured, eager)
+    assert replays == 4                          # steps 1 and 3 on both replicas

@@ -9,8 +9,9 @@ So the key of a captured call must change whenever the eager call would read som
 * every module's ``training`` flag and plain Python attributes (what a forward branches on or
   passes into an op: ``Dropout.p``, ``ReLU.inplace``), and the functions it holds
   (``self.act = tp.relu``), by identity;
-* the plain module-level values its ``forward`` reads (``* SCALE``), and those of the
-  functions it calls by name;
+* the plain module-level values its ``forward`` reads (``* SCALE``), the class attributes
+  it reads through ``self`` (``temperature = 1.0`` in the class body), and those of the
+  functions and methods it calls by name (``self._head(h)``);
 * which tensors it reads: each parameter's Parameter object and its ``.value`` Tensor, each
   buffer (``bn.running_mean = pc.Tensor.zeros(...)`` replacing one) and any other Tensor or
   Node held as an attribute.
@@ -218,9 +219,11 @@ def capture_key(model) -> tuple | Unkeyed:
 
 
 def _forward_reads(module) -> tuple:
-    """``(name, key)`` of the module-level values ``module``'s ``forward`` names, and those
-    of the module-level functions it calls by name (one level down): a replay would run
-    the kernels of the value it was recorded with (``* SCALE``, ``if USE_GELU:``). Plain
+    """``(name, key)`` of the module-level values ``module``'s ``forward`` names, the class
+    attributes it reads through ``self`` (``* self.temperature`` held by the class), and
+    those of the module-level functions and the methods it calls by name (one level down):
+    a replay would run the kernels of the value it was recorded with (``* SCALE``,
+    ``if USE_GELU:``). Plain
     values by value, functions by identity; other objects are skipped, as ``loss_key``
     skips them (the library's own state is among them). parcl's own layers are skipped
     whole: their forwards read only the library's constants and functions, which a script
@@ -231,27 +234,37 @@ def _forward_reads(module) -> tuple:
     forward = getattr(kind, "forward", None)
     if type(forward) is not types.FunctionType:
         return ()
+    # the script's own classes of the module: what ``self.name`` finds on the class (a class
+    # attribute ``temperature = 1.0``, a helper method ``self._head(h)``) when the instance
+    # does not hold it
+    classes = [k for k in kind.__mro__ if k is not object and not k.__module__.startswith(
+        _LIBRARY)]
     keys, called = [], []
-    _global_reads(forward, keys, called)
+    _global_reads(forward, keys, called, classes)
     for fn in called:
-        _global_reads(fn, keys, None)
+        _global_reads(fn, keys, None, classes)
     return tuple(keys)
 
 
-def _global_reads(fn, keys: list, called: list | None) -> None:
+def _global_reads(fn, keys: list, called: list | None, classes: list) -> None:
     scope = fn.__globals__
     for name in _names(fn.__code__):
-        if name not in scope:               # an attribute's name, a builtin
-            continue
-        value = scope[name]
-        if type(value) is types.FunctionType and called is not None and value is not fn:
-            called.append(value)
-        try:
-            frozen = _frozen(value)
-        except _Unkeyable:
-            continue
-        if frozen is not _NOT_PLAIN:
-            keys.append((name, frozen))
+        # a global, and what an attribute of that name is on the module's class (a method
+        # by identity, and its reads): a helper method's reads and a class attribute's
+        # value were left out, so ``SCALE = 3.0``
+        # read in ``self._head`` (or ``Net.temperature = 3.0``) replayed the old value
+        found = [(name, scope[name])] if name in scope else []
+        found += [(f"{k.__qualname__}.{name}", vars(k)[name]) for k in classes
+                  if name in vars(k)]
+        for where, value in found:
+            if type(value) is types.FunctionType and called is not None and value is not fn:
+                called.append(value)
+            try:
+                frozen = _frozen(value)
+            except _Unkeyable:
+                continue
+            if frozen is not _NOT_PLAIN:
+                keys.append((where, frozen))
 
 
 def _names(code) -> tuple:
