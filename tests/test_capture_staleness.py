@@ -10,6 +10,7 @@ must copy the tensors its models hold now (a reset of the running statistics, a 
 from __future__ import annotations
 
 import functools
+import types
 
 import numpy as np
 import pytest
@@ -590,5 +591,49 @@ def test_a_captured_group_sees_what_its_forward_reads_through_its_class(devices2
         (eager, _), (captured, replays) = losses(False), losses(True)
     finally:
         SCALE, Tempered.temperature = 0.5, 1.0
+    np.testing.assert_array_equal(captured, eager)
+    assert replays == 4                          # steps 1 and 3 on both replicas
+
+
+settings = types.ModuleType("settings")      # a config module (``import settings``)
+settings.SCALE = 1.0
+
+
+class ModuleScaled(pc.nn.Module):
+    def __init__(self, queue):
+        super().__init__()
+        self.a = pc.nn.Linear(8, 4, queue=queue)
+
+    def forward(self, x):
+        return self.a(x) * settings.SCALE
+
+
+@pytest.mark.parametrize("reader", ["forward", "loss_fn"])
+def test_a_captured_group_sees_a_setting_of_a_config_module(devices2, reader):
+    """``* settings.SCALE`` with ``settings`` an imported Python module, read in the forward
+    or in the loss function: a module is no plain value, so neither ``capture_key`` nor
+    ``loss_key`` keyed it, and after ``settings.SCALE = 3.0`` the captured steps replayed
+    scale 1 (loss 2.514 where the eager step gives 6.052), silently. The plain settings
+    such code names in a module are keyed now."""
+    def losses(capture):
+        settings.SCALE, out = 1.0, []
+        build = ModuleScaled if reader == "forward" else (
+            lambda q: pc.nn.Linear(8, 4, queue=q))
+        loss_fn = tp.cross_entropy if reader == "forward" else (
+            lambda o, y: tp.cross_entropy(o, y) * settings.SCALE)
+        with ReplicaGroup(lambda q: (pc.manual_seed(0), build(q))[1], devices2,
+                          capture=capture) as g:
+            opt = pc.optim.SGD(g.parameters(), lr=0.1)
+            for i in range(4):
+                if i == 2:
+                    settings.SCALE = 3.0
+                out.append(g.step(*batch(8, seed=i), loss_fn, opt))
+            replays = sum(s.replays for per in g.captured_steps for s in per)
+        return out, replays
+
+    try:
+        (eager, _), (captured, replays) = losses(False), losses(True)
+    finally:
+        settings.SCALE = 1.0
     np.testing.assert_array_equal(captured, eager)
     assert replays == 4                          # steps 1 and 3 on both replicas

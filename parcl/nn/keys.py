@@ -248,7 +248,8 @@ def _forward_reads(module) -> tuple:
 
 def _global_reads(fn, keys: list, called: list | None, classes: list) -> None:
     scope = fn.__globals__
-    for name in _names(fn.__code__):
+    names = _names(fn.__code__)
+    for name in names:
         # a global, and what an attribute of that name is on the module's class (a method
         # by identity, and its reads): a helper method's reads and a class attribute's
         # value were left out, so ``SCALE = 3.0``
@@ -256,6 +257,8 @@ def _global_reads(fn, keys: list, called: list | None, classes: list) -> None:
         found = [(name, scope[name])] if name in scope else []
         found += [(f"{k.__qualname__}.{name}", vars(k)[name]) for k in classes
                   if name in vars(k)]
+        if name in scope:
+            found += _module_settings(scope[name], names)
         for where, value in found:
             if type(value) is types.FunctionType and called is not None and value is not fn:
                 called.append(value)
@@ -265,6 +268,18 @@ def _global_reads(fn, keys: list, called: list | None, classes: list) -> None:
                 continue
             if frozen is not _NOT_PLAIN:
                 keys.append((where, frozen))
+
+
+def _module_settings(value, names) -> list:
+    """``(module.name, value)`` of the plain settings that code naming ``names`` may read from
+    ``value`` when it is a Python module (``config.SCALE`` after ``import config``): a
+    module is no plain value, so ``config.SCALE = 3.0`` replayed the recorded scale.
+    Functions, classes and modules in it are left out (parcl's and numpy's ops)."""
+    if type(value) is not types.ModuleType:
+        return []
+    scope = vars(value)
+    return [(f"{value.__name__}.{n}", scope[n]) for n in names if n in scope
+            and not callable(scope[n]) and type(scope[n]) is not types.ModuleType]
 
 
 def _names(code) -> tuple:
@@ -358,6 +373,8 @@ def _reads(fn):
     yield "defaults", getattr(fn, "__defaults__", None), False
     yield "kwdefaults", getattr(fn, "__kwdefaults__", None), False
     scope = getattr(fn, "__globals__", {})
-    for name in (_names(code) if code is not None else ()):
+    names = _names(code) if code is not None else ()
+    for name in names:
         if name in scope:
             yield name, scope[name], True
+            yield from ((n, v, True) for n, v in _module_settings(scope[name], names))
