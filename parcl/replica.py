@@ -275,12 +275,19 @@ class ReplicaGroup:
         for grads in self._buffers.grads:
             grads.gather()                 # gradients the replicas' own backwards replaced
         self._reduced = REDUCED
-        world = self.comm.Get_size() if self.comm is not None else 1
-        scale = 1.0 / (len(self.replicas) * world) if average else 1.0
+        scale = 1.0 / self._replicas_everywhere() if average else 1.0
         Reduced(self.allreduce_algorithm, self.comm).reduce(self._buffers, scale)
         for params in self._params:        # no replica's backward reached them: the
             for j in unused:               # optimizer skips them, as after a step
                 params[j].grad = None
+
+    def _replicas_everywhere(self) -> int:
+        """The replicas of every rank, summed: ranks may run different numbers of replicas
+        (their own ``devices``), so the world size times this rank's count would average by
+        another divisor on each rank and leave their parameters apart."""
+        if self.comm is None:
+            return len(self.replicas)
+        return int(self.comm.allreduce(len(self.replicas)))
 
     def broadcast_parameters(self) -> None:
         """Copy replica 0's parameters (and buffers such as BatchNorm running statistics) to
@@ -392,8 +399,7 @@ class ReplicaGroup:
         elif self._seen is not None:       # what the caller zeroed on replica 0 is zeroed
             self._buffers.follow_zeroing(self._seen)
             # and what a run's backwards left, unreduced, counts as their mean (as DDP's)
-            world = self.comm.Get_size() if self.comm is not None else 1
-            self._buffers.average_left(len(self.replicas) * world)
+            self._buffers.average_left(self._replicas_everywhere())
         self._grads_dirty, self._reduced, self._seen = True, SYNCED, None
         if self._buffers.refresh() or (len(self.replicas) > 1
                                        and self._buffers.changed_since(self._synced)):

@@ -52,7 +52,13 @@ def main() -> None:
     p.add_argument("--sync-bn", action="store_true", help="a model with batch norm, "
                    "ReplicaGroup(sync_batchnorm=True)")
     p.add_argument("--model", choices=["mlp", "gpt"], default="mlp")
+    p.add_argument("--by-hand", default=None, metavar="K0,K1,...",
+                   help="rank r runs K_r replicas (on its device, repeated) and trains with "
+                        "run + allreduce_grads(average=True) + opt.step, each replica on an "
+                        "equal share of the global batch")
     args = p.parse_args()
+    if args.by_hand is not None:
+        return by_hand(args.out, [int(k) for k in args.by_hand.split(",")])
     rng = np.random.default_rng(0)
     x = rng.standard_normal((GLOBAL_BATCH, 16)).astype(np.float32)
     y = rng.integers(0, 4, GLOBAL_BATCH)
@@ -79,6 +85,38 @@ def main() -> None:
             state = {n: p.value.to_host() for n, p in group.named_parameters()}
             state.update({n: b.to_host() for n, b in group.model.named_buffers()})
             np.savez(args.out, **state)
+
+
+def by_hand(out: str, counts: list[int]) -> None:
+    """A custom loop over ranks with different replica counts: every replica's mean loss on
+    GLOBAL_BATCH / sum(counts) rows, the gradients averaged over every replica of every rank."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((GLOBAL_BATCH, 16)).astype(np.float32)
+    y = rng.integers(0, 4, GLOBAL_BATCH)
+    rank = dist.rank()
+    k, rows = counts[rank], GLOBAL_BATCH // sum(counts)
+    first = sum(counts[:rank])
+    shards = [slice((first + i) * rows, (first + i + 1) * rows) for i in range(k)]
+
+    def fwd_bwd(replica, xs, ys):
+        with tp.Tape() as tape:
+            logits = replica.model(tp.tensor(pc.Tensor.from_host(replica.queue, xs)))
+            loss = tp.cross_entropy(logits, pc.Tensor.from_host(replica.queue, ys))
+        tape.backward(loss)
+
+    with ReplicaGroup(build, [pc.devices()[0]] * k, comm=dist.comm()) as group:
+        opt = pc.optim.SGD(group.parameters(), lr=0.5)
+        for _ in range(3):
+            opt.zero_grad()
+            group.run(fwd_bwd, [x[s] for s in shards], [y[s] for s in shards])
+            group.allreduce_grads(average=True)
+            opt.step()
+        state = {n: p.value.to_host() for n, p in group.named_parameters()}
+        everyone = dist.gather(state)
+        if dist.is_main():
+            np.savez(out, **state)
+            for r, other in enumerate(everyone or []):
+                np.savez(f"{out}.rank{r}.npz", **other)
 
 
 if __name__ == "__main__":

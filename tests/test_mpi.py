@@ -97,6 +97,21 @@ def test_sync_batchnorm_across_ranks_matches_one_replica(tmp_path):
     assert "1.running_var" in ref
     for key in ref:
         np.testing.assert_allclose(got[key], ref[key], rtol=1e-4, atol=1e-6, err_msg=key)
+def test_ranks_with_different_replica_counts_average_over_every_replica(tmp_path):
+    """allreduce_grads(average=True) with 1 replica on rank 0 and 2 on rank 1 divides by the 3
+    replicas on both ranks: the ranks stay equal, and equal one replica on the whole batch."""
+    runs = {"mpi": ([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1], "1,2"),
+            "single": ([*LAUNCH, "--replicas", 1], "1")}
+    for name, (cmd, counts) in runs.items():
+        r = run([*cmd, SCRIPT, tmp_path / f"{name}.npz", "--by-hand", counts])
+        assert r.returncode == 0, f"{name}: {r.stderr}"
+    ref = params(tmp_path / "single.npz")
+    ranks = [params(tmp_path / f"mpi.npz.rank{r}.npz") for r in (0, 1)]
+    for key in ref:
+        np.testing.assert_array_equal(ranks[0][key], ranks[1][key], err_msg=key)
+        np.testing.assert_allclose(ranks[0][key], ref[key], rtol=1e-4, atol=1e-6, err_msg=key)
+
+
 def test_two_ranks_train_the_gpt_as_one_replica(tmp_path):
     """The tied-weight GPT under ``mpiexec -n 2`` (captured) ends where 1 replica does."""
     results = {}
