@@ -43,7 +43,8 @@ class ReplicaGroup:
     """One replica per device, each a long-lived thread with its own queue, tape and model.
 
     ``build_model(queue)`` builds one model copy per replica (inside that replica's thread);
-    replica 0's parameters are then broadcast so every replica starts identical.
+    replica 0's parameters are then broadcast so every replica starts identical (rank 0's
+    replica 0's on every rank, through ``comm``, as DDP does).
     ``devices=None`` takes ``pc.devices()`` (or what parcl-launch set). ``allreduce`` names the
     algorithm (``"auto"``, ``"direct"``, ``"shared"``, ``"scatter"``, ``"ring"``); with
     ``"auto"`` on one process the end of each step is fused (``parcl.allreduce.fused``),
@@ -97,6 +98,8 @@ class ReplicaGroup:
             for r, m in zip(self.replicas, models):
                 r.model = m
             self._setup_parameters(bucket_mb)
+            if self.comm is not None:
+                self._buffers.broadcast_ranks(self.comm)
             self._buffers.broadcast()
             for grads in self._buffers.grads:   # no gradient yet, as a new PyTorch model
                 grads.detach()                  # (a step makes them its views again)

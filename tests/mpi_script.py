@@ -24,8 +24,11 @@ from parcl.replica import ReplicaGroup
 GLOBAL_BATCH = 24
 
 
+SEED_BY_RANK = False     # --seed-by-rank: each rank initialises its model from its own seed
+
+
 def build(queue):
-    pc.nn.manual_seed(0)
+    pc.nn.manual_seed(dist.rank() if SEED_BY_RANK else 0)
     return pc.nn.Sequential(pc.nn.Linear(16, 32, queue=queue), pc.nn.ReLU(),
                             pc.nn.Linear(32, 4, queue=queue))
 
@@ -56,7 +59,11 @@ def main() -> None:
                    help="rank r runs K_r replicas (on its device, repeated) and trains with "
                         "run + allreduce_grads(average=True) + opt.step, each replica on an "
                         "equal share of the global batch")
+    p.add_argument("--seed-by-rank", action="store_true", help="build the MLP with "
+                   "manual_seed(rank): rank 0's initialisation must still be everyone's")
     args = p.parse_args()
+    global SEED_BY_RANK
+    SEED_BY_RANK = args.seed_by_rank
     if args.by_hand is not None:
         return by_hand(args.out, [int(k) for k in args.by_hand.split(",")])
     rng = np.random.default_rng(0)

@@ -112,6 +112,19 @@ def test_ranks_with_different_replica_counts_average_over_every_replica(tmp_path
         np.testing.assert_allclose(ranks[0][key], ref[key], rtol=1e-4, atol=1e-6, err_msg=key)
 
 
+def test_every_rank_starts_from_rank_0s_parameters_when_seeded_by_rank(tmp_path):
+    """A model built with manual_seed(rank) on each rank: the group takes rank 0's initial
+    parameters everywhere (as DDP), so the ranks train as one and end where 1 replica does."""
+    runs = {"mpi": [MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1],
+            "single": [*LAUNCH, "--replicas", 1]}
+    for name, cmd in runs.items():
+        r = run([*cmd, SCRIPT, tmp_path / f"{name}.npz", "--seed-by-rank"])
+        assert r.returncode == 0, f"{name}: {r.stderr}"
+    ref, got = params(tmp_path / "single.npz"), params(tmp_path / "mpi.npz")
+    for key in ref:
+        np.testing.assert_allclose(got[key], ref[key], rtol=1e-4, atol=1e-6, err_msg=key)
+
+
 def test_two_ranks_train_the_gpt_as_one_replica(tmp_path):
     """The tied-weight GPT under ``mpiexec -n 2`` (captured) ends where 1 replica does."""
     results = {}

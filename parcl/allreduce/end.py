@@ -274,6 +274,17 @@ class StepBuffers:
         order_after(self.queues[0], reads + self.copy_buffers(ready))
         release_all()              # queues wait for each other's work: none of it held
 
+    def broadcast_ranks(self, comm) -> None:
+        """Rank 0's replica 0 parameters and buffers onto every rank's replica 0 (then
+        ``broadcast`` takes them to the other replicas), as DDP broadcasts rank 0's module
+        when it is built: a model initialised per rank (``manual_seed(rank)``, for dropout
+        masks of its own) would otherwise start apart, and the same reduced update on every
+        rank would keep the ranks' parameters apart for good."""
+        for t in [*self.values[0].flats, *self.buffers[0]]:
+            host = t.to_host()
+            comm.Bcast(host, root=0)
+            cl.enqueue_copy(t.queue, t.data, host, is_blocking=True)
+
     def copy_buffers(self, wait_for=None) -> list[cl.Event]:
         """Copy replica 0's buffers (batch norm's running statistics) to every other
         replica, each on its own queue after ``wait_for``; the copies' events."""
