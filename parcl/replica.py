@@ -98,7 +98,11 @@ class ReplicaGroup:
             for r, m in zip(self.replicas, models):
                 r.model = m
             self._setup_parameters(bucket_mb)
+            # every rank's replica count: ranks may run different numbers (their own
+            # ``devices``), and a mean over all replicas must divide by their sum on each
+            self._all_replicas = len(self.replicas)
             if self.comm is not None:
+                self._all_replicas = int(self.comm.allreduce(len(self.replicas)))
                 self._buffers.broadcast_ranks(self.comm)
             self._buffers.broadcast()
             for grads in self._buffers.grads:   # no gradient yet, as a new PyTorch model
@@ -278,19 +282,11 @@ class ReplicaGroup:
         for grads in self._buffers.grads:
             grads.gather()                 # gradients the replicas' own backwards replaced
         self._reduced = REDUCED
-        scale = 1.0 / self._replicas_everywhere() if average else 1.0
+        scale = 1.0 / self._all_replicas if average else 1.0
         Reduced(self.allreduce_algorithm, self.comm).reduce(self._buffers, scale)
         for params in self._params:        # no replica's backward reached them: the
             for j in unused:               # optimizer skips them, as after a step
                 params[j].grad = None
-
-    def _replicas_everywhere(self) -> int:
-        """The replicas of every rank, summed: ranks may run different numbers of replicas
-        (their own ``devices``), so the world size times this rank's count would average by
-        another divisor on each rank and leave their parameters apart."""
-        if self.comm is None:
-            return len(self.replicas)
-        return int(self.comm.allreduce(len(self.replicas)))
 
     def broadcast_parameters(self) -> None:
         """Copy replica 0's parameters (and buffers such as BatchNorm running statistics) to
@@ -402,7 +398,7 @@ class ReplicaGroup:
         elif self._seen is not None:       # what the caller zeroed on replica 0 is zeroed
             self._buffers.follow_zeroing(self._seen)
             # and what a run's backwards left, unreduced, counts as their mean (as DDP's)
-            self._buffers.average_left(self._replicas_everywhere())
+            self._buffers.average_left(self._all_replicas)
         self._grads_dirty, self._reduced, self._seen = True, SYNCED, None
         if self._buffers.refresh() or (len(self.replicas) > 1
                                        and self._buffers.changed_since(self._synced)):
