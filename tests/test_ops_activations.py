@@ -169,6 +169,21 @@ def test_clamp_keeps_nan_and_takes_tensor_bounds(queue):
     np.testing.assert_array_equal(lo.grad.to_host(), [[1], [1]])
 
 
+def test_clamp_with_a_nan_bound_is_nan_everywhere_as_pytorch(queue):
+    """``torch.clamp(x, min=nan)`` is NaN everywhere (gradient 0); the kernel's selects
+    ignored a NaN bound and returned ``x`` unchanged ([1, -3] for min=nan), silently."""
+    x = np.array([1.0, -3.0, np.nan, 0.5], np.float32)
+    for bounds in ({"min": np.nan}, {"max": np.nan}, {"min": -1.0, "max": np.nan},
+                   {"min": np.nan, "max": 1.0}):
+        node = leaf(queue, x)
+        with tp.Tape() as tape:
+            y = tp.clamp(node, **bounds)
+        tape.backward(y, grad=pc.Tensor.from_host(queue, np.ones_like(x)))
+        assert np.isnan(y.to_host()).all(), bounds
+        np.testing.assert_array_equal(node.grad.to_host(), np.zeros_like(x), err_msg=str(bounds))
+    assert np.isnan(tp.hardtanh(pc.Tensor.from_host(queue, x), np.nan, 1.0).to_host()).all()
+
+
 def test_bad_arguments_are_clear_errors(queue):
     x = pc.Tensor.from_host(queue, np.ones(3, np.float32))
     with pytest.raises(ParclError, match="clamp: at least one"):

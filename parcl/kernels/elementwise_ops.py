@@ -108,8 +108,10 @@ UNARY_OPS = {
     "elu": "(x > 0.0f) ? x : p * expm1(x)",                     # p: alpha
     # PyTorch's threshold rule (p: beta, q: threshold): linear above it, so no overflow
     "softplus": "(x * p > q) ? x : log1p(exp(x * p)) / p",
-    # p: min, q: max (+-INFINITY when not given); selects keep NaN, min > max gives max
-    "clamp": "(((x < p) ? p : x) > q) ? q : ((x < p) ? p : x)",
+    # p: min, q: max (+-INFINITY when not given); selects keep NaN, min > max gives max; a
+    # NaN bound makes every element NaN, as torch.clamp (the selects alone ignored it)
+    "clamp": "(isnan(p) || isnan(q)) ? NAN"
+             " : ((((x < p) ? p : x) > q) ? q : ((x < p) ? p : x))",
     "rsqrt": "rsqrt(x)",
     "log1p": "log1p(x)",
     "expm1": "expm1(x)",

@@ -147,9 +147,10 @@ def cos(x, *, tape=None):
 
 def clamp(x, min: float | None = None, max: float | None = None, *, tape=None):  # noqa: A002
     """``x`` limited to ``[min, max]`` (either bound may be None), as ``torch.clamp``: NaN
-    stays NaN, ``min > max`` gives ``max`` everywhere, and the gradient passes where
-    ``min <= x <= max`` (at a bound too), else 0. Tensor bounds (broadcast) are
-    ``minimum(maximum(x, min), max)``, whose gradients also pass to ``x`` at ties.
+    stays NaN, a NaN bound gives NaN everywhere, ``min > max`` gives ``max`` everywhere,
+    and the gradient passes where ``min <= x <= max`` (at a bound too), else 0. Tensor
+    bounds (broadcast) are ``minimum(maximum(x, min), max)``, whose gradients also pass to
+    ``x`` at ties.
 
     >>> tp.clamp(x, min=0.0).to_host()            # x = [-2, 3]
     array([0., 3.], dtype=float32)
