@@ -96,7 +96,7 @@ def gradient_sets(rng):
         "NaN in a million": [normal(5), nan_in_big],
         "negative zeros": [np.array([-0.0], np.float32), np.array([-0.0, -0.0], np.float32)],
         "one lone element": [np.array([-3.0], np.float32)],
-        "a lone negative zero": [np.array([-0.0], np.float32)],    # |-0| is -0, its sum too
+        "a lone negative zero": [np.array([-0.0], np.float32)],    # |-0| is +0, as torch.abs
     }
 
 

@@ -212,3 +212,13 @@ def test_ops_on_raw_tensors_return_raw_tensors(queue):
     t = pc.Tensor.from_host(queue, np.ones((2, 3), np.float32))
     for out in (tp.add(t, t), tp.exp(t), tp.sum(t, 0), tp.transpose(t), tp.mul(t, 2.0)):
         assert isinstance(out, pc.Tensor)
+
+
+def test_abs_of_negative_zero_is_positive_zero_as_torch(queue):
+    """``torch.abs(-0.0)`` is +0; the select ``x < 0 ? -x : x`` kept -0, so ``1 / |x|`` at
+    ``x = -0`` was -inf where PyTorch gives inf. Other values keep their bits."""
+    x = np.array([-0.0, 0.0, -2.5, 3.0, -np.inf, np.nan, -1e-45], np.float32)
+    got = tp.abs(pc.Tensor.from_host(queue, x)).to_host()
+    assert not np.signbit(got[:2]).any()
+    np.testing.assert_array_equal(got, np.abs(x))
+    assert (1.0 / tp.abs(pc.Tensor.from_host(queue, x[:1]))).to_host()[0] == np.inf

@@ -96,7 +96,8 @@ UNARY_OPS = {
     "normal_cdf": "normal_cdf(x)",
     "gelu_tanh": "0.5f * x * (1.0f + GELU_T(x))",
     "sqrt": "sqrt(x)",
-    "abs": "(x < 0.0f) ? -x : x",
+    # fabs, not the select (x < 0 ? -x : x), which kept -0 as -0 where torch.abs gives +0
+    "abs": "fabs(x)",
     "square": "x * x",
     "reciprocal": "1.0f / x",
     "sign": "(x > 0.0f) ? 1.0f : ((x < 0.0f) ? -1.0f : 0.0f)",

@@ -15,8 +15,8 @@ of ``ew.unary("square", g)`` per tensor, the partials folded left to right with
   ``reduce_3d``'s later stages would (the same chunks, the tree replayed sequentially where a
   GPU stage would use one), folds the tensors' results left to right, and takes the root.
 
-The per-element terms are the generic kernels' expressions (``abs`` is their select, not
-``fabs``: -0 stays -0), each rounded on its own: ``FP_CONTRACT OFF``, since a compiler may
+The per-element terms are the generic kernels' expressions (``abs`` is their ``fabs``: -0
+becomes +0), each rounded on its own: ``FP_CONTRACT OFF``, since a compiler may
 otherwise fuse ``acc + x * x`` into one FMA (NVIDIA's does), which the separate kernels
 never could. A one-element tensor's partial is its term itself (``reduction`` copies it;
 ``0 + -0`` would be +0).
