@@ -184,6 +184,33 @@ def test_clamp_with_a_nan_bound_is_nan_everywhere_as_pytorch(queue):
     assert np.isnan(tp.hardtanh(pc.Tensor.from_host(queue, x), np.nan, 1.0).to_host()).all()
 
 
+def test_clamp_with_tensor_bounds_gives_a_nan_no_gradient_as_pytorch(queue):
+    """Tensor bounds took maximum/minimum's gradients, which pass a NaN's gradient to both
+    sides: a NaN in ``x`` or a bound gave ``x``, ``min`` and ``max`` each the whole gradient
+    (1, 1, 1) where ``torch.clamp`` gives all three 0, silently. Ties, ``min > max`` and
+    broadcasting keep PyTorch's gradients too."""
+    import torch
+    nan = np.nan
+    x = np.tile(np.array([nan, 0.5, 2.0, -3.0, 1.0, 0.0, 5.0, 0.7], np.float32), (3, 1))
+    lo = np.array([[0.0], [nan], [1.0]], np.float32)            # (3, 1) and (8,): broadcast
+    hi = np.array([1.0, 1.0, nan, 1.0, 1.0, -1.0, 3.0, 0.7], np.float32)
+    cases = [(lo, hi), (lo, None), (None, hi), (lo, 2.0), (-0.5, hi)]
+    for a, b in cases:
+        nodes = [leaf(queue, v) if isinstance(v, np.ndarray) else v for v in (x, a, b)]
+        with tp.Tape() as tape:
+            y = tp.clamp(nodes[0], min=nodes[1], max=nodes[2])
+        tape.backward(tp.sum(y))
+        ts = [torch.tensor(v, requires_grad=isinstance(v, np.ndarray))
+              if v is not None else None for v in (x, a, b)]    # torch takes no mix
+        ty = torch.clamp(ts[0], min=ts[1], max=ts[2])
+        ty.sum().backward()
+        np.testing.assert_array_equal(y.to_host(), ty.detach().numpy())
+        for node, t in zip(nodes, ts):
+            if t is not None and t.requires_grad:
+                np.testing.assert_array_equal(node.grad.to_host(), t.grad.numpy(),
+                                              err_msg=f"min={a}, max={b}")
+
+
 def test_bad_arguments_are_clear_errors(queue):
     x = pc.Tensor.from_host(queue, np.ones(3, np.float32))
     with pytest.raises(ParclError, match="clamp: at least one"):

@@ -20,8 +20,11 @@ import math
 
 from ...errors import DTypeError, ParclError
 from ...kernels import elementwise as ew
+from ...kernels import select as sk
+from ...kernels.reduction import sum_to_shape
+from ...tensor import Tensor
 from ..node import Function
-from .elementwise import _is_scalar, maximum, minimum
+from .elementwise import _is_scalar
 
 __all__ = ["clamp", "cos", "elu", "erf", "leaky_relu", "silu", "sin", "softplus"]
 
@@ -68,6 +71,52 @@ class Cos(_Activation):
 
 class Clamp(_Activation):
     name = "clamp"
+
+
+class ClampBounds(Function):
+    """``clamp`` with a tensor bound (``lo``/``hi``: tensors, or None with the number, if any,
+    in ``lo_s``/``hi_s``): ``minimum(maximum(x, lo), hi)`` forward, PyTorch's clamp.Tensor
+    gradients backward: to ``x`` where ``lo <= x <= hi``, to ``lo`` where ``x < lo`` (and
+    ``lo < hi``), to ``hi`` where ``x > hi`` (or ``hi < lo``). A NaN input or bound gives no
+    side any; maximum/minimum's partials, which pass a NaN's gradient to both sides, gave
+    all three the whole gradient there."""
+
+    name = "clamp"
+
+    def forward(self, x, lo, hi, lo_s=None, hi_s=None):
+        lo = lo_s if lo is None else lo
+        hi = hi_s if hi is None else hi
+        out = x if lo is None else ew.binary("maximum", x, lo)
+        out = out if hi is None else ew.binary("minimum", out, hi)
+        if self.recording:
+            self.x, self.lo, self.hi = x, lo, hi
+        return out
+
+    def _masked(self, g, mask, shape):
+        # where, not g * mask: an infinite upstream gradient gives 0 outside, as PyTorch's
+        return sum_to_shape(sk.where(mask, g, Tensor.zeros(g.queue, ())), shape)
+
+    def backward(self, g):
+        x, lo, hi = self.x, self.lo, self.hi
+        need = self.needs_input_grad
+        gx = glo = ghi = None
+        if need[0]:
+            mask = None if lo is None else ew.binary("ge", x, lo)
+            if hi is not None:
+                below = ew.binary("le", x, hi)
+                mask = below if mask is None else ew.binary("mul", mask, below)
+            gx = self._masked(g, mask, x.shape)
+        if need[1]:
+            mask = ew.binary("lt", x, lo)
+            if hi is not None:
+                mask = ew.binary("mul", mask, ew.binary("lt", lo, hi))
+            glo = self._masked(g, mask, lo.shape)
+        if need[2]:
+            mask = ew.binary("gt", x, hi)
+            if lo is not None:
+                mask = ew.binary("maximum", mask, ew.binary("lt", hi, lo))
+            ghi = self._masked(g, mask, hi.shape)
+        return gx, glo, ghi
 
 
 def _number(op: str, what: str, value) -> float:
@@ -149,8 +198,8 @@ def clamp(x, min: float | None = None, max: float | None = None, *, tape=None): 
     """``x`` limited to ``[min, max]`` (either bound may be None), as ``torch.clamp``: NaN
     stays NaN, a NaN bound gives NaN everywhere, ``min > max`` gives ``max`` everywhere,
     and the gradient passes where ``min <= x <= max`` (at a bound too), else 0. Tensor
-    bounds (broadcast) are ``minimum(maximum(x, min), max)``, whose gradients also pass to
-    ``x`` at ties.
+    bounds (broadcast) are ``minimum(maximum(x, min), max)`` with PyTorch's gradients: to
+    ``x`` at ties, to ``min`` where ``x < min < max``, none at a NaN.
 
     >>> tp.clamp(x, min=0.0).to_host()            # x = [-2, 3]
     array([0., 3.], dtype=float32)
@@ -158,8 +207,11 @@ def clamp(x, min: float | None = None, max: float | None = None, *, tape=None): 
     if min is None and max is None:
         raise ParclError("clamp: at least one of min and max must be given")
     if not all(b is None or _is_scalar(b) for b in (min, max)):
-        out = x if min is None else maximum(x, min, tape=tape)
-        return out if max is None else minimum(out, max, tape=tape)
+        lo_s = None if min is None or not _is_scalar(min) else _number("clamp", "min", min)
+        hi_s = None if max is None or not _is_scalar(max) else _number("clamp", "max", max)
+        return ClampBounds.apply(x, None if lo_s is not None else min,
+                                 None if hi_s is not None else max, tape=tape,
+                                 lo_s=lo_s, hi_s=hi_s)
     lo = -math.inf if min is None else _number("clamp", "min", min)
     hi = math.inf if max is None else _number("clamp", "max", max)
     return Clamp.apply(x, tape=tape, p=lo, q=hi)
