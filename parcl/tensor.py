@@ -300,7 +300,7 @@ class Tensor:
         host = self.to_host()
         return host if dtype is None else host.astype(dtype, copy=False)
 
-    def _binary(self, op: str, a, b):
+    def _binary(self, op: str, a, b, out: Tensor | None = None):
         other = b if a is self else a
         # Python numbers and tensors first: the abstract-class check below is the slow one,
         # and a tp.Node on the other side (Tensor + Node under no_grad) comes here first
@@ -317,7 +317,34 @@ class Tensor:
             if not isinstance(other, (Real, np.number)) or isinstance(other, bool):
                 return NotImplemented
         from .kernels import elementwise as ew
-        return ew.binary(op, a, b)
+        return ew.binary(op, a, b, out=out)
+
+    def _inplace(self, op: str, symbol: str, other):
+        """``self op= other`` into this tensor's own buffer, as PyTorch's and numpy's: its
+        aliases (a reshape view, a Node's value, a module's parameter) see the change. Without
+        these operators Python fell back to ``self = self op other``, a new tensor that left
+        every alias as it was, silently. The result must keep this tensor's shape and dtype
+        (float32): a broadcast that grows it is a ``ShapeError``, an int tensor a
+        ``DTypeError``."""
+        res = self._binary(op, self, other, out=self)
+        if res is not NotImplemented:
+            self._overwritten(f"Tensor {symbol}")   # a backward that saved it raises
+        return res
+
+    def __iadd__(self, other):
+        return self._inplace("add", "+=", other)
+
+    def __isub__(self, other):
+        return self._inplace("sub", "-=", other)
+
+    def __imul__(self, other):
+        return self._inplace("mul", "*=", other)
+
+    def __itruediv__(self, other):
+        return self._inplace("div", "/=", other)
+
+    def __ipow__(self, other):
+        return self._inplace("pow", "**=", other)
 
     def __add__(self, other):
         return self._binary("add", self, other)

@@ -9,7 +9,7 @@ import pytest
 
 import parcl as pc
 import parcl.tape as tp
-from parcl.errors import DTypeError, ShapeError
+from parcl.errors import DTypeError, ParclError, ShapeError
 
 
 def dev(queue, a):
@@ -155,3 +155,51 @@ def test_tp_tensor_uploads_arrays_to_the_default_queue(queue):
     np.testing.assert_array_equal(w.grad.to_host(), np.full((3, 2), 2.0))
     with pytest.raises(DTypeError):
         tp.tensor(np.array(["a"]))
+
+
+def test_augmented_assignment_writes_into_the_tensor_as_pytorch(queue):
+    """``t += x`` fell back to ``t = t + x`` (no ``__iadd__``): a new tensor, so a view of
+    ``t`` or a Node holding it kept [1, 2, 4] where PyTorch's in-place op changes them,
+    silently. Now each ``op=`` writes into the buffer; a broadcast that would grow the
+    tensor and an int tensor are errors, not a rebinding."""
+    t = pc.Tensor.from_host(queue, np.array([[1.0, 2.0, 4.0]], np.float32))
+    alias, view = t, t.reshape(-1)
+    t += 1.5
+    t *= pc.Tensor.from_host(queue, np.array([2.0], np.float32))
+    t -= 1
+    t /= 2
+    t **= 2
+    assert t is alias
+    np.testing.assert_allclose(view.to_host(), ((np.array([1, 2, 4]) + 1.5) * 2 - 1) ** 2 / 4)
+    with pytest.raises(ShapeError, match="add"):
+        t += pc.Tensor.from_host(queue, np.ones((2, 3), np.float32))
+    labels = pc.Tensor.from_host(queue, np.array([1, 2], np.int32))
+    with pytest.raises(DTypeError, match="int32"):
+        labels += 1.5
+
+
+def test_a_manual_sgd_step_under_no_grad_updates_the_parameter_in_place(queue):
+    """PyTorch's ``with no_grad(): p -= lr * p.grad`` updates the model; parcl rebound the
+    loop variable to a new tensor and left every weight as it was, silently. Under
+    ``tp.no_grad`` a Node's ``op=`` is now in place on its value; while recording it stays
+    ``x = x op y`` (a new Node, the gradient taken through it)."""
+    w = tp.tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    x = tp.tensor(np.array([3.0, 4.0], np.float32))
+    with tp.Tape() as tape:
+        y = w * x
+        y += 1.0                       # recorded: a new Node
+        loss = tp.sum(y)
+    tape.backward(loss)
+    np.testing.assert_array_equal(y.to_host(), [4.0, 9.0])
+    params = [w]
+    with tp.no_grad():
+        for p in params:
+            p -= 0.5 * p.grad
+    assert params[0] is w
+    np.testing.assert_array_equal(w.to_host(), [-0.5, 0.0])
+    with tp.Tape() as tape2:
+        z = tp.sum(w * w)
+    with tp.no_grad():
+        w += 1.0
+    with pytest.raises(ParclError, match="updated in place"):     # w * w saved the old w
+        tape2.backward(z)

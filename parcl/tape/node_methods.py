@@ -49,6 +49,35 @@ class NodeMethods:
     def __rtruediv__(self, other):
         return _ops().div(other, self)
 
+    # ``x op= y``: under tp.no_grad in place on the value, as PyTorch's (the manual SGD step
+    # ``p -= lr * p.grad`` updates the parameter; Python's fallback ``p = p - ...`` rebound
+    # the loop variable to a new tensor and left the model unchanged, silently). While
+    # recording, NotImplemented: the fallback records ``x = x op y``, a new Node.
+    def _inplace(self, symbol: str, other):
+        from .mode import state
+        if state.grad:
+            return NotImplemented
+        res = getattr(self.value, symbol)(other.value if isinstance(other, NodeMethods)
+                                          else other)
+        if res is NotImplemented:
+            raise TypeError(f"Node {symbol}: unsupported operand {type(other).__name__}")
+        return self
+
+    def __iadd__(self, other):
+        return self._inplace("__iadd__", other)
+
+    def __isub__(self, other):
+        return self._inplace("__isub__", other)
+
+    def __imul__(self, other):
+        return self._inplace("__imul__", other)
+
+    def __itruediv__(self, other):
+        return self._inplace("__itruediv__", other)
+
+    def __ipow__(self, other):
+        return self._inplace("__ipow__", other)
+
     def __matmul__(self, other):
         return _ops().matmul(self, other)
 
