@@ -24,6 +24,7 @@ import pyopencl as cl
 
 from . import replica_threads as threads
 from . import runtime
+from .allreduce.bounded import Bounded
 from .allreduce.end import REDUCED, SYNCED, Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
@@ -53,11 +54,13 @@ class ReplicaGroup:
     Every wait is bounded by ``timeout`` seconds: a replica thread that does not finish
     raises ``ReplicaError``; a device that does not finish a step ends the process with a
     message naming the replica (``parcl.runtime.wait_for_events``: a blocked OpenCL wait
-    cannot be interrupted). ``capture=True`` records each replica's forward and backward once
-    and replays the recorded kernels afterwards (``parcl.tape.capture``): bit-identical
-    results, far less Python per step; a step is recorded again whenever the batch shapes,
-    the grad modes, the model's Python state (``pc.nn.capture_key``) or ``step``'s ``key``
-    change; steps that cannot be replayed (host reads in the model) stay eager.
+    cannot be interrupted), and so does a collective across ranks that waits longer
+    (``allreduce.bounded``: every rank must make the same steps). ``capture=True`` records
+    each replica's forward and backward once and replays the recorded kernels afterwards
+    (``parcl.tape.capture``): bit-identical results, far less Python per step; a step is
+    recorded again whenever the batch shapes, the grad modes, the model's Python state
+    (``pc.nn.capture_key``) or ``step``'s ``key`` change; steps that cannot be replayed
+    (host reads in the model) stay eager.
     ``sync_batchnorm=True``: every training-mode batch norm normalises with the statistics of
     the global batch (every replica's, and every rank's through ``comm``), combined on the
     devices in a fixed order (``parcl.replica_stats``), so a step equals the single-replica
@@ -73,7 +76,10 @@ class ReplicaGroup:
         devs = list(devices) if devices is not None else runtime.devices()
         if not devs:
             raise ParclError("ReplicaGroup: no devices given")
-        self.comm = comm if comm is not None and comm.Get_size() > 1 else None
+        # across ranks every collective is bounded by ``timeout`` as the threads' waits are: a
+        # rank that stopped making steps would otherwise hold the others in MPI for ever
+        self.comm = (Bounded(comm, timeout) if comm is not None and comm.Get_size() > 1
+                     else None)
         # Where the devices are the host's own cores, a step waits for every queue before it
         # returns: letting the end of a step run on while the host enqueues the next one only
         # makes the host's threads compete with the device's (measured: 4 % slower steps).
@@ -444,6 +450,8 @@ class ReplicaGroup:
             return
         self._closed = True
         self._finalizer()                  # join the threads first: none may still write grads
+        if self.comm is not None:
+            self.comm.close()
         for grads in getattr(getattr(self, "_buffers", None), "grads", []):
             grads.detach()
 

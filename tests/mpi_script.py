@@ -59,6 +59,10 @@ def main() -> None:
                    help="rank r runs K_r replicas (on its device, repeated) and trains with "
                         "run + allreduce_grads(average=True) + opt.step, each replica on an "
                         "equal share of the global batch")
+    p.add_argument("--skip-rank", type=int, default=-1, help="this rank's script catches "
+                   "step 1's (simulated) failure and goes on to step 2, a step short of the "
+                   "others; the group's collectives are bounded by --timeout seconds")
+    p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--seed-by-rank", action="store_true", help="build the MLP with "
                    "manual_seed(rank): rank 0's initialisation must still be everyone's")
     args = p.parse_args()
@@ -77,12 +81,15 @@ def main() -> None:
     rank, world = dist.rank(), dist.world_size()
     share = slice(rank * GLOBAL_BATCH // world, (rank + 1) * GLOBAL_BATCH // world)
     with ReplicaGroup.from_launch(build_bn if args.sync_bn else model, capture=args.capture,
-                                  sync_batchnorm=args.sync_bn) as group:
+                                  sync_batchnorm=args.sync_bn,
+                                  timeout=args.timeout) as group:
         opt = make_opt(group.parameters(), lr=1e-2)
         norms = []
         for step in range(3):
             if step == 1 and rank == args.fail_rank:
                 raise RuntimeError(f"deliberate failure on rank {rank}")
+            if step == 1 and rank == args.skip_rank:
+                continue
             group.step(x[share], y[share], loss_fn, opt, max_grad_norm=args.clip,
                        accumulation_steps=args.accumulate)
             norms.append(group.last_grad_norm)

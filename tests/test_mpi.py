@@ -160,6 +160,20 @@ def test_a_failing_rank_stops_the_whole_job(tmp_path):
     assert not (tmp_path / "never.npz").exists()
 
 
+def test_a_rank_a_step_short_ends_the_job_after_the_timeout(tmp_path):
+    """Rank 1's script catches a failed step and goes on: its later steps pair with rank 0's
+    earlier ones, and rank 0's last collective has no partner. MPI would wait for ever; the
+    group's watchdog aborts the job after its timeout, saying which collective waited."""
+    t0 = time.monotonic()
+    r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, SCRIPT, tmp_path / "never.npz",
+             "--skip-rank", 1, "--timeout", 3], timeout=90)
+    elapsed = time.monotonic() - t0
+    assert r.returncode != 0
+    assert "[rank 0]" in r.stderr and "waited more than 3 s for the other ranks" in r.stderr
+    assert elapsed < 60, f"took {elapsed:.1f} s"
+    assert not (tmp_path / "never.npz").exists()
+
+
 def test_launch_errors_abort_every_rank():
     r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1000, SCRIPT, "x.npz"], timeout=60)
     assert r.returncode != 0
