@@ -292,6 +292,16 @@ class Tensor:
     def __int__(self) -> int:
         return int(self.item())
 
+    def __bool__(self) -> bool:
+        """``bool(t)``, ``if t:``: a one-element tensor's value (blocks), as numpy's and
+        PyTorch's. Without it Python took ``len(t)``, so ``bool`` of a ``[0.0]`` was True and
+        that of any (2, 3) tensor True, where both are an error."""
+        if self.size != 1:
+            raise ValueError(f"bool: the truth value of a tensor of shape {self.shape} "
+                             f"({self.size} elements) is ambiguous; reduce it first "
+                             "(t.max(), t.sum())")
+        return bool(self.item())
+
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         """``np.asarray(t)``: a host copy (blocks until ready), as ``to_host``."""
         if copy is False:

@@ -32,6 +32,19 @@ def test_float_int_item_on_one_element_tensors_and_nodes(queue):
             float(x)
 
 
+def test_bool_of_a_tensor_is_its_one_value_and_ambiguous_for_more(queue):
+    # bool() took len(): [0.0] and any (2, 3) tensor were True
+    for x in (dev(queue, [0.0]), dev(queue, 0.0), tp.tensor(dev(queue, [[0.0]]))):
+        assert not x and bool(x) is False
+    assert dev(queue, [-0.5]) and tp.tensor(dev(queue, 2.0))
+    assert bool(pc.Tensor.from_host(queue, np.array([0]))) is False
+    assert bool(pc.Tensor.from_host(queue, np.array([True]))) is True
+    assert max(dev(queue, [1.0, 3.0, 2.0])).item() == 3.0     # compares 0-d masks
+    for x in (dev(queue, np.zeros((2, 3))), tp.tensor(dev(queue, [1.0, 1.0]))):
+        with pytest.raises(ValueError, match="ambiguous"):
+            bool(x)
+
+
 def test_asarray_copies_to_the_host(queue):
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     t = dev(queue, a)

@@ -341,12 +341,14 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     # the in-order queue runs anything that reuses them after this GEMM.
     pa = Tensor.empty(queue, c.pa_shape) if c.pa_shape is not None else None
     pb = Tensor.empty(queue, c.pb_shape)
+    pa_buf = pa.data if pa is not None else None     # (a Tensor's truth is its value's)
     if k > 0:
         _kernel(queue, "pack", variant)(
-            queue, c.pack_gsize, c.pack_lsize, a.data, *c.pack_a, pa.data if pa else None,
+            queue, c.pack_gsize, c.pack_lsize, a.data, *c.pack_a, pa_buf,
             *c.pack_m, b.data, *c.pack_b, pb.data, *c.pack_n)
     _kernel(queue, "gemm_cpu", variant)(
-        queue, c.gsize, c.lsize, pa.data if pa else a.data, *c.a_strides, pb.data, *c.pb_bs,
+        queue, c.gsize, c.lsize, a.data if pa is None else pa_buf, *c.a_strides, pb.data,
+        *c.pb_bs,
         out.data, *c.c_args, bias_buf, *c.tail)
 
 

@@ -111,6 +111,10 @@ class NodeMethods:
     def __int__(self) -> int:
         return int(self.value)
 
+    def __bool__(self) -> bool:
+        # the value's truth (pc.Tensor.__bool__), not every object's True
+        return bool(self.value)
+
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         """``np.asarray(node)``: a host copy of the value (see ``pc.Tensor.__array__``)."""
         return self.value.__array__(dtype, copy)
