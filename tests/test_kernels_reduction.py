@@ -150,6 +150,17 @@ def test_errors(queue):
         rd.sum(pc.Tensor.from_host(queue, np.arange(3, dtype=np.int64)))
 
 
+def test_an_axis_refused_once_is_refused_after_its_int_plan_is_kept(queue):
+    # (1.0,) and (True,) equal (1,) as keys: after a sum over (1,) they took its plan
+    x = pc.Tensor.from_host(queue, np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(rd.sum(x, axis=(1,)).to_host(), [3.0, 12.0])
+    for axis in ((1.0,), (True,), (0, 1.0)):
+        with pytest.raises(pc.ShapeError, match="axis must be an int"):
+            rd.sum(x, axis=axis)
+    np.testing.assert_array_equal(rd.sum(x, axis=(np.int64(1),)).to_host(),
+                                  [3.0, 12.0])
+
+
 def test_two_threads_reduce_concurrently(queues2):
     rounds = 300
 

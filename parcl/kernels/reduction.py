@@ -237,12 +237,13 @@ def _reduce(op: str, kernel_op: str, x: Tensor, axis, keepdims: bool, mean: bool
     queue = x.queue
     choices = getattr(queue, "choices", None)       # a parcl Queue's: plans kept per queue
     key = None
-    if choices is not None and workgroup is None and (axis is None or type(axis) in (int, tuple)):
+    # a plan is kept only under exact ints: (1.0,) and (True,) equal (1,) as keys, and would
+    # take its plan silently where _plan refuses them (axis_int)
+    if choices is not None and workgroup is None and (
+            axis is None or type(axis) is int
+            or (type(axis) is tuple and all(type(a) is int for a in axis))):
         key = ("reduce", op, kernel_op, x.shape, axis, keepdims, mean)
-        try:
-            plan = choices.get(key)
-        except TypeError:          # an unhashable axis (a list inside): _plan names the error
-            key = plan = None
+        plan = choices.get(key)
         if plan is not None:
             return _apply(x, plan)
     plan = _plan(op, kernel_op, x.shape, axis, keepdims, mean, on_gpu(queue), workgroup)
