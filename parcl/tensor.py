@@ -271,6 +271,14 @@ class Tensor:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
+    def __iter__(self):
+        """``for row in t``: ``t[0], t[1], ...``. A 0-d tensor is a TypeError, as numpy's:
+        Python's fallback (``__getitem__`` until an IndexError) made ``list(t)`` of one ``[]``,
+        silently."""
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
     def __getitem__(self, key) -> Tensor:
         """``t[key]``: basic indexing (ints, slices with steps, None, ...) into a new contiguous
         tensor, computed on this tensor's queue and never recorded (``tp.getitem`` records)."""

@@ -45,6 +45,17 @@ def test_bool_of_a_tensor_is_its_one_value_and_ambiguous_for_more(queue):
             bool(x)
 
 
+def test_iterating_a_0d_tensor_is_an_error_not_an_empty_loop(queue):
+    # Python's __getitem__ fallback stopped at t[0]'s IndexError: list(t) was []
+    for x in (dev(queue, 3.0), tp.tensor(dev(queue, 3.0))):
+        with pytest.raises(TypeError, match="0-d"):
+            list(x)
+    m = [[1.0, 2.0], [3.0, 4.0]]
+    for x in (dev(queue, m), tp.tensor(dev(queue, m))):
+        rows = list(x)
+        assert len(rows) == 2 and [float(r.sum()) for r in rows] == [3.0, 7.0]
+
+
 def test_asarray_copies_to_the_host(queue):
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     t = dev(queue, a)

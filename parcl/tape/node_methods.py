@@ -123,6 +123,12 @@ class NodeMethods:
         """``x[key]``: basic indexing (ints, slices with steps, None, ...), ``tp.getitem``."""
         return _ops().getitem(self, key)
 
+    def __iter__(self):
+        # rows, as pc.Tensor.__iter__: a 0-d Node is a TypeError, not an empty iteration
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
     # -- PyTorch's shape methods (``x.permute(1, 0)``, ``x.view(-1)``, ...) ---------------
     def view(self, *shape):
         """``x.view(*shape)``: ``x.reshape`` (parcl's tensors are contiguous: always a view)."""
