@@ -279,6 +279,13 @@ class Tensor:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self.shape[0]))
 
+    def __contains__(self, value) -> bool:
+        """``v in t``: whether an element equals ``v`` (a host read that blocks), numpy's
+        ``(t == v).any()``. Python's fallback compared each row to ``v`` by identity (no
+        ``__eq__``): always False."""
+        # np.asarray: a Tensor or tp.Node operand read to the host too
+        return bool((self.to_host() == np.asarray(value)).any())
+
     def __getitem__(self, key) -> Tensor:
         """``t[key]``: basic indexing (ints, slices with steps, None, ...) into a new contiguous
         tensor, computed on this tensor's queue and never recorded (``tp.getitem`` records)."""

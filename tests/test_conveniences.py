@@ -56,6 +56,15 @@ def test_iterating_a_0d_tensor_is_an_error_not_an_empty_loop(queue):
         assert len(rows) == 2 and [float(r.sum()) for r in rows] == [3.0, 7.0]
 
 
+def test_in_finds_an_element_as_numpys_in_does(queue):
+    # Python's fallback compared each row to the value by identity: always False
+    t = dev(queue, [[1.0, 2.0], [3.0, 4.0]])
+    for x in (t, tp.tensor(t)):
+        assert 3.0 in x and 4 in x and 5.0 not in x
+        assert dev(queue, [3.0, 4.0]) in x and tp.tensor(dev(queue, 2.0)) in x
+    assert 7 in pc.Tensor.from_host(queue, np.array([5, 7]))
+
+
 def test_asarray_copies_to_the_host(queue):
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     t = dev(queue, a)

@@ -123,6 +123,10 @@ class NodeMethods:
         """``x[key]``: basic indexing (ints, slices with steps, None, ...), ``tp.getitem``."""
         return _ops().getitem(self, key)
 
+    def __contains__(self, item) -> bool:
+        # elementwise, as pc.Tensor.__contains__ (not each row compared by identity)
+        return item in self.value
+
     def __iter__(self):
         # rows, as pc.Tensor.__iter__: a 0-d Node is a TypeError, not an empty iteration
         if not self.shape:
