@@ -510,6 +510,21 @@ def test_a_captured_group_sees_a_global_its_forward_reads(devices2):
         SCALE, SQUASH = 0.5, True
 
 
+def changed_at_step_2(devices2, build, loss_fn, change, capture: bool):
+    """Four SGD steps of a group over ``build``'s model, ``change()`` made before the third:
+    the losses, and how many steps were replays."""
+    out = []
+    with ReplicaGroup(lambda q: (pc.manual_seed(0), build(q))[1], devices2,
+                      capture=capture) as g:
+        opt = pc.optim.SGD(g.parameters(), lr=0.1)
+        for i in range(4):
+            if i == 2:
+                change()
+            out.append(g.step(*batch(8, seed=i), loss_fn, opt))
+        replays = sum(s.replays for per in g.captured_steps for s in per)
+    return out, replays
+
+
 class WeightedLoss:        # a loss that is a plain object called as a function
     def __init__(self, weight):
         self.weight = weight
@@ -528,17 +543,9 @@ def test_a_captured_group_sees_a_setting_held_by_a_loss_object(devices2, how):
     the captured steps replayed weight 1 (loss 1.569 where the eager step gives 4.707),
     silently. The object's attributes, and what its ``__call__`` reads, are keyed now."""
     def losses(capture):
-        crit, out = WeightedLoss(1.0), []
-        loss_fn = crit if how == "__call__" else crit.loss
-        with ReplicaGroup(lambda q: (pc.manual_seed(0), Net(q))[1], devices2,
-                          capture=capture) as g:
-            opt = pc.optim.SGD(g.parameters(), lr=0.1)
-            for i in range(4):
-                if i == 2:
-                    crit.weight = 3.0
-                out.append(g.step(*batch(8, seed=i), loss_fn, opt))
-            replays = sum(s.replays for per in g.captured_steps for s in per)
-        return out, replays
+        crit = WeightedLoss(1.0)
+        return changed_at_step_2(devices2, Net, crit if how == "__call__" else crit.loss,
+                                 lambda: setattr(crit, "weight", 3.0), capture)
 
     (eager, _), (captured, replays) = losses(False), losses(True)
     np.testing.assert_array_equal(captured, eager)
@@ -571,21 +578,17 @@ def test_a_captured_group_sees_what_its_forward_reads_through_its_class(devices2
     the methods it calls (their reads, as a called function's) are keyed now."""
     global SCALE
 
+    def make_change():
+        global SCALE
+        if change == "class attribute":
+            Tempered.temperature = 1 / 3
+        else:
+            SCALE = 1.5
+
     def losses(capture):
         global SCALE
-        SCALE, Tempered.temperature, out = 0.5, 1.0, []
-        with ReplicaGroup(lambda q: (pc.manual_seed(0), Tempered(q))[1], devices2,
-                          capture=capture) as g:
-            opt = pc.optim.SGD(g.parameters(), lr=0.1)
-            for i in range(4):
-                if i == 2:
-                    if change == "class attribute":
-                        Tempered.temperature = 1 / 3
-                    else:
-                        SCALE = 1.5
-                out.append(g.step(*batch(8, seed=i), tp.cross_entropy, opt))
-            replays = sum(s.replays for per in g.captured_steps for s in per)
-        return out, replays
+        SCALE, Tempered.temperature = 0.5, 1.0
+        return changed_at_step_2(devices2, Tempered, tp.cross_entropy, make_change, capture)
 
     try:
         (eager, _), (captured, replays) = losses(False), losses(True)
@@ -616,20 +619,13 @@ def test_a_captured_group_sees_a_setting_of_a_config_module(devices2, reader):
     scale 1 (loss 2.514 where the eager step gives 6.052), silently. The plain settings
     such code names in a module are keyed now."""
     def losses(capture):
-        settings.SCALE, out = 1.0, []
+        settings.SCALE = 1.0
         build = ModuleScaled if reader == "forward" else (
             lambda q: pc.nn.Linear(8, 4, queue=q))
         loss_fn = tp.cross_entropy if reader == "forward" else (
             lambda o, y: tp.cross_entropy(o, y) * settings.SCALE)
-        with ReplicaGroup(lambda q: (pc.manual_seed(0), build(q))[1], devices2,
-                          capture=capture) as g:
-            opt = pc.optim.SGD(g.parameters(), lr=0.1)
-            for i in range(4):
-                if i == 2:
-                    settings.SCALE = 3.0
-                out.append(g.step(*batch(8, seed=i), loss_fn, opt))
-            replays = sum(s.replays for per in g.captured_steps for s in per)
-        return out, replays
+        return changed_at_step_2(devices2, build, loss_fn,
+                                 lambda: setattr(settings, "SCALE", 3.0), capture)
 
     try:
         (eager, _), (captured, replays) = losses(False), losses(True)
