@@ -15,6 +15,7 @@ when the group is built. See docs/architecture.md.
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 import weakref
@@ -29,6 +30,7 @@ from .allreduce.end import REDUCED, SYNCED, Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
 from .nn.keys import loss_key
+from .nn.module import default_generator, set_default_generator
 from .pool import stamp
 from .replica_steps import (Captured, Eager, IgnoredLabels, check_optimizer, check_reduction,
                             check_signatures, positive, shard_batch, skip_unreached,
@@ -100,7 +102,11 @@ class ReplicaGroup:
             threads.start(r)
         self._finalizer = weakref.finalize(self, threads.shutdown, list(self.replicas))
         try:
-            models = self._call(lambda r: build_model(r.queue), ())
+            # each replica builds from a copy of the caller's initialisation generator: the
+            # replica threads' own start at seed 0 whatever the caller seeded, so a seed
+            # sweep (pc.manual_seed(s); ReplicaGroup(build)) built one model for every s
+            init = default_generator()
+            models = self._call(lambda r: _seeded(build_model, r.queue, init), ())
             for r, m in zip(self.replicas, models):
                 r.model = m
             self._setup_parameters(bucket_mb)
@@ -472,3 +478,9 @@ class ReplicaGroup:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<ReplicaGroup {len(self.replicas)} replicas, {state}>"
+
+
+def _seeded(build_model, queue, init: np.random.Generator):
+    """``build_model(queue)`` drawing from a copy of ``init`` (in the replica's thread)."""
+    set_default_generator(copy.deepcopy(init))
+    return build_model(queue)

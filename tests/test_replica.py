@@ -520,3 +520,23 @@ def test_ctrl_c_while_a_call_is_handed_out_does_not_hang_the_next_call(devices2)
         t0 = time.monotonic()
         assert group.run(lambda r: r.index) == [0, 1]
         assert time.monotonic() - t0 < 5
+
+
+def test_a_seed_set_before_the_group_seeds_the_model_it_builds(devices2):
+    """``pc.manual_seed(s)`` and then ``ReplicaGroup(build)`` builds the model ``build`` gives
+    after that seed in the caller's own thread: the replica threads' generators started at
+    seed 0 whatever the caller had seeded, so a seed sweep trained one model for every seed."""
+    def build(queue):
+        return pc.nn.Linear(4, 3, queue=queue)
+
+    weights = []
+    for seed in (1, 2, 1):
+        pc.manual_seed(seed)
+        with ReplicaGroup(build, devices2) as group:
+            weights.append(group.model.weight.value.to_host())
+    pc.manual_seed(2)
+    alone = build(pc.default_queue()).weight.value.to_host()
+    pc.manual_seed(0)
+    assert not np.array_equal(weights[0], weights[1])
+    np.testing.assert_array_equal(weights[0], weights[2])
+    np.testing.assert_array_equal(weights[1], alone)

@@ -79,6 +79,13 @@ def default_generator() -> np.random.Generator:
     return gen
 
 
+def set_default_generator(generator: np.random.Generator) -> None:
+    """Make ``generator`` this thread's initialisation generator (``ReplicaGroup`` gives each
+    replica thread a copy of its caller's, so ``pc.manual_seed(s)`` before the group seeds
+    the model it builds)."""
+    _rng.generator = generator
+
+
 def uniform_(shape, bound: float) -> np.ndarray:
     """Host array ~ U(-bound, bound) from the thread's generator (float32)."""
     return default_generator().uniform(-bound, bound, size=shape).astype(np.float32)
