@@ -39,7 +39,10 @@ def test_conv2d_dilation_groups_forward_and_gradcheck(queue, rng, xs, ws, s, p, 
     y = tp.conv2d(nx, nw, nb, s, p, d, groups)
     assert y.op_name == "conv2d"
     close(y.to_host(), ref.conv2d(x, w, b, s, p, d, groups))
-    assert tp.gradcheck(lambda a, k, c: tp.conv2d(a, k, c, s, p, d, groups), [nx, nw, nb])
+    # a weight's gradient sums float32 products over every output position: finite
+    # differences of the float32 forward are off by up to ~2e-3 there
+    assert tp.gradcheck(lambda a, k, c: tp.conv2d(a, k, c, s, p, d, groups), [nx, nw, nb],
+                        atol=5e-3)
 
 
 @pytest.mark.parametrize("xs, ws, s, p, d, groups", [CASES[0], CASES[2], CASES[6]])
@@ -51,7 +54,7 @@ def test_conv2d_groups_fused_relu(queue, rng, xs, ws, s, p, d, groups):
                       relu=True)
         close(y.to_host(), np.maximum(ref.conv2d(x, w, bias, s, p, d, groups), 0))
     assert tp.gradcheck(lambda a, k: tp.conv2d(a, k, up(queue, b), s, p, d, groups,
-                                               relu=True), [nx, nw])
+                                               relu=True), [nx, nw], atol=5e-3)
 
 
 def test_depthwise_large_batch_weight_gradient_sums_over_images(queue, rng):

@@ -474,6 +474,28 @@ def test_gradcheck_checks_every_element_by_default(queue):
         tp.gradcheck(lambda v: OneWrong.apply(v), [x])
 
 
+@pytest.mark.parametrize("wrong", ["one_percent_off", "twice_for_small_gradients"])
+def test_gradcheck_catches_a_gradient_one_percent_off_or_wrong_where_it_is_small(queue, wrong):
+    """With the defaults a backward 1% off (x1.01 for x*x on N(0, 1) inputs) is caught, and
+    so is one 2x off where every gradient is below 0.01; at atol = rtol = 1e-2 both passed."""
+    from parcl.kernels import elementwise as ew
+    factor, scale = (2.02, 1.0) if wrong == "one_percent_off" else (4.0, 5e-4)
+
+    class Off(tp.Function):
+        name = "off"
+
+        def forward(self, x):
+            self.x = x
+            return ew.unary("square", x)
+
+        def backward(self, g):
+            return ew.binary("mul", ew.scalar("mul", self.x, factor), g)
+
+    x = leaf(queue, np.random.default_rng(0).standard_normal(16) * scale)
+    with pytest.raises(pc.GradcheckError, match="input 0"):
+        tp.gradcheck(Off.apply, [x])
+
+
 @pytest.mark.parametrize("bad", ["analytic", "numeric"])
 def test_gradcheck_fails_a_nan_gradient(queue, bad):
     """A NaN on either side is no match, as in PyTorch's gradcheck: a backward returning NaN
