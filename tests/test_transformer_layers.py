@@ -324,3 +324,16 @@ def test_transformer_initialisation_is_xavier_on_matrices():
     assert np.all(sd["decoder.norm.weight"] == 1)
     # the copies of a layer start equal, then the re-draw makes them differ, as torch's
     assert not np.array_equal(w, sd["encoder.layers.1.linear1.weight"])
+
+
+def test_transformer_redraws_a_custom_parts_conv_weight_with_xavier_over_its_receptive_field():
+    # torch's _reset_parameters re-draws every p.dim() > 1, a (cout, cin, k) conv weight
+    # too, with fans cin*k and cout*k; it used to be skipped (only 2-d), keeping the conv's
+    # own U(-1/sqrt(cin*k), ..) bound 1/24 where torch's is sqrt(6/(2*64*9)) = 0.072
+    pc.nn.manual_seed(0)
+    model = pc.nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
+                              dim_feedforward=32, custom_encoder=pc.nn.Conv1d(64, 64, 9))
+    w = model.state_dict()["encoder.weight"]
+    bound = np.sqrt(6 / (64 * 9 + 64 * 9))
+    assert bound * 0.95 < np.abs(w).max() <= bound
+    assert np.isclose(w.std(), bound / np.sqrt(3), rtol=0.05)

@@ -67,9 +67,12 @@ def _shape(mask) -> tuple[int, ...]:
 
 
 def xavier_uniform(shape) -> np.ndarray:
-    """``torch.nn.init.xavier_uniform_`` for a 2-d ``(fan_out, fan_in)`` weight (a host array
-    from the thread's generator)."""
-    fan_out, fan_in = shape
+    """``torch.nn.init.xavier_uniform_`` for a weight of 2 or more dims (a host array from the
+    thread's generator): ``(fan_out, fan_in, *kernel)`` with torch's fans, each dim times the
+    receptive field ``prod(kernel)`` (a conv weight a custom ``Transformer`` part holds)."""
+    shape = tuple(shape)
+    receptive = math.prod(shape[2:])
+    fan_out, fan_in = shape[0] * receptive, shape[1] * receptive
     return uniform_(shape, math.sqrt(6.0 / (fan_in + fan_out)))
 
 

@@ -378,7 +378,7 @@ class Transformer(Module):
                 TransformerDecoderLayer(*args, queue=queue), num_decoder_layers,
                 LayerNorm(d_model, eps=layer_norm_eps, bias=bias, queue=queue))
         for p in self.parameters():       # torch's _reset_parameters, in parameter order
-            if len(p.shape) == 2:
+            if len(p.shape) > 1:          # torch's p.dim() > 1: a custom part's conv too
                 p.value.copy_(Tensor.from_host(p.value.queue, xavier_uniform(p.shape)))
         self.d_model, self.nhead, self.batch_first = int(d_model), int(nhead), bool(batch_first)
 
