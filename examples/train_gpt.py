@@ -133,6 +133,11 @@ def main(argv=None) -> float:
                          dropout=args.dropout, queue=queue)
 
     with ReplicaGroup.from_launch(build_model, capture=args.capture) as group:
+        # manual_seed above also seeded every replica's dropout generator with args.seed, so
+        # every replica of every rank dropped the very same units of its own shard (masks
+        # repeated across the global batch, unlike one device's); each now draws its own.
+        group.run(lambda r: tp.manual_seed(int(
+            np.random.SeedSequence([args.seed, rank, r.index]).generate_state(1)[0])))
         opt = pc.optim.AdamW(param_groups(group.model, args.weight_decay), lr=args.lr,
                              betas=(0.9, 0.99))
         scheduler = warmup_cosine(opt, args.max_steps, args.warmup, args.min_lr)
@@ -154,7 +159,9 @@ def main(argv=None) -> float:
             group.broadcast_parameters()             # the loaded weights to every replica
             step = int(meta["step"])
             loader.load_state_dict(meta["loader"])   # rank 0's position: every rank's
-            saved = meta.get("dropout", [])
+            saved = meta.get("dropout", [])          # every rank's replicas' generators
+            saved = saved[rank] if rank < len(saved) and len(saved[rank]) and \
+                isinstance(saved[rank][0], list) else saved    # (before: rank 0's only)
             if len(saved) == len(group):             # the same masks as in one run
                 group.set_rng_state(saved)
             elif args.dropout > 0:                   # masks drawn afresh: say so, not silently
@@ -163,10 +170,11 @@ def main(argv=None) -> float:
             log(f"resumed from {path} at step {step}")
 
         def save() -> None:
+            dropout = dist.gather(group.rng_state())  # collective: every rank calls it
             if is_main:
                 os.makedirs(args.checkpoint, exist_ok=True)
                 pc.save(path, group.model, opt, step=step, scheduler=scheduler,
-                        loader=loader.state_dict(), dropout=group.rng_state())
+                        loader=loader.state_dict(), dropout=dropout)
 
         stop = min(args.stop_at, args.max_steps) if args.stop_at else args.max_steps
         start, first, recent = time.perf_counter(), step, []
