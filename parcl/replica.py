@@ -102,11 +102,12 @@ class ReplicaGroup:
             threads.start(r)
         self._finalizer = weakref.finalize(self, threads.shutdown, list(self.replicas))
         try:
-            # each replica builds from a copy of the caller's initialisation generator: the
-            # replica threads' own start at seed 0 whatever the caller seeded, so a seed
-            # sweep (pc.manual_seed(s); ReplicaGroup(build)) built one model for every s
-            init = default_generator()
-            models = self._call(lambda r: _seeded(build_model, r.queue, init), ())
+            # each replica builds from a copy of the caller's initialisation generator, and
+            # draws dropout masks from the caller's dropout generator's state: the replica
+            # threads' own start at seed 0 whatever the caller seeded, so a seed sweep
+            # (pc.manual_seed(s); ReplicaGroup(build)) built one model for every s
+            init, dropout = default_generator(), nn_ops.rng_state()
+            models = self._call(lambda r: _seeded(build_model, r.queue, init, dropout), ())
             for r, m in zip(self.replicas, models):
                 r.model = m
             self._setup_parameters(bucket_mb)
@@ -480,7 +481,11 @@ class ReplicaGroup:
         return f"<ReplicaGroup {len(self.replicas)} replicas, {state}>"
 
 
-def _seeded(build_model, queue, init: np.random.Generator):
-    """``build_model(queue)`` drawing from a copy of ``init`` (in the replica's thread)."""
+def _seeded(build_model, queue, init: np.random.Generator, dropout: tuple[int, int]):
+    """``build_model(queue)`` drawing from a copy of ``init`` (in the replica's thread), the
+    replica's dropout generator at the caller's state ``dropout``: pc.manual_seed(s) seeds
+    both in the caller's thread, and a replica thread's own started at seed 0 whatever s was,
+    so a seed sweep drew the same dropout masks for every s."""
     set_default_generator(copy.deepcopy(init))
+    nn_ops.set_rng_state(dropout)
     return build_model(queue)

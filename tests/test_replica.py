@@ -540,3 +540,30 @@ def test_a_seed_set_before_the_group_seeds_the_model_it_builds(devices2):
     assert not np.array_equal(weights[0], weights[1])
     np.testing.assert_array_equal(weights[0], weights[2])
     np.testing.assert_array_equal(weights[1], alone)
+
+
+def test_a_seed_set_before_the_group_seeds_its_dropout_masks(devices2):
+    """``pc.manual_seed(s)`` seeds the caller's dropout generator too; the replica threads'
+    own started at seed 0 whatever s was, so a seed sweep drew the same masks for every s and
+    a one-replica group's step differed from the same step on the caller's queue."""
+    def build(queue):
+        return pc.nn.Sequential(pc.nn.Linear(6, 16, queue=queue), pc.nn.Dropout(0.5),
+                                pc.nn.Linear(16, 3, queue=queue))
+
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((8, 6)).astype(np.float32), rng.integers(0, 3, 8)
+    losses = []
+    for seed in (1, 2):
+        pc.manual_seed(seed)
+        with ReplicaGroup(build, devices2[:1]) as group:
+            assert group.rng_state() == [[seed, 0]]
+            losses.append(group.step(x, y, tp.cross_entropy,
+                                     pc.optim.SGD(group.parameters(), lr=0.1)))
+    pc.manual_seed(2)
+    q = pc.default_queue()
+    model = build(q)
+    with tp.Tape():
+        alone = tp.cross_entropy(model(pc.Tensor.from_host(q, x)), pc.Tensor.from_host(q, y))
+    pc.manual_seed(0)
+    assert losses[0] != losses[1]
+    assert losses[1] == pytest.approx(alone.item(), abs=1e-6)
