@@ -312,14 +312,27 @@ class Captured(Eager):
         return entry[1]
 
 
+# ops of one operand and a Python constant (``x * s``, ``x / s``, ``x + s``, ``s - x``,
+# ``-x``), exactly these types: ``kl_div``'s BatchMean, a DivScalar, is a mean of its own
+_CONSTANT_AFFINE = frozenset((ops.elementwise.MulScalar, ops.elementwise.DivScalar,
+                              ops.elementwise.AddScalar, ops.elementwise.SubScalar,
+                              ops.elementwise.RSubScalar, ops.unary.Neg))
+
+
 def batch_op(loss: Node, rows: int) -> str:
     """The op that reduced the batch in ``loss`` (``check_reduction``): under nested sums and
     means the one whose axes took the rows (dim 0 of the first reduction's input, followed
     through the others' axes), not the last: ``tp.mean(tp.sum(d * d, axis=0))`` is a sum over
     the batch, ``tp.sum(tp.mean(d * d, axis=0))`` a mean. Where the rows cannot be followed
     (the first reduction's input does not start with them), the last op, a mean that is not
-    over the whole batch named "mean of no batch"."""
-    chain, entry = [], loss.entry
+    over the whole batch named "mean of no batch". A constant scaling or shift on top
+    (``tp.sum(d * d) / 8``, ``-tp.sum(...)``, ``tp.mean(...) * 8``) leaves what reduced the
+    batch as it was: looked through, or a sum divided by a constant was weighed as a mean
+    (half the full-batch gradient on 2 replicas) and a mean times one summed per replica."""
+    top = loss.entry
+    while type(top.grad_fn) in _CONSTANT_AFFINE and len(top.parents) == 1:
+        top = top.parents[0]
+    chain, entry = [], top
     while entry.op_name in ("sum", "mean") and entry.parents:
         chain.append(entry)                  # outermost first
         entry = entry.parents[0]
@@ -331,10 +344,10 @@ def batch_op(loss: Node, rows: int) -> str:
                 return e.op_name
             if len(e.shape) < len(f.shape):  # the reduced axes dropped (no keepdims)
                 axis -= sum(1 for a in f.axes if a < axis)
-    last_op = loss.op_name
-    mean_of = tuple(getattr(loss.grad_fn, "shape", ()))
+    last_op = top.op_name
+    mean_of = tuple(getattr(top.grad_fn, "shape", ()))
     if last_op == "mean" and not (mean_of[:1] == (rows,)
-                                  and len(loss.grad_fn.axes) == len(mean_of)):
+                                  and len(top.grad_fn.axes) == len(mean_of)):
         last_op = "mean of no batch"         # e.g. of a sum over the batch (feature means)
     return last_op
 

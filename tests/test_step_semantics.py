@@ -92,6 +92,29 @@ def test_a_summed_loss_with_reduction_sum_equals_the_full_batch(devices2):
         np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
 
 
+def test_a_loss_scaled_by_a_constant_is_weighed_as_the_sum_or_mean_under_it(devices2):
+    """``tp.sum(...) / 8`` (a sum over the batch divided by a constant) ended in a division,
+    so the step weighed it as a mean: on 2 replicas loss 2.58 for the single replica's 5.15
+    and other parameters, with no error; ``tp.mean(...) * 8`` with ``reduction="sum"`` added
+    the replicas' means (20.6 for 10.3). The constant is looked through now: the first is
+    refused as the sum it is, and equals the full batch with ``reduction="sum"``; the second
+    is refused as a mean."""
+    x, y = batch(7)
+    scaled_sum = [lambda o, t: sum_loss(o, t) / 8.0, lambda o, t: -(sum_loss(o, t) * -0.5)]
+    for loss_fn in scaled_sum:
+        with pytest.raises(pc.ParclError, match="reduction='sum'"):
+            one_step(devices2, x, y, loss_fn)
+        one, p1 = one_step(devices2[:1], x, y, loss_fn, reduction="sum")
+        two, p2 = one_step(devices2, x, y, loss_fn, reduction="sum")
+        np.testing.assert_allclose(two, one, rtol=1e-5)
+        for k in p1:
+            np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
+    for loss_fn in (lambda o, t: tp.cross_entropy(o, t) * 8.0,
+                    lambda o, t: 1.0 - tp.mean(o * o)):
+        with pytest.raises(pc.ParclError, match="returned a mean"):
+            one_step(devices2, x, y, loss_fn, reduction="sum")
+
+
 def test_a_batch_whose_every_label_is_ignored_returns_nan_as_pytorch(devices2):
     x, _ = batch(4)
     loss, _ = one_step(devices2, x, np.full(4, -100), tp.cross_entropy)
