@@ -105,11 +105,14 @@ class ReplicaGroup:
             # each replica builds from a copy of the caller's initialisation generator, and
             # draws dropout masks from the caller's dropout generator's state: the replica
             # threads' own start at seed 0 whatever the caller seeded, so a seed sweep
-            # (pc.manual_seed(s); ReplicaGroup(build)) built one model for every s
+            # (pc.manual_seed(s); ReplicaGroup(build)) built one model for every s. The
+            # caller's generator then moves on as the build's did, as after a build in its
+            # own thread: a second group (a student beside a teacher) gets other weights.
             init, dropout = default_generator(), nn_ops.rng_state()
-            models = self._call(lambda r: _seeded(build_model, r.queue, init, dropout), ())
-            for r, m in zip(self.replicas, models):
+            built = self._call(lambda r: _seeded(build_model, r.queue, init, dropout), ())
+            for r, (m, _) in zip(self.replicas, built):
                 r.model = m
+            set_default_generator(built[0][1])
             self._setup_parameters(bucket_mb)
             # every rank's replica count: ranks may run different numbers (their own
             # ``devices``), and a mean over all replicas must divide by their sum on each
@@ -485,7 +488,9 @@ def _seeded(build_model, queue, init: np.random.Generator, dropout: tuple[int, i
     """``build_model(queue)`` drawing from a copy of ``init`` (in the replica's thread), the
     replica's dropout generator at the caller's state ``dropout``: pc.manual_seed(s) seeds
     both in the caller's thread, and a replica thread's own started at seed 0 whatever s was,
-    so a seed sweep drew the same dropout masks for every s."""
+    so a seed sweep drew the same dropout masks for every s. Returns the model and a copy of
+    the generator where the build left it."""
     set_default_generator(copy.deepcopy(init))
     nn_ops.set_rng_state(dropout)
-    return build_model(queue)
+    model = build_model(queue)
+    return model, copy.deepcopy(default_generator())

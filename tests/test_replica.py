@@ -536,10 +536,20 @@ def test_a_seed_set_before_the_group_seeds_the_model_it_builds(devices2):
             weights.append(group.model.weight.value.to_host())
     pc.manual_seed(2)
     alone = build(pc.default_queue()).weight.value.to_host()
+    # two groups after one seed: the second's weights follow the first's draws, as a
+    # second build in the caller's own thread does (a student beside a teacher)
+    pc.manual_seed(3)
+    with ReplicaGroup(build, devices2) as first, ReplicaGroup(build, devices2) as second:
+        pair = [g.model.weight.value.to_host() for g in (first, second)]
+    pc.manual_seed(3)
+    in_caller = [build(pc.default_queue()).weight.value.to_host() for _ in range(2)]
     pc.manual_seed(0)
     assert not np.array_equal(weights[0], weights[1])
     np.testing.assert_array_equal(weights[0], weights[2])
     np.testing.assert_array_equal(weights[1], alone)
+    assert not np.array_equal(pair[0], pair[1])
+    np.testing.assert_array_equal(pair[0], in_caller[0])
+    np.testing.assert_array_equal(pair[1], in_caller[1])
 
 
 def test_a_seed_set_before_the_group_seeds_its_dropout_masks(devices2):
