@@ -319,6 +319,21 @@ def test_capture_key_sees_a_module_swapped_inside_a_plain_list_or_dict(queue):
             np.testing.assert_array_equal(replayed, net(pc.Tensor.from_host(queue, x)).to_host())
     assert step.replays == 1                     # only the call after no change
 
+def changed_at_step_2(devices2, build, loss_fn, change, capture: bool):
+    """Four SGD steps of a group over ``build``'s model, ``change(group)`` made before the
+    third: the losses, and how many steps were replays."""
+    out = []
+    with ReplicaGroup(lambda q: (pc.manual_seed(0), build(q))[1], devices2,
+                      capture=capture) as g:
+        opt = pc.optim.SGD(g.parameters(), lr=0.1)
+        for i in range(4):
+            if i == 2:
+                change(g)
+            out.append(g.step(*batch(8, seed=i), loss_fn, opt))
+        replays = sum(s.replays for per in g.captured_steps for s in per)
+    return out, replays
+
+
 def test_a_captured_group_sees_a_set_attribute_changed(devices2):
     """A forward that branches on a set it holds (``if "a" in self.skip``): ``capture_key``
     skipped sets, so after ``r.model.skip.add("a")`` on every replica the captured steps
@@ -334,17 +349,12 @@ def test_a_captured_group_sees_a_set_attribute_changed(devices2):
         def forward(self, x):
             return self.b(x if "a" in self.skip else tp.tanh(self.a(x)))
 
+    def skip_a(group):
+        for r in group.replicas:
+            r.model.skip.add("a")
+
     def losses(capture):
-        out = []
-        with ReplicaGroup(lambda q: (pc.manual_seed(0), Skipping(q))[1], devices2,
-                          capture=capture) as g:
-            opt = pc.optim.SGD(g.parameters(), lr=0.1)
-            for i in range(4):
-                if i == 2:
-                    for r in g.replicas:
-                        r.model.skip.add("a")
-                out.append(g.step(*batch(8, seed=i), tp.cross_entropy, opt))
-        return out
+        return changed_at_step_2(devices2, Skipping, tp.cross_entropy, skip_a, capture)[0]
 
     np.testing.assert_array_equal(losses(True), losses(False))
 
@@ -510,21 +520,6 @@ def test_a_captured_group_sees_a_global_its_forward_reads(devices2):
         SCALE, SQUASH = 0.5, True
 
 
-def changed_at_step_2(devices2, build, loss_fn, change, capture: bool):
-    """Four SGD steps of a group over ``build``'s model, ``change()`` made before the third:
-    the losses, and how many steps were replays."""
-    out = []
-    with ReplicaGroup(lambda q: (pc.manual_seed(0), build(q))[1], devices2,
-                      capture=capture) as g:
-        opt = pc.optim.SGD(g.parameters(), lr=0.1)
-        for i in range(4):
-            if i == 2:
-                change()
-            out.append(g.step(*batch(8, seed=i), loss_fn, opt))
-        replays = sum(s.replays for per in g.captured_steps for s in per)
-    return out, replays
-
-
 class WeightedLoss:        # a loss that is a plain object called as a function
     def __init__(self, weight):
         self.weight = weight
@@ -545,7 +540,7 @@ def test_a_captured_group_sees_a_setting_held_by_a_loss_object(devices2, how):
     def losses(capture):
         crit = WeightedLoss(1.0)
         return changed_at_step_2(devices2, Net, crit if how == "__call__" else crit.loss,
-                                 lambda: setattr(crit, "weight", 3.0), capture)
+                                 lambda g: setattr(crit, "weight", 3.0), capture)
 
     (eager, _), (captured, replays) = losses(False), losses(True)
     np.testing.assert_array_equal(captured, eager)
@@ -578,7 +573,7 @@ def test_a_captured_group_sees_what_its_forward_reads_through_its_class(devices2
     the methods it calls (their reads, as a called function's) are keyed now."""
     global SCALE
 
-    def make_change():
+    def make_change(group):
         global SCALE
         if change == "class attribute":
             Tempered.temperature = 1 / 3
@@ -625,7 +620,7 @@ def test_a_captured_group_sees_a_setting_of_a_config_module(devices2, reader):
         loss_fn = tp.cross_entropy if reader == "forward" else (
             lambda o, y: tp.cross_entropy(o, y) * settings.SCALE)
         return changed_at_step_2(devices2, build, loss_fn,
-                                 lambda: setattr(settings, "SCALE", 3.0), capture)
+                                 lambda g: setattr(settings, "SCALE", 3.0), capture)
 
     try:
         (eager, _), (captured, replays) = losses(False), losses(True)

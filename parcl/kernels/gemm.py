@@ -341,15 +341,14 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     # the in-order queue runs anything that reuses them after this GEMM.
     pa = Tensor.empty(queue, c.pa_shape) if c.pa_shape is not None else None
     pb = Tensor.empty(queue, c.pb_shape)
-    pa_buf = pa.data if pa is not None else None     # (a Tensor's truth is its value's)
+    packed_a = None if pa is None else pa.data   # (``if pa``: a Tensor's truth is its value's)
     if k > 0:
         _kernel(queue, "pack", variant)(
-            queue, c.pack_gsize, c.pack_lsize, a.data, *c.pack_a, pa_buf,
+            queue, c.pack_gsize, c.pack_lsize, a.data, *c.pack_a, packed_a,
             *c.pack_m, b.data, *c.pack_b, pb.data, *c.pack_n)
     _kernel(queue, "gemm_cpu", variant)(
-        queue, c.gsize, c.lsize, a.data if pa is None else pa_buf, *c.a_strides, pb.data,
-        *c.pb_bs,
-        out.data, *c.c_args, bias_buf, *c.tail)
+        queue, c.gsize, c.lsize, a.data if packed_a is None else packed_a, *c.a_strides,
+        pb.data, *c.pb_bs, out.data, *c.c_args, bias_buf, *c.tail)
 
 
 @dataclass(frozen=True, slots=True)

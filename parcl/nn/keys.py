@@ -223,11 +223,11 @@ def _forward_reads(module) -> tuple:
     attributes it reads through ``self`` (``* self.temperature`` held by the class), and
     those of the module-level functions and the methods it calls by name (one level down):
     a replay would run the kernels of the value it was recorded with (``* SCALE``,
-    ``if USE_GELU:``). Plain
-    values by value, functions by identity; other objects are skipped, as ``loss_key``
-    skips them (the library's own state is among them). parcl's own layers are skipped
-    whole: their forwards read only the library's constants and functions, which a script
-    does not set, and walking them doubled the guard's cost (MLP 11 -> 28 us)."""
+    ``if USE_GELU:``). Plain values by value, functions by identity; other objects are
+    skipped, as ``loss_key`` skips them (the library's own state is among them). parcl's
+    own layers are skipped whole: their forwards read only the library's constants and
+    functions, which a script does not set, and walking them doubled the guard's cost (MLP
+    11 -> 28 us)."""
     kind = type(module)
     if kind.__module__.startswith(_LIBRARY):
         return ()
@@ -252,8 +252,8 @@ def _global_reads(fn, keys: list, called: list | None, classes: list) -> None:
     for name in names:
         # a global, and what an attribute of that name is on the module's class (a method
         # by identity, and its reads): a helper method's reads and a class attribute's
-        # value were left out, so ``SCALE = 3.0``
-        # read in ``self._head`` (or ``Net.temperature = 3.0``) replayed the old value
+        # value were left out, so ``SCALE = 3.0`` read in ``self._head`` (or
+        # ``Net.temperature = 3.0``) replayed the old value
         found = [(name, scope[name])] if name in scope else []
         found += [(f"{k.__qualname__}.{name}", vars(k)[name]) for k in classes
                   if name in vars(k)]

@@ -10,6 +10,8 @@ from functools import cache
 
 import numpy as np
 
+from . import mode
+
 
 @cache
 def _ops():
@@ -54,8 +56,7 @@ class NodeMethods:
     # the loop variable to a new tensor and left the model unchanged, silently). While
     # recording, NotImplemented: the fallback records ``x = x op y``, a new Node.
     def _inplace(self, symbol: str, other):
-        from .mode import state
-        if state.grad:
+        if mode.state.grad:
             return NotImplemented
         res = getattr(self.value, symbol)(other.value if isinstance(other, NodeMethods)
                                           else other)
