@@ -234,3 +234,16 @@ def test_relu_maximum_and_minimum_pass_the_gradient_of_a_nan_on(queue):
         out = tp.relu(x)
     tape.backward(tp.sum(out))
     np.testing.assert_array_equal(x.grad.to_host(), [1.0, 1.0, 1.0, 1.0, 0.0, 1.0])
+
+
+# -- a Python scalar beyond float32's range ----------------------------------------------------
+@pytest.mark.parametrize("expr, expected", [
+    (lambda x: x * 1e40, np.inf), (lambda x: x - 1e40, -np.inf), (lambda x: x + 1e300, np.inf),
+    (lambda x: (x * 2) ** 1e40, np.inf), (lambda x: x ** 1e40, 1.0),
+], ids=["mul", "sub", "add", "pow-of-2", "pow-of-1"])
+def test_a_scalar_beyond_float32_is_infinite_in_arithmetic_as_pytorch(queue, expr, expected):
+    """``x * 1e40`` raised a bare ``OverflowError`` from packing the scalar where PyTorch gives
+    inf: the scalar is cast to the tensor's float32, as ``torch.ones(2) * 1e40`` casts it."""
+    x = tp.tensor(np.ones((2, 3), np.float32), requires_grad=True)
+    y = expr(x)
+    np.testing.assert_array_equal(y.to_host(), np.full((2, 3), expected, np.float32))

@@ -266,9 +266,25 @@ _CODES = {("f", 4): "f", ("f", 8): "d", ("i", 1): "b", ("u", 1): "B", ("i", 2): 
           ("u", 2): "H", ("i", 4): "i", ("u", 4): "I", ("i", 8): "q", ("u", 8): "Q"}
 
 
+_FLOAT = struct.Struct("=f")
+
+
+def _pack_float(a) -> bytes:
+    """A float argument's 4 bytes. A Python float beyond float32's range becomes +-inf, as
+    PyTorch casts a scalar to a float32 tensor's type (``x * 1e40`` is inf), where struct
+    raises OverflowError."""
+    try:
+        return _FLOAT.pack(a)
+    except OverflowError:
+        with np.errstate(over="ignore"):
+            return np.float32(a).tobytes()
+
+
 def _packer(dt: np.dtype):
     """The bytes of a scalar argument of type ``dt``, as pyopencl's invoker packs them."""
     code = _CODES.get((dt.kind, dt.itemsize))
+    if code == "f":
+        return _pack_float
     if code is not None:
         return struct.Struct("=" + code).pack
     return lambda a: np.asarray(a, dt).tobytes()         # vector types (cltypes.float4, ...)
