@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from math import prod
 
 import numpy as np
 import pyopencl as cl
@@ -336,7 +337,7 @@ def batch_op(loss: Node, rows: int) -> str:
     while entry.op_name in ("sum", "mean") and entry.parents:
         chain.append(entry)                  # outermost first
         entry = entry.parents[0]
-    if chain and tuple(chain[-1].grad_fn.shape)[:1] == (rows,):
+    if chain and _rows_lead(entry, rows):
         axis = 0                             # where the rows are in the next one's input
         for e in reversed(chain):
             f = e.grad_fn
@@ -346,10 +347,33 @@ def batch_op(loss: Node, rows: int) -> str:
                 axis -= sum(1 for a in f.axes if a < axis)
     last_op = top.op_name
     mean_of = tuple(getattr(top.grad_fn, "shape", ()))
-    if last_op == "mean" and not (mean_of[:1] == (rows,)
+    if last_op == "mean" and not (_rows_lead(top.parents[0], rows)
                                   and len(top.grad_fn.axes) == len(mean_of)):
         last_op = "mean of no batch"         # e.g. of a sum over the batch (feature means)
     return last_op
+
+
+# views that merge leading dims: the batch's rows stay in dim 0 when the first one merged is
+# theirs (``tp.flatten(d)``, ``tp.reshape(d, (-1,))`` of ``d`` with the rows in dim 0)
+_MERGES = frozenset(("reshape", "flatten"))
+
+
+def _rows_lead(entry, rows: int) -> bool:
+    """Whether dim 0 of ``entry``'s value holds the batch's rows: it has ``rows`` entries, or
+    it is a merge of the rows with the dims after them (``tp.mean(tp.flatten(d * d))`` is a
+    mean over the batch), followed back through elementwise ops of the same shape."""
+    while entry.shape[:1] != (rows,):
+        shape = entry.shape
+        if not shape or not entry.parents or shape[0] % rows:
+            return False
+        parent = entry.parents[0]
+        if entry.op_name in _MERGES and parent.shape[:1] == (rows,):
+            return any(prod(parent.shape[:j]) == shape[0] for j in range(1, len(parent.shape) + 1))
+        same = [p for p in entry.parents if p.shape == shape]
+        if not same:
+            return False
+        entry = same[0]
+    return True
 
 
 def _run_micros(replica, micros: list[Micro], run) -> Outcome:

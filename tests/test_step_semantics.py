@@ -205,3 +205,26 @@ def test_the_op_that_reduces_the_batch_decides_how_a_nested_loss_is_weighed(devi
             np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
         with pytest.raises(pc.ParclError, match=message):
             one_step(devices2, x, y, loss_fn, reduction=wrong)
+
+
+def test_a_mean_over_the_flattened_batch_is_weighed_as_a_mean(devices2):
+    """The step follows the batch's rows through a reshape or flatten that merges them with
+    the dims after them: ``tp.mean(tp.flatten(d * d))`` with reduction='sum' added the
+    replicas' means, training on 0.455 where one replica has 0.228 (7 samples), silently; it
+    is refused as any mean is, and with reduction='mean' it equals the single replica."""
+    def flat_mean(out, target):
+        return tp.mean(tp.flatten(_onehot_diff(out, target)) ** 2)
+
+    def reshaped_mean(out, target):
+        d = _onehot_diff(out, target)
+        return tp.mean(tp.reshape(d * d, (-1,)))
+
+    x, y = batch(7)
+    for loss_fn in (flat_mean, reshaped_mean):
+        one, p1 = one_step(devices2[:1], x, y, loss_fn)
+        two, p2 = one_step(devices2, x, y, loss_fn)
+        np.testing.assert_allclose(two, one, rtol=1e-5)
+        for k in p1:
+            np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
+        with pytest.raises(pc.ParclError, match="returned a mean"):
+            one_step(devices2, x, y, loss_fn, reduction="sum")
