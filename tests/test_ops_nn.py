@@ -237,7 +237,7 @@ def test_batch_norm_train_gradcheck_and_running_stats(queue, rng, shape):
     close(rv.to_host(), wrv)
     rm2, rv2 = up(queue, np.zeros(c)), up(queue, np.ones(c))
     assert tp.gradcheck(lambda *a: tp.batch_norm(*a, rm2, rv2, training=True), [nx, nw, nb],
-                        atol=2e-2)
+                        atol=5e-3)
 
 
 def test_batch_norm_eval(queue, rng):

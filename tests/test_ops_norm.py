@@ -54,7 +54,7 @@ def test_layer_norm_forward_and_gradcheck(queue, rng, shape, ns, affine):
     y = fn(*nodes)
     assert y.op_name == "layer_norm" and y.shape == shape
     np.testing.assert_allclose(y.to_host(), ref_layer_norm(x, len(nsh), w, b), atol=2e-5)
-    assert tp.gradcheck(fn, nodes, atol=2e-2)
+    assert tp.gradcheck(fn, nodes, atol=5e-3)
 
 
 def test_layer_norm_saves_mean_and_inverse_std(queue, rng):
@@ -117,8 +117,8 @@ def test_rms_norm(queue, rng, shape, ns):
     eps = np.finfo(np.float32).eps                      # PyTorch's default for eps=None
     np.testing.assert_allclose(y.to_host(), ref_layer_norm(x, len(nsh), w, eps=eps,
                                                            center=False), atol=2e-5)
-    assert tp.gradcheck(lambda a, b: tp.rms_norm(a, ns, b, eps=1e-5), [nx, nw], atol=2e-2)
-    assert tp.gradcheck(lambda a: tp.rms_norm(a, ns), [nx], atol=2e-2)
+    assert tp.gradcheck(lambda a, b: tp.rms_norm(a, ns, b, eps=1e-5), [nx, nw], atol=5e-3)
+    assert tp.gradcheck(lambda a: tp.rms_norm(a, ns), [nx], atol=5e-3)
 
 
 @pytest.mark.parametrize("shape, groups", [((2, 4, 3), 2), ((3, 6), 3), ((1, 4, 2, 3), 1),
@@ -136,7 +136,7 @@ def test_group_norm(queue, rng, shape, groups, affine):
     y = fn(*nodes)
     assert y.op_name == "group_norm"
     np.testing.assert_allclose(y.to_host(), ref_group_norm(x, groups, w, b), atol=2e-5)
-    assert tp.gradcheck(fn, nodes, atol=2e-2)
+    assert tp.gradcheck(fn, nodes, atol=5e-3)
 
 
 def test_group_norm_errors(queue):

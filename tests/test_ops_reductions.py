@@ -54,7 +54,7 @@ def test_reductions_forward_and_gradcheck(queue, rng, shape, axis, keepdims):
         want = ref(x32)
         assert y.shape == np.shape(want)
         np.testing.assert_allclose(y.to_host(), want, rtol=1e-5, atol=1e-5, err_msg=name)
-        assert tp.gradcheck(lambda t, op=op: op(t, axis, keepdims), [nx], atol=2e-2)
+        assert tp.gradcheck(lambda t, op=op: op(t, axis, keepdims), [nx], atol=5e-3)
 
 
 def test_max_min_ties_send_gradient_to_the_first(queue):
@@ -124,7 +124,7 @@ def test_cumsum(queue, rng, shape, axis):
     y = tp.cumsum(nx, axis)
     assert y.op_name == "cumsum"
     np.testing.assert_allclose(y.to_host(), np.cumsum(x, axis=axis), rtol=1e-5, atol=1e-4)
-    assert tp.gradcheck(lambda t: tp.cumsum(t, axis), [nx], atol=2e-2)
+    assert tp.gradcheck(lambda t: tp.cumsum(t, axis), [nx], atol=5e-3, rtol=3e-3)
     with pytest.raises(pc.ShapeError, match=r"cumsum: axis 3 is out of range"):
         tp.cumsum(nx, 3)
 
