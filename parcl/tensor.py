@@ -29,6 +29,15 @@ SUPPORTED = (FLOAT,) + LABEL_DTYPES
 # Kernels' own buffers only (Tensor.empty): uint8 holds what backward needs in a byte, such as
 # max pooling's index within each window; users cannot upload it.
 INTERNAL = SUPPORTED + (np.dtype(np.uint8),)
+# The most elements one tensor holds: parcl's kernels index a tensor with 32-bit ints (fast on
+# every device), which would wrap past this and read or write the wrong elements.
+MAX_ELEMENTS = 2**31 - 1
+
+
+def _check_size(op: str, shape, size: int) -> None:
+    if size > MAX_ELEMENTS:
+        raise ShapeError(f"{op}: shape {tuple(shape)} holds {size} elements, more than the "
+                         f"{MAX_ELEMENTS} (2**31 - 1) one parcl tensor holds; split it")
 
 
 def _check_dtype(op: str, dtype, allowed=SUPPORTED) -> np.dtype:
@@ -91,12 +100,14 @@ class Tensor:
     def empty(cls, queue: cl.CommandQueue, shape, dtype=np.float32) -> Tensor:
         """Uninitialised tensor from ``queue``'s memory pool."""
         size = prod(shape) if type(shape) is tuple else None
-        if dtype is np.float32 and type(size) is int and not (shape and min(shape) < 0):
+        if (dtype is np.float32 and type(size) is int and size <= MAX_ELEMENTS
+                and not (shape and min(shape) < 0)):
             dt = FLOAT                 # the hot path: kernels allocating their float32 outputs
         else:             # another dtype or shape type, numpy or float sizes, a negative size
             dt = _check_dtype("Tensor.empty", dtype, INTERNAL)
             shape = normalize_shape("Tensor.empty", shape)     # refuses negative dimensions
             size = prod(shape)
+            _check_size("Tensor.empty", shape, size)
         try:
             pool = queue.pool          # a parcl Queue's own
         except AttributeError:
@@ -144,6 +155,7 @@ class Tensor:
         if array.size == 0:
             raise ShapeError(f"Tensor.from_host: zero-size array of shape {array.shape}; "
                              "parcl tensors hold at least one element")
+        _check_size("Tensor.from_host", array.shape, array.size)
         host = own(array, borrow or converted)
         t = cls.empty(queue, host.shape, dt)
         event = transfer(queue, t.data, host)

@@ -247,3 +247,17 @@ def test_a_scalar_beyond_float32_is_infinite_in_arithmetic_as_pytorch(queue, exp
     x = tp.tensor(np.ones((2, 3), np.float32), requires_grad=True)
     y = expr(x)
     np.testing.assert_array_equal(y.to_host(), np.full((2, 3), expected, np.float32))
+
+
+# -- a tensor too big for 32-bit indexing ------------------------------------------------------
+@pytest.mark.parametrize("make", [
+    lambda q: pc.Tensor.empty(q, (2**16, 2**15)),
+    lambda q: pc.Tensor.empty(q, (2**31,), np.int32),
+    lambda q: pc.Tensor.from_host(q, np.broadcast_to(np.float32(1), (2**16, 2**15))),
+], ids=["empty-float32", "empty-int32", "from_host"])
+def test_a_tensor_of_2_to_the_31_elements_is_refused_before_any_kernel_indexes_it(queue, make):
+    """Kernels index with 32-bit ints, which wrap at 2**31 elements and would read and write
+    the wrong elements; such a tensor is a ShapeError naming its shape, before anything is
+    allocated."""
+    with pytest.raises(pc.ShapeError, match=r"2\*\*31 - 1"):
+        make(queue)

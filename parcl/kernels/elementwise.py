@@ -166,7 +166,6 @@ LOCAL = 128
 _LOCAL = (LOCAL,)
 GRID_LOCAL = 32        # the 3-D broadcast path: work-items along the innermost dim per group
 GRID_MIN_INNER = 16    # below this the padding of the 3-D path wastes more than div/mod costs
-_INT_MAX = 2**31 - 1
 # Launch plans a parcl queue remembers (``queue.choices``); a dynamic-shape model has more.
 PLANS_MAX = 4096
 
@@ -181,8 +180,6 @@ def check_float(op: str, *ts) -> None:
             raise DTypeError(f"{op}: dtype {t.dtype} is not supported (shape {t.shape}); "
                              "elementwise kernels take float32 (convert with "
                              ".astype(np.float32) before Tensor.from_host)")
-        if t.size > _INT_MAX:
-            raise ShapeError(f"{op}: tensor of shape {t.shape} has more than 2**31-1 elements")
 
 
 def _global(n: int) -> tuple[int]:
