@@ -35,6 +35,7 @@ from .pool import stamp
 from .replica_steps import (Captured, Eager, IgnoredLabels, check_optimizer, check_reduction,
                             check_signatures, positive, shard_batch, skip_unreached,
                             weighted_loss)
+from .replica_losses import LossCopies
 from .replica_stats import StatsExchange
 from .replica_threads import Replica
 from .tape.ops import nn as nn_ops
@@ -127,6 +128,7 @@ class ReplicaGroup:
         except BaseException:
             self.close()
             raise
+        self._losses = LossCopies([r.queue for r in self.replicas])
         index = [{id(p.entry): i for i, p in enumerate(ps)} for ps in self._params]
         self._backward = (Captured if self.capture else Eager)(index, self._buffers)
         self._stats = StatsExchange([r.queue for r in self.replicas], self.comm,
@@ -376,7 +378,8 @@ class ReplicaGroup:
         self._begin()
         keys = self._keys(key, loss_fn, reduction)
         try:
-            outcomes = self._call(self._replica_step, (shards, [loss_fn] * k, keys))  # 2.
+            losses = self._losses.for_replicas(loss_fn)   # a loss module's tensors on each
+            outcomes = self._call(self._replica_step, (shards, losses, keys))        # 2.
             self._labels.check(loss_fn, y, ignore, outcomes, self.comm)            # 3.
             check_reduction(reduction, outcomes)
             skip_unreached(self._params[0],

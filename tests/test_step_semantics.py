@@ -228,3 +228,67 @@ def test_a_mean_over_the_flattened_batch_is_weighed_as_a_mean(devices2):
             np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
         with pytest.raises(pc.ParclError, match="returned a mean"):
             one_step(devices2, x, y, loss_fn, reduction="sum")
+
+
+def _weighted_bce(queue):
+    return pc.nn.BCEWithLogitsLoss(
+        weight=pc.Tensor.from_host(queue, np.array([1.0, 0.5, 2.0, 1.0], np.float32)),
+        pos_weight=pc.Tensor.from_host(queue, np.array([3.0, 1.0, 0.5, 2.0], np.float32)))
+
+
+def _torch_bce(x, y, crit, lr=0.1, steps=2):
+    """``steps`` SGD steps of ``mlp`` in PyTorch on the full batch: the parameters."""
+    import torch
+    model = mlp(pc.default_queue())
+    tm = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    tm.load_state_dict({k: torch.tensor(v) for k, v in model.state_dict().items()})
+    loss_fn = torch.nn.BCEWithLogitsLoss(weight=torch.tensor(crit.weight.to_host()),
+                                         pos_weight=torch.tensor(crit.pos_weight.to_host()))
+    opt = torch.optim.SGD(tm.parameters(), lr=lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss_fn(tm(torch.tensor(x)), torch.tensor(y)).backward()
+        opt.step()
+    return {k: v.detach().numpy() for k, v in tm.state_dict().items()}
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_a_loss_module_holding_tensors_runs_on_every_replica_as_on_the_full_batch(
+        devices2, capture):
+    """``BCEWithLogitsLoss(weight=w, pos_weight=p)``, its tensors made on the caller's queue,
+    failed on every replica ('tensors live in different OpenCL contexts'): each replica now
+    runs a copy of the loss module with its tensors on its own queue, and two steps on 2
+    replicas equal PyTorch's on the full batch. A value changed in place on the caller's
+    module (``crit.pos_weight.fill_(1.5)``) reaches the copies at the next step."""
+    x, _ = batch(7)
+    y = (np.random.default_rng(1).random((7, 4)) > 0.5).astype(np.float32)
+    crit = _weighted_bce(pc.default_queue())
+    with ReplicaGroup(mlp, devices2, capture=capture) as g:
+        opt = pc.optim.SGD(g.parameters(), lr=0.1)
+        for _ in range(2):
+            g.step(x, y, crit, opt)
+        got = g.model.state_dict()
+        want = _torch_bce(x, y, crit)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+        crit.pos_weight.fill_(1.5)
+        loss = g.step(x, y, crit, opt)
+    with ReplicaGroup(mlp, devices2[:1]) as one:
+        one.model.load_state_dict(got)
+        assert loss == pytest.approx(one.step(x, y, crit, pc.optim.SGD(one.parameters(), lr=0.1)),
+                                     rel=1e-5)
+
+
+def test_a_loss_module_with_parameters_is_refused_before_the_step(devices2):
+    """A loss module's parameters would be updated by no replica's optimizer alike."""
+    class Scaled(pc.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = pc.nn.Parameter.from_host(None, np.ones(1, np.float32))
+
+        def forward(self, out, y):
+            return tp.cross_entropy(out, y)
+
+    x, y = batch(6)
+    with ReplicaGroup(mlp, devices2) as g, pytest.raises(pc.ParclError, match="parameters"):
+        g.step(x, y, Scaled(), pc.optim.SGD(g.parameters(), lr=0.1))
