@@ -395,20 +395,25 @@ def test_loss_input_errors(queue):
 
 
 def test_an_ignore_index_that_is_not_an_integer_is_refused(queue):
-    """PyTorch's first argument of CrossEntropyLoss and NLLLoss (the third of cross_entropy
-    and nll_loss) is ``weight``: class weights given there were truncated into ignore_index,
-    so CrossEntropyLoss(0.5) silently left every label 0 out of the loss."""
+    """PyTorch's third argument of cross_entropy and nll_loss is ``weight``: class weights
+    given there were truncated into ignore_index, so cross_entropy(x, y, 0.5) silently left
+    every label 0 out of the loss. The modules take PyTorch's ``weight`` first, and refuse
+    anything there but a tensor (an int, parcl's ignore_index of old, included)."""
     x = up(queue, np.zeros((4, 3)))
     y = up(queue, [0, 1, 2, 0], np.int64)
     weights = up(queue, np.array([2.0], np.float32))
     for bad in (0.5, 2.0, weights, True, "1"):
-        for make in (pc.nn.CrossEntropyLoss, pc.nn.NLLLoss):
-            with pytest.raises(TypeError, match=r"ignore_index must be an int.*class weights"):
-                make(bad)
         for op in (tp.cross_entropy, tp.nll_loss):
-            with pytest.raises(TypeError, match=r"ignore_index must be an int.*class weights"):
+            with pytest.raises(TypeError, match=r"ignore_index must be an int.*weight="):
                 op(x, y, bad)
-    assert pc.nn.CrossEntropyLoss(np.int64(2)).ignore_index == 2       # integers still do
+    for make in (pc.nn.CrossEntropyLoss, pc.nn.NLLLoss):
+        for bad in (0.5, 2, np.int64(2), True, "1"):
+            with pytest.raises(TypeError, match=r"weight, the first argument"):
+                make(bad)
+        for bad in (0.5, 2.0, True, "1"):
+            with pytest.raises(TypeError, match=r"ignore_index must be an int"):
+                make(ignore_index=bad)
+    assert pc.nn.CrossEntropyLoss(ignore_index=np.int64(2)).ignore_index == 2   # ints still do
     assert tp.cross_entropy(x, y, np.int32(0)).item() == pytest.approx(np.log(3.0))
 
 
@@ -453,3 +458,88 @@ def test_loss_module_in_a_captured_data_parallel_step(devices2, queue, rng):
     np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-5)
     for a, b in zip(results[1][1], results[0][1]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+# -- class weights and reduction, as PyTorch's --------------------------------------------------
+def _torch_ce(x, y, up_grad, nll=False, **kw):
+    import torch
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    if kw.get("weight") is not None:
+        kw["weight"] = torch.tensor(kw["weight"], dtype=torch.float64)
+    fn = torch.nn.functional.nll_loss if nll else torch.nn.functional.cross_entropy
+    loss = fn(xt, torch.tensor(y), **kw)
+    loss.backward(torch.tensor(up_grad, dtype=torch.float64))
+    return loss.detach().numpy(), xt.grad.numpy()
+
+
+@pytest.mark.parametrize("shape", [(7, 5), (4, 3, 6)], ids=["NC", "NCd"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("op, eps", [("cross_entropy", 0.0), ("cross_entropy", 0.2),
+                                     ("nll_loss", 0.0)], ids=["ce", "ce-smoothed", "nll"])
+def test_class_weights_and_reduction_match_pytorch(queue, rng, shape, reduction, weighted, op,
+                                                   eps):
+    """``weight`` scales each row's loss by its label's weight and a mean divides by the
+    weights of the rows that count (ignored rows take no part); ``'sum'`` adds the rows'
+    losses and ``'none'`` gives each row's (0 for an ignored row), as ``torch.nn.functional``
+    does, loss and gradient, for an upstream gradient per row with ``'none'``."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    y = rng.integers(0, shape[1], (shape[0],) + shape[2:])
+    y.flat[::3] = -100
+    w = (rng.random(shape[1]) + 0.2).astype(np.float32) if weighted else None
+    g = (rng.standard_normal(y.shape) if reduction == "none" else np.array(1.7)).astype(
+        np.float32)
+    kw = dict(weight=w, reduction=reduction)
+    if op == "cross_entropy":
+        kw["label_smoothing"] = eps
+    want, want_grad = _torch_ce(x, y, g, nll=op == "nll_loss", **kw)
+    nx = leaf(queue, x)
+    with tp.Tape() as tape:
+        loss = getattr(tp, op)(nx, up(queue, y, np.int64), **{**kw, "weight": None if w is None
+                                                     else up(queue, w)})
+    tape.backward(loss, grad=up(queue, g))
+    assert loss.shape == want.shape
+    np.testing.assert_allclose(loss.to_host(), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(nx.grad.to_host(), want_grad, rtol=1e-5, atol=1e-6)
+
+
+def test_weighted_cross_entropy_passes_gradcheck(queue, rng):
+    x = leaf(queue, rng.standard_normal((5, 4, 3)))
+    y = up(queue, rng.integers(0, 4, (5, 3)), np.int64)
+    w = up(queue, rng.random(4) + 0.5)
+    assert tp.gradcheck(lambda a: tp.cross_entropy(a, y, label_smoothing=0.1, weight=w), [x])
+    assert tp.gradcheck(lambda a: tp.sum(tp.cross_entropy(a, y, weight=w, reduction="none")
+                                         * tp.cross_entropy(a, y, reduction="none")), [x])
+
+
+def test_loss_modules_take_pytorchs_weight_first_as_a_buffer(queue, rng):
+    """``CrossEntropyLoss(w)`` and ``NLLLoss(w)``: the class weights, in ``state_dict`` under
+    ``weight`` as PyTorch's; every row ignored gives NaN for the mean and 0 for the sum."""
+    import torch
+    x = rng.standard_normal((6, 3)).astype(np.float32)
+    y = np.array([0, 2, 1, 1, 2, 0])
+    w = np.array([1.0, 3.0, 0.5], np.float32)
+    crit = pc.nn.CrossEntropyLoss(up(queue, w), ignore_index=2, label_smoothing=0.1)
+    want = torch.nn.CrossEntropyLoss(torch.tensor(w), ignore_index=2, label_smoothing=0.1)
+    assert list(crit.state_dict()) == list(want.state_dict()) == ["weight"]
+    assert crit(up(queue, x), up(queue, y, np.int64)).item() == pytest.approx(
+        want(torch.tensor(x), torch.tensor(y)).item(), rel=1e-5)
+    nll = pc.nn.NLLLoss(up(queue, w), reduction="sum")
+    assert nll(up(queue, x), up(queue, y, np.int64)).item() == pytest.approx(
+        torch.nn.NLLLoss(torch.tensor(w), reduction="sum")(torch.tensor(x),
+                                                            torch.tensor(y)).item(), rel=1e-5)
+    ignored = up(queue, np.full(6, -100), np.int64)
+    assert np.isnan(pc.nn.CrossEntropyLoss(up(queue, w))(up(queue, x), ignored).item())
+    assert pc.nn.CrossEntropyLoss(up(queue, w), reduction="sum")(up(queue, x),
+                                                                 ignored).item() == 0.0
+
+
+def test_class_weights_of_the_wrong_shape_or_a_bad_reduction_are_refused(queue):
+    x, y = up(queue, np.zeros((4, 3))), up(queue, [0, 1, 2, 0], np.int64)
+    with pytest.raises(pc.ShapeError, match=r"weight has shape \(2,\), expected one weight per "
+                                            r"class: \(3,\)"):
+        tp.cross_entropy(x, y, weight=up(queue, np.ones(2)))
+    with pytest.raises(pc.ParclError, match="reduction must be 'mean', 'sum' or 'none'"):
+        tp.nll_loss(x, y, reduction="avg")
+    with pytest.raises(pc.ParclError, match="class probabilities .* reduction='mean'"):
+        tp.cross_entropy(x, up(queue, np.ones((4, 3))), reduction="sum")

@@ -34,19 +34,27 @@ from ._cache import GROUP_SUM, get_kernel, round_up
 _CE = r"""
 // Rows r = (n, i) of x viewed as (N, C, inner): row r's class c is x[(n*C + c)*inner + i].
 // Row loss: (1-eps) * (lse - x[t]) + eps/C * sum_c (lse - x[c]); with NLL the input already
-// holds log-probabilities (lse = 0, no smoothing). Rows labelled `ignore` take no part; the
-// mean is over the rest (0/0 = NaN when all are ignored, as PyTorch). Row r's lse is kept in two
-// parts, its max stats[r] and log-sum stats[rows + r]: m + log s loses log s where |m| is huge
-// (a row masked with -1e9); stats[2 * rows] = the number of rows that count.
+// holds log-probabilities (lse = 0, no smoothing). With class weights w (NULL: none), PyTorch's
+// (1-eps) * w[t] * (lse - x[t]) + eps/C * sum_c w[c] (lse - x[c]). Rows labelled `ignore` take
+// no part. reduce: 0 each row's loss into loss[r] (ignored rows 0), 1 the mean over the rows
+// that count (weighted: divided by the sum of their w[t]; 0/0 = NaN when all are ignored, as
+// PyTorch), 2 their sum. Row r's lse is kept in two parts, its max stats[r] and log-sum
+// stats[rows + r]: m + log s loses log s where |m| is huge (a row masked with -1e9);
+// stats[2 * rows] = what the backward divides by, stats[2 * rows + 1] = sum_c w[c].
 __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* restrict labels,
+                        __global const float* restrict w,
                         __global float* restrict loss, __global float* restrict stats,
                         __global long* restrict flag, const int rows, const int C,
                         const int inner, const long ignore, const float eps, const int nll,
-                        __local float* sums, __local int* bad, __local int* counts)
+                        const int reduce, __local float* sums, __local int* bad,
+                        __local int* counts)
 {
     const int l = get_local_id(0), L = get_local_size(0);
-    float acc = 0.0f;
+    float acc = 0.0f, wsum = 0.0f, wall = 0.0f;
     int first_bad = rows, count = 0;
+    if (w && eps != 0.0f)
+        for (int c = 0; c < C; ++c)
+            wall += w[c];
     for (int r = l; r < rows; r += L) {
         const int n = r / inner;
         const global float* row = x + (long)n * C * inner + (r - n * inner);
@@ -61,24 +69,44 @@ __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* res
             ls = log(s);
             if (eps != 0.0f) {                     // sum_c (lse - x[c]), each term >= 0
                 float d = 0.0f;
-                for (int c = 0; c < C; ++c)
-                    d += m - row[(long)c * inner];
-                smooth = (float)C * ls + d;
+                if (w) {
+                    for (int c = 0; c < C; ++c)
+                        d += w[c] * (m - row[(long)c * inner]);
+                    smooth = wall * ls + d;
+                } else {
+                    for (int c = 0; c < C; ++c)
+                        d += m - row[(long)c * inner];
+                    smooth = (float)C * ls + d;
+                }
             }
         }
         stats[r] = m;
         stats[rows + r] = ls;
         const LT t = labels[r];
-        if (t == ignore)
+        if (t == ignore) {
+            if (reduce == 0)
+                loss[r] = 0.0f;
             continue;
+        }
+        float v;
         if (t < 0 || t >= C) {
-            acc += NAN;
+            v = NAN;
             first_bad = min(first_bad, r);
         } else {
             const float nl = (m - row[(long)t * inner]) + ls;
-            acc += eps == 0.0f ? nl : (1.0f - eps) * nl + eps / (float)C * smooth;
+            if (w) {
+                const float wt = w[t];
+                v = eps == 0.0f ? wt * nl : (1.0f - eps) * wt * nl + eps / (float)C * smooth;
+                wsum += wt;
+            } else {
+                v = eps == 0.0f ? nl : (1.0f - eps) * nl + eps / (float)C * smooth;
+            }
             ++count;
         }
+        if (reduce == 0)
+            loss[r] = v;
+        else
+            acc += v;
     }
     sums[l] = acc;
     bad[l] = first_bad;
@@ -92,22 +120,41 @@ __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* res
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+    const float total = sums[0];
+    float denom = (float)counts[0];
+    if (w) {                           // the weights of the rows that count, summed alike
+        barrier(CLK_LOCAL_MEM_FENCE);
+        sums[l] = wsum;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int s = L / 2; s > 0; s >>= 1) {
+            if (l < s)
+                sums[l] += sums[l + s];
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        denom = sums[0];
+    }
     if (l == 0) {
-        stats[2 * rows] = (float)counts[0];
-        loss[0] = sums[0] / (float)counts[0];
+        if (reduce != 1)
+            denom = 1.0f;
+        stats[2 * rows] = denom;
+        stats[2 * rows + 1] = wall;
+        if (reduce != 0)
+            loss[0] = reduce == 1 ? total / denom : total;
         flag[0] = bad[0] < rows ? bad[0] : -1;
         flag[1] = bad[0] < rows ? (long)labels[bad[0]] : 0;
     }
 }
 
 // gx = (softmax(x) - (1-eps) onehot(label) - u) * g / count, u = eps/C (NLL: no softmax,
-// eps = 0);
-// rows labelled `ignore` get no gradient.
+// eps = 0); with class weights (p ((1-eps) w[t] + u sum_c w[c]) - (1-eps) w[t] onehot -
+// u w[c]) * g / sum of w[t]; per_row (reduce 0): each row's own upstream g[r], undivided.
+// Rows labelled `ignore` get no gradient.
 __kernel void ce_bwd_LT(__global const float* restrict x, __global const LT* restrict labels,
+                        __global const float* restrict w,
                         __global const float* restrict stats, __global const float* restrict g,
                         __global float* restrict gx, const int rows, const int C,
                         const int inner, const long ignore, const float eps, const float u,
-                        const int nll)
+                        const int nll, const int per_row)
 {
     const long i = get_global_id(0);
     if (i >= (long)rows * C)
@@ -124,7 +171,15 @@ __kernel void ce_bwd_LT(__global const float* restrict x, __global const LT* res
     }
     const LT t = labels[r];
     const float e = exp((x[i] - stats[r]) - stats[rows + r]), p = nll ? 0.0f : e;  // a select
-    const float v = (p - (t == c ? 1.0f - eps : 0.0f) - u) * (g[0] / stats[2 * rows]);
+    const float scale = per_row ? g[r] : g[0] / stats[2 * rows];
+    float v;
+    if (w) {
+        const float wt = t >= 0 && t < C ? w[t] : 0.0f;
+        v = (p * ((1.0f - eps) * wt + u * stats[2 * rows + 1])
+             - (t == c ? (1.0f - eps) * wt : 0.0f) - u * w[c]) * scale;
+    } else {
+        v = (p - (t == c ? 1.0f - eps : 0.0f) - u) * scale;
+    }
     gx[i] = t == ignore ? 0.0f : v;
 }
 """
@@ -316,48 +371,74 @@ def _rows(logits: Tensor) -> tuple[int, int, int]:
     return logits.shape[0] * inner, c, inner
 
 
-def cross_entropy_forward(logits: Tensor, labels: Tensor, ignore_index: int = -100,
-                          label_smoothing: float = 0.0, nll: bool = False):
-    """Mean over the rows not labelled ``ignore_index`` of ``logsumexp(logits[r]) -
-    logits[r, labels[r]]`` (mixed with the uniform distribution by ``label_smoothing``);
-    ``nll=True``: ``logits`` are log-probabilities and the row loss is ``-logits[r, label]``.
+REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 
-    Returns ``(loss, stats, flag)``: the scalar loss (shape ``()``), ``stats`` (2 rows + 1,):
-    each row's maximum, each row's log of the sum of exps below it (its log-sum-exp in two
-    parts), then the number of rows that count (all for the backward), and an int64 (2,)
-    flag: ``[first bad row or -1, its label]``.
+
+def check_class_weight(logits: Tensor, weight: Tensor | None, op: str) -> None:
+    """Class weights: float32 of shape (C,), on the logits' queue."""
+    if weight is None:
+        return
+    _float(op, weight=weight)
+    if tuple(weight.shape) != (logits.shape[1],):
+        raise ShapeError(f"{op}: weight has shape {weight.shape}, expected one weight per "
+                         f"class: ({logits.shape[1]},) for input {logits.shape}")
+    check_same_queue(op, logits, weight)
+
+
+def cross_entropy_forward(logits: Tensor, labels: Tensor, ignore_index: int = -100,
+                          label_smoothing: float = 0.0, nll: bool = False,
+                          weight: Tensor | None = None, reduction: str = "mean"):
+    """``logsumexp(logits[r]) - logits[r, labels[r]]`` per row (mixed with the uniform
+    distribution by ``label_smoothing``; times ``weight[labels[r]]`` with class weights),
+    reduced as PyTorch's ``reduction``: ``"mean"`` over the rows not labelled
+    ``ignore_index`` (weighted: divided by the sum of their weights), ``"sum"``, or
+    ``"none"`` (each row's loss, shape ``labels.shape``; 0 for ignored rows). ``nll=True``:
+    ``logits`` are log-probabilities and the row loss is ``-logits[r, label]``.
+
+    Returns ``(loss, stats, flag)``: the loss, ``stats`` (2 rows + 2,): each row's maximum,
+    each row's log of the sum of exps below it (its log-sum-exp in two parts), what the
+    backward divides by and the sum of the class weights, and an int64 (2,) flag: ``[first
+    bad row or -1, its label]``.
     """
     op = "nll_loss" if nll else "cross_entropy"
     check_cross_entropy(logits, labels, op, "log_probs" if nll else "logits")
+    check_class_weight(logits, weight, op)
     q = logits.queue
     rows, c, inner = _rows(logits)
-    loss, stats = Tensor.empty(q, ()), Tensor.empty(q, (2 * rows + 1,))
+    reduce = REDUCTIONS[reduction]
+    loss = Tensor.empty(q, labels.shape if reduce == 0 else ())
+    stats = Tensor.empty(q, (2 * rows + 2,))
     flag = Tensor.empty(q, (2,), np.int64)
     L = _group(q)
-    _k(q, "ce_fwd_" + _suffix(labels))(q, (L,), (L,), logits.data, labels.data, loss.data,
+    _k(q, "ce_fwd_" + _suffix(labels))(q, (L,), (L,), logits.data, labels.data,
+                                       None if weight is None else weight.data, loss.data,
                                        stats.data, flag.data, np.int32(rows), np.int32(c),
                                        np.int32(inner), np.int64(ignore_index),
                                        np.float32(label_smoothing), np.int32(nll),
-                                       cl.LocalMemory(4 * L), cl.LocalMemory(4 * L),
-                                       cl.LocalMemory(4 * L))
+                                       np.int32(reduce), cl.LocalMemory(4 * L),
+                                       cl.LocalMemory(4 * L), cl.LocalMemory(4 * L))
     return loss, stats, flag
 
 
 def cross_entropy_backward(logits: Tensor, labels: Tensor, stats: Tensor, grad: Tensor,
                            ignore_index: int = -100, label_smoothing: float = 0.0,
-                           nll: bool = False) -> Tensor:
-    """``(softmax(logits) - smoothed onehot(labels)) * grad / count`` (``nll``: without the
-    softmax); ``grad`` is the scalar upstream, ``stats`` what the forward returned."""
+                           nll: bool = False, weight: Tensor | None = None,
+                           reduction: str = "mean") -> Tensor:
+    """The logits' gradient of ``cross_entropy_forward``: ``(softmax(logits) - smoothed
+    onehot(labels)) * grad / count`` (``nll``: without the softmax; class weights as
+    PyTorch's); ``grad`` is the upstream, a scalar or (``"none"``) one per row; ``stats``
+    what the forward returned."""
     q = logits.queue
     rows, c, inner = _rows(logits)
     gx = Tensor.empty(q, logits.shape)
     g, loc = _grid(rows * c)
-    _k(q, "ce_bwd_" + _suffix(labels))(q, g, loc, logits.data, labels.data, stats.data,
+    _k(q, "ce_bwd_" + _suffix(labels))(q, g, loc, logits.data, labels.data,
+                                       None if weight is None else weight.data, stats.data,
                                        grad.data, gx.data, np.int32(rows), np.int32(c),
                                        np.int32(inner), np.int64(ignore_index),
                                        np.float32(label_smoothing),
                                        np.float32(label_smoothing) / np.float32(c),
-                                       np.int32(nll))
+                                       np.int32(nll), np.int32(reduction == "none"))
     return gx
 
 

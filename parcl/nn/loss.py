@@ -1,8 +1,8 @@
-"""Loss modules: PyTorch's ``CrossEntropyLoss``, ``NLLLoss``, ``BCEWithLogitsLoss`` and
-``MSELoss`` (mean reduction), and ``L1Loss``, ``SmoothL1Loss``, ``HuberLoss``, ``KLDivLoss``,
-``BCELoss``, ``SoftMarginLoss``, ``CosineEmbeddingLoss`` (``reduction=`` 'none', 'mean' or
-'sum'; keyword-only where PyTorch's deprecated ``size_average``/``reduce`` come first),
-over the ops of ``parcl.tape.ops``.
+"""Loss modules: PyTorch's ``BCEWithLogitsLoss`` and ``MSELoss`` (mean reduction), and
+``CrossEntropyLoss``, ``NLLLoss`` (with class weights), ``L1Loss``, ``SmoothL1Loss``,
+``HuberLoss``, ``KLDivLoss``, ``BCELoss``, ``SoftMarginLoss``, ``CosineEmbeddingLoss``
+(``reduction=`` 'none', 'mean' or 'sum'; keyword-only where PyTorch's deprecated
+``size_average``/``reduce`` come first), over the ops of ``parcl.tape.ops``.
 
 >>> import numpy as np, parcl as pc
 >>> q = pc.default_queue()
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..errors import ParclError
 from ..tape import ops
-from ..tape.ops.loss import ignore_index_arg
+from ..tape.ops.loss import ignore_index_arg, reduction_arg
 from ..tensor import Tensor
 from .module import Module
 
@@ -33,34 +33,53 @@ def _reduction(cls: str, reduction: str) -> str:
 
 
 class CrossEntropyLoss(Module):
-    """``tp.cross_entropy(input, target, ignore_index, label_smoothing)``: class indices or
-    class probabilities as target."""
+    """``tp.cross_entropy(input, target, ignore_index, label_smoothing, weight=,
+    reduction=)``: class indices or class probabilities as target. ``weight``, class weights
+    (C,), is PyTorch's first argument and, as there, a buffer (in ``state_dict``); the rest
+    are keyword-only (PyTorch's deprecated ``size_average``/``reduce`` come between)."""
 
-    def __init__(self, ignore_index: int = -100, label_smoothing: float = 0.0,
-                 reduction: str = "mean"):
+    def __init__(self, weight: Tensor | None = None, *, ignore_index: int = -100,
+                 reduction: str = "mean", label_smoothing: float = 0.0):
         super().__init__()
+        self.register_buffer("weight", _class_weight("CrossEntropyLoss", weight))
         self.ignore_index = ignore_index_arg("CrossEntropyLoss", ignore_index)
+        self.reduction = reduction_arg("CrossEntropyLoss", reduction)
         self.label_smoothing = float(label_smoothing)
-        self.reduction = _reduction("CrossEntropyLoss", reduction)
 
     def forward(self, input, target):
         return ops.cross_entropy(input, target, ignore_index=self.ignore_index,
-                                 label_smoothing=self.label_smoothing)
+                                 label_smoothing=self.label_smoothing, weight=self.weight,
+                                 reduction=self.reduction)
 
     def extra_repr(self) -> str:
-        return f"ignore_index={self.ignore_index}, label_smoothing={self.label_smoothing}"
+        return (f"ignore_index={self.ignore_index}, reduction={self.reduction!r}, "
+                f"label_smoothing={self.label_smoothing}")
 
 
 class NLLLoss(Module):
-    """``tp.nll_loss(input, target, ignore_index)`` on log-probabilities."""
+    """``tp.nll_loss(input, target, ignore_index, weight=, reduction=)`` on
+    log-probabilities; ``weight`` as ``CrossEntropyLoss``'s."""
 
-    def __init__(self, ignore_index: int = -100, reduction: str = "mean"):
+    def __init__(self, weight: Tensor | None = None, *, ignore_index: int = -100,
+                 reduction: str = "mean"):
         super().__init__()
+        self.register_buffer("weight", _class_weight("NLLLoss", weight))
         self.ignore_index = ignore_index_arg("NLLLoss", ignore_index)
-        self.reduction = _reduction("NLLLoss", reduction)
+        self.reduction = reduction_arg("NLLLoss", reduction)
 
     def forward(self, input, target):
-        return ops.nll_loss(input, target, ignore_index=self.ignore_index)
+        return ops.nll_loss(input, target, ignore_index=self.ignore_index, weight=self.weight,
+                            reduction=self.reduction)
+
+
+def _class_weight(cls: str, weight) -> Tensor | None:
+    """PyTorch's ``weight``, the first argument: a pc.Tensor of one weight per class or None
+    (an int there, parcl's ``ignore_index`` of old, is a TypeError, not a weight)."""
+    if weight is not None and not isinstance(weight, Tensor):
+        raise TypeError(f"{cls}: weight, the first argument as in PyTorch, must be a "
+                        f"pc.Tensor of one weight per class or None, got {weight!r} (pass "
+                        f"ignore_index= and the rest by keyword)")
+    return weight
 
 
 class BCEWithLogitsLoss(Module):

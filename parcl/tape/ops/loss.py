@@ -39,7 +39,7 @@ from ...kernels import softmax as smk
 from ...kernels.strided import axis_int
 from ...tensor import Tensor
 from .. import mode
-from ..node import Function
+from ..node import Function, Node
 from ..tape import defer
 from . import soft_loss
 from .checks import FlagCheck
@@ -160,10 +160,15 @@ class CrossEntropy(Function):
     what = "logits"
 
     def forward(self, logits: Tensor, labels: Tensor, ignore_index: int = -100,
-                label_smoothing: float = 0.0, check_labels: bool = False):
-        self.ignore_index = ignore_index  # the loss is a mean over the other labels (replicas
-        # weigh their shares by those: ``ReplicaGroup.step``)
-        opts = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, nll=self.nll)
+                label_smoothing: float = 0.0, check_labels: bool = False,
+                weight: Tensor | None = None, reduction: str = "mean"):
+        # A mean is over the labels not ignored, weighted by their class weights: replicas
+        # weigh their shares by those (``ReplicaGroup.step``); a sum or per-row losses by rows.
+        mean = reduction == "mean"
+        self.ignore_index = ignore_index if mean else None
+        self.class_weight = weight if mean else None
+        opts = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, nll=self.nll,
+                    weight=weight, reduction=reduction)
         loss, stats, flag = smk.cross_entropy_forward(logits, labels, **opts)
         check = _LabelCheck(self.name, flag, logits.shape, self.what, labels, ignore_index)
         if not self.recording or check_labels or mode.is_anomaly_enabled():
@@ -189,13 +194,36 @@ class NllLoss(CrossEntropy):
 
 def ignore_index_arg(op: str, ignore_index) -> int:
     """``ignore_index`` as an int; anything else is a TypeError. It is not truncated: where
-    PyTorch takes ``weight`` (the first argument of ``CrossEntropyLoss``, the third of
-    ``cross_entropy``), class weights would become an ignored class, silently."""
+    PyTorch takes ``weight`` (the third argument of ``cross_entropy``), class weights would
+    become an ignored class, silently."""
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)):
         raise TypeError(f"{op}: ignore_index must be an int, got {ignore_index!r}; class "
-                        "weights (PyTorch's weight, passed where parcl takes ignore_index) "
-                        "are not supported")
+                        "weights (PyTorch's weight, its third argument) go in weight=")
     return int(ignore_index)
+
+
+def reduction_arg(op: str, reduction) -> str:
+    """PyTorch's ``reduction``: ``"mean"``, ``"sum"`` or ``"none"``; anything else a
+    ParclError."""
+    if reduction not in smk.REDUCTIONS:
+        raise ParclError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    return reduction
+
+
+def class_weight_arg(op: str, weight, logits) -> Tensor | None:
+    """Class weights as a float32 Tensor on the logits' queue (a Node's value: no gradient
+    goes to them, as PyTorch's losses give none; a numpy array is uploaded); None stays."""
+    if weight is None:
+        return None
+    if isinstance(weight, Node):
+        weight = weight.value
+    if not isinstance(weight, Tensor):
+        if not isinstance(weight, np.ndarray):
+            raise TypeError(f"{op}: weight must be a pc.Tensor of one weight per class, got "
+                            f"{type(weight).__name__}")
+        queue = logits.value.queue if isinstance(logits, Node) else logits.queue
+        weight = Tensor.from_host(queue, np.asarray(weight, np.float32))
+    return weight
 
 
 def _smoothing(op: str, label_smoothing) -> float:
@@ -206,17 +234,21 @@ def _smoothing(op: str, label_smoothing) -> float:
 
 
 def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: float = 0.0, *,
-                  check_labels: bool = False, tape=None):
-    """``torch.nn.functional.cross_entropy`` with mean reduction: ``logits`` (N, C) or
-    (N, C, d1, ...) (classes along dim 1), and either class indices ``labels`` (N,) or
-    (N, d1, ...), int32/int64 (a raw Tensor or a Node without grad), or class probabilities:
-    a float32 target of the logits' shape (a Node may require grad).
+                  weight=None, reduction: str = "mean", check_labels: bool = False, tape=None):
+    """``torch.nn.functional.cross_entropy``: ``logits`` (N, C) or (N, C, d1, ...) (classes
+    along dim 1), and either class indices ``labels`` (N,) or (N, d1, ...), int32/int64 (a
+    raw Tensor or a Node without grad), or class probabilities: a float32 target of the
+    logits' shape (a Node may require grad).
 
     With class indices, rows labelled ``ignore_index`` take no part: the mean is over the
     others (NaN when every row is ignored, as in PyTorch), and they get no gradient.
     ``label_smoothing`` ``e`` mixes in the uniform distribution: the target becomes
     ``(1 - e) * onehot + e / C`` (PyTorch's formula, for probabilities too; an
-    ``ignore_index`` other than -100 is refused with them, as PyTorch).
+    ``ignore_index`` other than -100 is refused with them, as PyTorch). ``weight``: class
+    weights (C,) with class indices, as PyTorch's: each row's loss times its label's weight,
+    the mean divided by the weights of the rows that count (no gradient goes to them).
+    ``reduction``: ``"mean"``, ``"sum"`` or ``"none"`` (each row's loss, of the labels'
+    shape, 0 for an ignored row); class probabilities take ``"mean"`` without weights only.
 
     A label outside ``[0, C)`` other than ``ignore_index`` is a ``LabelError`` (a
     ``ShapeError``) naming the label, its row (also ``.row``) and C, raised at the first
@@ -228,26 +260,37 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     """
     eps = _smoothing("cross_entropy", label_smoothing)
     ignore_index = ignore_index_arg("cross_entropy", ignore_index)
+    reduction = reduction_arg("cross_entropy", reduction)
     shape = tuple(getattr(labels, "shape", ()))
     if len(shape) > 1 and shape == tuple(getattr(logits, "shape", ())):   # PyTorch's rule
         if ignore_index != -100:      # no row has a label to ignore; PyTorch raises too
             raise ParclError(f"cross_entropy: ignore_index={ignore_index} is not supported "
                              f"for class probabilities (a float target of the logits' shape "
                              f"{shape}), as in PyTorch; leave it at -100")
+        if weight is not None or reduction != "mean":
+            raise ParclError(f"cross_entropy: class probabilities (a float target of the "
+                             f"logits' shape {shape}) take reduction='mean' without class "
+                             f"weights in parcl; got reduction={reduction!r}, weight "
+                             f"{'given' if weight is not None else 'None'}")
         return soft_loss.SoftCrossEntropy.apply(logits, labels, tape=tape, label_smoothing=eps)
     return CrossEntropy.apply(logits, labels, tape=tape, ignore_index=ignore_index,
-                              label_smoothing=eps, check_labels=bool(check_labels))
+                              label_smoothing=eps, check_labels=bool(check_labels),
+                              weight=class_weight_arg("cross_entropy", weight, logits),
+                              reduction=reduction)
 
 
-def nll_loss(log_probs, labels, ignore_index: int = -100, *, check_labels: bool = False,
-             tape=None):
-    """``torch.nn.functional.nll_loss`` with mean reduction: the mean over rows not labelled
-    ``ignore_index`` of ``-log_probs[r, labels[r]]``; shapes, ignored rows and the label check
-    as ``cross_entropy``. ``nll_loss(log_softmax(x, 1), y)`` equals ``cross_entropy(x, y)``.
+def nll_loss(log_probs, labels, ignore_index: int = -100, *, weight=None,
+             reduction: str = "mean", check_labels: bool = False, tape=None):
+    """``torch.nn.functional.nll_loss``: ``-log_probs[r, labels[r]]`` per row, reduced as
+    ``reduction`` says (``"mean"`` over rows not labelled ``ignore_index``); shapes, ignored
+    rows, class ``weight`` and the label check as ``cross_entropy``.
+    ``nll_loss(log_softmax(x, 1), y)`` equals ``cross_entropy(x, y)``.
 
     >>> tp.nll_loss(tp.log_softmax(logits, axis=1), labels).shape
     ()
     """
     ignore_index = ignore_index_arg("nll_loss", ignore_index)
     return NllLoss.apply(log_probs, labels, tape=tape, ignore_index=ignore_index,
-                         check_labels=bool(check_labels))
+                         check_labels=bool(check_labels),
+                         weight=class_weight_arg("nll_loss", weight, log_probs),
+                         reduction=reduction_arg("nll_loss", reduction))
