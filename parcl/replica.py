@@ -32,9 +32,9 @@ from .gate import transfer
 from .nn.keys import loss_key
 from .nn.module import default_generator, set_default_generator
 from .pool import stamp
-from .replica_steps import (Captured, Eager, IgnoredLabels, check_optimizer, check_reduction,
-                            check_signatures, positive, shard_batch, skip_unreached,
-                            weighted_loss)
+from .replica_steps import (Captured, Eager, IgnoredLabels, check_class_weights,
+                            check_optimizer, check_reduction, check_signatures, class_weights,
+                            positive, shard_batch, skip_unreached, weighted_loss)
 from .replica_losses import LossCopies
 from .replica_stats import StatsExchange
 from .replica_threads import Replica
@@ -372,8 +372,9 @@ class ReplicaGroup:
         max_norm = None if max_grad_norm is None else positive("max_grad_norm", max_grad_norm)
         k = len(self.replicas)
         ignore = self._labels.ignored(loss_fn) if reduction == "mean" else None
+        weights = class_weights(loss_fn) if reduction == "mean" else None
         shards, total = shard_batch(x, y, k, self.comm, ignore, accumulation_steps,   # 1.
-                                    reduction)
+                                    reduction, weights)
         self._wait_idle()
         self._begin()
         keys = self._keys(key, loss_fn, reduction)
@@ -381,6 +382,7 @@ class ReplicaGroup:
             losses = self._losses.for_replicas(loss_fn)   # a loss module's tensors on each
             outcomes = self._call(self._replica_step, (shards, losses, keys))        # 2.
             self._labels.check(loss_fn, y, ignore, outcomes, self.comm)            # 3.
+            check_class_weights(weights, outcomes)
             check_reduction(reduction, outcomes)
             skip_unreached(self._params[0],
                            check_signatures([o.reached for o in outcomes], self._names,

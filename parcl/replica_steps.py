@@ -20,6 +20,7 @@ from . import runtime
 from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
 from .nn.keys import capture_key
+from .nn.loss import CrossEntropyLoss, NLLLoss
 from .tape import Node, Tape, ops, tensor
 from .tape.capture import capture
 from .tensor import Tensor
@@ -52,6 +53,7 @@ class Outcome:
     found_ignore: int | None = None
     ignore_inside: int | None = None
     last_op: str = ""             # the op that reduced its batch (``batch_op``): a sum, a mean
+    class_weighted: bool = False  # a class-weighted mean (cross_entropy's weight) in the loss
 
 
 def ignored_label(loss_fn) -> int | None:
@@ -142,24 +144,50 @@ def _code(loss_fn):
     return getattr(fn, "__code__", None) or type(loss_fn)
 
 
-def count_samples(y: np.ndarray, ignore: int | None) -> int:
-    """What a shard's mean loss is a mean over: its rows, or its labels not ``ignore``."""
-    if ignore is None or not np.issubdtype(y.dtype, np.integer):
+def class_weights(loss_fn) -> np.ndarray | None:
+    """The class weights of a cross-entropy ``loss_fn`` that is a mean weighted by them,
+    seen from outside: a ``CrossEntropyLoss``/``NLLLoss`` module's ``weight``, or the
+    ``weight`` of a ``functools.partial`` of ``tp.cross_entropy``/``tp.nll_loss``; None."""
+    weight = None
+    if isinstance(loss_fn, (CrossEntropyLoss, NLLLoss)):
+        weight = loss_fn.weight if loss_fn.reduction == "mean" else None
+    elif isinstance(loss_fn, functools.partial) and loss_fn.func in (ops.cross_entropy,
+                                                                     ops.nll_loss):
+        if loss_fn.keywords.get("reduction", "mean") == "mean":
+            weight = loss_fn.keywords.get("weight")
+    if weight is None:
+        return None
+    weight = weight.value if isinstance(weight, Node) else weight
+    return (weight.to_host() if isinstance(weight, Tensor) else np.asarray(weight)).astype(
+        np.float64)
+
+
+def count_samples(y: np.ndarray, ignore: int | None, weights: np.ndarray | None = None):
+    """What a shard's mean loss is a mean over: its rows, or its labels not ``ignore``, or
+    with class ``weights`` the sum of those labels' weights (a label out of range, which
+    the loss reports, adds nothing here)."""
+    if not np.issubdtype(y.dtype, np.integer) or (ignore is None and weights is None):
         return int(y.shape[0])
-    return int(np.count_nonzero(y != ignore))
+    labels = y if ignore is None else y[y != ignore]
+    if weights is None:
+        return int(labels.size)
+    labels = labels[(labels >= 0) & (labels < weights.size)]
+    return float(weights[labels].sum())
 
 
 def shard_batch(x, y, replicas: int, comm, ignore: int | None, accumulation_steps: int,
-                reduction: str) -> tuple[list[list[Micro]], int]:
+                reduction: str, weights: np.ndarray | None = None
+                ) -> tuple[list[list[Micro]], int | float]:
     """Every replica's micro-batches of this process's batch (``split_batch``), and the
     samples of the global batch, every rank's (``count_samples``)."""
     if reduction not in ("mean", "sum"):
         raise ParclError(f"ReplicaGroup.step: reduction must be 'mean' or 'sum', got "
                          f"{reduction!r}")
     x, y = np.asarray(x), np.asarray(y)
-    count = count_samples(y, ignore) if y.ndim else 0
-    total = count if comm is None else int(comm.allreduce(count))
-    return split_batch(x, y, replicas, total, accumulation_steps, ignore, reduction), total
+    count = count_samples(y, ignore, weights) if y.ndim else 0
+    total = count if comm is None else comm.allreduce(count)
+    return split_batch(x, y, replicas, total, accumulation_steps, ignore, reduction,
+                       weights), total
 
 
 def weighted_loss(outcomes: list[Outcome], total: int, comm) -> float:
@@ -173,9 +201,10 @@ def weighted_loss(outcomes: list[Outcome], total: int, comm) -> float:
     return float(comm.allreduce(local)) if comm is not None else float(local)
 
 
-def split_batch(x: np.ndarray, y: np.ndarray, replicas: int, total: int,
+def split_batch(x: np.ndarray, y: np.ndarray, replicas: int, total: int | float,
                 accumulation_steps: int = 1, ignore: int | None = None,
-                reduction: str = "mean") -> list[list[Micro]]:
+                reduction: str = "mean", weights: np.ndarray | None = None
+                ) -> list[list[Micro]]:
     """Per replica its micro-batches: contiguous rows, the first ``n % replicas`` replicas
     (and micro-batches) one row longer, each weighted by its share of ``total``, the samples
     of the global batch (all ranks; see ``count_samples``), or by 1 for a summed loss."""
@@ -196,7 +225,7 @@ def split_batch(x: np.ndarray, y: np.ndarray, replicas: int, total: int,
     for lo, hi in zip(shards, shards[1:]):
         micro = [lo + b for b in _bounds(hi - lo, int(accumulation_steps))]
         out.append([Micro(x[a:b], y[a:b], np.array(
-            1.0 if reduction == "sum" else count_samples(y[a:b], ignore) / max(total, 1),
+            1.0 if reduction == "sum" else count_samples(y[a:b], ignore, weights) / (total or 1),
             np.float32), a) for a, b in zip(micro, micro[1:])])
     return out
 
@@ -275,9 +304,11 @@ class Eager:
             reached = sorted(index[id(node)] for node in visited if id(node) in index)
             found = loss_ignore(loss)
             inside = None if found is not None else ignore_inside(visited)
+            weighted = any(getattr(e.grad_fn, "class_weight", None) is not None
+                           for e in visited)
             last_op = batch_op(loss, xt.shape[0])
             tape.release()
-            return loss.value, tuple(reached), found, inside, last_op
+            return loss.value, tuple(reached), found, inside, last_op, weighted
 
         return body
 
@@ -380,9 +411,10 @@ def _run_micros(replica, micros: list[Micro], run) -> Outcome:
     """Run every micro-batch in turn (gradients accumulate in the replica's buckets) and
     enqueue the read of each loss right after it (a replay overwrites its outputs)."""
     losses, reads, reached, found, inside, last_op = [], [], set(), None, None, ""
+    weighted = False
     for m in micros:
         try:
-            loss, got, found, inside, last_op = run(m)
+            loss, got, found, inside, last_op, weighted = run(m)
         except ParclError as exc:
             row = getattr(exc, "row", None)          # a flat index into the labels
             if row is not None and getattr(exc, "batch_row", None) is None:
@@ -394,12 +426,26 @@ def _run_micros(replica, micros: list[Micro], run) -> Outcome:
         losses.append(host)
         reached.update(got)
     return Outcome(losses, reads, [float(m.weight) for m in micros], tuple(sorted(reached)),
-                   found, inside, last_op)
+                   found, inside, last_op, weighted)
 
 
 # ops whose result is a mean over their batch (parcl's losses take no reduction= or end in mean)
 MEANS = frozenset(("mean", "cross_entropy", "nll_loss", "mse_loss",
                    "binary_cross_entropy_with_logits", "kl_div_batchmean"))
+
+
+def check_class_weights(weights: np.ndarray | None, outcomes: list[Outcome]) -> None:
+    """A loss that is a mean weighted by class weights (``cross_entropy(..., weight=w)``)
+    must be one the step weighed its shares by, ``class_weights``: by rows or labels instead,
+    each replica's mean would count by its row share, not its share of the weights. Refused
+    before the update."""
+    if weights is None and any(o.class_weighted for o in outcomes):
+        raise ParclError("ReplicaGroup.step: loss_fn's loss is a cross_entropy/nll_loss mean "
+                         "weighted by class weights that the step could not see from "
+                         "loss_fn, so the replicas' shares were weighed by their labels and "
+                         "nothing was updated; pass the loss as pc.nn.CrossEntropyLoss(w) (or "
+                         "NLLLoss) or functools.partial(tp.cross_entropy, weight=w), with no "
+                         "other op around it")
 
 
 def check_reduction(reduction: str, outcomes: list[Outcome]) -> None:

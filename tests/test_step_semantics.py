@@ -292,3 +292,44 @@ def test_a_loss_module_with_parameters_is_refused_before_the_step(devices2):
     x, y = batch(6)
     with ReplicaGroup(mlp, devices2) as g, pytest.raises(pc.ParclError, match="parameters"):
         g.step(x, y, Scaled(), pc.optim.SGD(g.parameters(), lr=0.1))
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_a_class_weighted_cross_entropy_is_weighed_by_the_weights_of_each_shards_labels(
+        devices2, capture):
+    """A mean weighted by class weights (``CrossEntropyLoss(w)``) is a mean over the
+    weights of the labels that count: each replica's share is weighed by its labels' weights,
+    so 2 replicas equal PyTorch's full-batch step, an ignored label included."""
+    import torch
+    x, y = batch(7)
+    y[1] = -100
+    w = np.array([0.5, 2.0, 1.0, 3.0], np.float32)
+    crit = pc.nn.CrossEntropyLoss(pc.Tensor.from_host(pc.default_queue(), w))
+    model = mlp(pc.default_queue())
+    tm = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    tm.load_state_dict({k: torch.tensor(v) for k, v in model.state_dict().items()})
+    want = torch.nn.CrossEntropyLoss(torch.tensor(w))(tm(torch.tensor(x)), torch.tensor(y))
+    want.backward()
+    with ReplicaGroup(mlp, devices2, capture=capture) as g:
+        for _ in range(2):     # the second step is a replay when captured
+            g.model.load_state_dict(model.state_dict())
+            loss = g.step(x, y, crit, pc.optim.SGD(g.parameters(), lr=1.0))
+            assert loss == pytest.approx(want.item(), rel=1e-5)
+            got = g.model.state_dict()
+            for k, p in tm.named_parameters():
+                np.testing.assert_allclose(got[k], (p - p.grad).detach().numpy(), rtol=1e-5,
+                                           atol=1e-6)
+
+
+def test_class_weights_the_step_cannot_see_are_refused_before_the_update(devices2):
+    """Hidden in a lambda, the weights were unknown to the step, which weighed the shards by
+    their labels: refused, nothing updated, with the visible ways to pass them."""
+    x, y = batch(7)
+    w = np.array([0.5, 2.0, 1.0, 3.0], np.float32)
+    with ReplicaGroup(mlp, devices2) as g:
+        before = g.model.state_dict()
+        with pytest.raises(pc.ParclError, match="weighted by class weights"):
+            g.step(x, y, lambda out, t: tp.cross_entropy(out, t, weight=w),
+                   pc.optim.SGD(g.parameters(), lr=0.1))
+        for k, v in g.model.state_dict().items():
+            np.testing.assert_array_equal(v, before[k])
