@@ -377,6 +377,8 @@ def batch_op(loss: Node, rows: int) -> str:
             if len(e.shape) < len(f.shape):  # the reduced axes dropped (no keepdims)
                 axis -= sum(1 for a in f.axes if a < axis)
     last_op = top.op_name
+    if getattr(top.grad_fn, "reduction", None) == "sum":    # cross_entropy(reduction="sum")
+        return "sum"
     mean_of = tuple(getattr(top.grad_fn, "shape", ()))
     if last_op == "mean" and not (_rows_lead(top.parents[0], rows)
                                   and len(top.grad_fn.axes) == len(mean_of)):

@@ -333,3 +333,18 @@ def test_class_weights_the_step_cannot_see_are_refused_before_the_update(devices
                    pc.optim.SGD(g.parameters(), lr=0.1))
         for k, v in g.model.state_dict().items():
             np.testing.assert_array_equal(v, before[k])
+
+
+def test_a_cross_entropy_summed_over_the_batch_is_weighed_as_a_sum(devices2):
+    """``CrossEntropyLoss(reduction='sum')`` ends in the cross-entropy op, which was taken for
+    a mean: with the step's default reduction='mean' it trained on 4.63 where one replica has
+    9.07, silently. It is a sum: refused with 'mean', one replica's result with 'sum'."""
+    x, y = batch(7)
+    crit = pc.nn.CrossEntropyLoss(reduction="sum")
+    one, p1 = one_step(devices2[:1], x, y, crit, reduction="sum")
+    two, p2 = one_step(devices2, x, y, crit, reduction="sum")
+    assert two == pytest.approx(one, rel=1e-5)
+    for k in p1:
+        np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
+    with pytest.raises(pc.ParclError, match="returned a sum"):
+        one_step(devices2, x, y, crit)

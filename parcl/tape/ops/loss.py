@@ -165,6 +165,7 @@ class CrossEntropy(Function):
         # A mean is over the labels not ignored, weighted by their class weights: replicas
         # weigh their shares by those (``ReplicaGroup.step``); a sum or per-row losses by rows.
         mean = reduction == "mean"
+        self.reduction = reduction        # a sum over the batch is weighed as one
         self.ignore_index = ignore_index if mean else None
         self.class_weight = weight if mean else None
         opts = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, nll=self.nll,
