@@ -47,6 +47,9 @@ def distributed_indices(order: np.ndarray, rank: int, world_size: int) -> np.nda
     >>> distributed_indices(np.arange(5), rank=1, world_size=2).tolist()
     [1, 3, 0]
     """
+    # order[rank::world_size] takes any rank: -1 would give one sample, world_size another
+    # rank's share, silently; DistributedSampler refuses them too
+    _check_rank("distributed_indices", rank, world_size)
     per_rank = math.ceil(len(order) / world_size)
     padding = per_rank * world_size - len(order)
     if padding:
@@ -99,10 +102,8 @@ class DataLoader:
         if lengths[0] == 0:
             raise ShapeError("DataLoader: the arrays are empty (0 samples)")
         _check_int("batch_size", batch_size, minimum=1)
-        _check_int("world_size", world_size, minimum=1)
         _check_int("seed", seed, minimum=0)
-        if not isinstance(rank, (int, np.integer)) or not 0 <= rank < world_size:
-            raise ShapeError(f"DataLoader: rank={rank!r} is outside [0, world_size={world_size})")
+        _check_rank("DataLoader", rank, world_size)
         self.num_samples = lengths[0]
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
@@ -228,11 +229,18 @@ class DataLoader:
                 f"batch_index={self.batch_index})")
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
+def _check_int(name: str, value: Any, minimum: int, op: str = "DataLoader") -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"DataLoader: {name} must be an int, got {type(value).__name__}")
+        raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__}")
     if value < minimum:
-        raise ShapeError(f"DataLoader: {name}={value} must be >= {minimum}")
+        raise ShapeError(f"{op}: {name}={value} must be >= {minimum}")
+
+
+def _check_rank(op: str, rank: Any, world_size: Any) -> None:
+    _check_int("world_size", world_size, minimum=1, op=op)
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) \
+            or not 0 <= rank < world_size:
+        raise ShapeError(f"{op}: rank={rank!r} is outside [0, world_size={world_size})")
 
 
 def load_digits(images: bool = False, test_fraction: float = 0.2, seed: int = 0

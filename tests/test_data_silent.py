@@ -146,3 +146,22 @@ def test_a_corpus_val_every_that_is_not_an_int_is_refused(val_every):
         pc.data.text_corpus(max_chars=50_000, val_every=val_every)
     corpus = pc.data.text_corpus(max_chars=50_000, val_every=np.int64(2))
     assert len(corpus.val_files) >= 1 and len(corpus.train_files) >= 1
+
+
+@pytest.mark.parametrize("rank,world_size", [(-1, 2), (2, 2), (3, 2), (0, 0)])
+def test_distributed_indices_refuses_a_rank_outside_the_world_as_pytorch(rank, world_size):
+    """``distributed_indices(order, rank, world_size)`` took ``order[rank::world_size]`` of
+    any rank: over 5 samples and 2 ranks, ``rank=-1`` got ``[0]`` (one sample where every
+    rank gets 3), ``rank=2`` got ``[2, 4]`` and ``rank=3`` rank 1's ``[3, 0]``, so two
+    processes trained the same share, silently; ``world_size=0`` was a ZeroDivisionError.
+    PyTorch's ``DistributedSampler`` refuses such a rank ("Invalid rank"); a ``ShapeError``
+    naming it now, as ``DataLoader`` gives."""
+    torch_data = pytest.importorskip("torch.utils.data")
+    if world_size:
+        with pytest.raises(ValueError, match="Invalid rank"):
+            torch_data.DistributedSampler(range(5), num_replicas=world_size, rank=rank)
+    with pytest.raises(ShapeError, match="distributed_indices: (rank|world_size)="):
+        pc.data.distributed_indices(np.arange(5), rank=rank, world_size=world_size)
+    sampler = torch_data.DistributedSampler(range(5), num_replicas=2, rank=1, shuffle=False)
+    assert pc.data.distributed_indices(np.arange(5), rank=1, world_size=2).tolist() \
+        == list(sampler) == [1, 3, 0]
