@@ -137,12 +137,16 @@ class DataLoader:
         a resumed ``for epoch in range(saved, E): loader.set_epoch(epoch)`` loop would
         otherwise train the interrupted epoch's first batches twice. Likewise, right after
         it loaded a state taken at ``epoch``'s last batch (which points at the start of
-        ``epoch + 1``), the pass of ``epoch`` yields nothing: that epoch was done."""
+        ``epoch + 1``), the pass of ``epoch`` yields nothing: that epoch was done. Called
+        again with the same epoch before the loader moves, it changes nothing more, as
+        ``DistributedSampler.set_epoch`` sets an attribute."""
         _check_int("epoch", epoch, minimum=0)
+        if self._resumed == epoch or (self._finished and self.epoch == epoch):
+            # still right after the load: a second set_epoch(epoch) (the resume code's and the
+            # loop's own) would otherwise train the loaded epoch's first batches again
+            return
         resumed, self._resumed = self._resumed, None
         self._finished = False
-        if resumed == epoch:
-            return
         # A loop that saves its own epoch beside state_dict() at that epoch's last batch
         # resumes with set_epoch of the finished epoch: its pass must not train it again.
         finished = resumed == epoch + 1 and self.batch_index == 0

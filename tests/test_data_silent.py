@@ -165,3 +165,34 @@ def test_distributed_indices_refuses_a_rank_outside_the_world_as_pytorch(rank, w
     sampler = torch_data.DistributedSampler(range(5), num_replicas=2, rank=1, shuffle=False)
     assert pc.data.distributed_indices(np.arange(5), rank=1, world_size=2).tolist() \
         == list(sampler) == [1, 3, 0]
+
+
+@pytest.mark.parametrize("stop_after", [7, 5], ids=["mid-epoch", "at-an-epochs-last-batch"])
+def test_set_epoch_called_twice_after_a_resume_trains_no_batch_twice(stop_after):
+    """Resume code that calls ``loader.set_epoch(saved_epoch)`` right after
+    ``load_state_dict`` and a loop that calls it again (``for epoch in range(saved_epoch,
+    E): loader.set_epoch(epoch)``): the first call went on from the loaded batch, the second
+    started that epoch again from batch 0, so a checkpoint after 2 of epoch 1's 5 batches
+    resumed with 5 batches where 3 were left (the first 2 trained twice), and one at epoch
+    0's last batch trained all of epoch 0 again, silently. ``DistributedSampler.set_epoch``
+    only sets an attribute, so calling it twice is calling it once; so it is here now."""
+    x = np.arange(40, dtype=np.float32).reshape(20, 2)
+    run = pc.data.DataLoader((x,), batch_size=4, shuffle=True, seed=3)
+    seen = []
+    for epoch in range(2):
+        run.set_epoch(epoch)
+        for (xb,) in run:
+            seen.append(xb[:, 0].tolist())
+            if len(seen) == stop_after:
+                saved = {"epoch": epoch, "loader": run.state_dict()}
+    resumed = pc.data.DataLoader((x,), batch_size=4, shuffle=True, seed=3)
+    resumed.load_state_dict(saved["loader"])
+    resumed.set_epoch(saved["epoch"])
+    again = []
+    for epoch in range(saved["epoch"], 2):
+        resumed.set_epoch(epoch)
+        again.extend(xb[:, 0].tolist() for (xb,) in resumed)
+    assert again == seen[stop_after:]               # 3 batches of epoch 1, or all 5 of it
+    resumed.set_epoch(1)                            # the loader has moved on: epoch 1 anew
+    resumed.set_epoch(1)
+    assert [xb[:, 0].tolist() for (xb,) in resumed] == seen[5:]
