@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from math import prod
 
 import numpy as np
 import pyopencl as cl
@@ -386,22 +385,23 @@ def batch_op(loss: Node, rows: int) -> str:
     return last_op
 
 
-# views that merge leading dims: the batch's rows stay in dim 0 when the first one merged is
-# theirs (``tp.flatten(d)``, ``tp.reshape(d, (-1,))`` of ``d`` with the rows in dim 0)
+# views that keep the batch's rows in dim 0 when dim 0 becomes a multiple of them
+# (``tp.flatten(d)``, ``d.view(-1, 2)`` of ``d`` with the rows in dim 0)
 _MERGES = frozenset(("reshape", "flatten"))
 
 
 def _rows_lead(entry, rows: int) -> bool:
     """Whether dim 0 of ``entry``'s value holds the batch's rows: it has ``rows`` entries, or
-    it is a merge of the rows with the dims after them (``tp.mean(tp.flatten(d * d))`` is a
-    mean over the batch), followed back through elementwise ops of the same shape."""
+    it is a C-order view of a value that starts with them, of a multiple of ``rows`` (each
+    index then lies in one row: ``tp.mean(tp.flatten(d * d))`` is a mean over the batch),
+    followed back through elementwise ops of the same shape."""
     while entry.shape[:1] != (rows,):
         shape = entry.shape
         if not shape or not entry.parents or shape[0] % rows:
             return False
         parent = entry.parents[0]
         if entry.op_name in _MERGES and parent.shape[:1] == (rows,):
-            return any(prod(parent.shape[:j]) == shape[0] for j in range(1, len(parent.shape) + 1))
+            return True         # C order: each index of dim 0 (a multiple of rows) in one row
         same = [p for p in entry.parents if p.shape == shape]
         if not same:
             return False

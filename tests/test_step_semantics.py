@@ -207,29 +207,6 @@ def test_the_op_that_reduces_the_batch_decides_how_a_nested_loss_is_weighed(devi
             one_step(devices2, x, y, loss_fn, reduction=wrong)
 
 
-def test_a_mean_over_the_flattened_batch_is_weighed_as_a_mean(devices2):
-    """The step follows the batch's rows through a reshape or flatten that merges them with
-    the dims after them: ``tp.mean(tp.flatten(d * d))`` with reduction='sum' added the
-    replicas' means, training on 0.455 where one replica has 0.228 (7 samples), silently; it
-    is refused as any mean is, and with reduction='mean' it equals the single replica."""
-    def flat_mean(out, target):
-        return tp.mean(tp.flatten(_onehot_diff(out, target)) ** 2)
-
-    def reshaped_mean(out, target):
-        d = _onehot_diff(out, target)
-        return tp.mean(tp.reshape(d * d, (-1,)))
-
-    x, y = batch(7)
-    for loss_fn in (flat_mean, reshaped_mean):
-        one, p1 = one_step(devices2[:1], x, y, loss_fn)
-        two, p2 = one_step(devices2, x, y, loss_fn)
-        np.testing.assert_allclose(two, one, rtol=1e-5)
-        for k in p1:
-            np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
-        with pytest.raises(pc.ParclError, match="returned a mean"):
-            one_step(devices2, x, y, loss_fn, reduction="sum")
-
-
 def _weighted_bce(queue):
     return pc.nn.BCEWithLogitsLoss(
         weight=pc.Tensor.from_host(queue, np.array([1.0, 0.5, 2.0, 1.0], np.float32)),
@@ -348,3 +325,32 @@ def test_a_cross_entropy_summed_over_the_batch_is_weighed_as_a_sum(devices2):
         np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
     with pytest.raises(pc.ParclError, match="returned a sum"):
         one_step(devices2, x, y, crit)
+
+
+@pytest.mark.parametrize("flat", [lambda d: tp.reshape(d, (-1,)), lambda d: tp.flatten(d),
+                                  lambda d: d.view(-1, 2)], ids=["reshape", "flatten", "view"])
+def test_a_loss_over_the_flattened_batch_is_weighed_by_its_reduction(devices2, flat):
+    """A mean over the batch flattened first (``tp.mean(d.reshape(-1))``) was taken for a
+    mean over no batch (its input did not start with the rows), so ``reduction="sum"`` let
+    it through and each replica's mean counted once: 2 replicas trained on loss 2.61 where
+    one replica has 1.31 (6 samples), with no error. The rows are followed through the
+    views now: refused as the mean it is with 'sum', and with 'mean' (uneven shards) it
+    equals one replica; the flattened sum likewise takes 'sum' and is refused with 'mean'."""
+    def flat_mean(out, target):
+        d = _onehot_diff(out, target)
+        return tp.mean(flat(d * d))
+
+    def flat_sum(out, target):
+        d = _onehot_diff(out, target)
+        return tp.sum(flat(d * d))
+
+    x, y = batch(7)
+    for loss_fn, right, wrong, message in [(flat_mean, "mean", "sum", "returned a mean"),
+                                           (flat_sum, "sum", "mean", "returned a sum")]:
+        one, p1 = one_step(devices2[:1], x, y, loss_fn, reduction=right)
+        two, p2 = one_step(devices2, x, y, loss_fn, reduction=right)
+        np.testing.assert_allclose(two, one, rtol=1e-5)
+        for k in p1:
+            np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
+        with pytest.raises(pc.ParclError, match=message):
+            one_step(devices2, x, y, loss_fn, reduction=wrong)
