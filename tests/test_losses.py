@@ -366,8 +366,9 @@ def test_loss_modules(queue, rng):
     assert list(bce.state_dict()) == ["pos_weight"]
     close(bce(nx, nt).item(), bce_ref(x, t, pw=[1.0, 2.0, 0.5, 3.0])[0])
     close(pc.nn.MSELoss()(nx, nt).item(), ((x - t) ** 2).mean())
-    with pytest.raises(pc.ParclError, match=r"MSELoss: reduction='sum' is not supported"):
-        pc.nn.MSELoss(reduction="sum")
+    with pytest.raises(pc.ParclError, match=r"MSELoss: reduction must be 'mean', 'sum' or "
+                                            r"'none', got 'avg'"):
+        pc.nn.MSELoss(reduction="avg")
 
 
 def test_loss_input_errors(queue):
@@ -543,3 +544,36 @@ def test_class_weights_of_the_wrong_shape_or_a_bad_reduction_are_refused(queue):
         tp.nll_loss(x, y, reduction="avg")
     with pytest.raises(pc.ParclError, match="class probabilities .* reduction='mean'"):
         tp.cross_entropy(x, up(queue, np.ones((4, 3))), reduction="sum")
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_bce_with_logits_and_mse_take_pytorchs_reduction(queue, rng, reduction):
+    """``binary_cross_entropy_with_logits`` (weights and pos_weight too) and ``mse_loss``
+    reduce as ``torch.nn.functional``'s ``reduction`` says, loss and both gradients, their
+    modules likewise (``'sum'`` and ``'none'`` were refused)."""
+    import torch
+    x = rng.standard_normal((5, 2, 3)).astype(np.float32) * 3
+    t = rng.random((5, 2, 3)).astype(np.float32)
+    w, pw = (rng.random(3) + 0.3).astype(np.float32), (rng.random(3) * 3).astype(np.float32)
+    g = (rng.standard_normal(x.shape) if reduction == "none" else np.array(1.3)).astype(
+        np.float32)
+    for ours, theirs in [
+            (lambda a, b: tp.binary_cross_entropy_with_logits(
+                a, b, up(queue, w), up(queue, pw), reduction=reduction),
+             lambda a, b: torch.nn.functional.binary_cross_entropy_with_logits(
+                 a, b, torch.tensor(w, dtype=a.dtype), pos_weight=torch.tensor(pw, dtype=a.dtype),
+                 reduction=reduction)),
+            (pc.nn.MSELoss(reduction=reduction), torch.nn.MSELoss(reduction=reduction))]:
+        xt, tt = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (x, t))
+        want = theirs(xt, tt)
+        want.backward(torch.tensor(g, dtype=torch.float64))
+        nx, nt = leaf(queue, x), leaf(queue, t)
+        with tp.Tape() as tape:
+            loss = ours(nx, nt)
+        tape.backward(loss, grad=up(queue, g))
+        assert loss.shape == tuple(want.shape)
+        np.testing.assert_allclose(loss.to_host(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(nx.grad.to_host(), xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(nt.grad.to_host(), tt.grad.numpy(), rtol=1e-5, atol=1e-6)
+    crit = pc.nn.BCEWithLogitsLoss(up(queue, w), reduction=reduction)
+    assert crit(up(queue, x), up(queue, t)).shape == (() if reduction != "none" else x.shape)

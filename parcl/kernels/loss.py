@@ -24,7 +24,8 @@ import pyopencl as cl
 from ..errors import ShapeError
 from ..tensor import Tensor, check_same_queue
 from ._cache import GROUP_SUM, get_kernel
-from .softmax import _float, _grid, _group, _rows  # the same launch geometry and checks
+from .softmax import (REDUCTIONS, _float, _grid, _group,  # the same launch geometry and
+                      _rows)                               # checks
 
 SOURCE = "//CL//" + GROUP_SUM + r"""
 // Rows r = (n, i) of x viewed as (N, C, inner), as the class-index kernels. With the target
@@ -90,7 +91,8 @@ __kernel void soft_ce_bwd(__global const float* restrict x, __global const float
 // The numerically stable binary cross-entropy of PyTorch: with sp = softplus(-x) =
 // log1p(exp(-|x|)) + max(-x, 0) and lw = 1 + (pos_weight - 1) t,
 // loss = weight * ((1 - t) x + lw sp); weight and pos_weight repeat with periods nw, npw
-// (they broadcast from the trailing dims), absent when NULL.
+// (they broadcast from the trailing dims), absent when NULL. reduce: 0 each element's loss
+// into loss[i], 1 their mean, 2 their sum.
 inline float softplus_neg(const float x)
 {
     return log1p(exp(-fabs(x))) + fmax(-x, 0.0f);
@@ -99,7 +101,7 @@ inline float softplus_neg(const float x)
 __kernel void bce_fwd(__global const float* restrict x, __global const float* restrict t,
                       __global const float* restrict w, __global const float* restrict pw,
                       __global float* restrict loss, const long n, const long nw,
-                      const long npw, __local float* sums)
+                      const long npw, const int reduce, __local float* sums)
 {
     const int l = get_local_id(0), L = get_local_size(0);
     float acc = 0.0f;
@@ -107,26 +109,34 @@ __kernel void bce_fwd(__global const float* restrict x, __global const float* re
         const float xi = x[i], ti = t[i];
         const float lw = pw ? 1.0f + (pw[i % npw] - 1.0f) * ti : 1.0f;
         const float li = (1.0f - ti) * xi + lw * softplus_neg(xi);
-        acc += w ? w[i % nw] * li : li;
+        const float v = w ? w[i % nw] * li : li;
+        if (reduce == 0)
+            loss[i] = v;
+        else
+            acc += v;
     }
+    if (reduce == 0)
+        return;
     acc = group_sum(acc, sums);
     if (l == 0)
-        loss[0] = acc / (float)n;
+        loss[0] = reduce == 1 ? acc / (float)n : acc;
 }
 
 // gx = w (lw sigmoid(x) - pos_weight t) g / n;  gt = w ((pos_weight - 1) sp - x) g / n
+// (reduce 2: g undivided; 0: each element's own g[i])
 __kernel void bce_bwd(__global const float* restrict x, __global const float* restrict t,
                       __global const float* restrict w, __global const float* restrict pw,
                       __global const float* restrict g, __global float* restrict gx,
                       __global float* restrict gt, const long n, const long nw,
-                      const long npw, const int which)
+                      const long npw, const int which, const int reduce)
 {
     const long i = get_global_id(0);
     if (i >= n)
         return;
     const float xi = x[i], ti = t[i];
     const float p = pw ? pw[i % npw] : 1.0f;
-    const float scale = (w ? w[i % nw] : 1.0f) * (g[0] / (float)n);
+    const float up = reduce == 1 ? g[0] / (float)n : reduce == 2 ? g[0] : g[i];
+    const float scale = (w ? w[i % nw] : 1.0f) * up;
     if (which & 1) {
         const float sig = 1.0f / (1.0f + exp(-xi));
         gx[i] = ((1.0f + (p - 1.0f) * ti) * sig - p * ti) * scale;
@@ -213,22 +223,25 @@ def check_bce(logits: Tensor, target: Tensor, weight: Tensor | None,
 
 
 def bce_forward(logits: Tensor, target: Tensor, weight: Tensor | None = None,
-                pos_weight: Tensor | None = None) -> Tensor:
-    """Mean over every element of PyTorch's stable binary cross-entropy with logits."""
+                pos_weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
+    """PyTorch's stable binary cross-entropy with logits, each element's (``"none"``) or their
+    mean or sum."""
     nw, npw = check_bce(logits, target, weight, pos_weight)
     q = logits.queue
-    loss = Tensor.empty(q, ())
+    reduce = REDUCTIONS[reduction]
+    loss = Tensor.empty(q, logits.shape if reduce == 0 else ())
     L = _group(q)
     _k(q, "bce_fwd")(q, (L,), (L,), logits.data, target.data,
                      None if weight is None else weight.data,
                      None if pos_weight is None else pos_weight.data, loss.data,
-                     np.int64(logits.size), np.int64(nw), np.int64(npw), cl.LocalMemory(4 * L))
+                     np.int64(logits.size), np.int64(nw), np.int64(npw), np.int32(reduce),
+                     cl.LocalMemory(4 * L))
     return loss
 
 
 def bce_backward(logits: Tensor, target: Tensor, weight: Tensor | None,
                  pos_weight: Tensor | None, grad: Tensor, need_logits: bool = True,
-                 need_target: bool = False):
+                 need_target: bool = False, reduction: str = "mean"):
     """Gradients ``(logits, target)`` of ``bce_forward`` (None where not asked for)."""
     nw, npw = check_bce(logits, target, weight, pos_weight)
     q = logits.queue
@@ -240,5 +253,6 @@ def bce_backward(logits: Tensor, target: Tensor, weight: Tensor | None,
                      None if pos_weight is None else pos_weight.data, grad.data,
                      None if gx is None else gx.data, None if gt is None else gt.data,
                      np.int64(logits.size), np.int64(nw), np.int64(npw),
-                     np.int32((1 if need_logits else 0) | (2 if need_target else 0)))
+                     np.int32((1 if need_logits else 0) | (2 if need_target else 0)),
+                     np.int32(REDUCTIONS[reduction]))
     return gx, gt

@@ -1,5 +1,5 @@
-"""Loss modules: PyTorch's ``BCEWithLogitsLoss`` and ``MSELoss`` (mean reduction), and
-``CrossEntropyLoss``, ``NLLLoss`` (with class weights), ``L1Loss``, ``SmoothL1Loss``,
+"""Loss modules: PyTorch's ``CrossEntropyLoss``, ``NLLLoss`` (with class weights),
+``BCEWithLogitsLoss``, ``MSELoss``, ``L1Loss``, ``SmoothL1Loss``,
 ``HuberLoss``, ``KLDivLoss``, ``BCELoss``, ``SoftMarginLoss``, ``CosineEmbeddingLoss``
 (``reduction=`` 'none', 'mean' or 'sum'; keyword-only where PyTorch's deprecated
 ``size_average``/``reduce`` come first), over the ops of ``parcl.tape.ops``.
@@ -23,13 +23,6 @@ from .module import Module
 __all__ = ["BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss",
            "HuberLoss", "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss", "SmoothL1Loss",
            "SoftMarginLoss"]
-
-
-def _reduction(cls: str, reduction: str) -> str:
-    if reduction != "mean":
-        raise ParclError(f"{cls}: reduction={reduction!r} is not supported; parcl's losses "
-                         "are means (reduction='mean')")
-    return reduction
 
 
 class CrossEntropyLoss(Module):
@@ -89,24 +82,25 @@ class BCEWithLogitsLoss(Module):
     def __init__(self, weight: Tensor | None = None, reduction: str = "mean",
                  pos_weight: Tensor | None = None):
         super().__init__()
-        self.reduction = _reduction("BCEWithLogitsLoss", reduction)
+        self.reduction = reduction_arg("BCEWithLogitsLoss", reduction)
         self.register_buffer("weight", weight)
         self.register_buffer("pos_weight", pos_weight)
 
     def forward(self, input, target):
         return ops.binary_cross_entropy_with_logits(input, target, self.weight,
-                                                    self.pos_weight)
+                                                    self.pos_weight, reduction=self.reduction)
 
 
 class MSELoss(Module):
-    """``tp.mse_loss(input, target)``: the mean of the squared differences."""
+    """``tp.mse_loss(input, target, reduction=)``: the squared differences, their mean by
+    default."""
 
     def __init__(self, reduction: str = "mean"):
         super().__init__()
-        self.reduction = _reduction("MSELoss", reduction)
+        self.reduction = reduction_arg("MSELoss", reduction)
 
     def forward(self, input, target):
-        return ops.mse_loss(input, target)
+        return ops.mse_loss(input, target, reduction=self.reduction)
 
 
 class _Reduced(Module):

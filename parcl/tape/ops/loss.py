@@ -41,7 +41,7 @@ from ...tensor import Tensor
 from .. import mode
 from ..node import Function, Node
 from ..tape import defer
-from . import soft_loss
+from . import elementwise, reduce, soft_loss
 from .checks import FlagCheck
 from .soft_loss import binary_cross_entropy_with_logits
 
@@ -101,14 +101,22 @@ class MseLoss(Function):
                                 need_target=self.needs_input_grad[1])
 
 
-def mse_loss(pred, target, *, tape=None):
-    """``mean((pred - target) ** 2)`` over every element, a scalar (shape ``()``). ``target``
-    is usually a raw Tensor (or a Node without grad); shapes must match exactly.
+def mse_loss(pred, target, *, reduction: str = "mean", tape=None):
+    """``mean((pred - target) ** 2)`` over every element, a scalar (shape ``()``);
+    ``reduction="sum"`` their sum, ``"none"`` each element's. ``target`` is usually a raw
+    Tensor (or a Node without grad); shapes must match exactly.
 
     >>> tp.mse_loss(pred, target).shape
     ()
     """
-    return MseLoss.apply(pred, target, tape=tape)
+    if reduction_arg("mse_loss", reduction) == "mean":
+        return MseLoss.apply(pred, target, tape=tape)
+    if tuple(pred.shape) != tuple(target.shape):
+        smk.check_mse(pred.value if isinstance(pred, Node) else pred,
+                      target.value if isinstance(target, Node) else target)   # raises
+    d = elementwise.sub(pred, target, tape=tape)
+    squares = elementwise.mul(d, d, tape=tape)
+    return squares if reduction == "none" else reduce.sum(squares, tape=tape)
 
 
 class _LabelCheck(FlagCheck):

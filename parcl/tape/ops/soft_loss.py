@@ -43,11 +43,12 @@ class BinaryCrossEntropyWithLogits(Function):
     name = "binary_cross_entropy_with_logits"
 
     def forward(self, logits: Tensor, target: Tensor, weight: Tensor | None = None,
-                pos_weight: Tensor | None = None):
+                pos_weight: Tensor | None = None, reduction: str = "mean"):
         if self.recording and any(self.needs_input_grad[2:]):
             raise ParclError(f"{self.name}: weight and pos_weight are constants here; pass "
                              "tensors that do not require grad (e.g. a raw pc.Tensor)")
-        loss = lk.bce_forward(logits, target, weight, pos_weight)
+        loss = lk.bce_forward(logits, target, weight, pos_weight, reduction)
+        self.reduction = reduction        # a sum over the batch is weighed as one
         if self.recording:
             self.saved = (logits, target, weight, pos_weight)
         return loss
@@ -56,14 +57,16 @@ class BinaryCrossEntropyWithLogits(Function):
         logits, target, weight, pos_weight = self.saved
         gx, gt = lk.bce_backward(logits, target, weight, pos_weight, g,
                                  need_logits=self.needs_input_grad[0],
-                                 need_target=self.needs_input_grad[1])
+                                 need_target=self.needs_input_grad[1],
+                                 reduction=self.reduction)
         return gx, gt, None, None
 
 
 def binary_cross_entropy_with_logits(logits, target, weight=None, pos_weight=None, *,
-                                     tape=None):
-    """``torch.nn.functional.binary_cross_entropy_with_logits`` with mean reduction, in its
-    numerically stable form ``(1 - t) x + (1 + (pos_weight - 1) t) softplus(-x)`` (no NaN or
+                                     reduction: str = "mean", tape=None):
+    """``torch.nn.functional.binary_cross_entropy_with_logits``, reduced as ``reduction``
+    says (``"mean"``, ``"sum"``, or ``"none"``: each element's loss), in its numerically
+    stable form ``(1 - t) x + (1 + (pos_weight - 1) t) softplus(-x)`` (no NaN or
     inf for any finite logit). ``target`` has the logits' shape (float32, usually in [0, 1]);
     ``weight`` (per element) and ``pos_weight`` (per class, along the last dim) broadcast
     from the trailing dims, e.g. ``(C,)`` for logits ``(N, C)``.
@@ -71,4 +74,8 @@ def binary_cross_entropy_with_logits(logits, target, weight=None, pos_weight=Non
     >>> tp.binary_cross_entropy_with_logits(x, t, pos_weight=pw).shape
     ()
     """
-    return BinaryCrossEntropyWithLogits.apply(logits, target, weight, pos_weight, tape=tape)
+    if reduction not in lk.REDUCTIONS:
+        raise ParclError(f"binary_cross_entropy_with_logits: reduction must be 'mean', 'sum' "
+                         f"or 'none', got {reduction!r}")
+    return BinaryCrossEntropyWithLogits.apply(logits, target, weight, pos_weight, tape=tape,
+                                              reduction=reduction)
