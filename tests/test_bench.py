@@ -448,6 +448,19 @@ def test_bad_arguments_exit_2_with_one_line(capsys):
     assert "unknown --allreduce 'nope'" in capsys.readouterr().err
 
 
+def test_a_step_count_or_batch_below_one_is_refused_not_replaced(capsys):
+    """`args.steps or default` ran the default for 0, and compare --steps -2 timed no step at
+    all and printed -1.9e6 samples/s and a step of -0.00 ms."""
+    for command, flag, value in (("compare", "--steps", "-2"), ("compare", "--steps", "0"),
+                                 ("compare", "--batch", "0"), ("scaling", "--steps", "0"),
+                                 ("scaling", "--batch-per-replica", "0")):
+        argv = [command, "--model", "mlp", flag, value, "--repeat", "1", "--warmup", "0"]
+        argv += ["--no-numpy"] + (["--replicas", "1"] if command == "scaling" else [])
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert f"{flag} must be >= 1, got {value}" in err and "Traceback" not in err, err
+
+
 def test_plot_without_matplotlib_says_how_to_install(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert main(["allreduce", "--sizes", "4K", "--plot", str(tmp_path / "x.png")]) == 2

@@ -92,6 +92,10 @@ def run(args) -> dict:
         if m not in COMPARE_MODELS:
             raise BenchError(f"compare: unknown model {m!r}; choose from "
                              f"{', '.join(COMPARE_MODELS)}")
+    for flag, value in (("--batch", args.batch), ("--steps", args.steps)):
+        # `or` would run the default for 0, and range(-2) no step at all: -1.9e6 samples/s
+        if value is not None and value < 1:
+            raise BenchError(f"compare: {flag} must be >= 1, got {value}")
     dev = resolve_devices(args.devices)[0]
     # The references get the compute parcl gets: a CPU device's compute units, or, on a GPU,
     # the host's cores for numpy and PyTorch's CPU build, and PyTorch on CUDA where it has it.
@@ -114,8 +118,8 @@ def run(args) -> dict:
     q = pc.new_queue(dev)
     rows = []
     for name in names:
-        n = args.batch or models.DEFAULT_BATCH[name]
-        steps = args.steps or (10 if name == "mlp" else 3)
+        n = models.DEFAULT_BATCH[name] if args.batch is None else args.batch
+        steps = (10 if name == "mlp" else 3) if args.steps is None else args.steps
         x, y = models.batch(name, n, seed=1)
         model = models.builder(name)(q)
         state = model.state_dict()

@@ -145,16 +145,17 @@ def _batch_sizes(args, n: int) -> int:
         if args.global_batch < n:
             raise BenchError(f"--global-batch {args.global_batch} is smaller than {n} replicas")
         return args.global_batch
-    per = args.batch_per_replica or models.DEFAULT_BATCH[args.model]
-    if per < 1:
+    per = (models.DEFAULT_BATCH[args.model] if args.batch_per_replica is None
+           else args.batch_per_replica)
+    if per < 1:                      # 0 with `or` ran the model's default batch, silently
         raise BenchError(f"--batch-per-replica must be >= 1, got {per}")
     return per * n
 
 
 def run(args) -> dict:
     repeat, warmup = repeat_of(args, 3), warmup_of(args, 2)
-    steps = args.steps or DEFAULT_STEPS[args.model]
-    if steps < 1:
+    steps = DEFAULT_STEPS[args.model] if args.steps is None else args.steps
+    if steps < 1:                    # 0 with `or` ran the default steps, silently
         raise BenchError(f"--steps must be >= 1, got {steps}")
     comm = mpi_comm()
     world = comm.Get_size() if comm else 1
