@@ -437,6 +437,21 @@ def test_memory_smoke(tmp_path, capsys):
     assert resnet["tape_held_mb"] > 0                    # activations kept for backward
 
 
+def test_memory_and_scaling_run_every_model_they_list_with_their_defaults(tmp_path, capsys):
+    """memory --model digits,mobilenet and scaling --model mobilenet (both listed in their
+    --help) failed with a KeyError: no default batch, no default step count."""
+    from parcl.bench import memory, models, scaling
+    assert set(memory.DEFAULT_BATCH) >= set(models.MODELS)
+    assert set(scaling.DEFAULT_STEPS) >= set(models.MODELS)
+    _, result = _run(tmp_path, capsys, ["memory", "--model", "digits,mobilenet"], plot=False)
+    assert [(r["model"], r["batch"]) for r in _rows(result, "memory")] == [
+        ("digits", 64), ("mobilenet", 32)]
+    _, result = _run(tmp_path, capsys, ["scaling", "--model", "mobilenet", "--replicas", "1",
+                                        "--batch-per-replica", "2", "--repeat", "1",
+                                        "--warmup", "0"], plot=False)
+    assert result["params"]["steps"] == scaling.DEFAULT_STEPS["mobilenet"]
+
+
 # -- command line and helpers ----------------------------------------------------------------
 def test_bad_arguments_exit_2_with_one_line(capsys):
     assert main(["allreduce", "--sizes", "4X"]) == 2

@@ -84,7 +84,7 @@ from .common import (
 from .reference import NUMPY_MODELS, NumpyDataParallel
 from .trace import ChromeTrace
 
-DEFAULT_STEPS = {"mlp": 20, "cnn": 10, "digits": 20, "resnet18": 2, "gpt": 5}
+DEFAULT_STEPS = {"mlp": 20, "cnn": 10, "digits": 20, "mobilenet": 5, "resnet18": 2, "gpt": 5}
 
 
 def add_arguments(p) -> None:
