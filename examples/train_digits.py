@@ -76,8 +76,11 @@ def main(argv=None) -> float:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     args = p.parse_args(argv)
-    epochs = args.epochs or 12
-    lr = args.lr or (3e-3 if args.model == "mlp" else 8e-3)
+    # `args.lr or default` trained --lr 0 at 3e-3, and --epochs 0 for the default 12 epochs
+    epochs = 12 if args.epochs is None else args.epochs
+    if epochs < 1:
+        p.error(f"--epochs must be >= 1, got {epochs}")
+    lr = (3e-3 if args.model == "mlp" else 8e-3) if args.lr is None else args.lr
 
     x_train, y_train, x_test, y_test = pc.data.load_digits(images=args.model == "cnn")
     x_train, x_test = standardize(x_train, x_test)
