@@ -89,9 +89,11 @@ def param_groups(model: pc.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def warmup_cosine(opt, total_steps: int, warmup: int, min_lr: float):
-    """Linear warm-up from a tenth of the learning rate, then a cosine down to ``min_lr``;
-    step it once after every optimizer step."""
+    """Linear warm-up from a tenth of the learning rate over ``warmup`` steps (none for 0),
+    then a cosine down to ``min_lr``; step it once after every optimizer step."""
     sched = pc.optim.lr_scheduler
+    if warmup <= 0:        # no warm-up asked for: max(1, ...) below gave a first step at lr/10
+        return sched.CosineAnnealingLR(opt, T_max=max(1, total_steps), eta_min=min_lr)
     warmup = max(1, min(warmup, total_steps - 1))
     return sched.SequentialLR(opt, [
         sched.LinearLR(opt, start_factor=0.1, total_iters=warmup),

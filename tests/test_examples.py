@@ -21,6 +21,15 @@ ENV = {k: v for k, v in os.environ.items()
 pytestmark = pytest.mark.slow
 
 
+def example(name: str):
+    """The module of examples/``name``.py, imported."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+
+
 def final_accuracy(cmd: list[str]) -> float:
     r = subprocess.run([sys.executable, *cmd, "--no-progress"], capture_output=True, text=True,
                        timeout=120, cwd=ROOT, env=ENV)
@@ -38,11 +47,7 @@ def test_train_digits_reaches_its_target(model, target):
 def test_train_digits_takes_a_learning_rate_of_zero_and_refuses_zero_epochs():
     """`args.lr or 3e-3` trained --lr 0 at 3e-3 (83.8 % after one epoch, the untrained model's
     7.0 %), and --epochs 0 ran the default 12 epochs."""
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        import train_digits
-    finally:
-        sys.path.remove(str(ROOT / "examples"))
+    train_digits = example("train_digits")
     import parcl as pc
     x_train, _, x_test, y_test = pc.data.load_digits()
     _, x_test = train_digits.standardize(x_train, x_test)
@@ -103,6 +108,29 @@ def test_train_gpt_beats_the_unigram_baseline_in_a_short_run():
     val_bits = float(last.split(", ")[1].split()[0])
     unigram_bits = float(last.split(", ")[2].split()[0])
     assert 4.0 < unigram_bits < 5.5 and val_bits < unigram_bits - 0.5, last
+
+
+def test_train_gpt_warmup_zero_starts_at_the_peak_learning_rate_as_pytorchs_cosine():
+    """--warmup 0 still warmed up for one step (max(1, warmup)): the first step at 2e-4, a
+    tenth of the peak 2e-3."""
+    import torch
+
+    import parcl as pc
+    opt = pc.optim.AdamW([pc.nn.Parameter.from_host(pc.default_queue(), np.zeros(2, np.float32))],
+                         lr=2e-3)
+    sched = example("train_gpt").warmup_cosine(opt, 10, 0, 2e-4)
+    ref_opt = torch.optim.AdamW([torch.zeros(2, requires_grad=True)], lr=2e-3)
+    ref = torch.optim.lr_scheduler.CosineAnnealingLR(ref_opt, T_max=10, eta_min=2e-4)
+    got, want = [], []
+    for _ in range(12):
+        got.append(opt.param_groups[0]["lr"])
+        want.append(ref_opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+        ref_opt.step()
+        ref.step()
+    assert got[0] == 2e-3
+    np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 def test_train_gpt_captured_steps_are_bit_identical_to_eager_ones(tmp_path):
