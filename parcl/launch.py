@@ -20,8 +20,9 @@ own consecutive N). Asking for more replicas than the devices can give is an err
 Restarts. With ``--max-restarts N`` the launcher supervises: it runs the script in a child
 launcher process with ``PARCL_RESTART_COUNT`` set (0, 1, ...) and, when that exits non-zero
 (an exception, ``os._exit``, a signal), runs it again, up to N times, announcing each restart in
-one line; it exits with the last run's status. The script resumes from its own checkpoint (see
-``parcl.restarts``). Under ``mpiexec`` restart the whole job from outside (docs/launch.md).
+one line; it exits with the last run's status. A SIGTERM or SIGHUP sent to the supervisor is
+passed on to the run, which is then not restarted. The script resumes from its own checkpoint
+(see ``parcl.restarts``). Under ``mpiexec`` restart the whole job from outside (docs/launch.md).
 
 Errors. Bad arguments exit with status 2 and one line on stderr. An exception in the script
 prints its traceback and exits 1; under MPI the traceback is prefixed with the rank and the whole

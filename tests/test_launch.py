@@ -3,6 +3,7 @@ errors for bad arguments, Ctrl-C. Subprocess tests run the real command line."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -320,6 +321,75 @@ def test_a_launch_inside_a_supervised_script_supervises_its_own_runs(tmp_path):
     assert driver_log.read_text().splitlines() == ["0"]             # the driver ran once
     assert trial_log.read_text().splitlines() == ["0 ['raise']", "1 ['raise']"]
     assert "restart 1 of 1 (PARCL_RESTART_COUNT=1)" in r.stderr      # the trial's supervisor
+
+
+STOPPABLE = """
+import os, sys, time
+count = os.environ["PARCL_RESTART_COUNT"]
+with open(sys.argv[1], "a") as f:
+    f.write(f"{count} {os.getpid()}\\n")
+time.sleep(60)
+"""
+
+
+@contextlib.contextmanager
+def stoppable_run(tmp_path, **popen):
+    """A supervised run of STOPPABLE: yields the launcher's process, the run's pid, the run
+    log and the launcher's stderr file; kills whatever is left at the end."""
+    script, log, err = tmp_path / "stoppable.py", tmp_path / "runs.txt", tmp_path / "err.txt"
+    script.write_text(STOPPABLE)
+    with open(err, "w") as stderr:      # a file: an orphaned run would hold a pipe open
+        proc = subprocess.Popen([*LAUNCH, "--max-restarts", "2", str(script), str(log)],
+                                cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=stderr,
+                                **popen)
+    child = None
+    try:
+        deadline = time.monotonic() + 60
+        while child is None and time.monotonic() < deadline:
+            runs = log.read_text().splitlines() if log.exists() else []
+            child = int(runs[0].split()[1]) if runs else None
+            time.sleep(0.1)
+        assert child is not None, "the script never started"
+        yield proc, child, log, err
+    finally:
+        proc.kill()
+        if child is not None:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_stop_signal_to_the_supervisor_stops_its_run_and_is_not_restarted(tmp_path, stop):
+    """A SIGTERM (a job scheduler's preemption or time limit, ``kill``) or SIGHUP sent to the
+    supervising launcher ended it alone, with Python's default: its run, orphaned, went on
+    training for its whole length and writing checkpoints beside whatever ran next, while the
+    launcher had already exited 143. Now the supervisor passes the signal on to its run, as
+    torchrun passes it on to its workers, exits with the run's status and restarts nothing."""
+    with stoppable_run(tmp_path) as (proc, child, log, err):
+        proc.send_signal(stop)
+        status = proc.wait(timeout=30)
+        with pytest.raises(ProcessLookupError):         # the run stopped with it, not orphaned
+            os.kill(child, 0)
+        assert status == 128 + stop
+        assert log.read_text().splitlines() == [f"0 {child}"]        # no restart
+        assert (f"stopped by {stop.name}, passed on to {tmp_path / 'stoppable.py'}, which was "
+                f"killed by {stop.name} (exit status {128 + stop}); not restarted"
+                ) in err.read_text()
+
+
+def test_a_hangup_the_supervisor_ignores_under_nohup_stays_ignored(tmp_path):
+    """Under ``nohup`` (SIGHUP ignored) neither the launcher nor its run stops at a SIGHUP:
+    only a signal left at its default is passed on."""
+    with stoppable_run(tmp_path, preexec_fn=lambda: signal.signal(signal.SIGHUP,
+                                                                  signal.SIG_IGN)) as run:
+        proc, child, log, _ = run
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert proc.poll() is None
+        os.kill(child, 0)                                # still running: no error
+        assert log.read_text().splitlines() == [f"0 {child}"]
 
 
 def test_max_restarts_is_refused_inside_an_mpi_rank(tmp_path, monkeypatch, capsys):
