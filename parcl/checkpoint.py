@@ -57,6 +57,10 @@ MODEL_PREFIX = "model."
 OPTIM_PREFIX = "optim.state."
 _DTYPES = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
            "float16", "float32", "float64"}
+# Group keys that are not the optimizer's options: a scheduler's initial_lr is in a group once
+# one was attached, and Adam's and AdamW's rule flag only in groups saved since it was added
+# (older files name the rule in the document's "rule", which is checked instead).
+_NOT_OPTIONS = {"initial_lr", "decoupled_weight_decay"}
 
 
 # --- save ----------------------------------------------------------------------------------
@@ -371,8 +375,7 @@ def _optimizer_state(path: str, doc: dict[str, Any], tensors: dict[str, np.ndarr
         problems.append(f"{len(saved['param_groups'])} param_groups saved, optimizer has "
                         f"{len(cur_groups)}")
     for i, (mine, theirs) in enumerate(zip(saved["param_groups"], cur_groups)):
-        # a scheduler's initial_lr is in a group once one was attached, not an option
-        if set(mine) - {"initial_lr"} != set(theirs) - {"initial_lr"}:
+        if set(mine) - _NOT_OPTIONS != set(theirs) - _NOT_OPTIONS:
             problems.append(f"param_groups[{i}] saved with options {sorted(mine)}, optimizer "
                             f"has {sorted(theirs)} (a different optimizer class? checkpoint "
                             f"has {opt.get('class')}, got {type(optimizer).__name__})")

@@ -20,6 +20,7 @@ from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 import parcl as pc
+import parcl.tape as tp
 
 # --- fakes: exactly the interface parcl's nn.Module and optimizers offer ---------------------
 
@@ -515,3 +516,46 @@ def test_an_adam_checkpoint_is_refused_by_adamw_and_leaves_it_unchanged(ckpt, qu
     assert adamw.param_groups[0]["weight_decay"] == 0.01
     for k, v in model.state_dict().items():
         np.testing.assert_array_equal(v, before[k])
+
+
+def _train(model, opt, queue, steps):
+    """``steps`` steps of ``opt`` on ``sum(model(x) ** 2)`` over a fixed batch."""
+    x = tp.tensor(pc.Tensor.from_host(queue, np.linspace(-1, 1, 12, dtype=np.float32
+                                                         ).reshape(4, 3)))
+    for _ in range(steps):
+        with tp.Tape() as tape:
+            y = model(x)
+            loss = tp.sum(y * y)
+        tape.backward(loss)
+        opt.step()
+        opt.zero_grad()
+
+
+@pytest.mark.parametrize("cls", ["Adam", "AdamW"])
+def test_an_adam_checkpoint_saved_before_the_rule_flag_still_resumes(ckpt, queue, cls):
+    """Adam's and AdamW's groups carry PyTorch's ``decoupled_weight_decay`` since 9366a47;
+    checkpoints saved before (their document names the rule instead) were refused by pc.load
+    as "a different optimizer class? checkpoint has Adam, got Adam", stranding every run
+    saved then, where ``opt.load_state_dict`` and PyTorch take such a state. It resumes
+    again, bit for bit, and the other rule is still refused."""
+    opt_cls = getattr(pc.optim, cls)
+    models = []
+    for steps in (4, 2):                            # the whole run, and the one saved at 2
+        pc.nn.manual_seed(0)
+        models.append(pc.nn.Linear(3, 2, queue=queue))
+        opt = opt_cls(models[-1].parameters(), lr=0.1, weight_decay=0.1)
+        _train(models[-1], opt, queue, steps)
+    with pytest.MonkeyPatch.context() as mp:        # the groups as parcl wrote them then
+        mp.setattr(opt_cls, "state_dict", pc.optim.Optimizer.state_dict)
+        pc.save(ckpt, models[-1], opt, step=2)
+    with safe_open(str(ckpt), "np") as f:
+        assert "decoupled_weight_decay" not in f.metadata()["parcl"]
+    fresh = pc.nn.Linear(3, 2, queue=queue)
+    fresh_opt = opt_cls(fresh.parameters(), lr=0.1, weight_decay=0.1)
+    assert pc.load(ckpt, fresh, fresh_opt)["step"] == 2
+    _train(fresh, fresh_opt, queue, 2)
+    for k, v in models[0].state_dict().items():
+        np.testing.assert_array_equal(fresh.state_dict()[k], v, err_msg=k)
+    other = pc.optim.AdamW if cls == "Adam" else pc.optim.Adam
+    with pytest.raises(pc.CheckpointError, match=f"an {cls} optimizer's state"):
+        pc.load(ckpt, fresh, other(fresh.parameters()))
