@@ -15,6 +15,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | contraction | einsum (built on sum permute reshape mm bmm) |
 | reduce, reductions | sum mean max min argmax argmin var std logsumexp cumsum |
 | reduce_dims | amax amin prod |
+| sorting | sort argsort topk |
 | shape | reshape transpose permute movedim t squeeze unsqueeze flatten unflatten |
 | indexing, join | getitem flip pad expand gather cat stack split |
 | slices | narrow chunk unbind roll repeat tile tril triu |
@@ -30,7 +31,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 
 from . import (activation, activation_more, attention, contraction, conv, elementwise, indexing,
                join, linalg, loss, loss_more, mathops, nn, norm, picks, reduce, reduce_dims,
-               reductions, select, sequence, shape, slices, unary)
+               reductions, select, sequence, shape, slices, sorting, unary)
 from .activation import *  # noqa: F401,F403
 from .activation_more import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
@@ -53,10 +54,11 @@ from .select import *  # noqa: F401,F403
 from .sequence import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
 from .slices import *  # noqa: F401,F403
+from .sorting import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
 
 __all__ = [name for module in (activation, activation_more, attention, contraction, conv,
                                elementwise, indexing, join, linalg, loss, loss_more, mathops,
                                nn, norm, picks, reduce, reduce_dims, reductions, select,
-                               sequence, shape, slices, unary)
+                               sequence, shape, slices, sorting, unary)
            for name in module.__all__]
