@@ -20,6 +20,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | indexing, join | getitem flip pad expand gather cat stack split |
 | slices | narrow chunk unbind roll repeat tile tril triu |
 | select, picks | where masked_fill embedding, index_select one_hot |
+| scatters | scatter scatter_add index_add take_along_dim |
 | norm | layer_norm rms_norm group_norm |
 | nn, conv | conv2d conv_transpose2d pools batch_norm dropout |
 | sequence | conv1d max_pool1d avg_pool1d (the 2-D ops on (N, C, 1, L) views) |
@@ -31,7 +32,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 
 from . import (activation, activation_more, attention, contraction, conv, elementwise, indexing,
                join, linalg, loss, loss_more, mathops, nn, norm, picks, reduce, reduce_dims,
-               reductions, select, sequence, shape, slices, sorting, unary)
+               reductions, scatters, select, sequence, shape, slices, sorting, unary)
 from .activation import *  # noqa: F401,F403
 from .activation_more import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
@@ -50,6 +51,7 @@ from .picks import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .reduce_dims import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
+from .scatters import *  # noqa: F401,F403
 from .select import *  # noqa: F401,F403
 from .sequence import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
@@ -59,6 +61,6 @@ from .unary import *  # noqa: F401,F403
 
 __all__ = [name for module in (activation, activation_more, attention, contraction, conv,
                                elementwise, indexing, join, linalg, loss, loss_more, mathops,
-                               nn, norm, picks, reduce, reduce_dims, reductions, select,
-                               sequence, shape, slices, sorting, unary)
+                               nn, norm, picks, reduce, reduce_dims, reductions, scatters,
+                               select, sequence, shape, slices, sorting, unary)
            for name in module.__all__]

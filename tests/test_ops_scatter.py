@@ -1,0 +1,234 @@
+"""scatter, scatter_add, index_add and take_along_dim: forward against a numpy reference that
+applies repeated indices in index order (float32: the same bits; float64: the same values),
+along every dim and for lines of 1 to 5000; gradients against finite differences and PyTorch;
+bit-identical reruns; device-side index checks and the errors PyTorch raises."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import parcl as pc
+import parcl.tape as tp
+from conftest import leaf, up
+from torch_reference import against_torch, raises_like_torch
+
+
+def scatter_reference(x, dim, index, src, add, dtype=np.float64):
+    """``x`` with ``src`` set (or added) at ``index`` along ``dim``, one position of the
+    line after another (the last of repeated indices wins; sums in index order)."""
+    out = np.moveaxis(np.array(x, dtype), dim, -1)
+    idx = np.moveaxis(index, dim, -1)
+    s = np.moveaxis(np.asarray(src, dtype), dim, -1) if np.ndim(src) else None
+    lead = tuple(slice(0, n) for n in idx.shape[:-1])
+    view = out[lead]
+    for j in range(idx.shape[-1]):
+        at = idx[..., j:j + 1]
+        value = s[lead + (slice(j, j + 1),)] if s is not None else np.full(at.shape, src, dtype)
+        if add:
+            value = np.take_along_axis(view, at, -1) + value
+        np.put_along_axis(view, at, value, -1)
+    out[lead] = view
+    return np.moveaxis(out, -1, dim)
+
+
+def _case(rng, n, dim, lines=3):
+    """x with ``n`` along ``dim`` and an index (with repeats) of ``n`` there too, src one
+    larger than the index in every dim."""
+    shape = [2, lines, 2]
+    shape[dim] = n
+    x = rng.standard_normal(shape)
+    index = rng.integers(0, n, shape)
+    src = rng.standard_normal([s + 1 for s in shape])
+    return x, index, src
+
+
+@pytest.mark.parametrize("n", [1, 3, 17, 1000, 5000])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_scatter_add_sums_repeated_indices_in_index_order(queue, rng, n, dim, dtype):
+    x, index, src = _case(rng, n, dim)
+    got = tp.scatter_add(up(queue, x), dim, pc.Tensor.from_host(queue, index.astype(dtype)),
+                         up(queue, src)).to_host()
+    np.testing.assert_allclose(got, scatter_reference(x, dim, index, src, True), rtol=1e-5,
+                               atol=1e-5)
+    same_bits = scatter_reference(x.astype(np.float32), dim, index, src.astype(np.float32),
+                                  True, np.float32)
+    np.testing.assert_array_equal(got, same_bits)
+
+
+@pytest.mark.parametrize("n", [1, 3, 17, 1000, 5000])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_scatter_keeps_the_last_of_repeated_indices_along_the_dim(queue, rng, n, dim):
+    x, index, src = _case(rng, n, dim)
+    i = pc.Tensor.from_host(queue, index)
+    got = tp.scatter(up(queue, x), dim, i, up(queue, src)).to_host()
+    np.testing.assert_array_equal(got, scatter_reference(x, dim, index, src, False,
+                                                         np.float32))
+    got = tp.scatter(up(queue, x), dim, i, -2.5).to_host()
+    np.testing.assert_array_equal(got, scatter_reference(x, dim, index, -2.5, False,
+                                                         np.float32))
+
+
+def test_scatter_of_distinct_indices_equals_torchs_values_and_gradients(queue, rng):
+    x = rng.standard_normal((3, 5))
+    index = np.stack([rng.permutation(5)[:4] for _ in range(2)])       # (2, 4), no repeats
+    src = rng.standard_normal((2, 4))        # torch's backward refuses a src larger than index
+    i, ti = pc.Tensor.from_host(queue, index), torch.tensor(index)
+    for dim in (1, -1):
+        against_torch(queue, rng, lambda a, b, dim=dim: tp.scatter(a, dim, i, b),
+                      lambda a, b, dim=dim: torch.scatter(a, dim, ti, b), [x, src])
+        against_torch(queue, rng, lambda a, b, dim=dim: tp.scatter_add(a, dim, i, b),
+                      lambda a, b, dim=dim: torch.scatter_add(a, dim, ti, b), [x, src])
+    against_torch(queue, rng, lambda a: tp.scatter(a, 1, i, 0.5),
+                  lambda a: torch.scatter(a, 1, ti, 0.5), [x])
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_scatter_gradients_match_finite_differences_with_repeated_indices(queue, rng, dim):
+    x, index, src = _case(rng, 4, dim, lines=2)
+    a, b, i = leaf(queue, x), leaf(queue, src), pc.Tensor.from_host(queue, index)
+    assert tp.gradcheck(lambda u, v: tp.scatter_add(u, dim, i, v), [a, b])
+    assert tp.gradcheck(lambda u, v: tp.scatter(u, dim, i, v), [a, b])
+    assert tp.gradcheck(lambda u: tp.scatter(u, dim, i, 3.0), [a])
+    with tp.Tape() as tape:
+        out = tp.scatter(a, dim, i, b)
+        assert out.op_name == "scatter"
+        loss = tp.sum(out)
+    a.grad = b.grad = None
+    tape.backward(loss)
+    hit = scatter_reference(np.ones_like(x), dim, index, 0.0, False)
+    np.testing.assert_array_equal(a.grad.to_host(), hit)              # overwritten: no gradient
+    assert b.grad.to_host().sum() == (hit == 0).sum()                 # one winner per element
+
+
+def test_scatter_add_and_index_add_are_bit_identical_run_to_run(queue, rng):
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    src = (rng.standard_normal((2000, 3)) * 1e3).astype(np.float32)
+    index = rng.integers(0, 4, (2000, 3))
+    runs = []
+    for _ in range(2):
+        a, b = leaf(queue, x), leaf(queue, src)
+        with tp.Tape() as tape:
+            out = tp.scatter_add(a, 0, pc.Tensor.from_host(queue, index), b)
+            out = tp.index_add(out, 0, pc.Tensor.from_host(queue, index[:, 0]), b, alpha=0.5)
+            loss = tp.sum(out * out)
+        tape.backward(loss)
+        runs.append((out.to_host(), a.grad.to_host(), b.grad.to_host()))
+    for first, second in zip(*runs):
+        np.testing.assert_array_equal(first, second)
+
+
+@pytest.mark.parametrize("shape,dim,index", [((5, 3), 0, [4, 0, 4, 1]), ((2, 3, 4), 1, [2]),
+                                             ((2, 3, 4), -1, [3, 3, 0, 1, 3]),
+                                             ((1000,), 0, list(range(999, -1, -3)))])
+@pytest.mark.parametrize("alpha", [1, -0.5])
+def test_index_add(queue, rng, shape, dim, index, alpha):
+    x = rng.standard_normal(shape)
+    src_shape = list(shape)
+    src_shape[dim] = len(index)
+    source = rng.standard_normal(src_shape)
+    i = pc.Tensor.from_host(queue, np.array(index))
+    got = tp.index_add(leaf(queue, x), dim, i, leaf(queue, source), alpha=alpha)
+    assert got.op_name == "index_add"
+    want = np.moveaxis(x.copy(), dim, 0)
+    np.add.at(want, np.array(index), alpha * np.moveaxis(source, dim, 0))
+    np.testing.assert_allclose(got.to_host(), np.moveaxis(want, 0, dim), rtol=1e-5, atol=1e-5)
+    ti = torch.tensor(index)
+    against_torch(queue, rng, lambda a, b: tp.index_add(a, dim, i, b, alpha=alpha),
+                  lambda a, b: torch.index_add(a, dim, ti, b, alpha=alpha), [x, source])
+    if x.size <= 24:
+        assert tp.gradcheck(lambda a, b: tp.index_add(a, dim, i, b, alpha=alpha),
+                            [leaf(queue, x), leaf(queue, source)])
+
+
+@pytest.mark.parametrize("xs,ishape,dim", [((3, 4), (3, 6), 1), ((3, 4), (1, 2), 1),
+                                           ((3, 1), (3, 5), 1), ((2, 3, 4), (2, 5, 1), 1),
+                                           ((2, 3, 4), (1, 3, 3), -1), ((5, 2), (7, 2), 0),
+                                           ((3, 4), (5,), None), ((17,), (1000,), 0)])
+def test_take_along_dim_broadcasts_as_torch(queue, rng, xs, ishape, dim):
+    x = rng.standard_normal(xs)
+    size = x.size if dim is None else xs[dim]
+    index = rng.integers(0, size, ishape)
+    i, ti = pc.Tensor.from_host(queue, index), torch.tensor(index)
+    want = torch.take_along_dim(torch.tensor(x), ti, dim).numpy()
+    got = tp.take_along_dim(leaf(queue, x), i, dim)
+    assert got.op_name == "take_along_dim"
+    np.testing.assert_allclose(got.to_host(), want, rtol=1e-6)
+    against_torch(queue, rng, lambda a: tp.take_along_dim(a, i, dim),
+                  lambda a: torch.take_along_dim(a, ti, dim), [x])
+    if x.size <= 24:
+        assert tp.gradcheck(lambda a: tp.take_along_dim(a, i, dim), [leaf(queue, x)])
+
+
+def test_take_along_dim_takes_what_argsort_and_topk_give(queue, rng):
+    a = rng.standard_normal((3, 7))
+    x = leaf(queue, a)
+    np.testing.assert_array_equal(tp.take_along_dim(x, tp.argsort(x, 1), 1).to_host(),
+                                  np.sort(a, 1).astype(np.float32))
+    np.testing.assert_array_equal(tp.take_along_dim(x, tp.topk(x, 2, 0).indices, 0).to_host(),
+                                  tp.topk(x, 2, 0).values.to_host())
+
+
+def test_0d_inputs_scatter_and_take_as_torch(queue):
+    s, i = leaf(queue, np.array(1.0)), pc.Tensor.from_host(queue, np.array(0))
+    v = leaf(queue, np.array(2.0))
+    assert float(tp.scatter_add(s, 0, i, v)) == 3.0 and tp.scatter(s, 0, i, v).shape == ()
+    one = pc.Tensor.from_host(queue, np.array([0]))
+    assert float(tp.index_add(s, 0, one, v, alpha=2)) == 5.0
+    assert float(tp.take_along_dim(s, i, 0)) == 1.0
+    t = torch.tensor(1.0)
+    assert torch.scatter_add(t, 0, torch.tensor(0), torch.tensor(2.0)).item() == 3.0
+
+
+def test_an_index_out_of_range_is_a_shape_error_naming_the_op(queue):
+    x, src = leaf(queue, np.zeros((2, 3))), leaf(queue, np.ones((2, 3)))
+    bad = pc.Tensor.from_host(queue, np.array([[0, 3], [1, 1]]))
+    for op in ("scatter", "scatter_add"):
+        with pytest.raises(pc.ShapeError, match=rf"{op}: index 3 at position \(0, 1\) of "
+                                                r"indices \(2, 2\) .* dim 1 of size 3"):
+            getattr(tp, op)(x.value, 1, bad, src.value)                 # unrecorded: at once
+        with tp.Tape() as tape:
+            out = getattr(tp, op)(x, 1, bad, src)
+            loss = tp.sum(out)
+        with pytest.raises(pc.ShapeError, match=f"{op}: index 3"):
+            tape.backward(loss)                                         # recorded: backward
+        with pytest.raises(pc.ShapeError, match=f"{op}: index 3"):
+            out.to_host()                                               # and every read
+    with pytest.raises(pc.ShapeError, match=r"index_add: index -1 at position \(1,\)"):
+        tp.index_add(x.value, 0, pc.Tensor.from_host(queue, np.array([0, -1])), src.value)
+    with pytest.raises(pc.ShapeError, match=r"take_along_dim: index 9 at position \(0, 1\) "
+                                            r"of indices \(1, 2\)"):
+        tp.take_along_dim(x.value, pc.Tensor.from_host(queue, np.array([[0, 9]])), 1)
+
+
+def test_bad_shapes_and_dtypes_are_refused_as_torch_refuses_them(queue):
+    x, tx = up(queue, np.zeros((2, 3))), torch.zeros(2, 3)
+    i, ti = pc.Tensor.from_host(queue, np.zeros((3, 3), np.int64)), torch.zeros(3, 3,
+                                                                               dtype=torch.long)
+    src, tsrc = up(queue, np.ones((3, 3))), torch.ones(3, 3)
+    msg = raises_like_torch(lambda: tp.scatter_add(x, 1, i, src),
+                            lambda: torch.scatter_add(tx, 1, ti, tsrc), "scatter_add")
+    assert "input (2, 3), index (3, 3), src (3, 3)" in msg
+    raises_like_torch(lambda: tp.scatter(x, 2, pc.Tensor.from_host(queue, np.zeros((2, 3),
+                                                                                  np.int64)),
+                                         1.0),
+                      lambda: torch.scatter(tx, 2, torch.zeros(2, 3, dtype=torch.long), 1.0),
+                      "scatter")
+    raises_like_torch(lambda: tp.scatter_add(x, 0, pc.Tensor.from_host(queue, np.zeros(
+                          (2,), np.int64)), up(queue, np.ones(2))),
+                      lambda: torch.scatter_add(tx, 0, torch.zeros(2, dtype=torch.long),
+                                                torch.ones(2)), "scatter_add")
+    raises_like_torch(lambda: tp.index_add(x, 0, pc.Tensor.from_host(queue, np.array([0])),
+                                           up(queue, np.ones((2, 3)))),
+                      lambda: torch.index_add(tx, 0, torch.tensor([0]), torch.ones(2, 3)),
+                      "index_add")
+    raises_like_torch(lambda: tp.take_along_dim(x, pc.Tensor.from_host(queue, np.zeros(
+                          (3, 2), np.int64)), 1),
+                      lambda: torch.take_along_dim(tx, torch.zeros(3, 2, dtype=torch.long), 1),
+                      "take_along_dim")
+    with pytest.raises(pc.DTypeError, match="scatter: index must be an int32 or int64"):
+        tp.scatter(x, 0, up(queue, np.zeros((2, 3))), 1.0)
+    with pytest.raises(TypeError, match="scatter_add: src must be"):
+        tp.scatter_add(x, 0, i, 1.0)
