@@ -232,3 +232,109 @@ def test_bad_shapes_and_dtypes_are_refused_as_torch_refuses_them(queue):
         tp.scatter(x, 0, up(queue, np.zeros((2, 3))), 1.0)
     with pytest.raises(TypeError, match="scatter_add: src must be"):
         tp.scatter_add(x, 0, i, 1.0)
+
+
+# -- the small composed ops ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("fills", [{}, {"nan": 1.5, "posinf": 9.0, "neginf": -7.0},
+                                   {"posinf": 2.0}])
+def test_nan_to_num_replaces_as_torch_and_passes_the_gradient_where_finite(queue, rng, fills):
+    a = rng.standard_normal((3, 5))
+    a.reshape(-1)[[1, 4, 7, 8]] = [np.nan, np.inf, -np.inf, np.nan]
+    got = tp.nan_to_num(up(queue, a), **fills).to_host()
+    want = torch.nan_to_num(torch.tensor(a, dtype=torch.float32), **fills).numpy()
+    np.testing.assert_array_equal(got, want)
+    x = leaf(queue, a)
+    with tp.Tape() as tape:
+        loss = tp.sum(tp.nan_to_num(x, **fills) * 2.0)
+    tape.backward(loss)
+    np.testing.assert_array_equal(x.grad.to_host(), 2.0 * np.isfinite(a))
+    assert tp.gradcheck(lambda v: tp.nan_to_num(v, **fills), [leaf(queue, a[:, [0]])])
+
+
+def test_outer(queue, rng):
+    a, b = rng.standard_normal(4), rng.standard_normal(1)
+    against_torch(queue, rng, tp.outer, torch.outer, [a, b])
+    assert tp.gradcheck(tp.outer, [leaf(queue, a), leaf(queue, rng.standard_normal(3))])
+    raises_like_torch(lambda: tp.outer(up(queue, np.ones((2, 2))), up(queue, np.ones(2))),
+                      lambda: torch.outer(torch.ones(2, 2), torch.ones(2)), "outer")
+
+
+@pytest.mark.parametrize("input_shape", [(3, 5), (5,), (1, 1), (3, 1)])
+@pytest.mark.parametrize("beta,alpha", [(1, 1), (0.5, -2.0), (0, 3.0)])
+def test_addmm_and_baddbmm_equal_torchs(queue, rng, input_shape, beta, alpha):
+    m1, m2 = rng.standard_normal((3, 4)), rng.standard_normal((4, 5))
+    inp = rng.standard_normal(input_shape)
+    against_torch(queue, rng, lambda i, a, b: tp.addmm(i, a, b, beta=beta, alpha=alpha),
+                  lambda i, a, b: torch.addmm(i, a, b, beta=beta, alpha=alpha), [inp, m1, m2],
+                  tol=1e-4)
+    b1, b2 = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4, 5))
+    against_torch(queue, rng, lambda i, a, b: tp.baddbmm(i, a, b, beta=beta, alpha=alpha),
+                  lambda i, a, b: torch.baddbmm(i, a, b, beta=beta, alpha=alpha),
+                  [inp, b1, b2], tol=1e-4)
+    assert tp.gradcheck(lambda i, a, b: tp.addmm(i, a, b, beta=beta, alpha=alpha),
+                        [leaf(queue, inp), leaf(queue, m1), leaf(queue, m2)])
+
+
+def test_addmm_with_beta_0_ignores_nan_in_the_input_and_refuses_bad_shapes(queue, rng):
+    nan = up(queue, np.full((2, 2), np.nan))
+    m = up(queue, np.eye(2))
+    np.testing.assert_array_equal(tp.addmm(nan, m, m, beta=0).to_host(), np.eye(2))
+    t = torch.ones(2, 2)
+    raises_like_torch(lambda: tp.addmm(up(queue, np.ones((3, 2))), m, m),
+                      lambda: torch.addmm(torch.ones(3, 2), t, t), "addmm")
+    raises_like_torch(lambda: tp.addmm(m, m, up(queue, np.ones((3, 2)))),
+                      lambda: torch.addmm(t, t, torch.ones(3, 2)), "addmm")
+    b = up(queue, np.ones((2, 2, 2)))
+    raises_like_torch(lambda: tp.baddbmm(b, b, up(queue, np.ones((3, 2, 2)))),
+                      lambda: torch.baddbmm(torch.ones(2, 2, 2), torch.ones(2, 2, 2),
+                                            torch.ones(3, 2, 2)), "baddbmm")
+
+
+NORM_DIMS = [None, 0, -1, (0, 2)]
+
+
+@pytest.mark.parametrize("ord_", [2, 1, 3, 0.5, np.inf, -np.inf, 0])
+@pytest.mark.parametrize("dim", NORM_DIMS, ids=[str(d) for d in NORM_DIMS])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_linalg_vector_norm_equals_torchs(queue, rng, ord_, dim, keepdim):
+    a = rng.standard_normal((3, 4, 2))
+    a[0, 1, 0] = 0.0
+    grads = ord_ != 0
+    against_torch(queue, rng, lambda v: tp.linalg_vector_norm(v, ord_, dim, keepdim),
+                  lambda v: torch.linalg.vector_norm(v, ord_, dim, keepdim), [a], tol=1e-4,
+                  grads=grads)
+    want = np.linalg.norm(np.moveaxis(a, (0, 2), (0, 1)).reshape(6, 4), ord_, axis=0) \
+        if dim == (0, 2) else None
+    if want is not None and not keepdim:
+        np.testing.assert_allclose(tp.linalg_vector_norm(up(queue, a), ord_, dim).to_host(),
+                                   want, rtol=1e-5)
+    against_torch(queue, rng, lambda v: tp.norm(v, ord_, dim, keepdim),
+                  lambda v: torch.norm(v, ord_, dim, keepdim), [a], tol=1e-4, grads=grads)
+
+
+@pytest.mark.parametrize("ord_", [2, 3, 1, np.inf, 0.5])
+def test_the_gradient_of_a_norm_at_zero_is_zero_as_torchs(queue, ord_):
+    a = np.zeros((2, 3))
+    a[1] = [3.0, 0.0, -4.0]
+    x = leaf(queue, a)
+    with tp.Tape() as tape:
+        loss = tp.sum(tp.linalg_vector_norm(x, ord_, dim=1))
+    tape.backward(loss)
+    t = torch.tensor(a, requires_grad=True)
+    torch.linalg.vector_norm(t, ord_, dim=1).sum().backward()
+    np.testing.assert_allclose(x.grad.to_host(), t.grad.numpy(), rtol=1e-6, atol=1e-7)
+    assert not np.isnan(x.grad.to_host()).any()
+
+
+def test_norm_takes_fro_and_refuses_matrix_norms(queue, rng):
+    a = rng.standard_normal((3, 4))
+    against_torch(queue, rng, lambda v: tp.norm(v, "fro"), lambda v: torch.norm(v, "fro"), [a])
+    against_torch(queue, rng, lambda v: tp.norm(v, "fro", dim=1, keepdim=True),
+                  lambda v: torch.norm(v, "fro", dim=1, keepdim=True), [a])
+    assert tp.gradcheck(lambda v: tp.norm(v, 2, 0), [leaf(queue, a)])
+    with pytest.raises(pc.ParclError, match="norm: p='nuc' is not supported"):
+        tp.norm(up(queue, a), "nuc")
+    raises_like_torch(lambda: tp.linalg_vector_norm(up(queue, a), 2, dim=2),
+                      lambda: torch.linalg.vector_norm(torch.tensor(a), 2, dim=2),
+                      "linalg_vector_norm")

@@ -12,6 +12,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | activation_more | hardtanh relu6 ... mish selu celu glu softmin threshold normalize ... |
 | linalg | matmul (batched, broadcasting) |
 | linalg | matmul (batched, broadcasting) mm bmm |
+| composed | nan_to_num outer addmm baddbmm linalg_vector_norm norm |
 | contraction | einsum (built on sum permute reshape mm bmm) |
 | reduce, reductions | sum mean max min argmax argmin var std logsumexp cumsum |
 | reduce_dims | amax amin prod |
@@ -30,9 +31,8 @@ even inside ``no_grad`` (netcl's escape hatch).
 | loss_more | l1_loss smooth_l1_loss huber_loss kl_div binary_cross_entropy ... (reduction=) |
 """
 
-from . import (activation, activation_more, attention, contraction, conv, elementwise, indexing,
-               join, linalg, loss, loss_more, mathops, nn, norm, picks, reduce, reduce_dims,
-               reductions, scatters, select, sequence, shape, slices, sorting, unary)
+from importlib import import_module
+
 from .activation import *  # noqa: F401,F403
 from .activation_more import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
@@ -58,9 +58,13 @@ from .shape import *  # noqa: F401,F403
 from .slices import *  # noqa: F401,F403
 from .sorting import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
+from .composed import *  # noqa: F401,F403  (last: its norm replaces the module's name)
 
-__all__ = [name for module in (activation, activation_more, attention, contraction, conv,
-                               elementwise, indexing, join, linalg, loss, loss_more, mathops,
-                               nn, norm, picks, reduce, reduce_dims, reductions, scatters,
-                               select, sequence, shape, slices, sorting, unary)
-           for name in module.__all__]
+# by name: composed's ``norm`` (the op) takes the name of the ``norm`` module (layer_norm ...)
+# in this namespace, so composed is imported after it
+_MODULES = ("activation", "activation_more", "attention", "composed", "contraction", "conv",
+            "elementwise", "indexing", "join", "linalg", "loss", "loss_more", "mathops", "nn",
+            "norm", "picks", "reduce", "reduce_dims", "reductions", "scatters", "select",
+            "sequence", "shape", "slices", "sorting", "unary")
+__all__ = [name for module in _MODULES
+           for name in import_module(f".{module}", __name__).__all__]
