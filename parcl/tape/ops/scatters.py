@@ -157,8 +157,10 @@ def scatter_add(x, dim: int, index, src, *, tape=None):
     ``[index[i][j]][j]`` for ``dim=0`` (and so on); repeated indices add up in index order
     (bit-reproducibly). op_name ``"scatter_add"``.
 
-    >>> tp.scatter_add(x, 0, i, tp.tensor(np.ones((2, 2), np.float32))).shape
-    (2, 3)
+    >>> rows = pc.Tensor.from_host(q, np.array([[1, 0, 1]]))
+    >>> tp.scatter_add(x, 0, rows, tp.tensor(np.ones((1, 3), np.float32))).to_host()
+    array([[0., 1., 0.],
+           [1., 0., 1.]], dtype=float32)
     """
     if not isinstance(src, (Node, Tensor)):
         raise TypeError(f"scatter_add: src must be a tp.Node or pc.Tensor, got "
