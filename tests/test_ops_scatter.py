@@ -338,3 +338,30 @@ def test_norm_takes_fro_and_refuses_matrix_norms(queue, rng):
     raises_like_torch(lambda: tp.linalg_vector_norm(up(queue, a), 2, dim=2),
                       lambda: torch.linalg.vector_norm(torch.tensor(a), 2, dim=2),
                       "linalg_vector_norm")
+
+
+def test_a_captured_step_of_sort_topk_and_scatters_replays_the_eager_bits(queue, rng):
+    w = leaf(queue, rng.standard_normal((4, 6)))
+    idx = pc.Tensor.from_host(queue, rng.integers(0, 6, (4, 5)))
+
+    def step(x):
+        with tp.Tape() as tape:
+            h = tp.tensor(x) * w
+            values, indices = tp.topk(h, 3, 1)
+            s = tp.scatter_add(h, 1, idx, tp.take_along_dim(h, indices, 1)[:, :1] * tp.tensor(
+                pc.Tensor.full(queue, (4, 5), 1.0)))
+            s = tp.index_add(s, 0, pc.Tensor.from_host(queue, np.array([3, 3])), s[:2])
+            loss = tp.sum(values) + tp.sum(tp.sort(s, 0).values * 0.5) + tp.norm(s)
+        tape.backward(loss)
+        return loss.value
+
+    captured = tp.capture(step, queue)
+    for _ in range(3):
+        x = rng.standard_normal((4, 6)).astype(np.float32)
+        w.grad = None
+        got = captured(pc.Tensor.from_host(queue, x)).to_host()
+        got_grad = w.grad.to_host().copy()
+        w.grad = None
+        np.testing.assert_array_equal(got, step(pc.Tensor.from_host(queue, x)).to_host())
+        np.testing.assert_array_equal(got_grad, w.grad.to_host())
+    assert captured.replays == 2 and captured.reason(x) is None
