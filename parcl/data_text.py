@@ -74,9 +74,15 @@ class CharVocab:
         return np.where(codes < 128, table[np.minimum(codes, 127)], np.uint8(self.unknown))
 
     def decode(self, ids) -> str:
-        """The text of ``ids`` (unknown ids as ``"?"``)."""
+        """The text of ``ids`` (the unknown id, ``len(chars)``, as ``"?"``); an id outside
+        ``[0, len(chars)]`` is a ValueError (a negative one would index from the end)."""
         chars = self.chars + "?"
-        return "".join(chars[int(i)] for i in np.asarray(ids).reshape(-1))
+        ids = np.asarray(ids).reshape(-1)
+        bad = ids[(ids < 0) | (ids >= len(chars))]
+        if bad.size:
+            raise ValueError(f"CharVocab.decode: id {bad[0]} is outside [0, {len(chars) - 1}] "
+                             f"({len(self.chars)} characters and the unknown id)")
+        return "".join(chars[int(i)] for i in ids)
 
 
 @dataclass(frozen=True)

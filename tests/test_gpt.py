@@ -346,6 +346,11 @@ def test_char_vocab_round_trips_and_refuses_what_it_cannot_encode():
     for chars in ("ab\u00e9", "aba"):
         with pytest.raises(ValueError, match="CharVocab: chars"):
             pc.data.CharVocab(chars)
+    # a negative id indexed from the end: decode([-2]) gave 'b', a generated id of 3 an
+    # IndexError
+    for bad in ([-2], [0, 3]):
+        with pytest.raises(ValueError, match=r"CharVocab.decode: id -?\d is outside \[0, 2\]"):
+            small.decode(bad)
 
 
 def test_unigram_baseline(corpus):
