@@ -7,6 +7,7 @@ from __future__ import annotations
 import nn_reference as ref
 import numpy as np
 import pytest
+import torch
 
 import parcl as pc
 import parcl.tape as tp
@@ -260,6 +261,31 @@ def test_batch_norm_errors(queue):
     with pytest.raises(pc.ShapeError, match=r"more than 1 value per channel"):
         tp.batch_norm(up(queue, np.zeros((1, 3))), None, None, None, None, training=True)
 
+
+
+def test_batch_norm_refuses_running_statistics_pytorch_refuses(queue, rng):
+    # PyTorch's F.batch_norm order (x, running_mean, running_var, weight, bias) gave parcl's
+    # parameters as the statistics: the output all ones (0 * x_hat + 1) and the weights
+    # overwritten by running averages ([1, 2, 3] became [0.907, 1.791, 2.708]), silently.
+    x = up(queue, rng.standard_normal((4, 3)))
+    w, b = leaf(queue, np.array([1.0, 2.0, 3.0])), leaf(queue, np.zeros(3))
+    rm, rv = up(queue, np.zeros(3)), up(queue, np.ones(3))
+    with pytest.raises(pc.ParclError, match=r"batch_norm: running_mean requires grad.*PyTorch"):
+        with tp.Tape():
+            tp.batch_norm(x, rm, rv, w, b, True)
+    np.testing.assert_array_equal(w.value.to_host(), [1, 2, 3])
+    # one statistic without the other: PyTorch refuses it; parcl left the given one stale in
+    # training and normalised with the batch's statistics in evaluation
+    for training in (True, False):
+        for stats in ((rm, None), (None, rv)):
+            with pytest.raises(pc.ParclError, match="both be None or neither"):
+                tp.batch_norm(x, w, b, *stats, training)
+    with pytest.raises(ValueError, match="both be None or neither"):
+        torch.nn.functional.batch_norm(torch.zeros(4, 3), torch.zeros(3), None, training=True)
+    # a frozen Node is no parameter in training: still taken as a statistic, as before
+    frozen_rm = tp.tensor(up(queue, np.zeros(3)), requires_grad=False)
+    tp.batch_norm(x, w, b, frozen_rm, rv, True)
+    assert np.abs(frozen_rm.value.to_host()).max() > 0
 
 # -- dropout ----------------------------------------------------------------------------------
 def test_dropout_scaling_determinism_and_eval(queue, rng):

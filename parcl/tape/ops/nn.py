@@ -304,13 +304,31 @@ def batch_norm(x, weight, bias, running_mean, running_var, training: bool,
     >>> tp.batch_norm(x, gamma, beta, rm, rv, training=True).shape      # x (2, 3, 8, 8)
     (2, 3, 8, 8)
     """
-    rm = running_mean.value if isinstance(running_mean, Node) else running_mean
-    rv = running_var.value if isinstance(running_var, Node) else running_var
+    rm, rv = _running_stats(running_mean, running_var)
     return BatchNorm.apply(x, weight, bias, residual, tape=tape, running_mean=rm,
                            running_var=rv, training=bool(training), momentum=float(momentum),
                            eps=float(eps), relu=bool(relu),
                            overwrite_residual=bool(overwrite_residual))
 
+
+
+def _running_stats(running_mean, running_var) -> tuple:
+    """The running statistics as raw Tensors (or both None), refused as PyTorch's
+    ``F.batch_norm`` refuses them. A parameter there is PyTorch's argument order
+    (``input, running_mean, running_var, weight, bias``): taken as statistics, the weights
+    would be overwritten by the running averages and the output scaled by the running mean,
+    silently. One without the other would leave that one stale in training, silently."""
+    for name, r in (("running_mean", running_mean), ("running_var", running_var)):
+        if isinstance(r, Node) and r.requires_grad:
+            raise ParclError(f"batch_norm: {name} requires grad (a parameter?); the running "
+                             f"statistics are buffers updated in place. parcl's order is "
+                             f"batch_norm(x, weight, bias, running_mean, running_var, "
+                             f"training), PyTorch's F.batch_norm takes running_mean and "
+                             f"running_var before weight and bias")
+    if (running_mean is None) != (running_var is None):
+        raise ParclError("batch_norm: running_mean and running_var must either both be None "
+                         "or neither be None (as PyTorch)")
+    return tuple(r.value if isinstance(r, Node) else r for r in (running_mean, running_var))
 
 # -- dropout ---------------------------------------------------------------------------------
 class _Generator:
