@@ -57,12 +57,16 @@ def test_reductions_forward_and_gradcheck(queue, rng, shape, axis, keepdims):
         assert tp.gradcheck(lambda t, op=op: op(t, axis, keepdims), [nx], atol=5e-3)
 
 
-def test_max_min_ties_send_gradient_to_the_first(queue):
+def test_max_min_ties_send_gradient_to_the_first_over_axes_and_share_it_over_all(queue):
+    """As torch: ``torch.max(x, dim)`` gives a row's gradient to its first maximum, and
+    ``torch.max(x)`` shares it among tied maxima (parcl gave it all to the first)."""
     x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]])
     _, g = grad_of(queue, lambda t: tp.max(t, axis=1), x)
     assert g.tolist() == [[0, 1, 0], [1, 0, 0]]
     _, g = grad_of(queue, lambda t: tp.max(t), x)
-    assert g.tolist() == [[0, 1, 0], [0, 0, 0]]
+    assert g.tolist() == [[0, 0.5, 0.5], [0, 0, 0]]
+    _, g = grad_of(queue, lambda t: tp.min(t, keepdims=True), np.array([[1.0, 0.0], [0.0, 2.0]]))
+    assert g.tolist() == [[0, 0.5], [0.5, 0]]
     _, g = grad_of(queue, lambda t: tp.min(t, axis=0), np.array([[1.0, 2.0], [1.0, 0.0]]))
     assert g.tolist() == [[1, 0], [0, 1]]
     # a tuple of axes: "first" in row-major order of the reduced block

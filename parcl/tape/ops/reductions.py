@@ -29,6 +29,7 @@ from ...kernels import select as sk
 from ...kernels.strided import axis_int
 from ...tensor import Tensor
 from ..node import Function, Node
+from .reduce_dims import Amax, Amin
 
 __all__ = ["argmax", "argmin", "cumsum", "logsumexp", "max", "min", "std", "var"]
 
@@ -81,22 +82,39 @@ class Min(_Extreme):
     negate = True
 
 
+class MaxAll(Amax):
+    """``torch.max(x)`` of every element: ties share the gradient evenly (``amax``'s rule)."""
+
+    name = "max"
+
+
+class MinAll(Amin):
+    name = "min"
+
+
 def max(x, axis=None, keepdims: bool = False, *, tape=None):  # noqa: A001
-    """Largest element over ``axis`` (numpy's ``amax``; NaN propagates). The gradient goes to
-    the first maximal element of each reduced block (row-major order), others get 0.
+    """Largest element over ``axis`` (numpy's ``amax``; NaN propagates). Over every element
+    (``axis=None``) tied maxima share the gradient evenly, as ``torch.max(x)``'s; over given
+    axes it goes to the first maximal element of each reduced block (row-major order), as
+    ``torch.max(x, dim)``'s, and the others get 0.
 
     >>> tp.max(x, axis=1).shape            # x (2, 3)
     (2,)
     """
+    if axis is None:
+        return MaxAll.apply(x, tape=tape, dim=None, keepdim=bool(keepdims))
     return Max.apply(x, tape=tape, axis=axis, keepdims=bool(keepdims))
 
 
 def min(x, axis=None, keepdims: bool = False, *, tape=None):  # noqa: A001
-    """Smallest element over ``axis``; the gradient goes to the first minimal element.
+    """Smallest element over ``axis``; the gradient as ``max``'s: shared evenly among tied
+    minima over every element, else to the first.
 
     >>> tp.min(x, axis=(0, 1)).shape       # x (2, 3)
     ()
     """
+    if axis is None:
+        return MinAll.apply(x, tape=tape, dim=None, keepdim=bool(keepdims))
     return Min.apply(x, tape=tape, axis=axis, keepdims=bool(keepdims))
 
 
