@@ -37,7 +37,7 @@ def _axes(op: str, dim, shape) -> tuple[int, ...]:
 
 class _Extreme(Function):
     """amax / amin; the backward gives each reduced block's gradient to its extreme elements,
-    split evenly among ties (PyTorch's rule; ``tp.max`` gives it all to the first)."""
+    split evenly among ties (PyTorch's rule; ``tp.max`` over every element too)."""
 
     lower = False
 

@@ -1,7 +1,8 @@
-"""More reductions: ``max``, ``min`` (the gradient to the first extreme element),
-``argmax``, ``argmin`` (int64, no gradient), ``var``, ``std`` (``correction`` as PyTorch),
-``logsumexp`` (max-shifted) and ``cumsum``. ``axis`` is None (everything), an int or a tuple of
-ints, negative counting from the end, as numpy; ``argmax``/``argmin``/``cumsum`` take one axis.
+"""More reductions: ``max``, ``min`` (over given axes the gradient to the first extreme
+element, over all shared among ties), ``argmax``, ``argmin`` (int64, no gradient), ``var``,
+``std`` (``correction`` as PyTorch), ``logsumexp`` (max-shifted) and ``cumsum``. ``axis`` is
+None (everything), an int or a tuple of ints, negative counting from the end, as numpy;
+``argmax``/``argmin``/``cumsum`` take one axis.
 
 All are built from the fixed-order reduction kernels (``parcl.kernels.reduction``) and
 elementwise ops, so results are bit-identical run to run.
