@@ -59,7 +59,7 @@ class LossCopies:
         if not isinstance(loss_fn, Module):
             return [loss_fn] * k
         modules = loss_fn.modules()
-        if any(m._parameters for m in modules):
+        if any(p is not None for m in modules for p in m._parameters.values()):
             raise ParclError(f"ReplicaGroup.step: the loss module {type(loss_fn).__name__} "
                              f"has parameters, which no replica's optimizer step would reduce "
                              f"or update alike; make them part of the model")

@@ -453,3 +453,27 @@ def test_a_module_list_insert_that_is_refused_leaves_the_list_as_it_was():
         layers.insert(0, 5)
     assert [type(m).__name__ for m in layers] == ["Linear", "Tanh"]
     assert [k for k, _ in layers.named_parameters()] == ["0.weight", "0.bias"]
+
+
+def test_a_parameter_slot_set_to_none_keeps_its_place_and_takes_only_a_parameter(queue):
+    """``Linear(bias=False)`` forgot its bias slot, so ``lin.bias = t`` (a Tensor) made a plain
+    attribute the forward added as a bias while ``parameters()``, the optimizer and
+    checkpoints never saw it; PyTorch keeps the slot (None) and raises. And ``lin.weight =
+    None`` then back put ``weight`` after ``bias`` in ``state_dict`` (optimizer states and
+    checkpoints are matched by that order); PyTorch keeps its place."""
+    import torch
+    lin = pc.nn.Linear(3, 2, bias=False, queue=queue)
+    with pytest.raises(TypeError, match=r"Linear.bias is a parameter: assign a "
+                                        r"pc.nn.Parameter or None, not Tensor"):
+        lin.bias = pc.Tensor.zeros(queue, (2,))
+    with pytest.raises(TypeError):
+        torch.nn.Linear(3, 2, bias=False).bias = torch.zeros(2)
+    assert list(lin.state_dict()) == ["weight"]
+    lin.bias = pc.nn.Parameter(pc.Tensor.zeros(queue, (2,)))
+    assert [k for k, _ in lin.named_parameters()] == ["weight", "bias"]
+    full = pc.nn.Linear(3, 2, queue=queue)
+    weight = full.weight
+    full.weight = None
+    assert list(full.state_dict()) == ["bias"]
+    full.weight = weight
+    assert list(full.state_dict()) == ["weight", "bias"]

@@ -162,12 +162,16 @@ class Module:
             self._place(params, name, value)
         elif isinstance(value, Module):
             self._place(modules, name, value)
-        elif name in params and value is not None:
+        elif name in params:
             # PyTorch's TypeError: a Node or Tensor put here would silently leave
-            # parameters(), the optimizer and every checkpoint
-            raise TypeError(f"{type(self).__name__}.{name} is a parameter: assign a "
-                            f"pc.nn.Parameter or None, not {type(value).__name__} (to change "
-                            f"its value in place: {name}.value.copy_(t) or load_state_dict)")
+            # parameters(), the optimizer and every checkpoint (also where the slot holds
+            # None: Linear(bias=False).bias = t would be a bias no optimizer trains)
+            if value is not None:
+                raise TypeError(f"{type(self).__name__}.{name} is a parameter: assign a "
+                                f"pc.nn.Parameter or None, not {type(value).__name__} (to "
+                                f"change its value in place: {name}.value.copy_(t) or "
+                                f"load_state_dict)")
+            params[name] = None           # the slot keeps its place, as PyTorch's
         elif name in modules and value is not None:
             # PyTorch's TypeError: ``model.fc = 5`` would silently take fc's parameters out
             # of parameters(), the optimizer and every checkpoint
@@ -214,10 +218,9 @@ class Module:
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"register_parameter({name!r}): expected an nn.Parameter, got "
                             f"{type(param).__name__}")
-        if param is None:
-            self._forget(name)
-        else:
-            self._place(self._parameters, name, param)
+        # None keeps an empty slot (PyTorch's): a Parameter assigned later takes its place,
+        # and anything else assigned there is a TypeError
+        self._place(self._parameters, name, param)
         object.__setattr__(self, name, param)
 
     def register_buffer(self, name: str, tensor: Tensor | None) -> None:
@@ -316,7 +319,7 @@ class Module:
         mods = self.named_modules(prefix) if recurse else [(prefix, self)]
         for mod_name, mod in mods:
             for name, p in mod._parameters.items():
-                if id(p) not in seen:
+                if p is not None and id(p) not in seen:
                     seen.add(id(p))
                     yield (f"{mod_name}.{name}" if mod_name else name), p
 
@@ -392,7 +395,8 @@ class Module:
         """``(key, tensor)`` for every state-dict entry: parameters then buffers of each
         module, depth first (PyTorch's order; shared tensors appear under every name)."""
         for name, p in self._parameters.items():
-            yield prefix + name, p.value
+            if p is not None:
+                yield prefix + name, p.value
         for name, b in self._buffers.items():
             if b is not None:
                 yield prefix + name, b
