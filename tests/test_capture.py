@@ -459,3 +459,17 @@ def test_a_bool_mask_input_is_taken_as_tensor_from_host_takes_it(queue):
     for _ in range(3):
         np.testing.assert_array_equal(step(x, mask).to_host(), eager.to_host())
     assert step.replays == 2
+
+
+@pytest.mark.parametrize("inner_recorded_first", [False, True], ids=["new", "recorded"])
+def test_a_captured_step_called_inside_another_capture_is_replayed_with_it(
+        queue, inner_recorded_first):
+    three = np.full(4, 3.0, np.float32)
+    inner = tp.capture(lambda c: c * 2.0, queue)
+    if inner_recorded_first:
+        inner(three), inner(three)                # recorded, then replayed on its own
+    outer = tp.capture(lambda x: (x + 1.0) * inner(three), queue)
+    for i in range(4):
+        x = np.full(4, float(i), np.float32)
+        np.testing.assert_array_equal(outer(x).to_host(), (x + 1.0) * 6.0)
+    assert outer.replays == 3

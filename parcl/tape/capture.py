@@ -125,6 +125,12 @@ class CapturedStep:
         the caller keeps the arrays unchanged until the uploads are done (it waits for the
         step's outputs), so they are uploaded without a host copy (``Tensor.from_host``)."""
         arrays = tuple(_as_input(a) for a in arrays)
+        if recorder.current() is not None:
+            # Called by a step being captured: its work must go into that recording, which a
+            # replay or a recording of this step's own would leave out (an enclosing replay
+            # then skipped it). Eager, as that step's own uploads: its inputs are frozen there.
+            self.eager_calls += 1
+            return self.fn(*self._fresh_inputs(arrays, borrow))
         k = self._key(arrays, key)
         variants = self._entries.get(k, ())
         if variants and variants[0].reason is not None:    # not replayable: plain eager
