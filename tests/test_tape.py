@@ -226,6 +226,35 @@ def test_set_grad_enabled_for_a_whole_script(queue):
     assert isinstance(tp.exp(x), tp.Node)
 
 
+def test_set_grad_enabled_decorates_a_function_as_pytorch(queue):
+    """``@tp.set_grad_enabled(False)`` runs the function without recording and leaves the
+    decorating thread recording, as ``@torch.set_grad_enabled(False)``; so does
+    ``@tp.detect_anomaly()`` with its mode."""
+    x = leaf(queue, [1.0])
+
+    @tp.set_grad_enabled(False)
+    def evaluate(v):
+        return tp.is_grad_enabled(), tp.exp(v)
+
+    assert tp.is_grad_enabled()
+    enabled, out = evaluate(x)
+    assert enabled is False and isinstance(out, pc.Tensor) and not isinstance(out, tp.Node)
+    assert tp.is_grad_enabled() and isinstance(tp.exp(x), tp.Node)
+
+    @tp.set_grad_enabled(False)
+    def batches(n):                                  # a generator: its body, not the caller
+        for _ in range(n):
+            yield tp.is_grad_enabled()
+
+    assert [(inside, tp.is_grad_enabled()) for inside in batches(2)] == [(False, True)] * 2
+
+    @tp.detect_anomaly()
+    def checked():
+        return tp.is_anomaly_enabled()
+
+    assert not tp.is_anomaly_enabled() and checked() and not tp.is_anomaly_enabled()
+
+
 def test_grad_mode_is_thread_local(queues2):
     """One thread's no_grad does not stop the other thread's recording."""
     barrier = threading.Barrier(2, timeout=30)

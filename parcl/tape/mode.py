@@ -64,6 +64,12 @@ class _ModeSwitch:
         setattr(state, self.attr, self.prev)
         return False
 
+    def __call__(self, fn):
+        # As PyTorch's: used as a decorator the switch made at decoration is undone there
+        # (else the decorating thread kept it), and each call gets the mode anew.
+        setattr(state, self.attr, self.prev)
+        return _decorated(fn, lambda: type(self)(self.value))
+
 
 class set_grad_enabled(_ModeSwitch):
     """Turn recording on or off for this thread: ``tp.set_grad_enabled(False)`` for a whole
@@ -98,34 +104,39 @@ class _GradModeContext:
         return False
 
     def __call__(self, fn):
-        if inspect.isgeneratorfunction(fn):
-            # The mode holds while the generator's body runs, between its yields, and the
-            # caller's mode is back while the caller runs (as torch.no_grad does).
-            @functools.wraps(fn)
-            def generator(*args, **kwargs):
-                gen = fn(*args, **kwargs)
-                step = functools.partial(gen.send, None)
-                while True:
-                    with self.__class__():
-                        try:
-                            item = step()
-                        except StopIteration as stop:
-                            return stop.value
-                    try:
-                        step = functools.partial(gen.send, (yield item))
-                    except GeneratorExit:
-                        with self.__class__():
-                            gen.close()              # its finally blocks run in the mode
-                        raise
-                    except BaseException as exc:     # thrown in: the body sees it, in the mode
-                        step = functools.partial(gen.throw, exc)
-            return generator
+        return _decorated(fn, self.__class__)
 
+
+def _decorated(fn, mode_context):
+    """``fn`` run inside a fresh ``mode_context()`` at each call."""
+    if inspect.isgeneratorfunction(fn):
+        # The mode holds while the generator's body runs, between its yields, and the
+        # caller's mode is back while the caller runs (as torch.no_grad does).
         @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with self.__class__():
-                return fn(*args, **kwargs)
-        return wrapper
+        def generator(*args, **kwargs):
+            gen = fn(*args, **kwargs)
+            step = functools.partial(gen.send, None)
+            while True:
+                with mode_context():
+                    try:
+                        item = step()
+                    except StopIteration as stop:
+                        return stop.value
+                try:
+                    step = functools.partial(gen.send, (yield item))
+                except GeneratorExit:
+                    with mode_context():
+                        gen.close()              # its finally blocks run in the mode
+                    raise
+                except BaseException as exc:     # thrown in: the body sees it, in the mode
+                    step = functools.partial(gen.throw, exc)
+        return generator
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with mode_context():
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 class no_grad(_GradModeContext):
