@@ -179,8 +179,9 @@ class Recording:
                     self.leaves[id(p)] = LeafGrad.of(p)
 
     def note_inputs(self, entries) -> None:
-        """Leaves that an op met without recording (none of its inputs required grad: a
-        frozen layer): their state is noted too, so a thaw records the call anew."""
+        """Leaves an op read, noted as the op reads them: a frozen layer's (no backward
+        reaches them) and those of a call that runs no backward, so a thaw or a new
+        ``.value`` records the call anew."""
         for p in entries:
             if p.grad_fn is None and id(p) not in self.leaves:
                 self.leaves[id(p)] = LeafGrad.of(p)

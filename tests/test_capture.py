@@ -473,3 +473,19 @@ def test_a_captured_step_called_inside_another_capture_is_replayed_with_it(
         x = np.full(4, float(i), np.float32)
         np.testing.assert_array_equal(outer(x).to_host(), (x + 1.0) * 6.0)
     assert outer.replays == 3
+
+
+def test_a_captured_forward_without_backward_sees_a_parameters_new_value(queue):
+    """A step that only runs a forward with grad enabled (no backward noted the leaves it
+    read): a new ``.value`` records it anew, as documented, instead of replaying a read of the
+    old buffer, which went back to the pool and was reused (it gave 9, a later tensor's)."""
+    w = tp.tensor(pc.Tensor.from_host(queue, np.full(3, 2.0, np.float32)), requires_grad=True)
+    step = tp.capture(lambda x: tp.mul(x, w), queue)
+    x = np.ones(3, np.float32)
+    step(x), step(x)
+    w.value = pc.Tensor.from_host(queue, np.full(3, 5.0, np.float32))   # the old one freed
+    reused = [pc.Tensor.full(queue, (3,), 9.0) for _ in range(4)]       # noqa: F841
+    np.testing.assert_array_equal(step(x).to_host(), [5.0, 5.0, 5.0])
+    w.requires_grad = False                                             # frozen: recorded anew
+    assert isinstance(step(x), pc.Tensor)
+    assert step.replays == 1

@@ -350,6 +350,9 @@ class Function:
             if checks:
                 _inherit(out, checks)
             return out
+        rec = recorder.state.recording
+        if rec is not None:       # inside tp.capture: the leaves read, also by a call that
+            rec.note_inputs(parents)     # runs no backward (whose pass would note them)
         fn = cls(tuple(needs))
         out = fn.forward(*values, **kwargs)
         if checks:
