@@ -301,6 +301,12 @@ def _handed_on(node: Entry, after: Entry, owned: dict[int, int]) -> Entry | None
     return None
 
 
+# Leaves (parameters) may be shared by backward passes in several threads at once (threads
+# training one model on one queue): a leaf's first gradient is adopted under this lock, or two
+# passes could both find none and one replace the other's (PyTorch's AccumulateGrad locks).
+_leaf_lock = threading.Lock()
+
+
 def _accumulate(node: Entry, g: Tensor, owned: dict[int, int]) -> None:
     """node.grad += g. ``owned`` counts, per buffer, the nodes whose ``.grad`` it is in this
     pass. A first contribution is adopted without a copy. A buffer that is already another
@@ -310,12 +316,21 @@ def _accumulate(node: Entry, g: Tensor, owned: dict[int, int]) -> None:
     ``+=`` adds into a new buffer (one launch, as the in-place add; the same sum)."""
     if node.grad is None:
         key = id(g.data)
-        if key in owned and node.grad_fn is None:
+        if node.grad_fn is not None:
+            owned[key] = owned.get(key, 0) + 1
+            node.grad = g
+            return
+        if key in owned:
             g = g.copy()
             key = id(g.data)
-        owned[key] = owned.get(key, 0) + 1
-        node.grad = g
-        return
+        with _leaf_lock:
+            adopted = node.grad is None
+            if adopted:
+                node.grad = g
+        if adopted:
+            owned[key] = owned.get(key, 0) + 1
+            return
+        # another thread's pass gave the leaf its first gradient meanwhile: add to it
     key = id(node.grad.data)
     if owned.get(key, 0) > 1:
         owned[key] -= 1
