@@ -489,3 +489,17 @@ def test_a_captured_forward_without_backward_sees_a_parameters_new_value(queue):
     w.requires_grad = False                                             # frozen: recorded anew
     assert isinstance(step(x), pc.Tensor)
     assert step.replays == 1
+
+
+def test_a_0d_input_stays_0d_as_in_the_eager_call(queue):
+    """A 0-d host array reaches the captured function 0-d, as ``Tensor.from_host`` makes it:
+    it was made (1,), so a stack of it broadcast otherwise and the sum below was 21, not 33."""
+    def fn(t, x):
+        return tp.sum(tp.stack([t, t * 2.0]) * x)
+
+    t, x = np.array(1.0, np.float32), np.array([[1.0], [10.0]], np.float32)
+    eager = fn(pc.Tensor.from_host(queue, t), pc.Tensor.from_host(queue, x)).item()
+    step = tp.capture(fn, queue)
+    assert eager == 33.0
+    assert [step(t, x).item() for _ in range(3)] == [33.0] * 3
+    assert step.replays == 2

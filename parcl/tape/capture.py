@@ -93,7 +93,7 @@ class _Entry:
 def _as_input(a) -> np.ndarray:
     """A call's host array as its recorded input holds it: C-contiguous, a ``np.bool_`` mask
     as uint8 0/1 (as ``Tensor.from_host`` stores it)."""
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a, order="C")          # not ascontiguousarray: that makes a 0-d array (1,)
     if a.dtype == np.bool_:
         return a.view(np.uint8)
     _check_dtype("capture", a.dtype)
