@@ -46,8 +46,10 @@ class LeafGrad:
 
     @classmethod
     def of(cls, entry) -> LeafGrad:
+        """``entry`` as found; the ``.grad`` it leaves is that one until a recorded backward
+        says otherwise (``note_grads``): a call that runs none (an evaluation) keeps it."""
         node = entry.node()
-        return cls(entry, entry.grad, entry.requires_grad,
+        return cls(entry, entry.grad, entry.requires_grad, after=entry.grad,
                    value=None if node is None else node.value)
 
 

@@ -503,3 +503,21 @@ def test_a_0d_input_stays_0d_as_in_the_eager_call(queue):
     assert eager == 33.0
     assert [step(t, x).item() for _ in range(3)] == [33.0] * 3
     assert step.replays == 2
+
+
+def test_a_captured_evaluation_between_accumulating_backwards_keeps_the_gradients(queue):
+    """A replay gives the leaves the ``.grad`` its recording left them; one that ran no
+    backward over them (an evaluation under no_grad) leaves theirs as it found them. It gave
+    them None, so a gradient accumulated over three backward passes was [2] (the last one)
+    where the eager loop has [6], silently."""
+    w = tp.tensor(pc.Tensor.from_host(queue, np.ones(4, np.float32)), requires_grad=True)
+    evaluate = tp.capture(lambda x: tp.mul(x, w), queue)
+    x = np.full(4, 2.0, np.float32)
+    for step in range(3):
+        with tp.Tape() as tape:
+            loss = tp.sum(tp.mul(pc.Tensor.from_host(queue, x), w))
+        tape.backward(loss)
+        with tp.no_grad():
+            evaluate(x)
+        np.testing.assert_array_equal(w.grad.to_host(), np.full(4, 2.0 * (step + 1)))
+    assert evaluate.replays == 2
