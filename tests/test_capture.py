@@ -521,3 +521,29 @@ def test_a_captured_evaluation_between_accumulating_backwards_keeps_the_gradient
             evaluate(x)
         np.testing.assert_array_equal(w.grad.to_host(), np.full(4, 2.0 * (step + 1)))
     assert evaluate.replays == 2
+
+
+def test_a_backward_through_the_graph_a_replay_returned_uses_the_replays_dropout_mask(queue):
+    """A captured forward whose loss is formed and backwarded after the call (no tape): the
+    dropout backward regenerates the mask the replay drew, as in the eager loop. It took the
+    recorded call's mask, so w.grad summed 124 where the eager step's sums 116, silently."""
+    def run(captured):
+        tp.manual_seed(0)
+        w = tp.tensor(pc.Tensor.from_host(queue, np.ones(64, np.float32)), requires_grad=True)
+
+        def forward(x):
+            return tp.dropout(tp.mul(x, w), 0.5)
+
+        step = tp.capture(forward, queue) if captured else (
+            lambda x: forward(pc.Tensor.from_host(queue, x)))
+        grads = []
+        for i in range(3):
+            tp.sum(step(np.full(64, i + 1.0, np.float32))).backward()
+            grads.append(w.grad.to_host())
+            w.grad = None
+        return grads, getattr(step, "replays", 2)
+
+    (eager, _), (captured, replays) = run(False), run(True)
+    assert replays == 2
+    for e, c in zip(eager, captured):
+        np.testing.assert_array_equal(c, e)

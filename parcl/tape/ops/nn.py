@@ -408,11 +408,13 @@ class Dropout(Function):
         y = rndk.dropout_forward(x, p, self.seed, self.counter)
         if gen is not None and recorder.current() is not None:
             # Each replay draws its own key, as the eager call would, and the recorded
-            # backward launch regenerates that replay's mask.
+            # backward launch regenerates that replay's mask; so does a backward run after
+            # the replay through the graph it returned (``seed``, ``counter`` follow it).
             key = [0]
 
             def next_key():
-                key[0] = np.uint64(rndk.mask_key(*gen.next_call()))
+                self.seed, self.counter = gen.next_call()
+                key[0] = np.uint64(rndk.mask_key(self.seed, self.counter))
                 return key[0]
             recorder.replay_arg(rndk.KEY_ARG, next_key)
             self.replay_key = key
