@@ -309,6 +309,29 @@ def test_threads_sharing_a_parameter_both_add_their_gradient_as_pytorch(queue):
         sys.setswitchinterval(interval)
 
 
+def test_threads_reading_one_badly_indexed_output_both_raise(queue):
+    """An embedding's index check is shared by its output and what is computed from it: two
+    threads reading such tensors at once both get the IndexError's ShapeError. The first
+    cleared the pending read before it had made the error (which reads the indices back), and
+    the second, finding neither, read the garbage silently: 416 of 500 trials."""
+    w = leaf(queue, np.ones((4, 3)))
+    for trial in range(30):
+        with tp.Tape():
+            out = tp.embedding(pc.Tensor.from_host(queue, np.array([1, 7])), w)   # 7 of 4
+        outputs = [out, out * 2.0]
+        raised = [False, False]
+        barrier = threading.Barrier(2, timeout=30)
+
+        def work(i, outputs=outputs, raised=raised, barrier=barrier):
+            barrier.wait()
+            with pytest.raises(pc.ShapeError, match="embedding: index 7"):
+                outputs[i].to_host()
+            raised[i] = True
+
+        run_threads(work)
+        assert raised == [True, True], f"trial {trial}"
+
+
 def _graph_grads(queue, seed):
     rng = np.random.default_rng(seed)
     w = leaf(queue, rng.standard_normal((4, 33)))

@@ -44,10 +44,14 @@ class FlagCheck:
 
     def check(self) -> None:
         """Raise if the latest read of the flag found a bad input (waiting for it first)."""
-        if self.event is not None:
-            runtime.wait_for_events([self.event], what=self.description)
-            self.event = self.flag = None
+        event = self.event
+        if event is not None:
+            runtime.wait_for_events([event], what=self.description)
+            # The failure before the event is cleared: another thread reading a tensor that
+            # shares this check meanwhile (``error`` may read the host) waits and finds it
+            # too, never a cleared event with no failure yet.
             self.failure = self.error(self.host)
+            self.event = self.flag = None
         if self.failure is not None:
             raise self.failure
 
