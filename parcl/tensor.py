@@ -238,6 +238,8 @@ class Tensor:
             raise ShapeError(f"copy_: source {src.shape} {src.dtype} does not fit "
                              f"{self.shape} {self.dtype}")
         check_same_context("copy_", self, src)
+        if src.data == self.data:       # itself (or a view of it): nothing to copy, as
+            return                      # PyTorch's; OpenCL refuses an overlapping copy
         wait = foreign_wait(src, self.queue)
         ev = cl.enqueue_copy(self.queue, self.data, src.data, byte_count=self.nbytes,
                              wait_for=wait)

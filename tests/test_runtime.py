@@ -103,6 +103,15 @@ def test_copy_across_queues(queues2):
     assert np.array_equal(dst.to_host(), np.arange(5))
 
 
+def test_copy_of_a_tensor_into_itself_leaves_it_as_pytorch(queue):
+    """``t.copy_(t)`` (or of a view of it: a tied weight copied onto itself) is a no-op, as
+    PyTorch's; it raised pyopencl's RuntimeError (MEM_COPY_OVERLAP)."""
+    t = pc.Tensor.from_host(queue, np.arange(6, dtype=np.float32))
+    assert t.copy_(t) is t
+    t.copy_(t.reshape(2, 3).reshape(6))
+    np.testing.assert_array_equal(t.to_host(), np.arange(6))
+
+
 def test_tensors_from_another_context_are_refused(queue):
     from parcl.kernels import elementwise as ew
     whole_cpu = pc.new_queue(pc.devices(split=1)[0])           # a context of its own
