@@ -364,7 +364,11 @@ class Tensor:
         these operators Python fell back to ``self = self op other``, a new tensor that left
         every alias as it was, silently. The result must keep this tensor's shape and dtype
         (float32): a broadcast that grows it is a ``ShapeError``, an int tensor a
-        ``DTypeError``."""
+        ``DTypeError``. A ``tp.Node`` operand gives its value (an op on a Tensor records
+        nothing): its reflected operator made a new tensor or Node, the rebinding again."""
+        value = getattr(other, "value", None)
+        if isinstance(value, Tensor) and not isinstance(other, Tensor):
+            other = value
         res = self._binary(op, self, other, out=self)
         if res is not NotImplemented:
             self._overwritten(f"Tensor {symbol}")   # a backward that saved it raises

@@ -211,6 +211,22 @@ def test_augmented_assignment_writes_into_the_tensor_as_pytorch(queue):
         labels += 1.5
 
 
+def test_augmented_assignment_of_a_node_writes_into_the_tensor_as_pytorch(queue):
+    """``t += node`` (an EMA of parameters: ``e.value *= d; e.value += (1 - d) * p``) writes
+    into ``t``'s buffer, as PyTorch's ``a += b``: the Node's reflected operator made a new
+    Node (or, under no_grad, a new Tensor) and rebound ``t``, so a view of it kept [1, 1, 1]
+    where PyTorch gives [3, 3, 3], silently."""
+    p = tp.tensor(np.full(3, 2.0, np.float32), requires_grad=True)
+    for grad_mode in (True, False):
+        t = pc.Tensor.from_host(queue, np.ones(3, np.float32))
+        view = t.reshape(1, 3)
+        with tp.set_grad_enabled(grad_mode):
+            t += p
+            t *= p
+        assert isinstance(t, pc.Tensor)
+        np.testing.assert_array_equal(view.to_host(), [[6.0, 6.0, 6.0]])
+
+
 def test_a_manual_sgd_step_under_no_grad_updates_the_parameter_in_place(queue):
     """PyTorch's ``with no_grad(): p -= lr * p.grad`` updates the model; parcl rebound the
     loop variable to a new tensor and left every weight as it was, silently. Under
