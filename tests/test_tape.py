@@ -226,6 +226,19 @@ def test_set_grad_enabled_for_a_whole_script(queue):
     assert isinstance(tp.exp(x), tp.Node)
 
 
+def test_set_grad_enabled_and_detect_anomaly_refuse_a_mode_that_is_no_bool_as_pytorch():
+    """``tp.set_grad_enabled("False")`` (a mode read from a config file) switched recording
+    on: ``bool("False")`` is True. PyTorch's is a TypeError; so is any mode but a bool."""
+    for mode in ("False", None, 0, 1.0):
+        with pytest.raises(pc.ParclError, match="must be a bool"):
+            tp.set_grad_enabled(mode)
+        with pytest.raises(pc.ParclError, match="must be a bool"):
+            tp.detect_anomaly(mode)
+    assert tp.is_grad_enabled() and not tp.is_anomaly_enabled()
+    with tp.set_grad_enabled(np.bool_(False)):
+        assert tp.is_grad_enabled() is False
+
+
 def test_set_grad_enabled_decorates_a_function_as_pytorch(queue):
     """``@tp.set_grad_enabled(False)`` runs the function without recording and leaves the
     decorating thread recording, as ``@torch.set_grad_enabled(False)``; so does

@@ -11,6 +11,9 @@ import functools
 import inspect
 import threading
 
+import numpy as np
+
+from ..errors import ParclError
 
 
 class _State(threading.local):
@@ -53,6 +56,10 @@ class _ModeSwitch:
     attr = ""
 
     def __init__(self, value: bool):
+        if not isinstance(value, (bool, np.bool_)):
+            # as PyTorch's TypeError: bool("False") would switch the mode on
+            raise ParclError(f"{type(self).__name__}: the mode must be a bool, got {value!r} "
+                             f"({type(value).__name__})")
         self.value = bool(value)
         self.prev = getattr(state, self.attr)
         setattr(state, self.attr, self.value)
