@@ -269,6 +269,15 @@ def test_transpose_int_and_negative_axes(queue):
     np.testing.assert_array_equal(got.to_host(), np.transpose(x, (2, 0, 1)))
 
 
+@pytest.mark.parametrize("perm", [(1, 3, 5, 7, 0, 2, 4, 6), (0, 2, 4, 6, 7, 1, 3, 5)])
+def test_transpose_of_more_than_6_strided_dims_as_numpy(queue, rng, perm):
+    # beyond the permute kernel's 6 dims (a repeat's backward over (r0, s0, ..., r3, s3)):
+    # the strided copy, where it was a ShapeError
+    x = rng.standard_normal((2, 3, 2, 2, 3, 2, 2, 2)).astype(np.float32)
+    np.testing.assert_array_equal(layout.transpose(dev(queue, x), perm).to_host(),
+                                  np.transpose(x, perm))
+
+
 def test_transpose_bad_axes(queue):
     x = dev(queue, np.ones((2, 3)))
     with pytest.raises(pc.ShapeError, match="permutation"):

@@ -110,6 +110,17 @@ def test_tile(queue, rng, shape, dims):
                   lambda v: torch.tile(v, dims if isinstance(dims, tuple) else (dims,)), [a])
 
 
+def test_repeat_and_tile_of_a_4d_tensor_along_every_dim_backward_as_pytorch(queue, rng):
+    # the backward sums the gradient viewed as (r0, s0, ..., r3, s3) over the r's: a
+    # permutation of 8 strided dims, which the transpose kernel refused (a ShapeError where
+    # PyTorch gives the gradient)
+    a = rng.standard_normal((2, 3, 2, 3))
+    against_torch(queue, rng, lambda v: tp.repeat(v, 2, 2, 3, 2), lambda v: v.repeat(2, 2, 3, 2),
+                  [a])
+    against_torch(queue, rng, lambda v: tp.tile(v, (2, 3, 2, 2)),
+                  lambda v: torch.tile(v, (2, 3, 2, 2)), [a])
+
+
 def test_repeat_int64(queue):
     ints = np.arange(6).reshape(2, 3)
     got = tp.repeat(pc.Tensor.from_host(queue, ints), 2, 1, 2).to_host()

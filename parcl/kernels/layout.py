@@ -1,5 +1,5 @@
 """Layout kernels: ``transpose`` (any permutation of up to 6 collapsed dimensions, numpy
-semantics) with a tiled path for (batched) 2-D transposes.
+semantics; more go through the strided copy) with a tiled path for (batched) 2-D transposes.
 
 Dimensions that stay neighbours in the same order are merged first, so NCHW -> NHWC is the
 batched 2-D transpose (N, C, HW) -> (N, HW, C) and takes the tiled kernel.
@@ -21,7 +21,7 @@ from ..runtime import on_gpu
 from ..tensor import SUPPORTED, Tensor
 from ._cache import get_kernel
 from .broadcast import int8_vector
-from .strided import axis_int
+from .strided import View, axis_int, read_view
 
 TILE = 16
 
@@ -130,8 +130,10 @@ def transpose(x: Tensor, axes=None, *, tiled: bool | None = None) -> Tensor:
     if len(dims) <= 1:                          # only size-1 axes moved: same memory order
         return x.copy().reshape(tuple(x.shape[a] for a in perm))
     if len(dims) > 6:
-        raise ShapeError(f"transpose: permutation {perm} of shape {x.shape} needs "
-                         f"{len(dims)} strided dimensions; at most 6 are supported")
+        # beyond permute_nd's int8 vectors: the strided copy takes up to 8 (a sum over
+        # interleaved axes of an 8-d tensor, a repeat's backward over (r0, s0, ..., r3, s3))
+        return read_view(x, View(tuple(x.shape[a] for a in perm),
+                                 tuple(in_strides[a] for a in perm)))
     q = x.queue
     out = Tensor.empty(q, tuple(x.shape[a] for a in perm), x.dtype)
     # Batched 2-D: out (B, C, R) from x (B, R, C): strides (R*C, 1, C) in output order.
