@@ -117,6 +117,16 @@ def test_inplace_through_a_view_is_tracked(queue):
         tp.relu(tp.squeeze(x, 0), inplace=True)
 
 
+def test_a_node_views_and_reshapes_to_one_numpy_integer_size_as_pytorch(queue):
+    # x.view(np.prod(x.shape)) (a numpy int64) flattens in PyTorch; it was taken for a shape
+    # sequence: TypeError 'numpy.int64' object is not iterable
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = leaf(queue, a)
+    assert x.view(np.prod(x.shape)).shape == (6,) == x.reshape(np.int64(6)).shape
+    assert x.view(np.int32(-1)).shape == tuple(torch.tensor(a).view(np.int32(-1)).shape)
+    np.testing.assert_array_equal(x.reshape(np.int64(6)).to_host(), a.reshape(6))
+
+
 def test_node_methods(queue, rng):
     a = rng.standard_normal((2, 1, 3))
     x = leaf(queue, a)

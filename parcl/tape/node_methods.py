@@ -95,7 +95,7 @@ class NodeMethods:
         return _ops().mean(self, axis=axis, keepdims=keepdims)
 
     def reshape(self, *shape):
-        if len(shape) == 1 and not isinstance(shape[0], int):
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         return _ops().reshape(self, shape)
 
