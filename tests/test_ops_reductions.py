@@ -49,12 +49,12 @@ def test_reductions_forward_and_gradcheck(queue, rng, shape, axis, keepdims):
     for name, (op, ref) in cases.items():
         if name in ("var", "std") and n < 2:
             continue
-        y = op(nx, axis, keepdims)
+        y = op(nx, axis, keepdims=keepdims)
         assert y.op_name == name
         want = ref(x32)
         assert y.shape == np.shape(want)
         np.testing.assert_allclose(y.to_host(), want, rtol=1e-5, atol=1e-5, err_msg=name)
-        assert tp.gradcheck(lambda t, op=op: op(t, axis, keepdims), [nx], atol=5e-3)
+        assert tp.gradcheck(lambda t, op=op: op(t, axis, keepdims=keepdims), [nx], atol=5e-3)
 
 
 def test_max_min_ties_send_gradient_to_the_first_over_axes_and_share_it_over_all(queue):

@@ -199,7 +199,10 @@ class Std(Var):
     root = True
 
 
-def var(x, axis=None, keepdims: bool = False, correction: float = 1, *, tape=None):
+# var's and std's keepdims and correction are keyword-only: PyTorch's third positional
+# argument is unbiased (torch.var(x, 1, False) is the biased variance), so tp.var(x, 1, False)
+# must not read its False as keepdims and return the unbiased one.
+def var(x, axis=None, *, keepdims: bool = False, correction: float = 1, tape=None):
     """Variance over ``axis`` with ``correction`` (1: unbiased, PyTorch's default; 0: the
     population variance). Fewer elements than ``correction`` + 1 give NaN or inf, as PyTorch.
 
@@ -210,9 +213,9 @@ def var(x, axis=None, keepdims: bool = False, correction: float = 1, *, tape=Non
                      correction=float(correction))
 
 
-def std(x, axis=None, keepdims: bool = False, correction: float = 1, *, tape=None):
-    """``sqrt(var(x, axis, keepdims, correction))``; its gradient is 0 (not NaN) where the
-    standard deviation is 0, as PyTorch's.
+def std(x, axis=None, *, keepdims: bool = False, correction: float = 1, tape=None):
+    """``sqrt(var(x, axis, keepdims=..., correction=...))``; its gradient is 0 (not NaN)
+    where the standard deviation is 0, as PyTorch's.
 
     >>> tp.std(x).shape
     ()
