@@ -125,6 +125,14 @@ def test_pad_errors(queue):
         tp.pad(t, (-2, -2))
 
 
+def test_pad_with_value_none_fills_zeros_as_pytorch(queue):
+    # F.pad's value defaults to None, meaning 0; float(None) was a TypeError
+    a = np.array([[1.0, -2.0]], np.float32)
+    want = torch.nn.functional.pad(torch.tensor(a), (1, 2), value=None).numpy()
+    np.testing.assert_array_equal(tp.pad(pc.Tensor.from_host(queue, a), (1, 2), value=None)
+                                  .to_host(), want)
+
+
 @pytest.mark.parametrize("pad", [(2, -6), (-6, 2), (-7, 3), (0, 0, 3, -4)])
 def test_pad_refuses_to_crop_more_than_a_dimension_holds_as_pytorch(queue, pad):
     """A negative pad crops the input (PyTorch narrows it, and refuses a crop past its size);

@@ -122,15 +122,16 @@ class Pad(Function):
         return strided.copy_view(gx, self.kept, g, self.placed)
 
 
-def pad(x, pad, value: float = 0.0, *, tape=None):
+def pad(x, pad, value: float | None = 0.0, *, tape=None):
     """``torch.nn.functional.pad`` in constant mode: ``pad`` is ``(left, right)`` of the last
     dimension, then ``(top, bottom)`` of the one before, ...; negative padding crops. The new
-    positions hold ``value``; their gradient is dropped. op_name ``"pad"``.
+    positions hold ``value`` (None: 0, PyTorch's default); their gradient is dropped. op_name
+    ``"pad"``.
 
     >>> tp.pad(x, (1, 2)).shape, tp.pad(x, (0, 0, -1, 0)).shape
     ((2, 6), (1, 3))
     """
-    return Pad.apply(x, tape=tape, pad=tuple(pad), value=float(value))
+    return Pad.apply(x, tape=tape, pad=tuple(pad), value=0.0 if value is None else float(value))
 
 
 class Expand(Function):
