@@ -56,6 +56,14 @@ def test_iterating_a_0d_tensor_is_an_error_not_an_empty_loop(queue):
         assert len(rows) == 2 and [float(r.sum()) for r in rows] == [3.0, 7.0]
 
 
+def test_len_of_a_node_is_its_first_dim_as_pytorch(queue):
+    # len(x) of a Node was a TypeError (no __len__), where torch gives x.shape[0]
+    x = tp.tensor(dev(queue, np.zeros((3, 2))), requires_grad=True)
+    assert len(x) == 3 and len(x[0]) == 2
+    with pytest.raises(TypeError, match="0-d"):
+        len(tp.tensor(dev(queue, 3.0)))
+
+
 def test_in_finds_an_element_as_numpys_in_does(queue):
     # Python's fallback compared each row to the value by identity: always False
     t = dev(queue, [[1.0, 2.0], [3.0, 4.0]])

@@ -128,6 +128,10 @@ class NodeMethods:
         # elementwise, as pc.Tensor.__contains__ (not each row compared by identity)
         return item in self.value
 
+    def __len__(self) -> int:
+        # the first dim, as pc.Tensor's and torch.Tensor's (0-d: a TypeError)
+        return len(self.value)
+
     def __iter__(self):
         # rows, as pc.Tensor.__iter__: a 0-d Node is a TypeError, not an empty iteration
         if not self.shape:
