@@ -171,8 +171,13 @@ class Var(Function):
         dof = n - correction
         # N <= correction divides by zero, as PyTorch: 0/0 = NaN, otherwise inf
         self.scale = 1.0 / dof if dof > 0 else float("inf")
+        # the mean refined by the mean of what is left: a float32 sum of 5000 values near 1e6
+        # is off by about 1 (its rounding), which would add 1 to a variance of 1 (torch sums
+        # in double); after one refinement the residual is what the deviations' sum rounds
         mean = rd.mean(x, axes, keepdims=True)
         d = ew.binary("sub", x, mean)
+        ew.binary("add", mean, rd.mean(d, axes, keepdims=True), out=mean)
+        ew.binary("sub", x, mean, out=d)
         ew.unary("square", d, out=d)
         out = ew.scale_(rd.sum(d, axes, keepdims), self.scale)
         if self.root:
