@@ -209,3 +209,21 @@ def test_statistics_reset_during_a_refused_step_still_reach_every_replica(device
         other.add_module("2", old)
         group.step(x, y, tp.cross_entropy, opt)
         np.testing.assert_array_equal(other[1].running_mean.to_host(), np.full(6, 3.0))
+
+
+def test_a_model_with_an_empty_parameter_slot_steps_and_follows_replica_0(devices2):
+    """``Linear(bias=False)`` keeps a bias slot holding None (as PyTorch's): the group's
+    follower, which gives every replica replica 0's ``requires_grad``, skips it."""
+    def model(queue):
+        pc.manual_seed(0)
+        return pc.nn.Sequential(pc.nn.Linear(4, 3, bias=False, queue=queue),
+                                pc.nn.Linear(3, 3, queue=queue))
+
+    x = np.ones((4, 4), np.float32)
+    y = np.array([0, 1, 2, 0])
+    with ReplicaGroup(model, devices2) as g:
+        opt = pc.optim.SGD(g.parameters(), lr=0.1)
+        assert np.isfinite(g.step(x, y, tp.cross_entropy, opt))
+        g.model[0].requires_grad_(False)         # followed by replica 1 too
+        g.step(x, y, tp.cross_entropy, opt)
+        assert [r.model[0].weight.requires_grad for r in g.replicas] == [False, False]

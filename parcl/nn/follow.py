@@ -72,13 +72,13 @@ class ModelFollower:
             if other != layout:
                 raise ParclError(_different_trees(r, layout, other))
         changed = self._assigned(first)
-        wanted = [p.requires_grad for p in slots[0].parameters.values()]
+        wanted = [p is not None and p.requires_grad for p in slots[0].parameters.values()]
         for (modules, _), other in zip(trees[1:], slots[1:]):
             for a, b in zip(first, modules):
                 if b.training != a.training:
                     object.__setattr__(b, "training", a.training)
             for want, p in zip(wanted, other.parameters.values()):
-                if p.requires_grad != want:
+                if p is not None and p.requires_grad != want:     # None: an empty slot
                     p.requires_grad = want
             for j, names in changed:
                 for name in names:
