@@ -199,3 +199,32 @@ def test_an_optimizer_over_frozen_parameters_skips_them_until_they_are_unfrozen(
         for name, p in ref.named_parameters():
             np.testing.assert_allclose(got[name].value.to_host(), p.detach().numpy(),
                                        rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "captured"])
+def test_two_optimizers_each_step_their_part_on_its_own_gradients_as_pytorch(devices2, capture):
+    """Two optimizers stepped in turn, each over a part of the model (a GAN's generator and
+    discriminator, an embedding with its own optimizer), each part in buckets of its own
+    (``bucket_mb`` small here, any model over 25 MB by default): every step's gradients are
+    those of its batch alone, as PyTorch's loop that zeroes the model's gradients. The
+    fused end of a step zeroed only the buckets its optimizer stepped, so the other part's
+    gradients were added to its next step's."""
+    data = _batches([12, 9, 10, 13, 8, 11], 6, 4, seed=3)
+    with ReplicaGroup(Net, devices2, capture=capture, bucket_mb=1e-4) as group:
+        ref = _as_torch(TorchNet(), group.model.state_dict())
+        opts = [pc.optim.SGD(group.model.a.parameters(), lr=0.1),
+                pc.optim.SGD(group.model.b.parameters(), lr=0.1)]
+        ref_opts = [torch.optim.SGD(ref.a.parameters(), lr=0.1),
+                    torch.optim.SGD(ref.b.parameters(), lr=0.1)]
+        for i, (x, y) in enumerate(data):
+            loss = group.step(x, y, tp.cross_entropy, opts[i % 2])
+            ref.zero_grad()
+            want = torch.nn.functional.cross_entropy(ref(torch.from_numpy(x)),
+                                                     torch.from_numpy(y))
+            want.backward()
+            ref_opts[i % 2].step()
+            assert loss == pytest.approx(want.item(), rel=1e-5)
+        got = dict(group.named_parameters())
+        for name, p in ref.named_parameters():
+            np.testing.assert_allclose(got[name].value.to_host(), p.detach().numpy(),
+                                       rtol=1e-5, atol=1e-6, err_msg=name)

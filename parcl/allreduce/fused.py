@@ -54,6 +54,14 @@ class Fused:
                               [grads.flats[b] for grads in buffers.grads], shards)
 
         optimizer.launch(plan, targets=target)
+        # A bucket the optimizer does not step (another optimizer's parameters) is not touched
+        # by those kernels: zeroed here, as Reduced zeroes every gradient, or the next step
+        # would add this one's gradients to its own.
+        stepped = {id(bucket) for bucket, _, _ in plan.whole}
+        for b, bucket in enumerate(buffers.buckets):
+            if id(bucket) not in stepped:
+                for grads in buffers.grads:
+                    grads.flats[b].fill_owned(0)
         buffers.copy_buffers()      # after the fence: replica 0's forward updated them
         release_all()               # queues wait for each other's work: none of it held
         return None
