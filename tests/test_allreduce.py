@@ -55,6 +55,29 @@ def test_replica_order_algorithms_agree_bitwise_with_direct(queues4, other):
     assert np.array_equal(a[0].to_host(), b[2].to_host())
 
 
+@pytest.mark.parametrize("algorithm", ["scatter", "shared", "auto"])
+@pytest.mark.parametrize("k", [9, 10])
+def test_more_replicas_than_one_kernel_reads_still_sum_every_replica(devices2, algorithm, k):
+    """Past 8 replicas (``MAX_K``) a chunk's sum is folded in by further launches; the
+    replica owning the chunk (``scatter``, ``shared``, ``auto`` from 1 MiB) had its own
+    buffer overwritten by the first 8 replicas' sum before it was read, so with 9 replicas
+    holding 1, 2, ..., 9 its chunk came out 72 instead of 45, silently (a 10th replica's
+    chunk 82 and 81). Equal to ``direct`` bit for bit now, on every replica."""
+    queues = [pc.new_queue(devices2[i % 2]) for i in range(k)]
+    n = 1 << 18                                    # 1 MiB: 'auto' reduces it as 'shared'
+    if refused_here(algorithm, devices2):
+        pytest.skip("several queues on one buffer: CPU devices only")
+    hosts = [np.full(n, i + 1, np.float32) for i in range(k)]
+    ts = [pc.Tensor.from_host(q, h) for q, h in zip(queues, hosts)]
+    direct = [pc.Tensor.from_host(q, h) for q, h in zip(queues, hosts)]
+    allreduce(ts, algorithm=algorithm)
+    allreduce(direct, algorithm="direct")
+    want = direct[0].to_host()
+    np.testing.assert_array_equal(want, np.full(n, k * (k + 1) // 2, np.float32))
+    for t in ts:
+        np.testing.assert_array_equal(t.to_host(), want)
+
+
 def test_mean(queues2):
     hosts, ts = _inputs(queues2, 100)
     allreduce(ts, op="mean")

@@ -293,6 +293,17 @@ def test_three_replicas_sharing_devices_match(devices2):
                          make_optimizer=sgd, devices=devs)
 
 
+@pytest.mark.parametrize("algorithm", ["scatter", "shared"])
+def test_nine_replicas_match_single_replica(devices2, algorithm):
+    """More replicas than one reduce kernel reads (8): the 9th replica's chunk of every
+    bucket was summed with its own gradient lost and the first 8 replicas' counted twice."""
+    devs = [devices2[i % 2] for i in range(9)]
+    if refused_here(algorithm, devs):
+        pytest.skip("several queues on one buffer: CPU devices only")
+    assert_dp_equivalent(mlp, tp.cross_entropy, batch(18), replicas=9, steps=3,
+                         make_optimizer=sgd, devices=devs, allreduce=algorithm)
+
+
 def test_nan_under_detect_anomaly_names_the_replica(devices2):
     x, y = batch(8)
     x[5, 3] = np.nan                                       # in replica 1's half only

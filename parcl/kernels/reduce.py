@@ -12,6 +12,7 @@ import numpy as np
 import pyopencl as cl
 
 from ..errors import ShapeError
+from ..tensor import Tensor
 from ._cache import get_kernel
 
 MAX_K = 8     # inputs one kernel reads; more are folded in by further launches, in order
@@ -69,16 +70,24 @@ def reduce_into(queue: cl.CommandQueue, out: cl.Buffer, inputs: list[cl.Buffer],
     gsize = ((count + WORK_GROUP - 1) // WORK_GROUP * WORK_GROUP,)
     first = inputs[:MAX_K]
     rest = inputs[MAX_K:]
+    # The partial sums go to ``out`` unless it is one of the inputs folded in later (a 9th
+    # replica's own buffer): the first partial sum would overwrite it before it is read, so
+    # they go to a scratch buffer then (indexed as the inputs), and only the last to ``out``.
+    partial = out
+    if any(b.int_ptr == out.int_ptr for b in rest):
+        scratch = Tensor.empty(queue, (offset + count,))     # this queue's pool: in order
+        partial = scratch.data
     k = get_kernel(queue, REDUCE_SOURCE, f"reduce{len(first)}")
     s = np.float32(scale if not rest else 1.0)
-    ev = k(queue, gsize, (WORK_GROUP,), out, *first, np.int64(offset), np.int64(count), s,
-           wait_for=wait_for)
+    ev = k(queue, gsize, (WORK_GROUP,), partial if rest else out, *first, np.int64(offset),
+           np.int64(count), s, wait_for=wait_for)
     while rest:       # fold the remaining inputs in, still in replica order
-        chunk = [out] + rest[:MAX_K - 1]
+        chunk = [partial] + rest[:MAX_K - 1]
         rest = rest[MAX_K - 1:]
         k = get_kernel(queue, REDUCE_SOURCE, f"reduce{len(chunk)}")
         s = np.float32(scale if not rest else 1.0)
-        ev = k(queue, gsize, (WORK_GROUP,), out, *chunk, np.int64(offset), np.int64(count), s)
+        ev = k(queue, gsize, (WORK_GROUP,), partial if rest else out, *chunk,
+               np.int64(offset), np.int64(count), s)
     return ev
 
 
