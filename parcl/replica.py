@@ -232,12 +232,16 @@ class ReplicaGroup:
     def _follow(self) -> None:
         """Before a call, what the caller did to replica 0 since the last one, to every replica:
         gradients reduced copied (``follow_first``) or zeroed zeroed (``follow_zeroing``),
-        parameters stepped copied (a DDP loop has no broadcast), modes (``nn.follow``)."""
+        parameters stepped copied (a DDP loop has no broadcast), modes (``nn.follow``); a
+        failed step's gradients zeroed."""
         self._buffers.follow_model(fresh=True)
         if len(self.replicas) > 1 and self._buffers.changed_since(max(self._synced,
                                                                        self._called)):
             self._buffers.broadcast()
             self._synced = stamp()
+        if self._grads_dirty:              # a failed step's gradients: discarded before any
+            self.zero_grad()               # call, as before a step (``_begin``), or a run's
+            self._grads_dirty = False      # would add to them and a step zero the run's
         if self._reduced:
             self._buffers.follow_first()
             self._reduced = SYNCED

@@ -266,6 +266,38 @@ def test_group_step_after_a_discarded_run_counts_only_its_own_batch(devices2):
         _assert_params(group, w - 0.1 * gw, b - 0.1 * gb)
 
 
+@pytest.mark.parametrize("then", ["allreduce_grads", "step"])
+def test_a_failed_step_leaves_no_gradient_to_the_calls_after_it(devices2, then):
+    """A step that failed in replica 1 after replica 0's backward, then a backward ``run``
+    and ``allreduce_grads`` with ``opt.step()`` (or ``group.step``): the failed step's
+    gradients were zeroed before the next step only, so the custom loop's update added
+    replica 0's half of the failed batch (the weights 0.017 off), and the step after the
+    run zeroed the run's gradients with them (0.064 off), silently. A failed step changes
+    nothing: the calls after it see the gradients it found."""
+    rng = np.random.default_rng(7)
+    failed, x0, x = (rng.random((6, 4), dtype=np.float32) for _ in range(3))
+
+    def fails_in_replica_1(out, y):
+        if out.queue is group.replicas[1].queue:
+            raise RuntimeError("a loss that fails in replica 1")
+        return tp.mean(out * out)
+
+    with ReplicaGroup(_linear, devices2) as group:
+        w, b, opt = _start(group)
+        with pytest.raises(pc.ReplicaError, match="replica 1"):
+            group.step(failed, np.zeros(6, np.int64), fails_in_replica_1, opt)
+        group.run(_backward, [x0[:3], x0[3:]])
+        lw, lb = _grads(w, b, x0)                # the mean of the two shards' mean gradients
+        if then == "allreduce_grads":
+            group.allreduce_grads(average=True)
+            opt.step()
+            _assert_params(group, w - 0.1 * lw, b - 0.1 * lb)
+        else:
+            group.step(x, np.zeros(6, np.int64), lambda out, y: tp.mean(out * out), opt)
+            gw, gb = _grads(w, b, x)
+            _assert_params(group, w - 0.1 * (lw + gw), b - 0.1 * (lb + gb))
+
+
 def test_gradients_accumulated_over_runs_still_add_up(devices2):
     """What the group follows is the caller's ``zero_grad`` between calls only: two backward
     runs accumulate (as two backwards in PyTorch), and a ``zero_grad`` each replica makes in
