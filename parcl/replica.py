@@ -380,7 +380,7 @@ class ReplicaGroup:
         shards, total = shard_batch(x, y, k, self.comm, ignore, accumulation_steps,   # 1.
                                     reduction, weights)
         self._wait_idle()
-        self._begin()
+        own, views = self._begin()
         keys = self._keys(key, loss_fn, reduction)
         try:
             losses = self._losses.for_replicas(loss_fn)   # a loss module's tensors on each
@@ -388,9 +388,11 @@ class ReplicaGroup:
             self._labels.check(loss_fn, y, ignore, outcomes, self.comm)            # 3.
             check_class_weights(weights, outcomes)
             check_reduction(reduction, outcomes)
-            skip_unreached(self._params[0],
-                           check_signatures([o.reached for o in outcomes], self._names,
-                                            self._params[0], self.replicas), self.comm)
+            reached = {*check_signatures([o.reached for o in outcomes], self._names,
+                                         self._params[0], self.replicas), *own}
+            # a gradient a run left in a bucket this step's backwards did not reach: updated
+            reached.update(self._buffers.nonzero([j for j in views if j not in reached]))
+            skip_unreached(self._params[0], tuple(reached), self.comm)
             norm = self._end.finish(self._buffers, optimizer, max_norm)            # 4.
             self._synced = stamp()
         except BaseException:
@@ -409,19 +411,24 @@ class ReplicaGroup:
                 self._broken = (f"a failed step could not restore the replicas' dropout "
                                 f"generators and running statistics ({exc})")
 
-    def _begin(self) -> None:
+    def _begin(self) -> tuple[list[int], list[int]]:
         """Before the replicas start: a failed step's gradients zeroed (each replica makes
         its buckets its gradients again in its own call: ``Eager.prepare``), or the copies
         ``allreduce_grads`` left, or a run's unreduced gradients averaged; replica 0's
         parameters and buffers copied to the others if changed in place since they were last
         made equal, or a buffer replaced; a batch-statistics exchange broken by a failed step
-        reset."""
+        reset. Returns what the calls before left (``StepBuffers.held``): the step updates
+        those parameters whether or not its own backwards reach them, as DDP's synced
+        backward reduces what ``no_sync`` accumulated."""
+        left: tuple[list[int], list[int]] = ([], [])
         if self._grads_dirty:
             self.zero_grad()
         elif self._reduced:                # allreduce_grads' copies: the gradient counts once
+            left = self._buffers.held()
             self._buffers.forget_copies()
         elif self._seen is not None:       # what the caller zeroed on replica 0 is zeroed
             self._buffers.follow_zeroing(self._seen)
+            left = self._buffers.held()
             # and what a run's backwards left, unreduced, counts as their mean (as DDP's)
             self._buffers.average_left(self._all_replicas)
         self._grads_dirty, self._reduced, self._seen = True, SYNCED, None
@@ -430,6 +437,7 @@ class ReplicaGroup:
             self._buffers.broadcast()
         if self._stats is not None:
             self._stats.start()
+        return left
 
     def _keys(self, key, loss_fn, reduction: str) -> list:
         """Per replica what its recorded step is looked up by beside shapes, modes and

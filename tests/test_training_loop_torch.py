@@ -228,3 +228,79 @@ def test_two_optimizers_each_step_their_part_on_its_own_gradients_as_pytorch(dev
         for name, p in ref.named_parameters():
             np.testing.assert_allclose(got[name].value.to_host(), p.detach().numpy(),
                                        rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+class AuxNet(pc.nn.Module):
+    """A body with a main head and an auxiliary one; ``aux`` picks the head."""
+
+    def __init__(self, queue):
+        super().__init__()
+        pc.nn.manual_seed(0)
+        self.a, self.main, self.side = (pc.nn.Linear(6, 8, queue=queue),
+                                        pc.nn.Linear(8, 4, queue=queue),
+                                        pc.nn.Linear(8, 2, queue=queue))
+        self.aux = False
+
+    def forward(self, x):
+        h = tp.relu(self.a(x))
+        return self.side(h) if self.aux else self.main(h)
+
+
+class TorchAuxNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.main, self.side = (torch.nn.Linear(6, 8), torch.nn.Linear(8, 4),
+                                        torch.nn.Linear(8, 2))
+        self.aux = False
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        return self.side(h) if self.aux else self.main(h)
+
+
+def _aux_backward(replica, x, y):
+    replica.model.aux = True
+    with tp.Tape() as tape:
+        out = replica.model(tp.tensor(pc.Tensor.from_host(replica.queue, x)))
+        loss = tp.cross_entropy(out, pc.Tensor.from_host(replica.queue, y))
+    tape.backward(loss)
+    replica.model.aux = False
+
+
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "captured"])
+def test_a_step_updates_what_a_run_before_it_gave_a_gradient_as_ddp(devices2, capture):
+    """An auxiliary loss backwarded in a ``run`` (DDP's ``no_sync`` backward), then the main
+    loss's ``group.step``, whose backward does not reach the auxiliary head: the step left
+    out of the update every parameter its own backwards did not reach, so the run's
+    gradient of the head was dropped: the head never moved and the body's weights were
+    0.0085 off PyTorch's after three steps, silently. As DDP's synced backward, the update
+    adds the mean of what the run left, the head's included."""
+    data = _batches([12, 8, 10], 6, 4, seed=4)
+    with ReplicaGroup(AuxNet, devices2, capture=capture) as group:
+        ref = _as_torch(TorchAuxNet(), group.model.state_dict())
+        opt = pc.optim.SGD(group.parameters(), lr=0.1, momentum=0.9)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        for x, y in data:
+            shards = _bounds(len(x), 2)
+            rows = [slice(lo, hi) for lo, hi in zip(shards, shards[1:])]
+            group.run(_aux_backward, [x[r] for r in rows], [y[r] % 2 for r in rows])
+            group.step(x, y, tp.cross_entropy, opt)
+            ref_opt.zero_grad()
+            left = []
+            for r in rows:                        # each replica's auxiliary backward
+                other = copy.deepcopy(ref)
+                other.aux = True
+                torch.nn.functional.cross_entropy(other(torch.from_numpy(x[r])),
+                                                  torch.from_numpy(y[r] % 2)).backward()
+                left.append([p.grad for p in other.parameters()])
+            torch.nn.functional.cross_entropy(ref(torch.from_numpy(x)),
+                                              torch.from_numpy(y)).backward()
+            for p, *grads in zip(ref.parameters(), *left):
+                if grads[0] is not None:
+                    mean = sum(grads) / len(grads)
+                    p.grad = mean if p.grad is None else p.grad + mean
+            ref_opt.step()
+        got = dict(group.named_parameters())
+        for name, p in ref.named_parameters():
+            np.testing.assert_allclose(got[name].value.to_host(), p.detach().numpy(),
+                                       rtol=1e-5, atol=1e-6, err_msg=name)

@@ -207,6 +207,25 @@ class StepBuffers:
                 for grads in self.grads[1:]:
                     grads.params[j].grad = None
 
+    def held(self) -> tuple[list[int], list[int]]:
+        """Before a step, what the calls since the last one left (a run's backward): the
+        parameters (by index) whose ``.grad`` on some replica is a tensor of its own (a
+        backward made it), and those whose ``.grad`` is its bucket view, given since or
+        still the zero the last step left (``nonzero`` tells)."""
+        own, views = set(), set()
+        for grads in self.grads:
+            for j, (p, view) in enumerate(zip(grads.params, grads.views)):
+                if p.grad is view:
+                    views.add(j)
+                elif p.grad is not None:
+                    own.add(j)
+        return sorted(own), sorted(views - own)
+
+    def nonzero(self, indices: list[int]) -> list[int]:
+        """Of ``indices``, the parameters whose gradient bucket holds something other than
+        zeros on some replica (read back: a wait for every replica's queue)."""
+        return [j for j in indices if any(grads.views[j].to_host().any() for grads in self.grads)]
+
     def unused(self, comm) -> list[int]:
         """The parameters (by index) whose ``.grad`` is None on every replica, and on every
         rank through ``comm``: no backward reached them since they were dropped. They stay
