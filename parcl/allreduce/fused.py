@@ -56,10 +56,11 @@ class Fused:
         optimizer.launch(plan, targets=target)
         # A bucket the optimizer does not step (another optimizer's parameters) is not touched
         # by those kernels: zeroed here, as Reduced zeroes every gradient, or the next step
-        # would add this one's gradients to its own.
+        # would add this one's gradients to its own. One whose every gradient is None (a
+        # frozen layer) holds none: the next step's gather zeroes what it gives back.
         stepped = {id(bucket) for bucket, _, _ in plan.whole}
         for b, bucket in enumerate(buffers.buckets):
-            if id(bucket) not in stepped:
+            if id(bucket) not in stepped and any(p.grad is not None for p in bucket.params):
                 for grads in buffers.grads:
                     grads.flats[b].fill_owned(0)
         buffers.copy_buffers()      # after the fence: replica 0's forward updated them
