@@ -18,7 +18,7 @@ from ..tensor import FLOAT, Tensor, check_same_context
 from ._cache import get_kernel, round_up
 from .reduce import ordered_sum
 
-__all__ = ["Replicated", "adam_", "sgd_", "sgd_momentum_"]
+__all__ = ["Replicated", "adagrad_", "adam_", "rmsprop_", "sgd_", "sgd_momentum_"]
 
 # Each update: (state pointers, scalar parameters, body). The body reads the summed gradient
 # as G and the parameter as p[i], writes its state, and leaves the new parameter in ``out``.
@@ -50,6 +50,43 @@ _UPDATES = {
     m[i] = mi;
     v[i] = vi;
     const float out = w - step_size * mi / (sqrt(vi) * inv_sqrt_bc2 + eps);"""),
+    # g' = g + wd*p; s = alpha*s + c*g'^2 (c = 1 - alpha from the host, as Adam's weights);
+    # centered: a = alpha*a + c*(g' - a) (PyTorch's lerp), d = sqrt(s - a^2) + eps, else
+    # d = sqrt(s) + eps; momentum: b = mu*b + g'/d, p -= lr*b; else p -= lr * g'/d. The flags
+    # are uniform over the launch; a buffer an option does not use is passed as ``sq`` and
+    # never touched, so the four variants share one kernel.
+    "rmsprop": ("__global float *sq, __global float *ga, __global float *buf,", """const float lr,
+    const float wd, const float alpha, const float c, const float eps, const float mu,
+    const int centered, const int momentum""", """
+    const float w = p[i];
+    const float d = G + wd * w;
+    const float s = alpha * sq[i] + c * (d * d);
+    sq[i] = s;
+    float den;
+    if (centered) {
+        const float a = ga[i] + c * (d - ga[i]);
+        ga[i] = a;
+        den = sqrt(s - a * a) + eps;
+    } else {
+        den = sqrt(s) + eps;
+    }
+    float out;
+    if (momentum) {
+        const float b = mu * buf[i] + d / den;
+        buf[i] = b;
+        out = w - lr * b;
+    } else {
+        out = w - lr * (d / den);
+    }"""),
+    # g' = g + wd*p; s += g'^2; p -= clr * g' / (sqrt(s) + eps), clr = lr / (1 + (t-1)*decay)
+    # from the host.
+    "adagrad": ("__global float *sum,", """const float clr, const float wd,
+    const float eps""", """
+    const float w = p[i];
+    const float d = G + wd * w;
+    const float s = sum[i] + d * d;
+    sum[i] = s;
+    const float out = w - clr * (d / (sqrt(s) + eps));"""),
 }
 MAX_REPLICAS = 8     # the widest replicated variant (parcl.allreduce.fused)
 
@@ -188,3 +225,31 @@ def adam_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *, l
                np.float32(1.0 - beta2), np.float32(lr / bc1),
                np.float32(1.0 / np.sqrt(bc2)), np.float32(eps))
     return _launch("adam", param, grad, (exp_avg, exp_avg_sq), scalars, target)
+
+
+def rmsprop_(param: Tensor, grad: Tensor, square_avg: Tensor, *, lr: float, alpha: float,
+             eps: float, weight_decay: float = 0.0, momentum: float = 0.0,
+             momentum_buffer: Tensor | None = None, grad_avg: Tensor | None = None,
+             target: Replicated | None = None) -> Tensor:
+    """One RMSprop step in place, PyTorch's formula: ``grad_avg`` given is the centered
+    variant, ``momentum_buffer`` given (with ``momentum``) the one with momentum."""
+    state = [t for t in (square_avg, grad_avg, momentum_buffer) if t is not None]
+    _check("rmsprop", param, grad, *state)
+    scalars = (np.float32(lr), np.float32(weight_decay), np.float32(alpha),
+               np.float32(1.0 - alpha), np.float32(eps), np.float32(momentum),
+               np.int32(grad_avg is not None), np.int32(momentum_buffer is not None))
+    buffers = (square_avg, grad_avg if grad_avg is not None else square_avg,
+               momentum_buffer if momentum_buffer is not None else square_avg)
+    return _launch("rmsprop", param, grad, buffers, scalars, target)
+
+
+def adagrad_(param: Tensor, grad: Tensor, state_sum: Tensor, *, lr: float, lr_decay: float,
+             eps: float, step: int, weight_decay: float = 0.0,
+             target: Replicated | None = None) -> Tensor:
+    """One Adagrad step (``step`` counts from 1) in place, PyTorch's formula."""
+    _check("adagrad", param, grad, state_sum)
+    if step < 1:
+        raise ValueError(f"adagrad: step counts from 1, got {step}")
+    clr = lr / (1.0 + (step - 1) * lr_decay)
+    return _launch("adagrad", param, grad, (state_sum,),
+                   (np.float32(clr), np.float32(weight_decay), np.float32(eps)), target)

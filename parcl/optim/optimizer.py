@@ -383,6 +383,8 @@ class Optimizer:
         out: dict[str, Any] = {}
         if self.has_step:
             step = entry["step"]
+            if not isinstance(step, (int, float, np.ndarray)) and hasattr(step, "numel"):
+                step = np.asarray(step)          # PyTorch's 0-d step tensor (a torch state)
             if isinstance(step, np.ndarray) and step.size == 1:
                 step = step.item()
             if isinstance(step, float) and step.is_integer():

@@ -1,5 +1,6 @@
-"""The update rules: ``SGD``, ``Adam``, ``AdamW``, each one fused OpenCL kernel per parameter or
-flat bucket (``parcl.kernels.optim``), with PyTorch's documented formulas.
+"""The update rules: ``SGD``, ``Adam``, ``AdamW``, ``RMSprop``, ``Adagrad``, each one fused
+OpenCL kernel per parameter or flat bucket (``parcl.kernels.optim``), with PyTorch's documented
+formulas.
 
 >>> opt = pc.optim.AdamW(model.parameters(), lr=1e-3)
 """
@@ -12,7 +13,7 @@ from ..kernels import optim as K
 from ..tensor import Tensor
 from .optimizer import Optimizer, OptimizerError, _nonneg, _replicable, _target
 
-__all__ = ["SGD", "Adam", "AdamW"]
+__all__ = ["SGD", "Adagrad", "Adam", "AdamW", "RMSprop"]
 
 
 def _betas(value) -> tuple[float, float]:
@@ -158,3 +159,100 @@ class AdamW(Adam):
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.01):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+class RMSprop(Optimizer):
+    """RMSprop, PyTorch's formula (``alpha`` the smoothing constant)::
+
+        g = grad + weight_decay * p
+        v = alpha * v + (1 - alpha) * g^2                              (square_avg)
+        a = alpha * a + (1 - alpha) * g;  d = sqrt(v - a^2) + eps      (centered: grad_avg)
+        d = sqrt(v) + eps                                              (otherwise)
+        b = momentum * b + g / d;  p = p - lr * b                      (momentum > 0)
+        p = p - lr * g / d                                             (otherwise)
+
+    Its state has PyTorch's names: ``step``, ``square_avg``, and ``momentum_buffer`` and
+    ``grad_avg`` where the options use them (zeros at the first step, as PyTorch's).
+
+    >>> opt = pc.optim.RMSprop(model.parameters(), lr=1e-2, momentum=0.9, centered=True)
+    """
+
+    options = {"lr": lambda v: _nonneg("lr", v), "alpha": lambda v: _nonneg("alpha", v),
+               "eps": lambda v: _nonneg("eps", v),
+               "weight_decay": lambda v: _nonneg("weight_decay", v),
+               "momentum": lambda v: _nonneg("momentum", v), "centered": _bool}
+    state_tensors = ("square_avg",)
+    optional_tensors = ("momentum_buffer", "grad_avg")
+    has_step = True
+
+    def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False):
+        super().__init__(params, {"lr": lr, "alpha": alpha, "eps": eps,
+                                  "weight_decay": weight_decay, "momentum": momentum,
+                                  "centered": centered})
+
+    def _allocate(self, p, state, opts):
+        fresh = super()._allocate(p, state, opts)
+        # Created when an option first needs them (momentum or centered set later, by hand
+        # or by a scheduler cycling momentum), zero as PyTorch's would have been from the start.
+        if opts["momentum"] > 0 and state.get("momentum_buffer") is None:
+            fresh["momentum_buffer"] = Tensor.zeros(p.value.queue, p.shape)
+        if opts["centered"] and state.get("grad_avg") is None:
+            fresh["grad_avg"] = Tensor.zeros(p.value.queue, p.shape)
+        return fresh
+
+    @_replicable
+    def _update(self, p, grad, state, opts, fresh):
+        step = state["step"] + 1
+        momentum = opts["momentum"]
+        K.rmsprop_(p.value, grad, state["square_avg"], lr=opts["lr"], alpha=opts["alpha"],
+                   eps=opts["eps"], weight_decay=opts["weight_decay"], momentum=momentum,
+                   momentum_buffer=state["momentum_buffer"] if momentum > 0 else None,
+                   grad_avg=state["grad_avg"] if opts["centered"] else None,
+                   target=_target(p))
+        state["step"] = step
+
+
+class Adagrad(Optimizer):
+    """Adagrad, PyTorch's formula (``t`` counts this parameter's steps from 1)::
+
+        g = grad + weight_decay * p
+        s = s + g^2                               (sum, from initial_accumulator_value)
+        p = p - lr / (1 + (t - 1) * lr_decay) * g / (sqrt(s) + eps)
+
+    Its state has PyTorch's names: ``step`` and ``sum``. PyTorch fills ``sum`` when the
+    optimizer is made; here at a parameter's first step, from its group's
+    ``initial_accumulator_value`` (the same, unless that was changed in between).
+
+    >>> opt = pc.optim.Adagrad(model.parameters(), lr=1e-2)
+    """
+
+    options = {"lr": lambda v: _nonneg("lr", v), "lr_decay": lambda v: _nonneg("lr_decay", v),
+               "weight_decay": lambda v: _nonneg("weight_decay", v),
+               "initial_accumulator_value":
+                   lambda v: _nonneg("initial_accumulator_value", v),
+               "eps": lambda v: _nonneg("eps", v)}
+    state_tensors = ("sum",)
+    has_step = True
+
+    def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0.0,
+                 weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
+                 eps: float = 1e-10):
+        super().__init__(params, {"lr": lr, "lr_decay": lr_decay, "weight_decay": weight_decay,
+                                  "initial_accumulator_value": initial_accumulator_value,
+                                  "eps": eps})
+
+    def _allocate(self, p, state, opts):
+        fresh = {"step": 0} if "step" not in state else {}
+        if state.get("sum") is None:
+            fresh["sum"] = Tensor.full(p.value.queue, p.shape,
+                                       opts["initial_accumulator_value"])
+        return fresh
+
+    @_replicable
+    def _update(self, p, grad, state, opts, fresh):
+        step = state["step"] + 1
+        K.adagrad_(p.value, grad, state["sum"], lr=opts["lr"], lr_decay=opts["lr_decay"],
+                   eps=opts["eps"], step=step, weight_decay=opts["weight_decay"],
+                   target=_target(p))
+        state["step"] = step
