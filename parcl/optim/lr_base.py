@@ -1,7 +1,8 @@
 """The base of the learning-rate schedulers (``pc.optim.lr_scheduler``): ``LRScheduler``
 (``step()``, ``get_last_lr()``, JSON-able state dicts) and ``SchedulerError``. The schedules
 themselves are in ``lr_scheduler.py`` (one learning rate per step), ``lr_compose.py``
-(schedulers of schedulers) and ``lr_onecycle.py``."""
+(schedulers of schedulers), ``lr_onecycle.py``, ``lr_cyclic.py`` (``CyclicLR``,
+``CosineAnnealingWarmRestarts``) and ``lr_plateau.py`` (``ReduceLROnPlateau``)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,10 @@ class LRScheduler:
         else:
             self.last_epoch = epoch
             values = self._closed_form() if hasattr(self, "_closed_form") else self.get_lr()
+        self._apply(values)
+
+    def _apply(self, values: list[float]) -> None:
+        """Write ``values`` (one learning rate per parameter group) into the optimizer."""
         groups = self.optimizer.param_groups
         if len(values) != len(groups):
             # PyTorch's zip(..., strict=True) raises here too; a plain zip would leave a group

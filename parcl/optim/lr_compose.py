@@ -9,6 +9,7 @@ from bisect import bisect_right
 from typing import Any
 
 from .lr_base import LRScheduler, SchedulerError, _last_epoch, _param_groups
+from .lr_plateau import ReduceLROnPlateau
 
 __all__ = ["ChainedScheduler", "SequentialLR"]
 
@@ -20,6 +21,11 @@ def _check_members(owner: str, schedulers: list, optimizer: Any) -> None:
         if not isinstance(s, LRScheduler):
             raise TypeError(f"{owner}: schedulers[{i}] is a {type(s).__name__}, not a "
                             f"scheduler")
+        if isinstance(s, ReduceLROnPlateau):
+            raise SchedulerError(f"{owner}: schedulers[{i}] is a ReduceLROnPlateau, whose "
+                                 f"step takes the metric it watches; step it on its own "
+                                 f"(scheduler.step(val_loss)), beside this {owner} (PyTorch "
+                                 f"refuses it here too)")
         if s.optimizer is not optimizer:
             raise SchedulerError(f"{owner}: schedulers[{i}] ({type(s).__name__}) belongs to "
                                  f"another optimizer")

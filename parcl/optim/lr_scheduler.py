@@ -1,13 +1,15 @@
 """Learning-rate schedulers (``pc.optim.lr_scheduler``): PyTorch's formulas and call order.
 
 ``LambdaLR``, ``StepLR``, ``MultiStepLR``, ``ExponentialLR``, ``ConstantLR``, ``LinearLR``,
-``CosineAnnealingLR``, ``OneCycleLR``, ``SequentialLR`` and ``ChainedScheduler`` compute each
+``CosineAnnealingLR``, ``PolynomialLR``, ``CosineAnnealingWarmRestarts``, ``CyclicLR``,
+``OneCycleLR``, ``SequentialLR`` and ``ChainedScheduler`` compute each
 step's learning rate exactly as ``torch.optim.lr_scheduler`` does (its recursive forms where
 it uses them, so the values agree to the last bit of a float64), and write it into every
 parameter group's ``"lr"``. The constructor takes the initial step (``last_epoch`` becomes 0);
 call ``scheduler.step()`` once after every ``optimizer.step()``. ``get_last_lr()`` is what the
 last step set; ``state_dict()`` / ``load_state_dict()`` are JSON-able, so ``pc.save(...,
 scheduler=s)`` keeps a schedule in a checkpoint and a resumed run continues it bit for bit.
+``ReduceLROnPlateau`` steps on a metric instead: ``scheduler.step(val_loss)``.
 
 Where PyTorch keeps ``param_group["initial_lr"]``, parcl keeps ``optimizer.initial_lrs`` (the
 first scheduler attached records the groups' learning rates there; later ones, as those
@@ -35,11 +37,14 @@ from bisect import bisect_right
 
 from .lr_base import LRScheduler, SchedulerError, _number, _positive_int
 from .lr_compose import ChainedScheduler, SequentialLR
+from .lr_cyclic import CosineAnnealingWarmRestarts, CyclicLR
 from .lr_onecycle import OneCycleLR
+from .lr_plateau import ReduceLROnPlateau
 
-__all__ = ["ChainedScheduler", "ConstantLR", "CosineAnnealingLR", "ExponentialLR",
-           "LRScheduler", "LambdaLR", "LinearLR", "MultiStepLR", "OneCycleLR", "SchedulerError",
-           "SequentialLR", "StepLR"]
+__all__ = ["ChainedScheduler", "ConstantLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts",
+           "CyclicLR", "ExponentialLR", "LRScheduler", "LambdaLR", "LinearLR", "MultiStepLR",
+           "OneCycleLR", "PolynomialLR", "ReduceLROnPlateau", "SchedulerError", "SequentialLR",
+           "StepLR"]
 
 
 class LambdaLR(LRScheduler):
@@ -266,3 +271,37 @@ class CosineAnnealingLR(LRScheduler):
         return [self.eta_min + (base - self.eta_min)
                 * (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
                 for base in self.base_lrs]
+
+
+class PolynomialLR(LRScheduler):
+    """Decay the learning rate by a polynomial of power ``power`` to 0 over ``total_iters``
+    steps, then keep it, in PyTorch's recursive form::
+
+        lr_t = lr_{t-1} * ((1 - t / total_iters) / (1 - (t - 1) / total_iters)) ** power
+
+    >>> sched = pc.optim.lr_scheduler.PolynomialLR(opt, total_iters=100, power=2.0)
+    """
+
+    _fields = ("total_iters", "power")
+
+    def __init__(self, optimizer: Any, total_iters: int = 5, power: float = 1.0,
+                 last_epoch: int = -1):
+        self.total_iters = _positive_int("PolynomialLR", "total_iters", total_iters)
+        power = _number("PolynomialLR", "power", power)
+        # PyTorch takes a negative power and divides by zero (0.0 ** -p) at total_iters.
+        if power < 0:
+            raise SchedulerError(f"PolynomialLR: power must be >= 0, got {power!r} (the "
+                                 f"learning rate at total_iters would be 0 ** {power})")
+        self.power = power
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        if self._is_initial or self.last_epoch > self.total_iters:
+            return self._group_lrs()
+        t, n = self.last_epoch, self.total_iters
+        decay = ((1.0 - t / n) / (1.0 - (t - 1) / n)) ** self.power
+        return [lr * decay for lr in self._group_lrs()]
+
+    def _closed_form(self) -> list[float]:
+        return [base * (1.0 - min(self.total_iters, self.last_epoch) / self.total_iters)
+                ** self.power for base in self.base_lrs]
