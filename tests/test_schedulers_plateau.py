@@ -350,3 +350,43 @@ def test_bad_options_are_scheduler_errors(build_, fragment):
     with pytest.raises(SchedulerError) as info:
         build_(FakeOptimizer(0.1))
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("make_sched", [
+    lambda o: P.CyclicLR(o, 0.01, 0.1, step_size_up=3, base_momentum=0.5, max_momentum=0.9),
+    lambda o: P.ReduceLROnPlateau(o, patience=0, factor=0.5)], ids=["CyclicLR", "Plateau"])
+def test_a_real_optimizer_and_its_schedule_resume_from_a_checkpoint_bit_for_bit(
+        queue, tmp_path, make_sched):
+    """RMSprop's parameters, state, learning rate and momentum, stepped by the schedule, go
+    on after pc.load exactly as without the checkpoint."""
+    rng = np.random.default_rng(0)
+    grads = [(rng.standard_normal((1, 5)).astype(np.float32),
+              rng.standard_normal(1).astype(np.float32)) for _ in range(10)]
+    metrics = [1.0, 0.9, 0.95, 0.97, 0.5, 0.6, 0.7, 0.4, 0.45, 0.5]
+
+    def setup(seed):
+        pc.nn.manual_seed(seed)
+        model = pc.nn.Linear(5, 1, queue=queue)
+        opt = pc.optim.RMSprop(model.parameters(), lr=0.05, centered=True)
+        return model, opt, make_sched(opt)
+
+    def go(model, opt, sched, steps):
+        for i in steps:
+            for p, g in zip(model.parameters(), grads[i]):
+                p.grad = pc.Tensor.from_host(queue, g)
+            opt.step()
+            sched.step(*([metrics[i]] if isinstance(sched, P.ReduceLROnPlateau) else []))
+        return ([p.value.to_host() for p in model.parameters()],
+                dict(opt.param_groups[0], params=None))
+
+    model, opt, sched = setup(0)
+    go(model, opt, sched, range(4))
+    path = tmp_path / "ckpt.safetensors"
+    pc.save(path, model, opt, step=4, scheduler=sched)
+    want = go(model, opt, sched, range(4, 10))
+    model2, opt2, sched2 = setup(1)
+    pc.load(path, model2, opt2, scheduler=sched2)
+    got = go(model2, opt2, sched2, range(4, 10))
+    for a, b in zip(got[0], want[0]):
+        np.testing.assert_array_equal(a, b)
+    assert got[1] == want[1]
