@@ -17,7 +17,7 @@ from ..errors import ShapeError
 from ..runtime import default_queue
 from ..tape import ops
 from ..tape.ops.sequence import single
-from .layers import _arg, _check_features, _check_sizes, _pair, _param
+from .layers import _arg, _check_features, _check_padding_mode, _check_sizes, _pair, _param
 from .module import Module, uniform_
 
 __all__ = ["AvgPool1d", "Conv1d", "ConvTranspose2d", "MaxPool1d"]
@@ -82,7 +82,8 @@ class Conv1d(Module):
     """1-d convolution over ``(N, C, L)`` or unbatched ``(C, L)`` (``tp.conv1d``); weight
     ``(cout, cin/groups, k)`` and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in =
     cin/groups*k`` (PyTorch's default). ``padding`` an int, ``"valid"`` or ``"same"``;
-    ``padding_mode`` must be ``"zeros"``."""
+    ``padding_mode`` ``"reflect"``, ``"replicate"`` or ``"circular"`` pads the input with
+    ``tp.pad`` in that mode first (``"same"``: the odd one on the right), as PyTorch."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
                  dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
@@ -103,10 +104,7 @@ class Conv1d(Module):
             self.padding = padding
         else:
             self.padding = (single("Conv1d", "padding", padding, least=0),)
-        if padding_mode != "zeros":
-            raise ShapeError(f"Conv1d: padding_mode {padding_mode!r} is not supported (only "
-                             "'zeros')")
-        self.padding_mode = padding_mode
+        self.padding_mode = _check_padding_mode("Conv1d", padding_mode)
         self.groups = int(groups)
         if self.groups < 1 or self.in_channels % self.groups or self.out_channels % self.groups:
             raise ShapeError(f"Conv1d: groups={groups} must be >= 1 and divide in_channels="
@@ -122,6 +120,13 @@ class Conv1d(Module):
     def forward(self, x):
         _check_features(self, x, -2, self.in_channels, (2, 3))
         padding = self.padding if isinstance(self.padding, str) else self.padding[0]
+        if self.padding_mode != "zeros" and padding != "valid":
+            if padding == "same":
+                total = self.dilation[0] * (self.kernel_size[0] - 1)
+                pads = (total // 2, total - total // 2)
+            else:
+                pads = (padding, padding)
+            x, padding = ops.pad(x, pads, mode=self.padding_mode), 0
         return ops.conv1d(x, self.weight, self.bias, stride=self.stride[0], padding=padding,
                           dilation=self.dilation[0], groups=self.groups)
 
@@ -134,6 +139,8 @@ class Conv1d(Module):
             s += f", dilation={self.dilation}"
         if self.groups != 1:
             s += f", groups={self.groups}"
+        if self.padding_mode != "zeros":
+            s += f", padding_mode={self.padding_mode}"
         return s + ("" if self.bias is not None else ", bias=False")
 
 

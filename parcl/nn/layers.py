@@ -64,6 +64,16 @@ def _dim(layer: str, value, name: str = "dim") -> int:
     return int(value)
 
 
+PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
+
+def _check_padding_mode(layer: str, padding_mode) -> str:
+    if padding_mode not in PADDING_MODES:
+        raise ShapeError(f"{layer}: padding_mode must be one of {PADDING_MODES}, got "
+                         f"{padding_mode!r}")
+    return padding_mode
+
+
 def _arg(pair: tuple[int, int]):
     """An int when both entries agree (the form every op accepts), else the pair."""
     return pair[0] if pair[0] == pair[1] else pair
@@ -117,10 +127,13 @@ class Linear(Module):
 class Conv2d(Module):
     """2-d convolution over ``(N, C, H, W)``; weight ``(cout, cin/groups, kh, kw)``; weight and
     bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in = cin/groups*kh*kw`` (PyTorch's
-    default). ``groups == cin`` is a depthwise convolution (its own fast kernels)."""
+    default). ``groups == cin`` is a depthwise convolution (its own fast kernels).
+    ``padding_mode`` ``"reflect"``, ``"replicate"`` or ``"circular"`` pads the input with
+    ``tp.pad`` in that mode first, then convolves without padding (as PyTorch)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
-                 dilation=1, groups: int = 1, bias: bool = True, *, queue=None):
+                 dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 *, queue=None):
         super().__init__()
         queue = queue if queue is not None else default_queue()
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
@@ -130,6 +143,7 @@ class Conv2d(Module):
         self.stride = _pair("Conv2d", "stride", stride)
         self.padding = _pair("Conv2d", "padding", padding, least=0)
         self.dilation = _pair("Conv2d", "dilation", dilation)
+        self.padding_mode = _check_padding_mode("Conv2d", padding_mode)
         self.groups = int(groups)
         if self.groups < 1 or self.in_channels % self.groups or self.out_channels % self.groups:
             raise ShapeError(f"Conv2d: groups={groups} must be >= 1 and divide in_channels="
@@ -147,8 +161,12 @@ class Conv2d(Module):
     def forward(self, x, *, relu: bool = False):
         """The convolution; ``relu=True`` fuses a following ReLU into its last pass."""
         _check_features(self, x, 1, self.in_channels, (4,))
+        padding = self.padding
+        if self.padding_mode != "zeros":
+            (ph, pw), padding = padding, (0, 0)
+            x = ops.pad(x, (pw, pw, ph, ph), mode=self.padding_mode)
         return ops.conv2d(x, self.weight, self.bias, stride=_arg(self.stride),
-                          padding=_arg(self.padding), dilation=_arg(self.dilation),
+                          padding=_arg(padding), dilation=_arg(self.dilation),
                           groups=self.groups, relu=relu)
 
     def extra_repr(self) -> str:
@@ -160,6 +178,8 @@ class Conv2d(Module):
             s += f", dilation={self.dilation}"
         if self.groups != 1:
             s += f", groups={self.groups}"
+        if self.padding_mode != "zeros":
+            s += f", padding_mode={self.padding_mode}"
         return s + ("" if self.bias is not None else ", bias=False")
 
 

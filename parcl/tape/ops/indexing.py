@@ -1,5 +1,6 @@
 """Indexing and layout ops over strided views: ``getitem`` (``x[key]``, basic indexing),
-``flip``, ``pad`` (constant mode), ``expand``; and ``gather`` (``torch.gather``).
+``flip``, ``pad`` (constant mode here; reflect, replicate and circular through
+``index_select``), ``expand``; and ``gather`` (``torch.gather``).
 
 Each forward copies a strided view of its input into a fresh contiguous tensor (see
 ``parcl.kernels.strided``); each backward is the same copy the other way: the gradient is
@@ -17,6 +18,8 @@ array([[1., 0., 1.],
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...errors import ShapeError
 from ...kernels import elementwise as ew
 from ...kernels import strided
@@ -25,6 +28,7 @@ from ...kernels.strided import View
 from ...tensor import Tensor, dims
 from ..node import Function
 from .gather import gather
+from .picks import index_select
 
 __all__ = ["expand", "flip", "gather", "getitem", "pad"]
 
@@ -122,16 +126,81 @@ class Pad(Function):
         return strided.copy_view(gx, self.kept, g, self.placed)
 
 
-def pad(x, pad, value: float | None = 0.0, *, tape=None):
-    """``torch.nn.functional.pad`` in constant mode: ``pad`` is ``(left, right)`` of the last
-    dimension, then ``(top, bottom)`` of the one before, ...; negative padding crops. The new
-    positions hold ``value`` (None: 0, PyTorch's default); their gradient is dropped. op_name
-    ``"pad"``.
+PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def pad(x, pad, mode: str = "constant", value: float | None = None, *, tape=None):
+    """``torch.nn.functional.pad``: ``pad`` is ``(left, right)`` of the last dimension, then
+    ``(top, bottom)`` of the one before, ...; negative padding crops. The third argument is
+    PyTorch's ``mode`` when a string, and parcl's fill value when a number (``pad(x, pad,
+    0.5)``, the signature parcl has always had).
+
+    ``mode="constant"`` fills the new positions with ``value`` (0 when None; their gradient
+    is dropped), op_name ``"pad"``. ``"reflect"`` (mirrored without repeating the edge),
+    ``"replicate"`` (the edge repeated) and ``"circular"`` (wrapped around) pad the last 1, 2
+    or 3 dims of a ``(C, *)`` or ``(N, C, *)`` input, as PyTorch; each padded dim is an
+    ``index_select`` of its source positions, so the gradient of a position copied several
+    times is summed in a fixed order (bit-reproducible), op_name ``"index_select"``.
 
     >>> tp.pad(x, (1, 2)).shape, tp.pad(x, (0, 0, -1, 0)).shape
     ((2, 6), (1, 3))
+    >>> tp.pad(x[None], (2, 1), mode="reflect").to_host()[0, 0]
+    array([2., 1., 0., 1., 2., 1.], dtype=float32)
     """
-    return Pad.apply(x, tape=tape, pad=tuple(pad), value=0.0 if value is None else float(value))
+    if mode is None or (isinstance(mode, (int, float, np.number)) and not isinstance(mode, bool)):
+        if value is not None:
+            raise ShapeError(f"pad: a fill value {mode!r} given third (where parcl has taken "
+                             f"it) and value={value!r} too")
+        mode, value = "constant", mode
+    if not isinstance(mode, str) or mode not in PAD_MODES:
+        raise ShapeError(f"pad: mode must be one of {PAD_MODES}, got {mode!r}")
+    if mode == "constant":
+        return Pad.apply(x, tape=tape, pad=tuple(pad),
+                         value=0.0 if value is None else float(value))
+    if value is not None and value != 0:
+        raise ShapeError(f"pad: mode {mode!r} takes no fill value, got value={value!r} (as "
+                         "PyTorch)")
+    pad = dims("pad", pad)
+    k = len(pad) // 2
+    if len(pad) % 2 or k not in (1, 2, 3) or x.ndim not in (k + 1, k + 2):
+        raise ShapeError(f"pad: mode {mode!r} pads the last 1, 2 or 3 dims of a (C, *) or "
+                         f"(N, C, *) input; padding {pad} of length {len(pad)} needs a "
+                         f"{k + 1}-D or {k + 2}-D input, got shape {tuple(x.shape)}")
+    out = x
+    for i in range(k):
+        axis = x.ndim - 1 - i
+        src = _pad_sources(mode, x.shape[axis], pad[2 * i], pad[2 * i + 1], axis, x.shape)
+        if not np.array_equal(src, np.arange(x.shape[axis])):
+            out = index_select(out, axis, Tensor.from_host(x.queue, src), tape=tape)
+    return out
+
+
+def _pad_sources(mode: str, n: int, left: int, right: int, axis: int, shape) -> np.ndarray:
+    """The input position each output position of a padded dim copies (``mode`` not
+    constant), refused where PyTorch refuses it."""
+    where = f"padding ({left}, {right}) of dimension {axis} (size {n}, input shape {shape})"
+    if n == 0:
+        raise ShapeError(f"pad: mode {mode!r} cannot pad an empty dimension: {where}")
+    if mode == "reflect" and max(left, right) >= n:
+        raise ShapeError(f"pad: mode 'reflect' needs padding smaller than the dimension: "
+                         f"{where}")
+    if mode == "circular" and max(left, right) > n:
+        raise ShapeError(f"pad: mode 'circular' wraps around at most once: padding at most "
+                         f"the dimension's size, got {where}")
+    if n + min(left, 0) + min(right, 0) < 0:
+        raise ShapeError(f"pad: {where} crops more than the dimension holds")
+    if n + left + right < (0 if mode == "circular" else 1):
+        raise ShapeError(f"pad: {where} leaves an output of size {n + left + right}")
+    at = np.arange(-left, n + right, dtype=np.int64)
+    if mode == "reflect":
+        at = np.abs(at)
+        at = np.where(at >= n, 2 * (n - 1) - at, at)
+    elif mode == "replicate":
+        at = np.clip(at, 0, n - 1)
+    else:                       # wraps around the input left after any crop, as PyTorch
+        start, kept = max(0, -left), n - max(0, -left) - max(0, -right)
+        at = start + (at - start) % max(kept, 1)
+    return at.astype(np.int32)
 
 
 class Expand(Function):
