@@ -74,3 +74,78 @@ def test_conv_layers_refuse_an_unknown_padding_mode(queue):
     for layer in (nn.Conv1d, nn.Conv2d):
         with pytest.raises(pc.ShapeError, match="padding_mode must be one of"):
             layer(3, 3, 3, padding_mode="mirror")
+
+
+def embed_and_backward(emb, idx, g):
+    """emb(idx) and the weight's gradient for the upstream gradient g, accumulated into
+    whatever gradient the weight already holds."""
+    q = pc.default_queue()
+    with tp.Tape() as tape:
+        y = emb(pc.Tensor.from_host(q, idx))
+    tape.backward(y, grad=pc.Tensor.from_host(q, g))
+    return y.to_host(), emb.weight.grad.to_host()
+
+
+@pytest.mark.parametrize("padding_idx", [0, 3, -1, -7])
+def test_embedding_padding_idx_row_starts_at_zero_and_gets_no_gradient_as_pytorch(
+        queue, rng, padding_idx):
+    nn.manual_seed(0)
+    ours = nn.Embedding(7, 5, padding_idx=padding_idx)
+    theirs = torch.nn.Embedding(7, 5, padding_idx=padding_idx)
+    row = padding_idx % 7
+    assert ours.padding_idx == theirs.padding_idx == row
+    assert not ours.weight.value.to_host()[row].any()
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert repr(ours) == repr(theirs)
+    theirs.load_state_dict(torch_state(ours))
+    idx = rng.integers(0, 7, (3, 11))
+    idx[0, :4] = row                                     # the padding row, picked repeatedly
+    for _ in range(2):                                   # the second backward accumulates
+        g = rng.standard_normal((3, 11, 5)).astype(np.float32)
+        y, grad = embed_and_backward(ours, idx, g)
+        want = theirs(torch.from_numpy(idx))
+        want.backward(torch.from_numpy(g))
+        np.testing.assert_array_equal(y, want.detach().numpy())
+        np.testing.assert_allclose(grad, theirs.weight.grad.numpy(), rtol=1e-5, atol=1e-5)
+        assert not grad[row].any()
+
+
+def test_embedding_padding_row_keeps_a_gradient_it_already_had(queue, rng):
+    """The padding row gets nothing added: a gradient set there before stays as it was."""
+    w = tp.tensor(rng.standard_normal((4, 3)).astype(np.float32), requires_grad=True)
+    before = rng.standard_normal((4, 3)).astype(np.float32)
+    w.grad = pc.Tensor.from_host(queue, before)
+    idx = pc.Tensor.from_host(queue, np.array([1, 2, 1, 2]))
+    with tp.Tape() as tape:
+        loss = tp.sum(tp.embedding(idx, w, padding_idx=2))
+    tape.backward(loss)
+    got = w.grad.to_host()
+    np.testing.assert_array_equal(got[2], before[2])
+    np.testing.assert_allclose(got[1], before[1] + 2, rtol=1e-6)
+
+
+def test_embedding_padding_gradient_is_the_same_bits_run_after_run(queue, rng):
+    idx = rng.integers(0, 6, (4, 50))
+    g = rng.standard_normal((4, 50, 8)).astype(np.float32)
+    grads = []
+    for _ in range(2):
+        nn.manual_seed(1)
+        grads.append(embed_and_backward(nn.Embedding(6, 8, padding_idx=1), idx, g)[1])
+    assert np.array_equal(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("padding_idx", [7, -8, 2.0])
+def test_embedding_refuses_a_padding_idx_outside_the_table(queue, padding_idx):
+    with pytest.raises((AssertionError, IndexError)):
+        torch.nn.Embedding(7, 5, padding_idx=padding_idx)
+    with pytest.raises(pc.ShapeError, match="padding_idx"):
+        nn.Embedding(7, 5, padding_idx=padding_idx)
+    with pytest.raises(pc.ShapeError, match="padding_idx"):
+        tp.embedding(pc.Tensor.from_host(queue, np.array([0])),
+                     pc.Tensor.zeros(queue, (7, 5)), padding_idx=padding_idx)
+
+
+def test_embedding_refuses_max_norm_scale_grad_by_freq_and_sparse(queue):
+    for kw in (dict(max_norm=1.0), dict(scale_grad_by_freq=True), dict(sparse=True)):
+        with pytest.raises(pc.ShapeError, match="not supported"):
+            nn.Embedding(7, 5, **kw)

@@ -124,13 +124,18 @@ __kernel void embed_starts(__global int *start, __global const int *count, const
     start[V] = acc;
 }
 
-/* gw[v, j] (+)= the sum, in index order, of g[i, j] over the positions i that picked row v. */
+/* gw[v, j] (+)= the sum, in index order, of g[i, j] over the positions i that picked row v;
+   row `skip` (padding_idx, or -1) gets none: 0, or its existing gradient left as it is. */
 __kernel void embed_bwd(__global float *gw, __global const float *g, __global const int *pos,
                         __global const int *start, const int V, const int D,
-                        const int accumulate)
+                        const int accumulate, const int skip)
 {
     const int j = get_global_id(0), v = get_global_id(1);
     if (j >= D || v >= V) return;
+    if (v == skip) {
+        if (!accumulate) gw[(long)v * D + j] = 0.0f;
+        return;
+    }
     float s = 0.0f;
     for (int k = start[v]; k < start[v + 1]; ++k) s += g[(long)pos[k] * D + j];
     const long o = (long)v * D + j;
@@ -201,10 +206,12 @@ def embedding_forward(indices: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def embedding_backward(indices: Tensor, grad: Tensor, num_embeddings: int,
-                       into: Tensor | None = None, *,
+                       into: Tensor | None = None, *, padding_idx: int = -1,
                        _parallel_lists: bool | None = None) -> Tensor:
     """The weight gradient ``(V, D)`` of ``embedding_forward``: ``grad`` rows summed per index
-    in index order; added into ``into`` (an existing gradient, returned) when given.
+    in index order; added into ``into`` (an existing gradient, returned) when given. Row
+    ``padding_idx`` (in ``[0, V)``; -1 for none) gets no gradient: zeros, or ``into``'s row
+    unchanged.
     (``_parallel_lists`` forces the GPU way of building the per-row lists, or the CPU one:
     tests run both.)"""
     q = grad.queue
@@ -230,5 +237,6 @@ def embedding_backward(indices: Tensor, grad: Tensor, num_embeddings: int,
     gsize, lsize = _grid2(D, V)
     get_kernel(q, SOURCE, "embed_bwd")(q, gsize, lsize, gw.data, grad.data, pos.data,
                                        start.data, np.int32(V), np.int32(D),
-                                       np.int32(1 if into is not None else 0))
+                                       np.int32(1 if into is not None else 0),
+                                       np.int32(padding_idx))
     return gw

@@ -8,8 +8,10 @@
 
 from __future__ import annotations
 
+from ..errors import ShapeError
 from ..runtime import default_queue
 from ..tape import ops
+from ..tape.ops.select import padding_row
 from ..tensor import Tensor
 from .layers import _check_sizes
 from .module import Module, Parameter, normal_
@@ -20,25 +22,42 @@ __all__ = ["Embedding"]
 class Embedding(Module):
     """``torch.nn.Embedding``: ``weight`` (num_embeddings, embedding_dim) ~ N(0, 1) from the
     thread's seeded generator; ``emb(idx)`` with int32/int64 ``idx`` of any shape returns
-    ``(*idx.shape, embedding_dim)`` (see ``tp.embedding``).
+    ``(*idx.shape, embedding_dim)`` (see ``tp.embedding``). ``padding_idx`` (negative counts
+    from the end) names a row initialised to zeros that gets no gradient, as PyTorch's;
+    ``max_norm``, ``scale_grad_by_freq`` and ``sparse`` are refused.
 
-    >>> emb = pc.nn.Embedding(10, 4)
+    >>> emb = pc.nn.Embedding(10, 4, padding_idx=0)
     >>> idx = pc.Tensor.from_host(pc.default_queue(), np.array([[1, 2, 2]]))
     >>> emb(idx).shape
     (1, 3, 4)
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, *, queue=None):
+    def __init__(self, num_embeddings: int, embedding_dim: int,
+                 padding_idx: int | None = None, max_norm: float | None = None,
+                 norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                 sparse: bool = False, *, queue=None):
         super().__init__()
         queue = queue if queue is not None else default_queue()
         _check_sizes("Embedding", {"num_embeddings": num_embeddings,
                                    "embedding_dim": embedding_dim})
+        if max_norm is not None or scale_grad_by_freq or sparse:
+            raise ShapeError(f"Embedding: max_norm, scale_grad_by_freq and sparse are not "
+                             f"supported, got max_norm={max_norm!r}, scale_grad_by_freq="
+                             f"{scale_grad_by_freq!r}, sparse={sparse!r}")
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        row = padding_row("Embedding", padding_idx, self.num_embeddings)
+        self.padding_idx = None if row < 0 else row
+        self.max_norm, self.norm_type = max_norm, float(norm_type)
+        self.scale_grad_by_freq, self.sparse = False, False
         shape = (self.num_embeddings, self.embedding_dim)
-        self.weight = Parameter(Tensor.from_host(queue, normal_(shape, 1.0)))
+        weight = normal_(shape, 1.0)
+        if self.padding_idx is not None:
+            weight[self.padding_idx] = 0.0
+        self.weight = Parameter(Tensor.from_host(queue, weight))
 
     def forward(self, indices):
-        return ops.embedding(indices, self.weight)
+        return ops.embedding(indices, self.weight, padding_idx=self.padding_idx)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        return s if self.padding_idx is None else s + f", padding_idx={self.padding_idx}"

@@ -139,7 +139,8 @@ class Embedding(Function):
     takes_targets = True
     name = "embedding"
 
-    def forward(self, indices: Tensor, weight: Tensor):
+    def forward(self, indices: Tensor, weight: Tensor, padding_idx: int = -1):
+        self.padding_idx = padding_idx
         out, flag = sk.embedding_forward(indices, weight)
         check = _IndexCheck(flag, indices, weight.shape[0])
         if not self.recording or mode.is_anomaly_enabled():
@@ -155,19 +156,41 @@ class Embedding(Function):
         if not self.needs_input_grad[1]:
             return None, None
         into = self.grad_targets.get(1)
-        gw = sk.embedding_backward(indices, g, V, into=into)
+        gw = sk.embedding_backward(indices, g, V, into=into, padding_idx=self.padding_idx)
         return None, (ACCUMULATED if into is not None else gw)
 
 
-def embedding(indices, weight, *, tape=None):
+def embedding(indices, weight, padding_idx: int | None = None, max_norm: float | None = None,
+              norm_type: float = 2.0, scale_grad_by_freq: bool = False, sparse: bool = False,
+              *, tape=None):
     """Rows of ``weight`` (V, D) picked by the int32/int64 tensor ``indices`` (any shape):
     ``(*indices.shape, D)``, as ``torch.nn.functional.embedding``. The backward adds the
     gradient rows of repeated indices in index order (bit-reproducible). An index outside
     ``[0, V)`` is a ``ShapeError`` (see the module docstring for when it is raised).
+    ``padding_idx`` (negative counts from the end, as PyTorch) names a row that is picked as
+    any other but gets no gradient. ``max_norm``, ``scale_grad_by_freq`` and ``sparse`` are
+    refused.
 
     >>> tp.embedding(idx, wte).shape             # idx (B, T), wte (V, D)
     (2, 8, 16)
     """
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise ShapeError(f"embedding: max_norm, scale_grad_by_freq and sparse are not "
+                         f"supported, got max_norm={max_norm!r}, scale_grad_by_freq="
+                         f"{scale_grad_by_freq!r}, sparse={sparse!r}")
     if isinstance(indices, np.ndarray):
         indices = Tensor.from_host(_queue_of(weight), indices)
-    return Embedding.apply(indices, weight, tape=tape)
+    padding = padding_row("embedding", padding_idx, weight.shape[0])
+    return Embedding.apply(indices, weight, tape=tape, padding_idx=padding)
+
+
+def padding_row(op: str, padding_idx: int | None, num_embeddings: int) -> int:
+    """``padding_idx`` as a row in ``[0, num_embeddings)``, or -1 for None; PyTorch's range
+    ``[-num_embeddings, num_embeddings)``."""
+    if padding_idx is None:
+        return -1
+    if not isinstance(padding_idx, (int, np.integer)) or isinstance(padding_idx, bool) \
+            or not -num_embeddings <= padding_idx < num_embeddings:
+        raise ShapeError(f"{op}: padding_idx must be an int within num_embeddings "
+                         f"(in [{-num_embeddings}, {num_embeddings})), got {padding_idx!r}")
+    return int(padding_idx) % num_embeddings
