@@ -149,3 +149,95 @@ def test_embedding_refuses_max_norm_scale_grad_by_freq_and_sparse(queue):
     for kw in (dict(max_norm=1.0), dict(scale_grad_by_freq=True), dict(sparse=True)):
         with pytest.raises(pc.ShapeError, match="not supported"):
             nn.Embedding(7, 5, **kw)
+
+
+def assert_same_state(ours, theirs, tol=1e-5):
+    """The same state-dict keys (PyTorch's num_batches_tracked only where parcl keeps it) and
+    values."""
+    want = {k: v for k, v in theirs.state_dict().items()
+            if not k.endswith("num_batches_tracked") or k in ours.state_dict()}
+    got = ours.state_dict()
+    assert list(got) == list(want)
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v.numpy(), rtol=tol, atol=tol, err_msg=k)
+        assert got[k].dtype == v.numpy().dtype, k
+
+
+BN_CASES = [(nn.BatchNorm1d, torch.nn.BatchNorm1d, (6, 3)),
+            (nn.BatchNorm1d, torch.nn.BatchNorm1d, (5, 3, 7)),
+            (nn.BatchNorm2d, torch.nn.BatchNorm2d, (3, 3, 5, 3))]
+
+
+@pytest.mark.parametrize("ours_cls,theirs_cls,shape", BN_CASES)
+@pytest.mark.parametrize("kw", [dict(momentum=None), dict(track_running_stats=False),
+                                dict(affine=False), dict(affine=False, momentum=None),
+                                dict(affine=False, track_running_stats=False), dict(bias=False)])
+def test_batch_norm_options_match_pytorch_over_steps_and_in_evaluation(
+        queue, rng, ours_cls, theirs_cls, shape, kw):
+    """momentum=None averages every batch so far (num_batches_tracked counts them), no
+    running statistics normalise with the batch's in evaluation too, affine=False has no
+    parameters: outputs, gradients, buffers and keys as PyTorch's, over 3 training steps and
+    an evaluation."""
+    ours, theirs = ours_cls(3, **kw), theirs_cls(3, **kw)
+    assert repr(ours) == repr(theirs)
+    for _ in range(3):
+        compare_with_torch(ours, theirs, 2 + 3 * rng.standard_normal(shape), rng)
+        assert_same_state(ours, theirs)
+    ours.eval(), theirs.eval()
+    compare_with_torch(ours, theirs, rng.standard_normal(shape), rng, train=False)
+    assert_same_state(ours, theirs)
+
+
+def test_batch_norm_momentum_none_resumes_its_count_from_a_pytorch_state_dict(queue, rng):
+    theirs = torch.nn.BatchNorm2d(3, momentum=None)
+    for _ in range(4):
+        theirs(torch.from_numpy(rng.standard_normal((2, 3, 4, 4)).astype(np.float32)))
+    ours = nn.BatchNorm2d(3, momentum=None)
+    ours.load_state_dict(theirs.state_dict())
+    assert int(ours.num_batches_tracked.to_host()) == 4
+    compare_with_torch(ours, theirs, rng.standard_normal((2, 3, 4, 4)), rng)
+    assert_same_state(ours, theirs)
+
+
+def test_batch_norm_refuses_a_momentum_outside_zero_to_one(queue):
+    with pytest.raises(ValueError, match="momentum"):
+        nn.BatchNorm1d(3, momentum=1.5)
+
+
+IN_CASES = [(nn.InstanceNorm1d, torch.nn.InstanceNorm1d, (3, 4, 7)),
+            (nn.InstanceNorm1d, torch.nn.InstanceNorm1d, (4, 9)),
+            (nn.InstanceNorm2d, torch.nn.InstanceNorm2d, (2, 4, 5, 3)),
+            (nn.InstanceNorm2d, torch.nn.InstanceNorm2d, (4, 3, 6))]
+
+
+@pytest.mark.parametrize("ours_cls,theirs_cls,shape", IN_CASES)
+@pytest.mark.parametrize("kw", [dict(), dict(affine=True), dict(track_running_stats=True),
+                                dict(affine=True, track_running_stats=True, momentum=0.3),
+                                dict(track_running_stats=True, momentum=None)])
+def test_instance_norm_matches_pytorch_in_training_and_evaluation(
+        queue, rng, ours_cls, theirs_cls, shape, kw):
+    ours, theirs = ours_cls(4, **kw), theirs_cls(4, **kw)
+    assert repr(ours) == repr(theirs)
+    if ours.affine:
+        for p, q in ((ours.weight, theirs.weight), (ours.bias, theirs.bias)):
+            q.data = torch.from_numpy(rng.standard_normal(4).astype(np.float32))
+            p.value.copy_(pc.Tensor.from_host(queue, q.data.numpy()))
+    for _ in range(2):
+        compare_with_torch(ours, theirs, 1 + 2 * rng.standard_normal(shape), rng, tol=2e-5)
+        assert_same_state(ours, theirs)
+    ours.eval(), theirs.eval()
+    compare_with_torch(ours, theirs, rng.standard_normal(shape), rng, tol=2e-5)
+    assert_same_state(ours, theirs)
+
+
+def test_instance_norm_gradients_pass_finite_differences(queue, rng):
+    norm = nn.InstanceNorm2d(3, affine=True)
+    x = tp.tensor(rng.standard_normal((2, 3, 4, 3)).astype(np.float32), requires_grad=True)
+    assert tp.gradcheck(lambda t: norm(t), [x], atol=2e-3)
+
+
+def test_instance_norm_refuses_an_input_without_its_channels(queue):
+    with pytest.raises(pc.ShapeError, match="expected input"):
+        nn.InstanceNorm2d(4)(pc.Tensor.zeros(queue, (2, 3, 5, 5)))
+    with pytest.raises(pc.ShapeError, match="expected input"):
+        nn.InstanceNorm1d(4)(pc.Tensor.zeros(queue, (2, 4, 5, 5)))

@@ -26,7 +26,7 @@ from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropy
                    KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss, SoftMarginLoss)
 from .module import Module, Parameter, StateDictError, default_generator, manual_seed
 from .multihead import MultiheadAttention
-from .norm import BatchNorm1d, GroupNorm, LayerNorm, RMSNorm
+from .norm import BatchNorm1d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm, RMSNorm
 from .recurrent import GRU, LSTM
 from .resnet import BasicBlock, ResNet, resnet18
 from .sparse import Embedding
@@ -42,8 +42,8 @@ __all__ = [
     # layers
     "AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d",
     "Conv2d", "ConvTranspose2d", "MaxPool1d",
-    "Dropout", "Embedding", "Flatten", "GroupNorm", "LayerNorm", "Linear", "MaxPool2d",
-    "RMSNorm",
+    "Dropout", "Embedding", "Flatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
+    "LayerNorm", "Linear", "MaxPool2d", "RMSNorm",
     # recurrent layers (PyTorch's)
     "GRU", "LSTM",
     # activations

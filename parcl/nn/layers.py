@@ -186,41 +186,66 @@ class Conv2d(Module):
 class BatchNorm2d(Module):
     """Batch normalisation over ``(N, C, H, W)`` per channel: batch statistics in training
     (running statistics updated in place, running variance unbiased, as PyTorch), running
-    statistics in evaluation. weight 1, bias 0, running_mean 0, running_var 1.
+    statistics in evaluation. weight 1, bias 0 (none with ``affine=False``; no bias with
+    ``bias=False``), running_mean 0, running_var 1.
 
-    PyTorch's ``num_batches_tracked`` is not kept (only ``momentum=None`` needs it); such keys
-    are accepted and ignored by ``load_state_dict``."""
+    ``momentum=None`` is PyTorch's cumulative moving average: the ``n``-th training batch
+    weighs ``1/n``, ``n`` counted in the ``num_batches_tracked`` buffer (an int64 read back
+    once per training forward). ``track_running_stats=False`` keeps no running statistics and
+    normalises with the batch's in evaluation too. PyTorch's ``num_batches_tracked`` is kept
+    only with ``momentum=None``, the one use of it; other layers accept such keys and ignore
+    them in ``load_state_dict``."""
 
     _ignored_keys = ("num_batches_tracked",)
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, *,
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = True, track_running_stats: bool = True, *, bias: bool = True,
                  queue=None):
         super().__init__()
         _check_sizes("BatchNorm2d", {"num_features": num_features})
         queue = queue if queue is not None else default_queue()
-        if momentum is None or not 0.0 <= float(momentum) <= 1.0:
-            raise ValueError(f"BatchNorm2d: momentum must be a number in [0, 1], got "
-                             f"{momentum!r} (the cumulative average, momentum=None, is not "
-                             "supported)")
-        self.num_features, self.eps, self.momentum = int(num_features), float(eps), float(momentum)
+        if momentum is not None and not 0.0 <= float(momentum) <= 1.0:
+            raise ValueError(f"BatchNorm2d: momentum must be a number in [0, 1] or None (the "
+                             f"cumulative average), got {momentum!r}")
+        self.num_features, self.eps = int(num_features), float(eps)
+        self.momentum = None if momentum is None else float(momentum)
+        self.affine, self.track_running_stats = bool(affine), bool(track_running_stats)
         c = self.num_features
-        self.weight = _param(queue, np.ones(c, np.float32))
-        self.bias = _param(queue, np.zeros(c, np.float32))
-        self.register_buffer("running_mean", Tensor.zeros(queue, (c,)))
-        self.register_buffer("running_var", Tensor.full(queue, (c,), 1.0))
+        self.weight = _param(queue, np.ones(c, np.float32)) if self.affine else None
+        self.bias = _param(queue, np.zeros(c, np.float32)) if self.affine and bias else None
+        tracked = self.track_running_stats
+        self.register_buffer("running_mean", Tensor.zeros(queue, (c,)) if tracked else None)
+        self.register_buffer("running_var", Tensor.full(queue, (c,), 1.0) if tracked else None)
+        if tracked and self.momentum is None:
+            self.register_buffer("num_batches_tracked", Tensor.zeros(queue, (), np.int64))
 
     def forward(self, x, *, residual=None, relu: bool = False,
                 overwrite_residual: bool = False):
         """``bn(x)``; ``residual``/``relu`` fuse ``relu(bn(x) + residual)`` into one op, written
         over the residual with ``overwrite_residual`` (see ``tp.batch_norm``)."""
         _check_features(self, x, 1, self.num_features, (4,))
+        return self._normalise(x, residual=residual, relu=relu,
+                               overwrite_residual=overwrite_residual)
+
+    def _normalise(self, x, **fused):
+        """``tp.batch_norm`` with this forward's statistics and momentum, as PyTorch's
+        ``_BatchNorm.forward`` chooses them."""
+        momentum = self.momentum
+        tracking = self.running_mean is not None and self.running_var is not None
+        if self.training and tracking and momentum is None:
+            count = self.num_batches_tracked
+            n = int(count.to_host()) + 1
+            count.fill_owned(n)
+            momentum = 1.0 / n
         return ops.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,
-                              training=self.training, momentum=self.momentum, eps=self.eps,
-                              residual=residual, relu=relu,
-                              overwrite_residual=overwrite_residual)
+                              training=self.training or not tracking,
+                              momentum=0.0 if momentum is None else momentum, eps=self.eps,
+                              **fused)
 
     def extra_repr(self) -> str:
-        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+                f"affine={self.affine}, bias={self.bias is not None}, "
+                f"track_running_stats={self.track_running_stats}")
 
 
 class ReLU(Module):

@@ -1,4 +1,5 @@
-"""Normalisation layers: ``LayerNorm``, ``RMSNorm``, ``GroupNorm`` and ``BatchNorm1d``, with
+"""Normalisation layers: ``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``BatchNorm1d`` and
+``InstanceNorm1d``/``InstanceNorm2d``, with
 PyTorch's arguments, parameter names and initialisation (weight 1, bias 0).
 
 >>> import parcl as pc
@@ -13,12 +14,13 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..runtime import default_queue
-from ..tape import ops
+from ..tape import Node, no_grad, ops
 from ..tensor import Tensor, dims
 from .layers import BatchNorm2d, _check_sizes
 from .module import Module, Parameter
 
-__all__ = ["BatchNorm1d", "GroupNorm", "LayerNorm", "RMSNorm"]
+__all__ = ["BatchNorm1d", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "LayerNorm",
+           "RMSNorm"]
 
 
 def _shape(normalized_shape) -> tuple[int, ...]:
@@ -134,5 +136,86 @@ class BatchNorm1d(BatchNorm2d):
         if len(shape) not in (2, 3) or shape[1] != self.num_features:
             raise ShapeError(f"{self!r}: expected input (N, {self.num_features}) or "
                              f"(N, {self.num_features}, L), got shape {shape}")
-        return ops.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,
-                              training=self.training, momentum=self.momentum, eps=self.eps)
+        return self._normalise(x)
+
+
+class _InstanceNorm(Module):
+    """PyTorch's ``_InstanceNorm``: each sample's channel normalised over its own positions
+    (``tp.group_norm`` with one group per channel), then ``* weight + bias`` (1 and 0) with
+    ``affine``. With ``track_running_stats`` training also updates ``running_mean`` and
+    ``running_var`` (the samples' means and unbiased variances averaged over the batch,
+    weighed by ``momentum``; None is 0, as PyTorch), and evaluation normalises with them.
+    ``bias=False`` (keyword, as PyTorch's) drops the bias of an affine layer."""
+
+    _ignored_keys = ("num_batches_tracked",)
+    _batched_ndim = 0
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = False, track_running_stats: bool = False, *, bias: bool = True,
+                 queue=None):
+        super().__init__()
+        name = type(self).__name__
+        _check_sizes(name, {"num_features": num_features})
+        queue = queue if queue is not None else default_queue()
+        if momentum is not None and not 0.0 <= float(momentum) <= 1.0:
+            raise ValueError(f"{name}: momentum must be a number in [0, 1] or None, got "
+                             f"{momentum!r}")
+        self.num_features, self.eps = int(num_features), float(eps)
+        self.momentum = None if momentum is None else float(momentum)
+        self.affine, self.track_running_stats = bool(affine), bool(track_running_stats)
+        c = self.num_features
+        self.weight = _filled(queue, (c,), 1.0) if self.affine else None
+        self.bias = _filled(queue, (c,), 0.0) if self.affine and bias else None
+        tracked = self.track_running_stats
+        self.register_buffer("running_mean", Tensor.zeros(queue, (c,)) if tracked else None)
+        self.register_buffer("running_var", Tensor.full(queue, (c,), 1.0) if tracked else None)
+
+    def forward(self, x):
+        n = self._batched_ndim
+        shape = tuple(x.shape)
+        if len(shape) not in (n - 1, n) or shape[len(shape) - n + 1] != self.num_features:
+            raise ShapeError(f"{self!r}: expected input (N, {self.num_features}, ...) of {n} "
+                             f"dims or ({self.num_features}, ...) of {n - 1}, got shape {shape}")
+        if len(shape) == n - 1:
+            return ops.squeeze(self.forward(ops.unsqueeze(x, 0)), 0)
+        if self.running_mean is not None and not self.training:
+            return ops.batch_norm(x, self.weight, self.bias, self.running_mean,
+                                  self.running_var, training=False, eps=self.eps)
+        if self.running_mean is not None:
+            self._update_running_stats(x)
+        return ops.group_norm(x, self.num_features, self.weight, self.bias, self.eps)
+
+    def _update_running_stats(self, x) -> None:
+        x = x.value if isinstance(x, Node) else x
+        positions = tuple(range(2, x.ndim))
+        m = 0.0 if self.momentum is None else self.momentum
+        with no_grad():
+            for buffer, stat in ((self.running_mean, ops.mean(x, positions)),
+                                 (self.running_var, ops.var(x, positions))):
+                new = ops.add(ops.mul(buffer, 1.0 - m), ops.mul(ops.mean(stat, 0), m))
+                buffer.copy_(new.value if isinstance(new, Node) else new)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+                f"affine={self.affine}, bias={self.bias is not None}, "
+                f"track_running_stats={self.track_running_stats}")
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """``torch.nn.InstanceNorm1d`` over ``(N, C, L)`` or unbatched ``(C, L)``.
+
+    >>> pc.nn.InstanceNorm1d(4, affine=True).weight.shape
+    (4,)
+    """
+
+    _batched_ndim = 3
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """``torch.nn.InstanceNorm2d`` over ``(N, C, H, W)`` or unbatched ``(C, H, W)``.
+
+    >>> list(pc.nn.InstanceNorm2d(4, track_running_stats=True).state_dict())
+    ['running_mean', 'running_var']
+    """
+
+    _batched_ndim = 4
