@@ -199,6 +199,27 @@ def test_batch_norm_momentum_none_resumes_its_count_from_a_pytorch_state_dict(qu
     assert_same_state(ours, theirs)
 
 
+def test_a_captured_step_with_a_cumulative_batch_norm_stays_eager_and_counts_every_batch(
+        queue, rng):
+    """momentum=None reads its count back each training forward: the step cannot be replayed
+    (a replay would keep the first count's weight), so it runs eagerly every time."""
+    bn = nn.BatchNorm1d(3, momentum=None)
+
+    def step(x):
+        with tp.Tape() as tape:
+            loss = tp.sum(bn(x))
+        tape.backward(loss)
+        return loss
+
+    captured = tp.capture(step, queue)
+    xs = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(4)]
+    for x in xs:
+        captured(pc.Tensor.from_host(queue, x))
+    assert captured.replays == 0 and int(bn.num_batches_tracked.to_host()) == 4
+    np.testing.assert_allclose(bn.running_mean.to_host(), np.mean([x.mean(0) for x in xs], 0),
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_batch_norm_refuses_a_momentum_outside_zero_to_one(queue):
     with pytest.raises(ValueError, match="momentum"):
         nn.BatchNorm1d(3, momentum=1.5)
@@ -241,3 +262,15 @@ def test_instance_norm_refuses_an_input_without_its_channels(queue):
         nn.InstanceNorm2d(4)(pc.Tensor.zeros(queue, (2, 3, 5, 5)))
     with pytest.raises(pc.ShapeError, match="expected input"):
         nn.InstanceNorm1d(4)(pc.Tensor.zeros(queue, (2, 4, 5, 5)))
+
+
+@pytest.mark.parametrize("make", [
+    lambda m: m.Upsample(scale_factor=2), lambda m: m.Upsample(size=(5, 3), mode="bilinear"),
+    lambda m: m.Upsample(scale_factor=(1.5, 2), mode="bilinear", align_corners=True),
+    lambda m: m.UpsamplingNearest2d(size=7), lambda m: m.UpsamplingBilinear2d(scale_factor=3),
+    lambda m: m.PixelShuffle(2), lambda m: m.PixelUnshuffle(2)])
+def test_resampling_layers_match_pytorch(queue, rng, make):
+    ours, theirs = make(nn), make(torch.nn)
+    assert repr(ours) == repr(theirs)
+    assert list(ours.state_dict()) == list(theirs.state_dict()) == []
+    compare_with_torch(ours, theirs, rng.standard_normal((2, 4, 6, 4)), rng, tol=2e-5)

@@ -77,3 +77,98 @@ def test_pad_refuses_a_fill_value_outside_constant_mode_and_an_unknown_mode(queu
         tp.pad(t, (1, 1), 0.5)
     with pytest.raises(pc.ShapeError, match="mode must be one of"):
         tp.pad(t, (1, 1), mode="symmetric")
+
+
+INTERPOLATE_CASES = [
+    ((2, 3, 5, 7), dict(scale_factor=2)), ((2, 3, 5, 7), dict(scale_factor=(1.7, 0.6))),
+    ((1, 2, 6, 9), dict(size=(4, 13))), ((1, 2, 6, 9), dict(size=5)),
+    ((2, 2, 7, 3), dict(scale_factor=3.3, recompute_scale_factor=True)),
+    ((2, 3, 1, 1), dict(size=(3, 2))), ((2, 3, 4, 4), dict(scale_factor=1)),
+    ((2, 3, 9, 8), dict(size=(3, 3)))]
+
+
+@pytest.mark.parametrize("shape,kw", INTERPOLATE_CASES)
+@pytest.mark.parametrize("mode,align", [("nearest", None), ("nearest-exact", None),
+                                        ("bilinear", False), ("bilinear", True),
+                                        ("bilinear", None)])
+def test_interpolate_2d_matches_pytorch_with_gradients(queue, rng, shape, kw, mode, align):
+    kw = dict(kw, mode=mode, align_corners=align)
+    against_torch(queue, rng, lambda t: tp.interpolate(t, **kw),
+                  lambda t: F.interpolate(t, **kw), [rng.standard_normal(shape)], tol=2e-5)
+
+
+@pytest.mark.parametrize("shape,kw,mode", [
+    ((2, 3, 7), dict(scale_factor=2.5), "linear"), ((2, 3, 7), dict(size=4), "linear"),
+    ((2, 3, 7), dict(size=11), "nearest"), ((1, 2, 3, 4, 5), dict(size=(4, 3, 7)), "nearest"),
+    ((1, 2, 3, 4, 5), dict(scale_factor=(2, 1.5, 0.5)), "trilinear")])
+@pytest.mark.parametrize("align", [None, True])
+def test_interpolate_1d_and_3d_match_pytorch_with_gradients(queue, rng, shape, kw, mode,
+                                                             align):
+    if align and mode == "nearest":
+        return
+    kw = dict(kw, mode=mode, align_corners=align)
+    against_torch(queue, rng, lambda t: tp.interpolate(t, **kw),
+                  lambda t: F.interpolate(t, **kw), [rng.standard_normal(shape)], tol=2e-5)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_interpolate_gradients_pass_finite_differences(queue, rng, mode):
+    node = leaf(queue, rng.standard_normal((1, 2, 3, 4)))
+    assert tp.gradcheck(lambda t: tp.interpolate(t, size=(5, 7), mode=mode), [node])
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_an_interpolated_gradient_is_the_same_bits_run_after_run(queue, rng, mode):
+    """Downsampling picks source positions many times: their gradients are summed in a fixed
+    order."""
+    x = rng.standard_normal((2, 3, 40, 33)).astype(np.float32)
+    w = pc.Tensor.from_host(queue, rng.standard_normal((2, 3, 7, 90)).astype(np.float32))
+    grads = []
+    for _ in range(2):
+        node = leaf(queue, x)
+        with tp.Tape() as tape:
+            loss = tp.sum(tp.interpolate(node, size=(7, 90), mode=mode) * w)
+        tape.backward(loss)
+        grads.append(node.grad.to_host())
+    assert np.array_equal(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("shape,kw", [
+    ((2, 3, 4, 4), dict(mode="linear", size=3)), ((2, 3, 4), dict(mode="bilinear", size=3)),
+    ((2, 3, 4, 4), dict(size=3, scale_factor=2)), ((2, 3, 4, 4), dict()),
+    ((2, 3, 4, 4), dict(size=(3, 3, 3))), ((2, 3, 4, 4), dict(size=3, align_corners=True)),
+    ((2, 3, 4, 4), dict(size=3, recompute_scale_factor=True))])
+def test_interpolate_refuses_what_pytorch_refuses(queue, shape, kw):
+    t = pc.Tensor.zeros(queue, shape)
+    with pytest.raises((ValueError, NotImplementedError, RuntimeError, TypeError)):
+        F.interpolate(torch.zeros(shape), **kw)
+    with pytest.raises(pc.ShapeError, match="interpolate"):
+        tp.interpolate(t, **kw)
+
+
+@pytest.mark.parametrize("kw", [dict(mode="bicubic"), dict(mode="area"),
+                                dict(mode="bilinear", antialias=True)])
+def test_interpolate_refuses_the_modes_it_lacks_by_name(queue, kw):
+    with pytest.raises(pc.ShapeError, match="not supported"):
+        tp.interpolate(pc.Tensor.zeros(queue, (2, 3, 4, 4)), size=3, **kw)
+
+
+@pytest.mark.parametrize("shape,r", [((2, 8, 3, 5), 2), ((18, 2, 3), 3), ((2, 1, 4, 1, 1), 1),
+                                     ((1, 2, 16, 2, 1), 4)])
+def test_pixel_shuffle_and_unshuffle_match_pytorch_and_undo_each_other(queue, rng, shape, r):
+    x = rng.standard_normal(shape)
+    y = against_torch(queue, rng, lambda t: tp.pixel_shuffle(t, r),
+                      lambda t: F.pixel_shuffle(t, r), [x])
+    back = against_torch(queue, rng, lambda t: tp.pixel_unshuffle(t, r),
+                         lambda t: F.pixel_unshuffle(t, r), [y.to_host()])
+    assert np.array_equal(back.to_host(), x.astype(np.float32))
+
+
+def test_pixel_shuffles_refuse_what_pytorch_refuses(queue):
+    t = pc.Tensor.zeros(queue, (1, 6, 4, 4))
+    raises_like_torch(lambda: tp.pixel_shuffle(t, 2),
+                      lambda: F.pixel_shuffle(torch.zeros(1, 6, 4, 4), 2), "pixel_shuffle")
+    raises_like_torch(lambda: tp.pixel_unshuffle(t, 3),
+                      lambda: F.pixel_unshuffle(torch.zeros(1, 6, 4, 4), 3), "pixel_unshuffle")
+    raises_like_torch(lambda: tp.pixel_shuffle(pc.Tensor.zeros(queue, (4, 4)), 2),
+                      lambda: F.pixel_shuffle(torch.zeros(4, 4), 2), "pixel_shuffle")

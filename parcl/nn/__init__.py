@@ -28,6 +28,8 @@ from .module import Module, Parameter, StateDictError, default_generator, manual
 from .multihead import MultiheadAttention
 from .norm import BatchNorm1d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm, RMSNorm
 from .recurrent import GRU, LSTM
+from .resample import (PixelShuffle, PixelUnshuffle, Upsample, UpsamplingBilinear2d,
+                       UpsamplingNearest2d)
 from .resnet import BasicBlock, ResNet, resnet18
 from .sparse import Embedding
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
@@ -44,6 +46,7 @@ __all__ = [
     "Conv2d", "ConvTranspose2d", "MaxPool1d",
     "Dropout", "Embedding", "Flatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
     "LayerNorm", "Linear", "MaxPool2d", "RMSNorm",
+    "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
     # recurrent layers (PyTorch's)
     "GRU", "LSTM",
     # activations

@@ -24,6 +24,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | scatters | scatter scatter_add index_add take_along_dim |
 | norm | layer_norm rms_norm group_norm |
 | nn, conv | conv2d conv_transpose2d pools batch_norm dropout |
+| resample | interpolate pixel_shuffle pixel_unshuffle |
 | sequence | conv1d max_pool1d avg_pool1d (the 2-D ops on (N, C, 1, L) views) |
 | attention | scaled_dot_product_attention |
 | loss | softmax log_softmax cross_entropy nll_loss mse_loss |
@@ -51,6 +52,7 @@ from .picks import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .reduce_dims import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
+from .resample import *  # noqa: F401,F403
 from .scatters import *  # noqa: F401,F403
 from .select import *  # noqa: F401,F403
 from .sequence import *  # noqa: F401,F403
@@ -64,7 +66,7 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 # in this namespace, so composed is imported after it
 _MODULES = ("activation", "activation_more", "attention", "composed", "contraction", "conv",
             "elementwise", "indexing", "join", "linalg", "loss", "loss_more", "mathops", "nn",
-            "norm", "picks", "reduce", "reduce_dims", "reductions", "scatters", "select",
-            "sequence", "shape", "slices", "sorting", "unary")
+            "norm", "picks", "reduce", "reduce_dims", "reductions", "resample", "scatters",
+            "select", "sequence", "shape", "slices", "sorting", "unary")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]

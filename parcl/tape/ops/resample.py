@@ -1,0 +1,192 @@
+"""Resampling as PyTorch's: ``interpolate`` (``torch.nn.functional.interpolate``: nearest,
+nearest-exact, linear, bilinear and trilinear) and the pixel shuffles (``pixel_shuffle``,
+``pixel_unshuffle``).
+
+Interpolation is separable: each spatial dim, last first, is one ``index_select`` of its
+source positions (nearest), or two, weighed and added (linear). The positions and weights are
+PyTorch's, computed in float32 on the host as its CPU kernels compute them; the backward of
+``index_select`` adds the gradients of a source position picked several times in index order,
+so gradients are bit-identical from run to run (no float atomics). The pixel shuffles are a
+reshape, a permute and a reshape.
+
+>>> x = tp.tensor(np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2), requires_grad=True)
+>>> tp.interpolate(x, scale_factor=2).to_host()[0, 0, 0]
+array([0., 0., 1., 1.], dtype=float32)
+>>> tp.pixel_shuffle(tp.tensor(np.zeros((1, 8, 3, 3), np.float32)), 2).shape
+(1, 2, 6, 6)
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+import numpy as np
+
+from ...errors import ShapeError
+from ...tensor import Tensor
+from .elementwise import add, mul
+from .picks import index_select
+from .shape import permute, reshape
+
+__all__ = ["interpolate", "pixel_shuffle", "pixel_unshuffle"]
+
+#: mode -> the input dims it takes (None: any of 3, 4 and 5)
+INTERPOLATE_MODES = {"nearest": None, "nearest-exact": None, "linear": 3, "bilinear": 4,
+                     "trilinear": 5}
+
+
+def interpolate(x, size=None, scale_factor=None, mode: str = "nearest",
+                align_corners: bool | None = None, recompute_scale_factor: bool | None = None,
+                antialias: bool = False, *, tape=None):
+    """``torch.nn.functional.interpolate`` over ``(N, C, *spatial)``: ``size`` (an int or one
+    per spatial dim) or ``scale_factor`` (a number or one per dim; the output is
+    ``floor(in * scale)``, and the positions use ``1 / scale`` unless
+    ``recompute_scale_factor``). ``mode`` ``"nearest"``, ``"nearest-exact"`` (3-D to 5-D),
+    ``"linear"`` (3-D), ``"bilinear"`` (4-D) or ``"trilinear"`` (5-D); ``align_corners``
+    (linear modes only) maps the corner pixels' centres onto each other. ``antialias`` and
+    the other modes (bicubic, area) are refused.
+
+    >>> tp.interpolate(x, size=(3, 5), mode="bilinear", align_corners=True).shape
+    (1, 1, 3, 5)
+    """
+    if mode not in INTERPOLATE_MODES:
+        raise ShapeError(f"interpolate: mode must be one of {tuple(INTERPOLATE_MODES)}, got "
+                         f"{mode!r} (bicubic and area are not supported)")
+    if antialias:
+        raise ShapeError("interpolate: antialias=True is not supported")
+    linear = mode in ("linear", "bilinear", "trilinear")
+    if align_corners is not None and not linear:
+        raise ShapeError(f"interpolate: align_corners can only be set with the linear modes "
+                         f"(linear, bilinear, trilinear), got mode {mode!r}")
+    shape = tuple(x.shape)
+    want = INTERPOLATE_MODES[mode]
+    if len(shape) not in ((want,) if want else (3, 4, 5)):
+        expected = f"{want}-D" if want else "3-D, 4-D or 5-D"
+        raise ShapeError(f"interpolate: mode {mode!r} takes a {expected} (N, C, *spatial) "
+                         f"input, got shape {shape}")
+    sizes, scales = _output_sizes(shape, size, scale_factor, recompute_scale_factor)
+    out = x
+    for k in reversed(range(len(sizes))):
+        axis, n, m = 2 + k, shape[2 + k], sizes[k]
+        if linear:
+            lo, hi, w_lo, w_hi = _linear_sources(n, m, scales[k], bool(align_corners))
+            view = [1] * len(shape)
+            view[axis] = m
+            w_lo, w_hi = (Tensor.from_host(x.queue, w.reshape(view)) for w in (w_lo, w_hi))
+            out = add(mul(index_select(out, axis, Tensor.from_host(x.queue, lo), tape=tape),
+                          w_lo, tape=tape),
+                      mul(index_select(out, axis, Tensor.from_host(x.queue, hi), tape=tape),
+                          w_hi, tape=tape), tape=tape)
+        elif n != m or k == 0 and out is x:   # an op even at scale 1: a new Node, as torch's
+            src = _nearest_sources(n, m, scales[k], exact=mode == "nearest-exact")
+            out = index_select(out, axis, Tensor.from_host(x.queue, src), tape=tape)
+    return out
+
+
+def _output_sizes(shape, size, scale_factor, recompute) -> tuple[list[int], list]:
+    """The spatial output sizes and the scales the positions use (None: ``in / out``)."""
+    d = len(shape) - 2
+    if (size is None) == (scale_factor is None):
+        raise ShapeError(f"interpolate: give exactly one of size and scale_factor, got "
+                         f"size={size!r}, scale_factor={scale_factor!r}")
+    if size is not None:
+        if recompute:
+            raise ShapeError("interpolate: recompute_scale_factor is not meaningful with an "
+                             "explicit size")
+        sizes = list(size) if isinstance(size, (tuple, list)) else [size] * d
+        if len(sizes) != d or not all(isinstance(s, Integral) and s > 0 for s in sizes):
+            raise ShapeError(f"interpolate: size must be a positive int or {d} of them (one "
+                             f"per spatial dim of {shape}), got {size!r}")
+        return [int(s) for s in sizes], [None] * d
+    factors = list(scale_factor) if isinstance(scale_factor, (tuple, list)) \
+        else [scale_factor] * d
+    if len(factors) != d or not all(isinstance(f, Real) and f > 0 for f in factors):
+        raise ShapeError(f"interpolate: scale_factor must be a positive number or {d} of them "
+                         f"(one per spatial dim of {shape}), got {scale_factor!r}")
+    sizes = [math.floor(float(n) * float(f)) for n, f in zip(shape[2:], factors)]
+    if min(sizes) < 1:
+        raise ShapeError(f"interpolate: scale_factor {scale_factor!r} gives an empty output "
+                         f"{tuple(sizes)} from spatial dims {shape[2:]}")
+    return sizes, [None if recompute else float(f) for f in factors]
+
+
+def _scale(n: int, m: int, scale: float | None) -> np.float32:
+    """PyTorch's ``compute_scales_value``: ``1 / scale_factor`` when given, else ``in / out``,
+    as float32."""
+    return np.float32(1.0 / scale) if scale is not None and scale > 0 \
+        else np.float32(n) / np.float32(m)
+
+
+def _nearest_sources(n: int, m: int, scale, exact: bool) -> np.ndarray:
+    """PyTorch's ``nearest_idx`` / ``nearest_neighbor_exact_compute_source_index``."""
+    dst = np.arange(m)
+    if not exact and m == n:
+        return dst.astype(np.int32)
+    if not exact and m == 2 * n:
+        return (dst >> 1).astype(np.int32)
+    at = dst.astype(np.float32) + (np.float32(0.5) if exact else np.float32(0))
+    src = np.floor(at * _scale(n, m, scale)).astype(np.int64)
+    return np.minimum(src, n - 1).astype(np.int32)
+
+
+def _linear_sources(n: int, m: int, scale, align_corners: bool):
+    """PyTorch's linear weights (``compute_indices_weights_linear``): the lower and upper
+    source positions of each output position and their float32 weights."""
+    dst = np.arange(m).astype(np.float32)
+    if align_corners:
+        s = np.float32(n - 1) / np.float32(m - 1) if m > 1 else np.float32(0)
+        real = s * dst
+    else:
+        real = _scale(n, m, scale) * (dst + np.float32(0.5)) - np.float32(0.5)
+        real = np.maximum(real, np.float32(0))
+    lo = np.minimum(np.floor(real).astype(np.int64), n - 1)
+    lam = np.clip(real - lo.astype(np.float32), np.float32(0), np.float32(1))
+    hi = lo + (lo < n - 1)
+    return (lo.astype(np.int32), hi.astype(np.int32), (np.float32(1) - lam).astype(np.float32),
+            lam.astype(np.float32))
+
+
+def _factor(op: str, name: str, r) -> int:
+    if not isinstance(r, Integral) or isinstance(r, bool) or r < 1:
+        raise ShapeError(f"{op}: {name} must be a positive int, got {r!r}")
+    return int(r)
+
+
+def pixel_shuffle(x, upscale_factor: int, *, tape=None):
+    """``torch.nn.functional.pixel_shuffle``: ``(*, C * r**2, H, W)`` to ``(*, C, H * r,
+    W * r)``, channel ``c * r**2 + i * r + j`` going to offset ``(i, j)`` of each block.
+
+    >>> tp.pixel_shuffle(tp.tensor(np.zeros((4, 2, 2), np.float32)), 2).shape
+    (1, 4, 4)
+    """
+    r = _factor("pixel_shuffle", "upscale_factor", upscale_factor)
+    shape = tuple(x.shape)
+    if len(shape) < 3 or shape[-3] % (r * r):
+        raise ShapeError(f"pixel_shuffle: expected an input (*, C * {r * r}, H, W) (channels "
+                         f"divisible by upscale_factor**2 = {r * r}), got shape {shape}")
+    *lead, c, h, w = shape
+    b = len(lead)
+    y = reshape(x, (*lead, c // (r * r), r, r, h, w), tape=tape)
+    y = permute(y, (*range(b), b, b + 3, b + 1, b + 4, b + 2), tape=tape)
+    return reshape(y, (*lead, c // (r * r), h * r, w * r), tape=tape)
+
+
+def pixel_unshuffle(x, downscale_factor: int, *, tape=None):
+    """``torch.nn.functional.pixel_unshuffle``, ``pixel_shuffle`` undone: ``(*, C, H * r,
+    W * r)`` to ``(*, C * r**2, H, W)``.
+
+    >>> tp.pixel_unshuffle(tp.tensor(np.zeros((1, 1, 4, 6), np.float32)), 2).shape
+    (1, 4, 2, 3)
+    """
+    r = _factor("pixel_unshuffle", "downscale_factor", downscale_factor)
+    shape = tuple(x.shape)
+    if len(shape) < 3 or shape[-2] % r or shape[-1] % r:
+        raise ShapeError(f"pixel_unshuffle: expected an input (*, C, H * {r}, W * {r}) "
+                         f"(height and width divisible by downscale_factor = {r}), got shape "
+                         f"{shape}")
+    *lead, c, h, w = shape
+    b = len(lead)
+    y = reshape(x, (*lead, c, h // r, r, w // r, r), tape=tape)
+    y = permute(y, (*range(b), b, b + 2, b + 4, b + 1, b + 3), tape=tape)
+    return reshape(y, (*lead, c * r * r, h // r, w // r), tape=tape)
