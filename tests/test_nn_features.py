@@ -145,8 +145,45 @@ def test_embedding_refuses_a_padding_idx_outside_the_table(queue, padding_idx):
                      pc.Tensor.zeros(queue, (7, 5)), padding_idx=padding_idx)
 
 
-def test_embedding_refuses_max_norm_scale_grad_by_freq_and_sparse(queue):
-    for kw in (dict(max_norm=1.0), dict(scale_grad_by_freq=True), dict(sparse=True)):
+@pytest.mark.parametrize("kw", [dict(max_norm=1.0), dict(max_norm=2.5, norm_type=1),
+                                dict(max_norm=0.7, norm_type=3.0, padding_idx=2),
+                                dict(max_norm=1.5, norm_type=float("inf"))])
+def test_embedding_max_norm_rescales_the_picked_rows_in_place_as_pytorch(queue, rng, kw):
+    """Each call scales the rows it picks whose norm exceeds max_norm down to it (the others
+    keep their bits), then looks them up; the gradient is the rescaled rows'."""
+    nn.manual_seed(0)
+    ours, theirs = nn.Embedding(9, 5, **kw), torch.nn.Embedding(9, 5, **kw)
+    assert repr(ours) == repr(theirs)
+    theirs.load_state_dict(torch_state(ours))
+    for picks in ([[1, 2, 2, 4]], [[0, 1, 8], [8, 8, 3]]):
+        idx = np.array(picks)
+        before = ours.weight.value.to_host()
+        g = rng.standard_normal((*idx.shape, 5)).astype(np.float32)
+        y, grad = embed_and_backward(ours, idx, g)
+        want = theirs(torch.from_numpy(idx))
+        want.backward(torch.from_numpy(g))
+        np.testing.assert_allclose(y, want.detach().numpy(), rtol=1e-6, atol=1e-6)
+        after = ours.weight.value.to_host()
+        np.testing.assert_allclose(after, theirs.weight.detach().numpy(), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(grad, theirs.weight.grad.numpy(), rtol=1e-5, atol=1e-5)
+        untouched = np.setdiff1d(np.arange(9), idx)
+        assert np.array_equal(after[untouched], before[untouched])
+
+
+def test_a_max_norm_rescale_after_an_op_saved_the_weight_makes_its_backward_raise(queue, rng):
+    """As PyTorch's version counter: the op saved the rows before the rescale, so its
+    gradient would be taken at the new values."""
+    w = tp.tensor(3 * rng.standard_normal((6, 4)).astype(np.float32), requires_grad=True)
+    with tp.Tape() as tape:
+        squares = w * w                                   # saves w
+        rows = tp.embedding(pc.Tensor.from_host(queue, np.array([1, 2])), w, max_norm=1.0)
+        loss = tp.sum(squares) + tp.sum(rows)
+    with pytest.raises(pc.ParclError, match="embedding max_norm"):
+        tape.backward(loss)
+
+
+def test_embedding_refuses_scale_grad_by_freq_and_sparse(queue):
+    for kw in (dict(scale_grad_by_freq=True), dict(sparse=True)):
         with pytest.raises(pc.ShapeError, match="not supported"):
             nn.Embedding(7, 5, **kw)
 

@@ -140,6 +140,31 @@ __kernel void embed_bwd(__global float *gw, __global const float *g, __global co
     for (int k = start[v]; k < start[v + 1]; ++k) s += g[(long)pos[k] * D + j];
     const long o = (long)v * D + j;
     gw[o] = accumulate ? gw[o] + s : s;
+}
+
+/* PyTorch's embedding_renorm_: each listed row of w whose p-norm exceeds max_norm scaled by
+   max_norm / (norm + 1e-7), in place; one work-item per row, its norm summed in order. */
+__kernel void embed_renorm(__global float *w, __global const int *rows, const int k,
+                           const int D, const float max_norm, const float p)
+{
+    const int r = get_global_id(0);
+    if (r >= k) return;
+    __global float *row = w + (long)rows[r] * D;
+    float s = 0.0f;
+    for (int j = 0; j < D; ++j) {
+        const float a = fabs(row[j]);
+        if (isinf(p)) s = fmax(s, a);
+        else if (p == 0.0f) s += a != 0.0f;
+        else if (p == 1.0f) s += a;
+        else if (p == 2.0f) s += a * a;
+        else s += pow(a, p);
+    }
+    const float norm = (isinf(p) || p == 0.0f || p == 1.0f) ? s
+                       : p == 2.0f ? sqrt(s) : pow(s, 1.0f / p);
+    if (norm > max_norm) {
+        const float scale = max_norm / (norm + 1e-7f);
+        for (int j = 0; j < D; ++j) row[j] *= scale;
+    }
 }""")
     return "\n".join(parts)
 
@@ -240,3 +265,19 @@ def embedding_backward(indices: Tensor, grad: Tensor, num_embeddings: int,
                                        np.int32(1 if into is not None else 0),
                                        np.int32(padding_idx))
     return gw
+
+
+def embedding_renorm_(weight: Tensor, rows: np.ndarray, max_norm: float,
+                      norm_type: float) -> None:
+    """``torch.embedding_renorm_``: the rows of ``weight`` (V, D) listed in ``rows`` (host
+    ints in ``[0, V)``, each once) whose ``norm_type``-norm exceeds ``max_norm`` scaled to
+    it (``max_norm / (norm + 1e-7)``), in place."""
+    q = weight.queue
+    k = int(rows.size)
+    if k == 0:
+        return
+    weight._overwritten("embedding max_norm")
+    listed = Tensor.from_host(q, rows.astype(np.int32))
+    get_kernel(q, SOURCE, "embed_renorm")(q, (round_up(k, 64),), (64,), weight.data,
+                                          listed.data, np.int32(k), np.int32(weight.shape[1]),
+                                          np.float32(max_norm), np.float32(norm_type))

@@ -24,7 +24,8 @@ class Embedding(Module):
     thread's seeded generator; ``emb(idx)`` with int32/int64 ``idx`` of any shape returns
     ``(*idx.shape, embedding_dim)`` (see ``tp.embedding``). ``padding_idx`` (negative counts
     from the end) names a row initialised to zeros that gets no gradient, as PyTorch's;
-    ``max_norm``, ``scale_grad_by_freq`` and ``sparse`` are refused.
+    ``max_norm`` rescales the picked rows in place at each call (see ``tp.embedding``);
+    ``scale_grad_by_freq`` and ``sparse`` are refused.
 
     >>> emb = pc.nn.Embedding(10, 4, padding_idx=0)
     >>> idx = pc.Tensor.from_host(pc.default_queue(), np.array([[1, 2, 2]]))
@@ -40,14 +41,14 @@ class Embedding(Module):
         queue = queue if queue is not None else default_queue()
         _check_sizes("Embedding", {"num_embeddings": num_embeddings,
                                    "embedding_dim": embedding_dim})
-        if max_norm is not None or scale_grad_by_freq or sparse:
-            raise ShapeError(f"Embedding: max_norm, scale_grad_by_freq and sparse are not "
-                             f"supported, got max_norm={max_norm!r}, scale_grad_by_freq="
-                             f"{scale_grad_by_freq!r}, sparse={sparse!r}")
+        if scale_grad_by_freq or sparse:
+            raise ShapeError(f"Embedding: scale_grad_by_freq and sparse are not supported, "
+                             f"got scale_grad_by_freq={scale_grad_by_freq!r}, sparse="
+                             f"{sparse!r}")
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         row = padding_row("Embedding", padding_idx, self.num_embeddings)
         self.padding_idx = None if row < 0 else row
-        self.max_norm, self.norm_type = max_norm, float(norm_type)
+        self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.sparse = False, False
         shape = (self.num_embeddings, self.embedding_dim)
         weight = normal_(shape, 1.0)
@@ -56,8 +57,15 @@ class Embedding(Module):
         self.weight = Parameter(Tensor.from_host(queue, weight))
 
     def forward(self, indices):
-        return ops.embedding(indices, self.weight, padding_idx=self.padding_idx)
+        return ops.embedding(indices, self.weight, padding_idx=self.padding_idx,
+                             max_norm=self.max_norm, norm_type=self.norm_type)
 
     def extra_repr(self) -> str:
         s = f"{self.num_embeddings}, {self.embedding_dim}"
-        return s if self.padding_idx is None else s + f", padding_idx={self.padding_idx}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm}"
+        if self.norm_type != 2:
+            s += f", norm_type={self.norm_type}"
+        return s

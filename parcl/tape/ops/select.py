@@ -168,20 +168,36 @@ def embedding(indices, weight, padding_idx: int | None = None, max_norm: float |
     gradient rows of repeated indices in index order (bit-reproducible). An index outside
     ``[0, V)`` is a ``ShapeError`` (see the module docstring for when it is raised).
     ``padding_idx`` (negative counts from the end, as PyTorch) names a row that is picked as
-    any other but gets no gradient. ``max_norm``, ``scale_grad_by_freq`` and ``sparse`` are
-    refused.
+    any other but gets no gradient. ``max_norm`` first scales, in place, each picked row of
+    ``weight`` whose ``norm_type``-norm exceeds it down to it, as PyTorch (not recorded:
+    the gradient is the rescaled rows'); that reads the indices back to the host (a wait).
+    ``scale_grad_by_freq`` and ``sparse`` are refused.
 
     >>> tp.embedding(idx, wte).shape             # idx (B, T), wte (V, D)
     (2, 8, 16)
     """
-    if max_norm is not None or scale_grad_by_freq or sparse:
-        raise ShapeError(f"embedding: max_norm, scale_grad_by_freq and sparse are not "
-                         f"supported, got max_norm={max_norm!r}, scale_grad_by_freq="
-                         f"{scale_grad_by_freq!r}, sparse={sparse!r}")
+    if scale_grad_by_freq or sparse:
+        raise ShapeError(f"embedding: scale_grad_by_freq and sparse are not supported, got "
+                         f"scale_grad_by_freq={scale_grad_by_freq!r}, sparse={sparse!r}")
     if isinstance(indices, np.ndarray):
         indices = Tensor.from_host(_queue_of(weight), indices)
     padding = padding_row("embedding", padding_idx, weight.shape[0])
+    if max_norm is not None:
+        _renorm(indices, weight, max_norm, norm_type)
     return Embedding.apply(indices, weight, tape=tape, padding_idx=padding)
+
+
+def _renorm(indices, weight, max_norm, norm_type) -> None:
+    """``max_norm``: the picked rows rescaled in place before the lookup. Indices out of
+    range are left to the lookup's own check, which names them."""
+    if not isinstance(max_norm, Real) or max_norm < 0 or not isinstance(norm_type, Real):
+        raise ShapeError(f"embedding: max_norm must be a non-negative number and norm_type a "
+                         f"number, got max_norm={max_norm!r}, norm_type={norm_type!r}")
+    w = weight.value if isinstance(weight, Node) else weight
+    sk.check_indices("embedding", indices, w)
+    rows = np.unique(indices.to_host())
+    rows = rows[(rows >= 0) & (rows < w.shape[0])]
+    sk.embedding_renorm_(w, rows, float(max_norm), float(norm_type))
 
 
 def padding_row(op: str, padding_idx: int | None, num_embeddings: int) -> int:
