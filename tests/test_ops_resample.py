@@ -1,6 +1,7 @@
 """Padding modes, interpolation and pixel shuffles as PyTorch's: ``tp.pad`` in reflect,
-replicate and circular mode; outputs and gradients against ``torch.nn.functional`` on odd
-sizes, finite differences, bit-identical reruns, and the errors PyTorch raises."""
+replicate and circular mode, ``tp.interpolate``, ``tp.pixel_shuffle`` and
+``tp.pixel_unshuffle``; outputs and gradients against ``torch.nn.functional`` on odd sizes,
+finite differences, bit-identical reruns, captured replays, and the errors PyTorch raises."""
 
 from __future__ import annotations
 
@@ -172,3 +173,29 @@ def test_pixel_shuffles_refuse_what_pytorch_refuses(queue):
                       lambda: F.pixel_unshuffle(torch.zeros(1, 6, 4, 4), 3), "pixel_unshuffle")
     raises_like_torch(lambda: tp.pixel_shuffle(pc.Tensor.zeros(queue, (4, 4)), 2),
                       lambda: F.pixel_shuffle(torch.zeros(4, 4), 2), "pixel_shuffle")
+
+
+def test_a_captured_step_of_padding_modes_and_interpolation_replays_the_eager_bits(queue, rng):
+    w = leaf(queue, rng.standard_normal((2, 3, 10, 16)))
+
+    def step(x):
+        with tp.Tape() as tape:
+            h = tp.pad(tp.tensor(x) * w, (3, 2, 1, 1), mode="reflect")
+            h = tp.pad(h, (1, 1, 0, 0), mode="circular") + tp.pad(h, (2, 0, 0, 0),
+                                                                  mode="replicate")
+            up = tp.interpolate(h, scale_factor=(1.5, 0.5), mode="bilinear")
+            loss = tp.sum(up * up) + tp.sum(tp.pixel_unshuffle(
+                tp.interpolate(h, size=(6, 8)), 2)[:, 1])
+        tape.backward(loss)
+        return loss.value
+
+    captured = tp.capture(step, queue)
+    for _ in range(3):
+        x = rng.standard_normal((2, 3, 10, 16)).astype(np.float32)
+        w.grad = None
+        got = captured(pc.Tensor.from_host(queue, x)).to_host()
+        got_grad = w.grad.to_host().copy()
+        w.grad = None
+        np.testing.assert_array_equal(got, step(pc.Tensor.from_host(queue, x)).to_host())
+        np.testing.assert_array_equal(got_grad, w.grad.to_host())
+    assert captured.replays == 2 and captured.reason(x) is None
