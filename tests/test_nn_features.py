@@ -257,6 +257,21 @@ def test_a_captured_step_with_a_cumulative_batch_norm_stays_eager_and_counts_eve
                                rtol=1e-5, atol=1e-6)
 
 
+def test_a_checkpoint_keeps_a_cumulative_batch_norms_count(queue, rng, tmp_path):
+    def make():
+        return nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4, momentum=None))
+
+    model, x = make(), tp.tensor(rng.standard_normal((5, 3)).astype(np.float32))
+    for _ in range(3):
+        model(x)
+    pc.save(tmp_path / "ckpt.safetensors", model, pc.optim.SGD(model.parameters(), lr=0.1))
+    again = make()
+    pc.load(tmp_path / "ckpt.safetensors", again, pc.optim.SGD(again.parameters(), lr=0.1))
+    for k, v in model.state_dict().items():
+        assert np.array_equal(again.state_dict()[k], v) and again.state_dict()[k].dtype == v.dtype
+    assert int(again[1].num_batches_tracked.to_host()) == 3
+
+
 def test_batch_norm_refuses_a_momentum_outside_zero_to_one(queue):
     with pytest.raises(ValueError, match="momentum"):
         nn.BatchNorm1d(3, momentum=1.5)
