@@ -74,10 +74,21 @@ def test_pad_refuses_a_fill_value_outside_constant_mode_and_an_unknown_mode(queu
     raises_like_torch(lambda: tp.pad(t, (1, 1), mode="reflect", value=2.0),
                       lambda: F.pad(torch.zeros(2, 3, 5), (1, 1), mode="reflect", value=2.0),
                       "pad")
-    with pytest.raises(pc.ShapeError, match="value="):
-        tp.pad(t, (1, 1), 0.5)
     with pytest.raises(pc.ShapeError, match="mode must be one of"):
         tp.pad(t, (1, 1), mode="symmetric")
+    with pytest.raises(pc.ShapeError, match="given third .* and value=0.5 too"):
+        tp.pad(t, (1, 1), 0.25, value=0.5)
+
+
+def test_pad_takes_a_fill_value_third_as_parcls_signature_and_a_mode_as_pytorchs(queue):
+    """``tp.pad(x, pad, value)`` is parcl's documented signature (API.md); PyTorch's third
+    argument is ``mode``. A number there is the fill value, a string the mode."""
+    x = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
+    t = pc.Tensor.from_host(queue, x)
+    np.testing.assert_array_equal(tp.pad(t, (1, 1), 0.5).to_host(),
+                                  np.pad(x, ((0, 0), (0, 0), (1, 1)), constant_values=0.5))
+    np.testing.assert_array_equal(tp.pad(t, (1, 1), "replicate").to_host(),
+                                  np.pad(x, ((0, 0), (0, 0), (1, 1)), mode="edge"))
 
 
 INTERPOLATE_CASES = [
