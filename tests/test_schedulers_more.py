@@ -376,7 +376,7 @@ def test_a_fractional_last_epoch_is_refused_not_truncated():
     (lambda o: P.OneCycleLR(o, 0.1, 10, div_factor=0), "div_factor and final_div_factor "
                                                        "must be > 0"),
     (lambda o: P.OneCycleLR(o, 0.1, 10), "cycle_momentum=True needs an optimizer with a "
-                                         "'momentum' (SGD) or 'betas' (Adam) option"),
+                                         "'momentum' (SGD, RMSprop) or 'betas' (Adam) option"),
     (lambda o: P.SequentialLR(o, [P.StepLR(o, 2), P.ExponentialLR(o, 0.9)], [2.5]),
      "milestones must be ints (the steps at which to switch), got [2.5]"),
     (lambda o: P.ChainedScheduler([]), "ChainedScheduler expects at least one scheduler"),

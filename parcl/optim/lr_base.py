@@ -181,3 +181,48 @@ def _number(owner: str, name: str, value) -> float:
     if not math.isfinite(out):
         raise SchedulerError(f"{owner}: {name} must be finite, got {value!r}")
     return out
+
+
+def _per_group(owner: str, name: str, value, groups: int, minimum: float | None = None
+               ) -> list[float]:
+    """One number per parameter group: ``value`` itself, or a list of one per group (each at
+    least ``minimum`` when given)."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value] * groups
+    if len(values) != groups:
+        raise SchedulerError(f"{owner}: {name} has {len(values)} values, the optimizer has "
+                             f"{groups} parameter groups (give one number, or one per group)")
+    out = [_number(owner, name, v) for v in values]
+    if minimum is not None and any(v < minimum for v in out):
+        raise SchedulerError(f"{owner}: {name} must be >= {minimum:g}, got {value!r}")
+    return out
+
+
+class _CyclesMomentum:
+    """For the schedulers that move the momentum against the learning rate (``OneCycleLR``,
+    ``CyclicLR``): the momentum's bounds per group, and its setting in a group."""
+
+    use_beta1 = False
+    base_momentums = max_momentums = None
+
+    def _momentum_bounds(self, optimizer, groups: list[dict[str, Any]], base_momentum,
+                         max_momentum, minimum: float | None = None) -> None:
+        """Check the optimizer has a momentum (SGD, RMSprop) or first beta (Adam) to cycle,
+        and take the bounds; an optimizer with neither (Adagrad) is refused."""
+        owner = type(self).__name__
+        keys = getattr(optimizer, "defaults", None) or groups[0]
+        if "momentum" not in keys and "betas" not in keys:
+            raise SchedulerError(f"{owner}: cycle_momentum=True needs an optimizer with a "
+                                 f"'momentum' (SGD, RMSprop) or 'betas' (Adam) option, "
+                                 f"{type(optimizer).__name__} has neither; pass "
+                                 f"cycle_momentum=False")
+        self.use_beta1 = "betas" in keys
+        self.max_momentums = _per_group(owner, "max_momentum", max_momentum, len(groups),
+                                        minimum)
+        self.base_momentums = _per_group(owner, "base_momentum", base_momentum, len(groups),
+                                         minimum)
+
+    def _set_momentum(self, group: dict[str, Any], value: float) -> None:
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value

@@ -16,7 +16,8 @@ import types
 from typing import Any
 from collections.abc import Callable
 
-from .lr_base import LRScheduler, SchedulerError, _number, _param_groups, _positive_int
+from .lr_base import (LRScheduler, SchedulerError, _CyclesMomentum, _number, _param_groups,
+                      _per_group, _positive_int)
 
 __all__ = ["CosineAnnealingWarmRestarts", "CyclicLR"]
 
@@ -90,16 +91,7 @@ def _epoch(value) -> float:
     return value if isinstance(value, int) else out
 
 
-def _per_group(name: str, value, groups: int) -> list[float]:
-    """One number per parameter group: ``value`` itself, or a list of one per group."""
-    values = list(value) if isinstance(value, (list, tuple)) else [value] * groups
-    if len(values) != groups:
-        raise SchedulerError(f"CyclicLR: {name} has {len(values)} values, the optimizer has "
-                             f"{groups} parameter groups (give one number, or one per group)")
-    return [_number("CyclicLR", name, v) for v in values]
-
-
-class CyclicLR(LRScheduler):
+class CyclicLR(_CyclesMomentum, LRScheduler):
     """The learning rate cycles between ``base_lr`` and ``max_lr``: up over ``step_size_up``
     steps, down over ``step_size_down`` (default: the same), the amplitude scaled per cycle
     (``triangular``: 1; ``triangular2``: halved each cycle; ``exp_range``: ``gamma ** step``)
@@ -122,8 +114,8 @@ class CyclicLR(LRScheduler):
                  scale_mode: str = "cycle", cycle_momentum: bool = True,
                  base_momentum=0.8, max_momentum=0.9, last_epoch: int = -1):
         groups = _param_groups("CyclicLR", optimizer)
-        base_lrs = _per_group("base_lr", base_lr, len(groups))
-        self.max_lrs = _per_group("max_lr", max_lr, len(groups))
+        base_lrs = _per_group("CyclicLR", "base_lr", base_lr, len(groups))
+        self.max_lrs = _per_group("CyclicLR", "max_lr", max_lr, len(groups))
         up = _number("CyclicLR", "step_size_up", step_size_up)
         down = up if step_size_down is None else _number("CyclicLR", "step_size_down",
                                                          step_size_down)
@@ -149,18 +141,9 @@ class CyclicLR(LRScheduler):
         # A built-in mode decides what its scale reads, whatever scale_mode says (PyTorch).
         self.scale_mode = ({"triangular": "cycle", "triangular2": "cycle",
                             "exp_range": "iterations"}[mode] if scale_fn is None else scale_mode)
-        self.cycle_momentum, self.use_beta1 = cycle_momentum, False
-        self.base_momentums = self.max_momentums = None
+        self.cycle_momentum = cycle_momentum
         if cycle_momentum:
-            keys = getattr(optimizer, "defaults", None) or groups[0]
-            if "momentum" not in keys and "betas" not in keys:
-                raise SchedulerError(f"CyclicLR: cycle_momentum=True needs an optimizer with a "
-                                     f"'momentum' (SGD, RMSprop) or 'betas' (Adam) option, "
-                                     f"{type(optimizer).__name__} has neither; pass "
-                                     f"cycle_momentum=False")
-            self.use_beta1 = "betas" in keys
-            self.base_momentums = _per_group("base_momentum", base_momentum, len(groups))
-            self.max_momentums = _per_group("max_momentum", max_momentum, len(groups))
+            self._momentum_bounds(optimizer, groups, base_momentum, max_momentum)
         if last_epoch == -1:
             for group, lr in zip(groups, base_lrs):
                 group["lr"] = lr
@@ -171,12 +154,6 @@ class CyclicLR(LRScheduler):
         # unless a scheduler made before set others), the later ones base_lr.
         super().__init__(optimizer, last_epoch)
         self.base_lrs = base_lrs
-
-    def _set_momentum(self, group: dict[str, Any], value: float) -> None:
-        if self.use_beta1:
-            group["betas"] = (value, *group["betas"][1:])
-        else:
-            group["momentum"] = value
 
     def scale_fn(self, x: float) -> float:
         """The amplitude's scale at cycle (or step) ``x``."""

@@ -15,21 +15,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .lr_base import LRScheduler, SchedulerError, _number, _param_groups
+from .lr_base import (LRScheduler, SchedulerError, _CyclesMomentum, _number, _param_groups,
+                      _per_group)
 
 __all__ = ["OneCycleLR"]
-
-
-def _per_group(name: str, value, groups: int) -> list[float]:
-    """One number per parameter group: ``value`` itself, or a list of one per group."""
-    values = list(value) if isinstance(value, (list, tuple)) else [value] * groups
-    if len(values) != groups:
-        raise SchedulerError(f"OneCycleLR: {name} has {len(values)} values, the optimizer has "
-                             f"{groups} parameter groups (give one number, or one per group)")
-    out = [_number("OneCycleLR", name, v) for v in values]
-    if any(v < 0 for v in out):
-        raise SchedulerError(f"OneCycleLR: {name} must be >= 0, got {value!r}")
-    return out
 
 
 def _positive_count(name: str, value) -> int:
@@ -58,7 +47,7 @@ def _anneal(kind: str, start: float, end: float, pct: float) -> float:
     return (end - start) * pct + start
 
 
-class OneCycleLR(LRScheduler):
+class OneCycleLR(_CyclesMomentum, LRScheduler):
     """The 1cycle learning-rate policy over ``total_steps`` steps (or ``epochs *
     steps_per_epoch``); call ``step()`` after every batch. Stepping past ``total_steps`` is a
     ``SchedulerError``. It sets the learning rate outright (it does not chain).
@@ -112,20 +101,11 @@ class OneCycleLR(LRScheduler):
                     f"pct_start")
             start = phase["end_step"]
         self._anneal_func_type = anneal_strategy
-        self.max_lrs = _per_group("max_lr", max_lr, len(groups))
+        self.max_lrs = _per_group("OneCycleLR", "max_lr", max_lr, len(groups), 0.0)
         self.min_lrs = [m / div / final_div for m in self.max_lrs]
-        self.cycle_momentum, self.use_beta1 = cycle_momentum, False
-        self.max_momentums = self.base_momentums = None
+        self.cycle_momentum = cycle_momentum
         if cycle_momentum:
-            keys = getattr(optimizer, "defaults", None) or groups[0]
-            if "momentum" not in keys and "betas" not in keys:
-                raise SchedulerError(f"OneCycleLR: cycle_momentum=True needs an optimizer with "
-                                     f"a 'momentum' (SGD) or 'betas' (Adam) option, "
-                                     f"{type(optimizer).__name__} has neither; pass "
-                                     f"cycle_momentum=False")
-            self.use_beta1 = "betas" in keys
-            self.max_momentums = _per_group("max_momentum", max_momentum, len(groups))
-            self.base_momentums = _per_group("base_momentum", base_momentum, len(groups))
+            self._momentum_bounds(optimizer, groups, base_momentum, max_momentum, 0.0)
         if last_epoch == -1:
             # PyTorch sets every group's initial_lr outright (not setdefault): a scheduler
             # made before this one no longer decides where the cycle starts.
@@ -134,12 +114,6 @@ class OneCycleLR(LRScheduler):
                 for group, m in zip(groups, self.max_momentums):
                     self._set_momentum(group, m)
         super().__init__(optimizer, last_epoch)
-
-    def _set_momentum(self, group: dict[str, Any], value: float) -> None:
-        if self.use_beta1:
-            group["betas"] = (value, *group["betas"][1:])
-        else:
-            group["momentum"] = value
 
     def step(self) -> None:
         """Advance one step; past ``total_steps`` a ``SchedulerError``, nothing changed."""
