@@ -260,3 +260,51 @@ def test_a_manual_sgd_step_under_no_grad_updates_the_parameter_in_place(queue):
         w += 1.0
     with pytest.raises(ParclError, match="updated in place"):     # w * w saved the old w
         tape2.backward(z)
+
+
+# -- torch.Tensor's methods on a Node --------------------------------------------------------
+METHODS = {
+    "exp": lambda v: v.exp(), "log": lambda v: v.abs().log(), "sqrt": lambda v: v.abs().sqrt(),
+    "tanh": lambda v: v.tanh(), "sigmoid": lambda v: v.sigmoid(), "relu": lambda v: v.relu(),
+    "clamp": lambda v: v.clamp(-0.5, 0.5), "pow": lambda v: v.pow(3),
+    "square": lambda v: v.square(),
+    "softmax": lambda v: v.softmax(1), "log_softmax": lambda v: v.log_softmax(0),
+    "sum dim": lambda v: v.sum(dim=1, keepdim=True), "mean dim": lambda v: v.mean(dim=0),
+    "max": lambda v: v.max(), "max dim": lambda v: v.max(1).values,
+    "min dim": lambda v: v.min(0, True)[0],
+    "amax": lambda v: v.amax(1), "prod": lambda v: v.prod(1), "var": lambda v: v.var(1),
+    "std": lambda v: v.std(0, correction=0), "logsumexp": lambda v: v.logsumexp(1),
+    "cumsum": lambda v: v.cumsum(1), "norm": lambda v: v.norm(1, 1),
+    "topk": lambda v: v.topk(2).values,
+    "sort": lambda v: v.sort(0, descending=True).values, "expand": lambda v: v[:1].expand(3, 4),
+    "flip": lambda v: v.flip(1), "tril": lambda v: v.tril(), "matmul": lambda v: v.matmul(v.T),
+}
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_a_node_has_torch_tensors_methods_with_their_arguments(queue, name):
+    """``x.softmax(1)``, ``x.max(1).values``, ``x.sum(dim=1, keepdim=True)``, ...: the
+    methods PyTorch code calls on a tensor, with PyTorch's argument order, equal to torch's
+    values and gradients."""
+    import torch
+    a = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    x = tp.tensor(a, requires_grad=True)
+    t = torch.tensor(a, dtype=torch.float64, requires_grad=True)
+    with tp.Tape() as tape:
+        out = METHODS[name](x)
+        loss = tp.sum(out * out)
+    tape.backward(loss)
+    want = METHODS[name](t)
+    (want * want).sum().backward()
+    np.testing.assert_allclose(out.to_host(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(x.grad.to_host(), t.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_nodes_max_and_min_along_a_dim_give_values_and_indices_as_torch(queue):
+    x = tp.tensor(np.array([[1.0, 3.0, 3.0], [2.0, 0.0, 2.0]], np.float32))
+    values, indices = x.max(1)
+    assert values.to_host().tolist() == [3, 2] and indices.to_host().tolist() == [1, 0]
+    assert x.min(dim=0).indices.to_host().tolist() == [0, 1, 1]
+    assert float(x.max()) == 3.0
+    with pytest.raises(TypeError, match="axis and dim given both"):
+        x.sum(0, dim=1)

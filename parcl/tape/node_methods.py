@@ -13,6 +13,18 @@ import numpy as np
 from . import mode
 
 
+def _torch_names(op: str, axis, keepdims, dim, keepdim) -> tuple:
+    """``axis``/``keepdims`` (numpy's names, parcl's) or ``dim``/``keepdim`` (PyTorch's);
+    both at once is a TypeError."""
+    if dim is not None:
+        if axis is not None:
+            raise TypeError(f"{op}: axis and dim given both; they are one argument")
+        axis = dim
+    if keepdim is not None:
+        keepdims = keepdim
+    return axis, keepdims
+
+
 @cache
 def _ops():
     # imported on first use (ops import node.py, which imports this); cached, as every
@@ -88,11 +100,142 @@ class NodeMethods:
     def __neg__(self):
         return _ops().neg(self)
 
-    def sum(self, axis=None, keepdims=False):
+    def sum(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        """``x.sum(axis)``; PyTorch's ``dim=``/``keepdim=`` are taken too."""
+        axis, keepdims = _torch_names("sum", axis, keepdims, dim, keepdim)
         return _ops().sum(self, axis=axis, keepdims=keepdims)
 
-    def mean(self, axis=None, keepdims=False):
+    def mean(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        axis, keepdims = _torch_names("mean", axis, keepdims, dim, keepdim)
         return _ops().mean(self, axis=axis, keepdims=keepdims)
+
+    # -- torch.Tensor's methods of the ops: thin wrappers, PyTorch's argument order -------
+    def exp(self):
+        return _ops().exp(self)
+
+    def log(self):
+        return _ops().log(self)
+
+    def sqrt(self):
+        return _ops().sqrt(self)
+
+    def rsqrt(self):
+        return _ops().rsqrt(self)
+
+    def abs(self):
+        return _ops().abs(self)
+
+    def square(self):
+        return _ops().square(self)
+
+    def sin(self):
+        return _ops().sin(self)
+
+    def cos(self):
+        return _ops().cos(self)
+
+    def tanh(self):
+        return _ops().tanh(self)
+
+    def sigmoid(self):
+        return _ops().sigmoid(self)
+
+    def relu(self):
+        return _ops().relu(self)
+
+    def neg(self):
+        return _ops().neg(self)
+
+    def pow(self, exponent):
+        return _ops().pow(self, exponent)
+
+    def clamp(self, min=None, max=None):  # noqa: A002
+        return _ops().clamp(self, min, max)
+
+    def softmax(self, dim):
+        return _ops().softmax(self, dim)
+
+    def log_softmax(self, dim):
+        return _ops().log_softmax(self, dim)
+
+    def max(self, dim=None, keepdim=False):  # noqa: A003
+        """``x.max()``: the largest element; ``x.max(dim)``: ``(values, indices)`` along
+        ``dim``, as ``torch.Tensor.max``."""
+        if dim is None:
+            return _ops().max(self, keepdims=keepdim)
+        return _ops().sorting.SortResult(_ops().max(self, dim, keepdim),
+                                 _ops().argmax(self, dim, keepdim))
+
+    def min(self, dim=None, keepdim=False):  # noqa: A003
+        if dim is None:
+            return _ops().min(self, keepdims=keepdim)
+        return _ops().sorting.SortResult(_ops().min(self, dim, keepdim),
+                                 _ops().argmin(self, dim, keepdim))
+
+    def argmax(self, dim=None, keepdim=False):
+        return _ops().argmax(self, dim, keepdim)
+
+    def argmin(self, dim=None, keepdim=False):
+        return _ops().argmin(self, dim, keepdim)
+
+    def amax(self, dim=None, keepdim=False):
+        return _ops().amax(self, dim, keepdim)
+
+    def amin(self, dim=None, keepdim=False):
+        return _ops().amin(self, dim, keepdim)
+
+    def prod(self, dim=None, keepdim=False):
+        return _ops().prod(self, dim, keepdim)
+
+    def var(self, dim=None, *, correction=1, keepdim=False):
+        return _ops().var(self, dim, keepdims=keepdim, correction=correction)
+
+    def std(self, dim=None, *, correction=1, keepdim=False):
+        return _ops().std(self, dim, keepdims=keepdim, correction=correction)
+
+    def logsumexp(self, dim, keepdim=False):
+        return _ops().logsumexp(self, dim, keepdim)
+
+    def cumsum(self, dim):
+        return _ops().cumsum(self, dim)
+
+    def norm(self, p=2, dim=None, keepdim=False):
+        return _ops().norm(self, p, dim, keepdim)
+
+    def topk(self, k, dim=-1, largest=True, sorted=True):  # noqa: A002
+        return _ops().topk(self, k, dim, largest, sorted)
+
+    def sort(self, dim=-1, descending=False, stable=False):
+        return _ops().sort(self, dim, descending, stable)
+
+    def argsort(self, dim=-1, descending=False, stable=False):
+        return _ops().argsort(self, dim, descending, stable)
+
+    def masked_fill(self, mask, value):
+        return _ops().masked_fill(self, mask, value)
+
+    def gather(self, dim, index):
+        return _ops().gather(self, dim, index)
+
+    def index_select(self, dim, index):
+        return _ops().index_select(self, dim, index)
+
+    def matmul(self, other):
+        return _ops().matmul(self, other)
+
+    def expand(self, *sizes):
+        if len(sizes) == 1 and not isinstance(sizes[0], (int, np.integer)):
+            sizes = tuple(sizes[0])
+        return _ops().expand(self, sizes)
+
+    def flip(self, dims):
+        return _ops().flip(self, dims)
+
+    def tril(self, diagonal=0):
+        return _ops().tril(self, diagonal)
+
+    def triu(self, diagonal=0):
+        return _ops().triu(self, diagonal)
 
     def reshape(self, *shape):
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
