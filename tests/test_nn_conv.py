@@ -116,3 +116,40 @@ def test_conv_layer_errors(queue):
     layer = nn.ConvTranspose2d(4, 2, 3)
     with pytest.raises(pc.ShapeError, match=r"input has 3 features/channels at dim 1"):
         layer(up(queue, np.zeros((1, 3, 5, 5))))
+
+
+@pytest.mark.parametrize("kernel, dilation, padding_mode", [
+    ((3, 3), 1, "zeros"), ((2, 4), 1, "zeros"), ((3, 2), (2, 1), "zeros"),
+    ((4, 4), 1, "reflect"), ((3, 3), 2, "circular")])
+@pytest.mark.parametrize("padding", ["same", "valid"])
+def test_conv2d_takes_pytorchs_padding_same_and_valid(queue, kernel, dilation, padding_mode,
+                                                      padding):
+    """``Conv2d(..., padding="same")`` (the output as large as the input; an even kernel's
+    odd zero on the right and below) and ``"valid"``, in every padding mode, as torch's:
+    values and the input's gradient (it was a ShapeError: padding must be an int)."""
+    import torch
+    x = np.random.default_rng(0).standard_normal((2, 3, 9, 8)).astype(np.float32)
+    ours = pc.nn.Conv2d(3, 4, kernel, padding=padding, dilation=dilation,
+                        padding_mode=padding_mode, queue=queue)
+    theirs = torch.nn.Conv2d(3, 4, kernel, padding=padding, dilation=dilation,
+                             padding_mode=padding_mode)
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    xt = torch.tensor(x, requires_grad=True)
+    want = theirs(xt)
+    (want * want).sum().backward()
+    nx = tp.tensor(x, requires_grad=True)
+    with tp.Tape() as tape:
+        y = ours(nx)
+        loss = tp.sum(y * y)
+    tape.backward(loss)
+    np.testing.assert_allclose(y.to_host(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(nx.grad.to_host(), xt.grad.numpy(), rtol=1e-4, atol=1e-4)
+    assert repr(ours) == repr(theirs)
+
+
+def test_conv2d_padding_same_with_a_stride_is_refused_as_pytorch(queue):
+    with pytest.raises(pc.ShapeError, match="padding='same' needs stride 1"):
+        pc.nn.Conv2d(3, 4, 3, stride=2, padding="same", queue=queue)
+    with pytest.raises(pc.ShapeError, match="padding 'full' is not 'same', 'valid'"):
+        tp.conv2d(tp.tensor(np.ones((1, 1, 4, 4), np.float32)),
+                  tp.tensor(np.ones((1, 1, 3, 3), np.float32)), padding="full")

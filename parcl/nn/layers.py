@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..runtime import default_queue
 from ..tape import ops
+from ..tape.ops.nn import string_padding
 from ..tensor import Tensor
 from .module import Module, Parameter, uniform_
 
@@ -141,9 +142,13 @@ class Conv2d(Module):
                                "groups": groups})
         self.kernel_size = _pair("Conv2d", "kernel_size", kernel_size)
         self.stride = _pair("Conv2d", "stride", stride)
-        self.padding = _pair("Conv2d", "padding", padding, least=0)
+        # PyTorch keeps "same" and "valid" as given
+        self.padding = padding if isinstance(padding, str) else _pair("Conv2d", "padding",
+                                                                      padding, least=0)
         self.dilation = _pair("Conv2d", "dilation", dilation)
         self.padding_mode = _check_padding_mode("Conv2d", padding_mode)
+        if isinstance(padding, str):         # refused now, as PyTorch refuses it
+            string_padding("Conv2d", padding, self.kernel_size, self.stride, self.dilation)
         self.groups = int(groups)
         if self.groups < 1 or self.in_channels % self.groups or self.out_channels % self.groups:
             raise ShapeError(f"Conv2d: groups={groups} must be >= 1 and divide in_channels="
@@ -162,12 +167,16 @@ class Conv2d(Module):
         """The convolution; ``relu=True`` fuses a following ReLU into its last pass."""
         _check_features(self, x, 1, self.in_channels, (4,))
         padding = self.padding
-        if self.padding_mode != "zeros":
-            (ph, pw), padding = padding, (0, 0)
-            x = ops.pad(x, (pw, pw, ph, ph), mode=self.padding_mode)
+        if self.padding_mode != "zeros" and padding != "valid":
+            if isinstance(padding, str):
+                (top, bottom), (left, right) = string_padding(
+                    "Conv2d", padding, self.kernel_size, self.stride, self.dilation)
+            else:
+                (top, left), (bottom, right) = padding, padding
+            x, padding = ops.pad(x, (left, right, top, bottom), mode=self.padding_mode), (0, 0)
         return ops.conv2d(x, self.weight, self.bias, stride=_arg(self.stride),
-                          padding=_arg(padding), dilation=_arg(self.dilation),
-                          groups=self.groups, relu=relu)
+                          padding=padding if isinstance(padding, str) else _arg(padding),
+                          dilation=_arg(self.dilation), groups=self.groups, relu=relu)
 
     def extra_repr(self) -> str:
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

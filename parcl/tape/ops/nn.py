@@ -134,18 +134,49 @@ class Conv2d(Function):
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1, *,
            relu: bool = False, tape=None):
     """2-D convolution (cross-correlation, as PyTorch) of NCHW ``x`` with ``weight``
-    ``(cout, cin/groups, kh, kw)``; ``stride``, ``padding`` and ``dilation`` are ints or
-    pairs. Forward is im2col and one GEMM over the batch (bias, and a ReLU with ``relu=True``,
-    fused), one GEMM per group when ``groups > 1``, and a direct kernel for depthwise
-    convolutions (``groups == cin``); backward is deterministic (no atomics).
+    ``(cout, cin/groups, kh, kw)``; ``stride`` and ``dilation`` are ints or pairs, ``padding``
+    an int, a pair, ``"valid"`` (0) or ``"same"`` (stride 1; an odd total padding puts the
+    extra zero on the right and bottom, as PyTorch). Forward is im2col and one GEMM over the
+    batch (bias, and a ReLU with ``relu=True``, fused), one GEMM per group when ``groups >
+    1``, and a direct kernel for depthwise convolutions (``groups == cin``); backward is
+    deterministic (no atomics).
 
     >>> tp.conv2d(x, w, b, stride=2, padding=1).shape      # x (2, 3, 8, 8), w (4, 3, 3, 3)
     (2, 4, 4, 4)
     >>> tp.conv2d(x, wd, padding=2, dilation=2, groups=3).shape     # wd (6, 1, 3, 3)
     (2, 6, 8, 8)
+    >>> tp.conv2d(x, tp.tensor(np.ones((1, 3, 2, 4), np.float32)), padding="same").shape
+    (2, 1, 8, 8)
     """
+    if isinstance(padding, str):
+        pads = string_padding("conv2d", padding, tuple(weight.shape)[2:], stride, dilation)
+        (top, bottom), (left, right) = pads
+        if (top, left) == (bottom, right):
+            padding = (top, left)
+        else:                                     # the odd zero right and below: padded here
+            from .indexing import pad
+            x, padding = pad(x, (left, right, top, bottom), tape=tape), 0
     return Conv2d.apply(x, weight, bias, tape=tape, stride=stride, padding=padding,
                         relu=bool(relu), dilation=dilation, groups=groups)
+
+
+def string_padding(op: str, padding: str, kernel: tuple, stride, dilation) -> list:
+    """PyTorch's ``padding="valid"`` (none) or ``"same"`` (the output as large as the input,
+    stride 1 only) as ``(before, after)`` per spatial dim: ``dilation * (k - 1)`` in all,
+    the odd one after."""
+    n = len(kernel)
+    if padding not in ("same", "valid"):
+        raise ShapeError(f"{op}: padding {padding!r} is not 'same', 'valid', an int or a "
+                         f"tuple")
+    dilation = (dilation,) * n if isinstance(dilation, (int, np.integer)) else tuple(dilation)
+    stride = (stride,) * n if isinstance(stride, (int, np.integer)) else tuple(stride)
+    if padding == "valid":
+        return [(0, 0)] * n
+    if any(s != 1 for s in stride):
+        raise ShapeError(f"{op}: padding='same' needs stride 1, got stride {stride} (as "
+                         f"PyTorch)")
+    totals = [d * (k - 1) for d, k in zip(dilation, kernel)]
+    return [(t // 2, t - t // 2) for t in totals]
 
 
 # -- pooling ---------------------------------------------------------------------------------
