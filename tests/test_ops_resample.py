@@ -123,6 +123,19 @@ def test_interpolate_1d_and_3d_match_pytorch_with_gradients(queue, rng, shape, k
                   lambda t: F.interpolate(t, **kw), [rng.standard_normal(shape)], tol=2e-5)
 
 
+def test_nearest_exact_moves_a_dim_of_unchanged_size_as_pytorch(queue, rng):
+    # scale_factor 1.33 keeps a size of 3 (floor(3.99)) but its positions are (d + 0.5) / 1.33:
+    # [0, 1, 1] in PyTorch; parcl kept [0, 1, 2] in every dim but the first
+    x = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3)
+    got = tp.interpolate(tp.tensor(x), scale_factor=(1.33, 1.33), mode="nearest-exact")
+    np.testing.assert_array_equal(got.to_host()[0, 0], [[0, 1, 1], [3, 4, 4], [3, 4, 4]])
+    for shape, sf in [((1, 2, 3, 3), (2.0, 1.33)), ((2, 1, 4, 3, 3), (0.7, 1.33, 1.33)),
+                      ((1, 2, 3), 1.33)]:
+        kw = dict(scale_factor=sf, mode="nearest-exact")
+        against_torch(queue, rng, lambda t, kw=kw: tp.interpolate(t, **kw),
+                      lambda t, kw=kw: F.interpolate(t, **kw), [rng.standard_normal(shape)])
+
+
 @pytest.mark.parametrize("mode", ["nearest", "bilinear"])
 def test_interpolate_gradients_pass_finite_differences(queue, rng, mode):
     node = leaf(queue, rng.standard_normal((1, 2, 3, 4)))

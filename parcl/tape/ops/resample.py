@@ -78,9 +78,12 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest",
                           w_lo, tape=tape),
                       mul(index_select(out, axis, Tensor.from_host(x.queue, hi), tape=tape),
                           w_hi, tape=tape), tape=tape)
-        elif n != m or k == 0 and out is x:   # an op even at scale 1: a new Node, as torch's
+        else:
+            # a dim of unchanged size can still move (nearest-exact at a scale_factor of 1.33)
             src = _nearest_sources(n, m, scales[k], exact=mode == "nearest-exact")
-            out = index_select(out, axis, Tensor.from_host(x.queue, src), tape=tape)
+            if not np.array_equal(src, np.arange(n)) or k == 0 and out is x:
+                # an op even at scale 1: a new Node, as torch's
+                out = index_select(out, axis, Tensor.from_host(x.queue, src), tape=tape)
     return out
 
 
