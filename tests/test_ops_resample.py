@@ -136,6 +136,27 @@ def test_nearest_exact_moves_a_dim_of_unchanged_size_as_pytorch(queue, rng):
                       lambda t, kw=kw: F.interpolate(t, **kw), [rng.standard_normal(shape)])
 
 
+def test_linear_modes_copy_a_dim_of_unchanged_size_as_pytorch(queue, rng):
+    # PyTorch copies a dim whose size a scale_factor leaves as it is (3 at 1.33), where
+    # parcl weighed neighbours at the positions (d + 0.5) / 1.33 - 0.5: [0, 0.654, 1.423]
+    # for [0, 1, 2]; and an infinity no longer spills into its neighbours (inf * 0)
+    x = np.array([[[0.0, 1.0, 2.0]]], np.float32)
+    got = tp.interpolate(tp.tensor(x), scale_factor=1.33, mode="linear")
+    np.testing.assert_array_equal(got.to_host(), x)
+    inf = np.array([[[1.0, np.inf, 3.0]]], np.float32)
+    want = F.interpolate(torch.tensor(inf), size=3, mode="linear").numpy()     # [1, nan, 3]
+    np.testing.assert_array_equal(tp.interpolate(tp.tensor(inf), size=3, mode="linear")
+                                  .to_host(), want)
+    for shape, sf, mode in [((1, 2, 3, 5), (1.33, 2.5), "bilinear"),
+                            ((2, 1, 4, 3), (2.0, 1.33), "bilinear"),
+                            ((1, 1, 2, 3, 2), (1.3, 1.33, 2.0), "trilinear")]:
+        for align in (None, True):
+            kw = dict(scale_factor=sf, mode=mode, align_corners=align)
+            against_torch(queue, rng, lambda t, kw=kw: tp.interpolate(t, **kw),
+                          lambda t, kw=kw: F.interpolate(t, **kw),
+                          [rng.standard_normal(shape)])
+
+
 @pytest.mark.parametrize("mode", ["nearest", "bilinear"])
 def test_interpolate_gradients_pass_finite_differences(queue, rng, mode):
     node = leaf(queue, rng.standard_normal((1, 2, 3, 4)))

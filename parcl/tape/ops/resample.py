@@ -136,6 +136,9 @@ def _nearest_sources(n: int, m: int, scale, exact: bool) -> np.ndarray:
 def _linear_sources(n: int, m: int, scale, align_corners: bool):
     """PyTorch's linear weights (``compute_indices_weights_linear``): the lower and upper
     source positions of each output position and their float32 weights."""
+    if n == m:      # PyTorch copies a dim of unchanged size, whatever scale_factor says
+        same = np.arange(m, dtype=np.int32)
+        return same, same, np.ones(m, np.float32), np.zeros(m, np.float32)
     dst = np.arange(m).astype(np.float32)
     if align_corners:
         s = np.float32(n - 1) / np.float32(m - 1) if m > 1 else np.float32(0)
