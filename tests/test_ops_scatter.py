@@ -327,6 +327,18 @@ def test_the_gradient_of_a_norm_at_zero_is_zero_as_torchs(queue, ord_):
     assert not np.isnan(x.grad.to_host()).any()
 
 
+@pytest.mark.parametrize("ord_", [2, 3, 0.5, -1, 1, np.inf])
+def test_a_norm_over_a_nan_is_nan_as_torchs(queue, ord_):
+    # the root was taken of the sums > 0 only, so a NaN's sum (not > 0) gave a norm of 0.0
+    # where PyTorch's is NaN: a NaN in the weights looked like a zero vector
+    a = np.array([[np.nan, 1.0, 2.0], [3.0, 0.5, -4.0]])
+    got = tp.linalg_vector_norm(up(queue, a), ord_, dim=1).to_host()
+    want = torch.linalg.vector_norm(torch.tensor(a), ord_, dim=1).numpy()
+    assert np.isnan(got[0]) and np.isnan(want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+    assert np.isnan(tp.norm(up(queue, a), ord_).to_host())
+
+
 def test_norm_takes_fro_and_refuses_matrix_norms(queue, rng):
     a = rng.standard_normal((3, 4))
     against_torch(queue, rng, lambda v: tp.norm(v, "fro"), lambda v: torch.norm(v, "fro"), [a])

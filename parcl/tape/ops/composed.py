@@ -169,7 +169,8 @@ def linalg_vector_norm(x, ord: float = 2, dim=None, keepdim: bool = False,  # no
         safe = where(nonzero, x, 1.0, tape=tape)
         power = where(nonzero, pow(abs(safe, tape=tape), p, tape=tape), 0.0, tape=tape)
     s = sum(power, axes, keep, tape=tape)
-    positive = gt(s.value if isinstance(s, Node) else s, 0.0)
+    # the sums are >= 0: the root of every nonzero one, NaN included, as PyTorch's
+    positive = ne(s.value if isinstance(s, Node) else s, 0.0)
     s = where(positive, s, 1.0, tape=tape)
     root = sqrt(s, tape=tape) if p == 2.0 else pow(s, 1.0 / p, tape=tape)
     return where(positive, root, 0.0, tape=tape)
