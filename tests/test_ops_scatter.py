@@ -339,6 +339,22 @@ def test_a_norm_over_a_nan_is_nan_as_torchs(queue, ord_):
     assert np.isnan(tp.norm(up(queue, a), ord_).to_host())
 
 
+@pytest.mark.parametrize("ord_", [-1, -2, -0.5])
+@pytest.mark.parametrize("dim", NORM_DIMS, ids=[str(d) for d in NORM_DIMS])
+def test_a_negative_order_norm_of_a_vector_holding_a_zero_is_zero_as_torchs(queue, rng, ord_,
+                                                                           dim):
+    # |0| ** ord is inf there, so the norm is 0 (gradient 0); the zeros were left out of the
+    # sum, and the (-1)-norm of [0, 1, 2] came out 0.667 instead of 0
+    a = rng.standard_normal((3, 4, 2))
+    a[0, 1, 0] = a[2, 3, 1] = 0.0
+    np.testing.assert_allclose(tp.linalg_vector_norm(up(queue, np.array([0.0, 1.0, 2.0])),
+                                                     -1).to_host(), 0.0)
+    for keepdim in (False, True):
+        against_torch(queue, rng, lambda v, k=keepdim: tp.linalg_vector_norm(v, ord_, dim, k),
+                      lambda v, k=keepdim: torch.linalg.vector_norm(v, ord_, dim, k), [a],
+                      tol=1e-4)
+
+
 def test_norm_takes_fro_and_refuses_matrix_norms(queue, rng):
     a = rng.standard_normal((3, 4))
     against_torch(queue, rng, lambda v: tp.norm(v, "fro"), lambda v: torch.norm(v, "fro"), [a])

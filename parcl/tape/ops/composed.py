@@ -27,7 +27,7 @@ from ...tensor import Tensor
 from ..node import Node
 from .elementwise import add, mul, pow
 from .linalg import bmm, mm
-from .mathops import gt, isfinite, isnan, ne, square
+from .mathops import eq, gt, isfinite, isnan, ne, square
 from .reduce import sum
 from .reduce_dims import amax, amin
 from .select import where
@@ -173,7 +173,14 @@ def linalg_vector_norm(x, ord: float = 2, dim=None, keepdim: bool = False,  # no
     positive = ne(s.value if isinstance(s, Node) else s, 0.0)
     s = where(positive, s, 1.0, tape=tape)
     root = sqrt(s, tape=tape) if p == 2.0 else pow(s, 1.0 / p, tape=tape)
-    return where(positive, root, 0.0, tape=tape)
+    norm_ = where(positive, root, 0.0, tape=tape)
+    if p < 0:
+        # a zero's |x| ** p is inf, so its vector's norm is 0 with a gradient of 0 (unless a
+        # NaN makes it NaN), as PyTorch's: the sum above left the zeros out
+        zeros = sum(eq(x.value if isinstance(x, Node) else x, 0.0), axes, keep)
+        raw_s = s.value if isinstance(s, Node) else s
+        norm_ = where(where(isnan(raw_s), 0.0, gt(zeros, 0.0)), 0.0, norm_, tape=tape)
+    return norm_
 
 
 def norm(x, p=2, dim=None, keepdim: bool = False, *, tape=None):
