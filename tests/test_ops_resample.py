@@ -69,6 +69,26 @@ def test_pad_refuses_what_pytorch_refuses(queue, shape, pad, mode):
                       lambda: F.pad(torch.zeros(shape), pad, mode=mode), "pad")
 
 
+@pytest.mark.parametrize("shape,pad,torch_refuses", [
+    ((1, 1, 3), (3, -2), True), ((1, 1, 3), (-2, 2), True), ((1, 1, 4, 5), (0, 0, 3, -2), True),
+    ((2, 1, 3), (2, -2), False), ((1, 1, 2), (-2, 2), False)])
+def test_circular_pad_refuses_to_wrap_more_than_the_cropped_input_holds(queue, shape, pad,
+                                                                        torch_refuses):
+    # PyTorch copies each side from the cropped input: more than it holds is an overlapping
+    # copy it refuses, or, with several channels, memory it never wrote (garbage such as
+    # 4.6e-41); parcl wrapped around again ([1, 1, 1, 1] for [1, 2, 3] padded (3, -2)), or
+    # failed in index_select where nothing was kept
+    with pytest.raises(pc.ParclError, match="pad: mode 'circular' wraps around at most once"):
+        tp.pad(pc.Tensor.zeros(queue, shape), pad, mode="circular")
+    if torch_refuses:
+        with pytest.raises(RuntimeError):
+            F.pad(torch.zeros(shape), pad, mode="circular")
+    # as much as the cropped input holds still wraps, as PyTorch
+    x = np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5)
+    np.testing.assert_array_equal(tp.pad(tp.tensor(x), (3, -2), mode="circular").to_host(),
+                                  F.pad(torch.tensor(x), (3, -2), mode="circular").numpy())
+
+
 def test_pad_refuses_a_fill_value_outside_constant_mode_and_an_unknown_mode(queue):
     t = pc.Tensor.zeros(queue, (2, 3, 5))
     raises_like_torch(lambda: tp.pad(t, (1, 1), mode="reflect", value=2.0),

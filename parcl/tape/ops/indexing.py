@@ -184,9 +184,12 @@ def _pad_sources(mode: str, n: int, left: int, right: int, axis: int, shape) -> 
     if mode == "reflect" and max(left, right) >= n:
         raise ShapeError(f"pad: mode 'reflect' needs padding smaller than the dimension: "
                          f"{where}")
-    if mode == "circular" and max(left, right) > n:
+    kept = n - max(0, -left) - max(0, -right)
+    if mode == "circular" and max(left, right) > kept:
+        # PyTorch copies each side from the cropped input: more than it holds is an
+        # overlapping copy it refuses (or, where nothing is kept, uninitialised memory)
         raise ShapeError(f"pad: mode 'circular' wraps around at most once: padding at most "
-                         f"the dimension's size, got {where}")
+                         f"the dimension's size after cropping ({kept}), got {where}")
     if n + min(left, 0) + min(right, 0) < 0:
         raise ShapeError(f"pad: {where} crops more than the dimension holds")
     if n + left + right < (0 if mode == "circular" else 1):
@@ -198,7 +201,7 @@ def _pad_sources(mode: str, n: int, left: int, right: int, axis: int, shape) -> 
     elif mode == "replicate":
         at = np.clip(at, 0, n - 1)
     else:                       # wraps around the input left after any crop, as PyTorch
-        start, kept = max(0, -left), n - max(0, -left) - max(0, -right)
+        start = max(0, -left)
         at = start + (at - start) % max(kept, 1)
     return at.astype(np.int32)
 
