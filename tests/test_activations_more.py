@@ -193,6 +193,17 @@ def test_normalize_inf_shares_the_gradient_among_elements_tied_for_the_largest_m
     np.testing.assert_allclose(node.grad.to_host(), want_grad, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("p", [2.0, 1.0, 3.0, np.inf])
+def test_normalize_of_a_row_holding_a_nan_is_nan_as_pytorch(queue, p):
+    """The root was taken of the sums > 0 only and a NaN sum is not > 0, so [nan, 1] was
+    divided by eps instead of its NaN norm: [nan, 1e12] where PyTorch gives [nan, nan]."""
+    x = np.array([[np.nan, 1.0], [3.0, 4.0]], np.float32)
+    got = tp.normalize(up(queue, x), p).to_host()
+    want = F.normalize(torch.tensor(x), p).numpy()
+    assert np.isnan(got[0]).all() and np.isnan(want[0]).all()
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+
+
 def test_normalize_refuses_what_pytorch_refuses(queue):
     with pytest.raises(ShapeError, match=r"normalize: axis 1 is out of range .*\(3,\)"):
         tp.normalize(up(queue, [1.0, 2.0, 3.0]))             # torch: IndexError

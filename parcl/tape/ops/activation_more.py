@@ -28,7 +28,7 @@ from .elementwise import div, mul, pow
 from .indexing import expand
 from .join import split
 from .loss import softmax
-from .mathops import gt, square
+from .mathops import ne, square
 from .reduce import sum
 from .reduce_dims import amax
 from .select import where
@@ -159,7 +159,7 @@ def softmin(x, dim: int | None = None, *, tape=None):
 
 def _norm(x, p: float, dim: int, eps: float, tape):
     """``max(||x||_p, eps)`` along ``dim`` (kept), as PyTorch's ``norm().clamp_min(eps)``.
-    The root is taken of the positive sums only: ``sqrt`` and ``pow(s, 1/p)`` have infinite
+    The root is taken of the nonzero sums only: ``sqrt`` and ``pow(s, 1/p)`` have infinite
     slope at 0, so a zero row would give 0 * inf = NaN where PyTorch's gradient is 0 (its norm
     backward masks zero norms). Not by clamping the sum at ``eps ** p`` first: that is 0 in
     float32 for p >= 4 (``1e-12 ** 4``), and a zero row divided by it gave NaN."""
@@ -171,7 +171,7 @@ def _norm(x, p: float, dim: int, eps: float, tape):
         s = sum(square(x, tape=tape), dim, keepdims=True, tape=tape)
     else:
         s = sum(pow(abs(x, tape=tape), p, tape=tape), dim, keepdims=True, tape=tape)
-    positive = gt(s, 0.0)
+    positive = ne(s, 0.0)      # the sums are >= 0: a NaN one keeps its root, NaN, as PyTorch
     s = where(positive, s, 1.0, tape=tape)
     root = sqrt(s, tape=tape) if p == 2.0 else pow(s, 1.0 / p, tape=tape)
     return clamp(where(positive, root, 0.0, tape=tape), min=eps, tape=tape)
