@@ -355,6 +355,21 @@ def test_a_negative_order_norm_of_a_vector_holding_a_zero_is_zero_as_torchs(queu
                       tol=1e-4)
 
 
+@pytest.mark.parametrize("ord_", [2, 1, 0.5, np.inf, 0])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_a_norm_over_dim_empty_is_over_every_dim_as_torchs(queue, rng, ord_, keepdim):
+    # dim=() reduced over no dim: the 2-norm of [[3, -4], [1, 2]] came out |x| elementwise,
+    # [[3, 4], [1, 2]], where PyTorch gives 5.477 (dim=None's)
+    a = np.array([[3.0, -4.0], [1.0, 2.0]])
+    np.testing.assert_allclose(tp.linalg_vector_norm(up(queue, a), dim=()).to_host(),
+                               np.sqrt(30.0), rtol=1e-6)
+    for dim in ((), []):
+        against_torch(queue, rng,
+                      lambda v, d=dim: tp.linalg_vector_norm(v, ord_, d, keepdim),
+                      lambda v, d=dim: torch.linalg.vector_norm(v, ord_, d, keepdim),
+                      [rng.standard_normal((2, 3))], tol=1e-5, grads=ord_ != 0)
+
+
 def test_norm_takes_fro_and_refuses_matrix_norms(queue, rng):
     a = rng.standard_normal((3, 4))
     against_torch(queue, rng, lambda v: tp.norm(v, "fro"), lambda v: torch.norm(v, "fro"), [a])

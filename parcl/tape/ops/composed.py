@@ -148,7 +148,7 @@ def linalg_vector_norm(x, ord: float = 2, dim=None, keepdim: bool = False,  # no
     p = _number("linalg_vector_norm", "ord", ord)
     shape = tuple(x.shape)
     axes = None if dim is None else wrap_dims("linalg_vector_norm", dim, len(shape), shape)
-    if axes is not None and not shape:
+    if not shape or not axes:          # dim=() is every dim in PyTorch, as None
         axes = None
     keep = bool(keepdim)
     if p == math.inf:
