@@ -298,6 +298,39 @@ def test_a_class_weighted_cross_entropy_is_weighed_by_the_weights_of_each_shards
                                            atol=1e-6)
 
 
+@pytest.mark.parametrize("capture", [False, True])
+def test_a_shard_whose_labels_all_weigh_nothing_adds_nothing_as_in_the_full_batch(devices2,
+                                                                                   capture):
+    """With a class weighing 0 (``CrossEntropyLoss(w)``, ``w[0] = 0``), a replica's shard
+    whose labels are all of that class (or ignored) has a mean over no weight: the step
+    weighs it by 0, but its backward divided that 0 by its weight sum 0 and the NaN went into
+    the summed gradient, so the second step's loss was NaN where PyTorch's full batch trains
+    on (0.931), silently. Such a share now adds nothing, and two steps with accumulation
+    equal PyTorch's."""
+    import torch
+    x, y = batch(9)
+    y[:4], y[4] = 0, -100            # replica 0's micro-batches: no weight at all
+    w = np.array([0.0, 2.0, 1.0, 3.0], np.float32)
+    crit = pc.nn.CrossEntropyLoss(pc.Tensor.from_host(pc.default_queue(), w))
+    model = mlp(pc.default_queue())
+    tm = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    tm.load_state_dict({k: torch.tensor(v) for k, v in model.state_dict().items()})
+    topt = torch.optim.SGD(tm.parameters(), lr=0.5)
+    with ReplicaGroup(mlp, devices2, capture=capture) as g:
+        opt = pc.optim.SGD(g.parameters(), lr=0.5)
+        for _ in range(2):
+            loss = g.step(x, y, crit, opt, accumulation_steps=2)
+            topt.zero_grad()
+            want = torch.nn.CrossEntropyLoss(torch.tensor(w))(tm(torch.tensor(x)),
+                                                              torch.tensor(y))
+            want.backward()
+            topt.step()
+            assert loss == pytest.approx(want.item(), rel=1e-5)
+        got = g.model.state_dict()
+    for k, v in tm.state_dict().items():
+        np.testing.assert_allclose(got[k], v.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_class_weights_the_step_cannot_see_are_refused_before_the_update(devices2):
     """Hidden in a lambda, the weights were unknown to the step, which weighed the shards by
     their labels: refused, nothing updated, with the visible ways to pass them."""

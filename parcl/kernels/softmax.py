@@ -148,7 +148,9 @@ __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* res
 // gx = (softmax(x) - (1-eps) onehot(label) - u) * g / count, u = eps/C (NLL: no softmax,
 // eps = 0); with class weights (p ((1-eps) w[t] + u sum_c w[c]) - (1-eps) w[t] onehot -
 // u w[c]) * g / sum of w[t]; per_row (reduce 0): each row's own upstream g[r], undivided.
-// Rows labelled `ignore` get no gradient.
+// Rows labelled `ignore` get no gradient. A mean over no weight (every row's label weighs 0)
+// with upstream 0 gives 0, not 0/0: a replica's share of a batch whose weight lies in the other
+// shares (ReplicaGroup.step weighs it by 0) must add nothing, where NaN poisoned the model.
 __kernel void ce_bwd_LT(__global const float* restrict x, __global const LT* restrict labels,
                         __global const float* restrict w,
                         __global const float* restrict stats, __global const float* restrict g,
@@ -171,7 +173,7 @@ __kernel void ce_bwd_LT(__global const float* restrict x, __global const LT* res
     }
     const LT t = labels[r];
     const float e = exp((x[i] - stats[r]) - stats[rows + r]), p = nll ? 0.0f : e;  // a select
-    const float scale = per_row ? g[r] : g[0] / stats[2 * rows];
+    const float scale = per_row ? g[r] : g[0] == 0.0f ? g[0] : g[0] / stats[2 * rows];
     float v;
     if (w) {
         const float wt = t >= 0 && t < C ? w[t] : 0.0f;
