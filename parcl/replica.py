@@ -34,7 +34,8 @@ from .nn.module import default_generator, set_default_generator
 from .pool import stamp
 from .replica_steps import (Captured, Eager, IgnoredLabels, check_class_weights,
                             check_optimizer, check_reduction, check_signatures, class_weights,
-                            positive, shard_batch, skip_unreached, weighted_loss)
+                            check_weightless_smoothing, positive, shard_batch, skip_unreached,
+                            weighted_loss)
 from .replica_losses import LossCopies
 from .replica_stats import StatsExchange
 from .replica_threads import Replica
@@ -379,6 +380,7 @@ class ReplicaGroup:
         weights = class_weights(loss_fn) if reduction == "mean" else None
         shards, total = shard_batch(x, y, k, self.comm, ignore, accumulation_steps,   # 1.
                                     reduction, weights)
+        check_weightless_smoothing(loss_fn, shards, total, ignore, weights, self.comm)
         self._wait_idle()
         own, views = self._begin()
         keys = self._keys(key, loss_fn, reduction)

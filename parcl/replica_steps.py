@@ -161,6 +161,43 @@ def class_weights(loss_fn) -> np.ndarray | None:
         np.float64)
 
 
+def check_weightless_smoothing(loss_fn, shards: list[list[Micro]], total: int | float,
+                                ignore: int | None, weights: np.ndarray | None, comm) -> None:
+    """A class-weighted cross-entropy with ``label_smoothing`` counts the smoothing term of
+    every row not ignored, even one whose label weighs 0, over the batch's weight sum
+    (``total``); a micro-batch whose labels all weigh 0 is weighed by 0 (its own mean is
+    over no weight), so those rows' terms would be dropped. Refused before anything runs, on
+    every rank alike (a batch of no weight at all is the NaN of a mean over nothing)."""
+    if weights is None or not total or not _label_smoothing(loss_fn):
+        return
+    found = None
+    for i, micros in enumerate(shards):
+        for m in micros:
+            labels = m.y if ignore is None else m.y[m.y != ignore]
+            labels = labels[(labels >= 0) & (labels < weights.size)]   # others: LabelError
+            if found is None and labels.size and float(m.weight) == 0.0:
+                found = (i, m.start, m.start + len(m.y))
+    if not (comm.allreduce(int(found is not None)) if comm is not None else found):
+        return
+    where = (f"replica {found[0]}'s rows {found[1]}..{found[2] - 1}" if found else
+             "another rank's micro-batch")
+    raise ParclError(f"ReplicaGroup.step: {where} of the batch have labels that all weigh 0 "
+                     f"(class weights), so that share's mean is over no weight and is weighed "
+                     f"by 0, but with label_smoothing their smoothing terms count in the "
+                     f"full-batch mean: the step cannot weigh them and nothing was run. Give "
+                     f"such classes a small weight, shuffle them among the others, or run "
+                     f"without label_smoothing")
+
+
+def _label_smoothing(loss_fn) -> float:
+    """The ``label_smoothing`` of a ``CrossEntropyLoss`` or a partial of
+    ``tp.cross_entropy`` (0 for anything else)."""
+    if isinstance(loss_fn, functools.partial):
+        return float(loss_fn.keywords.get("label_smoothing", 0.0))
+    return float(getattr(loss_fn, "label_smoothing", 0.0) or 0.0) \
+        if isinstance(loss_fn, CrossEntropyLoss) else 0.0
+
+
 def count_samples(y: np.ndarray, ignore: int | None, weights: np.ndarray | None = None):
     """What a shard's mean loss is a mean over: its rows, or its labels not ``ignore``, or
     with class ``weights`` the sum of those labels' weights (a label out of range, which

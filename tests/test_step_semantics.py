@@ -331,6 +331,35 @@ def test_a_shard_whose_labels_all_weigh_nothing_adds_nothing_as_in_the_full_batc
         np.testing.assert_allclose(got[k], v.numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("partial", [False, True])
+def test_label_smoothing_over_a_share_that_weighs_nothing_is_refused_before_the_update(
+        devices2, partial):
+    """With label smoothing, a row whose label weighs 0 still adds its smoothing term to
+    PyTorch's weighted mean; a replica's share of only such rows is weighed by 0 (its own
+    mean is over no weight), so those terms were dropped: 2 replicas trained on 1.078 where
+    the full batch has 1.392, weights 0.034 off, silently. Refused, nothing updated; the same
+    loss on a batch whose every share has weight equals the single replica."""
+    import functools
+    x, y = batch(9)
+    y[:5] = 0                                  # replica 0's rows: all of the class weighing 0
+    w = np.array([0.0, 2.0, 1.0, 3.0], np.float32)
+    crit = functools.partial(tp.cross_entropy, weight=w, label_smoothing=0.3) if partial \
+        else pc.nn.CrossEntropyLoss(pc.Tensor.from_host(pc.default_queue(), w),
+                                    label_smoothing=0.3)
+    with ReplicaGroup(mlp, devices2) as g:
+        before = g.model.state_dict()
+        with pytest.raises(pc.ParclError, match=r"replica 0's rows 0\.\.4 .* label_smoothing"):
+            g.step(x, y, crit, pc.optim.SGD(g.parameters(), lr=0.5))
+        for k, v in g.model.state_dict().items():
+            np.testing.assert_array_equal(v, before[k])
+    y[0] = 1
+    one, p1 = one_step(devices2[:1], x, y, crit)
+    two, p2 = one_step(devices2, x, y, crit)
+    assert two == pytest.approx(one, rel=1e-5)
+    for k in p1:
+        np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
+
+
 def test_class_weights_the_step_cannot_see_are_refused_before_the_update(devices2):
     """Hidden in a lambda, the weights were unknown to the step, which weighed the shards by
     their labels: refused, nothing updated, with the visible ways to pass them."""
