@@ -316,6 +316,34 @@ def test_instance_norm_refuses_an_input_without_its_channels(queue):
         nn.InstanceNorm1d(4)(pc.Tensor.zeros(queue, (2, 4, 5, 5)))
 
 
+@pytest.mark.parametrize("ours_cls,theirs_cls,shape", [
+    (nn.InstanceNorm2d, torch.nn.InstanceNorm2d, (3, 4, 1, 1)),
+    (nn.InstanceNorm1d, torch.nn.InstanceNorm1d, (3, 4, 1)),
+    (nn.InstanceNorm1d, torch.nn.InstanceNorm1d, (4, 1))])
+def test_instance_norm_refuses_one_spatial_element_where_it_uses_the_inputs_statistics_as_pytorch(
+        queue, ours_cls, theirs_cls, shape):
+    """A sample's channel of one element (InstanceNorm2d after global pooling) normalises to
+    0 and its unbiased variance is 0/0: PyTorch refuses it in training, and with no running
+    statistics in evaluation too, where parcl gave all zeros and, tracked, wrote NaN into
+    running_var, silently. Refused, the running statistics left as they were; evaluation
+    with running statistics normalises as PyTorch's."""
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    for kw in (dict(), dict(track_running_stats=True, affine=True)):
+        ours, theirs = ours_cls(4, **kw), theirs_cls(4, **kw)
+        with pytest.raises(ValueError, match="more than 1 spatial element"):
+            theirs(torch.from_numpy(x))
+        with pytest.raises(pc.ShapeError, match="more than 1 spatial element"):
+            ours(pc.Tensor.from_host(queue, x))
+        ours.eval(), theirs.eval()
+        if kw:
+            np.testing.assert_allclose(ours(pc.Tensor.from_host(queue, x)).to_host(),
+                                       theirs(torch.from_numpy(x)).detach().numpy(), atol=1e-5)
+            np.testing.assert_array_equal(ours.running_var.to_host(), np.ones(4, np.float32))
+        else:
+            with pytest.raises(pc.ShapeError, match="more than 1 spatial element"):
+                ours(pc.Tensor.from_host(queue, x))
+
+
 @pytest.mark.parametrize("make", [
     lambda m: m.Upsample(scale_factor=2), lambda m: m.Upsample(size=(5, 3), mode="bilinear"),
     lambda m: m.Upsample(scale_factor=(1.5, 2), mode="bilinear", align_corners=True),

@@ -178,7 +178,13 @@ class _InstanceNorm(Module):
                              f"dims or ({self.num_features}, ...) of {n - 1}, got shape {shape}")
         if len(shape) == n - 1:
             return ops.squeeze(self.forward(ops.unsqueeze(x, 0)), 0)
-        if self.running_mean is not None and not self.training:
+        use_input_stats = self.training or self.running_mean is None
+        if use_input_stats and int(np.prod(shape[2:])) == 1:
+            # a sample's channel of one element normalises to 0 and its unbiased variance is
+            # 0/0: PyTorch refuses it (after global pooling, (N, C, 1, 1)) rather than give that
+            raise ShapeError(f"{self!r}: expected more than 1 spatial element when training, "
+                             f"got input of shape {shape}")
+        if not use_input_stats:
             return ops.batch_norm(x, self.weight, self.bias, self.running_mean,
                                   self.running_var, training=False, eps=self.eps)
         if self.running_mean is not None:
