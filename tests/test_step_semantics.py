@@ -416,3 +416,18 @@ def test_a_loss_over_the_flattened_batch_is_weighed_by_its_reduction(devices2, f
             np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
         with pytest.raises(pc.ParclError, match=message):
             one_step(devices2, x, y, loss_fn, reduction=wrong)
+
+
+def test_class_weights_of_another_context_in_a_partial_name_the_ways_that_work(devices2):
+    """A pc.Tensor of weights in ``functools.partial(tp.cross_entropy, weight=w)`` lives in
+    the caller's context, not a replica's: refused with the two ways that reach every
+    replica (a numpy array, or the loss module), which both equal one replica."""
+    import functools
+    x, y = batch(7)
+    w = np.array([0.5, 2.0, 1.0, 3.0], np.float32)
+    on_caller = pc.Tensor.from_host(pc.default_queue(), w)
+    with pytest.raises(pc.ParclError, match="numpy array, or use pc.nn.CrossEntropyLoss"):
+        one_step(devices2, x, y, functools.partial(tp.cross_entropy, weight=on_caller))
+    one, _ = one_step(devices2[:1], x, y, pc.nn.CrossEntropyLoss(on_caller))
+    two, _ = one_step(devices2, x, y, functools.partial(tp.cross_entropy, weight=w))
+    assert two == pytest.approx(one, rel=1e-5)

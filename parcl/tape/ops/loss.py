@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import LabelError, ParclError
+from ...errors import DeviceError, LabelError, ParclError
 from ...kernels import softmax as smk
 from ...kernels.strided import axis_int
 from ...tensor import Tensor
@@ -226,12 +226,18 @@ def class_weight_arg(op: str, weight, logits) -> Tensor | None:
         return None
     if isinstance(weight, Node):
         weight = weight.value
+    queue = logits.value.queue if isinstance(logits, Node) else logits.queue
     if not isinstance(weight, Tensor):
         if not isinstance(weight, np.ndarray):
             raise TypeError(f"{op}: weight must be a pc.Tensor of one weight per class, got "
                             f"{type(weight).__name__}")
-        queue = logits.value.queue if isinstance(logits, Node) else logits.queue
         weight = Tensor.from_host(queue, np.asarray(weight, np.float32))
+    elif weight.queue.context != queue.context:
+        # a ReplicaGroup's replicas each run in a context of their own
+        raise DeviceError(f"{op}: weight {weight.shape} is a pc.Tensor of another OpenCL "
+                          f"context than the logits (another replica's or the caller's); "
+                          f"pass the weights as a numpy array, or use pc.nn.CrossEntropyLoss("
+                          f"weight) / NLLLoss(weight), whose tensors reach every replica")
     return weight
 
 
