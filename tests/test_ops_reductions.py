@@ -75,6 +75,22 @@ def test_max_min_ties_send_gradient_to_the_first_over_axes_and_share_it_over_all
     assert g[:, 0, :].tolist() == [[1, 0], [0, 0]] and g[:, 1, :].tolist() == [[1, 0], [0, 0]]
 
 
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_and_min_of_every_element_give_nan_extremes_the_gradient_as_pytorch(queue, op):
+    """``torch.max(x)`` of a tensor holding NaNs is NaN and shares the gradient among the
+    NaNs (0.5 each of two), the rest 0; since the ties were shared (amax's rule, under which
+    a NaN extreme ties with nothing) every element's gradient was NaN, so one NaN input
+    poisoned every parameter behind it, silently. torch.amax keeps its NaN gradient."""
+    import torch
+    x = np.array([[1.0, np.nan, 3.0], [np.nan, 2.0, 0.0]])
+    y, g = grad_of(queue, lambda t: getattr(tp, op)(t) * 3.0, x)
+    t = torch.tensor(x, dtype=torch.float32, requires_grad=True)
+    (getattr(torch, op)(t) * 3.0).backward()
+    assert np.isnan(y) and g.tolist() == t.grad.tolist() == [[0, 1.5, 0], [1.5, 0, 0]]
+    _, g = grad_of(queue, lambda t: tp.amax(t), x)
+    assert np.isnan(g).all()                       # as torch.amax's
+
+
 @pytest.mark.parametrize("op, ref", [(tp.argmax, np.argmax), (tp.argmin, np.argmin)])
 @pytest.mark.parametrize("axis", [None, 0, -1, 1])
 @pytest.mark.parametrize("keepdims", [False, True])

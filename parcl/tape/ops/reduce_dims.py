@@ -40,6 +40,7 @@ class _Extreme(Function):
     split evenly among ties (PyTorch's rule; ``tp.max`` over every element too)."""
 
     lower = False
+    nan_ties = False       # NaN extremes share the gradient (torch.max(x)'s rule, not amax's)
 
     def forward(self, x: Tensor, dim=None, keepdim: bool = False):
         ew.check_float(self.name, x)
@@ -55,6 +56,10 @@ class _Extreme(Function):
     def backward(self, g: Tensor):
         x, kept, axes = self.saved
         ties = ew.binary("le" if self.lower else "ge", x, kept)       # 1 where x is extreme
+        if self.nan_ties:
+            # a NaN extreme compares false everywhere, and 0 ties made every gradient NaN;
+            # x holds a NaN only where the extreme is NaN, so those are then the ties
+            ew.binary("add", ties, ew.unary("isnan", x), out=ties)
         share = ew.binary("div", g.reshape(kept.shape), rd.sum(ties, axes, keepdims=True))
         return ew.binary("mul", ties, share, out=ties)
 

@@ -84,13 +84,16 @@ class Min(_Extreme):
 
 
 class MaxAll(Amax):
-    """``torch.max(x)`` of every element: ties share the gradient evenly (``amax``'s rule)."""
+    """``torch.max(x)`` of every element: ties share the gradient evenly (``amax``'s rule),
+    and NaN extremes are ties as torch.max's (torch.amax gives every element NaN there)."""
 
     name = "max"
+    nan_ties = True
 
 
 class MinAll(Amin):
     name = "min"
+    nan_ties = True
 
 
 def max(x, axis=None, keepdims: bool = False, *, tape=None):  # noqa: A001
