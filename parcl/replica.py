@@ -356,9 +356,10 @@ class ReplicaGroup:
         broadcast. ``max_grad_norm`` clips the summed gradient's global 2-norm (the same on
         every replica and rank) before the update, as ``pc.nn.utils.clip_grad_norm_`` would on
         the full batch; the norm before clipping is then ``last_grad_norm``. A failed step
-        leaves parameters, optimizer state, batch norm's running statistics and the dropout
-        generators unchanged. A model given other Parameters or buffer slots since the group
-        was built (``model.fc = Linear(...)``) raises before anything: make a new group.
+        leaves parameters, optimizer state, batch norm's running statistics, the dropout
+        generators and the gradients (a run's, None ones) unchanged. A model given other
+        Parameters or buffer slots since the group was built (``model.fc = Linear(...)``)
+        raises before anything: make a new group.
 
         ``loss_fn`` returns the mean loss over its batch (``reduction="mean"``; a loss that
         ends in ``tp.sum`` is refused, as it would be weighed wrongly), or, with
@@ -381,9 +382,9 @@ class ReplicaGroup:
         shards, total = shard_batch(x, y, k, self.comm, ignore, accumulation_steps,   # 1.
                                     reduction, weights)
         check_weightless_smoothing(loss_fn, shards, total, ignore, weights, self.comm)
-        self._wait_idle()
-        own, views = self._begin()
         keys = self._keys(key, loss_fn, reduction)
+        self._wait_idle()
+        own, views, found = self._begin()
         try:
             losses = self._losses.for_replicas(loss_fn)   # a loss module's tensors on each
             outcomes = self._call(self._replica_step, (shards, losses, keys))        # 2.
@@ -398,22 +399,27 @@ class ReplicaGroup:
             norm = self._end.finish(self._buffers, optimizer, max_norm)            # 4.
             self._synced = stamp()
         except BaseException:
-            self._rewind()                     # dropout generators and running statistics too
+            self._rewind(found)                # dropout generators and running statistics too
             raise
         self._grads_dirty, self._seen = False, None        # the end zeroed every gradient
         return self._finish(outcomes, norm, total)                                 # 5.
 
-    def _rewind(self) -> None:
+    def _rewind(self, found) -> None:
         """After a failed step: every replica's dropout generator and buffers as the step
-        found them, so the next step computes what it would have (eager or replayed alike)."""
+        found them, so the next step computes what it would have (eager or replayed alike),
+        and the gradients the calls before it left (``found``: ``_begin``'s) too."""
         if self._broken is None:
             try:
+                self._wait_idle()              # no replica still adds to its buckets
+                kept, self._reduced, self._seen = found
+                self._buffers.restore_grads(kept)
+                self._grads_dirty = False
                 self.run(self._backward.rewind)
             except ParclError as exc:  # the step's own error is still the one raised
                 self._broken = (f"a failed step could not restore the replicas' dropout "
                                 f"generators and running statistics ({exc})")
 
-    def _begin(self) -> tuple[list[int], list[int]]:
+    def _begin(self) -> tuple[list[int], list[int], tuple]:
         """Before the replicas start: a failed step's gradients zeroed (each replica makes
         its buckets its gradients again in its own call: ``Eager.prepare``), or the copies
         ``allreduce_grads`` left, or a run's unreduced gradients averaged; replica 0's
@@ -421,25 +427,30 @@ class ReplicaGroup:
         made equal, or a buffer replaced; a batch-statistics exchange broken by a failed step
         reset. Returns what the calls before left (``StepBuffers.held``): the step updates
         those parameters whether or not its own backwards reach them, as DDP's synced
-        backward reduces what ``no_sync`` accumulated."""
+        backward reduces what ``no_sync`` accumulated; and what a failed step puts back
+        (``_rewind``): the gradients as found and the group's note of them."""
         left: tuple[list[int], list[int]] = ([], [])
         if self._grads_dirty:
             self.zero_grad()
-        elif self._reduced:                # allreduce_grads' copies: the gradient counts once
+        if self._reduced:                  # allreduce_grads' copies: the gradient counts once
             left = self._buffers.held()
+            found = (self._buffers.keep_grads(True), self._reduced, self._seen)
             self._buffers.forget_copies()
         elif self._seen is not None:       # what the caller zeroed on replica 0 is zeroed
             self._buffers.follow_zeroing(self._seen)
             left = self._buffers.held()
+            found = (self._buffers.keep_grads(True), SYNCED, self._buffers.seen())
             # and what a run's backwards left, unreduced, counts as their mean (as DDP's)
             self._buffers.average_left(self._all_replicas)
+        else:                              # the zeros the last step left, None where dropped
+            found = (self._buffers.keep_grads(False), SYNCED, None)
         self._grads_dirty, self._reduced, self._seen = True, SYNCED, None
         if self._buffers.refresh() or (len(self.replicas) > 1
                                        and self._buffers.changed_since(self._synced)):
             self._buffers.broadcast()
         if self._stats is not None:
             self._stats.start()
-        return left
+        return (*left, found)
 
     def _keys(self, key, loss_fn, reduction: str) -> list:
         """Per replica what its recorded step is looked up by beside shapes, modes and

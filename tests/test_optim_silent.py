@@ -298,6 +298,69 @@ def test_a_failed_step_leaves_no_gradient_to_the_calls_after_it(devices2, then):
             _assert_params(group, w - 0.1 * (lw + gw), b - 0.1 * (lb + gb))
 
 
+@pytest.mark.parametrize("capture", [False, True], ids=["eager", "captured"])
+@pytest.mark.parametrize("then", ["allreduce_grads", "step"])
+def test_a_failed_step_keeps_the_gradients_a_run_left_before_it(devices2, then, capture):
+    """A backward ``run`` (DDP's ``no_sync``), then a step that fails in replica 1: the
+    step had already averaged the run's gradients into its own, and the calls after it
+    zeroed them as the failed step's, so ``allreduce_grads`` gave a gradient of 0 where the
+    run's mean is -0.236 (weight [0, 0]), and the next step left the run out (the weights
+    0.061 off), silently. As PyTorch's ``.grad`` after a forward that raised, the run's
+    gradients are there for the calls after the failed step."""
+    rng = np.random.default_rng(0)
+    x0, x = rng.random((6, 4), dtype=np.float32), rng.random((6, 4), dtype=np.float32)
+
+    def fails_in_replica_1(out, y):
+        if out.queue is group.replicas[1].queue:
+            raise RuntimeError("a loss that fails in replica 1")
+        return tp.mean(out * out)
+
+    with ReplicaGroup(_linear, devices2, capture=capture) as group:
+        w, b, opt = _start(group)
+        group.run(_backward, [x0[:3], x0[3:]])
+        with pytest.raises(pc.ReplicaError, match="replica 1"):
+            group.step(x, np.zeros(6, np.int64), fails_in_replica_1, opt)
+        lw, lb = _grads(w, b, x0)                # the mean of the two shards' mean gradients
+        if then == "allreduce_grads":
+            group.allreduce_grads(average=True)
+            np.testing.assert_allclose(group.model.weight.grad.to_host(), lw, rtol=1e-5)
+            opt.step()
+            _assert_params(group, w - 0.1 * lw, b - 0.1 * lb)
+        else:
+            group.step(x, np.zeros(6, np.int64), lambda out, y: tp.mean(out * out), opt)
+            gw, gb = _grads(w, b, x)
+            _assert_params(group, w - 0.1 * (lw + gw), b - 0.1 * (lb + gb))
+
+
+def test_a_failed_step_leaves_a_dropped_gradient_none(devices2):
+    """``opt.zero_grad()`` drops the gradients, a step fails, and a ``run`` backwards with
+    the bias frozen: the failed step made every gradient a zero tensor, so the bias's was no
+    longer None, ``allreduce_grads`` kept it and ``opt.step()`` decayed the bias no backward
+    reached (weight_decay 0.5: [0.044, 0.435] became [0.041, 0.413]), where PyTorch's
+    optimizer skips a None gradient."""
+    rng = np.random.default_rng(0)
+    x0, x = rng.random((6, 4), dtype=np.float32), rng.random((6, 4), dtype=np.float32)
+
+    def fails_in_replica_1(out, y):
+        if out.queue is group.replicas[1].queue:
+            raise RuntimeError("a loss that fails in replica 1")
+        return tp.mean(out * out)
+
+    with ReplicaGroup(_linear, devices2) as group:
+        w, b, _ = _start(group)
+        opt = SGD(group.parameters(), lr=0.1, weight_decay=0.5)
+        opt.zero_grad()
+        with pytest.raises(pc.ReplicaError, match="replica 1"):
+            group.step(x, np.zeros(6, np.int64), fails_in_replica_1, opt)
+        group.model.bias.requires_grad = False
+        group.run(_backward, [x0[:3], x0[3:]])
+        group.allreduce_grads(average=True)
+        assert group.model.bias.grad is None
+        opt.step()
+        lw, _ = _grads(w, b, x0)
+        _assert_params(group, w - 0.1 * (lw + 0.5 * w), b)
+
+
 def test_gradients_accumulated_over_runs_still_add_up(devices2):
     """What the group follows is the caller's ``zero_grad`` between calls only: two backward
     runs accumulate (as two backwards in PyTorch), and a ``zero_grad`` each replica makes in

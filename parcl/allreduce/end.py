@@ -226,6 +226,31 @@ class StepBuffers:
         zeros on some replica (read back: a wait for every replica's queue)."""
         return [j for j in indices if any(grads.views[j].to_host().any() for grads in self.grads)]
 
+    def keep_grads(self, buckets: bool) -> list:
+        """Before a step: every replica's ``.grad`` objects (None where a gradient was
+        dropped), and where the calls before it left gradients it scales and adds to (a
+        run's backward, ``allreduce_grads``' copies; ``buckets``) a copy of its buckets, for
+        ``restore_grads``. Without ``buckets`` they hold the zeros the last step left."""
+        kept = []
+        for grads in self.grads:
+            copies = [Tensor.empty(flat.queue, flat.shape, flat.dtype) for flat in grads.flats
+                      ] if buckets else []
+            for copy, flat in zip(copies, grads.flats):
+                copy.copy_owned(flat)
+            kept.append(([p.grad for p in grads.params], copies))
+        return kept
+
+    def restore_grads(self, kept: list) -> None:
+        """After a failed step: every replica's gradients as ``keep_grads`` found them."""
+        for grads, (objects, copies) in zip(self.grads, kept):
+            if copies:
+                for flat, copy in zip(grads.flats, copies):
+                    flat.copy_owned(copy)
+            else:
+                grads.zero_()
+            for p, grad in zip(grads.params, objects):
+                p.grad = grad
+
     def unused(self, comm) -> list[int]:
         """The parameters (by index) whose ``.grad`` is None on every replica, and on every
         rank through ``comm``: no backward reached them since they were dropped. They stay
