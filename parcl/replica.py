@@ -429,6 +429,9 @@ class ReplicaGroup:
         those parameters whether or not its own backwards reach them, as DDP's synced
         backward reduces what ``no_sync`` accumulated; and what a failed step puts back
         (``_rewind``): the gradients as found and the group's note of them."""
+        # first: a model refused here (other Parameters, buffers that no longer line up) is
+        # refused before anything changed, the gradients a run left included
+        refreshed = self._buffers.refresh()
         left: tuple[list[int], list[int]] = ([], [])
         if self._grads_dirty:
             self.zero_grad()
@@ -445,8 +448,7 @@ class ReplicaGroup:
         else:                              # the zeros the last step left, None where dropped
             found = (self._buffers.keep_grads(False), SYNCED, None)
         self._grads_dirty, self._reduced, self._seen = True, SYNCED, None
-        if self._buffers.refresh() or (len(self.replicas) > 1
-                                       and self._buffers.changed_since(self._synced)):
+        if refreshed or (len(self.replicas) > 1 and self._buffers.changed_since(self._synced)):
             self._buffers.broadcast()
         if self._stats is not None:
             self._stats.start()

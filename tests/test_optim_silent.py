@@ -361,6 +361,43 @@ def test_a_failed_step_leaves_a_dropped_gradient_none(devices2):
         _assert_params(group, w - 0.1 * (lw + 0.5 * w), b)
 
 
+def test_a_step_refused_for_its_model_keeps_the_gradients_a_run_left(devices2):
+    """A backward ``run``, then a step refused before anything runs (batch norm's running
+    statistics taken away on replica 0 only: the replicas' buffers no longer line up): the
+    step had averaged and marked the run's gradients as its own before its model check,
+    and the next call zeroed them, so ``allreduce_grads`` after the statistics were put back
+    gave 0 where the run's gradient is 0.033, silently. The refusal changes nothing."""
+    def bn_net(queue):
+        pc.nn.manual_seed(0)
+        return pc.nn.Sequential(pc.nn.Linear(4, 6, queue=queue),
+                                pc.nn.BatchNorm1d(6, queue=queue), pc.nn.Linear(6, 3, queue=queue))
+
+    def backward(replica, x, y):
+        with tp.Tape() as tape:
+            out = replica.model(tp.tensor(pc.Tensor.from_host(replica.queue, x)))
+            loss = tp.cross_entropy(out, pc.Tensor.from_host(replica.queue, y))
+        tape.backward(loss)
+
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((8, 4)).astype(np.float32), rng.integers(0, 3, 8)
+    grads = []
+    for refused in (False, True):
+        with ReplicaGroup(bn_net, devices2) as group:
+            opt = SGD(group.parameters(), lr=0.1)
+            group.run(backward, [x[:4], x[4:]], [y[:4], y[4:]])
+            if refused:
+                bn = group.model[1]
+                kept = bn.running_mean, bn.running_var
+                bn.running_mean = bn.running_var = None
+                with pytest.raises(pc.ParclError, match="replica 1's model holds buffers"):
+                    group.step(x, y, tp.cross_entropy, opt)
+                bn.running_mean, bn.running_var = kept
+            group.allreduce_grads()
+            grads.append(group.model[0].weight.grad.to_host())
+    assert np.abs(grads[0]).max() > 0.01
+    np.testing.assert_array_equal(grads[1], grads[0])
+
+
 def test_gradients_accumulated_over_runs_still_add_up(devices2):
     """What the group follows is the caller's ``zero_grad`` between calls only: two backward
     runs accumulate (as two backwards in PyTorch), and a ``zero_grad`` each replica makes in
