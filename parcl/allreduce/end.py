@@ -223,8 +223,22 @@ class StepBuffers:
 
     def nonzero(self, indices: list[int]) -> list[int]:
         """Of ``indices``, the parameters whose gradient bucket holds something other than
-        zeros on some replica (read back: a wait for every replica's queue)."""
-        return [j for j in indices if any(grads.views[j].to_host().any() for grads in self.grads)]
+        zeros on some replica. Read back per bucket and replica, the span of the buckets that
+        holds them (one wait each, not one per parameter: a model with tens of layers a step
+        does not reach would wait tens of times)."""
+        wanted, found = set(indices), set()
+        for grads in self.grads:
+            for flat, bucket in zip(grads.flats, grads.plan):
+                members = [(j, off) for j, off in bucket if j in wanted and j not in found]
+                if not members:
+                    continue
+                lo = min(off for _, off in members)
+                hi = max(off + grads.views[j].size for j, off in members)
+                span = flat.view_of(flat.data.get_sub_region(lo * 4, (hi - lo) * 4),
+                                    (hi - lo,)).to_host()
+                found.update(j for j, off in members
+                             if span[off - lo:off - lo + grads.views[j].size].any())
+        return [j for j in indices if j in found]
 
     def keep_grads(self, buckets: bool) -> list:
         """Before a step: every replica's ``.grad`` objects (None where a gradient was

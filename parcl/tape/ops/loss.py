@@ -232,12 +232,12 @@ def class_weight_arg(op: str, weight, logits) -> Tensor | None:
             raise TypeError(f"{op}: weight must be a pc.Tensor of one weight per class, got "
                             f"{type(weight).__name__}")
         weight = Tensor.from_host(queue, np.asarray(weight, np.float32))
-    elif weight.queue.context != queue.context:
-        # a ReplicaGroup's replicas each run in a context of their own
-        raise DeviceError(f"{op}: weight {weight.shape} is a pc.Tensor of another OpenCL "
-                          f"context than the logits (another replica's or the caller's); "
-                          f"pass the weights as a numpy array, or use pc.nn.CrossEntropyLoss("
-                          f"weight) / NLLLoss(weight), whose tensors reach every replica")
+    elif weight.queue is not queue and weight.queue != queue:
+        # a ReplicaGroup's replicas each run on a queue (and maybe a context) of their own
+        raise DeviceError(f"{op}: weight {weight.shape} is a pc.Tensor of another queue than "
+                          f"the logits (another replica's or the caller's); pass the weights "
+                          f"as a numpy array, or use pc.nn.CrossEntropyLoss(weight) / "
+                          f"NLLLoss(weight), whose tensors reach every replica")
     return weight
 
 
