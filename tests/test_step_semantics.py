@@ -177,6 +177,18 @@ def test_a_sum_over_the_batch_of_feature_means_still_takes_reduction_sum(devices
         np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
 
 
+def weighed_as(devices2, x, y, loss_fn, right: str, wrong: str, message: str) -> None:
+    """With the step's reduction ``right`` 2 replicas equal one on the batch; with ``wrong``
+    the step is refused with ``message``."""
+    one, p1 = one_step(devices2[:1], x, y, loss_fn, reduction=right)
+    two, p2 = one_step(devices2, x, y, loss_fn, reduction=right)
+    np.testing.assert_allclose(two, one, rtol=1e-5)
+    for k in p1:
+        np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
+    with pytest.raises(pc.ParclError, match=message):
+        one_step(devices2, x, y, loss_fn, reduction=wrong)
+
+
 def _onehot_diff(out, target):
     return out - pc.Tensor.from_host(target.queue, np.eye(4, dtype=np.float32)[target.to_host()])
 
@@ -198,13 +210,7 @@ def test_the_op_that_reduces_the_batch_decides_how_a_nested_loss_is_weighed(devi
     x, y = batch(7)               # shards of 4 and 3 rows: replica 0's as many as features
     for loss_fn, right, wrong, message in [(mean_of_sums, "sum", "mean", "returned a sum"),
                                            (sum_of_means, "mean", "sum", "returned a mean")]:
-        one, p1 = one_step(devices2[:1], x, y, loss_fn, reduction=right)
-        two, p2 = one_step(devices2, x, y, loss_fn, reduction=right)
-        np.testing.assert_allclose(two, one, rtol=1e-5)
-        for k in p1:
-            np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
-        with pytest.raises(pc.ParclError, match=message):
-            one_step(devices2, x, y, loss_fn, reduction=wrong)
+        weighed_as(devices2, x, y, loss_fn, right, wrong, message)
 
 
 def _weighted_bce(queue):
@@ -379,14 +385,8 @@ def test_a_cross_entropy_summed_over_the_batch_is_weighed_as_a_sum(devices2):
     a mean: with the step's default reduction='mean' it trained on 4.63 where one replica has
     9.07, silently. It is a sum: refused with 'mean', one replica's result with 'sum'."""
     x, y = batch(7)
-    crit = pc.nn.CrossEntropyLoss(reduction="sum")
-    one, p1 = one_step(devices2[:1], x, y, crit, reduction="sum")
-    two, p2 = one_step(devices2, x, y, crit, reduction="sum")
-    assert two == pytest.approx(one, rel=1e-5)
-    for k in p1:
-        np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
-    with pytest.raises(pc.ParclError, match="returned a sum"):
-        one_step(devices2, x, y, crit)
+    weighed_as(devices2, x, y, pc.nn.CrossEntropyLoss(reduction="sum"), "sum", "mean",
+               "returned a sum")
 
 
 @pytest.mark.parametrize("flat", [lambda d: tp.reshape(d, (-1,)), lambda d: tp.flatten(d),
@@ -409,13 +409,7 @@ def test_a_loss_over_the_flattened_batch_is_weighed_by_its_reduction(devices2, f
     x, y = batch(7)
     for loss_fn, right, wrong, message in [(flat_mean, "mean", "sum", "returned a mean"),
                                            (flat_sum, "sum", "mean", "returned a sum")]:
-        one, p1 = one_step(devices2[:1], x, y, loss_fn, reduction=right)
-        two, p2 = one_step(devices2, x, y, loss_fn, reduction=right)
-        np.testing.assert_allclose(two, one, rtol=1e-5)
-        for k in p1:
-            np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
-        with pytest.raises(pc.ParclError, match=message):
-            one_step(devices2, x, y, loss_fn, reduction=wrong)
+        weighed_as(devices2, x, y, loss_fn, right, wrong, message)
 
 
 def test_class_weights_of_another_context_in_a_partial_name_the_ways_that_work(devices2):
