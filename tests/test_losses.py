@@ -316,8 +316,13 @@ def test_probability_targets_with_large_logits(queue, rng):
 
 
 @pytest.mark.parametrize("shape, w_shape, pw_shape", [
-    ((1,), None, None), ((5, 3), None, (3,)), ((4, 7), (4, 7), None), ((2, 3, 5), (5,), (5,))])
+    ((1,), None, None), ((5, 3), None, (3,)), ((4, 7), (4, 7), None), ((2, 3, 5), (5,), (5,)),
+    ((5, 3), (5, 1), None), ((5, 3), (1, 3), (5, 1)), ((2, 3, 5), (2, 1, 1), (3, 1))],
+    ids=["scalar", "pos-per-class", "full", "3d-trailing", "per-sample", "pos-per-sample",
+         "3d-leading"])
 def test_binary_cross_entropy_with_logits(queue, rng, shape, w_shape, pw_shape):
+    """Weights broadcast as PyTorch's from any dims: a per-sample ``(N, 1)`` weight was a
+    ShapeError (only trailing dims were taken)."""
     x = rng.standard_normal(shape) * 3
     t = rng.random(shape)
     w = None if w_shape is None else rng.random(w_shape) + 0.5

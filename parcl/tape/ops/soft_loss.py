@@ -13,7 +13,10 @@ constants.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...errors import ParclError
+from ...kernels import elementwise as ew
 from ...kernels import loss as lk
 from ...tensor import Tensor
 from ..node import Function
@@ -47,6 +50,8 @@ class BinaryCrossEntropyWithLogits(Function):
         if self.recording and any(self.needs_input_grad[2:]):
             raise ParclError(f"{self.name}: weight and pos_weight are constants here; pass "
                              "tensors that do not require grad (e.g. a raw pc.Tensor)")
+        weight = _broadcast(weight, logits.shape)
+        pos_weight = _broadcast(pos_weight, logits.shape)
         loss = lk.bce_forward(logits, target, weight, pos_weight, reduction)
         self.reduction = reduction        # a sum over the batch is weighed as one
         if self.recording:
@@ -68,8 +73,8 @@ def binary_cross_entropy_with_logits(logits, target, weight=None, pos_weight=Non
     says (``"mean"``, ``"sum"``, or ``"none"``: each element's loss), in its numerically
     stable form ``(1 - t) x + (1 + (pos_weight - 1) t) softplus(-x)`` (no NaN or
     inf for any finite logit). ``target`` has the logits' shape (float32, usually in [0, 1]);
-    ``weight`` (per element) and ``pos_weight`` (per class, along the last dim) broadcast
-    from the trailing dims, e.g. ``(C,)`` for logits ``(N, C)``.
+    ``weight`` and ``pos_weight`` broadcast to the logits as PyTorch's: ``(C,)`` per class,
+    ``(N, 1)`` per sample for logits ``(N, C)``.
 
     >>> tp.binary_cross_entropy_with_logits(x, t, pos_weight=pw).shape
     ()
@@ -79,3 +84,21 @@ def binary_cross_entropy_with_logits(logits, target, weight=None, pos_weight=Non
                          f"or 'none', got {reduction!r}")
     return BinaryCrossEntropyWithLogits.apply(logits, target, weight, pos_weight, tape=tape,
                                               reduction=reduction)
+
+
+def _broadcast(t: Tensor | None, shape: tuple) -> Tensor | None:
+    """A weight that broadcasts to ``shape`` other than from the trailing dims (a per-sample
+    ``(N, 1)``), made ``shape`` (the kernels repeat a weight along the flat input, which only
+    trailing dims do); None and trailing weights as they are."""
+    if t is None:
+        return None
+    own = tuple(t.shape)
+    while own and own[0] == 1:
+        own = own[1:]
+    if not own or tuple(shape[len(shape) - len(own):]) == own or len(own) > len(shape):
+        return t                          # trailing (or not broadcastable: the kernel says)
+    try:
+        np.broadcast_shapes(tuple(t.shape), tuple(shape))
+    except ValueError:
+        return t
+    return ew.binary("add", Tensor.zeros(t.queue, tuple(shape)), t)
