@@ -156,7 +156,7 @@ def test_distributed_indices_refuses_a_rank_outside_the_world_as_pytorch(rank, w
     processes trained the same share, silently; ``world_size=0`` was a ZeroDivisionError.
     PyTorch's ``DistributedSampler`` refuses such a rank ("Invalid rank"); a ``ShapeError``
     naming it now, as ``DataLoader`` gives."""
-    torch_data = pytest.importorskip("torch.utils.data")
+    import torch.utils.data as torch_data
     if world_size:
         with pytest.raises(ValueError, match="Invalid rank"):
             torch_data.DistributedSampler(range(5), num_replicas=world_size, rank=rank)
