@@ -196,6 +196,29 @@ def test_a_step_after_allreduce_grads_and_zero_grad_of_the_optimizer_starts_from
         _assert_params(group, w - 0.1 * gw, b - 0.1 * gb)
 
 
+def _fails_in_replica_1(group):
+    """A loss that raises in replica 1 only (after replica 0's backward may have run)."""
+    def loss(out, y):
+        if out.queue is group.replicas[1].queue:
+            raise RuntimeError("a loss that fails in replica 1")
+        return tp.mean(out * out)
+    return loss
+
+
+def _then_update(group, then, opt, w, b, lw, lb, x):
+    """After a run that left the mean gradients ``lw``, ``lb``: ``allreduce_grads`` and
+    ``opt.step()`` update by them alone, a group step on ``x`` by them plus its own."""
+    if then == "allreduce_grads":
+        group.allreduce_grads(average=True)
+        np.testing.assert_allclose(group.model.weight.grad.to_host(), lw, rtol=1e-5)
+        opt.step()
+        _assert_params(group, w - 0.1 * lw, b - 0.1 * lb)
+    else:
+        group.step(x, np.zeros(6, np.int64), lambda out, y: tp.mean(out * out), opt)
+        gw, gb = _grads(w, b, x)
+        _assert_params(group, w - 0.1 * (lw + gw), b - 0.1 * (lb + gb))
+
+
 def _evaluate(replica, xs):
     with tp.no_grad():
         replica.model(tp.tensor(pc.Tensor.from_host(replica.queue, xs)))
@@ -277,25 +300,13 @@ def test_a_failed_step_leaves_no_gradient_to_the_calls_after_it(devices2, then):
     rng = np.random.default_rng(7)
     failed, x0, x = (rng.random((6, 4), dtype=np.float32) for _ in range(3))
 
-    def fails_in_replica_1(out, y):
-        if out.queue is group.replicas[1].queue:
-            raise RuntimeError("a loss that fails in replica 1")
-        return tp.mean(out * out)
-
     with ReplicaGroup(_linear, devices2) as group:
         w, b, opt = _start(group)
         with pytest.raises(pc.ReplicaError, match="replica 1"):
-            group.step(failed, np.zeros(6, np.int64), fails_in_replica_1, opt)
+            group.step(failed, np.zeros(6, np.int64), _fails_in_replica_1(group), opt)
         group.run(_backward, [x0[:3], x0[3:]])
         lw, lb = _grads(w, b, x0)                # the mean of the two shards' mean gradients
-        if then == "allreduce_grads":
-            group.allreduce_grads(average=True)
-            opt.step()
-            _assert_params(group, w - 0.1 * lw, b - 0.1 * lb)
-        else:
-            group.step(x, np.zeros(6, np.int64), lambda out, y: tp.mean(out * out), opt)
-            gw, gb = _grads(w, b, x)
-            _assert_params(group, w - 0.1 * (lw + gw), b - 0.1 * (lb + gb))
+        _then_update(group, then, opt, w, b, lw, lb, x)
 
 
 @pytest.mark.parametrize("capture", [False, True], ids=["eager", "captured"])
@@ -310,26 +321,13 @@ def test_a_failed_step_keeps_the_gradients_a_run_left_before_it(devices2, then, 
     rng = np.random.default_rng(0)
     x0, x = rng.random((6, 4), dtype=np.float32), rng.random((6, 4), dtype=np.float32)
 
-    def fails_in_replica_1(out, y):
-        if out.queue is group.replicas[1].queue:
-            raise RuntimeError("a loss that fails in replica 1")
-        return tp.mean(out * out)
-
     with ReplicaGroup(_linear, devices2, capture=capture) as group:
         w, b, opt = _start(group)
         group.run(_backward, [x0[:3], x0[3:]])
         with pytest.raises(pc.ReplicaError, match="replica 1"):
-            group.step(x, np.zeros(6, np.int64), fails_in_replica_1, opt)
+            group.step(x, np.zeros(6, np.int64), _fails_in_replica_1(group), opt)
         lw, lb = _grads(w, b, x0)                # the mean of the two shards' mean gradients
-        if then == "allreduce_grads":
-            group.allreduce_grads(average=True)
-            np.testing.assert_allclose(group.model.weight.grad.to_host(), lw, rtol=1e-5)
-            opt.step()
-            _assert_params(group, w - 0.1 * lw, b - 0.1 * lb)
-        else:
-            group.step(x, np.zeros(6, np.int64), lambda out, y: tp.mean(out * out), opt)
-            gw, gb = _grads(w, b, x)
-            _assert_params(group, w - 0.1 * (lw + gw), b - 0.1 * (lb + gb))
+        _then_update(group, then, opt, w, b, lw, lb, x)
 
 
 def test_a_failed_step_leaves_a_dropped_gradient_none(devices2):
@@ -341,17 +339,12 @@ def test_a_failed_step_leaves_a_dropped_gradient_none(devices2):
     rng = np.random.default_rng(0)
     x0, x = rng.random((6, 4), dtype=np.float32), rng.random((6, 4), dtype=np.float32)
 
-    def fails_in_replica_1(out, y):
-        if out.queue is group.replicas[1].queue:
-            raise RuntimeError("a loss that fails in replica 1")
-        return tp.mean(out * out)
-
     with ReplicaGroup(_linear, devices2) as group:
         w, b, _ = _start(group)
         opt = SGD(group.parameters(), lr=0.1, weight_decay=0.5)
         opt.zero_grad()
         with pytest.raises(pc.ReplicaError, match="replica 1"):
-            group.step(x, np.zeros(6, np.int64), fails_in_replica_1, opt)
+            group.step(x, np.zeros(6, np.int64), _fails_in_replica_1(group), opt)
         group.model.bias.requires_grad = False
         group.run(_backward, [x0[:3], x0[3:]])
         group.allreduce_grads(average=True)
