@@ -69,6 +69,32 @@ def close(got, want, tol=1e-4):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
+def assert_replays_eager(queue, step, w, inputs):
+    """``tp.capture(step)`` called on each array of ``inputs`` gives ``step``'s eager
+    output and ``w``'s gradient bit for bit, replaying every call after the first."""
+    captured = tp.capture(step, queue)
+    for x in inputs:
+        w.grad = None
+        got = captured(pc.Tensor.from_host(queue, x)).to_host()
+        got_grad = w.grad.to_host().copy()
+        w.grad = None
+        np.testing.assert_array_equal(got, step(pc.Tensor.from_host(queue, x)).to_host())
+        np.testing.assert_array_equal(got_grad, w.grad.to_host())
+    assert captured.replays == len(inputs) - 1 and captured.reason(x) is None
+
+
+def assert_same_gradient_bits_twice(queue, x, loss_of):
+    """The gradient of ``loss_of(leaf)`` at ``x``, computed twice, is the same bits."""
+    grads = []
+    for _ in range(2):
+        node = leaf(queue, x)
+        with tp.Tape() as tape:
+            loss = loss_of(node)
+        tape.backward(loss)
+        grads.append(node.grad.to_host())
+    assert np.array_equal(grads[0], grads[1])
+
+
 def run_on_both_queues(queues, work):
     """Run ``work(queue)`` in one thread per queue, all starting together behind a barrier;
     returns the results in queue order and re-raises the first failure."""

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import parcl as pc
 import parcl.tape as tp
-from conftest import leaf
+from conftest import assert_replays_eager, assert_same_gradient_bits_twice, leaf
 from torch_reference import against_torch, raises_like_torch
 
 MODES = ("reflect", "replicate", "circular")
@@ -40,14 +40,8 @@ def test_pad_gradients_pass_finite_differences(queue, rng, mode):
 def test_a_padded_gradient_is_the_same_bits_run_after_run(queue, rng, mode):
     x = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
     w = pc.Tensor.from_host(queue, rng.standard_normal((2, 3, 13, 15)).astype(np.float32))
-    grads = []
-    for _ in range(2):
-        node = leaf(queue, x)
-        with tp.Tape() as tape:
-            loss = tp.sum(tp.pad(node, (7, 0, 2, 2), mode=mode) * w)
-        tape.backward(loss)
-        grads.append(node.grad.to_host())
-    assert np.array_equal(grads[0], grads[1])
+    assert_same_gradient_bits_twice(queue, x,
+                                    lambda t: tp.sum(tp.pad(t, (7, 0, 2, 2), mode=mode) * w))
 
 
 def test_constant_pad_takes_mode_and_value_as_pytorch(queue, rng):
@@ -189,14 +183,8 @@ def test_an_interpolated_gradient_is_the_same_bits_run_after_run(queue, rng, mod
     order."""
     x = rng.standard_normal((2, 3, 40, 33)).astype(np.float32)
     w = pc.Tensor.from_host(queue, rng.standard_normal((2, 3, 7, 90)).astype(np.float32))
-    grads = []
-    for _ in range(2):
-        node = leaf(queue, x)
-        with tp.Tape() as tape:
-            loss = tp.sum(tp.interpolate(node, size=(7, 90), mode=mode) * w)
-        tape.backward(loss)
-        grads.append(node.grad.to_host())
-    assert np.array_equal(grads[0], grads[1])
+    assert_same_gradient_bits_twice(
+        queue, x, lambda t: tp.sum(tp.interpolate(t, size=(7, 90), mode=mode) * w))
 
 
 @pytest.mark.parametrize("shape,kw", [
@@ -254,13 +242,5 @@ def test_a_captured_step_of_padding_modes_and_interpolation_replays_the_eager_bi
         tape.backward(loss)
         return loss.value
 
-    captured = tp.capture(step, queue)
-    for _ in range(3):
-        x = rng.standard_normal((2, 3, 10, 16)).astype(np.float32)
-        w.grad = None
-        got = captured(pc.Tensor.from_host(queue, x)).to_host()
-        got_grad = w.grad.to_host().copy()
-        w.grad = None
-        np.testing.assert_array_equal(got, step(pc.Tensor.from_host(queue, x)).to_host())
-        np.testing.assert_array_equal(got_grad, w.grad.to_host())
-    assert captured.replays == 2 and captured.reason(x) is None
+    assert_replays_eager(queue, step, w, [rng.standard_normal((2, 3, 10, 16)).astype(np.float32)
+                                          for _ in range(3)])

@@ -11,7 +11,7 @@ import torch
 
 import parcl as pc
 import parcl.tape as tp
-from conftest import leaf, up
+from conftest import assert_replays_eager, leaf, up
 from torch_reference import against_torch, raises_like_torch
 
 
@@ -398,13 +398,5 @@ def test_a_captured_step_of_sort_topk_and_scatters_replays_the_eager_bits(queue,
         tape.backward(loss)
         return loss.value
 
-    captured = tp.capture(step, queue)
-    for _ in range(3):
-        x = rng.standard_normal((4, 6)).astype(np.float32)
-        w.grad = None
-        got = captured(pc.Tensor.from_host(queue, x)).to_host()
-        got_grad = w.grad.to_host().copy()
-        w.grad = None
-        np.testing.assert_array_equal(got, step(pc.Tensor.from_host(queue, x)).to_host())
-        np.testing.assert_array_equal(got_grad, w.grad.to_host())
-    assert captured.replays == 2 and captured.reason(x) is None
+    assert_replays_eager(queue, step, w, [rng.standard_normal((4, 6)).astype(np.float32)
+                                          for _ in range(3)])
