@@ -13,13 +13,7 @@ import pytest
 import parcl as pc
 from parcl.optim.lr_scheduler import (CosineAnnealingLR, LambdaLR, LinearLR, SchedulerError,
                                       SequentialLR, StepLR)
-
-
-class FakeOptimizer:
-    """What a scheduler uses of an optimizer: param_groups with an 'lr'."""
-
-    def __init__(self, *lrs):
-        self.param_groups = [{"lr": lr, "params": [i]} for i, lr in enumerate(lrs)]
+from scheduler_fakes import CheckpointedOptimizer, FakeModel, FakeOptimizer
 
 
 def run(sched, opt, steps):
@@ -184,25 +178,6 @@ def test_bad_options_are_scheduler_errors(build, fragment):
 
 
 # --- checkpoints ---------------------------------------------------------------------------
-
-class FakeModel:
-    def __init__(self, value=0.0):
-        self.w = np.full(3, value, np.float32)
-
-    def state_dict(self):
-        return {"w": self.w.copy()}
-
-    def load_state_dict(self, d):
-        self.w = d["w"].copy()
-
-
-class CheckpointedOptimizer(FakeOptimizer):
-    def state_dict(self):
-        return {"state": {}, "param_groups": [dict(g) for g in self.param_groups]}
-
-    def load_state_dict(self, d):
-        self.param_groups = [dict(g) for g in d["param_groups"]]
-
 
 def test_save_and_load_keep_the_schedule(tmp_path):
     path = tmp_path / "ckpt.safetensors"

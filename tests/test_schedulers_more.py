@@ -17,21 +17,10 @@ import torch
 import parcl as pc
 from parcl.optim import lr_scheduler as P
 from parcl.optim.lr_scheduler import SchedulerError
+from scheduler_fakes import FakeModel, FakeOptimizer, torch_optimizer
 
 T = torch.optim.lr_scheduler
 LRS = (0.1, 0.03)                  # two parameter groups
-
-
-class FakeOptimizer:
-    """What a scheduler uses of an optimizer: param_groups with an 'lr'."""
-
-    def __init__(self, *lrs):
-        self.param_groups = [{"lr": lr, "params": [i]} for i, lr in enumerate(lrs)]
-
-
-def torch_optimizer(*lrs, cls=torch.optim.SGD, **kw):
-    return cls([{"params": [torch.nn.Parameter(torch.zeros(1))], "lr": lr} for lr in lrs],
-               lr=lrs[0], **kw)
 
 
 def trace(sched, opt, steps, key="lr"):
@@ -145,17 +134,6 @@ def test_a_nested_sequential_starts_below_its_base_learning_rate():
     opt = FakeOptimizer(1.0)
     got = trace(build("sequential-of-a-sequential", P, opt), opt, 9)
     assert [lr for lr, in got] == [0.5, 1.0, 1.0, 0.5, 0.5, 0.25, 0.25, 0.5, 0.75, 1.0]
-
-
-class FakeModel:
-    def __init__(self, value=0.0):
-        self.w = np.full(3, value, np.float32)
-
-    def state_dict(self):
-        return {"w": self.w.copy()}
-
-    def load_state_dict(self, d):
-        self.w = d["w"].copy()
 
 
 @pytest.mark.parametrize("make", [

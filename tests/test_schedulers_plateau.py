@@ -18,40 +18,10 @@ import torch
 import parcl as pc
 from parcl.optim import lr_scheduler as P
 from parcl.optim.lr_scheduler import SchedulerError
+from scheduler_fakes import CheckpointedOptimizer, FakeModel, FakeOptimizer, torch_optimizer
 
 T = torch.optim.lr_scheduler
 LRS = (0.1, 0.03)                  # two parameter groups
-
-
-class FakeOptimizer:
-    """What a scheduler uses of an optimizer: param_groups with an 'lr'."""
-
-    def __init__(self, *lrs):
-        self.param_groups = [{"lr": lr, "params": [i]} for i, lr in enumerate(lrs)]
-
-
-class CheckpointedOptimizer(FakeOptimizer):
-    def state_dict(self):
-        return {"state": {}, "param_groups": [dict(g) for g in self.param_groups]}
-
-    def load_state_dict(self, d):
-        self.param_groups = [dict(g) for g in d["param_groups"]]
-
-
-class FakeModel:
-    def __init__(self, value=0.0):
-        self.w = np.full(3, value, np.float32)
-
-    def state_dict(self):
-        return {"w": self.w.copy()}
-
-    def load_state_dict(self, d):
-        self.w = d["w"].copy()
-
-
-def torch_optimizer(*lrs, cls=torch.optim.SGD, **kw):
-    return cls([{"params": [torch.nn.Parameter(torch.zeros(1))], "lr": lr} for lr in lrs],
-               lr=lrs[0], **kw)
 
 
 def parcl_optimizer(cls, *lrs, **kw):
