@@ -377,8 +377,9 @@ class ReplicaGroup:
         check_optimizer(optimizer, self._params)
         max_norm = None if max_grad_norm is None else positive("max_grad_norm", max_grad_norm)
         k = len(self.replicas)
+        self._losses.check(loss_fn)           # refused before anything, as the checks above
         ignore = self._labels.ignored(loss_fn) if reduction == "mean" else None
-        weights = class_weights(loss_fn) if reduction == "mean" else None
+        weights = class_weights(loss_fn, self._losses.host) if reduction == "mean" else None
         shards, total = shard_batch(x, y, k, self.comm, ignore, accumulation_steps,   # 1.
                                     reduction, weights)
         check_weightless_smoothing(loss_fn, shards, total, ignore, weights, self.comm)

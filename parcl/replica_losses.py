@@ -27,6 +27,7 @@ import numpy as np
 
 from .errors import ParclError
 from .nn.module import Module
+from .pool import pool_of
 from .tensor import Tensor
 
 __all__ = ["LossCopies"]
@@ -45,12 +46,43 @@ class _Copies:
     values: list
 
 
+class HostValues:
+    """Host copies of tensors the caller holds (a loss module's weights), read again only
+    after a change made through parcl (``copy_``, ``fill_``, ``+=``, ``load_state_dict``:
+    the queue pool's overwrite stamps), not at every step: each read waits for the queue."""
+
+    def __init__(self):
+        self.kept: dict[int, tuple] = {}        # id(t) -> (t, its change's stamp, array)
+
+    def __call__(self, t: Tensor) -> np.ndarray:
+        change = pool_of(t.queue).overwrites.get(t.data.int_ptr)
+        when = None if change is None else change.when
+        kept = self.kept.pop(id(t), None)
+        if kept is None or kept[0] is not t or kept[1] != when:
+            kept = (t, when, t.to_host())
+        self.kept[id(t)] = kept                  # most recently used last
+        while len(self.kept) > 4 * MAX_KEPT:
+            self.kept.pop(next(iter(self.kept)))
+        return kept[2]
+
+
 class LossCopies:
-    """Per-replica copies of the loss modules a group's steps are given (``for_replicas``)."""
+    """Per-replica copies of the loss modules a group's steps are given (``for_replicas``);
+    ``host`` the host values of their tensors (``HostValues``)."""
 
     def __init__(self, queues: list):
         self.queues = list(queues)
         self.kept: dict[int, _Copies] = {}
+        self.host = HostValues()
+
+    def check(self, loss_fn) -> None:
+        """Refuse a loss module with parameters: no replica's optimizer step would reduce
+        or update them alike."""
+        if isinstance(loss_fn, Module) and any(
+                p is not None for m in loss_fn.modules() for p in m._parameters.values()):
+            raise ParclError(f"ReplicaGroup.step: the loss module {type(loss_fn).__name__} "
+                             f"has parameters, which no replica's optimizer step would reduce "
+                             f"or update alike; make them part of the model")
 
     def for_replicas(self, loss_fn) -> list:
         """Per replica the loss function to call: ``loss_fn`` itself unless it is a module
@@ -58,12 +90,9 @@ class LossCopies:
         k = len(self.queues)
         if not isinstance(loss_fn, Module):
             return [loss_fn] * k
-        modules = loss_fn.modules()
-        if any(p is not None for m in modules for p in m._parameters.values()):
-            raise ParclError(f"ReplicaGroup.step: the loss module {type(loss_fn).__name__} "
-                             f"has parameters, which no replica's optimizer step would reduce "
-                             f"or update alike; make them part of the model")
-        tensors = tuple(b for m in modules for b in m._buffers.values() if b is not None)
+        self.check(loss_fn)
+        tensors = tuple(b for m in loss_fn.modules() for b in m._buffers.values()
+                        if b is not None)
         if not tensors:
             return [loss_fn] * k
         kept = self.kept.pop(id(loss_fn), None)
@@ -80,14 +109,15 @@ class LossCopies:
         return kept.copies
 
     def _upload_changes(self, kept: _Copies) -> None:
-        """The source tensors' values written into every copy where they changed."""
+        """The source tensors' values written into every copy where they changed (the same
+        host array from ``host``: unchanged)."""
         for i, t in enumerate(kept.tensors):
-            host = t.to_host()
-            if kept.values[i] is not None and _same_values(host, kept.values[i]):
+            host = self.host(t)
+            if host is kept.values[i]:
                 continue
             kept.values[i] = host
             for c, q in zip(kept.copies, self.queues):
-                _buffers_of(c)[i].copy_(Tensor.from_host(q, host))
+                _buffers_of(c)[i].copy_owned(Tensor.from_host(q, host))
 
 
 def _buffers_of(module: Module) -> list:
@@ -122,6 +152,3 @@ def _follow(source: Module, c: Module) -> None:
         if m is not None:
             _follow(m, own["_modules"][name])
 
-
-def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()

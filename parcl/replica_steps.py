@@ -143,10 +143,11 @@ def _code(loss_fn):
     return getattr(fn, "__code__", None) or type(loss_fn)
 
 
-def class_weights(loss_fn) -> np.ndarray | None:
+def class_weights(loss_fn, host=Tensor.to_host) -> np.ndarray | None:
     """The class weights of a cross-entropy ``loss_fn`` that is a mean weighted by them,
     seen from outside: a ``CrossEntropyLoss``/``NLLLoss`` module's ``weight``, or the
-    ``weight`` of a ``functools.partial`` of ``tp.cross_entropy``/``tp.nll_loss``; None."""
+    ``weight`` of a ``functools.partial`` of ``tp.cross_entropy``/``tp.nll_loss``; None.
+    A weight tensor's values come from ``host`` (a ``HostValues``: read once per change)."""
     weight = None
     if isinstance(loss_fn, (CrossEntropyLoss, NLLLoss)):
         weight = loss_fn.weight if loss_fn.reduction == "mean" else None
@@ -157,7 +158,7 @@ def class_weights(loss_fn) -> np.ndarray | None:
     if weight is None:
         return None
     weight = weight.value if isinstance(weight, Node) else weight
-    return (weight.to_host() if isinstance(weight, Tensor) else np.asarray(weight)).astype(
+    return (host(weight) if isinstance(weight, Tensor) else np.asarray(weight)).astype(
         np.float64)
 
 

@@ -425,3 +425,22 @@ def test_class_weights_of_another_context_in_a_partial_name_the_ways_that_work(d
     one, _ = one_step(devices2[:1], x, y, pc.nn.CrossEntropyLoss(on_caller))
     two, _ = one_step(devices2, x, y, functools.partial(tp.cross_entropy, weight=w))
     assert two == pytest.approx(one, rel=1e-5)
+
+
+def test_class_weights_changed_in_place_between_steps_weigh_the_next_step(devices2):
+    """The class weights' host values are read again only after a change through parcl
+    (``copy_``, ``fill_``, ``load_state_dict``), not at every step: a change must still reach
+    both the shards' weighting and every replica's copy of the loss at the next step."""
+    x, y = batch(7)
+    w1, w2 = np.array([0.5, 2, 1, 3], np.float32), np.array([3, 1, 0.25, 1], np.float32)
+    crit = pc.nn.CrossEntropyLoss(pc.Tensor.from_host(pc.default_queue(), w1))
+    with ReplicaGroup(mlp, devices2) as g:
+        g.step(x, y, crit, pc.optim.SGD(g.parameters(), lr=0.1))
+        params = g.model.state_dict()
+        crit.weight.copy_(pc.Tensor.from_host(pc.default_queue(), w2))
+        got = g.step(x, y, crit, pc.optim.SGD(g.parameters(), lr=0.1))
+    with ReplicaGroup(mlp, devices2[:1]) as one:
+        one.model.load_state_dict(params)
+        want = one.step(x, y, pc.nn.CrossEntropyLoss(pc.Tensor.from_host(pc.default_queue(), w2)),
+                        pc.optim.SGD(one.parameters(), lr=0.1))
+    assert got == pytest.approx(want, rel=1e-5)
