@@ -147,3 +147,13 @@ def test_sorting_errors_name_the_op_and_the_shapes(queue):
         tp.topk(x, 1.5)
     with pytest.raises(pc.DTypeError, match="sort: input .* int64"):
         tp.sort(pc.Tensor.from_host(queue, np.array([3, 1])))
+
+
+def test_sort_and_topk_of_a_0d_input_record_on_an_explicit_tape_under_no_grad(queue):
+    """The 0-d input's reshape to 1-D recorded on the current tape only, so under ``no_grad``
+    with ``tape=`` sort and topk returned a raw Tensor: the graph to ``x`` was lost."""
+    x = tp.tensor(np.float32(3.0), requires_grad=True)
+    with tp.no_grad(), tp.Tape() as tape:
+        loss = tp.add(tp.sort(x, tape=tape).values, tp.topk(x, 1, tape=tape).values, tape=tape)
+    tape.backward(loss)
+    assert x.grad.to_host() == 2.0

@@ -71,18 +71,18 @@ def _float_input(op: str, x):
         raise DTypeError(f"{op}: input {x.shape} has dtype {x.dtype}, expected float32")
 
 
-def _indices(op: str, x, dim, descending: bool, k):
+def _indices(op: str, x, dim, descending: bool, k, tape=None):
     """``(x as 1-D if it is 0-d, axis, the int64 indices of its first k along the axis)``."""
     _float_input(op, x)
     shape = tuple(x.shape)
     axis = wrap_dim(op, dim, len(shape), shape)
-    flat = x if shape else reshape(x, (1,))
+    flat = x if shape else reshape(x, (1,), tape=tape)
     raw = flat.value if isinstance(flat, Node) else flat
     return flat, axis, sorting.argsort(raw, axis, descending, k)
 
 
 def _sorted(op: str, fn, x, dim, descending: bool, k, tape) -> SortResult:
-    flat, axis, indices = _indices(op, x, dim, descending, k)
+    flat, axis, indices = _indices(op, x, dim, descending, k, tape)
     values = fn.apply(flat, indices, tape=tape, axis=axis)
     if not x.shape:
         return SortResult(reshape(values, (), tape=tape), indices.reshape(()))
