@@ -103,9 +103,13 @@ __kernel void bce_fwd(__global const float* restrict x, __global const float* re
                       __global float* restrict loss, const long n, const long nw,
                       const long npw, const int reduce, __local float* sums)
 {
+    // reduce 0 runs over the whole grid, an element per work-item; a reduction in one
+    // work-group, strided partial sums then a fixed tree (bit-reproducible)
     const int l = get_local_id(0), L = get_local_size(0);
+    const long first = reduce == 0 ? (long)get_global_id(0) : l;
+    const long stride = reduce == 0 ? (long)get_global_size(0) : L;
     float acc = 0.0f;
-    for (long i = l; i < n; i += L) {
+    for (long i = first; i < n; i += stride) {
         const float xi = x[i], ti = t[i];
         const float lw = pw ? 1.0f + (pw[i % npw] - 1.0f) * ti : 1.0f;
         const float li = (1.0f - ti) * xi + lw * softplus_neg(xi);
@@ -230,12 +234,13 @@ def bce_forward(logits: Tensor, target: Tensor, weight: Tensor | None = None,
     q = logits.queue
     reduce = REDUCTIONS[reduction]
     loss = Tensor.empty(q, logits.shape if reduce == 0 else ())
-    L = _group(q)
-    _k(q, "bce_fwd")(q, (L,), (L,), logits.data, target.data,
+    # each element's loss over the whole grid; a mean or sum in one work-group
+    g, loc = _grid(logits.size) if reduce == 0 else ((_group(q),), (_group(q),))
+    _k(q, "bce_fwd")(q, g, loc, logits.data, target.data,
                      None if weight is None else weight.data,
                      None if pos_weight is None else pos_weight.data, loss.data,
                      np.int64(logits.size), np.int64(nw), np.int64(npw), np.int32(reduce),
-                     cl.LocalMemory(4 * L))
+                     cl.LocalMemory(4 * loc[0]))
     return loss
 
 
