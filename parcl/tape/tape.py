@@ -304,6 +304,11 @@ def _handed_on(node: Entry, after: Entry, owned: dict[int, int]) -> Entry | None
 # Leaves (parameters) may be shared by backward passes in several threads at once (threads
 # training one model on one queue): a leaf's first gradient is adopted under this lock, or two
 # passes could both find none and one replace the other's (PyTorch's AccumulateGrad locks).
+# Left open: a leaf adopts its first gradient without a copy, and an add hands the same buffer
+# to an inner node of that pass too, which reads it later; another thread's pass adding into
+# the leaf in place meanwhile changes what that inner node reads (PyTorch clones the gradient
+# a leaf would share). Hogwild threads on one queue are safe only where no op hands a leaf's
+# gradient to an inner node as well (x @ W + b does).
 _leaf_lock = threading.Lock()
 
 
