@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 
-from ..errors import ParclError
+from ..errors import DTypeError
 
 
 class _State(threading.local):
@@ -58,7 +58,7 @@ class _ModeSwitch:
     def __init__(self, value: bool):
         if not isinstance(value, (bool, np.bool_)):
             # as PyTorch's TypeError: bool("False") would switch the mode on
-            raise ParclError(f"{type(self).__name__}: the mode must be a bool, got {value!r} "
+            raise DTypeError(f"{type(self).__name__}: the mode must be a bool, got {value!r} "
                              f"({type(value).__name__})")
         self.value = bool(value)
         self.prev = getattr(state, self.attr)

@@ -335,12 +335,12 @@ class Function:
             if v is not None and v.checks:
                 checks = _joined(checks, v.checks)
             i += 1
+        if parents:
+            rec = recorder.state.recording
+            if rec is not None:       # inside tp.capture: the leaves its ops read, recorded
+                rec.note_inputs(parents)     # or not, with a backward or without
         state = mode.state
         if not (record and (tape is not None or state.grad)):
-            if parents:
-                rec = recorder.state.recording
-                if rec is not None:               # inside tp.capture: a frozen layer's leaves
-                    rec.note_inputs(parents)
             if cls.__init__ is _plain_init:       # not recorded: __init__'s one field set
                 fn = _new(cls)
                 fn.needs_input_grad = None
@@ -350,9 +350,6 @@ class Function:
             if checks:
                 _inherit(out, checks)
             return out
-        rec = recorder.state.recording
-        if rec is not None:       # inside tp.capture: the leaves read, also by a call that
-            rec.note_inputs(parents)     # runs no backward (whose pass would note them)
         fn = cls(tuple(needs))
         out = fn.forward(*values, **kwargs)
         if checks:

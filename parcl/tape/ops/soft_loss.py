@@ -101,4 +101,4 @@ def _broadcast(t: Tensor | None, shape: tuple) -> Tensor | None:
         np.broadcast_shapes(tuple(t.shape), tuple(shape))
     except ValueError:
         return t
-    return ew.binary("add", Tensor.zeros(t.queue, tuple(shape)), t)
+    return ew.broadcast_to(t, tuple(shape))
