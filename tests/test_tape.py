@@ -322,6 +322,33 @@ def test_threads_sharing_a_parameter_both_add_their_gradient_as_pytorch(queue):
         sys.setswitchinterval(interval)
 
 
+def test_a_leaf_never_adopts_a_gradient_that_an_inner_node_still_reads(queue):
+    """``b + h`` hands one gradient buffer to the leaf ``b`` and to the inner node ``h``.
+    Another thread's pass sharing ``b`` adds into ``b.grad`` in place (Hogwild threads on one
+    queue), here while ``h``'s backward runs. The leaf must hold a copy, as PyTorch's
+    AccumulateGrad clones a gradient something else still holds: when it adopted the buffer
+    itself, ``h``'s backward read 1 + 10 where 1 is right, and x.grad was 33 instead of 3."""
+    from parcl.kernels import elementwise as ew
+    b = leaf(queue, np.zeros(4))
+
+    class Tap(tp.Function):                       # identity; its backward lets "the other
+        name = "tap"                              # thread" add into b.grad first
+
+        def forward(self, x):
+            return x.copy()
+
+        def backward(self, g):
+            ew.axpy(b.grad, up(queue, np.ones(4)), 10.0)
+            return ew.scalar("mul", g, 3.0)
+
+    x = leaf(queue, np.ones(4))
+    with tp.Tape() as tape:
+        loss = tp.sum(b + Tap.apply(x))
+    tape.backward(loss, retain_grads=False)      # as the replica group's backward
+    np.testing.assert_array_equal(x.grad.to_host(), np.full(4, 3.0))
+    np.testing.assert_array_equal(b.grad.to_host(), np.full(4, 11.0))
+
+
 def test_threads_reading_one_badly_indexed_output_both_raise(queue):
     """An embedding's index check is shared by its output and what is computed from it: two
     threads reading such tensors at once both get the IndexError's ShapeError. The first

@@ -221,6 +221,9 @@ class Tape:
                     owned[key] = owned.get(key, 0) + 1
                     parent.grad = g
                 else:
+                    if parent.grad is None and parent.grad_fn is None and _inner_shares(
+                            node, g, parent_grads):
+                        g = g.copy()              # the leaf's own: see _leaf_lock
                     _accumulate(parent, g, owned)
 
     # -- cleanup and debugging -------------------------------------------------------------
@@ -304,12 +307,19 @@ def _handed_on(node: Entry, after: Entry, owned: dict[int, int]) -> Entry | None
 # Leaves (parameters) may be shared by backward passes in several threads at once (threads
 # training one model on one queue): a leaf's first gradient is adopted under this lock, or two
 # passes could both find none and one replace the other's (PyTorch's AccumulateGrad locks).
-# Left open: a leaf adopts its first gradient without a copy, and an add hands the same buffer
-# to an inner node of that pass too, which reads it later; another thread's pass adding into
-# the leaf in place meanwhile changes what that inner node reads (PyTorch clones the gradient
-# a leaf would share). Hogwild threads on one queue are safe only where no op hands a leaf's
-# gradient to an inner node as well (x @ W + b does).
+# A leaf never adopts a buffer an inner node of the pass also holds (``b + h`` hands one to
+# both): another thread's pass adding into the leaf in place would change what that node's
+# backward still reads, so the leaf gets a copy, as AccumulateGrad clones a gradient that
+# something else still holds.
 _leaf_lock = threading.Lock()
+
+
+def _inner_shares(node: Entry, g: Tensor, parent_grads) -> bool:
+    """Whether ``node``'s backward hands ``g``'s buffer to an inner node too."""
+    data = g.data
+    return any(h is not None and h is not ACCUMULATED and h.data is data
+               and p.grad_fn is not None and p.requires_grad
+               for p, h in zip(node.parents, parent_grads))
 
 
 def _accumulate(node: Entry, g: Tensor, owned: dict[int, int]) -> None:
