@@ -35,7 +35,7 @@ from .sparse import Embedding
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
                           TransformerEncoder, TransformerEncoderLayer, clone_module)
 
-from . import utils  # noqa: E402  (pc.nn.utils.clip_grad_norm_: after the layers it uses)
+from . import init, utils  # noqa: E402  (pc.nn.utils.clip_grad_norm_: after the layers it uses)
 
 __all__ = [
     # containers and the base class
@@ -62,5 +62,5 @@ __all__ = [
     "MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer",
     "TransformerEncoder", "TransformerEncoderLayer",
     # helpers
-    "capture_key", "clone_module", "default_generator", "flatten", "manual_seed", "utils",
+    "capture_key", "clone_module", "default_generator", "flatten", "init", "manual_seed", "utils",
 ]
