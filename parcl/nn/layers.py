@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..runtime import default_queue
-from ..tape import ops
+from ..tape import mode, ops
 from ..tape.ops.nn import string_padding
 from ..tensor import Tensor
 from .module import Module, Parameter, uniform_
@@ -241,7 +241,7 @@ class BatchNorm2d(Module):
         ``_BatchNorm.forward`` chooses them."""
         momentum = self.momentum
         tracking = self.running_mean is not None and self.running_var is not None
-        if self.training and tracking and momentum is None:
+        if self.training and tracking and momentum is None and not mode.state.recompute:
             count = self.num_batches_tracked
             n = int(count.to_host()) + 1
             count.fill_owned(n)

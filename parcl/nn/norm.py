@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..runtime import default_queue
-from ..tape import Node, no_grad, ops
+from ..tape import Node, mode, no_grad, ops
 from ..tensor import Tensor, dims
 from .layers import BatchNorm2d, _check_sizes
 from .module import Module, Parameter
@@ -187,8 +187,8 @@ class _InstanceNorm(Module):
         if not use_input_stats:
             return ops.batch_norm(x, self.weight, self.bias, self.running_mean,
                                   self.running_var, training=False, eps=self.eps)
-        if self.running_mean is not None:
-            self._update_running_stats(x)
+        if self.running_mean is not None and not mode.state.recompute:   # tp.checkpoint's
+            self._update_running_stats(x)                                   # second run
         return ops.group_norm(x, self.num_features, self.weight, self.bias, self.eps)
 
     def _update_running_stats(self, x) -> None:

@@ -25,6 +25,7 @@ class _State(threading.local):
     anomaly = False
     tape = None
     stats_sync = None
+    recompute = False      # tp.checkpoint's backward is running its function again
 
 
 state = _State()       # thread-local: each thread sees its own attributes

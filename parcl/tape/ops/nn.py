@@ -336,6 +336,8 @@ def batch_norm(x, weight, bias, running_mean, running_var, training: bool,
     (2, 3, 8, 8)
     """
     rm, rv = _running_stats(running_mean, running_var)
+    if training and mode.state.recompute:      # tp.checkpoint's second run: updated once
+        rm = rv = None
     return BatchNorm.apply(x, weight, bias, residual, tape=tape, running_mean=rm,
                            running_var=rv, training=bool(training), momentum=float(momentum),
                            eps=float(eps), relu=bool(relu),
