@@ -249,6 +249,8 @@ def test_under_no_grad_and_without_gradients_it_is_the_plain_call(queue):
     lin.requires_grad_(False)
     assert isinstance(tp.checkpoint(lin, x), pc.Tensor)
     np.testing.assert_array_equal(tp.checkpoint(lin, x).to_host(), out.to_host())
+    constant = tp.checkpoint(lambda y: tp.tensor(y.value * 2.0), leaf(queue, np.ones(2)))
+    assert not constant.requires_grad and constant.to_host().tolist() == [2.0, 2.0]
     with pytest.raises(pc.ParclError, match="one Node or Tensor, got tuple"):
         tp.checkpoint(lambda y: (y, y), leaf(queue, np.ones(2)))
 

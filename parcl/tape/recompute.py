@@ -164,7 +164,8 @@ def checkpoint(function, *args, use_reentrant: bool | None = None,
         tape.release()
         raise ParclError(f"checkpoint: the function must return one Node or Tensor, got "
                          f"{type(out).__name__}")
-    if not isinstance(out, Node):
+    if not isinstance(out, Node) or not out.requires_grad:
+        tape.release()
         return out                                  # nothing it read requires grad
     leaves = seg.read_leaves(out, stand_ins, tape, "checkpoint")
     seg.leaves = [e.node() for e in leaves]         # alive: the function's module holds them
