@@ -172,6 +172,45 @@ def test_fully_masked_rows_are_zero(queue, rng, variant):
     np.testing.assert_allclose(p[0, 1], np.full(9, 1 / 9), rtol=1e-6)
 
 
+def test_a_query_whose_scores_are_nan_attends_as_pytorch_with_nan(queue, rng):
+    """A NaN query (a diverged projection) gives NaN, as torch's: fmax passes over NaN, so a
+    row of NaN scores looked fully masked and came out zeros, a finite output and gradient
+    hiding the NaN."""
+    import torch
+    q, k, v = (rng.standard_normal((2, 3, 4)).astype(np.float32) for _ in range(3))
+    q[1, 1, 2] = np.nan
+    for causal in (False, True):
+        xt = [torch.tensor(x, requires_grad=True) for x in (q, k, v)]
+        want = torch.nn.functional.scaled_dot_product_attention(*xt, is_causal=causal)
+        want.sum().backward()
+        nodes = [leaf(queue, x) for x in (q, k, v)]
+        with tp.Tape() as tape:
+            y = tp.scaled_dot_product_attention(*nodes, is_causal=causal)
+        tape.backward(y, grad=pc.Tensor.from_host(queue, np.ones((2, 3, 4), np.float32)))
+        got = y.to_host()
+        assert np.isnan(got[1, 1]).all() and np.isnan(want[1, 1].detach().numpy()).all()
+        np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(nodes[0].grad.to_host(), xt[0].grad.numpy(), rtol=1e-4,
+                                   atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["rows", "groups"])
+def test_a_row_of_nan_scores_is_nan_as_pytorchs_and_a_fully_masked_row_zeros(queue, variant):
+    from parcl.kernels import attention as ak
+    s = np.zeros((1, 4, 11), np.float32)
+    s[0, 1] = np.nan                               # every score NaN
+    s[0, 2, 3] = np.nan                            # the one score not masked NaN
+    allow = np.ones((4, 11), np.int32)
+    allow[2] = allow[3] = 0
+    allow[2, 3] = 1
+    p = ak.masked_softmax(pc.Tensor.from_host(queue, s), 1.0,
+                          pc.Tensor.from_host(queue, allow), variant=variant).to_host()[0]
+    np.testing.assert_allclose(p[0], np.full(11, 1 / 11), rtol=1e-6)
+    assert np.isnan(p[1]).all()
+    assert np.isnan(p[2]).all()                    # as torch.softmax of [-inf, nan, -inf]
+    assert np.array_equal(p[3], np.zeros(11, np.float32))   # nothing to attend to
+
+
 def test_attention_bit_identical_repeats(queue, rng):
     q, k, v = (rng.standard_normal((2, 4, 9, 8)) for _ in range(3))
     runs = []

@@ -9,8 +9,9 @@ through broadcast strides (a ``(Tq, Tk)`` mask is not copied per batch entry): a
 (float32) or boolean (an integer or byte tensor, nonzero = may attend); ``causal`` masks
 ``j > i`` (PyTorch's top-left aligned ``is_causal``). A row with nothing to attend to (every
 score masked to -inf) is all zeros, as PyTorch's ``scaled_dot_product_attention`` gives (its
-"safe softmax"), not NaN. The unfused composition (scale, add the mask, softmax) is
-three launches and three passes over the scores; see ``docs/performance.md`` for the figures.
+"safe softmax"), not NaN; a row whose scores are NaN where not -inf is NaN, as PyTorch's.
+The unfused composition (scale, add the mask, softmax) is three launches and three passes
+over the scores; see ``docs/performance.md`` for the figures.
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import attention as ak
@@ -140,7 +141,11 @@ __kernel void attn_softmax_fwd(__global const float *s, __global float *p, const
         m = fmax(m, v);
     }
     if (m == -INFINITY) {            /* nothing to attend to: zeros, as PyTorch */
-        for (int j = 0; j < Tk; ++j) pr[j] = 0.0f;
+        /* unless a score is NaN (fmax passes over NaN): then NaN, as PyTorch's softmax */
+        float fill = 0.0f;
+        for (int j = 0; j < end; ++j) fill = isnan(pr[j]) ? NAN : fill;
+        for (int j = 0; j < end; ++j) pr[j] = fill;
+        for (int j = end; j < Tk; ++j) pr[j] = 0.0f;
         return;
     }
     float8 s8 = (float8)(0.0f);
@@ -188,7 +193,16 @@ __kernel void attn_softmax_fwd_wg(__global const float *s, __global float *p, co
     m = red[0];
     barrier(CLK_LOCAL_MEM_FENCE);
     if (m == -INFINITY) {            /* the same for every work-item: no divergent barrier */
-        for (int j = l; j < Tk; j += L) pr[j] = 0.0f;
+        float nan_seen = 0.0f;       /* a NaN score (fmax passes over it) makes the row NaN */
+        for (int j = l; j < end; j += L) nan_seen = isnan(pr[j]) ? 1.0f : nan_seen;
+        red[l] = nan_seen;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int h = L / 2; h > 0; h >>= 1) {
+            if (l < h) red[l] = fmax(red[l], red[l + h]);
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        const float fill = red[0] != 0.0f ? NAN : 0.0f;
+        for (int j = l; j < Tk; j += L) pr[j] = j < end ? fill : 0.0f;
         return;
     }
     float sum = 0.0f;
