@@ -21,6 +21,23 @@ inline float mish_tanh(const float x)
 {
     return tanh_sat(fmax(x, 0.0f) + log1p(exp(-fabs(x))));
 }
+// torch.remainder: fmod moved to the divisor's sign (exact, unlike a - floor(a / b) * b), and
+// PyTorch's floor division, whose negation is remainder's gradient for the divisor
+inline float remainder_f(const float a, const float b)
+{
+    const float m = fmod(a, b);
+    return (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) ? m + b : m;
+}
+inline float div_floor(const float a, const float b)
+{
+    if (b == 0.0f) return a / b;
+    const float m = fmod(a, b);
+    float d = (a - m) / b;
+    if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) d -= 1.0f;
+    if (d == 0.0f) return copysign(0.0f, a / b);
+    float f = floor(d);
+    return (d - f > 0.5f) ? f + 1.0f : f;
+}
 """
 
 # name -> C expression of (x, y); x is the left input, y the right one (or the scalar).
@@ -81,6 +98,16 @@ BINARY_OPS = {
            " - y * ((log(x) < -100.0f) ? -100.0f : log(x))",
     "bce_grad_input": "(x - y) / fmax((1.0f - x) * x, 1e-12f)",
     "bce_grad_target": "log1p(-x) - log(x)",
+    # remainder takes the divisor's sign (Python's %), fmod the dividend's (C's); their
+    # gradients for the divisor are -floor(a / b) and -trunc(a / b), as PyTorch's
+    "remainder": "remainder_f(x, y)",
+    "fmod": "fmod(x, y)",
+    "remainder_grad_b": "-div_floor(x, y)",
+    "fmod_grad_b": "-trunc(x / y)",
+    # hypot's partials are a / hypot and b / hypot: NaN at (0, 0), as PyTorch's
+    "hypot": "hypot(x, y)",
+    "hypot_grad_a": "x / hypot(x, y)",
+    "hypot_grad_b": "y / hypot(x, y)",
 }
 
 # name -> C expression of x and the float parameters p, q (unused by most ops)
@@ -132,6 +159,9 @@ UNARY_OPS = {
     "round_decimals": "(q > 0.0f) ? rint(x * p) / p : rint(x / p) * p",
     "isnan": "isnan(x) ? 1.0f : 0.0f",
     "isfinite": "isfinite(x) ? 1.0f : 0.0f",
+    "isinf": "isinf(x) ? 1.0f : 0.0f",
+    "exp2": "exp2(x)",
+    "frac": "x - trunc(x)",                    # NaN at +-inf, as torch.frac
     # the hard activations with selects, so NaN stays NaN (PyTorch's min/max keep it too)
     "hardsigmoid": "(x + 3.0f < 0.0f) ? 0.0f : ((x + 3.0f > 6.0f) ? 1.0f : (x + 3.0f) / 6.0f)",
     "hardswish": "(x + 3.0f < 0.0f) ? 0.0f * x : ((x + 3.0f > 6.0f) ? x"
@@ -179,6 +209,7 @@ GRAD_OPS = {
     "asin_backward": "y * rsqrt(1.0f - x * x)",
     "acos_backward": "-y * rsqrt(1.0f - x * x)",
     "atan_backward": "y / (x * x + 1.0f)",
+    "exp2_backward": "y * exp2(x) * 0.6931471805599453f",
     # hardtanh (p: min_val, q: max_val) passes no gradient at its bounds, unlike clamp
     "hardtanh_backward": "(x <= p || x >= q) ? 0.0f : y",
     "hardsigmoid_backward": "(x > -3.0f && x < 3.0f) ? y / 6.0f : 0.0f",

@@ -152,6 +152,54 @@ class NodeMethods:
     def clamp(self, min=None, max=None):  # noqa: A002
         return _ops().clamp(self, min, max)
 
+    def clamp_min(self, min):  # noqa: A002
+        return _ops().clamp_min(self, min)
+
+    def clamp_max(self, max):  # noqa: A002
+        return _ops().clamp_max(self, max)
+
+    def remainder(self, other):
+        return _ops().remainder(self, other)
+
+    def __mod__(self, other):
+        return _ops().remainder(self, other)
+
+    def __rmod__(self, other):
+        return _ops().remainder(other, self)
+
+    def fmod(self, other):
+        return _ops().fmod(self, other)
+
+    def hypot(self, other):
+        return _ops().hypot(self, other)
+
+    def exp2(self):
+        return _ops().exp2(self)
+
+    def frac(self):
+        return _ops().frac(self)
+
+    def addcmul(self, tensor1, tensor2, *, value=1):
+        return _ops().addcmul(self, tensor1, tensor2, value=value)
+
+    def addcdiv(self, tensor1, tensor2, *, value=1):
+        return _ops().addcdiv(self, tensor1, tensor2, value=value)
+
+    def isnan(self):
+        return _ops().isnan(self)
+
+    def isinf(self):
+        return _ops().isinf(self)
+
+    def isfinite(self):
+        return _ops().isfinite(self)
+
+    def all(self, dim=None, keepdim=False):  # noqa: A003
+        return _ops().all(self, dim, keepdim)
+
+    def any(self, dim=None, keepdim=False):  # noqa: A003
+        return _ops().any(self, dim, keepdim)
+
     def softmax(self, dim):
         return _ops().softmax(self, dim)
 

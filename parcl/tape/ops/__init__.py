@@ -9,6 +9,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | elementwise | add sub mul div pow maximum minimum |
 | unary, activation | neg exp log sqrt abs relu sigmoid tanh gelu, silu leaky_relu elu ... |
 | mathops | reciprocal rsqrt log1p ... atan2 floor round lerp, eq ... ge, isnan isfinite clip |
+| mathops_more | remainder fmod hypot exp2 frac addcmul addcdiv clamp_min clamp_max isinf all any |
 | activation_more | hardtanh relu6 ... mish selu celu glu softmin threshold normalize ... |
 | linalg | matmul (batched, broadcasting) |
 | linalg | matmul (batched, broadcasting) mm bmm |
@@ -46,6 +47,7 @@ from .linalg import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
 from .loss_more import *  # noqa: F401,F403
 from .mathops import *  # noqa: F401,F403
+from .mathops_more import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .picks import *  # noqa: F401,F403
@@ -65,8 +67,8 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 # by name: composed's ``norm`` (the op) takes the name of the ``norm`` module (layer_norm ...)
 # in this namespace, so composed is imported after it
 _MODULES = ("activation", "activation_more", "attention", "composed", "contraction", "conv",
-            "elementwise", "indexing", "join", "linalg", "loss", "loss_more", "mathops", "nn",
-            "norm", "picks", "reduce", "reduce_dims", "reductions", "resample", "scatters",
-            "select", "sequence", "shape", "slices", "sorting", "unary")
+            "elementwise", "indexing", "join", "linalg", "loss", "loss_more", "mathops",
+            "mathops_more", "nn", "norm", "picks", "reduce", "reduce_dims", "reductions",
+            "resample", "scatters", "select", "sequence", "shape", "slices", "sorting", "unary")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
