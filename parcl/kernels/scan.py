@@ -1,10 +1,12 @@
-"""Scan and pick kernels: ``cumsum`` along one axis, and the two halves of an arg-reduction's
+"""Scan and pick kernels: ``cumsum`` and ``cumprod`` along one axis (and ``cumprod``'s
+gradient), and the two halves of an arg-reduction's
 gradient path: ``take_rows`` (each row's element at a given index) and ``put_rows`` (a zero
 tensor with one value per row at a given index, the backward of ``max``/``min``).
 
 ``cumsum`` views a contiguous tensor as ``(outer, R, inner)``; one work-item per
 ``(outer, inner)`` line adds along ``R`` sequentially (forwards, or backwards for the
-gradient), so every partial sum is the same bit for bit on every run.
+gradient), so every partial sum is the same bit for bit on every run; ``cumprod`` multiplies
+the same way.
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import scan
@@ -43,6 +45,54 @@ __kernel void cumsum(__global float *out, __global const float *x, const int lin
     }
 }
 
+/* x viewed as (outer, R, inner): out[o, r, j] = product of x[o, 0..r, j]. */
+__kernel void cumprod(__global float *out, __global const float *x, const int lines,
+                      const int R, const int inner)
+{
+    const int g = get_global_id(0);
+    if (g >= lines) return;
+    const long base = (long)(g / inner) * R * inner + g % inner;
+    float acc = 1.0f;
+    for (int r = 0; r < R; ++r) {
+        const long at = base + (long)r * inner;
+        acc *= x[at];
+        out[at] = acc;
+    }
+}
+
+/* The gradient of out = cumprod(x) for upstream g, per line, as PyTorch's cumprod_backward:
+   before the first zero z, (sum over j >= k of g_j out_j) / x_k (out_j is 0 from z on); at z,
+   the product of x before z times sum over j >= z of g_j prod(x_{z+1..j}); after z, 0 (each
+   out_j there also holds the zero at z). */
+__kernel void cumprod_backward(__global float *gx, __global const float *x,
+                               __global const float *out, __global const float *g,
+                               const int lines, const int R, const int inner)
+{
+    const int t = get_global_id(0);
+    if (t >= lines) return;
+    const long base = (long)(t / inner) * R * inner + t % inner;
+    int z = R;
+    for (int r = 0; r < R; ++r) {
+        if (x[base + (long)r * inner] == 0.0f) { z = r; break; }
+    }
+    float acc = 0.0f;
+    for (int r = z - 1; r >= 0; --r) {
+        const long at = base + (long)r * inner;
+        acc += g[at] * out[at];
+        gx[at] = acc / x[at];
+    }
+    if (z == R) return;
+    float run = (z > 0) ? out[base + (long)(z - 1) * inner] : 1.0f;
+    float sum = g[base + (long)z * inner] * run;
+    for (int r = z + 1; r < R; ++r) {
+        const long at = base + (long)r * inner;
+        run *= x[at];
+        sum += g[at] * run;
+        gx[at] = 0.0f;
+    }
+    gx[base + (long)z * inner] = sum;
+}
+
 /* out[o] = x[o, idx[o]] for x (rows, R). */
 __kernel void take_rows(__global float *out, __global const float *x,
                         __global const long *idx, const int rows, const int R)
@@ -61,26 +111,50 @@ __kernel void put_rows(__global float *out, __global const float *g,
 """
 
 
-def cumsum(x: Tensor, axis: int, reverse: bool = False) -> Tensor:
-    """Inclusive cumulative sum along ``axis`` (negative axes count from the end);
-    ``reverse=True`` sums from the end of the axis (the gradient of ``cumsum``)."""
-    check_float("cumsum", x)
+def _lines(op: str, x: Tensor, axis: int) -> tuple[int, int, int]:
+    """``x`` as ``(outer, R, inner)`` lines along ``axis``: (lines, R, inner)."""
+    check_float(op, x)
     if x.ndim == 0:
-        raise ShapeError("cumsum: a 0-d tensor has no axis")
+        raise ShapeError(f"{op}: a 0-d tensor has no axis")
     ax = int(axis)
     if not -x.ndim <= ax < x.ndim:
-        raise ShapeError(f"cumsum: axis {ax} is out of range for a {x.ndim}-D tensor "
+        raise ShapeError(f"{op}: axis {ax} is out of range for a {x.ndim}-D tensor "
                          f"(shape {x.shape})")
     ax %= x.ndim
     R, inner = x.shape[ax], prod(x.shape[ax + 1:])
-    lines = prod(x.shape[:ax]) * inner
+    return prod(x.shape[:ax]) * inner, R, inner
+
+
+def cumsum(x: Tensor, axis: int, reverse: bool = False) -> Tensor:
+    """Inclusive cumulative sum along ``axis`` (negative axes count from the end);
+    ``reverse=True`` sums from the end of the axis (the gradient of ``cumsum``)."""
+    lines, R, inner = _lines("cumsum", x, axis)
     out = Tensor.empty(x.queue, x.shape)
-    if x.size == 0:
-        return out
     get_kernel(x.queue, SOURCE, "cumsum")(x.queue, (round_up(lines, 64),), (64,), out.data,
                                           x.data, np.int32(lines), np.int32(R),
                                           np.int32(inner), np.int32(1 if reverse else 0))
     return out
+
+
+def cumprod(x: Tensor, axis: int) -> Tensor:
+    """Inclusive cumulative product along ``axis``, multiplied in order."""
+    lines, R, inner = _lines("cumprod", x, axis)
+    out = Tensor.empty(x.queue, x.shape)
+    get_kernel(x.queue, SOURCE, "cumprod")(x.queue, (round_up(lines, 64),), (64,), out.data,
+                                           x.data, np.int32(lines), np.int32(R),
+                                           np.int32(inner))
+    return out
+
+
+def cumprod_backward(x: Tensor, out: Tensor, g: Tensor, axis: int) -> Tensor:
+    """The gradient of ``out = cumprod(x, axis)`` for the upstream ``g``: right where ``x``
+    holds zeros (no ``0 / 0``), one work-item per line, so the same bits on every run."""
+    lines, R, inner = _lines("cumprod", x, axis)
+    gx = Tensor.empty(x.queue, x.shape)
+    get_kernel(x.queue, SOURCE, "cumprod_backward")(
+        x.queue, (round_up(lines, 64),), (64,), gx.data, x.data, out.data, g.data,
+        np.int32(lines), np.int32(R), np.int32(inner))
+    return gx
 
 
 def take_rows(x: Tensor, idx: Tensor) -> Tensor:

@@ -247,6 +247,15 @@ class NodeMethods:
     def cumsum(self, dim):
         return _ops().cumsum(self, dim)
 
+    def cumprod(self, dim):
+        return _ops().cumprod(self, dim)
+
+    def diff(self, n=1, dim=-1, prepend=None, append=None):
+        return _ops().diff(self, n, dim, prepend, append)
+
+    def repeat_interleave(self, repeats, dim=None, *, output_size=None):
+        return _ops().repeat_interleave(self, repeats, dim, output_size=output_size)
+
     def norm(self, p=2, dim=None, keepdim=False):
         return _ops().norm(self, p, dim, keepdim)
 

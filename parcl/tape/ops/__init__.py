@@ -17,6 +17,8 @@ even inside ``no_grad`` (netcl's escape hatch).
 | contraction | einsum (built on sum permute reshape mm bmm) |
 | reduce, reductions | sum mean max min argmax argmin var std logsumexp cumsum |
 | reduce_dims | amax amin prod |
+| moments | var_mean std_mean |
+| scans | cumprod diff repeat_interleave |
 | sorting | sort argsort topk |
 | shape | reshape transpose permute movedim t squeeze unsqueeze flatten unflatten |
 | indexing, join | getitem flip pad expand gather cat stack split |
@@ -48,6 +50,7 @@ from .loss import *  # noqa: F401,F403
 from .loss_more import *  # noqa: F401,F403
 from .mathops import *  # noqa: F401,F403
 from .mathops_more import *  # noqa: F401,F403
+from .moments import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .picks import *  # noqa: F401,F403
@@ -55,6 +58,7 @@ from .reduce import *  # noqa: F401,F403
 from .reduce_dims import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
 from .resample import *  # noqa: F401,F403
+from .scans import *  # noqa: F401,F403
 from .scatters import *  # noqa: F401,F403
 from .select import *  # noqa: F401,F403
 from .sequence import *  # noqa: F401,F403
@@ -68,7 +72,8 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 # in this namespace, so composed is imported after it
 _MODULES = ("activation", "activation_more", "attention", "composed", "contraction", "conv",
             "elementwise", "indexing", "join", "linalg", "loss", "loss_more", "mathops",
-            "mathops_more", "nn", "norm", "picks", "reduce", "reduce_dims", "reductions",
-            "resample", "scatters", "select", "sequence", "shape", "slices", "sorting", "unary")
+            "mathops_more", "moments", "nn", "norm", "picks", "reduce", "reduce_dims",
+            "reductions", "resample", "scans", "scatters", "select", "sequence", "shape",
+            "slices", "sorting", "unary")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]

@@ -1,0 +1,33 @@
+"""``var_mean`` and ``std_mean``: PyTorch's pairs of a spread and the mean over the same
+dims, each its own Node (``var``/``std`` and ``mean``), so gradients reach ``x`` through
+both.
+
+>>> x = tp.tensor(np.array([[1.0, 2.0], [3.0, 6.0]]), requires_grad=True)
+>>> v, m = tp.var_mean(x, 1)
+>>> v.to_host(), m.to_host()
+(array([0.5, 4.5], dtype=float32), array([1.5, 4.5], dtype=float32))
+"""
+
+from __future__ import annotations
+
+from .reduce import mean
+from .reductions import std, var
+
+__all__ = ["std_mean", "var_mean"]
+
+
+def var_mean(x, axis=None, *, keepdims: bool = False, correction: float = 1, tape=None):
+    """``torch.var_mean``: ``(var(x, axis, ...), mean(x, axis, ...))`` as a tuple, with
+    ``tp.var``'s arguments (``keepdims`` and ``correction`` by keyword only).
+
+    >>> [t.shape for t in tp.var_mean(x, keepdims=True)]        # x (2, 2)
+    [(1, 1), (1, 1)]
+    """
+    return (var(x, axis, keepdims=keepdims, correction=correction, tape=tape),
+            mean(x, axis, keepdims, tape=tape))
+
+
+def std_mean(x, axis=None, *, keepdims: bool = False, correction: float = 1, tape=None):
+    """``torch.std_mean``: ``(std(x, axis, ...), mean(x, axis, ...))`` as a tuple."""
+    return (std(x, axis, keepdims=keepdims, correction=correction, tape=tape),
+            mean(x, axis, keepdims, tape=tape))
