@@ -288,6 +288,15 @@ class NodeMethods:
     def flip(self, dims):
         return _ops().flip(self, dims)
 
+    def diagonal(self, offset=0, dim1=0, dim2=1):
+        return _ops().diagonal(self, offset, dim1, dim2)
+
+    def diag(self, diagonal=0):
+        return _ops().diag(self, diagonal)
+
+    def trace(self):
+        return _ops().trace(self)
+
     def tril(self, diagonal=0):
         return _ops().tril(self, diagonal)
 

@@ -15,6 +15,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | linalg | matmul (batched, broadcasting) mm bmm |
 | composed | nan_to_num outer addmm baddbmm linalg_vector_norm norm |
 | contraction | einsum (built on sum permute reshape mm bmm) |
+| diagonals | diagonal diag trace tensordot |
 | reduce, reductions | sum mean max min argmax argmin var std logsumexp cumsum |
 | reduce_dims | amax amin prod |
 | moments | var_mean std_mean |
@@ -42,6 +43,7 @@ from .activation_more import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .contraction import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
+from .diagonals import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
 from .indexing import *  # noqa: F401,F403
 from .join import *  # noqa: F401,F403
@@ -71,8 +73,8 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 # by name: composed's ``norm`` (the op) takes the name of the ``norm`` module (layer_norm ...)
 # in this namespace, so composed is imported after it
 _MODULES = ("activation", "activation_more", "attention", "composed", "contraction", "conv",
-            "elementwise", "indexing", "join", "linalg", "loss", "loss_more", "mathops",
-            "mathops_more", "moments", "nn", "norm", "picks", "reduce", "reduce_dims",
+            "diagonals", "elementwise", "indexing", "join", "linalg", "loss", "loss_more",
+            "mathops", "mathops_more", "moments", "nn", "norm", "picks", "reduce", "reduce_dims",
             "reductions", "resample", "scans", "scatters", "select", "sequence", "shape",
             "slices", "sorting", "unary")
 __all__ = [name for module in _MODULES
