@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import parcl.tape as tp
-from conftest import leaf, up
+from conftest import assert_replays_eager, leaf, up
 from parcl.errors import ShapeError
 
 
@@ -136,3 +136,19 @@ def test_tensordot_refuses_mismatched_dims_naming_the_shapes(queue):
         tp.tensordot(x, y, ([2], [0]))
     with pytest.raises(TypeError, match="tensordot: expected tp.Node or pc.Tensor operands"):
         tp.tensordot(x, 2.0, 0)
+
+
+def test_a_captured_step_through_the_new_ops_replays_its_eager_bits(queue, rng):
+    w = leaf(queue, rng.uniform(0.5, 1.5, (3, 4)))
+
+    def step(x):
+        with tp.Tape() as tape:
+            h = tp.tensor(x) * w
+            h = tp.cumprod(h, 1) + tp.repeat_interleave(tp.diff(h, 1, 0), [2, 1], 0)
+            h = tp.tensordot(tp.diag(tp.diagonal(h, 1)), h, 1) % 0.7 + tp.hypot(h, h)
+            loss = tp.trace(h[:, :3]) + tp.sum(tp.var_mean(h, 0)[0])
+        tape.backward(loss)
+        return loss.value
+
+    assert_replays_eager(queue, step, w, [rng.standard_normal((3, 4)).astype(np.float32)
+                                          for _ in range(3)])
