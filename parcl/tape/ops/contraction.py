@@ -73,7 +73,7 @@ def _parse(equation: str, shapes):
         if repeated:
             raise ShapeError(f"einsum: {equation!r}: operand {i} repeats label "
                              f"{''.join(repeated)!r} (a diagonal or trace), which parcl's einsum "
-                             "does not take; take the diagonal with indexing first")
+                             "does not take; take it with tp.diagonal or tp.trace first")
     dots = sorted({x for ls in labels for x in ls if isinstance(x, tuple)},
                   key=lambda x: -x[1])               # leftmost ellipsis dim first
     if out_term is None:                             # implicit: ellipsis, then labels seen once
