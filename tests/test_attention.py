@@ -229,12 +229,10 @@ def test_attention_raw_tensors_and_errors(queue, rng):
     out = tp.scaled_dot_product_attention(q, q, q)
     assert isinstance(out, pc.Tensor) and out.shape == (3, 4)
     allow = np.tril(np.ones((3, 3), bool))
-    ints = pc.Tensor.from_host(queue, allow.astype(np.int32))     # integer: nonzero = attend
     causal = tp.scaled_dot_product_attention(q, q, q, is_causal=True).to_host()
-    assert np.array_equal(tp.scaled_dot_product_attention(q, q, q, attn_mask=ints).to_host(),
-                          causal)
-    assert np.array_equal(tp.scaled_dot_product_attention(q, q, q, attn_mask=allow).to_host(),
-                          causal)
+    for mask in (allow, pc.Tensor.from_host(queue, allow)):
+        assert np.array_equal(
+            tp.scaled_dot_product_attention(q, q, q, attn_mask=mask).to_host(), causal)
     with pytest.raises(pc.ShapeError, match="not both"):
         tp.scaled_dot_product_attention(q, q, q, attn_mask=np.ones((3, 3), bool),
                                         is_causal=True)
@@ -293,3 +291,18 @@ def test_attention_step_capture_bit_identical(devices2):
     assert results[0][0] == results[1][0]
     assert all(np.array_equal(a, b) for a, b in zip(results[0][1], results[1][1]))
     assert np.isfinite(results[0][0]).all()
+
+
+@pytest.mark.parametrize("dtype,where", [(np.int32, "numpy"), (np.int64, "numpy"),
+                                         (np.uint8, "numpy"), (np.int32, "device"),
+                                         (np.int64, "device")])
+def test_an_integer_attention_mask_is_refused_as_pytorch(queue, rng, dtype, where):
+    """PyTorch takes a boolean or a float mask. An additive mask that happens to be integer,
+    ``np.where(pad, -10000, 0)``, was read as boolean (nonzero = may attend): the padded key
+    was the only one attended to. Now a DTypeError."""
+    q = pc.Tensor.from_host(queue, rng.standard_normal((3, 4)).astype(np.float32))
+    additive = np.where(np.array([False, False, True]), -10000, 0).astype(dtype)
+    mask = additive if where == "numpy" else pc.Tensor.from_host(queue, additive)
+    with pytest.raises(pc.DTypeError, match="attn_mask .* has dtype .*boolean mask .* or a "
+                                            "float one"):
+        tp.scaled_dot_product_attention(q, q, q, attn_mask=mask)

@@ -115,14 +115,28 @@ class ScaledDotProductAttention(Function):
 
 
 def _as_mask(mask, queue):
-    """A Node or Tensor as it is; a numpy mask uploaded (a boolean one as an additive float
-    mask of 0 and -inf, which the kernel treats the same)."""
-    if mask is None or isinstance(mask, (Node, Tensor)):
-        return mask
-    arr = np.asarray(mask)
-    if arr.dtype == np.bool_:
-        arr = np.where(arr, 0.0, -np.inf)
-    return Tensor.from_host(queue, arr.astype(np.float32) if arr.dtype == np.float64 else arr)
+    """A boolean (held as uint8) or float32 Node or Tensor as it is; a numpy mask uploaded
+    (a boolean one as an additive float mask of 0 and -inf, which the kernel treats the
+    same). An integer mask is refused, as PyTorch refuses it: read as boolean, an additive
+    mask that happens to be integer (``np.where(pad, -10000, 0)``) would mask exactly the
+    keys it keeps."""
+    if mask is None:
+        return None
+    if isinstance(mask, (Node, Tensor)):
+        dtype = np.dtype(mask.dtype)
+        usable = dtype in (np.dtype(np.bool_), np.dtype(np.uint8), np.dtype(np.float32))
+    else:
+        mask = np.asarray(mask)
+        dtype = mask.dtype
+        usable = dtype.kind in "bf"
+        if usable:
+            mask = np.where(mask, 0.0, -np.inf) if dtype == np.bool_ else mask
+            return Tensor.from_host(queue, mask.astype(np.float32))
+    if not usable:
+        raise DTypeError(f"scaled_dot_product_attention: attn_mask {tuple(mask.shape)} has "
+                         f"dtype {dtype}; pass a boolean mask (True = may attend) or a float "
+                         "one added to the scores, as PyTorch (an integer one is ambiguous)")
+    return mask
 
 
 def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0,
@@ -131,9 +145,10 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     """``torch.nn.functional.scaled_dot_product_attention`` over ``(..., T, D)`` inputs
     (typically ``(B, H, T, D)``): ``softmax(q @ k^T * scale + mask) @ v`` with ``scale``
     default ``1/sqrt(D)``. ``attn_mask`` broadcasts to ``(..., Tq, Tk)``: float32 is added to
-    the scores, an integer tensor or a boolean numpy array is boolean (True/nonzero = may
-    attend); a query row with nothing to attend to gives zeros, as PyTorch. ``is_causal``
-    masks the future (``j > i``); it cannot be combined with a mask.
+    the scores, a boolean one (a numpy array too) says where a query may attend (True), an
+    integer one is a ``DTypeError`` (as PyTorch's); a query row with nothing to attend to
+    gives zeros, as PyTorch. ``is_causal`` masks the future (``j > i``); it cannot be
+    combined with a mask.
     ``dropout_p > 0`` drops attention weights with parcl's dropout generator (replayable
     under capture, like ``tp.dropout``). One Node, op_name ``"scaled_dot_product_attention"``.
 
