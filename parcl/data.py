@@ -1,5 +1,6 @@
-"""Data loading: a seeded, resumable, rank-aware batch iterator over numpy arrays, and the
-8x8 handwritten digits that ship inside scikit-learn.
+"""Data loading: a seeded, resumable, rank-aware batch iterator over numpy arrays or a
+map-style dataset (parcl.data_sets), and the 8x8 handwritten digits that ship inside
+scikit-learn.
 
 Numpy only: batches stay on the host until a replica copies its share to its own queue.
 
@@ -13,14 +14,17 @@ Numpy only: batches stay on the host until a replica copies its share to its own
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from .data_sets import ConcatDataset, Dataset, Subset, TensorDataset, default_collate, random_split
 from .errors import ShapeError
 
-__all__ = ["DataLoader", "distributed_indices", "epoch_permutation", "load_digits"]
+__all__ = ["ConcatDataset", "DataLoader", "Dataset", "Subset", "TensorDataset",
+           "default_collate", "distributed_indices", "epoch_permutation", "load_digits",
+           "random_split"]
 
 STATE_VERSION = 1
 
@@ -58,10 +62,92 @@ def distributed_indices(order: np.ndarray, rank: int, world_size: int) -> np.nda
     return order[rank::world_size]
 
 
-class DataLoader:
-    """Batches of numpy arrays that share their first dimension.
+class _SlicedBatches:
+    """The fast path: a batch is the arrays' rows at its indices (through a Subset's index
+    map), one fancy-indexing copy per array, never sample by sample."""
 
-    Iterating yields tuples of batches, one per array (a 1-tuple when a single array is given).
+    def __init__(self, arrays: tuple[np.ndarray, ...], index_map: np.ndarray | None):
+        self.arrays, self.index_map = arrays, index_map
+
+    def __call__(self, idx: np.ndarray) -> tuple[np.ndarray, ...]:
+        if self.index_map is not None:
+            idx = self.index_map[idx]
+        return tuple(a[idx] for a in self.arrays)
+
+
+class _CollatedBatches:
+    """Any map-style dataset: the batch's samples (all at once where the dataset has
+    ``__getitems__``, as PyTorch's fetcher asks) passed to ``collate_fn``."""
+
+    def __init__(self, dataset: Any, collate_fn: Callable[[list], Any]):
+        self.dataset, self.collate_fn = dataset, collate_fn
+        getitems = getattr(dataset, "__getitems__", None)
+        self.getitems = getitems if callable(getitems) else None
+
+    def __call__(self, idx: np.ndarray) -> Any:
+        indices = idx.tolist()
+        if self.getitems is not None:
+            return self.collate_fn(self.getitems(indices))
+        return self.collate_fn([self.dataset[i] for i in indices])
+
+
+def _sliceable(dataset: Any) -> tuple[tuple[np.ndarray, ...], np.ndarray | None] | None:
+    """``(arrays, index_map)`` when every sample of ``dataset`` is rows of numpy arrays: a
+    ``TensorDataset``, or ``Subset``s of one (their own classes, not subclasses, which may
+    change ``__getitem__``); else None."""
+    chain = []
+    while type(dataset) is Subset:
+        chain.append(dataset)
+        dataset = dataset.dataset
+    if type(dataset) is not TensorDataset:
+        return None
+    index_map, size = None, len(dataset)
+    for subset in reversed(chain):                 # innermost first: it indexes the arrays
+        indices = np.asarray(subset.indices)
+        if indices.size == 0:
+            indices = indices.astype(np.int64)
+        if indices.ndim != 1 or not np.issubdtype(indices.dtype, np.integer):
+            return None          # the sample path raises what indexing by them raises
+        if indices.size and (indices.min() < -size or indices.max() >= size):
+            bad = indices[(indices < -size) | (indices >= size)][0]
+            raise IndexError(f"DataLoader: Subset index {bad} is out of range for the {size} "
+                             f"samples of its dataset")
+        index_map = indices if index_map is None else index_map[indices]
+        size = len(indices)
+    return dataset.arrays, index_map
+
+
+def _checked_arrays(arrays: np.ndarray | Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    if isinstance(arrays, np.ndarray):
+        arrays = (arrays,)
+    arrays = tuple(np.asarray(a) for a in arrays)
+    if not arrays:
+        raise ShapeError("DataLoader: no arrays given; pass a numpy array or a tuple of them")
+    for i, a in enumerate(arrays):
+        if a.ndim == 0:
+            raise ShapeError(f"DataLoader: array {i} is a scalar (shape ()); every array "
+                             f"needs a first dimension to batch along")
+    lengths = [len(a) for a in arrays]
+    if len(set(lengths)) != 1:
+        shapes = ", ".join(str(a.shape) for a in arrays)
+        raise ShapeError(f"DataLoader: arrays have different lengths along dim 0 "
+                         f"(shapes {shapes}); every array needs one entry per sample")
+    if lengths[0] == 0:
+        raise ShapeError("DataLoader: the arrays are empty (0 samples)")
+    return arrays
+
+
+class DataLoader:
+    """Batches of numpy arrays that share their first dimension, or of a map-style dataset.
+
+    Over arrays (one, or a tuple or list of them: a list is always taken as arrays, so put a
+    list of samples in a ``Dataset``), iterating yields tuples of batches, one per
+    array (a 1-tuple when a single array is given), each batch the arrays' rows at its indices;
+    a ``TensorDataset``, or ``Subset``s of one, batches the same way, as fast (their indices
+    read when the loader is built; the loader holds the arrays, not copies). Any other
+    dataset (``__len__`` and ``__getitem__``) yields ``collate_fn`` of the batch's samples,
+    ``default_collate`` unless given, which stacks them field by field; a ``collate_fn``
+    given over arrays sees their samples, tuples of rows, as a ``TensorDataset``'s.
     With ``shuffle=True`` the order of epoch ``e`` is ``default_rng([seed, e]).permutation``,
     the same on every rank. With ``rank``/``world_size`` each rank gets a disjoint share of each
     epoch, padded as ``DistributedSampler`` pads (see :func:`distributed_indices`), so every
@@ -80,31 +166,41 @@ class DataLoader:
     >>> loader = DataLoader(x, batch_size=3, rank=1, world_size=2, drop_last=True)
     >>> len(loader), [b.tolist() for (b,) in loader]
     (1, [[1.0, 3.0, 5.0]])
+    >>> class Squares(Dataset):
+    ...     def __len__(self): return 5
+    ...     def __getitem__(self, i): return {"x": np.full(2, i * i, np.float32), "y": i}
+    >>> batch = next(iter(DataLoader(Squares(), batch_size=2)))
+    >>> batch["x"].tolist(), batch["y"].tolist(), batch["y"].dtype
+    ([[0.0, 0.0], [1.0, 1.0]], [0, 1], dtype('int64'))
     """
 
-    def __init__(self, arrays: np.ndarray | Sequence[np.ndarray], batch_size: int,
-                 shuffle: bool = False, seed: int = 0, drop_last: bool = False,
-                 rank: int = 0, world_size: int = 1):
-        if isinstance(arrays, np.ndarray):
-            arrays = (arrays,)
-        self.arrays = tuple(np.asarray(a) for a in arrays)
-        if not self.arrays:
-            raise ShapeError("DataLoader: no arrays given; pass a numpy array or a tuple of them")
-        for i, a in enumerate(self.arrays):
-            if a.ndim == 0:
-                raise ShapeError(f"DataLoader: array {i} is a scalar (shape ()); every array "
-                                 f"needs a first dimension to batch along")
-        lengths = [len(a) for a in self.arrays]
-        if len(set(lengths)) != 1:
-            shapes = ", ".join(str(a.shape) for a in self.arrays)
-            raise ShapeError(f"DataLoader: arrays have different lengths along dim 0 "
-                             f"(shapes {shapes}); every array needs one entry per sample")
-        if lengths[0] == 0:
-            raise ShapeError("DataLoader: the arrays are empty (0 samples)")
+    def __init__(self, dataset: Any, batch_size: int, shuffle: bool = False, seed: int = 0,
+                 drop_last: bool = False, rank: int = 0, world_size: int = 1, *,
+                 collate_fn: Callable[[list], Any] | None = None):
+        if isinstance(dataset, (np.ndarray, tuple, list)):
+            dataset = TensorDataset(*_checked_arrays(dataset))
+        elif not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise TypeError(f"DataLoader: expected numpy arrays or a map-style dataset "
+                            f"(__len__ and __getitem__), got {type(dataset).__name__}")
+        elif len(dataset) == 0:
+            raise ShapeError(f"DataLoader: the dataset ({type(dataset).__name__}) is empty "
+                             "(0 samples)")
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"DataLoader: collate_fn must be callable, got "
+                            f"{type(collate_fn).__name__}")
         _check_int("batch_size", batch_size, minimum=1)
         _check_int("seed", seed, minimum=0)
         _check_rank("DataLoader", rank, world_size)
-        self.num_samples = lengths[0]
+        self.dataset, self.collate_fn = dataset, collate_fn
+        # the strategy is chosen once: slicing arrays, or collating samples
+        sliced = _sliceable(dataset) if collate_fn is None else None
+        if sliced is not None:
+            self.arrays = sliced[0]
+            self._batch = _SlicedBatches(*sliced)
+        else:
+            self.arrays = None
+            self._batch = _CollatedBatches(dataset, collate_fn or default_collate)
+        self.num_samples = len(dataset)
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
@@ -163,7 +259,7 @@ class DataLoader:
             share = share[:len(self) * self.batch_size]
         return share
 
-    def __iter__(self) -> Iterator[tuple[np.ndarray, ...]]:
+    def __iter__(self) -> Iterator[Any]:
         self._resumed = None                     # moving on: set_epoch starts afresh again
         finished, self._finished = self._finished, False
         if 0 < len(self) <= self.batch_index and not finished:
@@ -181,7 +277,7 @@ class DataLoader:
             # Counted before the yield: state_dict() taken while the caller holds this batch
             # must say it was handed out.
             self.batch_index += 1
-            yield tuple(a[idx] for a in self.arrays)
+            yield self._batch(idx)
         self.epoch, self.batch_index = self.epoch + 1, 0
 
     def state_dict(self) -> dict[str, Any]:
