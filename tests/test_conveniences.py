@@ -308,3 +308,30 @@ def test_a_nodes_max_and_min_along_a_dim_give_values_and_indices_as_torch(queue)
     assert float(x.max()) == 3.0
     with pytest.raises(TypeError, match="axis and dim given both"):
         x.sum(0, dim=1)
+
+
+@pytest.mark.parametrize("method", ["sum", "mean", "var", "std"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_a_nodes_reductions_over_dim_empty_are_over_every_dim_as_pytorch(queue, method,
+                                                                        keepdim):
+    """PyTorch's ``x.sum(dim=())`` reduces every dim, as ``dim=None``: ``x.sum(dim=())`` and
+    ``x.mean(dim=())`` gave ``x`` itself (numpy's ``axis=()``), so the sum of
+    [[1, 5, 5, 2], [3, 4, 0, -3], [-1, -1, -2, 7]] came out the 3x4 input where PyTorch gives
+    20, and ``x.var(())`` / ``x.std(())`` the variance of each element alone, all NaN, where
+    PyTorch gives 10.06 and 3.17, silently."""
+    import torch
+    a = np.array([[1, 5, 5, 2], [3, 4, 0, -3], [-1, -1, -2, 7]], np.float32)
+    t = torch.tensor(a, dtype=torch.float64, requires_grad=True)
+    want = getattr(t, method)(dim=(), keepdim=keepdim)
+    # the gradient of dim=None: torch's var and std over dim=() divide theirs by n - 1 = 0
+    every = getattr(t, method)(dim=None, keepdim=keepdim)
+    (every * every).sum().backward()
+    for dim in ((), []):
+        x = tp.tensor(a, requires_grad=True)
+        with tp.Tape() as tape:
+            out = getattr(x, method)(dim=dim, keepdim=keepdim)
+            loss = tp.sum(out * out)
+        tape.backward(loss)
+        assert out.shape == tuple(want.shape)
+        np.testing.assert_allclose(out.to_host(), want.detach().numpy(), rtol=1e-5)
+        np.testing.assert_allclose(x.grad.to_host(), t.grad.numpy(), rtol=1e-5, atol=1e-6)

@@ -13,13 +13,19 @@ import numpy as np
 from . import mode
 
 
+def _every_dim_if_empty(dim):
+    """PyTorch's ``dim=()`` (or ``[]``) reduces every dim, as ``dim=None``; numpy's
+    ``axis=()`` reduces none, so a torch name passes it on as None."""
+    return None if isinstance(dim, (tuple, list)) and not dim else dim
+
+
 def _torch_names(op: str, axis, keepdims, dim, keepdim) -> tuple:
-    """``axis``/``keepdims`` (numpy's names, parcl's) or ``dim``/``keepdim`` (PyTorch's);
-    both at once is a TypeError."""
+    """``axis``/``keepdims`` (numpy's names, parcl's) or ``dim``/``keepdim`` (PyTorch's,
+    with its meaning of ``dim=()``); both at once is a TypeError."""
     if dim is not None:
         if axis is not None:
             raise TypeError(f"{op}: axis and dim given both; they are one argument")
-        axis = dim
+        axis = _every_dim_if_empty(dim)
     if keepdim is not None:
         keepdims = keepdim
     return axis, keepdims
@@ -236,10 +242,12 @@ class NodeMethods:
         return _ops().prod(self, dim, keepdim)
 
     def var(self, dim=None, *, correction=1, keepdim=False):
-        return _ops().var(self, dim, keepdims=keepdim, correction=correction)
+        return _ops().var(self, _every_dim_if_empty(dim), keepdims=keepdim,
+                          correction=correction)
 
     def std(self, dim=None, *, correction=1, keepdim=False):
-        return _ops().std(self, dim, keepdims=keepdim, correction=correction)
+        return _ops().std(self, _every_dim_if_empty(dim), keepdims=keepdim,
+                          correction=correction)
 
     def logsumexp(self, dim, keepdim=False):
         return _ops().logsumexp(self, dim, keepdim)
