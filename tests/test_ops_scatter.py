@@ -291,6 +291,29 @@ def test_addmm_with_beta_0_ignores_nan_in_the_input_and_refuses_bad_shapes(queue
                                             torch.ones(3, 2, 2)), "baddbmm")
 
 
+@pytest.mark.parametrize("op", ["addmm", "baddbmm"])
+def test_addmm_with_beta_0_gives_the_input_a_zero_gradient_as_pytorch(queue, rng, op):
+    """With ``beta=0`` the input is ignored but stays in PyTorch's graph: its gradient is
+    zeros, where parcl's was None, so SGD with weight_decay=0.5 at lr=0.1 left a bias
+    [1, -2, 3] as it was where PyTorch's step makes it [0.95, -1.9, 2.85], silently."""
+    shape = (2, 3) if op == "addmm" else (1, 2, 3)
+    a, b = rng.standard_normal(shape[:-1] + (4,)), rng.standard_normal(shape[:-2] + (4, 3))
+    bias = np.array([1.0, -2.0, 3.0], np.float32)
+    inp, m1, m2 = leaf(queue, bias), leaf(queue, a), leaf(queue, b)
+    t_inp = torch.tensor(bias, requires_grad=True)
+    with tp.Tape() as tape:
+        loss = tp.sum(getattr(tp, op)(inp, m1, m2, beta=0))
+    tape.backward(loss)
+    getattr(torch, op)(t_inp, torch.tensor(a, dtype=torch.float32, requires_grad=True),
+                       torch.tensor(b, dtype=torch.float32), beta=0).sum().backward()
+    pc.optim.SGD([inp], lr=0.1, weight_decay=0.5).step()
+    torch.optim.SGD([t_inp], lr=0.1, weight_decay=0.5).step()
+    np.testing.assert_allclose(inp.to_host(), [0.95, -1.9, 2.85], rtol=1e-6)
+    np.testing.assert_array_equal(inp.grad.to_host(), np.zeros(3, np.float32))
+    np.testing.assert_array_equal(t_inp.grad.numpy(), np.zeros(3, np.float32))
+    np.testing.assert_allclose(inp.to_host(), t_inp.detach().numpy(), rtol=1e-6)
+
+
 NORM_DIMS = [None, 0, -1, (0, 2)]
 
 

@@ -87,8 +87,11 @@ def _scaled_sum(op: str, product, input_, beta, alpha, tape):
     beta, alpha = _number(op, "beta", beta), _number(op, "alpha", alpha)
     if alpha != 1.0:
         product = mul(product, alpha, tape=tape)
-    if beta == 0.0:                 # as PyTorch: input is ignored, its NaN and inf too
-        return product
+    if beta == 0.0:
+        # as PyTorch: input is ignored, its NaN and inf too, yet stays in the graph with a
+        # zero gradient (not None: an optimizer's weight decay still reaches it)
+        needs = isinstance(input_, Node) and input_.requires_grad
+        return where(0.0, input_, product, tape=tape) if needs else product
     return add(input_ if beta == 1.0 else mul(input_, beta, tape=tape), product, tape=tape)
 
 
