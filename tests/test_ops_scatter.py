@@ -237,7 +237,7 @@ def test_bad_shapes_and_dtypes_are_refused_as_torch_refuses_them(queue):
 # -- the small composed ops ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("fills", [{}, {"nan": 1.5, "posinf": 9.0, "neginf": -7.0},
-                                   {"posinf": 2.0}])
+                                   {"posinf": 2.0}, {"nan": None, "posinf": None}])
 def test_nan_to_num_replaces_as_torch_and_passes_the_gradient_where_finite(queue, rng, fills):
     a = rng.standard_normal((3, 5))
     a.reshape(-1)[[1, 4, 7, 8]] = [np.nan, np.inf, -np.inf, np.nan]

@@ -50,17 +50,17 @@ def _number(op: str, what: str, v) -> float:
     return float(v)
 
 
-def nan_to_num(x, nan: float = 0.0, posinf: float | None = None,
+def nan_to_num(x, nan: float | None = 0.0, posinf: float | None = None,
                neginf: float | None = None, *, tape=None):
     """``torch.nan_to_num``: NaN replaced by ``nan``, +inf by ``posinf`` and -inf by
-    ``neginf`` (float32's largest and lowest finite values by default). The gradient passes
-    where ``x`` is finite and is 0 elsewhere. One recorded ``where``.
+    ``neginf`` (0 and float32's largest and lowest finite values by default, or given None).
+    The gradient passes where ``x`` is finite and is 0 elsewhere. One recorded ``where``.
 
     >>> tp.nan_to_num(tp.tensor(np.array([np.nan, np.inf, 1.0], np.float32))).to_host()
     array([0.0000000e+00, 3.4028235e+38, 1.0000000e+00], dtype=float32)
     """
     _tensor("nan_to_num", "input", x)
-    nan = _number("nan_to_num", "nan", nan)
+    nan = 0.0 if nan is None else _number("nan_to_num", "nan", nan)
     posinf = FLOAT32_MAX if posinf is None else _number("nan_to_num", "posinf", posinf)
     neginf = -FLOAT32_MAX if neginf is None else _number("nan_to_num", "neginf", neginf)
     raw = x.value if isinstance(x, Node) else x
