@@ -398,6 +398,10 @@ def test_norm_takes_fro_and_refuses_matrix_norms(queue, rng):
     against_torch(queue, rng, lambda v: tp.norm(v, "fro"), lambda v: torch.norm(v, "fro"), [a])
     against_torch(queue, rng, lambda v: tp.norm(v, "fro", dim=1, keepdim=True),
                   lambda v: torch.norm(v, "fro", dim=1, keepdim=True), [a])
+    # p=None is PyTorch's 'fro' too (it was a ParclError: ord must be a number)
+    against_torch(queue, rng, lambda v: tp.norm(v, None, 1), lambda v: torch.norm(v, None, 1),
+                  [a])
+    against_torch(queue, rng, lambda v: v.norm(None), lambda v: v.norm(None), [a])
     assert tp.gradcheck(lambda v: tp.norm(v, 2, 0), [leaf(queue, a)])
     with pytest.raises(pc.ParclError, match="norm: p='nuc' is not supported"):
         tp.norm(up(queue, a), "nuc")

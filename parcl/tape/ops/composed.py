@@ -188,13 +188,13 @@ def linalg_vector_norm(x, ord: float = 2, dim=None, keepdim: bool = False,  # no
 
 def norm(x, p=2, dim=None, keepdim: bool = False, *, tape=None):
     """``torch.norm`` for vector norms: ``linalg_vector_norm(x, p, dim, keepdim)``;
-    ``p="fro"`` is the 2-norm over ``dim`` (all of ``x`` when None). Other matrix norms
-    (``"nuc"``) are refused.
+    ``p="fro"`` (and None, as PyTorch's) is the 2-norm over ``dim`` (all of ``x`` when None).
+    Other matrix norms (``"nuc"``) are refused.
 
     >>> float(tp.norm(tp.outer(a, a), "fro"))
     25.0
     """
-    if p == "fro":
+    if p is None or p == "fro":
         p = 2
     elif isinstance(p, str):
         raise ParclError(f"norm: p={p!r} is not supported (vector norms and 'fro' only); "
