@@ -182,6 +182,33 @@ def test_0d_inputs_scatter_and_take_as_torch(queue):
     assert torch.scatter_add(t, 0, torch.tensor(0), torch.tensor(2.0)).item() == 3.0
 
 
+@pytest.mark.parametrize("x_shape,index,src_shape", [
+    ((), [0, 0, 0], (3,)), ((3,), 2, ()), ((3,), 1, (2,)), ((), 0, ()), ((), [0], (1,))])
+def test_a_0d_input_index_or_src_beside_1d_ones_gathers_and_scatters_as_torch(
+        queue, rng, x_shape, index, src_shape):
+    """PyTorch takes a 0-d tensor beside 1-D ones as 1-D of one element: torch.gather of
+    [1, 2, 3] at a 0-d index 2 is 3.0 and torch.scatter_add of [1, 2, 3] at a 0-d index 1
+    with a 0-d src 5 is [1, 7, 3]; parcl refused both ('index () and input (3,) must have
+    the same number of dimensions'), and gather of a 0-d input outright."""
+    x, src = rng.standard_normal(x_shape), rng.standard_normal(src_shape)
+    i = np.array(index)
+    ti, pi = torch.tensor(i), pc.Tensor.from_host(queue, i)
+    against_torch(queue, rng, lambda v: tp.gather(v, -1, pi), lambda v: torch.gather(v, -1, ti),
+                  [x])
+    # torch's src gradient is refused where src is larger than the index: values only
+    grads = src.size == i.size
+    against_torch(queue, rng, lambda v, s: tp.scatter_add(v, 0, pi, s),
+                  lambda v, s: torch.scatter_add(v, 0, ti, s), [x, src], grads=grads)
+    if i.size == 1:
+        against_torch(queue, rng, lambda v, s: tp.scatter(v, 0, pi, s),
+                      lambda v, s: torch.scatter(v, 0, ti, s), [x, src], grads=grads)
+    against_torch(queue, rng, lambda v: tp.scatter(v, 0, pi, 4.0),
+                  lambda v: torch.scatter(v, 0, ti, 4.0), [x])
+    deep = i.reshape(1, 1, -1)                # beside a 3-D index a 0-d input is refused
+    raises_like_torch(lambda: tp.gather(up(queue, x), 0, pc.Tensor.from_host(queue, deep)),
+                      lambda: torch.gather(torch.tensor(x), 0, torch.tensor(deep)), "gather")
+
+
 def test_an_index_out_of_range_is_a_shape_error_naming_the_op(queue):
     x, src = leaf(queue, np.zeros((2, 3))), leaf(queue, np.ones((2, 3)))
     bad = pc.Tensor.from_host(queue, np.array([[0, 3], [1, 1]]))

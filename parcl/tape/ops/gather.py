@@ -22,9 +22,10 @@ from ...kernels import gather as gk
 from ...kernels.strided import axis_int
 from ...tensor import Tensor
 from .. import mode
-from ..node import Function
+from ..node import Function, Node
 from ..tape import defer
 from .checks import FlagCheck
+from .shape import reshape, wrap_dim
 
 __all__ = ["gather"]
 
@@ -82,4 +83,12 @@ def gather(x, axis: int, index, *, tape=None):
     >>> tp.gather(x, 0, i).shape
     (2, 2)
     """
+    raw = index.value if isinstance(index, Node) else index
+    if isinstance(raw, Tensor) and 0 in (x.ndim, raw.ndim) and max(x.ndim, raw.ndim) <= 1:
+        # PyTorch takes a 0-d input or index as 1-D of one element; the result has the
+        # index's shape
+        wrap_dim("gather", axis, x.ndim, x.shape)
+        out = Gather.apply(reshape(x, (-1,), tape=tape), raw.reshape((raw.size,)), tape=tape,
+                           axis=0)
+        return reshape(out, raw.shape, tape=tape)
     return Gather.apply(x, index, tape=tape, axis=axis_int("gather", axis, x.shape))

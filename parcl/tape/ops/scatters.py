@@ -126,13 +126,11 @@ def _scatter(fn, x, dim, index, src, tape, scale: float = 1.0):
         raise TypeError(f"{op}: src must be a tp.Node, pc.Tensor or number, got "
                         f"{type(src).__name__}")
     shape = tuple(x.shape)
-    if not shape:                          # a 0-d input scatters as a 1-D one of one element
-        if index.shape or (src is not None and src.shape):
-            raise ShapeError(f"{op}: a 0-d input takes a 0-d index and src, got index "
-                             f"{index.shape}" + (f", src {src.shape}" if src is not None
-                                                 else ""))
-        x, index = reshape(x, (1,), tape=tape), index.reshape((1,))
-        src = reshape(src, (1,), tape=tape) if src is not None else None
+    ndims = (len(shape), index.ndim) + ((len(src.shape),) if src is not None else ())
+    if 0 in ndims and max(ndims) <= 1:
+        # PyTorch takes a 0-d input, index or src beside 1-D ones as 1-D of one element
+        x, index = reshape(x, (-1,), tape=tape), index.reshape((index.size,))
+        src = reshape(src, (-1,), tape=tape) if src is not None else None
     axis = wrap_dim(op, dim, len(shape), shape)
     out = fn.apply(x, index, src, tape=tape, axis=axis, value=value, scale=scale)
     return out if shape else reshape(out, (), tape=tape)
