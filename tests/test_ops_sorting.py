@@ -157,3 +157,20 @@ def test_sort_and_topk_of_a_0d_input_record_on_an_explicit_tape_under_no_grad(qu
         loss = tp.add(tp.sort(x, tape=tape).values, tp.topk(x, 1, tape=tape).values, tape=tape)
     tape.backward(loss)
     assert x.grad.to_host() == 2.0
+
+
+@pytest.mark.parametrize("op", ["sort", "argsort", "topk"])
+def test_indices_of_rows_from_an_out_of_range_id_raise_as_argmaxs_do(queue, op):
+    """The top-k of rows picked by a token id outside ``[0, V)``, read while grad mode was
+    on, came back as indices (the top-1 along dim 0 of the rows of ids [0, 4] was [[1, 1, 1]],
+    the bad id's row) without the embedding's error: sort, argsort and topk dropped their
+    input's pending index check, which tp.argmax keeps. Now their indices raise it at the
+    host read, as every value computed from the rows through tp ops does."""
+    weight = pc.nn.Parameter.from_host(queue, np.ones((4, 3), np.float32))
+    with tp.Tape():
+        rows = tp.embedding(pc.Tensor.from_host(queue, np.array([0, 4])), weight)
+        indices = {"sort": lambda: tp.sort(rows, 0).indices,
+                   "argsort": lambda: tp.argsort(rows, 0),
+                   "topk": lambda: tp.topk(rows, 1, 0).indices}[op]()
+    with pytest.raises(pc.ShapeError, match="embedding: index 4"):
+        indices.to_host()

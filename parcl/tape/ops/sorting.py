@@ -78,7 +78,11 @@ def _indices(op: str, x, dim, descending: bool, k, tape=None):
     axis = wrap_dim(op, dim, len(shape), shape)
     flat = x if shape else reshape(x, (1,), tape=tape)
     raw = flat.value if isinstance(flat, Node) else flat
-    return flat, axis, sorting.argsort(raw, axis, descending, k)
+    indices = sorting.argsort(raw, axis, descending, k)
+    # the input's pending checks (an embedding's index range): the top-k of rows picked by a
+    # bad id raise at their host read, as tp.argmax's indices do
+    indices.checks = raw.checks
+    return flat, axis, indices
 
 
 def _sorted(op: str, fn, x, dim, descending: bool, k, tape) -> SortResult:
