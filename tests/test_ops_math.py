@@ -237,6 +237,25 @@ def test_isnan_and_isfinite_are_pytorchs(queue):
     assert got_nan.dtype == np.float32
 
 
+MASKS = {"gt": lambda r: tp.gt(r, 1.0), "eq": lambda r: tp.eq(r, r), "isnan": tp.isnan,
+         "isfinite": tp.isfinite, "count_nonzero": lambda r: tp.linalg_vector_norm(r, 0, 1)}
+
+
+@pytest.mark.parametrize("name", list(MASKS))
+def test_masks_of_rows_from_an_out_of_range_id_raise_as_the_rows_do(queue, name):
+    """Comparisons and isnan/isfinite of rows picked by a token id outside ``[0, V)``, read
+    while grad mode was on, came back as masks (tp.isnan of the rows of ids [0, 4] was
+    [[0, 0, 0], [1, 1, 1]]; the 0-norm, a count of nonzeros, [3, 3]) without the
+    embedding's error: the masks dropped their inputs' pending index check, which every
+    other value computed from the rows through tp ops keeps (tp.argmax's indices too)."""
+    weight = pc.nn.Parameter.from_host(queue, np.full((4, 3), 2.0, np.float32))
+    with tp.Tape():
+        rows = tp.embedding(pc.Tensor.from_host(queue, np.array([0, 4])), weight)
+        mask = MASKS[name](rows)
+    with pytest.raises(ShapeError, match="embedding: index 4"):
+        mask.to_host()
+
+
 def test_clip_is_clamp(queue, rng):
     x = rng.standard_normal(33).astype(np.float32) * 3
     np.testing.assert_array_equal(tp.clip(up(queue, x), -1.0, 2.0).to_host(),

@@ -207,11 +207,19 @@ def _raw(op: str, v):
     raise DTypeError(f"{op}: expected a tp.Node, pc.Tensor or number, got {type(v).__name__}")
 
 
+def _keeping_checks(mask: Tensor, *inputs) -> Tensor:
+    """``mask`` with its inputs' pending checks (an embedding's index range): a mask of rows
+    picked by a bad id raises at its host read, as every value computed through tp ops does."""
+    mask.checks = tuple(dict.fromkeys(c for v in inputs if isinstance(v, Tensor)
+                                      for c in v.checks))
+    return mask
+
+
 def _compare(op: str, a, b) -> Tensor:
     a, b = _raw(op, a), _raw(op, b)
     if _is_scalar(a) and _is_scalar(b):
         raise DTypeError(f"{op}: both operands are numbers; pass a tp.Node or pc.Tensor")
-    return ew.binary(op, a, b)
+    return _keeping_checks(ew.binary(op, a, b), a, b)
 
 
 def eq(a, b) -> Tensor:
@@ -250,12 +258,14 @@ def ge(a, b) -> Tensor:
 
 def isnan(x) -> Tensor:
     """1 where ``x`` is NaN, else 0 (float32 mask; not recorded)."""
-    return ew.unary("isnan", _raw("isnan", x))
+    raw = _raw("isnan", x)
+    return _keeping_checks(ew.unary("isnan", raw), raw)
 
 
 def isfinite(x) -> Tensor:
     """1 where ``x`` is neither inf nor NaN, else 0 (float32 mask; not recorded)."""
-    return ew.unary("isfinite", _raw("isfinite", x))
+    raw = _raw("isfinite", x)
+    return _keeping_checks(ew.unary("isfinite", raw), raw)
 
 
 def clip(x, min: float | None = None, max: float | None = None, *, tape=None):  # noqa: A002
