@@ -1,13 +1,10 @@
-"""``gather`` along one axis (``torch.gather``) and its backward, a scatter-add in a fixed order.
+"""``gather`` along one axis (``torch.gather``); its backward is a ``scatter_add`` into zeros
+(``parcl.kernels.scatter.gather_backward``).
 
 The forward reads ``x`` at ``index`` along ``axis`` for every element of ``index``. An index
 outside ``[0, x.shape[axis])`` gives NaN there and lowers a one-int flag (``atomic_min`` of the
 element's flat position, so the first bad element is reported whatever the schedule); the
 caller reads the flag back when it likes.
-
-The backward gives one work-item to each line of ``index`` along ``axis``: it walks the line in
-order and adds each gradient into its row of ``gx``. No two work-items share a line of ``gx``, so
-repeated indices are summed in index order: bit-reproducible, no atomics.
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import gather as gk
@@ -68,24 +65,6 @@ __kernel void gather_fwd_IT(__global float *out, __global const float *x,
         out[i] = x[ox + (long)t * sxa];
     }
 }
-
-/* One work-item per line of index along the axis: gx[line, index[line, j]] += g[line, j] for j
-   in order (d, sx, si: the other dims, strides of gx and of index/g). */
-__kernel void gather_bwd_IT(__global float *gx, __global const float *g,
-                            __global const IT *index, const int lines, const int nd,
-                            const int8 d, const int8 sx, const int8 si, const int len,
-                            const int sxa, const int sia, const int nx)
-{
-    const int l = get_global_id(0);
-    if (l >= lines) return;
-    long ox = 0, oi = 0;
-    DECOMPOSE(l, nd, d, sx, si, ox, oi);
-    for (int j = 0; j < len; ++j) {
-        const long at = oi + (long)j * sia;
-        const IT t = index[at];
-        if (t >= 0 && t < nx) gx[ox + (long)t * sxa] += g[at];
-    }
-}
 """
 
 SOURCE = ("//CL//" + _DECOMPOSE + _KERNELS.replace("_IT(", "_i32(").replace("IT", "int")
@@ -144,21 +123,3 @@ def gather_forward(x: Tensor, axis: int, index: Tensor) -> tuple[Tensor, Tensor]
         np.int32(x.shape[axis]))
     return out, flag
 
-
-def gather_backward(g: Tensor, x_shape, axis: int, index: Tensor) -> Tensor:
-    """The gradient of ``x``: zeros with ``g`` added at the gathered positions, in a fixed
-    order (repeated indices sum bit-reproducibly)."""
-    q = g.queue
-    gx = Tensor.zeros(q, tuple(x_shape))
-    sx, si = _strides(x_shape), _strides(index.shape)
-    keep = [k for k in range(len(x_shape)) if k != axis]
-    lines = index.size // max(index.shape[axis], 1)
-    if lines == 0 or index.shape[axis] == 0:
-        return gx
-    get_kernel(q, SOURCE, "gather_bwd_" + _suffix(index))(
-        q, (round_up(lines, LOCAL),), (LOCAL,), gx.data, g.data, index.data, np.int32(lines),
-        np.int32(len(keep)), int8_vector([index.shape[k] for k in keep]),
-        int8_vector([sx[k] for k in keep]), int8_vector([si[k] for k in keep]),
-        np.int32(index.shape[axis]), np.int32(sx[axis]), np.int32(si[axis]),
-        np.int32(x_shape[axis]))
-    return gx

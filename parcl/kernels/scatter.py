@@ -1,12 +1,12 @@
-"""Scatter along one axis (``torch.scatter``, ``scatter_add``, ``index_add``) and the
-gradient of its source, each deterministic.
+"""Scatter along one axis (``torch.scatter``, ``scatter_add``, ``index_add``), the gradient
+of its source, and ``gather``'s backward (a ``scatter_add`` into zeros), each deterministic.
 
-As ``gather``'s backward (``parcl/kernels/gather.py``), one work-item takes one line of
-``index`` along the axis and walks it in order: no two work-items share a line of the output,
-so repeated indices are applied in index order, with no atomics. ``scatter_add`` sums them in
-that order (bit-identical run to run) and ``scatter`` keeps the last one along the axis (the
-highest position in ``index``). An index outside ``[0, out.shape[axis])`` is skipped and lowers
-a one-int flag (the flat position of the first bad one in ``index``, or ``NO_ERROR``).
+One work-item takes one line of ``index`` along the axis and walks it in order: no two
+work-items share a line of the output, so repeated indices are applied in index order, with no
+atomics. ``scatter_add`` sums them in that order (bit-identical run to run) and ``scatter``
+keeps the last one along the axis (the highest position in ``index``). An index outside
+``[0, out.shape[axis])`` is skipped and lowers a one-int flag (the flat position of the first
+bad one in ``index``, or ``NO_ERROR``).
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import scatter as sc
@@ -36,7 +36,8 @@ MODES = {"set": 0, "add": 1}
 _KERNELS = r"""
 /* One work-item per line of index along the axis: out[line, index[line, j]] = (mode add:
    += ) scale * src[line, j] (or scale * value where src is null: use_value), j in order.
-   d: the other dims of index; so, si, ss: the strides of out, index and src there. */
+   d: the other dims of index; so, si, ss: the strides of out, index and src there. A null
+   flag: gather's backward, whose forward reported its bad indices. */
 __kernel void scatter_IT(__global float *out, __global const float *src,
                          __global const IT *index, __global int *flag, const int lines,
                          const int nd, const int8 d, const int8 so, const int8 si,
@@ -53,7 +54,7 @@ __kernel void scatter_IT(__global float *out, __global const float *src,
         const long at = oi + (long)j * sia;
         const IT t = index[at];
         if (t < 0 || t >= nx) {
-            atomic_min(flag, (int)at);
+            if (flag) atomic_min(flag, (int)at);
             continue;
         }
         const float v = scale * (use_value ? value : src[os + (long)j * ssa]);
@@ -150,19 +151,34 @@ def scatter(x: Tensor, axis: int, index: Tensor, src: Tensor | float, mode: str,
     written (``mode="set"``) or added (``"add"``) at ``index`` along ``axis``; ``src`` a
     tensor or a number. ``flag`` (int32, (1,)): ``NO_ERROR`` or the flat position in
     ``index`` of the first index out of range."""
-    tensor = isinstance(src, Tensor)
-    axis = check_scatter(op, x, axis, index, src if tensor else None)
-    q = x.queue
+    axis = check_scatter(op, x, axis, index, src if isinstance(src, Tensor) else None)
     out = x if into else x.copy()
-    flag = Tensor.full(q, (1,), NO_ERROR, np.int32)
+    flag = Tensor.full(x.queue, (1,), NO_ERROR, np.int32)
+    _launch(out, axis, index, src, mode, scale, flag)
+    return out, flag
+
+
+def gather_backward(g: Tensor, x_shape, axis: int, index: Tensor) -> Tensor:
+    """The gradient of ``gather``'s ``x`` (``x_shape``) from ``g`` (``index``'s shape): zeros
+    with ``g`` added at ``index`` along ``axis``, in index order (repeated indices sum
+    bit-reproducibly); an index out of range, which the forward reported, adds nothing."""
+    gx = Tensor.zeros(g.queue, tuple(x_shape))
+    if index.size:
+        _launch(gx, axis, index, g, "add", 1.0, None)
+    return gx
+
+
+def _launch(out: Tensor, axis: int, index: Tensor, src: Tensor | float, mode: str,
+            scale: float, flag: Tensor | None) -> None:
+    q = out.queue
+    tensor = isinstance(src, Tensor)
     lines = index.size // index.shape[axis]
     get_kernel(q, SOURCE, "scatter_" + _suffix(index))(
         q, (round_up(lines, LOCAL),), (LOCAL,), out.data, (src if tensor else out).data,
-        index.data, flag.data, *_lines(x.shape, axis, index, src.shape if tensor else
-                                       index.shape),
+        index.data, None if flag is None else flag.data,
+        *_lines(out.shape, axis, index, src.shape if tensor else index.shape),
         np.int32(MODES[mode]), np.float32(scale), np.int32(not tensor),
         np.float32(0.0 if tensor else src))
-    return out, flag
 
 
 def src_grad(g: Tensor, axis: int, index: Tensor, src_shape, mode: str,

@@ -19,6 +19,7 @@ import numpy as np
 
 from ...errors import ShapeError
 from ...kernels import gather as gk
+from ...kernels import scatter as sc
 from ...kernels.strided import axis_int
 from ...tensor import Tensor
 from .. import mode
@@ -70,7 +71,7 @@ class Gather(Function):
         defer(check.check)
         if not self.needs_input_grad[0]:
             return None, None
-        return gk.gather_backward(g, x_shape, axis, index), None
+        return sc.gather_backward(g, x_shape, axis, index), None
 
 
 def gather(x, axis: int, index, *, tape=None):

@@ -25,6 +25,7 @@ import numpy as np
 from ...errors import DTypeError, ShapeError
 from ...kernels import gather as gk
 from ...kernels import onehot as ok
+from ...kernels import scatter as sc
 from ...kernels import strided
 from ...kernels.strided import View, axis_int
 from ...tensor import FLOAT, LABEL_DTYPES, Tensor
@@ -105,7 +106,7 @@ class IndexSelect(Function):
         defer(check.check)
         if not self.needs_input_grad[0]:
             return None, None
-        return gk.gather_backward(g.reshape(full.shape), x_shape, axis, full).reshape(shape), None
+        return sc.gather_backward(g.reshape(full.shape), x_shape, axis, full).reshape(shape), None
 
 
 def index_select(x, dim: int, index, *, tape=None):

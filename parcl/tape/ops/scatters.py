@@ -220,7 +220,7 @@ class TakeAlongDim(Function):
         defer(c.check)
         if not self.needs_input_grad[0]:
             return None, None
-        return gk.gather_backward(g, x_shape, axis, index), None
+        return sc.gather_backward(g, x_shape, axis, index), None
 
 
 def take_along_dim(x, indices, dim: int | None = None, *, tape=None):

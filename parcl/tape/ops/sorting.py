@@ -26,6 +26,7 @@ import numpy as np
 
 from ...errors import DTypeError, ShapeError
 from ...kernels import gather as gk
+from ...kernels import scatter as sc
 from ...kernels import sorting
 from ...tensor import FLOAT, Tensor
 from ..node import Function, Node
@@ -57,7 +58,7 @@ class _Picked(Function):
         x_shape, axis, index = self.saved
         if not self.needs_input_grad[0]:
             return None, None
-        return gk.gather_backward(g, x_shape, axis, index), None
+        return sc.gather_backward(g, x_shape, axis, index), None
 
 
 class _TopK(_Picked):
