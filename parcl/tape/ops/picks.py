@@ -63,6 +63,17 @@ class _RangeCheck(FlagCheck):
                           f"{plural} must be in [0, {self.bound})")
 
 
+def broadcast_index(index: Tensor, shape: tuple, axis: int):
+    """``(full, where)``: the 0-d or 1-D ``index`` (``n`` entries) as an index of ``shape``
+    (``n`` at ``axis``) repeating it along the other dims (a stride-0 strided copy), and the
+    function from a flat position of ``full`` to its entry of ``index``."""
+    n = index.size
+    stride = tuple(1 if k == axis else 0 for k in range(len(shape)))
+    full = strided.read_view(index.reshape((n,)), View(shape, stride))
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    return full, lambda at: (at // inner) % n
+
+
 class IndexSelect(Function):
     name = "index_select"
 
@@ -83,17 +94,11 @@ class IndexSelect(Function):
                 raise ShapeError(f"index_select: a 0-d input takes one index, got "
                                  f"{index.shape}")
             x = x.reshape((1,))
-        n = index.size
-        out_shape = (*x.shape[:axis], n, *x.shape[axis + 1:])
-        stride = tuple(1 if k == axis else 0 for k in range(len(out_shape)))
-        full = strided.read_view(index.reshape((n,)), View(out_shape, stride))
+        out_shape = (*x.shape[:axis], index.size, *x.shape[axis + 1:])
+        full, where = broadcast_index(index, out_shape, axis)
         out, flag = gk.gather_forward(x, axis, full)
-        inner = 1
-        for s in out_shape[axis + 1:]:
-            inner *= s
         check = _RangeCheck("index_select", flag, index, x.shape[axis],
-                            f"dim {axis} of size {x.shape[axis]} (input {shape})",
-                            lambda at: (at // inner) % n)
+                            f"dim {axis} of size {x.shape[axis]} (input {shape})", where)
         if not self.recording or mode.is_anomaly_enabled():
             check.check()
         out.checks = (check.check,)    # read back without a backward: checked before the read

@@ -34,7 +34,7 @@ from .. import mode
 from ..node import Function, Node
 from ..tape import defer
 from .indexing import expand
-from .picks import _RangeCheck
+from .picks import _RangeCheck, broadcast_index
 from .shape import reshape, wrap_dim
 
 __all__ = ["index_add", "scatter", "scatter_add", "take_along_dim"]
@@ -194,11 +194,9 @@ def index_add(x, dim: int, index, source, alpha: float = 1, *, tape=None):
     if not shape:                          # a 0-d input adds as a 1-D one of one element
         x, source = reshape(x, (1,), tape=tape), reshape(source, (1,), tape=tape)
         want = (1,)
-    stride = tuple(1 if k == axis else 0 for k in range(len(want)))
-    full = strided.read_view(index.reshape((n,)), View(want, stride))
-    inner = int(np.prod(want[axis + 1:], dtype=np.int64))
+    full, where = broadcast_index(index, want, axis)
     out = IndexAdd.apply(x, full, source, tape=tape, axis=axis, scale=float(alpha),
-                         origin=(index, lambda at: (at // inner) % n))
+                         origin=(index, where))
     return out if shape else reshape(out, (), tape=tape)
 
 
