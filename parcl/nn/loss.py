@@ -14,9 +14,9 @@
 
 from __future__ import annotations
 
-from ..errors import ParclError
 from ..tape import ops
 from ..tape.ops.loss import ignore_index_arg, reduction_arg
+from ..tape.ops.loss_more import check_reduction
 from ..tensor import Tensor
 from .module import Module
 
@@ -110,10 +110,7 @@ class _Reduced(Module):
 
     def __init__(self, reduction: str = "mean"):
         super().__init__()
-        if reduction not in self.allowed:
-            raise ParclError(f"{type(self).__name__}: {reduction!r} is not a valid value for "
-                             f"reduction; expected one of {', '.join(map(repr, self.allowed))}")
-        self.reduction = reduction
+        self.reduction = check_reduction(type(self).__name__, reduction, self.allowed)
 
     def extra_repr(self) -> str:
         return f"reduction={self.reduction!r}"

@@ -37,7 +37,8 @@ __all__ = ["binary_cross_entropy", "cosine_embedding_loss", "huber_loss", "kl_di
 _REDUCTIONS = ("none", "mean", "sum")
 
 
-def _check_reduction(op: str, reduction, allowed=_REDUCTIONS) -> str:
+def check_reduction(op: str, reduction, allowed=_REDUCTIONS) -> str:
+    """``reduction`` if it is one of ``allowed``, else PyTorch's error as a ParclError."""
     if reduction not in allowed:
         raise ParclError(f"{op}: {reduction!r} is not a valid value for reduction; expected "
                          f"one of {', '.join(repr(r) for r in allowed)}")
@@ -81,7 +82,7 @@ def l1_loss(input, target, reduction: str = "mean", *, tape=None):  # noqa: A002
     >>> tp.l1_loss(x, t).shape
     ()
     """
-    _check_reduction("l1_loss", reduction)
+    check_reduction("l1_loss", reduction)
     _tensors("l1_loss", input=input, target=target)
     _warn_broadcast("l1_loss", input, target)
     return _reduce(abs(sub(input, target, tape=tape), tape=tape), reduction, tape)
@@ -91,7 +92,7 @@ def smooth_l1_loss(input, target, reduction: str = "mean", beta: float = 1.0, *,
                    tape=None):
     """``0.5 d**2 / beta`` where ``|d| < beta``, else ``|d| - 0.5 beta`` (``d = input -
     target``); ``beta = 0`` is ``l1_loss``, a negative beta a ``ParclError``."""
-    _check_reduction("smooth_l1_loss", reduction)
+    check_reduction("smooth_l1_loss", reduction)
     beta = _number("smooth_l1_loss", "beta", beta)
     if beta < 0:
         raise ParclError(f"smooth_l1_loss: does not support negative values for beta, got "
@@ -108,7 +109,7 @@ def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, *,  #
                tape=None):
     """``0.5 d**2`` where ``|d| < delta``, else ``delta (|d| - 0.5 delta)``; ``delta <= 0``
     is a ``ParclError``."""
-    _check_reduction("huber_loss", reduction)
+    check_reduction("huber_loss", reduction)
     delta = _number("huber_loss", "delta", delta)
     if not delta > 0:
         raise ParclError(f"huber_loss: does not support non-positive values for delta, got "
@@ -147,7 +148,7 @@ def kl_div(input, target, reduction: str = "mean", log_target: bool = False, *, 
     >>> tp.kl_div(tp.log_softmax(x), tp.softmax(x), reduction="batchmean").item()
     0.0
     """
-    _check_reduction("kl_div", reduction, (*_REDUCTIONS, "batchmean"))
+    check_reduction("kl_div", reduction, (*_REDUCTIONS, "batchmean"))
     _tensors("kl_div", input=input, target=target)
     fn = KlDivLogTarget if log_target else KlDiv
     loss = fn.apply(input, target, tape=tape)
@@ -174,7 +175,7 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean", *,
     0.3466
     """
     op = "binary_cross_entropy"
-    _check_reduction(op, reduction)
+    check_reduction(op, reduction)
     _tensors(op, input=input, target=target)
     if tuple(target.shape) != tuple(input.shape):
         raise ShapeError(f"{op}: using a target size {tuple(target.shape)} that is different "
@@ -194,7 +195,7 @@ def soft_margin_loss(input, target, reduction: str = "mean", *, tape=None):  # n
     """``log(1 + exp(-target * input))``, targets +-1 (constants), computed as
     ``-logsigmoid(target * input)``: finite for any finite input (PyTorch's direct form
     overflows to inf past ``target * input < -88``)."""
-    _check_reduction("soft_margin_loss", reduction)
+    check_reduction("soft_margin_loss", reduction)
     _tensors("soft_margin_loss", input=input, target=target)
     if isinstance(target, Node) and target.requires_grad:
         raise ParclError("soft_margin_loss: is not differentiable with respect to target (as "
@@ -213,7 +214,7 @@ def cosine_embedding_loss(input1, input2, target, margin: float = 0.0,
     or one (D,) pair with a 0-d target. ``cos`` is PyTorch's: ``sum(x1 x2) / sqrt((|x1|^2 +
     1e-12) (|x2|^2 + 1e-12))``."""
     op = "cosine_embedding_loss"
-    _check_reduction(op, reduction)
+    check_reduction(op, reduction)
     _tensors(op, input1=input1, input2=input2, target=target)
     s1, s2, st = tuple(input1.shape), tuple(input2.shape), tuple(target.shape)
     if s1 != s2:
