@@ -182,6 +182,20 @@ def chosen(queue: cl.CommandQueue, family: str, choose) -> str:
         return variant
 
 
+PLANS_MAX = 4096        # launch plans a parcl queue keeps (a dynamic-shape model makes more)
+
+
+def keep(queue: cl.CommandQueue, key: tuple, plan):
+    """``plan``, a launch worked out for ``key``, kept in a parcl queue's ``choices`` (an eager
+    step repeats the same few shapes) while it holds fewer than ``PLANS_MAX``; a plain pyopencl
+    queue keeps nothing. The callers look ``queue.choices[key]`` up inline: a frame less on
+    every launch that finds its plan."""
+    choices = getattr(queue, "choices", None)
+    if choices is not None and len(choices) < PLANS_MAX:
+        choices[key] = plan
+    return plan
+
+
 def _own_kernel(program: cl.Program, name: str, args: tuple) -> cl.Kernel:
     own = cl.Kernel(program, name)
     own.set_scalar_arg_dtypes(_scalar_dtypes(own))

@@ -31,7 +31,7 @@ from ..errors import DeviceError, DTypeError, ShapeError
 from ..tensor import FLOAT, Tensor, check_same_queue, dims
 from .clmath import GELU_TANH, NORMAL_CDF
 from .elementwise_ops import BINARY_OPS, GRAD_OPS, HELPERS, REVERSED, UNARY_OPS
-from ._cache import get_kernel
+from ._cache import get_kernel, keep
 from .broadcast import (broadcast_shapes, broadcast_strides,  # noqa: F401
                         collapse_dims, int8_vector)
 
@@ -166,8 +166,6 @@ LOCAL = 128
 _LOCAL = (LOCAL,)
 GRID_LOCAL = 32        # the 3-D broadcast path: work-items along the innermost dim per group
 GRID_MIN_INNER = 16    # below this the padding of the 3-D path wastes more than div/mod costs
-# Launch plans a parcl queue remembers (``queue.choices``); a dynamic-shape model has more.
-PLANS_MAX = 4096
 
 
 # -- validation --------------------------------------------------------------------------------
@@ -227,10 +225,7 @@ def binary(op: str, a, b, out: Tensor | None = None) -> Tensor:
     try:
         plan = queue.choices[key]
     except (AttributeError, KeyError):
-        plan = _broadcast_plan(op, a.shape, b.shape)
-        choices = getattr(queue, "choices", None)
-        if choices is not None and len(choices) < PLANS_MAX:
-            choices[key] = plan
+        plan = keep(queue, key, _broadcast_plan(op, a.shape, b.shape))
     res = _output(op, queue, plan.shape, out)
     get_kernel(queue, SOURCE, _NAMES[plan.kind][op])(queue, plan.gsize, plan.lsize, res.data,
                                                      a.data, b.data, *plan.args)
@@ -386,10 +381,7 @@ def broadcast_to(x: Tensor, shape, alpha: float = 1.0) -> Tensor:
     try:
         plan = queue.choices[key]
     except (AttributeError, KeyError):
-        plan = _expand_plan(x.shape, shape)
-        choices = getattr(queue, "choices", None)
-        if choices is not None and len(choices) < PLANS_MAX:
-            choices[key] = plan
+        plan = keep(queue, key, _expand_plan(x.shape, shape))
     res = Tensor.empty(queue, shape)
     get_kernel(queue, SOURCE, "expand")(queue, plan[0], _LOCAL, res.data, x.data,
                                         np.float32(alpha), *plan[1:])

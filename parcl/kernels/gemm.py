@@ -39,7 +39,7 @@ import pyopencl as cl
 from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import FLOAT, Tensor, check_same_queue
-from ._cache import VECTOR_TYPES, chosen, get_kernel, load_source
+from ._cache import VECTOR_TYPES, chosen, get_kernel, keep, load_source
 from .probe import wide_kernel_ok
 
 _OPTIONS = ("-cl-mad-enable",)   # `acc += x * y` must become an FMA; no relaxed math needed
@@ -254,7 +254,6 @@ def batched_gemm(a: Tensor, b: Tensor, *, trans_a: bool = False, trans_b: bool =
 _DIRECT_OF = {"cpu16": "direct16", "cpu8": "direct8"}    # from the same program as the big one
 _DIRECT = frozenset(_DIRECT_OF.values())
 _DIRECT_LOCAL = (*DIRECT_GROUP, 1)
-_PLANS_MAX = 4096         # signatures remembered per queue (a dynamic-shape model has more)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,14 +283,8 @@ def _direct_plan(queue: cl.CommandQueue, m: int, n: int, k: int, batch: int, tra
     key = ("gemm", m, n, k, batch, trans_a, trans_b)
     try:
         return queue.choices[key]
-    except KeyError:
-        pass
-    except AttributeError:                      # a plain pyopencl queue: worked out per call
-        return _new_direct_plan(queue, m, n, k, batch, trans_a, trans_b)
-    p = _new_direct_plan(queue, m, n, k, batch, trans_a, trans_b)
-    if len(queue.choices) < _PLANS_MAX:
-        queue.choices[key] = p
-    return p
+    except (AttributeError, KeyError):
+        return keep(queue, key, _new_direct_plan(queue, m, n, k, batch, trans_a, trans_b))
 
 
 def _new_direct_plan(queue, m, n, k, batch, trans_a, trans_b) -> DirectPlan | None:
@@ -390,34 +383,26 @@ def _signed(beta: float):
     return beta if beta else (beta, math.copysign(1.0, beta))
 
 
-def _kept(queue, key: tuple, make):
-    """``queue.choices[key]``, made by ``make()`` the first time (a plain pyopencl queue:
-    every time)."""
-    choices = getattr(queue, "choices", None)
-    if choices is None:
-        return make()
-    plan = choices.get(key)
-    if plan is None:
-        plan = make()
-        if len(choices) < _PLANS_MAX:
-            choices[key] = plan
-    return plan
-
-
 def _tiled_plan(queue, m, n, k, batch, a_bs, b_bs, trans_a, trans_b, beta, flags) -> TiledPlan:
-    return _kept(queue, ("gemm_tiled", m, n, k, batch, a_bs, b_bs, trans_a, trans_b,
-                         _signed(beta), flags),
-                 lambda: TiledPlan((-(-n // TILE) * GROUP, -(-m // TILE) * GROUP, batch),
-                                   (GROUP, GROUP, 1), (a_bs, int(trans_a)),
-                                   (b_bs, int(trans_b)), (m * n,), (m, n, k, beta, flags)))
+    key = ("gemm_tiled", m, n, k, batch, a_bs, b_bs, trans_a, trans_b, _signed(beta), flags)
+    try:
+        return queue.choices[key]
+    except (AttributeError, KeyError):
+        return keep(queue, key, TiledPlan((-(-n // TILE) * GROUP, -(-m // TILE) * GROUP, batch),
+                                          (GROUP, GROUP, 1), (a_bs, int(trans_a)),
+                                          (b_bs, int(trans_b)), (m * n,),
+                                          (m, n, k, beta, flags)))
 
 
 def _cpu_plan(queue, variant, m, n, k, batch, a_bs, b_bs, trans_a, trans_b, pack_a, beta,
               flags) -> CpuPlan:
     key = ("gemm_cpu", variant, m, n, k, batch, a_bs, b_bs, trans_a, trans_b, pack_a,
            _signed(beta), flags)
-    return _kept(queue, key, lambda: _new_cpu_plan(variant, m, n, k, batch, a_bs, b_bs,
-                                                   trans_a, trans_b, pack_a, beta, flags))
+    try:
+        return queue.choices[key]
+    except (AttributeError, KeyError):
+        return keep(queue, key, _new_cpu_plan(variant, m, n, k, batch, a_bs, b_bs, trans_a,
+                                              trans_b, pack_a, beta, flags))
 
 
 def _new_cpu_plan(variant, m, n, k, batch, a_bs, b_bs, trans_a, trans_b, pack_a, beta,

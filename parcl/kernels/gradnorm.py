@@ -58,7 +58,7 @@ import pyopencl as cl
 from ..errors import ParclError
 from ..runtime import on_gpu
 from ..tensor import Tensor, check_same_queue
-from ._cache import get_kernel
+from ._cache import get_kernel, keep
 from .elementwise import LOCAL, check_float
 from .elementwise_ops import BINARY_OPS, UNARY_OPS
 from .reduction import CHUNK_CPU, CHUNK_GPU, COMBINE, WG, use_workgroups
@@ -311,23 +311,14 @@ class Plan:
     trees: int
 
 
-_PLANS_MAX = 4096       # plans a parcl queue keeps (queue.choices), as elementwise's
-
-
 def _plan(queue, sizes: tuple[int, ...], workgroup: bool | None) -> Plan:
     """The plan for tensors of ``sizes``, made once per parcl queue (an eager training step
     clips the same shapes every time; the counts are then on the device already)."""
     key = ("gradnorm", sizes, workgroup)
     try:
         return queue.choices[key]
-    except KeyError:
-        pass
-    except AttributeError:                 # a plain pyopencl queue: made per call
-        return _new_plan(queue, sizes, workgroup)
-    plan = _new_plan(queue, sizes, workgroup)
-    if len(queue.choices) < _PLANS_MAX:
-        queue.choices[key] = plan
-    return plan
+    except (AttributeError, KeyError):
+        return keep(queue, key, _new_plan(queue, sizes, workgroup))
 
 
 def _new_plan(queue, sizes, workgroup) -> Plan:

@@ -30,7 +30,7 @@ from ..errors import DTypeError, ShapeError
 from ..runtime import on_gpu
 from ..tensor import LABEL_DTYPES, Tensor
 from . import layout
-from ._cache import VECTOR_TYPES, get_kernel
+from ._cache import VECTOR_TYPES, get_kernel, keep
 from .strided import axis_int
 from .elementwise import check_float
 
@@ -228,9 +228,6 @@ def _run(x: Tensor, stages: tuple[Stage, ...]) -> Tensor:
     return x
 
 
-_PLANS_MAX = 4096         # plans remembered per queue (a dynamic-shape model makes more)
-
-
 def _reduce(op: str, kernel_op: str, x: Tensor, axis, keepdims: bool, mean: bool,
             workgroup: bool | None = None) -> Tensor:
     check_float(op, x)
@@ -247,9 +244,7 @@ def _reduce(op: str, kernel_op: str, x: Tensor, axis, keepdims: bool, mean: bool
         if plan is not None:
             return _apply(x, plan)
     plan = _plan(op, kernel_op, x.shape, axis, keepdims, mean, on_gpu(queue), workgroup)
-    if key is not None and len(choices) < _PLANS_MAX:
-        choices[key] = plan
-    return _apply(x, plan)
+    return _apply(x, plan if key is None else keep(queue, key, plan))
 
 
 def _apply(x: Tensor, plan: Plan) -> Tensor:
