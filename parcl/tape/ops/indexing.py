@@ -28,7 +28,7 @@ from ...kernels.strided import View
 from ...tensor import Tensor, dims
 from ..node import Function
 from .gather import gather
-from .picks import index_select
+from .picks import constant, index_select
 
 __all__ = ["expand", "flip", "gather", "getitem", "pad"]
 
@@ -171,7 +171,7 @@ def pad(x, pad, mode: str = "constant", value: float | None = None, *, tape=None
         axis = x.ndim - 1 - i
         src = _pad_sources(mode, x.shape[axis], pad[2 * i], pad[2 * i + 1], axis, x.shape)
         if not np.array_equal(src, np.arange(x.shape[axis])):
-            out = index_select(out, axis, Tensor.from_host(x.queue, src), tape=tape)
+            out = index_select(out, axis, constant(x.queue, src), tape=tape)
     return out
 
 

@@ -27,6 +27,7 @@ from ...kernels import gather as gk
 from ...kernels import onehot as ok
 from ...kernels import scatter as sc
 from ...kernels import strided
+from ...kernels._cache import keep
 from ...kernels.strided import View, axis_int
 from ...tensor import FLOAT, LABEL_DTYPES, Tensor
 from .. import mode
@@ -72,6 +73,18 @@ def broadcast_index(index: Tensor, shape: tuple, axis: int):
     full = strided.read_view(index.reshape((n,)), View(shape, stride))
     inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
     return full, lambda at: (at // inner) % n
+
+
+def constant(queue, array: np.ndarray) -> Tensor:
+    """``Tensor.from_host(queue, array)`` for a small array that is only read (interpolate's
+    and pad's source positions and weights), uploaded once per parcl queue and content and
+    kept in ``queue.choices`` beside the kernels' launch plans: an upload costs tens of us of
+    host time, and a step asks for the same few every time."""
+    key = ("constant", array.dtype.str, array.shape, array.tobytes())
+    try:
+        return queue.choices[key]
+    except (AttributeError, KeyError):
+        return keep(queue, key, Tensor.from_host(queue, array))
 
 
 class IndexSelect(Function):

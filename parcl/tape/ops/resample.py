@@ -24,9 +24,8 @@ from numbers import Integral, Real
 import numpy as np
 
 from ...errors import ShapeError
-from ...tensor import Tensor
 from .elementwise import add, mul
-from .picks import index_select
+from .picks import constant, index_select
 from .shape import permute, reshape
 
 __all__ = ["interpolate", "pixel_shuffle", "pixel_unshuffle"]
@@ -73,17 +72,17 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest",
             lo, hi, w_lo, w_hi = _linear_sources(n, m, scales[k], bool(align_corners))
             view = [1] * len(shape)
             view[axis] = m
-            w_lo, w_hi = (Tensor.from_host(x.queue, w.reshape(view)) for w in (w_lo, w_hi))
-            out = add(mul(index_select(out, axis, Tensor.from_host(x.queue, lo), tape=tape),
-                          w_lo, tape=tape),
-                      mul(index_select(out, axis, Tensor.from_host(x.queue, hi), tape=tape),
-                          w_hi, tape=tape), tape=tape)
+            w_lo, w_hi = (constant(x.queue, w.reshape(view)) for w in (w_lo, w_hi))
+            out = add(mul(index_select(out, axis, constant(x.queue, lo), tape=tape), w_lo,
+                          tape=tape),
+                      mul(index_select(out, axis, constant(x.queue, hi), tape=tape), w_hi,
+                          tape=tape), tape=tape)
         else:
             # a dim of unchanged size can still move (nearest-exact at a scale_factor of 1.33)
             src = _nearest_sources(n, m, scales[k], exact=mode == "nearest-exact")
             if not np.array_equal(src, np.arange(n)) or k == 0 and out is x:
                 # an op even at scale 1: a new Node, as torch's
-                out = index_select(out, axis, Tensor.from_host(x.queue, src), tape=tape)
+                out = index_select(out, axis, constant(x.queue, src), tape=tape)
     return out
 
 
