@@ -17,7 +17,8 @@ from ..errors import ShapeError
 from ..runtime import default_queue
 from ..tape import ops
 from ..tape.ops.sequence import single
-from .layers import _arg, _check_features, _check_padding_mode, _check_sizes, _pair, _param
+from .layers import (_arg, _AvgPool, _check_features, _check_padding_mode, _check_sizes,
+                     _MaxPool, _pair, _param)
 from .module import Module, uniform_
 
 __all__ = ["AvgPool1d", "Conv1d", "ConvTranspose2d", "MaxPool1d"]
@@ -144,42 +145,15 @@ class Conv1d(Module):
         return s + ("" if self.bias is not None else ", bias=False")
 
 
-class MaxPool1d(Module):
+class MaxPool1d(_MaxPool):
     """Max pooling over ``(N, C, L)`` or ``(C, L)`` (``tp.max_pool1d``); ``stride=None`` means
     ``kernel_size``."""
 
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
-                 return_indices: bool = False, ceil_mode: bool = False):
-        super().__init__()
-        if return_indices:
-            raise ShapeError("MaxPool1d: return_indices=True is not supported")
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-        self.dilation, self.ceil_mode = dilation, bool(ceil_mode)
-
-    def forward(self, x):
-        return ops.max_pool1d(x, self.kernel_size, stride=self.stride, padding=self.padding,
-                              dilation=self.dilation, ceil_mode=self.ceil_mode)
-
-    def extra_repr(self) -> str:
-        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
-                f", dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+    op = staticmethod(ops.max_pool1d)
 
 
-class AvgPool1d(Module):
+class AvgPool1d(_AvgPool):
     """Average pooling over ``(N, C, L)`` or ``(C, L)`` (``tp.avg_pool1d``), PyTorch's
     divisors."""
 
-    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
-                 count_include_pad: bool = True):
-        super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-        self.ceil_mode, self.count_include_pad = bool(ceil_mode), bool(count_include_pad)
-
-    def forward(self, x):
-        return ops.avg_pool1d(x, self.kernel_size, stride=self.stride, padding=self.padding,
-                              ceil_mode=self.ceil_mode,
-                              count_include_pad=self.count_include_pad)
-
-    def extra_repr(self) -> str:
-        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
-                f", ceil_mode={self.ceil_mode}, count_include_pad={self.count_include_pad}")
+    op = staticmethod(ops.avg_pool1d)

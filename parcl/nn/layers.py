@@ -268,53 +268,58 @@ class ReLU(Module):
         return ops.relu(x, inplace=self.inplace)
 
 
-class MaxPool2d(Module):
-    """Max pooling over ``(N, C, H, W)``; ``stride=None`` means ``kernel_size``; ``dilation``
-    and ``ceil_mode`` as PyTorch (see ``tp.max_pool2d``); ``return_indices=True`` is
-    refused (it holds PyTorch's fifth place, so a positional ``ceil_mode`` lands where
-    PyTorch code puts it)."""
+class _MaxPool(Module):
+    """MaxPool1d's and MaxPool2d's arguments and forward, through the class's ``op``."""
+
+    op = staticmethod(ops.max_pool2d)
 
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
                  return_indices: bool = False, ceil_mode: bool = False):
         super().__init__()
         if return_indices:
-            raise ShapeError("MaxPool2d: return_indices=True is not supported")
-        self.kernel_size = kernel_size
-        self.stride = stride
-        self.padding = padding
-        self.dilation = dilation
-        self.ceil_mode = bool(ceil_mode)
+            raise ShapeError(f"{type(self).__name__}: return_indices=True is not supported")
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.ceil_mode = dilation, bool(ceil_mode)
 
     def forward(self, x):
-        return ops.max_pool2d(x, self.kernel_size, stride=self.stride, padding=self.padding,
-                              dilation=self.dilation, ceil_mode=self.ceil_mode)
+        return self.op(x, self.kernel_size, stride=self.stride, padding=self.padding,
+                       dilation=self.dilation, ceil_mode=self.ceil_mode)
 
     def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
                 f", dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
-class AvgPool2d(Module):
-    """Average pooling over ``(N, C, H, W)``; ``stride=None`` means ``kernel_size``;
-    ``ceil_mode`` and ``count_include_pad`` as PyTorch (see ``tp.avg_pool2d``)."""
+class MaxPool2d(_MaxPool):
+    """Max pooling over ``(N, C, H, W)``; ``stride=None`` means ``kernel_size``; ``dilation``
+    and ``ceil_mode`` as PyTorch (see ``tp.max_pool2d``); ``return_indices=True`` is
+    refused (it holds PyTorch's fifth place, so a positional ``ceil_mode`` lands where
+    PyTorch code puts it)."""
+
+
+class _AvgPool(Module):
+    """AvgPool1d's and AvgPool2d's arguments and forward, through the class's ``op``."""
+
+    op = staticmethod(ops.avg_pool2d)
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                  count_include_pad: bool = True):
         super().__init__()
-        self.kernel_size = kernel_size
-        self.stride = stride
-        self.padding = padding
-        self.ceil_mode = bool(ceil_mode)
-        self.count_include_pad = bool(count_include_pad)
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad = bool(ceil_mode), bool(count_include_pad)
 
     def forward(self, x):
-        return ops.avg_pool2d(x, self.kernel_size, stride=self.stride, padding=self.padding,
-                              ceil_mode=self.ceil_mode,
-                              count_include_pad=self.count_include_pad)
+        return self.op(x, self.kernel_size, stride=self.stride, padding=self.padding,
+                       ceil_mode=self.ceil_mode, count_include_pad=self.count_include_pad)
 
     def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
                 f", ceil_mode={self.ceil_mode}, count_include_pad={self.count_include_pad}")
+
+
+class AvgPool2d(_AvgPool):
+    """Average pooling over ``(N, C, H, W)``; ``stride=None`` means ``kernel_size``;
+    ``ceil_mode`` and ``count_include_pad`` as PyTorch (see ``tp.avg_pool2d``)."""
 
 
 class AdaptiveAvgPool2d(Module):
