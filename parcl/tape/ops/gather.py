@@ -15,9 +15,6 @@ array([[1., 1.],
 
 from __future__ import annotations
 
-import numpy as np
-
-from ...errors import ShapeError
 from ...kernels import gather as gk
 from ...kernels import scatter as sc
 from ...kernels.strided import axis_int
@@ -25,45 +22,30 @@ from ...tensor import Tensor
 from .. import mode
 from ..node import Function, Node
 from ..tape import defer
-from .checks import FlagCheck
+from .picks import _RangeCheck
 from .shape import reshape, wrap_dim
 
 __all__ = ["gather"]
 
 
-class _IndexCheck(FlagCheck):
-    """gather's flag: the first out-of-range position of ``index``, or ``NO_ERROR``."""
-
-    description = "gather's index check"
-
-    def __init__(self, flag: Tensor, index: Tensor, x_shape: tuple, axis: int):
-        self.index, self.x_shape, self.axis = index, x_shape, axis
-        super().__init__(flag)
-
-    def error(self, host: np.ndarray) -> ShapeError | None:
-        at = int(host[0])
-        if at == gk.NO_ERROR:
-            return None
-        where = np.unravel_index(at, self.index.shape)
-        value = int(self.index.to_host().reshape(-1)[at])
-        return ShapeError(
-            f"gather: index {value} at position {tuple(map(int, where))} of index "
-            f"{self.index.shape} is out of range for dimension {self.axis} of size "
-            f"{self.x_shape[self.axis]} (input {self.x_shape}); indices must be in [0, "
-            f"{self.x_shape[self.axis]})")
-
-
 class Gather(Function):
+    """``x`` read at ``index`` along ``axis``. ``origin``, where the op broadcast the index it
+    was given (``take_along_dim``): that index, and its position of a flat position of
+    ``index``, for the error."""
+
     name = "gather"
 
-    def forward(self, x: Tensor, index: Tensor, axis: int = 0):
+    def forward(self, x: Tensor, index: Tensor, axis: int = 0, origin=None):
         out, flag = gk.gather_forward(x, axis, index)
-        check = _IndexCheck(flag, index, x.shape, axis % x.ndim)
+        axis %= x.ndim
+        given, where = origin or (index, lambda at: at)
+        check = _RangeCheck(self.name, flag, given, x.shape[axis],
+                            f"dim {axis} of size {x.shape[axis]} (input {x.shape})", where)
         if not self.recording or mode.is_anomaly_enabled():
             check.check()
         out.checks = (check.check,)    # read back without a backward: checked before the read
         if self.recording:
-            self.saved = (x.shape, axis % x.ndim, index, check)
+            self.saved = (x.shape, axis, index, check)
         return out
 
     def backward(self, g: Tensor):

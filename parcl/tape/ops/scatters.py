@@ -25,7 +25,6 @@ from numbers import Real
 import numpy as np
 
 from ...errors import DTypeError, ShapeError
-from ...kernels import gather as gk
 from ...kernels import scatter as sc
 from ...kernels import strided
 from ...kernels.strided import View
@@ -33,6 +32,7 @@ from ...tensor import LABEL_DTYPES, Tensor
 from .. import mode
 from ..node import Function, Node
 from ..tape import defer
+from .gather import Gather
 from .indexing import expand
 from .picks import _RangeCheck, broadcast_index
 from .shape import reshape, wrap_dim
@@ -200,25 +200,8 @@ def index_add(x, dim: int, index, source, alpha: float = 1, *, tape=None):
     return out if shape else reshape(out, (), tape=tape)
 
 
-class TakeAlongDim(Function):
+class TakeAlongDim(Gather):
     name = "take_along_dim"
-
-    def forward(self, x: Tensor, index: Tensor, axis: int = 0, origin=None):
-        out, flag = gk.gather_forward(x, axis, index)
-        given, where = origin          # the indices as given, and their position of one here
-        c = _RangeCheck(self.name, flag, given, x.shape[axis],
-                        f"dim {axis} of size {x.shape[axis]} (input {x.shape})", where)
-        _check(self, c, out)
-        if self.recording:
-            self.saved = (x.shape, axis, index, c)
-        return out
-
-    def backward(self, g: Tensor):
-        x_shape, axis, index, c = self.saved
-        defer(c.check)
-        if not self.needs_input_grad[0]:
-            return None, None
-        return sc.gather_backward(g, x_shape, axis, index), None
 
 
 def take_along_dim(x, indices, dim: int | None = None, *, tape=None):
