@@ -17,6 +17,7 @@ import numpy as np
 from ... import recorder, runtime
 from ...gate import transfer
 from ...tensor import Tensor
+from .. import mode
 
 
 class FlagCheck:
@@ -54,6 +55,14 @@ class FlagCheck:
             self.event = self.flag = None
         if self.failure is not None:
             raise self.failure
+
+    def guard(self, out: Tensor, at_once: bool) -> None:
+        """Check now where ``at_once`` (an op that is not recorded: no backward will check)
+        or under ``detect_anomaly``, and before every host read of ``out`` (a recorded result
+        read without a backward)."""
+        if at_once or mode.is_anomaly_enabled():
+            self.check()
+        out.checks = (self.check,)
 
     def error(self, host: np.ndarray) -> Exception | None:
         raise NotImplementedError

@@ -19,7 +19,6 @@ from ...kernels import gather as gk
 from ...kernels import scatter as sc
 from ...kernels.strided import axis_int
 from ...tensor import Tensor
-from .. import mode
 from ..node import Function, Node
 from ..tape import defer
 from .picks import _RangeCheck
@@ -41,9 +40,7 @@ class Gather(Function):
         given, where = origin or (index, lambda at: at)
         check = _RangeCheck(self.name, flag, given, x.shape[axis],
                             f"dim {axis} of size {x.shape[axis]} (input {x.shape})", where)
-        if not self.recording or mode.is_anomaly_enabled():
-            check.check()
-        out.checks = (check.check,)    # read back without a backward: checked before the read
+        check.guard(out, not self.recording)
         if self.recording:
             self.saved = (x.shape, axis, index, check)
         return out

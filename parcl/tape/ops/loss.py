@@ -38,7 +38,6 @@ from ...errors import DeviceError, LabelError, ParclError
 from ...kernels import softmax as smk
 from ...kernels.strided import axis_int
 from ...tensor import Tensor
-from .. import mode
 from ..node import Function, Node
 from ..tape import defer
 from . import elementwise, reduce, soft_loss
@@ -180,9 +179,7 @@ class CrossEntropy(Function):
                     weight=weight, reduction=reduction)
         loss, stats, flag = smk.cross_entropy_forward(logits, labels, **opts)
         check = _LabelCheck(self.name, flag, logits.shape, self.what, labels, ignore_index)
-        if not self.recording or check_labels or mode.is_anomaly_enabled():
-            check.check()
-        loss.checks = (check.check,)   # a recorded loss read without a backward (evaluation)
+        check.guard(loss, not self.recording or check_labels)
         if self.recording:
             self.saved = (logits, labels, stats, check, opts)
         return loss

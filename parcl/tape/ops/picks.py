@@ -112,9 +112,7 @@ class IndexSelect(Function):
         out, flag = gk.gather_forward(x, axis, full)
         check = _RangeCheck("index_select", flag, index, x.shape[axis],
                             f"dim {axis} of size {x.shape[axis]} (input {shape})", where)
-        if not self.recording or mode.is_anomaly_enabled():
-            check.check()
-        out.checks = (check.check,)    # read back without a backward: checked before the read
+        check.guard(out, not self.recording)
         if self.recording:
             self.saved = (x.shape, shape, axis, full, check)
         return out.reshape(out_shape if shape else ())

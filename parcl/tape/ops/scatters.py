@@ -29,7 +29,6 @@ from ...kernels import scatter as sc
 from ...kernels import strided
 from ...kernels.strided import View
 from ...tensor import LABEL_DTYPES, Tensor
-from .. import mode
 from ..node import Function, Node
 from ..tape import defer
 from .gather import Gather
@@ -38,14 +37,6 @@ from .picks import _RangeCheck, broadcast_index
 from .shape import reshape, wrap_dim
 
 __all__ = ["index_add", "scatter", "scatter_add", "take_along_dim"]
-
-
-def _check(fn: Function, check: _RangeCheck, out: Tensor) -> None:
-    """Check at once when ``fn`` is not recorded (or under anomaly mode); always before a
-    host read of ``out``."""
-    if not fn.recording or mode.is_anomaly_enabled():
-        check.check()
-    out.checks = (check.check,)
 
 
 def _same_position(full_shape, shape):
@@ -71,7 +62,7 @@ class _Scatter(Function):
         given, where = origin or (index, lambda at: at)
         c = _RangeCheck(self.name, flag, given, x.shape[axis],
                         f"dim {axis} of size {x.shape[axis]} (input {x.shape})", where)
-        _check(self, c, out)
+        c.guard(out, not self.recording)
         if self.recording:
             self.saved = (axis, index, None if src is None else src.shape, scale, c)
         return out
