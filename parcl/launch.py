@@ -94,16 +94,9 @@ def list_devices(out=None) -> None:
     out = sys.stdout if out is None else out
     import pyopencl as cl
 
-    from .errors import DeviceError
+    from .runtime import platforms
 
-    try:
-        platforms = cl.get_platforms()
-    except cl.Error:
-        platforms = []
-    if not platforms:
-        raise DeviceError("no OpenCL platform found: install a driver, or the embedded CPU "
-                          "device with `pip install 'parcl[pocl]'`")
-    for pi, platform in enumerate(platforms):
+    for pi, platform in enumerate(platforms()):
         print(f"platform {pi}: {platform.name.strip()} ({platform.version.strip()})", file=out)
         try:
             devs = platform.get_devices()

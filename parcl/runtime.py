@@ -31,21 +31,22 @@ DEVICES_ENV = "PARCL_DEVICES"
 WAIT_TIMEOUT = 600.0        # seconds a device wait may take by default (``wait_for_events``)
 
 
-def _platforms() -> list[cl.Platform]:
+def platforms() -> list[cl.Platform]:
+    """The OpenCL platforms; none is a DeviceError that says what to install."""
     try:
-        platforms = cl.get_platforms()
+        found = cl.get_platforms()
     except cl.Error:
-        platforms = []
-    if not platforms:
+        found = []
+    if not found:
         raise DeviceError(
             "no OpenCL platform found: install a driver, or the embedded CPU device with "
             "`pip install 'parcl[pocl]'` (pocl-binary-distribution)")
-    return platforms
+    return found
 
 
 def _all_of_type(kind: int) -> list[cl.Device]:
     found = []
-    for platform in _platforms():
+    for platform in platforms():
         try:
             found.extend(platform.get_devices(device_type=kind))
         except cl.Error:   # CL_DEVICE_NOT_FOUND on platforms without this kind
@@ -113,9 +114,8 @@ def _register(devices: list[cl.Device]) -> list[cl.Device]:
 
 def _from_pyopencl_ctx(spec: str) -> list[cl.Device]:
     parts = spec.split(":")
-    platforms = _platforms()
     try:
-        platform = platforms[int(parts[0] or 0)]
+        platform = platforms()[int(parts[0] or 0)]
         devs = platform.get_devices()
         if len(parts) > 1 and parts[1] != "":
             devs = [devs[int(parts[1])]]
