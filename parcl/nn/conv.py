@@ -11,15 +11,13 @@
 
 from __future__ import annotations
 
-import math
-
 from ..errors import ShapeError
 from ..runtime import default_queue
 from ..tape import ops
 from ..tape.ops.sequence import single
-from .layers import (_arg, _AvgPool, _check_features, _check_padding_mode, _check_sizes,
-                     _MaxPool, _pair, _param)
-from .module import Module, uniform_
+from .layers import (_arg, _AvgPool, _check_features, _check_groups, _check_padding_mode,
+                     _check_sizes, _conv_repr, _MaxPool, _pair, _weight_and_bias)
+from .module import Module
 
 __all__ = ["AvgPool1d", "Conv1d", "ConvTranspose2d", "MaxPool1d"]
 
@@ -54,14 +52,9 @@ class ConvTranspose2d(Module):
         if any(o >= s for o, s in zip(self.output_padding, self.stride)):
             raise ShapeError(f"ConvTranspose2d: output_padding {self.output_padding} must be "
                              f"smaller than the stride {self.stride} (as PyTorch)")
-        fan_in = self.out_channels * self.kernel_size[0] * self.kernel_size[1]
-        bound = 1.0 / math.sqrt(fan_in)
-        self.weight = _param(queue, uniform_((self.in_channels, self.out_channels)
-                                             + self.kernel_size, bound))
-        if bias:
-            self.bias = _param(queue, uniform_((self.out_channels,), bound))
-        else:
-            self.register_parameter("bias", None)
+        _weight_and_bias(self, queue, (self.in_channels, self.out_channels) + self.kernel_size,
+                         self.out_channels * self.kernel_size[0] * self.kernel_size[1], bias,
+                         self.out_channels)
 
     def forward(self, x):
         _check_features(self, x, 1, self.in_channels, (4,))
@@ -106,17 +99,10 @@ class Conv1d(Module):
         else:
             self.padding = (single("Conv1d", "padding", padding, least=0),)
         self.padding_mode = _check_padding_mode("Conv1d", padding_mode)
-        self.groups = int(groups)
-        if self.groups < 1 or self.in_channels % self.groups or self.out_channels % self.groups:
-            raise ShapeError(f"Conv1d: groups={groups} must be >= 1 and divide in_channels="
-                             f"{self.in_channels} and out_channels={self.out_channels}")
-        bound = 1.0 / math.sqrt(self.in_channels // self.groups * self.kernel_size[0])
-        self.weight = _param(queue, uniform_((self.out_channels, self.in_channels // self.groups,
-                                              self.kernel_size[0]), bound))
-        if bias:
-            self.bias = _param(queue, uniform_((self.out_channels,), bound))
-        else:
-            self.register_parameter("bias", None)
+        self.groups = _check_groups("Conv1d", int(groups), self.in_channels, self.out_channels)
+        cin = self.in_channels // self.groups
+        _weight_and_bias(self, queue, (self.out_channels, cin) + self.kernel_size,
+                         cin * self.kernel_size[0], bias, self.out_channels)
 
     def forward(self, x):
         _check_features(self, x, -2, self.in_channels, (2, 3))
@@ -132,17 +118,7 @@ class Conv1d(Module):
                           dilation=self.dilation[0], groups=self.groups)
 
     def extra_repr(self) -> str:
-        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-             f"stride={self.stride}")
-        if self.padding != (0,):
-            s += f", padding={self.padding}"
-        if self.dilation != (1,):
-            s += f", dilation={self.dilation}"
-        if self.groups != 1:
-            s += f", groups={self.groups}"
-        if self.padding_mode != "zeros":
-            s += f", padding_mode={self.padding_mode}"
-        return s + ("" if self.bias is not None else ", bias=False")
+        return _conv_repr(self)
 
 
 class MaxPool1d(_MaxPool):

@@ -84,6 +84,41 @@ def _param(queue, array: np.ndarray) -> Parameter:
     return Parameter(Tensor.from_host(queue, array))
 
 
+def _weight_and_bias(layer: Module, queue, shape: tuple, fan_in: int, bias: bool,
+                     out: int) -> None:
+    """PyTorch's default initialisation: ``layer.weight`` of ``shape``, then ``layer.bias``
+    of ``(out,)`` (None without ``bias``), both ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    bound = 1.0 / math.sqrt(fan_in)
+    layer.weight = _param(queue, uniform_(shape, bound))
+    if bias:
+        layer.bias = _param(queue, uniform_((out,), bound))
+    else:
+        layer.register_parameter("bias", None)
+
+
+def _check_groups(layer: str, groups: int, in_channels: int, out_channels: int) -> int:
+    if groups < 1 or in_channels % groups or out_channels % groups:
+        raise ShapeError(f"{layer}: groups={groups} must be >= 1 and divide in_channels="
+                         f"{in_channels} and out_channels={out_channels}")
+    return groups
+
+
+def _conv_repr(layer: Module) -> str:
+    """Conv1d's and Conv2d's ``extra_repr``: what differs from the defaults, as PyTorch's."""
+    n = len(layer.kernel_size)
+    s = (f"{layer.in_channels}, {layer.out_channels}, kernel_size={layer.kernel_size}, "
+         f"stride={layer.stride}")
+    if layer.padding != (0,) * n:
+        s += f", padding={layer.padding}"
+    if layer.dilation != (1,) * n:
+        s += f", dilation={layer.dilation}"
+    if layer.groups != 1:
+        s += f", groups={layer.groups}"
+    if layer.padding_mode != "zeros":
+        s += f", padding_mode={layer.padding_mode}"
+    return s + ("" if layer.bias is not None else ", bias=False")
+
+
 def _check_features(layer: Module, x, dim: int, expected: int, ndims: tuple[int, ...]) -> None:
     shape = tuple(x.shape)
     if len(shape) not in ndims:
@@ -105,12 +140,8 @@ class Linear(Module):
         _check_sizes("Linear", {"in_features": in_features, "out_features": out_features})
         queue = queue if queue is not None else default_queue()
         self.in_features, self.out_features = int(in_features), int(out_features)
-        bound = 1.0 / math.sqrt(self.in_features)
-        self.weight = _param(queue, uniform_((self.out_features, self.in_features), bound))
-        if bias:
-            self.bias = _param(queue, uniform_((self.out_features,), bound))
-        else:
-            self.register_parameter("bias", None)
+        _weight_and_bias(self, queue, (self.out_features, self.in_features), self.in_features,
+                         bias, self.out_features)
 
     def forward(self, x, *, relu: bool = False):
         """``x @ weight.T + bias``; ``relu=True`` fuses a following ReLU into the GEMM."""
@@ -149,19 +180,10 @@ class Conv2d(Module):
         self.padding_mode = _check_padding_mode("Conv2d", padding_mode)
         if isinstance(padding, str):         # refused now, as PyTorch refuses it
             string_padding("Conv2d", padding, self.kernel_size, self.stride, self.dilation)
-        self.groups = int(groups)
-        if self.groups < 1 or self.in_channels % self.groups or self.out_channels % self.groups:
-            raise ShapeError(f"Conv2d: groups={groups} must be >= 1 and divide in_channels="
-                             f"{self.in_channels} and out_channels={self.out_channels}")
-        fan_in = self.in_channels // self.groups * self.kernel_size[0] * self.kernel_size[1]
-        bound = 1.0 / math.sqrt(fan_in)
-        self.weight = _param(queue, uniform_((self.out_channels,
-                                              self.in_channels // self.groups)
-                                             + self.kernel_size, bound))
-        if bias:
-            self.bias = _param(queue, uniform_((self.out_channels,), bound))
-        else:
-            self.register_parameter("bias", None)
+        self.groups = _check_groups("Conv2d", int(groups), self.in_channels, self.out_channels)
+        cin = self.in_channels // self.groups
+        _weight_and_bias(self, queue, (self.out_channels, cin) + self.kernel_size,
+                         cin * self.kernel_size[0] * self.kernel_size[1], bias, self.out_channels)
 
     def forward(self, x, *, relu: bool = False):
         """The convolution; ``relu=True`` fuses a following ReLU into its last pass."""
@@ -179,17 +201,7 @@ class Conv2d(Module):
                           dilation=_arg(self.dilation), groups=self.groups, relu=relu)
 
     def extra_repr(self) -> str:
-        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-             f"stride={self.stride}")
-        if self.padding != (0, 0):
-            s += f", padding={self.padding}"
-        if self.dilation != (1, 1):
-            s += f", dilation={self.dilation}"
-        if self.groups != 1:
-            s += f", groups={self.groups}"
-        if self.padding_mode != "zeros":
-            s += f", padding_mode={self.padding_mode}"
-        return s + ("" if self.bias is not None else ", bias=False")
+        return _conv_repr(self)
 
 
 class BatchNorm2d(Module):
