@@ -312,16 +312,21 @@ class Module:
         """The direct sub-modules, each once (see ``named_children``)."""
         return [child for _, child in self.named_children()]
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True
-                         ) -> Iterator[tuple[str, Parameter]]:
-        """``(name, parameter)`` in registration order, each parameter once."""
+    def _named_members(self, store: str, prefix: str, recurse: bool) -> Iterator[tuple]:
+        """``(name, value)`` of every module's ``store`` dict (``_parameters``, ``_buffers``)
+        in registration order, each value once, None skipped."""
         seen: set[int] = set()
         mods = self.named_modules(prefix) if recurse else [(prefix, self)]
         for mod_name, mod in mods:
-            for name, p in mod._parameters.items():
-                if p is not None and id(p) not in seen:
-                    seen.add(id(p))
-                    yield (f"{mod_name}.{name}" if mod_name else name), p
+            for name, v in getattr(mod, store).items():
+                if v is not None and id(v) not in seen:
+                    seen.add(id(v))
+                    yield (f"{mod_name}.{name}" if mod_name else name), v
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True
+                         ) -> Iterator[tuple[str, Parameter]]:
+        """``(name, parameter)`` in registration order, each parameter once."""
+        return self._named_members("_parameters", prefix, recurse)
 
     def parameters(self, recurse: bool = True) -> list[Parameter]:
         """Every Parameter, in registration order, without duplicates."""
@@ -329,13 +334,8 @@ class Module:
 
     def named_buffers(self, prefix: str = "", recurse: bool = True
                       ) -> Iterator[tuple[str, Tensor]]:
-        seen: set[int] = set()
-        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
-        for mod_name, mod in mods:
-            for name, b in mod._buffers.items():
-                if b is not None and id(b) not in seen:
-                    seen.add(id(b))
-                    yield (f"{mod_name}.{name}" if mod_name else name), b
+        """``(name, buffer)`` in registration order, each buffer once."""
+        return self._named_members("_buffers", prefix, recurse)
 
     def buffers(self, recurse: bool = True) -> list[Tensor]:
         return [b for _, b in self.named_buffers(recurse=recurse)]
