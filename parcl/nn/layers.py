@@ -204,7 +204,40 @@ class Conv2d(Module):
         return _conv_repr(self)
 
 
-class BatchNorm2d(Module):
+class _NormBase(Module):
+    """BatchNorm's and InstanceNorm's arguments and state, as PyTorch's ``_NormBase``: with
+    ``affine`` a ``weight`` of ones and a ``bias`` of zeros (none with ``bias=False``), with
+    ``track_running_stats`` a ``running_mean`` of zeros and a ``running_var`` of ones."""
+
+    _ignored_keys = ("num_batches_tracked",)
+    none_momentum = "0"       # what momentum=None means, for the error that refuses a value
+
+    def __init__(self, num_features: int, eps: float, momentum: float | None, affine: bool,
+                 track_running_stats: bool, bias: bool, queue):
+        super().__init__()
+        name = type(self).__name__
+        _check_sizes(name, {"num_features": num_features})
+        queue = queue if queue is not None else default_queue()
+        if momentum is not None and not 0.0 <= float(momentum) <= 1.0:
+            raise ValueError(f"{name}: momentum must be a number in [0, 1] or None "
+                             f"({self.none_momentum}), got {momentum!r}")
+        self.num_features, self.eps = int(num_features), float(eps)
+        self.momentum = None if momentum is None else float(momentum)
+        self.affine, self.track_running_stats = bool(affine), bool(track_running_stats)
+        c = self.num_features
+        self.weight = Parameter(Tensor.full(queue, (c,), 1.0)) if self.affine else None
+        self.bias = Parameter(Tensor.zeros(queue, (c,))) if self.affine and bias else None
+        tracked = self.track_running_stats
+        self.register_buffer("running_mean", Tensor.zeros(queue, (c,)) if tracked else None)
+        self.register_buffer("running_var", Tensor.full(queue, (c,), 1.0) if tracked else None)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+                f"affine={self.affine}, bias={self.bias is not None}, "
+                f"track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm2d(_NormBase):
     """Batch normalisation over ``(N, C, H, W)`` per channel: batch statistics in training
     (running statistics updated in place, running variance unbiased, as PyTorch), running
     statistics in evaluation. weight 1, bias 0 (none with ``affine=False``; no bias with
@@ -217,28 +250,15 @@ class BatchNorm2d(Module):
     only with ``momentum=None``, the one use of it; other layers accept such keys and ignore
     them in ``load_state_dict``."""
 
-    _ignored_keys = ("num_batches_tracked",)
+    none_momentum = "the cumulative average"
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = True, track_running_stats: bool = True, *, bias: bool = True,
                  queue=None):
-        super().__init__()
-        _check_sizes("BatchNorm2d", {"num_features": num_features})
-        queue = queue if queue is not None else default_queue()
-        if momentum is not None and not 0.0 <= float(momentum) <= 1.0:
-            raise ValueError(f"BatchNorm2d: momentum must be a number in [0, 1] or None (the "
-                             f"cumulative average), got {momentum!r}")
-        self.num_features, self.eps = int(num_features), float(eps)
-        self.momentum = None if momentum is None else float(momentum)
-        self.affine, self.track_running_stats = bool(affine), bool(track_running_stats)
-        c = self.num_features
-        self.weight = _param(queue, np.ones(c, np.float32)) if self.affine else None
-        self.bias = _param(queue, np.zeros(c, np.float32)) if self.affine and bias else None
-        tracked = self.track_running_stats
-        self.register_buffer("running_mean", Tensor.zeros(queue, (c,)) if tracked else None)
-        self.register_buffer("running_var", Tensor.full(queue, (c,), 1.0) if tracked else None)
-        if tracked and self.momentum is None:
-            self.register_buffer("num_batches_tracked", Tensor.zeros(queue, (), np.int64))
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, bias, queue)
+        if self.track_running_stats and self.momentum is None:
+            self.register_buffer("num_batches_tracked",
+                                 Tensor.zeros(self.running_mean.queue, (), np.int64))
 
     def forward(self, x, *, residual=None, relu: bool = False,
                 overwrite_residual: bool = False):
@@ -262,11 +282,6 @@ class BatchNorm2d(Module):
                               training=self.training or not tracking,
                               momentum=0.0 if momentum is None else momentum, eps=self.eps,
                               **fused)
-
-    def extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
-                f"affine={self.affine}, bias={self.bias is not None}, "
-                f"track_running_stats={self.track_running_stats}")
 
 
 class ReLU(Module):

@@ -16,7 +16,7 @@ from ..errors import ShapeError
 from ..runtime import default_queue
 from ..tape import Node, mode, no_grad, ops
 from ..tensor import Tensor, dims
-from .layers import BatchNorm2d, _check_sizes
+from .layers import BatchNorm2d, _check_sizes, _NormBase
 from .module import Module, Parameter
 
 __all__ = ["BatchNorm1d", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "LayerNorm",
@@ -139,7 +139,7 @@ class BatchNorm1d(BatchNorm2d):
         return self._normalise(x)
 
 
-class _InstanceNorm(Module):
+class _InstanceNorm(_NormBase):
     """PyTorch's ``_InstanceNorm``: each sample's channel normalised over its own positions
     (``tp.group_norm`` with one group per channel), then ``* weight + bias`` (1 and 0) with
     ``affine``. With ``track_running_stats`` training also updates ``running_mean`` and
@@ -147,28 +147,12 @@ class _InstanceNorm(Module):
     weighed by ``momentum``; None is 0, as PyTorch), and evaluation normalises with them.
     ``bias=False`` (keyword, as PyTorch's) drops the bias of an affine layer."""
 
-    _ignored_keys = ("num_batches_tracked",)
     _batched_ndim = 0
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = False, track_running_stats: bool = False, *, bias: bool = True,
                  queue=None):
-        super().__init__()
-        name = type(self).__name__
-        _check_sizes(name, {"num_features": num_features})
-        queue = queue if queue is not None else default_queue()
-        if momentum is not None and not 0.0 <= float(momentum) <= 1.0:
-            raise ValueError(f"{name}: momentum must be a number in [0, 1] or None, got "
-                             f"{momentum!r}")
-        self.num_features, self.eps = int(num_features), float(eps)
-        self.momentum = None if momentum is None else float(momentum)
-        self.affine, self.track_running_stats = bool(affine), bool(track_running_stats)
-        c = self.num_features
-        self.weight = _filled(queue, (c,), 1.0) if self.affine else None
-        self.bias = _filled(queue, (c,), 0.0) if self.affine and bias else None
-        tracked = self.track_running_stats
-        self.register_buffer("running_mean", Tensor.zeros(queue, (c,)) if tracked else None)
-        self.register_buffer("running_var", Tensor.full(queue, (c,), 1.0) if tracked else None)
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, bias, queue)
 
     def forward(self, x):
         n = self._batched_ndim
@@ -200,11 +184,6 @@ class _InstanceNorm(Module):
                                  (self.running_var, ops.var(x, positions))):
                 new = ops.add(ops.mul(buffer, 1.0 - m), ops.mul(ops.mean(stat, 0), m))
                 buffer.copy_(new.value if isinstance(new, Node) else new)
-
-    def extra_repr(self) -> str:
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
-                f"affine={self.affine}, bias={self.bias is not None}, "
-                f"track_running_stats={self.track_running_stats}")
 
 
 class InstanceNorm1d(_InstanceNorm):
