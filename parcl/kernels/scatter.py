@@ -28,7 +28,7 @@ from ..errors import DTypeError, ShapeError
 from ..tensor import FLOAT, LABEL_DTYPES, Tensor, check_same_queue
 from ._cache import get_kernel, round_up
 from .broadcast import int8_vector
-from .gather import _DECOMPOSE, NO_ERROR, _strides
+from .gather import _DECOMPOSE, NO_ERROR, _strides, _suffix
 
 LOCAL = 64
 MODES = {"set": 0, "add": 1}
@@ -139,10 +139,6 @@ def _lines(out_shape, axis: int, index: Tensor, src_shape):
             int8_vector([ss[k] for k in keep]), np.int32(index.shape[axis]),
             np.int32(so[axis]), np.int32(si[axis]), np.int32(ss[axis]),
             np.int32(out_shape[axis]))
-
-
-def _suffix(index: Tensor) -> str:
-    return "i32" if index.dtype == np.int32 else "i64"
 
 
 def scatter(x: Tensor, axis: int, index: Tensor, src: Tensor | float, mode: str,
