@@ -67,6 +67,28 @@ def normalize_shape(op: str, shape) -> tuple[int, ...]:
     return shape
 
 
+
+def keep_checks(out, *inputs):
+    """``out`` with its inputs' pending device-side checks added to its own (an embedding's
+    index range, a loss's labels: ``Tensor.checks``), so a value computed from a bad input
+    raises at its host read whichever way it was computed. Returns ``out``."""
+    checks = out.checks
+    for t in inputs:
+        if isinstance(t, Tensor) and t.checks and t.checks is not checks:
+            checks = checks + tuple(c for c in t.checks if c not in checks)
+    out.checks = checks
+    return out
+
+
+def _keeps_checks(method):
+    """A Tensor operator or method whose result keeps the operands' pending checks."""
+    def run(self, *args, **kwargs):
+        out = method(self, *args, **kwargs)
+        return keep_checks(out, self, *args) if isinstance(out, Tensor) else out
+    run.__name__, run.__doc__, run.__qualname__ = method.__name__, method.__doc__, \
+        method.__qualname__
+    return run
+
 class Tensor:
     """A device array: ``shape``, ``dtype``, ``size``, ``queue``; contiguous, row-major.
 
@@ -213,6 +235,7 @@ class Tensor:
         out = Tensor.empty(self.queue, self.shape, self.dtype)
         cl.enqueue_copy(self.queue, out.data, self.data, byte_count=self.nbytes)
         recorder.copy(self.queue, out.data, self.data, byte_count=self.nbytes)
+        out.checks = self.checks
         return out
 
     def copy_(self, src: Tensor) -> Tensor:
@@ -222,7 +245,7 @@ class Tensor:
                              f"{self.shape}; reshape it first if the layout is meant")
         self.copy_owned(src)
         self._overwritten("Tensor.copy_")
-        return self
+        return keep_checks(self, src)
 
     def fill_(self, value) -> Tensor:
         """Set every element to ``value``, in place (enqueued)."""
@@ -300,6 +323,7 @@ class Tensor:
         # np.asarray: a Tensor or tp.Node operand read to the host too
         return bool((self.to_host() == np.asarray(value)).any())
 
+    @_keeps_checks
     def __getitem__(self, key) -> Tensor:
         """``t[key]``: basic indexing (ints, slices with steps, None, ...) into a new contiguous
         tensor, computed on this tensor's queue and never recorded (``tp.getitem`` records)."""
@@ -356,7 +380,10 @@ class Tensor:
             if not isinstance(other, (Real, np.number)) or isinstance(other, bool):
                 return NotImplemented
         from .kernels import elementwise as ew
-        return ew.binary(op, a, b, out=out)
+        res = ew.binary(op, a, b, out=out)
+        if self.checks or (type(other) is Tensor and other.checks):   # (inline: a hot path)
+            keep_checks(res, a, b)
+        return res
 
     def _inplace(self, op: str, symbol: str, other):
         """``self op= other`` into this tensor's own buffer, as PyTorch's and numpy's: its
@@ -433,6 +460,7 @@ class Tensor:
     def __ge__(self, other):
         return self._binary("ge", self, other)
 
+    @_keeps_checks
     def __neg__(self) -> Tensor:
         from .kernels import elementwise as ew
         return ew.unary("neg", self)
@@ -458,28 +486,35 @@ class Tensor:
             shape.pop(-2)
         if other.ndim == 1:
             shape.pop(-1)
-        return out.reshape(tuple(shape))
+        out = out.reshape(tuple(shape))
+        return keep_checks(out, self, other) if self.checks or other.checks else out
 
+    @_keeps_checks
     def exp(self) -> Tensor:
         from .kernels import elementwise as ew
         return ew.unary("exp", self)
 
+    @_keeps_checks
     def log(self) -> Tensor:
         from .kernels import elementwise as ew
         return ew.unary("log", self)
 
+    @_keeps_checks
     def sum(self, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A003
         from .kernels import reduction
         return reduction.sum(self, axis, keepdims)
 
+    @_keeps_checks
     def mean(self, axis=None, keepdims: bool = False) -> Tensor:
         from .kernels import reduction
         return reduction.mean(self, axis, keepdims)
 
+    @_keeps_checks
     def max(self, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A003
         from .kernels import reduction
         return reduction.max(self, axis, keepdims)
 
+    @_keeps_checks
     def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
         """int64 index of the first largest element (``axis=None``: of the flattened tensor)."""
         from .kernels import reduction
@@ -496,7 +531,7 @@ class Tensor:
     def T(self) -> Tensor:  # noqa: N802
         """The axes reversed (a new contiguous tensor), as ``ndarray.T``."""
         from .kernels import layout
-        return layout.transpose(self)
+        return keep_checks(layout.transpose(self), self)
 
 
 # -- cross-queue ordering ------------------------------------------------------------------

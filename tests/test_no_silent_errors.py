@@ -347,3 +347,37 @@ def test_values_computed_from_a_bad_index_or_label_raise_at_their_read(queue):
     with tp.no_grad():                           # unrecorded ops of a checked value too
         with pytest.raises(pc.ShapeError, match="embedding: index 4"):
             tp.relu(logits.value).to_host()
+
+
+RAW_READS = {
+    "argmax": lambda v: v.argmax(1), "mul": lambda v: v * 1.0, "rsub": lambda v: 1.0 - v,
+    "gt": lambda v: v > 1, "sum": lambda v: v.sum(), "mean": lambda v: v.mean(0),
+    "max": lambda v: v.max(), "exp": lambda v: v.exp(), "log": lambda v: v.log(),
+    "neg": lambda v: -v, "T": lambda v: v.T, "getitem": lambda v: v[1],
+    "matmul": lambda v: v @ v.T, "copy": lambda v: v.copy(), "reshape": lambda v: v.reshape(-1),
+}
+
+
+@pytest.mark.parametrize("name", list(RAW_READS))
+def test_raw_tensor_operators_on_rows_of_a_bad_id_raise_as_the_rows_do(queue, name):
+    """``logits.detach().argmax(1)``, ``node.value * 1.0``, ``.sum()``, ``.T``, ``t[1]``: a
+    pc.Tensor operator or method computed from the rows of a token id outside ``[0, V)``
+    returned the garbage row's values with no error (the argmax of the rows of ids [0, 4]
+    was [0, 0]), where every tp op on them raises the embedding's error."""
+    weight = pc.nn.Parameter.from_host(queue, np.full((4, 3), 2.0, np.float32))
+    with tp.Tape():
+        rows = tp.embedding(pc.Tensor.from_host(queue, np.array([0, 4])), weight)
+    with pytest.raises(pc.ShapeError, match="embedding: index 4"):
+        RAW_READS[name](rows.detach()).to_host()
+
+
+def test_a_tensor_written_from_rows_of_a_bad_id_raises_at_its_read(queue):
+    """In place (``t += rows``, ``t.copy_(rows)``) the target takes on the pending check."""
+    weight = pc.nn.Parameter.from_host(queue, np.full((4, 3), 2.0, np.float32))
+    with tp.Tape():
+        rows = tp.embedding(pc.Tensor.from_host(queue, np.array([0, 4])), weight).detach()
+    for write in (lambda t: t.__iadd__(rows), lambda t: t.copy_(rows)):
+        target = pc.Tensor.zeros(queue, (2, 3))
+        write(target)
+        with pytest.raises(pc.ShapeError, match="embedding: index 4"):
+            target.to_host()

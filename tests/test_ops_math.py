@@ -238,7 +238,8 @@ def test_isnan_and_isfinite_are_pytorchs(queue):
 
 
 MASKS = {"gt": lambda r: tp.gt(r, 1.0), "eq": lambda r: tp.eq(r, r), "isnan": tp.isnan,
-         "isfinite": tp.isfinite, "count_nonzero": lambda r: tp.linalg_vector_norm(r, 0, 1)}
+         "isfinite": tp.isfinite, "count_nonzero": lambda r: tp.linalg_vector_norm(r, 0, 1),
+         "isinf": tp.isinf, "all": lambda r: tp.all(r, 1), "any": tp.any}
 
 
 @pytest.mark.parametrize("name", list(MASKS))

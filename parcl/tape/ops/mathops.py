@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ...errors import DTypeError
 from ...kernels import elementwise as ew
-from ...tensor import Tensor
+from ...tensor import Tensor, keep_checks
 from ..node import Function, Node
 from .activation import _Activation, clamp
 from .elementwise import _is_scalar, _Partials, add, mul, sub
@@ -207,19 +207,11 @@ def _raw(op: str, v):
     raise DTypeError(f"{op}: expected a tp.Node, pc.Tensor or number, got {type(v).__name__}")
 
 
-def _keeping_checks(mask: Tensor, *inputs) -> Tensor:
-    """``mask`` with its inputs' pending checks (an embedding's index range): a mask of rows
-    picked by a bad id raises at its host read, as every value computed through tp ops does."""
-    mask.checks = tuple(dict.fromkeys(c for v in inputs if isinstance(v, Tensor)
-                                      for c in v.checks))
-    return mask
-
-
 def _compare(op: str, a, b) -> Tensor:
     a, b = _raw(op, a), _raw(op, b)
     if _is_scalar(a) and _is_scalar(b):
         raise DTypeError(f"{op}: both operands are numbers; pass a tp.Node or pc.Tensor")
-    return _keeping_checks(ew.binary(op, a, b), a, b)
+    return keep_checks(ew.binary(op, a, b), a, b)
 
 
 def eq(a, b) -> Tensor:
@@ -259,13 +251,13 @@ def ge(a, b) -> Tensor:
 def isnan(x) -> Tensor:
     """1 where ``x`` is NaN, else 0 (float32 mask; not recorded)."""
     raw = _raw("isnan", x)
-    return _keeping_checks(ew.unary("isnan", raw), raw)
+    return keep_checks(ew.unary("isnan", raw), raw)
 
 
 def isfinite(x) -> Tensor:
     """1 where ``x`` is neither inf nor NaN, else 0 (float32 mask; not recorded)."""
     raw = _raw("isfinite", x)
-    return _keeping_checks(ew.unary("isfinite", raw), raw)
+    return keep_checks(ew.unary("isfinite", raw), raw)
 
 
 def clip(x, min: float | None = None, max: float | None = None, *, tape=None):  # noqa: A002

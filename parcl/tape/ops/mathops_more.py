@@ -21,7 +21,7 @@ from __future__ import annotations
 from ...errors import DTypeError
 from ...kernels import elementwise as ew
 from ...kernels import reduction as rd
-from ...tensor import Tensor
+from ...tensor import Tensor, keep_checks
 from ..node import Function, Node
 from .activation import _Activation, clamp
 from .elementwise import _Binary, _is_scalar, _Partials, _Scalar, add, div, mul
@@ -182,7 +182,8 @@ def clamp_max(x, max, *, tape=None):  # noqa: A002
 
 def isinf(x) -> Tensor:
     """1 where ``x`` is +inf or -inf, else 0 (float32 mask; not recorded)."""
-    return ew.unary("isinf", _raw("isinf", x))
+    raw = _raw("isinf", x)
+    return keep_checks(ew.unary("isinf", raw), raw)
 
 
 def _truth(op: str, x, dim, keepdim: bool, every: bool) -> Tensor:
@@ -193,7 +194,7 @@ def _truth(op: str, x, dim, keepdim: bool, every: bool) -> Tensor:
     axes = _axes(op, dim, x.shape)
     # any: some element nonzero (NaN is); all: no element zero
     hit = rd.max(ew.scalar("eq" if every else "ne", x, 0.0), axes, bool(keepdim))
-    return ew.scalar("rsub", hit, 1.0, out=hit) if every else hit
+    return keep_checks(ew.scalar("rsub", hit, 1.0, out=hit) if every else hit, x)
 
 
 def all(x, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
