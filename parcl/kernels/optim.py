@@ -91,14 +91,15 @@ _UPDATES = {
 MAX_REPLICAS = 8     # the widest replicated variant (parcl.allreduce.fused)
 
 
-def _source() -> str:
-    """Per update: ``name`` steps one parameter with its gradient; ``name_xK`` is the whole
-    end of a data-parallel step for one element range: it sums the K replicas' gradients in
-    replica order (exactly as ``parcl.kernels.reduce`` does), zeroes them, updates replica 0's
-    parameter and state, and writes the new value into the other K-1 replicas' parameters
-    (``name_x1``, a single replica's end of step, is the update with the zeroing fused in)."""
+def _source(updates: dict[str, tuple[str, str, str]] | None = None) -> str:
+    """Per update (of ``updates``, these by default): ``name`` steps one parameter with its
+    gradient; ``name_xK`` is the whole end of a data-parallel step for one element range: it
+    sums the K replicas' gradients in replica order (exactly as ``parcl.kernels.reduce``
+    does), zeroes them, updates replica 0's parameter and state, and writes the new value into
+    the other K-1 replicas' parameters (``name_x1``, a single replica's end of step, is the
+    update with the zeroing fused in)."""
     out = ["//CL//"]
-    for name, (state, scalars, body) in _UPDATES.items():
+    for name, (state, scalars, body) in (_UPDATES if updates is None else updates).items():
         out.append(f"""
 __kernel void {name}(__global float *p, __global const float *g, {state}
                      {scalars}, const int n)
@@ -144,9 +145,10 @@ def _check(op: str, param: Tensor, *others: Tensor) -> None:
 
 
 def _launch(name: str, param: Tensor, grad: Tensor, state: tuple[Tensor, ...], scalars,
-            target=None) -> Tensor:
-    """Enqueue ``name`` on the parameter's queue; the gradient may live on another queue of the
-    same context (ordered with a marker), the state lives on the parameter's.
+            target=None, source: str = SOURCE) -> Tensor:
+    """Enqueue ``name`` (of ``source``, this module's by default) on the parameter's queue;
+    the gradient may live on another queue of the same context (ordered with a marker), the
+    state lives on the parameter's.
 
     ``target`` (a ``Replicated``) runs the replicated variant instead: the end of a
     data-parallel step, each of its queues taking its own element range (the same kernel over
@@ -161,12 +163,12 @@ def _launch(name: str, param: Tensor, grad: Tensor, state: tuple[Tensor, ...], s
                 *(s.data for s in state), *scalars]
         for q, off, cnt in target.shards:
             if cnt > 0:
-                get_kernel(q, SOURCE, f"{name}_x{k}")(
+                get_kernel(q, source, f"{name}_x{k}")(
                     q, (round_up(cnt, _LOCAL),), None, *args, np.int32(off + cnt),
                     global_offset=(off,))
         return param
     q = param.queue
-    kernel = get_kernel(q, SOURCE, name)
+    kernel = get_kernel(q, source, name)
     n = param.size
     wait = foreign_wait(grad, q)
     args = [param.data, grad.data, *(s.data for s in state), *scalars, np.int32(n)]

@@ -1,5 +1,5 @@
-"""Optimizers: ``SGD``, ``Adam``, ``AdamW``, ``RMSprop``, ``Adagrad`` with the update formulas
-of PyTorch's documentation.
+"""Optimizers: ``SGD``, ``Adam``, ``AdamW``, ``RMSprop``, ``Adagrad``, ``NAdam``, ``RAdam``,
+``Adamax``, ``Adadelta`` with the update formulas of PyTorch's documentation.
 
 Each step is one fused OpenCL kernel per parameter (``parcl.kernels.optim``), enqueued on the
 parameter's queue; scalars such as bias corrections are computed on the host, so ``step()``
@@ -26,6 +26,7 @@ from __future__ import annotations
 from . import lr_scheduler
 from .optimizer import FlatBucket, Optimizer, OptimizerError, StepPlan
 from .rules import SGD, Adagrad, Adam, AdamW, RMSprop
+from .rules_more import Adadelta, Adamax, NAdam, RAdam
 
-__all__ = ["SGD", "Adagrad", "Adam", "AdamW", "RMSprop", "FlatBucket", "Optimizer",
-           "OptimizerError", "StepPlan", "lr_scheduler"]
+__all__ = ["SGD", "Adagrad", "Adam", "AdamW", "RMSprop", "Adadelta", "Adamax", "NAdam",
+           "RAdam", "FlatBucket", "Optimizer", "OptimizerError", "StepPlan", "lr_scheduler"]

@@ -55,6 +55,9 @@ class Optimizer:
     state_tensors: tuple[str, ...] = ()
     optional_tensors: tuple[str, ...] = ()
     has_step = False
+    #: per-parameter host numbers besides ``step`` that each update changes (NAdam's
+    #: ``mu_product``), saved as plain numbers; a whole bucket's are its parameters'
+    state_scalars: tuple[str, ...] = ()
 
     def __init__(self, params, defaults: dict[str, Any]):
         defaults = self._validate_options(defaults)
@@ -191,9 +194,10 @@ class Optimizer:
             flat = _FlatParam(b.value, targets(b) if targets is not None else None)
             self._update(flat, b.grad, state, opts, fresh)
             changed(b.params)
-            if self.has_step:
+            scalars = ("step",) * self.has_step + self.state_scalars
+            if scalars:
                 for p in b.params:
-                    self.state[p]["step"] = state["step"]
+                    self.state[p].update({k: state[k] for k in scalars})
 
     # -- whole buckets: one kernel per flat parameter bucket -------------------------------
     # When every parameter of a bucket is stepped with the same options and their state is
@@ -231,6 +235,8 @@ class Optimizer:
             if any(mine.get(name) is not view for name, view in views[p].items()):
                 return False
             if self.has_step and mine.get("step") != state["step"]:
+                return False
+            if any(mine.get(k) != state.get(k) for k in self.state_scalars):
                 return False
         return True
 
@@ -373,7 +379,8 @@ class Optimizer:
         if not isinstance(entry, dict):
             raise OptimizerError(f"{name}: state[{key!r}] is not a dict")
         entry = {k: v for k, v in entry.items() if v is not None}
-        required = set(self.state_tensors) | ({"step"} if self.has_step else set())
+        required = (set(self.state_tensors) | set(self.state_scalars)
+                    | ({"step"} if self.has_step else set()))
         allowed = required | set(self.optional_tensors)
         if not required <= set(entry) <= allowed:
             raise OptimizerError(f"{name}: state[{key!r}] has entries {sorted(entry)}, {cls} "
@@ -393,8 +400,10 @@ class Optimizer:
                 raise OptimizerError(f"{name}: state[{key!r}]['step'] must be an int >= 0, "
                                      f"got {step!r}")
             out["step"] = int(step)
+        for k in self.state_scalars:
+            out[k] = _scalar(name, key, k, entry[k])
         order = list(self.state_tensors) + list(self.optional_tensors)   # not a set's order
-        for t in sorted(set(entry) - {"step"}, key=order.index):
+        for t in sorted(set(entry) - {"step", *self.state_scalars}, key=order.index):
             try:
                 v = host_copy(entry[t], np.float32)
             except (TypeError, ValueError):
@@ -412,6 +421,18 @@ class Optimizer:
             opts = ", ".join(f"{k}={v}" for k, v in g.items() if k != "params")
             lines.append(f"  group {i}: {len(g['params'])} params, {opts}")
         return "\n".join(lines) + "\n)"
+
+
+def _scalar(name: str, key, k: str, value) -> float:
+    """A saved per-parameter number (a float, or PyTorch's 0-d tensor) as a finite float."""
+    try:
+        v = float(np.asarray(value, np.float64).reshape(()))
+    except (TypeError, ValueError):
+        v = None
+    if v is None or not np.isfinite(v) or isinstance(value, bool):
+        raise OptimizerError(f"{name}: state[{key!r}][{k!r}] must be a finite number, got "
+                             f"{value!r}")
+    return v
 
 
 class StepPlan:

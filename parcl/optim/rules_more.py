@@ -1,0 +1,227 @@
+"""More update rules, as ``torch.optim``'s: ``NAdam``, ``RAdam``, ``Adamax``, ``Adadelta``, each
+one fused OpenCL kernel per parameter or flat bucket (``parcl.kernels.optim_more``), with
+PyTorch's formulas, defaults, option names and state names.
+
+Their constructors take PyTorch's ``maximize`` (ascend: the gradient's negation is used) and,
+so that PyTorch code runs unchanged, ``foreach`` (None or a bool) and ``capturable``, which
+change nothing here (every update is already one kernel per bucket, and a step never waits for
+the device); ``differentiable=True`` (a step autograd could differentiate through) is refused:
+the tape does not record optimizer steps.
+
+>>> opt = pc.optim.NAdam(model.parameters(), lr=2e-3, decoupled_weight_decay=True)
+"""
+
+from __future__ import annotations
+
+from ..kernels import optim_more as K
+from .optimizer import Optimizer, OptimizerError, _nonneg, _replicable, _target
+from .rules import _betas, _bool
+
+__all__ = ["Adadelta", "Adamax", "NAdam", "RAdam"]
+
+
+def _foreach(value):
+    if value is not None:
+        return _bool(value)
+    return None
+
+
+def _differentiable(value) -> bool:
+    if _bool(value):
+        raise OptimizerError("differentiable=True is not supported: parcl's optimizer steps "
+                             "are OpenCL kernels that the tape does not record, so no gradient "
+                             "flows through them; leave it False")
+    return False
+
+
+def _option(name: str):
+    return lambda v: _nonneg(name, v)
+
+
+#: PyTorch's switches every rule here takes (``maximize`` changes the update, the others not)
+_SWITCHES = {"maximize": _bool, "foreach": _foreach, "capturable": _bool,
+             "differentiable": _differentiable}
+
+
+def _switches(maximize, foreach, capturable, differentiable) -> dict:
+    return {"maximize": maximize, "foreach": foreach, "capturable": capturable,
+            "differentiable": differentiable}
+
+
+class NAdam(Optimizer):
+    """Adam with Nesterov momentum, PyTorch's NAdam (``t`` counts steps from 1)::
+
+        p = p * (1 - lr * weight_decay)                 (decoupled_weight_decay)
+        g = grad + weight_decay * p                     (otherwise)
+        mu_t = beta1 * (1 - 0.5 * 0.96^(t * momentum_decay));  prod_t = mu_1 * ... * mu_t
+        m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2
+        d = sqrt(v / (1 - beta2^t)) + eps
+        p = p - lr * (1 - mu_t) / (1 - prod_t) * g / d
+              - lr * mu_{t+1} / (1 - prod_t * mu_{t+1}) * m / d
+
+    Its state has PyTorch's names: ``step``, ``mu_product`` (``prod_t``, a number),
+    ``exp_avg`` and ``exp_avg_sq``.
+
+    >>> opt = pc.optim.NAdam(model.parameters(), lr=2e-3, momentum_decay=4e-3)
+    """
+
+    options = {"lr": _option("lr"), "betas": _betas, "eps": _option("eps"),
+               "weight_decay": _option("weight_decay"),
+               "momentum_decay": _option("momentum_decay"), "decoupled_weight_decay": _bool,
+               **_SWITCHES}
+    state_tensors = ("exp_avg", "exp_avg_sq")
+    state_scalars = ("mu_product",)
+    has_step = True
+
+    def __init__(self, params, lr: float = 2e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, momentum_decay: float = 4e-3,
+                 decoupled_weight_decay: bool = False, *, foreach: bool | None = None,
+                 maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
+                                  "weight_decay": weight_decay, "momentum_decay": momentum_decay,
+                                  "decoupled_weight_decay": decoupled_weight_decay,
+                                  **_switches(maximize, foreach, capturable, differentiable)})
+
+    def _allocate(self, p, state, opts):
+        fresh = super()._allocate(p, state, opts)
+        if "mu_product" not in state:
+            fresh["mu_product"] = 1.0
+        return fresh
+
+    @_replicable
+    def _update(self, p, grad, state, opts, fresh):
+        step = state["step"] + 1
+        beta1, beta2 = opts["betas"]
+        psi = opts["momentum_decay"]
+        mu = beta1 * (1.0 - 0.5 * 0.96 ** (step * psi))
+        mu_next = beta1 * (1.0 - 0.5 * 0.96 ** ((step + 1) * psi))
+        mu_product = state["mu_product"] * mu
+        K.nadam_(p.value, grad, state["exp_avg"], state["exp_avg_sq"], lr=opts["lr"],
+                 beta1=beta1, beta2=beta2, eps=opts["eps"], step=step, mu=mu,
+                 mu_product=mu_product, mu_next=mu_next, weight_decay=opts["weight_decay"],
+                 decoupled_weight_decay=opts["decoupled_weight_decay"],
+                 maximize=opts["maximize"], target=_target(p))
+        state["mu_product"] = mu_product
+        state["step"] = step
+
+
+class RAdam(Optimizer):
+    """Rectified Adam, PyTorch's RAdam (``t`` counts steps from 1)::
+
+        p = p * (1 - lr * weight_decay)                 (decoupled_weight_decay)
+        g = grad + weight_decay * p                     (otherwise)
+        m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2
+        rho_inf = 2 / (1 - beta2) - 1;  rho_t = rho_inf - 2 t beta2^t / (1 - beta2^t)
+        r = sqrt((rho_t - 4) (rho_t - 2) rho_inf / ((rho_inf - 4) (rho_inf - 2) rho_t))
+        p = p - lr * m / (1 - beta1^t) * sqrt(1 - beta2^t) / (sqrt(v) + eps) * r   (rho_t > 5)
+        p = p - lr * m / (1 - beta1^t)                                              (otherwise)
+
+    Its state has PyTorch's names: ``step``, ``exp_avg`` and ``exp_avg_sq``.
+
+    >>> opt = pc.optim.RAdam(model.parameters(), lr=1e-3)
+    """
+
+    options = {"lr": _option("lr"), "betas": _betas, "eps": _option("eps"),
+               "weight_decay": _option("weight_decay"), "decoupled_weight_decay": _bool,
+               **_SWITCHES}
+    state_tensors = ("exp_avg", "exp_avg_sq")
+    has_step = True
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, decoupled_weight_decay: bool = False, *,
+                 foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
+                                  "weight_decay": weight_decay,
+                                  "decoupled_weight_decay": decoupled_weight_decay,
+                                  **_switches(maximize, foreach, capturable, differentiable)})
+
+    @_replicable
+    def _update(self, p, grad, state, opts, fresh):
+        step = state["step"] + 1
+        K.radam_(p.value, grad, state["exp_avg"], state["exp_avg_sq"], lr=opts["lr"],
+                 beta1=opts["betas"][0], beta2=opts["betas"][1], eps=opts["eps"], step=step,
+                 weight_decay=opts["weight_decay"],
+                 decoupled_weight_decay=opts["decoupled_weight_decay"],
+                 maximize=opts["maximize"], target=_target(p))
+        state["step"] = step
+
+
+class Adamax(Optimizer):
+    """Adam with the infinity norm, PyTorch's Adamax (``t`` counts steps from 1)::
+
+        g = grad + weight_decay * p
+        m = beta1 * m + (1 - beta1) * g;  u = max(beta2 * u, |g| + eps)
+        p = p - lr / (1 - beta1^t) * m / u
+
+    Its state has PyTorch's names: ``step``, ``exp_avg`` and ``exp_inf``.
+
+    >>> opt = pc.optim.Adamax(model.parameters(), lr=2e-3)
+    """
+
+    options = {"lr": _option("lr"), "betas": _betas, "eps": _option("eps"),
+               "weight_decay": _option("weight_decay"), **_SWITCHES}
+    state_tensors = ("exp_avg", "exp_inf")
+    has_step = True
+
+    # foreach is positional, as PyTorch's (its fifth argument)
+    def __init__(self, params, lr: float = 2e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, foreach: bool | None = None, *,
+                 maximize: bool = False, differentiable: bool = False,
+                 capturable: bool = False):
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
+                                  "weight_decay": weight_decay,
+                                  **_switches(maximize, foreach, capturable, differentiable)})
+
+    @_replicable
+    def _update(self, p, grad, state, opts, fresh):
+        step = state["step"] + 1
+        K.adamax_(p.value, grad, state["exp_avg"], state["exp_inf"], lr=opts["lr"],
+                  beta1=opts["betas"][0], beta2=opts["betas"][1], eps=opts["eps"], step=step,
+                  weight_decay=opts["weight_decay"], maximize=opts["maximize"],
+                  target=_target(p))
+        state["step"] = step
+
+
+def _rho(value) -> float:
+    value = _nonneg("rho", value)
+    if value > 1.0:
+        raise OptimizerError(f"invalid rho: {value} (must be in [0, 1])")
+    return value
+
+
+class Adadelta(Optimizer):
+    """Adadelta, PyTorch's formula (``lr`` scales the step, 1.0 by default)::
+
+        g = grad + weight_decay * p
+        s = rho * s + (1 - rho) * g^2                                  (square_avg)
+        delta = sqrt(a + eps) / sqrt(s + eps) * g
+        a = rho * a + (1 - rho) * delta^2                              (acc_delta)
+        p = p - lr * delta
+
+    Its state has PyTorch's names: ``step``, ``square_avg`` and ``acc_delta``.
+
+    >>> opt = pc.optim.Adadelta(model.parameters(), rho=0.9)
+    """
+
+    options = {"lr": _option("lr"), "rho": _rho, "eps": _option("eps"),
+               "weight_decay": _option("weight_decay"), **_SWITCHES}
+    state_tensors = ("square_avg", "acc_delta")
+    has_step = True
+
+    # foreach is positional, as PyTorch's (its fifth argument)
+    def __init__(self, params, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
+                 weight_decay: float = 0.0, foreach: bool | None = None, *,
+                 capturable: bool = False, maximize: bool = False,
+                 differentiable: bool = False):
+        super().__init__(params, {"lr": lr, "rho": rho, "eps": eps,
+                                  "weight_decay": weight_decay,
+                                  **_switches(maximize, foreach, capturable, differentiable)})
+
+    @_replicable
+    def _update(self, p, grad, state, opts, fresh):
+        K.adadelta_(p.value, grad, state["square_avg"], state["acc_delta"], lr=opts["lr"],
+                    rho=opts["rho"], eps=opts["eps"], weight_decay=opts["weight_decay"],
+                    maximize=opts["maximize"], target=_target(p))
+        state["step"] = state["step"] + 1
