@@ -1,8 +1,9 @@
-"""NAdam, RAdam, Adamax and Adadelta as torch.optim's: step for step against PyTorch in float64
-over 25 steps with several parameter groups and options (to float32's precision), their
-state under PyTorch's names (a PyTorch state maps over), concrete first steps, RAdam's switch
-to the rectified step, state dicts and checkpoints that continue a run bit for bit, the
-data-parallel step equal to the single replica's on the full batch, and refused options."""
+"""NAdam, RAdam, Adamax, Adadelta, Rprop and ASGD as torch.optim's: step for step against
+PyTorch in float64 over 25 steps with several parameter groups and options (to float32's
+precision), their state under PyTorch's names (a PyTorch state maps over), concrete first
+steps, RAdam's switch to the rectified step, Rprop's step sizes and ASGD's average, state
+dicts and checkpoints that continue a run bit for bit, the data-parallel step equal to the
+single replica's on the full batch, and refused options."""
 
 from __future__ import annotations
 
@@ -16,13 +17,13 @@ import parcl as pc
 import parcl.tape as tp
 from parcl.allreduce import shares_memory
 from parcl.kernels._cache import trace_launches
-from parcl.optim import Adadelta, Adam, Adamax, NAdam, OptimizerError, RAdam
+from parcl.optim import ASGD, Adadelta, Adam, Adamax, NAdam, OptimizerError, RAdam, Rprop
 from parcl.replica import ReplicaGroup
 from parcl.testing import seeded
 
 SHAPES = [(7,), (33, 5), (1,), (257,)]
 STEPS = 25
-NAMES = ["NAdam", "RAdam", "Adamax", "Adadelta"]
+NAMES = ["NAdam", "RAdam", "Adamax", "Adadelta", "Rprop", "ASGD"]
 
 # Per optimizer: constructor options, and the options of the second group (the parameters
 # 2 and 3), which override some of them, as PyTorch's groups do.
@@ -41,6 +42,13 @@ CASES = {
     "Adadelta": [({}, {}),
                  ({"lr": 0.5, "rho": 0.5, "weight_decay": 0.1}, {"eps": 1e-4, "rho": 0.99}),
                  ({"maximize": True}, {"weight_decay": 0.05, "lr": 2.0})],
+    "Rprop": [({}, {}),
+              ({"lr": 0.1, "etas": (0.3, 1.5), "step_sizes": (1e-3, 0.2)}, {"lr": 0.01}),
+              ({"maximize": True}, {"etas": (0.9, 1.1), "step_sizes": (0.0, 0.05)})],
+    "ASGD": [({}, {}),
+             ({"lr": 0.05, "lambd": 1e-2, "alpha": 0.5, "t0": 5, "weight_decay": 0.1},
+              {"t0": 12, "lr": 0.1}),
+             ({"maximize": True, "t0": 0}, {"lambd": 0.0, "alpha": 1.0})],
 }
 
 
@@ -48,6 +56,8 @@ def hosts_and_grads(seed=0, steps=STEPS):
     rng = np.random.default_rng(seed)
     hosts = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
     grads = [[rng.standard_normal(s).astype(np.float32) for s in SHAPES] for _ in range(steps)]
+    for t in range(5, min(steps, 12)):       # runs of one sign, so Rprop's step sizes grow
+        grads[t][1][:10] = np.abs(grads[t][1][:10])
     return hosts, grads
 
 
@@ -110,8 +120,7 @@ def test_25_steps_with_two_groups_equal_pytorchs_in_float64(queue, name, options
     assert_like_torch(params, opt.state_dict()["state"], t_params, t_opt.state_dict()["state"])
     ours, theirs = opt.state_dict()["param_groups"], t_opt.state_dict()["param_groups"]
     for mine, their in zip(ours, theirs):
-        assert {**mine, "betas": tuple(mine.get("betas", ()))} == {
-            **their, "betas": tuple(their.get("betas", ()))}
+        assert mine == {k: list(v) if isinstance(v, tuple) else v for k, v in their.items()}
 
 
 def test_first_steps_have_the_documented_values(queue):
@@ -129,6 +138,8 @@ def test_first_steps_have_the_documented_values(queue):
     assert first_step(Adamax) == pytest.approx(1 - 2e-3 / 0.1 * 0.2 / (2 + 1e-8), rel=3e-7)
     delta = math.sqrt(1e-6) / math.sqrt(0.1 * 4 + 1e-6) * 2
     assert first_step(Adadelta) == pytest.approx(1 - delta, rel=3e-7)
+    assert first_step(Rprop) == pytest.approx(1 - 1e-2, rel=3e-7)         # prev = 0: f = 1
+    assert first_step(ASGD) == pytest.approx(1 * (1 - 1e-4 * 1e-2) - 1e-2 * 2, rel=3e-7)
     assert first_step(Adamax, maximize=True) == pytest.approx(1 + 2e-3 / 0.1 * 0.2 / 2, rel=3e-7)
 
 
@@ -156,6 +167,37 @@ def test_radam_takes_the_rectified_step_once_rho_t_exceeds_5_as_pytorch(queue):
     np.testing.assert_allclose(moves[:5], 0.1, rtol=1e-5)
     np.testing.assert_allclose(moves[5:], [0.1 * x for x in r], rtol=1e-4)
     assert moves[5] < 0.01                             # r_6 is small: a careful first step
+
+
+def test_rprop_grows_and_shrinks_its_step_sizes_as_pytorch(queue):
+    """Gradients +1, +1, -1, -1 from p = 0 (lr 0.1, etas (0.5, 1.2)): the step grows while the
+    sign holds, halves when it flips (that step moves nothing and forgets the gradient), and
+    stays the next."""
+    p = pc.nn.Parameter.from_host(queue, np.zeros(1, np.float32))
+    opt = Rprop([p], lr=0.1)
+    values, sizes = [], []
+    for g in (1.0, 1.0, -1.0, -1.0):
+        p.grad = pc.Tensor.full(queue, (1,), g)
+        opt.step()
+        values.append(float(p.value.to_host()[0]))
+        sizes.append(float(opt.state[p]["step_size"].to_host()[0]))
+    np.testing.assert_allclose(sizes, [0.1, 0.12, 0.06, 0.06], rtol=1e-6)
+    np.testing.assert_allclose(values, [-0.1, -0.22, -0.22, -0.16], rtol=1e-6)
+    assert opt.state_dict()["state"][0]["prev"].tolist() == [-1.0]
+
+
+def test_asgd_averages_the_parameter_from_t0_on(queue):
+    """lambd = 0 keeps eta at lr; a constant gradient 1 from p = 0 gives p_t = -0.1 t, and
+    with t0 = 0 ax after step t is the mean of p_2 .. p_t (mu = 1 / max(1, t - t0))."""
+    p = pc.nn.Parameter.from_host(queue, np.zeros(2, np.float32))
+    opt = ASGD([p], lr=0.1, lambd=0.0, t0=0)
+    for _ in range(4):
+        p.grad = pc.Tensor.full(queue, (2,), 1.0)
+        opt.step()
+    state = opt.state_dict()["state"][0]
+    np.testing.assert_allclose(p.value.to_host(), [-0.4, -0.4], rtol=1e-6)
+    np.testing.assert_allclose(state["ax"], [-0.3, -0.3], rtol=1e-6)
+    assert (state["step"], state["eta"], state["mu"]) == (4, 0.1, 0.25)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -222,6 +264,8 @@ MAKERS = {
     "RAdam": lambda ps: RAdam(ps, lr=1e-2, weight_decay=0.01),
     "Adamax": lambda ps: Adamax(ps, lr=1e-2, weight_decay=0.01),
     "Adadelta": lambda ps: Adadelta(ps, lr=0.5, weight_decay=0.01),
+    "Rprop": lambda ps: Rprop(ps, lr=1e-3, step_sizes=(1e-5, 1e-2)),
+    "ASGD": lambda ps: ASGD(ps, lr=0.05, t0=2, weight_decay=0.01),
 }
 
 
@@ -334,6 +378,12 @@ def test_the_group_step_equals_one_replica_on_the_full_batch(devices2, name):
     (lambda ps: Adadelta(ps, rho=1.5), r"invalid rho: 1.5 \(must be in \[0, 1\]\)"),
     (lambda ps: Adadelta(ps, maximize=None), "expected a bool"),
     (lambda ps: Adadelta(ps, weight_decay=-0.1), "invalid weight_decay"),
+    (lambda ps: Rprop(ps, etas=(1.2, 0.5)), "invalid eta values: 1.2, 0.5"),
+    (lambda ps: Rprop(ps, step_sizes=(1.0, 0.1)), r"invalid step_sizes: \(1.0, 0.1\)"),
+    (lambda ps: Rprop(ps, step_sizes=1e-6), "step_sizes must be a pair"),
+    (lambda ps: ASGD(ps, t0=-1), "invalid t0"),
+    (lambda ps: ASGD(ps, lambd=float("nan")), "invalid lambd"),
+    (lambda ps: ASGD(ps, differentiable=True), "differentiable=True is not supported"),
 ])
 def test_bad_options_are_refused(queue, build, fragment):
     with pytest.raises(OptimizerError, match=fragment):

@@ -1,5 +1,5 @@
-"""Fused updates of the less common optimizers (NAdam, RAdam, Adamax, Adadelta): one kernel
-launch per parameter (or flat bucket) per step, with the replicated variants of
+"""Fused updates of the less common optimizers (NAdam, RAdam, Adamax, Adadelta, Rprop, ASGD):
+one kernel launch per parameter (or flat bucket) per step, with the replicated variants of
 ``parcl.kernels.optim`` (the end of a data-parallel step) generated the same way.
 
 They live in a program of their own, so a run that trains with SGD or Adam never builds them.
@@ -17,7 +17,7 @@ import numpy as np
 from ..tensor import Tensor
 from .optim import Replicated, _check, _launch, _source
 
-__all__ = ["adadelta_", "adamax_", "nadam_", "radam_"]
+__all__ = ["adadelta_", "adamax_", "asgd_", "nadam_", "radam_", "rprop_"]
 
 # (state pointers, scalar parameters, body), as ``parcl.kernels.optim._UPDATES``. The running
 # means are PyTorch's ``lerp`` (m + c1 * (g - m)), which it uses for every first moment.
@@ -76,6 +76,29 @@ _UPDATES = {
     const float delta = sqrt(acc[i] + eps) / sqrt(s + eps) * d;
     acc[i] = rho * acc[i] + c * (delta * delta);
     const float out = w - lr * delta;"""),
+    # Rprop: f = etaplus, etaminus or 1 as sign(g * prev) is 1, -1 or 0 (a NaN counts as 0,
+    # as PyTorch's sign); step_size = clamp(step_size * f, lo, hi) (a NaN stays); where the
+    # sign flipped the gradient counts as 0; p -= sign(g) * step_size; prev = g.
+    "rprop": ("__global float *prev, __global float *ss,", """const float sign,
+    const float etaminus, const float etaplus, const float lo, const float hi""", """
+    const float w = p[i];
+    const float d = sign * G;
+    const float s = d * prev[i];
+    const float f = s > 0.0f ? etaplus : (s < 0.0f ? etaminus : 1.0f);
+    const float z0 = ss[i] * f;
+    const float z = z0 < lo ? lo : (z0 > hi ? hi : z0);
+    ss[i] = z;
+    const float gd = s < 0.0f ? 0.0f : d;
+    prev[i] = gd;
+    const float out = w - (float)((gd > 0.0f) - (gd < 0.0f)) * z;"""),
+    # ASGD: g' = sign*g + wd*p; p = p * (1 - lambd*eta) - eta * g' (eta from the host);
+    # ax = ax + (p - ax) * mu where mu != 1 (``average``), else ax = p.
+    "asgd": ("__global float *ax,", """const float wd, const float sign, const float decay,
+    const float eta, const float mu, const int average""", """
+    const float w = p[i];
+    const float d = sign * G + wd * w;
+    const float out = w * decay - eta * d;
+    ax[i] = average ? ax[i] + (out - ax[i]) * mu : out;"""),
 }
 
 SOURCE = _source(_UPDATES)
@@ -147,3 +170,24 @@ def adadelta_(param: Tensor, grad: Tensor, square_avg: Tensor, acc_delta: Tensor
     scalars = (np.float32(weight_decay), _sign(maximize), np.float32(rho),
                np.float32(1.0 - rho), np.float32(eps), np.float32(lr))
     return _launch("adadelta", param, grad, (square_avg, acc_delta), scalars, target, SOURCE)
+
+
+def rprop_(param: Tensor, grad: Tensor, prev: Tensor, step_size: Tensor, *, etaminus: float,
+           etaplus: float, step_size_min: float, step_size_max: float, maximize: bool = False,
+           target: Replicated | None = None) -> Tensor:
+    """One Rprop step in place, PyTorch's formula (``step_size`` per element)."""
+    _check("rprop", param, grad, prev, step_size)
+    scalars = (_sign(maximize), np.float32(etaminus), np.float32(etaplus),
+               np.float32(step_size_min), np.float32(step_size_max))
+    return _launch("rprop", param, grad, (prev, step_size), scalars, target, SOURCE)
+
+
+def asgd_(param: Tensor, grad: Tensor, ax: Tensor, *, eta: float, mu: float, lambd: float,
+          weight_decay: float = 0.0, maximize: bool = False,
+          target: Replicated | None = None) -> Tensor:
+    """One ASGD step in place with this step's ``eta`` and ``mu`` (PyTorch's state before
+    the step); ``ax`` becomes the running average of the parameter."""
+    _check("asgd", param, grad, ax)
+    scalars = (np.float32(weight_decay), _sign(maximize), np.float32(1.0 - lambd * eta),
+               np.float32(eta), np.float32(mu), np.int32(mu != 1.0))
+    return _launch("asgd", param, grad, (ax,), scalars, target, SOURCE)

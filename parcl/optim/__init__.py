@@ -1,5 +1,6 @@
 """Optimizers: ``SGD``, ``Adam``, ``AdamW``, ``RMSprop``, ``Adagrad``, ``NAdam``, ``RAdam``,
-``Adamax``, ``Adadelta`` with the update formulas of PyTorch's documentation.
+``Adamax``, ``Adadelta``, ``Rprop``, ``ASGD`` with the update formulas of PyTorch's
+documentation.
 
 Each step is one fused OpenCL kernel per parameter (``parcl.kernels.optim``), enqueued on the
 parameter's queue; scalars such as bias corrections are computed on the host, so ``step()``
@@ -26,7 +27,8 @@ from __future__ import annotations
 from . import lr_scheduler
 from .optimizer import FlatBucket, Optimizer, OptimizerError, StepPlan
 from .rules import SGD, Adagrad, Adam, AdamW, RMSprop
-from .rules_more import Adadelta, Adamax, NAdam, RAdam
+from .rules_more import ASGD, Adadelta, Adamax, NAdam, RAdam, Rprop
 
 __all__ = ["SGD", "Adagrad", "Adam", "AdamW", "RMSprop", "Adadelta", "Adamax", "NAdam",
-           "RAdam", "FlatBucket", "Optimizer", "OptimizerError", "StepPlan", "lr_scheduler"]
+           "RAdam", "Rprop", "ASGD", "FlatBucket", "Optimizer", "OptimizerError", "StepPlan",
+           "lr_scheduler"]

@@ -1,6 +1,7 @@
-"""More update rules, as ``torch.optim``'s: ``NAdam``, ``RAdam``, ``Adamax``, ``Adadelta``, each
-one fused OpenCL kernel per parameter or flat bucket (``parcl.kernels.optim_more``), with
-PyTorch's formulas, defaults, option names and state names.
+"""More update rules, as ``torch.optim``'s: ``NAdam``, ``RAdam``, ``Adamax``, ``Adadelta``,
+``Rprop``, ``ASGD``, each one fused OpenCL kernel per parameter or flat bucket
+(``parcl.kernels.optim_more``), with PyTorch's formulas, defaults, option names and state
+names.
 
 Their constructors take PyTorch's ``maximize`` (ascend: the gradient's negation is used) and,
 so that PyTorch code runs unchanged, ``foreach`` (None or a bool) and ``capturable``, which
@@ -14,10 +15,11 @@ the tape does not record optimizer steps.
 from __future__ import annotations
 
 from ..kernels import optim_more as K
+from ..tensor import Tensor
 from .optimizer import Optimizer, OptimizerError, _nonneg, _replicable, _target
 from .rules import _betas, _bool
 
-__all__ = ["Adadelta", "Adamax", "NAdam", "RAdam"]
+__all__ = ["ASGD", "Adadelta", "Adamax", "NAdam", "RAdam", "Rprop"]
 
 
 def _foreach(value):
@@ -225,3 +227,119 @@ class Adadelta(Optimizer):
                     rho=opts["rho"], eps=opts["eps"], weight_decay=opts["weight_decay"],
                     maximize=opts["maximize"], target=_target(p))
         state["step"] = state["step"] + 1
+
+
+def _pair(name: str, value) -> tuple[float, float]:
+    try:
+        a, b = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise OptimizerError(f"{name} must be a pair of floats, got {value!r}") from None
+    return (a, b)
+
+
+def _etas(value) -> tuple[float, float]:
+    minus, plus = _pair("etas", value)
+    if not 0.0 < minus < 1.0 < plus:
+        raise OptimizerError(f"invalid eta values: {minus}, {plus} (must be 0 < etaminus < 1 < "
+                             "etaplus)")
+    return (minus, plus)
+
+
+def _step_sizes(value) -> tuple[float, float]:
+    lo, hi = _pair("step_sizes", value)
+    if not 0.0 <= lo <= hi:
+        raise OptimizerError(f"invalid step_sizes: ({lo}, {hi}) (must be 0 <= min <= max; "
+                             "each step size is clamped into [min, max])")
+    return (lo, hi)
+
+
+class Rprop(Optimizer):
+    """Resilient backpropagation, PyTorch's Rprop (each element has its own step size)::
+
+        f = etaplus, etaminus or 1 as sign(grad * prev) is 1, -1 or 0
+        step_size = clamp(step_size * f, *step_sizes)      (lr at the first step)
+        g = 0 where sign(grad * prev) = -1, else grad
+        p = p - sign(g) * step_size;  prev = g
+
+    Its state has PyTorch's names: ``step``, ``prev`` and ``step_size``, filled with the
+    group's ``lr`` at a parameter's first step (later changes of ``lr`` do not reach it, as
+    in PyTorch).
+
+    >>> opt = pc.optim.Rprop(model.parameters(), lr=1e-2, etas=(0.5, 1.2))
+    """
+
+    options = {"lr": _option("lr"), "etas": _etas, "step_sizes": _step_sizes, **_SWITCHES}
+    state_tensors = ("prev", "step_size")
+    has_step = True
+
+    def __init__(self, params, lr: float = 1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50), *,
+                 capturable: bool = False, foreach: bool | None = None,
+                 maximize: bool = False, differentiable: bool = False):
+        super().__init__(params, {"lr": lr, "etas": etas, "step_sizes": step_sizes,
+                                  **_switches(maximize, foreach, capturable, differentiable)})
+
+    def _allocate(self, p, state, opts):
+        fresh = {"step": 0} if "step" not in state else {}
+        if state.get("prev") is None:
+            fresh["prev"] = Tensor.zeros(p.value.queue, p.shape)
+        if state.get("step_size") is None:
+            fresh["step_size"] = Tensor.full(p.value.queue, p.shape, opts["lr"])
+        return fresh
+
+    @_replicable
+    def _update(self, p, grad, state, opts, fresh):
+        (etaminus, etaplus), (lo, hi) = opts["etas"], opts["step_sizes"]
+        K.rprop_(p.value, grad, state["prev"], state["step_size"], etaminus=etaminus,
+                 etaplus=etaplus, step_size_min=lo, step_size_max=hi,
+                 maximize=opts["maximize"], target=_target(p))
+        state["step"] = state["step"] + 1
+
+
+class ASGD(Optimizer):
+    """Averaged SGD, PyTorch's ASGD (``t`` counts steps from 1; ``eta`` and ``mu`` are the
+    state's, set after each step)::
+
+        g = grad + weight_decay * p
+        p = p * (1 - lambd * eta) - eta * g
+        ax = ax + (p - ax) * mu          (mu != 1; else ax = p)
+        eta = lr / (1 + lambd * lr * t)^alpha;  mu = 1 / max(1, t - t0)
+
+    Its state has PyTorch's names: ``step``, ``eta`` (the group's ``lr`` at first), ``mu``
+    (1 at first), both numbers, and ``ax``, the average of the parameter over the steps from
+    ``t0`` on (``ax`` is what to evaluate with).
+
+    >>> opt = pc.optim.ASGD(model.parameters(), lr=1e-2, t0=100)
+    """
+
+    options = {"lr": _option("lr"), "lambd": _option("lambd"), "alpha": _option("alpha"),
+               "t0": _option("t0"), "weight_decay": _option("weight_decay"), **_SWITCHES}
+    state_tensors = ("ax",)
+    state_scalars = ("eta", "mu")
+    has_step = True
+
+    # every argument positional, as PyTorch's
+    def __init__(self, params, lr: float = 1e-2, lambd: float = 1e-4, alpha: float = 0.75,
+                 t0: float = 1e6, weight_decay: float = 0.0, foreach: bool | None = None,
+                 maximize: bool = False, differentiable: bool = False,
+                 capturable: bool = False):
+        super().__init__(params, {"lr": lr, "lambd": lambd, "alpha": alpha, "t0": t0,
+                                  "weight_decay": weight_decay,
+                                  **_switches(maximize, foreach, capturable, differentiable)})
+
+    def _allocate(self, p, state, opts):
+        fresh = super()._allocate(p, state, opts)
+        if "eta" not in state:
+            fresh["eta"] = opts["lr"]
+        if "mu" not in state:
+            fresh["mu"] = 1.0
+        return fresh
+
+    @_replicable
+    def _update(self, p, grad, state, opts, fresh):
+        step, lr, lambd = state["step"] + 1, opts["lr"], opts["lambd"]
+        K.asgd_(p.value, grad, state["ax"], eta=state["eta"], mu=state["mu"], lambd=lambd,
+                weight_decay=opts["weight_decay"], maximize=opts["maximize"],
+                target=_target(p))
+        state["eta"] = lr / ((1.0 + lambd * lr * step) ** opts["alpha"])
+        state["mu"] = 1.0 / max(1.0, step - opts["t0"])
+        state["step"] = step
