@@ -365,6 +365,53 @@ def test_the_group_step_equals_one_replica_on_the_full_batch(devices2, name):
             np.testing.assert_allclose(v, want_state[i][k], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_the_sharded_step_equals_replica_0_stepping_everything_bit_for_bit(devices2, name):
+    """Three replicas, several buckets: the default end of the step (the ``_x3`` kernels, each
+    queue its share of a bucket) against replica 0 updating every bucket itself after a
+    shared allreduce; on GPUs (no shared memory) a "direct" allreduce instead."""
+    devs = [devices2[i % 2] for i in range(3)]
+    sharded = shares_memory(devs)
+
+    def run(allreduce):
+        with ReplicaGroup(seeded(mlp), devs, allreduce=allreduce, bucket_mb=0.004) as group:
+            opt = MAKERS[name](group.parameters())
+            for x, y in _batches()[:3]:
+                with trace_launches() as launches:
+                    group.step(x, y, tp.cross_entropy, opt)
+            kernels = {n for n, _, _ in launches if n.split("_x")[0] == name.lower()}
+            copies = [[p.value.to_host() for p in r.model.parameters()] for r in group.replicas]
+            return kernels, copies, opt.state_dict()["state"]
+
+    kernels, copies, state = run("auto")
+    _, plain, plain_state = run("shared" if sharded else "direct")
+    assert kernels == ({f"{name.lower()}_x3"} if sharded else {name.lower()})
+    for copy in copies:
+        assert all(np.array_equal(a, b) for a, b in zip(copy, plain[0]))
+    for i, entry in plain_state.items():
+        for k, v in entry.items():
+            assert np.array_equal(np.asarray(state[i][k]), np.asarray(v)), k
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_captured_steps_replay_the_eager_ones_bit_for_bit(devices2, name):
+    def train(capture):
+        with ReplicaGroup(seeded(mlp), devices2, capture=capture) as group:
+            opt = MAKERS[name](group.parameters())
+            losses = [group.step(x, y, tp.cross_entropy, opt) for x, y in _batches()]
+            params = [p.value.to_host() for p in group.parameters()]
+            replays = [s.replays for per in group.captured_steps for s in per]
+            return losses, params, opt.state_dict()["state"], replays
+
+    eager, replayed = train(False), train(True)
+    assert eager[0] == replayed[0]
+    assert all(np.array_equal(a, b) for a, b in zip(eager[1], replayed[1]))
+    for i, entry in eager[2].items():
+        for k, v in entry.items():
+            np.testing.assert_array_equal(v, replayed[2][i][k])
+    assert replayed[3] and all(r == 3 for r in replayed[3])
+
+
 # -- refusals ------------------------------------------------------------------------------
 @pytest.mark.parametrize("build, fragment", [
     (lambda ps: NAdam(ps, momentum_decay=-1e-3), "invalid momentum_decay"),
