@@ -169,6 +169,24 @@ def test_radam_takes_the_rectified_step_once_rho_t_exceeds_5_as_pytorch(queue):
     assert moves[5] < 0.01                             # r_6 is small: a careful first step
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_nan_and_inf_go_where_pytorchs_go(queue, name):
+    """NaN, +-inf and signed zeros in the gradients, then an infinite parameter stepped on,
+    against PyTorch in float32: the same NaNs and infinities, the rest to float32 rounding."""
+    value = np.array([1.0, -1.0, 0.5, 2.0, 0.0, 1.0], np.float32)
+    grads = [np.array([np.nan, np.inf, -np.inf, 1.0, 0.0, -0.0], np.float32),
+             np.array([1.0, 1.0, 1.0, np.nan, 1.0, 1.0], np.float32),
+             np.array([1.0, -1.0, 1.0, 1.0, -1.0, 1.0], np.float32)]
+    p = pc.nn.Parameter.from_host(queue, value)
+    t = torch.nn.Parameter(torch.tensor(value))
+    opt, t_opt = getattr(pc.optim, name)([p]), getattr(torch.optim, name)([t])
+    for g in grads:
+        p.grad, t.grad = pc.Tensor.from_host(queue, g), torch.tensor(g)
+        opt.step()
+        t_opt.step()
+        np.testing.assert_allclose(p.value.to_host(), t.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_rprop_grows_and_shrinks_its_step_sizes_as_pytorch(queue):
     """Gradients +1, +1, -1, -1 from p = 0 (lr 0.1, etas (0.5, 1.2)): the step grows while the
     sign holds, halves when it flips (that step moves nothing and forgets the gradient), and

@@ -4,7 +4,9 @@ one kernel launch per parameter (or flat bucket) per step, with the replicated v
 
 They live in a program of their own, so a run that trains with SGD or Adam never builds them.
 Everything that depends only on the step count is computed on the host, as there. ``sign`` is
--1 for ``maximize`` (the gradient's negation, exact in float32), else 1.
+-1 for ``maximize`` (the gradient's negation, exact in float32), else 1. The L2 weight decay
+is added only where it is not 0, as PyTorch's (``0 * inf`` would turn an infinite parameter
+into NaN).
 
 >>> # nadam_(param, grad, exp_avg, exp_avg_sq, lr=2e-3, beta1=0.9, beta2=0.999, eps=1e-8,
 >>> #        step=1, mu=..., mu_product=..., mu_next=...)
@@ -30,7 +32,7 @@ _UPDATES = {
     const float sign, const float c1, const float b2, const float c2, const float bc2,
     const float eps, const float cg, const float cm""", """
     const float w = p[i] * decay;
-    const float d = sign * G + wd * w;
+    const float d = wd != 0.0f ? sign * G + wd * w : sign * G;
     const float mi = m[i] + c1 * (d - m[i]);
     const float vi = b2 * v[i] + c2 * (d * d);
     m[i] = mi;
@@ -44,7 +46,7 @@ _UPDATES = {
     const float lr, const float sqrt_bc2, const float rect, const float eps,
     const int adaptive""", """
     const float w = p[i] * decay;
-    const float d = sign * G + wd * w;
+    const float d = wd != 0.0f ? sign * G + wd * w : sign * G;
     const float mi = m[i] + c1 * (d - m[i]);
     const float vi = b2 * v[i] + c2 * (d * d);
     m[i] = mi;
@@ -57,7 +59,7 @@ _UPDATES = {
     "adamax": ("__global float *m, __global float *u,", """const float wd, const float sign,
     const float c1, const float b2, const float eps, const float clr""", """
     const float w = p[i];
-    const float d = sign * G + wd * w;
+    const float d = wd != 0.0f ? sign * G + wd * w : sign * G;
     const float mi = m[i] + c1 * (d - m[i]);
     const float a = b2 * u[i];
     const float b = fabs(d) + eps;
@@ -70,7 +72,7 @@ _UPDATES = {
     "adadelta": ("__global float *sq, __global float *acc,", """const float wd, const float sign,
     const float rho, const float c, const float eps, const float lr""", """
     const float w = p[i];
-    const float d = sign * G + wd * w;
+    const float d = wd != 0.0f ? sign * G + wd * w : sign * G;
     const float s = rho * sq[i] + c * (d * d);
     sq[i] = s;
     const float delta = sqrt(acc[i] + eps) / sqrt(s + eps) * d;
@@ -96,7 +98,7 @@ _UPDATES = {
     "asgd": ("__global float *ax,", """const float wd, const float sign, const float decay,
     const float eta, const float mu, const int average""", """
     const float w = p[i];
-    const float d = sign * G + wd * w;
+    const float d = wd != 0.0f ? sign * G + wd * w : sign * G;
     const float out = w * decay - eta * d;
     ax[i] = average ? ax[i] + (out - ax[i]) * mu : out;"""),
 }
