@@ -230,6 +230,23 @@ def test_maximize_is_the_step_on_the_negated_gradient(queue, name):
         np.testing.assert_array_equal(a.value.to_host(), b.value.to_host())
 
 
+@pytest.mark.parametrize("name", ["NAdam", "RAdam", "Adamax"])
+def test_a_one_cycle_schedule_cycling_beta1_trains_as_pytorchs(queue, name):
+    hosts, grads = hosts_and_grads(steps=12)
+    params = [pc.nn.Parameter.from_host(queue, h) for h in hosts]
+    t_params = torch_params(hosts)
+    opt, t_opt = getattr(pc.optim, name)(params), getattr(torch.optim, name)(t_params)
+    sched = pc.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=12)
+    t_sched = torch.optim.lr_scheduler.OneCycleLR(t_opt, max_lr=0.05, total_steps=12)
+    for step_grads in grads:
+        run(queue, params, opt, [step_grads])
+        run_torch(t_params, t_opt, [step_grads])
+        sched.step()
+        t_sched.step()
+        assert opt.param_groups[0]["betas"][0] == t_opt.param_groups[0]["betas"][0]
+    assert_like_torch(params, opt.state_dict()["state"], t_params, t_opt.state_dict()["state"])
+
+
 def _options(name):
     return CASES[name][1][0]
 
