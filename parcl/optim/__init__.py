@@ -2,8 +2,9 @@
 ``Adamax``, ``Adadelta``, ``Rprop``, ``ASGD`` with the update formulas of PyTorch's
 documentation.
 
-Each step is one fused OpenCL kernel per parameter (``parcl.kernels.optim``), enqueued on the
-parameter's queue; scalars such as bias corrections are computed on the host, so ``step()``
+Each step is one fused OpenCL kernel per parameter (``parcl.kernels.optim``, and
+``parcl.kernels.optim_more`` for NAdam, RAdam, Adamax, Adadelta, Rprop and ASGD), enqueued on
+the parameter's queue; scalars such as bias corrections are computed on the host, so ``step()``
 never waits for the device. Parameters whose ``.grad`` is None are skipped. A step validates
 every parameter before it launches anything: one that fails leaves parameters and state as
 they were.
