@@ -61,6 +61,7 @@ class Optimizer:
 
     def __init__(self, params, defaults: dict[str, Any]):
         defaults = self._validate_options(defaults)
+        self._check_combination(defaults)
         _ordered(type(self).__name__, params)
         params = list(params) if not isinstance(params, Node) else [params]
         if not params:
@@ -84,6 +85,7 @@ class Optimizer:
         ``seen`` (one already there is refused)."""
         plist, opts, ids = _checked_group(type(self).__name__, group, self.defaults, seen)
         opts = self._validate_options({**self.defaults, **opts})
+        self._check_combination(opts)
         seen |= ids
         return {"params": plist, **opts}
 
@@ -111,11 +113,12 @@ class Optimizer:
         out = {}
         for name, check in self.options.items():
             out[name] = check(opts[name])
-        self._check_combination(out)
         return out
 
     def _check_combination(self, opts: dict[str, Any]) -> None:
-        pass
+        """Refuse options that do not go together, where PyTorch does: when a group is made.
+        A step or a loaded state takes them as they come, as PyTorch's: a scheduler may move
+        a group through such a combination (CyclicLR's momentum through 0 under nesterov)."""
 
     @property
     def lr(self) -> float:
