@@ -4,10 +4,12 @@ its reproducer, with what parcl did and what PyTorch does."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import parcl as pc
-from parcl.optim import SGD
+import parcl.tape as tp
+from parcl.optim import SGD, Adam, OptimizerError
 from parcl.optim.lr_scheduler import CyclicLR
 
 
@@ -43,3 +45,20 @@ def test_nesterov_sgd_steps_through_a_momentum_a_scheduler_cycles_to_zero_as_pyt
                 nesterov=True)
     fresh.load_state_dict(opt.state_dict())          # saved at momentum 0
     assert fresh.param_groups[0]["momentum"] == 0.0 and fresh.param_groups[0]["nesterov"]
+
+
+def test_an_optimizer_refuses_a_non_leaf_as_pytorch(queue):
+    """PyTorch refuses ``SGD([leaf * 2])``: 'can't optimize a non-leaf Tensor'. parcl took it
+    and stepped the product's buffer in place (2 -> 1.6 -> 1.28 -> 1.024 under sum(w * w))
+    while the Parameter it came from stayed 1.0 and that Parameter's gradient, which no
+    zero_grad of the optimizer reached, piled up (8, 14.4, 19.52), silently. Now an
+    OptimizerError (a ValueError, as PyTorch's) names the op; so does add_param_group."""
+    leaf = pc.nn.Parameter.from_host(queue, np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="non-leaf"):
+        torch.optim.SGD([torch.ones(3, requires_grad=True) * 2], lr=0.1)
+    with pytest.raises(OptimizerError, match=r"shape \(3,\) is the output of 'mul', not a leaf"):
+        SGD([leaf * 2.0], lr=0.1)
+    opt = Adam([leaf])
+    with pytest.raises(OptimizerError, match="not a leaf"):
+        opt.add_param_group({"params": [tp.relu(leaf)]})
+    assert len(opt.param_groups) == 1

@@ -66,6 +66,14 @@ def _checked_group(cls: str, group, defaults: dict, seen: set[int]):
         if not isinstance(p, Node):
             raise TypeError(f"{cls}: parameters must be nn.Parameter or tp.Node leaves, got "
                             f"{type(p).__name__}")
+        if p.grad_fn is not None:
+            # A step writes the op's output in place: the leaf it came from never changes,
+            # and its gradient piles up, as no zero_grad of this optimizer reaches it.
+            raise OptimizerError(f"{cls}: a parameter of shape {p.shape} is the output of "
+                                 f"'{p.op_name}', not a leaf; an optimizer updates leaves "
+                                 f"(nn.Parameter, tp.tensor(..., requires_grad=True)): give "
+                                 f"it the Parameter this came from (PyTorch refuses it too: "
+                                 f"'can't optimize a non-leaf Tensor')")
         if p.value.dtype != FLOAT:
             raise OptimizerError(f"{cls}: parameter of shape {p.shape} has dtype "
                                  f"{p.value.dtype}; only float32 is trained")
