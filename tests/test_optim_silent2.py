@@ -10,7 +10,7 @@ import torch
 import parcl as pc
 import parcl.tape as tp
 from parcl.optim import SGD, Adam, OptimizerError
-from parcl.optim.lr_scheduler import CyclicLR
+from parcl.optim.lr_scheduler import CyclicLR, LinearLR
 
 
 def test_nesterov_sgd_steps_through_a_momentum_a_scheduler_cycles_to_zero_as_pytorch(queue):
@@ -62,3 +62,32 @@ def test_an_optimizer_refuses_a_non_leaf_as_pytorch(queue):
     with pytest.raises(OptimizerError, match="not a leaf"):
         opt.add_param_group({"params": [tp.relu(leaf)]})
     assert len(opt.param_groups) == 1
+
+
+def test_a_linear_decay_to_zero_steps_on_past_its_end_as_pytorch(queue):
+    """LinearLR(start_factor=1/3, end_factor=0, total_iters=5) ends at -1.48e-18, not 0: its
+    recursive form rounds a hair below, in PyTorch too, whose step takes it (a weight
+    unchanged). parcl refused it at every step after ('invalid lr: -1.48e-18 (must be >= 0)'),
+    so a run that trains on past the decay stopped there, and a state saved after the last
+    scheduler step did not load; the range is checked where a group is made, as PyTorch's."""
+    p = pc.nn.Parameter.from_host(queue, np.ones(2, np.float32))
+    t = torch.nn.Parameter(torch.ones(2))
+    opt, t_opt = SGD([p], lr=0.1), torch.optim.SGD([t], lr=0.1)
+    sched = LinearLR(opt, start_factor=1 / 3, end_factor=0.0, total_iters=5)
+    t_sched = torch.optim.lr_scheduler.LinearLR(t_opt, start_factor=1 / 3, end_factor=0.0,
+                                                total_iters=5)
+    for _ in range(7):
+        p.grad = pc.Tensor.from_host(queue, np.ones(2, np.float32))
+        t.grad = torch.ones(2)
+        opt.step()
+        t_opt.step()
+        sched.step()
+        t_sched.step()
+        np.testing.assert_array_equal(p.value.to_host(), t.detach().numpy())
+    assert sched.get_last_lr() == t_sched.get_last_lr() == [-1.480297366166875e-18]
+    np.testing.assert_allclose(p.value.to_host(), [0.9, 0.9], rtol=1e-6)
+    fresh = SGD([pc.nn.Parameter.from_host(queue, p.value.to_host())], lr=0.1)
+    fresh.load_state_dict(opt.state_dict())
+    assert fresh.lr == -1.480297366166875e-18
+    with pytest.raises(OptimizerError, match="invalid lr: -0.1"):
+        SGD([p], lr=-0.1)                  # made with one: refused, as PyTorch's

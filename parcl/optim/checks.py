@@ -25,6 +25,17 @@ def _nonneg(name: str, value) -> float:
     return value
 
 
+def _real(name: str, value) -> float:
+    """``value`` as a float of any sign (a learning rate a step takes); NaN is refused."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise OptimizerError(f"{name} must be a number, got {value!r}") from None
+    if value != value:
+        raise OptimizerError(f"invalid {name}: {value}")
+    return value
+
+
 def _ordered(cls: str, params) -> None:
     """Refuse a set: its order changes from run to run, and state dicts number by order."""
     if isinstance(params, (set, frozenset)):

@@ -15,7 +15,8 @@ from ..errors import ShapeError
 from ..tape.changes import changed
 from ..tape.node import Node, host_copy
 from ..tensor import FLOAT, Tensor
-from .checks import OptimizerError, _as_index, _checked_group, _nonneg, _once, _ordered
+from .checks import (OptimizerError, _as_index, _checked_group, _nonneg, _once, _ordered,
+                     _real)
 
 __all__ = ["FlatBucket", "Optimizer", "OptimizerError", "StepPlan"]
 
@@ -109,10 +110,14 @@ class Optimizer:
         self.param_groups.append(self._make_group(param_group, seen))
 
     # -- options -------------------------------------------------------------------------
-    def _validate_options(self, opts: dict[str, Any]) -> dict[str, Any]:
+    def _validate_options(self, opts: dict[str, Any], *, made: bool = True) -> dict[str, Any]:
+        """``opts`` checked and converted. A learning rate must be >= 0 where a group is
+        ``made`` (constructor, add_param_group), as PyTorch checks it; a step and a loaded state
+        take one of any sign, as PyTorch's: a schedule's rounding ends LinearLR's decay to
+        end_factor=0 at -1.5e-18, in PyTorch too."""
         out = {}
         for name, check in self.options.items():
-            out[name] = check(opts[name])
+            out[name] = _real(name, opts[name]) if name == "lr" and not made else check(opts[name])
         return out
 
     def _check_combination(self, opts: dict[str, Any]) -> None:
@@ -150,7 +155,7 @@ class Optimizer:
         state is kept flat too, each parameter's state entries viewing it."""
         work = []
         for group in self.param_groups:
-            opts = self._validate_options(group)   # lr etc. may have been set by hand
+            opts = self._validate_options(group, made=False)   # set by hand, or a schedule
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -338,7 +343,7 @@ class Optimizer:
                 raise OptimizerError(f"{name}: param_groups[{i}] has options {sorted(keys)}, "
                                      f"{type(self).__name__} has {sorted(self.options)}")
             try:
-                new_opts.append(self._validate_options(saved))
+                new_opts.append(self._validate_options(saved, made=False))
                 if "initial_lr" in saved:
                     if len(new_initial) < i:    # only groups added after a scheduler lack it
                         raise OptimizerError(f"initial_lr given, but param_groups[{i - 1}] "
