@@ -626,7 +626,7 @@ def test_adam_with_a_beta_near_1_weighs_the_gradient_by_1_minus_beta_as_pytorch(
             np.testing.assert_allclose(w0 - p.value.to_host(), 0.01 * np.sign(g), rtol=0,
                                        atol=5e-7)
             np.testing.assert_array_equal(opt.state[p]["exp_avg_sq"].to_host(),
-                                          np.float32(1.0 - betas[1]) * (g * g))
+                                          (np.float32(1.0 - betas[1]) * g) * g)  # addcmul's
         np.testing.assert_allclose(p.value.to_host(), t.detach().numpy(), rtol=0, atol=1e-6)
     for name in ("exp_avg", "exp_avg_sq"):     # PyTorch's lerp rounds m's small entries apart
         want = topt.state[t][name].numpy()

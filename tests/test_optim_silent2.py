@@ -9,7 +9,7 @@ import torch
 
 import parcl as pc
 import parcl.tape as tp
-from parcl.optim import SGD, Adam, OptimizerError
+from parcl.optim import SGD, Adam, AdamW, OptimizerError, RMSprop
 from parcl.optim.lr_scheduler import CyclicLR, LinearLR
 
 
@@ -91,3 +91,31 @@ def test_a_linear_decay_to_zero_steps_on_past_its_end_as_pytorch(queue):
     assert fresh.lr == -1.480297366166875e-18
     with pytest.raises(OptimizerError, match="invalid lr: -0.1"):
         SGD([p], lr=-0.1)                  # made with one: refused, as PyTorch's
+
+
+@pytest.mark.parametrize("cls, options, moment", [
+    (Adam, {}, "exp_avg_sq"), (AdamW, {}, "exp_avg_sq"), (RMSprop, {}, "square_avg"),
+    (RMSprop, {"centered": True, "momentum": 0.5}, "square_avg")],
+    ids=["Adam", "AdamW", "RMSprop", "RMSprop-centered"])
+def test_a_gradient_spike_past_float32s_square_leaves_the_second_moment_finite_as_pytorch(
+        queue, cls, options, moment):
+    """PyTorch weighs g**2 as addcmul does, ((1 - beta2) * g) * g, so a spike of 3e19 in one
+    step (a loss blow-up) leaves Adam's exp_avg_sq at 8.98e35, and the element trains on once
+    the gradients are back to 1. parcl formed (1 - beta2) * (g * g), where g * g overflows
+    float32 from |g| ~ 1.8e19: exp_avg_sq was inf, every later update of the element
+    m / inf = 0, and its weight stayed 1.0 for good where PyTorch's went to 0.978 (RMSprop:
+    1.0 where 0.9), silently. Now the moments and weights are PyTorch's (bit for bit here)."""
+    p = pc.nn.Parameter.from_host(queue, np.ones(3, np.float32))
+    t = torch.nn.Parameter(torch.ones(3))
+    opt, t_opt = cls([p], lr=0.01, **options), getattr(torch.optim, cls.__name__)(
+        [t], lr=0.01, **options)
+    for g in ([3e19, 1e10, -2e19], [1.0, 1.0, 1.0], [1.0, -1.0, 1.0]):
+        g = np.array(g, np.float32)
+        p.grad, t.grad = pc.Tensor.from_host(queue, g), torch.from_numpy(g.copy())
+        opt.step()
+        t_opt.step()
+    second = opt.state[p][moment].to_host()
+    assert np.isfinite(second).all()
+    np.testing.assert_allclose(second, t_opt.state[t][moment].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(p.value.to_host(), t.detach().numpy(), rtol=1e-6)
+    assert p.value.to_host()[0] < 0.98

@@ -40,17 +40,20 @@ _UPDATES = {
     # here from the float32 betas, 1 - 0.99999f is 1.00136e-5, not 1e-5 (PyTorch's weight).
     # p -= step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps), step_size = lr / (1 - b1^t),
     # inv_sqrt_bc2 = 1 / sqrt(1 - b2^t): that is lr * m_hat / (sqrt(v_hat) + eps).
+    # g'^2 is weighed before it is squared, (c2 * g') * g', as PyTorch's addcmul: g' * g'
+    # overflows float32 from |g'| ~ 1.8e19, and an inf in v freezes its element for good.
     "adam": ("__global float *m, __global float *v,", """const float decay, const float wd,
     const float b1, const float c1, const float b2, const float c2, const float step_size,
     const float inv_sqrt_bc2, const float eps""", """
     const float w = p[i] * decay;
     const float d = G + wd * w;
     const float mi = b1 * m[i] + c1 * d;
-    const float vi = b2 * v[i] + c2 * (d * d);
+    const float vi = b2 * v[i] + (c2 * d) * d;
     m[i] = mi;
     v[i] = vi;
     const float out = w - step_size * mi / (sqrt(vi) * inv_sqrt_bc2 + eps);"""),
-    # g' = g + wd*p; s = alpha*s + c*g'^2 (c = 1 - alpha from the host, as Adam's weights);
+    # g' = g + wd*p; s = alpha*s + (c*g')*g' (c = 1 - alpha from the host, as Adam's weights,
+    # and weighed before squared, as Adam's);
     # centered: a = alpha*a + c*(g' - a) (PyTorch's lerp), d = sqrt(s - a^2) + eps, else
     # d = sqrt(s) + eps; momentum: b = mu*b + g'/d, p -= lr*b; else p -= lr * g'/d. The flags
     # are uniform over the launch; a buffer an option does not use is passed as ``sq`` and
@@ -60,7 +63,7 @@ _UPDATES = {
     const int centered, const int momentum""", """
     const float w = p[i];
     const float d = G + wd * w;
-    const float s = alpha * sq[i] + c * (d * d);
+    const float s = alpha * sq[i] + (c * d) * d;
     sq[i] = s;
     float den;
     if (centered) {
