@@ -119,3 +119,23 @@ def test_a_gradient_spike_past_float32s_square_leaves_the_second_moment_finite_a
     np.testing.assert_allclose(second, t_opt.state[t][moment].numpy(), rtol=1e-6)
     np.testing.assert_allclose(p.value.to_host(), t.detach().numpy(), rtol=1e-6)
     assert p.value.to_host()[0] < 0.98
+
+
+@pytest.mark.parametrize("name,kw", [
+    ("SGD", {"lr": 0.1}), ("SGD", {"lr": 0.1, "momentum": 0.9}), ("Adam", {"lr": 0.1}),
+    ("RMSprop", {"lr": 0.1}), ("Adagrad", {"lr": 0.1})])
+def test_no_weight_decay_leaves_an_infinite_weight_infinite_as_pytorch(queue, name, kw):
+    """PyTorch adds ``weight_decay * p`` only when weight_decay is not 0: with none, an
+    infinite weight stays infinite (and its neighbours train on). parcl always added it, and
+    0 * inf made the weight NaN."""
+    start = np.array([np.inf, 1.0, -np.inf], np.float32)
+    p = pc.nn.Parameter.from_host(queue, start)
+    t = torch.nn.Parameter(torch.from_numpy(start.copy()))
+    opt, t_opt = getattr(pc.optim, name)([p], **kw), getattr(torch.optim, name)([t], **kw)
+    for _ in range(2):
+        p.grad = pc.Tensor.from_host(queue, np.array([0.5, 0.5, -0.5], np.float32))
+        t.grad = torch.tensor([0.5, 0.5, -0.5])
+        opt.step()
+        t_opt.step()
+    np.testing.assert_allclose(p.value.to_host(), t.detach().numpy(), rtol=1e-6)
+    assert np.isinf(p.value.to_host()[[0, 2]]).all()

@@ -26,12 +26,12 @@ _UPDATES = {
     # p -= lr * (g + wd * p)
     "sgd": ("", "const float lr, const float wd", """
     const float w = p[i];
-    const float out = w - lr * (G + wd * w);"""),
+    const float out = w - lr * (wd != 0.0f ? G + wd * w : G);"""),
     # g' = g + wd*p; b = first ? g' : mu*b + g'; p -= lr * (nesterov ? g' + mu*b : b)
     "sgd_momentum": ("__global float *buf,", """const float lr, const float wd, const float mu,
     const int first, const int nesterov""", """
     const float w = p[i];
-    const float d = G + wd * w;
+    const float d = wd != 0.0f ? G + wd * w : G;      // 0 * inf: NaN, as torch skips it
     const float b = first ? d : mu * buf[i] + d;
     buf[i] = b;
     const float out = w - lr * (nesterov ? d + mu * b : b);"""),
@@ -46,7 +46,7 @@ _UPDATES = {
     const float b1, const float c1, const float b2, const float c2, const float step_size,
     const float inv_sqrt_bc2, const float eps""", """
     const float w = p[i] * decay;
-    const float d = G + wd * w;
+    const float d = wd != 0.0f ? G + wd * w : G;      // 0 * inf: NaN, as torch skips it
     const float mi = b1 * m[i] + c1 * d;
     const float vi = b2 * v[i] + (c2 * d) * d;
     m[i] = mi;
@@ -62,7 +62,7 @@ _UPDATES = {
     const float wd, const float alpha, const float c, const float eps, const float mu,
     const int centered, const int momentum""", """
     const float w = p[i];
-    const float d = G + wd * w;
+    const float d = wd != 0.0f ? G + wd * w : G;      // 0 * inf: NaN, as torch skips it
     const float s = alpha * sq[i] + (c * d) * d;
     sq[i] = s;
     float den;
@@ -86,7 +86,7 @@ _UPDATES = {
     "adagrad": ("__global float *sum,", """const float clr, const float wd,
     const float eps""", """
     const float w = p[i];
-    const float d = G + wd * w;
+    const float d = wd != 0.0f ? G + wd * w : G;      // 0 * inf: NaN, as torch skips it
     const float s = sum[i] + d * d;
     sum[i] = s;
     const float out = w - clr * (d / (sqrt(s) + eps));"""),
