@@ -287,6 +287,31 @@ def test_batch_norm_refuses_running_statistics_pytorch_refuses(queue, rng):
     tp.batch_norm(x, w, b, frozen_rm, rv, True)
     assert np.abs(frozen_rm.value.to_host()).max() > 0
 
+
+def test_batch_norm_in_evaluation_without_running_statistics_is_refused_as_pytorch(queue):
+    # Evaluation normalised with the batch's statistics when given none, ignoring
+    # training=False; PyTorch's order F.batch_norm(x, rm, rv, None, None, False) took the
+    # statistics as weight and bias: row 0 came out [1.776, 0.5, 3.530], PyTorch's
+    # [0.354, 4.243, 1.0].
+    x = np.array([[1, 2, 3], [3, 0, -1], [0, 4, 2], [2, 2, 0]], np.float32)
+    rm, rv = np.array([0.5, -1, 2], np.float32), np.array([2, 0.5, 1], np.float32)
+    want = torch.nn.functional.batch_norm(torch.from_numpy(x), torch.from_numpy(rm),
+                                          torch.from_numpy(rv), None, None, False).numpy()
+    with pytest.raises(RuntimeError, match="running_mean must be defined in evaluation mode"):
+        torch.nn.functional.batch_norm(torch.from_numpy(x), None, None, training=False)
+    for args in ((up(queue, rm), up(queue, rv), None, None), (None, None, None, None),
+                 (up(queue, np.ones(3)), up(queue, np.zeros(3)), None, None)):
+        with pytest.raises(pc.ParclError, match=r"batch_norm: training=False normalises with "
+                           r"the running statistics, but running_mean and running_var are "
+                           r"None.*PyTorch's F.batch_norm takes running_mean"):
+            tp.batch_norm(up(queue, x), *args, False)
+    # parcl's order, and the batch's statistics in training, as before
+    y = tp.batch_norm(up(queue, x), None, None, up(queue, rm), up(queue, rv), False)
+    close(y.to_host(), want)
+    y = tp.batch_norm(up(queue, x), None, None, None, None, True)
+    close(y.to_host(), torch.nn.functional.batch_norm(torch.from_numpy(x), None, None,
+                                                      training=True).numpy())
+
 # -- dropout ----------------------------------------------------------------------------------
 def test_dropout_scaling_determinism_and_eval(queue, rng):
     x = rng.random((64, 33)) + 0.5

@@ -323,7 +323,8 @@ def batch_norm(x, weight, bias, running_mean, running_var, training: bool,
     Training: normalises with the batch mean and biased variance, and updates
     ``running_mean``/``running_var`` (raw Tensors, or None) in place on the device:
     ``r = (1 - momentum) * r + momentum * batch`` with the *unbiased* variance, as PyTorch.
-    Evaluation: normalises with the running statistics. ``weight``/``bias`` may be None.
+    Evaluation: normalises with the running statistics, which it needs (None is refused, as
+    PyTorch's). ``weight``/``bias`` may be None.
     Fused epilogue (ResNet's ``relu(bn(x) + identity)``): ``residual`` is added to the output
     and ``relu=True`` applies a ReLU, in one op whose intermediate values are not kept for
     backward. ``overwrite_residual=True`` writes the result over the residual's buffer (as
@@ -335,7 +336,7 @@ def batch_norm(x, weight, bias, running_mean, running_var, training: bool,
     >>> tp.batch_norm(x, gamma, beta, rm, rv, training=True).shape      # x (2, 3, 8, 8)
     (2, 3, 8, 8)
     """
-    rm, rv = _running_stats(running_mean, running_var)
+    rm, rv = _running_stats(running_mean, running_var, bool(training))
     if training and mode.state.recompute:      # tp.checkpoint's second run: updated once
         rm = rv = None
     return BatchNorm.apply(x, weight, bias, residual, tape=tape, running_mean=rm,
@@ -345,7 +346,7 @@ def batch_norm(x, weight, bias, running_mean, running_var, training: bool,
 
 
 
-def _running_stats(running_mean, running_var) -> tuple:
+def _running_stats(running_mean, running_var, training: bool) -> tuple:
     """The running statistics as raw Tensors (or both None), refused as PyTorch's
     ``F.batch_norm`` refuses them. A parameter there is PyTorch's argument order
     (``input, running_mean, running_var, weight, bias``): taken as statistics, the weights
@@ -361,6 +362,16 @@ def _running_stats(running_mean, running_var) -> tuple:
     if (running_mean is None) != (running_var is None):
         raise ParclError("batch_norm: running_mean and running_var must either both be None "
                          "or neither be None (as PyTorch)")
+    if running_mean is None and not training:
+        # Evaluation without statistics would normalise with the batch's, ignoring
+        # training=False; PyTorch's order, batch_norm(x, running_mean, running_var, None,
+        # None, False), lands here, and took the statistics as weight and bias.
+        raise ParclError("batch_norm: training=False normalises with the running statistics, "
+                         "but running_mean and running_var are None (PyTorch: running_mean "
+                         "must be defined in evaluation mode). parcl's order is batch_norm(x, "
+                         "weight, bias, running_mean, running_var, training); PyTorch's "
+                         "F.batch_norm takes running_mean and running_var before weight and "
+                         "bias. For the batch's statistics pass training=True")
     return tuple(r.value if isinstance(r, Node) else r for r in (running_mean, running_var))
 
 # -- dropout ---------------------------------------------------------------------------------
