@@ -145,6 +145,19 @@ def test_group_norm_errors(queue):
         tp.group_norm(x, 3)
 
 
+def test_group_norm_refuses_a_number_of_groups_that_is_no_int_as_pytorch(queue, rng):
+    # int() took 1.9 groups for 1 (a channel count over 2.0): PyTorch's group_norm refuses a
+    # float or a bool (TypeError) where parcl normalised the four channels as one group
+    x = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    tx = pc.Tensor.from_host(queue, x)
+    for groups in (1.9, 2.0, True):
+        with pytest.raises(pc.ShapeError, match=r"group_norm: num_groups must be an int, got "
+                           + repr(groups)):
+            tp.group_norm(tx, groups)
+    np.testing.assert_allclose(tp.group_norm(tx, np.int64(2)).to_host(),
+                               ref_group_norm(x, 2), atol=2e-5)
+
+
 @pytest.mark.parametrize("workgroup", [False, True])
 @pytest.mark.parametrize("center", [True, False])
 @pytest.mark.parametrize("D", [1, 5, 300])

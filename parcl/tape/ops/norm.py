@@ -182,5 +182,9 @@ def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5, *,
     >>> tp.group_norm(x, 2).shape                   # x (2, 4, 3)
     (2, 4, 3)
     """
+    # int() would take 1.9 groups for 1 (num_channels / 2.0 computed as a float): PyTorch's
+    # group_norm refuses a float or a bool
+    if isinstance(num_groups, bool) or not isinstance(num_groups, (int, np.integer)):
+        raise ShapeError(f"group_norm: num_groups must be an int, got {num_groups!r}")
     return GroupNorm.apply(x, weight, bias, tape=tape, num_groups=int(num_groups),
                            eps=float(eps))
