@@ -236,6 +236,31 @@ def test_batch_norm_momentum_none_resumes_its_count_from_a_pytorch_state_dict(qu
     assert_same_state(ours, theirs)
 
 
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_batch_norm_switched_to_untracked_statistics_keeps_them_as_pytorch(queue, rng,
+                                                                           momentum):
+    """track_running_stats set False after some training (the buffers kept), as a frozen
+    fine-tune does: PyTorch then normalises with the batch's statistics in training and leaves
+    the running ones and the count as they are, and evaluation uses them. parcl went on
+    updating them: from x1 below the running mean became [0.735, 0.28, 0.29] where PyTorch
+    keeps [0.15, 0.2, 0.1], and row 0 of the evaluation [0.222, 1.628, 2.430] for PyTorch's
+    [0.823, 1.666, 2.611]."""
+    x0 = np.array([[1, 2, 3], [3, 0, -1], [0, 4, 2], [2, 2, 0]], np.float64)
+    x1 = np.array([[4, 0, 1], [6, 2, 1], [5, 1, 3], [9, 1, 3]], np.float64)
+    ours = nn.BatchNorm1d(3, momentum=momentum)
+    theirs = torch.nn.BatchNorm1d(3, momentum=momentum)
+    compare_with_torch(ours, theirs, x0, rng)
+    ours.track_running_stats = theirs.track_running_stats = False
+    for x in (x1, 3 * x1):
+        compare_with_torch(ours, theirs, x, rng)
+        assert_same_state(ours, theirs)
+    first = x0.mean(0) * (1.0 if momentum is None else momentum)    # x0's alone
+    np.testing.assert_allclose(ours.running_mean.to_host(), first, rtol=1e-6)
+    ours.eval(), theirs.eval()
+    compare_with_torch(ours, theirs, x0, rng, train=False)
+    assert_same_state(ours, theirs)
+
+
 def test_a_captured_step_with_a_cumulative_batch_norm_stays_eager_and_counts_every_batch(
         queue, rng):
     """momentum=None reads its count back each training forward: the step cannot be replayed

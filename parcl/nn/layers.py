@@ -246,7 +246,8 @@ class BatchNorm2d(_NormBase):
     ``momentum=None`` is PyTorch's cumulative moving average: the ``n``-th training batch
     weighs ``1/n``, ``n`` counted in the ``num_batches_tracked`` buffer (an int64 read back
     once per training forward). ``track_running_stats=False`` keeps no running statistics and
-    normalises with the batch's in evaluation too. PyTorch's ``num_batches_tracked`` is kept
+    normalises with the batch's in evaluation too; set False later, the statistics kept stop
+    moving (evaluation still uses them), as PyTorch's. PyTorch's ``num_batches_tracked`` is kept
     only with ``momentum=None``, the one use of it; other layers accept such keys and ignore
     them in ``load_state_dict``."""
 
@@ -272,14 +273,20 @@ class BatchNorm2d(_NormBase):
         """``tp.batch_norm`` with this forward's statistics and momentum, as PyTorch's
         ``_BatchNorm.forward`` chooses them."""
         momentum = self.momentum
-        tracking = self.running_mean is not None and self.running_var is not None
-        if self.training and tracking and momentum is None and not mode.state.recompute:
+        stats = self.running_mean is not None and self.running_var is not None
+        # The statistics move only while tracked: with track_running_stats switched off after
+        # construction (the buffers kept) PyTorch normalises with the batch's in training,
+        # leaving them and the count as they are, and with them in evaluation
+        update = self.training and self.track_running_stats and stats
+        if update and momentum is None and not mode.state.recompute:    # tp.checkpoint's
             count = self.num_batches_tracked
             n = int(count.to_host()) + 1
             count.fill_owned(n)
             momentum = 1.0 / n
-        return ops.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var,
-                              training=self.training or not tracking,
+        running = (self.running_mean, self.running_var) if update or not self.training \
+            else (None, None)
+        return ops.batch_norm(x, self.weight, self.bias, *running,
+                              training=self.training or not stats,
                               momentum=0.0 if momentum is None else momentum, eps=self.eps,
                               **fused)
 
