@@ -328,6 +328,27 @@ def test_instance_norm_matches_pytorch_in_training_and_evaluation(
     assert_same_state(ours, theirs)
 
 
+@pytest.mark.parametrize("ours_cls,theirs_cls,shape", IN_CASES[:3])
+def test_instance_norm_switched_to_untracked_statistics_evaluates_as_pytorch(
+        queue, rng, ours_cls, theirs_cls, shape):
+    """track_running_stats set False after training (the buffers kept): PyTorch's evaluation
+    then uses each input's own statistics (and, as its instance_norm does, still moves the
+    running ones); parcl normalised with the running statistics, so an InstanceNorm1d's
+    evaluation of an input around 3 came out around 3 where PyTorch's is centred at 0."""
+    ours = ours_cls(4, affine=True, track_running_stats=True)
+    theirs = theirs_cls(4, affine=True, track_running_stats=True)
+    compare_with_torch(ours, theirs, 1 + 2 * rng.standard_normal(shape), rng, tol=2e-5)
+    ours.track_running_stats = theirs.track_running_stats = False
+    ours.eval(), theirs.eval()
+    for _ in range(2):
+        y, _ = compare_with_torch(ours, theirs, 3 + rng.standard_normal(shape), rng, tol=2e-5)
+        assert_same_state(ours, theirs)
+    assert abs(float(y.to_host().mean())) < 1e-5            # each channel centred at 0
+    ours.train(), theirs.train()
+    compare_with_torch(ours, theirs, 1 + 2 * rng.standard_normal(shape), rng, tol=2e-5)
+    assert_same_state(ours, theirs)
+
+
 def test_instance_norm_gradients_pass_finite_differences(queue, rng):
     norm = nn.InstanceNorm2d(3, affine=True)
     x = tp.tensor(rng.standard_normal((2, 3, 4, 3)).astype(np.float32), requires_grad=True)

@@ -144,7 +144,8 @@ class _InstanceNorm(_NormBase):
     (``tp.group_norm`` with one group per channel), then ``* weight + bias`` (1 and 0) with
     ``affine``. With ``track_running_stats`` training also updates ``running_mean`` and
     ``running_var`` (the samples' means and unbiased variances averaged over the batch,
-    weighed by ``momentum``; None is 0, as PyTorch), and evaluation normalises with them.
+    weighed by ``momentum``; None is 0, as PyTorch), and evaluation normalises with them
+    (with the flag set False later, with the input's, as PyTorch's).
     ``bias=False`` (keyword, as PyTorch's) drops the bias of an affine layer."""
 
     _batched_ndim = 0
@@ -162,7 +163,11 @@ class _InstanceNorm(_NormBase):
                              f"dims or ({self.num_features}, ...) of {n - 1}, got shape {shape}")
         if len(shape) == n - 1:
             return ops.squeeze(self.forward(ops.unsqueeze(x, 0)), 0)
-        use_input_stats = self.training or self.running_mean is None
+        # PyTorch's rule reads the flag, not the buffers: with track_running_stats set False
+        # later (the buffers kept) evaluation uses the input's statistics and, as there, still
+        # moves the running ones
+        use_input_stats = self.training or not self.track_running_stats \
+            or self.running_mean is None
         if use_input_stats and int(np.prod(shape[2:])) == 1:
             # a sample's channel of one element normalises to 0 and its unbiased variance is
             # 0/0: PyTorch refuses it (after global pooling, (N, C, 1, 1)) rather than give that
