@@ -191,7 +191,9 @@ class ReplicaGroup:
     def run(self, fn, *per_replica_args, timeout: float | None = None) -> list:
         """Call ``fn(replica, a[i], b[i], ...)`` in every replica's thread at once and return
         the results in replica order. A failure in any replica is raised here as
-        ``ReplicaError`` (replica index, device, original traceback) as soon as it happens."""
+        ``ReplicaError`` (replica index, device, original traceback) as soon as it happens.
+        With ``sync_batchnorm`` its training-mode batch norms use the global batch's
+        statistics too, as a step's (and PyTorch's ``SyncBatchNorm`` in a custom loop)."""
         self._check_open()
         k = len(self.replicas)
         for j, arg in enumerate(per_replica_args):
@@ -200,6 +202,9 @@ class ReplicaGroup:
                                  f"expected one per replica ({k})")
         self._wait_idle()
         self._follow()
+        if self._stats is not None:
+            self._stats.start()            # a barrier broken by a failed call made whole
+            fn = self._stats.synced(fn)
         try:
             return self._call(fn, per_replica_args, timeout)
         finally:

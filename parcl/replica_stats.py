@@ -91,8 +91,8 @@ class Member:
         done = [i for i, s in enumerate(slots) if s is _DONE]
         if done:
             raise ReplicaError(f"sync_batchnorm: replica {r} reached a batch norm that replica "
-                               f"{done[0]} did not (it finished its step); every replica must "
-                               "run the same layers", index=r)
+                               f"{done[0]} did not (it finished its step or run); every replica "
+                               "must run the same layers", index=r)
         k = len(slots)
         stacked = Tensor.empty(q, (k, *part.shape))
         reads = []

@@ -157,6 +157,53 @@ def test_sync_batchnorm_equals_the_full_batch_step(devices2, capture):
     assert not all(np.allclose(a, b, rtol=1e-4) for a, b in zip(ref[2][0], plain[2][0]))
 
 
+def test_sync_batchnorm_in_a_custom_loop_of_runs_equals_the_full_batch_step(devices2, queue):
+    """Forward and backward by hand (run, then allreduce_grads), as PyTorch's
+    SyncBatchNorm syncs in any training forward: run's batch norms normalised each shard with
+    its own statistics, so the first layer's gradient was 0.152 off the full batch's and the
+    running mean [-0.056, -0.015, ...] where the full batch gives [-0.175, 0.042, ...]."""
+    def build(q):
+        return pc.nn.Sequential(pc.nn.Linear(3, 4, queue=q), pc.nn.BatchNorm1d(4, queue=q),
+                                pc.nn.Linear(4, 2, queue=q))
+
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((8, 3)) + np.arange(8)[:, None]).astype(np.float32)
+    y = rng.integers(0, 2, 8)
+
+    def fwd_bwd(r, xs, ys):
+        with tp.Tape() as tape:
+            loss = tp.cross_entropy(r.model(tp.tensor(pc.Tensor.from_host(r.queue, xs))),
+                                    pc.Tensor.from_host(r.queue, ys))
+        tape.backward(loss)
+        return loss.item()
+
+    ref = seeded(build)(queue)
+    want = fwd_bwd(type("Replica", (), {"model": ref, "queue": queue}), x, y)
+    with ReplicaGroup(seeded(build), devices2, sync_batchnorm=True) as group:
+        for _ in range(2):                       # the second after a failed run, too
+            losses = group.run(fwd_bwd, [x[:4], x[4:]], [y[:4], y[4:]])
+            group.allreduce_grads()
+            np.testing.assert_allclose(np.mean(losses), want, rtol=1e-5)   # even shards
+            for r in group.replicas:
+                for p, q in zip(r.model.parameters(), ref.parameters()):
+                    np.testing.assert_allclose(p.grad.to_host(), q.grad.to_host(), rtol=1e-4,
+                                               atol=1e-6)
+                np.testing.assert_allclose(r.model[1].running_mean.to_host(),
+                                           ref[1].running_mean.to_host(), rtol=1e-5, atol=1e-7)
+            group.zero_grad()
+            with pytest.raises(pc.ReplicaError, match="lost"):   # replica 0 left waiting
+                group.run(_fails_in_replica_1, [x[:4], x[4:]])
+            for p in ref.parameters():
+                p.grad = None
+            want = fwd_bwd(type("Replica", (), {"model": ref, "queue": queue}), x, y)
+
+
+def _fails_in_replica_1(r, xs):
+    if r.index == 1:
+        raise RuntimeError("replica lost")
+    r.model(pc.Tensor.from_host(r.queue, xs))
+
+
 def test_a_failing_replica_does_not_leave_the_others_waiting_at_a_batch_norm(devices2):
     import time
 
