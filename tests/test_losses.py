@@ -551,6 +551,31 @@ def test_class_weights_of_the_wrong_shape_or_a_bad_reduction_are_refused(queue):
         tp.cross_entropy(x, up(queue, np.ones((4, 3))), reduction="sum")
 
 
+@pytest.mark.parametrize("op,kw", [(tp.cross_entropy, dict(label_smoothing=0.1)),
+                                   (tp.nll_loss, {})], ids=["cross_entropy", "nll_loss"])
+def test_class_weights_that_require_grad_are_refused_as_pytorch(queue, op, kw):
+    """PyTorch's cross_entropy and nll_loss are not differentiable with respect to weight and
+    say so; parcl took a learnable weight's value and its .grad stayed None after backward,
+    silently (the loss 0.479 trained nothing into [1, 2, 3])."""
+    import torch
+    x = leaf(queue, [[1, 2, 0], [0, 1, 3]])
+    y = up(queue, [0, 2], np.int64)
+    w = leaf(queue, [1, 2, 3])
+    with pytest.raises(RuntimeError, match="not differentiable with respect to argument "
+                                           "'weight'"):
+        torch.nn.functional.cross_entropy(torch.zeros(2, 3), torch.tensor([0, 2]),
+                                          weight=torch.ones(3, requires_grad=True))
+    with pytest.raises(pc.ParclError, match=rf"{op.__name__}: weight \(3,\) requires grad"
+                                            r".*not differentiable"):
+        with tp.Tape():
+            op(x, y, weight=w, **kw)
+    # detached, or without recording, the weights are constants as before
+    value, _ = loss_and_grads(lambda: op(x, y, weight=w.detach(), **kw), x)
+    with tp.no_grad():
+        assert op(x, y, weight=w, **kw).item() == value
+    assert w.grad is None
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_bce_with_logits_and_mse_take_pytorchs_reduction(queue, rng, reduction):
     """``binary_cross_entropy_with_logits`` (weights and pos_weight too) and ``mse_loss``

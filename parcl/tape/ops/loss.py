@@ -216,12 +216,18 @@ def reduction_arg(op: str, reduction) -> str:
     return reduction
 
 
-def class_weight_arg(op: str, weight, logits) -> Tensor | None:
-    """Class weights as a float32 Tensor on the logits' queue (a Node's value: no gradient
-    goes to them, as PyTorch's losses give none; a numpy array is uploaded); None stays."""
+def class_weight_arg(op: str, weight, logits, tape=None) -> Tensor | None:
+    """Class weights as a float32 Tensor on the logits' queue (a Node's value; a numpy array
+    is uploaded); None stays. No gradient goes to them: one that requires grad where the op
+    records is refused, as PyTorch's ('not differentiable with respect to argument
+    weight'), not left without a gradient."""
     if weight is None:
         return None
     if isinstance(weight, Node):
+        if weight.requires_grad and (tape is not None or mode.is_grad_enabled()):
+            raise ParclError(f"{op}: weight {weight.shape} requires grad, but the loss is not "
+                             f"differentiable with respect to its class weights (as PyTorch's); "
+                             f"pass weight.detach() or a pc.Tensor")
         weight = weight.value
     queue = logits.value.queue if isinstance(logits, Node) else logits.queue
     if not isinstance(weight, Tensor):
@@ -258,7 +264,8 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     ``(1 - e) * onehot + e / C`` (PyTorch's formula, for probabilities too; an
     ``ignore_index`` other than -100 is refused with them, as PyTorch). ``weight``: class
     weights (C,) with class indices, as PyTorch's: each row's loss times its label's weight,
-    the mean divided by the weights of the rows that count (no gradient goes to them).
+    the mean divided by the weights of the rows that count (no gradient goes to them; one
+    that requires grad is refused, as PyTorch's).
     ``reduction``: ``"mean"``, ``"sum"`` or ``"none"`` (each row's loss, of the labels'
     shape, 0 for an ignored row); class probabilities take ``"mean"`` without weights only.
 
@@ -287,7 +294,7 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
         return soft_loss.SoftCrossEntropy.apply(logits, labels, tape=tape, label_smoothing=eps)
     return CrossEntropy.apply(logits, labels, tape=tape, ignore_index=ignore_index,
                               label_smoothing=eps, check_labels=bool(check_labels),
-                              weight=class_weight_arg("cross_entropy", weight, logits),
+                              weight=class_weight_arg("cross_entropy", weight, logits, tape),
                               reduction=reduction)
 
 
@@ -304,5 +311,5 @@ def nll_loss(log_probs, labels, ignore_index: int = -100, *, weight=None,
     ignore_index = ignore_index_arg("nll_loss", ignore_index)
     return NllLoss.apply(log_probs, labels, tape=tape, ignore_index=ignore_index,
                          check_labels=bool(check_labels),
-                         weight=class_weight_arg("nll_loss", weight, log_probs),
+                         weight=class_weight_arg("nll_loss", weight, log_probs, tape),
                          reduction=reduction_arg("nll_loss", reduction))
