@@ -38,6 +38,7 @@ from ...errors import DeviceError, LabelError, ParclError
 from ...kernels import softmax as smk
 from ...kernels.strided import axis_int
 from ...tensor import Tensor
+from .. import mode
 from ..node import Function, Node
 from ..tape import defer
 from . import elementwise, reduce, soft_loss
