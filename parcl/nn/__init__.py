@@ -27,6 +27,9 @@ from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropy
 from .module import Module, Parameter, StateDictError, default_generator, manual_seed
 from .multihead import MultiheadAttention
 from .norm import BatchNorm1d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm, RMSNorm
+from .padding import (CircularPad1d, CircularPad2d, ConstantPad1d, ConstantPad2d,
+                      ReflectionPad1d, ReflectionPad2d, ReplicationPad1d, ReplicationPad2d,
+                      ZeroPad1d, ZeroPad2d)
 from .recurrent import GRU, LSTM
 from .resample import (PixelShuffle, PixelUnshuffle, Upsample, UpsamplingBilinear2d,
                        UpsamplingNearest2d)
@@ -47,6 +50,9 @@ __all__ = [
     "Dropout", "Embedding", "Flatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
     "LayerNorm", "Linear", "MaxPool2d", "RMSNorm",
     "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
+    # padding (PyTorch's)
+    "CircularPad1d", "CircularPad2d", "ConstantPad1d", "ConstantPad2d", "ReflectionPad1d",
+    "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d", "ZeroPad1d", "ZeroPad2d",
     # recurrent layers (PyTorch's)
     "GRU", "LSTM",
     # activations
