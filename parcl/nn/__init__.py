@@ -12,8 +12,8 @@ same program builds bit-identical models in every run and every replica thread.
 """
 
 from .activation import (CELU, ELU, GLU, SELU, CosineSimilarity, Hardsigmoid, Hardswish, Hardtanh,
-                         LeakyReLU, LogSigmoid, Mish, ReLU6, Sigmoid, SiLU, Softmin, Softplus,
-                         Softsign, Tanh, Tanhshrink, Threshold)
+                         LeakyReLU, LogSigmoid, LogSoftmax, Mish, PReLU, ReLU6, Sigmoid, SiLU,
+                         Softmax2d, Softmin, Softplus, Softsign, Tanh, Tanhshrink, Threshold)
 from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, ParameterList,
                          Softmax)
 from .conv import AvgPool1d, Conv1d, ConvTranspose2d, MaxPool1d
@@ -34,6 +34,7 @@ from .recurrent import GRU, LSTM
 from .resample import (PixelShuffle, PixelUnshuffle, Upsample, UpsamplingBilinear2d,
                        UpsamplingNearest2d)
 from .resnet import BasicBlock, ResNet, resnet18
+from .shape import Unflatten
 from .sparse import Embedding
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
                           TransformerEncoder, TransformerEncoderLayer, clone_module)
@@ -48,7 +49,7 @@ __all__ = [
     "AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d",
     "Conv2d", "ConvTranspose2d", "MaxPool1d",
     "Dropout", "Embedding", "Flatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
-    "LayerNorm", "Linear", "MaxPool2d", "RMSNorm",
+    "LayerNorm", "Linear", "MaxPool2d", "RMSNorm", "Unflatten",
     "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
     # padding (PyTorch's)
     "CircularPad1d", "CircularPad2d", "ConstantPad1d", "ConstantPad2d", "ReflectionPad1d",
@@ -57,8 +58,9 @@ __all__ = [
     "GRU", "LSTM",
     # activations
     "CELU", "CosineSimilarity", "ELU", "GELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh",
-    "LeakyReLU", "LogSigmoid", "Mish", "ReLU", "ReLU6", "SELU", "SiLU", "Sigmoid", "Softmax",
-    "Softmin", "Softplus", "Softsign", "Tanh", "Tanhshrink", "Threshold",
+    "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU", "ReLU6", "SELU", "SiLU",
+    "Sigmoid", "Softmax", "Softmax2d", "Softmin", "Softplus", "Softsign", "Tanh", "Tanhshrink",
+    "Threshold",
     # losses
     "BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "HuberLoss",
     "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss", "SmoothL1Loss", "SoftMarginLoss",

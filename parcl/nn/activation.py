@@ -1,9 +1,10 @@
 """Activation layers with PyTorch's names and arguments: ``LeakyReLU``, ``SiLU``, ``Tanh``,
 ``Sigmoid``, ``ELU``, ``Softplus``, ``Hardtanh``, ``ReLU6``, ``Hardsigmoid``, ``Hardswish``,
 ``Mish``, ``Softsign``, ``LogSigmoid``, ``SELU``, ``CELU``, ``GLU``, ``Tanhshrink``,
-``Softmin``, ``Threshold``, ``CosineSimilarity``. Each is a Module without parameters over one
-op of ``parcl.tape`` (``ReLU`` lives in ``layers``). ``inplace=True`` is refused: parcl's ops
-write new tensors, and a silent copy would not be what the caller asked for.
+``Softmin``, ``Threshold``, ``CosineSimilarity``, ``LogSoftmax``, ``Softmax2d`` and ``PReLU``.
+Each is a Module over one op of ``parcl.tape``, without parameters but ``PReLU``'s slopes
+(``ReLU`` lives in ``layers``, ``Softmax`` in ``containers``). ``inplace=True`` is refused:
+parcl's ops write new tensors, and a silent copy would not be what the caller asked for.
 
 >>> import numpy as np, parcl as pc, parcl.tape as tp
 >>> act = pc.nn.LeakyReLU(0.1)
@@ -15,14 +16,20 @@ array([-0.1,  2. ], dtype=float32)
 
 from __future__ import annotations
 
-from ..errors import ParclError
+import warnings
+
+import numpy as np
+
+from ..errors import ParclError, ShapeError
+from ..runtime import default_queue
 from ..tape import ops
-from .layers import _dim
+from .layers import _check_sizes, _dim, _param
 from .module import Module
 
 __all__ = ["CELU", "ELU", "GLU", "SELU", "CosineSimilarity", "Hardsigmoid", "Hardswish",
-           "Hardtanh", "LeakyReLU", "LogSigmoid", "Mish", "ReLU6", "SiLU", "Sigmoid",
-           "Softmin", "Softplus", "Softsign", "Tanh", "Tanhshrink", "Threshold"]
+           "Hardtanh", "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU6", "SiLU",
+           "Sigmoid", "Softmax2d", "Softmin", "Softplus", "Softsign", "Tanh", "Tanhshrink",
+           "Threshold"]
 
 
 def _no_inplace(cls: str, inplace) -> None:
@@ -243,3 +250,57 @@ class CosineSimilarity(Module):
 
     def forward(self, x1, x2):
         return ops.cosine_similarity(x1, x2, self.dim, self.eps)
+
+
+class PReLU(Module):
+    """``x`` where ``x > 0``, else ``weight * x`` (see ``tp.prelu``): ``weight`` holds
+    ``num_parameters`` learnt slopes, all ``init`` at first: one for every channel (dim 1 of
+    the input; ``num_parameters`` must then be its size) or one shared by all."""
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, *, queue=None):
+        super().__init__()
+        _check_sizes("PReLU", {"num_parameters": num_parameters})
+        queue = queue if queue is not None else default_queue()
+        self.num_parameters, self.init = int(num_parameters), float(init)
+        self.weight = _param(queue, np.full(self.num_parameters, self.init, np.float32))
+
+    def forward(self, x):
+        return ops.prelu(x, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"
+
+
+def _legacy_softmax_dim(layer: str, ndim: int) -> int:
+    """PyTorch's choice for ``dim=None`` (0 for 0-, 1- and 3-D inputs, else 1), warned."""
+    warnings.warn(f"{layer}: implicit dimension choice has been deprecated; pass dim",
+                  UserWarning, stacklevel=3)
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+class LogSoftmax(Module):
+    """``tp.log_softmax`` along ``dim``; ``dim=None`` takes PyTorch's legacy choice with its
+    deprecation warning."""
+
+    def __init__(self, dim: int | None = None):
+        super().__init__()
+        self.dim = None if dim is None else _dim("LogSoftmax", dim)
+
+    def forward(self, x):
+        dim = self.dim if self.dim is not None else _legacy_softmax_dim("LogSoftmax",
+                                                                        len(x.shape))
+        return ops.log_softmax(x, dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class Softmax2d(Module):
+    """``tp.softmax`` over the channels (dim -3) of a ``(C, H, W)`` or ``(N, C, H, W)``
+    input, at every position."""
+
+    def forward(self, x):
+        if len(x.shape) not in (3, 4):
+            raise ShapeError(f"Softmax2d: expected a 3-d or 4-d input, got shape "
+                             f"{tuple(x.shape)}")
+        return ops.softmax(x, -3)

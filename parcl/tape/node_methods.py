@@ -205,6 +205,8 @@ class NodeMethods:
 
     def any(self, dim=None, keepdim=False):  # noqa: A003
         return _ops().any(self, dim, keepdim)
+    def prelu(self, weight):
+        return _ops().prelu(self, weight)
 
     def softmax(self, dim):
         return _ops().softmax(self, dim)

@@ -28,14 +28,15 @@ from .elementwise import div, mul, pow
 from .indexing import expand
 from .join import split
 from .loss import softmax
-from .mathops import ne, square
+from .mathops import gt, ne, square
 from .reduce import sum
 from .reduce_dims import amax
 from .select import where
+from .shape import reshape
 from .unary import abs, neg, sigmoid, sqrt
 
 __all__ = ["celu", "cosine_similarity", "glu", "hardsigmoid", "hardswish", "hardtanh", "mish",
-           "logsigmoid", "normalize", "relu6", "selu", "softmin", "softsign", "tanhshrink",
+           "logsigmoid", "normalize", "prelu", "relu6", "selu", "softmin", "softsign", "tanhshrink",
            "threshold"]
 
 
@@ -145,6 +146,29 @@ def glu(x, dim: int = -1, *, tape=None):
                          f"{shape[axis]} (shape {shape})")
     a, b = split(x, shape[axis] // 2, axis, tape=tape)
     return mul(a, sigmoid(b, tape=tape), tape=tape)
+
+
+def prelu(x, weight, *, tape=None):
+    """``torch.nn.functional.prelu``: ``x`` where ``x > 0``, else ``weight * x``, with one
+    learnt slope per channel (dim 1 of ``x``; no channel dim below 2-D) or one for all.
+    ``weight`` is 0-d or 1-D with 1 or ``channels`` elements, else a ``ShapeError``. At 0 the
+    gradient is PyTorch's: ``weight`` for ``x`` and ``x = 0`` for the slope. A ``where`` of
+    ``x`` and ``weight * x``, so the slope's gradient is ``mul``'s broadcast sum.
+
+    >>> tp.prelu(tp.tensor(np.array([[-2.0, 3.0]], np.float32)), tp.tensor(np.array([0.25],
+    ...          np.float32))).to_host()
+    array([[-0.5,  3. ]], dtype=float32)
+    """
+    xs, ws = tuple(x.shape), tuple(weight.shape)
+    if len(ws) > 1:
+        raise ShapeError(f"prelu: weight must be 0-d or 1-D, got shape {ws} (input {xs})")
+    count = ws[0] if ws else 1
+    channels = xs[1] if len(xs) >= 2 else 1
+    if count not in (1, channels):
+        raise ShapeError(f"prelu: weight has {count} slopes but the input of shape {xs} has "
+                         f"{channels} channels (dim 1; 1 below 2-D): give 1 or {channels}")
+    w = reshape(weight, () if count == 1 else (count,) + (1,) * (len(xs) - 2), tape=tape)
+    return where(gt(x, 0.0), x, mul(w, x, tape=tape), tape=tape)
 
 
 def softmin(x, dim: int | None = None, *, tape=None):
