@@ -17,6 +17,7 @@ from .activation import (CELU, ELU, GLU, SELU, CosineSimilarity, Hardsigmoid, Ha
 from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, ParameterList,
                          Softmax)
 from .conv import AvgPool1d, Conv1d, ConvTranspose2d, MaxPool1d
+from .dropout import Dropout1d, Dropout2d
 from .gelu import GELU
 from .gpt import GPT, CausalSelfAttention
 from .keys import capture_key
@@ -48,8 +49,8 @@ __all__ = [
     # layers
     "AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d",
     "Conv2d", "ConvTranspose2d", "MaxPool1d",
-    "Dropout", "Embedding", "Flatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
-    "LayerNorm", "Linear", "MaxPool2d", "RMSNorm", "Unflatten",
+    "Dropout", "Dropout1d", "Dropout2d", "Embedding", "Flatten", "GroupNorm", "InstanceNorm1d",
+    "InstanceNorm2d", "LayerNorm", "Linear", "MaxPool2d", "RMSNorm", "Unflatten",
     "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
     # padding (PyTorch's)
     "CircularPad1d", "CircularPad2d", "ConstantPad1d", "ConstantPad2d", "ReflectionPad1d",

@@ -1,0 +1,112 @@
+"""``pc.nn.Dropout1d`` and ``Dropout2d``: whole channels zeroed, the rest scaled by
+``1/(1-p)``, the identity in evaluation, masks from the seeded dropout generator, gradients
+through the same mask; PyTorch's shapes, reprs and refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import parcl as pc
+import parcl.tape as tp
+from conftest import leaf
+from parcl import nn
+
+
+def channel_values(y: np.ndarray, spatial: int) -> np.ndarray:
+    """Each channel's map as one row."""
+    return y.reshape(-1, int(np.prod(y.shape[len(y.shape) - spatial:])))
+
+
+@pytest.mark.parametrize("layer,shape,spatial", [(nn.Dropout1d, (4, 16, 5), 1),
+                                                 (nn.Dropout1d, (16, 5), 1),
+                                                 (nn.Dropout2d, (4, 16, 3, 3), 2)])
+def test_channel_dropout_zeroes_whole_channels_and_scales_the_rest(queue, rng, layer, shape,
+                                                                   spatial):
+    tp.manual_seed(0)
+    x = rng.uniform(1.0, 2.0, shape).astype(np.float32)
+    y = layer(0.25)(tp.tensor(x)).to_host()
+    rows, xrows = channel_values(y, spatial), channel_values(x, spatial)
+    dropped = (rows == 0).all(1)
+    kept = ~dropped
+    assert ((rows == 0).any(1) == dropped).all()                  # all of a channel or none
+    np.testing.assert_allclose(rows[kept], xrows[kept] / 0.75, rtol=1e-6)
+    assert 0 < dropped.sum() < len(rows)
+
+
+def test_channel_dropout_drops_about_p_of_the_channels(queue):
+    tp.manual_seed(1)
+    y = nn.Dropout2d(0.3)(tp.tensor(np.ones((50, 40, 2, 2), np.float32))).to_host()
+    assert abs((y[:, :, 0, 0] == 0).mean() - 0.3) < 0.03
+
+
+def test_channel_dropout_masks_follow_the_seeded_dropout_generator(queue, rng):
+    x = tp.tensor(rng.standard_normal((3, 8, 4)).astype(np.float32))
+    layer = nn.Dropout1d(0.5)
+    pc.manual_seed(7)
+    first, second = layer(x).to_host(), layer(x).to_host()
+    pc.manual_seed(7)
+    np.testing.assert_array_equal(layer(x).to_host(), first)       # same seed: same mask
+    assert not np.array_equal(first, second)                       # each call a new mask
+
+
+def test_channel_dropout_gradient_is_the_upstream_gradient_through_the_same_mask(queue, rng):
+    x = leaf(queue, rng.uniform(1.0, 2.0, (2, 6, 3, 4)))
+    with tp.Tape() as tape:
+        y = nn.Dropout2d(0.5)(x)
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    tape.backward(y, grad=pc.Tensor.from_host(queue, g))
+    mask = y.to_host() / x.value.to_host()
+    assert set(np.unique(mask).round(5)) <= {0.0, 2.0}
+    np.testing.assert_allclose(x.grad.to_host(), g * mask, rtol=1e-6)
+
+
+def test_channel_dropout_passes_gradcheck_with_a_fixed_mask(queue, rng):
+    layer = nn.Dropout1d(0.4)
+
+    def fixed_mask(v):
+        tp.manual_seed(3)                      # every evaluation draws the same mask
+        return layer(v)
+    assert tp.gradcheck(fixed_mask, [leaf(queue, rng.standard_normal((2, 5, 3)))])
+
+
+def test_channel_dropout_is_the_identity_in_eval_and_at_p_0_and_zeros_at_p_1(queue, rng):
+    x = tp.tensor(rng.standard_normal((2, 3, 4, 4)).astype(np.float32))
+    assert nn.Dropout2d(0.5).eval()(x) is x
+    assert nn.Dropout2d(0.0)(x) is x
+    np.testing.assert_array_equal(nn.Dropout2d(1.0)(x).to_host(), np.zeros((2, 3, 4, 4)))
+    with torch.no_grad():                                          # torch's agrees
+        torch_x = torch.from_numpy(x.to_host())
+        assert torch.equal(torch.nn.Dropout2d(0.5).eval()(torch_x), torch_x)
+        assert not torch.nn.Dropout2d(1.0)(torch_x).any()
+
+
+def test_dropout2d_takes_a_3d_input_as_n_c_l_with_pytorchs_warning(queue):
+    tp.manual_seed(0)
+    x = tp.tensor(np.ones((6, 8, 5), np.float32))
+    with pytest.warns(UserWarning, match=r"interpreted as shape \(N, C, L\)"):
+        y = nn.Dropout2d(0.5)(x).to_host()
+    with pytest.warns(UserWarning, match=r"interpreted as shape \(N, C, L\)"):
+        torch.nn.Dropout2d(0.5)(torch.ones(6, 8, 5))
+    assert (y == y[:, :, :1]).all()                      # one mask value per (n, c) row
+
+
+def test_channel_dropout_reprs_match_pytorchs(queue):
+    assert repr(nn.Dropout1d(0.3)) == repr(torch.nn.Dropout1d(0.3)) == \
+        "Dropout1d(p=0.3, inplace=False)"
+    assert repr(nn.Dropout2d()) == repr(torch.nn.Dropout2d()) == "Dropout2d(p=0.5, inplace=False)"
+    assert list(nn.Dropout2d().state_dict()) == []
+
+
+def test_channel_dropout_refuses_bad_p_inplace_and_ranks(queue):
+    with pytest.raises(pc.ShapeError, match=r"Dropout1d: dropout probability p must be in "
+                                            r"\[0, 1\], got 1.5"):
+        nn.Dropout1d(1.5)
+    with pytest.raises(pc.ParclError, match="Dropout2d: inplace=True is not supported"):
+        nn.Dropout2d(0.5, inplace=True)
+    with pytest.raises(pc.ShapeError, match=r"Dropout1d: expected a 2-d \(unbatched\) or 3-d "
+                                            r"input, got shape \(2, 3, 4, 5\)"):
+        nn.Dropout1d()(tp.tensor(np.ones((2, 3, 4, 5), np.float32)))
+    with pytest.raises(pc.ShapeError, match=r"Dropout2d: expected a 4-d input"):
+        nn.Dropout2d().eval()(tp.tensor(np.ones((2, 3), np.float32)))   # checked in eval too
