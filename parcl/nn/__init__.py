@@ -16,7 +16,7 @@ from .activation import (CELU, ELU, GLU, SELU, CosineSimilarity, Hardsigmoid, Ha
                          Softmax2d, Softmin, Softplus, Softsign, Tanh, Tanhshrink, Threshold)
 from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, ParameterList,
                          Softmax)
-from .conv import AvgPool1d, Conv1d, ConvTranspose2d, MaxPool1d
+from .conv import AvgPool1d, Conv1d, ConvTranspose1d, ConvTranspose2d, MaxPool1d
 from .dropout import Dropout1d, Dropout2d
 from .gelu import GELU
 from .gpt import GPT, CausalSelfAttention
@@ -31,6 +31,7 @@ from .norm import BatchNorm1d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerN
 from .padding import (CircularPad1d, CircularPad2d, ConstantPad1d, ConstantPad2d,
                       ReflectionPad1d, ReflectionPad2d, ReplicationPad1d, ReplicationPad2d,
                       ZeroPad1d, ZeroPad2d)
+from .pooling import AdaptiveAvgPool1d, AdaptiveMaxPool1d, AdaptiveMaxPool2d
 from .recurrent import GRU, LSTM
 from .resample import (PixelShuffle, PixelUnshuffle, Upsample, UpsamplingBilinear2d,
                        UpsamplingNearest2d)
@@ -47,8 +48,9 @@ __all__ = [
     "Identity", "Module", "ModuleDict", "ModuleList", "Parameter", "ParameterDict",
     "ParameterList", "Sequential", "StateDictError",
     # layers
-    "AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d",
-    "Conv2d", "ConvTranspose2d", "MaxPool1d",
+    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+    "AvgPool1d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "ConvTranspose1d",
+    "ConvTranspose2d", "MaxPool1d",
     "Dropout", "Dropout1d", "Dropout2d", "Embedding", "Flatten", "GroupNorm", "InstanceNorm1d",
     "InstanceNorm2d", "LayerNorm", "Linear", "MaxPool2d", "RMSNorm", "Unflatten",
     "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",

@@ -1,5 +1,5 @@
 """Convolution layers beyond ``Conv2d``: ``ConvTranspose2d``, and the 1-D layers ``Conv1d``,
-``MaxPool1d`` and ``AvgPool1d`` (over ``(N, C, L)``, through the 2-D ops).
+``ConvTranspose1d``, ``MaxPool1d`` and ``AvgPool1d`` (over ``(N, C, L)``, through the 2-D ops).
 
 >>> import numpy as np, parcl as pc, parcl.tape as tp
 >>> up = pc.nn.ConvTranspose2d(4, 2, 3, stride=2, padding=1, output_padding=1)
@@ -19,7 +19,7 @@ from .layers import (_arg, _AvgPool, _check_features, _check_groups, _check_padd
                      _check_sizes, _conv_repr, _MaxPool, _pair, _weight_and_bias)
 from .module import Module
 
-__all__ = ["AvgPool1d", "Conv1d", "ConvTranspose2d", "MaxPool1d"]
+__all__ = ["AvgPool1d", "Conv1d", "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d"]
 
 
 class ConvTranspose2d(Module):
@@ -122,6 +122,53 @@ class Conv1d(Module):
 
 
 class MaxPool1d(_MaxPool):
+class ConvTranspose1d(Module):
+    """Transposed 1-d convolution over ``(N, C, L)`` or unbatched ``(C, L)``
+    (``tp.conv_transpose1d``); weight ``(cin, cout, k)`` and bias ~ U(-1/sqrt(fan_in),
+    1/sqrt(fan_in)) with ``fan_in = cout*k``, as PyTorch's. Output length ``(L - 1)*stride -
+    2*padding + k + output_padding``. PyTorch's argument order; only ``groups=1``,
+    ``dilation=1`` and ``padding_mode="zeros"`` are supported."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
+                 output_padding=0, groups: int = 1, bias: bool = True, dilation=1,
+                 padding_mode: str = "zeros", *, queue=None):
+        super().__init__()
+        queue = queue if queue is not None else default_queue()
+        _check_sizes("ConvTranspose1d", {"in_channels": in_channels,
+                                             + self.kernel_size, bound))
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        if groups != 1 or single("ConvTranspose1d", "dilation", dilation) != 1 \
+                or padding_mode != "zeros":
+            raise ShapeError(f"ConvTranspose1d: output_padding {self.output_padding} must be "
+                             f"'zeros' are supported, got groups={groups!r}, dilation="
+                             f"{dilation!r}, padding_mode={padding_mode!r}")
+        self.kernel_size = (single("ConvTranspose1d", "kernel_size", kernel_size),)
+        self.stride = (single("ConvTranspose1d", "stride", stride),)
+        self.padding = (single("ConvTranspose1d", "padding", padding, least=0),)
+        self.output_padding = (single("ConvTranspose1d", "output_padding", output_padding,
+                                      least=0),)
+        if self.output_padding[0] >= self.stride[0]:
+                             f"smaller than the stride {self.stride} (as PyTorch)")
+        bound = 1.0 / math.sqrt(self.out_channels * self.kernel_size[0])
+        self.weight = _param(queue, uniform_((self.in_channels, self.out_channels)
+        if bias:
+            self.bias = _param(queue, uniform_((self.out_channels,), bound))
+        else:
+            self.register_parameter("bias", None)
+    def forward(self, x):
+        _check_features(self, x, -2, self.in_channels, (2, 3))
+        return ops.conv_transpose1d(x, self.weight, self.bias, stride=self.stride[0],
+                                    padding=self.padding[0],
+                                    output_padding=self.output_padding[0])
+    def extra_repr(self) -> str:
+        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+             f"stride={self.stride}")
+        if self.padding != (0,):
+            s += f", padding={self.padding}"
+        if self.output_padding != (0,):
+            s += f", output_padding={self.output_padding}"
+        return s + ("" if self.bias is not None else ", bias=False")
+class MaxPool1d(Module):
     """Max pooling over ``(N, C, L)`` or ``(C, L)`` (``tp.max_pool1d``); ``stride=None`` means
     ``kernel_size``."""
 

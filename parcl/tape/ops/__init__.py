@@ -28,6 +28,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | scatters | scatter scatter_add index_add take_along_dim |
 | norm | layer_norm rms_norm group_norm |
 | nn, conv | conv2d conv_transpose2d pools batch_norm dropout |
+| adaptive | adaptive_avg_pool1d adaptive_max_pool1d adaptive_max_pool2d |
 | resample | interpolate pixel_shuffle pixel_unshuffle |
 | sequence | conv1d max_pool1d avg_pool1d (the 2-D ops on (N, C, 1, L) views) |
 | attention | scaled_dot_product_attention |
@@ -40,6 +41,7 @@ from importlib import import_module
 
 from .activation import *  # noqa: F401,F403
 from .activation_more import *  # noqa: F401,F403
+from .adaptive import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .contraction import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
@@ -72,10 +74,13 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 
 # by name: composed's ``norm`` (the op) takes the name of the ``norm`` module (layer_norm ...)
 # in this namespace, so composed is imported after it
-_MODULES = ("activation", "activation_more", "attention", "composed", "contraction", "conv",
+_MODULES = ("activation", "activation_more", "adaptive", "attention", "composed", "contraction",
             "diagonals", "elementwise", "indexing", "join", "linalg", "loss", "loss_more",
             "mathops", "mathops_more", "moments", "nn", "norm", "picks", "reduce", "reduce_dims",
             "reductions", "resample", "scans", "scatters", "select", "sequence", "shape",
             "slices", "sorting", "unary")
+            "conv", "elementwise", "indexing", "join", "linalg", "loss", "loss_more", "mathops",
+            "nn", "norm", "picks", "reduce", "reduce_dims", "reductions", "resample", "scatters",
+            "select", "sequence", "shape", "slices", "sorting", "unary")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]

@@ -1,6 +1,7 @@
 """1-D convolution and pooling over ``(N, C, L)`` (or unbatched ``(C, L)``): PyTorch's
-``conv1d``, ``max_pool1d`` and ``avg_pool1d``, each the 2-D op on an ``(N, C, 1, L)`` view
-(``unsqueeze``/``squeeze`` are views: no copies), so their gradients are the 2-D ops'.
+``conv1d``, ``conv_transpose1d``, ``max_pool1d`` and ``avg_pool1d``, each the 2-D op on an
+``(N, C, 1, L)`` view (``unsqueeze``/``squeeze`` are views: no copies), so their gradients are
+the 2-D ops'.
 
 >>> x = tp.tensor(pc.Tensor.from_host(q, np.ones((2, 4, 9), np.float32)), True)
 >>> w = tp.tensor(pc.Tensor.from_host(q, np.ones((6, 4, 3), np.float32)), True)
@@ -14,10 +15,11 @@ import numpy as np
 
 from ...errors import ShapeError
 from .indexing import pad as pad_op
+from .conv import conv_transpose2d
 from .nn import avg_pool2d, conv2d, max_pool2d
 from .shape import squeeze, unsqueeze
 
-__all__ = ["avg_pool1d", "conv1d", "max_pool1d"]
+__all__ = ["avg_pool1d", "conv1d", "conv_transpose1d", "max_pool1d"]
 
 
 def single(op: str, name: str, value, least: int = 1) -> int:
@@ -87,6 +89,39 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
         left = single("conv1d", "padding", padding, least=0)
     y = conv2d(x4, unsqueeze(weight, 2, tape=tape), bias, stride=(1, stride),
                padding=(0, left), dilation=(1, dilation), groups=groups, tape=tape)
+    return _back(y, batched, tape)
+
+
+def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups: int = 1, dilation=1, *, tape=None):
+    """``torch.nn.functional.conv_transpose1d`` of ``x`` ``(N, C, L)`` or ``(C, L)`` with
+    ``weight`` ``(cin, cout, k)``: the gradient of ``conv1d`` with respect to its input. The
+    output is ``(L - 1)*stride - 2*padding + k + output_padding`` long (``output_padding <
+    stride``). ``conv_transpose2d`` on an ``(N, C, 1, L)`` view; only ``groups=1`` and
+    ``dilation=1``, as there.
+
+    >>> tp.conv_transpose1d(x, tp.reshape(w, (4, 6, 3)), stride=2).shape   # x (2, 4, 9)
+    (2, 6, 19)
+    """
+    wshape = tuple(weight.shape)
+    if len(wshape) != 3:
+        raise ShapeError(f"conv_transpose1d: weight must be 3-d (in_channels, out_channels, "
+                         f"kernel), got shape {wshape}")
+    if groups != 1 or single("conv_transpose1d", "dilation", dilation) != 1:
+        raise ShapeError(f"conv_transpose1d: only groups=1 and dilation=1 are supported, got "
+                         f"groups={groups!r}, dilation={dilation!r}")
+    s = single("conv_transpose1d", "stride", stride)
+    p = single("conv_transpose1d", "padding", padding, least=0)
+    op = single("conv_transpose1d", "output_padding", output_padding, least=0)
+    if op >= s:
+        raise ShapeError(f"conv_transpose1d: output_padding {op} must be smaller than the "
+                         f"stride {s} (as PyTorch)")
+    x4, batched = _as_2d("conv_transpose1d", x, tape)
+    if x4.shape[1] != wshape[0]:
+        raise ShapeError(f"conv_transpose1d: input of shape {tuple(x.shape)} has "
+                         f"{x4.shape[1]} channels, weight {wshape} expects {wshape[0]}")
+    y = conv_transpose2d(x4, unsqueeze(weight, 2, tape=tape), bias, stride=(1, s),
+                         padding=(0, p), output_padding=(0, op), tape=tape)
     return _back(y, batched, tape)
 
 

@@ -1,0 +1,158 @@
+"""``tp.adaptive_avg_pool1d``, ``tp.adaptive_max_pool1d``, ``tp.adaptive_max_pool2d`` and
+``tp.conv_transpose1d`` with their layers, against PyTorch's: outputs, gradients (ties
+included), initialisation bounds, state-dict keys, reprs and refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import parcl as pc
+import parcl.tape as tp
+from conftest import leaf
+from parcl import nn
+
+
+def check_as_torch(ours, theirs, arrays, rng, tol=1e-5):
+    """``ours(*nodes)`` and ``theirs(*tensors)`` agree, and so do every input's gradients for
+    one random upstream gradient."""
+    nodes = [leaf(pc.default_queue(), a) for a in arrays]
+    tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
+    with tp.Tape() as tape:
+        y = ours(*nodes)
+    want = theirs(*tensors)
+    assert y.shape == tuple(want.shape)
+    np.testing.assert_allclose(y.to_host(), want.detach().numpy(), rtol=tol, atol=tol)
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    tape.backward(y, grad=pc.Tensor.from_host(pc.default_queue(), g))
+    want.backward(torch.from_numpy(g))
+    for node, tensor in zip(nodes, tensors):
+        np.testing.assert_allclose(node.grad.to_host(), tensor.grad.numpy(), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("shape,size", [((2, 3, 10), 3), ((2, 3, 10), 4), ((3, 7), 7),
+                                        ((2, 3, 5), 8), ((1, 2, 9), 1)])
+@pytest.mark.parametrize("name", ["adaptive_avg_pool1d", "adaptive_max_pool1d"])
+def test_adaptive_pool1d_matches_pytorch_with_overlapping_windows(queue, rng, shape, size,
+                                                                  name):
+    x = rng.standard_normal(shape).astype(np.float32)
+    check_as_torch(lambda v: getattr(tp, name)(v, size), lambda v: getattr(F, name)(v, size),
+                   [x], rng)
+
+
+@pytest.mark.parametrize("shape,size", [((2, 3, 7, 5), (3, 2)), ((2, 3, 7, 5), (2, None)),
+                                        ((3, 8, 6), (4, 3)), ((1, 2, 5, 9), (5, 1)),
+                                        ((1, 2, 9, 5), (1, 5)), ((2, 2, 6, 6), 3),
+                                        ((1, 1, 4, 4), (3, 3)), ((1, 1, 3, 3), 5)])
+def test_adaptive_max_pool2d_matches_pytorch(queue, rng, shape, size):
+    x = rng.standard_normal(shape).astype(np.float32)
+    check_as_torch(lambda v: tp.adaptive_max_pool2d(v, size),
+                   lambda v: F.adaptive_max_pool2d(v, size), [x], rng)
+
+
+def test_adaptive_max_pools_send_a_tie_gradient_to_the_first_maximum_as_pytorch(queue, rng):
+    x = np.ones((1, 1, 5, 7), np.float32)
+    x[0, 0, 3, 1] = x[0, 0, 4, 6] = 2.0
+    check_as_torch(lambda v: tp.adaptive_max_pool2d(v, (2, 3)),
+                   lambda v: F.adaptive_max_pool2d(v, (2, 3)), [x], rng)
+    check_as_torch(lambda v: tp.adaptive_max_pool1d(v, 3),
+                   lambda v: F.adaptive_max_pool1d(v, 3), [np.zeros((2, 1, 8), np.float32)],
+                   rng)
+
+
+def test_adaptive_max_pool1d_takes_the_largest_of_each_window(queue):
+    x = tp.tensor(np.array([[[5.0, 1.0, 2.0, 9.0, 3.0, 0.0, 4.0]]], np.float32))
+    # windows of 7 into 3: [0, 3), [2, 5), [4, 7)
+    np.testing.assert_array_equal(tp.adaptive_max_pool1d(x, 3).to_host(), [[[5.0, 9.0, 4.0]]])
+    np.testing.assert_allclose(tp.adaptive_avg_pool1d(x, 3).to_host(),
+                               [[[8.0 / 3, 14.0 / 3, 7.0 / 3]]], rtol=1e-6)
+
+
+def test_adaptive_pools_pass_gradcheck(queue, rng):
+    x = rng.permutation(60).reshape(1, 3, 4, 5).astype(np.float32) / 10   # no ties
+    assert tp.gradcheck(lambda v: tp.adaptive_max_pool2d(v, (3, 2)), [leaf(queue, x)])
+    assert tp.gradcheck(lambda v: tp.adaptive_max_pool1d(v, 4), [leaf(queue, x[0])])
+    assert tp.gradcheck(lambda v: tp.adaptive_avg_pool1d(v, 3), [leaf(queue, x[0])])
+
+
+@pytest.mark.parametrize("layer,size,shape", [("AdaptiveAvgPool1d", 4, (2, 3, 9)),
+                                              ("AdaptiveMaxPool1d", 4, (3, 9)),
+                                              ("AdaptiveMaxPool2d", (None, 2), (2, 3, 5, 7))])
+def test_adaptive_pool_layers_match_pytorch(queue, rng, layer, size, shape):
+    ours, theirs = getattr(nn, layer)(size), getattr(torch.nn, layer)(size)
+    check_as_torch(ours, theirs, [rng.standard_normal(shape).astype(np.float32)], rng)
+    assert repr(ours) == repr(theirs)
+    assert list(ours.state_dict()) == []
+
+
+def test_adaptive_pools_refuse_bad_sizes_ranks_and_indices(queue):
+    x = tp.tensor(np.ones((2, 3, 4), np.float32))
+    with pytest.raises(pc.ShapeError, match="adaptive_max_pool1d: output_size must hold "
+                                            "positive integers"):
+        tp.adaptive_max_pool1d(x, 0)
+    with pytest.raises(pc.ShapeError, match=r"adaptive_max_pool2d: expected a 3-d \(unbatched\) "
+                                            r"or 4-d input, got shape \(4,\)"):
+        tp.adaptive_max_pool2d(tp.tensor(np.ones(4, np.float32)), 2)
+    with pytest.raises(pc.ShapeError, match="output_size must be an int or a tuple of 2"):
+        tp.adaptive_max_pool2d(x, (1, 2, 3))
+    with pytest.raises(pc.ShapeError, match="AdaptiveMaxPool2d: return_indices=True is not "
+                                            "supported"):
+        nn.AdaptiveMaxPool2d(2, return_indices=True)
+    with pytest.raises(pc.ShapeError, match=r"adaptive_avg_pool1d: expected a 2-d \(C, L\) or "
+                                            r"3-d"):
+        nn.AdaptiveAvgPool1d(2)(tp.tensor(np.ones((1, 2, 3, 4), np.float32)))
+
+
+@pytest.mark.parametrize("kw,shape", [(dict(stride=2), (2, 4, 9)),
+                                      (dict(stride=3, padding=1, output_padding=2), (4, 9)),
+                                      (dict(), (2, 4, 5)), (dict(bias=False, stride=2), (1, 4, 3))])
+def test_conv_transpose1d_layer_matches_pytorch(queue, rng, kw, shape):
+    nn.manual_seed(0)
+    ours = nn.ConvTranspose1d(4, 6, 3, **kw)
+    theirs = torch.nn.ConvTranspose1d(4, 6, 3, **kw)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
+    x = rng.standard_normal(shape).astype(np.float32)
+    nx, tx = leaf(queue, x), torch.tensor(x, requires_grad=True)
+    with tp.Tape() as tape:
+        y = ours(nx)
+    want = theirs(tx)
+    np.testing.assert_allclose(y.to_host(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    tape.backward(y, grad=pc.Tensor.from_host(queue, g))
+    want.backward(torch.from_numpy(g))
+    np.testing.assert_allclose(nx.grad.to_host(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
+    grads = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():
+        np.testing.assert_allclose(p.grad.to_host(), grads[name].grad.numpy(), rtol=1e-5,
+                                   atol=1e-5, err_msg=name)
+    assert repr(ours) == repr(theirs)
+
+
+def test_conv_transpose1d_initialises_within_pytorchs_bound(queue):
+    nn.manual_seed(0)
+    layer = nn.ConvTranspose1d(8, 5, 4)                    # fan_in = out_channels * k = 20
+    weight, bias = layer.weight.to_host(), layer.bias.to_host()
+    assert weight.shape == (8, 5, 4) and bias.shape == (5,)
+    bound = 1 / np.sqrt(20)
+    assert np.abs(weight).max() <= bound and np.abs(weight).max() > 0.9 * bound
+    assert np.abs(bias).max() <= bound
+
+
+def test_conv_transpose1d_op_passes_gradcheck(queue, rng):
+    x, w, b = (leaf(queue, rng.standard_normal(s)) for s in ((2, 3, 4), (3, 2, 3), (2,)))
+    assert tp.gradcheck(lambda *a: tp.conv_transpose1d(*a, stride=2, padding=1), [x, w, b])
+
+
+def test_conv_transpose1d_refuses_what_it_does_not_support(queue):
+    with pytest.raises(pc.ShapeError, match="ConvTranspose1d: only groups=1, dilation=1"):
+        nn.ConvTranspose1d(4, 4, 3, groups=2)
+    with pytest.raises(pc.ShapeError, match="output_padding .* must be smaller than the stride"):
+        nn.ConvTranspose1d(4, 4, 3, stride=2, output_padding=2)
+    with pytest.raises(pc.ShapeError, match=r"has 3 features/channels at dim -2"):
+        nn.ConvTranspose1d(4, 4, 3)(tp.tensor(np.ones((2, 3, 5), np.float32)))
+    with pytest.raises(pc.ShapeError, match="conv_transpose1d: weight must be 3-d"):
+        tp.conv_transpose1d(tp.tensor(np.ones((2, 3, 5), np.float32)),
+                            tp.tensor(np.ones((3, 2), np.float32)))
