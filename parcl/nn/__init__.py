@@ -14,6 +14,8 @@ same program builds bit-identical models in every run and every replica thread.
 from .activation import (CELU, ELU, GLU, SELU, CosineSimilarity, Hardsigmoid, Hardswish, Hardtanh,
                          LeakyReLU, LogSigmoid, LogSoftmax, Mish, PReLU, ReLU6, Sigmoid, SiLU,
                          Softmax2d, Softmin, Softplus, Softsign, Tanh, Tanhshrink, Threshold)
+from .bilinear import Bilinear
+from .cells import GRUCell, LSTMCell, RNNCell
 from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, ParameterList,
                          Softmax)
 from .conv import AvgPool1d, Conv1d, ConvTranspose1d, ConvTranspose2d, MaxPool1d
@@ -57,8 +59,9 @@ __all__ = [
     # padding (PyTorch's)
     "CircularPad1d", "CircularPad2d", "ConstantPad1d", "ConstantPad2d", "ReflectionPad1d",
     "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d", "ZeroPad1d", "ZeroPad2d",
-    # recurrent layers (PyTorch's)
-    "GRU", "LSTM",
+    "Bilinear",
+    # recurrent layers and cells (PyTorch's)
+    "GRU", "GRUCell", "LSTM", "LSTMCell", "RNNCell",
     # activations
     "CELU", "CosineSimilarity", "ELU", "GELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh",
     "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU", "ReLU6", "SELU", "SiLU",

@@ -1,5 +1,6 @@
 """Small ops composed from others, so their gradients are those ops' own: ``nan_to_num``,
-``outer``, ``addmm``, ``baddbmm``, ``linalg_vector_norm`` and ``norm`` (PyTorch's).
+``outer``, ``addmm``, ``baddbmm``, ``bilinear``, ``linalg_vector_norm`` and ``norm``
+(PyTorch's).
 
 The norms take the root of the positive sums only, as ``normalize`` does
 (``parcl/tape/ops/activation_more.py``), and ``|x| ** p`` of the nonzero elements only:
@@ -31,10 +32,10 @@ from .mathops import eq, gt, isfinite, isnan, ne, square
 from .reduce import sum
 from .reduce_dims import amax, amin
 from .select import where
-from .shape import reshape, wrap_dims
+from .shape import permute, reshape, unsqueeze, wrap_dims
 from .unary import abs, sqrt
 
-__all__ = ["addmm", "baddbmm", "linalg_vector_norm", "nan_to_num", "norm", "outer"]
+__all__ = ["addmm", "baddbmm", "bilinear", "linalg_vector_norm", "nan_to_num", "norm", "outer"]
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -200,3 +201,35 @@ def norm(x, p=2, dim=None, keepdim: bool = False, *, tape=None):
         raise ParclError(f"norm: p={p!r} is not supported (vector norms and 'fro' only); "
                          f"got input {tuple(x.shape)}")
     return linalg_vector_norm(x, p, dim, keepdim, tape=tape)
+
+
+def bilinear(input1, input2, weight, bias=None, *, tape=None):
+    """``torch.nn.functional.bilinear``: ``y[..., o] = sum_ij input1[..., i] * weight[o, i, j]
+    * input2[..., j] + bias[o]`` for ``input1`` ``(*, in1)`` and ``input2`` ``(*, in2)`` with
+    the same leading dims (none: unbatched), ``weight`` ``(out, in1, in2)``, ``bias``
+    ``(out,)``. One GEMM of ``input1`` with the weight laid out ``(in1, out*in2)``, then a
+    product with ``input2`` summed over ``in2``.
+
+    >>> tp.bilinear(x1, x2, w).shape          # x1 (5, 2), x2 (5, 3), w (4, 2, 3)
+    (5, 4)
+    """
+    for what, t in (("input1", input1), ("input2", input2), ("weight", weight)):
+        _tensor("bilinear", what, t)
+    s1, s2, ws = tuple(input1.shape), tuple(input2.shape), tuple(weight.shape)
+    if len(ws) != 3 or not s1 or not s2 or s1[:-1] != s2[:-1] or (s1[-1], s2[-1]) != ws[1:]:
+        raise ShapeError(f"bilinear: expected input1 (*, in1) and input2 (*, in2) with the same "
+                         f"leading dims and weight (out, in1, in2), got input1 {s1}, input2 "
+                         f"{s2}, weight {ws}")
+    out, in1, in2 = ws
+    if bias is not None and tuple(bias.shape) != (out,):
+        raise ShapeError(f"bilinear: bias has shape {tuple(bias.shape)}, expected ({out},) for "
+                         f"weight {ws}")
+    rows = math.prod(s1[:-1])
+    w = reshape(permute(weight, (1, 0, 2), tape=tape), (in1, out * in2), tape=tape)
+    t = reshape(mm(reshape(input1, (rows, in1), tape=tape), w, tape=tape), (rows, out, in2),
+                tape=tape)
+    y = sum(mul(t, unsqueeze(reshape(input2, (rows, in2), tape=tape), 1, tape=tape),
+                tape=tape), 2, tape=tape)
+    if bias is not None:
+        y = add(y, bias, tape=tape)
+    return reshape(y, s1[:-1] + (out,), tape=tape)
