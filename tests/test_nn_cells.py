@@ -1,13 +1,14 @@
-"""``pc.nn.RNNCell``, ``LSTMCell``, ``GRUCell``, ``Bilinear`` and ``tp.bilinear`` against
-PyTorch's: given a torch module's state dict, the same outputs and the same gradients for the
-inputs, the states and every parameter; PyTorch's names, shapes, initialisation bounds, reprs
-and refusals."""
+"""``pc.nn.RNNCell``, ``LSTMCell``, ``GRUCell``, the Elman ``RNN``, ``Bilinear`` and
+``tp.bilinear`` against PyTorch's: given a torch module's state dict, the same outputs and the
+same gradients for the inputs, the states and every parameter; PyTorch's names, shapes,
+initialisation bounds, reprs and refusals."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+from xfmr_reference import compare
 
 import parcl as pc
 import parcl.tape as tp
@@ -172,3 +173,31 @@ def test_bilinear_refuses_mismatched_shapes_naming_them(queue):
         layer(tp.tensor(np.ones((5, 3), np.float32)), tp.tensor(np.ones((1, 4), np.float32)))
     with pytest.raises(pc.ShapeError, match="input2 \\(5, 3\\)"):
         layer(tp.tensor(np.ones((5, 3), np.float32)), tp.tensor(np.ones((5, 3), np.float32)))
+
+
+@pytest.mark.parametrize("kw", [{}, {"nonlinearity": "relu"}, {"num_layers": 2, "bias": False},
+                                {"bidirectional": True, "batch_first": True},
+                                {"num_layers": 2, "nonlinearity": "relu", "bidirectional": True}],
+                         ids=lambda kw: "-".join(kw) or "default")
+def test_rnn_matches_pytorchs_elman_network(queue, rng, kw):
+    torch.manual_seed(0)
+    theirs, ours = torch.nn.RNN(3, 4, **kw), nn.RNN(3, 4, **kw)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    x = rng.standard_normal((2, 5, 3) if kw.get("batch_first") else (5, 2, 3))
+    d = 2 if kw.get("bidirectional") else 1
+    h0 = rng.standard_normal((kw.get("num_layers", 1) * d, 2, 4))
+    out, h_n = compare(queue, theirs, ours, [x.astype(np.float32), h0.astype(np.float32)],
+                       lambda m, x, h: m(x, h), lambda m, x, h: m(x, h), tol=1e-5)
+    assert h_n.shape == h0.shape
+    assert repr(ours) == repr(theirs)
+
+
+def test_rnn_takes_nonlinearity_fourth_as_pytorch_and_refuses_unknown_ones(queue, rng):
+    rnn = nn.RNN(3, 4, 1, "relu")
+    x = tp.tensor(rng.standard_normal((6, 3)).astype(np.float32))        # unbatched (T, in)
+    out, h_n = rnn(x)
+    assert out.shape == (6, 4) and h_n.shape == (1, 4)
+    assert (out.to_host() >= 0).all()
+    np.testing.assert_array_equal(out.to_host()[-1], h_n.to_host()[0])
+    with pytest.raises(pc.ParclError, match="RNN: unknown nonlinearity 'gelu'"):
+        nn.RNN(3, 4, nonlinearity="gelu")

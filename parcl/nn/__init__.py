@@ -34,7 +34,7 @@ from .padding import (CircularPad1d, CircularPad2d, ConstantPad1d, ConstantPad2d
                       ReflectionPad1d, ReflectionPad2d, ReplicationPad1d, ReplicationPad2d,
                       ZeroPad1d, ZeroPad2d)
 from .pooling import AdaptiveAvgPool1d, AdaptiveMaxPool1d, AdaptiveMaxPool2d
-from .recurrent import GRU, LSTM
+from .recurrent import GRU, LSTM, RNN
 from .resample import (PixelShuffle, PixelUnshuffle, Upsample, UpsamplingBilinear2d,
                        UpsamplingNearest2d)
 from .resnet import BasicBlock, ResNet, resnet18
@@ -61,7 +61,7 @@ __all__ = [
     "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d", "ZeroPad1d", "ZeroPad2d",
     "Bilinear",
     # recurrent layers and cells (PyTorch's)
-    "GRU", "GRUCell", "LSTM", "LSTMCell", "RNNCell",
+    "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell",
     # activations
     "CELU", "CosineSimilarity", "ELU", "GELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh",
     "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU", "ReLU6", "SELU", "SiLU",

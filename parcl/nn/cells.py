@@ -20,7 +20,7 @@ from ..tape import ops
 from ..tensor import Tensor
 from .layers import _check_sizes, _param
 from .module import Module, uniform_
-from .recurrent import _gru_cell, _lstm_cell
+from .recurrent import RNN_CELLS, _gru_cell, _lstm_cell
 
 __all__ = ["GRUCell", "LSTMCell", "RNNCell"]
 
@@ -88,7 +88,7 @@ class RNNCell(_CellBase):
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
                  nonlinearity: str = "tanh", *, queue=None):
-        if nonlinearity not in ("tanh", "relu"):
+        if nonlinearity not in RNN_CELLS:
             raise ParclError(f"RNNCell: unknown nonlinearity {nonlinearity!r}; use 'tanh' or "
                              "'relu'")
         super().__init__(input_size, hidden_size, bias, queue=queue)
@@ -97,8 +97,8 @@ class RNNCell(_CellBase):
     def forward(self, input, hx=None):  # noqa: A002 - PyTorch's argument name
         x, batched = self._input(input)
         h = self._state(hx, "hx", x, batched)
-        pre = ops.add(self._project(x), ops.linear(h, self.weight_hh, self.bias_hh))
-        h = ops.tanh(pre) if self.nonlinearity == "tanh" else ops.relu(pre)
+        (h,) = RNN_CELLS[self.nonlinearity](self._project(x), (h,), self.weight_hh,
+                                            self.bias_hh)
         return h if batched else ops.squeeze(h, 0)
 
     def extra_repr(self) -> str:

@@ -1,5 +1,5 @@
-"""Recurrent layers: PyTorch's ``LSTM`` and ``GRU`` (signatures, parameter names and shapes,
-gate order, initialisation), so ``load_state_dict(torch_module.state_dict())`` works.
+"""Recurrent layers: PyTorch's ``RNN``, ``LSTM`` and ``GRU`` (signatures, parameter names and
+shapes, gate order, initialisation), so ``load_state_dict(torch_module.state_dict())`` works.
 
 Each is a Python loop over the time steps of existing ops (``linear``, ``sigmoid``, ``tanh``,
 ``mul``, ``add``, ``chunk``): the input's projection for every step is one GEMM per layer and
@@ -26,7 +26,22 @@ from ..tensor import Tensor
 from .layers import _check_sizes, _param
 from .module import Module, uniform_
 
-__all__ = ["GRU", "LSTM"]
+__all__ = ["GRU", "LSTM", "RNN"]
+
+
+def _rnn_tanh_cell(gi, state, w_hh, b_hh):
+    """One Elman step: ``tanh(x W_ih^T + b_ih + h W_hh^T + b_hh)``."""
+    h, = state
+    return (ops.tanh(ops.add(gi, ops.linear(h, w_hh, b_hh))),)
+
+
+def _rnn_relu_cell(gi, state, w_hh, b_hh):
+    """One Elman step with ReLU for tanh."""
+    h, = state
+    return (ops.relu(ops.add(gi, ops.linear(h, w_hh, b_hh))),)
+
+
+RNN_CELLS = {"tanh": _rnn_tanh_cell, "relu": _rnn_relu_cell}
 
 
 def _lstm_cell(gi, state, w_hh, b_hh):
@@ -230,6 +245,32 @@ class GRU(_RNNBase):
 
     mode, gates, states = "GRU", 3, 1
     cell = staticmethod(_gru_cell)
+
+    def forward(self, input, hx=None):  # noqa: A002 - PyTorch's argument name
+        """``output, h_n``; ``hx`` is ``h_0`` or None (zeros)."""
+        out, (h_n,) = self._forward(input, (hx,))
+        return out, h_n
+
+
+class RNN(_RNNBase):
+    """PyTorch's ``nn.RNN(input_size, hidden_size, num_layers=1, nonlinearity="tanh",
+    bias=True, batch_first=False, dropout=0.0, bidirectional=False)``: the Elman network
+    ``h_t = nonlinearity(x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh)``, ``nonlinearity``
+    ``"tanh"`` or ``"relu"``. Parameters as ``LSTM``'s with ``hidden`` rows; ``rnn(input,
+    h_0=None)`` returns ``output, h_n``."""
+
+    mode, gates, states = "RNN", 1, 1
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
+                 nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False,
+                 dropout: float = 0.0, bidirectional: bool = False, *, queue=None):
+        if nonlinearity not in RNN_CELLS:
+            raise ParclError(f"RNN: unknown nonlinearity {nonlinearity!r}; use 'tanh' or "
+                             "'relu'")
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, queue=queue)
+        self.nonlinearity = nonlinearity
+        self.cell = RNN_CELLS[nonlinearity]
 
     def forward(self, input, hx=None):  # noqa: A002 - PyTorch's argument name
         """``output, h_n``; ``hx`` is ``h_0`` or None (zeros)."""
