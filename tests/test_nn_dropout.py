@@ -110,3 +110,36 @@ def test_channel_dropout_refuses_bad_p_inplace_and_ranks(queue):
         nn.Dropout1d()(tp.tensor(np.ones((2, 3, 4, 5), np.float32)))
     with pytest.raises(pc.ShapeError, match=r"Dropout2d: expected a 4-d input"):
         nn.Dropout2d().eval()(tp.tensor(np.ones((2, 3), np.float32)))   # checked in eval too
+
+
+def test_channel_dropout_replays_under_capture_as_eager_calls(queue):
+    """A captured step draws each replay's channel mask from the generator as an eager call
+    would: the same losses and gradients call after call, the same generator state after."""
+    from parcl.tape.ops import nn as nn_ops
+
+    def run(captured):
+        pc.manual_seed(0)
+        model = nn.Sequential(nn.Linear(16, 24), nn.Unflatten(1, (6, 4)), nn.Dropout1d(0.5),
+                              nn.Flatten(), nn.Linear(24, 3))
+        for p in model.parameters():
+            p.grad = pc.Tensor.zeros(queue, p.shape)
+
+        def body(x, y):
+            with tp.Tape() as tape:
+                loss = tp.cross_entropy(model(tp.tensor(x)), y)
+            tape.backward(loss)
+            return loss.value
+        nn_ops.manual_seed(5)
+        step = tp.capture(body, queue) if captured else body
+        losses = []
+        for s in range(3):
+            data = np.random.default_rng(s)
+            x = pc.Tensor.from_host(queue, data.standard_normal((4, 16)).astype(np.float32))
+            y = pc.Tensor.from_host(queue, data.integers(0, 3, 4))
+            losses.append(float(step(x, y).to_host()))
+        return losses, [p.grad.to_host() for p in model.parameters()], nn_ops.rng_state(), step
+
+    eager, replayed = run(False), run(True)
+    assert replayed[3].replays == 2                         # the calls after the recording
+    assert replayed[0] == eager[0] and replayed[2] == eager[2] == (5, 3)
+    assert all(np.array_equal(a, b) for a, b in zip(replayed[1], eager[1]))
