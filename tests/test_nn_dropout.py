@@ -1,4 +1,4 @@
-"""``pc.nn.Dropout1d`` and ``Dropout2d``: whole channels zeroed, the rest scaled by
+"""``pc.nn.Dropout1d``, ``Dropout2d`` and ``Dropout3d``: whole channels zeroed, the rest scaled by
 ``1/(1-p)``, the identity in evaluation, masks from the seeded dropout generator, gradients
 through the same mask; PyTorch's shapes, reprs and refusals."""
 
@@ -21,7 +21,9 @@ def channel_values(y: np.ndarray, spatial: int) -> np.ndarray:
 
 @pytest.mark.parametrize("layer,shape,spatial", [(nn.Dropout1d, (4, 16, 5), 1),
                                                  (nn.Dropout1d, (16, 5), 1),
-                                                 (nn.Dropout2d, (4, 16, 3, 3), 2)])
+                                                 (nn.Dropout2d, (4, 16, 3, 3), 2),
+                                                 (nn.Dropout3d, (2, 16, 2, 3, 2), 3),
+                                                 (nn.Dropout3d, (16, 2, 2, 2), 3)])
 def test_channel_dropout_zeroes_whole_channels_and_scales_the_rest(queue, rng, layer, shape,
                                                                    spatial):
     tp.manual_seed(0)
@@ -96,6 +98,7 @@ def test_channel_dropout_reprs_match_pytorchs(queue):
     assert repr(nn.Dropout1d(0.3)) == repr(torch.nn.Dropout1d(0.3)) == \
         "Dropout1d(p=0.3, inplace=False)"
     assert repr(nn.Dropout2d()) == repr(torch.nn.Dropout2d()) == "Dropout2d(p=0.5, inplace=False)"
+    assert repr(nn.Dropout3d(0.1)) == repr(torch.nn.Dropout3d(0.1))
     assert list(nn.Dropout2d().state_dict()) == []
 
 
@@ -108,6 +111,8 @@ def test_channel_dropout_refuses_bad_p_inplace_and_ranks(queue):
     with pytest.raises(pc.ShapeError, match=r"Dropout1d: expected a 2-d \(unbatched\) or 3-d "
                                             r"input, got shape \(2, 3, 4, 5\)"):
         nn.Dropout1d()(tp.tensor(np.ones((2, 3, 4, 5), np.float32)))
+    with pytest.raises(pc.ShapeError, match=r"Dropout3d: expected a 4-d \(unbatched\) or 5-d"):
+        nn.Dropout3d()(tp.tensor(np.ones((2, 3, 4), np.float32)))
     with pytest.raises(pc.ShapeError, match=r"Dropout2d: expected a 4-d input"):
         nn.Dropout2d().eval()(tp.tensor(np.ones((2, 3), np.float32)))   # checked in eval too
 

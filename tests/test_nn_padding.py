@@ -16,6 +16,8 @@ LAYERS_1D = [("ZeroPad1d", ()), ("ConstantPad1d", (1.5,)), ("ReflectionPad1d", (
              ("ReplicationPad1d", ()), ("CircularPad1d", ())]
 LAYERS_2D = [("ZeroPad2d", ()), ("ConstantPad2d", (-2.0,)), ("ReflectionPad2d", ()),
              ("ReplicationPad2d", ()), ("CircularPad2d", ())]
+LAYERS_3D = [("ZeroPad3d", ()), ("ConstantPad3d", (0.5,)), ("ReflectionPad3d", ()),
+             ("ReplicationPad3d", ()), ("CircularPad3d", ())]
 
 
 def forward_and_grad(layer, x: np.ndarray, g_seed: int = 1):
@@ -51,6 +53,13 @@ def test_pad2d_layers_pad_and_backpropagate_as_pytorch(queue, rng, name, extra, 
     check_as_torch(name, extra, padding, rng.standard_normal(shape).astype(np.float32))
 
 
+@pytest.mark.parametrize("name,extra", LAYERS_3D)
+@pytest.mark.parametrize("padding,shape", [(1, (1, 2, 3, 4, 3)),
+                                           ((2, 0, 1, 2, 0, 1), (2, 3, 4, 3))])
+def test_pad3d_layers_pad_and_backpropagate_as_pytorch(queue, rng, name, extra, padding, shape):
+    check_as_torch(name, extra, padding, rng.standard_normal(shape).astype(np.float32))
+
+
 def test_constant_pads_crop_with_negative_padding_as_pytorch(queue, rng):
     x = rng.standard_normal((2, 3, 6)).astype(np.float32)
     check_as_torch("ConstantPad1d", (0.5,), (-1, 2), x)
@@ -77,7 +86,7 @@ def test_replication_pad2d_passes_gradcheck(queue, rng):
 
 
 def test_padding_layers_have_no_parameters_and_export_their_names(queue):
-    for name, extra in LAYERS_1D + LAYERS_2D:
+    for name, extra in LAYERS_1D + LAYERS_2D + LAYERS_3D:
         assert name in nn.__all__
         assert list(getattr(nn, name)(1, *extra).state_dict()) == []
 

@@ -19,7 +19,7 @@ from .cells import GRUCell, LSTMCell, RNNCell
 from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, ParameterList,
                          Softmax)
 from .conv import AvgPool1d, Conv1d, ConvTranspose1d, ConvTranspose2d, MaxPool1d
-from .dropout import Dropout1d, Dropout2d
+from .dropout import Dropout1d, Dropout2d, Dropout3d
 from .gelu import GELU
 from .gpt import GPT, CausalSelfAttention
 from .keys import capture_key
@@ -30,9 +30,10 @@ from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropy
 from .module import Module, Parameter, StateDictError, default_generator, manual_seed
 from .multihead import MultiheadAttention
 from .norm import BatchNorm1d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm, RMSNorm
-from .padding import (CircularPad1d, CircularPad2d, ConstantPad1d, ConstantPad2d,
-                      ReflectionPad1d, ReflectionPad2d, ReplicationPad1d, ReplicationPad2d,
-                      ZeroPad1d, ZeroPad2d)
+from .padding import (CircularPad1d, CircularPad2d, CircularPad3d, ConstantPad1d,
+                      ConstantPad2d, ConstantPad3d, ReflectionPad1d, ReflectionPad2d,
+                      ReflectionPad3d, ReplicationPad1d, ReplicationPad2d, ReplicationPad3d,
+                      ZeroPad1d, ZeroPad2d, ZeroPad3d)
 from .pooling import AdaptiveAvgPool1d, AdaptiveMaxPool1d, AdaptiveMaxPool2d
 from .recurrent import GRU, LSTM, RNN
 from .resample import (PixelShuffle, PixelUnshuffle, Upsample, UpsamplingBilinear2d,
@@ -53,12 +54,13 @@ __all__ = [
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
     "AvgPool1d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "ConvTranspose1d",
     "ConvTranspose2d", "MaxPool1d",
-    "Dropout", "Dropout1d", "Dropout2d", "Embedding", "Flatten", "GroupNorm", "InstanceNorm1d",
-    "InstanceNorm2d", "LayerNorm", "Linear", "MaxPool2d", "RMSNorm", "Unflatten",
+    "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "Embedding", "Flatten", "GroupNorm",
+    "InstanceNorm1d", "InstanceNorm2d", "LayerNorm", "Linear", "MaxPool2d", "RMSNorm", "Unflatten",
     "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
     # padding (PyTorch's)
-    "CircularPad1d", "CircularPad2d", "ConstantPad1d", "ConstantPad2d", "ReflectionPad1d",
-    "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d", "ZeroPad1d", "ZeroPad2d",
+    "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",
+    "ConstantPad3d", "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d",
+    "ReplicationPad2d", "ReplicationPad3d", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d",
     "Bilinear",
     # recurrent layers and cells (PyTorch's)
     "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell",

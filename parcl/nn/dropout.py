@@ -1,6 +1,7 @@
-"""Channel dropout with PyTorch's names: ``Dropout1d`` and ``Dropout2d``. While training, each
-channel of each sample (the whole ``L`` or ``H x W`` map) is zeroed with probability ``p`` and
-the others are scaled by ``1/(1-p)``; in evaluation the layer is the identity.
+"""Channel dropout with PyTorch's names: ``Dropout1d``, ``Dropout2d`` and ``Dropout3d``. While
+training, each channel of each sample (the whole ``L``, ``H x W`` or ``D x H x W`` map) is
+zeroed with probability ``p`` and the others are scaled by ``1/(1-p)``; in evaluation the layer
+is the identity.
 
 The ``(N, C)`` keep mask is ``tp.dropout`` of ones, so it comes from this thread's dropout
 generator (``pc.manual_seed``): the same seed gives the same channels dropped, in every run
@@ -23,7 +24,7 @@ from ..tape import ops
 from ..tensor import Tensor
 from .module import Module
 
-__all__ = ["Dropout1d", "Dropout2d"]
+__all__ = ["Dropout1d", "Dropout2d", "Dropout3d"]
 
 
 class _ChannelDropout(Module):
@@ -88,3 +89,10 @@ class Dropout2d(_ChannelDropout):
             raise ShapeError(f"Dropout2d: expected a 4-d input (N, C, H, W) (or a 3-d one, "
                              f"taken as (N, C, L) as PyTorch), got shape {shape}")
         return shape[:2] + (1, 1)
+
+
+class Dropout3d(_ChannelDropout):
+    """``Dropout3d(p=0.5, inplace=False)`` over ``(N, C, D, H, W)`` or unbatched
+    ``(C, D, H, W)`` (``inplace=True`` refused; other ranks a ``ShapeError``)."""
+
+    spatial = 3

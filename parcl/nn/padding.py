@@ -1,10 +1,12 @@
-"""Padding layers with PyTorch's names and arguments: ``ZeroPad1d/2d``, ``ConstantPad1d/2d``,
-``ReflectionPad1d/2d``, ``ReplicationPad1d/2d`` and ``CircularPad1d/2d``. Each is a Module
+"""Padding layers with PyTorch's names and arguments: ``ZeroPad1d/2d/3d``,
+``ConstantPad1d/2d/3d``, ``ReflectionPad1d/2d/3d``, ``ReplicationPad1d/2d/3d`` and
+``CircularPad1d/2d/3d``. Each is a Module
 without parameters over ``tp.pad`` in its mode, so its gradient is ``tp.pad``'s (a position
 copied several times gets the sum of its copies' gradients, in a fixed order).
 
 ``padding`` is an int (every side) or a tuple: ``(left, right)`` for the 1-d layers,
-``(left, right, top, bottom)`` for the 2-d ones. Negative padding crops, as PyTorch's.
+``(left, right, top, bottom)`` for the 2-d ones, ``(left, right, top, bottom, front, back)``
+for the 3-d ones. Negative padding crops, as PyTorch's.
 
 >>> import numpy as np, parcl as pc, parcl.tape as tp
 >>> x = tp.tensor(np.arange(3, dtype=np.float32).reshape(1, 3))
@@ -20,9 +22,10 @@ from ..errors import ShapeError
 from ..tape import ops
 from .module import Module
 
-__all__ = ["CircularPad1d", "CircularPad2d", "ConstantPad1d", "ConstantPad2d",
-           "ReflectionPad1d", "ReflectionPad2d", "ReplicationPad1d", "ReplicationPad2d",
-           "ZeroPad1d", "ZeroPad2d"]
+__all__ = ["CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",
+           "ConstantPad3d", "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d",
+           "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d", "ZeroPad1d", "ZeroPad2d",
+           "ZeroPad3d"]
 
 
 def _is_int(v) -> bool:
@@ -94,6 +97,12 @@ class ConstantPad2d(_ConstantPadNd):
     dims = 2
 
 
+class ConstantPad3d(_ConstantPadNd):
+    """``ConstantPad3d(padding, value)``: the last three dims padded with ``value``."""
+
+    dims = 3
+
+
 class ZeroPad1d(ConstantPad1d):
     """``ZeroPad1d(padding)``: the last dim padded with zeros."""
 
@@ -106,6 +115,16 @@ class ZeroPad1d(ConstantPad1d):
 
 class ZeroPad2d(ConstantPad2d):
     """``ZeroPad2d(padding)``: the last two dims padded with zeros."""
+
+    def __init__(self, padding):
+        super().__init__(padding, 0.0)
+
+    def extra_repr(self) -> str:
+        return f"{self.padding}"
+
+
+class ZeroPad3d(ConstantPad3d):
+    """``ZeroPad3d(padding)``: the last three dims padded with zeros."""
 
     def __init__(self, padding):
         super().__init__(padding, 0.0)
@@ -127,6 +146,12 @@ class ReflectionPad2d(_PadNd):
     mode, dims = "reflect", 2
 
 
+class ReflectionPad3d(_PadNd):
+    """``ReflectionPad3d(padding)`` over ``(C, D, H, W)`` or ``(N, C, D, H, W)``."""
+
+    mode, dims = "reflect", 3
+
+
 class ReplicationPad1d(_PadNd):
     """``ReplicationPad1d(padding)``: the edge repeated; ``(C, W)`` or ``(N, C, W)``."""
 
@@ -137,6 +162,12 @@ class ReplicationPad2d(_PadNd):
     """``ReplicationPad2d(padding)`` over ``(C, H, W)`` or ``(N, C, H, W)``."""
 
     mode, dims = "replicate", 2
+
+
+class ReplicationPad3d(_PadNd):
+    """``ReplicationPad3d(padding)`` over ``(C, D, H, W)`` or ``(N, C, D, H, W)``."""
+
+    mode, dims = "replicate", 3
 
 
 class CircularPad1d(_PadNd):
@@ -150,3 +181,9 @@ class CircularPad2d(_PadNd):
     """``CircularPad2d(padding)`` over ``(C, H, W)`` or ``(N, C, H, W)``."""
 
     mode, dims = "circular", 2
+
+
+class CircularPad3d(_PadNd):
+    """``CircularPad3d(padding)`` over ``(C, D, H, W)`` or ``(N, C, D, H, W)``."""
+
+    mode, dims = "circular", 3
