@@ -99,6 +99,7 @@ def test_channel_dropout_reprs_match_pytorchs(queue):
         "Dropout1d(p=0.3, inplace=False)"
     assert repr(nn.Dropout2d()) == repr(torch.nn.Dropout2d()) == "Dropout2d(p=0.5, inplace=False)"
     assert repr(nn.Dropout3d(0.1)) == repr(torch.nn.Dropout3d(0.1))
+    assert nn.Dropout1d(np.float32(0.25)).p == 0.25                # a numpy number too
     assert list(nn.Dropout2d().state_dict()) == []
 
 

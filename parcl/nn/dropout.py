@@ -18,6 +18,7 @@ gradient times the same mask.
 from __future__ import annotations
 
 import warnings
+from numbers import Real
 
 from ..errors import ParclError, ShapeError
 from ..tape import ops
@@ -35,7 +36,7 @@ class _ChannelDropout(Module):
     def __init__(self, p: float = 0.5, inplace: bool = False):
         super().__init__()
         name = type(self).__name__
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        if isinstance(p, bool) or not isinstance(p, Real) or not 0.0 <= p <= 1.0:
             raise ShapeError(f"{name}: dropout probability p must be in [0, 1], got {p!r}")
         if inplace:
             raise ParclError(f"{name}: inplace=True is not supported; parcl's dropout writes a "
