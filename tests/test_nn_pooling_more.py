@@ -156,3 +156,19 @@ def test_conv_transpose1d_refuses_what_it_does_not_support(queue):
     with pytest.raises(pc.ShapeError, match="conv_transpose1d: weight must be 3-d"):
         tp.conv_transpose1d(tp.tensor(np.ones((2, 3, 5), np.float32)),
                             tp.tensor(np.ones((3, 2), np.float32)))
+
+
+def test_conv_transpose1d_output_size_picks_the_output_padding_as_pytorch(queue, rng):
+    nn.manual_seed(0)
+    ours = nn.ConvTranspose1d(2, 3, 3, stride=2, padding=1)
+    theirs = torch.nn.ConvTranspose1d(2, 3, 3, stride=2, padding=1)
+    theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
+    x = rng.standard_normal((1, 2, 5)).astype(np.float32)
+    for size in ([9], [10], (1, 3, 10), 10):
+        want = theirs(torch.from_numpy(x), output_size=[size] if isinstance(size, int) else size)
+        got = ours(tp.tensor(x), output_size=size)
+        np.testing.assert_allclose(got.to_host(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert ours(tp.tensor(x[0]), output_size=[3, 10]).shape == (3, 10)     # unbatched
+    with pytest.raises(pc.ShapeError, match="requested an output size of 11, but valid sizes "
+                                            "range from 9 to 10"):
+        ours(tp.tensor(x), output_size=[11])

@@ -11,6 +11,9 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from ..errors import ShapeError
 from ..runtime import default_queue
 from ..tape import ops
@@ -158,8 +161,32 @@ class ConvTranspose1d(Module):
     def forward(self, x):
         _check_features(self, x, -2, self.in_channels, (2, 3))
         return ops.conv_transpose1d(x, self.weight, self.bias, stride=self.stride[0],
-                                    padding=self.padding[0],
+                                    padding=self.padding[0], output_padding=output_padding)
                                     output_padding=self.output_padding[0])
+
+    def forward(self, input, output_size=None):  # noqa: A002 - PyTorch's argument name
+        """The transposed convolution; ``output_size`` (the length, or the whole shape as
+        PyTorch takes it) picks the output padding instead of ``output_padding``."""
+        _check_features(self, input, -2, self.in_channels, (2, 3))
+        output_padding = self.output_padding[0]
+        if output_size is not None:
+            output_padding = self._output_padding(input, output_size)
+        return ops.conv_transpose1d(input, self.weight, self.bias, stride=self.stride[0],
+    def _output_padding(self, x, output_size) -> int:
+        """PyTorch's ``_output_padding``: the padding that gives ``output_size``, which must
+        lie within a stride of the smallest output."""
+        sizes = [output_size] if not isinstance(output_size, (tuple, list)) \
+            else list(output_size)
+        if len(sizes) not in (1, len(x.shape)) or not all(
+                isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in sizes):
+            raise ShapeError(f"{self!r}: requested an output size of {sizes[-1]}, but valid "
+                             f"({len(x.shape)} ints), got {output_size!r}")
+        smallest = ((x.shape[-1] - 1) * self.stride[0] - 2 * self.padding[0]
+                    + self.kernel_size[0])
+        if not smallest <= sizes[-1] < smallest + self.stride[0]:
+                             f"sizes range from {smallest} to {smallest + self.stride[0] - 1} "
+                             f"(for an input of length {x.shape[-1]})")
+        return int(sizes[-1]) - smallest
     def extra_repr(self) -> str:
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
              f"stride={self.stride}")
