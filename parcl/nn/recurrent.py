@@ -270,7 +270,10 @@ class RNN(_RNNBase):
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout,
                          bidirectional, queue=queue)
         self.nonlinearity = nonlinearity
-        self.cell = RNN_CELLS[nonlinearity]
+
+    def cell(self, gi, state, w_hh, b_hh):
+        """One step with ``nonlinearity`` as it is now (read at each call, as PyTorch's)."""
+        return RNN_CELLS[self.nonlinearity](gi, state, w_hh, b_hh)
 
     def forward(self, input, hx=None):  # noqa: A002 - PyTorch's argument name
         """``output, h_n``; ``hx`` is ``h_0`` or None (zeros)."""
