@@ -62,6 +62,41 @@ def test_adaptive_max_pools_send_a_tie_gradient_to_the_first_maximum_as_pytorch(
                    rng)
 
 
+@pytest.mark.parametrize("shape,size", [((2, 3, 7, 5), (3, 2)), ((3, 8, 6), (4, None)),
+                                        ((1, 2, 5, 9), (5, 1)), ((1, 1, 3, 3), 5)])
+def test_adaptive_max_pool2d_returns_pytorchs_indices(queue, rng, shape, size):
+    x = rng.standard_normal(shape).astype(np.float32)
+    nx = leaf(queue, x)
+    with tp.Tape() as tape:
+        y, indices = nn.AdaptiveMaxPool2d(size, return_indices=True)(nx)
+    want, want_indices = torch.nn.AdaptiveMaxPool2d(size, return_indices=True)(
+        torch.from_numpy(x))
+    assert isinstance(indices, pc.Tensor) and indices.dtype == np.int64
+    np.testing.assert_array_equal(indices.to_host(), want_indices.numpy())
+    np.testing.assert_array_equal(y.to_host(), want.numpy())
+    tape.backward(tp.sum(y))                                  # the output is still recorded
+    flat = nx.grad.to_host().reshape(x.shape[:-2] + (-1,))
+    counts = np.zeros_like(flat)
+    np.add.at(counts.reshape(-1, flat.shape[-1]),
+              (np.arange(counts.size // flat.shape[-1])[:, None],
+               want_indices.numpy().reshape(counts.size // flat.shape[-1], -1)), 1.0)
+    np.testing.assert_array_equal(flat, counts)       # the gradient lands on the indices
+
+
+def test_adaptive_max_pool_indices_point_at_the_first_maximum_as_pytorchs(queue):
+    x = np.ones((1, 1, 5, 7), np.float32)
+    x[0, 0, 3, 1] = x[0, 0, 4, 6] = 2.0
+    got = tp.adaptive_max_pool2d(tp.tensor(x), (2, 3), return_indices=True)[1]
+    want = F.adaptive_max_pool2d(torch.from_numpy(x), (2, 3), return_indices=True)[1]
+    np.testing.assert_array_equal(got.to_host(), want.numpy())
+    line = tp.tensor(np.array([[[5.0, 1.0, 2.0, 9.0, 3.0, 0.0, 4.0]]], np.float32))
+    values, where = nn.AdaptiveMaxPool1d(3, return_indices=True)(line)
+    assert where.to_host().tolist() == [[[0, 3, 6]]] and values.to_host().tolist() == [
+        [[5.0, 9.0, 4.0]]]
+    values, where = tp.adaptive_max_pool1d(line[0], 2, return_indices=True)   # unbatched
+    assert where.to_host().tolist() == [[3, 3]]               # [0, 4) and [3, 7) share 9
+
+
 def test_adaptive_max_pool1d_takes_the_largest_of_each_window(queue):
     x = tp.tensor(np.array([[[5.0, 1.0, 2.0, 9.0, 3.0, 0.0, 4.0]]], np.float32))
     # windows of 7 into 3: [0, 3), [2, 5), [4, 7)
@@ -87,7 +122,7 @@ def test_adaptive_pool_layers_match_pytorch(queue, rng, layer, size, shape):
     assert list(ours.state_dict()) == []
 
 
-def test_adaptive_pools_refuse_bad_sizes_ranks_and_indices(queue):
+def test_adaptive_pools_refuse_bad_sizes_and_ranks(queue):
     x = tp.tensor(np.ones((2, 3, 4), np.float32))
     with pytest.raises(pc.ShapeError, match="adaptive_max_pool1d: output_size must hold "
                                             "positive integers"):
@@ -97,9 +132,6 @@ def test_adaptive_pools_refuse_bad_sizes_ranks_and_indices(queue):
         tp.adaptive_max_pool2d(tp.tensor(np.ones(4, np.float32)), 2)
     with pytest.raises(pc.ShapeError, match="output_size must be an int or a tuple of 2"):
         tp.adaptive_max_pool2d(x, (1, 2, 3))
-    with pytest.raises(pc.ShapeError, match="AdaptiveMaxPool2d: return_indices=True is not "
-                                            "supported"):
-        nn.AdaptiveMaxPool2d(2, return_indices=True)
     with pytest.raises(pc.ShapeError, match=r"adaptive_avg_pool1d: expected a 2-d \(C, L\) or "
                                             r"3-d"):
         nn.AdaptiveAvgPool1d(2)(tp.tensor(np.ones((1, 2, 3, 4), np.float32)))

@@ -1,6 +1,8 @@
 """Adaptive average pooling over NCHW tensors, PyTorch's bins ``[floor(o*I/O), ceil((o+1)*I/O))``
 (any sizes; bins overlap when ``I % O != 0``). The backward is a gather: each input sums, in a
-fixed order, its bins' gradients divided by their sizes (no atomics, bit-reproducible).
+fixed order, its bins' gradients divided by their sizes (no atomics, bit-reproducible). Also
+``window_positions``, the input position of each adaptive max pool window's pick (the indices
+``return_indices=True`` gives).
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import adaptive_pool
@@ -16,7 +18,7 @@ import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from ..tensor import FLOAT, Tensor
-from ._cache import get_kernel
+from ._cache import get_kernel, round_up
 from .conv import _runs, pair
 
 # Work-item (column block, row): XB consecutive columns of one output (forward) or input
@@ -149,3 +151,34 @@ def adaptive_avg_pool2d_backward(grad: Tensor, x_shape) -> Tensor:
     _launch(grad.queue, "adaptive_avg_bwd", x_shape[3], rows_of(x_shape), grad.data, gx.data,
             *i32(x_shape[2], x_shape[3], oh, ow))
     return gx
+
+
+POSITIONS_SOURCE = r"""//CL//
+// out[i] = table[(i % plane) * k + pick[i]]: the input position of output i's pick (its
+// window's element pick[i]), for every plane of windows.
+__kernel void window_positions(__global const long* restrict pick,
+                               __global const long* restrict table, __global long* restrict out,
+                               const int plane, const int k, const long n)
+{
+    const long i = get_global_id(0);
+    if (i >= n)
+        return;
+    out[i] = table[(i % plane) * k + pick[i]];
+}
+"""
+
+
+def window_positions(pick: Tensor, table: np.ndarray) -> Tensor:
+    """``table[o, pick[..., o]]`` for every output ``o`` of a plane, as an int64 tensor shaped
+    like ``pick``: ``table`` ``(outputs per plane, window)`` holds each window element's input
+    position, ``pick`` (int64, last dims the plane's outputs) each window's chosen element."""
+    plane, k = table.shape
+    if pick.dtype != np.int64 or pick.size % plane:
+        raise ShapeError(f"window_positions: pick {pick.shape} {pick.dtype} does not hold "
+                         f"int64 planes of {plane} outputs")
+    positions = Tensor.from_host(pick.queue, np.ascontiguousarray(table, np.int64))
+    out = Tensor.empty(pick.queue, pick.shape, np.int64)
+    get_kernel(pick.queue, POSITIONS_SOURCE, "window_positions")(
+        pick.queue, (round_up(max(pick.size, 1), 64),), (64,), pick.data, positions.data,
+        out.data, np.int32(plane), np.int32(k), np.int64(pick.size))
+    return out

@@ -7,7 +7,9 @@ The max pools gather every window's positions with ``index_select`` (a short win
 its last position, which changes no maximum) and take ``max`` over them: the gradient goes to
 the first maximal element of each window in row-major order, as PyTorch's, and positions in
 several windows sum their gradients in a fixed order. Where ``out`` divides ``n`` the gather is
-skipped (the windows are a reshape).
+skipped (the windows are a reshape). ``return_indices=True`` also returns each maximum's
+position in its input plane (int64, PyTorch's flat ``h * W + w``): the first maximum's
+``argmax`` in its window, looked up in a table of the windows' positions on the device.
 
 >>> x = tp.tensor(np.arange(10, dtype=np.float32).reshape(1, 1, 10))
 >>> tp.adaptive_max_pool1d(x, 3).to_host()
@@ -19,10 +21,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeError
+from ...kernels.adaptive_pool import window_positions
 from ...tensor import Tensor
 from .nn import adaptive_avg_pool2d
 from .picks import index_select
-from .reductions import max
+from .reductions import argmax, max
 from .sequence import _as_2d, _back
 from .shape import permute, reshape, squeeze, unsqueeze
 
@@ -58,12 +61,24 @@ def _windows(n: int, out: int) -> tuple[np.ndarray, int]:
 
 
 def _gather(x, axis: int, out: int, tape):
-    """``x`` with dim ``axis`` replaced by its ``out`` windows laid end to end; and ``k``."""
+    """``x`` with dim ``axis`` replaced by its ``out`` windows laid end to end, and the
+    windows' ``(out, k)`` input positions."""
     n = x.shape[axis]
     at, k = _windows(n, out)
     if out * k == n and np.array_equal(at.ravel(), np.arange(n)):
-        return x, k                                  # non-overlapping, equal: a reshape
-    return index_select(x, axis, Tensor.from_host(x.queue, at.ravel()), tape=tape), k
+        return x, at                                 # non-overlapping, equal: a reshape
+    return index_select(x, axis, Tensor.from_host(x.queue, at.ravel()), tape=tape), at
+
+
+def _pick(windows, table: np.ndarray, return_indices: bool, batched: bool, tape):
+    """The max over the last dim of ``windows`` (and, asked, each pick's input position from
+    ``table``), without the batch dim where the input had none."""
+    y = max(windows, axis=-1, tape=tape)
+    y = y if batched else squeeze(y, 0, tape=tape)
+    if not return_indices:
+        return y
+    where = window_positions(argmax(windows, axis=-1), table)
+    return y, (where if batched else where.reshape(where.shape[1:]))
 
 
 def _batched(op: str, x, spatial: int, tape):
@@ -73,11 +88,6 @@ def _batched(op: str, x, spatial: int, tape):
                          f"input, got shape {shape}")
     batched = len(shape) == spatial + 2
     return (x if batched else unsqueeze(x, 0, tape=tape)), batched
-
-
-def _no_indices(op: str, return_indices: bool) -> None:
-    if return_indices:
-        raise ShapeError(f"{op}: return_indices=True is not supported")
 
 
 def adaptive_avg_pool1d(x, output_size, *, tape=None):
@@ -94,34 +104,38 @@ def adaptive_avg_pool1d(x, output_size, *, tape=None):
 
 def adaptive_max_pool1d(x, output_size, return_indices: bool = False, *, tape=None):
     """``F.adaptive_max_pool1d``: the largest element of each adaptive window of ``(N, C, L)``
-    or ``(C, L)``. ``return_indices=True`` is refused."""
+    or ``(C, L)``; with ``return_indices=True`` also its position in ``L`` (int64, not
+    recorded)."""
     op = "adaptive_max_pool1d"
-    _no_indices(op, return_indices)
     x3, batched = _batched(op, x, 1, tape)
     (out,) = _sizes(op, output_size, 1, x3.shape[2:])
     n, c = x3.shape[:2]
-    picked, k = _gather(x3, 2, out, tape)
-    y = max(reshape(picked, (n, c, out, k), tape=tape), axis=-1, tape=tape)
-    return y if batched else squeeze(y, 0, tape=tape)
+    picked, at = _gather(x3, 2, out, tape)
+    windows = reshape(picked, (n, c, out, at.shape[1]), tape=tape)
+    return _pick(windows, at, return_indices, batched, tape)
 
 
 def adaptive_max_pool2d(x, output_size, return_indices: bool = False, *, tape=None):
     """``F.adaptive_max_pool2d``: the largest element of each adaptive window of
     ``(N, C, H, W)`` or ``(C, H, W)``; ``output_size`` an int or a pair (``None`` keeps that
-    dim's size). ``return_indices=True`` is refused.
+    dim's size); with ``return_indices=True`` also its flat position ``h * W + w`` in its
+    plane (int64, not recorded).
 
     >>> tp.adaptive_max_pool2d(x, (2, None)).shape       # x (2, 3, 7, 5)
     (2, 3, 2, 5)
     """
     op = "adaptive_max_pool2d"
-    _no_indices(op, return_indices)
     x4, batched = _batched(op, x, 2, tape)
     oh, ow = _sizes(op, output_size, 2, x4.shape[2:])
     n, c = x4.shape[:2]
-    rows, kh = _gather(x4, 2, oh, tape)
-    picked, kw = _gather(rows, 3, ow, tape)
+    rows, at_h = _gather(x4, 2, oh, tape)
+    picked, at_w = _gather(rows, 3, ow, tape)
+    kh, kw = at_h.shape[1], at_w.shape[1]
     windows = reshape(picked, (n, c, oh, kh, ow, kw), tape=tape)
     if kh > 1 and ow > 1:                # (kh, kw) last, in row-major order: PyTorch's scan
         windows = permute(windows, (0, 1, 2, 4, 3, 5), tape=tape)
-    y = max(reshape(windows, (n, c, oh, ow, kh * kw), tape=tape), axis=-1, tape=tape)
-    return y if batched else squeeze(y, 0, tape=tape)
+    windows = reshape(windows, (n, c, oh, ow, kh * kw), tape=tape)
+    # window (i, j)'s element (a, b) is input (at_h[i, a], at_w[j, b]), flat h * W + w
+    table = (at_h[:, None, :, None] * x4.shape[3] + at_w[None, :, None, :]).reshape(
+        oh * ow, kh * kw)
+    return _pick(windows, table, return_indices, batched, tape)
