@@ -204,3 +204,39 @@ def test_conv_transpose1d_output_size_picks_the_output_padding_as_pytorch(queue,
     with pytest.raises(pc.ShapeError, match="requested an output size of 11, but valid sizes "
                                             "range from 9 to 10"):
         ours(tp.tensor(x), output_size=[11])
+
+
+LP_CASES = [("LPPool1d", (2, 3, 9), 2, 3, None, False), ("LPPool1d", (3, 9), 1.5, 2, 1, True),
+            ("LPPool1d", (2, 3, 8), float("inf"), 3, 2, False),
+            ("LPPool2d", (2, 3, 7, 6), 2, 3, None, False),
+            ("LPPool2d", (3, 7, 6), 3, (2, 3), (1, 2), True),
+            ("LPPool2d", (2, 3, 6, 6), -float("inf"), 2, None, False)]
+
+
+@pytest.mark.parametrize("name,shape,p,k,stride,ceil_mode", LP_CASES)
+def test_lp_pools_match_pytorch_ceil_mode_and_infinite_norms_included(queue, rng, name, shape,
+                                                                      p, k, stride, ceil_mode):
+    x = rng.uniform(0.1, 2.0, shape).astype(np.float32)     # positive: x ** 1.5 is real
+    ours = getattr(nn, name)(p, k, stride=stride, ceil_mode=ceil_mode)
+    theirs = getattr(torch.nn, name)(p, k, stride=stride, ceil_mode=ceil_mode)
+    check_as_torch(ours, theirs, [x], rng)
+    assert repr(ours) == repr(theirs)
+
+
+def test_lp_pool_of_norm_2_is_the_windows_euclidean_norm(queue, rng):
+    x = tp.tensor(np.array([[[3.0, 4.0, 1.0, 0.0, 2.0]]], np.float32))
+    np.testing.assert_allclose(tp.lp_pool1d(x, 2, 2).to_host(), [[[5.0, 1.0]]], rtol=1e-6)
+    np.testing.assert_allclose(tp.lp_pool1d(x, 1, 2, ceil_mode=True).to_host(),
+                               [[[7.0, 1.0, 4.0]]], rtol=1e-6)    # the clipped window times 2
+    a = rng.uniform(0.5, 2.0, (1, 2, 4, 4)).astype(np.float32)
+    assert tp.gradcheck(lambda v: tp.lp_pool2d(v, 3, 2), [leaf(queue, a)])
+
+
+def test_lp_pools_refuse_a_zero_norm_and_bad_ranks(queue):
+    with pytest.raises(pc.ParclError, match="lp_pool1d: norm_type must be a nonzero number"):
+        nn.LPPool1d(0, 2)(tp.tensor(np.ones((1, 2, 4), np.float32)))
+    with pytest.raises(pc.ShapeError, match=r"lp_pool2d: expected a 3-d \(C, H, W\) or 4-d "
+                                            r"input, got shape \(2, 4\)"):
+        nn.LPPool2d(2, 2)(tp.tensor(np.ones((2, 4), np.float32)))
+    with pytest.raises(pc.ShapeError, match="lp_pool2d: kernel_size must be"):
+        tp.lp_pool2d(tp.tensor(np.ones((1, 2, 4, 4), np.float32)), 2, (2, 2, 2))

@@ -1,6 +1,7 @@
-"""Adaptive pooling layers beyond ``AdaptiveAvgPool2d`` (in ``layers``): PyTorch's
-``AdaptiveAvgPool1d``, ``AdaptiveMaxPool1d`` and ``AdaptiveMaxPool2d`` over
-``tp.adaptive_avg_pool1d``, ``tp.adaptive_max_pool1d`` and ``tp.adaptive_max_pool2d``. The
+"""Pooling layers beyond those in ``layers`` and ``conv``: PyTorch's ``AdaptiveAvgPool1d``,
+``AdaptiveMaxPool1d`` and ``AdaptiveMaxPool2d`` over ``tp.adaptive_avg_pool1d``,
+``tp.adaptive_max_pool1d`` and ``tp.adaptive_max_pool2d``, and the power-average pools
+``LPPool1d`` and ``LPPool2d`` over ``tp.lp_pool1d`` and ``tp.lp_pool2d``. The
 max pools' ``return_indices=True`` returns ``(output, indices)``: each maximum's int64 position
 in its input plane, as PyTorch's.
 
@@ -15,7 +16,8 @@ from __future__ import annotations
 from ..tape import ops
 from .module import Module
 
-__all__ = ["AdaptiveAvgPool1d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d"]
+__all__ = ["AdaptiveAvgPool1d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "LPPool1d",
+           "LPPool2d"]
 
 
 class AdaptiveAvgPool1d(Module):
@@ -60,3 +62,33 @@ class AdaptiveMaxPool2d(_AdaptiveMax):
     also gives its flat position ``h * W + w`` in its plane."""
 
     op = "adaptive_max_pool2d"
+
+
+class _LPPool(Module):
+    op = ""
+
+    def __init__(self, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False):
+        super().__init__()
+        self.norm_type, self.kernel_size, self.stride = norm_type, kernel_size, stride
+        self.ceil_mode = bool(ceil_mode)
+
+    def forward(self, x):
+        return getattr(ops, self.op)(x, self.norm_type, self.kernel_size, self.stride,
+                                     self.ceil_mode)
+
+    def extra_repr(self) -> str:
+        return (f"norm_type={self.norm_type}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, ceil_mode={self.ceil_mode}")
+
+
+class LPPool1d(_LPPool):
+    """``(sum over each window of x ** norm_type) ** (1/norm_type)`` over ``(N, C, L)`` or
+    ``(C, L)``; ``stride=None`` means ``kernel_size``."""
+
+    op = "lp_pool1d"
+
+
+class LPPool2d(_LPPool):
+    """``LPPool1d``'s power average over the windows of ``(N, C, H, W)`` or ``(C, H, W)``."""
+
+    op = "lp_pool2d"

@@ -29,6 +29,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | norm | layer_norm rms_norm group_norm |
 | nn, conv | conv2d conv_transpose2d pools batch_norm dropout |
 | adaptive | adaptive_avg_pool1d adaptive_max_pool1d adaptive_max_pool2d |
+| lp_pool | lp_pool1d lp_pool2d (power-average pools) |
 | resample | interpolate pixel_shuffle pixel_unshuffle |
 | sequence | conv1d max_pool1d avg_pool1d (the 2-D ops on (N, C, 1, L) views) |
 | attention | scaled_dot_product_attention |
@@ -52,6 +53,7 @@ from .join import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
 from .loss_more import *  # noqa: F401,F403
+from .lp_pool import *  # noqa: F401,F403
 from .mathops import *  # noqa: F401,F403
 from .mathops_more import *  # noqa: F401,F403
 from .moments import *  # noqa: F401,F403
@@ -79,8 +81,10 @@ _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed"
             "mathops", "mathops_more", "moments", "nn", "norm", "picks", "reduce", "reduce_dims",
             "reductions", "resample", "scans", "scatters", "select", "sequence", "shape",
             "slices", "sorting", "unary")
-            "conv", "elementwise", "indexing", "join", "linalg", "loss", "loss_more", "mathops",
+            "conv", "elementwise", "indexing", "join", "linalg", "loss", "loss_more", "lp_pool",
             "nn", "norm", "picks", "reduce", "reduce_dims", "reductions", "resample", "scatters",
             "select", "sequence", "shape", "slices", "sorting", "unary")
+            "mathops", "nn", "norm", "picks", "reduce", "reduce_dims", "reductions", "resample",
+            "scatters", "select", "sequence", "shape", "slices", "sorting", "unary")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
