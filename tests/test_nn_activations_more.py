@@ -151,3 +151,30 @@ def test_unflatten_refuses_sizes_that_do_not_fit(queue):
         nn.Unflatten(1, 6)
     with pytest.raises(pc.ShapeError, match="Unflatten: dim must be an int"):
         nn.Unflatten(1.0, (2, 3))
+
+
+@pytest.mark.parametrize("shape,groups", [((2, 6, 3), 2), ((1, 6, 2, 2), 3), ((3, 4, 5), 4),
+                                          ((2, 4, 1), 1)])
+def test_channel_shuffle_interleaves_the_groups_as_pytorch(queue, rng, shape, groups):
+    x = rng.standard_normal(shape).astype(np.float32)
+    y, g, gx = run(nn.ChannelShuffle(groups), x)
+    np.testing.assert_array_equal(y, torch.nn.ChannelShuffle(groups)(torch.from_numpy(x)).numpy())
+    np.testing.assert_array_equal(                # the gradient is the inverse shuffle
+        gx, torch.nn.ChannelShuffle(shape[1] // groups)(torch.from_numpy(g)).numpy())
+    assert repr(nn.ChannelShuffle(groups)) == repr(torch.nn.ChannelShuffle(groups))
+
+
+def test_channel_shuffle_moves_channel_g_i_to_i_g(queue):
+    x = tp.tensor(np.arange(6, dtype=np.float32).reshape(1, 6, 1))
+    assert tp.channel_shuffle(x, 2).to_host().ravel().tolist() == [0, 3, 1, 4, 2, 5]
+    assert tp.channel_shuffle(x, 3).to_host().ravel().tolist() == [0, 2, 4, 1, 3, 5]
+
+
+def test_channel_shuffle_refuses_channels_groups_do_not_divide(queue):
+    with pytest.raises(pc.ShapeError, match=r"channel_shuffle: expected an \(N, C, \*\) input "
+                                            r"with C divisible by groups=2, got shape \(1, 3, 2\)"):
+        nn.ChannelShuffle(2)(tp.tensor(np.ones((1, 3, 2), np.float32)))
+    with pytest.raises(pc.ShapeError, match=r"got shape \(4, 2\)"):       # torch: > 2 dims
+        tp.channel_shuffle(tp.tensor(np.ones((4, 2), np.float32)), 2)
+    with pytest.raises(pc.ShapeError, match="ChannelShuffle: groups must be a positive"):
+        nn.ChannelShuffle(0)

@@ -40,7 +40,7 @@ from .recurrent import GRU, LSTM, RNN
 from .resample import (PixelShuffle, PixelUnshuffle, Upsample, UpsamplingBilinear2d,
                        UpsamplingNearest2d)
 from .resnet import BasicBlock, ResNet, resnet18
-from .shape import Unflatten
+from .shape import ChannelShuffle, Unflatten
 from .sparse import Embedding
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
                           TransformerEncoder, TransformerEncoderLayer, clone_module)
@@ -53,8 +53,8 @@ __all__ = [
     "ParameterList", "Sequential", "StateDictError",
     # layers
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
-    "AvgPool1d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "ConvTranspose1d",
-    "ConvTranspose2d", "LPPool1d", "LPPool2d", "MaxPool1d",
+    "AvgPool1d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "ChannelShuffle", "Conv1d", "Conv2d",
+    "ConvTranspose1d", "ConvTranspose2d", "LPPool1d", "LPPool2d", "MaxPool1d",
     "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "Embedding", "Flatten", "GroupNorm",
     "InstanceNorm1d", "InstanceNorm2d", "LayerNorm", "Linear", "MaxPool2d", "RMSNorm", "Unflatten",
     "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",

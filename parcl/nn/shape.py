@@ -1,4 +1,5 @@
-"""Shape layers beyond ``Flatten`` (in ``layers``): PyTorch's ``Unflatten``.
+"""Shape layers beyond ``Flatten`` (in ``layers``): PyTorch's ``Unflatten`` and
+``ChannelShuffle``.
 
 >>> import numpy as np, parcl as pc, parcl.tape as tp
 >>> pc.nn.Unflatten(1, (2, 3))(tp.tensor(np.ones((4, 6), np.float32))).shape
@@ -14,7 +15,7 @@ from ..tape import ops
 from .layers import _dim
 from .module import Module
 
-__all__ = ["Unflatten"]
+__all__ = ["ChannelShuffle", "Unflatten"]
 
 
 class Unflatten(Module):
@@ -38,3 +39,21 @@ class Unflatten(Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
+
+class ChannelShuffle(Module):
+    """``tp.channel_shuffle(x, groups)``: the channels of ``(N, C, *)`` interleaved across
+    ``groups`` groups (ShuffleNet's); no parameters."""
+
+    def __init__(self, groups: int):
+        super().__init__()
+        if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+            raise ShapeError(f"ChannelShuffle: groups must be a positive integer, got "
+                             f"{groups!r}")
+        self.groups = int(groups)
+
+    def forward(self, x):
+        return ops.channel_shuffle(x, self.groups)
+
+    def extra_repr(self) -> str:
+        return f"groups={self.groups}"
