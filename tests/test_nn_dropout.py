@@ -149,3 +149,63 @@ def test_channel_dropout_replays_under_capture_as_eager_calls(queue):
     assert replayed[3].replays == 2                         # the calls after the recording
     assert replayed[0] == eager[0] and replayed[2] == eager[2] == (5, 3)
     assert all(np.array_equal(a, b) for a, b in zip(replayed[1], eager[1]))
+
+
+SELU_ALPHA = 1.7580993408473766
+
+
+def alpha_dropout_branches(x: np.ndarray, y: np.ndarray, p: float):
+    """Which elements took PyTorch's kept value ``a * x + alpha * a * p`` and which its
+    dropped value ``alpha * a * (p - 1)``; and ``a``."""
+    a = ((SELU_ALPHA ** 2 * p + 1) * (1 - p)) ** -0.5
+    kept = np.isclose(y, a * x + SELU_ALPHA * a * p, rtol=1e-5, atol=1e-6)
+    dropped = np.isclose(y, SELU_ALPHA * a * (p - 1), rtol=1e-5, atol=1e-6)
+    return kept, dropped, a
+
+
+def test_alpha_dropout_takes_pytorchs_kept_and_dropped_values(queue, rng):
+    tp.manual_seed(0)
+    x = rng.standard_normal((40, 50)).astype(np.float32)
+    nx = leaf(queue, x)
+    with tp.Tape() as tape:
+        y = nn.AlphaDropout(0.3)(nx)
+    tape.backward(tp.sum(y))
+    kept, dropped, a = alpha_dropout_branches(x, y.to_host(), 0.3)
+    assert (kept | dropped).all() and abs(dropped.mean() - 0.3) < 0.03
+    np.testing.assert_allclose(nx.grad.to_host(), np.where(kept, a, 0.0), rtol=1e-6)  # a * m
+    torch.manual_seed(0)                          # torch's layer takes the same two values
+    ty = torch.nn.AlphaDropout(0.3)(torch.from_numpy(x)).numpy()
+    t_kept, t_dropped, _ = alpha_dropout_branches(x, ty, 0.3)
+    assert (t_kept | t_dropped).all()
+
+
+def test_alpha_dropouts_keep_a_standard_normal_inputs_mean_and_variance(queue, rng):
+    pc.manual_seed(1)
+    x = tp.tensor(rng.standard_normal((64, 64, 8, 8)).astype(np.float32))
+    for layer in (nn.AlphaDropout(0.2), nn.FeatureAlphaDropout(0.2)):
+        y = layer(x).to_host()
+        assert abs(y.mean()) < 0.03 and abs(y.std() - 1.0) < 0.03, type(layer).__name__
+
+
+def test_feature_alpha_dropout_drops_whole_channels(queue, rng):
+    tp.manual_seed(2)
+    x = rng.standard_normal((4, 16, 3, 3)).astype(np.float32)
+    y = nn.FeatureAlphaDropout(0.5)(tp.tensor(x)).to_host()
+    kept, dropped, _ = alpha_dropout_branches(x, y, 0.5)
+    per_channel = dropped.reshape(64, 9)
+    assert (per_channel.all(1) | ~per_channel.any(1)).all()          # a channel all or none
+    assert 0 < per_channel.all(1).sum() < 64 and (kept | dropped).all()
+
+
+def test_alpha_dropouts_are_the_identity_in_eval_zeros_at_p_1_and_torchs_reprs(queue, rng):
+    x = tp.tensor(rng.standard_normal((2, 3, 4)).astype(np.float32))
+    assert nn.AlphaDropout(0.5).eval()(x) is x and nn.FeatureAlphaDropout(0.0)(x) is x
+    np.testing.assert_array_equal(nn.AlphaDropout(1.0)(x).to_host(), np.zeros((2, 3, 4)))
+    assert repr(nn.AlphaDropout(0.2)) == repr(torch.nn.AlphaDropout(0.2))
+    assert repr(nn.FeatureAlphaDropout()) == repr(torch.nn.FeatureAlphaDropout())
+    with pytest.raises(pc.ShapeError, match="FeatureAlphaDropout: feature dropout needs at "
+                                            "least 2 dims"):
+        nn.FeatureAlphaDropout()(tp.tensor(np.ones(5, np.float32)))
+    with pytest.raises(pc.ShapeError, match=r"AlphaDropout: dropout probability p must be in "
+                                            r"\[0, 1\]"):
+        nn.AlphaDropout(-0.1)

@@ -19,7 +19,7 @@ from .cells import GRUCell, LSTMCell, RNNCell
 from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, ParameterList,
                          Softmax)
 from .conv import AvgPool1d, Conv1d, ConvTranspose1d, ConvTranspose2d, MaxPool1d
-from .dropout import Dropout1d, Dropout2d, Dropout3d
+from .dropout import AlphaDropout, Dropout1d, Dropout2d, Dropout3d, FeatureAlphaDropout
 from .gelu import GELU
 from .gpt import GPT, CausalSelfAttention
 from .keys import capture_key
@@ -55,8 +55,9 @@ __all__ = [
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
     "AvgPool1d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "ChannelShuffle", "Conv1d", "Conv2d",
     "ConvTranspose1d", "ConvTranspose2d", "LPPool1d", "LPPool2d", "MaxPool1d",
-    "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "Embedding", "Flatten", "GroupNorm",
-    "InstanceNorm1d", "InstanceNorm2d", "LayerNorm", "Linear", "MaxPool2d", "RMSNorm", "Unflatten",
+    "AlphaDropout", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "Embedding",
+    "FeatureAlphaDropout", "Flatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
+    "LayerNorm", "Linear", "MaxPool2d", "RMSNorm", "Unflatten",
     "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
     # padding (PyTorch's)
     "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",

@@ -1,4 +1,5 @@
-"""Channel dropout with PyTorch's names: ``Dropout1d``, ``Dropout2d`` and ``Dropout3d``. While
+"""Channel dropout with PyTorch's names: ``Dropout1d``, ``Dropout2d`` and ``Dropout3d``, and
+SELU's ``AlphaDropout`` and ``FeatureAlphaDropout``. While
 training, each channel of each sample (the whole ``L``, ``H x W`` or ``D x H x W`` map) is
 zeroed with probability ``p`` and the others are scaled by ``1/(1-p)``; in evaluation the layer
 is the identity.
@@ -6,7 +7,9 @@ is the identity.
 The ``(N, C)`` keep mask is ``tp.dropout`` of ones, so it comes from this thread's dropout
 generator (``pc.manual_seed``): the same seed gives the same channels dropped, in every run
 and replica thread. The input is multiplied by it broadcast, so the gradient is the upstream
-gradient times the same mask.
+gradient times the same mask. The alpha dropouts set dropped elements (or channels) to SELU's
+negative saturation and rescale, PyTorch's ``a * (x * m + alpha * (m - 1)) + alpha * a * p``,
+which keeps a standard-normal input's mean and variance.
 
 >>> import numpy as np, parcl as pc, parcl.tape as tp
 >>> pc.manual_seed(0)
@@ -17,6 +20,7 @@ gradient times the same mask.
 
 from __future__ import annotations
 
+import math
 import warnings
 from numbers import Real
 
@@ -25,7 +29,7 @@ from ..tape import ops
 from ..tensor import Tensor
 from .module import Module
 
-__all__ = ["Dropout1d", "Dropout2d", "Dropout3d"]
+__all__ = ["AlphaDropout", "Dropout1d", "Dropout2d", "Dropout3d", "FeatureAlphaDropout"]
 
 
 class _ChannelDropout(Module):
@@ -97,3 +101,42 @@ class Dropout3d(_ChannelDropout):
     ``(C, D, H, W)`` (``inplace=True`` refused; other ranks a ``ShapeError``)."""
 
     spatial = 3
+
+
+SELU_ALPHA = 1.7580993408473766     # SELU's scale * alpha: its negative saturation is -this
+
+
+class AlphaDropout(_ChannelDropout):
+    """``AlphaDropout(p=0.5, inplace=False)``: while training each element is dropped with
+    probability ``p`` to SELU's saturation and the result scaled and shifted so a standard
+    normal input keeps mean 0 and variance 1: ``y = a * x + alpha * a * p`` where kept and
+    ``alpha * a * (p - 1)`` where dropped, ``a = ((alpha**2 * p + 1) * (1 - p)) ** -0.5``
+    (PyTorch's); the identity in evaluation, zeros at ``p = 1``."""
+
+    def _mask_shape(self, shape: tuple) -> tuple:
+        return shape
+
+    def forward(self, x):
+        mask_shape = self._mask_shape(tuple(x.shape))
+        p = self.p
+        if not self.training or p == 0.0:
+            return x
+        if p == 1.0:
+            return ops.mul(x, 0.0)
+        a = 1.0 / math.sqrt((SELU_ALPHA * SELU_ALPHA * p + 1.0) * (1.0 - p))
+        # the mask's kept entries are 1/(1-p): scaled, they give a * m and the shift
+        keep = ops.dropout(Tensor.full(x.queue, mask_shape, 1.0), p, training=True)
+        scale = ops.mul(keep, a * (1.0 - p))
+        shift = ops.add(ops.mul(keep, SELU_ALPHA * a * (1.0 - p)), SELU_ALPHA * a * (p - 1.0))
+        return ops.add(ops.mul(x, scale), shift)
+
+
+class FeatureAlphaDropout(AlphaDropout):
+    """``FeatureAlphaDropout(p=0.5, inplace=False)``: ``AlphaDropout`` of whole channels (dims
+    0 and 1 pick the mask entry, as PyTorch's; at least 2 dims)."""
+
+    def _mask_shape(self, shape: tuple) -> tuple:
+        if len(shape) < 2:
+            raise ShapeError(f"FeatureAlphaDropout: feature dropout needs at least 2 dims "
+                             f"(N, C, *), got shape {shape}")
+        return shape[:2] + (1,) * (len(shape) - 2)
