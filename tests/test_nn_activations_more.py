@@ -178,3 +178,38 @@ def test_channel_shuffle_refuses_channels_groups_do_not_divide(queue):
         tp.channel_shuffle(tp.tensor(np.ones((4, 2), np.float32)), 2)
     with pytest.raises(pc.ShapeError, match="ChannelShuffle: groups must be a positive"):
         nn.ChannelShuffle(0)
+
+
+@pytest.mark.parametrize("kw", [{}, {"p": 1.0}, {"p": 3.0, "keepdim": True},
+                                {"p": float("inf"), "eps": 0.0}, {"p": 0.5}])
+@pytest.mark.parametrize("shapes", [((4, 5), (4, 5)), ((2, 3, 5), (3, 5)), ((5,), (5,))])
+def test_pairwise_distance_matches_pytorch_with_broadcasting(queue, rng, kw, shapes):
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    na, nb = leaf(queue, a), leaf(queue, b)
+    ta, tb = (torch.tensor(v, requires_grad=True) for v in (a, b))
+    with tp.Tape() as tape:
+        y = nn.PairwiseDistance(**kw)(na, nb)
+    want = torch.nn.PairwiseDistance(**kw)(ta, tb)
+    assert y.shape == tuple(want.shape)
+    np.testing.assert_allclose(y.to_host(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    tape.backward(y, grad=pc.Tensor.from_host(queue, g))
+    want.backward(torch.from_numpy(g))
+    np.testing.assert_allclose(na.grad.to_host(), ta.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(nb.grad.to_host(), tb.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_pairwise_distance_is_the_norm_of_the_difference_plus_eps(queue):
+    a = tp.tensor(np.array([[3.0, 4.0], [1.0, 1.0]], np.float32))
+    zeros = tp.tensor(np.zeros((2, 2), np.float32))
+    np.testing.assert_allclose(tp.pairwise_distance(a, zeros, eps=0.0).to_host(),
+                               [5.0, 2 ** 0.5], rtol=1e-6)
+    np.testing.assert_allclose(tp.pairwise_distance(a, a).to_host(), [2 ** 0.5 * 1e-6] * 2,
+                               rtol=1e-4)                       # eps keeps it off zero
+    assert repr(nn.PairwiseDistance()) == repr(torch.nn.PairwiseDistance()) == \
+        "PairwiseDistance()"
+
+
+def test_pairwise_distance_passes_gradcheck(queue, rng):
+    a, b = (leaf(queue, rng.standard_normal((3, 4))) for _ in range(2))
+    assert tp.gradcheck(lambda u, v: tp.pairwise_distance(u, v, 3.0), [a, b])

@@ -12,8 +12,9 @@ same program builds bit-identical models in every run and every replica thread.
 """
 
 from .activation import (CELU, ELU, GLU, SELU, CosineSimilarity, Hardsigmoid, Hardswish, Hardtanh,
-                         LeakyReLU, LogSigmoid, LogSoftmax, Mish, PReLU, ReLU6, Sigmoid, SiLU,
-                         Softmax2d, Softmin, Softplus, Softsign, Tanh, Tanhshrink, Threshold)
+                         LeakyReLU, LogSigmoid, LogSoftmax, Mish, PairwiseDistance, PReLU, ReLU6,
+                         Sigmoid, SiLU, Softmax2d, Softmin, Softplus, Softsign, Tanh, Tanhshrink,
+                         Threshold)
 from .bilinear import Bilinear
 from .cells import GRUCell, LSTMCell, RNNCell
 from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, ParameterList,
@@ -68,9 +69,9 @@ __all__ = [
     "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell",
     # activations
     "CELU", "CosineSimilarity", "ELU", "GELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh",
-    "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU", "ReLU6", "SELU", "SiLU",
-    "Sigmoid", "Softmax", "Softmax2d", "Softmin", "Softplus", "Softsign", "Tanh", "Tanhshrink",
-    "Threshold",
+    "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "PairwiseDistance", "ReLU",
+    "ReLU6", "SELU", "SiLU", "Sigmoid", "Softmax", "Softmax2d", "Softmin", "Softplus", "Softsign",
+    "Tanh", "Tanhshrink", "Threshold",
     # losses
     "BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "HuberLoss",
     "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss", "SmoothL1Loss", "SoftMarginLoss",

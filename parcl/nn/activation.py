@@ -1,7 +1,8 @@
 """Activation layers with PyTorch's names and arguments: ``LeakyReLU``, ``SiLU``, ``Tanh``,
 ``Sigmoid``, ``ELU``, ``Softplus``, ``Hardtanh``, ``ReLU6``, ``Hardsigmoid``, ``Hardswish``,
 ``Mish``, ``Softsign``, ``LogSigmoid``, ``SELU``, ``CELU``, ``GLU``, ``Tanhshrink``,
-``Softmin``, ``Threshold``, ``CosineSimilarity``, ``LogSoftmax``, ``Softmax2d`` and ``PReLU``.
+``Softmin``, ``Threshold``, ``CosineSimilarity``, ``PairwiseDistance``, ``LogSoftmax``,
+``Softmax2d`` and ``PReLU``.
 Each is a Module over one op of ``parcl.tape``, without parameters but ``PReLU``'s slopes
 (``ReLU`` lives in ``layers``, ``Softmax`` in ``containers``). ``inplace=True`` is refused:
 parcl's ops write new tensors, and a silent copy would not be what the caller asked for.
@@ -27,9 +28,9 @@ from .layers import _check_sizes, _dim, _param
 from .module import Module
 
 __all__ = ["CELU", "ELU", "GLU", "SELU", "CosineSimilarity", "Hardsigmoid", "Hardswish",
-           "Hardtanh", "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "ReLU6", "SiLU",
-           "Sigmoid", "Softmax2d", "Softmin", "Softplus", "Softsign", "Tanh", "Tanhshrink",
-           "Threshold"]
+           "Hardtanh", "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU",
+           "PairwiseDistance", "ReLU6", "SiLU", "Sigmoid", "Softmax2d", "Softmin", "Softplus",
+           "Softsign", "Tanh", "Tanhshrink", "Threshold"]
 
 
 def _no_inplace(cls: str, inplace) -> None:
@@ -250,6 +251,18 @@ class CosineSimilarity(Module):
 
     def forward(self, x1, x2):
         return ops.cosine_similarity(x1, x2, self.dim, self.eps)
+
+
+class PairwiseDistance(Module):
+    """``tp.pairwise_distance(x1, x2, p, eps, keepdim)``: the ``p``-norm of ``x1 - x2 + eps``
+    over the last dim."""
+
+    def __init__(self, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
+        super().__init__()
+        self.norm, self.eps, self.keepdim = float(p), float(eps), bool(keepdim)
+
+    def forward(self, x1, x2):
+        return ops.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)
 
 
 class PReLU(Module):
