@@ -30,7 +30,8 @@ from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropy
                    KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss, SoftMarginLoss)
 from .module import Module, Parameter, StateDictError, default_generator, manual_seed
 from .multihead import MultiheadAttention
-from .norm import BatchNorm1d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm, RMSNorm
+from .norm import (BatchNorm1d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm,
+                   LocalResponseNorm, RMSNorm)
 from .padding import (CircularPad1d, CircularPad2d, CircularPad3d, ConstantPad1d,
                       ConstantPad2d, ConstantPad3d, ReflectionPad1d, ReflectionPad2d,
                       ReflectionPad3d, ReplicationPad1d, ReplicationPad2d, ReplicationPad3d,
@@ -58,7 +59,7 @@ __all__ = [
     "ConvTranspose1d", "ConvTranspose2d", "LPPool1d", "LPPool2d", "MaxPool1d",
     "AlphaDropout", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "Embedding",
     "FeatureAlphaDropout", "Flatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
-    "LayerNorm", "Linear", "MaxPool2d", "RMSNorm", "Unflatten",
+    "LayerNorm", "Linear", "LocalResponseNorm", "MaxPool2d", "RMSNorm", "Unflatten",
     "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
     # padding (PyTorch's)
     "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",

@@ -1,5 +1,5 @@
-"""Normalisation layers: ``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``BatchNorm1d`` and
-``InstanceNorm1d``/``InstanceNorm2d``, with
+"""Normalisation layers: ``LayerNorm``, ``RMSNorm``, ``GroupNorm``, ``BatchNorm1d``,
+``InstanceNorm1d``/``InstanceNorm2d`` and ``LocalResponseNorm`` (no parameters), with
 PyTorch's arguments, parameter names and initialisation (weight 1, bias 0).
 
 >>> import parcl as pc
@@ -20,7 +20,7 @@ from .layers import BatchNorm2d, _check_sizes, _NormBase
 from .module import Module, Parameter
 
 __all__ = ["BatchNorm1d", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "LayerNorm",
-           "RMSNorm"]
+           "LocalResponseNorm", "RMSNorm"]
 
 
 def _shape(normalized_shape) -> tuple[int, ...]:
@@ -209,3 +209,20 @@ class InstanceNorm2d(_InstanceNorm):
     """
 
     _batched_ndim = 4
+
+
+class LocalResponseNorm(Module):
+    """``LocalResponseNorm(size, alpha=1e-4, beta=0.75, k=1.0)``: ``tp.local_response_norm``,
+    each element over ``(k + alpha * mean of x**2 across size neighbouring channels) ** beta``
+    (AlexNet's); inputs ``(N, C, *)``."""
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
+        super().__init__()
+        _check_sizes("LocalResponseNorm", {"size": size})
+        self.size, self.alpha, self.beta, self.k = int(size), float(alpha), float(beta), float(k)
+
+    def forward(self, x):
+        return ops.local_response_norm(x, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self) -> str:
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"

@@ -26,7 +26,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | slices | narrow chunk unbind roll repeat tile tril triu |
 | select, picks | where masked_fill embedding, index_select one_hot |
 | scatters | scatter scatter_add index_add take_along_dim |
-| norm | layer_norm rms_norm group_norm |
+| norm, lrn | layer_norm rms_norm group_norm, local_response_norm |
 | nn, conv | conv2d conv_transpose2d pools batch_norm dropout |
 | adaptive | adaptive_avg_pool1d adaptive_max_pool1d adaptive_max_pool2d |
 | lp_pool | lp_pool1d lp_pool2d (power-average pools) |
@@ -54,6 +54,7 @@ from .linalg import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
 from .loss_more import *  # noqa: F401,F403
 from .lp_pool import *  # noqa: F401,F403
+from .lrn import *  # noqa: F401,F403
 from .mathops import *  # noqa: F401,F403
 from .mathops_more import *  # noqa: F401,F403
 from .moments import *  # noqa: F401,F403
@@ -86,5 +87,7 @@ _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed"
             "select", "sequence", "shape", "slices", "sorting", "unary")
             "mathops", "nn", "norm", "picks", "reduce", "reduce_dims", "reductions", "resample",
             "scatters", "select", "sequence", "shape", "slices", "sorting", "unary")
+            "lrn", "mathops", "nn", "norm", "picks", "reduce", "reduce_dims", "reductions",
+            "resample", "scatters", "select", "sequence", "shape", "slices", "sorting", "unary")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
