@@ -21,6 +21,7 @@ from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, Parame
                          Softmax)
 from .conv import AvgPool1d, Conv1d, ConvTranspose1d, ConvTranspose2d, MaxPool1d
 from .dropout import AlphaDropout, Dropout1d, Dropout2d, Dropout3d, FeatureAlphaDropout
+from .fold import Fold, Unfold
 from .gelu import GELU
 from .gpt import GPT, CausalSelfAttention
 from .keys import capture_key
@@ -58,8 +59,9 @@ __all__ = [
     "AvgPool1d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "ChannelShuffle", "Conv1d", "Conv2d",
     "ConvTranspose1d", "ConvTranspose2d", "LPPool1d", "LPPool2d", "MaxPool1d",
     "AlphaDropout", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "Embedding",
-    "FeatureAlphaDropout", "Flatten", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
+    "FeatureAlphaDropout", "Flatten", "Fold", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
     "LayerNorm", "Linear", "LocalResponseNorm", "MaxPool2d", "RMSNorm", "Unflatten",
+    "Unfold",
     "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
     # padding (PyTorch's)
     "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",

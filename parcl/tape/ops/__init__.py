@@ -28,6 +28,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | scatters | scatter scatter_add index_add take_along_dim |
 | norm, lrn | layer_norm rms_norm group_norm, local_response_norm |
 | nn, conv | conv2d conv_transpose2d pools batch_norm dropout |
+| fold | unfold fold (im2col, col2im) |
 | adaptive | adaptive_avg_pool1d adaptive_max_pool1d adaptive_max_pool2d |
 | lp_pool | lp_pool1d lp_pool2d (power-average pools) |
 | resample | interpolate pixel_shuffle pixel_unshuffle |
@@ -48,6 +49,7 @@ from .contraction import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .diagonals import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
+from .fold import *  # noqa: F401,F403
 from .indexing import *  # noqa: F401,F403
 from .join import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
@@ -80,7 +82,7 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed", "contraction",
             "diagonals", "elementwise", "indexing", "join", "linalg", "loss", "loss_more",
             "mathops", "mathops_more", "moments", "nn", "norm", "picks", "reduce", "reduce_dims",
-            "reductions", "resample", "scans", "scatters", "select", "sequence", "shape",
+            "reductions", "resample", "scatters", "select", "sequence", "shape", "slices",
             "slices", "sorting", "unary")
             "conv", "elementwise", "indexing", "join", "linalg", "loss", "loss_more", "lp_pool",
             "nn", "norm", "picks", "reduce", "reduce_dims", "reductions", "resample", "scatters",
@@ -89,5 +91,8 @@ _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed"
             "scatters", "select", "sequence", "shape", "slices", "sorting", "unary")
             "lrn", "mathops", "nn", "norm", "picks", "reduce", "reduce_dims", "reductions",
             "resample", "scatters", "select", "sequence", "shape", "slices", "sorting", "unary")
+            "conv", "elementwise", "fold", "indexing", "join", "linalg", "loss", "loss_more",
+            "lp_pool", "lrn", "mathops", "nn", "norm", "picks", "reduce", "reduce_dims",
+            "sorting", "unary")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
