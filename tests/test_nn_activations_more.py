@@ -213,3 +213,14 @@ def test_pairwise_distance_is_the_norm_of_the_difference_plus_eps(queue):
 def test_pairwise_distance_passes_gradcheck(queue, rng):
     a, b = (leaf(queue, rng.standard_normal((3, 4))) for _ in range(2))
     assert tp.gradcheck(lambda u, v: tp.pairwise_distance(u, v, 3.0), [a, b])
+
+
+def test_softmax_without_dim_takes_pytorchs_legacy_dim_with_its_warning(queue, rng):
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)                 # 3-d: dim 0
+    with pytest.warns(UserWarning, match="Softmax: implicit dimension"):
+        y = nn.Softmax()(tp.tensor(x)).to_host()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = torch.nn.Softmax()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-7)
+    assert repr(nn.Softmax()) == repr(torch.nn.Softmax()) == "Softmax(dim=None)"

@@ -284,7 +284,7 @@ class PReLU(Module):
         return f"num_parameters={self.num_parameters}"
 
 
-def _legacy_softmax_dim(layer: str, ndim: int) -> int:
+def legacy_softmax_dim(layer: str, ndim: int) -> int:
     """PyTorch's choice for ``dim=None`` (0 for 0-, 1- and 3-D inputs, else 1), warned."""
     warnings.warn(f"{layer}: implicit dimension choice has been deprecated; pass dim",
                   UserWarning, stacklevel=3)
@@ -300,8 +300,8 @@ class LogSoftmax(Module):
         self.dim = None if dim is None else _dim("LogSoftmax", dim)
 
     def forward(self, x):
-        dim = self.dim if self.dim is not None else _legacy_softmax_dim("LogSoftmax",
-                                                                        len(x.shape))
+        dim = self.dim if self.dim is not None else legacy_softmax_dim("LogSoftmax",
+                                                                       len(x.shape))
         return ops.log_softmax(x, dim)
 
     def extra_repr(self) -> str:

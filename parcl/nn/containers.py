@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from ..errors import ParclError
 from ..tape import ops
+from .activation import legacy_softmax_dim
 from .layers import _dim
 from .module import Module, Parameter
 
@@ -301,15 +302,23 @@ class ParameterDict(Module):
 
 
 class Softmax(Module):
-    """``tp.softmax`` along ``dim`` (any axis, negative from the end).
+    """``tp.softmax`` along ``dim`` (any axis, negative from the end); ``dim=None`` takes
+    PyTorch's legacy choice (0 for 0-, 1- and 3-D inputs, else 1) with its deprecation
+    warning, as ``LogSoftmax`` does.
 
     >>> pc.nn.Softmax(dim=-1)(x).shape == x.shape
     True
     """
 
-    def __init__(self, dim: int):
+    def __init__(self, dim: int | None = None):
         super().__init__()
-        self.dim = _dim("Softmax", dim)
+        self.dim = None if dim is None else _dim("Softmax", dim)
 
     def forward(self, x):
-        return ops.softmax(x, axis=self.dim)
+        dim = self.dim
+        if dim is None:
+            dim = legacy_softmax_dim("Softmax", len(x.shape))
+        return ops.softmax(x, axis=dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
