@@ -201,9 +201,25 @@ def test_conv_transpose1d_output_size_picks_the_output_padding_as_pytorch(queue,
         got = ours(tp.tensor(x), output_size=size)
         np.testing.assert_allclose(got.to_host(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
     assert ours(tp.tensor(x[0]), output_size=[3, 10]).shape == (3, 10)     # unbatched
-    with pytest.raises(pc.ShapeError, match="requested an output size of 11, but valid sizes "
-                                            "range from 9 to 10"):
+    with pytest.raises(pc.ShapeError, match=r"requested an output size of \[11\], but valid "
+                                            r"sizes range from \[9\] to \[10\]"):
         ours(tp.tensor(x), output_size=[11])
+
+
+def test_conv_transpose2d_output_size_picks_the_output_padding_as_pytorch(queue, rng):
+    nn.manual_seed(0)
+    ours = nn.ConvTranspose2d(2, 3, 3, stride=(2, 3), padding=1)
+    theirs = torch.nn.ConvTranspose2d(2, 3, 3, stride=(2, 3), padding=1)
+    theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
+    x = rng.standard_normal((1, 2, 4, 3)).astype(np.float32)      # smallest output (7, 7)
+    for size in ([7, 7], (8, 9), (1, 3, 8, 8)):                    # as a U-Net's skip.shape
+        want = theirs(torch.from_numpy(x), output_size=size)
+        got = ours(tp.tensor(x), output_size=size)
+        assert got.shape == tuple(want.shape)
+        np.testing.assert_allclose(got.to_host(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(pc.ShapeError, match=r"requested an output size of \[9, 7\], but valid "
+                                            r"sizes range from \[7, 7\] to \[8, 9\]"):
+        ours(tp.tensor(x), output_size=(9, 7))
 
 
 LP_CASES = [("LPPool1d", (2, 3, 9), 2, 3, None, False), ("LPPool1d", (3, 9), 1.5, 2, 1, True),

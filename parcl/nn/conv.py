@@ -25,6 +25,29 @@ from .module import Module
 __all__ = ["AvgPool1d", "Conv1d", "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d"]
 
 
+def transposed_output_padding(layer: Module, x, output_size, kernel: tuple, stride: tuple,
+                              padding: tuple) -> tuple[int, ...]:
+    """PyTorch's ``_output_padding``: the per-dim output padding that gives ``output_size``
+    (the spatial sizes, or the output's whole shape), each within a stride of the smallest
+    output; else a ``ShapeError`` naming the valid range."""
+    dims = len(kernel)
+    sizes = [output_size] if not isinstance(output_size, (tuple, list)) else list(output_size)
+    if len(sizes) == len(x.shape):
+        sizes = sizes[-dims:]
+    if len(sizes) != dims or not all(isinstance(v, (int, np.integer))
+                                     and not isinstance(v, bool) for v in sizes):
+        raise ShapeError(f"{layer!r}: output_size must be {dims} spatial size(s) or the "
+                         f"output's shape ({len(x.shape)} ints), got {output_size!r}")
+    spatial = tuple(x.shape[-dims:])
+    smallest = [(n - 1) * s - 2 * p + k for n, s, p, k in zip(spatial, stride, padding, kernel)]
+    largest = [m + s - 1 for m, s in zip(smallest, stride)]
+    if not all(m <= v <= top for m, v, top in zip(smallest, sizes, largest)):
+        raise ShapeError(f"{layer!r}: requested an output size of {list(sizes)}, but valid "
+                         f"sizes range from {smallest} to {largest} (for an input of "
+                         f"{list(spatial)})")
+    return tuple(int(v) - m for v, m in zip(sizes, smallest))
+
+
 class ConvTranspose2d(Module):
     """Transposed 2-d convolution over ``(N, C, H, W)`` (``tp.conv_transpose2d``); weight
     ``(cin, cout, kh, kw)`` as PyTorch. Initialisation as PyTorch's ``_ConvNd``: weight and
@@ -59,11 +82,18 @@ class ConvTranspose2d(Module):
                          self.out_channels * self.kernel_size[0] * self.kernel_size[1], bias,
                          self.out_channels)
 
-    def forward(self, x):
-        _check_features(self, x, 1, self.in_channels, (4,))
-        return ops.conv_transpose2d(x, self.weight, self.bias, stride=_arg(self.stride),
+    def forward(self, input, output_size=None):  # noqa: A002 - PyTorch's argument name
+        """The transposed convolution; ``output_size`` (``(H, W)`` or the whole output shape,
+        as PyTorch takes it) picks the output padding instead of ``output_padding``."""
+        _check_features(self, input, 1, self.in_channels, (4,))
+        output_padding = self.output_padding
+        if output_size is not None:
+            output_padding = transposed_output_padding(self, input, output_size,
+                                                       self.kernel_size, self.stride,
+                                                       self.padding)
+        return ops.conv_transpose2d(input, self.weight, self.bias, stride=_arg(self.stride),
                                     padding=_arg(self.padding),
-                                    output_padding=_arg(self.output_padding))
+                                    output_padding=_arg(output_padding))
 
     def extra_repr(self) -> str:
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -168,9 +198,11 @@ class ConvTranspose1d(Module):
         """The transposed convolution; ``output_size`` (the length, or the whole shape as
         PyTorch takes it) picks the output padding instead of ``output_padding``."""
         _check_features(self, input, -2, self.in_channels, (2, 3))
-        output_padding = self.output_padding[0]
+        output_padding = self.output_padding
         if output_size is not None:
-            output_padding = self._output_padding(input, output_size)
+            output_padding = transposed_output_padding(self, input, output_size,
+                                                       self.kernel_size, self.stride,
+                                                       self.padding)
         return ops.conv_transpose1d(input, self.weight, self.bias, stride=self.stride[0],
     def _output_padding(self, x, output_size) -> int:
         """PyTorch's ``_output_padding``: the padding that gives ``output_size``, which must
@@ -187,6 +219,8 @@ class ConvTranspose1d(Module):
                              f"sizes range from {smallest} to {smallest + self.stride[0] - 1} "
                              f"(for an input of length {x.shape[-1]})")
         return int(sizes[-1]) - smallest
+                                    padding=self.padding[0], output_padding=output_padding[0])
+
     def extra_repr(self) -> str:
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
              f"stride={self.stride}")
