@@ -120,8 +120,6 @@ def test_refusals(queue, rng):
         pc.nn.Conv1d(4, 4, 3)(leaf(queue, rng.standard_normal((2, 3, 9))))
     with pytest.raises(ShapeError, match="groups=3"):
         pc.nn.Conv1d(4, 4, 3, groups=3)
-    with pytest.raises(ShapeError, match="return_indices"):
-        pc.nn.MaxPool1d(2, return_indices=True)
     with pytest.raises(ShapeError, match="max_pool1d: kernel_size"):
         tp.max_pool1d(x, 2.5)
 

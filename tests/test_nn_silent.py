@@ -335,14 +335,16 @@ def test_max_pool2d_takes_pytorchs_positional_arguments(queue, rng):
     """PyTorch's fifth argument of ``MaxPool2d`` is ``return_indices``, its sixth
     ``ceil_mode``; parcl's fifth was ``ceil_mode``, so ``MaxPool2d(2, 2, 0, 1, True)``
     (PyTorch: also return the indices) pooled with ceil_mode, silently, and PyTorch's
-    ``MaxPool2d(3, 2, 1, 1, False, True)`` was a TypeError. Now the places match:
-    return_indices=True is refused, a sixth ceil_mode gives PyTorch's output."""
+    ``MaxPool2d(3, 2, 1, 1, False, True)`` was a TypeError. Now the places match: a fifth
+    True returns PyTorch's indices too, a sixth ceil_mode gives PyTorch's output."""
     import torch        # the test extra installs it: PyTorch's layer is the reference
 
-    with pytest.raises(pc.errors.ShapeError, match="MaxPool2d: return_indices=True is not "
-                                                   "supported"):
-        pc.nn.MaxPool2d(2, 2, 0, 1, True)
     x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    with tp.no_grad():
+        got, where = pc.nn.MaxPool2d(2, 2, 0, 1, True)(pc.Tensor.from_host(queue, x))
+    want, want_where = torch.nn.MaxPool2d(2, 2, 0, 1, True)(torch.tensor(x))
+    np.testing.assert_array_equal(got.to_host(), want.numpy())
+    np.testing.assert_array_equal(where.to_host(), want_where.numpy())
     with tp.no_grad():
         got = pc.nn.MaxPool2d(3, 2, 1, 1, False, True)(pc.Tensor.from_host(queue, x)).to_host()
     want = torch.nn.MaxPool2d(3, 2, 1, 1, False, True)(torch.tensor(x)).numpy()

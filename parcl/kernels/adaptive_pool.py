@@ -155,30 +155,34 @@ def adaptive_avg_pool2d_backward(grad: Tensor, x_shape) -> Tensor:
 
 POSITIONS_SOURCE = r"""//CL//
 // out[i] = table[(i % plane) * k + pick[i]]: the input position of output i's pick (its
-// window's element pick[i]), for every plane of windows.
-__kernel void window_positions(__global const long* restrict pick,
+// window's element pick[i], of type PICK), for every plane of windows.
+__kernel void window_positions(__global const PICK* restrict pick,
                                __global const long* restrict table, __global long* restrict out,
                                const int plane, const int k, const long n)
 {
     const long i = get_global_id(0);
     if (i >= n)
         return;
-    out[i] = table[(i % plane) * k + pick[i]];
+    out[i] = table[(i % plane) * k + (long)pick[i]];
 }
 """
+
+PICK_TYPES = {np.dtype(np.uint8): "uchar", np.dtype(np.int32): "int", np.dtype(np.int64): "long"}
 
 
 def window_positions(pick: Tensor, table: np.ndarray) -> Tensor:
     """``table[o, pick[..., o]]`` for every output ``o`` of a plane, as an int64 tensor shaped
     like ``pick``: ``table`` ``(outputs per plane, window)`` holds each window element's input
-    position, ``pick`` (int64, last dims the plane's outputs) each window's chosen element."""
+    position, ``pick`` (uint8, int32 or int64; last dims the plane's outputs) each window's
+    chosen element."""
     plane, k = table.shape
-    if pick.dtype != np.int64 or pick.size % plane:
+    if pick.dtype not in PICK_TYPES or pick.size % plane:
         raise ShapeError(f"window_positions: pick {pick.shape} {pick.dtype} does not hold "
-                         f"int64 planes of {plane} outputs")
+                         f"uint8, int32 or int64 planes of {plane} outputs")
     positions = Tensor.from_host(pick.queue, np.ascontiguousarray(table, np.int64))
     out = Tensor.empty(pick.queue, pick.shape, np.int64)
-    get_kernel(pick.queue, POSITIONS_SOURCE, "window_positions")(
+    options = (f"-DPICK={PICK_TYPES[pick.dtype]}",)
+    get_kernel(pick.queue, POSITIONS_SOURCE, "window_positions", options)(
         pick.queue, (round_up(max(pick.size, 1), 64),), (64,), pick.data, positions.data,
         out.data, np.int32(plane), np.int32(k), np.int64(pick.size))
     return out

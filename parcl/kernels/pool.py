@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import DTypeError
 from ..tensor import FLOAT, Tensor
 from ._cache import VECTOR_TYPES
+from .adaptive_pool import window_positions
 from .adaptive_pool import (  # noqa: F401  (their home before adaptive_pool.py)
     ROW_SETUP,
     adaptive_avg_pool2d_backward,
@@ -374,3 +375,19 @@ def avg_pool2d_backward(grad: Tensor, x_shape, kernel_size, stride=None, padding
     _launch(grad.queue, "avg_pool_bwd", x_shape[3], rows_of(x_shape), grad.data, gx.data,
             *_args(x_shape, win.out), options=win.options(_divisor(win, count_include_pad)))
     return gx
+
+
+def max_pool2d_positions(x: Tensor, kernel_size, stride=None, padding=0, *, dilation=1,
+                         ceil_mode: bool = False) -> Tensor:
+    """Each max pool output's input position in its plane, ``h * W + w`` (int64): what
+    PyTorch's ``return_indices=True`` gives. The pool's saved window positions (first
+    maximum) looked up in a table of every window's input positions."""
+    win = window("max_pool2d", x.shape, kernel_size, stride, padding, dilation, ceil_mode)
+    _, local = max_pool2d_forward(x, kernel_size, stride, padding, dilation=dilation,
+                                  ceil_mode=ceil_mode)
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = win.kernel, win.stride, win.padding, win.dilation
+    (oh, ow), width = win.out, x.shape[3]
+    rows = np.arange(oh)[:, None] * sh - ph + np.arange(kh)[None, :] * dh     # (oh, kh)
+    cols = np.arange(ow)[:, None] * sw - pw + np.arange(kw)[None, :] * dw     # (ow, kw)
+    table = rows[:, None, :, None] * width + cols[None, :, None, :]          # (oh, ow, kh, kw)
+    return window_positions(local, table.reshape(oh * ow, kh * kw))

@@ -231,9 +231,24 @@ class ConvTranspose1d(Module):
         return s + ("" if self.bias is not None else ", bias=False")
 class MaxPool1d(Module):
     """Max pooling over ``(N, C, L)`` or ``(C, L)`` (``tp.max_pool1d``); ``stride=None`` means
-    ``kernel_size``."""
+    ``kernel_size``; ``return_indices=True`` returns ``(output, indices)`` (positions in
+    ``L``), as PyTorch's."""
 
     op = staticmethod(ops.max_pool1d)
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
+                 return_indices: bool = False, ceil_mode: bool = False):
+        super().__init__()
+        self.return_indices = bool(return_indices)
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.ceil_mode = dilation, bool(ceil_mode)
+
+    def forward(self, x):
+        return ops.max_pool1d(x, self.kernel_size, stride=self.stride, padding=self.padding,
+                              dilation=self.dilation, ceil_mode=self.ceil_mode,
+                              return_indices=self.return_indices)
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+                f", dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
 class AvgPool1d(_AvgPool):

@@ -1,7 +1,8 @@
 """Pooling layers beyond those in ``layers`` and ``conv``: PyTorch's ``AdaptiveAvgPool1d``,
 ``AdaptiveMaxPool1d`` and ``AdaptiveMaxPool2d`` over ``tp.adaptive_avg_pool1d``,
-``tp.adaptive_max_pool1d`` and ``tp.adaptive_max_pool2d``, and the power-average pools
-``LPPool1d`` and ``LPPool2d`` over ``tp.lp_pool1d`` and ``tp.lp_pool2d``. The
+``tp.adaptive_max_pool1d`` and ``tp.adaptive_max_pool2d``, the power-average pools
+``LPPool1d`` and ``LPPool2d`` over ``tp.lp_pool1d`` and ``tp.lp_pool2d``, and ``MaxUnpool1d``
+and ``MaxUnpool2d`` over ``tp.max_unpool1d`` and ``tp.max_unpool2d``. The
 max pools' ``return_indices=True`` returns ``(output, indices)``: each maximum's int64 position
 in its input plane, as PyTorch's.
 
@@ -14,10 +15,11 @@ array([[[3., 6., 9.]]], dtype=float32)
 from __future__ import annotations
 
 from ..tape import ops
+from ..tape.ops.unpool import unpool_tuple
 from .module import Module
 
 __all__ = ["AdaptiveAvgPool1d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "LPPool1d",
-           "LPPool2d"]
+           "LPPool2d", "MaxUnpool1d", "MaxUnpool2d"]
 
 
 class AdaptiveAvgPool1d(Module):
@@ -92,3 +94,37 @@ class LPPool2d(_LPPool):
     """``LPPool1d``'s power average over the windows of ``(N, C, H, W)`` or ``(C, H, W)``."""
 
     op = "lp_pool2d"
+
+
+class _MaxUnpool(Module):
+    op, dims = "", 1
+
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        name = type(self).__name__
+        self.kernel_size = unpool_tuple(name, "kernel_size", kernel_size, self.dims, 1)
+        self.stride = self.kernel_size if stride is None else unpool_tuple(
+            name, "stride", stride, self.dims, 1)
+        self.padding = unpool_tuple(name, "padding", padding, self.dims, 0)
+
+    def forward(self, input, indices, output_size=None):  # noqa: A002 - PyTorch's name
+        return getattr(ops, self.op)(input, indices, self.kernel_size, self.stride,
+                                     self.padding, output_size)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxUnpool1d(_MaxUnpool):
+    """``MaxUnpool1d(kernel_size, stride=None, padding=0)``: ``unpool(input, indices,
+    output_size=None)`` puts ``(N, C, L)`` or ``(C, L)`` values back at the positions a
+    ``MaxPool1d(..., return_indices=True)`` gave, zeros elsewhere."""
+
+    op, dims = "max_unpool1d", 1
+
+
+class MaxUnpool2d(_MaxUnpool):
+    """``MaxUnpool2d(kernel_size, stride=None, padding=0)``: ``MaxUnpool1d``'s inverse of a
+    ``MaxPool2d(..., return_indices=True)`` over ``(N, C, H, W)`` or ``(C, H, W)``."""
+
+    op, dims = "max_unpool2d", 2

@@ -29,6 +29,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | norm, lrn | layer_norm rms_norm group_norm, local_response_norm |
 | nn, conv | conv2d conv_transpose2d pools batch_norm dropout |
 | fold | unfold fold (im2col, col2im) |
+| unpool | max_unpool1d max_unpool2d |
 | adaptive | adaptive_avg_pool1d adaptive_max_pool1d adaptive_max_pool2d |
 | lp_pool | lp_pool1d lp_pool2d (power-average pools) |
 | resample | interpolate pixel_shuffle pixel_unshuffle |
@@ -75,6 +76,7 @@ from .shape import *  # noqa: F401,F403
 from .slices import *  # noqa: F401,F403
 from .sorting import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
+from .unpool import *  # noqa: F401,F403
 from .composed import *  # noqa: F401,F403  (last: its norm replaces the module's name)
 
 # by name: composed's ``norm`` (the op) takes the name of the ``norm`` module (layer_norm ...)
@@ -94,5 +96,7 @@ _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed"
             "conv", "elementwise", "fold", "indexing", "join", "linalg", "loss", "loss_more",
             "lp_pool", "lrn", "mathops", "nn", "norm", "picks", "reduce", "reduce_dims",
             "sorting", "unary")
+            "reductions", "resample", "scatters", "select", "sequence", "shape", "slices",
+            "sorting", "unary", "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]

@@ -199,20 +199,27 @@ class MaxPool2d(Function):
                                          ceil_mode=self.ceil_mode)
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False, *,
-               tape=None):
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
+               return_indices: bool = False, *, tape=None):
     """Max pooling over NCHW ``x`` (stride defaults to the kernel size; padding is -inf and at
     most half the kernel; taps ``dilation`` apart). Output sizes as PyTorch: ``ceil_mode``
     rounds up, dropping a last window that would start in the right padding. The argmax of
-    each window is saved for the backward.
+    each window is saved for the backward. ``return_indices=True`` also returns each
+    maximum's position ``h * W + w`` in its plane (int64, not recorded; what
+    ``tp.max_unpool2d`` takes), found by a second pass of the pool kernel.
 
     >>> tp.max_pool2d(x, 2).shape      # x (2, 3, 8, 8)
     (2, 3, 4, 4)
     >>> tp.max_pool2d(x, 3, stride=2, ceil_mode=True).shape
     (2, 3, 4, 4)
     """
-    return MaxPool2d.apply(x, tape=tape, kernel_size=kernel_size, stride=stride,
-                           padding=padding, dilation=dilation, ceil_mode=bool(ceil_mode))
+    y = MaxPool2d.apply(x, tape=tape, kernel_size=kernel_size, stride=stride,
+                        padding=padding, dilation=dilation, ceil_mode=bool(ceil_mode))
+    if not return_indices:
+        return y
+    raw = x.value if isinstance(x, Node) else x
+    return y, poolk.max_pool2d_positions(raw, kernel_size, stride, padding, dilation=dilation,
+                                         ceil_mode=bool(ceil_mode))
 
 
 class AvgPool2d(Function):

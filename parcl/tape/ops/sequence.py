@@ -129,13 +129,12 @@ def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bo
                return_indices: bool = False, *, tape=None):
     """``torch.nn.functional.max_pool1d`` over ``(N, C, L)`` or ``(C, L)`` (``stride=None``
     means ``kernel_size``; padding counts as -inf, at most half the kernel); ``max_pool2d`` on
-    an ``(N, C, 1, L)`` view. ``return_indices=True`` is refused.
+    an ``(N, C, 1, L)`` view. ``return_indices=True`` also returns each maximum's position in
+    ``L`` (int64, not recorded).
 
     >>> tp.max_pool1d(x, 3, stride=2, padding=1).shape      # x (2, 4, 9)
     (2, 4, 5)
     """
-    if return_indices:
-        raise ShapeError("max_pool1d: return_indices=True is not supported")
     k = single("max_pool1d", "kernel_size", kernel_size)
     s = k if stride is None else single("max_pool1d", "stride", stride)
     p = single("max_pool1d", "padding", padding, least=0)
@@ -143,8 +142,12 @@ def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bo
     x4, batched = _as_2d("max_pool1d", x, tape)
     _check_window("max_pool1d", x4.shape[-1], k, p, d)
     y = max_pool2d(x4, (1, k), stride=(1, s), padding=(0, p), dilation=(1, d),
-                   ceil_mode=ceil_mode, tape=tape)
-    return _back(y, batched, tape)
+                   ceil_mode=ceil_mode, return_indices=return_indices, tape=tape)
+    if not return_indices:
+        return _back(y, batched, tape)
+    y, where = y                                    # positions in the (1, L) plane: in L
+    shape = where.shape[:2] + where.shape[3:] if batched else where.shape[1:2] + where.shape[3:]
+    return _back(y, batched, tape), where.reshape(shape)
 
 
 def avg_pool1d(x, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
