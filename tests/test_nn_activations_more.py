@@ -224,3 +224,30 @@ def test_softmax_without_dim_takes_pytorchs_legacy_dim_with_its_warning(queue, r
         want = torch.nn.Softmax()(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-7)
     assert repr(nn.Softmax()) == repr(torch.nn.Softmax()) == "Softmax(dim=None)"
+
+
+@pytest.mark.parametrize("name", ["Hardshrink", "Softshrink"])
+@pytest.mark.parametrize("lambd", [0.5, 0.0, 1.2])
+def test_shrinks_match_pytorch_gradients_at_the_bounds_included(queue, rng, name, lambd):
+    x = np.concatenate([rng.standard_normal(20), [lambd, -lambd, 0.0]]).astype(np.float32)
+    y, g, gx = run(getattr(nn, name)(lambd), x)
+    tx = torch.tensor(x, requires_grad=True)
+    want = getattr(torch.nn, name)(lambd)(tx)
+    want.backward(torch.from_numpy(g))
+    np.testing.assert_allclose(y, want.detach().numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(gx, tx.grad.numpy())
+    assert repr(getattr(nn, name)(lambd)) == repr(getattr(torch.nn, name)(lambd))
+
+
+def test_shrinks_give_concrete_values_and_pass_gradcheck(queue, rng):
+    x = tp.tensor(np.array([-1.0, -0.5, 0.2, 0.5, 0.7], np.float32))
+    np.testing.assert_allclose(tp.hardshrink(x).to_host(), [-1.0, 0.0, 0.0, 0.0, 0.7])
+    np.testing.assert_allclose(tp.softshrink(x).to_host(), [-0.5, 0.0, 0.0, 0.0, 0.2],
+                               atol=1e-7)
+    a = rng.uniform(0.6, 2.0, 8) * rng.choice([-1, 1], 8)          # away from the kinks
+    for op in (tp.hardshrink, tp.softshrink):
+        assert tp.gradcheck(op, [leaf(queue, a)])
+    with pytest.raises(pc.ParclError, match="Softshrink: lambd must be >= 0"):
+        nn.Softshrink(-1.0)
+    with pytest.raises(pc.DTypeError, match="hardshrink: lambd must be a Python number"):
+        tp.hardshrink(x, "0.5")

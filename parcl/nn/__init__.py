@@ -11,10 +11,10 @@ same program builds bit-identical models in every run and every replica thread.
 ['0.weight', '0.bias', '2.weight', '2.bias']
 """
 
-from .activation import (CELU, ELU, GLU, SELU, CosineSimilarity, Hardsigmoid, Hardswish, Hardtanh,
-                         LeakyReLU, LogSigmoid, LogSoftmax, Mish, PairwiseDistance, PReLU, ReLU6,
-                         Sigmoid, SiLU, Softmax2d, Softmin, Softplus, Softsign, Tanh, Tanhshrink,
-                         Threshold)
+from .activation import (CELU, ELU, GLU, SELU, CosineSimilarity, Hardshrink, Hardsigmoid,
+                         Hardswish, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax, Mish,
+                         PairwiseDistance, PReLU, ReLU6, Sigmoid, SiLU, Softmax2d, Softmin,
+                         Softplus, Softshrink, Softsign, Tanh, Tanhshrink, Threshold)
 from .bilinear import Bilinear
 from .cells import GRUCell, LSTMCell, RNNCell
 from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, ParameterList,
@@ -72,10 +72,10 @@ __all__ = [
     # recurrent layers and cells (PyTorch's)
     "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell",
     # activations
-    "CELU", "CosineSimilarity", "ELU", "GELU", "GLU", "Hardsigmoid", "Hardswish", "Hardtanh",
-    "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "PairwiseDistance", "ReLU",
-    "ReLU6", "SELU", "SiLU", "Sigmoid", "Softmax", "Softmax2d", "Softmin", "Softplus", "Softsign",
-    "Tanh", "Tanhshrink", "Threshold",
+    "CELU", "CosineSimilarity", "ELU", "GELU", "GLU", "Hardshrink", "Hardsigmoid", "Hardswish",
+    "Hardtanh", "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "PairwiseDistance",
+    "ReLU", "ReLU6", "SELU", "SiLU", "Sigmoid", "Softmax", "Softmax2d", "Softmin", "Softplus",
+    "Softshrink", "Softsign", "Tanh", "Tanhshrink", "Threshold",
     # losses
     "BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "HuberLoss",
     "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss", "SmoothL1Loss", "SoftMarginLoss",

@@ -2,7 +2,7 @@
 ``Sigmoid``, ``ELU``, ``Softplus``, ``Hardtanh``, ``ReLU6``, ``Hardsigmoid``, ``Hardswish``,
 ``Mish``, ``Softsign``, ``LogSigmoid``, ``SELU``, ``CELU``, ``GLU``, ``Tanhshrink``,
 ``Softmin``, ``Threshold``, ``CosineSimilarity``, ``PairwiseDistance``, ``LogSoftmax``,
-``Softmax2d`` and ``PReLU``.
+``Softmax2d``, ``Hardshrink``, ``Softshrink`` and ``PReLU``.
 Each is a Module over one op of ``parcl.tape``, without parameters but ``PReLU``'s slopes
 (``ReLU`` lives in ``layers``, ``Softmax`` in ``containers``). ``inplace=True`` is refused:
 parcl's ops write new tensors, and a silent copy would not be what the caller asked for.
@@ -27,7 +27,8 @@ from ..tape import ops
 from .layers import _check_sizes, _dim, _param
 from .module import Module
 
-__all__ = ["CELU", "ELU", "GLU", "SELU", "CosineSimilarity", "Hardsigmoid", "Hardswish",
+__all__ = ["CELU", "ELU", "GLU", "SELU", "CosineSimilarity", "Hardshrink", "Hardsigmoid",
+           "Hardswish", "Softshrink",
            "Hardtanh", "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU",
            "PairwiseDistance", "ReLU6", "SiLU", "Sigmoid", "Softmax2d", "Softmin", "Softplus",
            "Softsign", "Tanh", "Tanhshrink", "Threshold"]
@@ -251,6 +252,33 @@ class CosineSimilarity(Module):
 
     def forward(self, x1, x2):
         return ops.cosine_similarity(x1, x2, self.dim, self.eps)
+
+
+class Hardshrink(Module):
+    """``x`` where ``|x| > lambd``, else 0 (see ``tp.hardshrink``)."""
+
+    def __init__(self, lambd: float = 0.5):
+        super().__init__()
+        self.lambd = float(lambd)
+
+    def forward(self, x):
+        return ops.hardshrink(x, self.lambd)
+
+    def extra_repr(self) -> str:
+        return f"{self.lambd}"
+
+
+class Softshrink(Hardshrink):
+    """``x`` moved ``lambd`` towards 0, 0 within ``lambd`` of it (see ``tp.softshrink``);
+    ``lambd >= 0``."""
+
+    def __init__(self, lambd: float = 0.5):
+        super().__init__(lambd)
+        if not self.lambd >= 0:
+            raise ParclError(f"Softshrink: lambd must be >= 0, got {self.lambd}")
+
+    def forward(self, x):
+        return ops.softshrink(x, self.lambd)
 
 
 class PairwiseDistance(Module):

@@ -23,8 +23,9 @@ from ...errors import ParclError, ShapeError
 from ...kernels import elementwise as ew
 from ...kernels.broadcast import broadcast_shapes
 from ...kernels.strided import normalize_axis
+from ..node import Node
 from .activation import _Activation, _number, clamp
-from .elementwise import div, mul, pow
+from .elementwise import div, mul, pow, sub
 from .indexing import expand
 from .join import split
 from .loss import softmax
@@ -35,7 +36,8 @@ from .select import where
 from .shape import reshape
 from .unary import abs, neg, sigmoid, sqrt
 
-__all__ = ["celu", "cosine_similarity", "glu", "hardsigmoid", "hardswish", "hardtanh", "mish",
+__all__ = ["celu", "cosine_similarity", "glu", "hardshrink", "hardsigmoid", "hardswish",
+           "hardtanh", "mish", "softshrink",
            "logsigmoid", "normalize", "prelu", "relu6", "selu", "softmin", "softsign", "tanhshrink",
            "threshold"]
 
@@ -146,6 +148,28 @@ def glu(x, dim: int = -1, *, tape=None):
                          f"{shape[axis]} (shape {shape})")
     a, b = split(x, shape[axis] // 2, axis, tape=tape)
     return mul(a, sigmoid(b, tape=tape), tape=tape)
+
+
+def hardshrink(x, lambd: float = 0.5, *, tape=None):
+    """``F.hardshrink``: ``x`` where ``|x| > lambd``, else 0; gradient 1 there, 0 elsewhere
+    (at ``|x| = lambd`` too), as PyTorch's. A ``where`` over a mask of ``|x|``.
+
+    >>> tp.hardshrink(tp.tensor(np.array([-1.0, 0.5, 0.7], np.float32))).to_host()
+    array([-1. ,  0. ,  0.7], dtype=float32)
+    """
+    lambd = _number("hardshrink", "lambd", lambd)
+    raw = x.value if isinstance(x, Node) else x
+    return where(gt(abs(raw), lambd), x, 0.0, tape=tape)
+
+
+def softshrink(x, lambd: float = 0.5, *, tape=None):
+    """``F.softshrink``: ``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, else 0
+    (``x - clamp(x, -lambd, lambd)``); gradient 1 outside, 0 inside and at the bounds, as
+    PyTorch's. A negative ``lambd`` is a ``ParclError``, as PyTorch refuses it."""
+    lambd = _number("softshrink", "lambd", lambd)
+    if not lambd >= 0:
+        raise ParclError(f"softshrink: lambd must be >= 0, got {lambd}")
+    return sub(x, clamp(x, -lambd, lambd, tape=tape), tape=tape)
 
 
 def prelu(x, weight, *, tape=None):
