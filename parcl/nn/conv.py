@@ -11,9 +11,8 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
+
 from ..errors import ShapeError
 from ..runtime import default_queue
 from ..tape import ops
@@ -154,7 +153,6 @@ class Conv1d(Module):
         return _conv_repr(self)
 
 
-class MaxPool1d(_MaxPool):
 class ConvTranspose1d(Module):
     """Transposed 1-d convolution over ``(N, C, L)`` or unbatched ``(C, L)``
     (``tp.conv_transpose1d``); weight ``(cin, cout, k)`` and bias ~ U(-1/sqrt(fan_in),
@@ -168,11 +166,11 @@ class ConvTranspose1d(Module):
         super().__init__()
         queue = queue if queue is not None else default_queue()
         _check_sizes("ConvTranspose1d", {"in_channels": in_channels,
-                                             + self.kernel_size, bound))
+                                         "out_channels": out_channels, "groups": groups})
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
         if groups != 1 or single("ConvTranspose1d", "dilation", dilation) != 1 \
                 or padding_mode != "zeros":
-            raise ShapeError(f"ConvTranspose1d: output_padding {self.output_padding} must be "
+            raise ShapeError(f"ConvTranspose1d: only groups=1, dilation=1 and padding_mode="
                              f"'zeros' are supported, got groups={groups!r}, dilation="
                              f"{dilation!r}, padding_mode={padding_mode!r}")
         self.kernel_size = (single("ConvTranspose1d", "kernel_size", kernel_size),)
@@ -181,18 +179,10 @@ class ConvTranspose1d(Module):
         self.output_padding = (single("ConvTranspose1d", "output_padding", output_padding,
                                       least=0),)
         if self.output_padding[0] >= self.stride[0]:
+            raise ShapeError(f"ConvTranspose1d: output_padding {self.output_padding} must be "
                              f"smaller than the stride {self.stride} (as PyTorch)")
-        bound = 1.0 / math.sqrt(self.out_channels * self.kernel_size[0])
-        self.weight = _param(queue, uniform_((self.in_channels, self.out_channels)
-        if bias:
-            self.bias = _param(queue, uniform_((self.out_channels,), bound))
-        else:
-            self.register_parameter("bias", None)
-    def forward(self, x):
-        _check_features(self, x, -2, self.in_channels, (2, 3))
-        return ops.conv_transpose1d(x, self.weight, self.bias, stride=self.stride[0],
-                                    padding=self.padding[0], output_padding=output_padding)
-                                    output_padding=self.output_padding[0])
+        _weight_and_bias(self, queue, (self.in_channels, self.out_channels) + self.kernel_size,
+                         self.out_channels * self.kernel_size[0], bias, self.out_channels)
 
     def forward(self, input, output_size=None):  # noqa: A002 - PyTorch's argument name
         """The transposed convolution; ``output_size`` (the length, or the whole shape as
@@ -204,21 +194,6 @@ class ConvTranspose1d(Module):
                                                        self.kernel_size, self.stride,
                                                        self.padding)
         return ops.conv_transpose1d(input, self.weight, self.bias, stride=self.stride[0],
-    def _output_padding(self, x, output_size) -> int:
-        """PyTorch's ``_output_padding``: the padding that gives ``output_size``, which must
-        lie within a stride of the smallest output."""
-        sizes = [output_size] if not isinstance(output_size, (tuple, list)) \
-            else list(output_size)
-        if len(sizes) not in (1, len(x.shape)) or not all(
-                isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in sizes):
-            raise ShapeError(f"{self!r}: requested an output size of {sizes[-1]}, but valid "
-                             f"({len(x.shape)} ints), got {output_size!r}")
-        smallest = ((x.shape[-1] - 1) * self.stride[0] - 2 * self.padding[0]
-                    + self.kernel_size[0])
-        if not smallest <= sizes[-1] < smallest + self.stride[0]:
-                             f"sizes range from {smallest} to {smallest + self.stride[0] - 1} "
-                             f"(for an input of length {x.shape[-1]})")
-        return int(sizes[-1]) - smallest
                                     padding=self.padding[0], output_padding=output_padding[0])
 
     def extra_repr(self) -> str:
@@ -229,26 +204,14 @@ class ConvTranspose1d(Module):
         if self.output_padding != (0,):
             s += f", output_padding={self.output_padding}"
         return s + ("" if self.bias is not None else ", bias=False")
-class MaxPool1d(Module):
+
+
+class MaxPool1d(_MaxPool):
     """Max pooling over ``(N, C, L)`` or ``(C, L)`` (``tp.max_pool1d``); ``stride=None`` means
     ``kernel_size``; ``return_indices=True`` returns ``(output, indices)`` (positions in
     ``L``), as PyTorch's."""
 
     op = staticmethod(ops.max_pool1d)
-    def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
-                 return_indices: bool = False, ceil_mode: bool = False):
-        super().__init__()
-        self.return_indices = bool(return_indices)
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-        self.dilation, self.ceil_mode = dilation, bool(ceil_mode)
-
-    def forward(self, x):
-        return ops.max_pool1d(x, self.kernel_size, stride=self.stride, padding=self.padding,
-                              dilation=self.dilation, ceil_mode=self.ceil_mode,
-                              return_indices=self.return_indices)
-    def extra_repr(self) -> str:
-        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
-                f", dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
 class AvgPool1d(_AvgPool):

@@ -306,32 +306,18 @@ class _MaxPool(Module):
     """MaxPool1d's and MaxPool2d's arguments and forward, through the class's ``op``."""
 
     op = staticmethod(ops.max_pool2d)
-class MaxPool2d(Module):
-    """Max pooling over ``(N, C, H, W)``; ``stride=None`` means ``kernel_size``; ``dilation``
-    and ``ceil_mode`` as PyTorch (see ``tp.max_pool2d``); ``return_indices=True`` returns
-    ``(output, indices)``, each maximum's int64 position ``h * W + w`` in its plane (what
-    ``MaxUnpool2d`` takes), as PyTorch's."""
 
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
                  return_indices: bool = False, ceil_mode: bool = False):
         super().__init__()
-        if return_indices:
-            raise ShapeError(f"{type(self).__name__}: return_indices=True is not supported")
+        self.return_indices = bool(return_indices)
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.dilation, self.ceil_mode = dilation, bool(ceil_mode)
 
     def forward(self, x):
         return self.op(x, self.kernel_size, stride=self.stride, padding=self.padding,
-                       dilation=self.dilation, ceil_mode=self.ceil_mode)
-        self.return_indices = bool(return_indices)
-        self.kernel_size = kernel_size
-        self.stride = stride
-        self.padding = padding
-        self.dilation = dilation
-        self.ceil_mode = bool(ceil_mode)
-        return ops.max_pool2d(x, self.kernel_size, stride=self.stride, padding=self.padding,
-                              dilation=self.dilation, ceil_mode=self.ceil_mode,
-                              return_indices=self.return_indices)
+                       dilation=self.dilation, ceil_mode=self.ceil_mode,
+                       return_indices=self.return_indices)
 
     def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
@@ -340,9 +326,9 @@ class MaxPool2d(Module):
 
 class MaxPool2d(_MaxPool):
     """Max pooling over ``(N, C, H, W)``; ``stride=None`` means ``kernel_size``; ``dilation``
-    and ``ceil_mode`` as PyTorch (see ``tp.max_pool2d``); ``return_indices=True`` is
-    refused (it holds PyTorch's fifth place, so a positional ``ceil_mode`` lands where
-    PyTorch code puts it)."""
+    and ``ceil_mode`` as PyTorch (see ``tp.max_pool2d``); ``return_indices=True`` returns
+    ``(output, indices)``, each maximum's int64 position ``h * W + w`` in its plane (what
+    ``MaxUnpool2d`` takes), as PyTorch's."""
 
 
 class _AvgPool(Module):

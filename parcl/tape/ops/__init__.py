@@ -82,21 +82,9 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 # by name: composed's ``norm`` (the op) takes the name of the ``norm`` module (layer_norm ...)
 # in this namespace, so composed is imported after it
 _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed", "contraction",
-            "diagonals", "elementwise", "indexing", "join", "linalg", "loss", "loss_more",
-            "mathops", "mathops_more", "moments", "nn", "norm", "picks", "reduce", "reduce_dims",
-            "reductions", "resample", "scatters", "select", "sequence", "shape", "slices",
-            "slices", "sorting", "unary")
-            "conv", "elementwise", "indexing", "join", "linalg", "loss", "loss_more", "lp_pool",
-            "nn", "norm", "picks", "reduce", "reduce_dims", "reductions", "resample", "scatters",
-            "select", "sequence", "shape", "slices", "sorting", "unary")
-            "mathops", "nn", "norm", "picks", "reduce", "reduce_dims", "reductions", "resample",
-            "scatters", "select", "sequence", "shape", "slices", "sorting", "unary")
-            "lrn", "mathops", "nn", "norm", "picks", "reduce", "reduce_dims", "reductions",
-            "resample", "scatters", "select", "sequence", "shape", "slices", "sorting", "unary")
-            "conv", "elementwise", "fold", "indexing", "join", "linalg", "loss", "loss_more",
-            "lp_pool", "lrn", "mathops", "nn", "norm", "picks", "reduce", "reduce_dims",
-            "sorting", "unary")
-            "reductions", "resample", "scatters", "select", "sequence", "shape", "slices",
-            "sorting", "unary", "unpool")
+            "conv", "diagonals", "elementwise", "fold", "indexing", "join", "linalg", "loss",
+            "loss_more", "lp_pool", "lrn", "mathops", "mathops_more", "moments", "nn", "norm",
+            "picks", "reduce", "reduce_dims", "reductions", "resample", "scans", "scatters",
+            "select", "sequence", "shape", "slices", "sorting", "unary", "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]

@@ -21,7 +21,6 @@ from ...kernels import scatter as sc
 from ...tensor import Tensor
 from ..node import Function
 from .picks import _RangeCheck
-from .scatters import _check
 from .shape import reshape
 
 __all__ = ["max_unpool1d", "max_unpool2d"]
@@ -38,7 +37,7 @@ class MaxUnpool(Function):
                                op=op, into=True)
         check = _RangeCheck(op, flag, index, plane, f"an output plane of {plane} positions",
                             lambda at: at)
-        _check(self, check, out)
+        check.guard(out, not self.recording)
         self.index = index if self.recording else None
         return out
 
