@@ -12,6 +12,7 @@ output sizes with ``ceil_mode`` and ``dilation``, and whether ceil_mode windows 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import index
 
 import numpy as np
 
@@ -20,12 +21,13 @@ from ..tensor import FLOAT, Tensor, check_same_queue
 
 
 def pair(op: str, name: str, v) -> tuple[int, int]:
-    """An int or a pair of ints as a pair (stride, padding, kernel_size)."""
+    """An int or a pair of ints as a pair (stride, padding, kernel_size). A float in a pair
+    is refused, as PyTorch refuses it, not truncated by ``int()`` to another window."""
     if isinstance(v, (int, np.integer)):
         return int(v), int(v)
     try:
         a, b = v
-        return int(a), int(b)
+        return index(a), index(b)
     except (TypeError, ValueError):
         raise ShapeError(f"{op}: {name} must be an int or a pair of ints, got {v!r}") from None
 

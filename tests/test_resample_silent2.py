@@ -1,0 +1,65 @@
+"""Resampling, padding, pooling, convolution windows and embeddings: results that were
+silently wrong, each checked against PyTorch (what it computes, or what it refuses)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import parcl as pc
+import parcl.tape as tp
+
+WINDOW_CALLS = {
+    "max_pool2d kernel_size": (lambda x, w: tp.max_pool2d(x, (2.5, 2)),
+                               lambda x, w: F.max_pool2d(x, (2.5, 2))),
+    "max_pool2d stride": (lambda x, w: tp.max_pool2d(x, 2, (1.5, 1)),
+                          lambda x, w: F.max_pool2d(x, 2, (1.5, 1))),
+    "max_pool2d dilation": (lambda x, w: tp.max_pool2d(x, 2, 1, 0, (1.5, 1)),
+                            lambda x, w: F.max_pool2d(x, 2, 1, 0, (1.5, 1))),
+    "avg_pool2d kernel_size": (lambda x, w: tp.avg_pool2d(x, (2.5, 2)),
+                               lambda x, w: F.avg_pool2d(x, (2.5, 2))),
+    "avg_pool2d padding": (lambda x, w: tp.avg_pool2d(x, 3, 1, (1.5, 1)),
+                           lambda x, w: F.avg_pool2d(x, 3, 1, (1.5, 1))),
+    "adaptive_avg_pool2d": (lambda x, w: tp.adaptive_avg_pool2d(x, (2.5, 2)),
+                            lambda x, w: F.adaptive_avg_pool2d(x, (2.5, 2))),
+    "conv2d stride": (lambda x, w: tp.conv2d(x, w, stride=(1.5, 1)),
+                      lambda x, w: F.conv2d(x, w, stride=(1.5, 1))),
+    "conv2d padding": (lambda x, w: tp.conv2d(x, w, padding=(1.5, 1)),
+                       lambda x, w: F.conv2d(x, w, padding=(1.5, 1))),
+    "conv2d dilation": (lambda x, w: tp.conv2d(x, w, dilation=(1.5, 1)),
+                        lambda x, w: F.conv2d(x, w, dilation=(1.5, 1))),
+    "conv_transpose2d stride": (lambda x, w: tp.conv_transpose2d(x, w, stride=(2.5, 2)),
+                                lambda x, w: F.conv_transpose2d(x, w, stride=(2.5, 2))),
+    "conv_transpose2d output_padding": (
+        lambda x, w: tp.conv_transpose2d(x, w, stride=2, output_padding=(1.5, 1)),
+        lambda x, w: F.conv_transpose2d(x, w, stride=2, output_padding=(1.5, 1))),
+    "MaxPool2d": (lambda x, w: pc.nn.MaxPool2d((2.5, 2))(x),
+                  lambda x, w: torch.nn.MaxPool2d((2.5, 2))(x)),
+    "AvgPool2d": (lambda x, w: pc.nn.AvgPool2d(2, (1.5, 1))(x),
+                  lambda x, w: torch.nn.AvgPool2d(2, (1.5, 1))(x)),
+    "AdaptiveAvgPool2d": (lambda x, w: pc.nn.AdaptiveAvgPool2d((2.5, 2))(x),
+                          lambda x, w: torch.nn.AdaptiveAvgPool2d((2.5, 2))(x)),
+}
+
+
+@pytest.mark.parametrize("call", WINDOW_CALLS, ids=list(WINDOW_CALLS))
+def test_a_float_in_a_window_pair_is_refused_not_truncated_as_pytorch(queue, call):
+    """``tp.max_pool2d(x, (2.5, 2))`` pooled 2 x 2 windows (``int(2.5)``): on a 4 x 4 ramp
+    [[5, 7], [13, 15]], where PyTorch refuses the float ('must be tuple of ints'); strides,
+    paddings, dilations, output sizes and output paddings were truncated the same way."""
+    ours, theirs = WINDOW_CALLS[call]
+    a = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    w = np.ones((1, 1, 3, 3), np.float32)
+    with pytest.raises(TypeError):
+        theirs(torch.from_numpy(a), torch.from_numpy(w))
+    with pytest.raises(pc.ShapeError, match="must be an int or a pair of ints"):
+        ours(tp.tensor(a), tp.tensor(w))
+
+
+def test_window_pairs_of_any_integer_type_still_work(queue):
+    x = tp.tensor(np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4))
+    np.testing.assert_array_equal(
+        tp.max_pool2d(x, (np.int64(2), 2), stride=[2, np.int32(2)]).to_host()[0, 0],
+        [[5, 7], [13, 15]])
