@@ -63,3 +63,23 @@ def test_window_pairs_of_any_integer_type_still_work(queue):
     np.testing.assert_array_equal(
         tp.max_pool2d(x, (np.int64(2), 2), stride=[2, np.int32(2)]).to_host()[0, 0],
         [[5, 7], [13, 15]])
+
+
+def test_embedding_max_norm_with_norm_type_minus_inf_takes_the_least_magnitude_as_pytorch(queue):
+    """PyTorch's -inf norm of a row is its least magnitude; parcl's renorm kernel took every
+    infinite norm_type as +inf (the largest), so a row [3, -0.5, 2] under max_norm=1 was
+    scaled to [1, -0.167, 0.667] where PyTorch leaves it (its -inf norm is 0.5), and [4, -2, 3]
+    was scaled by 1/4 instead of 1/2."""
+    table = np.array([[3.0, -0.5, 2.0], [4.0, -2.0, 3.0], [9.0, 9.0, 9.0]], np.float32)
+    idx = np.array([[0, 1], [1, 0]])
+    theirs = torch.nn.Embedding.from_pretrained(torch.from_numpy(table.copy()), freeze=False,
+                                                max_norm=1.0, norm_type=float("-inf"))
+    want = theirs(torch.from_numpy(idx))
+    ours = pc.nn.Embedding(3, 3, max_norm=1.0, norm_type=float("-inf"))
+    ours.load_state_dict({"weight": table})
+    got = ours(pc.Tensor.from_host(queue, idx))
+    np.testing.assert_allclose(got.to_host(), want.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(ours.weight.value.to_host(), theirs.weight.detach().numpy(),
+                               rtol=1e-6)
+    np.testing.assert_allclose(ours.weight.value.to_host()[:2],
+                               [[3.0, -0.5, 2.0], [2.0, -1.0, 1.5]], rtol=1e-6)

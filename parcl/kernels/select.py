@@ -153,7 +153,7 @@ __kernel void embed_renorm(__global float *w, __global const int *rows, const in
     float s = 0.0f;
     for (int j = 0; j < D; ++j) {
         const float a = fabs(row[j]);
-        if (isinf(p)) s = fmax(s, a);
+        if (isinf(p)) s = p > 0.0f ? fmax(s, a) : (j == 0 ? a : fmin(s, a));   /* -inf: min */
         else if (p == 0.0f) s += a != 0.0f;
         else if (p == 1.0f) s += a;
         else if (p == 2.0f) s += a * a;
