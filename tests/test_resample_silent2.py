@@ -83,3 +83,35 @@ def test_embedding_max_norm_with_norm_type_minus_inf_takes_the_least_magnitude_a
                                rtol=1e-6)
     np.testing.assert_allclose(ours.weight.value.to_host()[:2],
                                [[3.0, -0.5, 2.0], [2.0, -1.0, 1.5]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_pad_by_zero_in_every_mode_returns_new_memory_as_pytorch(queue, mode):
+    """``tp.pad(x, (0, 0, 0, 0), mode="replicate")`` returned ``x`` itself (no dim moved, so
+    no op ran), where PyTorch's F.pad returns a new tensor: ``y += 1`` under no_grad turned
+    x's entries too, and ``relu(y, inplace=True)`` zeroed x's negative ones, so ``y + x`` of
+    [[-1, 2], [3, -4]] came out [[0, 4], [6, 0]] where PyTorch gives [[-1, 4], [6, -4]]."""
+    a = np.array([[[-1.0, 2.0], [3.0, -4.0]]], np.float32)
+    x = tp.tensor(a)
+    with tp.no_grad():
+        y = tp.pad(x, (0, 0, 0, 0), mode=mode)
+        y += 1
+    np.testing.assert_array_equal(x.to_host(), a)
+    np.testing.assert_array_equal(y.to_host(), a + 1)
+    t = pc.Tensor.from_host(queue, a)
+    tp.pad(t, (0, 0), mode=mode).fill_(7.0)
+    np.testing.assert_array_equal(t.to_host(), a)
+
+    x = tp.tensor(a, requires_grad=True)
+    xt = torch.tensor(a, requires_grad=True)
+    with tp.Tape() as tape:
+        h = x * 1.0
+        out = tp.relu(tp.pad(h, (0, 0), mode=mode), inplace=True) + h
+        loss = tp.sum(out * out)
+    tape.backward(loss)
+    ht = xt * 1.0
+    want = torch.relu_(F.pad(ht, (0, 0), mode=mode)) + ht
+    (want * want).sum().backward()
+    np.testing.assert_array_equal(out.to_host(), [[[-1.0, 4.0], [6.0, -4.0]]])
+    np.testing.assert_array_equal(out.to_host(), want.detach().numpy())
+    np.testing.assert_array_equal(x.grad.to_host(), xt.grad.numpy())

@@ -139,7 +139,7 @@ class Conv1d(Module):
     def forward(self, x):
         _check_features(self, x, -2, self.in_channels, (2, 3))
         padding = self.padding if isinstance(self.padding, str) else self.padding[0]
-        if self.padding_mode != "zeros" and padding != "valid":
+        if self.padding_mode != "zeros" and padding not in ("valid", 0):
             if padding == "same":
                 total = self.dilation[0] * (self.kernel_size[0] - 1)
                 pads = (total // 2, total - total // 2)

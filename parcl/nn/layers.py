@@ -189,7 +189,7 @@ class Conv2d(Module):
         """The convolution; ``relu=True`` fuses a following ReLU into its last pass."""
         _check_features(self, x, 1, self.in_channels, (4,))
         padding = self.padding
-        if self.padding_mode != "zeros" and padding != "valid":
+        if self.padding_mode != "zeros" and padding not in ("valid", (0, 0)):
             if isinstance(padding, str):
                 (top, bottom), (left, right) = string_padding(
                     "Conv2d", padding, self.kernel_size, self.stride, self.dilation)

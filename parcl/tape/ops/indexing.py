@@ -170,7 +170,9 @@ def pad(x, pad, mode: str = "constant", value: float | None = None, *, tape=None
     for i in range(k):
         axis = x.ndim - 1 - i
         src = _pad_sources(mode, x.shape[axis], pad[2 * i], pad[2 * i + 1], axis, x.shape)
-        if not np.array_equal(src, np.arange(x.shape[axis])):
+        # all pads 0: still an op, a new buffer as PyTorch's, so that an in-place change to
+        # the output (+= under no_grad, relu(inplace=True)) leaves the input as it was
+        if not np.array_equal(src, np.arange(x.shape[axis])) or i == k - 1 and out is x:
             out = index_select(out, axis, constant(x.queue, src), tape=tape)
     return out
 
