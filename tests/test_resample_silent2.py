@@ -115,3 +115,24 @@ def test_pad_by_zero_in_every_mode_returns_new_memory_as_pytorch(queue, mode):
     np.testing.assert_array_equal(out.to_host(), [[[-1.0, 4.0], [6.0, -4.0]]])
     np.testing.assert_array_equal(out.to_host(), want.detach().numpy())
     np.testing.assert_array_equal(x.grad.to_host(), xt.grad.numpy())
+
+
+@pytest.mark.parametrize("shape,shuffle,r", [
+    ((1, 2, 2, 2), "pixel_shuffle", 1), ((1, 2, 2, 2), "pixel_unshuffle", 1),
+    ((2, 4, 1, 1), "pixel_shuffle", 2), ((2, 1, 2, 2), "pixel_unshuffle", 2)])
+def test_pixel_shuffles_return_new_memory_as_pytorch(queue, shape, shuffle, r):
+    """A factor of 1, or a 1 x 1 image shuffled up (and back), moves only size-1 dims, so the
+    reshape-permute-reshape was a view of the input's buffer where PyTorch's shuffles return
+    new memory: ``y += 1`` under no_grad added 1 to the input too ([0, 1, 2] became
+    [1, 2, 3])."""
+    a = np.arange(8, dtype=np.float32).reshape(shape)
+    x = tp.tensor(a)
+    want = getattr(F, shuffle)(torch.from_numpy(a), r).numpy()
+    with tp.no_grad():
+        y = getattr(tp, shuffle)(x, r)
+        y += 1
+    np.testing.assert_array_equal(x.to_host(), a)
+    np.testing.assert_array_equal(y.to_host(), want + 1)
+    t = pc.Tensor.from_host(queue, a)
+    getattr(tp, shuffle)(t, r).fill_(7.0)
+    np.testing.assert_array_equal(t.to_host(), a)

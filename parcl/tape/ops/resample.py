@@ -24,6 +24,8 @@ from numbers import Integral, Real
 import numpy as np
 
 from ...errors import ShapeError
+from ...tensor import Tensor
+from ..node import Node
 from .elementwise import add, mul
 from .picks import constant, index_select
 from .shape import permute, reshape
@@ -174,7 +176,7 @@ def pixel_shuffle(x, upscale_factor: int, *, tape=None):
     b = len(lead)
     y = reshape(x, (*lead, c // (r * r), r, r, h, w), tape=tape)
     y = permute(y, (*range(b), b, b + 3, b + 1, b + 4, b + 2), tape=tape)
-    return reshape(y, (*lead, c // (r * r), h * r, w * r), tape=tape)
+    return _own_buffer(reshape(y, (*lead, c // (r * r), h * r, w * r), tape=tape), x, tape)
 
 
 def pixel_unshuffle(x, downscale_factor: int, *, tape=None):
@@ -194,4 +196,20 @@ def pixel_unshuffle(x, downscale_factor: int, *, tape=None):
     b = len(lead)
     y = reshape(x, (*lead, c, h // r, r, w // r, r), tape=tape)
     y = permute(y, (*range(b), b, b + 2, b + 4, b + 1, b + 3), tape=tape)
-    return reshape(y, (*lead, c * r * r, h // r, w // r), tape=tape)
+    return _own_buffer(reshape(y, (*lead, c * r * r, h // r, w // r), tape=tape), x, tape)
+
+
+def _own_buffer(y, x, tape):
+    """``y``, copied where it is a view of ``x``'s buffer (the permute moved only size-1
+    dims: a factor of 1, or a 1 x 1 image): PyTorch's shuffles return new memory, so an
+    in-place change to the output (``+=`` under no_grad, ``relu(inplace=True)``) must not
+    reach the input."""
+    if _buffer(y) is not _buffer(x):
+        return y
+    axis = len(y.shape) - 1
+    same = Tensor.from_host(x.queue, np.arange(y.shape[axis], dtype=np.int32))
+    return index_select(y, axis, same, tape=tape)
+
+
+def _buffer(t):
+    return (t.value if isinstance(t, Node) else t).data
