@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import parcl as pc
 import parcl.tape as tp
+from torch_reference import against_torch
 
 WINDOW_CALLS = {
     "max_pool2d kernel_size": (lambda x, w: tp.max_pool2d(x, (2.5, 2)),
@@ -136,3 +137,26 @@ def test_pixel_shuffles_return_new_memory_as_pytorch(queue, shape, shuffle, r):
     t = pc.Tensor.from_host(queue, a)
     getattr(tp, shuffle)(t, r).fill_(7.0)
     np.testing.assert_array_equal(t.to_host(), a)
+
+
+@pytest.mark.parametrize("pool,kw,length", [
+    ("max_pool1d", dict(kernel_size=4, stride=3), 2),
+    ("avg_pool1d", dict(kernel_size=4, stride=3), 2),
+    ("avg_pool1d", dict(kernel_size=4, stride=3, count_include_pad=False), 2),
+    ("max_pool1d", dict(kernel_size=6, stride=2, padding=1), 3),
+    ("avg_pool1d", dict(kernel_size=6, stride=2, padding=1), 3),
+    ("max_pool1d", dict(kernel_size=3, stride=2, padding=1, dilation=3), 4)])
+def test_a_1d_pool_in_ceil_mode_over_a_window_longer_than_its_input_pools_as_pytorch(
+        queue, rng, pool, kw, length):
+    """With ceil_mode PyTorch pools a window longer than the (padded) input over what it
+    covers; parcl's 1-D check refused every such window ('does not fit the input's length'),
+    though the 2-D pools underneath give PyTorch's values and gradients."""
+    against_torch(queue, rng, lambda t: getattr(tp, pool)(t, ceil_mode=True, **kw),
+                  lambda t: getattr(F, pool)(t, ceil_mode=True, **kw),
+                  [rng.standard_normal((2, 3, length))])
+
+
+def test_pool1d_of_two_elements_in_ceil_mode_with_a_window_of_four_gives_pytorchs_values(queue):
+    x = tp.tensor(np.array([[[1.0, 5.0]]], np.float32))
+    np.testing.assert_array_equal(tp.max_pool1d(x, 4, 3, ceil_mode=True).to_host(), [[[5.0]]])
+    np.testing.assert_array_equal(tp.avg_pool1d(x, 4, 3, ceil_mode=True).to_host(), [[[3.0]]])

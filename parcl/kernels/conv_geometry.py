@@ -103,7 +103,7 @@ class ConvGeometry:
 
 
 # -- pooling windows ---------------------------------------------------------------------
-def _out_len(op: str, size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+def pool_out_len(op: str, size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
     """PyTorch's pooling output length: floor (or ceil) of ``(size + 2p - d(k-1) - 1) / s``,
     + 1; with ceil_mode a last window that would start in the right padding is dropped."""
     span = d * (k - 1) + 1
@@ -145,7 +145,7 @@ def window(op: str, x_shape, kernel_size, stride, padding, dilation=1,
            ceil_mode: bool = False, limit_padding: bool = True) -> PoolWindow:
     """The validated window of a pooling op over NCHW ``x_shape``, with PyTorch's rules:
     ``stride=None`` is the kernel size, padding at most half the kernel, output sizes as
-    ``_out_len``."""
+    ``pool_out_len``."""
     if len(x_shape) != 4:
         raise ShapeError(f"{op}: input must be 4-D (N, C, H, W), got shape {tuple(x_shape)}")
     k = pair(op, "kernel_size", kernel_size)
@@ -160,8 +160,8 @@ def window(op: str, x_shape, kernel_size, stride, padding, dilation=1,
         raise ShapeError(f"{op}: padding {p} must be at most half the kernel size {k} "
                          "(as PyTorch)")
     h, w = x_shape[2], x_shape[3]
-    o = (_out_len(op, h, k[0], s[0], p[0], d[0], ceil_mode),
-         _out_len(op, w, k[1], s[1], p[1], d[1], ceil_mode))
+    o = (pool_out_len(op, h, k[0], s[0], p[0], d[0], ceil_mode),
+         pool_out_len(op, w, k[1], s[1], p[1], d[1], ceil_mode))
     if o[0] < 1 or o[1] < 1:
         raise ShapeError(f"{op}: kernel {k} with padding {p}, stride {s}, dilation {d} does "
                          f"not fit the input's spatial size {(h, w)} (output {o})")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeError
+from ...kernels.conv_geometry import pool_out_len
 from .indexing import pad as pad_op
 from .conv import conv_transpose2d
 from .nn import avg_pool2d, conv2d, max_pool2d
@@ -41,13 +42,15 @@ def _as_2d(op: str, x, tape):
     return unsqueeze(x if batched else unsqueeze(x, 0, tape=tape), 2, tape=tape), batched
 
 
-def _check_window(op: str, length: int, k: int, p: int, d: int) -> None:
+def _check_window(op: str, length: int, k: int, s: int, p: int, d: int,
+                  ceil_mode: bool) -> None:
     """A 1-D pool's window against its input, in the 1-D terms the caller gave (the 2-D pool
-    underneath would name itself and (1, k) pairs)."""
+    underneath would name itself and (1, k) pairs). With ``ceil_mode`` a window longer than
+    the padded input still gives one output, as PyTorch's, over what it covers."""
     if p > k // 2:
         raise ShapeError(f"{op}: padding {p} must be at most half the kernel size {k} "
                          "(as PyTorch)")
-    if length + 2 * p < d * (k - 1) + 1:
+    if pool_out_len(op, length, k, s, p, d, ceil_mode) < 1:
         raise ShapeError(f"{op}: kernel {k} (dilation {d}) with padding {p} does not fit the "
                          f"input's length {length}")
 
@@ -140,7 +143,7 @@ def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bo
     p = single("max_pool1d", "padding", padding, least=0)
     d = single("max_pool1d", "dilation", dilation)
     x4, batched = _as_2d("max_pool1d", x, tape)
-    _check_window("max_pool1d", x4.shape[-1], k, p, d)
+    _check_window("max_pool1d", x4.shape[-1], k, s, p, d, bool(ceil_mode))
     y = max_pool2d(x4, (1, k), stride=(1, s), padding=(0, p), dilation=(1, d),
                    ceil_mode=ceil_mode, return_indices=return_indices, tape=tape)
     if not return_indices:
@@ -162,7 +165,7 @@ def avg_pool1d(x, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
     s = k if stride is None else single("avg_pool1d", "stride", stride)
     p = single("avg_pool1d", "padding", padding, least=0)
     x4, batched = _as_2d("avg_pool1d", x, tape)
-    _check_window("avg_pool1d", x4.shape[-1], k, p, 1)
+    _check_window("avg_pool1d", x4.shape[-1], k, s, p, 1, bool(ceil_mode))
     y = avg_pool2d(x4, (1, k), stride=(1, s), padding=(0, p), ceil_mode=ceil_mode,
                    count_include_pad=count_include_pad, tape=tape)
     return _back(y, batched, tape)
