@@ -33,9 +33,9 @@ from .nn.keys import loss_key
 from .nn.module import default_generator, set_default_generator
 from .pool import stamp
 from .replica_steps import (Captured, Eager, IgnoredLabels, check_class_weights,
-                            check_optimizer, check_reduction, check_signatures, class_weights,
-                            check_weightless_smoothing, positive, shard_batch, skip_unreached,
-                            weighted_loss)
+                            check_optimizer, check_reduction, check_renorms, check_signatures,
+                            class_weights, check_weightless_smoothing, positive, shard_batch,
+                            skip_unreached, weighted_loss)
 from .replica_losses import LossCopies
 from .replica_stats import StatsExchange
 from .replica_threads import Replica
@@ -380,6 +380,7 @@ class ReplicaGroup:
         """
         self._check_open()
         check_optimizer(optimizer, self._params)
+        check_renorms(self.model, self._all_replicas)
         max_norm = None if max_grad_norm is None else positive("max_grad_norm", max_grad_norm)
         k = len(self.replicas)
         self._losses.check(loss_fn)           # refused before anything, as the checks above

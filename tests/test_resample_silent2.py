@@ -160,3 +160,31 @@ def test_pool1d_of_two_elements_in_ceil_mode_with_a_window_of_four_gives_pytorch
     x = tp.tensor(np.array([[[1.0, 5.0]]], np.float32))
     np.testing.assert_array_equal(tp.max_pool1d(x, 4, 3, ceil_mode=True).to_host(), [[[5.0]]])
     np.testing.assert_array_equal(tp.avg_pool1d(x, 4, 3, ceil_mode=True).to_host(), [[[3.0]]])
+
+
+def _embedding_model(max_norm):
+    def build(queue):
+        pc.manual_seed(0)
+        return pc.nn.Sequential(pc.nn.Embedding(8, 3, max_norm=max_norm, queue=queue),
+                                pc.nn.Linear(3, 2, queue=queue))
+    return build
+
+
+def test_an_embedding_with_max_norm_on_several_replicas_is_refused_before_the_update(
+        devices2):
+    """Each replica rescaled the rows its share picked in its own copy of the weight, and the
+    update, made on replica 0's copy and broadcast, dropped the rescale of the rows only
+    replica 1 picked: with max_norm=1 a row replica 1 looked up kept a norm of 2.70 where the
+    full batch's step leaves 1.03, and the second step's loss was 0.6978 where the full
+    batch's is 0.6899, silently. Refused now, nothing changed; max_norm=None still steps."""
+    from parcl.replica import ReplicaGroup
+    x = np.arange(8)
+    y = np.random.default_rng(0).standard_normal((8, 2)).astype(np.float32)
+    with ReplicaGroup(_embedding_model(1.0), devices2) as g:
+        before = [p.value.to_host().copy() for p in g.parameters()]
+        with pytest.raises(pc.ParclError, match="model.0 is an Embedding with max_norm=1.0"):
+            g.step(x, y, tp.mse_loss, pc.optim.SGD(g.parameters(), lr=0.5))
+        for p, b in zip(g.parameters(), before):
+            np.testing.assert_array_equal(p.value.to_host(), b)
+    with ReplicaGroup(_embedding_model(None), devices2) as g:
+        g.step(x, y, tp.mse_loss, pc.optim.SGD(g.parameters(), lr=0.5))
