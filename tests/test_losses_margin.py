@@ -1,7 +1,8 @@
 """margin_ranking, hinge_embedding, triplet_margin, multi_margin and multilabel_soft_margin
-losses, pairwise_distance and their pc.nn modules: every reduction against PyTorch in float64
-(values and gradients), finite differences, concrete values, PyTorch's errors, and a
-data-parallel step through each equal to the single-replica full-batch step."""
+losses, pairwise_distance, the Poisson and Gaussian NLL losses and their pc.nn modules: every
+reduction against PyTorch in float64 (values and gradients), finite differences, concrete
+values, PyTorch's errors, and a data-parallel step through each equal to the single-replica
+full-batch step."""
 
 from __future__ import annotations
 
@@ -297,3 +298,196 @@ def test_a_summed_margin_loss_is_weighed_as_a_sum_and_refused_as_a_mean(devices2
         _step(devices2, x, y, loss_fn)
     with pytest.raises(ParclError, match="returned a mean"):
         _step(devices2, x, y, pc.nn.MultiMarginLoss(), reduction="sum")
+
+
+POISSON_KWARGS = [{}, {"full": True}, {"log_input": False}, {"log_input": False, "full": True,
+                                                            "eps": 1e-3}]
+
+
+def _poisson_inputs(rng, n, log_input=True):
+    x = rng.standard_normal((n, 4)).astype(np.float32)
+    if not log_input:
+        x = np.abs(x) + 0.1                                  # rates
+    t = rng.poisson(2.0, (n, 4)).astype(np.float32)
+    t.flat[:3] = [0.0, 1.0, 0.5]                             # around Stirling's mask
+    return x, t
+
+
+def _grads_hold(nodes, tensors):
+    for node, t in zip(nodes, tensors):
+        if t.requires_grad:
+            np.testing.assert_allclose(node.grad.to_host(), t.grad.numpy(), rtol=2e-5,
+                                       atol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("n", [1, 7, 64])
+def test_poisson_nll_loss_and_its_gradients_hold_as_pytorch(queue, rng, reduction, n):
+    for kw in POISSON_KWARGS:
+        x, t = _poisson_inputs(rng, n, kw.get("log_input", True))
+        t[t == 0] = 3.0          # PyTorch's target gradient at 0 with full=True is NaN (below)
+        nodes = [leaf(queue, x), leaf(queue, t)]
+        tensors = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, t)]
+        with tp.Tape() as tape:
+            y = tp.poisson_nll_loss(*nodes, reduction=reduction, **kw)
+        ty = F.poisson_nll_loss(*tensors, reduction=reduction, **kw)
+        g = rng.standard_normal(tuple(ty.shape)).astype(np.float32)
+        tape.backward(y, grad=up(queue, g))
+        ty.backward(torch.tensor(g, dtype=torch.float64))
+        np.testing.assert_allclose(y.to_host(), ty.detach().numpy(), rtol=2e-5, atol=1e-6)
+        _grads_hold(nodes, tensors)
+
+
+def test_poisson_full_gives_a_zero_count_its_gradient_where_pytorchs_is_nan(queue):
+    """With ``full=True`` PyTorch masks Stirling's term ``t log t`` where ``t <= 1`` after
+    computing it, so a count of 0 gets the target gradient ``0 * log 0``, NaN; the term does
+    not depend on a count <= 1 at all, so parcl's is that of ``exp(x) - t x``: ``-x``."""
+    x = up(queue, [0.1, 0.2, 0.3, 0.4])
+    t = leaf(queue, [0.0, 0.5, 1.0, 3.0])
+    with tp.Tape() as tape:
+        loss = tp.poisson_nll_loss(x, t, full=True, reduction="sum")
+    tape.backward(loss)
+    tt = torch.tensor([0.0, 0.5, 1.0, 3.0], dtype=torch.float64, requires_grad=True)
+    want = F.poisson_nll_loss(torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64), tt,
+                              full=True, reduction="sum")
+    want.backward()
+    assert loss.item() == pytest.approx(want.item(), rel=1e-6)
+    assert np.isnan(tt.grad[0].item())
+    np.testing.assert_allclose(t.grad.to_host(), [-0.1, *tt.grad.numpy()[1:]], rtol=1e-6)
+
+
+VAR_SHAPES = [(7, 4), (7,), (7, 1), (1, 4)]
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("var_shape", VAR_SHAPES, ids=str)
+def test_gaussian_nll_loss_and_its_gradients_hold_as_pytorch(queue, rng, reduction,
+                                                             var_shape):
+    """Variances of every shape PyTorch takes, one of them below ``eps``: clamped in value,
+    its gradient passed through as PyTorch's."""
+    x, t = (rng.standard_normal((7, 4)).astype(np.float32) for _ in range(2))
+    var = rng.uniform(0.1, 2.0, var_shape).astype(np.float32)
+    var.flat[0] = 1e-8
+    for kw in [{}, {"full": True, "eps": 1e-3}]:
+        nodes = [leaf(queue, a) for a in (x, t, var)]
+        tensors = [torch.tensor(a, dtype=torch.float64, requires_grad=True)
+                   for a in (x, t, var)]
+        with tp.Tape() as tape:
+            y = tp.gaussian_nll_loss(*nodes, reduction=reduction, **kw)
+        ty = F.gaussian_nll_loss(*tensors, reduction=reduction, **kw)
+        g = rng.standard_normal(tuple(ty.shape)).astype(np.float32)
+        tape.backward(y, grad=up(queue, g))
+        ty.backward(torch.tensor(g, dtype=torch.float64))
+        assert y.shape == tuple(ty.shape)
+        np.testing.assert_allclose(y.to_host(), ty.detach().numpy(), rtol=2e-5, atol=1e-5)
+        _grads_hold(nodes, tensors)
+
+
+def test_gaussian_nll_loss_with_a_number_as_variance_holds_as_pytorch(queue, rng):
+    x, t = (rng.standard_normal((5, 3)).astype(np.float32) for _ in range(2))
+    for var in (0.5, 1e-9):
+        got = tp.gaussian_nll_loss(up(queue, x), up(queue, t), var, full=True).item()
+        want = F.gaussian_nll_loss(torch.tensor(x, dtype=torch.float64),
+                                   torch.tensor(t, dtype=torch.float64), var, full=True)
+        assert got == pytest.approx(want.item(), rel=2e-5)
+
+
+def test_likelihood_losses_pass_gradcheck(queue, rng):
+    x, t = _poisson_inputs(rng, 3)
+    t[(t == 0) | (t == 1)] = 2.5                   # off 0 and Stirling's switch at 1
+    inputs = [leaf(queue, x), leaf(queue, t)]
+    for kw in POISSON_KWARGS[:2]:
+        assert tp.gradcheck(lambda a, b, kw=kw: tp.poisson_nll_loss(a, b, reduction="sum", **kw),
+                            inputs), kw
+    var = leaf(queue, rng.uniform(0.5, 2.0, (3,)))
+    assert tp.gradcheck(lambda a, b, v: tp.gaussian_nll_loss(a, b, v, full=True,
+                                                             reduction="sum"),
+                        [leaf(queue, x), leaf(queue, t), var])
+
+
+def test_likelihood_concrete_values(queue):
+    rate, counts = up(queue, [0.0, 1.0]), up(queue, [2.0, 0.0])
+    np.testing.assert_allclose(tp.poisson_nll_loss(rate, counts, reduction="none").to_host(),
+                               [1.0, np.e], rtol=1e-6)
+    stirling = 2 * np.log(2) - 2 + 0.5 * np.log(2 * np.pi * 2)
+    assert tp.poisson_nll_loss(rate, counts, full=True).item() == pytest.approx(
+        (1.0 + stirling + np.e) / 2)
+    assert tp.poisson_nll_loss(up(queue, [2.0]), up(queue, [1.0]), log_input=False,
+                               eps=0.0).item() == pytest.approx(2.0 - np.log(2.0))
+    mu, var = up(queue, [[0.0, 1.0]]), up(queue, [1.0])
+    assert tp.gaussian_nll_loss(mu, up(queue, [[2.0, 0.0]]), var, reduction="sum").item() == 2.5
+    assert tp.gaussian_nll_loss(mu, mu, up(queue, [[np.e ** 2, 1.0]])).item() == \
+        pytest.approx(0.5)
+
+
+def test_a_negative_variance_is_nan_or_refused(queue):
+    """PyTorch raises on a negative variance (a host read); parcl's loss and gradients are
+    NaN there, never the clamped, finite value, and a negative number is refused."""
+    x = up(queue, np.zeros((2, 2)))
+    var = leaf(queue, [1.0, -0.5])
+    with tp.Tape() as tape:
+        loss = tp.gaussian_nll_loss(x, up(queue, np.ones((2, 2))), var, reduction="none")
+    tape.backward(tp.sum(loss))
+    rows = loss.to_host()                   # var (2,): one per row of the (2, 2) input
+    assert np.isfinite(rows[0]).all() and np.isnan(rows[1]).all()
+    assert np.isfinite(var.grad.to_host()[0]) and np.isnan(var.grad.to_host()[1])
+    with pytest.raises(ParclError, match=r"gaussian_nll_loss: var has a negative entry"):
+        tp.gaussian_nll_loss(x, x, -1.0)
+
+
+def test_likelihood_losses_bad_arguments_name_the_op_and_shapes(queue):
+    x = up(queue, np.zeros((4, 3)))
+    with pytest.raises(ShapeError, match=r"gaussian_nll_loss: var is of incorrect size: "
+                                         r"\(4, 2\) for input \(4, 3\)"):
+        tp.gaussian_nll_loss(x, x, up(queue, np.ones((4, 2))))
+    with pytest.raises(ShapeError, match=r"var is of incorrect size: \(1, 1\)"):
+        tp.gaussian_nll_loss(x, x, up(queue, np.ones((1, 1))))      # two dims shared: no
+    with pytest.raises(DTypeError, match="gaussian_nll_loss: var must be"):
+        tp.gaussian_nll_loss(x, x, "1.0")
+    with pytest.raises(ParclError, match="gaussian_nll_loss: 'avg' is not a valid value"):
+        tp.gaussian_nll_loss(x, x, 1.0, reduction="avg")
+    with pytest.raises(ShapeError, match=r"poisson_nll_loss: shapes \(4, 3\) and \(2,\)"):
+        tp.poisson_nll_loss(x, up(queue, np.ones(2)))
+    with pytest.raises(ParclError, match="not a valid value for reduction"):
+        pc.nn.PoissonNLLLoss(reduction="batchmean")
+
+
+def test_likelihood_modules_hold_as_pytorchs(queue, rng):
+    x, t = _poisson_inputs(rng, 6)
+    poisson = pc.nn.PoissonNLLLoss(full=True, eps=1e-4, reduction="sum")
+    assert poisson(up(queue, x), up(queue, t)).item() == pytest.approx(
+        torch.nn.PoissonNLLLoss(full=True, eps=1e-4, reduction="sum")(
+            torch.tensor(x), torch.tensor(t)).item(), rel=1e-5)
+    assert repr(poisson) == "PoissonNLLLoss(log_input=True, full=True, eps=0.0001, " \
+                            "reduction='sum')"
+    var = rng.uniform(0.5, 2.0, (6, 1)).astype(np.float32)
+    gauss = pc.nn.GaussianNLLLoss(full=True, eps=1e-3, reduction="none")
+    np.testing.assert_allclose(
+        gauss(up(queue, x), up(queue, t), up(queue, var)).to_host(),
+        torch.nn.GaussianNLLLoss(full=True, eps=1e-3, reduction="none")(
+            torch.tensor(x), torch.tensor(t), torch.tensor(var)).numpy(), rtol=1e-5)
+    assert repr(gauss) == "GaussianNLLLoss(full=True, eps=0.001, reduction='none')"
+    assert poisson.state_dict() == {} and gauss.parameters() == []
+
+
+def test_a_two_replica_step_through_the_likelihood_losses_equals_the_full_batch(devices2):
+    """Both are means over their elements, the same number per row: the group weighs them by
+    rows, and two uneven shards step as the whole batch on one replica."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((7, 6)).astype(np.float32)
+    cases = [
+        ("poisson", rng.poisson(2.0, (7, 4)).astype(np.float32),
+         pc.nn.PoissonNLLLoss(full=True)),
+        ("gaussian, a variance per row", rng.standard_normal((7, 3)).astype(np.float32),
+         lambda o, y: tp.gaussian_nll_loss(o[:, :3], y, tp.exp(o[:, 3]))),
+        ("gaussian, a variance per output", rng.standard_normal((7, 2)).astype(np.float32),
+         lambda o, y: pc.nn.GaussianNLLLoss(full=True)(o[:, :2], y, tp.exp(o[:, 2:]))),
+    ]
+    for name, y, loss_fn in cases:
+        one, p1 = _step(devices2[:1], x, y, loss_fn)
+        for capture in (False, True):
+            two, p2 = _step(devices2, x, y, loss_fn, capture=capture)
+            np.testing.assert_allclose(two, one, rtol=1e-5, err_msg=name)
+            for k in p1:
+                np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6, err_msg=name)
+        assert one[1] < one[0], name

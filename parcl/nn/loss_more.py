@@ -1,6 +1,7 @@
 """More loss modules: PyTorch's ``MarginRankingLoss``, ``HingeEmbeddingLoss``,
 ``TripletMarginLoss``, ``MultiMarginLoss`` and ``MultiLabelSoftMarginLoss`` over the ops of
-``parcl.tape.ops.loss_margin`` (``reduction=`` keyword-only, as the siblings in ``loss.py``;
+``parcl.tape.ops.loss_margin``, ``PoissonNLLLoss`` and ``GaussianNLLLoss`` over those of
+``loss_nll`` (``reduction=`` keyword-only, as the siblings in ``loss.py``;
 ``weight`` a buffer in ``state_dict``, as PyTorch's ``_WeightedLoss``).
 
 >>> import numpy as np, parcl as pc
@@ -17,8 +18,8 @@ from ..tape import ops
 from ..tensor import Tensor
 from .loss import _Reduced
 
-__all__ = ["HingeEmbeddingLoss", "MarginRankingLoss", "MultiLabelSoftMarginLoss",
-           "MultiMarginLoss", "TripletMarginLoss"]
+__all__ = ["GaussianNLLLoss", "HingeEmbeddingLoss", "MarginRankingLoss",
+           "MultiLabelSoftMarginLoss", "MultiMarginLoss", "PoissonNLLLoss", "TripletMarginLoss"]
 
 
 def _weight(cls: str, weight) -> Tensor | None:
@@ -116,3 +117,35 @@ class MultiLabelSoftMarginLoss(_Reduced):
     def forward(self, input, target):
         return ops.multilabel_soft_margin_loss(input, target, self.weight,
                                                reduction=self.reduction)
+
+
+class PoissonNLLLoss(_Reduced):
+    """``tp.poisson_nll_loss(input, target, log_input, full, eps=, reduction=)``."""
+
+    def __init__(self, log_input: bool = True, full: bool = False, *, eps: float = 1e-8,
+                 reduction: str = "mean"):
+        super().__init__(reduction)
+        self.log_input, self.full, self.eps = bool(log_input), bool(full), float(eps)
+
+    def forward(self, log_input, target):
+        return ops.poisson_nll_loss(log_input, target, self.log_input, self.full, eps=self.eps,
+                                    reduction=self.reduction)
+
+    def extra_repr(self) -> str:
+        return (f"log_input={self.log_input}, full={self.full}, eps={self.eps}, "
+                f"reduction={self.reduction!r}")
+
+
+class GaussianNLLLoss(_Reduced):
+    """``tp.gaussian_nll_loss(input, target, var, full, eps, reduction)``, called with
+    ``input, target, var``; every argument keyword-only, as PyTorch's."""
+
+    def __init__(self, *, full: bool = False, eps: float = 1e-6, reduction: str = "mean"):
+        super().__init__(reduction)
+        self.full, self.eps = bool(full), float(eps)
+
+    def forward(self, input, target, var):
+        return ops.gaussian_nll_loss(input, target, var, self.full, self.eps, self.reduction)
+
+    def extra_repr(self) -> str:
+        return f"full={self.full}, eps={self.eps}, reduction={self.reduction!r}"

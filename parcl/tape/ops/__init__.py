@@ -39,6 +39,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | soft_loss | binary_cross_entropy_with_logits, cross_entropy with probabilities |
 | loss_more | l1_loss smooth_l1_loss huber_loss kl_div binary_cross_entropy ... (reduction=) |
 | loss_margin | margin_ranking_loss hinge_embedding_loss triplet_margin_loss multi_margin_loss ... |
+| loss_nll | poisson_nll_loss gaussian_nll_loss |
 """
 
 from importlib import import_module
@@ -60,6 +61,7 @@ from .loss_more import *  # noqa: F401,F403
 from .lp_pool import *  # noqa: F401,F403
 from .lrn import *  # noqa: F401,F403
 from .loss_margin import *  # noqa: F401,F403
+from .loss_nll import *  # noqa: F401,F403
 from .mathops import *  # noqa: F401,F403
 from .mathops_more import *  # noqa: F401,F403
 from .moments import *  # noqa: F401,F403
@@ -85,8 +87,9 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 # in this namespace, so composed is imported after it
 _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed", "contraction",
             "conv", "diagonals", "elementwise", "fold", "indexing", "join", "linalg", "loss",
-            "loss_margin", "loss_more", "lp_pool", "lrn", "mathops", "mathops_more", "moments",
-            "nn", "norm", "picks", "reduce", "reduce_dims", "reductions", "resample", "scans",
-            "scatters", "select", "sequence", "shape", "slices", "sorting", "unary", "unpool")
+            "loss_margin", "loss_more", "loss_nll", "lp_pool", "lrn", "mathops", "mathops_more",
+            "moments", "nn", "norm", "picks", "reduce", "reduce_dims", "reductions", "resample",
+            "scans", "scatters", "select", "sequence", "shape", "slices", "sorting", "unary",
+            "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
