@@ -1,8 +1,8 @@
-"""margin_ranking, hinge_embedding, triplet_margin, multi_margin and multilabel_soft_margin
-losses, pairwise_distance, the Poisson and Gaussian NLL losses and their pc.nn modules: every
-reduction against PyTorch in float64 (values and gradients), finite differences, concrete
-values, PyTorch's errors, and a data-parallel step through each equal to the single-replica
-full-batch step."""
+"""margin_ranking, hinge_embedding, triplet_margin, multi_margin, multilabel_margin and
+multilabel_soft_margin losses, pairwise_distance, the Poisson and Gaussian NLL losses and their
+pc.nn modules: every reduction against PyTorch in float64 (values and gradients), finite
+differences, concrete values, PyTorch's errors, and a data-parallel step through each equal to
+the single-replica full-batch step."""
 
 from __future__ import annotations
 
@@ -34,7 +34,21 @@ def _inputs(rng, name, n):
         return [x, *(rng.standard_normal(x.shape).astype(np.float32) for _ in range(2))]
     if name == "multi_margin_loss":
         return [x, rng.integers(0, 5, n)]
+    if name == "multilabel_margin_loss":
+        return [x, _multilabels(rng, x.shape)]
     return [x, (rng.uniform(size=x.shape) > 0.5).astype(np.float32)]
+
+
+def _multilabels(rng, shape):
+    """Rows of class indices ended by -1 (some with a repeated label, one with none, one
+    full), anything after the -1 in [-1, C) as PyTorch requires."""
+    t = rng.integers(-1, shape[-1], shape)
+    t.reshape(-1, shape[-1])[0, :2] = [1, 3]
+    if t.ndim == 2 and len(t) > 3:
+        t[1] = np.arange(shape[-1])[::-1]
+        t[2, :3] = [2, 2, -1]
+        t[3, 0] = -1
+    return t
 
 
 # name -> (parcl op, torch op, keyword sets, which inputs get a gradient)
@@ -49,6 +63,8 @@ CASES = {
     "multi_margin_loss": (tp.multi_margin_loss, F.multi_margin_loss,
                           [{}, {"p": 2, "margin": 0.6}, {"weight": W}, {"p": 2, "weight": W}],
                           (True, False)),
+    "multilabel_margin_loss": (tp.multilabel_margin_loss, F.multilabel_margin_loss, [{}],
+                               (True, False)),
     "multilabel_soft_margin_loss": (tp.multilabel_soft_margin_loss,
                                     F.multilabel_soft_margin_loss, [{}, {"weight": W}],
                                     (True, True)),
@@ -136,6 +152,12 @@ def test_concrete_values_hold_as_pytorchs_documentation(queue):
     assert tp.triplet_margin_loss(a, p, n, eps=0.0, swap=True).item() == pytest.approx(1.0)
     logits, targets = up(queue, [[0.0, 0.0]]), up(queue, [[1.0, 0.0]])
     assert tp.multilabel_soft_margin_loss(logits, targets).item() == pytest.approx(np.log(2))
+    # PyTorch's documented example: labels 3 and 0, the rest after -1 ignored
+    assert tp.multilabel_margin_loss(scores, up(queue, [[3, 0, -1, 1]], np.int64)).item() == \
+        pytest.approx(0.85)
+    assert tp.multilabel_margin_loss(scores, up(queue, [[3, 3, -1, 1]], np.int64)).item() == \
+        pytest.approx(2 * 1.3 / 4)                        # a label listed twice counts twice
+    assert tp.multilabel_margin_loss(scores, up(queue, [[-1, 0, 1, 2]], np.int64)).item() == 0
 
 
 def test_pairwise_distance_holds_as_pytorch_with_broadcasting(queue, rng):
@@ -188,6 +210,25 @@ def test_bad_arguments_raise_errors_naming_the_op_and_shapes(queue):
         pc.nn.HingeEmbeddingLoss(reduction="batchmean")
 
 
+def test_a_multilabel_target_out_of_range_is_a_shape_error_even_after_the_end(queue):
+    """PyTorch checks every entry of the target, after a row's -1 too, against [-1, C)."""
+    x = up(queue, np.zeros((2, 4)))
+    with pytest.raises(ShapeError, match=r"multilabel_margin_loss: label 4 at position \(1, 3\) "
+                                         r"of labels \(2, 4\) is out of range for input "
+                                         r"\(2, 4\) \(4 classes, -1 ending"):
+        tp.multilabel_margin_loss(x, up(queue, [[0, -1, 1, 1], [2, -1, 0, 4]], np.int64))
+    node = leaf(queue, np.zeros(4))
+    with tp.Tape() as tape:
+        loss = tp.multilabel_margin_loss(node, up(queue, [1, -2, -1, 0], np.int64))
+    with pytest.raises(ShapeError, match=r"label -2 at position \(1,\)"):
+        tape.backward(loss)
+    with pytest.raises(ShapeError, match=r"inconsistent target size: got target \(2, 3\) "
+                                         r"for input \(2, 4\)"):
+        tp.multilabel_margin_loss(x, up(queue, np.zeros((2, 3)), np.int64))
+    with pytest.raises(DTypeError, match="multilabel_margin_loss: target has dtype float32"):
+        tp.multilabel_margin_loss(x, up(queue, np.zeros((2, 4))))
+
+
 def test_a_label_out_of_range_is_a_shape_error_naming_the_loss(queue):
     x = up(queue, np.zeros((2, 4)))
     with pytest.raises(ShapeError, match=r"multi_margin_loss: label 4 at position \(1,\) of "
@@ -213,6 +254,9 @@ MODULES = [
     (lambda q: pc.nn.MultiMarginLoss(2, 0.5, up(q, W)),
      torch.nn.MultiMarginLoss(2, 0.5, torch.tensor(W)), "multi_margin_loss",
      "p=2, margin=0.5, reduction='mean'"),
+    (lambda q: pc.nn.MultiLabelMarginLoss(reduction="sum"),
+     torch.nn.MultiLabelMarginLoss(reduction="sum"), "multilabel_margin_loss",
+     "reduction='sum'"),
     (lambda q: pc.nn.MultiLabelSoftMarginLoss(up(q, W)),
      torch.nn.MultiLabelSoftMarginLoss(torch.tensor(W)), "multilabel_soft_margin_loss",
      "reduction='mean'"),
@@ -265,6 +309,7 @@ def _group_cases(queue):
          lambda o, y: tp.triplet_margin_loss(o[:, :2], o[:, 2:], y, swap=True)),
         ("multi_margin_loss", rng.integers(0, 4, n),
          pc.nn.MultiMarginLoss(2, weight=up(queue, W[:4]))),
+        ("multilabel_margin_loss", _multilabels(rng, (n, 4)), pc.nn.MultiLabelMarginLoss()),
         ("multilabel_soft_margin_loss", (rng.uniform(size=(n, 4)) > 0.5).astype(np.float32),
          pc.nn.MultiLabelSoftMarginLoss(up(queue, W[:4]))),
     ]

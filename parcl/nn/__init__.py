@@ -30,8 +30,8 @@ from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout,
 from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropyLoss, HuberLoss,
                    KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss, SoftMarginLoss)
 from .loss_more import (GaussianNLLLoss, HingeEmbeddingLoss, MarginRankingLoss,
-                        MultiLabelSoftMarginLoss, MultiMarginLoss, PoissonNLLLoss,
-                        TripletMarginLoss)
+                        MultiLabelMarginLoss, MultiLabelSoftMarginLoss, MultiMarginLoss,
+                        PoissonNLLLoss, TripletMarginLoss)
 from .module import Module, Parameter, StateDictError, default_generator, manual_seed
 from .multihead import MultiheadAttention
 from .norm import (BatchNorm1d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm,
@@ -83,7 +83,7 @@ __all__ = [
     "BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "HuberLoss",
     "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss", "SmoothL1Loss", "SoftMarginLoss",
     "HingeEmbeddingLoss", "MarginRankingLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss",
-    "TripletMarginLoss", "GaussianNLLLoss", "PoissonNLLLoss",
+    "TripletMarginLoss", "GaussianNLLLoss", "PoissonNLLLoss", "MultiLabelMarginLoss",
     # models
     "BasicBlock", "CausalSelfAttention", "GPT", "ResNet", "resnet18",
     # transformer building blocks (PyTorch's)

@@ -1,5 +1,6 @@
 """More loss modules: PyTorch's ``MarginRankingLoss``, ``HingeEmbeddingLoss``,
-``TripletMarginLoss``, ``MultiMarginLoss`` and ``MultiLabelSoftMarginLoss`` over the ops of
+``TripletMarginLoss``, ``MultiMarginLoss``, ``MultiLabelMarginLoss`` and
+``MultiLabelSoftMarginLoss`` over the ops of
 ``parcl.tape.ops.loss_margin``, ``PoissonNLLLoss`` and ``GaussianNLLLoss`` over those of
 ``loss_nll`` (``reduction=`` keyword-only, as the siblings in ``loss.py``;
 ``weight`` a buffer in ``state_dict``, as PyTorch's ``_WeightedLoss``).
@@ -18,7 +19,7 @@ from ..tape import ops
 from ..tensor import Tensor
 from .loss import _Reduced
 
-__all__ = ["GaussianNLLLoss", "HingeEmbeddingLoss", "MarginRankingLoss",
+__all__ = ["GaussianNLLLoss", "HingeEmbeddingLoss", "MarginRankingLoss", "MultiLabelMarginLoss",
            "MultiLabelSoftMarginLoss", "MultiMarginLoss", "PoissonNLLLoss", "TripletMarginLoss"]
 
 
@@ -102,6 +103,17 @@ class MultiMarginLoss(_Reduced):
 
     def extra_repr(self) -> str:
         return f"p={self.p}, margin={self.margin}, reduction={self.reduction!r}"
+
+
+class MultiLabelMarginLoss(_Reduced):
+    """``tp.multilabel_margin_loss(input, target, reduction=)``: int targets of the input's
+    shape, each row's labels up to its first -1."""
+
+    def __init__(self, *, reduction: str = "mean"):
+        super().__init__(reduction)
+
+    def forward(self, input, target):
+        return ops.multilabel_margin_loss(input, target, reduction=self.reduction)
 
 
 class MultiLabelSoftMarginLoss(_Reduced):

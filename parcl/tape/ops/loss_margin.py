@@ -4,9 +4,11 @@ multilabel_soft_margin_loss``, and ``pairwise_distance`` (the triplet loss's dis
 
 Each is composed of tape ops (their backwards are the gradient) and ends in ``tp.mean`` or
 ``tp.sum`` over its rows, so ``ReplicaGroup.step`` weighs a mean by the replicas' rows, as any
-mean. ``multi_margin_loss`` picks each row's target score with a gather whose label check names
-the loss: a label outside ``[0, C)`` is a ``ShapeError``, at once when the op is not recorded,
-else in the backward or at the first host read of the loss.
+mean; ``multilabel_margin_loss``'s per-row term is one op (its labels need integer work, a
+kernel). ``multi_margin_loss`` picks each row's target score with a gather whose label check
+names the loss: a label outside ``[0, C)`` is a ``ShapeError``, at once when the op is not
+recorded, else in the backward or at the first host read of the loss (so is one of
+``multilabel_margin_loss`` outside ``[-1, C)``).
 
 >>> x1 = tp.tensor(pc.Tensor.from_host(q, np.array([1.0, 2.0], np.float32)), True)
 >>> x2 = pc.Tensor.from_host(q, np.array([2.0, 0.0], np.float32))
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from ...errors import DTypeError, ParclError, ShapeError
 from ...kernels import gather as gk
+from ...kernels import multilabel as mk
 from ...kernels import onehot as ok
 from ...kernels.broadcast import broadcast_shapes
 from ...tensor import LABEL_DTYPES, Tensor
@@ -31,7 +34,7 @@ from .composed import linalg_vector_norm
 from .elementwise import add, div, minimum, mul, sub
 from .loss import class_weight_arg
 from .loss_more import _check_reduction, _reduce, _tensors
-from .mathops import ne, square
+from .mathops import gt, ne, square
 from .picks import _RangeCheck
 from .reduce import sum
 from .select import where
@@ -39,7 +42,8 @@ from .shape import reshape
 from .unary import neg, relu
 
 __all__ = ["hinge_embedding_loss", "margin_ranking_loss", "multi_margin_loss",
-           "multilabel_soft_margin_loss", "pairwise_distance", "triplet_margin_loss"]
+           "multilabel_margin_loss", "multilabel_soft_margin_loss", "pairwise_distance",
+           "triplet_margin_loss"]
 
 
 def margin_ranking_loss(input1, input2, target, margin: float = 0.0, *,
@@ -238,3 +242,71 @@ def multilabel_soft_margin_loss(input, target, weight=None, *,  # noqa: A002
     per_row = div(sum(loss, len(shape) - 1, tape=tape), float(shape[-1]), tape=tape)
     return _reduce(per_row, reduction, tape)
 
+
+
+class MultilabelMargin(Function):
+    """Per row ``sum_{j, i} [i not a label] max(0, 1 - x[y_j] + x[i]) / C`` over the labels
+    ``y_j`` before the row's first -1: the hinges of every (label, class) pair, (N, C, C),
+    weighed by the label's count and the class not being a label."""
+
+    name = "multilabel_margin_loss"
+
+    def forward(self, x: Tensor, labels: Tensor, target: Tensor | None = None,
+                what: str = ""):
+        n, c = x.shape
+        counts, flag = mk.label_counts(labels)
+        check = _RangeCheck(self.name, flag, target, c, what, lambda at: at, noun="label")
+        if not self.recording or mode.is_anomaly_enabled():
+            check.check()
+        others = sub(1.0, gt(counts, 0.0))                  # the classes that are no label
+        pairs = mul(counts.reshape((n, c, 1)), others.reshape((n, 1, c)))
+        z = add(sub(x.reshape((n, 1, c)), x.reshape((n, c, 1))), 1.0)   # 1 - x[k] + x[i]
+        out = div(sum(mul(relu(z), pairs), (1, 2)), float(c))
+        out.checks = (check.check,)
+        if self.recording:
+            self.saved = (mul(pairs, gt(z, 0.0)), check)
+        return out
+
+    def backward(self, g: Tensor):
+        active, check = self.saved
+        defer(check.check)
+        if not self.needs_input_grad[0]:
+            return None, None
+        n, c, _ = active.shape
+        a = mul(active, div(g, float(c)).reshape((n, 1, 1)))
+        return sub(sum(a, 1), sum(a, 2)), None       # + as the class i, - as the label k
+
+
+def multilabel_margin_loss(input, target, *, reduction: str = "mean",  # noqa: A002
+                           tape=None):
+    """The multi-label hinge loss: per row ``sum_{j, i not a label} max(0, 1 - (x[y_j] -
+    x[i])) / C`` for ``input`` (N, C) or (C,) and an int ``target`` of its shape holding each
+    row's labels ``y_j`` up to its first -1 (the rest ignored; a label listed twice counts
+    twice, as PyTorch's). Every target entry must be in ``[-1, C)`` (a ``ShapeError`` naming
+    it and its position otherwise). Memory and work are O(N C**2), as PyTorch's work is.
+
+    >>> scores = pc.Tensor.from_host(q, np.array([[0.1, 0.2, 0.4, 0.8]], np.float32))
+    >>> labels = pc.Tensor.from_host(q, np.array([[3, 0, -1, 1]]))
+    >>> round(tp.multilabel_margin_loss(scores, labels).item(), 4)
+    0.85
+    """
+    op = "multilabel_margin_loss"
+    _check_reduction(op, reduction)
+    _tensors(op, input=input, target=target)
+    shape = tuple(input.shape)
+    if len(shape) not in (1, 2) or not shape[-1]:
+        raise ShapeError(f"{op}: input must be (N, C) or (C,) with C > 0, got {shape}")
+    if tuple(target.shape) != shape:
+        raise ShapeError(f"{op}: inconsistent target size: got target {tuple(target.shape)} "
+                         f"for input {shape}; expected the input's shape")
+    labels = target.value if isinstance(target, Node) else target
+    if labels.dtype not in LABEL_DTYPES:
+        raise DTypeError(f"{op}: target has dtype {labels.dtype} (shape {shape}); expected "
+                         "int32 or int64 class indices (-1 ends a row's labels)")
+    c = shape[-1]
+    rows = shape[0] if len(shape) == 2 else 1
+    x = input if len(shape) == 2 else reshape(input, (1, c), tape=tape)
+    loss = MultilabelMargin.apply(x, labels.reshape((rows, c)), tape=tape, target=labels,
+                                  what=f"input {shape} ({c} classes, -1 ending a row's "
+                                       f"labels)")
+    return _reduce(loss if len(shape) == 2 else reshape(loss, (), tape=tape), reduction, tape)
