@@ -1,8 +1,8 @@
 """margin_ranking, hinge_embedding, triplet_margin, multi_margin, multilabel_margin and
-multilabel_soft_margin losses, pairwise_distance, the Poisson and Gaussian NLL losses and their
-pc.nn modules: every reduction against PyTorch in float64 (values and gradients), finite
-differences, concrete values, PyTorch's errors, and a data-parallel step through each equal to
-the single-replica full-batch step."""
+multilabel_soft_margin losses, pairwise_distance, the Poisson and Gaussian NLL losses, the CTC
+loss and their pc.nn modules: every reduction against PyTorch in float64 (values and
+gradients), finite differences, concrete values, PyTorch's errors, and a data-parallel step
+through each equal to the single-replica full-batch step."""
 
 from __future__ import annotations
 
@@ -289,8 +289,8 @@ def _mlp(queue):
                             pc.nn.Linear(8, 4, queue=queue))
 
 
-def _step(devices, x, y, loss_fn, reduction="mean", capture=False):
-    with ReplicaGroup(_mlp, devices, capture=capture) as g:
+def _step(devices, x, y, loss_fn, reduction="mean", capture=False, build=_mlp):
+    with ReplicaGroup(build, devices, capture=capture) as g:
         opt = pc.optim.SGD(g.parameters(), lr=0.1)
         losses = [g.step(x, y, loss_fn, opt, reduction=reduction) for _ in range(2)]
         return losses, g.model.state_dict()
@@ -536,3 +536,163 @@ def test_a_two_replica_step_through_the_likelihood_losses_equals_the_full_batch(
             for k in p1:
                 np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6, err_msg=name)
         assert one[1] < one[0], name
+
+
+def _ctc_batch(rng, t=12, n=4, c=6, s=5):
+    """Logits (T, N, C), padded targets (a repeated label in row 0, an empty row 2) and their
+    lengths; the concatenated targets too."""
+    logits = rng.standard_normal((t, n, c)).astype(np.float32)
+    targets = rng.integers(1, c, (n, s))
+    targets[0, 1] = targets[0, 0]
+    input_lengths, target_lengths = np.array([t, t - 2, 7, t]), np.array([s, 3, 0, 4])
+    concat = np.concatenate([targets[i, :target_lengths[i]] for i in range(n)])
+    return logits, targets, concat, input_lengths, target_lengths
+
+
+def _ctc_against_torch(queue, rng, logits, targets, ilen, tlen, lengths_as, **kw):
+    """The loss of ``log_softmax(logits)`` and the logits' gradient against PyTorch's."""
+    node = leaf(queue, logits)
+    lengths = [up(queue, v, targets.dtype) if lengths_as == "tensor" else np.asarray(v).tolist()
+               for v in (ilen, tlen)]
+    with tp.Tape() as tape:
+        y = tp.ctc_loss(tp.log_softmax(node, axis=-1), up(queue, targets, targets.dtype),
+                        *lengths, **kw)
+    tx = torch.tensor(logits, dtype=torch.float64, requires_grad=True)
+    ty = F.ctc_loss(tx.log_softmax(-1), torch.tensor(targets), torch.tensor(ilen),
+                    torch.tensor(tlen), **kw)
+    g = rng.standard_normal(tuple(ty.shape)).astype(np.float32)
+    tape.backward(y, grad=up(queue, g))
+    ty.backward(torch.tensor(g, dtype=torch.float64))
+    assert y.shape == tuple(ty.shape)
+    np.testing.assert_allclose(y.to_host(), ty.detach().numpy(), rtol=2e-5, atol=1e-5)
+    np.testing.assert_allclose(node.grad.to_host(), tx.grad.numpy(), rtol=2e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("form", ["padded", "concatenated"])
+def test_ctc_loss_and_its_gradient_hold_as_pytorch(queue, rng, reduction, form):
+    logits, padded, concat, ilen, tlen = _ctc_batch(rng)
+    targets = padded if form == "padded" else concat
+    for lengths_as, dtype in [("tensor", np.int64), ("sequence", np.int32)]:
+        _ctc_against_torch(queue, rng, logits, targets.astype(dtype), ilen, tlen, lengths_as,
+                           reduction=reduction)
+
+
+def test_ctc_loss_with_another_blank_and_one_sample_holds_as_pytorch(queue, rng):
+    logits = rng.standard_normal((6, 4)).astype(np.float32)
+    _ctc_against_torch(queue, rng, logits, np.array([0, 1, 1]), 6, 3, "sequence", blank=2)
+    _ctc_against_torch(queue, rng, logits[:, None], np.array([[3, 3, 0]]), [6], [3],
+                       "sequence", blank=1, reduction="none")
+
+
+def test_an_impossible_alignment_is_inf_or_zero_with_zero_infinity_as_pytorch(queue, rng):
+    """[1, 1] needs 3 frames (a blank between the repeats): in 2 the loss is inf and its
+    gradient NaN, as PyTorch's; ``zero_infinity`` makes both 0 and leaves the other sample."""
+    logits = rng.standard_normal((4, 2, 3)).astype(np.float32)
+    targets = np.array([[1, 1], [2, 1]])
+    _ctc_against_torch(queue, rng, logits, targets, [4, 4], [2, 2], "sequence",
+                       reduction="none", zero_infinity=False)
+    out = tp.ctc_loss(up(queue, logits), up(queue, targets, np.int64), [2, 4], [2, 2],
+                      reduction="none")
+    assert np.isinf(out.to_host()[0]) and np.isfinite(out.to_host()[1])
+    _ctc_against_torch(queue, rng, logits, targets, [2, 4], [2, 2], "sequence",
+                       reduction="sum", zero_infinity=True)
+
+
+def test_ctc_loss_concrete_value_and_gradcheck(queue, rng):
+    # uniform over {blank, 1} for 3 frames: 6 of the 8 paths collapse to [1]
+    lp = tp.log_softmax(tp.tensor(np.zeros((3, 1, 2))), axis=2)
+    loss = tp.ctc_loss(lp, up(queue, [[1]], np.int64), [3], [1])
+    assert loss.item() == pytest.approx(-np.log(6 / 8))
+    # the gradient with respect to log_probs as given (no log_softmax before it)
+    log_probs = leaf(queue, rng.standard_normal((5, 2, 3)) - 1.0)
+    targets = up(queue, [[1, 2], [2, 2]], np.int64)
+    assert tp.gradcheck(lambda a: tp.ctc_loss(a, targets, [5, 4], [2, 2], reduction="sum"),
+                        [log_probs])
+
+
+def test_ctc_bad_labels_and_lengths_raise_shape_errors_naming_them(queue):
+    zeros = up(queue, np.zeros((5, 1, 3)))
+    cases = [
+        ([[1, 3]], [5], [2], r"label 3 at position \(0, 1\) of targets \(1, 2\) is out of "
+                             r"range for log_probs \(5, 1, 3\) \(3 classes\)"),
+        ([[1, 2]], [6], [2], r"input_lengths\[0\] = 6 is outside \[0, 5\]"),
+        ([[1, 2]], [5], [3], r"target_lengths\[0\] = 3 is outside \[0, 2\] \(padded"),
+        ([1, 2], [5], [3], r"target_lengths\[0\] = 3 is negative or runs past the "
+                           r"concatenated targets \(2,\)"),
+    ]
+    for targets, ilen, tlen, message in cases:
+        with pytest.raises(ShapeError, match="ctc_loss: " + message):
+            tp.ctc_loss(zeros, up(queue, targets, np.int64), ilen, tlen)
+    node = leaf(queue, np.zeros((5, 1, 3)))
+    with tp.Tape() as tape:
+        loss = tp.ctc_loss(node, up(queue, [[1, 5]], np.int64), [5], [2])
+    with pytest.raises(ShapeError, match="label 5"):
+        tape.backward(loss)                                        # recorded: in the backward
+    with pytest.raises(ParclError, match=r"blank must be a class index in \[0, 3\), got 3"):
+        tp.ctc_loss(zeros, up(queue, [[1]], np.int64), [5], [1], blank=3)
+    with pytest.raises(DTypeError, match="input_lengths has dtype int32, the targets int64"):
+        tp.ctc_loss(zeros, up(queue, [[1]], np.int64), up(queue, [5], np.int32), [1])
+    with pytest.raises(ShapeError, match=r"targets must be padded rows \(1, S\)"):
+        tp.ctc_loss(zeros, up(queue, [[1], [2]], np.int64), [5], [1])
+    with pytest.raises(ShapeError, match=r"input_lengths must be 1 int lengths"):
+        tp.ctc_loss(zeros, up(queue, [[1]], np.int64), [5, 5], [1])
+
+
+def test_ctc_lengths_from_the_host_are_refused_inside_a_captured_step(queue):
+    """A replay would reuse the lengths uploaded when the step was recorded, whatever the
+    batch: inside ``tp.capture`` they must be pc.Tensors (read on the device each replay)."""
+    w = leaf(queue, np.zeros((5, 1, 3)))
+    targets = up(queue, [[1, 2]], np.int64)
+
+    def step(lengths):
+        with tp.Tape() as tape:
+            loss = tp.ctc_loss(w * 1.0, targets, lengths, [2])
+        tape.backward(loss)
+        return loss.value
+
+    with pytest.raises(ParclError, match="inside a captured step input_lengths must be a "
+                                         "pc.Tensor"):
+        tp.capture(lambda x: step([5]), queue)(up(queue, [0.0]))
+
+
+def test_ctc_module_holds_as_pytorchs(queue, rng):
+    logits, targets, _, ilen, tlen = _ctc_batch(rng)
+    layer = pc.nn.CTCLoss(blank=0, reduction="sum", zero_infinity=True)
+    lp = np.log(np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)).astype(np.float32)
+    got = layer(up(queue, lp), up(queue, targets, np.int64), ilen, tlen).item()
+    want = torch.nn.CTCLoss(0, "sum", True)(torch.tensor(lp), torch.tensor(targets),
+                                           torch.tensor(ilen), torch.tensor(tlen))
+    assert got == pytest.approx(want.item(), rel=1e-5)
+    assert repr(layer) == "CTCLoss(blank=0, reduction='sum', zero_infinity=True)"
+
+
+def _sequence_model(queue):
+    pc.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Linear(6, 8, queue=queue), pc.nn.ReLU(),
+                            pc.nn.Linear(8, 5 * 3, queue=queue))
+
+
+def _ctc_from_rows(out, y):
+    """(N, 15) outputs as (T=5, N, C=3) log-probabilities; ``y`` rows are [input length,
+    target length, padded targets...]."""
+    n = out.shape[0]
+    lp = tp.log_softmax(tp.permute(tp.reshape(out, (n, 5, 3)), (1, 0, 2)), axis=2)
+    return pc.nn.CTCLoss()(lp, y[:, 2:], y[:, 0], y[:, 1])
+
+
+def test_a_two_replica_step_through_ctc_loss_equals_the_full_batch_step(devices2):
+    """The 'mean' CTC loss is a mean over its samples of each one's loss over its target
+    length: the group weighs the shares by rows, eagerly and replaying a captured step (the
+    lengths are pc.Tensors, part of each step's labels)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((7, 6)).astype(np.float32)
+    y = np.concatenate([rng.integers(3, 6, (7, 1)), rng.integers(0, 3, (7, 1)),
+                        rng.integers(1, 3, (7, 2))], axis=1)
+    one, p1 = _step(devices2[:1], x, y, _ctc_from_rows, build=_sequence_model)
+    for capture in (False, True):
+        two, p2 = _step(devices2, x, y, _ctc_from_rows, capture=capture, build=_sequence_model)
+        np.testing.assert_allclose(two, one, rtol=1e-5)
+        for k in p1:
+            np.testing.assert_allclose(p2[k], p1[k], rtol=1e-5, atol=1e-6)
+    assert one[1] < one[0]

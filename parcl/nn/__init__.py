@@ -29,7 +29,7 @@ from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout,
                      MaxPool2d, ReLU, Sequential, flatten)
 from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropyLoss, HuberLoss,
                    KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss, SoftMarginLoss)
-from .loss_more import (GaussianNLLLoss, HingeEmbeddingLoss, MarginRankingLoss,
+from .loss_more import (CTCLoss, GaussianNLLLoss, HingeEmbeddingLoss, MarginRankingLoss,
                         MultiLabelMarginLoss, MultiLabelSoftMarginLoss, MultiMarginLoss,
                         PoissonNLLLoss, TripletMarginLoss)
 from .module import Module, Parameter, StateDictError, default_generator, manual_seed
@@ -83,7 +83,7 @@ __all__ = [
     "BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "HuberLoss",
     "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss", "SmoothL1Loss", "SoftMarginLoss",
     "HingeEmbeddingLoss", "MarginRankingLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss",
-    "TripletMarginLoss", "GaussianNLLLoss", "PoissonNLLLoss", "MultiLabelMarginLoss",
+    "TripletMarginLoss", "GaussianNLLLoss", "PoissonNLLLoss", "MultiLabelMarginLoss", "CTCLoss",
     # models
     "BasicBlock", "CausalSelfAttention", "GPT", "ResNet", "resnet18",
     # transformer building blocks (PyTorch's)

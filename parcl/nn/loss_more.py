@@ -1,8 +1,8 @@
 """More loss modules: PyTorch's ``MarginRankingLoss``, ``HingeEmbeddingLoss``,
 ``TripletMarginLoss``, ``MultiMarginLoss``, ``MultiLabelMarginLoss`` and
 ``MultiLabelSoftMarginLoss`` over the ops of
-``parcl.tape.ops.loss_margin``, ``PoissonNLLLoss`` and ``GaussianNLLLoss`` over those of
-``loss_nll`` (``reduction=`` keyword-only, as the siblings in ``loss.py``;
+``parcl.tape.ops.loss_margin``, ``PoissonNLLLoss``, ``GaussianNLLLoss`` and ``CTCLoss`` over
+those of ``loss_nll`` (``reduction=`` keyword-only, as the siblings in ``loss.py``;
 ``weight`` a buffer in ``state_dict``, as PyTorch's ``_WeightedLoss``).
 
 >>> import numpy as np, parcl as pc
@@ -19,8 +19,9 @@ from ..tape import ops
 from ..tensor import Tensor
 from .loss import _Reduced
 
-__all__ = ["GaussianNLLLoss", "HingeEmbeddingLoss", "MarginRankingLoss", "MultiLabelMarginLoss",
-           "MultiLabelSoftMarginLoss", "MultiMarginLoss", "PoissonNLLLoss", "TripletMarginLoss"]
+__all__ = ["CTCLoss", "GaussianNLLLoss", "HingeEmbeddingLoss", "MarginRankingLoss",
+           "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss",
+           "PoissonNLLLoss", "TripletMarginLoss"]
 
 
 def _weight(cls: str, weight) -> Tensor | None:
@@ -161,3 +162,22 @@ class GaussianNLLLoss(_Reduced):
 
     def extra_repr(self) -> str:
         return f"full={self.full}, eps={self.eps}, reduction={self.reduction!r}"
+
+
+class CTCLoss(_Reduced):
+    """``tp.ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, reduction,
+    zero_infinity)``; PyTorch's positional order."""
+
+    def __init__(self, blank: int = 0, reduction: str = "mean", zero_infinity: bool = False):
+        super().__init__(reduction)
+        if isinstance(blank, bool) or not isinstance(blank, int) or blank < 0:
+            raise ParclError(f"CTCLoss: blank must be a class index, got {blank!r}")
+        self.blank, self.zero_infinity = blank, bool(zero_infinity)
+
+    def forward(self, log_probs, targets, input_lengths, target_lengths):
+        return ops.ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank,
+                            self.reduction, self.zero_infinity)
+
+    def extra_repr(self) -> str:
+        return (f"blank={self.blank}, reduction={self.reduction!r}, "
+                f"zero_infinity={self.zero_infinity}")

@@ -39,7 +39,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | soft_loss | binary_cross_entropy_with_logits, cross_entropy with probabilities |
 | loss_more | l1_loss smooth_l1_loss huber_loss kl_div binary_cross_entropy ... (reduction=) |
 | loss_margin | margin_ranking_loss hinge_embedding_loss triplet_margin_loss multi_margin_loss ... |
-| loss_nll | poisson_nll_loss gaussian_nll_loss |
+| loss_nll | poisson_nll_loss gaussian_nll_loss ctc_loss |
 """
 
 from importlib import import_module

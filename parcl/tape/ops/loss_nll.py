@@ -1,7 +1,9 @@
 """PyTorch's likelihood losses with ``reduction=`` ('none', 'mean', 'sum'):
-``poisson_nll_loss`` and ``gaussian_nll_loss``.
+``poisson_nll_loss``, ``gaussian_nll_loss`` and ``ctc_loss``.
 
-Both are pointwise terms of tape ops (their backwards are the gradient, to the target and the
+``ctc_loss`` is one op over the CTC kernels (``parcl/kernels/ctc.py``) giving each sample's
+negative log-likelihood, reduced by tape ops. The Poisson and Gaussian losses are pointwise
+terms of tape ops (their backwards are the gradient, to the target and the
 variance too where those require grad, as PyTorch's) followed by ``tp.mean``/``tp.sum``, so
 ``ReplicaGroup.step`` weighs a mean by the replicas' rows, as any mean. PyTorch raises on a
 negative variance, which needs a host read of it per step; here such an entry's loss and
@@ -18,19 +20,29 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from ... import recorder
 from ...errors import DTypeError, ParclError, ShapeError
+from ...kernels import ctc as ck
 from ...kernels.broadcast import broadcast_shapes
-from ...tensor import Tensor
-from ..node import Node
+from ...tensor import FLOAT, LABEL_DTYPES, Tensor
+from .. import mode
+from ..node import Function, Node
+from ..tape import defer
+from .checks import FlagCheck
 from .activation import _number, clamp
 from .elementwise import _is_scalar, add, div, mul, sub
 from .loss_more import _check_reduction, _reduce, _tensors
 from .mathops import gt, lt, square
+from .mathops_more import isinf
+from .reduce import mean
+from .reduce import sum as reduce_sum
 from .select import where
 from .shape import reshape
 from .unary import exp, log
 
-__all__ = ["gaussian_nll_loss", "poisson_nll_loss"]
+__all__ = ["ctc_loss", "gaussian_nll_loss", "poisson_nll_loss"]
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -128,3 +140,157 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
     if full:
         loss = add(loss, _HALF_LOG_2PI, tape=tape)
     return _reduce(loss, reduction, tape)
+
+
+class _CtcCheck(FlagCheck):
+    """The CTC kernels' flag: the first bad label's flat position in the targets, the first
+    sample with an input length outside [0, T] and the first whose target length is outside
+    [0, S] (padded) or runs past the concatenated targets."""
+
+    description = "ctc_loss's label and length check"
+    dtype, size = np.int32, 3
+
+    def __init__(self, flag: Tensor, shape: tuple, targets: Tensor, input_lengths: Tensor,
+                 target_lengths: Tensor, padded: bool):
+        self.shape, self.targets, self.padded = shape, targets, padded
+        self.input_lengths, self.target_lengths = input_lengths, target_lengths
+        super().__init__(flag)
+
+    def error(self, host: np.ndarray) -> ShapeError | None:
+        label, ilen, tlen = (int(v) for v in host)
+        t, _, c = self.shape
+        ts = self.targets.shape
+        if ilen != ck.NO_ERROR:
+            v = int(self.input_lengths.to_host()[ilen])
+            return ShapeError(f"ctc_loss: input_lengths[{ilen}] = {v} is outside [0, {t}] "
+                              f"(log_probs {self.shape}, T = {t})")
+        if tlen != ck.NO_ERROR:
+            v = int(self.target_lengths.to_host()[tlen])
+            bound = (f"outside [0, {ts[1]}] (padded targets {ts})" if self.padded else
+                     f"negative or runs past the concatenated targets {ts} (target_lengths "
+                     f"{self.target_lengths.to_host().tolist()})")
+            return ShapeError(f"ctc_loss: target_lengths[{tlen}] = {v} is {bound}")
+        if label != ck.NO_ERROR:
+            v = int(self.targets.to_host().reshape(-1)[label])
+            where = tuple(int(i) for i in np.unravel_index(label, ts))
+            return ShapeError(f"ctc_loss: label {v} at position {where} of targets {ts} is out "
+                              f"of range for log_probs {self.shape} ({c} classes); labels "
+                              f"must be in [0, {c})")
+        return None
+
+
+class CtcLoss(Function):
+    """Each sample's ``-log p(target | input)`` (N,), from the alpha recursion; the backward
+    runs the beta recursion and gives the gradient with respect to ``log_probs``."""
+
+    name = "ctc_loss"
+
+    def forward(self, log_probs: Tensor, targets: Tensor, input_lengths: Tensor,
+                target_lengths: Tensor, blank: int = 0, padded: bool = True,
+                zero_infinity: bool = False, per_label: bool = False):
+        args = (targets, input_lengths, target_lengths, blank, padded)
+        nll, length, alpha, flag = ck.ctc_forward(log_probs, *args)
+        check = _CtcCheck(flag, log_probs.shape, targets, input_lengths, target_lengths,
+                          padded)
+        if not self.recording or mode.is_anomaly_enabled():
+            check.check()
+        out = where(isinf(nll), 0.0, nll) if zero_infinity else nll
+        if per_label:                         # 'mean': each loss over its target length
+            out = div(out, length)
+        out.checks = (check.check,)
+        if self.recording:
+            self.saved = (log_probs, args, nll, alpha, zero_infinity, length if per_label
+                          else None, check)
+        return out
+
+    def backward(self, g: Tensor):
+        log_probs, args, nll, alpha, zero_infinity, length, check = self.saved
+        defer(check.check)
+        if not self.needs_input_grad[0]:
+            return None, None, None, None
+        if length is not None:
+            g = div(g, length)
+        return ck.ctc_backward(log_probs, *args, nll, alpha, g, zero_infinity), None, None, \
+            None
+
+
+def _lengths(name: str, v, n: int, dtype, queue, unbatched: bool) -> Tensor:
+    """A lengths argument as an int Tensor of ``dtype`` and shape (n,) on ``queue``: a
+    pc.Tensor of that dtype as it is (read on the device), a sequence or int uploaded."""
+    if isinstance(v, Node):
+        v = v.value
+    if isinstance(v, Tensor):
+        if v.dtype != dtype:
+            raise DTypeError(f"ctc_loss: {name} has dtype {v.dtype}, the targets {dtype}; "
+                             f"pass both with one int dtype")
+        if tuple(v.shape) not in ((n,), () if unbatched else (n,)):
+            raise ShapeError(f"ctc_loss: {name} must have one length per sample, ({n},), got "
+                             f"{v.shape}")
+        return v.reshape((n,))
+    if recorder.current() is not None:
+        raise ParclError(f"ctc_loss: inside a captured step {name} must be a pc.Tensor (a "
+                         f"host sequence would be frozen into the recording and replayed "
+                         f"for every batch)")
+    host = np.asarray(v)
+    if not np.issubdtype(host.dtype, np.integer) or host.size != n or host.ndim > 1:
+        raise ShapeError(f"ctc_loss: {name} must be {n} int lengths, one per sample, got "
+                         f"{host.tolist()!r}")
+    return Tensor.from_host(queue, host.reshape(n).astype(dtype))
+
+
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0,
+             reduction: str = "mean", zero_infinity: bool = False, *, tape=None):
+    """``torch.nn.functional.ctc_loss``: ``log_probs`` (T, N, C) (or (T, C), one sample)
+    log-softmax outputs; ``targets`` int, padded rows (N, S) or all samples' labels
+    concatenated (1-D); ``input_lengths`` and ``target_lengths`` one per sample (a pc.Tensor
+    of the targets' int dtype, read on the device, or a sequence of ints; inside a captured
+    step a pc.Tensor). Each sample's loss is ``-log`` of the summed probability of every
+    alignment of its target (``blank`` between and around the labels); ``reduction="mean"``
+    divides each by its target length (at least 1) before the mean over the batch, as PyTorch's.
+    An impossible alignment's loss is inf (its gradient NaN), or 0 with a 0 gradient when
+    ``zero_infinity``. A label outside ``[0, C)`` or a length out of range is a ``ShapeError``
+    (at once when the op is not recorded, else in the backward or at the first host read).
+    The gradient is that of the loss with respect to ``log_probs`` as given (PyTorch's adds
+    ``exp(log_probs)``, which a ``log_softmax`` before it cancels: the same gradient reaches
+    the logits).
+
+    >>> lp = tp.log_softmax(tp.tensor(np.zeros((3, 1, 2))), axis=2)
+    >>> round(tp.ctc_loss(lp, pc.Tensor.from_host(q, np.array([[1]])), [3], [1]).item(), 4)
+    0.2877
+    """
+    op = "ctc_loss"
+    _check_reduction(op, reduction)
+    _tensors(op, log_probs=log_probs, targets=targets)
+    shape = tuple(log_probs.shape)
+    raw_lp = _raw(log_probs)
+    if raw_lp.dtype != FLOAT:
+        raise DTypeError(f"{op}: log_probs has dtype {raw_lp.dtype}, expected float32")
+    unbatched = len(shape) == 2
+    if len(shape) not in (2, 3):
+        raise ShapeError(f"{op}: log_probs must be (T, N, C) or (T, C), got {shape}")
+    t, n, c = (shape[0], 1, shape[1]) if unbatched else shape
+    labels = _raw(targets)
+    if labels.dtype not in LABEL_DTYPES:
+        raise DTypeError(f"{op}: targets have dtype {labels.dtype} (shape {labels.shape}); "
+                         "expected int32 or int64 class indices")
+    ts = tuple(labels.shape)
+    padded = not (len(ts) == 1 and not unbatched)
+    if padded and (len(ts) != (1 if unbatched else 2) or (not unbatched and ts[0] != n)):
+        raise ShapeError(f"{op}: targets must be padded rows ({n}, S) or 1-D concatenated "
+                         f"labels for log_probs {shape}, got {ts}")
+    if isinstance(blank, bool) or not isinstance(blank, (int, np.integer)) or \
+            not 0 <= blank < c:
+        raise ParclError(f"{op}: blank must be a class index in [0, {c}), got {blank!r}")
+    if padded:
+        labels = labels.reshape((n, ts[-1]))
+    q = raw_lp.queue
+    ilen = _lengths("input_lengths", input_lengths, n, labels.dtype, q, unbatched)
+    tlen = _lengths("target_lengths", target_lengths, n, labels.dtype, q, unbatched)
+    lp = reshape(log_probs, (t, 1, c), tape=tape) if unbatched else log_probs
+    nll = CtcLoss.apply(lp, labels, ilen, tlen, tape=tape, blank=int(blank), padded=padded,
+                        zero_infinity=bool(zero_infinity), per_label=reduction == "mean")
+    if reduction == "mean":
+        return mean(nll, tape=tape)
+    if reduction == "sum":
+        return reduce_sum(nll, tape=tape)
+    return reshape(nll, (), tape=tape) if unbatched else nll
