@@ -177,6 +177,14 @@ def test_pairwise_distance_holds_as_pytorch_with_broadcasting(queue, rng):
         np.testing.assert_allclose(n2.grad.to_host(), t2.grad.numpy(), rtol=1e-4, atol=1e-6)
 
 
+def test_pairwise_distance_module_holds_as_pytorchs(queue, rng):
+    x1, x2 = (rng.standard_normal((3, 4)).astype(np.float32) for _ in range(2))
+    for args in [(), (1.0, 1e-3, True)]:
+        got = pc.nn.PairwiseDistance(*args)(up(queue, x1), up(queue, x2)).to_host()
+        want = torch.nn.PairwiseDistance(*args)(torch.tensor(x1), torch.tensor(x2)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
 def test_bad_arguments_raise_errors_naming_the_op_and_shapes(queue):
     x, y2 = up(queue, np.zeros((2, 3))), up(queue, np.zeros((2, 3)))
     labels = up(queue, [0, 2], np.int64)
