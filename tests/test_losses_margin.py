@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import parcl as pc
 import parcl.tape as tp
-from conftest import leaf, up
+from conftest import assert_same_gradient_bits_twice, leaf, up
 from parcl.errors import DTypeError, ParclError, ShapeError
 from parcl.replica import ReplicaGroup
 
@@ -673,6 +673,18 @@ def test_ctc_module_holds_as_pytorchs(queue, rng):
                                            torch.tensor(ilen), torch.tensor(tlen))
     assert got == pytest.approx(want.item(), rel=1e-5)
     assert repr(layer) == "CTCLoss(blank=0, reduction='sum', zero_infinity=True)"
+
+
+def test_the_kernel_losses_give_the_same_gradient_bits_twice(queue, rng):
+    """CTC's recursions and the multi-label counts use no float atomics: the same inputs give
+    the same gradient, bit for bit."""
+    logits, _, concat, ilen, tlen = _ctc_batch(rng)
+    targets = up(queue, concat, np.int64)
+    assert_same_gradient_bits_twice(queue, logits, lambda x: tp.ctc_loss(
+        tp.log_softmax(x, axis=2), targets, ilen, tlen))
+    labels = up(queue, _multilabels(rng, (9, 5)), np.int64)
+    assert_same_gradient_bits_twice(queue, rng.standard_normal((9, 5)).astype(np.float32),
+                                    lambda x: tp.multilabel_margin_loss(x, labels))
 
 
 def _sequence_model(queue):
