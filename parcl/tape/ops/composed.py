@@ -26,7 +26,7 @@ from ...errors import ParclError, ShapeError
 from ...kernels.elementwise import broadcast_shapes
 from ...tensor import Tensor
 from ..node import Node
-from .elementwise import add, mul, pow, sub
+from .elementwise import add, mul, pow
 from .linalg import bmm, mm
 from .mathops import eq, gt, isfinite, isnan, ne, square
 from .reduce import sum
@@ -35,8 +35,7 @@ from .select import where
 from .shape import permute, reshape, unsqueeze, wrap_dims
 from .unary import abs, sqrt
 
-__all__ = ["addmm", "baddbmm", "bilinear", "linalg_vector_norm", "nan_to_num", "norm", "outer",
-           "pairwise_distance"]
+__all__ = ["addmm", "baddbmm", "bilinear", "linalg_vector_norm", "nan_to_num", "norm", "outer"]
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -234,20 +233,3 @@ def bilinear(input1, input2, weight, bias=None, *, tape=None):
     if bias is not None:
         y = add(y, bias, tape=tape)
     return reshape(y, s1[:-1] + (out,), tape=tape)
-
-
-def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False, *,
-                      tape=None):
-    """``F.pairwise_distance``: ``linalg_vector_norm(x1 - x2 + eps, p)`` over the last dim,
-    ``x1`` and ``x2`` broadcast (a 1-D pair gives a 0-d distance); so its gradient, 0 where
-    the difference is.
-
-    >>> tp.pairwise_distance(a, tp.tensor(np.zeros(2, np.float32)), eps=0.0).to_host()
-    array(5., dtype=float32)
-    """
-    _tensor("pairwise_distance", "x1", x1)
-    _tensor("pairwise_distance", "x2", x2)
-    if not x1.shape and not x2.shape:
-        raise ShapeError("pairwise_distance: two 0-d inputs have no dim to measure along")
-    diff = add(sub(x1, x2, tape=tape), _number("pairwise_distance", "eps", eps), tape=tape)
-    return linalg_vector_norm(diff, p, -1, keepdim, tape=tape)

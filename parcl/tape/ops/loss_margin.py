@@ -23,6 +23,7 @@ from ...errors import DTypeError, ParclError, ShapeError
 from ...kernels import gather as gk
 from ...kernels import multilabel as mk
 from ...kernels import onehot as ok
+from ...kernels import scatter as sc
 from ...kernels.broadcast import broadcast_shapes
 from ...tensor import LABEL_DTYPES, Tensor
 from .. import mode
@@ -33,7 +34,7 @@ from .activation_more import logsigmoid
 from .composed import linalg_vector_norm
 from .elementwise import add, div, minimum, mul, sub
 from .loss import class_weight_arg
-from .loss_more import _check_reduction, _reduce, _tensors
+from .loss_more import _reduce, _tensors, check_reduction
 from .mathops import gt, ne, square
 from .picks import _RangeCheck
 from .reduce import sum
@@ -57,7 +58,7 @@ def margin_ranking_loss(input1, input2, target, margin: float = 0.0, *,
     0.5
     """
     op = "margin_ranking_loss"
-    _check_reduction(op, reduction)
+    check_reduction(op, reduction)
     _tensors(op, input1=input1, input2=input2, target=target)
     shapes = [tuple(v.shape) for v in (input1, input2, target)]
     if len({len(s) for s in shapes}) != 1:
@@ -78,7 +79,7 @@ def hinge_embedding_loss(input, target, margin: float = 1.0, *,  # noqa: A002
     1.5
     """
     op = "hinge_embedding_loss"
-    _check_reduction(op, reduction)
+    check_reduction(op, reduction)
     _tensors(op, input=input, target=target)
     broadcast_shapes(op, tuple(input.shape), tuple(target.shape))
     m = _number(op, "margin", margin)
@@ -119,7 +120,7 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
     1.0
     """
     op = "triplet_margin_loss"
-    _check_reduction(op, reduction)
+    check_reduction(op, reduction)
     _tensors(op, anchor=anchor, positive=positive, negative=negative)
     m = _number(op, "margin", margin)
     if not m > 0:
@@ -148,9 +149,7 @@ class TargetScore(Function):
                 what: str = ""):
         out, flag = gk.gather_forward(x, 1, index)
         check = _RangeCheck(op, flag, labels, x.shape[1], what, lambda at: at, noun="label")
-        if not self.recording or mode.is_anomaly_enabled():
-            check.check()
-        out.checks = (check.check,)
+        check.guard(out, not self.recording)
         if self.recording:
             self.saved = (x.shape, index, check)
         return out
@@ -160,7 +159,7 @@ class TargetScore(Function):
         defer(check.check)
         if not self.needs_input_grad[0]:
             return None, None
-        return gk.gather_backward(g, x_shape, 1, index), None
+        return sc.gather_backward(g, x_shape, 1, index), None
 
 
 def multi_margin_loss(input, target, p: int = 1, margin: float = 1.0,  # noqa: A002
@@ -175,7 +174,7 @@ def multi_margin_loss(input, target, p: int = 1, margin: float = 1.0,  # noqa: A
     0.325
     """
     op = "multi_margin_loss"
-    _check_reduction(op, reduction)
+    check_reduction(op, reduction)
     _tensors(op, input=input, target=target)
     if isinstance(p, bool) or p not in (1, 2):
         raise ParclError(f"{op}: only p == 1 and p == 2 supported, got p={p!r}")
@@ -221,7 +220,7 @@ def multilabel_soft_margin_loss(input, target, weight=None, *,  # noqa: A002
     ()
     """
     op = "multilabel_soft_margin_loss"
-    _check_reduction(op, reduction)
+    check_reduction(op, reduction)
     _tensors(op, input=input, target=target)
     shape = tuple(input.shape)
     if not shape:
@@ -291,7 +290,7 @@ def multilabel_margin_loss(input, target, *, reduction: str = "mean",  # noqa: A
     0.85
     """
     op = "multilabel_margin_loss"
-    _check_reduction(op, reduction)
+    check_reduction(op, reduction)
     _tensors(op, input=input, target=target)
     shape = tuple(input.shape)
     if len(shape) not in (1, 2) or not shape[-1]:

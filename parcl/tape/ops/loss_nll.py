@@ -33,7 +33,7 @@ from ..tape import defer
 from .checks import FlagCheck
 from .activation import _number, clamp
 from .elementwise import _is_scalar, add, div, mul, sub
-from .loss_more import _check_reduction, _reduce, _tensors
+from .loss_more import _reduce, _tensors, check_reduction
 from .mathops import gt, lt, square
 from .mathops_more import isinf
 from .reduce import mean
@@ -62,7 +62,7 @@ def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False, 
     2.185
     """
     op = "poisson_nll_loss"
-    _check_reduction(op, reduction)
+    check_reduction(op, reduction)
     _tensors(op, input=input, target=target)
     broadcast_shapes(op, tuple(input.shape), tuple(target.shape))
     eps = _number(op, "eps", eps)
@@ -113,7 +113,7 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
     2.5
     """
     op = "gaussian_nll_loss"
-    _check_reduction(op, reduction)
+    check_reduction(op, reduction)
     _tensors(op, input=input, target=target)
     eps = _number(op, "eps", eps)
     shape = tuple(input.shape)
@@ -259,7 +259,7 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0,
     0.2877
     """
     op = "ctc_loss"
-    _check_reduction(op, reduction)
+    check_reduction(op, reduction)
     _tensors(op, log_probs=log_probs, targets=targets)
     shape = tuple(log_probs.shape)
     raw_lp = _raw(log_probs)
