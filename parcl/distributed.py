@@ -82,16 +82,25 @@ def comm():
         return _state["comm"]
 
 
+def _world() -> tuple[int, int]:
+    # A communicator once set (or found) decides, None included: parcl-launch sets None where
+    # the environment looks like MPI but the library runs one process (a launcher's variables
+    # inherited by a process it did not start), and the environment's rank 3 of 4 would then
+    # have a lone process train a quarter of the data and never checkpoint.
+    if "comm" not in _state:
+        return env_world()
+    c = _state["comm"]
+    return (int(c.Get_rank()), int(c.Get_size())) if c is not None else (0, 1)
+
+
 def rank() -> int:
     """This process's rank (0 outside MPI)."""
-    c = _state.get("comm")
-    return int(c.Get_rank()) if c is not None else env_world()[0]
+    return _world()[0]
 
 
 def world_size() -> int:
     """The number of processes (1 outside MPI)."""
-    c = _state.get("comm")
-    return int(c.Get_size()) if c is not None else env_world()[1]
+    return _world()[1]
 
 
 def is_main() -> bool:
@@ -101,23 +110,25 @@ def is_main() -> bool:
 
 def _local() -> tuple[int, int]:
     if "local_rank" not in _state:
-        found = None
-        for rank_var, size_var in _LOCAL_PAIRS:
-            r, n = _env_int(rank_var), _env_int(size_var)
-            if r is not None and n is not None and 0 <= r < n:
-                found = (r, n)
-                break
-        if found is None:
-            c = comm()
-            if c is None:
-                found = (0, 1)
-            else:   # ranks that share this node's memory (and so its CPU cores)
-                from mpi4py import MPI
-                node = c.Split_type(MPI.COMM_TYPE_SHARED)
-                found = (node.Get_rank(), node.Get_size())
-                node.Free()
-        _state["local_rank"], _state["local_size"] = found
+        _state["local_rank"], _state["local_size"] = _find_local()
     return _state["local_rank"], _state["local_size"]
+
+
+def _find_local() -> tuple[int, int]:
+    if world_size() == 1:      # one process, whatever a launcher's inherited variables say
+        return 0, 1
+    for rank_var, size_var in _LOCAL_PAIRS:
+        r, n = _env_int(rank_var), _env_int(size_var)
+        if r is not None and n is not None and 0 <= r < n:
+            return r, n
+    c = comm()
+    if c is None:
+        return 0, 1
+    from mpi4py import MPI     # ranks that share this node's memory (and so its CPU cores)
+    node = c.Split_type(MPI.COMM_TYPE_SHARED)
+    found = node.Get_rank(), node.Get_size()
+    node.Free()
+    return found
 
 
 def local_rank() -> int:

@@ -86,6 +86,28 @@ def test_distributed_helpers_read_the_mpi_environment(monkeypatch):
     assert distributed.env_world() == (1, 2)
 
 
+def test_a_launch_that_runs_one_process_is_rank_0_of_1_whatever_the_environment_says(tmp_path):
+    """Launcher variables inherited by a process mpiexec did not start (PMI_RANK=3 of 4, a
+    local rank 1 of 2) make MPI run one process, and parcl-launch sets up one; but
+    ``dist.rank()`` and ``dist.world_size()`` read the environment's 3 of 4, so the script's
+    ``DataLoader(rank=dist.rank(), world_size=dist.world_size())`` trained 1 batch of a
+    quarter of the data where the whole has 4, and ``is_main()`` was False: nothing printed,
+    no checkpoint, silently. The helpers follow the launcher's communicator now."""
+    script = tmp_path / "which.py"
+    script.write_text("import numpy as np\nimport parcl as pc\n"
+                      "from parcl import distributed as dist\n"
+                      "loader = pc.data.DataLoader(np.arange(8), 2, rank=dist.rank(), "
+                      "world_size=dist.world_size())\n"
+                      "print(dist.rank(), dist.world_size(), dist.is_main(), dist.local_rank(), "
+                      "dist.local_size(), len(loader))\n")
+    env = {**ENV, "PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1",
+           "MPI_LOCALNRANKS": "2"}
+    r = subprocess.run([*LAUNCH, str(script)], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "1", "True", "0", "1", "4"]
+
+
 # -- the command line -----------------------------------------------------------------------
 
 @pytest.mark.slow
