@@ -12,7 +12,8 @@ the data and to let only rank 0 print and write checkpoints::
 
 Outside MPI every helper answers as for a single process (rank 0 of 1), without importing
 mpi4py. Under ``mpiexec`` the rank is read from the environment the MPI launcher sets
-(``PMI_RANK``/``PMI_SIZE`` for MPICH's hydra, ``OMPI_COMM_WORLD_*`` for Open MPI, ``PMIX_RANK``),
+(``PMI_RANK``/``PMI_SIZE`` for MPICH's hydra, ``OMPI_COMM_WORLD_*`` for Open MPI, ``PMIX_RANK``
+with ``SLURM_STEP_NUM_TASKS`` for Slurm's ``srun --mpi=pmix``),
 and mpi4py is imported only when a communicator is actually needed.
 
 >>> rank(), world_size(), is_main()   # a plain single-process run
@@ -35,6 +36,9 @@ _state: dict[str, Any] = {}   # "comm", "local_rank", "local_size" once known
 _ENV_PAIRS = (("PMI_RANK", "PMI_SIZE"),                               # MPICH hydra, Intel MPI
               ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),       # Open MPI
               ("PMIX_RANK", "PMIX_SIZE"),                             # PMIx launchers
+              # Slurm's srun --mpi=pmix sets a PMIx rank and no size: the step's tasks are
+              # MPI_COMM_WORLD. Without this pair every rank would run alone as rank 0 of 1.
+              ("PMIX_RANK", "SLURM_STEP_NUM_TASKS"),
               ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"))         # MVAPICH
 _LOCAL_PAIRS = (("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),               # MPICH hydra
                 ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"))

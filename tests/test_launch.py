@@ -22,7 +22,7 @@ DP_EXAMPLE = ROOT / "examples" / "train_digits_dp.py"
 LAUNCH = [sys.executable, "-m", "parcl.launch"]
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 for _var in ("PARCL_DEVICES", "PYOPENCL_CTX", "PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK",
-             "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMIX_SIZE"):
+             "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS"):
     ENV.pop(_var, None)
 
 
@@ -85,6 +85,24 @@ def test_distributed_helpers_read_the_mpi_environment(monkeypatch):
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
     assert distributed.env_world() == (1, 2)
 
+
+def test_a_rank_started_by_srun_with_pmix_is_its_rank_of_the_steps_tasks(monkeypatch):
+    """Slurm's ``srun --mpi=pmix -n 2 parcl-launch ...`` sets ``PMIX_RANK`` and no
+    ``PMIX_SIZE`` (PMIx has no size variable), and the rank was read only beside one: every
+    rank found (0, 1), so parcl-launch ran each as a lone process, each trained on the whole
+    data as rank 0 of 1, reduced nothing with the others and wrote the same checkpoint,
+    silently. The step's task count is the world size now."""
+    for var in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                "PMIX_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PMIX_RANK", "1")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")
+    assert distributed.env_world() == (1, 2)
+    monkeypatch.setenv("PMIX_RANK", "0")              # a single-task step: one process
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "1")
+    assert distributed.env_world() == (0, 1)
+    monkeypatch.delenv("SLURM_STEP_NUM_TASKS")        # no size anywhere: as before
+    assert distributed.env_world() == (0, 1)
 
 def test_a_launch_that_runs_one_process_is_rank_0_of_1_whatever_the_environment_says(tmp_path):
     """Launcher variables inherited by a process mpiexec did not start (PMI_RANK=3 of 4, a
