@@ -273,11 +273,12 @@ class DataLoader:
                 # now, in that epoch's order, not with the stale order of the pass.
                 share, order_of = self.indices(), (self.epoch, self.seed)
             start = self.batch_index * self.batch_size
-            idx = share[start:start + self.batch_size]
-            # Counted before the yield: state_dict() taken while the caller holds this batch
-            # must say it was handed out.
+            batch = self._batch(share[start:start + self.batch_size])
+            # Counted once made (a batch whose dataset raised, a Ctrl-C in its collate, was not
+            # handed out: the next pass fetches it again) and before the yield (state_dict()
+            # taken while the caller holds this batch must say it was handed out).
             self.batch_index += 1
-            yield self._batch(idx)
+            yield batch
         self.epoch, self.batch_index = self.epoch + 1, 0
 
     def state_dict(self) -> dict[str, Any]:

@@ -196,3 +196,38 @@ def test_set_epoch_called_twice_after_a_resume_trains_no_batch_twice(stop_after)
     resumed.set_epoch(1)                            # the loader has moved on: epoch 1 anew
     resumed.set_epoch(1)
     assert [xb[:, 0].tolist() for (xb,) in resumed] == seen[5:]
+
+
+def test_a_batch_whose_dataset_raised_is_fetched_again_by_the_next_pass():
+    """A pass stopped by its dataset (a transient read error, a Ctrl-C in the collate) and
+    iterated again resumes, as an interrupted pass does; but the batch was counted as handed
+    out before it was made, so the next pass went on after it: over 10 samples in batches of
+    2, a read error at sample 5 and a retry trained [0, 1], [2, 3], [6, 7], [8, 9], and
+    samples 4 and 5 were missing from the epoch (and from a ``state_dict()`` taken there),
+    silently. The failed batch is fetched again now, as in an uninterrupted run."""
+    class Flaky(pc.data.Dataset):
+        failed = False
+
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            if i == 5 and not self.failed:
+                self.failed = True
+                raise OSError("transient read error")
+            return np.float32(i)
+
+    loader = pc.data.DataLoader(Flaky(), 2)
+    seen = []
+    with pytest.raises(OSError, match="transient"):
+        for b in loader:
+            seen.append(b.tolist())
+    state = loader.state_dict()
+    assert state["batch_index"] == 2                # the failed batch is still to come
+    seen.extend(b.tolist() for b in loader)
+    assert seen == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+    healthy = Flaky()
+    healthy.failed = True
+    again = pc.data.DataLoader(healthy, 2)
+    again.load_state_dict(state)
+    assert [b.tolist() for b in again] == [[4, 5], [6, 7], [8, 9]]
