@@ -121,6 +121,33 @@ def test_a_gradient_spike_past_float32s_square_leaves_the_second_moment_finite_a
     assert p.value.to_host()[0] < 0.98
 
 
+@pytest.mark.parametrize("name, moments", [
+    ("NAdam", ["exp_avg_sq"]), ("RAdam", ["exp_avg_sq"]),
+    ("Adadelta", ["square_avg", "acc_delta"])])
+def test_a_gradient_spike_past_float32s_square_leaves_nadam_radam_adadelta_finite_as_pytorch(
+        queue, name, moments):
+    """NAdam, RAdam and Adadelta weigh their squares as PyTorch's addcmul, ((1 - beta2) * g)
+    * g (Adadelta's delta too): a spike of 3e19 leaves NAdam's exp_avg_sq at 9.0e35 and the
+    element trains on. parcl formed (1 - beta2) * (g * g), inf from |g| ~ 1.8e19, and froze
+    the element for good: after the spike and 8 gradients of 1, NAdam's weight stayed 1.0
+    where PyTorch's is 0.9955, Adadelta's 1.0 where PyTorch's is 0.99684 (its acc_delta 0
+    where PyTorch's is 4.3e-7), silently."""
+    p = pc.nn.Parameter.from_host(queue, np.ones(3, np.float32))
+    t = torch.nn.Parameter(torch.ones(3))
+    opt, t_opt = getattr(pc.optim, name)([p]), getattr(torch.optim, name)([t])
+    for g in [[3e19, 1e10, -2e19]] + [[1.0, 1.0, 1.0]] * 8:
+        g = np.array(g, np.float32)
+        p.grad, t.grad = pc.Tensor.from_host(queue, g), torch.from_numpy(g.copy())
+        opt.step()
+        t_opt.step()
+    for moment in moments:
+        second = opt.state[p][moment].to_host()
+        assert np.isfinite(second).all()
+        np.testing.assert_allclose(second, t_opt.state[t][moment].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(p.value.to_host(), t.detach().numpy(), rtol=1e-6)
+    assert p.value.to_host()[0] != 1.0
+
+
 @pytest.mark.parametrize("name,kw", [
     ("SGD", {"lr": 0.1}), ("SGD", {"lr": 0.1, "momentum": 0.9}), ("Adam", {"lr": 0.1}),
     ("RMSprop", {"lr": 0.1}), ("Adagrad", {"lr": 0.1})])

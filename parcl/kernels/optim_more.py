@@ -22,7 +22,9 @@ from .optim import Replicated, _check, _launch, _source
 __all__ = ["adadelta_", "adamax_", "asgd_", "nadam_", "radam_", "rprop_"]
 
 # (state pointers, scalar parameters, body), as ``parcl.kernels.optim._UPDATES``. The running
-# means are PyTorch's ``lerp`` (m + c1 * (g - m)), which it uses for every first moment.
+# means are PyTorch's ``lerp`` (m + c1 * (g - m)), which it uses for every first moment; a
+# square is weighed before it is squared, (c * g) * g, as PyTorch's addcmul: g * g overflows
+# float32 from |g| ~ 1.8e19, and an inf in a second moment freezes its element for good.
 _UPDATES = {
     # p *= decay (decoupled weight decay; 1 otherwise); g' = sign*g + wd*p (L2; 0 otherwise)
     # m = lerp(m, g', c1); v = b2*v + c2*g'^2; den = sqrt(v / bc2) + eps
@@ -34,7 +36,7 @@ _UPDATES = {
     const float w = p[i] * decay;
     const float d = wd != 0.0f ? sign * G + wd * w : sign * G;
     const float mi = m[i] + c1 * (d - m[i]);
-    const float vi = b2 * v[i] + c2 * (d * d);
+    const float vi = b2 * v[i] + (c2 * d) * d;
     m[i] = mi;
     v[i] = vi;
     const float den = sqrt(vi / bc2) + eps;
@@ -48,7 +50,7 @@ _UPDATES = {
     const float w = p[i] * decay;
     const float d = wd != 0.0f ? sign * G + wd * w : sign * G;
     const float mi = m[i] + c1 * (d - m[i]);
-    const float vi = b2 * v[i] + c2 * (d * d);
+    const float vi = b2 * v[i] + (c2 * d) * d;
     m[i] = mi;
     v[i] = vi;
     const float mh = mi / bc1;
@@ -73,10 +75,10 @@ _UPDATES = {
     const float rho, const float c, const float eps, const float lr""", """
     const float w = p[i];
     const float d = wd != 0.0f ? sign * G + wd * w : sign * G;
-    const float s = rho * sq[i] + c * (d * d);
+    const float s = rho * sq[i] + (c * d) * d;
     sq[i] = s;
     const float delta = sqrt(acc[i] + eps) / sqrt(s + eps) * d;
-    acc[i] = rho * acc[i] + c * (delta * delta);
+    acc[i] = rho * acc[i] + (c * delta) * delta;
     const float out = w - lr * delta;"""),
     # Rprop: f = etaplus, etaminus or 1 as sign(g * prev) is 1, -1 or 0 (a NaN counts as 0,
     # as PyTorch's sign); step_size = clamp(step_size * f, lo, hi) (a NaN stays); where the
