@@ -150,18 +150,18 @@ def addcmul(input, tensor1, tensor2, *, value: float = 1, tape=None):  # noqa: A
     >>> tp.addcmul(x, x, x, value=0.5).to_host()              # x = [-3, 5.5]
     array([ 1.5  , 20.625], dtype=float32)
     """
-    product = mul(tensor1, tensor2, tape=tape)
+    # value weighs tensor1 before the product, (value * t1) * t2, as PyTorch's kernel: t1 * t2
+    # first overflows float32 where the weighed product does not (1e20 * 1e20 * 1e-30)
     if value != 1:
-        product = mul(product, _value("addcmul", value), tape=tape)
-    return add(input, product, tape=tape)
+        tensor1 = mul(tensor1, _value("addcmul", value), tape=tape)
+    return add(input, mul(tensor1, tensor2, tape=tape), tape=tape)
 
 
 def addcdiv(input, tensor1, tensor2, *, value: float = 1, tape=None):  # noqa: A002
     """``torch.addcdiv``: ``input + value * (tensor1 / tensor2)``, all three broadcast."""
-    quotient = div(tensor1, tensor2, tape=tape)
-    if value != 1:
-        quotient = mul(quotient, _value("addcdiv", value), tape=tape)
-    return add(input, quotient, tape=tape)
+    if value != 1:              # (value * t1) / t2, as PyTorch's kernel (and addcmul's)
+        tensor1 = mul(tensor1, _value("addcdiv", value), tape=tape)
+    return add(input, div(tensor1, tensor2, tape=tape), tape=tape)
 
 
 def _value(op: str, value) -> float:

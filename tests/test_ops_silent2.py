@@ -1,0 +1,35 @@
+"""More ops that gave wrong numbers without raising: each test the reproducer of one case,
+with what parcl gave and what PyTorch gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import parcl.tape as tp
+from conftest import leaf
+
+
+def test_addcmul_and_addcdiv_weigh_tensor1_first_so_no_overflow_as_pytorch(queue):
+    """PyTorch computes ``input + (value * tensor1) * tensor2`` (addcdiv: ``(value *
+    tensor1) / tensor2``), so ``addcmul(1, 1e20, 1e20, value=1e-30)`` is 1e10 and
+    ``addcdiv(1, 1e30, 1e-30, value=1e-30)`` is 1e30. parcl formed the product (quotient)
+    first, inf in float32, and weighed it after: both gave inf, silently. Gradients reach
+    all three inputs as PyTorch's."""
+    ones = np.ones(3, np.float32)
+    cases = [("addcmul", [1e20, 3e19, 2.0], [1e20, 2e19, -0.5]),
+             ("addcdiv", [1e30, 3.0, -1.0], [1e-30, 7.0, 4.0])]
+    for name, a, b in cases:
+        x, t1, t2 = leaf(queue, ones), leaf(queue, a), leaf(queue, b)
+        with tp.Tape() as tape:
+            out = getattr(tp, name)(x, t1, t2, value=1e-30)
+        tape.backward(tp.sum(out))
+        ts = [torch.tensor(np.asarray(v, np.float32), requires_grad=True)
+              for v in (ones, a, b)]
+        want = getattr(torch, name)(*ts, value=1e-30)
+        want.sum().backward()
+        got = out.to_host()
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-6)
+        for n, t in zip((x, t1, t2), ts):
+            np.testing.assert_allclose(n.grad.to_host(), t.grad.numpy(), rtol=1e-6)
