@@ -33,3 +33,20 @@ def test_addcmul_and_addcdiv_weigh_tensor1_first_so_no_overflow_as_pytorch(queue
         np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-6)
         for n, t in zip((x, t1, t2), ts):
             np.testing.assert_allclose(n.grad.to_host(), t.grad.numpy(), rtol=1e-6)
+
+
+def test_all_and_any_over_no_dims_are_elementwise_as_pytorch(queue):
+    """``torch.all(x, dim=())`` reduces no dim: ``x != 0`` elementwise, as a per-sample check
+    over the trailing dims ``dim=tuple(range(1, x.ndim))`` of a 1-D batch gives. parcl read
+    ``dim=()`` as every dim (amax's and sum's rule there), so ``tp.all`` of ``[1, 0, 2]``
+    over no dims was the 0-d ``0.0`` where PyTorch gives ``[True, False, True]``, silently."""
+    x = np.array([[0.0, 1.0, np.nan], [2.0, -0.0, 4.0]], np.float32)
+    for name in ("all", "any"):
+        for dim in ((), []):
+            for keepdim in (False, True):
+                want = getattr(torch, name)(torch.from_numpy(x), dim=dim, keepdim=keepdim)
+                got = getattr(tp, name)(leaf(queue, x), dim, keepdim)
+                np.testing.assert_array_equal(got.to_host(), want.float().numpy())
+        assert getattr(leaf(queue, x), name)(()).shape == (2, 3)        # the Node method
+    batch = leaf(queue, [1.0, 0.0, 2.0])
+    np.testing.assert_array_equal(tp.all(batch, tuple(range(1, 1))).to_host(), [1, 0, 1])

@@ -191,7 +191,9 @@ def _truth(op: str, x, dim, keepdim: bool, every: bool) -> Tensor:
     if not isinstance(x, Tensor):
         raise DTypeError(f"{op}: expected a tp.Node or pc.Tensor, got a number")
     ew.check_float(op, x)
-    axes = _axes(op, dim, x.shape)
+    # dim=() reduces no dim here (torch.all(x, dim=()) is x != 0 elementwise), where
+    # amax's and sum's reduce every dim: _axes reads it as theirs
+    axes = () if isinstance(dim, (tuple, list)) and not dim else _axes(op, dim, x.shape)
     # any: some element nonzero (NaN is); all: no element zero
     hit = rd.max(ew.scalar("eq" if every else "ne", x, 0.0), axes, bool(keepdim))
     return keep_checks(ew.scalar("rsub", hit, 1.0, out=hit) if every else hit, x)
@@ -199,8 +201,8 @@ def _truth(op: str, x, dim, keepdim: bool, every: bool) -> Tensor:
 
 def all(x, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A001
     """``torch.all``: 1 where every element over ``dim`` (None: all of them; an int or a
-    tuple) is nonzero (NaN counts as nonzero), else 0, as a float32 mask (parcl's
-    comparisons' type). Not recorded.
+    tuple; ``()`` none, as PyTorch's) is nonzero (NaN counts as nonzero), else 0, as a
+    float32 mask (parcl's comparisons' type). Not recorded.
 
     >>> tp.all(tp.gt(x, 0.0)).to_host()                      # x = [-3, 5.5]
     array(0., dtype=float32)
