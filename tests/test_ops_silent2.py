@@ -50,3 +50,22 @@ def test_all_and_any_over_no_dims_are_elementwise_as_pytorch(queue):
         assert getattr(leaf(queue, x), name)(()).shape == (2, 3)        # the Node method
     batch = leaf(queue, [1.0, 0.0, 2.0])
     np.testing.assert_array_equal(tp.all(batch, tuple(range(1, 1))).to_host(), [1, 0, 1])
+
+
+def test_diff_of_order_0_leaves_prepend_and_append_out_as_pytorch(queue):
+    """``torch.diff(x, n=0, prepend=p, append=a)`` is ``x`` itself (numpy's too): no
+    difference is taken, so nothing is joined. parcl joined them, so ``diff([1, 2, 4], 0,
+    prepend=[0])`` was ``[0, 1, 2, 4]`` where PyTorch gives ``[1, 2, 4]``, silently."""
+    x = np.array([[1.0, 2.0, 4.0], [3.0, 5.0, 9.0]], np.float32)
+    pre, post = np.zeros((2, 1), np.float32), np.ones((2, 2), np.float32)
+    want = torch.diff(torch.from_numpy(x), n=0, dim=1, prepend=torch.from_numpy(pre),
+                      append=torch.from_numpy(post))
+    node = leaf(queue, x)
+    with tp.Tape() as tape:
+        got = tp.diff(node, 0, 1, leaf(queue, pre), leaf(queue, post))
+    tape.backward(tp.sum(got))
+    np.testing.assert_array_equal(got.to_host(), want.numpy())
+    np.testing.assert_array_equal(node.grad.to_host(), np.ones_like(x))
+    np.testing.assert_array_equal(node.diff(0, append=leaf(queue, post)).to_host(), x)
+    np.testing.assert_array_equal(tp.diff(node, 1, 1, leaf(queue, pre)).to_host(),
+                                  np.diff(x, 1, 1, prepend=pre))       # n=1 joins as before

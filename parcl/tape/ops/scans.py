@@ -66,10 +66,10 @@ def cumprod(x, dim: int, *, tape=None):
 
 def diff(x, n: int = 1, dim: int = -1, prepend=None, append=None, *, tape=None):
     """``torch.diff``: the ``n``-th forward difference ``x[1:] - x[:-1]`` along ``dim``,
-    after ``prepend`` and ``append`` (tensors of ``x``'s dims) are joined to ``x`` there.
-    Each order is ``narrow`` twice and ``sub``, so its gradient is theirs. A difference with
-    no elements left (``n`` at least the length) is a ``ShapeError``: parcl's tensors hold
-    at least one element.
+    after ``prepend`` and ``append`` (tensors of ``x``'s dims) are joined to ``x`` there;
+    ``n=0`` gives ``x`` without them, as PyTorch's and numpy's. Each order is ``narrow``
+    twice and ``sub``, so its gradient is theirs. A difference with no elements left (``n``
+    at least the length) is a ``ShapeError``: parcl's tensors hold at least one element.
 
     >>> tp.diff(x, 2).to_host()                   # x [[1, 2, 0, 4]]
     array([[-3.,  6.]], dtype=float32)
@@ -90,6 +90,8 @@ def diff(x, n: int = 1, dim: int = -1, prepend=None, append=None, *, tape=None):
                 raise ShapeError(f"diff: {name} has shape {extra_shape}, expected "
                                  f"{len(shape)} dims as the input {shape}")
         pieces.append(extra)
+    if n == 0:             # the input as it is, prepend and append left out, as PyTorch's
+        return x
     out = cat(pieces, axis, tape=tape) if len(pieces) > 1 else x
     length = out.shape[axis]
     if n >= length:
