@@ -82,6 +82,19 @@ def test_cumprod_of_one_element_along_dim_and_0d_as_pytorch(queue):
     assert tp.cumprod(s, -1).shape == () and float(tp.cumprod(s, 0)) == 5.0
 
 
+def test_cumsum_of_a_0d_tensor_is_the_tensor_as_pytorch(queue):
+    """``torch.cumsum(torch.tensor(5.), 0)`` (or dim -1) is 5, as cumprod's; parcl raised
+    'cumsum: a 0-d tensor has no axis'. Another dim is out of range, as PyTorch's."""
+    s = tp.tensor(up(queue, 5.0), requires_grad=True)
+    with tp.Tape() as tape:
+        out = tp.cumsum(s, 0)
+    tape.backward(out * 3.0)
+    assert out.shape == () and float(out) == float(torch.cumsum(torch.tensor(5.0), 0))
+    assert float(s.grad) == 3.0 and float(s.cumsum(-1)) == 5.0
+    with pytest.raises(ShapeError, match=r"cumsum: dim 1 is out of range .* \[-1, 0\]"):
+        tp.cumsum(s, 1)
+
+
 @pytest.mark.parametrize("n, dim", [(1, -1), (2, 1), (3, 0), (0, 0)])
 def test_diff_matches_pytorch_value_and_gradient(queue, rng, n, dim):
     a = rng.standard_normal((5, 6)).astype(np.float32)

@@ -31,6 +31,7 @@ from ...kernels.strided import axis_int
 from ...tensor import Tensor
 from ..node import Function, Node
 from .reduce_dims import Amax, Amin
+from .shape import wrap_dim
 
 __all__ = ["argmax", "argmin", "cumsum", "logsumexp", "max", "min", "std", "var"]
 
@@ -275,17 +276,25 @@ class CumSum(Function):
 
     def forward(self, x: Tensor, axis: int = 0):
         self.axis = axis
+        if x.ndim == 0:               # its own sum (the scan kernel wants an axis)
+            return scan.cumsum(x.reshape((1,)), 0).reshape(())
         return scan.cumsum(x, axis)
 
     def backward(self, g: Tensor):
+        if g.ndim == 0:
+            return g
         return scan.cumsum(g, self.axis, reverse=True)
 
 
 def cumsum(x, axis: int, *, tape=None):
-    """Inclusive cumulative sum along ``axis`` (``torch.cumsum``), summed in order.
+    """Inclusive cumulative sum along ``axis`` (``torch.cumsum``), summed in order; a 0-d
+    tensor takes 0 and -1 and is its own sum, as PyTorch's.
 
     >>> tp.cumsum(x, axis=1).shape         # x (2, 3)
     (2, 3)
     """
-    return CumSum.apply(x, tape=tape, axis=axis_int("cumsum", axis, x.shape))
+    axis = axis_int("cumsum", axis, x.shape)
+    if not x.shape:
+        wrap_dim("cumsum", axis, 0, ())
+    return CumSum.apply(x, tape=tape, axis=axis)
 
