@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import recorder
 from ..errors import ParclError, ShapeError
 from ..tensor import Tensor
 from . import mode
 from .node import Function, Node
-from .ops.nn import rng_state, set_rng_state
+from .ops.nn import dropout_generator, rng_state, set_rng_state
 from .tape import Tape, topological_order
 
 __all__ = ["checkpoint", "checkpoint_sequential"]
@@ -48,6 +49,36 @@ class _Segment:
         self.rng = rng_state() if preserve_rng_state else None
         self.leaves: list[Node] = []         # the leaves read beside the arguments
         self.shape: tuple[int, ...] = ()
+
+    def note_rng_on_replays(self) -> None:
+        """Under a recording, have each replay note the dropout state its forward starts
+        from, as ``rng`` was noted here: that replay's recomputation (or a backward after
+        it) then draws the masks that replay's forward drew, not the recording's."""
+        if self.rng is None or recorder.current() is None:
+            return
+        gen = dropout_generator()
+
+        def note():
+            self.rng = (gen.seed, gen.counter)
+        recorder.call(note)
+
+    def rewind_on_replays(self):
+        """Under a recording, have each replay put the dropout generator back to ``rng``
+        before the recomputation, as the backward does here; returns what records putting
+        it where the replay found it, after. Without both, a replayed recomputation's
+        dropout drew the generator's next masks, not its forward's."""
+        if self.rng is None or recorder.current() is None:
+            return lambda: None
+        gen, found = dropout_generator(), []
+
+        def rewind():
+            found[:] = [(gen.seed, gen.counter)]
+            gen.seed, gen.counter = self.rng
+
+        def resume():
+            gen.seed, gen.counter = found[0]
+        recorder.call(rewind)
+        return lambda: recorder.call(resume)
 
     def tensors(self) -> list:
         """The Node and Tensor arguments, in order: the ``checkpoint`` Node's first inputs."""
@@ -103,6 +134,7 @@ class Checkpoint(Function):
         found = rng_state()
         if seg.rng is not None:
             set_rng_state(seg.rng)
+        resume = seg.rewind_on_replays()
         previous = mode.state.recompute
         mode.state.recompute = True
         try:
@@ -116,6 +148,7 @@ class Checkpoint(Function):
             mode.state.recompute = previous
             if seg.rng is not None:
                 set_rng_state(found)
+            resume()
         grads = iter(s.grad for s in stand_ins)
         return (*(next(grads) if isinstance(a, Node) else None for a in seg.tensors()),
                 *([None] * len(seg.leaves)))
@@ -157,6 +190,7 @@ def checkpoint(function, *args, use_reentrant: bool | None = None,
                          "sync_batchnorm=True: the recomputation would exchange batch "
                          "statistics again, in the backward")
     seg = _Segment(function, args, kwargs, preserve_rng_state)
+    seg.note_rng_on_replays()
     tensors = seg.tensors()
     with Tape() as tape:
         out, stand_ins = seg.run([isinstance(t, Node) and t.requires_grad for t in tensors])

@@ -408,6 +408,12 @@ def _generator() -> _Generator:
     return gen
 
 
+def dropout_generator() -> _Generator:
+    """This thread's dropout generator itself: what a recorded call holds that moves it on
+    every replay, whichever thread replays (dropout's keys, ``tp.checkpoint``'s rewind)."""
+    return _generator()
+
+
 def manual_seed(seed: int) -> None:
     """Seed this thread's dropout generator and restart its call counter. Thread-local: each
     replica thread has its own (seed them differently, e.g. ``manual_seed(base + index)``, if
