@@ -188,6 +188,13 @@ class Recording:
             if p.grad_fn is None and id(p) not in self.leaves:
                 self.leaves[id(p)] = LeafGrad.of(p)
 
+    def forget_leaves(self, entries) -> None:
+        """Leaves the call made and dropped for itself (``tp.checkpoint``'s stand-ins for
+        its inputs): nothing outside holds them, so the gradients they were left with are
+        no condition of a replay, and noted they made every call a new recording."""
+        for e in entries:
+            self.leaves.pop(id(e), None)
+
     def note_grads(self) -> None:
         """After a recorded backward: the ``.grad`` each leaf ended with."""
         for leaf in self.leaves.values():

@@ -144,6 +144,9 @@ class Checkpoint(Function):
             # the upstream gradient copied: the pass below hands it on uncopied, and a leaf
             # of this graph could then share it with a Node of the outer one
             tape.backward(out, grad=g.copy(), retain_grads=False)
+            rec = recorder.current()
+            if rec is not None:
+                rec.forget_leaves(s.entry for s in stand_ins)
         finally:
             mode.state.recompute = previous
             if seg.rng is not None:
