@@ -349,6 +349,31 @@ def test_a_leaf_never_adopts_a_gradient_that_an_inner_node_still_reads(queue):
     np.testing.assert_array_equal(b.grad.to_host(), np.full(4, 11.0))
 
 
+def test_a_leaf_twice_in_one_add_never_adds_its_gradient_into_itself(queue, monkeypatch):
+    """``x + x`` hands one gradient buffer to both of its slots, the leaf ``x`` twice. When
+    ``x`` adopted it at the first, the second added ``x.grad`` into itself, so whatever
+    another thread's pass (Hogwild threads on one queue) added into ``x.grad`` in between was
+    counted twice: with 10 added there, x.grad was 22 where 1 + 10 + 1 = 12 is right (real
+    threads, sum((x + x) * s) with s = 1 and 2, retain_grads=False: 8 or 10 where 6 is right
+    in about 1 trial of 70)."""
+    from parcl.kernels import elementwise as ew
+    from parcl.tape import tape as tape_module
+    x = leaf(queue, np.ones(4))
+    accumulate = tape_module._accumulate
+
+    def another_thread_adds_after_the_first(node, g, owned):
+        first = node is x.entry and node.grad is None
+        accumulate(node, g, owned)
+        if first:
+            ew.axpy(node.grad, up(queue, np.full(4, 10.0)), 1.0)
+
+    monkeypatch.setattr(tape_module, "_accumulate", another_thread_adds_after_the_first)
+    with tp.Tape() as tape:
+        loss = tp.sum(x + x)
+    tape.backward(loss, retain_grads=False)      # as the replica group's backward
+    np.testing.assert_array_equal(x.grad.to_host(), np.full(4, 12.0))
+
+
 def test_threads_reading_one_badly_indexed_output_both_raise(queue):
     """An embedding's index check is shared by its output and what is computed from it: two
     threads reading such tensors at once both get the IndexError's ShapeError. The first

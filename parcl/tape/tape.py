@@ -221,8 +221,8 @@ class Tape:
                     owned[key] = owned.get(key, 0) + 1
                     parent.grad = g
                 else:
-                    if parent.grad is None and parent.grad_fn is None and _inner_shares(
-                            node, g, parent_grads):
+                    if parent.grad is None and parent.grad_fn is None and _shared_beyond(
+                            node, parent, g, parent_grads):
                         g = g.copy()              # the leaf's own: see _leaf_lock
                     _accumulate(parent, g, owned)
 
@@ -314,12 +314,15 @@ def _handed_on(node: Entry, after: Entry, owned: dict[int, int]) -> Entry | None
 _leaf_lock = threading.Lock()
 
 
-def _inner_shares(node: Entry, g: Tensor, parent_grads) -> bool:
-    """Whether ``node``'s backward hands ``g``'s buffer to an inner node too."""
+def _shared_beyond(node: Entry, leaf: Entry, g: Tensor, parent_grads) -> bool:
+    """Whether ``node``'s backward hands ``g``'s buffer on beyond ``leaf``'s one slot: to an
+    inner node too, or to ``leaf`` again (``x + x``), whose second add would then read the
+    leaf's own ``.grad``, with whatever another thread's pass added into it meanwhile."""
     data = g.data
-    return any(h is not None and h is not ACCUMULATED and h.data is data
-               and p.grad_fn is not None and p.requires_grad
-               for p, h in zip(node.parents, parent_grads))
+    holders = [p for p, h in zip(node.parents, parent_grads)
+               if h is not None and h is not ACCUMULATED and h.data is data and p.requires_grad]
+    # (``list.count`` compares by identity: an Entry has no ``__eq__``)
+    return any(p.grad_fn is not None for p in holders) or holders.count(leaf) > 1
 
 
 def _accumulate(node: Entry, g: Tensor, owned: dict[int, int]) -> None:
