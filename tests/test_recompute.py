@@ -239,6 +239,24 @@ def test_a_recomputation_that_reads_other_parameters_raises(queue):
         tape.backward(loss)
 
 
+def test_a_recomputation_that_reads_fewer_parameters_raises_as_pytorch(queue):
+    """A branch on state changed between forward and backward leaves a layer out of the
+    recomputation: PyTorch's checkpoint raises (a different number of tensors saved). It
+    backwarded the other function: b got no gradient and a's weight gradient was 4 where 2
+    is right, silently."""
+    pc.manual_seed(0)
+    a, b = pc.nn.Linear(3, 3, queue=queue), pc.nn.Linear(3, 3, queue=queue)
+    both = {"layers": True}
+    x = leaf(queue, np.ones((2, 3)))
+    with tp.Tape() as tape:
+        loss = tp.sum(tp.checkpoint(lambda y: a(y) + b(y) if both["layers"] else a(y) * 2.0,
+                                    x))
+    both["layers"] = False
+    with pytest.raises(pc.ParclError, match="read 2 of the 4 parameters its forward read"):
+        tape.backward(loss)
+    assert a.weight.grad is None and b.weight.grad is None
+
+
 def test_under_no_grad_and_without_gradients_it_is_the_plain_call(queue):
     pc.manual_seed(0)
     lin = pc.nn.Linear(3, 2, queue=queue)

@@ -164,11 +164,16 @@ class Checkpoint(Function):
             raise ShapeError(f"checkpoint: the function recomputed for the backward gave "
                              f"{got} where its forward gave {seg.shape}: it must compute the "
                              "same thing from the same inputs")
-        leaves = seg.read_leaves(out, stand_ins, tape, "checkpoint")
-        if {id(e) for e in leaves} - {id(p.entry) for p in seg.leaves}:
-            raise ParclError("checkpoint: the function recomputed for the backward read "
-                             "parameters its forward did not: it must compute the same thing "
-                             "from the same inputs (a branch on state that changed since?)")
+        read = {id(e) for e in seg.read_leaves(out, stand_ins, tape, "checkpoint")}
+        forward = {id(p.entry) for p in seg.leaves}
+        if read != forward:
+            # fewer is as wrong as others: the ones left out would get no gradient, and the
+            # rest that of another function (PyTorch counts the saved tensors)
+            what = "parameters its forward did not" if read - forward else \
+                f"{len(read)} of the {len(forward)} parameters its forward read"
+            raise ParclError(f"checkpoint: the function recomputed for the backward read "
+                             f"{what}: it must compute the same thing from the same inputs (a "
+                             "branch on state that changed since?)")
 
 
 def checkpoint(function, *args, use_reentrant: bool | None = None,
