@@ -257,6 +257,25 @@ def test_a_recomputation_that_reads_fewer_parameters_raises_as_pytorch(queue):
     assert a.weight.grad is None and b.weight.grad is None
 
 
+def test_a_parameter_frozen_before_the_backward_gets_no_gradient_as_in_the_plain_graph(queue):
+    """Freezing is no different function: the recomputation reads the frozen layer without
+    requiring grad, and the others get the plain graph's gradients, bit for bit."""
+    grads = []
+    for checkpointed in (False, True):
+        pc.manual_seed(0)
+        a, b = pc.nn.Linear(3, 3, queue=queue), pc.nn.Linear(3, 3, queue=queue)
+        x = leaf(queue, np.ones((2, 3)))
+        f = pc.nn.Sequential(a, pc.nn.Tanh(), b)
+        with tp.Tape() as tape:
+            loss = tp.sum(tp.checkpoint(f, x) if checkpointed else f(x))
+        a.requires_grad_(False)
+        tape.backward(loss)
+        assert a.weight.grad is None
+        grads.append((b.weight.grad.to_host(), x.grad.to_host()))
+    for plain, ckpt in zip(*grads):
+        np.testing.assert_array_equal(plain, ckpt)
+
+
 def test_under_no_grad_and_without_gradients_it_is_the_plain_call(queue):
     pc.manual_seed(0)
     lin = pc.nn.Linear(3, 2, queue=queue)

@@ -165,7 +165,8 @@ class Checkpoint(Function):
                              f"{got} where its forward gave {seg.shape}: it must compute the "
                              "same thing from the same inputs")
         read = {id(e) for e in seg.read_leaves(out, stand_ins, tape, "checkpoint")}
-        forward = {id(p.entry) for p in seg.leaves}
+        # (a parameter frozen since is read without requiring grad, as in the plain graph)
+        forward = {id(p.entry) for p in seg.leaves if p.requires_grad}
         if read != forward:
             # fewer is as wrong as others: the ones left out would get no gradient, and the
             # rest that of another function (PyTorch counts the saved tensors)
