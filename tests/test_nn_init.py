@@ -122,6 +122,24 @@ def test_constants_eye_and_dirac_are_pytorchs_values(queue):
         np.testing.assert_array_equal(w.value.to_host(), want)
 
 
+def test_initialising_a_copy_of_a_parameter_is_refused_and_a_view_writes_it(queue):
+    """PyTorch's ``zeros_(emb.weight[0])`` (a padding row) writes through the view into the
+    weight; parcl's indexing, transpose and permute copy, so the write changed a temporary
+    and the weight stayed as it was, silently. Now a ParclError naming the op; a reshape,
+    which views the parameter's buffer, is written through as PyTorch's."""
+    emb = pc.nn.Embedding(5, 3, queue=queue)
+    before = emb.weight.value.to_host().copy()
+    for name, part in [("zeros_", lambda w: w[0]), ("normal_", lambda w: w[1:3]),
+                       ("xavier_uniform_", lambda w: w.T)]:
+        with pytest.raises(pc.ParclError, match=rf"nn.init.{name}: the tensor is the output "
+                                                r"of '(getitem|transpose)'"):
+            getattr(init, name)(part(emb.weight))
+    np.testing.assert_array_equal(emb.weight.value.to_host(), before)
+    init.ones_(emb.weight.reshape(15))
+    want = torch.nn.init.ones_(torch.from_numpy(before).reshape(15)).numpy()
+    np.testing.assert_array_equal(emb.weight.value.to_host().reshape(15), want)
+
+
 def test_a_dirac_convolution_passes_its_input_through(queue):
     x = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
     conv = pc.nn.Conv2d(3, 3, 3, padding=1, bias=False, queue=queue)

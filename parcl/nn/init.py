@@ -23,7 +23,7 @@ from numbers import Real
 import numpy as np
 
 from ..errors import DTypeError, ParclError, ShapeError
-from ..tape.node import Node
+from ..tape.node import Node, leaf_viewed
 from ..tensor import Tensor
 from .module import default_generator
 
@@ -65,6 +65,14 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
 
 # -- the tensor written -------------------------------------------------------------------
 def _target(tensor, name: str) -> Tensor:
+    if isinstance(tensor, Node) and tensor.grad_fn is not None and leaf_viewed(tensor) is None:
+        # PyTorch's init_(w[0]) writes through a view into w; parcl's indexing copies, so the
+        # write would change a temporary and no parameter
+        raise ParclError(f"nn.init.{name}: the tensor is the output of '{tensor.op_name}' "
+                         f"(shape {tensor.shape}), a new tensor (parcl's indexing, transpose "
+                         "and permute copy: tensors have no strides), so the write would reach "
+                         "no parameter, where PyTorch's writes through the view. Initialise "
+                         "the parameter itself, or set its rows with copy_ of new values")
     t = tensor.value if isinstance(tensor, Node) else tensor
     if not isinstance(t, Tensor):
         raise DTypeError(f"nn.init.{name}: expected a Parameter, Node or pc.Tensor, got "
@@ -144,18 +152,22 @@ def trunc_normal_(tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, 
 
 def constant_(tensor, val: float):
     """Fill ``tensor`` with ``val``."""
-    _target(tensor, "constant_").fill_(float(val))
-    return tensor
+    return _fill(tensor, val, "constant_")
 
 
 def ones_(tensor):
     """Fill ``tensor`` with ones."""
-    return constant_(tensor, 1.0)
+    return _fill(tensor, 1.0, "ones_")
 
 
 def zeros_(tensor):
     """Fill ``tensor`` with zeros."""
-    return constant_(tensor, 0.0)
+    return _fill(tensor, 0.0, "zeros_")
+
+
+def _fill(tensor, val: float, name: str):
+    _target(tensor, name).fill_(float(val))
+    return tensor
 
 
 def eye_(tensor):

@@ -187,14 +187,14 @@ FREED = _freed
 def _overwriting(cls, x) -> None:
     """Before ``cls``'s forward overwrites input ``x`` in place (``Function.overwrites``)."""
     what = f"{cls.name}({cls.overwrites[0]}=True)"
-    if isinstance(x, Node) and x.requires_grad and _leaf_viewed(x) is not None:
+    if isinstance(x, Node) and x.requires_grad and leaf_viewed(x) is not None:
         through = "" if x.grad_fn is None else f" (through a view of it: {x.op_name})"
         raise ParclError(f"{what} on a leaf that requires grad{through}: its value is what its "
                          f"gradient is taken with respect to; use {cls.overwrites[0]}=False")
     note_change(x, what)
 
 
-def _leaf_viewed(x: Node) -> Entry | None:
+def leaf_viewed(x: Node) -> Entry | None:
     """The leaf requiring grad whose buffer ``x`` is: ``x`` itself, or a leaf that ``x``
     views through ops whose output is their input's buffer (``reshape``, ``flatten``); else
     None."""
