@@ -381,3 +381,31 @@ def test_a_tensor_written_from_rows_of_a_bad_id_raises_at_its_read(queue):
         write(target)
         with pytest.raises(pc.ShapeError, match="embedding: index 4"):
             target.to_host()
+
+
+def test_a_backward_from_a_value_computed_from_rows_of_a_bad_id_raises(queue):
+    """Activations passed on detached (``tp.tensor(h.detach(), requires_grad=True)``, a
+    truncated-BPTT or pipeline stage) or an upstream gradient (``tape.backward(y, g)``) made
+    from the rows of a token id outside ``[0, V)``: the backward ran without an error and left
+    NaN gradients ([[nan, nan, nan], [nan, nan, nan]] for a Linear's weight) for the next
+    ``opt.step()`` to write into the weights, where PyTorch's embedding raised."""
+    weight = pc.nn.Parameter.from_host(queue, np.full((4, 3), 2.0, np.float32))
+    with tp.Tape():
+        rows = tp.embedding(pc.Tensor.from_host(queue, np.array([0, 4])), weight).detach()
+    pc.nn.manual_seed(0)
+    head = pc.nn.Linear(3, 2, queue=queue)
+    h = tp.tensor(rows, requires_grad=True)
+    with tp.Tape() as tape:
+        loss = tp.sum(head(h))
+    with pytest.raises(pc.ShapeError, match="embedding: index 4"):
+        tape.backward(loss)
+    x = tp.tensor(pc.Tensor.from_host(queue, np.ones((2, 3), np.float32)), requires_grad=True)
+    with tp.Tape() as tape:
+        y = tp.mul(x, 2.0)
+    with pytest.raises(pc.ShapeError, match="embedding: index 4"):
+        tape.backward(y, rows)
+    x.grad = None
+    with tp.Tape() as tape:                     # a good backward is as before
+        y = tp.mul(x, 2.0)
+    tape.backward(y, pc.Tensor.full(queue, (2, 3), 0.5))
+    np.testing.assert_array_equal(x.grad.to_host(), np.full((2, 3), 1.0, np.float32))

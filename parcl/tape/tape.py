@@ -118,6 +118,10 @@ class Tape:
         elif tuple(grad.shape) != tuple(loss.shape):
             raise ShapeError(f"backward: upstream grad of shape {grad.shape} does not match "
                              f"loss shape {loss.shape}")
+        # The pending checks of what the pass starts from (an embedding's index range):
+        # a loss computed from a bad input outside this graph (activations passed on
+        # detached, an upstream gradient made from them) has no op here that defers them.
+        pending = loss.value.checks + grad.checks
         loss = loss.entry
         order = topological_order(loss)
         for node in order:
@@ -141,6 +145,8 @@ class Tape:
         if rec is not None:
             rec.note_grads()
         for check in deferred:
+            check()
+        for check in pending:
             check()
         return order
 
