@@ -409,3 +409,23 @@ def test_a_backward_from_a_value_computed_from_rows_of_a_bad_id_raises(queue):
         y = tp.mul(x, 2.0)
     tape.backward(y, pc.Tensor.full(queue, (2, 3), 0.5))
     np.testing.assert_array_equal(x.grad.to_host(), np.full((2, 3), 1.0, np.float32))
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "nll_loss", "CrossEntropyLoss"])
+def test_a_loss_weighted_by_class_weights_from_a_bad_label_raises_at_its_read(queue, loss):
+    """Class weights counted from labels by ``tp.one_hot`` (``n / (C * counts)``) carry the
+    one_hot's label check; weighed by weights counted from a label outside ``[0, C)`` the loss
+    read 0.5259 with no error (``weight=`` was the one input whose check the loss dropped),
+    where PyTorch's one_hot raised ('Class values must be smaller than num_classes')."""
+    counted = pc.Tensor.from_host(queue, np.array([0, 1, 3]))
+    weight = tp.one_hot(counted, 3).sum(0) + 1.0           # garbage: label 3 of 3 classes
+    logits = pc.Tensor.from_host(queue, np.array([[2, 0, 0], [0, 0, 0]], np.float32))
+    labels = pc.Tensor.from_host(queue, np.array([0, 2]))
+    losses = {"cross_entropy": lambda: tp.cross_entropy(logits, labels, weight=weight),
+              "nll_loss": lambda: tp.nll_loss(logits, labels, weight=weight),
+              "CrossEntropyLoss": lambda: pc.nn.CrossEntropyLoss(weight)(logits, labels)}
+    with pytest.raises(pc.ShapeError, match="one_hot: label 3"):
+        float(losses[loss]())
+    good = tp.one_hot(counted, 4).sum(0)[:3] + 1.0         # weights [2, 2, 1], in range
+    np.testing.assert_allclose(float(tp.cross_entropy(logits, labels, weight=good)),
+                               0.525900661945343, rtol=1e-6)       # torch's, weight [2, 2, 1]

@@ -37,7 +37,7 @@ import numpy as np
 from ...errors import DeviceError, LabelError, ParclError
 from ...kernels import softmax as smk
 from ...kernels.strided import axis_int
-from ...tensor import Tensor
+from ...tensor import Tensor, keep_checks
 from .. import mode
 from ..node import Function, Node
 from ..tape import defer
@@ -181,6 +181,8 @@ class CrossEntropy(Function):
         loss, stats, flag = smk.cross_entropy_forward(logits, labels, **opts)
         check = _LabelCheck(self.name, flag, logits.shape, self.what, labels, ignore_index)
         check.guard(loss, not self.recording or check_labels)
+        if weight is not None:    # a keyword input: Function.apply passes on only positional
+            keep_checks(loss, weight)
         if self.recording:
             self.saved = (logits, labels, stats, check, opts)
         return loss
