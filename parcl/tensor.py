@@ -377,6 +377,12 @@ class Tensor:
                 raise TypeError(f"pc.Tensor {op}: a numpy array operand; upload it first "
                                 "(pc.Tensor.from_host(t.queue, array)) or compute on the "
                                 "host (np.asarray(t))")
+            if isinstance(other, np.bool_):
+                # refused here: numpy's reflected operator would read the tensor to the host
+                # and return an ndarray (``t += np.True_`` rebinding t to it)
+                raise TypeError(f"pc.Tensor {op}: a bool operand ({other!r}); booleans are "
+                                "not numbers to parcl's ops (nor is a Python bool): pass "
+                                "float(b)")
             if not isinstance(other, (Real, np.number)) or isinstance(other, bool):
                 return NotImplemented
         from .kernels import elementwise as ew

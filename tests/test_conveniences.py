@@ -335,3 +335,20 @@ def test_a_nodes_reductions_over_dim_empty_are_over_every_dim_as_pytorch(queue, 
         assert out.shape == tuple(want.shape)
         np.testing.assert_allclose(out.to_host(), want.detach().numpy(), rtol=1e-5)
         np.testing.assert_allclose(x.grad.to_host(), t.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_numpy_bool_operand_is_refused_as_a_python_bool_not_taken_to_the_host(queue):
+    """``t += np.True_`` (a flag from ``(a > b).any()``) gave numpy's reflected operator the
+    tensor, which read it to the host: ``t`` was rebound to a host ndarray [2, 3, 4] and
+    the tensor and its views kept [1, 2, 3], silently; ``t + np.True_`` was an ndarray too.
+    Now a TypeError, as a Python bool operand is."""
+    t = pc.Tensor.from_host(queue, np.array([1.0, 2.0, 3.0], np.float32))
+    alias = t
+    with pytest.raises(TypeError, match=r"pc.Tensor add: a bool operand"):
+        t += np.True_
+    assert t is alias
+    for op in (lambda: t + np.True_, lambda: t * np.bool_(False), lambda: t < np.True_,
+               lambda: t + True):
+        with pytest.raises(TypeError):
+            op()
+    np.testing.assert_array_equal(alias.to_host(), [1.0, 2.0, 3.0])
