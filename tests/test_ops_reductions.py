@@ -188,3 +188,29 @@ def test_var_of_rows_with_a_large_mean_is_accurate_as_pytorch(queue):
     np.testing.assert_allclose(v.to_host(), torch.var(xt, 1).detach().numpy(), rtol=2e-3)
     g = xt.grad.numpy()
     assert np.abs(nx.grad.to_host() - g).max() < 1e-2 * np.abs(g).max()
+
+
+def test_reductions_over_an_empty_slice_give_pytorchs_values(queue):
+    """``x[:, T:].sum(1)`` (a slice past the end, a window that ends at the last position):
+    a reduced axis of size 0 was taken for one with nothing to reduce, and the copy of the
+    empty input failed (``LogicError: clEnqueueCopyBuffer failed: INVALID_VALUE``; a full sum
+    or mean ``ShapeError``/``ZeroDivisionError``) where PyTorch's sum of nothing is 0, its
+    product 1, its mean NaN; a maximum of nothing is an error in both."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = pc.Tensor.from_host(queue, a)
+    empty, rows = t[:, 4:], t[2:2]                       # (3, 0) and (0, 4)
+    np.testing.assert_array_equal(empty.sum(1).to_host(), [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(empty.mean(1).to_host(), [np.nan] * 3)
+    np.testing.assert_array_equal(rows.sum(0, keepdims=True).to_host(), np.zeros((1, 4)))
+    assert float(rows.sum()) == 0.0 and np.isnan(float(rows.mean()))
+    assert rows.sum(1).shape == (0,)                     # nothing reduced into nothing
+    np.testing.assert_array_equal(tp.prod(empty, 1).to_host(), [1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(tp.sum(rows, 0).to_host(), np.zeros(4))
+    with pytest.raises(pc.ShapeError, match="max: axes \\(1,\\) of shape \\(3, 0\\)"):
+        empty.max(1)
+    x = tp.tensor(a, requires_grad=True)                 # torch: loss nan, grad 0 and 1/3
+    with tp.Tape() as tape:
+        loss = tp.sum(tp.mean(x[:, 1:], 1)) + tp.sum(tp.mean(x[:, 4:], 1))
+    tape.backward(loss)
+    assert np.isnan(float(loss))
+    np.testing.assert_allclose(x.grad.to_host(), np.tile([0.0, 1 / 3, 1 / 3, 1 / 3], (3, 1)))

@@ -231,6 +231,8 @@ def _run(x: Tensor, stages: tuple[Stage, ...]) -> Tensor:
 def _reduce(op: str, kernel_op: str, x: Tensor, axis, keepdims: bool, mean: bool,
             workgroup: bool | None = None) -> Tensor:
     check_float(op, x)
+    if not x.size:                   # a slice with no elements (t[2:2], x[:, T:])
+        return _of_nothing(op, kernel_op, x, axis, keepdims, mean)
     queue = x.queue
     choices = getattr(queue, "choices", None)       # a parcl Queue's: plans kept per queue
     key = None
@@ -245,6 +247,23 @@ def _reduce(op: str, kernel_op: str, x: Tensor, axis, keepdims: bool, mean: bool
             return _apply(x, plan)
     plan = _plan(op, kernel_op, x.shape, axis, keepdims, mean, on_gpu(queue), workgroup)
     return _apply(x, plan if key is None else keep(queue, key, plan))
+
+
+def _of_nothing(op: str, kernel_op: str, x: Tensor, axis, keepdims: bool,
+                mean: bool) -> Tensor:
+    """A reduction of a tensor with no elements, as numpy's and PyTorch's: where the reduced
+    axes hold none, the op's start value (a sum 0, a product 1) or NaN (a mean, 0 / 0); a
+    maximum of none has no value and is a ShapeError. (The plans below took a reduced axis of
+    size 0 for one with nothing to reduce and failed copying the empty input.)"""
+    axes = normalize_axes(op, axis, x.ndim, x.shape)
+    out = Tensor.empty(x.queue, reduced_shape(x.shape, axes, keepdims))
+    if not out.size:
+        return out
+    if kernel_op == "max":
+        raise ShapeError(f"{op}: axes {axes} of shape {x.shape} hold no elements, and the "
+                         "maximum of none is undefined (as numpy's and PyTorch's)")
+    out.fill_owned(np.nan if mean else float(COMBINE[kernel_op][0].rstrip("f")))
+    return out
 
 
 def _apply(x: Tensor, plan: Plan) -> Tensor:

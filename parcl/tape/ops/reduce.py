@@ -47,7 +47,8 @@ class Mean(_Reduce):
     kernel = staticmethod(rd.mean)
 
     def backward(self, g):
-        return self._expand(g, 1.0 / prod(self.shape[k] for k in self.axes))
+        count = prod(self.shape[k] for k in self.axes)
+        return self._expand(g, 1.0 / count if count else 0.0)   # 0: a gradient of nothing
 
 
 def sum(x, axis=None, keepdims: bool = False, *, tape=None):  # noqa: A001
