@@ -214,3 +214,18 @@ def test_reductions_over_an_empty_slice_give_pytorchs_values(queue):
     tape.backward(loss)
     assert np.isnan(float(loss))
     np.testing.assert_allclose(x.grad.to_host(), np.tile([0.0, 1 / 3, 1 / 3, 1 / 3], (3, 1)))
+
+
+def test_any_all_and_logsumexp_over_an_empty_slice_give_pytorchs_values(queue):
+    """``tp.any``, ``tp.all`` and ``tp.logsumexp`` over an axis with no elements raised a
+    ShapeError naming ``max`` (the maximum they are built on, of nothing) where PyTorch's
+    any is False, all True and logsumexp -inf."""
+    t = pc.Tensor.from_host(queue, np.arange(12, dtype=np.float32).reshape(3, 4))
+    empty = t[:, 4:]                                     # (3, 0)
+    np.testing.assert_array_equal(tp.any(empty, 1).to_host(), [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(tp.all(empty, 1).to_host(), [1.0, 1.0, 1.0])
+    assert float(tp.all(t[2:2])) == 1.0 and float(tp.any(t[2:2])) == 0.0
+    np.testing.assert_array_equal(tp.logsumexp(empty, 1).to_host(), [-np.inf] * 3)
+    np.testing.assert_array_equal(tp.logsumexp(t[2:2], 0, keepdims=True).to_host(),
+                                  np.full((1, 4), -np.inf))
+    assert tp.any(t[2:2], 1).shape == (0,)

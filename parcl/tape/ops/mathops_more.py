@@ -194,8 +194,10 @@ def _truth(op: str, x, dim, keepdim: bool, every: bool) -> Tensor:
     # dim=() reduces no dim here (torch.all(x, dim=()) is x != 0 elementwise), where
     # amax's and sum's reduce every dim: _axes reads it as theirs
     axes = () if isinstance(dim, (tuple, list)) and not dim else _axes(op, dim, x.shape)
-    # any: some element nonzero (NaN is); all: no element zero
-    hit = rd.max(ew.scalar("eq" if every else "ne", x, 0.0), axes, bool(keepdim))
+    # any: some element nonzero (NaN is); all: no element zero. Over no elements no hit (a
+    # sum of nothing, 0: any 0, all 1, as PyTorch's), where a max of nothing is an error.
+    count = rd.max if x.size else rd.sum
+    hit = count(ew.scalar("eq" if every else "ne", x, 0.0), axes, bool(keepdim))
     return keep_checks(ew.scalar("rsub", hit, 1.0, out=hit) if every else hit, x)
 
 

@@ -240,7 +240,8 @@ class LogSumExp(Function):
     def forward(self, x: Tensor, axis=None, keepdims: bool = False):
         ew.check_float(self.name, x)
         axes = rd.normalize_axes(self.name, axis, x.ndim, x.shape)
-        m = rd.max(x, axes, keepdims=True)
+        # over no elements a shift of 0 (a sum of nothing): log(0) = -inf, as PyTorch's
+        m = rd.max(x, axes, keepdims=True) if x.size else rd.sum(x, axes, keepdims=True)
         # Shift by the max, except where it is infinite (as PyTorch): then by 0, so +inf
         # stays +inf and an all -inf block gives -inf instead of NaN
         infinite = ew.scalar("ge", ew.unary("abs", m), float("inf"))
