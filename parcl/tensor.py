@@ -233,8 +233,9 @@ class Tensor:
 
     def copy(self) -> Tensor:
         out = Tensor.empty(self.queue, self.shape, self.dtype)
-        cl.enqueue_copy(self.queue, out.data, self.data, byte_count=self.nbytes)
-        recorder.copy(self.queue, out.data, self.data, byte_count=self.nbytes)
+        if self.size:                   # OpenCL refuses a copy of no bytes (a slice t[2:2])
+            cl.enqueue_copy(self.queue, out.data, self.data, byte_count=self.nbytes)
+            recorder.copy(self.queue, out.data, self.data, byte_count=self.nbytes)
         out.checks = self.checks
         return out
 
@@ -261,8 +262,8 @@ class Tensor:
             raise ShapeError(f"copy_: source {src.shape} {src.dtype} does not fit "
                              f"{self.shape} {self.dtype}")
         check_same_context("copy_", self, src)
-        if src.data == self.data:       # itself (or a view of it): nothing to copy, as
-            return                      # PyTorch's; OpenCL refuses an overlapping copy
+        if src.data == self.data or not self.size:     # itself (or a view of it), or no
+            return      # elements: nothing to copy, as PyTorch's; OpenCL refuses either copy
         wait = foreign_wait(src, self.queue)
         ev = cl.enqueue_copy(self.queue, self.data, src.data, byte_count=self.nbytes,
                              wait_for=wait)

@@ -352,3 +352,14 @@ def test_a_numpy_bool_operand_is_refused_as_a_python_bool_not_taken_to_the_host(
         with pytest.raises(TypeError):
             op()
     np.testing.assert_array_equal(alias.to_host(), [1.0, 2.0, 3.0])
+
+
+def test_a_slice_with_no_elements_copies_as_pytorchs_clone(queue):
+    """``t[:, 4:].copy()`` and ``copy_`` of a (3, 4) tensor's empty slice crashed with
+    ``LogicError: clEnqueueCopyBuffer failed: INVALID_VALUE`` (OpenCL refuses a copy of no
+    bytes) where PyTorch's ``clone`` and ``copy_`` give an empty (3, 0) tensor."""
+    t = pc.Tensor.from_host(queue, np.ones((3, 4), np.float32))
+    empty = t[:, 4:]
+    assert empty.copy().to_host().shape == (3, 0)
+    target = pc.Tensor.empty(queue, (3, 0))
+    assert target.copy_(empty) is target and target.to_host().shape == (3, 0)
