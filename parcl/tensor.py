@@ -246,12 +246,15 @@ class Tensor:
                              f"{self.shape}; reshape it first if the layout is meant")
         self.copy_owned(src)
         self._overwritten("Tensor.copy_")
+        if src.data != self.data:       # every element is src's now: its checks, not ours
+            self.checks = ()
         return keep_checks(self, src)
 
     def fill_(self, value) -> Tensor:
         """Set every element to ``value``, in place (enqueued)."""
         self.fill_owned(value)
         self._overwritten("Tensor.fill_")
+        self.checks = ()                # no element is what a check guarded any more
         return self
 
     def copy_owned(self, src: Tensor) -> None:

@@ -429,3 +429,30 @@ def test_a_loss_weighted_by_class_weights_from_a_bad_label_raises_at_its_read(qu
     good = tp.one_hot(counted, 4).sum(0)[:3] + 1.0         # weights [2, 2, 1], in range
     np.testing.assert_allclose(float(tp.cross_entropy(logits, labels, weight=good)),
                                0.525900661945343, rtol=1e-6)       # torch's, weight [2, 2, 1]
+
+
+def test_a_tensor_wholly_overwritten_after_rows_of_a_bad_id_reads_its_new_values(queue):
+    """A buffer reused across batches (``buf.copy_(rows)`` each step): after one batch of a
+    bad id (its error caught, the batch skipped), ``buf.copy_(good_rows)`` or ``fill_`` left
+    the bad batch's check on ``buf``, so every later read raised 'embedding: index 4' for
+    good values ([[2, 2, 2], [2, 2, 2]]), where PyTorch reads them; a partial write
+    (``buf += rows``) keeps the checks of both."""
+    weight = pc.nn.Parameter.from_host(queue, np.full((4, 3), 2.0, np.float32))
+
+    def rows(ids):
+        with tp.Tape():
+            return tp.embedding(pc.Tensor.from_host(queue, np.array(ids)), weight).detach()
+
+    buf = pc.Tensor.zeros(queue, (2, 3))
+    buf.copy_(rows([0, 4]))
+    with pytest.raises(pc.ShapeError, match="embedding: index 4"):
+        buf.to_host()
+    buf.copy_(rows([0, 3]))
+    np.testing.assert_array_equal(buf.to_host(), np.full((2, 3), 2.0))
+    buf.copy_(rows([4, 0]))
+    buf.fill_(1.0)
+    np.testing.assert_array_equal(buf.to_host(), np.ones((2, 3)))
+    buf.copy_(rows([4, 0]))
+    buf += rows([0, 1])
+    with pytest.raises(pc.ShapeError, match="embedding: index 4"):
+        buf.to_host()
