@@ -456,3 +456,27 @@ def test_a_tensor_wholly_overwritten_after_rows_of_a_bad_id_reads_its_new_values
     buf += rows([0, 1])
     with pytest.raises(pc.ShapeError, match="embedding: index 4"):
         buf.to_host()
+
+
+def test_a_skipped_batch_of_a_bad_id_leaves_batch_norms_running_statistics_as_pytorch(queue):
+    """Embedding -> BatchNorm1d -> Linear trained with a loop that skips a batch whose
+    backward raises: the batch of ids [0, 4, 2] had already moved the running mean, with
+    its NaN row, to [nan, nan, nan] for good, so the model evaluated to NaN ever after,
+    silently, where PyTorch's embedding raises before the batch norm sees the batch. Now the
+    batch norm reads its input's checks before updating its statistics."""
+    pc.nn.manual_seed(0)
+    emb, bn = pc.nn.Embedding(4, 3, queue=queue), pc.nn.BatchNorm1d(3, queue=queue)
+    head = pc.nn.Linear(3, 2, queue=queue)
+    labels = pc.Tensor.from_host(queue, np.array([0, 1, 0]))
+    for ids in ([0, 1, 2], [0, 4, 2], [1, 2, 3]):
+        try:
+            with tp.Tape() as tape:
+                logits = head(bn(emb(pc.Tensor.from_host(queue, np.array(ids)))))
+                loss = tp.cross_entropy(logits, labels)
+            tape.backward(loss)
+        except pc.ShapeError as e:
+            assert "embedding: index 4" in str(e) and ids == [0, 4, 2]
+    w = emb.weight.value.to_host()                   # no step taken: the weights as made
+    batches = np.stack([w[[0, 1, 2]].mean(0), w[[1, 2, 3]].mean(0)])
+    np.testing.assert_allclose(bn.running_mean.to_host(),
+                               0.9 * 0.1 * batches[0] + 0.1 * batches[1], rtol=1e-5)

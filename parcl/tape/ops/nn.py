@@ -289,6 +289,13 @@ class BatchNorm(Function):
         if residual is not None and tuple(residual.shape) != tuple(x.shape):
             raise ShapeError(f"batch_norm: residual of shape {residual.shape} does not match "
                              f"the input {x.shape}")
+        if x.checks and training and running_mean is not None:
+            # The running statistics outlive the step: a batch computed from a bad input (an
+            # embedding's id out of range, its error caught and the batch skipped) would leave
+            # them NaN for good, where PyTorch's error comes before any update. So the
+            # input's pending checks are read first (a wait, only for such inputs).
+            for check in x.checks:
+                check()
         # The fused epilogue, relu(bn(x) + residual) in one pass: the normalised value itself
         # never becomes a graph node, so it is not kept alive for backward (one activation
         # less per residual block), and with overwrite_residual not even a new buffer.
