@@ -254,7 +254,6 @@ class Tensor:
         """Set every element to ``value``, in place (enqueued)."""
         self.fill_owned(value)
         self._overwritten("Tensor.fill_")
-        self.checks = ()                # no element is what a check guarded any more
         return self
 
     def copy_owned(self, src: Tensor) -> None:
@@ -281,6 +280,7 @@ class Tensor:
         pattern = np.array([value], dtype=self.dtype)
         cl.enqueue_fill_buffer(self.queue, self.data, pattern, 0, self.size * self.itemsize)
         recorder.fill(self.queue, self.data, pattern, 0, self.size * self.itemsize)
+        self.checks = ()                # no element is what a check guarded any more
 
     def _overwritten(self, what: str) -> None:
         # a backward through an op recorded before now that saved this buffer raises

@@ -480,3 +480,38 @@ def test_a_skipped_batch_of_a_bad_id_leaves_batch_norms_running_statistics_as_py
     batches = np.stack([w[[0, 1, 2]].mean(0), w[[1, 2, 3]].mean(0)])
     np.testing.assert_allclose(bn.running_mean.to_host(),
                                0.9 * 0.1 * batches[0] + 0.1 * batches[1], rtol=1e-5)
+
+
+def test_gradients_of_a_failed_backward_are_held_back_from_the_next_step(queue):
+    """A loop that catches a backward's error (rows of a bad token id) and goes on: the
+    leaves' gradients already held that backward's contributions, computed from garbage,
+    and the next good batch's step applied them (the head's weight all NaN, silently). Now
+    an optimizer step refuses them until they are zeroed; then training goes on as if the
+    bad batch never ran."""
+    def build():
+        pc.manual_seed(0)
+        return pc.nn.Sequential(pc.nn.Embedding(4, 3, queue=queue), pc.nn.Linear(3, 2,
+                                                                                 queue=queue))
+
+    def backward(model, ids):
+        with tp.Tape() as tape:
+            loss = tp.sum(model(pc.Tensor.from_host(queue, np.array(ids))))
+        tape.backward(loss)
+
+    model = build()
+    opt = pc.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(pc.ShapeError, match="embedding: index 4"):
+        backward(model, [0, 4])
+    backward(model, [1, 2])                           # accumulates onto the held-back sum
+    with pytest.raises(pc.ParclError, match="a backward that failed.*zero it"):
+        opt.step()
+    opt.zero_grad()
+    backward(model, [1, 2])
+    opt.step()
+
+    clean = build()
+    clean_opt = pc.optim.SGD(clean.parameters(), lr=0.1)
+    backward(clean, [1, 2])
+    clean_opt.step()
+    for got, want in zip(model.parameters(), clean.parameters()):
+        np.testing.assert_array_equal(got.value.to_host(), want.value.to_host())

@@ -264,6 +264,8 @@ class StepBuffers:
                 grads.zero_()
             for p, grad in zip(grads.params, objects):
                 p.grad = grad
+                if grad is not None:        # its values as found: not the failed backward's
+                    grad.checks = ()
 
     def unused(self, comm) -> list[int]:
         """The parameters (by index) whose ``.grad`` is None on every replica, and on every

@@ -144,10 +144,14 @@ class Tape:
             _backward_state.deferred = outer
         if rec is not None:
             rec.note_grads()
-        for check in deferred:
-            check()
-        for check in pending:
-            check()
+        try:
+            for check in deferred:
+                check()
+            for check in pending:
+                check()
+        except ParclError as exc:
+            _hold_back(order, exc)
+            raise
         return order
 
     def _reverse(self, order: list[Entry], loss: Entry, grad: Tensor,
@@ -362,6 +366,22 @@ def _accumulate(node: Entry, g: Tensor, owned: dict[int, int]) -> None:
         owned[id(node.grad.data)] = 1
     else:
         ew.axpy(node.grad, g, 1.0)
+
+
+def _hold_back(order: list[Entry], exc: ParclError) -> None:
+    """After a backward whose input was found bad (a deferred check raised): the leaves'
+    ``.grad`` already hold its contributions, computed from garbage. Each gets a check that
+    raises until it is overwritten or dropped (``zero_grad``), so an optimizer step refuses
+    it (``Optimizer.prepare``) instead of applying it, and the next backward's sum with it
+    raises at its read: a loop that catches the error and goes on never trains on it."""
+    def refuse():
+        raise ParclError(f"this gradient holds the contributions of a backward that failed "
+                         f"({exc}); zero it (optimizer.zero_grad()) before the next step")
+
+    for entry in order:
+        g = entry.grad
+        if entry.grad_fn is None and g is not None:
+            g.checks = (*g.checks, refuse)
 
 
 def topological_order(root: Node | Entry) -> list[Entry]:
