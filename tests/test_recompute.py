@@ -400,3 +400,18 @@ def test_a_backward_after_a_replayed_forward_recomputes_that_replays_masks(queue
     for e, r in zip(eager, replayed):
         np.testing.assert_array_equal(r, e)
     assert replayed_rng == eager_rng == (0, 3)
+
+
+def test_pytorchs_checkpoint_keywords_are_taken_not_passed_to_the_function(queue):
+    """``determinism_check`` and ``debug`` are torch.utils.checkpoint's own: they reached the
+    function as keyword arguments (a TypeError, or swallowed by a ``**kwargs``)."""
+    pc.manual_seed(0)
+    lin = pc.nn.Linear(3, 2, queue=queue)
+    x = leaf(queue, np.ones((2, 3)))
+    with tp.Tape() as tape:
+        loss = tp.sum(tp.checkpoint(lin, x, use_reentrant=False, determinism_check="none",
+                                    debug=False))
+    tape.backward(loss)
+    assert x.grad is not None
+    with pytest.raises(pc.ParclError, match="context_fn"):
+        tp.checkpoint(lin, x, context_fn=lambda: None)

@@ -178,7 +178,8 @@ class Checkpoint(Function):
 
 
 def checkpoint(function, *args, use_reentrant: bool | None = None,
-               preserve_rng_state: bool = True, **kwargs):
+               preserve_rng_state: bool = True, context_fn=None,
+               determinism_check: str = "default", debug: bool = False, **kwargs):
     """``function(*args, **kwargs)`` without keeping its intermediate values: they are
     computed again in the backward (``torch.utils.checkpoint.checkpoint``). Returns what
     ``function`` returns, which must be one Node or Tensor.
@@ -189,9 +190,18 @@ def checkpoint(function, *args, use_reentrant: bool | None = None,
     ``no_grad``, or when nothing it reads requires grad, it is the plain call.
     ``use_reentrant`` is accepted for PyTorch's signature and changes nothing: parameters
     get their gradients whichever inputs require grad, as PyTorch's ``use_reentrant=False``.
+    So are ``determinism_check`` (``"default"`` or ``"none"``: the recomputation's shape and
+    parameters are always checked) and ``debug``; a ``context_fn`` (PyTorch's selective
+    checkpointing) is refused. None of the four reaches ``function``.
 
     >>> h = tp.checkpoint(block, x)      # block: a Module or function of Nodes
     """
+    if context_fn is not None:
+        raise ParclError("checkpoint: context_fn (PyTorch's selective checkpointing) is not "
+                         "supported: every activation of the function is recomputed")
+    if determinism_check not in ("default", "none"):
+        raise ParclError(f"checkpoint: determinism_check must be 'default' or 'none', got "
+                         f"{determinism_check!r}")
     if not mode.state.grad:
         return function(*args, **kwargs)
     if mode.batch_stats_sync() is not None:
