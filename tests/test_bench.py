@@ -452,6 +452,32 @@ def test_memory_and_scaling_run_every_model_they_list_with_their_defaults(tmp_pa
     assert result["params"]["steps"] == scaling.DEFAULT_STEPS["mobilenet"]
 
 
+def test_memory_checkpoint_compares_a_gpt_plain_and_with_checkpointed_blocks(
+        tmp_path, capsys, monkeypatch):
+    """memory --checkpoint: one GPT plain and with every block through tp.checkpoint, its
+    memory, step times and gradient bits; gradients that differ fail the run, and so does
+    a size it cannot read."""
+    text, result = _run(tmp_path, capsys, ["memory", "--model", "mlp", "--batch", "2",
+                                           "--checkpoint", "2x32x16", "--repeat", "2",
+                                           "--warmup", "0"], plot=False)
+    _printed(text, result, "checkpoint")
+    (row,) = _rows(result, "checkpoint")
+    assert row["model"] == "gpt 2x32, T=16" and row["batch"] == 2 and row["same_grads"]
+    assert 0 < row["ckpt_held_mb"] < row["plain_held_mb"]         # block activations freed
+    assert 0 < row["ckpt_peak_mb"] < row["plain_peak_mb"]
+    assert row["held_ratio"] == pytest.approx(row["plain_held_mb"] / row["ckpt_held_mb"])
+    assert row["plain_ms"] > 0 and row["ckpt_ms"] > 0
+    assert row["time_ratio_min"] <= row["time_ratio"] <= row["time_ratio_max"]
+    import parcl.tape as tp
+    monkeypatch.setattr(tp, "checkpoint", lambda f, x: tp.mul(f(x), 1.5))
+    assert main(["memory", "--model", "mlp", "--batch", "2", "--checkpoint", "1x32x8",
+                 "--repeat", "1", "--warmup", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "gradient of transformer.wte.weight differs" in err and "Traceback" not in err
+    assert main(["memory", "--model", "mlp", "--checkpoint", "4x128"]) == 2
+    assert "expected LAYERSxWIDTHxT" in capsys.readouterr().err
+
+
 # -- command line and helpers ----------------------------------------------------------------
 def test_bad_arguments_exit_2_with_one_line(capsys):
     assert main(["allreduce", "--sizes", "4X"]) == 2

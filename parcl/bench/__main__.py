@@ -20,7 +20,8 @@ _HELP = {
     "allreduce": "allreduce time, algbw and busbw (nccl-tests definitions) vs size",
     "kernels": "GEMM/elementwise/reduction/conv throughput vs numpy, launch overhead",
     "compare": "one training step in parcl vs a numpy reference (and PyTorch if installed)",
-    "memory": "peak memory of a forward pass with the tape vs under no_grad",
+    "memory": "peak memory of a forward pass with the tape vs under no_grad (and "
+              "tp.checkpoint on a GPT: --checkpoint)",
     "overhead": "host time per recorded op of the eager tape (fwd+bwd, no_grad) vs PyTorch",
     "docs": "rerun the benchmarks docs/performance.md quotes (JSON and plots)",
 }

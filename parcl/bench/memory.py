@@ -22,12 +22,24 @@ JSON rows (table ``memory``): ``model``, ``batch``, ``input``, ``params_mb``,
 relative to the bytes in use before the forward. ``torch_saved_mb``: what PyTorch's autograd
 saves in the same forward of its twin of the model (mlp, cnn, gpt; None without PyTorch), to
 compare with ``tape_held_mb``.
+
+``--checkpoint LxCxT,...`` adds table ``checkpoint``: activation checkpointing
+(``tp.checkpoint``) on the GPT (``models.CheckpointedGPT``) of L layers, width C (4 heads,
+vocabulary 98) and T tokens, batch ``--batch`` (default 16), one model run plain and with each
+block checkpointed: ``fwd_bwd_peak_mb`` and ``held_mb`` (after the forward, above the bytes in
+use before it) of both, ``peak_ratio`` and ``held_ratio`` (plain / checkpointed), the training
+step (forward, backward, AdamW) ``step_ms`` of both, timed in alternation (``--repeat``,
+default 5, after ``--warmup``, default 1) and ``time_ratio`` (checkpointed / plain, the median
+of the per-round ratios). The first backward of each must give the same gradient bits, else
+the benchmark fails (a ``BenchError`` naming the parameter).
 """
 
 from __future__ import annotations
 
 import gc
 import time
+
+import numpy as np
 
 import parcl as pc
 import parcl.tape as tp
@@ -37,10 +49,16 @@ from .common import (
     BenchError,
     add_table,
     device_info,
+    finisher,
     new_result,
+    put_ratio,
+    put_stat,
+    repeat_of,
     require_matplotlib,
     resolve_devices,
     save_figure,
+    time_interleaved,
+    warmup_of,
 )
 
 MB = float(1 << 20)
@@ -58,6 +76,10 @@ def add_arguments(p) -> None:
     p.add_argument("--devices", default="cpu", metavar="SPEC",
                    help="device (default cpu: the whole CPU device)")
     p.add_argument("--no-backward", action="store_true", help="skip the backward measurement")
+    p.add_argument("--checkpoint", default="", metavar="LxCxT,...",
+                   help="also GPTs of L layers, width C, T tokens run plain vs with every "
+                        "block through tp.checkpoint: memory, step time, same gradients "
+                        "(e.g. 4x128x64,12x128x256; batch --batch, default 16)")
 
 
 def run(args) -> dict:
@@ -67,10 +89,12 @@ def run(args) -> dict:
             raise BenchError(f"memory: unknown model {m!r}; choose from {models.MODELS}")
     if args.batch is not None and args.batch < 1:
         raise BenchError(f"--batch must be >= 1, got {args.batch}")
+    gpts = _gpt_sizes(args.checkpoint)
     dev = resolve_devices(args.devices)[0]
     result = new_result("memory", {"models": names, "batch": args.batch,
                                    "image_size": args.image_size,
-                                   "backward": not args.no_backward})
+                                   "backward": not args.no_backward,
+                                   "checkpoint": [list(g) for g in gpts]})
     result["devices"] = [device_info(dev, "queue")]
     rows = [_measure(dev, name, args) for name in names]
     add_table(result, "memory", "pool bytes (MB = 2^20) above those in use before the "
@@ -87,7 +111,47 @@ def run(args) -> dict:
                   ("zero_grad_mb", "after zero_grad", ".1f")], rows)
     result["notes"].append("'after release' still holds the parameters' gradients when a "
                            "backward ran; 'after zero_grad' drops them (set_to_none).")
+    if gpts:
+        rows = [_measure_checkpoint(dev, *g, args) for g in gpts]
+        add_table(result, "checkpoint", "tp.checkpoint on every GPT block: MB (2^20) above "
+                  "those in use before the forward, and step time (fwd + bwd + AdamW)", [
+                      ("model", "model", ""), ("batch", "batch", ""),
+                      ("params_mb", "params MB", ".1f"),
+                      ("plain_peak_mb", "fwd+bwd peak", ".1f"),
+                      ("ckpt_peak_mb", "ckpt peak", ".1f"),
+                      ("peak_ratio", "peak plain/ckpt", ".2f"),
+                      ("plain_held_mb", "held after fwd", ".1f"),
+                      ("ckpt_held_mb", "ckpt held", ".1f"),
+                      ("held_ratio", "held plain/ckpt", ".2f"),
+                      ("plain_ms", "step ms", ".1f"), ("ckpt_ms", "ckpt step ms", ".1f"),
+                      ("time_ratio", "time ckpt/plain", ".2f"),
+                      ("same_grads", "same grads", "")], rows)
+        result["notes"].append("checkpoint: the same model and batch, plain and with each "
+                               "block through tp.checkpoint; the first backward of each gave "
+                               "the same gradient bits (checked); step times interleaved, "
+                               "medians, time ratio the median of the per-round ratios.")
     return result
+
+
+def _gpt_sizes(text: str) -> list[tuple[int, int, int]]:
+    """``"4x128x64,12x128x256"`` -> ``[(4, 128, 64), (12, 128, 256)]`` (layers, width, T)."""
+    sizes = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        dims = part.lower().split("x")
+        if len(dims) != 3:
+            raise BenchError(f"--checkpoint: expected LAYERSxWIDTHxT (e.g. 4x128x64), got "
+                             f"{part!r}")
+        try:
+            layers, width, t = (int(d) for d in dims)
+        except ValueError:
+            raise BenchError(f"--checkpoint: cannot read {part!r}: use e.g. 4x128x64") from None
+        if min(layers, width, t) < 1 or width % 4:
+            raise BenchError(f"--checkpoint: {part!r} needs sizes >= 1 and a width that is a "
+                             "multiple of the 4 heads")
+        sizes.append((layers, width, t))
+    return sizes
 
 
 def _mb(stats: dict, base: int, key: str = "peak_bytes_in_use") -> float:
@@ -152,6 +216,86 @@ def _measure(dev, name: str, args) -> dict:
         row["tape_ratio"] = (row["tape_peak_mb"] / row["nograd_peak_mb"]
                              if row["nograd_peak_mb"] > 0 else None)
         row["torch_saved_mb"] = _torch_saved_mb(name, model.state_dict(), x, y)
+        return row
+    finally:
+        pc.set_default_queue(previous)
+
+
+def _measure_checkpoint(dev, layers: int, width: int, t: int, args) -> dict:
+    """One GPT, plain and with its blocks checkpointed: memory of a recorded forward and its
+    backward, gradient bits of both, then their training steps in alternation."""
+    q = pc.new_queue(dev)
+    previous = pc.default_queue()
+    pc.set_default_queue(q)
+    try:
+        batch = args.batch or DEFAULT_BATCH["gpt"]
+        cfg = {**models.GPT, "n_layer": layers, "n_embd": width, "block_size": t}
+        pc.nn.manual_seed(0)
+        model = models.CheckpointedGPT(**cfg, queue=q)
+        model.train()
+        rng = np.random.default_rng(0)
+        ids = rng.integers(0, cfg["vocab_size"], (batch, t + 1))
+        xt = pc.Tensor.from_host(q, ids[:, :-1].copy())
+        yt = pc.Tensor.from_host(q, ids[:, 1:].copy())
+        params = model.parameters()
+        row = {"model": f"gpt {layers}x{width}, T={t}", "batch": batch,
+               "params_mb": sum(p.value.nbytes for p in params) / MB}
+
+        def forward_backward(checkpointed: bool):
+            model.checkpoint = checkpointed
+            tape = tp.Tape()
+            with tape:
+                loss = pc.nn.GPT.loss(model(xt), yt)
+            tape.backward(loss)
+            tape.release()
+
+        grads = {}
+        for checkpointed in (False, True, False, True):     # the first two warm up
+            model.zero_grad(set_to_none=True)
+            gc.collect()
+            q.finish()
+            base = pc.memory_stats(q)["bytes_in_use"]
+            pc.reset_peak_memory_stats(q)
+            model.checkpoint = checkpointed
+            tape = tp.Tape()
+            with tape:
+                loss = pc.nn.GPT.loss(model(xt), yt)
+            q.finish()
+            held = _mb(pc.memory_stats(q), base, "bytes_in_use")
+            tape.backward(loss)
+            q.finish()
+            key = "ckpt" if checkpointed else "plain"
+            row[f"{key}_peak_mb"] = _mb(pc.memory_stats(q), base)
+            row[f"{key}_held_mb"] = held
+            grads[key] = [p.grad.to_host() for p in params]
+            tape.release()
+            del tape, loss
+        for (name, _), a, b in zip(model.named_parameters(), grads["plain"], grads["ckpt"]):
+            if a.tobytes() != b.tobytes():
+                raise BenchError(f"checkpoint: {row['model']}: the checkpointed model's "
+                                 f"gradient of {name} differs from the plain one's (max "
+                                 f"|diff| {float(abs(a - b).max()):.3g}): tp.checkpoint must "
+                                 "give the same bits")
+        row["same_grads"] = True
+        row["peak_ratio"] = row["plain_peak_mb"] / row["ckpt_peak_mb"]
+        row["held_ratio"] = row["plain_held_mb"] / row["ckpt_held_mb"]
+        model.zero_grad(set_to_none=True)
+
+        opt = models.optimizer("gpt", params)
+
+        def step(checkpointed: bool):
+            def run():
+                opt.zero_grad()
+                forward_backward(checkpointed)
+                opt.step()
+            return run
+
+        sync = finisher([q])
+        plain, ckpt = time_interleaved([(step(False), sync), (step(True), sync)],
+                                       repeat_of(args, 5), warmup_of(args, 1))
+        put_stat(row, "plain_ms", plain, 1e3)
+        put_stat(row, "ckpt_ms", ckpt, 1e3)
+        put_ratio(row, "time_ratio", plain, ckpt)
         return row
     finally:
         pc.set_default_queue(previous)

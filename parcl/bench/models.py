@@ -15,7 +15,8 @@
 * ``gpt``: nanoGPT's model (``pc.nn.GPT``) at the char-level config of
   ``examples/train_gpt.py``: 4 layers, width 128, 4 heads, T = 64, vocabulary 98, batch 16
   windows of token ids; the loss is ``GPT.loss`` (cross entropy over every position), the
-  optimizer AdamW(lr=1e-3).
+  optimizer AdamW(lr=1e-3). ``CheckpointedGPT`` is the same model with each transformer block
+  run through ``tp.checkpoint`` (``parcl-bench memory --checkpoint``).
 
 Labels are int64 class indices; the loss is cross entropy; the optimizer SGD(lr=0.01) (AdamW
 for ``gpt``: ``loss_of`` and ``optimizer`` give each model's).
@@ -37,6 +38,26 @@ GPT = {"vocab_size": 98, "block_size": 64, "n_layer": 4, "n_head": 4, "n_embd": 
 GPT_LR = 1e-3
 MODELS += ("gpt",)
 DEFAULT_BATCH["gpt"] = 16
+
+
+class CheckpointedGPT(pc.nn.GPT):
+    """``pc.nn.GPT`` whose transformer blocks each run through ``tp.checkpoint`` while
+    ``checkpoint`` is True (a block's activations freed after its forward, computed again in
+    the backward); False runs ``GPT.forward`` itself. The same parameters, names and
+    initialisation as ``pc.nn.GPT``, so one model times both."""
+
+    checkpoint = True
+
+    def forward(self, idx):
+        if not self.checkpoint:
+            return super().forward(idx)
+        idx = self._indices(idx)                 # GPT.forward, the blocks checkpointed
+        tok = self.transformer.wte(idx)
+        pos = self.transformer.wpe.weight[:idx.shape[1]]
+        x = self.transformer.drop(tp.add(tok, pos))
+        for block in self.transformer.h:
+            x = tp.checkpoint(block, x)
+        return self.lm_head(self.transformer.ln_f(x))
 
 
 def input_shape(model: str, image_size: int = 224) -> tuple[int, ...]:
