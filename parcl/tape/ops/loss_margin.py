@@ -67,7 +67,8 @@ def margin_ranking_loss(input1, input2, target, margin: float = 0.0, *,
     broadcast_shapes(op, broadcast_shapes(op, shapes[0], shapes[1]), shapes[2])
     m = _number(op, "margin", margin)
     d = mul(neg(target, tape=tape), sub(input1, input2, tape=tape), tape=tape)
-    return _reduce(relu(add(d, m, tape=tape), tape=tape), reduction, tape)
+    # PyTorch's clamp_min, whose gradient passes at the hinge (tied scores at margin 0)
+    return _reduce(clamp(add(d, m, tape=tape), min=0.0, tape=tape), reduction, tape)
 
 
 def hinge_embedding_loss(input, target, margin: float = 1.0, *,  # noqa: A002
@@ -135,8 +136,9 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
     if swap:
         d_neg = minimum(d_neg, pairwise_distance(positive, negative, p, eps, tape=tape),
                         tape=tape)
-    return _reduce(relu(add(sub(d_pos, d_neg, tape=tape), m, tape=tape), tape=tape),
-                   reduction, tape)
+    # PyTorch's clamp_min, whose gradient passes at the hinge (relu's would not)
+    return _reduce(clamp(add(sub(d_pos, d_neg, tape=tape), m, tape=tape), min=0.0,
+                         tape=tape), reduction, tape)
 
 
 class TargetScore(Function):
