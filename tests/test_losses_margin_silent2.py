@@ -39,3 +39,31 @@ def test_tied_scores_at_the_hinge_get_pytorchs_gradient_in_the_ranking_and_tripl
     np.testing.assert_array_equal(nodes[2].grad.to_host(), [[-1.0, 0.0]])
     for node, t in zip(nodes, tensors):
         np.testing.assert_allclose(node.grad.to_host(), t.grad.numpy())
+
+
+def test_a_nan_log_probability_makes_the_ctc_loss_and_its_gradient_nan_as_pytorch(queue, rng):
+    """A NaN among a sample's log-probabilities (a model that diverged) is NaN in its loss
+    and its gradient, as PyTorch's, ``zero_infinity`` or not: the recursion's log-sum-exp
+    took the larger of a NaN and an unreachable state's -inf as -inf, so the loss came out
+    inf (0 under zero_infinity, with a zero gradient), and a NaN loss had its gradient
+    zeroed."""
+    logits = rng.standard_normal((6, 2, 3))
+    lp = torch.tensor(logits).log_softmax(-1).numpy()
+    lp[0, 0, 1] = np.nan                        # sample 0's first label at t = 0
+    lp[2, 1, 2] = np.nan                        # sample 1's second label at t = 2
+    targets, lengths = np.array([[1, 1], [1, 2]]), [6, 6]
+    for zero_infinity, tlen in [(False, [1, 2]), (True, [1, 2]), (True, [2, 2])]:
+        node = leaf(queue, lp)
+        with tp.Tape() as tape:
+            loss = tp.ctc_loss(node, up(queue, targets, np.int64), lengths, tlen,
+                               reduction="none", zero_infinity=zero_infinity)
+        tape.backward(loss, grad=up(queue, [1.0, 1.0]))
+        t = torch.tensor(lp, requires_grad=True)
+        want = F.ctc_loss(t, torch.tensor(targets), torch.tensor(lengths), torch.tensor(tlen),
+                          reduction="none", zero_infinity=zero_infinity)
+        want.sum().backward()
+        np.testing.assert_array_equal(loss.to_host(), [np.nan, np.nan])
+        np.testing.assert_array_equal(want.detach().numpy(), [np.nan, np.nan])
+        grad = node.grad.to_host()
+        np.testing.assert_array_equal(np.isnan(grad), np.isnan(t.grad.numpy()))
+        assert np.isnan(grad[:, 0]).all() and np.isnan(grad[:, 1]).all()

@@ -28,7 +28,8 @@ _COMMON = r"""
 inline float lse2(float a, float b)
 {
     const float m = fmax(a, b);
-    return m == -INFINITY ? -INFINITY : m + log(exp(a - m) + exp(b - m));
+    /* fmax drops a NaN: a + b keeps it (and is -inf for two -infs) */
+    return m == -INFINITY ? a + b : m + log(exp(a - m) + exp(b - m));
 }
 """
 
@@ -54,6 +55,16 @@ inline int ctc_label_LT(__global const LT *tg, const int off, const int s, const
     return (s & 1) ? (int)tg[off + (s >> 1)] : blank;
 }
 
+/* the position of the first of a sample's L labels outside [0, C), or -1 */
+inline int ctc_bad_label_LT(__global const LT *tg, const int off, const int L, const int C)
+{
+    for (int j = 0; j < L; ++j) {
+        const long c = tg[off + j];
+        if (c < 0 || c >= C) return off + j;
+    }
+    return -1;
+}
+
 /* alpha (N, T, Smax): log of the prefix probabilities; nll (N): -log p(target | input);
    length (N): the target length as a float, at least 1 (the 'mean' reduction's divisor) */
 __kernel void ctc_alpha_LT(__global float *alpha, __global float *nll, __global float *length,
@@ -66,13 +77,10 @@ __kernel void ctc_alpha_LT(__global float *alpha, __global float *nll, __global 
     const int n = get_group_id(0), lid = get_local_id(0), P = get_local_size(0);
     int off, L, Tn;
     int ok = ctc_sample_LT(tlen, ilen, n, N, T, S, stride, total, &off, &L, &Tn, flag);
-    if (ok) for (int j = 0; j < L; ++j) {       /* every work-item sees the same labels */
-        const long c = tg[off + j];
-        if (c < 0 || c >= C) {
-            if (lid == 0) atomic_min(flag, off + j);
-            ok = 0;
-            break;
-        }
+    const int bad = ok ? ctc_bad_label_LT(tg, off, L, C) : -1;   /* the same for every item */
+    if (bad >= 0) {
+        if (lid == 0) atomic_min(flag, bad);
+        ok = 0;
     }
     if (lid == 0) length[n] = (ok && L > 1) ? (float)L : 1.0f;
     if (!ok || Tn == 0) {
@@ -113,7 +121,9 @@ __kernel void ctc_beta_LT(__global float *beta, __global const float *nll,
     const int n = get_group_id(0), lid = get_local_id(0), P = get_local_size(0);
     int off, L, Tn;
     const int ok = ctc_sample_LT(tlen, ilen, n, N, T, S, stride, total, &off, &L, &Tn, flag);
-    if (!ok || Tn == 0 || isnan(nll[n])) return;
+    /* a bad sample is skipped by its lengths and labels, not by its NaN loss: NaN
+       log-probabilities give a NaN loss whose gradient is NaN, as PyTorch's */
+    if (!ok || Tn == 0 || ctc_bad_label_LT(tg, off, L, C) >= 0) return;
     const int Sn = 2 * L + 1;
     __global float *b = beta + (long)n * T * Smax;
     __global float *end = b + (long)(Tn - 1) * Smax;
@@ -137,15 +147,15 @@ __kernel void ctc_beta_LT(__global float *beta, __global const float *nll,
 
 /* grad (T, N, C) of sum_n g[n] * nll[n] with respect to log_probs: -g exp(lse_{s: l'_s = c}
    (alpha + beta) - lp + nll), one work-item per (t, n) adding its states into its row in
-   state order; 0 past the input length, and for an infinite nll with zero_inf (otherwise NaN
-   there, as PyTorch's) */
+   state order; 0 past the input length, for a bad sample (its error is raised), and for an
+   infinite nll with zero_inf (otherwise NaN there, as PyTorch's; a NaN nll NaN too) */
 __kernel void ctc_grad_LT(__global float *grad, __global const float *alpha,
                           __global const float *beta, __global const float *nll,
                           __global const float *g, __global const float *lp,
                           __global const LT *tg, __global const LT *ilen,
-                          __global const LT *tlen, const int T, const int N, const int C,
-                          const int S, const int stride, const int Smax, const int blank,
-                          const int zero_inf)
+                          __global const LT *tlen, __global int *flag, const int T,
+                          const int N, const int C, const int S, const int stride,
+                          const int total, const int Smax, const int blank, const int zero_inf)
 {
     const long i = get_global_id(0);
     if (i >= (long)T * N) return;
@@ -153,14 +163,12 @@ __kernel void ctc_grad_LT(__global float *grad, __global const float *alpha,
     __global float *row = grad + i * C;
     __global const float *lpr = lp + i * C;
     const float loss = nll[n];
-    if (t >= (int)ilen[n] || isnan(loss) || (zero_inf && isinf(loss))) {
+    int off, L, Tn;
+    const int ok = ctc_sample_LT(tlen, ilen, n, N, T, S, stride, total, &off, &L, &Tn, flag);
+    if (!ok || t >= Tn || ctc_bad_label_LT(tg, off, L, C) >= 0 || (zero_inf && isinf(loss))) {
         for (int c = 0; c < C; ++c) row[c] = 0.0f;
         return;
     }
-    int off = 0;
-    if (stride) off = n * stride;
-    else for (int k = 0; k < n; ++k) off += (int)tlen[k];
-    const int L = (int)tlen[n];
     for (int c = 0; c < C; ++c) row[c] = -INFINITY;
     const long base = ((long)n * T + t) * Smax;
     for (int s = 0; s < 2 * L + 1; ++s) {
@@ -230,6 +238,7 @@ def ctc_backward(log_probs: Tensor, targets: Tensor, input_lengths: Tensor,
         get_kernel(q, SOURCE, "ctc_grad_" + suffix)(
             q, (round_up(t * n, LOCAL),), (LOCAL,), grad.data, alpha.data, beta.data, nll.data,
             g.data, log_probs.data, targets.data, input_lengths.data, target_lengths.data,
-            np.int32(t), np.int32(n), np.int32(c), np.int32(s), np.int32(stride),
-            np.int32(smax), np.int32(blank), np.int32(bool(zero_infinity)))
+            flag.data, np.int32(t), np.int32(n), np.int32(c), np.int32(s), np.int32(stride),
+            np.int32(targets.size), np.int32(smax), np.int32(blank),
+            np.int32(bool(zero_infinity)))
     return grad
