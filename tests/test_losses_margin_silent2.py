@@ -4,11 +4,13 @@ code before its fix and checks PyTorch's values (float64 references)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
 import parcl.tape as tp
 from conftest import leaf, up
+from parcl.errors import ShapeError
 
 
 def test_tied_scores_at_the_hinge_get_pytorchs_gradient_in_the_ranking_and_triplet_losses(
@@ -67,3 +69,27 @@ def test_a_nan_log_probability_makes_the_ctc_loss_and_its_gradient_nan_as_pytorc
         grad = node.grad.to_host()
         np.testing.assert_array_equal(np.isnan(grad), np.isnan(t.grad.numpy()))
         assert np.isnan(grad[:, 0]).all() and np.isnan(grad[:, 1]).all()
+
+
+def test_a_ctc_target_holding_the_blank_is_a_shape_error_naming_it(queue, rng):
+    """PyTorch documents that a target cannot hold the blank (its kernels compute a number
+    anyway, and parcl another): labels 0..C-1 with the default blank=0 are a common slip, so
+    such a label is refused. Padding past a target's length may be anything (0, the blank,
+    included)."""
+    lp = up(queue, torch.tensor(rng.standard_normal((8, 2, 4))).log_softmax(-1).numpy())
+    with pytest.raises(ShapeError, match=r"ctc_loss: label 0 at position \(0, 1\) of "
+                                         r"targets \(2, 3\) is the blank \(blank=0\)"):
+        tp.ctc_loss(lp, up(queue, [[1, 0, 2], [1, 2, 0]], np.int64), [8, 8], [3, 2])
+    with pytest.raises(ShapeError, match=r"label 2 at position \(3,\) of targets \(4,\) is "
+                                         r"the blank \(blank=2\)"):
+        tp.ctc_loss(lp, up(queue, [1, 3, 1, 2], np.int32), [8, 8], [2, 2], blank=2)
+    node = leaf(queue, lp.to_host())
+    with tp.Tape() as tape:
+        loss = tp.ctc_loss(node, up(queue, [[1, 0, 0], [0, 2, 0]], np.int64), [8, 8], [1, 2])
+    with pytest.raises(ShapeError, match=r"label 0 at position \(1, 0\)"):
+        tape.backward(loss)                                        # recorded: in the backward
+    padded = np.array([[1, 0, 0], [3, 2, 0]])          # the blank only as padding
+    want = F.ctc_loss(torch.tensor(lp.to_host()), torch.tensor(padded), torch.tensor([8, 8]),
+                      torch.tensor([1, 2]))
+    got = tp.ctc_loss(lp, up(queue, padded, np.int64), [8, 8], [1, 2])
+    assert got.item() == pytest.approx(want.item(), rel=1e-5)

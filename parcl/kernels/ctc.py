@@ -8,10 +8,11 @@ same whatever the schedule. The gradient is one work-item per ``(t, n)`` adding 
 into its class's entry in a fixed order (O(S + C) each). ``log_probs`` are ``(T, N, C)``, the
 targets ``LT`` (int32 or int64) either padded rows ``(N, S)`` (``stride = S``) or one
 concatenated run (``stride = 0``: each sample's offset is the sum of the lengths before it).
-The lengths and the labels are checked on the device: ``flag`` holds the first bad label's
-flat position, the first sample whose input length is outside ``[0, T]``, and the first whose
-target length is outside ``[0, S]`` (or runs past the concatenated targets), each
-``NO_ERROR`` when fine; a bad sample's loss is NaN and nothing is read outside the buffers.
+The lengths and the labels are checked on the device: ``flag`` holds the flat position of
+the first label outside ``[0, C)`` or equal to the blank, the first sample whose input length
+is outside ``[0, T]``, and the first whose target length is outside ``[0, S]`` (or runs past
+the concatenated targets), each ``NO_ERROR`` when fine; a bad sample's loss is NaN and
+nothing is read outside the buffers.
 """
 
 from __future__ import annotations
@@ -55,12 +56,13 @@ inline int ctc_label_LT(__global const LT *tg, const int off, const int s, const
     return (s & 1) ? (int)tg[off + (s >> 1)] : blank;
 }
 
-/* the position of the first of a sample's L labels outside [0, C), or -1 */
-inline int ctc_bad_label_LT(__global const LT *tg, const int off, const int L, const int C)
+/* the position of the first of a sample's L labels outside [0, C) or the blank, or -1 */
+inline int ctc_bad_label_LT(__global const LT *tg, const int off, const int L, const int C,
+                            const int blank)
 {
     for (int j = 0; j < L; ++j) {
         const long c = tg[off + j];
-        if (c < 0 || c >= C) return off + j;
+        if (c < 0 || c >= C || c == blank) return off + j;
     }
     return -1;
 }
@@ -77,7 +79,7 @@ __kernel void ctc_alpha_LT(__global float *alpha, __global float *nll, __global 
     const int n = get_group_id(0), lid = get_local_id(0), P = get_local_size(0);
     int off, L, Tn;
     int ok = ctc_sample_LT(tlen, ilen, n, N, T, S, stride, total, &off, &L, &Tn, flag);
-    const int bad = ok ? ctc_bad_label_LT(tg, off, L, C) : -1;   /* the same for every item */
+    const int bad = ok ? ctc_bad_label_LT(tg, off, L, C, blank) : -1;   /* same for every item */
     if (bad >= 0) {
         if (lid == 0) atomic_min(flag, bad);
         ok = 0;
@@ -123,7 +125,7 @@ __kernel void ctc_beta_LT(__global float *beta, __global const float *nll,
     const int ok = ctc_sample_LT(tlen, ilen, n, N, T, S, stride, total, &off, &L, &Tn, flag);
     /* a bad sample is skipped by its lengths and labels, not by its NaN loss: NaN
        log-probabilities give a NaN loss whose gradient is NaN, as PyTorch's */
-    if (!ok || Tn == 0 || ctc_bad_label_LT(tg, off, L, C) >= 0) return;
+    if (!ok || Tn == 0 || ctc_bad_label_LT(tg, off, L, C, blank) >= 0) return;
     const int Sn = 2 * L + 1;
     __global float *b = beta + (long)n * T * Smax;
     __global float *end = b + (long)(Tn - 1) * Smax;
@@ -165,7 +167,8 @@ __kernel void ctc_grad_LT(__global float *grad, __global const float *alpha,
     const float loss = nll[n];
     int off, L, Tn;
     const int ok = ctc_sample_LT(tlen, ilen, n, N, T, S, stride, total, &off, &L, &Tn, flag);
-    if (!ok || t >= Tn || ctc_bad_label_LT(tg, off, L, C) >= 0 || (zero_inf && isinf(loss))) {
+    if (!ok || t >= Tn || ctc_bad_label_LT(tg, off, L, C, blank) >= 0 ||
+            (zero_inf && isinf(loss))) {
         for (int c = 0; c < C; ++c) row[c] = 0.0f;
         return;
     }

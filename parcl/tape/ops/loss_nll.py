@@ -143,16 +143,17 @@ def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6,
 
 
 class _CtcCheck(FlagCheck):
-    """The CTC kernels' flag: the first bad label's flat position in the targets, the first
-    sample with an input length outside [0, T] and the first whose target length is outside
-    [0, S] (padded) or runs past the concatenated targets."""
+    """The CTC kernels' flag: the flat position in the targets of the first label out of
+    range or equal to the blank, the first sample with an input length outside [0, T] and
+    the first whose target length is outside [0, S] (padded) or runs past the concatenated
+    targets."""
 
     description = "ctc_loss's label and length check"
     dtype, size = np.int32, 3
 
     def __init__(self, flag: Tensor, shape: tuple, targets: Tensor, input_lengths: Tensor,
-                 target_lengths: Tensor, padded: bool):
-        self.shape, self.targets, self.padded = shape, targets, padded
+                 target_lengths: Tensor, blank: int, padded: bool):
+        self.shape, self.targets, self.blank, self.padded = shape, targets, blank, padded
         self.input_lengths, self.target_lengths = input_lengths, target_lengths
         super().__init__(flag)
 
@@ -173,6 +174,11 @@ class _CtcCheck(FlagCheck):
         if label != ck.NO_ERROR:
             v = int(self.targets.to_host().reshape(-1)[label])
             where = tuple(int(i) for i in np.unravel_index(label, ts))
+            if v == self.blank:
+                return ShapeError(f"ctc_loss: label {v} at position {where} of targets {ts} "
+                                  f"is the blank (blank={self.blank}); a target's labels "
+                                  f"cannot be the blank (PyTorch's rule), give the blank an "
+                                  f"index no label uses")
             return ShapeError(f"ctc_loss: label {v} at position {where} of targets {ts} is out "
                               f"of range for log_probs {self.shape} ({c} classes); labels "
                               f"must be in [0, {c})")
@@ -191,7 +197,7 @@ class CtcLoss(Function):
         args = (targets, input_lengths, target_lengths, blank, padded)
         nll, length, alpha, flag = ck.ctc_forward(log_probs, *args)
         check = _CtcCheck(flag, log_probs.shape, targets, input_lengths, target_lengths,
-                          padded)
+                          blank, padded)
         if not self.recording or mode.is_anomaly_enabled():
             check.check()
         out = where(isinf(nll), 0.0, nll) if zero_infinity else nll
@@ -248,8 +254,9 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0,
     alignment of its target (``blank`` between and around the labels); ``reduction="mean"``
     divides each by its target length (at least 1) before the mean over the batch, as PyTorch's.
     An impossible alignment's loss is inf (its gradient NaN), or 0 with a 0 gradient when
-    ``zero_infinity``. A label outside ``[0, C)`` or a length out of range is a ``ShapeError``
-    (at once when the op is not recorded, else in the backward or at the first host read).
+    ``zero_infinity``. A label outside ``[0, C)`` or equal to ``blank``, or a length out of
+    range, is a ``ShapeError`` (at once when the op is not recorded, else in the backward or at
+    the first host read).
     The gradient is that of the loss with respect to ``log_probs`` as given (PyTorch's adds
     ``exp(log_probs)``, which a ``log_softmax`` before it cancels: the same gradient reaches
     the logits).
