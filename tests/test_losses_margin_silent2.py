@@ -93,3 +93,27 @@ def test_a_ctc_target_holding_the_blank_is_a_shape_error_naming_it(queue, rng):
                       torch.tensor([1, 2]))
     got = tp.ctc_loss(lp, up(queue, padded, np.int64), [8, 8], [1, 2])
     assert got.item() == pytest.approx(want.item(), rel=1e-5)
+
+
+def test_a_swapped_triplet_whose_distances_tie_splits_the_gradient_as_pytorch(queue):
+    """With ``swap=True`` the loss takes ``torch.minimum`` of d(anchor, negative) and
+    d(positive, negative), which gives half the gradient to each where they tie (integer or
+    quantised embeddings tie often); tp.minimum gave it all to d(anchor, negative)."""
+    points = [[[0.0, 0.0], [1.0, 2.0]], [[2.0, 0.0], [1.0, 0.0]], [[1.0, 1.0], [3.0, 1.0]]]
+    nodes = [leaf(queue, v) for v in points]
+    with tp.Tape() as tape:
+        loss = tp.triplet_margin_loss(*nodes, margin=2.0, eps=0.0, swap=True)
+    tape.backward(loss)
+    tensors = [torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in points]
+    want = F.triplet_margin_loss(*tensors, margin=2.0, eps=0.0, swap=True)
+    want.backward()
+    assert loss.item() == pytest.approx(want.item(), rel=1e-6)
+    # row 0 ties (both sqrt(2) from the negative): the anchor gets -(a - n) / sqrt(2) / 2 of
+    # d(a, n) (halved by the mean), and half of that at the tie: 0.25 / sqrt(2) each
+    half = 0.25 / np.sqrt(2.0)
+    np.testing.assert_allclose(nodes[0].grad.to_host()[0], [-0.5 + half, half], rtol=1e-6)
+    for node, t in zip(nodes, tensors):
+        np.testing.assert_allclose(node.grad.to_host(), t.grad.numpy(), rtol=1e-6, atol=1e-7)
+    raw = [up(queue, v) for v in points]                       # unrecorded, raw tensors
+    assert tp.triplet_margin_loss(*raw, margin=2.0, eps=0.0, swap=True).item() == \
+        pytest.approx(want.item(), rel=1e-6)
