@@ -188,3 +188,28 @@ def test_an_embedding_with_max_norm_on_several_replicas_is_refused_before_the_up
             np.testing.assert_array_equal(p.value.to_host(), b)
     with ReplicaGroup(_embedding_model(None), devices2) as g:
         g.step(x, y, tp.mse_loss, pc.optim.SGD(g.parameters(), lr=0.5))
+
+
+@pytest.mark.parametrize("groups", [1, 3])
+def test_channel_shuffle_of_1_or_c_groups_returns_new_memory_as_pytorch(queue, groups):
+    """With 1 group, or as many groups as channels, the shuffle's permute moves only size-1
+    dims, so the output was a view of the input's buffer where PyTorch's channel_shuffle
+    returns new memory: ``y += 1`` under no_grad added 1 to the input too ([0, 1, 2] became
+    [1, 2, 3]); the gradient is still the identity's."""
+    a = np.arange(6, dtype=np.float32).reshape(1, 3, 2)
+    x = tp.tensor(a)
+    want = F.channel_shuffle(torch.from_numpy(a), groups).numpy()
+    with tp.no_grad():
+        y = tp.channel_shuffle(x, groups)
+        y += 1
+    np.testing.assert_array_equal(x.to_host(), a)
+    np.testing.assert_array_equal(y.to_host(), want + 1)
+    t = pc.Tensor.from_host(queue, a)
+    pc.nn.ChannelShuffle(groups)(t).fill_(7.0)
+    np.testing.assert_array_equal(t.to_host(), a)
+    x = tp.tensor(a, requires_grad=True)
+    g = np.arange(6, dtype=np.float32).reshape(1, 3, 2) * 0.5 - 1
+    with tp.Tape() as tape:
+        y = tp.channel_shuffle(x, groups)
+    tape.backward(y, pc.Tensor.from_host(queue, g))
+    np.testing.assert_array_equal(x.grad.to_host(), g)

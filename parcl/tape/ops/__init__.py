@@ -32,7 +32,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | unpool | max_unpool1d max_unpool2d |
 | adaptive | adaptive_avg_pool1d adaptive_max_pool1d adaptive_max_pool2d |
 | lp_pool | lp_pool1d lp_pool2d (power-average pools) |
-| resample | interpolate pixel_shuffle pixel_unshuffle |
+| resample | interpolate pixel_shuffle pixel_unshuffle channel_shuffle |
 | sequence | conv1d max_pool1d avg_pool1d (the 2-D ops on (N, C, 1, L) views) |
 | attention | scaled_dot_product_attention |
 | loss | softmax log_softmax cross_entropy nll_loss mse_loss |

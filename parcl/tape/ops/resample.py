@@ -1,13 +1,13 @@
 """Resampling as PyTorch's: ``interpolate`` (``torch.nn.functional.interpolate``: nearest,
-nearest-exact, linear, bilinear and trilinear) and the pixel shuffles (``pixel_shuffle``,
-``pixel_unshuffle``).
+nearest-exact, linear, bilinear and trilinear), the pixel shuffles (``pixel_shuffle``,
+``pixel_unshuffle``) and ShuffleNet's ``channel_shuffle``.
 
 Interpolation is separable: each spatial dim, last first, is one ``index_select`` of its
 source positions (nearest), or two, weighed and added (linear). The positions and weights are
 PyTorch's, computed in float32 on the host as its CPU kernels compute them; the backward of
 ``index_select`` adds the gradients of a source position picked several times in index order,
-so gradients are bit-identical from run to run (no float atomics). The pixel shuffles are a
-reshape, a permute and a reshape.
+so gradients are bit-identical from run to run (no float atomics). The shuffles are a
+reshape, a permute and a reshape, copied where that permute moves size-1 dims only.
 
 >>> x = tp.tensor(np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2), requires_grad=True)
 >>> tp.interpolate(x, scale_factor=2).to_host()[0, 0, 0]
@@ -30,7 +30,7 @@ from .elementwise import add, mul
 from .picks import constant, index_select
 from .shape import permute, reshape
 
-__all__ = ["interpolate", "pixel_shuffle", "pixel_unshuffle"]
+__all__ = ["channel_shuffle", "interpolate", "pixel_shuffle", "pixel_unshuffle"]
 
 #: mode -> the input dims it takes (None: any of 3, 4 and 5)
 INTERPOLATE_MODES = {"nearest": None, "nearest-exact": None, "linear": 3, "bilinear": 4,
@@ -199,11 +199,32 @@ def pixel_unshuffle(x, downscale_factor: int, *, tape=None):
     return _own_buffer(reshape(y, (*lead, c * r * r, h // r, w // r), tape=tape), x, tape)
 
 
+def channel_shuffle(x, groups: int, *, tape=None):
+    """``F.channel_shuffle``: the channels (dim 1) of ``(N, C, *)`` split into ``groups``
+    groups and interleaved, channel ``g * (C / groups) + i`` moving to ``i * groups + g``
+    (ShuffleNet's). A reshape, a ``permute`` (one copy) and a reshape, so their gradient; new
+    memory as PyTorch's where ``groups`` is 1 or ``C`` (the permute moves size-1 dims only).
+
+    >>> tp.channel_shuffle(tp.reshape(x, (1, 6, 1)), 2).to_host().ravel()  # x = 0 .. 5
+    array([0., 3., 1., 4., 2., 5.], dtype=float32)
+    """
+    shape = tuple(x.shape)
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ShapeError(f"channel_shuffle: groups must be a positive integer, got {groups!r}")
+    if len(shape) < 3 or shape[1] % groups:
+        raise ShapeError(f"channel_shuffle: expected an (N, C, *) input with C divisible by "
+                         f"groups={groups}, got shape {shape}")
+    n, c, rest = shape[0], shape[1], shape[2:]
+    split = reshape(x, (n, groups, c // groups, math.prod(rest)), tape=tape)
+    return _own_buffer(reshape(permute(split, (0, 2, 1, 3), tape=tape), shape, tape=tape),
+                       x, tape)
+
+
 def _own_buffer(y, x, tape):
     """``y``, copied where it is a view of ``x``'s buffer (the permute moved only size-1
-    dims: a factor of 1, or a 1 x 1 image): PyTorch's shuffles return new memory, so an
-    in-place change to the output (``+=`` under no_grad, ``relu(inplace=True)``) must not
-    reach the input."""
+    dims: a factor of 1, a 1 x 1 image, 1 or C channel groups): PyTorch's shuffles return
+    new memory, so an in-place change to the output (``+=`` under no_grad,
+    ``relu(inplace=True)``) must not reach the input."""
     if _buffer(y) is not _buffer(x):
         return y
     axis = len(y.shape) - 1

@@ -28,7 +28,7 @@ from ...kernels.strided import View, axis_int
 from ...tensor import Tensor, dims
 from ..node import Function
 
-__all__ = ["channel_shuffle", "flatten", "movedim", "permute", "reshape", "squeeze", "t",
+__all__ = ["flatten", "movedim", "permute", "reshape", "squeeze", "t",
            "transpose", "unflatten", "unsqueeze"]
 
 
@@ -301,22 +301,3 @@ def unflatten(x, dim: int, sizes, *, tape=None):
     (2, 3, 1)
     """
     return Unflatten.apply(x, tape=tape, dim=dim, sizes=tuple(sizes))
-
-
-def channel_shuffle(x, groups: int, *, tape=None):
-    """``F.channel_shuffle``: the channels (dim 1) of ``(N, C, *)`` split into ``groups``
-    groups and interleaved, channel ``g * (C / groups) + i`` moving to ``i * groups + g``
-    (ShuffleNet's). A reshape, a ``permute`` (one copy) and a reshape, so their gradient.
-
-    >>> tp.channel_shuffle(tp.reshape(x, (1, 6, 1)), 2).to_host().ravel()  # x = 0 .. 5
-    array([0., 3., 1., 4., 2., 5.], dtype=float32)
-    """
-    shape = tuple(x.shape)
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-        raise ShapeError(f"channel_shuffle: groups must be a positive integer, got {groups!r}")
-    if len(shape) < 3 or shape[1] % groups:
-        raise ShapeError(f"channel_shuffle: expected an (N, C, *) input with C divisible by "
-                         f"groups={groups}, got shape {shape}")
-    n, c, rest = shape[0], shape[1], shape[2:]
-    split = reshape(x, (n, groups, c // groups, prod(rest)), tape=tape)
-    return reshape(permute(split, (0, 2, 1, 3), tape=tape), shape, tape=tape)
