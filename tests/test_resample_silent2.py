@@ -213,3 +213,23 @@ def test_channel_shuffle_of_1_or_c_groups_returns_new_memory_as_pytorch(queue, g
         y = tp.channel_shuffle(x, groups)
     tape.backward(y, pc.Tensor.from_host(queue, g))
     np.testing.assert_array_equal(x.grad.to_host(), g)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("shuffle,shape,r", [("channel_shuffle", (1, 6, 2), 1),
+                                             ("channel_shuffle", (1, 6, 2), 6),
+                                             ("pixel_shuffle", (1, 8, 1, 1), 1),
+                                             ("pixel_unshuffle", (1, 2, 2, 2), 2)])
+def test_shuffles_of_integer_tensors_that_move_no_data_copy_them_as_pytorch(queue, dtype,
+                                                                            shuffle, shape, r):
+    """The copy that gives such shuffles new memory was an ``index_select``, float32 only, so
+    channel_shuffle of an int64 tensor with 1 or C groups (and a pixel shuffle by 1) raised
+    'index_select: input has dtype int64' where PyTorch returns the same values, new memory."""
+    a = np.arange(np.prod(shape)).reshape(shape).astype(dtype)
+    t = pc.Tensor.from_host(queue, a)
+    y = getattr(tp, shuffle)(t, r)
+    np.testing.assert_array_equal(y.to_host(), getattr(F, shuffle)(torch.from_numpy(a),
+                                                                    r).numpy())
+    assert y.dtype == dtype
+    y.fill_(7)
+    np.testing.assert_array_equal(t.to_host(), a)

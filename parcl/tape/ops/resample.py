@@ -227,6 +227,8 @@ def _own_buffer(y, x, tape):
     ``relu(inplace=True)``) must not reach the input."""
     if _buffer(y) is not _buffer(x):
         return y
+    if not isinstance(y, Node):         # nothing to differentiate (no_grad, integer tensors)
+        return y.copy()
     axis = len(y.shape) - 1
     same = Tensor.from_host(x.queue, np.arange(y.shape[axis], dtype=np.int32))
     return index_select(y, axis, same, tape=tape)
