@@ -479,3 +479,26 @@ def test_a_parameter_slot_set_to_none_keeps_its_place_and_takes_only_a_parameter
     assert list(full.state_dict()) == ["bias"]
     full.weight = weight
     assert list(full.state_dict()) == ["weight", "bias"]
+
+
+# -- Hardshrink zeroed NaN ----------------------------------------------------------------------
+def test_hardshrink_keeps_nan_and_its_gradient_as_pytorch(queue):
+    """``tp.hardshrink`` (and ``pc.nn.Hardshrink``) kept ``x`` where ``|x| > lambd``, a test a
+    NaN fails, so a NaN activation came out 0 with gradient 0, silently hiding a diverged
+    layer: [nan, inf, -inf, 0.3, -2] gave [0, inf, -inf, 0, -2] where PyTorch's zeros only
+    ``|x| <= lambd`` and gives [nan, inf, -inf, 0, -2]. The gradient at a NaN is 1, as
+    PyTorch's scalar loop and parcl's softshrink (PyTorch's vectorised loop gives 0 there)."""
+    import torch
+
+    a = np.array([np.nan, np.inf, -np.inf, 0.3, -2.0, 0.5, -0.5], np.float32)
+    xt = torch.from_numpy(a.copy()).requires_grad_()
+    want = torch.nn.functional.hardshrink(xt, 0.5)
+    want.sum().backward()
+    x = tp.tensor(a, requires_grad=True)
+    with tp.Tape() as tape:
+        y = pc.nn.Hardshrink(0.5)(x)
+    tape.backward(tp.sum(y))
+    np.testing.assert_array_equal(y.to_host(), [np.nan, np.inf, -np.inf, 0, -2, 0, 0])
+    np.testing.assert_array_equal(y.to_host(), want.detach().numpy())
+    np.testing.assert_array_equal(x.grad.to_host(), [1, 1, 1, 0, 1, 0, 0])
+    np.testing.assert_array_equal(x.grad.to_host(), xt.grad.numpy())

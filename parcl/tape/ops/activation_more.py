@@ -29,7 +29,7 @@ from .elementwise import div, mul, pow, sub
 from .indexing import expand
 from .join import split
 from .loss import softmax
-from .mathops import gt, ne, square
+from .mathops import gt, le, ne, square
 from .reduce import sum
 from .reduce_dims import amax
 from .select import where
@@ -152,14 +152,15 @@ def glu(x, dim: int = -1, *, tape=None):
 
 def hardshrink(x, lambd: float = 0.5, *, tape=None):
     """``F.hardshrink``: ``x`` where ``|x| > lambd``, else 0; gradient 1 there, 0 elsewhere
-    (at ``|x| = lambd`` too), as PyTorch's. A ``where`` over a mask of ``|x|``.
+    (at ``|x| = lambd`` too), as PyTorch's. A ``where`` over a mask of ``|x|``: the zeros are
+    where ``|x| <= lambd``, so a NaN stays NaN, as PyTorch's (gradient 1, as its scalar loop).
 
     >>> tp.hardshrink(tp.tensor(np.array([-1.0, 0.5, 0.7], np.float32))).to_host()
     array([-1. ,  0. ,  0.7], dtype=float32)
     """
     lambd = _number("hardshrink", "lambd", lambd)
     raw = x.value if isinstance(x, Node) else x
-    return where(gt(abs(raw), lambd), x, 0.0, tape=tape)
+    return where(le(abs(raw), lambd), 0.0, x, tape=tape)
 
 
 def softshrink(x, lambd: float = 0.5, *, tape=None):
