@@ -502,3 +502,28 @@ def test_hardshrink_keeps_nan_and_its_gradient_as_pytorch(queue):
     np.testing.assert_array_equal(y.to_host(), want.detach().numpy())
     np.testing.assert_array_equal(x.grad.to_host(), [1, 1, 1, 0, 1, 0, 0])
     np.testing.assert_array_equal(x.grad.to_host(), xt.grad.numpy())
+
+
+# -- an infinite positive activation made PReLU's slope gradient NaN --------------------------
+def test_an_infinite_positive_activation_leaves_prelus_slope_gradient_as_pytorch(queue):
+    """``tp.prelu`` formed ``weight * x`` over every element, so an activation that overflowed
+    to +inf (``x > 0``: the slope is not used there) added ``inf * 0 = NaN`` into the slope's
+    gradient: ``tanh(PReLU(10 * x))`` with x [[[3e38, -1, 2]], [[-2, 0.5, -0.3]]] had a finite
+    loss 0.378 but ``weight.grad`` [nan] where PyTorch's is [-2.0593], and the next optimizer
+    step wrote NaN into the slope, silently."""
+    import torch
+
+    a = np.array([[[3e38, -1.0, 2.0]], [[-2.0, 0.5, -0.3]]], np.float32)
+    layer, theirs = pc.nn.PReLU(), torch.nn.PReLU()
+    x = tp.tensor(a, requires_grad=True)
+    with tp.Tape() as tape:
+        loss = tp.sum(tp.tanh(layer(tp.mul(x, 10.0))))
+    tape.backward(loss)
+    xt = torch.tensor(a, requires_grad=True)
+    want = torch.tanh(theirs(xt * 10.0)).sum()
+    want.backward()
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-6)
+    np.testing.assert_allclose(layer.weight.grad.to_host(), [-2.059311], rtol=1e-5)
+    np.testing.assert_allclose(layer.weight.grad.to_host(), theirs.weight.grad.numpy(),
+                               rtol=1e-5)
+    np.testing.assert_allclose(x.grad.to_host(), xt.grad.numpy(), rtol=1e-5, atol=1e-7)

@@ -178,7 +178,8 @@ def prelu(x, weight, *, tape=None):
     learnt slope per channel (dim 1 of ``x``; no channel dim below 2-D) or one for all.
     ``weight`` is 0-d or 1-D with 1 or ``channels`` elements, else a ``ShapeError``. At 0 the
     gradient is PyTorch's: ``weight`` for ``x`` and ``x = 0`` for the slope. A ``where`` of
-    ``x`` and ``weight * x``, so the slope's gradient is ``mul``'s broadcast sum.
+    ``x`` and ``weight`` times the non-positive part, so the slope's gradient is ``mul``'s
+    broadcast sum over ``x <= 0`` only (an infinite ``x > 0`` adds 0 to it, as PyTorch's).
 
     >>> tp.prelu(tp.tensor(np.array([[-2.0, 3.0]], np.float32)), tp.tensor(np.array([0.25],
     ...          np.float32))).to_host()
@@ -193,7 +194,11 @@ def prelu(x, weight, *, tape=None):
         raise ShapeError(f"prelu: weight has {count} slopes but the input of shape {xs} has "
                          f"{channels} channels (dim 1; 1 below 2-D): give 1 or {channels}")
     w = reshape(weight, () if count == 1 else (count,) + (1,) * (len(xs) - 2), tape=tape)
-    return where(gt(x, 0.0), x, mul(w, x, tape=tape), tape=tape)
+    positive = gt(x, 0.0)
+    # weight * x over every x made an infinite x > 0 add inf * 0 = NaN to the slope's
+    # gradient, which PyTorch's leaves out: the slope multiplies the non-positive part only
+    rest = where(positive, 0.0, x, tape=tape)
+    return where(positive, x, mul(w, rest, tape=tape), tape=tape)
 
 
 def softmin(x, dim: int | None = None, *, tape=None):
