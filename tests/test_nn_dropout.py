@@ -209,3 +209,20 @@ def test_alpha_dropouts_are_the_identity_in_eval_zeros_at_p_1_and_torchs_reprs(q
     with pytest.raises(pc.ShapeError, match=r"AlphaDropout: dropout probability p must be in "
                                             r"\[0, 1\]"):
         nn.AlphaDropout(-0.1)
+
+
+@pytest.mark.parametrize("cls", ["AlphaDropout", "FeatureAlphaDropout"])
+@pytest.mark.parametrize("p", [1.5, -0.5])
+def test_alpha_dropout_refuses_a_p_assigned_out_of_range_as_pytorch(queue, cls, p):
+    """A ``p`` set after construction (``layer.p = 1.5``) reached the scale's square root and
+    raised Python's bare 'ValueError: math domain error'; PyTorch's forward refuses it naming
+    the probability, as parcl's ``tp.dropout`` does for the channel dropouts."""
+    layer = getattr(nn, cls)(0.5)
+    layer.p = p
+    with pytest.raises(pc.ShapeError, match=rf"{cls}: dropout probability p must be in "
+                                            rf"\[0, 1\], got {p}"):
+        layer(tp.tensor(np.ones((2, 3, 4), np.float32)))
+    with pytest.raises(ValueError, match="dropout probability has to be between 0 and 1"):
+        theirs = getattr(torch.nn, cls)(0.5)
+        theirs.p = p
+        theirs(torch.ones(2, 3, 4))

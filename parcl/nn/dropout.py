@@ -121,6 +121,9 @@ class AlphaDropout(_ChannelDropout):
         p = self.p
         if not self.training or p == 0.0:
             return x
+        if not 0.0 <= p <= 1.0:         # a p assigned after construction, as tp.dropout checks
+            raise ShapeError(f"{type(self).__name__}: dropout probability p must be in [0, 1], "
+                             f"got {p!r}")
         if p == 1.0:
             return ops.mul(x, 0.0)
         a = 1.0 / math.sqrt((SELU_ALPHA * SELU_ALPHA * p + 1.0) * (1.0 - p))
