@@ -35,14 +35,17 @@ state = _Local()
 @dataclass
 class LeafGrad:
     """A leaf a recorded backward met: the ``.grad`` it found (None, or the tensor it
-    accumulated into), whether it required grad then, the ``.grad`` it left, and its
-    ``.value`` (held: its memory, which the replay reads, cannot go to another tensor)."""
+    accumulated into), whether it required grad then, the ``.grad`` it left, its ``.value``
+    (held: its memory, which the replay reads, cannot go to another tensor) and whether a
+    backward's pass reached it (``met``: its ``.grad`` holds that pass's contributions)."""
 
     entry: object
     before: object
     requires_grad: bool
     after: object = None
     value: object = None
+    met: bool = False
+    after_checks: tuple = ()
 
     @classmethod
     def of(cls, entry) -> LeafGrad:
@@ -179,6 +182,8 @@ class Recording:
             for p in (e, *e.parents):
                 if p.grad_fn is None and id(p) not in self.leaves:
                     self.leaves[id(p)] = LeafGrad.of(p)
+            if e.grad_fn is None:
+                self.leaves[id(e)].met = True
 
     def note_inputs(self, entries) -> None:
         """Leaves an op read, noted as the op reads them: a frozen layer's (no backward
@@ -199,6 +204,7 @@ class Recording:
         """After a recorded backward: the ``.grad`` each leaf ended with."""
         for leaf in self.leaves.values():
             leaf.after = leaf.entry.grad
+            leaf.after_checks = () if leaf.after is None else leaf.after.checks
 
     def leaves_unchanged(self) -> bool:
         """Whether every leaf has the ``.grad`` (the same tensor, or None), the
@@ -219,7 +225,16 @@ class Recording:
         """After a replay: every leaf's ``.grad`` is the tensor the recorded backward left it
         (which the replay just wrote), as after the eager call."""
         for leaf in self.leaves.values():
-            leaf.entry.grad = leaf.after
+            leaf.entry.grad = after = leaf.after
+            if after is not leaf.before and after is not None:
+                # written anew by the replay: none of the checks a failed replay left on it
+                # (``tape.hold_back``), which would refuse every later step
+                after.checks = leaf.after_checks
+
+    def met_leaves(self) -> list:
+        """The leaves the recorded backward passes reached: a replay adds into their
+        ``.grad`` (``tape.hold_back`` marks them where its input turns out bad)."""
+        return [leaf.entry for leaf in self.leaves.values() if leaf.met]
 
     def check_inputs(self, arrays) -> None:
         """Run the input checks on the host arrays a replay is about to upload (each may

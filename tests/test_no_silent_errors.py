@@ -515,3 +515,94 @@ def test_gradients_of_a_failed_backward_are_held_back_from_the_next_step(queue):
     clean_opt.step()
     for got, want in zip(model.parameters(), clean.parameters()):
         np.testing.assert_array_equal(got.value.to_host(), want.value.to_host())
+
+
+def test_gradients_of_a_failed_replay_are_held_back_from_the_next_step(queue):
+    """The same loop with a captured step that accumulates into kept gradients: the replay
+    of a batch with a bad id (the ids sliced from the input, so checked on the device after
+    the replay) had added its garbage into the gradients and raised, and the next good
+    batch's step applied it (every weight NaN, silently, where the eager step raises). Now a
+    replay's gradients are held back as the eager backward's: the step refuses them until
+    they are zeroed, then training goes on as if the bad batch never ran."""
+    def build():
+        pc.manual_seed(0)
+        return pc.nn.Sequential(pc.nn.Embedding(5, 3, queue=queue), pc.nn.Flatten(),
+                                pc.nn.Linear(6, 2, queue=queue))
+
+    def run(batches):
+        model = build()
+        opt = pc.optim.SGD(model.parameters(), lr=0.1)
+        for p in model.parameters():            # kept buffers: every call accumulates
+            p.grad = pc.Tensor.zeros(queue, p.shape)
+
+        def body(tokens):
+            with tp.Tape() as tape:
+                loss = tp.mean(tp.square(model(tp.tensor(tokens[:, :-1]))))
+            tape.backward(loss)
+            return loss.value
+        return model, opt, tp.capture(body, queue)
+
+    good = [np.array([[1, 2, 0], [3, 4, 0]]), np.array([[0, 2, 0], [3, 1, 0]])]
+    model, opt, step = run(good)
+    for tokens in good:
+        step(tokens)
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+    with pytest.raises(pc.ShapeError, match="embedding: index 7"):
+        step(np.array([[0, 7, 0], [3, 1, 0]]))
+    step(good[0])                                 # accumulates onto the held-back sum
+    with pytest.raises(pc.ParclError, match="a backward that failed.*zero it"):
+        opt.step()
+    opt.zero_grad(set_to_none=False)
+    step(good[0])
+    opt.step()
+    assert step.replays == 3                      # the failed one not counted
+
+    clean, clean_opt, _ = run(good)
+    for tokens in good + good[:1]:
+        with tp.Tape() as tape:
+            loss = tp.mean(tp.square(clean(pc.Tensor.from_host(queue, tokens[:, :-1]))))
+        tape.backward(loss)
+        clean_opt.step()
+        clean_opt.zero_grad(set_to_none=False)
+    for got, want in zip(model.parameters(), clean.parameters()):
+        np.testing.assert_array_equal(got.value.to_host(), want.value.to_host())
+
+
+def test_replays_after_a_failed_one_and_zero_grad_train_as_the_eager_calls(queue):
+    """A loop that zeroes the gradients (set to None) before every batch and skips one whose
+    replay raised: the next replays write their gradients anew, into the buffers the failed
+    replay had held back, and step with them as the eager calls do (no refusal left on
+    them), the weights bit for bit those of a run that never saw the bad batch."""
+    def build():
+        pc.manual_seed(0)
+        return pc.nn.Sequential(pc.nn.Embedding(5, 3, queue=queue), pc.nn.Flatten(),
+                                pc.nn.Linear(6, 2, queue=queue))
+
+    def train(batches, captured):
+        model = build()
+        opt = pc.optim.SGD(model.parameters(), lr=0.1)
+
+        def body(tokens):
+            with tp.Tape() as tape:
+                loss = tp.mean(tp.square(model(tp.tensor(tokens[:, :-1]))))
+            tape.backward(loss)
+            return loss.value
+        step = tp.capture(body, queue)
+        for tokens in batches:
+            opt.zero_grad()
+            try:
+                step(tokens) if captured else body(pc.Tensor.from_host(queue, tokens))
+            except pc.ShapeError:
+                continue
+            opt.step()
+        return [p.value.to_host() for p in model.parameters()], step.replays
+
+    good = [np.array([[1, 2, 0], [3, 4, 0]]), np.array([[0, 2, 0], [3, 1, 0]]),
+            np.array([[4, 2, 0], [1, 0, 0]])]
+    bad = np.array([[0, 7, 0], [3, 1, 0]])
+    got, replays = train(good[:2] + [bad] + good[2:], captured=True)
+    want, _ = train(good, captured=False)
+    assert replays == 2                          # the failed one not counted
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)

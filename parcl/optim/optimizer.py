@@ -160,7 +160,7 @@ class Optimizer:
                 if p.grad is None:
                     continue
                 g = p.grad
-                for check in g.checks:      # a failed backward's contributions (tape._hold_back)
+                for check in g.checks:      # a failed backward's contributions (tape.hold_back)
                     check()
                 if tuple(g.shape) != tuple(p.shape) or g.dtype != FLOAT:
                     raise ShapeError(f"{type(self).__name__}.step: parameter of shape "

@@ -41,10 +41,12 @@ import numpy as np
 import pyopencl as cl
 
 from .. import recorder
+from ..errors import ParclError
 from ..gate import transfer
 from ..tensor import INTERNAL, Tensor, _check_dtype
 from ..uploads import own
 from . import mode
+from .tape import hold_back
 
 MAX_SIGNATURES = 8          # input signatures kept per captured function (oldest dropped first)
 MAX_VARIANTS = 4            # recordings per signature, one per state of the leaves' gradients
@@ -144,11 +146,24 @@ class CapturedStep:
             if entry.recording.leaves_unchanged():
                 entry.recording.check_inputs(arrays)     # may raise: nothing is enqueued then
                 self._upload(entry, arrays, borrow)
-                entry.recording.replay()
-                entry.recording.give_grads()
+                self._replay(entry.recording)
                 self.replays += 1
                 return entry.outputs
         return self._record(k, arrays, borrow)
+
+    @staticmethod
+    def _replay(rec: recorder.Recording) -> None:
+        try:
+            rec.replay()
+        except ParclError as exc:
+            # A check found this call's input bad (an index out of range) after the replay
+            # had added its garbage into the leaves' gradients: as after the eager call's
+            # failed backward, they hold it and refuse an optimizer step until zeroed, so a
+            # loop that catches the error and goes on never trains on it.
+            rec.give_grads()
+            hold_back(rec.met_leaves(), exc)
+            raise
+        rec.give_grads()
 
     def _fresh_inputs(self, arrays, borrow: bool) -> list[Tensor]:
         # a uint8 array here is a bool mask viewed by _as_input (uint8 itself is refused)

@@ -150,7 +150,7 @@ class Tape:
             for check in pending:
                 check()
         except ParclError as exc:
-            _hold_back(order, exc)
+            hold_back(order, exc)
             raise
         return order
 
@@ -368,7 +368,7 @@ def _accumulate(node: Entry, g: Tensor, owned: dict[int, int]) -> None:
         ew.axpy(node.grad, g, 1.0)
 
 
-def _hold_back(order: list[Entry], exc: ParclError) -> None:
+def hold_back(order: list[Entry], exc: ParclError) -> None:
     """After a backward whose input was found bad (a deferred check raised): the leaves'
     ``.grad`` already hold its contributions, computed from garbage. Each gets a check that
     raises until it is overwritten or dropped (``zero_grad``), so an optimizer step refuses
