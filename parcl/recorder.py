@@ -156,11 +156,11 @@ class Recording:
                 pool._give_back(buf, size)
 
     def replay(self) -> None:
-        """Enqueue the recorded work again (no Python above the launches), then run the
-        host hooks."""
+        """Enqueue the recorded work again (no Python above the launches); then run the
+        host hooks (``check``). A ``Call`` may raise (a batch norm reading its input's
+        checks): the work recorded after it is not enqueued."""
         for call in self.calls():
             call()
-        self.check()
 
     def calls(self) -> list:
         """The recorded ops as calls with everything bound, in order (a replay makes them)."""

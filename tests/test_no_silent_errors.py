@@ -482,6 +482,39 @@ def test_a_skipped_batch_of_a_bad_id_leaves_batch_norms_running_statistics_as_py
                                0.9 * 0.1 * batches[0] + 0.1 * batches[1], rtol=1e-5)
 
 
+def test_a_replay_of_a_bad_id_leaves_batch_norms_running_statistics_as_the_eager_call(queue):
+    """The same model in a captured step whose ids are sliced from its input (checked on
+    the device): the replay of the batch [0, 4, 2] updated the running statistics before
+    its check raised after the replay, so the running mean was [nan, nan, nan] for good
+    where the eager call's batch norm raises before its update. Now every replay reads the
+    input's checks where the batch norm does, and stops there."""
+    pc.nn.manual_seed(0)
+    emb, bn = pc.nn.Embedding(4, 3, queue=queue), pc.nn.BatchNorm1d(3, queue=queue)
+    head = pc.nn.Linear(3, 2, queue=queue)
+
+    def body(ids, labels):
+        with tp.Tape() as tape:
+            loss = tp.cross_entropy(head(bn(emb(tp.tensor(ids[:-1])))), labels)
+        tape.backward(loss)
+        return loss.value
+
+    step = tp.capture(body, queue)
+    labels = np.array([0, 1, 0])
+    for ids in ([0, 1, 2, 0], [1, 2, 3, 0], [0, 4, 2, 0], [3, 2, 1, 0]):
+        for p in (*emb.parameters(), *bn.parameters(), *head.parameters()):
+            p.grad = None
+        try:
+            step(np.array(ids), labels)
+        except pc.ShapeError as e:
+            assert "embedding: index 4" in str(e) and ids == [0, 4, 2, 0]
+    assert step.replays == 2
+    w = emb.weight.value.to_host()                   # no step taken: the weights as made
+    means = [w[ids].mean(0) for ids in ([0, 1, 2], [1, 2, 3], [3, 2, 1])]
+    np.testing.assert_allclose(bn.running_mean.to_host(),
+                               0.1 * (0.9 ** 2 * means[0] + 0.9 * means[1] + means[2]),
+                               rtol=1e-5)
+
+
 def test_gradients_of_a_failed_backward_are_held_back_from_the_next_step(queue):
     """A loop that catches a backward's error (rows of a bad token id) and goes on: the
     leaves' gradients already held that backward's contributions, computed from garbage,

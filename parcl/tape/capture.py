@@ -153,8 +153,11 @@ class CapturedStep:
 
     @staticmethod
     def _replay(rec: recorder.Recording) -> None:
+        # a Call that raises stops the replay where the eager call raised: before the work
+        # after it, the leaves' gradients as found
+        rec.replay()
         try:
-            rec.replay()
+            rec.check()
         except ParclError as exc:
             # A check found this call's input bad (an index out of range) after the replay
             # had added its garbage into the leaves' gradients: as after the eager call's

@@ -293,9 +293,12 @@ class BatchNorm(Function):
             # The running statistics outlive the step: a batch computed from a bad input (an
             # embedding's id out of range, its error caught and the batch skipped) would leave
             # them NaN for good, where PyTorch's error comes before any update. So the
-            # input's pending checks are read first (a wait, only for such inputs).
-            for check in x.checks:
+            # input's pending checks are read first (a wait, only for such inputs), and so
+            # does every replay of a captured step here, before it enqueues the update.
+            checks = x.checks
+            for check in checks:
                 check()
+            recorder.call(lambda: [check() for check in checks])
         # The fused epilogue, relu(bn(x) + residual) in one pass: the normalised value itself
         # never becomes a graph node, so it is not kept alive for backward (one activation
         # less per residual block), and with overwrite_residual not even a new buffer.
