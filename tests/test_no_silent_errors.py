@@ -515,6 +515,44 @@ def test_a_replay_of_a_bad_id_leaves_batch_norms_running_statistics_as_the_eager
                                rtol=1e-5)
 
 
+@pytest.mark.parametrize("captured", [False, True], ids=["eager", "captured"])
+def test_a_skipped_batch_of_a_bad_id_leaves_instance_norms_running_statistics_as_pytorch(
+        queue, captured):
+    """InstanceNorm1d(track_running_stats=True) after an Embedding, trained by a loop that
+    skips the batch whose embedding raises: the batch [0, 4, 2] moved the running mean with
+    its NaN row and passed it the embedding's check, so every later read of it, and every
+    evaluation, raised 'embedding: index 4' for good (the running mean NaN) where PyTorch's
+    error comes before the update and batch [1, 2, 3] moves it on. Now the update reads the
+    input's checks first, in every replay of a captured step too."""
+    torch = pytest.importorskip("torch")
+    pc.nn.manual_seed(0)
+    emb = pc.nn.Embedding(4, 3, queue=queue)
+    norm = pc.nn.InstanceNorm1d(3, track_running_stats=True, queue=queue)
+
+    def body(ids):
+        with tp.Tape() as tape:
+            loss = tp.sum(norm(tp.permute(emb(tp.tensor(ids[:, :-1])), (0, 2, 1))))
+        tape.backward(loss)
+        return loss.value
+
+    step = tp.capture(body, queue) if captured else None
+    for ids in ([[0, 1, 2, 0]], [[0, 4, 2, 0]], [[1, 2, 3, 0]]):
+        emb.weight.grad = None
+        try:
+            step(np.array(ids)) if captured else body(pc.Tensor.from_host(queue, np.array(ids)))
+        except pc.ShapeError as e:
+            assert "embedding: index 4" in str(e) and ids == [[0, 4, 2, 0]]
+    assert not captured or step.replays == 1
+    want = torch.nn.InstanceNorm1d(3, track_running_stats=True)
+    w = torch.tensor(emb.weight.value.to_host())        # no step taken: the weights as made
+    for ids in ([0, 1, 2], [1, 2, 3]):
+        want(w[ids].T[None])
+    np.testing.assert_allclose(norm.running_mean.to_host(), want.running_mean.numpy(),
+                               rtol=1e-5)
+    np.testing.assert_allclose(norm.running_var.to_host(), want.running_var.numpy(),
+                               rtol=1e-5)
+
+
 def test_gradients_of_a_failed_backward_are_held_back_from_the_next_step(queue):
     """A loop that catches a backward's error (rows of a bad token id) and goes on: the
     leaves' gradients already held that backward's contributions, computed from garbage,

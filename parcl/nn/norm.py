@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..runtime import default_queue
 from ..tape import Node, mode, no_grad, ops
+from ..tape.ops.checks import read_checks
 from ..tensor import Tensor, dims
 from .layers import BatchNorm2d, _check_sizes, _NormBase
 from .module import Module, Parameter
@@ -182,6 +183,7 @@ class _InstanceNorm(_NormBase):
 
     def _update_running_stats(self, x) -> None:
         x = x.value if isinstance(x, Node) else x
+        read_checks(x)              # a bad batch raises before the statistics move, as PyTorch
         positions = tuple(range(2, x.ndim))
         m = 0.0 if self.momentum is None else self.momentum
         with no_grad():

@@ -66,3 +66,20 @@ class FlagCheck:
 
     def error(self, host: np.ndarray) -> Exception | None:
         raise NotImplementedError
+
+
+def read_checks(t: Tensor) -> None:
+    """Run ``t``'s pending checks now (a wait, only where it has any) and at this point of
+    every replay of the step being captured: before an update of state that outlives the
+    step (running statistics), which a batch computed from a bad input (an embedding's id
+    out of range, its error caught and the batch skipped) would leave NaN for good, where
+    PyTorch's error comes before any update."""
+    checks = t.checks
+    if not checks:
+        return
+
+    def read():
+        for check in checks:
+            check()
+    read()
+    recorder.call(read)              # a replay raising here enqueues nothing after it

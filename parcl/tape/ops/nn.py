@@ -32,6 +32,7 @@ from ...kernels.reduction import sum as reduce_sum
 from ...tensor import FLOAT, Tensor, check_same_queue
 from .. import mode
 from ..node import ACCUMULATED, Function, Node
+from .checks import read_checks
 
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "conv2d", "dropout", "linear",
            "manual_seed", "max_pool2d", "rng_state", "set_rng_state"]
@@ -289,16 +290,8 @@ class BatchNorm(Function):
         if residual is not None and tuple(residual.shape) != tuple(x.shape):
             raise ShapeError(f"batch_norm: residual of shape {residual.shape} does not match "
                              f"the input {x.shape}")
-        if x.checks and training and running_mean is not None:
-            # The running statistics outlive the step: a batch computed from a bad input (an
-            # embedding's id out of range, its error caught and the batch skipped) would leave
-            # them NaN for good, where PyTorch's error comes before any update. So the
-            # input's pending checks are read first (a wait, only for such inputs), and so
-            # does every replay of a captured step here, before it enqueues the update.
-            checks = x.checks
-            for check in checks:
-                check()
-            recorder.call(lambda: [check() for check in checks])
+        if training and running_mean is not None:
+            read_checks(x)          # before the running statistics, which outlive the step
         # The fused epilogue, relu(bn(x) + residual) in one pass: the normalised value itself
         # never becomes a graph node, so it is not kept alive for backward (one activation
         # less per residual block), and with overwrite_residual not even a new buffer.
