@@ -482,6 +482,34 @@ def test_a_skipped_batch_of_a_bad_id_leaves_batch_norms_running_statistics_as_py
                                0.9 * 0.1 * batches[0] + 0.1 * batches[1], rtol=1e-5)
 
 
+def test_a_skipped_batch_of_a_bad_id_is_not_counted_by_a_cumulative_batch_norm_as_pytorch(queue):
+    """BatchNorm1d(momentum=None) weighs the n-th batch 1/n, n counted in
+    num_batches_tracked: the batch [0, 4, 2], whose embedding raised, was counted before the
+    batch norm read its input's checks, so after it and [1, 2, 3] the count was 3 and the
+    running mean [0.357, 0.0385, 0.0329] where PyTorch's (its error before the batch norm)
+    counts 2 and averages the two good batches, [0.2797, 0.0112, -0.0004]. Now the count
+    waits for the checks too."""
+    torch = pytest.importorskip("torch")
+    pc.nn.manual_seed(0)
+    emb = pc.nn.Embedding(4, 3, queue=queue)
+    bn = pc.nn.BatchNorm1d(3, momentum=None, queue=queue)
+    for ids in ([0, 1, 2], [0, 4, 2], [1, 2, 3]):
+        try:
+            with tp.Tape() as tape:
+                loss = tp.sum(bn(emb(pc.Tensor.from_host(queue, np.array(ids)))))
+            tape.backward(loss)
+        except pc.ShapeError as e:
+            assert "embedding: index 4" in str(e) and ids == [0, 4, 2]
+    want = torch.nn.BatchNorm1d(3, momentum=None)
+    w = torch.tensor(emb.weight.value.to_host())        # no step taken: the weights as made
+    for ids in ([0, 1, 2], [1, 2, 3]):
+        want(w[ids])
+    assert int(bn.num_batches_tracked.to_host()) == int(want.num_batches_tracked) == 2
+    np.testing.assert_allclose(bn.running_mean.to_host(), want.running_mean.numpy(),
+                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(bn.running_var.to_host(), want.running_var.numpy(), rtol=1e-5)
+
+
 def test_a_replay_of_a_bad_id_leaves_batch_norms_running_statistics_as_the_eager_call(queue):
     """The same model in a captured step whose ids are sliced from its input (checked on
     the device): the replay of the batch [0, 4, 2] updated the running statistics before

@@ -22,7 +22,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..runtime import default_queue
-from ..tape import mode, ops
+from ..tape import Node, mode, ops
+from ..tape.ops.checks import read_checks
 from ..tape.ops.nn import string_padding
 from ..tensor import Tensor
 from .module import Module, Parameter, uniform_
@@ -279,6 +280,9 @@ class BatchNorm2d(_NormBase):
         # leaving them and the count as they are, and with them in evaluation
         update = self.training and self.track_running_stats and stats
         if update and momentum is None and not mode.state.recompute:    # tp.checkpoint's
+            # a batch computed from a bad input raises before it is counted, as PyTorch's
+            # error comes before the batch norm: a skipped batch must not weigh the next ones
+            read_checks(x.value if isinstance(x, Node) else x)
             count = self.num_batches_tracked
             n = int(count.to_host()) + 1
             count.fill_owned(n)
