@@ -134,6 +134,30 @@ def test_dropout_with_a_fixed_seed_replays_the_same_mask(queue):
     assert 0 < np.count_nonzero(first) < first.size
 
 
+@pytest.mark.parametrize("seed", [lambda: tp.manual_seed(5), lambda: tp.set_rng_state((5, 2)),
+                                  lambda: pc.manual_seed(5)],
+                         ids=["tp.manual_seed", "tp.set_rng_state", "pc.manual_seed"])
+def test_a_step_that_seeds_its_dropout_replays_the_seeds_masks_as_the_eager_call(queue, seed):
+    """A step that seeds the dropout generator before its dropout (the same mask every
+    call, as eagerly): its replays drew the generator on from where the last call left it,
+    (5, 1), (5, 2), ..., a new mask each call, silently; now each replay seeds it where the
+    eager call does, and draws the seed's mask."""
+    def body(x):
+        seed()
+        return tp.dropout(x, 0.5, training=True)
+
+    step = tp.capture(body, queue)
+    x = np.ones((2, 16), np.float32)
+    got = [step(x).to_host().copy() for _ in range(3)]
+    after = tp.rng_state()
+    want = body(pc.Tensor.from_host(queue, x)).to_host()
+    assert step.replays == 2
+    assert 0 < np.count_nonzero(want) < want.size
+    for g in got:
+        np.testing.assert_array_equal(g, want)
+    assert after == tp.rng_state()
+
+
 def test_host_reads_and_anomaly_mode_stay_eager(queue):
     w = tp.tensor(pc.Tensor.from_host(queue, np.ones(3, np.float32)), requires_grad=True)
 

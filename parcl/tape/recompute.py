@@ -29,7 +29,7 @@ from ..errors import ParclError, ShapeError
 from ..tensor import Tensor
 from . import mode
 from .node import Function, Node
-from .ops.nn import dropout_generator, rng_state, set_rng_state
+from .ops.nn import dropout_generator, rng_state
 from .tape import Tape, topological_order
 
 __all__ = ["checkpoint", "checkpoint_sequential"]
@@ -131,9 +131,12 @@ class Checkpoint(Function):
     def backward(self, g: Tensor):
         seg = self.segment
         count = len(self.needs_input_grad) - len(seg.leaves)     # the tensors() ones
-        found = rng_state()
+        # the generator set directly, not by set_rng_state, which a replay would repeat with
+        # the recording's state: each replay rewinds it to its own (rewind_on_replays)
+        gen = dropout_generator()
+        found = (gen.seed, gen.counter)
         if seg.rng is not None:
-            set_rng_state(seg.rng)
+            gen.seed, gen.counter = seg.rng
         resume = seg.rewind_on_replays()
         previous = mode.state.recompute
         mode.state.recompute = True
@@ -150,7 +153,7 @@ class Checkpoint(Function):
         finally:
             mode.state.recompute = previous
             if seg.rng is not None:
-                set_rng_state(found)
+                gen.seed, gen.counter = found
             resume()
         grads = iter(s.grad for s in stand_ins)
         return (*(next(grads) if isinstance(a, Node) else None for a in seg.tensors()),

@@ -421,8 +421,18 @@ def manual_seed(seed: int) -> None:
     """Seed this thread's dropout generator and restart its call counter. Thread-local: each
     replica thread has its own (seed them differently, e.g. ``manual_seed(base + index)``, if
     replicas should drop different units). Unseeded threads start at seed 0."""
-    gen = _generator()
-    gen.seed, gen.counter = int(seed), 0
+    _set_state(_generator(), int(seed), 0)
+
+
+def _set_state(gen: _Generator, seed: int, counter: int) -> None:
+    gen.seed, gen.counter = seed, counter
+    # a captured step's replays set it here too, as its eager call does: they would draw on
+    # from where the last call left it (other masks than the seed's, every call)
+    recorder.call(lambda: _reset(gen, seed, counter))
+
+
+def _reset(gen: _Generator, seed: int, counter: int) -> None:
+    gen.seed, gen.counter = seed, counter
 
 
 def rng_state() -> tuple[int, int]:
@@ -453,8 +463,7 @@ def set_rng_state(state) -> None:
     """Restore a state returned by ``rng_state`` (``checked_rng_state``). Anything else is a
     ``ParclError``, the generator unchanged."""
     seed, counter = checked_rng_state(state)
-    gen = _generator()
-    gen.seed, gen.counter = seed, counter
+    _set_state(_generator(), seed, counter)
 
 
 class Dropout(Function):
