@@ -158,6 +158,43 @@ def test_a_step_that_seeds_its_dropout_replays_the_seeds_masks_as_the_eager_call
     assert after == tp.rng_state()
 
 
+GIVEN = np.random.default_rng(3)          # a generator of the caller's, passed to an initialiser
+
+
+@pytest.mark.parametrize("draw", [
+    lambda lin: pc.nn.init.normal_(lin.weight),
+    lambda lin: pc.nn.init.kaiming_uniform_(lin.weight),
+    lambda lin: pc.nn.init.orthogonal_(lin.weight, generator=GIVEN),
+    lambda lin: setattr(lin, "weight", pc.nn.Linear(3, 2, queue=lin.weight.value.queue).weight),
+], ids=["normal_", "kaiming_uniform_", "orthogonal_ of a generator", "a layer built"])
+def test_a_step_drawing_initial_values_runs_eagerly_as_each_call_draws_anew(queue, draw):
+    """A step that re-initialises a head on every call (pc.nn.init) or builds a layer: the
+    values are drawn on the host and uploaded, so its replays uploaded the recording's draw
+    again: normal_'s gave the output [[-2.469, -2.237]] on every call where the eager calls
+    give [[-2.469, -2.237]], [[-2.399, 1.403]], [[0.696, 1.614]], silently. Now such a step
+    runs eagerly and says why."""
+    def run(captured):
+        pc.manual_seed(0)
+        GIVEN.bit_generator.state = np.random.default_rng(3).bit_generator.state
+        lin = pc.nn.Linear(3, 2, queue=queue)
+
+        def body(x):
+            draw(lin)
+            return lin(tp.tensor(x)).value
+        step = tp.capture(body, queue)
+        x = np.ones((1, 3), np.float32)
+        outs = [(step(x) if captured else body(pc.Tensor.from_host(queue, x))).to_host()
+                for _ in range(3)]
+        return outs, step
+
+    (got, step), (want, _) = run(True), run(False)
+    assert not np.array_equal(want[0], want[1])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert step.replays == 0
+    assert "drawn on the host" in step.reason(np.ones((1, 3), np.float32))
+
+
 def test_host_reads_and_anomaly_mode_stay_eager(queue):
     w = tp.tensor(pc.Tensor.from_host(queue, np.ones(3, np.float32)), requires_grad=True)
 

@@ -22,10 +22,11 @@ from numbers import Real
 
 import numpy as np
 
+from .. import recorder
 from ..errors import DTypeError, ParclError, ShapeError
 from ..tape.node import Node, leaf_viewed
 from ..tensor import Tensor
-from .module import default_generator
+from .module import HOST_DRAW, default_generator
 
 __all__ = ["InitError", "calculate_gain", "constant_", "dirac_", "eye_", "kaiming_normal_",
            "kaiming_uniform_", "normal_", "ones_", "orthogonal_", "sparse_", "trunc_normal_",
@@ -92,6 +93,7 @@ def _write(tensor, name: str, draw) -> object:
 
 
 def _generator(generator) -> np.random.Generator:
+    recorder.unsafe(HOST_DRAW)          # a given generator's draws too: eager when captured
     return default_generator() if generator is None else generator
 
 

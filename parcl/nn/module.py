@@ -26,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 import pyopencl as cl
 
+from .. import recorder
 from ..errors import ParclError, ShapeError
 from ..gate import transfer
 from ..runtime import default_queue
@@ -71,8 +72,14 @@ def seed_dropout(seed: int) -> None:
     seed_masks(seed)
 
 
+HOST_DRAW = ("values drawn on the host (pc.nn.init, a layer built): a replay would upload the "
+             "recording's draw again")
+
+
 def default_generator() -> np.random.Generator:
-    """This thread's initialisation generator (``default_rng(0)`` until ``manual_seed``)."""
+    """This thread's initialisation generator (``default_rng(0)`` until ``manual_seed``).
+    A step being captured that draws from it runs eagerly (``HOST_DRAW``)."""
+    recorder.unsafe(HOST_DRAW)
     gen = getattr(_rng, "generator", None)
     if gen is None:
         gen = _rng.generator = np.random.default_rng(0)

@@ -6,12 +6,12 @@ same signature copy the new inputs into the same device buffers and replay the r
 same kernels on the same buffers in the same order, so the results are bit-identical to the
 eager step, with a few microseconds of Python per kernel instead of the whole tape machinery.
 
-A call whose recording cannot be replayed (it read a value back to the host, waited on another
-queue, or ran under ``detect_anomaly``) says why in ``reason`` and stays eager for that
-signature; so does a call whose ``key`` is (or holds as an item) an ``Unkeyed``: state that
-cannot be compared by value. Dropout is replayed: each replay takes the next key of the
-recording thread's generator, exactly as the eager call would, so captured and eager runs
-match bit for bit.
+A call whose recording cannot be replayed (it read a value back to the host, drew values on
+the host (``pc.nn.init``), waited on another queue, or ran under ``detect_anomaly``) says why
+in ``reason`` and stays eager for that signature; so does a call whose ``key`` is (or holds
+as an item) an ``Unkeyed``: state that cannot be compared by value. Dropout is replayed:
+each replay takes the next key of the recording thread's generator, exactly as the eager call
+would (and seeds it where the step seeds it), so captured and eager runs match bit for bit.
 Like CUDA graphs, capture assumes ``fn`` does the same device work whenever its inputs have
 the same shapes: Python state that changes what ``fn`` enqueues without changing the input
 shapes (a step counter choosing a branch) must go into ``key``; ``key=pc.nn.capture_key(model)``
