@@ -97,6 +97,28 @@ def test_adaptive_max_pool_indices_point_at_the_first_maximum_as_pytorchs(queue)
     assert where.to_host().tolist() == [[3, 3]]               # [0, 4) and [3, 7) share 9
 
 
+def test_adaptive_max_pools_pick_the_last_nan_of_a_window_as_pytorch(queue, rng):
+    """PyTorch's max pools let every NaN replace the pick (``val > maxval || isnan(val)``),
+    so a window with several NaNs gives the last one's index and gradient; ``max`` over the
+    gathered windows took the first."""
+    nan = np.nan
+    line = np.array([[[nan, nan, 1.0, 2.0, nan, 7.0, nan]]], np.float32)   # [0, 4), [3, 7)
+    values, where = tp.adaptive_max_pool1d(tp.tensor(line), 2, return_indices=True)
+    want, want_where = F.adaptive_max_pool1d(torch.from_numpy(line), 2, return_indices=True)
+    assert want_where.tolist() == [[[1, 6]]] and where.to_host().tolist() == [[[1, 6]]]
+    np.testing.assert_array_equal(values.to_host(), want.numpy())
+    x = rng.integers(-2, 3, (2, 3, 7, 6)).astype(np.float32)
+    x[rng.random(x.shape) < 0.3] = nan
+    for size in [(3, 4), (7, 7), (2, 3)]:
+        got = tp.adaptive_max_pool2d(tp.tensor(x), size, return_indices=True)[1]
+        want = F.adaptive_max_pool2d(torch.from_numpy(x), size, return_indices=True)[1]
+        np.testing.assert_array_equal(got.to_host(), want.numpy())
+        check_as_torch(lambda v, size=size: tp.adaptive_max_pool2d(v, size),
+                       lambda v, size=size: F.adaptive_max_pool2d(v, size), [x], rng)
+    check_as_torch(lambda v: tp.adaptive_max_pool1d(v, 3),
+                   lambda v: F.adaptive_max_pool1d(v, 3), [line], rng)
+
+
 def test_adaptive_max_pool1d_takes_the_largest_of_each_window(queue):
     x = tp.tensor(np.array([[[5.0, 1.0, 2.0, 9.0, 3.0, 0.0, 4.0]]], np.float32))
     # windows of 7 into 3: [0, 3), [2, 5), [4, 7)

@@ -1,8 +1,9 @@
 """Adaptive average pooling over NCHW tensors, PyTorch's bins ``[floor(o*I/O), ceil((o+1)*I/O))``
 (any sizes; bins overlap when ``I % O != 0``). The backward is a gather: each input sums, in a
 fixed order, its bins' gradients divided by their sizes (no atomics, bit-reproducible). Also
-``window_positions``, the input position of each adaptive max pool window's pick (the indices
-``return_indices=True`` gives).
+``window_argmax``, each adaptive max pool window's pick by PyTorch's rule, and
+``window_positions``, the input position of each pick (the indices ``return_indices=True``
+gives).
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import adaptive_pool
@@ -165,7 +166,42 @@ __kernel void window_positions(__global const PICK* restrict pick,
         return;
     out[i] = table[(i % plane) * k + (long)pick[i]];
 }
+
+// pick[r] = the element of window r (a row of k in x) that PyTorch's max pools take: each
+// element replaces the pick where it is larger or NaN (their `val > maxval || isnan(val)`),
+// so the first of tied maxima, but the last of several NaNs.
+__kernel void window_argmax(__global long* restrict pick, __global const float* restrict x,
+                            const int rows, const int k)
+{
+    const int r = get_global_id(0);
+    if (r >= rows)
+        return;
+    __global const float* w = x + (long)r * k;
+    float best = -INFINITY;
+    int arg = 0;
+    for (int j = 0; j < k; ++j) {
+        const float v = w[j];
+        if (v > best || isnan(v)) {
+            best = v;
+            arg = j;
+        }
+    }
+    pick[r] = arg;
+}
 """
+
+def window_argmax(windows: Tensor) -> Tensor:
+    """Each window's pick (int64, ``windows``' shape less its last dim) over the last dim of
+    a contiguous float32 ``windows``, by PyTorch's max pool rule: the first largest element,
+    or the last NaN where there are NaNs (``torch.argmax`` takes the first NaN)."""
+    k = windows.shape[-1]
+    rows = windows.size // k
+    pick = Tensor.empty(windows.queue, windows.shape[:-1], np.int64)
+    get_kernel(windows.queue, POSITIONS_SOURCE, "window_argmax", ("-DPICK=long",))(
+        windows.queue, (round_up(max(rows, 1), 64),), (64,), pick.data, windows.data,
+        np.int32(rows), np.int32(k))
+    return pick
+
 
 PICK_TYPES = {np.dtype(np.uint8): "uchar", np.dtype(np.int32): "int", np.dtype(np.int64): "long"}
 

@@ -4,12 +4,13 @@
 An adaptive window ``i`` of ``n`` inputs into ``out`` covers ``[floor(i*n/out),
 ceil((i+1)*n/out))`` (PyTorch's bins; neighbours overlap when ``out`` does not divide ``n``).
 The max pools gather every window's positions with ``index_select`` (a short window repeats
-its last position, which changes no maximum) and take ``max`` over them: the gradient goes to
-the first maximal element of each window in row-major order, as PyTorch's, and positions in
-several windows sum their gradients in a fixed order. Where ``out`` divides ``n`` the gather is
-skipped (the windows are a reshape). ``return_indices=True`` also returns each maximum's
-position in its input plane (int64, PyTorch's flat ``h * W + w``): the first maximum's
-``argmax`` in its window, looked up in a table of the windows' positions on the device.
+its last position, which changes no maximum) and pick one element of each by PyTorch's max
+pool rule (``window_argmax``): the first maximal element in row-major order, or the last NaN
+where a window holds several (``torch.argmax`` would take the first); the gradient goes to
+the pick, and positions in several windows sum their gradients in a fixed order. Where ``out``
+divides ``n`` the gather is skipped (the windows are a reshape). ``return_indices=True`` also
+returns each pick's position in its input plane (int64, PyTorch's flat ``h * W + w``), looked
+up in a table of the windows' positions on the device.
 
 >>> x = tp.tensor(np.arange(10, dtype=np.float32).reshape(1, 1, 10))
 >>> tp.adaptive_max_pool1d(x, 3).to_host()
@@ -21,11 +22,13 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeError
-from ...kernels.adaptive_pool import window_positions
+from ...kernels import reduction as rd
+from ...kernels import scan
+from ...kernels.adaptive_pool import window_argmax, window_positions
 from ...tensor import Tensor
+from ..node import Function, Node
 from .nn import adaptive_avg_pool2d
 from .picks import index_select
-from .reductions import argmax, max
 from .sequence import _as_2d, _back
 from .shape import permute, reshape, squeeze, unsqueeze
 
@@ -70,14 +73,36 @@ def _gather(x, axis: int, out: int, tape):
     return index_select(x, axis, Tensor.from_host(x.queue, at.ravel()), tape=tape), at
 
 
+class WindowMax(Function):
+    """Each window's (the last dim's) element at ``pick`` (``window_argmax``), which is where
+    the backward puts the gradient."""
+
+    name = "adaptive_max_pool"
+
+    def forward(self, windows: Tensor, pick: Tensor = None):
+        if not self.recording:                   # the same values, the maximum's or NaN
+            return rd.max(windows, (windows.ndim - 1,), False)
+        k = windows.shape[-1]
+        self.saved = (pick, k, windows.shape)
+        return scan.take_rows(windows.reshape((windows.size // k, k)),
+                              pick.reshape((pick.size,))).reshape(pick.shape)
+
+    def backward(self, g: Tensor):
+        pick, k, shape = self.saved
+        return scan.put_rows(g, pick.reshape((pick.size,)), k).reshape(shape)
+
+
 def _pick(windows, table: np.ndarray, return_indices: bool, batched: bool, tape):
-    """The max over the last dim of ``windows`` (and, asked, each pick's input position from
+    """Each window's pick over the last dim of ``windows`` (and, asked, its input position from
     ``table``), without the batch dim where the input had none."""
-    y = max(windows, axis=-1, tape=tape)
+    raw = windows.value if isinstance(windows, Node) else windows
+    pick = window_argmax(raw)
+    pick.checks = raw.checks             # an embedding's pending index check, as argmax's
+    y = WindowMax.apply(windows, tape=tape, pick=pick)
     y = y if batched else squeeze(y, 0, tape=tape)
     if not return_indices:
         return y
-    where = window_positions(argmax(windows, axis=-1), table)
+    where = window_positions(pick, table)
     return y, (where if batched else where.reshape(where.shape[1:]))
 
 
