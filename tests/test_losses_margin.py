@@ -586,6 +586,18 @@ def test_ctc_loss_and_its_gradient_hold_as_pytorch(queue, rng, reduction, form):
                            reduction=reduction)
 
 
+def test_ctc_loss_over_a_large_batch_of_concatenated_targets_holds_as_pytorch(queue, rng):
+    """Concatenated targets with lengths from the host: the alphas take the longest target's
+    states, not the whole concatenation's (2 * 16272 + 1 states for each of 1024 samples and
+    80 steps was a tensor of 2.7e9 elements, refused, where PyTorch gives the loss)."""
+    t, n, c, s = 80, 1024, 5, 16
+    logits = rng.standard_normal((t, n, c)).astype(np.float32)
+    tlen = np.full(n, s)
+    tlen[::64] = 9
+    targets = rng.integers(1, c, int(tlen.sum()))
+    _ctc_against_torch(queue, rng, logits, targets, np.full(n, t), tlen, "sequence")
+
+
 def test_ctc_loss_with_another_blank_and_one_sample_holds_as_pytorch(queue, rng):
     logits = rng.standard_normal((6, 4)).astype(np.float32)
     _ctc_against_torch(queue, rng, logits, np.array([0, 1, 1]), 6, 3, "sequence", blank=2)

@@ -200,14 +200,20 @@ def _common(log_probs: Tensor, targets: Tensor, padded: bool):
 
 
 def ctc_forward(log_probs: Tensor, targets: Tensor, input_lengths: Tensor,
-                target_lengths: Tensor, blank: int, padded: bool):
+                target_lengths: Tensor, blank: int, padded: bool, longest: int | None = None):
     """``(nll, length, alpha, flag)``: each sample's negative log-likelihood (N,), its target
     length as a float of at least 1 (N,), the log alphas (N, T, Smax) for the backward and
     the three-int check flag (see the module docstring).
-    ``targets``, ``input_lengths`` and ``target_lengths`` share one int dtype."""
+    ``targets``, ``input_lengths`` and ``target_lengths`` share one int dtype; ``longest``,
+    where the target lengths are known on the host, the largest (Smax = 2 * longest + 1)."""
     q = log_probs.queue
     t, n, c, s, stride = _common(log_probs, targets, padded)
-    smax = 2 * (s if padded else targets.size) + 1
+    # A sample's states fit a row of Smax: the padded width, else the whole concatenation,
+    # unless the host knows the longest target. (Smax 2 * total + 1 made alpha and beta grow
+    # with the square of the batch: 256 samples of 60 labels over 400 steps needed 3.1e9
+    # floats each.) A length past the bound is flagged and its sample never walked.
+    bound = s if padded else targets.size
+    smax = 2 * (bound if longest is None else min(max(longest, 0), bound)) + 1
     nll, length = Tensor.empty(q, (n,)), Tensor.empty(q, (n,))
     alpha = Tensor.full(q, (n, t, smax), -np.inf)
     flag = Tensor.full(q, (3,), NO_ERROR, np.int32)

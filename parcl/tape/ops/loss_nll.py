@@ -193,9 +193,10 @@ class CtcLoss(Function):
 
     def forward(self, log_probs: Tensor, targets: Tensor, input_lengths: Tensor,
                 target_lengths: Tensor, blank: int = 0, padded: bool = True,
-                zero_infinity: bool = False, per_label: bool = False):
+                zero_infinity: bool = False, per_label: bool = False,
+                longest: int | None = None):
         args = (targets, input_lengths, target_lengths, blank, padded)
-        nll, length, alpha, flag = ck.ctc_forward(log_probs, *args)
+        nll, length, alpha, flag = ck.ctc_forward(log_probs, *args, longest)
         check = _CtcCheck(flag, log_probs.shape, targets, input_lengths, target_lengths,
                           blank, padded)
         if not self.recording or mode.is_anomaly_enabled():
@@ -293,9 +294,13 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank: int = 0,
     q = raw_lp.queue
     ilen = _lengths("input_lengths", input_lengths, n, labels.dtype, q, unbatched)
     tlen = _lengths("target_lengths", target_lengths, n, labels.dtype, q, unbatched)
+    # host lengths (checked by _lengths: one int per sample) bound alpha's rows
+    longest = None if isinstance(target_lengths, (Node, Tensor)) else int(
+        np.max(np.asarray(target_lengths)))
     lp = reshape(log_probs, (t, 1, c), tape=tape) if unbatched else log_probs
     nll = CtcLoss.apply(lp, labels, ilen, tlen, tape=tape, blank=int(blank), padded=padded,
-                        zero_infinity=bool(zero_infinity), per_label=reduction == "mean")
+                        zero_infinity=bool(zero_infinity), per_label=reduction == "mean",
+                        longest=longest)
     if reduction == "mean":
         return mean(nll, tape=tape)
     if reduction == "sum":
