@@ -15,6 +15,7 @@ when the group is built. See docs/architecture.md.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 import time
@@ -191,7 +192,9 @@ class ReplicaGroup:
     def run(self, fn, *per_replica_args, timeout: float | None = None) -> list:
         """Call ``fn(replica, a[i], b[i], ...)`` in every replica's thread at once and return
         the results in replica order. A failure in any replica is raised here as
-        ``ReplicaError`` (replica index, device, original traceback) as soon as it happens.
+        ``ReplicaError`` (replica index, device, original traceback) once the other replicas
+        stopped too (a failure ends a sync_batchnorm exchange at once), so none still writes
+        its gradients after the caller goes on.
         With ``sync_batchnorm`` its training-mode batch norms use the global batch's
         statistics too, as a step's (and PyTorch's ``SyncBatchNorm`` in a custom loop)."""
         self._check_open()
@@ -207,6 +210,14 @@ class ReplicaGroup:
             fn = self._stats.synced(fn)
         try:
             return self._call(fn, per_replica_args, timeout)
+        except ReplicaError:
+            # The first failure is raised at once, but the other replicas may still be in
+            # their backward: what the caller does next (zero_grad to skip the batch) must
+            # come after their gradients, not before, or those survive into the next step.
+            if self._broken is None:
+                with contextlib.suppress(ReplicaError):
+                    self._wait_idle()
+            raise
         finally:
             self._seen = self._buffers.seen()
 

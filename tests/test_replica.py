@@ -461,6 +461,33 @@ def test_a_step_after_a_failure_does_not_see_a_straggler_s_gradients(devices2):
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_batch_skipped_after_a_failed_run_leaves_no_straggler_gradient_as_pytorch(devices2):
+    """A DDP-style loop skips a batch whose ``group.run`` raised (``opt.zero_grad()``, next
+    batch): the run raised as soon as replica 1 failed, while replica 0 was still in its
+    backward, so the caller's zero_grad came first and replica 0's gradient of the skipped
+    batch was written after it and added into the next batch's: the bias gradient was 3 where
+    2 is right (PyTorch's parallel_apply joins every thread before it raises)."""
+    x = np.ones((2, 3), np.float32)
+
+    def forward_backward(r, fail, slow):
+        if fail:
+            raise Boom("a bad batch on replica 1")
+        if slow:
+            time.sleep(0.3)                   # replica 0 still works on when replica 1 fails
+        with tp.Tape() as tape:
+            loss = tp.sum(r.model(tp.tensor(pc.Tensor.from_host(r.queue, x))))
+        tape.backward(loss)
+
+    with ReplicaGroup(lambda q: pc.nn.Linear(3, 2, queue=q), devices2) as group:
+        opt = sgd(group.parameters())
+        with pytest.raises(pc.ReplicaError, match="a bad batch"):
+            group.run(forward_backward, [False, True], [True, False])
+        opt.zero_grad()                       # the batch is skipped
+        group.run(forward_backward, [False, False], [False, False])
+        group.allreduce_grads()
+        np.testing.assert_array_equal(group.parameters()[1].grad.to_host(), [2.0, 2.0])
+
+
 def test_after_close_the_optimizer_steps_parameters_one_by_one(devices2):
     group = ReplicaGroup(mlp, devices2)
     group.close()
