@@ -317,6 +317,7 @@ class ReplicaGroup:
         if self._buffers.refresh():        # raises for a model holding other Parameters
             self._buffers.broadcast()      # replaced buffers: replica 0's, as a step would
         self._follow()
+        self._buffers.check_left("ReplicaGroup.allreduce_grads")
         unused = self._buffers.unused(self.comm)
         for grads in self._buffers.grads:
             grads.gather()                 # gradients the replicas' own backwards replaced
@@ -459,6 +460,7 @@ class ReplicaGroup:
             self._buffers.forget_copies()
         elif self._seen is not None:       # what the caller zeroed on replica 0 is zeroed
             self._buffers.follow_zeroing(self._seen)
+            self._buffers.check_left("ReplicaGroup.step")
             left = self._buffers.held()
             found = (self._buffers.keep_grads(True), SYNCED, self._buffers.seen())
             # and what a run's backwards left, unreduced, counts as their mean (as DDP's)

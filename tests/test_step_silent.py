@@ -326,3 +326,47 @@ def test_what_a_forward_sets_on_its_module_stays_each_replicas(devices2):
         for n in (7, 9):
             g.step(*batch(n), tp.cross_entropy, opt)
         assert g.run(lambda r: r.model.rows) == [5, 4]
+
+
+def test_gradients_a_failed_run_left_are_refused_by_the_next_step_until_zeroed(devices2):
+    """A ``group.run`` whose backward on replica 1 read a bad token id holds that replica's
+    gradients back (their check raises, as a single model's optimizer step refuses them), but
+    the next ``group.step`` or ``allreduce_grads`` reduced them into replica 0's gradient,
+    which carried no check, and stepped: the weights became [nan, nan, ...], silently. Now
+    both refuse, naming the replica, and once ``opt.zero_grad()`` dropped them the step
+    trains as one that never saw the bad batch (PyTorch's embedding raises in the forward,
+    before any gradient)."""
+    def build(q):
+        pc.manual_seed(0)
+        return pc.nn.Sequential(pc.nn.Embedding(6, 4, queue=q), pc.nn.Flatten(),
+                                pc.nn.Linear(8, 3, queue=q))
+
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 6, (8, 2)), rng.integers(0, 3, 8)
+
+    def forward_backward(r, ids):
+        with tp.Tape() as tape:
+            out = r.model(tp.tensor(pc.Tensor.from_host(r.queue, ids)))
+            loss = tp.cross_entropy(out, pc.Tensor.from_host(r.queue, y[:4]))
+        tape.backward(loss)
+
+    def train(fail):
+        with ReplicaGroup(build, devices2) as g:
+            opt = pc.optim.SGD(g.parameters(), lr=0.1, momentum=0.9)
+            if fail:
+                with pytest.raises(pc.ReplicaError, match="index 9"):
+                    g.run(forward_backward, [x[:4], np.full((4, 2), 9)])
+                before = values(g.parameters())
+                for refused in (lambda: g.step(x, y, tp.cross_entropy, opt),
+                                g.allreduce_grads):
+                    with pytest.raises(pc.ParclError, match="replica 1's gradient"):
+                        refused()
+                for a, b in zip(before, values(g.parameters())):
+                    np.testing.assert_array_equal(a, b)
+                opt.zero_grad()
+            g.step(x, y, tp.cross_entropy, opt)
+            return values(g.parameters())
+
+    for a, b in zip(train(False), train(True)):
+        assert np.isfinite(b).all()
+        np.testing.assert_array_equal(a, b)

@@ -207,6 +207,21 @@ class StepBuffers:
                 for grads in self.grads[1:]:
                     grads.params[j].grad = None
 
+    def check_left(self, op: str) -> None:
+        """Before the gradients the calls before left are reduced: one that holds a failed
+        backward's contributions (``tape._hold_back``, a check that raises) is refused, as
+        an optimizer step refuses it, until the caller zeroes it (``zero_grad`` on replica 0
+        is every replica's: ``follow_zeroing``). The reduction would otherwise carry its
+        garbage into replica 0's gradient, whose own check says nothing of it."""
+        for r, grads in enumerate(self.grads):
+            for j, p in enumerate(grads.params):
+                try:
+                    for check in () if p.grad is None else p.grad.checks:
+                        check()
+                except ParclError as exc:
+                    raise ParclError(f"{op}: replica {r}'s gradient of parameter {j} "
+                                     f"{tuple(p.shape)}: {exc}; nothing was reduced") from exc
+
     def held(self) -> tuple[list[int], list[int]]:
         """Before a step, what the calls since the last one left (a run's backward): the
         parameters (by index) whose ``.grad`` on some replica is a tensor of its own (a
