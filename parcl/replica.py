@@ -313,6 +313,7 @@ class ReplicaGroup:
         kernel, bucket by bucket in a fixed order (then across processes through ``comm``);
         every replica ends with the same gradients."""
         self._check_open()
+        check_renorms(self.model, self._all_replicas, "ReplicaGroup.allreduce_grads")
         self._wait_idle()
         if self._buffers.refresh():        # raises for a model holding other Parameters
             self._buffers.broadcast()      # replaced buffers: replica 0's, as a step would
