@@ -705,3 +705,39 @@ def test_replays_after_a_failed_one_and_zero_grad_train_as_the_eager_calls(queue
     assert replays == 2                          # the failed one not counted
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_head_trained_on_a_checkpointed_embedding_of_a_bad_id_is_held_back(queue):
+    """The same loop with the embedding checkpointed (``tp.checkpoint``) and only the head
+    trained (the embedding frozen from the optimizer): the index error was raised by the
+    recomputation's backward, amid the outer walk, which held back only the embedding's
+    own gradient, so the head's, computed from the bad id's garbage row, went to the step
+    unchecked and its weight became [nan, nan, nan], silently, where the plain graph's step
+    refuses it. Now held back as there; after zero_grad the head trains as if the bad batch
+    never ran."""
+    def build():
+        pc.manual_seed(0)
+        return pc.nn.Embedding(4, 3, queue=queue), pc.nn.Linear(3, 2, queue=queue)
+
+    def backward(emb, head, ids):
+        with tp.Tape() as tape:
+            rows = tp.checkpoint(emb, pc.Tensor.from_host(queue, np.array(ids)))
+            loss = tp.sum(head(rows))
+        tape.backward(loss)
+
+    emb, head = build()
+    opt = pc.optim.SGD(head.parameters(), lr=0.1)
+    with pytest.raises(pc.ShapeError, match="embedding: index 4"):
+        backward(emb, head, [0, 4])
+    with pytest.raises(pc.ParclError, match="a backward that failed.*zero it"):
+        opt.step()
+    opt.zero_grad()
+    backward(emb, head, [1, 2])
+    opt.step()
+
+    clean_emb, clean = build()
+    clean_opt = pc.optim.SGD(clean.parameters(), lr=0.1)
+    backward(clean_emb, clean, [1, 2])
+    clean_opt.step()
+    for got, want in zip(head.parameters(), clean.parameters()):
+        np.testing.assert_array_equal(got.value.to_host(), want.value.to_host())

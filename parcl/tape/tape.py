@@ -140,6 +140,11 @@ class Tape:
         _backward_state.deferred = deferred = []
         try:
             self._reverse(order, loss, grad, retain_grads)
+        except ParclError as exc:
+            # raised amid the walk (a checkpoint's recomputation found its input bad): the
+            # leaves reached before hold contributions from it, as after a deferred check
+            _hold_back(order, exc)
+            raise
         finally:
             _backward_state.deferred = outer
         if rec is not None:
