@@ -434,7 +434,7 @@ class ReplicaGroup:
                 kept, self._reduced, self._seen = found
                 self._buffers.restore_grads(kept)
                 self._grads_dirty = False
-                self.run(self._backward.rewind)
+                self._call(self._backward.rewind, ())   # not run: no following of replica 0
             except ParclError as exc:  # the step's own error is still the one raised
                 self._broken = (f"a failed step could not restore the replicas' dropout "
                                 f"generators and running statistics ({exc})")

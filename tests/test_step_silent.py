@@ -370,3 +370,38 @@ def test_gradients_a_failed_run_left_are_refused_by_the_next_step_until_zeroed(d
     for a, b in zip(train(False), train(True)):
         assert np.isfinite(b).all()
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_failed_step_after_allreduce_grads_leaves_the_next_step_as_the_uninterrupted_one(
+        devices2):
+    """A failed step puts back what ``allreduce_grads`` left (every replica a copy of the
+    reduced gradient, counted once by the next step), but its rewind went through
+    ``group.run``, which took that as a new call's state: the copies were then counted as
+    each replica's share (G/2 + G/2 added to the step's own gradients in another order), so
+    the next good step's AdamW weights were up to 6e-8 off the uninterrupted run's (3
+    replicas: G/3 three times). A failed step now changes nothing; the next step is the
+    uninterrupted one's bit for bit."""
+    x, y = batch()
+    bad = y.copy()
+    bad[7] = 9                                    # replica 1's label out of range
+
+    def forward_backward(r, xs, ys):
+        with tp.Tape() as tape:
+            out = r.model(tp.tensor(pc.Tensor.from_host(r.queue, xs)))
+            loss = tp.cross_entropy(out, pc.Tensor.from_host(r.queue, ys))
+        tape.backward(loss)
+
+    def train(fail):
+        with ReplicaGroup(mlp, devices2) as g:
+            opt = pc.optim.AdamW(g.parameters(), lr=0.1)
+            g.step(x, y, tp.cross_entropy, opt)
+            g.run(forward_backward, [x[:4], x[4:]], [y[:4], y[4:]])
+            g.allreduce_grads()
+            if fail:
+                with pytest.raises(pc.ReplicaError, match="label"):
+                    g.step(x, bad, tp.cross_entropy, opt)
+            g.step(x, y, tp.cross_entropy, opt)
+            return values(g.parameters())
+
+    for a, b in zip(train(False), train(True)):
+        np.testing.assert_array_equal(a, b)
