@@ -405,3 +405,40 @@ def test_a_failed_step_after_allreduce_grads_leaves_the_next_step_as_the_uninter
 
     for a, b in zip(train(False), train(True)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_group_zero_grad_clears_what_a_failed_run_held_back(devices2):
+    """``group.zero_grad()`` zeroes every replica's buckets, so what a failed run's backward
+    held back (its check on replica 1's gradients) guards nothing any more: the check stayed
+    on replica 1's gradient views and the next run's ``allreduce_grads`` refused the good
+    gradients ('a backward that failed'). Now the loop goes on, equal to one that never ran
+    the bad batch."""
+    def build(q):
+        pc.manual_seed(0)
+        return pc.nn.Sequential(pc.nn.Embedding(6, 4, queue=q), pc.nn.Flatten(),
+                                pc.nn.Linear(8, 3, queue=q))
+
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 6, (8, 2)), rng.integers(0, 3, 8)
+
+    def forward_backward(r, ids):
+        with tp.Tape() as tape:
+            out = r.model(tp.tensor(pc.Tensor.from_host(r.queue, ids)))
+            loss = tp.cross_entropy(out, pc.Tensor.from_host(r.queue, y[:4]))
+        tape.backward(loss)
+
+    def train(fail):
+        with ReplicaGroup(build, devices2) as g:
+            opt = pc.optim.SGD(g.parameters(), lr=0.1)
+            g.step(x, y, tp.cross_entropy, opt)
+            if fail:
+                with pytest.raises(pc.ReplicaError, match="index 9"):
+                    g.run(forward_backward, [x[:4], np.full((4, 2), 9)])
+            g.zero_grad()
+            g.run(forward_backward, [x[:4], x[4:]])
+            g.allreduce_grads()
+            opt.step()
+            return values(g.parameters())
+
+    for a, b in zip(train(False), train(True)):
+        np.testing.assert_array_equal(a, b)
