@@ -405,6 +405,8 @@ class ReplicaGroup:
         keys = self._keys(key, loss_fn, reduction)
         self._wait_idle()
         own, views, found = self._begin()
+        for r in self.replicas:         # set by each replica's part of this step (``prepare``)
+            r.rng_at_step = None
         try:
             losses = self._losses.for_replicas(loss_fn)   # a loss module's tensors on each
             outcomes = self._call(self._replica_step, (shards, losses, keys))        # 2.

@@ -309,9 +309,12 @@ class Eager:
 
     def rewind(self, replica) -> None:
         """After a failed step: the replica's dropout generator and buffers as its part of
-        the step found them (``prepare``), so a failed step changes nothing."""
-        if replica.rng_at_step is not None:
-            ops.nn.set_rng_state(replica.rng_at_step)
+        the step found them (``prepare``), so a failed step changes nothing. A step that
+        failed before the replica's part began (``rng_at_step`` None) left them as they
+        are: what ``prepare`` kept then is an earlier step's."""
+        if replica.rng_at_step is None:
+            return
+        ops.nn.set_rng_state(replica.rng_at_step)
         self.buffers.restore(replica.index)
 
     def run(self, replica, micros: list[Micro], loss_fn, key) -> Outcome:

@@ -442,3 +442,43 @@ def test_group_zero_grad_clears_what_a_failed_run_held_back(devices2):
 
     for a, b in zip(train(False), train(True)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_step_refused_before_the_replicas_began_leaves_dropout_and_statistics_as_they_are(
+        devices2):
+    """A step can fail before the replicas start: here the loss module's ``pos_weight`` is
+    read for their copies and raises (counts from a label out of range, ``tp.one_hot``'s
+    check). Its rewind put back what each replica's part of the previous step had found, so
+    the dropout generators went back one step ([0, 1] to [0, 0]) and the running statistics
+    too: the next good step drew the first step's masks again, its loss 0.8985 where the
+    uninterrupted run's is 1.0948, silently. Now such a failure changes nothing."""
+    q = pc.new_queue(devices2[0])
+
+    def build(queue):
+        pc.manual_seed(0)
+        return pc.nn.Sequential(pc.nn.Linear(4, 6, queue=queue), pc.nn.BatchNorm1d(6, queue=queue),
+                                pc.nn.Dropout(0.5), pc.nn.Linear(6, 3, queue=queue))
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    y = (rng.random((8, 3)) > 0.5).astype(np.float32)
+    good = pc.nn.BCEWithLogitsLoss(pos_weight=pc.Tensor.from_host(q, np.array([1., 2., 3.],
+                                                                             np.float32)))
+    counts = tp.sum(tp.one_hot(pc.Tensor.from_host(q, np.array([0, 1, 7])), 3), 0)
+    bad = pc.nn.BCEWithLogitsLoss(pos_weight=counts + 1.0)
+
+    def train(fail):
+        with ReplicaGroup(build, devices2) as g:
+            opt = pc.optim.SGD(g.parameters(), lr=0.1)
+            losses = [g.step(x, y, good, opt)]
+            if fail:
+                with pytest.raises(pc.ParclError, match="one_hot: label 7"):
+                    g.step(x, y, bad, opt)
+            losses.append(g.step(x, y, good, opt))
+            state = values(g.parameters()) + [b.to_host() for b in g.model.buffers()]
+            return losses, state, g.rng_state()
+
+    (want, want_state, want_rng), (got, got_state, got_rng) = train(False), train(True)
+    assert got == want and got_rng == want_rng
+    for a, b in zip(want_state, got_state):
+        np.testing.assert_array_equal(a, b)
