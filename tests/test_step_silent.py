@@ -482,3 +482,42 @@ def test_a_step_refused_before_the_replicas_began_leaves_dropout_and_statistics_
     assert got == want and got_rng == want_rng
     for a, b in zip(want_state, got_state):
         np.testing.assert_array_equal(a, b)
+
+
+def test_what_a_failed_run_held_back_on_replica_1_alone_is_refused_until_group_zero_grad(
+        devices2):
+    """Replica 0 failed before its backward and replica 1's read a bad token id: replica 0
+    has no gradient, so ``opt.zero_grad()`` changes nothing the group can follow, and
+    replica 1's garbage would have gone into the step. The step refuses it, saying that
+    ``group.zero_grad()`` zeroes every replica's; after it the step is the clean one."""
+    def build(q):
+        pc.manual_seed(0)
+        return pc.nn.Sequential(pc.nn.Embedding(6, 4, queue=q), pc.nn.Flatten(),
+                                pc.nn.Linear(8, 3, queue=q))
+
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 6, (8, 2)), rng.integers(0, 3, 8)
+
+    def forward_backward(r, ids, fail):
+        if fail:
+            raise RuntimeError("replica 0 fails first")
+        with tp.Tape() as tape:
+            out = r.model(tp.tensor(pc.Tensor.from_host(r.queue, ids)))
+            loss = tp.cross_entropy(out, pc.Tensor.from_host(r.queue, y[:4]))
+        tape.backward(loss)
+
+    def train(fail):
+        with ReplicaGroup(build, devices2) as g:
+            opt = pc.optim.SGD(g.parameters(), lr=0.1)
+            if fail:
+                with pytest.raises(pc.ReplicaError, match="fails first"):
+                    g.run(forward_backward, [x[:4], np.full((4, 2), 9)], [True, False])
+                opt.zero_grad()
+                with pytest.raises(pc.ParclError, match=r"replica 1's .*group\.zero_grad\(\)"):
+                    g.step(x, y, tp.cross_entropy, opt)
+                g.zero_grad()
+            g.step(x, y, tp.cross_entropy, opt)
+            return values(g.parameters())
+
+    for a, b in zip(train(False), train(True)):
+        np.testing.assert_array_equal(a, b)

@@ -220,7 +220,9 @@ class StepBuffers:
                         check()
                 except ParclError as exc:
                     raise ParclError(f"{op}: replica {r}'s gradient of parameter {j} "
-                                     f"{tuple(p.shape)}: {exc}; nothing was reduced") from exc
+                                     f"{tuple(p.shape)}: {exc}; nothing was reduced. "
+                                     f"group.zero_grad() zeroes every replica's (the "
+                                     f"optimizer's only where replica 0 has one too)") from exc
 
     def held(self) -> tuple[list[int], list[int]]:
         """Before a step, what the calls since the last one left (a run's backward): the
