@@ -220,9 +220,8 @@ class StepBuffers:
                         check()
                 except ParclError as exc:
                     raise ParclError(f"{op}: replica {r}'s gradient of parameter {j} "
-                                     f"{tuple(p.shape)}: {exc}; nothing was reduced. "
-                                     f"group.zero_grad() zeroes every replica's (the "
-                                     f"optimizer's only where replica 0 has one too)") from exc
+                                     f"{tuple(p.shape)}: {exc}; nothing was reduced "
+                                     f"(group.zero_grad() zeroes every replica's too)") from exc
 
     def held(self) -> tuple[list[int], list[int]]:
         """Before a step, what the calls since the last one left (a run's backward): the
@@ -311,7 +310,7 @@ class StepBuffers:
         pool = pool_of(self.queues[0])
         recent = pool.last_overwrite > seen.when     # one comparison when nothing was zeroed
         dropped = [j for j, (p, had) in enumerate(zip(first.params, seen.held))
-                   if p.grad is None and had]
+                   if p.grad is None and (had or getattr(p, "zeroed_at", 0) > seen.when)]
         zeroed = [j for j, p in enumerate(first.params)
                   if recent and p.grad is not None and _zeroed(pool, p.grad, seen.when)]
         for grads in self.grads[1:]:

@@ -29,6 +29,7 @@ import pyopencl as cl
 from .. import recorder
 from ..errors import ParclError, ShapeError
 from ..gate import transfer
+from ..pool import stamp
 from ..runtime import default_queue
 from ..tape.changes import changed
 from ..tape.node import Node, host_copy
@@ -124,6 +125,13 @@ class Parameter(Node):
         """A Parameter holding a device copy of ``array`` (``queue=None``: default queue)."""
         return cls(Tensor.from_host(queue if queue is not None else default_queue(),
                                     np.asarray(array, dtype=np.float32)))
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop ``.grad`` (``set_to_none``) or fill it with zeros; noted (``zeroed_at``) even
+        where there is none: a ReplicaGroup drops the other replicas' then too, where this
+        replica's backward did not reach the parameter and theirs did."""
+        super().zero_grad(set_to_none)
+        self.zeroed_at = stamp()
 
     def __repr__(self) -> str:
         return f"Parameter(shape={self.shape})"
