@@ -143,7 +143,7 @@ class Tape:
         except ParclError as exc:
             # raised amid the walk (a checkpoint's recomputation found its input bad): the
             # leaves reached before hold contributions from it, as after a deferred check
-            _hold_back(order, exc)
+            hold_back(order, exc)
             raise
         finally:
             _backward_state.deferred = outer
