@@ -66,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replicas", type=int, default=None, metavar="N",
                    help="replicas in this process (on a CPU: sub-devices to split it into)")
     p.add_argument("--devices", default=None, metavar="SPEC",
-                   help="cpu, cpu:N, gpu, gpu:I,J or all (default: $PARCL_DEVICES, else GPUs, "
-                        "else the CPU)")
+                   help="cpu, cpu:N, gpu, gpu:I,J or all (default: $PARCL_DEVICES, else "
+                        "$PYOPENCL_CTX, else GPUs, else the CPU)")
     p.add_argument("--allreduce", default="auto", metavar="ALGO",
                    help="allreduce algorithm: auto, direct, shared, scatter or ring")
     p.add_argument("--allow-repeat", action="store_true",
