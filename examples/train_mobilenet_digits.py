@@ -55,6 +55,8 @@ def main(argv=None) -> float:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     args = p.parse_args(argv)
+    if args.epochs < 1:      # no epoch ran: "test accuracy: 0.0000", never measured
+        p.error(f"--epochs must be >= 1, got {args.epochs}")
 
     x_train, y_train, x_test, y_test = pc.data.load_digits(images=True)
     x_train, x_test = standardize(x_train, x_test)
@@ -69,7 +71,6 @@ def main(argv=None) -> float:
 
     scheduler = warmup_cosine(opt, args.epochs * len(loader))
     start = time.perf_counter()
-    acc = 0.0
     for epoch in range(args.epochs):
         model.train()
         total, seen = 0.0, 0

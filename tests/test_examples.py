@@ -65,6 +65,15 @@ def test_train_mobilenet_digits_reaches_95_percent():
     assert acc >= 0.95
 
 
+def test_train_mobilenet_digits_refuses_zero_epochs():
+    """--epochs 0 trained nothing and printed "test accuracy: 0.0000", a figure never measured
+    (the untrained model scores about 10 %)."""
+    for epochs in ("0", "-1"):
+        with pytest.raises(SystemExit) as e:
+            example("train_mobilenet_digits").main(["--epochs", epochs, "--no-progress"])
+        assert e.value.code == 2
+
+
 def test_train_digits_dp_on_two_replicas_reaches_97_percent():
     acc = final_accuracy(["-m", "parcl.launch", "--replicas", "2",
                           "examples/train_digits_dp.py"])
