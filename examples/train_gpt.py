@@ -73,6 +73,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="record each replica's step once and replay it (default: on)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     args = p.parse_args(argv)
+    if args.eval_every < 1:
+        p.error(f"--eval-every must be >= 1, got {args.eval_every}")
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint DIR")
     if args.batch_size % dist.world_size():
@@ -208,6 +210,8 @@ def main(argv=None) -> float:
         elapsed = time.perf_counter() - start
         if path:
             save()
+        if is_main and math.isnan(val_loss):     # no step ran: a finished run resumed, or
+            val_loss = evaluate(group.model, val_batches)    # --max-steps 0; measure it
         if is_main:
             model = group.model.eval()
             prompt = vocab.encode(PROMPT).astype(np.int64)[None]

@@ -181,6 +181,26 @@ def test_train_gpt_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path
         np.testing.assert_array_equal(parts[key], whole[key], err_msg=key)
 
 
+def test_train_gpt_resuming_a_finished_run_reports_its_validation_loss(tmp_path):
+    """Run again on its checkpoint, a finished run resumed at its last step, made no step and
+    so no evaluation, and reported "validation: nan nats/char" (and main returned nan);
+    --eval-every 0 ended in a ZeroDivisionError after the first step."""
+    def last_line(*extra):
+        r = subprocess.run([sys.executable, *GPT_SHORT, "--n-layer", "1", "--n-embd", "32",
+                            "--block-size", "16", "--max-steps", "2", *extra],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT, env=ENV)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip().splitlines()[-1]
+
+    first = last_line("--checkpoint", str(tmp_path))
+    again = last_line("--checkpoint", str(tmp_path))
+    assert first.startswith("validation: ") and "nan" not in first, first
+    assert again == first
+    with pytest.raises(SystemExit) as e:
+        example("train_gpt").parse_args(["--eval-every", "0"])
+    assert e.value.code == 2
+
+
 def test_train_vit_digits_on_two_replicas_reaches_97_percent():
     acc = final_accuracy(["-m", "parcl.launch", "--replicas", "2",
                           "examples/train_vit_digits.py"])
