@@ -75,6 +75,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "eagerly)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     args = p.parse_args(argv)
+    # a negative --max-steps or no epoch trained nothing and printed the untrained accuracy
+    for name, least in (("epochs", 1), ("max_steps", 0), ("save_every", 0)):
+        if getattr(args, name) < least:
+            p.error(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(args, name)}")
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint DIR")
     if args.batch_size % dist.world_size():

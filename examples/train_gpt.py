@@ -73,8 +73,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="record each replica's step once and replay it (default: on)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     args = p.parse_args(argv)
-    if args.eval_every < 1:
-        p.error(f"--eval-every must be >= 1, got {args.eval_every}")
+    # a negative --max-steps or --stop-at trained nothing, silently
+    for name, least in (("eval_every", 1), ("max_steps", 0), ("stop_at", 0),
+                        ("save_every", 0)):
+        if getattr(args, name) < least:
+            p.error(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(args, name)}")
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint DIR")
     if args.batch_size % dist.world_size():

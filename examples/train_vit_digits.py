@@ -118,6 +118,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="record each replica's step once and replay it (default: on)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     args = p.parse_args(argv)
+    # --epochs 0 and a negative --max-steps failed in the scheduler (T_max must be a positive
+    # int), --heads 5 of --dim 64 in a reshape of the first step
+    for name, least in (("epochs", 1), ("max_steps", 0), ("heads", 1)):
+        if getattr(args, name) < least:
+            p.error(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(args, name)}")
+    if args.dim % args.heads:
+        p.error(f"--heads {args.heads} must divide --dim {args.dim}")
+    if args.patch not in (0, 1, 2, 4, 8):
+        p.error(f"--patch must be 0 (rows) or divide 8 (1, 2, 4, 8), got {args.patch}")
     if args.batch_size % dist.world_size():
         p.error(f"--batch-size {args.batch_size} must divide by the {dist.world_size()} ranks")
     return args

@@ -201,6 +201,22 @@ def test_train_gpt_resuming_a_finished_run_reports_its_validation_loss(tmp_path)
     assert e.value.code == 2
 
 
+@pytest.mark.parametrize("name, argv", [
+    ("train_digits_dp", ["--epochs", "0"]), ("train_digits_dp", ["--max-steps", "-1"]),
+    ("train_digits_dp", ["--save-every", "-5"]), ("train_gpt", ["--max-steps", "-1"]),
+    ("train_gpt", ["--stop-at", "-1"]), ("train_vit_digits", ["--epochs", "0"]),
+    ("train_vit_digits", ["--max-steps", "-3"]), ("train_vit_digits", ["--heads", "5"]),
+    ("train_vit_digits", ["--patch", "3"])])
+def test_examples_refuse_flags_that_train_nothing_or_cannot_run(name, argv):
+    """train_digits_dp.py --epochs 0 or --max-steps -1 trained nothing and printed the
+    untrained model's accuracy (0.0418) as the result, train_gpt.py --stop-at -1 stopped
+    before the first step; train_vit_digits.py --epochs 0 failed in the scheduler and
+    --heads 5 (of --dim 64) in a reshape of the first step. Each is now argparse's error."""
+    with pytest.raises(SystemExit) as e:
+        example(name).parse_args(argv)
+    assert e.value.code == 2
+
+
 def test_train_vit_digits_on_two_replicas_reaches_97_percent():
     acc = final_accuracy(["-m", "parcl.launch", "--replicas", "2",
                           "examples/train_vit_digits.py"])
