@@ -74,8 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     args = p.parse_args(argv)
     # a negative --max-steps or --stop-at trained nothing, silently
-    for name, least in (("eval_every", 1), ("max_steps", 0), ("stop_at", 0),
-                        ("save_every", 0)):
+    # (--eval-batches 0 ended the run at its first evaluation: division by zero)
+    for name, least in (("eval_every", 1), ("eval_batches", 1), ("max_steps", 0),
+                        ("stop_at", 0), ("save_every", 0), ("sample_chars", 0)):
         if getattr(args, name) < least:
             p.error(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(args, name)}")
     if args.resume and not args.checkpoint:

@@ -204,7 +204,8 @@ def test_train_gpt_resuming_a_finished_run_reports_its_validation_loss(tmp_path)
 @pytest.mark.parametrize("name, argv", [
     ("train_digits_dp", ["--epochs", "0"]), ("train_digits_dp", ["--max-steps", "-1"]),
     ("train_digits_dp", ["--save-every", "-5"]), ("train_gpt", ["--max-steps", "-1"]),
-    ("train_gpt", ["--stop-at", "-1"]), ("train_vit_digits", ["--epochs", "0"]),
+    ("train_gpt", ["--stop-at", "-1"]), ("train_gpt", ["--eval-batches", "0"]),
+    ("train_gpt", ["--sample-chars", "-3"]), ("train_vit_digits", ["--epochs", "0"]),
     ("train_vit_digits", ["--max-steps", "-3"]), ("train_vit_digits", ["--heads", "5"]),
     ("train_vit_digits", ["--patch", "3"])])
 def test_examples_refuse_flags_that_train_nothing_or_cannot_run(name, argv):
