@@ -113,7 +113,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--patch", type=int, default=0,
                    help="patch side in pixels (1, 2, 4, 8), or 0: one token per image row")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps")
+    p.add_argument("--max-steps", type=int, default=0,
+                   help="train this many steps at most: the cosine then spans them, so a short "
+                        "run anneals to zero (unlike train_digits_dp.py's, which only stops)")
     p.add_argument("--capture", action=argparse.BooleanOptionalAction, default=True,
                    help="record each replica's step once and replay it (default: on)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
