@@ -191,6 +191,7 @@ def main(argv=None) -> float:
                    disable=args.no_progress or not is_main)
         while step < stop:
             for xb, yb in loader:
+                lr = scheduler.get_last_lr()[0]      # this step's, as nanoGPT logs it
                 recent.append(group.step(xb, yb, pc.nn.GPT.loss, opt,
                                          max_grad_norm=args.max_grad_norm or None))
                 scheduler.step()
@@ -206,7 +207,7 @@ def main(argv=None) -> float:
                     bar.clear()
                     log(f"step {step}: train {train_loss:.4f} nats/char "
                         f"({bits(train_loss):.3f} bits), validation {val_loss:.4f} nats/char "
-                        f"({bits(val_loss):.3f} bits), lr {scheduler.get_last_lr()[0]:.2e} "
+                        f"({bits(val_loss):.3f} bits), lr {lr:.2e} "
                         f"({time.perf_counter() - start:.0f} s)")
                 if step >= stop:
                     break

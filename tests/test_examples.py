@@ -201,6 +201,20 @@ def test_train_gpt_resuming_a_finished_run_reports_its_validation_loss(tmp_path)
     assert e.value.code == 2
 
 
+def test_train_gpt_logs_the_learning_rate_its_step_used():
+    """The log line of step N showed the scheduler's rate after step N, the next step's: with
+    --warmup 0 step 1 trains at the peak 2e-3 but was logged at 1.10e-03, and the last step
+    at --min-lr, a rate no step used."""
+    r = subprocess.run([sys.executable, *GPT_SHORT, "--n-layer", "1", "--n-embd", "32",
+                        "--block-size", "16", "--max-steps", "2", "--warmup", "0",
+                        "--eval-every", "1"], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT, env=ENV)
+    assert r.returncode == 0, r.stderr
+    lrs = [line.split(", lr ")[1].split()[0] for line in r.stdout.splitlines()
+           if line.startswith("step ")]
+    assert lrs == ["2.00e-03", "1.10e-03"], r.stdout
+
+
 @pytest.mark.parametrize("name, argv", [
     ("train_digits_dp", ["--epochs", "0"]), ("train_digits_dp", ["--max-steps", "-1"]),
     ("train_digits_dp", ["--save-every", "-5"]), ("train_gpt", ["--max-steps", "-1"]),
