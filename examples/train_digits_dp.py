@@ -114,6 +114,13 @@ def main(argv=None) -> float:
             if meta.get("world_size") != world:
                 raise SystemExit(f"{path} was saved by {meta.get('world_size')} ranks; resume "
                                  f"it with as many (this run has {world})")
+            # the scheduler and Adam's lr come from the checkpoint: other flags would be ignored
+            saved_schedule = meta.get("schedule", {"epochs": args.epochs, "lr": args.lr})
+            if saved_schedule != {"epochs": args.epochs, "lr": args.lr}:
+                raise SystemExit(f"{path} continues a run of --epochs "
+                                 f"{saved_schedule['epochs']} --lr {saved_schedule['lr']}; "
+                                 f"resume it with those (this run has --epochs {args.epochs} "
+                                 f"--lr {args.lr}; --max-steps stops it earlier)")
             group.broadcast_parameters()             # the loaded weights to every replica
             step = int(meta["step"])
             loader.load_state_dict(meta["loader"])
@@ -134,7 +141,8 @@ def main(argv=None) -> float:
             if is_main:
                 pc.save(path, group.model, opt, step=step, scheduler=scheduler,
                         epoch=loader.state_dict()["epoch"], loader=loader.state_dict(),
-                        rng=states, world_size=world)
+                        rng=states, world_size=world,
+                        schedule={"epochs": args.epochs, "lr": args.lr})
 
         total_steps = args.epochs * len(loader)
         if args.max_steps:

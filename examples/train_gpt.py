@@ -86,6 +86,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def schedule_args(args: argparse.Namespace) -> dict:
+    """The flags a checkpoint's scheduler and optimizer state fix (pc.load restores them)."""
+    return {"max_steps": args.max_steps, "warmup": args.warmup, "lr": args.lr,
+            "min_lr": args.min_lr, "weight_decay": args.weight_decay}
+
+
+def check_schedule(path: str, saved: dict | None, args: argparse.Namespace) -> None:
+    """A resumed run follows the checkpoint's schedule and optimizer settings whatever the
+    command line says: refuse other ones rather than ignore them."""
+    mine = schedule_args(args)
+    if saved is None or saved == mine:         # (checkpoints before this check: no record)
+        return
+    flag = lambda k: "--" + k.replace("_", "-")     # noqa: E731
+    raise SystemExit(f"{path} continues a run of "
+                     + " ".join(f"{flag(k)} {v}" for k, v in saved.items())
+                     + "; resume it with those (this run has "
+                     + ", ".join(f"{flag(k)} {mine.get(k)}" for k, v in saved.items()
+                                 if mine.get(k) != v)
+                     + "; --stop-at stops it earlier)")
+
+
 def param_groups(model: pc.nn.Module, weight_decay: float) -> list[dict]:
     """nanoGPT's groups: weight decay on every 2-D weight (matmuls, embeddings), none on
     biases and layer norms."""
@@ -164,6 +185,7 @@ def main(argv=None) -> float:
         # restart resume, as docs/launch.md says); --resume insists there is one.
         if args.resume or (path and os.path.exists(path)):
             meta = pc.load(path, group.model, opt, scheduler=scheduler)
+            check_schedule(path, meta.get("schedule"), args)
             group.broadcast_parameters()             # the loaded weights to every replica
             step = int(meta["step"])
             loader.load_state_dict(meta["loader"])   # rank 0's position: every rank's
@@ -182,7 +204,8 @@ def main(argv=None) -> float:
             if is_main:
                 os.makedirs(args.checkpoint, exist_ok=True)
                 pc.save(path, group.model, opt, step=step, scheduler=scheduler,
-                        loader=loader.state_dict(), dropout=dropout)
+                        loader=loader.state_dict(), dropout=dropout,
+                        schedule=schedule_args(args))
 
         stop = min(args.stop_at, args.max_steps) if args.stop_at else args.max_steps
         start, first, recent = time.perf_counter(), step, []

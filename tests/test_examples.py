@@ -215,6 +215,30 @@ def test_train_gpt_logs_the_learning_rate_its_step_used():
     assert lrs == ["2.00e-03", "1.10e-03"], r.stdout
 
 
+def test_examples_refuse_to_resume_with_another_schedule(tmp_path):
+    """pc.load restores the scheduler and the optimizer's lr and weight decay, so a resumed
+    run's --max-steps / --epochs / --lr / --warmup / --min-lr / --weight-decay were ignored:
+    train_gpt.py run to --max-steps 4 then resumed with --max-steps 8 kept the 4-step cosine
+    and climbed back to the peak lr (2e-4, 1.1e-3, 2e-3, 1.1e-3 over steps 5-8), silently."""
+    def run(script, out, *extra):
+        base = GPT_SHORT[1:] + ["--n-layer", "1", "--n-embd", "32", "--block-size", "16"] \
+            if script == "train_gpt" else ["--batch-size", "256", "--no-progress"]
+        return subprocess.run([sys.executable, f"examples/{script}.py", *base, *extra,
+                               "--checkpoint", str(out)], capture_output=True, text=True,
+                              timeout=120, cwd=ROOT, env=ENV)
+
+    assert run("train_gpt", tmp_path / "gpt", "--max-steps", "2").returncode == 0
+    r = run("train_gpt", tmp_path / "gpt", "--max-steps", "4")
+    assert r.returncode == 1 and "continues a run of --max-steps 2" in r.stderr, r.stderr
+    r = run("train_gpt", tmp_path / "gpt", "--max-steps", "2", "--lr", "1e-3")
+    assert r.returncode == 1 and "--lr 0.001" in r.stderr, r.stderr
+    assert "resumed from" in run("train_gpt", tmp_path / "gpt", "--max-steps", "2").stdout
+    assert run("train_digits_dp", tmp_path / "dp", "--max-steps", "2").returncode == 0
+    r = run("train_digits_dp", tmp_path / "dp", "--epochs", "3")
+    assert r.returncode == 1 and "continues a run of --epochs 10" in r.stderr, r.stderr
+    assert "resumed from" in run("train_digits_dp", tmp_path / "dp", "--max-steps", "3").stdout
+
+
 @pytest.mark.parametrize("name, argv", [
     ("train_digits_dp", ["--epochs", "0"]), ("train_digits_dp", ["--max-steps", "-1"]),
     ("train_digits_dp", ["--save-every", "-5"]), ("train_gpt", ["--max-steps", "-1"]),
