@@ -81,6 +81,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(args, name)}")
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint DIR")
+    if args.save_every and not args.checkpoint:     # (was ignored: nothing saved)
+        p.error("--save-every needs --checkpoint DIR")
     if args.batch_size % dist.world_size():
         p.error(f"--batch-size {args.batch_size} must divide by the {dist.world_size()} ranks")
     return args

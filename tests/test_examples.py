@@ -245,12 +245,14 @@ def test_examples_refuse_to_resume_with_another_schedule(tmp_path):
     ("train_gpt", ["--stop-at", "-1"]), ("train_gpt", ["--eval-batches", "0"]),
     ("train_gpt", ["--sample-chars", "-3"]), ("train_vit_digits", ["--epochs", "0"]),
     ("train_vit_digits", ["--max-steps", "-3"]), ("train_vit_digits", ["--heads", "5"]),
-    ("train_vit_digits", ["--patch", "3"])])
+    ("train_vit_digits", ["--patch", "3"]), ("train_gpt", ["--save-every", "100"]),
+    ("train_digits_dp", ["--save-every", "20"])])
 def test_examples_refuse_flags_that_train_nothing_or_cannot_run(name, argv):
     """train_digits_dp.py --epochs 0 or --max-steps -1 trained nothing and printed the
     untrained model's accuracy (0.0418) as the result, train_gpt.py --stop-at -1 stopped
     before the first step; train_vit_digits.py --epochs 0 failed in the scheduler and
-    --heads 5 (of --dim 64) in a reshape of the first step. Each is now argparse's error."""
+    --heads 5 (of --dim 64) in a reshape of the first step; --save-every without
+    --checkpoint saved nothing. Each is now argparse's error."""
     with pytest.raises(SystemExit) as e:
         example(name).parse_args(argv)
     assert e.value.code == 2
