@@ -66,6 +66,10 @@ def main(argv=None) -> None:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--no-progress", action="store_true", help="no loss lines")
     args = p.parse_args(argv)
+    # --steps 0 (or -2) printed the untrained model's "test accuracy: 0.097" as the result
+    for name in ("steps", "batch_size"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     pc.nn.manual_seed(0)
     queue = pc.default_queue()
     model = HistogramModel()

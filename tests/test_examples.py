@@ -74,6 +74,15 @@ def test_train_mobilenet_digits_refuses_zero_epochs():
         assert e.value.code == 2
 
 
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--steps", "-2"], ["--batch-size", "0"]])
+def test_train_transformer_histogram_refuses_runs_that_train_nothing(argv):
+    """--steps 0 or -2 trained nothing and printed the untrained model's "test accuracy:
+    0.097" as the result; --batch-size 0 failed in Tensor.from_host of the first batch."""
+    with pytest.raises(SystemExit) as e:
+        example("train_transformer_histogram").main([*argv, "--no-progress"])
+    assert e.value.code == 2
+
+
 def test_train_digits_dp_on_two_replicas_reaches_97_percent():
     acc = final_accuracy(["-m", "parcl.launch", "--replicas", "2",
                           "examples/train_digits_dp.py"])
