@@ -3,6 +3,7 @@ backwarded quietly, captured steps are never replayed stale."""
 
 import numpy as np
 import pytest
+import torch
 
 import parcl as pc
 import parcl.tape as tp
@@ -489,7 +490,6 @@ def test_a_skipped_batch_of_a_bad_id_is_not_counted_by_a_cumulative_batch_norm_a
     running mean [0.357, 0.0385, 0.0329] where PyTorch's (its error before the batch norm)
     counts 2 and averages the two good batches, [0.2797, 0.0112, -0.0004]. Now the count
     waits for the checks too."""
-    torch = pytest.importorskip("torch")
     pc.nn.manual_seed(0)
     emb = pc.nn.Embedding(4, 3, queue=queue)
     bn = pc.nn.BatchNorm1d(3, momentum=None, queue=queue)
@@ -552,7 +552,6 @@ def test_a_skipped_batch_of_a_bad_id_leaves_instance_norms_running_statistics_as
     evaluation, raised 'embedding: index 4' for good (the running mean NaN) where PyTorch's
     error comes before the update and batch [1, 2, 3] moves it on. Now the update reads the
     input's checks first, in every replay of a captured step too."""
-    torch = pytest.importorskip("torch")
     pc.nn.manual_seed(0)
     emb = pc.nn.Embedding(4, 3, queue=queue)
     norm = pc.nn.InstanceNorm1d(3, track_running_stats=True, queue=queue)
