@@ -307,7 +307,7 @@ def test_a_nodes_max_and_min_along_a_dim_give_values_and_indices_as_torch(queue)
     assert x.min(dim=0).indices.to_host().tolist() == [0, 1, 1]
     assert float(x.max()) == 3.0
     with pytest.raises(TypeError, match="axis and dim given both"):
-        x.sum(0, dim=1)
+        x.sum(0, axis=1)
 
 
 @pytest.mark.parametrize("method", ["sum", "mean", "var", "std"])
@@ -335,6 +335,35 @@ def test_a_nodes_reductions_over_dim_empty_are_over_every_dim_as_pytorch(queue, 
         assert out.shape == tuple(want.shape)
         np.testing.assert_allclose(out.to_host(), want.detach().numpy(), rtol=1e-5)
         np.testing.assert_allclose(x.grad.to_host(), t.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["sum", "mean"])
+def test_a_nodes_sum_and_mean_take_their_first_argument_as_pytorchs_dim(queue, method):
+    """``x.sum(dims)`` positionally is torch.Tensor's ``dim``: ``dims=()`` (a per-sample sum
+    over ``tuple(range(1, x.ndim))`` of a 1-D batch) reduces every dim, as ``x.var(())``
+    does. parcl read the first argument as numpy's ``axis``, so ``x.sum(())`` of
+    [[1, 5, 5, 2], [3, 4, 0, -3], [-1, -1, -2, 7]] was the 3x4 input where PyTorch gives 20
+    (``x.mean(())``: the input, not 1.667), silently. Numpy's ``axis=()`` by keyword still
+    reduces none."""
+    import torch
+    a = np.array([[1, 5, 5, 2], [3, 4, 0, -3], [-1, -1, -2, 7]], np.float32)
+    t = torch.tensor(a, requires_grad=True)
+    for dims, keepdim in (((), False), ([], True), ((0, 1), False), (1, True), (-2, False)):
+        x = tp.tensor(a, requires_grad=True)
+        with tp.Tape() as tape:
+            out = getattr(x, method)(dims, keepdim)
+            loss = tp.sum(out * out)
+        tape.backward(loss)
+        t.grad = None
+        want = getattr(t, method)(dims, keepdim)
+        (want * want).sum().backward()
+        assert out.shape == tuple(want.shape)
+        np.testing.assert_allclose(out.to_host(), want.detach().numpy(), rtol=1e-6)
+        np.testing.assert_allclose(x.grad.to_host(), t.grad.numpy(), rtol=1e-6)
+    x = tp.tensor(a)
+    assert float(x.sum(())) == 20.0 and abs(float(x.mean(())) - 20 / 12) < 1e-6
+    np.testing.assert_array_equal(getattr(x, method)(axis=()).to_host(), a)
+    assert getattr(x, method)(axis=1, keepdims=True).shape == (3, 1)
 
 
 def test_a_numpy_bool_operand_is_refused_as_a_python_bool_not_taken_to_the_host(queue):

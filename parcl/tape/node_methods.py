@@ -19,16 +19,16 @@ def _every_dim_if_empty(dim):
     return None if isinstance(dim, (tuple, list)) and not dim else dim
 
 
-def _torch_names(op: str, axis, keepdims, dim, keepdim) -> tuple:
-    """``axis``/``keepdims`` (numpy's names, parcl's) or ``dim``/``keepdim`` (PyTorch's,
-    with its meaning of ``dim=()``); both at once is a TypeError."""
-    if dim is not None:
-        if axis is not None:
+def _torch_names(op: str, dim, keepdim, axis, keepdims) -> tuple:
+    """PyTorch's ``dim``/``keepdim`` (positional, as torch.Tensor's, with its meaning of
+    ``dim=()``) or numpy's ``axis``/``keepdims`` by keyword (parcl's, ``axis=()`` reducing
+    none); both at once is a TypeError."""
+    if axis is not None:
+        if dim is not None:
             raise TypeError(f"{op}: axis and dim given both; they are one argument")
+    else:
         axis = _every_dim_if_empty(dim)
-    if keepdim is not None:
-        keepdims = keepdim
-    return axis, keepdims
+    return axis, keepdim if keepdims is None else keepdims
 
 
 @cache
@@ -106,13 +106,14 @@ class NodeMethods:
     def __neg__(self):
         return _ops().neg(self)
 
-    def sum(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        """``x.sum(axis)``; PyTorch's ``dim=``/``keepdim=`` are taken too."""
-        axis, keepdims = _torch_names("sum", axis, keepdims, dim, keepdim)
+    def sum(self, dim=None, keepdim=False, *, axis=None, keepdims=None):
+        """``x.sum(dim, keepdim)``, as torch.Tensor's; numpy's ``axis=``/``keepdims=`` are
+        taken too."""
+        axis, keepdims = _torch_names("sum", dim, keepdim, axis, keepdims)
         return _ops().sum(self, axis=axis, keepdims=keepdims)
 
-    def mean(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        axis, keepdims = _torch_names("mean", axis, keepdims, dim, keepdim)
+    def mean(self, dim=None, keepdim=False, *, axis=None, keepdims=None):
+        axis, keepdims = _torch_names("mean", dim, keepdim, axis, keepdims)
         return _ops().mean(self, axis=axis, keepdims=keepdims)
 
     # -- torch.Tensor's methods of the ops: thin wrappers, PyTorch's argument order -------
