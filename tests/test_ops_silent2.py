@@ -4,8 +4,10 @@ with what parcl gave and what PyTorch gives."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
+import parcl as pc
 import parcl.tape as tp
 from conftest import leaf
 
@@ -69,3 +71,30 @@ def test_diff_of_order_0_leaves_prepend_and_append_out_as_pytorch(queue):
     np.testing.assert_array_equal(node.diff(0, append=leaf(queue, post)).to_host(), x)
     np.testing.assert_array_equal(tp.diff(node, 1, 1, leaf(queue, pre)).to_host(),
                                   np.diff(x, 1, 1, prepend=pre))       # n=1 joins as before
+
+
+def test_masked_fill_with_a_0d_node_value_gives_it_its_gradient_as_pytorch(queue):
+    """``x.masked_fill(mask, v)`` with ``v`` a 0-d tensor that requires grad (a learned fill,
+    PyTorch's ``masked_fill(mask, self.pad_value)``) gives ``v`` the sum of the upstream
+    gradient where the mask is True. parcl read ``v`` as a float, a constant, so with
+    ``x = [[0, 1, 2], [3, 4, 5]]``, ``v = 2.5`` and the loss ``sum(out ** 2)`` ``v.grad`` was
+    None where PyTorch gives 15, silently. A value of more than 0 dims is refused, as
+    PyTorch's."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    mask = np.array([[1, 0, 1], [0, 0, 1]], np.float32)
+    nx, nv = leaf(queue, x), leaf(queue, np.float32(2.5))
+    with tp.Tape() as tape:
+        out = nx.masked_fill(tp.tensor(mask), nv)
+        loss = tp.sum(out * out)
+    tape.backward(loss)
+    tx = torch.tensor(x, requires_grad=True)
+    tv = torch.tensor(2.5, requires_grad=True)
+    want = tx.masked_fill(torch.tensor(mask > 0), tv)
+    (want * want).sum().backward()
+    np.testing.assert_array_equal(out.to_host(), want.detach().numpy())
+    np.testing.assert_array_equal(nx.grad.to_host(), tx.grad.numpy())
+    assert float(tv.grad) == 15.0
+    np.testing.assert_array_equal(nv.grad.to_host(), tv.grad.numpy())
+    with pytest.raises(pc.ShapeError, match=r"masked_fill: value must be a number or a 0-d "
+                                            r"tensor.*got shape \(1,\) \(input \(2, 3\)\)"):
+        tp.masked_fill(nx, mask, tp.tensor(np.array([2.5], np.float32)))

@@ -89,9 +89,10 @@ def where(cond, a, b, *, tape=None):
     return Where.apply(_as_input(cond, q), _as_input(a, q), _as_input(b, q), tape=tape)
 
 
-def masked_fill(x, mask, value: float, *, tape=None):
-    """``x`` with ``value`` wherever ``mask`` (broadcast to ``x``'s shape) is nonzero; as
-    ``torch.Tensor.masked_fill``. The gradient reaches ``x`` where the mask is False.
+def masked_fill(x, mask, value, *, tape=None):
+    """``x`` with ``value`` (a number, or a 0-d Node or Tensor) wherever ``mask`` (broadcast
+    to ``x``'s shape) is nonzero; as ``torch.Tensor.masked_fill``. The gradient reaches ``x``
+    where the mask is False, and a 0-d Node ``value`` the sum of it where the mask is True.
 
     >>> tp.masked_fill(scores, causal_mask, float("-inf")).shape  # scores (T, T)
     (4, 4)
@@ -100,6 +101,13 @@ def masked_fill(x, mask, value: float, *, tape=None):
     if ew.broadcast_shapes("masked_fill", m.shape, x.shape) != tuple(x.shape):
         raise ShapeError(f"masked_fill: mask of shape {m.shape} does not broadcast to the "
                          f"input's shape {x.shape}")
+    if isinstance(value, (Node, Tensor)):
+        # kept in the graph, not read as a float: that dropped a Node's gradient (and the
+        # host read kept a captured step eager)
+        if value.shape != ():
+            raise ShapeError(f"masked_fill: value must be a number or a 0-d tensor, as "
+                             f"PyTorch's, got shape {value.shape} (input {x.shape})")
+        return where(m, value, x, tape=tape)
     return where(m, float(value), x, tape=tape)
 
 
