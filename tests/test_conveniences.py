@@ -277,7 +277,9 @@ METHODS = {
     "cumsum": lambda v: v.cumsum(1), "norm": lambda v: v.norm(1, 1),
     "topk": lambda v: v.topk(2).values,
     "sort": lambda v: v.sort(0, descending=True).values, "expand": lambda v: v[:1].expand(3, 4),
-    "flip": lambda v: v.flip(1), "tril": lambda v: v.tril(), "matmul": lambda v: v.matmul(v.T),
+    "flip": lambda v: v.flip(1), "flip dims as arguments": lambda v: v.flip(0, 1),
+    "flip dims=": lambda v: v.flip(dims=[-1]), "tril": lambda v: v.tril(),
+    "matmul": lambda v: v.matmul(v.T),
 }
 
 

@@ -296,7 +296,10 @@ class NodeMethods:
             sizes = tuple(sizes[0])
         return _ops().expand(self, sizes)
 
-    def flip(self, dims):
+    def flip(self, dims, *more_dims):
+        """``x.flip(dims)``, or PyTorch's ``x.flip(0, 2)`` (the dims as arguments)."""
+        if more_dims:
+            dims = (dims, *more_dims)
         return _ops().flip(self, dims)
 
     def diagonal(self, offset=0, dim1=0, dim2=1):
