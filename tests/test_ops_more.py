@@ -212,3 +212,24 @@ def test_remainder_fmod_and_hypot_refuse_two_numbers_and_other_operands(queue):
         tp.hypot(x, 1.0)
     with pytest.raises(ShapeError):
         tp.remainder(x, leaf(queue, [1.0, 2.0, 3.0]))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda a, b, c: tp.lerp(a, b, c),
+     r"lerp: shapes do not broadcast: input \(2, 3\), end \(2, 3\), weight \(4,\)"),
+    (lambda a, b, c: tp.lerp(a, c, 0.5), r"lerp: shapes do not broadcast: input \(2, 3\), "
+     r"end \(4,\)"),
+    (lambda a, b, c: tp.addcmul(a, b, c, value=0.5),
+     r"addcmul: shapes do not broadcast: input \(2, 3\), tensor1 \(2, 3\), tensor2 \(4,\)"),
+    (lambda a, b, c: tp.addcdiv(a, c, b),
+     r"addcdiv: shapes do not broadcast: input \(2, 3\), tensor1 \(4,\), tensor2 \(2, 3\)"),
+    (lambda a, b, c: tp.clamp(a, b, c),
+     r"clamp: shapes do not broadcast: input \(2, 3\), min \(2, 3\), max \(4,\)"),
+])
+def test_three_input_ops_name_themselves_and_every_shape_when_they_do_not_broadcast(
+        queue, call, message):
+    # each is composed of binary ops: the error came from one of them, naming it and two shapes
+    # ('sub: shapes (4,) and (2, 3)' for a lerp), perhaps an intermediate result's
+    a, b, c = (leaf(queue, np.ones(s, np.float32)) for s in ((2, 3), (2, 3), (4,)))
+    with pytest.raises(ShapeError, match=message):
+        call(a, b, c)

@@ -24,7 +24,7 @@ from ...kernels import select as sk
 from ...kernels.reduction import sum_to_shape
 from ...tensor import Tensor
 from ..node import Function
-from .elementwise import _is_scalar
+from .elementwise import _is_scalar, check_broadcast
 
 __all__ = ["clamp", "cos", "elu", "erf", "leaky_relu", "silu", "sin", "softplus"]
 
@@ -207,6 +207,7 @@ def clamp(x, min: float | None = None, max: float | None = None, *, tape=None): 
     if min is None and max is None:
         raise ParclError("clamp: at least one of min and max must be given")
     if not all(b is None or _is_scalar(b) for b in (min, max)):
+        check_broadcast("clamp", input=x, min=min, max=max)
         lo_s = None if min is None or not _is_scalar(min) else _number("clamp", "min", min)
         hi_s = None if max is None or not _is_scalar(max) else _number("clamp", "max", max)
         return ClampBounds.apply(x, None if lo_s is not None else min,

@@ -18,7 +18,9 @@ from numbers import Real
 
 import numpy as np
 
+from ...errors import ShapeError
 from ...kernels import elementwise as ew
+from ...kernels.broadcast import broadcast_shapes
 from ...kernels.reduction import sum_to_shape
 from ...tensor import Tensor
 from ..node import Function, Node
@@ -28,6 +30,22 @@ __all__ = ["add", "div", "maximum", "minimum", "mul", "pow", "sub"]
 
 def _is_scalar(v) -> bool:
     return isinstance(v, (Real, np.number)) and not isinstance(v, bool)
+
+
+def check_broadcast(op: str, **operands) -> None:
+    """A ShapeError naming ``op`` and every operand's shape unless they broadcast together
+    (numbers and None skipped): an op composed of binary ops would otherwise fail in one of
+    them, naming that op and two shapes, one of them perhaps an intermediate result's."""
+    shapes = {k: tuple(v.shape) for k, v in operands.items()
+              if v is not None and not _is_scalar(v)}
+    out: tuple = ()
+    try:
+        for shape in shapes.values():
+            out = broadcast_shapes(op, out, shape)
+    except ShapeError:
+        named = ", ".join(f"{k} {s}" for k, s in shapes.items())
+        raise ShapeError(f"{op}: shapes do not broadcast: {named} (numpy rules: trailing "
+                         "dimensions must be equal or 1)") from None
 
 
 def _mul_into(t, g):

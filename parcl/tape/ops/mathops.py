@@ -22,7 +22,7 @@ from ...kernels import elementwise as ew
 from ...tensor import Tensor, keep_checks
 from ..node import Function, Node
 from .activation import _Activation, clamp
-from .elementwise import _is_scalar, _Partials, add, mul, sub
+from .elementwise import _is_scalar, _Partials, add, check_broadcast, mul, sub
 from .select import where
 
 __all__ = ["acos", "asin", "atan", "atan2", "ceil", "clip", "cosh", "eq", "expm1", "floor",
@@ -184,6 +184,8 @@ def lerp(a, b, weight, *, tape=None):
     >>> tp.lerp(x, x * 3.0, 0.5).to_host()
     array([0.5, 8. ], dtype=float32)
     """
+    check_broadcast("lerp", input=a, end=b,
+                    weight=weight if isinstance(weight, (Node, Tensor)) else None)
     diff = sub(b, a, tape=tape)
     if _is_scalar(weight):
         w = float(weight)

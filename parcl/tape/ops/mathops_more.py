@@ -24,7 +24,8 @@ from ...kernels import reduction as rd
 from ...tensor import Tensor, keep_checks
 from ..node import Function, Node
 from .activation import _Activation, clamp
-from .elementwise import _Binary, _is_scalar, _Partials, _Scalar, add, div, mul
+from .elementwise import (_Binary, _is_scalar, _Partials, _Scalar, add, check_broadcast, div,
+                          mul)
 from .mathops import _raw
 from .reduce_dims import _axes
 
@@ -150,6 +151,7 @@ def addcmul(input, tensor1, tensor2, *, value: float = 1, tape=None):  # noqa: A
     >>> tp.addcmul(x, x, x, value=0.5).to_host()              # x = [-3, 5.5]
     array([ 1.5  , 20.625], dtype=float32)
     """
+    check_broadcast("addcmul", input=input, tensor1=tensor1, tensor2=tensor2)
     # value weighs tensor1 before the product, (value * t1) * t2, as PyTorch's kernel: t1 * t2
     # first overflows float32 where the weighed product does not (1e20 * 1e20 * 1e-30)
     if value != 1:
@@ -159,6 +161,7 @@ def addcmul(input, tensor1, tensor2, *, value: float = 1, tape=None):  # noqa: A
 
 def addcdiv(input, tensor1, tensor2, *, value: float = 1, tape=None):  # noqa: A002
     """``torch.addcdiv``: ``input + value * (tensor1 / tensor2)``, all three broadcast."""
+    check_broadcast("addcdiv", input=input, tensor1=tensor1, tensor2=tensor2)
     if value != 1:              # (value * t1) / t2, as PyTorch's kernel (and addcmul's)
         tensor1 = mul(tensor1, _value("addcdiv", value), tape=tape)
     return add(input, div(tensor1, tensor2, tape=tape), tape=tape)
