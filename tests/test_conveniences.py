@@ -4,8 +4,12 @@ recorded) and ``tp.tensor(ndarray)``."""
 
 from __future__ import annotations
 
+import operator
+import re
+
 import numpy as np
 import pytest
+import torch
 
 import parcl as pc
 import parcl.tape as tp
@@ -261,6 +265,31 @@ def test_a_manual_sgd_step_under_no_grad_updates_the_parameter_in_place(queue):
     with pytest.raises(ParclError, match="updated in place"):     # w * w saved the old w
         tape2.backward(z)
 
+
+
+
+@pytest.mark.parametrize("op, assign", [("+=", operator.iadd), ("-=", operator.isub),
+                                        ("*=", operator.imul), ("/=", operator.itruediv),
+                                        ("**=", operator.ipow)])
+def test_an_op_assign_that_would_grow_a_recorded_node_is_refused_as_pytorch(op, assign):
+    """PyTorch's ``x += y`` keeps x's shape: x (3,) and y (2, 3) is its error ('output with
+    shape [3] doesn't match the broadcast shape [2, 3]'). While recording parcl's fallback
+    ``x = x + y`` made x a (2, 3) Node, so a loss summed over it was 30.0 for x = [2, 4, 6]
+    and y ones, silently. A y that broadcasts to x's shape still gives PyTorch's values."""
+    w = tp.tensor(np.array([1.0, 2.0, 3.0], np.float32), requires_grad=True)
+    t = torch.tensor([1.0, 2.0, 3.0]) * 2
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        assign(t, torch.ones(2, 3))
+    rows = np.array([[0.5], [2.0]], np.float32)
+    with tp.Tape():
+        x = w * 2.0
+        with pytest.raises(ShapeError, match=rf"Node {re.escape(op)}: an operand of shape "
+                           r"\(2, 3\) would grow \(3,\) to \(2, 3\)"):
+            assign(x, tp.tensor(np.ones((2, 3), np.float32)))
+        z = assign(x * tp.tensor(rows), x)           # (2, 3) op= (3,): keeps its shape
+    want = assign(t * torch.tensor(rows), t)
+    assert z.shape == (2, 3)
+    np.testing.assert_allclose(z.to_host(), want.numpy(), rtol=1e-6)
 
 # -- torch.Tensor's methods on a Node --------------------------------------------------------
 METHODS = {

@@ -10,6 +10,8 @@ from functools import cache
 
 import numpy as np
 
+from ..errors import ShapeError
+from ..kernels.broadcast import broadcast_shapes
 from . import mode
 
 
@@ -29,6 +31,10 @@ def _torch_names(op: str, dim, keepdim, axis, keepdims) -> tuple:
     else:
         axis = _every_dim_if_empty(dim)
     return axis, keepdim if keepdims is None else keepdims
+
+
+_OPERATORS = {"__iadd__": "+", "__isub__": "-", "__imul__": "*", "__itruediv__": "/",
+              "__ipow__": "**"}
 
 
 @cache
@@ -72,9 +78,21 @@ class NodeMethods:
     # ``x op= y``: under tp.no_grad in place on the value, as PyTorch's (the manual SGD step
     # ``p -= lr * p.grad`` updates the parameter; Python's fallback ``p = p - ...`` rebound
     # the loop variable to a new tensor and left the model unchanged, silently). While
-    # recording, NotImplemented: the fallback records ``x = x op y``, a new Node.
+    # recording, NotImplemented: the fallback records ``x = x op y``, a new Node, which must
+    # keep x's shape as PyTorch's in-place op does (``x += y`` of x (3,) and y (2, 3) is its
+    # error, not a (2, 3) x).
     def _inplace(self, symbol: str, other):
         if mode.state.grad:
+            shape = getattr(other, "shape", None)
+            if shape is not None:
+                mine = tuple(self.shape)
+                op = _OPERATORS[symbol]
+                out = broadcast_shapes(f"Node {op}=", mine, tuple(shape))
+                if out != mine:
+                    raise ShapeError(f"Node {op}=: an operand of shape {tuple(shape)} would "
+                                     f"grow {mine} to {out}; an in-place op keeps its "
+                                     f"tensor's shape, as PyTorch's (write x = x {op} y for "
+                                     "the broadcast result)")
             return NotImplemented
         res = getattr(self.value, symbol)(other.value if isinstance(other, NodeMethods)
                                           else other)
