@@ -291,6 +291,29 @@ def test_an_op_assign_that_would_grow_a_recorded_node_is_refused_as_pytorch(op, 
     assert z.shape == (2, 3)
     np.testing.assert_allclose(z.to_host(), want.numpy(), rtol=1e-6)
 
+
+def test_a_remainder_assign_under_no_grad_changes_the_parameter_in_place_as_pytorch():
+    """PyTorch's ``p %= 2.0`` under no_grad wraps the parameter in place; parcl's Node had
+    no ``%=``, so Python's fallback ``p = p % 2.0`` rebound the loop variable and the model's
+    weight stayed [2.5, -0.7, 7.0] where PyTorch's is [0.5, 1.3, 1.0], silently."""
+    w = tp.tensor(np.array([2.5, -0.7, 7.0], np.float32), requires_grad=True)
+    t = torch.tensor([2.5, -0.7, 7.0], requires_grad=True)
+    with tp.no_grad():
+        for p in [w]:
+            p %= 2.0
+    with torch.no_grad():
+        for p in [t]:
+            p %= 2.0
+    np.testing.assert_allclose(w.to_host(), t.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(w.to_host(), [0.5, 1.3, 1.0], rtol=1e-6)
+    with tp.Tape():                                  # recorded: x = x % y, a new Node
+        x = w * 3.0
+        y = x
+        y %= 1.0
+        assert y is not x
+        with pytest.raises(ShapeError, match=r"Node %=: an operand of shape \(2, 3\)"):
+            x %= tp.tensor(np.ones((2, 3), np.float32))
+
 # -- torch.Tensor's methods on a Node --------------------------------------------------------
 METHODS = {
     "exp": lambda v: v.exp(), "log": lambda v: v.abs().log(), "sqrt": lambda v: v.abs().sqrt(),

@@ -34,7 +34,7 @@ def _torch_names(op: str, dim, keepdim, axis, keepdims) -> tuple:
 
 
 _OPERATORS = {"__iadd__": "+", "__isub__": "-", "__imul__": "*", "__itruediv__": "/",
-              "__ipow__": "**"}
+              "__ipow__": "**", "__imod__": "%"}
 
 
 @cache
@@ -83,22 +83,24 @@ class NodeMethods:
     # error, not a (2, 3) x).
     def _inplace(self, symbol: str, other):
         if mode.state.grad:
-            shape = getattr(other, "shape", None)
-            if shape is not None:
-                mine = tuple(self.shape)
-                op = _OPERATORS[symbol]
-                out = broadcast_shapes(f"Node {op}=", mine, tuple(shape))
-                if out != mine:
-                    raise ShapeError(f"Node {op}=: an operand of shape {tuple(shape)} would "
-                                     f"grow {mine} to {out}; an in-place op keeps its "
-                                     f"tensor's shape, as PyTorch's (write x = x {op} y for "
-                                     "the broadcast result)")
+            self._keeps_shape(symbol, other)
             return NotImplemented
         res = getattr(self.value, symbol)(other.value if isinstance(other, NodeMethods)
                                           else other)
         if res is NotImplemented:
             raise TypeError(f"Node {symbol}: unsupported operand {type(other).__name__}")
         return self
+
+    def _keeps_shape(self, symbol: str, other) -> None:
+        shape = getattr(other, "shape", None)
+        if shape is None:
+            return
+        mine, op = tuple(self.shape), _OPERATORS[symbol]
+        out = broadcast_shapes(f"Node {op}=", mine, tuple(shape))
+        if out != mine:
+            raise ShapeError(f"Node {op}=: an operand of shape {tuple(shape)} would grow "
+                             f"{mine} to {out}; an in-place op keeps its tensor's shape, as "
+                             f"PyTorch's (write x = x {op} y for the broadcast result)")
 
     def __iadd__(self, other):
         return self._inplace("__iadd__", other)
@@ -188,6 +190,17 @@ class NodeMethods:
 
     def __mod__(self, other):
         return _ops().remainder(self, other)
+
+    def __imod__(self, other):
+        # in place under no_grad, as PyTorch's %= (a parameter wrapped by p %= 1.0 changes);
+        # Python's fallback p = p % 1.0 left it as it was. pc.Tensor has no %: the remainder
+        # is computed, then copied into the value
+        if mode.state.grad:
+            self._keeps_shape("__imod__", other)
+            return NotImplemented
+        other = other.value if isinstance(other, NodeMethods) else other
+        self.value.copy_(_ops().remainder(self.value, other))
+        return self
 
     def __rmod__(self, other):
         return _ops().remainder(other, self)
