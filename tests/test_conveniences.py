@@ -314,6 +314,27 @@ def test_a_remainder_assign_under_no_grad_changes_the_parameter_in_place_as_pyto
         with pytest.raises(ShapeError, match=r"Node %=: an operand of shape \(2, 3\)"):
             x %= tp.tensor(np.ones((2, 3), np.float32))
 
+
+def test_a_manual_step_outside_no_grad_is_refused_as_pytorch():
+    """PyTorch refuses ``p -= lr * p.grad`` on a parameter while grad mode is on ('a leaf
+    Variable that requires grad is being used in an in-place operation'). parcl recorded
+    ``p = p - lr * p.grad``, a new Node, so the step changed no weight: w stayed [1, 2] where
+    the step under no_grad gives [0, 0], silently."""
+    w = tp.tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    t = torch.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        t -= 0.5
+    with tp.Tape() as tape:
+        loss = tp.sum(w * w)
+    tape.backward(loss)
+    for op, assign in (("-", operator.isub), ("+", operator.iadd), ("%", operator.imod)):
+        with pytest.raises(ParclError, match=rf"Node {re.escape(op)}=: a leaf that requires grad"):
+            assign(w, 0.5 * w.grad)
+    np.testing.assert_array_equal(w.to_host(), [1.0, 2.0])
+    with tp.no_grad():
+        w -= 0.5 * w.grad
+    np.testing.assert_array_equal(w.to_host(), [0.0, 0.0])
+
 # -- torch.Tensor's methods on a Node --------------------------------------------------------
 METHODS = {
     "exp": lambda v: v.exp(), "log": lambda v: v.abs().log(), "sqrt": lambda v: v.abs().sqrt(),

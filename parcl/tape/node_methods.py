@@ -10,7 +10,7 @@ from functools import cache
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ParclError, ShapeError
 from ..kernels.broadcast import broadcast_shapes
 from . import mode
 
@@ -92,10 +92,17 @@ class NodeMethods:
         return self
 
     def _keeps_shape(self, symbol: str, other) -> None:
+        op = _OPERATORS[symbol]
+        if self.requires_grad and self.grad_fn is None:
+            # PyTorch's error; the recorded x = x op y would leave the leaf (a parameter) as
+            # it was: a manual step p -= lr * p.grad outside no_grad changed no weight
+            raise ParclError(f"Node {op}=: a leaf that requires grad is used in an in-place "
+                             f"op while grad mode is on (shape {tuple(self.shape)}); update "
+                             "parameters under tp.no_grad(), as PyTorch requires")
         shape = getattr(other, "shape", None)
         if shape is None:
             return
-        mine, op = tuple(self.shape), _OPERATORS[symbol]
+        mine = tuple(self.shape)
         out = broadcast_shapes(f"Node {op}=", mine, tuple(shape))
         if out != mine:
             raise ShapeError(f"Node {op}=: an operand of shape {tuple(shape)} would grow "
