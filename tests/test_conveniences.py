@@ -330,6 +330,10 @@ def test_a_manual_step_outside_no_grad_is_refused_as_pytorch():
     for op, assign in (("-", operator.isub), ("+", operator.iadd), ("%", operator.imod)):
         with pytest.raises(ParclError, match=rf"Node {re.escape(op)}=: a leaf that requires grad"):
             assign(w, 0.5 * w.grad)
+    with tp.Tape():                                  # a view of it, as PyTorch's
+        view = w.reshape(2, 1)
+        with pytest.raises(ParclError, match=r"through a view of it: reshape"):
+            view -= 1.0
     np.testing.assert_array_equal(w.to_host(), [1.0, 2.0])
     with tp.no_grad():
         w -= 0.5 * w.grad

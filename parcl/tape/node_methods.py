@@ -37,6 +37,11 @@ _OPERATORS = {"__iadd__": "+", "__isub__": "-", "__imul__": "*", "__itruediv__":
               "__ipow__": "**", "__imod__": "%"}
 
 
+def _leaf_viewed(x):
+    from .node import leaf_viewed          # node.py imports this module
+    return leaf_viewed(x)
+
+
 @cache
 def _ops():
     # imported on first use (ops import node.py, which imports this); cached, as every
@@ -93,12 +98,14 @@ class NodeMethods:
 
     def _keeps_shape(self, symbol: str, other) -> None:
         op = _OPERATORS[symbol]
-        if self.requires_grad and self.grad_fn is None:
-            # PyTorch's error; the recorded x = x op y would leave the leaf (a parameter) as
-            # it was: a manual step p -= lr * p.grad outside no_grad changed no weight
-            raise ParclError(f"Node {op}=: a leaf that requires grad is used in an in-place "
-                             f"op while grad mode is on (shape {tuple(self.shape)}); update "
-                             "parameters under tp.no_grad(), as PyTorch requires")
+        if self.requires_grad and _leaf_viewed(self) is not None:
+            # PyTorch's error (for a leaf or a view of one); the recorded x = x op y would
+            # leave the leaf (a parameter) as it was: a manual step p -= lr * p.grad outside
+            # no_grad changed no weight
+            through = "" if self.grad_fn is None else f" (through a view of it: {self.op_name})"
+            raise ParclError(f"Node {op}=: a leaf that requires grad{through} is used in an "
+                             f"in-place op while grad mode is on (shape {tuple(self.shape)}); "
+                             "update parameters under tp.no_grad(), as PyTorch requires")
         shape = getattr(other, "shape", None)
         if shape is None:
             return
