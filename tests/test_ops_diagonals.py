@@ -152,3 +152,23 @@ def test_a_captured_step_through_the_new_ops_replays_its_eager_bits(queue, rng):
 
     assert_replays_eager(queue, step, w, [rng.standard_normal((3, 4)).astype(np.float32)
                                           for _ in range(3)])
+
+
+def test_tensordot_over_a_slice_with_no_elements_gives_pytorchs_zeros(queue):
+    """A contracted dim of size 0 (``x[:, 4:]`` of a (3, 4) ``x``) made the rows of the
+    reshaped matrix 0 and their division a ZeroDivisionError, where PyTorch's sum of no
+    products is 0 and the gradient zero."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = tp.tensor(a, requires_grad=True)
+    with tp.Tape() as tape:
+        full = tp.tensordot(x[:, 4:], x[:, 4:], ([0, 1], [0, 1]))    # (3, 0) . (3, 0)
+        rows = tp.tensordot(x[:, 4:], x[:, 4:], ([1], [1]))          # (3, 3) of nothing
+        cols = tp.tensordot(x[2:2], x[2:2], ([0], [0]))              # (0, 4): (4, 4)
+        loss = tp.sum(full) + tp.sum(rows) + tp.sum(cols)
+    tape.backward(loss)
+    xt = torch.tensor(a)
+    assert float(full) == float(torch.tensordot(xt[:, 4:], xt[:, 4:], ([0, 1], [0, 1])))
+    np.testing.assert_array_equal(rows.to_host(), np.zeros((3, 3)))
+    np.testing.assert_array_equal(cols.to_host(), torch.tensordot(xt[2:2], xt[2:2],
+                                                                  ([0], [0])).numpy())
+    np.testing.assert_array_equal(x.grad.to_host(), np.zeros((3, 4)))

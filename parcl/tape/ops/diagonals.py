@@ -154,8 +154,8 @@ def _as_matrix(x, first: list[int], second: list[int], tape):
     if order != list(range(len(order))):
         x = permute(x, order, tape=tape)
     shape = _shape_of("tensordot", x)
-    rows = prod(shape[:len(first)])
-    return reshape(x, (rows, prod(shape) // rows), tape=tape)
+    # each side's own product: a contracted dim of size 0 makes the rows 0, no divisor
+    return reshape(x, (prod(shape[:len(first)]), prod(shape[len(first):])), tape=tape)
 
 
 def tensordot(a, b, dims=2, *, tape=None):
