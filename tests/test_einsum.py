@@ -127,3 +127,25 @@ def test_random_equations_match_torch(queue):
         got = tp.einsum(eq, *[leaf(queue, a, False) for a in arrays]).to_host()
         assert got.shape == want.shape, eq
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=eq)
+
+
+def test_einsum_over_a_slice_with_no_elements_gives_pytorchs_zeros(queue):
+    """A label of size 0 (``x[:, 4:]`` of a (3, 4) ``x``) was taken for size 1 (the larger of
+    the default 1 and 0), so the operand's reshape failed ('cannot view (3, 0) (0 elements)
+    as (3, 1, 1)') where PyTorch's sum of no products is 0 and the gradient zero; a size-1
+    dim broadcasts against the 0 as in PyTorch."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x, xt = tp.tensor(a, requires_grad=True), torch.tensor(a)
+    cases = [("ij,ij->i", lambda v: (v[:, 4:], v[:, 4:])),          # (3,) of zeros
+             ("ij,ik->jk", lambda v: (v[2:2], v[2:2])),              # (4, 4) of zeros
+             ("ij->", lambda v: (v[:, 4:],)),
+             ("i,i->", lambda v: (v[0, 4:], v[0, :1]))]              # 1 broadcast to 0
+    with tp.Tape() as tape:
+        outs = [tp.einsum(eq, *pick(x)) for eq, pick in cases]
+        loss = tp.sum(tp.stack([tp.sum(y) for y in outs]))
+    tape.backward(loss)
+    for (eq, pick), y in zip(cases, outs):
+        want = torch.einsum(eq, *pick(xt)).numpy()
+        assert y.shape == want.shape, eq
+        np.testing.assert_array_equal(y.to_host(), want)
+    np.testing.assert_array_equal(x.grad.to_host(), np.zeros((3, 4)))

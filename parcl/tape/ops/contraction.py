@@ -101,7 +101,7 @@ def _sizes(equation: str, labels, shapes) -> dict:
                 raise ShapeError(f"einsum: {equation!r}: label {name} has size {m} in an "
                                  f"earlier operand and {n} in operand {i} (shape "
                                  f"{tuple(shape)}); sizes must agree or be 1")
-            size[x] = max(m, n)
+            size[x] = n if m == 1 else m      # a 1 broadcasts to the other, 0 included
     return size
 
 
