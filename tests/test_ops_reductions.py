@@ -229,3 +229,24 @@ def test_any_all_and_logsumexp_over_an_empty_slice_give_pytorchs_values(queue):
     np.testing.assert_array_equal(tp.logsumexp(t[2:2], 0, keepdims=True).to_host(),
                                   np.full((1, 4), -np.inf))
     assert tp.any(t[2:2], 1).shape == (0,)
+
+
+def test_argmax_and_a_recorded_max_over_an_empty_slice_raise_a_shape_error_as_pytorch(queue):
+    """The index of the largest of no elements (``x[:, 4:]`` of a (3, 4) ``x``) divided by
+    the row length 0 (a ZeroDivisionError from tp.argmax, tp.argmin, Tensor.argmax and a
+    tp.max recorded for its backward) where PyTorch raises 'Expected reduction dim 1 to have
+    non-zero size'; rows of nothing to reduce give an empty result and a zero gradient."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = tp.tensor(a, requires_grad=True)
+    for op, call in (("argmax", lambda: tp.argmax(x[:, 4:], 1)),
+                     ("argmin", lambda: tp.argmin(x[:, 4:], 1)),
+                     ("argmax", lambda: x.value[:, 4:].argmax(1)),
+                     ("max", lambda: tp.max(x[:, 4:], 1))):
+        with tp.Tape(), pytest.raises(pc.ShapeError, match=f"{op}: axis 1 of shape \\(3, 0\\)"):
+            call()
+    assert tp.argmax(x[2:2], 1).shape == (0,)             # torch: tensor([], dtype=int64)
+    with tp.Tape() as tape:
+        y = tp.max(x[2:2], 1)
+    tape.backward(tp.sum(y))
+    assert y.shape == (0,)
+    np.testing.assert_array_equal(x.grad.to_host(), np.zeros((3, 4)))

@@ -319,9 +319,9 @@ def product(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
     return _reduce("prod", "prod", x, axis, keepdims, mean=False)
 
 
-def argmax(x: Tensor, axis: int = -1, dtype=np.int64) -> Tensor:
+def argmax(x: Tensor, axis: int = -1, dtype=np.int64, op: str = "argmax") -> Tensor:
     """Index of the first largest element along ``axis`` (numpy's ``argmax``), as int64 or
-    int32 labels; used for accuracy."""
+    int32 labels; used for accuracy. ``op`` names the caller in errors (argmin)."""
     check_float("argmax", x)
     dt = np.dtype(dtype)
     if dt not in LABEL_DTYPES:
@@ -329,6 +329,9 @@ def argmax(x: Tensor, axis: int = -1, dtype=np.int64) -> Tensor:
     if x.ndim == 0:
         raise ShapeError("argmax: a 0-d tensor has no axis")
     (ax,) = normalize_axes("argmax", axis, x.ndim, x.shape)
+    if x.shape[ax] == 0:             # rows of nothing (x[:, T:]): no index to give
+        raise ShapeError(f"{op}: axis {ax} of shape {x.shape} holds no elements, so it has no "
+                         "index to give (as PyTorch's)")
     if ax != x.ndim - 1:
         x = layout.transpose(x, [k for k in range(x.ndim) if k != ax] + [ax])
     R = x.shape[-1]

@@ -41,11 +41,13 @@ def _rows(x: Tensor, axes: tuple[int, ...]):
     reduced block in row-major order); the permutation used (None: none was needed) and the
     permuted shape."""
     perm = [k for k in range(x.ndim) if k not in axes] + list(axes)
-    R = prod(x.shape[k] for k in axes)
+    # each side its own product: reduced axes of size 0 (x[:, T:]) leave no divisor
+    shape = (prod(x.shape[k] for k in perm[:x.ndim - len(axes)]),
+             prod(x.shape[k] for k in axes))
     if perm == list(range(x.ndim)):
-        return x.reshape((x.size // R, R)), None, x.shape
+        return x.reshape(shape), None, x.shape
     xt = layout.transpose(x, perm)
-    return xt.reshape((x.size // R, R)), perm, xt.shape
+    return xt.reshape(shape), perm, xt.shape
 
 
 class _Extreme(Function):
@@ -63,7 +65,7 @@ class _Extreme(Function):
                 return ew.unary("neg", rd.max(ew.unary("neg", x), axes, keepdims))
             return rd.max(x, axes, keepdims)
         rows, perm, pshape = _rows(x, axes)
-        idx = rd.argmax(ew.unary("neg", rows) if self.negate else rows, axis=-1)
+        idx = rd.argmax(ew.unary("neg", rows) if self.negate else rows, axis=-1, op=self.name)
         self.saved = (idx, rows.shape[1], perm, pshape)
         return scan.take_rows(rows, idx).reshape(out_shape)
 
@@ -129,11 +131,11 @@ def _arg(op: str, x, axis, keepdims: bool, negate: bool) -> Tensor:
     ew.check_float(op, x)
     src = ew.unary("neg", x) if negate else x
     if axis is None:                       # the index into the flattened tensor
-        idx = rd.argmax(src.reshape((1, x.size)), axis=-1)
+        idx = rd.argmax(src.reshape((1, x.size)), axis=-1, op=op)
         shape = (1,) * x.ndim if keepdims else ()
     else:
         (ax,) = rd.normalize_axes(op, axis_int(op, axis, x.shape), x.ndim, x.shape)
-        idx = rd.argmax(src, axis=ax)
+        idx = rd.argmax(src, axis=ax, op=op)
         shape = rd.reduced_shape(x.shape, (ax,), keepdims) if keepdims else idx.shape
     # the input's pending checks (an embedding's index range): the indices of rows picked by a
     # bad id raise at their host read, as every value computed through tp ops does
