@@ -163,3 +163,34 @@ def test_conv_ext_errors(queue):
         tp.conv_transpose2d(x, w, up(queue, np.zeros(4)))
     with pytest.raises(pc.DTypeError, match=r"conv_transpose2d: input has dtype int32"):
         tp.conv_transpose2d(up(queue, np.zeros((1, 4, 5, 5)), np.int32), w)
+
+
+@pytest.mark.parametrize("op, wshape, kw", [
+    ("conv2d", (3, 4, 3, 3), {"padding": 1}),
+    ("conv2d", (4, 2, 3, 3), {"groups": 2}),
+    ("conv2d", (4, 1, 3, 3), {"groups": 4}),                 # depthwise
+    ("conv_transpose2d", (4, 3, 3, 3), {"stride": 2}),
+])
+def test_convolutions_of_a_batch_with_no_images_give_pytorchs_empty_output_and_zero_grads(
+        queue, op, wshape, kw):
+    """``x[2:]`` of a batch of 2 (the rest of a batch past its end): the chunking of the
+    images divided by their count, a ZeroDivisionError (the depthwise backward a ShapeError
+    of its per-image weight parts), where PyTorch gives an empty output and zero gradients
+    for the weight and bias."""
+    import torch
+    import torch.nn.functional as F
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 4, 5, 5)).astype(np.float32)
+    wa = rng.standard_normal(wshape).astype(np.float32)
+    cout = wshape[1] if op == "conv_transpose2d" else wshape[0]
+    ba = rng.standard_normal(cout).astype(np.float32)
+    x, w, b = (tp.tensor(v, requires_grad=True) for v in (a, wa, ba))
+    with tp.Tape() as tape:
+        y = getattr(tp, op)(x[2:], w, b, **kw)
+    tape.backward(tp.sum(y))
+    xt, wt, bt = (torch.tensor(v, requires_grad=True) for v in (a, wa, ba))
+    yt = getattr(F, op)(xt[2:], wt, bt, **kw)
+    yt.sum().backward()
+    assert y.shape == tuple(yt.shape)
+    for ours, theirs in ((x, xt), (w, wt), (b, bt)):
+        np.testing.assert_array_equal(ours.grad.to_host(), theirs.grad.numpy())

@@ -282,7 +282,10 @@ def _i32(*vals) -> list[np.int32]:
 
 
 def _chunks(n: int, rows_per_image: int, k: int):
-    """Batch chunks (n0, nb) whose im2col matrix stays under COLS_LIMIT floats."""
+    """Batch chunks (n0, nb) whose im2col matrix stays under COLS_LIMIT floats; none for a
+    batch of no images (x[n:])."""
+    if n == 0:
+        return
     nb = max(1, min(n, COLS_LIMIT // max(rows_per_image * k, 1)))
     nb = -(-n // -(-n // nb))                   # balanced: 32 images as 16 + 16, not 28 + 4
     for n0 in range(0, n, nb):
@@ -382,4 +385,6 @@ def conv2d_backward(x: Tensor, weight: Tensor, grad: Tensor, stride=1, padding=0
         gwt, gw = gw, Tensor.empty(x.queue, weight.shape)
         for g in range(groups):                # (kg, cg) -> (cg, kg) per group
             swap01(gwt, g * kg * cg, gw, g * cg * kg, kg, cg, 1)
+    elif need_weight:                          # no images, no chunk: PyTorch's zeros
+        gw = Tensor.zeros(x.queue, weight.shape)
     return gx, gw, gb

@@ -356,7 +356,8 @@ def depthwise_backward(x: Tensor, weight: Tensor, grad: Tensor, geo: ConvGeometr
         part = Tensor.empty(q, (n, cout * kh * kw))
         _kernel(q, "dw_grad_weight", geo)(q, (cout, n), None, x.data, grad.data, part.data,
                                           *args)
-        gw = (reduce_sum(part, axis=0) if n > 1 else part).reshape(weight.shape)
+        # summed over the images, also over none (a batch x[n:]: zeros)
+        gw = (reduce_sum(part, axis=0) if n != 1 else part).reshape(weight.shape)
     if need_bias:
         gb = channel_sum(grad.reshape(n, cout, oh * ow))
     return gx, gw, gb
