@@ -215,3 +215,32 @@ def test_the_8_row_kernels_are_bit_for_bit_the_one_row_kernels(queue, rng, cente
     want = ref_layer_norm(x, 1, None if tw is None else tw.to_host(),
                           None if tb is None else tb.to_host(), center=center)
     np.testing.assert_allclose(got[1][0].view(np.float32), want, atol=3e-5)
+
+
+def test_norms_of_a_slice_with_no_elements_give_pytorchs_empty_output_and_zero_grads(queue):
+    """A group norm of a batch with no samples (``x[2:]`` of a batch of 2) took its group
+    size as x.size // N, and a layer or RMS norm over a normalized_shape holding a 0
+    (``x[:, :, 3:]`` normalised over its last dim) x.size // D, both ZeroDivisionErrors, where
+    PyTorch gives the empty output and zero gradients for input, weight and bias."""
+    import torch
+    import torch.nn.functional as F
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    wa, ba = rng.standard_normal(4).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    cases = [("group_norm", lambda x, w, b, m: m.group_norm(x[2:], 2, w, b)),
+             ("layer_norm", lambda x, w, b, m: m.layer_norm(x[:, :, 3:], (0,))),
+             ("layer_norm", lambda x, w, b, m: m.layer_norm(x[:, :, 3:], (4, 0))),
+             ("rms_norm", lambda x, w, b, m: m.rms_norm(x[:, :, 3:], (0,)))]
+    for name, call in cases:
+        x, w, b = (tp.tensor(v, requires_grad=True) for v in (a, wa, ba))
+        with tp.Tape() as tape:
+            y = call(x, w, b, tp)
+        tape.backward(tp.sum(y))
+        xt, wt, bt = (torch.tensor(v, requires_grad=True) for v in (a, wa, ba))
+        yt = call(xt, wt, bt, F)
+        yt.sum().backward()
+        assert y.shape == tuple(yt.shape), name
+        np.testing.assert_array_equal(x.grad.to_host(), xt.grad.numpy())
+        if wt.grad is not None:
+            np.testing.assert_array_equal(w.grad.to_host(), wt.grad.numpy())
+            np.testing.assert_array_equal(b.grad.to_host(), bt.grad.numpy())

@@ -377,7 +377,7 @@ def norm_forward(x: Tensor, D: int, weight: Tensor | None, bias: Tensor | None, 
     ``(rows,)`` each; ``center=False`` is RMS norm (mean 0). ``workgroup`` forces the kernel
     variant (default: a work-group per row on a GPU, a work-item per row otherwise)."""
     q = x.queue
-    rows = x.size // D
+    rows = x.size // D if D else 0      # runs of no elements (x[:, T:]): nothing to normalise
     y = Tensor.empty(q, x.shape)
     mean, rstd = Tensor.empty(q, (rows,)), Tensor.empty(q, (rows,))
     # plain numbers: the kernel's declared types pack them as numpy's would
@@ -395,7 +395,7 @@ def norm_backward(x: Tensor, g: Tensor, D: int, mean: Tensor, rstd: Tensor,
     / ``bias_into``: existing gradients the parameter gradients are added into (then they are
     what is returned)."""
     q = x.queue
-    rows = x.size // D
+    rows = x.size // D if D else 0
     gx = gw = gb = None
     if need_input:
         gx = Tensor.empty(q, x.shape)

@@ -144,7 +144,7 @@ class GroupNorm(Function):
                 raise ShapeError(f"group_norm: {nm} has shape {t.shape}, expected ({c},) for "
                                  f"input {x.shape}")
         check_same_queue("group_norm", x, *[t for t in (weight, bias) if t is not None])
-        D = x.size // (x.shape[0] * num_groups)
+        D = prod(x.shape[1:]) // num_groups      # not x.size // N: a batch x[n:] has N = 0
         h, mean, rstd = nk.norm_forward(x, D, None, None, eps, center=True)
         self.cshape = (c,) + (1,) * (x.ndim - 2)         # a per-channel vector, broadcastable
         y = h
