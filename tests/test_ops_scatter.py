@@ -454,3 +454,33 @@ def test_a_captured_step_of_sort_topk_and_scatters_replays_the_eager_bits(queue,
 
     assert_replays_eager(queue, step, w, [rng.standard_normal((4, 6)).astype(np.float32)
                                           for _ in range(3)])
+
+
+def test_scatters_of_an_empty_index_leave_the_input_as_pytorch(queue):
+    """An index with no elements (``idx[:, 2:]``, ``ids[2:2]``): the launch divided by the
+    index's length along the axis, 0, a ZeroDivisionError from tp.scatter, tp.scatter_add and
+    tp.index_add, where PyTorch writes nothing: the input unchanged, its gradient passed
+    through and a zero gradient for the source."""
+    import torch
+    a = np.arange(24, dtype=np.float32).reshape(6, 4)
+    idx = np.zeros((6, 2), np.int64)
+    x, s = tp.tensor(a, requires_grad=True), tp.tensor(a, requires_grad=True)
+    xt, st = torch.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    i, it = pc.Tensor.from_host(queue, idx), torch.tensor(idx)
+    ids, idt = pc.Tensor.from_host(queue, np.arange(6)), torch.arange(6)
+    with tp.Tape() as tape:
+        outs = [tp.scatter(x * 1.0, 1, i[:, 2:], s[:, 4:]),
+                tp.scatter_add(x * 1.0, 1, i[:, 2:], s[:, 4:]),
+                tp.scatter(x * 1.0, 1, i[:, 2:], 1.0),
+                tp.index_add(x * 1.0, 0, ids[2:2], s[2:2])]
+        loss = tp.sum(tp.stack([tp.sum(y * y) for y in outs]))
+    tape.backward(loss)
+    touts = [torch.scatter(xt * 1, 1, it[:, 2:], st[:, 4:]),
+             torch.scatter_add(xt * 1, 1, it[:, 2:], st[:, 4:]),
+             torch.scatter(xt * 1, 1, it[:, 2:], 1.0),
+             torch.index_add(xt * 1, 0, idt[2:2], st[2:2])]
+    sum((y * y).sum() for y in touts).backward()
+    for y, yt in zip(outs, touts):
+        np.testing.assert_array_equal(y.to_host(), yt.detach().numpy())     # a itself
+    np.testing.assert_array_equal(x.grad.to_host(), xt.grad.numpy())        # 8 * a
+    np.testing.assert_array_equal(s.grad.to_host(), np.zeros((6, 4)))

@@ -150,7 +150,8 @@ def scatter(x: Tensor, axis: int, index: Tensor, src: Tensor | float, mode: str,
     axis = check_scatter(op, x, axis, index, src if isinstance(src, Tensor) else None)
     out = x if into else x.copy()
     flag = Tensor.full(x.queue, (1,), NO_ERROR, np.int32)
-    _launch(out, axis, index, src, mode, scale, flag)
+    if index.size:                   # an empty index (idx[:, k:]) writes nothing: x as it is
+        _launch(out, axis, index, src, mode, scale, flag)
     return out, flag
 
 
@@ -184,6 +185,8 @@ def src_grad(g: Tensor, axis: int, index: Tensor, src_shape, mode: str,
     that stayed (``"set"``: the last along the axis); zero where ``index`` does not reach."""
     q = g.queue
     gsrc = Tensor.zeros(q, tuple(src_shape))
+    if not index.size:
+        return gsrc
     owner = Tensor.empty(q, g.shape, np.int32) if mode == "set" else gsrc
     lines = index.size // index.shape[axis]
     get_kernel(q, SOURCE, "scatter_src_grad_" + _suffix(index))(
