@@ -306,3 +306,26 @@ def test_an_integer_attention_mask_is_refused_as_pytorch(queue, rng, dtype, wher
     with pytest.raises(pc.DTypeError, match="attn_mask .* has dtype .*boolean mask .* or a "
                                             "float one"):
         tp.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+
+
+def test_attention_with_a_head_dim_of_no_elements_attends_uniformly_as_pytorch(queue):
+    """Queries and keys of head dim 0 (``x[..., 4:]``): the default scale 1 / sqrt(0) was a
+    ZeroDivisionError, where PyTorch's scores (no products, 0) give each query the mean of
+    the values (softmax of the mask alone with a mask); values and gradients as torch's."""
+    import torch
+    import torch.nn.functional as F
+    a = np.random.default_rng(0).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    m = np.random.default_rng(1).standard_normal((4, 4)).astype(np.float32)
+    for kw in ({}, {"is_causal": True}, {"attn_mask": m}):
+        x, xt = tp.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        ours = {k: tp.tensor(v) if k == "attn_mask" else v for k, v in kw.items()}
+        theirs = {k: torch.tensor(v) if k == "attn_mask" else v for k, v in kw.items()}
+        with tp.Tape() as tape:
+            y = tp.scaled_dot_product_attention(x[..., 4:], x[..., 4:], x, **ours)
+        tape.backward(tp.sum(y * y))
+        yt = F.scaled_dot_product_attention(xt[..., 4:], xt[..., 4:], xt, **theirs)
+        (yt * yt).sum().backward()
+        np.testing.assert_allclose(y.to_host(), yt.detach().numpy(), atol=1e-6)
+        np.testing.assert_allclose(x.grad.to_host(), xt.grad.numpy(), atol=1e-5)
+    np.testing.assert_allclose(tp.scaled_dot_product_attention(x[..., 4:], x[..., 4:], x)
+                               .to_host()[0, 0, 0], a[0, 0].mean(0), rtol=1e-5)

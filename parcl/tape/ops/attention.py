@@ -64,7 +64,9 @@ class ScaledDotProductAttention(Function):
         _check(q, k, v)
         batch, (tq, d), tk, dv = q.shape[:-2], q.shape[-2:], k.shape[-2], v.shape[-1]
         nb = prod(batch)
-        self.scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+        # head dim 0 (q[..., :0]): scores of no products are 0 whatever the scale, PyTorch's
+        # 1 / sqrt(0) included (it scales q and k, not the scores), so the mask alone counts
+        self.scale = (1.0 / math.sqrt(d) if d else 1.0) if scale is None else float(scale)
         self.shapes = (q.shape, k.shape, v.shape, None if mask is None else mask.shape)
         q3, k3, v3 = q.reshape(nb, tq, d), k.reshape(nb, tk, d), v.reshape(nb, tk, dv)
         self.mask, self.is_causal, self.batch = mask, is_causal, batch
