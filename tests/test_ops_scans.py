@@ -169,8 +169,6 @@ def test_repeat_interleave_refuses_bad_repeats_naming_the_shapes(queue):
         tp.repeat_interleave(x, [1, 2], 1)
     with pytest.raises(ShapeError, match="repeats must be non-negative"):
         tp.repeat_interleave(x, -1)
-    with pytest.raises(ShapeError, match="leave no elements"):
-        tp.repeat_interleave(x, 0)
     with pytest.raises(ShapeError, match="output_size 5 is not the total of repeats, 6"):
         tp.repeat_interleave(x, 2, 1, output_size=5)
     with pytest.raises(DTypeError, match="repeats must be an int or an int32/int64 tensor"):
@@ -210,3 +208,22 @@ def test_var_mean_gradient_reaches_x_through_both_as_pytorch(queue):
     (tv + tm).backward()
     np.testing.assert_allclose(x.grad.to_host(), t.grad.numpy(), rtol=1e-6)
     np.testing.assert_allclose([float(v), float(m)], [7.0, 3.0], rtol=1e-6)
+
+
+def test_repeat_interleave_leaving_no_elements_gives_pytorchs_empty_result(queue):
+    """Counts all 0, or an input slice with no elements (``x[:, 4:]``, ``x[2:2]``), were a
+    ShapeError ('parcl tensors hold at least one element', from before slices could be
+    empty) where PyTorch gives the empty result, and the gradient through it is zero."""
+    import torch
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x, xt = tp.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    with tp.Tape() as tape:
+        ys = [tp.repeat_interleave(x, [0, 0, 0, 0], dim=1), tp.repeat_interleave(x, 0),
+              tp.repeat_interleave(x[:, 4:], 2, dim=1), tp.repeat_interleave(x[2:2], 3)]
+        loss = tp.sum(tp.stack([tp.sum(y) for y in ys])) + tp.sum(x)
+    tape.backward(loss)
+    yts = [xt.repeat_interleave(torch.tensor([0, 0, 0, 0]), dim=1), xt.repeat_interleave(0),
+           xt[:, 4:].repeat_interleave(2, dim=1), xt[2:2].repeat_interleave(3)]
+    (sum(y.sum() for y in yts) + xt.sum()).backward()
+    assert [y.shape for y in ys] == [tuple(y.shape) for y in yts] == [(3, 0), (0,), (3, 0), (0,)]
+    np.testing.assert_array_equal(x.grad.to_host(), xt.grad.numpy())          # ones

@@ -153,7 +153,8 @@ def repeat_interleave(x, repeats, dim: int | None = None, *, output_size: int | 
     if output_size is not None and output_size != index.size:
         raise ShapeError(f"repeat_interleave: output_size {output_size} is not the total of "
                          f"repeats, {index.size}")
-    if index.size == 0:
-        raise ShapeError(f"repeat_interleave: repeats {counts.tolist()} leave no elements; "
-                         "parcl tensors hold at least one element")
+    if index.size == 0:              # every count 0, or x[:, T:]: picks none, as PyTorch's
+        # (an upload holds at least one element; a slice of one holds none)
+        return index_select(x, axis, Tensor.from_host(x.queue, np.zeros(1, np.int64))[:0],
+                            tape=tape)
     return index_select(x, axis, Tensor.from_host(x.queue, index), tape=tape)
