@@ -252,3 +252,17 @@ def test_product_kernel_paths(queue, rng, workgroup):
         np.testing.assert_allclose(got, want, rtol=1e-4)
         np.testing.assert_array_equal(rd.product(x, axis).to_host().reshape(-1),
                                       rd.product(x, axis).to_host().reshape(-1))
+
+
+def test_one_hot_of_labels_with_no_elements_needs_num_classes_as_pytorch(queue):
+    """``num_classes=-1`` over an empty slice of labels took the minimum of nothing, numpy's
+    'ValueError: zero-size array to reduction operation minimum', where PyTorch raises 'Can
+    not infer total number of classes from empty tensor'; with num_classes given both give
+    the (0, C) result."""
+    ids = pc.Tensor.from_host(queue, np.arange(4))
+    with pytest.raises(pc.ShapeError, match=r"one_hot: labels of shape \(0,\) hold no "
+                                            r"elements, so num_classes=-1"):
+        tp.one_hot(ids[4:])
+    with pytest.raises(RuntimeError, match="Can not infer total number of classes"):
+        torch.nn.functional.one_hot(torch.arange(4)[4:])
+    assert tp.one_hot(ids[4:], 3).shape == (0, 3)

@@ -159,6 +159,10 @@ def one_hot(labels, num_classes: int = -1) -> Tensor:
     num_classes = axis_int("one_hot", num_classes, labels.shape)
     if num_classes == -1:
         host = labels.to_host()
+        if not host.size:            # ids[2:2]: no label to count the classes of
+            raise ShapeError(f"one_hot: labels of shape {labels.shape} hold no elements, so "
+                             "num_classes=-1 has no largest label to come from (as PyTorch's "
+                             "'Can not infer total number of classes'); pass num_classes")
         if host.min() < 0:
             raise ShapeError(f"one_hot: label {int(host.min())} is negative (labels "
                              f"{labels.shape}); class values must be non-negative")
