@@ -278,3 +278,22 @@ def test_lp_pools_refuse_a_zero_norm_and_bad_ranks(queue):
         nn.LPPool2d(2, 2)(tp.tensor(np.ones((2, 4), np.float32)))
     with pytest.raises(pc.ShapeError, match="lp_pool2d: kernel_size must be"):
         tp.lp_pool2d(tp.tensor(np.ones((1, 2, 4, 4), np.float32)), 2, (2, 2, 2))
+
+
+def test_adaptive_pools_refuse_a_spatial_dim_with_no_elements_as_pytorch(queue):
+    """``x[..., W:]`` (a slice past the end) through an adaptive pool: the average pools gave
+    windows of nothing their mean 0 / 0, NaN, silently (tp.adaptive_avg_pool1d of a (2, 3, 0)
+    input a (2, 3, 2) of NaN), and the max pools a ZeroDivisionError, where PyTorch refuses
+    ('Expected input to have non-zero size for non-batch dimensions'); an empty batch or
+    channel dim still gives PyTorch's empty result."""
+    x3 = tp.tensor(np.ones((2, 3, 16), np.float32))
+    x4 = tp.tensor(np.ones((2, 3, 4, 4), np.float32))
+    for op, x in (("adaptive_avg_pool1d", x3[:, :, 16:]), ("adaptive_max_pool1d", x3[:, :, 16:]),
+                  ("adaptive_avg_pool2d", x4[..., 4:]), ("adaptive_max_pool2d", x4[:, :, 4:])):
+        with pytest.raises(pc.ShapeError, match=f"{op}: input of shape .* has a spatial dim "
+                                                "of size 0"):
+            getattr(tp, op)(x, 2)
+        with pytest.raises(RuntimeError, match="non-zero size"):
+            getattr(F, op)(torch.ones(tuple(x.shape)), 2)
+    assert tp.adaptive_avg_pool2d(x4[2:], 2).shape == (0, 3, 2, 2)
+    assert tp.adaptive_max_pool2d(x4[:, 3:], 2).shape == (2, 0, 2, 2)

@@ -27,7 +27,7 @@ from ...kernels import scan
 from ...kernels.adaptive_pool import window_argmax, window_positions
 from ...tensor import Tensor
 from ..node import Function, Node
-from .nn import adaptive_avg_pool2d
+from .nn import adaptive_avg_pool2d, refuse_empty_windows
 from .picks import index_select
 from .sequence import _as_2d, _back
 from .shape import permute, reshape, squeeze, unsqueeze
@@ -122,6 +122,7 @@ def adaptive_avg_pool1d(x, output_size, *, tape=None):
     >>> tp.adaptive_avg_pool1d(x, 3).to_host()           # x [[[0, 1, ..., 9]]]
     array([[[1.5, 4.5, 7.5]]], dtype=float32)
     """
+    refuse_empty_windows("adaptive_avg_pool1d", x, 1)
     (out,) = _sizes("adaptive_avg_pool1d", output_size, 1, (x.shape[-1],))
     x4, batched = _as_2d("adaptive_avg_pool1d", x, tape)
     return _back(adaptive_avg_pool2d(x4, (1, out), tape=tape), batched, tape)
@@ -133,6 +134,7 @@ def adaptive_max_pool1d(x, output_size, return_indices: bool = False, *, tape=No
     recorded)."""
     op = "adaptive_max_pool1d"
     x3, batched = _batched(op, x, 1, tape)
+    refuse_empty_windows(op, x3, 1)
     (out,) = _sizes(op, output_size, 1, x3.shape[2:])
     n, c = x3.shape[:2]
     picked, at = _gather(x3, 2, out, tape)
@@ -151,6 +153,7 @@ def adaptive_max_pool2d(x, output_size, return_indices: bool = False, *, tape=No
     """
     op = "adaptive_max_pool2d"
     x4, batched = _batched(op, x, 2, tape)
+    refuse_empty_windows(op, x4, 2)
     oh, ow = _sizes(op, output_size, 2, x4.shape[2:])
     n, c = x4.shape[:2]
     rows, at_h = _gather(x4, 2, oh, tape)

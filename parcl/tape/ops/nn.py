@@ -272,7 +272,17 @@ def adaptive_avg_pool2d(x, output_size, *, tape=None):
     >>> tp.adaptive_avg_pool2d(x, 1).shape      # x (2, 3, 8, 8)
     (2, 3, 1, 1)
     """
+    refuse_empty_windows("adaptive_avg_pool2d", x, 2)
     return AdaptiveAvgPool2d.apply(x, tape=tape, output_size=output_size)
+
+
+def refuse_empty_windows(op: str, x, spatial: int) -> None:
+    """An adaptive pool's spatial dims of size 0 (``x[..., W:]``) leave windows of nothing, a
+    mean 0 / 0 and a maximum of none: a ShapeError, as PyTorch refuses them."""
+    shape = tuple(x.shape)
+    if 0 in shape[len(shape) - spatial:]:
+        raise ShapeError(f"{op}: input of shape {shape} has a spatial dim of size 0, so its "
+                         "windows hold no elements; expected non-zero sizes there (as PyTorch)")
 
 
 # -- batch norm ------------------------------------------------------------------------------
