@@ -194,3 +194,32 @@ def test_convolutions_of_a_batch_with_no_images_give_pytorchs_empty_output_and_z
     assert y.shape == tuple(yt.shape)
     for ours, theirs in ((x, xt), (w, wt), (b, bt)):
         np.testing.assert_array_equal(ours.grad.to_host(), theirs.grad.numpy())
+
+
+def test_windows_over_a_spatial_dim_with_no_elements_are_refused_as_pytorch(queue):
+    """``x[..., 4:]`` (a width of 0) with padding: the convolutions, pools and unfold slid
+    their windows over the padding alone and returned zeros (a max pool -inf), e.g.
+    tp.conv2d(x[..., 4:], w, padding=2) a (2, 2, 6, 2) of zeros, silently, where PyTorch
+    raises ('Only zero batch or zero channel inputs are supported'); now a ShapeError
+    naming the op and the spatial size, and an empty batch still gives the empty result."""
+    import torch
+    import torch.nn.functional as F
+    x4 = tp.tensor(np.ones((2, 3, 4, 4), np.float32))
+    x3 = tp.tensor(np.ones((2, 3, 4), np.float32))
+    w = tp.tensor(np.ones((2, 3, 3, 3), np.float32))
+    calls = {"conv2d": lambda m, x, w: m.conv2d(x, w, padding=2),
+             "conv_transpose2d": lambda m, x, w: m.conv_transpose2d(x, m.permute(w, (1, 0, 2, 3))
+                                                                    if m is tp else
+                                                                    w.permute(1, 0, 2, 3)),
+             "max_pool2d": lambda m, x, w: m.max_pool2d(x, 2, padding=1),
+             "avg_pool2d": lambda m, x, w: m.avg_pool2d(x, 2, padding=1),
+             "unfold": lambda m, x, w: m.unfold(x, 2, padding=1)}
+    for op, call in calls.items():
+        with pytest.raises(pc.ShapeError, match=f"{op}: the input's spatial size \\(4, 0\\) "
+                                                "holds no elements"):
+            call(tp, x4[..., 4:], w)
+        with pytest.raises((RuntimeError, ValueError)):
+            call(F, torch.ones(2, 3, 4, 0), torch.ones(2, 3, 3, 3))
+    with pytest.raises(pc.ShapeError, match=r"max_pool1d: the input's spatial size \(0,\)"):
+        tp.max_pool1d(x3[..., 4:], 2, padding=1)
+    assert tp.conv2d(x4[2:], w, padding=1).shape == (0, 2, 4, 4)

@@ -42,6 +42,8 @@ def out_size(op: str, h: int, w: int, kh: int, kw: int, sh: int, sw: int, ph: in
         raise ShapeError(f"{op}: padding must be >= 0, got {(ph, pw)}")
     if dh < 1 or dw < 1:
         raise ShapeError(f"{op}: dilation must be >= 1, got {(dh, dw)}")
+    if h < 1 or w < 1:
+        raise ShapeError(no_spatial_elements(op, (h, w)))
     oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
     ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     if kh < 1 or kw < 1 or oh < 1 or ow < 1:
@@ -49,6 +51,13 @@ def out_size(op: str, h: int, w: int, kh: int, kw: int, sh: int, sw: int, ph: in
         raise ShapeError(f"{op}: kernel {(kh, kw)} with padding {(ph, pw)}{dil} does not fit "
                          f"the input's spatial size {(h, w)}")
     return oh, ow
+
+
+def no_spatial_elements(op: str, hw) -> str:
+    """The refusal of an input slice with no elements along a spatial dim (``x[..., W:]``):
+    its windows would read padding alone, zeros (or -inf) where PyTorch raises."""
+    return (f"{op}: the input's spatial size {tuple(hw)} holds no elements; expected non-zero "
+            "sizes there (as PyTorch; an empty batch or channel dim is fine)")
 
 
 def _check_float(op: str, **ts) -> None:
@@ -160,6 +169,8 @@ def window(op: str, x_shape, kernel_size, stride, padding, dilation=1,
         raise ShapeError(f"{op}: padding {p} must be at most half the kernel size {k} "
                          "(as PyTorch)")
     h, w = x_shape[2], x_shape[3]
+    if h < 1 or w < 1:
+        raise ShapeError(no_spatial_elements(op, (h, w)))
     o = (pool_out_len(op, h, k[0], s[0], p[0], d[0], ceil_mode),
          pool_out_len(op, w, k[1], s[1], p[1], d[1], ceil_mode))
     if o[0] < 1 or o[1] < 1:

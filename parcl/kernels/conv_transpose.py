@@ -25,6 +25,7 @@ from ..errors import ShapeError
 from ..tensor import Tensor, check_same_queue
 from . import elementwise as ew
 from .conv import _check_float, _chunks, col2im, conv2d_backward, conv2d_forward, pair, swap01
+from .conv_geometry import no_spatial_elements
 from .gemm import gemm
 
 OP = "conv_transpose2d"
@@ -49,6 +50,8 @@ def output_shape(x_shape, w_shape, stride=1, padding=0, output_padding=0) -> tup
     if op[0] >= s[0] or op[1] >= s[1]:
         raise ShapeError(f"{OP}: output_padding {op} must be smaller than the stride {s} "
                          "(as PyTorch)")
+    if x_shape[2] < 1 or x_shape[3] < 1:
+        raise ShapeError(no_spatial_elements(OP, x_shape[2:]))
     oh = (x_shape[2] - 1) * s[0] - 2 * p[0] + w_shape[2] + op[0]
     ow = (x_shape[3] - 1) * s[1] - 2 * p[1] + w_shape[3] + op[1]
     if oh < 1 or ow < 1:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeError
-from ...kernels.conv_geometry import pool_out_len
+from ...kernels.conv_geometry import no_spatial_elements, pool_out_len
 from .indexing import pad as pad_op
 from .conv import conv_transpose2d
 from .nn import avg_pool2d, conv2d, max_pool2d
@@ -50,6 +50,8 @@ def _check_window(op: str, length: int, k: int, s: int, p: int, d: int,
     if p > k // 2:
         raise ShapeError(f"{op}: padding {p} must be at most half the kernel size {k} "
                          "(as PyTorch)")
+    if length < 1:
+        raise ShapeError(no_spatial_elements(op, (length,)))
     if pool_out_len(op, length, k, s, p, d, ceil_mode) < 1:
         raise ShapeError(f"{op}: kernel {k} (dilation {d}) with padding {p} does not fit the "
                          f"input's length {length}")
