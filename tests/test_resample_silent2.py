@@ -264,3 +264,20 @@ def test_an_embedding_with_max_norm_on_several_replicas_is_refused_by_allreduce_
             g.allreduce_grads()
         for p, before in zip(g.parameters(), grads):
             np.testing.assert_array_equal(p.grad.to_host(), before)
+
+
+def test_interpolate_of_a_spatial_dim_with_no_elements_is_refused_at_the_call_as_pytorch(queue):
+    """``x[..., 4:]`` (a width of 0) to size (2, 2): the nearest and linear position tables
+    picked index -1 of the empty dim, so the call returned a (2, 3, 2, 2) read from outside
+    the input and only the deferred index check raised later ('index_select: index -1 ...
+    out of range'), where PyTorch refuses at the call ('Input and output sizes should be
+    greater than 0'); an empty batch or channel dim still gives the empty result."""
+    x = tp.tensor(np.ones((2, 3, 4, 4), np.float32), requires_grad=True)
+    for mode in ("nearest", "bilinear"):
+        with tp.Tape(), pytest.raises(pc.ShapeError, match=r"interpolate: input of shape "
+                                                           r"\(2, 3, 4, 0\) has a spatial dim"):
+            tp.interpolate(x[..., 4:], size=(2, 2), mode=mode)
+        with pytest.raises(RuntimeError, match="sizes should be greater than 0"):
+            F.interpolate(torch.ones(2, 3, 4, 0), size=(2, 2), mode=mode)
+    assert tp.interpolate(x[2:], size=(2, 2)).shape == (0, 3, 2, 2)
+    assert tp.interpolate(x[:, 3:], scale_factor=2).shape == (2, 0, 8, 8)

@@ -91,6 +91,9 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest",
 def _output_sizes(shape, size, scale_factor, recompute) -> tuple[list[int], list]:
     """The spatial output sizes and the scales the positions use (None: ``in / out``)."""
     d = len(shape) - 2
+    if 0 in tuple(shape[2:]):        # x[..., W:]: no input position to read, as PyTorch
+        raise ShapeError(f"interpolate: input of shape {tuple(shape)} has a spatial dim of "
+                         "size 0; expected non-zero sizes there (as PyTorch)")
     if (size is None) == (scale_factor is None):
         raise ShapeError(f"interpolate: give exactly one of size and scale_factor, got "
                          f"size={size!r}, scale_factor={scale_factor!r}")
