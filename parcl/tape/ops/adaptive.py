@@ -28,7 +28,7 @@ from ...kernels.adaptive_pool import window_argmax, window_positions
 from ...tensor import Tensor
 from ..node import Function, Node
 from .nn import adaptive_avg_pool2d, refuse_empty_windows
-from .picks import index_select
+from .picks import constant, index_select
 from .sequence import _as_2d, _back
 from .shape import permute, reshape, squeeze, unsqueeze
 
@@ -70,7 +70,7 @@ def _gather(x, axis: int, out: int, tape):
     at, k = _windows(n, out)
     if out * k == n and np.array_equal(at.ravel(), np.arange(n)):
         return x, at                                 # non-overlapping, equal: a reshape
-    return index_select(x, axis, Tensor.from_host(x.queue, at.ravel()), tape=tape), at
+    return index_select(x, axis, constant(x.queue, at.ravel()), tape=tape), at
 
 
 class WindowMax(Function):
@@ -79,9 +79,11 @@ class WindowMax(Function):
 
     name = "adaptive_max_pool"
 
-    def forward(self, windows: Tensor, pick: Tensor = None):
+    def forward(self, windows: Tensor, pick: Tensor | None = None):
         if not self.recording:                   # the same values, the maximum's or NaN
             return rd.max(windows, (windows.ndim - 1,), False)
+        if pick is None:                         # not asked for the indices: found here
+            pick = window_argmax(windows)
         k = windows.shape[-1]
         self.saved = (pick, k, windows.shape)
         return scan.take_rows(windows.reshape((windows.size // k, k)),
@@ -95,13 +97,14 @@ class WindowMax(Function):
 def _pick(windows, table: np.ndarray, return_indices: bool, batched: bool, tape):
     """Each window's pick over the last dim of ``windows`` (and, asked, its input position from
     ``table``), without the batch dim where the input had none."""
+    if not return_indices:               # WindowMax finds the picks only if it records
+        y = WindowMax.apply(windows, tape=tape)
+        return y if batched else squeeze(y, 0, tape=tape)
     raw = windows.value if isinstance(windows, Node) else windows
     pick = window_argmax(raw)
     pick.checks = raw.checks             # an embedding's pending index check, as argmax's
     y = WindowMax.apply(windows, tape=tape, pick=pick)
     y = y if batched else squeeze(y, 0, tape=tape)
-    if not return_indices:
-        return y
     where = window_positions(pick, table)
     return y, (where if batched else where.reshape(where.shape[1:]))
 
