@@ -156,8 +156,9 @@ class Recording:
                 pool._give_back(buf, size)
 
     def replay(self) -> None:
-        """Enqueue the recorded work again (no Python above the launches); then run the
-        host hooks (``check``). A ``Call`` may raise (a batch norm reading its input's
+        """Enqueue the recorded work again (no Python above the launches). The host hooks
+        are the caller's to run after it (``check``, then the gradients' settling:
+        ``CapturedStep._replay``). A ``Call`` may raise (a batch norm reading its input's
         checks): the work recorded after it is not enqueued."""
         for call in self.calls():
             call()

@@ -7,6 +7,7 @@ ever enqueued, never waited for, except in ``to_host``.
 
 from __future__ import annotations
 
+import functools
 from math import prod
 from operator import index
 from numbers import Real
@@ -68,26 +69,35 @@ def normalize_shape(op: str, shape) -> tuple[int, ...]:
 
 
 
+def joined_checks(a: tuple, b: tuple) -> tuple:
+    """The checks of ``a`` and those of ``b`` not already in it (usually the same tuple)."""
+    if a is b or not a:
+        return b
+    extra = tuple(c for c in b if c not in a)
+    return a + extra if extra else a
+
+
 def keep_checks(out, *inputs):
     """``out`` with its inputs' pending device-side checks added to its own (an embedding's
     index range, a loss's labels: ``Tensor.checks``), so a value computed from a bad input
     raises at its host read whichever way it was computed. Returns ``out``."""
-    checks = out.checks
     for t in inputs:
-        if isinstance(t, Tensor) and t.checks and t.checks is not checks:
-            checks = checks + tuple(c for c in t.checks if c not in checks)
-    out.checks = checks
+        if isinstance(t, Tensor) and t.checks:
+            out.checks = joined_checks(out.checks, t.checks)
     return out
 
 
 def _keeps_checks(method):
     """A Tensor operator or method whose result keeps the operands' pending checks."""
+    @functools.wraps(method)
     def run(self, *args, **kwargs):
         out = method(self, *args, **kwargs)
-        return keep_checks(out, self, *args) if isinstance(out, Tensor) else out
-    run.__name__, run.__doc__, run.__qualname__ = method.__name__, method.__doc__, \
-        method.__qualname__
+        if isinstance(out, Tensor) and (self.checks or any(
+                isinstance(a, Tensor) and a.checks for a in args)):
+            keep_checks(out, self, *args)
+        return out
     return run
+
 
 class Tensor:
     """A device array: ``shape``, ``dtype``, ``size``, ``queue``; contiguous, row-major.

@@ -107,7 +107,7 @@ class GradBuckets:
         """Zero every gradient: one fill per bucket."""
         for flat in self.flats:
             flat.fill_owned(0)
-        for view in self.views:       # a failed backward's check (tape._hold_back) guards
+        for view in self.views:       # a failed backward's check (tape.hold_back) guards
             view.checks = ()          # nothing any more, as after a view's own fill_
 
     def detach(self) -> None:

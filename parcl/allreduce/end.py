@@ -209,7 +209,7 @@ class StepBuffers:
 
     def check_left(self, op: str) -> None:
         """Before the gradients the calls before left are reduced: one that holds a failed
-        backward's contributions (``tape._hold_back``, a check that raises) is refused, as
+        backward's contributions (``tape.hold_back``, a check that raises) is refused, as
         an optimizer step refuses it, until the caller zeroes it (``zero_grad`` on replica 0
         is every replica's: ``follow_zeroing``). The reduction would otherwise carry its
         garbage into replica 0's gradient, whose own check says nothing of it."""

@@ -93,8 +93,10 @@ def _write(tensor, name: str, draw) -> object:
 
 
 def _generator(generator) -> np.random.Generator:
-    recorder.unsafe(HOST_DRAW)          # a given generator's draws too: eager when captured
-    return default_generator() if generator is None else generator
+    if generator is None:
+        return default_generator()      # its draws keep a captured step eager
+    recorder.unsafe(HOST_DRAW)          # a given generator's draws too
+    return generator
 
 
 def _fans(shape, name: str) -> tuple[int, int]:

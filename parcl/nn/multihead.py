@@ -31,6 +31,7 @@ from ..tape import ops
 from ..tape.node import Node
 from ..tensor import Tensor
 from .layers import Linear, _check_sizes
+from .init import _fans
 from .module import Module, Parameter, normal_, uniform_
 
 __all__ = ["MultiheadAttention"]
@@ -71,8 +72,7 @@ def xavier_uniform(shape) -> np.ndarray:
     thread's generator): ``(fan_out, fan_in, *kernel)`` with torch's fans, each dim times the
     receptive field ``prod(kernel)`` (a conv weight a custom ``Transformer`` part holds)."""
     shape = tuple(shape)
-    receptive = math.prod(shape[2:])
-    fan_out, fan_in = shape[0] * receptive, shape[1] * receptive
+    fan_in, fan_out = _fans(shape, "xavier_uniform_")
     return uniform_(shape, math.sqrt(6.0 / (fan_in + fan_out)))
 
 

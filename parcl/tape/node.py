@@ -21,7 +21,7 @@ from .. import recorder
 from ..errors import DTypeError, ParclError
 from ..pool import ZEROED, pool_of, stamp
 from ..runtime import default_queue
-from ..tensor import Tensor
+from ..tensor import Tensor, joined_checks
 from . import mode
 from .anomaly import call_site, check_finite
 from .changes import note_change
@@ -333,7 +333,7 @@ class Function:
                                 f"{type(x).__name__}")
             values.append(v)
             if v is not None and v.checks:
-                checks = _joined(checks, v.checks)
+                checks = joined_checks(checks, v.checks)
             i += 1
         if parents:
             rec = recorder.state.recording
@@ -375,24 +375,16 @@ _new = object.__new__
 _plain_init = Function.__init__
 
 
-def _joined(a: tuple, b: tuple) -> tuple:
-    """The checks of ``a`` and those of ``b`` not already in it (usually the same tuple)."""
-    if a is b or not a:
-        return b
-    extra = tuple(c for c in b if c not in a)
-    return a + extra if extra else a
-
-
 def _inherit(out, checks: tuple) -> None:
     """An op's output keeps its inputs' pending checks (an embedding's index range, a loss's
     labels): a value computed from a bad input raises at its first host read too, not only
     the checked op's own output."""
     if isinstance(out, Tensor):
-        out.checks = _joined(out.checks, checks)
+        out.checks = joined_checks(out.checks, checks)
     elif isinstance(out, (tuple, list)):
         for t in out:
             if isinstance(t, Tensor):
-                t.checks = _joined(t.checks, checks)
+                t.checks = joined_checks(t.checks, checks)
 
 
 def _recorded(value: Tensor, fn: Function, parents: list, op_name: str) -> Node:

@@ -37,11 +37,6 @@ _OPERATORS = {"__iadd__": "+", "__isub__": "-", "__imul__": "*", "__itruediv__":
               "__ipow__": "**", "__imod__": "%"}
 
 
-def _leaf_viewed(x):
-    from .node import leaf_viewed          # node.py imports this module
-    return leaf_viewed(x)
-
-
 @cache
 def _ops():
     # imported on first use (ops import node.py, which imports this); cached, as every
@@ -97,8 +92,9 @@ class NodeMethods:
         return self
 
     def _keeps_shape(self, symbol: str, other) -> None:
+        from .node import leaf_viewed          # node.py imports this module
         op = _OPERATORS[symbol]
-        if self.requires_grad and _leaf_viewed(self) is not None:
+        if self.requires_grad and leaf_viewed(self) is not None:
             # PyTorch's error (for a leaf or a view of one); the recorded x = x op y would
             # leave the leaf (a parameter) as it was: a manual step p -= lr * p.grad outside
             # no_grad changed no weight
@@ -251,6 +247,7 @@ class NodeMethods:
 
     def any(self, dim=None, keepdim=False):  # noqa: A003
         return _ops().any(self, dim, keepdim)
+
     def prelu(self, weight):
         return _ops().prelu(self, weight)
 
