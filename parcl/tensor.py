@@ -11,6 +11,7 @@ import functools
 from math import prod
 from operator import index
 from numbers import Real
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyopencl as cl
@@ -87,6 +88,15 @@ def keep_checks(out, *inputs):
     return out
 
 
+class SortResult(NamedTuple):
+    """The ``(values, indices)`` of ``sort``, ``topk`` and ``max(dim)``, as
+    ``torch.return_types``: the values (a Node when recorded) and their int64 indices along
+    the dim."""
+
+    values: Any
+    indices: Tensor
+
+
 def _keeps_checks(method):
     """A Tensor operator or method whose result keeps the operands' pending checks."""
     @functools.wraps(method)
@@ -97,6 +107,15 @@ def _keeps_checks(method):
             keep_checks(out, self, *args)
         return out
     return run
+
+
+def _dims(op: str, dim, keepdim, axis, keepdims) -> tuple:
+    """A reduction method's ``(dim, keepdim)`` from PyTorch's names or numpy's."""
+    if axis is not None:
+        if dim is not None:
+            raise TypeError(f"pc.Tensor.{op}: axis and dim given both")
+        dim = axis
+    return dim, keepdim if keepdims is None else keepdims
 
 
 class Tensor:
@@ -519,31 +538,46 @@ class Tensor:
         from .kernels import elementwise as ew
         return ew.unary("log", self)
 
+    # The reductions take PyTorch's ``dim``/``keepdim`` and numpy's ``axis``/``keepdims``
+    # alike (PyTorch accepts both), so code written for either reads the same on a raw Tensor.
     @_keeps_checks
-    def sum(self, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A003
+    def sum(self, dim=None, keepdim: bool = False, *, axis=None,  # noqa: A003
+            keepdims: bool | None = None) -> Tensor:
         from .kernels import reduction
-        return reduction.sum(self, axis, keepdims)
+        dim, keepdim = _dims("sum", dim, keepdim, axis, keepdims)
+        return reduction.sum(self, dim, keepdim)
 
     @_keeps_checks
-    def mean(self, axis=None, keepdims: bool = False) -> Tensor:
+    def mean(self, dim=None, keepdim: bool = False, *, axis=None,
+             keepdims: bool | None = None) -> Tensor:
         from .kernels import reduction
-        return reduction.mean(self, axis, keepdims)
+        dim, keepdim = _dims("mean", dim, keepdim, axis, keepdims)
+        return reduction.mean(self, dim, keepdim)
+
+    def max(self, dim=None, keepdim: bool = False, *, axis=None,  # noqa: A003
+            keepdims: bool | None = None):
+        """``t.max()``: the largest element; ``t.max(dim)``: ``(values, indices)`` along
+        ``dim``, as ``torch.Tensor.max`` and a recorded Node's ``max``, so an evaluation
+        loop's ``_, predicted = logits.max(1)`` means the same under ``no_grad``."""
+        from .kernels import reduction
+        dim, keepdim = _dims("max", dim, keepdim, axis, keepdims)
+        values = reduction.max(self, dim, keepdim)
+        if self.checks:
+            keep_checks(values, self)
+        return values if dim is None else SortResult(values, self.argmax(dim, keepdim))
 
     @_keeps_checks
-    def max(self, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A003
+    def argmax(self, dim: int | None = None, keepdim: bool = False, *, axis=None,
+               keepdims: bool | None = None) -> Tensor:
+        """int64 index of the first largest element (``dim=None``: of the flattened tensor)."""
         from .kernels import reduction
-        return reduction.max(self, axis, keepdims)
-
-    @_keeps_checks
-    def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
-        """int64 index of the first largest element (``axis=None``: of the flattened tensor)."""
-        from .kernels import reduction
-        if axis is None:
+        dim, keepdim = _dims("argmax", dim, keepdim, axis, keepdims)
+        if dim is None:
             out = reduction.argmax(self.reshape(-1), 0)
-            return out.reshape((1,) * self.ndim) if keepdims else out
-        out = reduction.argmax(self, axis)
-        if keepdims:
-            ax = axis % self.ndim if self.ndim else 0
+            return out.reshape((1,) * self.ndim) if keepdim else out
+        out = reduction.argmax(self, dim)
+        if keepdim:
+            ax = dim % self.ndim if self.ndim else 0
             out = out.reshape(*self.shape[:ax], 1, *self.shape[ax + 1:])
         return out
 

@@ -139,7 +139,7 @@ def test_unary_matmul_and_methods_match_numpy(queue, rng):
     np.testing.assert_allclose(t.mean(1, keepdims=True).to_host(), a64.mean(1, keepdims=True),
                                rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(t.max().to_host(), a.max())
-    np.testing.assert_array_equal(t.max(axis=1).to_host(), a.max(1))
+    np.testing.assert_array_equal(t.max(axis=1).values.to_host(), a.max(1))
     for axis, keep in ((None, False), (None, True), (1, False), (0, True), (-1, True)):
         got = t.argmax(axis, keepdims=keep)
         want = np.argmax(a, axis=axis, keepdims=keep)
@@ -387,6 +387,30 @@ def test_a_nodes_max_and_min_along_a_dim_give_values_and_indices_as_torch(queue)
     assert float(x.max()) == 3.0
     with pytest.raises(TypeError, match="axis and dim given both"):
         x.sum(0, axis=1)
+
+
+def test_a_raw_tensors_max_along_a_dim_gives_values_and_indices_as_a_nodes(queue):
+    """Under ``no_grad`` a model returns a raw ``pc.Tensor``: an evaluation loop's
+    ``_, predicted = logits.max(1)`` took the values' rows (numpy's ``max``), so with a batch
+    of 2 ``predicted`` was the second row's maximum, 3.0, where PyTorch gives the indices
+    [1, 0]; ``logits.max(1)[1]`` silently the same. The reductions take ``dim``/``keepdim``
+    and numpy's ``axis``/``keepdims`` alike, as PyTorch's."""
+    a = np.array([[1.0, 3.0, 3.0], [2.0, 0.0, 2.0]], np.float32)
+    with tp.no_grad():
+        logits = tp.tensor(a) * 1.0
+    assert isinstance(logits, pc.Tensor)
+    _, predicted = logits.max(1)
+    assert predicted.to_host().tolist() == [1, 0] and predicted.dtype == np.int64
+    values, indices = logits.max(dim=0, keepdim=True)
+    assert values.to_host().tolist() == [[2, 3, 3]] and indices.to_host().tolist() == [[1, 0, 0]]
+    assert logits.max(axis=1).values.to_host().tolist() == [3, 2]
+    assert float(logits.max()) == 3.0
+    assert logits.argmax(dim=1).to_host().tolist() == [1, 0]
+    np.testing.assert_array_equal(logits.sum(dim=1, keepdim=True).to_host(), [[7], [4]])
+    np.testing.assert_array_equal(logits.mean(axis=0, keepdims=True).to_host(),
+                                  [[1.5, 1.5, 2.5]])
+    with pytest.raises(TypeError, match="axis and dim given both"):
+        logits.sum(0, axis=1)
 
 
 @pytest.mark.parametrize("method", ["sum", "mean", "var", "std"])

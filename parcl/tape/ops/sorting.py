@@ -20,27 +20,17 @@ array([[0, 2]])
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
 from ...errors import DTypeError, ShapeError
 from ...kernels import gather as gk
 from ...kernels import scatter as sc
 from ...kernels import sorting
-from ...tensor import FLOAT, Tensor
+from ...tensor import FLOAT, SortResult, Tensor
 from ..node import Function, Node
 from .shape import reshape, wrap_dim
 
 __all__ = ["argsort", "sort", "topk"]
-
-
-class SortResult(NamedTuple):
-    """``sort``'s and ``topk``'s result, as ``torch.return_types.sort``: the values (a Node
-    when recorded) and their int64 indices along the dim."""
-
-    values: Node | Tensor
-    indices: Tensor
 
 
 class _Picked(Function):
