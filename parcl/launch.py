@@ -412,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
         code = _exit_code(exc)
         if code != 0 and comm is not None:   # the other ranks may wait for this one
             _abort(comm, code)
+        if code == 0:
+            _warn_unused_devices(prefix)
         return code
     except KeyboardInterrupt:
         print(f"{prefix}parcl-launch: interrupted", file=sys.stderr, flush=True)
@@ -427,7 +429,23 @@ def main(argv: list[str] | None = None) -> int:
         if comm is not None:
             _abort(comm, SCRIPT_ERROR)
         return SCRIPT_ERROR
+    _warn_unused_devices(prefix)
     return 0
+
+
+def _warn_unused_devices(prefix: str) -> None:
+    """One line on stderr when the script was given several devices and ran on one: a
+    single-device script under ``--replicas N`` trains as it would alone, which the user
+    asking for N replicas would not otherwise see."""
+    from . import runtime
+    launch = runtime.launched()
+    if launch is None or len(launch.devices) < 2:
+        return
+    used = launch.used & {d.int_ptr for d in launch.devices}
+    if len(used) == 1:
+        print(f"{prefix}parcl-launch: the script ran on 1 of the {len(launch.devices)} devices "
+              f"it was given (it made no ReplicaGroup over them: ReplicaGroup.from_launch, "
+              f"or pc.devices() for its own use of each)", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ life of the process. Everything here is safe to call from several threads.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import sys
 import threading
 import time
@@ -214,6 +214,9 @@ class Launch:
 
     devices: tuple
     allreduce: str = "auto"
+    #: the devices the script made queues on (``int_ptr``s): the launcher warns when a
+    #: script given several used one (a single-device script under ``--replicas N``)
+    used: set = field(default_factory=set, compare=False)
 
 
 def set_launch(choice: Launch | None) -> None:
@@ -303,6 +306,8 @@ def new_queue(device: cl.Device | None = None, profiling: bool = False,
     if device is None:
         device = devices()[0]
     props = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0
+    if _launch is not None:
+        _launch.used.add(device.int_ptr)
     return Queue(context_for(device), device, properties=props, hold_launches=hold_launches)
 
 

@@ -200,6 +200,25 @@ def test_script_arguments_reach_the_script_unchanged(tmp_path, args):
     assert out.read_text() == expected
 
 
+def test_a_single_device_script_given_two_devices_says_it_used_one(tmp_path):
+    """``parcl-launch --replicas 2 train_digits.py`` (a single-device script) trained on one
+    device as it would alone, and nothing said that the second replica the user asked for
+    never ran; a script over a ``ReplicaGroup`` of the launch's devices gets no such line."""
+    single = tmp_path / "single.py"
+    single.write_text("import numpy as np, parcl as pc\n"
+                      "pc.Tensor.from_host(pc.default_queue(), np.ones(3, np.float32))\n")
+    r = launch("--replicas", 2, single, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "the script ran on 1 of the 2 devices it was given" in r.stderr
+    group = tmp_path / "group.py"
+    group.write_text("import parcl as pc\nfrom parcl.replica import ReplicaGroup\n"
+                     "with ReplicaGroup.from_launch(lambda q: pc.nn.Linear(2, 2, queue=q)):\n"
+                     "    pass\n")
+    r = launch("--replicas", 2, group, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "devices it was given" not in r.stderr
+
+
 def test_script_exit_code_is_passed_through(tmp_path):
     script = tmp_path / "exit3.py"
     script.write_text("raise SystemExit(3)\n")
