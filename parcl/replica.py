@@ -33,7 +33,7 @@ from .gate import transfer
 from .nn.keys import loss_key
 from .nn.module import default_generator, set_default_generator
 from .pool import stamp
-from .replica_steps import (Captured, Eager, IgnoredLabels, check_class_weights,
+from .replica_steps import (Captured, Eager, IgnoredLabels, agreed, check_class_weights,
                             check_optimizer, check_reduction, check_renorms, check_signatures,
                             class_weights, check_weightless_smoothing, positive, shard_batch,
                             skip_unreached, weighted_loss)
@@ -409,7 +409,8 @@ class ReplicaGroup:
             r.rng_at_step = None
         try:
             losses = self._losses.for_replicas(loss_fn)   # a loss module's tensors on each
-            outcomes = self._call(self._replica_step, (shards, losses, keys))        # 2.
+            outcomes = agreed(self.comm, lambda: self._call(                         # 2.
+                self._replica_step, (shards, losses, keys)))
             self._labels.check(loss_fn, y, ignore, outcomes, self.comm)            # 3.
             check_class_weights(weights, outcomes)
             check_reduction(reduction, outcomes)

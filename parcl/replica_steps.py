@@ -228,6 +228,31 @@ def shard_batch(x, y, replicas: int, comm, ignore: int | None, accumulation_step
                        weights), total
 
 
+def agreed(comm, call):
+    """``call()`` (the replicas' part of a step), its failure known to every rank: a rank
+    whose replicas failed (a bad batch of its own) raises its error, and every other rank a
+    ``ReplicaError`` naming it, so a loop that catches a failed step on every rank goes on
+    with all ranks at the same step. (Alone, the failing rank skipped the step's collectives
+    and the others waited for it in theirs until the watchdog ended the job.) One small
+    ``allgather`` per step."""
+    if comm is None:
+        return call()
+    failure = None
+    try:
+        result = call()
+    except Exception as exc:     # noqa: BLE001 - told to the other ranks, then raised here
+        failure = exc
+    told = comm.allgather(None if failure is None else f"{type(failure).__name__}: {failure}")
+    if failure is not None:
+        raise failure
+    for rank, text in enumerate(told):
+        if text is not None:
+            raise ReplicaError(f"ReplicaGroup.step: rank {rank}'s replicas failed, so this "
+                               f"rank's step was not applied either (every rank stays at the "
+                               f"same step): {text.splitlines()[0]}")
+    return result
+
+
 def weighted_loss(outcomes: list[Outcome], total: int, comm) -> float:
     """The step's loss from the replicas' read losses: the weighted sum over every rank (a
     micro-batch with no sample to count, every label ignored, adds nothing); NaN for a

@@ -161,8 +161,9 @@ def test_a_failing_rank_stops_the_whole_job(tmp_path):
 
 
 def test_a_rank_a_step_short_ends_the_job_after_the_timeout(tmp_path):
-    """Rank 1's script catches a failed step and goes on: its later steps pair with rank 0's
-    earlier ones, and rank 0's last collective has no partner. MPI would wait for ever; the
+    """Rank 1's script skips a step on its own (its code failed outside ``group.step``, or it
+    left its loop early): its later steps pair with rank 0's earlier ones, and rank 0's last
+    collective has no partner. MPI would wait for ever; the
     group's watchdog aborts the job after its timeout, saying which collective waited."""
     t0 = time.monotonic()
     r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, SCRIPT, tmp_path / "never.npz",
@@ -172,6 +173,52 @@ def test_a_rank_a_step_short_ends_the_job_after_the_timeout(tmp_path):
     assert "[rank 0]" in r.stderr and "waited more than 3 s for the other ranks" in r.stderr
     assert elapsed < 60, f"took {elapsed:.1f} s"
     assert not (tmp_path / "never.npz").exists()
+
+
+BAD_BATCH_ON_ONE_RANK = """
+import sys, numpy as np, parcl as pc, parcl.tape as tp
+from parcl import distributed as dist
+from parcl.replica import ReplicaGroup
+pc.nn.manual_seed(0)
+group = ReplicaGroup.from_launch(lambda q: pc.nn.Linear(8, 4, queue=q), timeout=20)
+opt = pc.optim.SGD(group.parameters(), lr=0.1)
+rng, rank, log = np.random.default_rng(0), dist.rank(), []
+for step in range(4):
+    x, y = rng.standard_normal((8, 8)).astype(np.float32), rng.integers(0, 4, 8)
+    xs, ys = x[rank * 4:rank * 4 + 4], y[rank * 4:rank * 4 + 4].copy()
+    if step == 1 and sys.argv[2] == "skip":
+        continue                                  # the reference: every rank skips step 1
+    if step == 1 and rank == 1:
+        ys[0] = 7                                 # a label out of range on rank 1 only
+    try:
+        log.append(round(group.step(xs, ys, tp.cross_entropy, opt), 6))
+    except pc.ParclError as exc:
+        log.append(type(exc).__name__ + ": " + str(exc)[:60])
+np.save(sys.argv[1] + str(rank) + ".npy", group.model.weight.value.to_host())
+print(rank, log, flush=True)
+"""
+
+
+def test_a_bad_batch_on_one_rank_fails_the_step_on_every_rank_and_the_loop_goes_on(tmp_path):
+    """A loop that catches a failed step (a bad batch) went on, under MPI, only on the rank
+    whose replica failed: that rank skipped the step's collectives, the others waited in
+    theirs, and the watchdog ended the job. Now the step fails on every rank (the bad one
+    with its error, the others with a ``ReplicaError`` naming it) and the ranks go on
+    together, ending where a run that skipped that step everywhere ends."""
+    script = tmp_path / "bad_batch.py"
+    script.write_text(BAD_BATCH_ON_ONE_RANK)
+    out = {}
+    for mode in ("skip", "bad"):
+        r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, script, tmp_path / mode, mode],
+                timeout=90)
+        assert r.returncode == 0, r.stderr
+        out[mode] = sorted(r.stdout.splitlines())
+    rank0, rank1 = out["bad"]
+    assert "ReplicaError: ReplicaGroup.step: rank 1's replicas failed" in rank0
+    assert "LabelError" in rank1 and "ReplicaError: ReplicaGroup.step: rank 1" not in rank1
+    for rank in (0, 1):
+        np.testing.assert_array_equal(np.load(tmp_path / f"bad{rank}.npy"),
+                                      np.load(tmp_path / f"skip{rank}.npy"))
 
 
 def test_launch_errors_abort_every_rank():
