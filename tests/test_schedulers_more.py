@@ -41,6 +41,11 @@ CASES = {
     "multistep-repeats-unsorted": lambda S, o: S.MultiStepLR(o, [9, 5, 2, 5], gamma=0.5),
     "multistep-numpy-milestones": lambda S, o: S.MultiStepLR(o, np.arange(2, 12, 3), 0.5),
     "exponential": lambda S, o: S.ExponentialLR(o, gamma=0.9),
+    "multiplicative": lambda S, o: S.MultiplicativeLR(o, lambda t: 0.9 if t % 3 else 1.1),
+    "multiplicative-per-group": lambda S, o: S.MultiplicativeLR(
+        o, [lambda t: 0.95, lambda t: 1.0 / (1 + 0.1 * t)]),
+    "chained-multiplicative-step": lambda S, o: S.ChainedScheduler(
+        [S.MultiplicativeLR(o, lambda t: 0.97), S.StepLR(o, 4, 0.5)]),
     "constant": lambda S, o: S.ConstantLR(o, factor=0.25, total_iters=4),
     "constant-defaults": lambda S, o: S.ConstantLR(o),
     "onecycle": lambda S, o: S.OneCycleLR(o, max_lr=0.5, total_steps=25,

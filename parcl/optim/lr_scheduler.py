@@ -43,6 +43,7 @@ from .lr_plateau import ReduceLROnPlateau
 
 __all__ = ["ChainedScheduler", "ConstantLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts",
            "CyclicLR", "ExponentialLR", "LRScheduler", "LambdaLR", "LinearLR", "MultiStepLR",
+           "MultiplicativeLR",
            "OneCycleLR", "PolynomialLR", "ReduceLROnPlateau", "SchedulerError", "SequentialLR",
            "StepLR"]
 
@@ -60,13 +61,14 @@ class LambdaLR(LRScheduler):
         groups = len(optimizer.param_groups)
         if isinstance(lr_lambda, (list, tuple)):
             if len(lr_lambda) != groups:
-                raise SchedulerError(f"LambdaLR: expected {groups} lr_lambdas (one per "
-                                     f"parameter group), got {len(lr_lambda)}")
+                raise SchedulerError(f"{type(self).__name__}: expected {groups} lr_lambdas "
+                                     f"(one per parameter group), got {len(lr_lambda)}")
             self.lr_lambdas = list(lr_lambda)
         else:
             self.lr_lambdas = [lr_lambda] * groups
         if not all(callable(f) for f in self.lr_lambdas):
-            raise SchedulerError("LambdaLR: lr_lambda must be callable (or a list of them)")
+            raise SchedulerError(f"{type(self).__name__}: lr_lambda must be callable (or a "
+                                 "list of them)")
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self) -> list[float]:
@@ -86,6 +88,20 @@ class LambdaLR(LRScheduler):
         for fn, saved in zip(self.lr_lambdas, state_dict["lr_lambdas"] or []):
             if saved is not None:
                 fn.__dict__.update(saved)
+
+
+class MultiplicativeLR(LambdaLR):
+    """Multiply each group's learning rate by ``lr_lambda(last_epoch)`` at every step (none
+    at construction), as PyTorch's: the factors compound, and a change another scheduler
+    made to the rate is kept.
+
+    >>> sched = pc.optim.lr_scheduler.MultiplicativeLR(opt, lambda step: 0.95)
+    """
+
+    def get_lr(self) -> list[float]:
+        if self.last_epoch <= 0:
+            return self._group_lrs()
+        return [lr * fn(self.last_epoch) for fn, lr in zip(self.lr_lambdas, self._group_lrs())]
 
 
 class StepLR(LRScheduler):
