@@ -28,7 +28,7 @@ import pyopencl as cl
 from ..nn.buffer_slots import ABSENT, ModelSlots
 from ..nn.follow import ModelFollower
 from ..nn.module import Module
-from ..nn.utils import clip_grads_with_norm_, get_total_norm
+from ..nn.clip import clip_grads_with_norm_, get_total_norm
 from ..errors import ParclError
 from ..gate import release_all
 from ..kernels.elementwise import scale_

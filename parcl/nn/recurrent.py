@@ -19,12 +19,17 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
+
 from ..errors import ParclError, ShapeError
 from ..runtime import default_queue
 from ..tape import ops
+from ..tape.node import Node
+from ..tape.ops.picks import constant
 from ..tensor import Tensor
 from .layers import _check_sizes, _param
 from .module import Module, uniform_
+from .utils.rnn import PackedSequence, packed_rows, pad_packed_sequence
 
 __all__ = ["GRU", "LSTM", "RNN"]
 
@@ -145,9 +150,12 @@ class _RNNBase(Module):
             hx = ops.unsqueeze(hx, 1)
         return list(ops.unbind(hx, 0))
 
-    def _run(self, x, initial):
+    def _run(self, x, initial, masks=None):
         """Every layer and direction over ``x`` ``(T, B, I)``; returns the last layer's output
-        ``(T, B, D*H)`` and the final states, one list per state tensor."""
+        ``(T, B, D*H)`` and the final states, one list per state tensor. ``masks[t]`` (a
+        packed batch's): the rows still running at step ``t`` (None: all); the others keep
+        their state, so a sequence's final state is the one after its last element and a
+        reverse direction starts from the initial state at that element."""
         directions = 2 if self.bidirectional else 1
         finals = [[] for _ in range(self.states)]
         for layer in range(self.num_layers):
@@ -159,7 +167,10 @@ class _RNNBase(Module):
                 state = tuple(s[index] for s in initial)
                 ys = [None] * len(steps)
                 for t in (reversed(range(len(steps))) if d else range(len(steps))):
-                    state = self.cell(steps[t], state, w_hh, b_hh)
+                    new = self.cell(steps[t], state, w_hh, b_hh)
+                    if masks is not None and masks[t] is not None:
+                        new = tuple(ops.where(masks[t], n, s) for n, s in zip(new, state))
+                    state = new
                     ys[t] = state[0]
                 outs.append(ops.stack(ys, 0))
                 for kept, s in zip(finals, state):
@@ -170,6 +181,8 @@ class _RNNBase(Module):
         return x, [ops.stack(f, 0) for f in finals]
 
     def _forward(self, x, hx: tuple):
+        if isinstance(x, PackedSequence):
+            return self._forward_packed(x, hx)
         batched = self._check_input(x)
         if not batched:
             x = ops.unsqueeze(x, 1)
@@ -184,6 +197,33 @@ class _RNNBase(Module):
         if self.batch_first:
             out = ops.transpose(out, (1, 0, 2))
         return out, finals
+
+    def _forward_packed(self, packed: PackedSequence, hx: tuple):
+        """A ``PackedSequence`` in, one out; the states in the batch's own order (its
+        ``sorted_indices`` applied to ``hx`` and undone on the final states, as PyTorch's)."""
+        padded, _ = pad_packed_sequence(PackedSequence(packed.data, packed.batch_sizes))
+        self._check_input(padded)
+        queue = padded.value.queue if isinstance(padded, Node) else padded.queue
+        batch, sizes = padded.shape[1], packed.batch_sizes
+        rows = np.arange(batch)[:, None]
+        masks = [None if b == batch else constant(queue, rows < b) for b in sizes]
+        what = ("h_0", "c_0")
+        order = (None if packed.sorted_indices is None else
+                 constant(queue, np.asarray(packed.sorted_indices, np.int64)))
+        initial = []
+        for i, h in enumerate(hx):
+            if h is not None and order is not None:
+                self._initial(h, what[i], batch, True, queue)        # its shape checked
+                h = ops.index_select(h, 1, order)
+            initial.append(self._initial(h, what[i], batch, True, queue))
+        out, finals = self._run(padded, initial, masks)
+        flat = ops.reshape(out, (out.shape[0] * batch, out.shape[2]))
+        data = ops.index_select(flat, 0, constant(queue, packed_rows(sizes, batch)))
+        if packed.unsorted_indices is not None:
+            undo = constant(queue, np.asarray(packed.unsorted_indices, np.int64))
+            finals = [ops.index_select(f, 1, undo) for f in finals]
+        return PackedSequence(data, sizes, packed.sorted_indices, packed.unsorted_indices), \
+            finals
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"

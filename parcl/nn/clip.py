@@ -1,6 +1,5 @@
 """Gradient clipping (``pc.nn.utils``): PyTorch's ``clip_grad_norm_`` and ``clip_grad_value_``,
-computed on the device; also ``parameters_to_vector`` and ``vector_to_parameters`` (from
-``param_vector``).
+computed on the device.
 
 The global norm is formed in a fixed order, so it is the same bit for bit on every run: each
 tensor's partial (sum of squares, sum of ``|g|**p``, or max of ``|g|``) in the reduction
@@ -34,10 +33,9 @@ from ..kernels import elementwise as ew
 from ..kernels import gradnorm
 from ..tape.node import Node
 from ..tensor import Tensor, check_same_queue
-from .param_vector import parameters_to_vector, vector_to_parameters
 
 __all__ = ["ClipError", "clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_",
-           "get_total_norm", "parameters_to_vector", "vector_to_parameters"]
+           "get_total_norm"]
 
 EPS = 1e-6      # PyTorch's: clip_coef = max_norm / (total_norm + 1e-6)
 
