@@ -321,6 +321,40 @@ class NodeMethods:
     def argsort(self, dim=-1, descending=False, stable=False):
         return _ops().argsort(self, dim, descending, stable)
 
+    # -- order statistics and running extremes (parcl.tape.ops.order, .cumulative) ----------
+    def median(self, dim=None, keepdim=False):
+        return _ops().median(self, dim, keepdim)
+
+    def nanmedian(self, dim=None, keepdim=False):
+        return _ops().nanmedian(self, dim, keepdim)
+
+    def quantile(self, q, dim=None, keepdim=False, *, interpolation="linear"):
+        return _ops().quantile(self, q, dim, keepdim, interpolation=interpolation)
+
+    def nanquantile(self, q, dim=None, keepdim=False, *, interpolation="linear"):
+        return _ops().nanquantile(self, q, dim, keepdim, interpolation=interpolation)
+
+    def kthvalue(self, k, dim=-1, keepdim=False):
+        return _ops().kthvalue(self, k, dim, keepdim)
+
+    def mode(self, dim=-1, keepdim=False):
+        return _ops().order.mode(self, dim, keepdim)
+
+    def msort(self):
+        return _ops().msort(self)
+
+    def aminmax(self, *, dim=None, keepdim=False):
+        return _ops().aminmax(self, dim=dim, keepdim=keepdim)
+
+    def cummax(self, dim):
+        return _ops().cummax(self, dim)
+
+    def cummin(self, dim):
+        return _ops().cummin(self, dim)
+
+    def logcumsumexp(self, dim):
+        return _ops().logcumsumexp(self, dim)
+
     def masked_fill(self, mask, value):
         return _ops().masked_fill(self, mask, value)
 

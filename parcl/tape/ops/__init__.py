@@ -21,6 +21,8 @@ even inside ``no_grad`` (netcl's escape hatch).
 | moments | var_mean std_mean |
 | scans | cumprod diff repeat_interleave |
 | sorting | sort argsort topk |
+| order | median nanmedian quantile nanquantile kthvalue mode msort aminmax |
+| cumulative | cummax cummin logcumsumexp |
 | shape | reshape transpose permute movedim t squeeze unsqueeze flatten unflatten |
 | indexing, join | getitem flip pad expand gather cat stack split |
 | slices | narrow chunk unbind roll repeat tile tril triu |
@@ -50,6 +52,7 @@ from .adaptive import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .contraction import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
+from .cumulative import *  # noqa: F401,F403
 from .diagonals import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
 from .fold import *  # noqa: F401,F403
@@ -66,6 +69,7 @@ from .mathops import *  # noqa: F401,F403
 from .mathops_more import *  # noqa: F401,F403
 from .moments import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
+from .order import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .picks import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
@@ -91,5 +95,6 @@ _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed"
             "moments", "nn", "norm", "picks", "reduce", "reduce_dims", "reductions", "resample",
             "scans", "scatters", "select", "sequence", "shape", "slices", "sorting", "unary",
             "unpool")
+_MODULES += ("cumulative", "order")    # statistics, order and counting
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
