@@ -355,6 +355,29 @@ class NodeMethods:
     def logcumsumexp(self, dim):
         return _ops().logcumsumexp(self, dim)
 
+    # -- counting (parcl.tape.ops.counting): raw Tensors, never recorded ------------------
+    def unique(self, sorted=True, return_inverse=False, return_counts=False,  # noqa: A002
+               dim=None):
+        return _ops().unique(self, sorted, return_inverse, return_counts, dim)
+
+    def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+        return _ops().unique_consecutive(self, return_inverse, return_counts, dim)
+
+    def nonzero(self, *, as_tuple=False):
+        return _ops().nonzero(self, as_tuple=as_tuple)
+
+    def argwhere(self):
+        return _ops().argwhere(self)
+
+    def count_nonzero(self, dim=None):
+        return _ops().count_nonzero(self, dim)
+
+    def bincount(self, weights=None, minlength=0):
+        return _ops().bincount(self, weights, minlength)
+
+    def histc(self, bins=100, min=0, max=0):  # noqa: A002
+        return _ops().histc(self, bins, min, max)
+
     def masked_fill(self, mask, value):
         return _ops().masked_fill(self, mask, value)
 

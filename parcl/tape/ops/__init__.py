@@ -23,6 +23,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | sorting | sort argsort topk |
 | order | median nanmedian quantile nanquantile kthvalue mode msort aminmax |
 | cumulative | cummax cummin logcumsumexp |
+| counting | searchsorted bucketize isin histc bincount unique nonzero count_nonzero ... |
 | shape | reshape transpose permute movedim t squeeze unsqueeze flatten unflatten |
 | indexing, join | getitem flip pad expand gather cat stack split |
 | slices | narrow chunk unbind roll repeat tile tril triu |
@@ -52,6 +53,7 @@ from .adaptive import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .contraction import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
+from .counting import *  # noqa: F401,F403
 from .cumulative import *  # noqa: F401,F403
 from .diagonals import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
@@ -95,6 +97,6 @@ _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed"
             "moments", "nn", "norm", "picks", "reduce", "reduce_dims", "reductions", "resample",
             "scans", "scatters", "select", "sequence", "shape", "slices", "sorting", "unary",
             "unpool")
-_MODULES += ("cumulative", "order")    # statistics, order and counting
+_MODULES += ("counting", "cumulative", "order")    # statistics, order and counting
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]

@@ -176,7 +176,7 @@ def nanmedian(x, dim=None, keepdim: bool = False, *, tape=None):
 def _quantile(op: str, x, q, dim, keepdim: bool, interpolation: str, tape):
     _input(op, x)
     if interpolation not in ok.INTERPOLATIONS:
-        raise ValueError(f"{op}: interpolation must be one of {', '.join(ok.INTERPOLATIONS)},"
+        raise ShapeError(f"{op}: interpolation must be one of {', '.join(ok.INTERPOLATIONS)},"
                          f" got {interpolation!r}")
     if isinstance(q, Node):
         q = q.value
