@@ -504,3 +504,41 @@ class NodeMethods:
 
     def repeat(self, *sizes):
         return _ops().repeat(self, *sizes)
+
+    # -- PyTorch's factory methods: new tensors of this one's dtype, on its queue -------------
+    def new_zeros(self, *size, dtype=None, requires_grad=False):
+        return _ops().zeros(*size, dtype=dtype or self.dtype, requires_grad=requires_grad,
+                            queue=self.queue)
+
+    def new_ones(self, *size, dtype=None, requires_grad=False):
+        return _ops().ones(*size, dtype=dtype or self.dtype, requires_grad=requires_grad,
+                           queue=self.queue)
+
+    def new_full(self, size, fill_value, *, dtype=None, requires_grad=False):
+        return _ops().full(size, fill_value, dtype=dtype or self.dtype,
+                           requires_grad=requires_grad, queue=self.queue)
+
+    def new_empty(self, *size, dtype=None, requires_grad=False):
+        return _ops().empty(*size, dtype=dtype or self.dtype, requires_grad=requires_grad,
+                            queue=self.queue)
+
+    def new_tensor(self, data, *, dtype=None, requires_grad=False):
+        return _ops().creation.new_tensor(self.queue, data, dtype or self.dtype, requires_grad)
+
+    # -- in place: refused while recording on a Node that requires grad (PyTorch's error for a
+    # leaf; parcl records no in-place op, so for any such Node), else into its value -----------
+    def _writable(self, op: str):
+        if self.requires_grad and mode.state.grad:
+            raise ParclError(f"Node.{op}: a Node that requires grad (shape {tuple(self.shape)}) "
+                             "is written in place while grad mode is on; do it under "
+                             "tp.no_grad(), as PyTorch requires for a leaf, or make a new "
+                             "tensor (tp.zeros_like, tp.full_like, tp.randn_like)")
+        return self.value
+
+    def zero_(self):
+        self._writable("zero_").fill_(0)
+        return self
+
+    def fill_(self, value):
+        self._writable("fill_").fill_(value)
+        return self

@@ -43,6 +43,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | loss_more | l1_loss smooth_l1_loss huber_loss kl_div binary_cross_entropy ... (reduction=) |
 | loss_margin | margin_ranking_loss hinge_embedding_loss triplet_margin_loss multi_margin_loss ... |
 | loss_nll | poisson_nll_loss gaussian_nll_loss ctc_loss |
+| creation | zeros ones full empty (_like) arange linspace logspace eye tril_indices meshgrid ... |
 """
 
 from importlib import import_module
@@ -54,6 +55,7 @@ from .attention import *  # noqa: F401,F403
 from .contraction import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .counting import *  # noqa: F401,F403
+from .creation import *  # noqa: F401,F403
 from .cumulative import *  # noqa: F401,F403
 from .diagonals import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
@@ -62,17 +64,17 @@ from .indexing import *  # noqa: F401,F403
 from .join import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
+from .loss_margin import *  # noqa: F401,F403
 from .loss_more import *  # noqa: F401,F403
+from .loss_nll import *  # noqa: F401,F403
 from .lp_pool import *  # noqa: F401,F403
 from .lrn import *  # noqa: F401,F403
-from .loss_margin import *  # noqa: F401,F403
-from .loss_nll import *  # noqa: F401,F403
 from .mathops import *  # noqa: F401,F403
 from .mathops_more import *  # noqa: F401,F403
 from .moments import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
-from .order import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
+from .order import *  # noqa: F401,F403
 from .picks import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .reduce_dims import *  # noqa: F401,F403
@@ -92,11 +94,10 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 # by name: composed's ``norm`` (the op) takes the name of the ``norm`` module (layer_norm ...)
 # in this namespace, so composed is imported after it
 _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed", "contraction",
-            "conv", "diagonals", "elementwise", "fold", "indexing", "join", "linalg", "loss",
-            "loss_margin", "loss_more", "loss_nll", "lp_pool", "lrn", "mathops", "mathops_more",
-            "moments", "nn", "norm", "picks", "reduce", "reduce_dims", "reductions", "resample",
-            "scans", "scatters", "select", "sequence", "shape", "slices", "sorting", "unary",
-            "unpool")
-_MODULES += ("counting", "cumulative", "order")    # statistics, order and counting
+            "conv", "counting", "creation", "cumulative", "diagonals", "elementwise", "fold",
+            "indexing", "join", "linalg", "loss", "loss_margin", "loss_more", "loss_nll",
+            "lp_pool", "lrn", "mathops", "mathops_more", "moments", "nn", "norm", "order", "picks",
+            "reduce", "reduce_dims", "reductions", "resample", "scans", "scatters", "select",
+            "sequence", "shape", "slices", "sorting", "unary", "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
