@@ -542,3 +542,20 @@ class NodeMethods:
     def fill_(self, value):
         self._writable("fill_").fill_(value)
         return self
+
+    def normal_(self, mean=0.0, std=1.0):
+        _ops().sampling.draw_into(self._writable("normal_"), "normal", mean, std)
+        return self
+
+    def uniform_(self, *bounds, **names):
+        """PyTorch's ``uniform_(from=0, to=1)``: the bounds positionally, or by keyword."""
+        bound = dict(zip(("from", "to"), bounds), **names)
+        if len(bounds) > 2 or set(bound) - {"from", "to"}:
+            raise TypeError(f"uniform_: takes from and to, got {bounds} and {sorted(names)}")
+        _ops().sampling.draw_into(self._writable("uniform_"), "uniform", bound.get("from", 0.0),
+                                  bound.get("to", 1.0))
+        return self
+
+    def bernoulli_(self, p=0.5):
+        _ops().sampling.draw_into(self._writable("bernoulli_"), "bernoulli", p)
+        return self

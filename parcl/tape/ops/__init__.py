@@ -44,6 +44,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | loss_margin | margin_ranking_loss hinge_embedding_loss triplet_margin_loss multi_margin_loss ... |
 | loss_nll | poisson_nll_loss gaussian_nll_loss ctc_loss |
 | creation | zeros ones full empty (_like) arange linspace logspace eye tril_indices meshgrid ... |
+| sampling | rand randn randint randperm (and _like) normal bernoulli multinomial |
 """
 
 from importlib import import_module
@@ -80,6 +81,7 @@ from .reduce import *  # noqa: F401,F403
 from .reduce_dims import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
 from .resample import *  # noqa: F401,F403
+from .sampling import *  # noqa: F401,F403
 from .scans import *  # noqa: F401,F403
 from .scatters import *  # noqa: F401,F403
 from .select import *  # noqa: F401,F403
@@ -97,7 +99,7 @@ _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed"
             "conv", "counting", "creation", "cumulative", "diagonals", "elementwise", "fold",
             "indexing", "join", "linalg", "loss", "loss_margin", "loss_more", "loss_nll",
             "lp_pool", "lrn", "mathops", "mathops_more", "moments", "nn", "norm", "order", "picks",
-            "reduce", "reduce_dims", "reductions", "resample", "scans", "scatters", "select",
-            "sequence", "shape", "slices", "sorting", "unary", "unpool")
+            "reduce", "reduce_dims", "reductions", "resample", "sampling", "scans", "scatters",
+            "select", "sequence", "shape", "slices", "sorting", "unary", "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
