@@ -2,7 +2,8 @@
 parameters), tensor-scalar ops, the backward helpers of the activations, and in-place updates
 (axpy, scale_).
 
-One OpenCL program for the family. Same-shape inputs take a flat fast path; broadcasting takes a
+One OpenCL program for the family (and one for the special functions, ``elementwise_special``,
+built only when one of them runs). Same-shape inputs take a flat fast path; broadcasting takes a
 strided-index path over at most 6 dimensions after adjacent dimensions are collapsed (so a bias
 add ``(N, C) + (C,)`` is a 2-D walk whatever N's own rank was). Launchers enqueue on the first
 input's queue and never wait; outputs come from the queue's pool.
@@ -31,6 +32,8 @@ from ..errors import DeviceError, DTypeError, ShapeError
 from ..tensor import FLOAT, Tensor, check_same_queue, dims
 from .clmath import GELU_TANH, NORMAL_CDF
 from .elementwise_ops import BINARY_OPS, GRAD_OPS, HELPERS, REVERSED, UNARY_OPS
+from .elementwise_special import (SPECIAL_BINARY, SPECIAL_GRAD, SPECIAL_HELPERS,
+                                  SPECIAL_UNARY)
 from ._cache import get_kernel, keep
 from .broadcast import (broadcast_shapes, broadcast_strides,  # noqa: F401
                         collapse_dims, int8_vector)
@@ -61,9 +64,13 @@ STRIDED_OFFSETS = r"""
 ACCUMULATING = ("relu_backward", "sigmoid_backward", "tanh_backward", "sqrt_backward")
 
 
-def _build_source() -> str:
-    parts = ["//CL//", STRIDED_OFFSETS, GELU_TANH, NORMAL_CDF, HELPERS]
-    for name, expr in BINARY_OPS.items():
+def _build_source(helpers: str, binary: dict, unary: dict, grad: dict,
+                  accumulating: tuple = (), in_place: bool = True) -> str:
+    """One program: the ``_contig/_strided/_grid/_scalar`` kernels of each ``binary`` op, the
+    ``_unary`` and ``_grad`` kernels, the ``_acc`` variants and (``in_place``) axpy, scale and
+    expand."""
+    parts = ["//CL//", STRIDED_OFFSETS, helpers]
+    for name, expr in binary.items():
         parts.append(f"""
 __kernel void {name}_contig(__global float *out, __global const float *a,
                             __global const float *b, const int n)
@@ -100,7 +107,7 @@ __kernel void {name}_scalar(__global float *out, __global const float *a, const 
     int i = get_global_id(0);
     if (i < n) {{ float x = a[i]; out[i] = {expr}; }}
 }}""")
-    for name, expr in UNARY_OPS.items():
+    for name, expr in unary.items():
         parts.append(f"""
 __kernel void {name}_unary(__global float *out, __global const float *a, const float p,
                            const float q, const int n)
@@ -108,7 +115,7 @@ __kernel void {name}_unary(__global float *out, __global const float *a, const f
     int i = get_global_id(0);
     if (i < n) {{ float x = a[i]; out[i] = {expr}; }}
 }}""")
-    for name, expr in GRAD_OPS.items():
+    for name, expr in grad.items():
         parts.append(f"""
 __kernel void {name}_grad(__global float *out, __global const float *a,
                           __global const float *b, const float p, const float q, const int n)
@@ -116,7 +123,7 @@ __kernel void {name}_grad(__global float *out, __global const float *a,
     int i = get_global_id(0);
     if (i < n) {{ float x = a[i], y = b[i]; out[i] = {expr}; }}
 }}""")
-    for name in ACCUMULATING:
+    for name in accumulating:
         parts.append(f"""
 /* {name}_contig that also adds its result into acc (acc += out), for the tape: the one
    gradient an add then hands to a leaf's .grad, added there without a separate axpy launch.
@@ -125,10 +132,11 @@ __kernel void {name}_acc(__global float *out, __global const float *a,
                          __global const float *b, __global float *acc, const int n)
 {{
     int i = get_global_id(0);
-    if (i < n) {{ float x = a[i], y = b[i]; float r = {BINARY_OPS[name]}; out[i] = r;
+    if (i < n) {{ float x = a[i], y = b[i]; float r = {binary[name]}; out[i] = r;
                   acc[i] += r; }}
 }}""")
-    parts.append(r"""
+    if in_place:
+        parts.append(r"""
 __kernel void axpy(__global float *y, __global const float *x, const float alpha, const int n)
 {
     int i = get_global_id(0);
@@ -154,14 +162,32 @@ __kernel void expand(__global float *out, __global const float *x, const float a
     return "\n".join(parts)
 
 
-SOURCE = _build_source()
-# Each op's kernel names, made once: a launch looks its kernel up by a name whose hash is
-# already known, not by a string built anew.
-_NAMES = {kind: {op: f"{op}_{kind}" for op in ops}
-          for kind, ops in (("contig", BINARY_OPS), ("scalar", BINARY_OPS),
-                            ("unary", UNARY_OPS), ("grad", GRAD_OPS),
-                          ("grid", BINARY_OPS), ("strided", BINARY_OPS),
-                            ("acc", {op: None for op in ACCUMULATING}))}
+SOURCE = _build_source("\n".join((GELU_TANH, NORMAL_CDF, HELPERS)), BINARY_OPS, UNARY_OPS,
+                       GRAD_OPS, ACCUMULATING)
+# The special functions (lgamma, digamma, erfinv, xlogy, ...) build as a program of their
+# own: their series doubled the family's cold build (2 s to 4 s), which every process that
+# launches an add would have paid.
+SPECIAL_SOURCE = _build_source(HELPERS + SPECIAL_HELPERS, SPECIAL_BINARY, SPECIAL_UNARY,
+                               SPECIAL_GRAD, in_place=False)
+_BINARY = {**BINARY_OPS, **SPECIAL_BINARY}
+_UNARY = {**UNARY_OPS, **SPECIAL_UNARY}
+_GRAD = {**GRAD_OPS, **SPECIAL_GRAD}
+
+
+def _kernels(kind: str, ops: dict, special: dict) -> dict:
+    return {op: (SPECIAL_SOURCE if op in special else SOURCE, f"{op}_{kind}") for op in ops}
+
+
+# Each op's (program source, kernel name), made once: a launch looks its kernel up by a name
+# whose hash is already known, not by a string built anew.
+_NAMES = {kind: _kernels(kind, ops, special)
+          for kind, ops, special in (("contig", _BINARY, SPECIAL_BINARY),
+                                     ("scalar", _BINARY, SPECIAL_BINARY),
+                                     ("unary", _UNARY, SPECIAL_UNARY),
+                                     ("grad", _GRAD, SPECIAL_GRAD),
+                                     ("grid", _BINARY, SPECIAL_BINARY),
+                                     ("strided", _BINARY, SPECIAL_BINARY),
+                                     ("acc", {op: None for op in ACCUMULATING}, {}))}
 LOCAL = 128
 _LOCAL = (LOCAL,)
 GRID_LOCAL = 32        # the 3-D broadcast path: work-items along the innermost dim per group
@@ -207,8 +233,8 @@ def binary(op: str, a, b, out: Tensor | None = None) -> Tensor:
     ``op`` is one of ``BINARY_OPS`` (add, sub, mul, div, rsub, rdiv, maximum, minimum, pow,
     rpow, the 0/1 masks ge, gt, le, lt and the ``*_backward`` helpers).
     """
-    if op not in BINARY_OPS:
-        raise ValueError(f"binary: unknown op {op!r}; expected one of {sorted(BINARY_OPS)}")
+    if op not in _BINARY:
+        raise ValueError(f"binary: unknown op {op!r}; expected one of {sorted(_BINARY)}")
     if type(a) is not Tensor or type(b) is not Tensor:     # a scalar side, or bad input
         if _is_scalar(b):
             return scalar(op, a, b, out=out)
@@ -227,7 +253,7 @@ def binary(op: str, a, b, out: Tensor | None = None) -> Tensor:
     except (AttributeError, KeyError):
         plan = keep(queue, key, _broadcast_plan(op, a.shape, b.shape))
     res = _output(op, queue, plan.shape, out)
-    get_kernel(queue, SOURCE, _NAMES[plan.kind][op])(queue, plan.gsize, plan.lsize, res.data,
+    get_kernel(queue, *_NAMES[plan.kind][op])(queue, plan.gsize, plan.lsize, res.data,
                                                      a.data, b.data, *plan.args)
     return res
 
@@ -269,21 +295,21 @@ def _contig(op: str, queue, a: Tensor, b: Tensor, out: Tensor | None) -> Tensor:
     """The same-shape launch of ``binary`` (inputs already checked)."""
     res = Tensor.empty(queue, a.shape) if out is None else _output(op, queue, a.shape, out)
     n = res.size
-    get_kernel(queue, SOURCE, _NAMES["contig"][op])(queue, _global(n), _LOCAL, res.data,
+    get_kernel(queue, *_NAMES["contig"][op])(queue, _global(n), _LOCAL, res.data,
                                                     a.data, b.data, n)
     return res
 
 
 def scalar(op: str, x: Tensor, s: float, out: Tensor | None = None) -> Tensor:
     """``op(x, s)`` with a Python scalar ``s`` (``rsub``: s - x, ``rdiv``: s / x, ``rpow``)."""
-    if op not in BINARY_OPS:
-        raise ValueError(f"scalar: unknown op {op!r}; expected one of {sorted(BINARY_OPS)}")
+    if op not in _BINARY:
+        raise ValueError(f"scalar: unknown op {op!r}; expected one of {sorted(_BINARY)}")
     check_float(op, x)
     res = Tensor.empty(x.queue, x.shape) if out is None else _output(op, x.queue, x.shape, out)
     n = res.size
     # Python numbers as they are: the kernel's declared float argument packs them to the
     # same float32 as np.float32 would, for less host time
-    get_kernel(x.queue, SOURCE, _NAMES["scalar"][op])(x.queue, _global(n), _LOCAL, res.data,
+    get_kernel(x.queue, *_NAMES["scalar"][op])(x.queue, _global(n), _LOCAL, res.data,
                                                       x.data, s, n)
     return res
 
@@ -298,12 +324,12 @@ def unary(op: str, x: Tensor, out: Tensor | None = None, *, p: float = 0.0,
     >>> ew.unary("leaky_relu", y, p=0.1).to_host()
     array([1., 1., 1.], dtype=float32)
     """
-    if op not in UNARY_OPS:
-        raise ValueError(f"unary: unknown op {op!r}; expected one of {sorted(UNARY_OPS)}")
+    if op not in _UNARY:
+        raise ValueError(f"unary: unknown op {op!r}; expected one of {sorted(_UNARY)}")
     check_float(op, x)
     res = Tensor.empty(x.queue, x.shape) if out is None else _output(op, x.queue, x.shape, out)
     n = res.size
-    get_kernel(x.queue, SOURCE, _NAMES["unary"][op])(x.queue, _global(n), _LOCAL, res.data,
+    get_kernel(x.queue, *_NAMES["unary"][op])(x.queue, _global(n), _LOCAL, res.data,
                                                      x.data, p, q, n)
     return res
 
@@ -312,15 +338,15 @@ def grad(op: str, saved: Tensor, g: Tensor, *, p: float = 0.0, q: float = 0.0,
          out: Tensor | None = None) -> Tensor:
     """A ``GRAD_OPS`` backward helper on the forward's input ``saved`` and the upstream ``g``
     (same shape), with the forward's parameters ``p``, ``q`` (as for ``unary``)."""
-    if op not in GRAD_OPS:
-        raise ValueError(f"grad: unknown op {op!r}; expected one of {sorted(GRAD_OPS)}")
+    if op not in _GRAD:
+        raise ValueError(f"grad: unknown op {op!r}; expected one of {sorted(_GRAD)}")
     check_float(op, saved, g)
     if saved.shape != g.shape:
         raise ShapeError(f"{op}: saved tensor {saved.shape} and gradient {g.shape} differ")
     check_same_queue(op, saved, g)
     res = Tensor.empty(g.queue, g.shape) if out is None else _output(op, g.queue, g.shape, out)
     n = res.size
-    get_kernel(g.queue, SOURCE, _NAMES["grad"][op])(g.queue, _global(n), _LOCAL, res.data,
+    get_kernel(g.queue, *_NAMES["grad"][op])(g.queue, _global(n), _LOCAL, res.data,
                                                     saved.data, g.data, p, q, n)
     return res
 
@@ -342,7 +368,7 @@ def _backward(op: str, saved: Tensor, g: Tensor, out: Tensor | None,
     queue = g.queue
     res = _output(op, queue, g.shape, out)
     n = res.size
-    get_kernel(queue, SOURCE, _NAMES["acc"][op])(queue, _global(n), _LOCAL, res.data,
+    get_kernel(queue, *_NAMES["acc"][op])(queue, _global(n), _LOCAL, res.data,
                                                  saved.data, g.data, acc.data, n)
     return res
 

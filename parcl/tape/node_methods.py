@@ -227,6 +227,66 @@ class NodeMethods:
     def frac(self):
         return _ops().frac(self)
 
+    # -- special functions and the rest of the pointwise math (mathops_special) ------------
+    def acosh(self):
+        return _ops().acosh(self)
+
+    def asinh(self):
+        return _ops().asinh(self)
+
+    def atanh(self):
+        return _ops().atanh(self)
+
+    arccosh, arcsinh, arctanh = acosh, asinh, atanh
+
+    def arccos(self):
+        return _ops().acos(self)
+
+    def arcsin(self):
+        return _ops().asin(self)
+
+    def arctan(self):
+        return _ops().atan(self)
+
+    def deg2rad(self):
+        return _ops().deg2rad(self)
+
+    def rad2deg(self):
+        return _ops().rad2deg(self)
+
+    def erfc(self):
+        return _ops().erfc(self)
+
+    def erfinv(self):
+        return _ops().erfinv(self)
+
+    def lgamma(self):
+        return _ops().lgamma(self)
+
+    def digamma(self):
+        return _ops().digamma(self)
+
+    def polygamma(self, n):
+        return _ops().polygamma(n, self)
+
+    def mvlgamma(self, p):
+        return _ops().mvlgamma(self, p)
+
+    def i0(self):
+        return _ops().i0(self)
+
+    def sinc(self):
+        return _ops().sinc(self)
+
+    def logit(self, eps=None):
+        return _ops().logit(self, eps)
+
+    def sgn(self):
+        return _ops().sgn(self)
+
+    def signbit(self):
+        return _ops().signbit(self)
+
     def addcmul(self, tensor1, tensor2, *, value=1):
         return _ops().addcmul(self, tensor1, tensor2, value=value)
 

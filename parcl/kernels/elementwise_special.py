@@ -1,0 +1,211 @@
+"""The special functions' rows of the elementwise tables, which ``elementwise`` builds as a
+program of its own (their series would double the main program's build time):
+lgamma, digamma, polygamma, mvlgamma, erfc, erfinv, i0 (and i1, its derivative), sinc, logit,
+the inverse hyperbolic functions.
+
+lgamma, erfc and the inverse hyperbolics are OpenCL builtins; digamma, polygamma, erfinv, i0
+and i1 are series written here in float32 (checked against ``torch.special`` in float64 by
+tests/test_ops_special.py): no fp64, which not every device has.
+"""
+
+from __future__ import annotations
+
+# C helpers the expressions below call, appended to the family's HELPERS.
+SPECIAL_HELPERS = r"""
+// digamma: PyTorch's values at the poles (copysign(inf, -x) at 0, NaN at the negative
+// integers and -inf); reflection psi(1 - x) - pi / tan(pi x) below 0, the recurrence
+// psi(x) = psi(x + 1) - 1 / x up to 6, then the asymptotic series in 1 / x^2.
+inline float digamma_f(float x)
+{
+    if (x == 0.0f) return copysign(INFINITY, -x);
+    if (isinf(x)) return (x > 0.0f) ? x : NAN;
+    float r = 0.0f;
+    if (x < 0.0f) {
+        if (x == floor(x)) return NAN;
+        r = -M_PI_F / tanpi(x);
+        x = 1.0f - x;
+    }
+    while (x < 6.0f) { r -= 1.0f / x; x += 1.0f; }
+    const float z = 1.0f / (x * x);
+    const float tail = z * (8.3333333333e-2f - z * (8.3333333333e-3f - z * (3.9682539683e-3f
+                       - z * (4.1666666667e-3f - z * 7.5757575758e-3f))));
+    return r + log(x) - 0.5f / x - tail;
+}
+// Hurwitz zeta(s, q) for an integer s >= 2: the terms (q + k)^-s summed until q + k passes
+// 9 + s, then the Euler-Maclaurin tail (Bernoulli numbers B2..B10). A q below -4096 would take
+// too many terms: NaN there (documented in tp.polygamma).
+inline float zeta_int(const int s, float q)
+{
+    if (q <= 0.0f && q == floor(q)) return INFINITY;
+    if (isnan(q) || q < -4096.0f) return NAN;
+    if (isinf(q)) return 0.0f;
+    // Neumaier's compensated sum: below 0 the terms alternate in sign and cancel (at
+    // q = -2.5 to 1e-3 of the largest), which a plain float sum got only to 3 digits
+    float head = 0.0f, lost = 0.0f;
+    const float shift = 9.0f + (float)s;
+    while (q < shift) {
+        const float t = pown(q, -s), sum = head + t;
+        lost += (fabs(head) >= fabs(t)) ? (head - sum) + t : (t - sum) + head;
+        head = sum;
+        q += 1.0f;
+    }
+    head += lost;
+    const float fs = (float)s, inv = 1.0f / q, inv2 = inv * inv;
+    float t = fs * pown(q, -s - 1);             // s q^(-s-1) / 12 is the B2 term
+    float tail = t / 12.0f;
+    t *= (fs + 1.0f) * (fs + 2.0f) * inv2;  tail -= t / 720.0f;
+    t *= (fs + 3.0f) * (fs + 4.0f) * inv2;  tail += t / 30240.0f;
+    t *= (fs + 5.0f) * (fs + 6.0f) * inv2;  tail -= t / 1209600.0f;
+    t *= (fs + 7.0f) * (fs + 8.0f) * inv2;  tail += t / 47900160.0f;
+    return head + pown(q, 1 - s) / (fs - 1.0f) + 0.5f * pown(q, -s) + tail;
+}
+// polygamma(n, x) = (-1)^(n+1) n! zeta(n + 1, x) for n >= 1, digamma for n = 0
+inline float polygamma_f(const float nf, const float x)
+{
+    const int n = (int)nf;
+    if (n == 0) return digamma_f(x);
+    float fact = 1.0f;
+    for (int i = 2; i <= n; i++) fact *= (float)i;
+    return ((n & 1) ? fact : -fact) * zeta_int(n + 1, x);
+}
+// multivariate lgamma of dimension p: sum over i < p of lgamma(x - i / 2) (the constant
+// p (p - 1) / 4 log(pi) is added by the caller as q); its derivative sums digamma
+inline float mvlgamma_f(const float x, const float p)
+{
+    float s = 0.0f;
+    for (int i = 0; i < (int)p; i++) s += lgamma(x - 0.5f * (float)i);
+    return s;
+}
+inline float mvdigamma_f(const float x, const float p)
+{
+    float s = 0.0f;
+    for (int i = 0; i < (int)p; i++) s += digamma_f(x - 0.5f * (float)i);
+    return s;
+}
+// erfinv: Giles' single-precision fit ("Approximating the erfinv function", 2010), then one
+// Newton step on erf; +-inf at +-1 and NaN beyond, as PyTorch's
+inline float erfinv_f(const float x)
+{
+    const float ax = fabs(x);
+    if (ax >= 1.0f) return (ax == 1.0f) ? copysign(INFINITY, x) : NAN;
+    float w = -log((1.0f - x) * (1.0f + x)), p;
+    if (w < 5.0f) {
+        w -= 2.5f;
+        p = 2.81022636e-08f;
+        p = 3.43273939e-07f + p * w;  p = -3.5233877e-06f + p * w;
+        p = -4.39150654e-06f + p * w; p = 0.00021858087f + p * w;
+        p = -0.00125372503f + p * w;  p = -0.00417768164f + p * w;
+        p = 0.246640727f + p * w;     p = 1.50140941f + p * w;
+    } else {
+        w = sqrt(w) - 3.0f;
+        p = -0.000200214257f;
+        p = 0.000100950558f + p * w;  p = 0.00134934322f + p * w;
+        p = -0.00367342844f + p * w;  p = 0.00573950773f + p * w;
+        p = -0.0076224613f + p * w;   p = 0.00943887047f + p * w;
+        p = 1.00167406f + p * w;      p = 2.83297682f + p * w;
+    }
+    const float r = p * x;
+    return r - (erf(r) - x) / (1.1283791670955126f * exp(-r * r));
+}
+// sinc's derivative (cos(pi x) - sinc(x)) / x; below |x| = 1/4 its Taylor series, where the
+// difference of two numbers near 1 would lose the digits (PyTorch's float32 loses them)
+inline float sinc_grad_f(const float x)
+{
+    if (fabs(x) < 0.25f) {
+        const float u = M_PI_F * M_PI_F * x * x;
+        return M_PI_F * M_PI_F * x * (-1.0f / 3.0f + u * (1.0f / 30.0f + u * (-1.0f / 840.0f
+               + u * (1.0f / 45360.0f - u / 3991680.0f))));
+    }
+    return (cospi(x) - sinpi(x) / (M_PI_F * x)) / x;
+}
+// modified Bessel functions I0 and I1: the power series up to |x| = 20 (positive terms, so
+// no cancellation), beyond it Hankel's asymptotic series (mu = 4 nu^2) times
+// exp(|x| / 2)^2 / sqrt(2 pi |x|), split so that the result overflows only where it must
+inline float bessel_i_large(const float ax, const float mu)
+{
+    float t = 1.0f, s = 1.0f;
+    for (int k = 1; k <= 7; k++) {
+        const float odd = (float)(2 * k - 1);
+        t *= -(mu - odd * odd) / ((float)k * 8.0f * ax);
+        s += t;
+    }
+    const float e = exp(0.5f * ax);
+    return e * (e * rsqrt(2.0f * M_PI_F * ax)) * s;
+}
+inline float i0_f(const float x)
+{
+    const float ax = fabs(x);
+    if (ax > 20.0f) return bessel_i_large(ax, 0.0f);
+    const float q = 0.25f * ax * ax;
+    float t = 1.0f, s = 1.0f;
+    for (int k = 1; k < 64 && t > 1e-9f * s; k++) { t *= q / (float)(k * k); s += t; }
+    return s;
+}
+inline float i1_f(const float x)
+{
+    const float ax = fabs(x);
+    float s;
+    if (ax > 20.0f) {
+        s = bessel_i_large(ax, 4.0f);
+    } else {
+        const float q = 0.25f * ax * ax;
+        float t = 0.5f * ax;
+        s = t;
+        for (int k = 1; k < 64 && t > 1e-9f * s; k++) { t *= q / (float)(k * (k + 1)); s += t; }
+    }
+    return copysign(s, x);
+}
+"""
+
+# name -> C expression of x and the float parameters p, q (as elementwise_ops.UNARY_OPS)
+SPECIAL_UNARY = {
+    "acosh": "acosh(x)",
+    "asinh": "asinh(x)",
+    "atanh": "atanh(x)",
+    # PyTorch multiplies by the constants rounded to float32
+    "deg2rad": "x * 0.017453292519943295f",
+    "rad2deg": "x * 57.29577951308232f",
+    "erfc": "erfc(x)",
+    "erfinv": "erfinv_f(x)",
+    # lgamma's builtin, with PyTorch's +inf at 0, -0 and the negative integers
+    "lgamma": "(x <= 0.0f && x == floor(x)) ? INFINITY : lgamma(x)",
+    "digamma": "digamma_f(x)",
+    "polygamma": "polygamma_f(p, x)",                      # p: n
+    "mvlgamma": "mvlgamma_f(x, p) + q",                    # p: dimension, q: the constant
+    "i0": "i0_f(x)",
+    "i1": "i1_f(x)",
+    # sin(pi x) / (pi x) with sinpi, exact at the integers (1 at 0)
+    "sinc": "(x == 0.0f) ? 1.0f : sinpi(x) / (M_PI_F * x)",
+    # p: eps, or -1 for none (then x outside [0, 1] gives NaN by itself)
+    "logit": "log(((p < 0.0f) ? x : ((x < p) ? p : ((x > 1.0f - p) ? 1.0f - p : x)))"
+             " / (1.0f - ((p < 0.0f) ? x : ((x < p) ? p : ((x > 1.0f - p) ? 1.0f - p : x)))))",
+    # the sign bit, as torch.signbit (-0 has it, a NaN from 0/0 may): a float32 0/1 mask
+    "signbit": "signbit(x) ? 1.0f : 0.0f",
+}
+
+# backward helpers of same-shape (saved input x, upstream gradient y) pairs, with the forward's
+# p, q: PyTorch's formulas
+SPECIAL_GRAD = {
+    "acosh_backward": "y * rsqrt(x * x - 1.0f)",
+    "asinh_backward": "y * rsqrt(x * x + 1.0f)",
+    "atanh_backward": "y / (1.0f - x * x)",
+    "deg2rad_backward": "y * 0.017453292519943295f",
+    "rad2deg_backward": "y * 57.29577951308232f",
+    "erfc_backward": "-y * 1.1283791670955126f * exp(-x * x)",
+    # x is erfinv's output: sqrt(pi) / 2 exp(erfinv(x)^2)
+    "erfinv_backward": "y * 0.886226925452758f * exp(x * x)",
+    "lgamma_backward": "y * digamma_f(x)",
+    "digamma_backward": "y * polygamma_f(1.0f, x)",
+    "polygamma_backward": "y * polygamma_f(p + 1.0f, x)",
+    "mvlgamma_backward": "y * mvdigamma_f(x, p)",
+    "i0_backward": "y * i1_f(x)",
+    # (cos(pi x) - sinc(x)) / x, 0 at 0, as PyTorch's
+    "sinc_backward": "y * sinc_grad_f(x)",
+    # PyTorch's: 0 outside [eps, 1 - eps] with an eps, NaN outside [0, 1] without
+    "logit_backward": "(p < 0.0f) ? ((x < 0.0f || x > 1.0f) ? NAN : y / (x * (1.0f - x)))"
+                      " : ((x < p || x > 1.0f - p) ? 0.0f : y / (x * (1.0f - x)))",
+}
+
+# name -> C expression of (x, y), as elementwise_ops.BINARY_OPS (x left, y right)
+SPECIAL_BINARY = {
+}
