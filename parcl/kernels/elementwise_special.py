@@ -1,7 +1,8 @@
 """The special functions' rows of the elementwise tables, which ``elementwise`` builds as a
 program of its own (their series would double the main program's build time):
 lgamma, digamma, polygamma, mvlgamma, erfc, erfinv, i0 (and i1, its derivative), sinc, logit,
-the inverse hyperbolic functions.
+the inverse hyperbolic functions, and the binary ops xlogy, logaddexp, logaddexp2, fmax, fmin,
+heaviside, ldexp, copysign and floor_divide.
 
 lgamma, erfc and the inverse hyperbolics are OpenCL builtins; digamma, polygamma, erfinv, i0
 and i1 are series written here in float32 (checked against ``torch.special`` in float64 by
@@ -208,4 +209,36 @@ SPECIAL_GRAD = {
 
 # name -> C expression of (x, y), as elementwise_ops.BINARY_OPS (x left, y right)
 SPECIAL_BINARY = {
+    # torch.xlogy: NaN where y is, else 0 where x == 0; its partials log(y) (0 where x == 0
+    # and y <= 0, as PyTorch's) and x / y
+    "xlogy": "isnan(y) ? NAN : ((x == 0.0f) ? 0.0f : x * log(y))",
+    "xlogy_grad_a": "(x == 0.0f && y <= 0.0f) ? 0.0f : log(y)",
+    "xlogy_grad_b": "x / y",
+    # max + log1p(exp(-|x - y|)): no overflow; two equal infinities give themselves
+    "logaddexp": "(isinf(x) && x == y) ? x : fmax(x, y) + log1p(exp(-fabs(x - y)))",
+    "logaddexp_grad_a": "1.0f / (1.0f + exp(y - x))",
+    "logaddexp_grad_b": "1.0f / (1.0f + exp(x - y))",
+    "logaddexp2": "(isinf(x) && x == y) ? x"
+                  " : fmax(x, y) + log1p(exp2(-fabs(x - y))) * 1.4426950408889634f",
+    "logaddexp2_grad_a": "1.0f / (1.0f + exp2(y - x))",
+    "logaddexp2_grad_b": "1.0f / (1.0f + exp2(x - y))",
+    # fmax/fmin ignore a NaN (the other side wins); the gradient goes to x where x >= y
+    # (fmin: x <= y) or y is NaN, else to y, as PyTorch's
+    "fmax": "fmax(x, y)",
+    "fmin": "fmin(x, y)",
+    "fmax_grad_a": "(x >= y || isnan(y)) ? 1.0f : 0.0f",
+    "fmax_grad_b": "(x >= y || isnan(y)) ? 0.0f : 1.0f",
+    "fmin_grad_a": "(x <= y || isnan(y)) ? 1.0f : 0.0f",
+    "fmin_grad_b": "(x <= y || isnan(y)) ? 0.0f : 1.0f",
+    # PyTorch's: values where x == 0, else (x > 0), so NaN gives 0
+    "heaviside": "(x == 0.0f) ? y : ((x > 0.0f) ? 1.0f : 0.0f)",
+    # x * 2^y (torch.ldexp: input * pow(2, other)), and its partials
+    "ldexp": "x * exp2(y)",
+    "ldexp_grad_a": "exp2(y)",
+    "ldexp_grad_b": "x * exp2(y) * 0.6931471805599453f",
+    # copysign's gradient for x: copysign(x, y) / x, 0 where x == 0 (PyTorch's)
+    "copysign": "copysign(x, y)",
+    "copysign_grad_a": "(x == 0.0f) ? 0.0f : copysign(x, y) / x",
+    "copysign_grad_b": "0.0f",
+    "floor_divide": "div_floor(x, y)",
 }

@@ -227,7 +227,7 @@ class NodeMethods:
     def frac(self):
         return _ops().frac(self)
 
-    # -- special functions and the rest of the pointwise math (mathops_special) ------------
+    # -- special functions and the rest of the pointwise math (mathops_special, _binary) --
     def acosh(self):
         return _ops().acosh(self)
 
@@ -286,6 +286,45 @@ class NodeMethods:
 
     def signbit(self):
         return _ops().signbit(self)
+
+    def xlogy(self, other):
+        return _ops().xlogy(self, other)
+
+    def logaddexp(self, other):
+        return _ops().logaddexp(self, other)
+
+    def logaddexp2(self, other):
+        return _ops().logaddexp2(self, other)
+
+    def fmax(self, other):
+        return _ops().fmax(self, other)
+
+    def fmin(self, other):
+        return _ops().fmin(self, other)
+
+    def ldexp(self, other):
+        return _ops().ldexp(self, other)
+
+    def copysign(self, other):
+        return _ops().copysign(self, other)
+
+    def heaviside(self, values):
+        return _ops().heaviside(self, values)
+
+    def floor_divide(self, other):
+        return _ops().floor_divide(self, other)
+
+    def __floordiv__(self, other):
+        return _ops().floor_divide(self, other)
+
+    def __rfloordiv__(self, other):
+        return _ops().floor_divide(other, self)
+
+    def true_divide(self, other):
+        return _ops().true_divide(self, other)
+
+    def float_power(self, exponent):
+        return _ops().float_power(self, exponent)
 
     def addcmul(self, tensor1, tensor2, *, value=1):
         return _ops().addcmul(self, tensor1, tensor2, value=value)

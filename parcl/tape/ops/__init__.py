@@ -10,6 +10,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | unary, activation | neg exp log sqrt abs relu sigmoid tanh gelu, silu leaky_relu elu ... |
 | mathops | reciprocal rsqrt log1p ... atan2 floor round lerp, eq ... ge, isnan isfinite clip |
 | mathops_more | remainder fmod hypot exp2 frac addcmul addcdiv clamp_min clamp_max isinf all any |
+| mathops_binary | xlogy logaddexp logaddexp2 fmax fmin ldexp copysign floor_divide heaviside ... |
 | mathops_special | acosh asinh atanh erfc erfinv lgamma digamma polygamma mvlgamma i0 logit ... |
 | activation_more | hardtanh relu6 ... mish selu celu glu softmin threshold normalize ... |
 | linalg | matmul (batched, broadcasting) |
@@ -72,6 +73,7 @@ from .loss_nll import *  # noqa: F401,F403
 from .lp_pool import *  # noqa: F401,F403
 from .lrn import *  # noqa: F401,F403
 from .mathops import *  # noqa: F401,F403
+from .mathops_binary import *  # noqa: F401,F403
 from .mathops_more import *  # noqa: F401,F403
 from .mathops_special import *  # noqa: F401,F403
 from .moments import *  # noqa: F401,F403
@@ -100,9 +102,9 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed", "contraction",
             "conv", "counting", "creation", "cumulative", "diagonals", "elementwise", "fold",
             "indexing", "join", "linalg", "loss", "loss_margin", "loss_more", "loss_nll",
-            "lp_pool", "lrn", "mathops", "mathops_more", "mathops_special", "moments", "nn",
-            "norm", "order", "picks", "reduce", "reduce_dims", "reductions", "resample",
-            "sampling", "scans", "scatters", "select", "sequence", "shape", "slices", "sorting",
-            "unary", "unpool")
+            "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more", "mathops_special",
+            "moments", "nn", "norm", "order", "picks", "reduce", "reduce_dims", "reductions",
+            "resample", "sampling", "scans", "scatters", "select", "sequence", "shape", "slices",
+            "sorting", "unary", "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
