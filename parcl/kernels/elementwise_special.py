@@ -2,7 +2,7 @@
 program of its own (their series would double the main program's build time):
 lgamma, digamma, polygamma, mvlgamma, erfc, erfinv, i0 (and i1, its derivative), sinc, logit,
 the inverse hyperbolic functions, and the binary ops xlogy, logaddexp, logaddexp2, fmax, fmin,
-heaviside, ldexp, copysign and floor_divide.
+heaviside, ldexp, copysign, floor_divide, the logical ops and isclose.
 
 lgamma, erfc and the inverse hyperbolics are OpenCL builtins; digamma, polygamma, erfinv, i0
 and i1 are series written here in float32 (checked against ``torch.special`` in float64 by
@@ -182,6 +182,8 @@ SPECIAL_UNARY = {
              " / (1.0f - ((p < 0.0f) ? x : ((x < p) ? p : ((x > 1.0f - p) ? 1.0f - p : x)))))",
     # the sign bit, as torch.signbit (-0 has it, a NaN from 0/0 may): a float32 0/1 mask
     "signbit": "signbit(x) ? 1.0f : 0.0f",
+    "logical_not": "(x == 0.0f) ? 1.0f : 0.0f",
+    "nan_zero": "isnan(x) ? 0.0f : x",                     # nansum's summands
 }
 
 # backward helpers of same-shape (saved input x, upstream gradient y) pairs, with the forward's
@@ -205,6 +207,12 @@ SPECIAL_GRAD = {
     # PyTorch's: 0 outside [eps, 1 - eps] with an eps, NaN outside [0, 1] without
     "logit_backward": "(p < 0.0f) ? ((x < 0.0f || x > 1.0f) ? NAN : y / (x * (1.0f - x)))"
                       " : ((x < p || x > 1.0f - p) ? 0.0f : y / (x * (1.0f - x)))",
+    # nansum's: 0 where x is NaN (times y: NaN where y is inf, as PyTorch's mask product)
+    "nansum_backward": "isnan(x) ? 0.0f * y : y",
+    # torch.isclose, p: rtol, q: atol; equal values (infinities too) are close, NaN is not
+    "isclose": "(x == y || (isfinite(x - y) && fabs(x - y) <= q + fabs(p * y))) ? 1.0f : 0.0f",
+    "isclose_equal_nan": "(x == y || (isnan(x) && isnan(y)) || (isfinite(x - y)"
+                         " && fabs(x - y) <= q + fabs(p * y))) ? 1.0f : 0.0f",
 }
 
 # name -> C expression of (x, y), as elementwise_ops.BINARY_OPS (x left, y right)
@@ -241,4 +249,8 @@ SPECIAL_BINARY = {
     "copysign_grad_a": "(x == 0.0f) ? 0.0f : copysign(x, y) / x",
     "copysign_grad_b": "0.0f",
     "floor_divide": "div_floor(x, y)",
+    # truth of nonzero (NaN is true), as PyTorch's logical ops, as float32 0/1 masks
+    "logical_and": "(x != 0.0f && y != 0.0f) ? 1.0f : 0.0f",
+    "logical_or": "(x != 0.0f || y != 0.0f) ? 1.0f : 0.0f",
+    "logical_xor": "((x != 0.0f) != (y != 0.0f)) ? 1.0f : 0.0f",
 }

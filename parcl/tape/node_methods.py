@@ -326,6 +326,37 @@ class NodeMethods:
     def float_power(self, exponent):
         return _ops().float_power(self, exponent)
 
+    # -- logical ops, closeness and the NaN-aware reductions (logical) ------------------
+    def logical_and(self, other):
+        return _ops().logical_and(self, other)
+
+    def logical_or(self, other):
+        return _ops().logical_or(self, other)
+
+    def logical_xor(self, other):
+        return _ops().logical_xor(self, other)
+
+    def logical_not(self):
+        return _ops().logical_not(self)
+
+    def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        return _ops().isclose(self, other, rtol, atol, equal_nan)
+
+    def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        return _ops().allclose(self, other, rtol, atol, equal_nan)
+
+    def equal(self, other):
+        return _ops().equal(self, other)
+
+    def nansum(self, dim=None, keepdim=False):
+        return _ops().nansum(self, dim, keepdim)
+
+    def nanmean(self, dim=None, keepdim=False):
+        return _ops().nanmean(self, dim, keepdim)
+
+    def count_nonzero(self, dim=None):
+        return _ops().count_nonzero(self, dim)
+
     def addcmul(self, tensor1, tensor2, *, value=1):
         return _ops().addcmul(self, tensor1, tensor2, value=value)
 

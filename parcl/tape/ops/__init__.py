@@ -15,6 +15,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | activation_more | hardtanh relu6 ... mish selu celu glu softmin threshold normalize ... |
 | linalg | matmul (batched, broadcasting) |
 | linalg | matmul (batched, broadcasting) mm bmm |
+| logical | logical_and ... logical_not, isclose allclose equal, nansum nanmean count_nonzero |
 | composed | nan_to_num outer addmm baddbmm linalg_vector_norm norm |
 | contraction | einsum (built on sum permute reshape mm bmm) |
 | diagonals | diagonal diag trace tensordot |
@@ -66,6 +67,7 @@ from .fold import *  # noqa: F401,F403
 from .indexing import *  # noqa: F401,F403
 from .join import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
+from .logical import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
 from .loss_margin import *  # noqa: F401,F403
 from .loss_more import *  # noqa: F401,F403
@@ -101,10 +103,10 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 # in this namespace, so composed is imported after it
 _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed", "contraction",
             "conv", "counting", "creation", "cumulative", "diagonals", "elementwise", "fold",
-            "indexing", "join", "linalg", "loss", "loss_margin", "loss_more", "loss_nll",
-            "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more", "mathops_special",
-            "moments", "nn", "norm", "order", "picks", "reduce", "reduce_dims", "reductions",
-            "resample", "sampling", "scans", "scatters", "select", "sequence", "shape", "slices",
-            "sorting", "unary", "unpool")
+            "indexing", "join", "linalg", "logical", "loss", "loss_margin", "loss_more",
+            "loss_nll", "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more",
+            "mathops_special", "moments", "nn", "norm", "order", "picks", "reduce", "reduce_dims",
+            "reductions", "resample", "sampling", "scans", "scatters", "select", "sequence",
+            "shape", "slices", "sorting", "unary", "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
