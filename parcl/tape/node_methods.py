@@ -357,6 +357,25 @@ class NodeMethods:
     def count_nonzero(self, dim=None):
         return _ops().count_nonzero(self, dim)
 
+    # -- integer ops (integer) ------------------------------------------------------------
+    def gcd(self, other):
+        return _ops().gcd(self, other)
+
+    def lcm(self, other):
+        return _ops().lcm(self, other)
+
+    def bitwise_and(self, other):
+        return _ops().bitwise_and(self, other)
+
+    def bitwise_or(self, other):
+        return _ops().bitwise_or(self, other)
+
+    def bitwise_xor(self, other):
+        return _ops().bitwise_xor(self, other)
+
+    def bitwise_not(self):
+        return _ops().bitwise_not(self)
+
     def addcmul(self, tensor1, tensor2, *, value=1):
         return _ops().addcmul(self, tensor1, tensor2, value=value)
 

@@ -15,6 +15,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | activation_more | hardtanh relu6 ... mish selu celu glu softmin threshold normalize ... |
 | linalg | matmul (batched, broadcasting) |
 | linalg | matmul (batched, broadcasting) mm bmm |
+| integer | gcd lcm bitwise_and bitwise_or bitwise_xor bitwise_not (int32, int64, bool masks) |
 | logical | logical_and ... logical_not, isclose allclose equal, nansum nanmean count_nonzero |
 | composed | nan_to_num outer addmm baddbmm linalg_vector_norm norm |
 | contraction | einsum (built on sum permute reshape mm bmm) |
@@ -65,6 +66,7 @@ from .diagonals import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
 from .fold import *  # noqa: F401,F403
 from .indexing import *  # noqa: F401,F403
+from .integer import *  # noqa: F401,F403
 from .join import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
 from .logical import *  # noqa: F401,F403
@@ -103,7 +105,7 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 # in this namespace, so composed is imported after it
 _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed", "contraction",
             "conv", "counting", "creation", "cumulative", "diagonals", "elementwise", "fold",
-            "indexing", "join", "linalg", "logical", "loss", "loss_margin", "loss_more",
+            "indexing", "integer", "join", "linalg", "logical", "loss", "loss_margin", "loss_more",
             "loss_nll", "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more",
             "mathops_special", "moments", "nn", "norm", "order", "picks", "reduce", "reduce_dims",
             "reductions", "resample", "sampling", "scans", "scatters", "select", "sequence",
