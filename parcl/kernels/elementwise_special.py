@@ -119,10 +119,11 @@ inline float sinc_grad_f(const float x)
     }
     return (cospi(x) - sinpi(x) / (M_PI_F * x)) / x;
 }
-// modified Bessel functions I0 and I1: the power series up to |x| = 20 (positive terms, so
-// no cancellation), beyond it Hankel's asymptotic series (mu = 4 nu^2) times
-// exp(|x| / 2)^2 / sqrt(2 pi |x|), split so that the result overflows only where it must
-inline float bessel_i_large(const float ax, const float mu)
+// modified Bessel functions I0 and I1 (and the scaled exp(-|x|) I0, I1): the power series up
+// to |x| = 20 (positive terms, so no cancellation), beyond it Hankel's asymptotic series
+// (mu = 4 nu^2) over sqrt(2 pi |x|), times exp(|x| / 2)^2 for the unscaled ones, split so that
+// the result overflows only where it must
+inline float bessel_hankel(const float ax, const float mu)
 {
     float t = 1.0f, s = 1.0f;
     for (int k = 1; k <= 7; k++) {
@@ -130,31 +131,46 @@ inline float bessel_i_large(const float ax, const float mu)
         t *= -(mu - odd * odd) / ((float)k * 8.0f * ax);
         s += t;
     }
-    const float e = exp(0.5f * ax);
-    return e * (e * rsqrt(2.0f * M_PI_F * ax)) * s;
+    return s * rsqrt(2.0f * M_PI_F * ax);
 }
-inline float i0_f(const float x)
+inline float bessel_i0_series(const float ax)
 {
-    const float ax = fabs(x);
-    if (ax > 20.0f) return bessel_i_large(ax, 0.0f);
     const float q = 0.25f * ax * ax;
     float t = 1.0f, s = 1.0f;
     for (int k = 1; k < 64 && t > 1e-9f * s; k++) { t *= q / (float)(k * k); s += t; }
     return s;
 }
+inline float bessel_i1_series(const float ax)
+{
+    const float q = 0.25f * ax * ax;
+    float t = 0.5f * ax, s = t;
+    for (int k = 1; k < 64 && t > 1e-9f * s; k++) { t *= q / (float)(k * (k + 1)); s += t; }
+    return s;
+}
+inline float i0_f(const float x)
+{
+    const float ax = fabs(x);
+    if (ax <= 20.0f) return bessel_i0_series(ax);
+    const float e = exp(0.5f * ax);
+    return e * (e * bessel_hankel(ax, 0.0f));
+}
 inline float i1_f(const float x)
 {
     const float ax = fabs(x);
-    float s;
-    if (ax > 20.0f) {
-        s = bessel_i_large(ax, 4.0f);
-    } else {
-        const float q = 0.25f * ax * ax;
-        float t = 0.5f * ax;
-        s = t;
-        for (int k = 1; k < 64 && t > 1e-9f * s; k++) { t *= q / (float)(k * (k + 1)); s += t; }
-    }
-    return copysign(s, x);
+    if (ax <= 20.0f) return copysign(bessel_i1_series(ax), x);
+    const float e = exp(0.5f * ax);
+    return copysign(e * (e * bessel_hankel(ax, 4.0f)), x);
+}
+inline float i0e_f(const float x)
+{
+    const float ax = fabs(x);
+    return (ax <= 20.0f) ? exp(-ax) * bessel_i0_series(ax) : bessel_hankel(ax, 0.0f);
+}
+inline float i1e_f(const float x)
+{
+    const float ax = fabs(x);
+    return copysign((ax <= 20.0f) ? exp(-ax) * bessel_i1_series(ax) : bessel_hankel(ax, 4.0f),
+                    x);
 }
 """
 
@@ -175,6 +191,10 @@ SPECIAL_UNARY = {
     "mvlgamma": "mvlgamma_f(x, p) + q",                    # p: dimension, q: the constant
     "i0": "i0_f(x)",
     "i1": "i1_f(x)",
+    "i0e": "i0e_f(x)",
+    "i1e": "i1e_f(x)",
+    # torch.special.entr: -x log x, 0 at 0, -inf below
+    "entr": "isnan(x) ? x : ((x > 0.0f) ? -x * log(x) : ((x == 0.0f) ? 0.0f : -INFINITY))",
     # sin(pi x) / (pi x) with sinpi, exact at the integers (1 at 0)
     "sinc": "(x == 0.0f) ? 1.0f : sinpi(x) / (M_PI_F * x)",
     # p: eps, or -1 for none (then x outside [0, 1] gives NaN by itself)
@@ -202,6 +222,15 @@ SPECIAL_GRAD = {
     "polygamma_backward": "y * polygamma_f(p + 1.0f, x)",
     "mvlgamma_backward": "y * mvdigamma_f(x, p)",
     "i0_backward": "y * i1_f(x)",
+    # PyTorch's: i1' = i0 - i1 / x (1/2 at 0), i0e' = i1e - sgn(x) i0e,
+    # i1e' = i0e - i1e (sgn(x) + 1 / x) (1/2 at 0)
+    "i1_backward": "(x == 0.0f) ? 0.5f * y : y * (i0_f(x) - i1_f(x) / x)",
+    "i0e_backward": "y * (i1e_f(x) - ((x > 0.0f) ? 1.0f : ((x < 0.0f) ? -1.0f : 0.0f)) * i0e_f(x))",
+    "i1e_backward": "(x == 0.0f) ? 0.5f * y : y * (i0e_f(x) - i1e_f(x)"
+                    " * (((x > 0.0f) ? 1.0f : -1.0f) + 1.0f / x))",
+    "entr_backward": "-y * (1.0f + log(x))",
+    # torch.special.ndtr's (its forward is the family's normal_cdf): the normal density
+    "ndtr_backward": "y * 0.3989422804014327f * exp(-0.5f * x * x)",
     # (cos(pi x) - sinc(x)) / x, 0 at 0, as PyTorch's
     "sinc_backward": "y * sinc_grad_f(x)",
     # PyTorch's: 0 outside [eps, 1 - eps] with an eps, NaN outside [0, 1] without
@@ -222,6 +251,10 @@ SPECIAL_BINARY = {
     "xlogy": "isnan(y) ? NAN : ((x == 0.0f) ? 0.0f : x * log(y))",
     "xlogy_grad_a": "(x == 0.0f && y <= 0.0f) ? 0.0f : log(y)",
     "xlogy_grad_b": "x / y",
+    # torch.special.xlog1py: x log1p(y) with xlogy's rules, -1 in place of 0 for y
+    "xlog1py": "isnan(y) ? NAN : ((x == 0.0f) ? 0.0f : x * log1p(y))",
+    "xlog1py_grad_a": "(x == 0.0f && y <= -1.0f) ? 0.0f : log1p(y)",
+    "xlog1py_grad_b": "x / (1.0f + y)",
     # max + log1p(exp(-|x - y|)): no overflow; two equal infinities give themselves
     "logaddexp": "(isinf(x) && x == y) ? x : fmax(x, y) + log1p(exp(-fabs(x - y)))",
     "logaddexp_grad_a": "1.0f / (1.0f + exp(y - x))",

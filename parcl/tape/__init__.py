@@ -23,6 +23,7 @@ from .mode import (
 from .node import Function, Node, tensor
 from .ops import *  # noqa: F401,F403  (add, sub, ..., cross_entropy)
 from .ops import __all__ as _ops_all
+from . import special  # tp.special: torch.special's names
 from .recompute import checkpoint, checkpoint_sequential
 from .tape import Tape, topological_order
 
@@ -30,4 +31,4 @@ __all__ = ["CapturedStep", "Function", "Node", "Tape", "Unkeyed", "apply_modes",
            "capture_modes", "checkpoint", "checkpoint_sequential", "detect_anomaly",
            "enable_grad", "get_current_tape", "gradcheck", "is_anomaly_enabled",
            "is_grad_enabled", "no_grad", "set_current_tape", "set_grad_enabled", "tensor",
-           "topological_order", *_ops_all]
+           "topological_order", "special", *_ops_all]

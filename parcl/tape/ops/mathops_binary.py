@@ -27,6 +27,7 @@ __all__ = ["copysign", "float_power", "floor_divide", "fmax", "fmin", "heaviside
 
 # op name -> the kernels of its two partial derivatives (broadcast, then summed back)
 _PARTIALS = {"xlogy": ("xlogy_grad_a", "xlogy_grad_b"),
+             "xlog1py": ("xlog1py_grad_a", "xlog1py_grad_b"),
              "logaddexp": ("logaddexp_grad_a", "logaddexp_grad_b"),
              "logaddexp2": ("logaddexp2_grad_a", "logaddexp2_grad_b"),
              "fmax": ("fmax_grad_a", "fmax_grad_b"),
@@ -82,6 +83,12 @@ def xlogy(input, other, *, tape=None):  # noqa: A002
     is); broadcasting, either side a number. Gradients ``log(other)`` (0 where ``input ==
     0`` and ``other <= 0``, as PyTorch's) and ``input / other``."""
     return _apply("xlogy", input, other, tape)
+
+
+def xlog1py(input, other, *, tape=None):  # noqa: A002
+    """``torch.special.xlog1py`` (``tp.special``): ``input * log1p(other)`` with ``xlogy``'s
+    rules (0 where ``input == 0``, NaN where ``other`` is NaN)."""
+    return _apply("xlog1py", input, other, tape)
 
 
 def logaddexp(input, other, *, tape=None):  # noqa: A002

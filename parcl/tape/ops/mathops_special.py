@@ -25,6 +25,7 @@ from ...kernels import elementwise as ew
 from ...tensor import Tensor, keep_checks
 from ..node import Function
 from .activation import _Activation
+from .elementwise import _is_scalar
 from .mathops import _raw, acos, asin, atan, sign
 
 __all__ = ["acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctanh", "asinh",
@@ -35,7 +36,8 @@ __all__ = ["acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctanh
 # Node's op_name (and an anomaly report) names the op
 _SMOOTH = {name: type(name.capitalize(), (_Activation,), {"name": name})
            for name in ("acosh", "asinh", "atanh", "deg2rad", "rad2deg", "erfc", "lgamma",
-                        "digamma", "polygamma", "mvlgamma", "i0", "sinc", "logit")}
+                        "digamma", "polygamma", "mvlgamma", "i0", "sinc", "logit",
+                        "i1", "i0e", "i1e", "entr")}
 
 
 class Erfinv(Function):
@@ -50,6 +52,19 @@ class Erfinv(Function):
 
     def backward(self, g):
         return ew.grad("erfinv_backward", self.out, g)
+
+
+class Ndtr(Function):
+    """The standard normal CDF (the family's ``normal_cdf``), the density its gradient."""
+
+    name = "ndtr"
+
+    def forward(self, x):
+        self.x = x if self.recording else None
+        return ew.unary("normal_cdf", x)
+
+    def backward(self, g):
+        return ew.grad("ndtr_backward", self.x, g)
 
 
 def acosh(x, *, tape=None):
@@ -156,7 +171,7 @@ def logit(x, eps: float | None = None, *, tape=None):
     """
     if eps is None:
         return _SMOOTH["logit"].apply(x, tape=tape, p=-1.0)
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+    if not _is_scalar(eps):
         raise DTypeError(f"logit: eps must be a number or None, got {type(eps).__name__}")
     # PyTorch takes a negative eps as none
     return _SMOOTH["logit"].apply(x, tape=tape, p=float(eps) if eps >= 0 else -1.0)
@@ -174,3 +189,30 @@ def signbit(x) -> Tensor:
     if not isinstance(raw, Tensor):
         raise DTypeError("signbit: expected a tp.Node or pc.Tensor, got a number")
     return keep_checks(ew.unary("signbit", raw), raw)
+
+
+# torch.special's own (tp.special; not in tp's namespace, as torch has them only there)
+def i1(x, *, tape=None):
+    """The modified Bessel function of the first kind, order 1; gradient ``i0 - i1 / x``
+    (1/2 at 0)."""
+    return _SMOOTH["i1"].apply(x, tape=tape)
+
+
+def i0e(x, *, tape=None):
+    """``exp(-|x|) * i0(x)``, finite where ``i0`` overflows."""
+    return _SMOOTH["i0e"].apply(x, tape=tape)
+
+
+def i1e(x, *, tape=None):
+    """``exp(-|x|) * i1(x)``."""
+    return _SMOOTH["i1e"].apply(x, tape=tape)
+
+
+def entr(x, *, tape=None):
+    """``-x * log(x)``: 0 at 0, -inf below; gradient ``-(1 + log(x))``."""
+    return _SMOOTH["entr"].apply(x, tape=tape)
+
+
+def ndtr(x, *, tape=None):
+    """The standard normal CDF, ``(1 + erf(x / sqrt(2))) / 2``."""
+    return Ndtr.apply(x, tape=tape)
