@@ -354,9 +354,6 @@ class NodeMethods:
     def nanmean(self, dim=None, keepdim=False):
         return _ops().nanmean(self, dim, keepdim)
 
-    def count_nonzero(self, dim=None):
-        return _ops().count_nonzero(self, dim)
-
     # -- integer ops (integer) ------------------------------------------------------------
     def gcd(self, other):
         return _ops().gcd(self, other)

@@ -16,7 +16,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | linalg | matmul (batched, broadcasting) |
 | linalg | matmul (batched, broadcasting) mm bmm |
 | integer | gcd lcm bitwise_and bitwise_or bitwise_xor bitwise_not (int32, int64, bool masks) |
-| logical | logical_and ... logical_not, isclose allclose equal, nansum nanmean count_nonzero |
+| logical | logical_and ... logical_not, isclose allclose equal, nansum nanmean |
 | composed | nan_to_num outer addmm baddbmm linalg_vector_norm norm |
 | contraction | einsum (built on sum permute reshape mm bmm) |
 | diagonals | diagonal diag trace tensordot |

@@ -1,6 +1,5 @@
 """PyTorch's logical ops ``logical_and logical_or logical_xor logical_not``, the closeness
-tests ``isclose allclose equal``, and the NaN-aware reductions ``nansum nanmean`` with
-``count_nonzero``.
+tests ``isclose allclose equal``, and the NaN-aware reductions ``nansum nanmean``.
 
 The logical ops and ``isclose`` give float32 0/1 masks (parcl's comparisons' type, what
 ``tp.where`` takes; PyTorch's are bool) and are never recorded; ``allclose`` and ``equal``
@@ -27,7 +26,7 @@ from ..node import Function, Node
 from .elementwise import _is_scalar
 from .reduce_dims import _axes
 
-__all__ = ["allclose", "count_nonzero", "equal", "isclose", "logical_and", "logical_not",
+__all__ = ["allclose", "equal", "isclose", "logical_and", "logical_not",
            "logical_or", "logical_xor", "nanmean", "nansum"]
 
 
@@ -181,14 +180,3 @@ def nanmean(input, dim=None, keepdim: bool = False, *, tape=None):  # noqa: A002
                          keepdim=bool(keepdim))
 
 
-def count_nonzero(input, dim=None) -> Tensor:  # noqa: A002
-    """``torch.count_nonzero``: how many elements over ``dim`` (None: all; an int or a tuple)
-    are nonzero (NaN is). The counts are float32 (exact to 2**24), not PyTorch's int64;
-    never recorded.
-
-    >>> tp.count_nonzero(x, 0).to_host()                     # x = [[1, nan], [0, 3]]
-    array([1., 2.], dtype=float32)
-    """
-    x = _tensor("count_nonzero", input)
-    axes = _axes("count_nonzero", dim, x.shape)
-    return keep_checks(rd.sum(ew.scalar("ne", x, 0.0), axes, False), x)
