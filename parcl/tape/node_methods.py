@@ -705,3 +705,33 @@ class NodeMethods:
     def bernoulli_(self, p=0.5):
         _ops().sampling.draw_into(self._writable("bernoulli_"), "bernoulli", p)
         return self
+    # -- torch.Tensor's products (parcl/tape/ops/products.py) ------------------------------
+    def dot(self, other):
+        return _ops().dot(self, other)
+
+    def vdot(self, other):
+        return _ops().vdot(self, other)
+
+    def inner(self, other):
+        return _ops().inner(self, other)
+
+    def mv(self, vec):
+        return _ops().mv(self, vec)
+
+    def addmv(self, mat, vec, *, beta=1, alpha=1):
+        return _ops().addmv(self, mat, vec, beta=beta, alpha=alpha)
+
+    def addr(self, vec1, vec2, *, beta=1, alpha=1):
+        return _ops().addr(self, vec1, vec2, beta=beta, alpha=alpha)
+
+    def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
+        return _ops().addbmm(self, batch1, batch2, beta=beta, alpha=alpha)
+
+    def kron(self, other):
+        return _ops().kron(self, other)
+
+    def cross(self, other, dim=-1):
+        return _ops().cross(self, other, dim)
+
+    def dist(self, other, p=2):
+        return _ops().dist(self, other, p)
