@@ -735,3 +735,13 @@ class NodeMethods:
 
     def dist(self, other, p=2):
         return _ops().dist(self, other, p)
+
+    # -- torch.Tensor's cov, corrcoef and renorm (parcl/tape/ops/numerics.py) ---------------
+    def cov(self, *, correction=1, fweights=None, aweights=None):
+        return _ops().cov(self, correction=correction, fweights=fweights, aweights=aweights)
+
+    def corrcoef(self):
+        return _ops().corrcoef(self)
+
+    def renorm(self, p, dim, maxnorm):
+        return _ops().renorm(self, p, dim, maxnorm)

@@ -19,6 +19,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | logical | logical_and ... logical_not, isclose allclose equal, nansum nanmean |
 | composed | nan_to_num outer addmm baddbmm linalg_vector_norm norm |
 | products | dot vdot inner mv addmv addr addbmm kron cross cdist dist |
+| numerics | cov corrcoef trapezoid cumulative_trapezoid vander renorm |
 | contraction | einsum (built on sum permute reshape mm bmm) |
 | diagonals | diagonal diag trace tensordot |
 | reduce, reductions | sum mean max min argmax argmin var std logsumexp cumsum |
@@ -84,6 +85,7 @@ from .mathops_special import *  # noqa: F401,F403
 from .moments import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
+from .numerics import *  # noqa: F401,F403
 from .order import *  # noqa: F401,F403
 from .picks import *  # noqa: F401,F403
 from .products import *  # noqa: F401,F403
@@ -109,8 +111,8 @@ _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed"
             "conv", "counting", "creation", "cumulative", "diagonals", "elementwise", "fold",
             "indexing", "integer", "join", "linalg", "logical", "loss", "loss_margin", "loss_more",
             "loss_nll", "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more",
-            "mathops_special", "moments", "nn", "norm", "order", "picks", "products", "reduce",
-            "reduce_dims", "reductions", "resample", "sampling", "scans", "scatters", "select",
-            "sequence", "shape", "slices", "sorting", "unary", "unpool")
+            "mathops_special", "moments", "nn", "norm", "numerics", "order", "picks", "products",
+            "reduce", "reduce_dims", "reductions", "resample", "sampling", "scans", "scatters",
+            "select", "sequence", "shape", "slices", "sorting", "unary", "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
