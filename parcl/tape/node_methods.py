@@ -745,3 +745,46 @@ class NodeMethods:
 
     def renorm(self, p, dim, maxnorm):
         return _ops().renorm(self, p, dim, maxnorm)
+
+    # -- torch.Tensor's shape helpers (parcl/tape/ops/shape_more.py, stacking.py) ----------
+    def swapaxes(self, axis0, axis1):
+        return _ops().swapaxes(self, axis0, axis1)
+
+    def swapdims(self, dim0, dim1):
+        return _ops().swapdims(self, dim0, dim1)
+
+    def moveaxis(self, source, destination):
+        return _ops().moveaxis(self, source, destination)
+
+    def ravel(self):
+        return _ops().ravel(self)
+
+    def rot90(self, k=1, dims=(0, 1)):
+        return _ops().rot90(self, k, dims)
+
+    def fliplr(self):
+        return _ops().fliplr(self)
+
+    def flipud(self):
+        return _ops().flipud(self)
+
+    def clone(self, *, memory_format=None):
+        return _ops().clone(self, memory_format=memory_format)
+
+    def numel(self) -> int:
+        return _ops().numel(self)
+
+    def broadcast_to(self, size):
+        return _ops().broadcast_to(self, size)
+
+    def tensor_split(self, indices_or_sections, dim=0):
+        return _ops().tensor_split(self, indices_or_sections, dim)
+
+    def hsplit(self, indices_or_sections):
+        return _ops().hsplit(self, indices_or_sections)
+
+    def vsplit(self, indices_or_sections):
+        return _ops().vsplit(self, indices_or_sections)
+
+    def dsplit(self, indices_or_sections):
+        return _ops().dsplit(self, indices_or_sections)

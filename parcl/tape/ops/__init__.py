@@ -20,6 +20,8 @@ even inside ``no_grad`` (netcl's escape hatch).
 | composed | nan_to_num outer addmm baddbmm linalg_vector_norm norm |
 | products | dot vdot inner mv addmv addr addbmm kron cross cdist dist |
 | numerics | cov corrcoef trapezoid cumulative_trapezoid vander renorm |
+| stacking | atleast_1d hstack vstack dstack column_stack tensor_split hsplit block_diag ... |
+| shape_more | broadcast_to broadcast_tensors swapaxes moveaxis ravel rot90 fliplr clone numel |
 | contraction | einsum (built on sum permute reshape mm bmm) |
 | diagonals | diagonal diag trace tensordot |
 | reduce, reductions | sum mean max min argmax argmin var std logsumexp cumsum |
@@ -99,8 +101,10 @@ from .scatters import *  # noqa: F401,F403
 from .select import *  # noqa: F401,F403
 from .sequence import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
+from .shape_more import *  # noqa: F401,F403
 from .slices import *  # noqa: F401,F403
 from .sorting import *  # noqa: F401,F403
+from .stacking import *  # noqa: F401,F403
 from .unary import *  # noqa: F401,F403
 from .unpool import *  # noqa: F401,F403
 from .composed import *  # noqa: F401,F403  (last: its norm replaces the module's name)
@@ -113,6 +117,7 @@ _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed"
             "loss_nll", "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more",
             "mathops_special", "moments", "nn", "norm", "numerics", "order", "picks", "products",
             "reduce", "reduce_dims", "reductions", "resample", "sampling", "scans", "scatters",
-            "select", "sequence", "shape", "slices", "sorting", "unary", "unpool")
+            "select", "sequence", "shape", "shape_more", "slices", "sorting", "stacking", "unary",
+            "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
