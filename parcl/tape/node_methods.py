@@ -788,3 +788,34 @@ class NodeMethods:
 
     def dsplit(self, indices_or_sections):
         return _ops().dsplit(self, indices_or_sections)
+
+    # -- torch.Tensor's selecting and placing methods (parcl/tape/ops/placing.py) -----------
+    def select(self, dim, index):
+        return _ops().select(self, dim, index)
+
+    def select_scatter(self, src, dim, index):
+        return _ops().select_scatter(self, src, dim, index)
+
+    def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
+        return _ops().slice_scatter(self, src, dim, start, end, step)
+
+    def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
+        return _ops().diagonal_scatter(self, src, offset, dim1, dim2)
+
+    def diag_embed(self, offset=0, dim1=-2, dim2=-1):
+        return _ops().diag_embed(self, offset, dim1, dim2)
+
+    def take(self, index):
+        return _ops().take(self, index)
+
+    def masked_select(self, mask):
+        return _ops().masked_select(self, mask)
+
+    def masked_scatter(self, mask, source):
+        return _ops().masked_scatter(self, mask, source)
+
+    def index_copy(self, dim, index, source):
+        return _ops().index_copy(self, dim, index, source)
+
+    def index_fill(self, dim, index, value):
+        return _ops().index_fill(self, dim, index, value)

@@ -22,6 +22,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | numerics | cov corrcoef trapezoid cumulative_trapezoid vander renorm |
 | stacking | atleast_1d hstack vstack dstack column_stack tensor_split hsplit block_diag ... |
 | shape_more | broadcast_to broadcast_tensors swapaxes moveaxis ravel rot90 fliplr clone numel |
+| placing | select *_scatter diag_embed diagflat take masked_select masked_scatter index_copy ... |
 | contraction | einsum (built on sum permute reshape mm bmm) |
 | diagonals | diagonal diag trace tensordot |
 | reduce, reductions | sum mean max min argmax argmin var std logsumexp cumsum |
@@ -90,6 +91,7 @@ from .norm import *  # noqa: F401,F403
 from .numerics import *  # noqa: F401,F403
 from .order import *  # noqa: F401,F403
 from .picks import *  # noqa: F401,F403
+from .placing import *  # noqa: F401,F403
 from .products import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .reduce_dims import *  # noqa: F401,F403
@@ -115,9 +117,9 @@ _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed"
             "conv", "counting", "creation", "cumulative", "diagonals", "elementwise", "fold",
             "indexing", "integer", "join", "linalg", "logical", "loss", "loss_margin", "loss_more",
             "loss_nll", "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more",
-            "mathops_special", "moments", "nn", "norm", "numerics", "order", "picks", "products",
-            "reduce", "reduce_dims", "reductions", "resample", "sampling", "scans", "scatters",
-            "select", "sequence", "shape", "shape_more", "slices", "sorting", "stacking", "unary",
-            "unpool")
+            "mathops_special", "moments", "nn", "norm", "numerics", "order", "picks", "placing",
+            "products", "reduce", "reduce_dims", "reductions", "resample", "sampling", "scans",
+            "scatters", "select", "sequence", "shape", "shape_more", "slices", "sorting",
+            "stacking", "unary", "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
