@@ -156,7 +156,7 @@ def test_shape_helpers_refuse_bad_input_naming_the_op_and_shapes(queue):
         tp.tensor_split(m, 2.5)
     with pytest.raises(ShapeError, match=r"block_diag: input 0 has shape \(1, 2, 3\)"):
         tp.block_diag(leaf(queue, np.ones((1, 2, 3))))
-    with pytest.raises(ShapeError, match=r"cartesian_prod: expects 1-D tensors, input 1 has "
+    with pytest.raises(ShapeError, match=r"cartesian_prod: expects 1-D tensors, tensor 1 has "
                                           r"shape \(2, 3\)"):
         tp.cartesian_prod(v, m)
     with pytest.raises(ShapeError, match="combinations: r must be non-negative, got -1"):

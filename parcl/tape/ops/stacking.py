@@ -1,6 +1,7 @@
 """PyTorch's stacking, splitting and grid builders: ``atleast_1d``/``2d``/``3d``, ``hstack``,
 ``vstack``, ``row_stack``, ``dstack``, ``column_stack``, ``tensor_split``, ``hsplit``,
-``vsplit``, ``dsplit``, ``block_diag``, ``cartesian_prod`` and ``combinations``.
+``vsplit``, ``dsplit``, ``block_diag`` and ``combinations`` (``cartesian_prod`` is
+``creation``'s, beside ``meshgrid``).
 
 All are ``reshape`` (a view), ``cat``, ``pad``, ``expand``, ``index_select`` or slab reads
 (``tensor_split``'s pieces, each its own Node as ``split``'s), so their gradients are those
@@ -18,7 +19,6 @@ was. ``atleast_*d`` return their input itself where it has the dims already, as 
 from __future__ import annotations
 
 import itertools
-from math import prod
 
 import numpy as np
 
@@ -27,13 +27,13 @@ from ...kernels.strided import View, axis_int
 from ...tensor import LABEL_DTYPES, Tensor
 from ..node import Node
 from .composed import _tensor
-from .indexing import expand, pad
+from .indexing import pad
 from .join import Piece, cat, stack
 from .picks import constant, index_select
 from .shape import reshape, wrap_dim
 from .slices import narrow
 
-__all__ = ["atleast_1d", "atleast_2d", "atleast_3d", "block_diag", "cartesian_prod",
+__all__ = ["atleast_1d", "atleast_2d", "atleast_3d", "block_diag",
            "column_stack", "combinations", "dsplit", "dstack", "hsplit", "hstack", "row_stack",
            "tensor_split", "vsplit", "vstack"]
 
@@ -266,7 +266,7 @@ def dsplit(input, indices_or_sections, *, tape=None) -> tuple:  # noqa: A002
     return _directional("dsplit", input, indices_or_sections, 2, 3, tape)
 
 
-# -- block_diag, cartesian_prod, combinations ----------------------------------------------------
+# -- block_diag, combinations ----------------------------------------------------
 def block_diag(*tensors, tape=None):
     """``torch.block_diag``: the tensors (0-d as ``(1, 1)``, 1-D ``(n,)`` as ``(1, n)``,
     2-D) down the diagonal of a zero matrix. Each padded to the full width, then joined.
@@ -300,25 +300,6 @@ def _vectors(op: str, tensors) -> tuple:
             raise ShapeError(f"{op}: expects 1-D tensors, input {i} has shape "
                              f"{tuple(t.shape)}")
     return ts
-
-
-def cartesian_prod(*tensors, tape=None):
-    """``torch.cartesian_prod``: every combination of one element of each 1-D tensor, in
-    ``itertools.product`` order, as rows ``(n0 * n1 * ..., k)``; one tensor is returned as it
-    is. Each column is its tensor broadcast over the grid (``expand``).
-
-    >>> tp.cartesian_prod(x[0], x[1, :2]).shape
-    (6, 2)
-    """
-    ts = _vectors("cartesian_prod", tensors)
-    if len(ts) == 1:
-        return ts[0]
-    grid = tuple(t.shape[0] for t in ts)
-    cols = []
-    for k, t in enumerate(ts):
-        lined = reshape(t, tuple(n if i == k else 1 for i, n in enumerate(grid)), tape=tape)
-        cols.append(reshape(expand(lined, grid, tape=tape), (prod(grid),), tape=tape))
-    return stack(cols, 1, tape=tape)
 
 
 def combinations(input, r: int = 2, with_replacement: bool = False, *, tape=None):  # noqa: A002
