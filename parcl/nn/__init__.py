@@ -20,6 +20,7 @@ from .cells import GRUCell, LSTMCell, RNNCell
 from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, ParameterList,
                          Softmax)
 from .conv import AvgPool1d, Conv1d, ConvTranspose1d, ConvTranspose2d, MaxPool1d
+from .conv3d import Conv3d, ConvTranspose3d
 from .dropout import AlphaDropout, Dropout1d, Dropout2d, Dropout3d, FeatureAlphaDropout
 from .fold import Fold, Unfold
 from .gelu import GELU
@@ -72,6 +73,8 @@ __all__ = [
     "ConstantPad3d", "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d",
     "ReplicationPad2d", "ReplicationPad3d", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d",
     "Bilinear",
+    # the 3-D family (volumes, videos)
+    "Conv3d", "ConvTranspose3d",
     # recurrent layers and cells (PyTorch's)
     "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell",
     # activations

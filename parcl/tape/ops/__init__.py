@@ -40,6 +40,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | scatters | scatter scatter_add index_add take_along_dim |
 | norm, lrn | layer_norm rms_norm group_norm, local_response_norm |
 | nn, conv | conv2d conv_transpose2d pools batch_norm dropout |
+| conv3d | conv3d conv_transpose3d (depth folded into conv2d, fold) |
 | fold | unfold fold (im2col, col2im) |
 | unpool | max_unpool1d max_unpool2d |
 | adaptive | adaptive_avg_pool1d adaptive_max_pool1d adaptive_max_pool2d |
@@ -64,6 +65,7 @@ from .adaptive import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .contraction import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
+from .conv3d import *  # noqa: F401,F403
 from .counting import *  # noqa: F401,F403
 from .creation import *  # noqa: F401,F403
 from .cumulative import *  # noqa: F401,F403
@@ -114,9 +116,9 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 # by name: composed's ``norm`` (the op) takes the name of the ``norm`` module (layer_norm ...)
 # in this namespace, so composed is imported after it
 _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed", "contraction",
-            "conv", "counting", "creation", "cumulative", "diagonals", "elementwise", "fold",
-            "indexing", "integer", "join", "linalg", "logical", "loss", "loss_margin", "loss_more",
-            "loss_nll", "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more",
+            "conv", "conv3d", "counting", "creation", "cumulative", "diagonals", "elementwise",
+            "fold", "indexing", "integer", "join", "linalg", "logical", "loss", "loss_margin",
+            "loss_more", "loss_nll", "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more",
             "mathops_special", "moments", "nn", "norm", "numerics", "order", "picks", "placing",
             "products", "reduce", "reduce_dims", "reductions", "resample", "sampling", "scans",
             "scatters", "select", "sequence", "shape", "shape_more", "slices", "sorting",
