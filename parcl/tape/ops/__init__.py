@@ -41,6 +41,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | norm, lrn | layer_norm rms_norm group_norm, local_response_norm |
 | nn, conv | conv2d conv_transpose2d pools batch_norm dropout |
 | conv3d | conv3d conv_transpose3d (depth folded into conv2d, fold) |
+| pool3d | max_pool3d avg_pool3d adaptive_avg_pool3d adaptive_max_pool3d lp_pool3d max_unpool3d |
 | fold | unfold fold (im2col, col2im) |
 | unpool | max_unpool1d max_unpool2d |
 | adaptive | adaptive_avg_pool1d adaptive_max_pool1d adaptive_max_pool2d |
@@ -94,6 +95,7 @@ from .numerics import *  # noqa: F401,F403
 from .order import *  # noqa: F401,F403
 from .picks import *  # noqa: F401,F403
 from .placing import *  # noqa: F401,F403
+from .pool3d import *  # noqa: F401,F403
 from .products import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .reduce_dims import *  # noqa: F401,F403
@@ -120,8 +122,8 @@ _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed"
             "fold", "indexing", "integer", "join", "linalg", "logical", "loss", "loss_margin",
             "loss_more", "loss_nll", "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more",
             "mathops_special", "moments", "nn", "norm", "numerics", "order", "picks", "placing",
-            "products", "reduce", "reduce_dims", "reductions", "resample", "sampling", "scans",
-            "scatters", "select", "sequence", "shape", "shape_more", "slices", "sorting",
+            "pool3d", "products", "reduce", "reduce_dims", "reductions", "resample", "sampling",
+            "scans", "scatters", "select", "sequence", "shape", "shape_more", "slices", "sorting",
             "stacking", "unary", "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
