@@ -43,6 +43,7 @@ from .padding import (CircularPad1d, CircularPad2d, CircularPad3d, ConstantPad1d
                       ZeroPad1d, ZeroPad2d, ZeroPad3d)
 from .pooling import (AdaptiveAvgPool1d, AdaptiveMaxPool1d, AdaptiveMaxPool2d, LPPool1d,
                       LPPool2d, MaxUnpool1d, MaxUnpool2d)
+from .norm3d import BatchNorm3d, InstanceNorm3d
 from .pool3d import (AdaptiveAvgPool3d, AdaptiveMaxPool3d, AvgPool3d, LPPool3d, MaxPool3d,
                      MaxUnpool3d)
 from .recurrent import GRU, LSTM, RNN
@@ -78,6 +79,7 @@ __all__ = [
     # the 3-D family (volumes, videos)
     "Conv3d", "ConvTranspose3d",
     "AdaptiveAvgPool3d", "AdaptiveMaxPool3d", "AvgPool3d", "LPPool3d", "MaxPool3d", "MaxUnpool3d",
+    "BatchNorm3d", "InstanceNorm3d",
     # recurrent layers and cells (PyTorch's)
     "GRU", "GRUCell", "LSTM", "LSTMCell", "RNN", "RNNCell",
     # activations
