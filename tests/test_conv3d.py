@@ -1,6 +1,6 @@
 """tp.conv3d / conv_transpose3d and pc.nn.Conv3d / ConvTranspose3d against torch (outputs and
-the gradients of the input, weight and bias), gradcheck through the depth folding, a value
-worked by hand, and the refusals."""
+the gradients of the input, weight and bias), gradcheck, a value worked by hand, batches
+split into chunks, the GPU grid's bound, and the refusals."""
 
 from __future__ import annotations
 
@@ -79,18 +79,49 @@ def test_conv3d_of_an_empty_batch_is_empty_as_pytorch(queue, rng):
     np.testing.assert_array_equal(w.grad.to_host(), np.zeros((3, 4, 2, 2, 2), np.float32))
 
 
+def test_conv3d_of_a_batch_split_into_chunks_is_as_pytorch(queue, rng, monkeypatch):
+    # a tap matrix of at most 2000 floats: every image its own chunk (offsets n0 > 0)
+    monkeypatch.setattr(pc.kernels.conv, "COLS_LIMIT", 2000)
+    against_torch(queue, rng, lambda x, w, b: tp.conv3d(x, w, b, padding=1, groups=2),
+                  lambda x, w, b: F.conv3d(x, w, b, padding=1, groups=2),
+                  [rng.standard_normal((3, 4, 3, 4, 5)), rng.standard_normal((6, 2, 3, 3, 3)),
+                   rng.standard_normal(6)], tol=1e-4)
+    against_torch(queue, rng, lambda x, w: tp.conv_transpose3d(x, w, stride=2),
+                  lambda x, w: F.conv_transpose3d(x, w, stride=2),
+                  [rng.standard_normal((3, 4, 3, 4, 5)), rng.standard_normal((4, 2, 3, 3, 3))],
+                  tol=1e-4)
+
+
+class _GPUQueue:
+    gpu = True
+
+
+def test_vol2col_grids_on_gpus_stay_under_2_to_the_31_work_items_for_huge_inputs():
+    from parcl.kernels.conv3d import _grid
+    # rows x run x taps of 1.8e12 and 2.2e12 elements: each work-item walks RB rows instead
+    for run, rows, depth in [(224, 64 * 112 * 224, 27 * 64), (4096, 1 << 20, 512)]:
+        (gx, gy, gz), _, xb, rb = _grid(_GPUQueue(), run, rows, 1, depth)
+        assert gx * gy * gz < 2 ** 31 and xb == 1 and rb > 1
+        assert gx >= run and gy * rb >= rows and gz == depth   # every element has its item
+    assert _grid(_GPUQueue(), 7, 5, 1, 3) == ((8, 16, 3), (8, 16, 1), 1, 1)   # one per element
+
+
 TRANSPOSED = [
     dict(),
     dict(stride=2, padding=1, output_padding=1),
     dict(stride=(2, 1, 3), padding=(1, 0, 1), output_padding=(1, 0, 2)),
+    dict(stride=(2, 2, 1), padding=1, dilation=(2, 1, 2), groups=2),
+    dict(stride=2, output_padding=(1, 0, 1), groups=4),
 ]
 
 
 @pytest.mark.parametrize("kw", TRANSPOSED, ids=_id)
 def test_conv_transpose3d_values_and_gradients_are_as_pytorch(queue, rng, kw):
+    groups = kw.get("groups", 1)
     x = rng.standard_normal((2, 4, 3, 4, 5))
-    w = rng.standard_normal((4, 3, 3, 2, 3))
-    b = rng.standard_normal(3)
+    w = rng.standard_normal((4, 6 // groups, 3, 2, 3)) if groups != 4 else \
+        rng.standard_normal((4, 2, 3, 2, 3))
+    b = rng.standard_normal(w.shape[1] * groups)
     against_torch(queue, rng, lambda x, w, b: tp.conv_transpose3d(x, w, b, **kw),
                   lambda x, w, b: F.conv_transpose3d(x, w, b, **kw), [x, w, b], tol=1e-4)
 
@@ -135,19 +166,23 @@ def test_conv3d_module_initialisation_is_pytorchs_uniform_bound(queue):
     assert repr(pc.nn.Conv3d(2, 2, 1, bias=False)) == repr(torch.nn.Conv3d(2, 2, 1, bias=False))
 
 
-def test_conv_transpose3d_module_takes_an_output_size_as_pytorch(queue, rng):
+@pytest.mark.parametrize("kw,size", [(dict(), (6, 8, 10)),
+                                     (dict(groups=2, dilation=(1, 2, 1), bias=False), (6, 10, 9))],
+                         ids=["plain", "groups-dilation"])
+def test_conv_transpose3d_module_takes_an_output_size_as_pytorch(queue, rng, kw, size):
     torch.manual_seed(0)
-    tm = torch.nn.ConvTranspose3d(4, 3, 3, stride=2, padding=1)
-    pm = pc.nn.ConvTranspose3d(4, 3, 3, stride=2, padding=1)
+    tm = torch.nn.ConvTranspose3d(4, 6, 3, stride=2, padding=1, **kw)
+    pm = pc.nn.ConvTranspose3d(4, 6, 3, stride=2, padding=1, **kw)
     assert list(pm.state_dict()) == list(tm.state_dict())
-    assert pm.weight.shape == (4, 3, 3, 3, 3) and repr(pm) == repr(tm)
-    assert np.abs(pm.weight.to_host()).max() <= 1 / np.sqrt(3 * 27)
+    assert pm.weight.shape == tuple(tm.weight.shape) and repr(pm) == repr(tm)
+    fan_in = pm.weight.shape[1] * 27
+    assert np.abs(pm.weight.to_host()).max() <= 1 / np.sqrt(fan_in)
 
     def run(m, x):
-        return m(x, output_size=(6, 8, 10))
+        return m(x, output_size=size)
     out, = compare(queue, tm, pm, [rng.standard_normal((2, 4, 3, 4, 5)).astype(np.float32)],
                    run, run, tol=1e-4)
-    assert out.shape == (2, 3, 6, 8, 10)
+    assert out.shape == (2, 6) + size
 
 
 def test_conv3d_refusals_name_the_op_and_shapes(queue, rng):
@@ -178,8 +213,11 @@ def test_conv3d_refusals_name_the_op_and_shapes(queue, rng):
                                          "the stride"):
         tp.conv_transpose3d(x, leaf(queue, rng.standard_normal((4, 3, 2, 2, 2))),
                             output_padding=1)
-    with pytest.raises(ShapeError, match="conv_transpose3d: only groups=1 and dilation=1"):
-        tp.conv_transpose3d(x, leaf(queue, rng.standard_normal((4, 3, 2, 2, 2))), groups=2)
+    with pytest.raises(ShapeError, match=r"conv_transpose3d: input of shape \(2, 4, 3, 4, "
+                                         r"5\) has 4 channels, weight \(3, 3, 2, 2, 2\)"):
+        tp.conv_transpose3d(x, leaf(queue, rng.standard_normal((3, 3, 2, 2, 2))))
+    with pytest.raises(ShapeError, match="ConvTranspose3d: only padding_mode='zeros'"):
+        pc.nn.ConvTranspose3d(4, 4, 2, padding_mode="reflect")
     with pytest.raises(ShapeError, match=r"Conv3d.*has 4 features/channels .* expected 3"):
         pc.nn.Conv3d(3, 2, 1)(x)
     with pytest.raises(ShapeError, match="Conv3d: groups=3"):

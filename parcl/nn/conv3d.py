@@ -73,11 +73,11 @@ class Conv3d(Module):
 
 
 class ConvTranspose3d(Module):
-    """``torch.nn.ConvTranspose3d``: weight ``(cin, cout, kd, kh, kw)`` and bias ~
-    U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in = cout*kd*kh*kw`` (PyTorch reads the fan
-    from the weight's dim 1). Each output dim ``(n - 1)*stride - 2*padding + k +
-    output_padding``. PyTorch's argument order; only ``groups=1``, ``dilation=1`` and
-    ``padding_mode="zeros"`` are supported."""
+    """``torch.nn.ConvTranspose3d``: weight ``(cin, cout/groups, kd, kh, kw)`` and bias ~
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in = cout/groups*kd*kh*kw`` (PyTorch reads
+    the fan from the weight's dim 1). Each output dim ``(n - 1)*stride - 2*padding +
+    dilation*(k - 1) + output_padding + 1``. PyTorch's argument order; ``padding_mode`` only
+    ``"zeros"``, as PyTorch's."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
                  output_padding=0, groups: int = 1, bias: bool = True, dilation=1,
@@ -87,22 +87,25 @@ class ConvTranspose3d(Module):
         _check_sizes("ConvTranspose3d", {"in_channels": in_channels,
                                          "out_channels": out_channels, "groups": groups})
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        if groups != 1 or triple("ConvTranspose3d", "dilation", dilation) != (1, 1, 1) \
-                or padding_mode != "zeros":
-            raise ShapeError(f"ConvTranspose3d: only groups=1, dilation=1 and padding_mode="
-                             f"'zeros' are supported, got groups={groups!r}, dilation="
-                             f"{dilation!r}, padding_mode={padding_mode!r}")
+        if padding_mode != "zeros":
+            raise ShapeError(f"ConvTranspose3d: only padding_mode='zeros' is supported (as "
+                             f"PyTorch), got {padding_mode!r}")
+        self.padding_mode = padding_mode
+        self.groups = _check_groups("ConvTranspose3d", int(groups), self.in_channels,
+                                    self.out_channels)
         self.kernel_size = triple("ConvTranspose3d", "kernel_size", kernel_size)
         self.stride = triple("ConvTranspose3d", "stride", stride)
         self.padding = triple("ConvTranspose3d", "padding", padding, least=0)
+        self.dilation = triple("ConvTranspose3d", "dilation", dilation)
         self.output_padding = triple("ConvTranspose3d", "output_padding", output_padding,
                                      least=0)
         if any(o >= s for o, s in zip(self.output_padding, self.stride)):
             raise ShapeError(f"ConvTranspose3d: output_padding {self.output_padding} must be "
-                             f"smaller than the stride {self.stride} (as PyTorch)")
+                             f"smaller than the stride {self.stride}")
+        cout = self.out_channels // self.groups
         kd, kh, kw = self.kernel_size
-        _weight_and_bias(self, queue, (self.in_channels, self.out_channels) + self.kernel_size,
-                         self.out_channels * kd * kh * kw, bias, self.out_channels)
+        _weight_and_bias(self, queue, (self.in_channels, cout) + self.kernel_size,
+                         cout * kd * kh * kw, bias, self.out_channels)
 
     def forward(self, input, output_size=None):  # noqa: A002 - PyTorch's argument name
         """The transposed convolution; ``output_size`` (``(D, H, W)`` or the whole output
@@ -110,17 +113,22 @@ class ConvTranspose3d(Module):
         _check_features(self, input, -4, self.in_channels, (4, 5))
         output_padding = self.output_padding
         if output_size is not None:
-            output_padding = transposed_output_padding(self, input, output_size,
-                                                       self.kernel_size, self.stride,
-                                                       self.padding)
+            span = tuple(d * (k - 1) + 1 for d, k in zip(self.dilation, self.kernel_size))
+            output_padding = transposed_output_padding(self, input, output_size, span,
+                                                       self.stride, self.padding)
         return ops.conv_transpose3d(input, self.weight, self.bias, stride=self.stride,
-                                    padding=self.padding, output_padding=output_padding)
+                                    padding=self.padding, output_padding=output_padding,
+                                    groups=self.groups, dilation=self.dilation)
 
     def extra_repr(self) -> str:
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
              f"stride={self.stride}")
         if self.padding != (0, 0, 0):
             s += f", padding={self.padding}"
+        if self.dilation != (1, 1, 1):
+            s += f", dilation={self.dilation}"
         if self.output_padding != (0, 0, 0):
             s += f", output_padding={self.output_padding}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
         return s + ("" if self.bias is not None else ", bias=False")

@@ -40,7 +40,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | scatters | scatter scatter_add index_add take_along_dim |
 | norm, lrn | layer_norm rms_norm group_norm, local_response_norm |
 | nn, conv | conv2d conv_transpose2d pools batch_norm dropout |
-| conv3d | conv3d conv_transpose3d (depth folded into conv2d, fold) |
+| conv3d | conv3d conv_transpose3d (vol2col + GEMM, gather col2vol) |
 | pool3d | max_pool3d avg_pool3d adaptive_avg_pool3d adaptive_max_pool3d lp_pool3d max_unpool3d |
 | fold | unfold fold (im2col, col2im) |
 | unpool | max_unpool1d max_unpool2d |

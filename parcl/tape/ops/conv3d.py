@@ -1,15 +1,8 @@
 """3-D convolutions over ``(N, C, D, H, W)`` (or unbatched ``(C, D, H, W)``) volumes and
-videos: PyTorch's ``conv3d`` and ``conv_transpose3d``, composed from the 2-D ops so that their
-gradients are those ops' (deterministic, no atomics).
-
-``conv3d`` folds the depth into the channels: ``unfold`` with a ``(kd, 1)`` window over the
-``(N, C, D, H*W)`` view lays every output depth's ``kd`` input planes side by side as ``C*kd``
-channels (rows ``(c, i)``, the order of the weight's ``(cin, kd)`` dims), those become a batch
-of ``N*OD`` images, and one ``conv2d`` with the weight viewed ``(cout, cin/groups*kd, kh, kw)``
-does the rest (its im2col + GEMM: ``cin*kd*kh*kw`` taps per output, as a 3-D im2col's).
-``conv_transpose3d`` runs the other way: ``conv_transpose2d`` of each input plane with the
-weight viewed ``(cin, cout*kd, kh, kw)``, then ``fold`` sums the ``kd`` planes each input
-plane gives into the output depths they land on.
+videos: PyTorch's ``conv3d`` and ``conv_transpose3d`` on vol2col + GEMM (``kernels.conv3d``,
+conv2d's layout with a depth dim): one GEMM per batch chunk (per group), a gather for the
+input gradient, no atomics. ``conv_transpose3d`` is conv3d's input gradient run forward, and
+its backward is conv3d.
 
 >>> x = tp.tensor(np.ones((2, 3, 4, 6, 6), np.float32), requires_grad=True)
 >>> w = tp.tensor(np.ones((5, 3, 3, 3, 3), np.float32), requires_grad=True)
@@ -22,14 +15,13 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import DTypeError, ShapeError
+from ...kernels import conv3d as c3k
 from ...kernels.conv_geometry import no_spatial_elements
-from ...tensor import FLOAT
-from .elementwise import add
-from .fold import fold, unfold
+from ...tensor import FLOAT, Tensor, check_same_queue
+from ..node import Function
 from .indexing import pad
-from .conv import conv_transpose2d
-from .nn import conv2d, string_padding
-from .shape import permute, reshape, squeeze, unsqueeze
+from .nn import string_padding
+from .shape import squeeze, unsqueeze
 
 __all__ = ["conv3d", "conv_transpose3d"]
 
@@ -74,14 +66,28 @@ def _check(op: str, x, weight, bias, groups, weight_dims: str) -> tuple:
     return wshape
 
 
-def _out_len(op: str, sizes, kernel, stride, padding, dilation) -> tuple[int, ...]:
-    out = tuple((n + 2 * p - d * (k - 1) - 1) // s + 1
-                for n, k, s, p, d in zip(sizes, kernel, stride, padding, dilation))
-    if min(out) < 1:
-        raise ShapeError(f"{op}: kernel {tuple(kernel)} with padding {tuple(padding)} and "
-                         f"dilation {tuple(dilation)} does not fit the input's spatial size "
-                         f"{tuple(sizes)}")
-    return out
+def _check_bias(op: str, bias, cout: int, wshape) -> None:
+    if bias is not None and tuple(bias.shape) != (cout,):
+        raise ShapeError(f"{op}: bias has shape {tuple(bias.shape)}, expected ({cout},) for "
+                         f"weight {wshape}")
+
+
+class Conv3d(Function):
+    name = "conv3d"
+
+    def forward(self, x: Tensor, weight: Tensor, bias: Tensor | None, stride=(1, 1, 1),
+                padding=(0, 0, 0), dilation=(1, 1, 1), groups: int = 1):
+        check_same_queue("conv3d", *[t for t in (x, weight, bias) if t is not None])
+        y = c3k.conv3d_forward(x, weight, bias, stride, padding, dilation, groups)
+        if self.recording:
+            self.x, self.weight = x, weight
+            self.window = (stride, padding, dilation, groups)
+        return y
+
+    def backward(self, g: Tensor):
+        need = self.needs_input_grad
+        return c3k.conv3d_backward(self.x, self.weight, g, *self.window, need_input=need[0],
+                                   need_weight=need[1], need_bias=need[2])
 
 
 def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1, *,
@@ -90,7 +96,6 @@ def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
     ``(C, D, H, W)`` with ``weight`` ``(cout, cin/groups, kd, kh, kw)``; ``stride``,
     ``padding`` and ``dilation`` ints or triples (depth, height, width), ``padding`` also
     ``"valid"`` or ``"same"`` (stride 1; an odd total puts the extra zero after, as PyTorch).
-    The depth windows become channels (``unfold``), then one ``conv2d`` over ``N*OD`` images.
 
     >>> tp.conv3d(x, w, padding="same", dilation=(1, 2, 2)).shape   # x (2, 3, 4, 6, 6)
     (2, 5, 4, 6, 6)
@@ -100,15 +105,13 @@ def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
                                                  "kw)")
     s, d = triple(op, "stride", stride), triple(op, "dilation", dilation)
     x5, batched = batched5(op, x, tape)
-    n, c = x5.shape[:2]
+    c = x5.shape[1]
     cout, cin_g, kd, kh, kw = wshape
     if cout % groups or c % groups or c != cin_g * groups:
         raise ShapeError(f"{op}: input of shape {tuple(x.shape)} has {c} channels, weight "
                          f"{wshape} with groups={groups} expects {cin_g * groups} (and groups "
                          f"must divide its {cout} output channels)")
-    if bias is not None and tuple(bias.shape) != (cout,):
-        raise ShapeError(f"{op}: bias has shape {tuple(bias.shape)}, expected ({cout},) for "
-                         f"weight {wshape}")
+    _check_bias(op, bias, cout, wshape)
     if isinstance(padding, str):
         pads = string_padding(op, padding, (kd, kh, kw), s, d)
         p = tuple(a for a, _ in pads)
@@ -117,70 +120,69 @@ def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
             x5, p = pad(x5, flat, tape=tape), (0, 0, 0)
     else:
         p = triple(op, "padding", padding, least=0)
-    dd, hh, ww = x5.shape[2:]
-    od, oh, ow = _out_len(op, (dd, hh, ww), (kd, kh, kw), s, p, d)
-    planes = reshape(x5, (n, c, dd, hh * ww), tape=tape)
-    if (kd, s[0], p[0]) == (1, 1, 0):
-        stack = planes                                   # (N, C, D, H*W): nothing to unfold
-    else:                                                # (N, C*kd, OD*H*W), rows (c, i)
-        stack = unfold(planes, (kd, 1), dilation=(d[0], 1), padding=(p[0], 0),
-                       stride=(s[0], 1), tape=tape)
-    stack = permute(reshape(stack, (n, c * kd, od, hh, ww), tape=tape), (0, 2, 1, 3, 4),
-                    tape=tape)
-    images = reshape(stack, (n * od, c * kd, hh, ww), tape=tape)
-    w2 = reshape(weight, (cout, cin_g * kd, kh, kw), tape=tape)
-    y = conv2d(images, w2, bias, stride=s[1:], padding=p[1:], dilation=d[1:], groups=groups,
-               tape=tape)                                # (N*OD, cout, OH, OW)
-    y = permute(reshape(y, (n, od, cout, oh * ow), tape=tape), (0, 2, 1, 3), tape=tape)
-    return unbatch(reshape(y, (n, cout, od, oh, ow), tape=tape), batched, tape)
+    sizes = tuple(x5.shape[2:])
+    out = [(n + 2 * pp - dd * (k - 1) - 1) // ss + 1
+           for n, k, ss, pp, dd in zip(sizes, (kd, kh, kw), s, p, d)]
+    if min(out) < 1:
+        raise ShapeError(f"{op}: kernel {(kd, kh, kw)} with padding {p} and dilation {d} does "
+                         f"not fit the input's spatial size {sizes}")
+    y = Conv3d.apply(x5, weight, bias, tape=tape, stride=s, padding=p, dilation=d,
+                     groups=int(groups))
+    return unbatch(y, batched, tape)
+
+
+class ConvTranspose3d(Function):
+    name = "conv_transpose3d"
+
+    def forward(self, x: Tensor, weight: Tensor, bias: Tensor | None, stride=(1, 1, 1),
+                padding=(0, 0, 0), dilation=(1, 1, 1), groups: int = 1, out_size=()):
+        check_same_queue("conv_transpose3d", *[t for t in (x, weight, bias) if t is not None])
+        y = c3k.conv_transpose3d_forward(x, weight, bias, stride, padding, dilation, groups,
+                                         out_size)
+        if self.recording:
+            self.x = x if self.needs_input_grad[1] else None
+            self.weight = weight
+            self.window = (stride, padding, dilation, groups)
+        return y
+
+    def backward(self, g: Tensor):
+        need = self.needs_input_grad
+        return c3k.conv_transpose3d_backward(self.x, self.weight, g, *self.window,
+                                             need_input=need[0], need_weight=need[1],
+                                             need_bias=need[2])
 
 
 def conv_transpose3d(x, weight, bias=None, stride=1, padding=0, output_padding=0,
                      groups: int = 1, dilation=1, *, tape=None):
     """``torch.nn.functional.conv_transpose3d`` of ``x`` ``(N, C, D, H, W)`` or ``(C, D, H,
-    W)`` with ``weight`` ``(cin, cout, kd, kh, kw)``: the gradient of ``conv3d`` with respect
-    to its input. Each output dim is ``(n - 1)*stride - 2*padding + k + output_padding``
-    (``output_padding < stride``). Only ``groups=1`` and ``dilation=1``, as
-    ``conv_transpose2d``, which runs each input plane before ``fold`` sums them into depth.
+    W)`` with ``weight`` ``(cin, cout/groups, kd, kh, kw)``: the gradient of ``conv3d`` with
+    respect to its input. Each output dim is ``(n - 1)*stride - 2*padding + dilation*(k - 1)
+    + output_padding + 1`` (``output_padding < stride``).
 
     >>> tp.conv_transpose3d(x, tp.permute(w, (1, 0, 2, 3, 4)), stride=2).shape
     (2, 5, 9, 13, 13)
     """
     op = "conv_transpose3d"
-    wshape = _check(op, x, weight, bias, groups, "(in_channels, out_channels, kd, kh, kw)")
-    if groups != 1 or triple(op, "dilation", dilation) != (1, 1, 1):
-        raise ShapeError(f"{op}: only groups=1 and dilation=1 are supported, got groups="
-                         f"{groups!r}, dilation={dilation!r}")
+    wshape = _check(op, x, weight, bias, groups, "(in_channels, out_channels/groups, kd, kh, "
+                                                 "kw)")
     s, p = triple(op, "stride", stride), triple(op, "padding", padding, least=0)
+    d = triple(op, "dilation", dilation)
     o = triple(op, "output_padding", output_padding, least=0)
     if any(a >= b for a, b in zip(o, s)):
-        raise ShapeError(f"{op}: output_padding {o} must be smaller than the stride {s} (as "
-                         "PyTorch)")
+        raise ShapeError(f"{op}: output_padding {o} must be smaller than the stride {s}")
     x5, batched = batched5(op, x, tape)
-    n, c, dd, hh, ww = x5.shape
-    cin, cout, kd, kh, kw = wshape
-    if c != cin:
+    c = x5.shape[1]
+    cin, cout_g = wshape[:2]
+    if c != cin or cin % groups:
         raise ShapeError(f"{op}: input of shape {tuple(x.shape)} has {c} channels, weight "
-                         f"{wshape} expects {cin}")
-    if bias is not None and tuple(bias.shape) != (cout,):
-        raise ShapeError(f"{op}: bias has shape {tuple(bias.shape)}, expected ({cout},) for "
-                         f"weight {wshape}")
-    out = tuple((m - 1) * st - 2 * pa + k + op_
-                for m, st, pa, k, op_ in zip((dd, hh, ww), s, p, (kd, kh, kw), o))
+                         f"{wshape} expects {cin} (and groups={groups} must divide them)")
+    _check_bias(op, bias, cout_g * groups, wshape)
+    out = tuple((m - 1) * st - 2 * pa + dd * (k - 1) + op_ + 1
+                for m, st, pa, dd, k, op_ in zip(x5.shape[2:], s, p, d, wshape[2:], o))
     if min(out) < 1:
-        raise ShapeError(f"{op}: input of spatial size {(dd, hh, ww)} with kernel "
-                         f"{(kd, kh, kw)}, stride {s} and padding {p} gives no output "
-                         f"({out})")
-    od, oh, ow = out
-    images = reshape(permute(x5, (0, 2, 1, 3, 4), tape=tape), (n * dd, c, hh, ww), tape=tape)
-    w2 = reshape(weight, (cin, cout * kd, kh, kw), tape=tape)
-    planes = conv_transpose2d(images, w2, None, stride=s[1:], padding=p[1:],
-                              output_padding=o[1:], tape=tape)    # (N*D, cout*kd, OH, OW)
-    cols = permute(reshape(planes, (n, dd, cout * kd, oh * ow), tape=tape), (0, 2, 1, 3),
-                   tape=tape)                                     # (N, cout*kd, D, OH*OW)
-    y = fold(reshape(cols, (n, cout * kd, dd * oh * ow), tape=tape), (od, oh * ow), (kd, 1),
-             padding=(p[0], 0), stride=(s[0], 1), tape=tape)
-    y = reshape(y, (n, cout, od, oh, ow), tape=tape)
-    if bias is not None:
-        y = add(y, reshape(bias, (1, cout, 1, 1, 1), tape=tape), tape=tape)
+        raise ShapeError(f"{op}: input of spatial size {tuple(x5.shape[2:])} with kernel "
+                         f"{wshape[2:]}, stride {s}, padding {p} and dilation {d} gives no "
+                         f"output ({out})")
+    y = ConvTranspose3d.apply(x5, weight, bias, tape=tape, stride=s, padding=p, dilation=d,
+                              groups=int(groups), out_size=out)
     return unbatch(y, batched, tape)
