@@ -165,3 +165,20 @@ def test_pool3d_refusals_name_the_op_and_shapes(queue, rng):
         tp.adaptive_max_pool3d(x, (2, 2))
     with pytest.raises(ParclError, match="lp_pool3d: norm_type must be a nonzero number"):
         tp.lp_pool3d(x, 0, 2)
+
+
+class _Queue:
+    def __init__(self, gpu: bool):
+        self.gpu = gpu
+
+
+def test_index_joining_grids_stay_under_2_to_the_31_work_items_on_any_device():
+    from parcl.kernels.pool3d import MAX_ITEMS, _grid
+    assert MAX_ITEMS < 2 ** 31
+    # GPUs: one output per work-item up to MAX_ITEMS, then each steps on by the grid's size
+    assert _grid(_Queue(True), 1000) == (1024, 256)
+    assert _grid(_Queue(True), 1 << 40) == (MAX_ITEMS, 256)
+    # CPUs: about one work-item per 4096 outputs, in groups of 16
+    assert _grid(_Queue(False), 1000) == (16, 16)
+    assert _grid(_Queue(False), 3 * 10 ** 9) == (732432, 16)
+    assert _grid(_Queue(False), 1 << 50) == (MAX_ITEMS, 16)
