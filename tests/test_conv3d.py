@@ -106,6 +106,19 @@ def test_vol2col_grids_on_gpus_stay_under_2_to_the_31_work_items_for_huge_inputs
     assert _grid(_GPUQueue(), 7, 5, 1, 3) == ((8, 16, 3), (8, 16, 1), 1, 1)   # one per element
 
 
+def test_the_gpu_geometry_with_several_rows_per_work_item_is_as_pytorch(queue, rng,
+                                                                       monkeypatch):
+    # the GPU variant (one element per work-item, RB rows each past MAX_ITEMS) run here
+    from parcl.kernels import conv3d as c3k
+    monkeypatch.setattr(c3k, "on_gpu", lambda q: True)
+    monkeypatch.setattr(c3k, "MAX_ITEMS", 1000)
+    assert c3k._grid(queue, 7, 30, 1, 8)[3] > 1
+    against_torch(queue, rng, lambda x, w, b: tp.conv3d(x, w, b, stride=(1, 2, 1), padding=1),
+                  lambda x, w, b: F.conv3d(x, w, b, stride=(1, 2, 1), padding=1),
+                  [rng.standard_normal((2, 3, 3, 5, 7)), rng.standard_normal((4, 3, 2, 3, 3)),
+                   rng.standard_normal(4)], tol=1e-4)
+
+
 TRANSPOSED = [
     dict(),
     dict(stride=2, padding=1, output_padding=1),

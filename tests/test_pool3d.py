@@ -172,6 +172,17 @@ class _Queue:
         self.gpu = gpu
 
 
+def test_indices_joined_with_the_gpu_geometry_are_pytorchs(queue, rng, monkeypatch):
+    from parcl.kernels import pool3d as p3k
+    monkeypatch.setattr(p3k, "on_gpu", lambda q: True)
+    monkeypatch.setattr(p3k, "MAX_ITEMS", 256)          # several outputs per work-item
+    x = rng.standard_normal((2, 3, 5, 6, 7)).astype(np.float32)
+    _, where = tp.max_pool3d(tp.tensor(x), 2, stride=1, return_indices=True)
+    _, twhere = F.max_pool3d(torch.tensor(x), 2, stride=1, return_indices=True)
+    assert where.size > 256
+    np.testing.assert_array_equal(where.to_host(), twhere.numpy())
+
+
 def test_index_joining_grids_stay_under_2_to_the_31_work_items_on_any_device():
     from parcl.kernels.pool3d import MAX_ITEMS, _grid
     assert MAX_ITEMS < 2 ** 31
