@@ -98,21 +98,25 @@ class _GPUQueue:
 
 def test_vol2col_grids_on_gpus_stay_under_2_to_the_31_work_items_for_huge_inputs():
     from parcl.kernels.conv3d import _grid
-    # rows x run x taps of 1.8e12 and 2.2e12 elements: each work-item walks RB rows instead
-    for run, rows, depth in [(224, 64 * 112 * 224, 27 * 64), (4096, 1 << 20, 512)]:
+    # rows x run x taps of 1.8e12 and 2.2e12 elements: each work-item walks RB rows instead,
+    # and rows of millions of voxels XB of them too
+    for run, rows, depth in [(224, 64 * 112 * 224, 27 * 64), (4096, 1 << 20, 512),
+                             (10 ** 7, 3, 27 * 64)]:
         (gx, gy, gz), _, xb, rb = _grid(_GPUQueue(), run, rows, 1, depth)
-        assert gx * gy * gz < 2 ** 31 and xb == 1 and rb > 1
-        assert gx >= run and gy * rb >= rows and gz == depth   # every element has its item
+        assert gx * gy * gz < 2 ** 31 and rb * xb > 1
+        assert gx * xb >= run and gy * rb >= rows and gz == depth   # every element its item
     assert _grid(_GPUQueue(), 7, 5, 1, 3) == ((8, 16, 3), (8, 16, 1), 1, 1)   # one per element
 
 
 def test_the_gpu_geometry_with_several_rows_per_work_item_is_as_pytorch(queue, rng,
                                                                        monkeypatch):
-    # the GPU variant (one element per work-item, RB rows each past MAX_ITEMS) run here
+    # the GPU variant (one element per work-item, RB rows and XB elements each past
+    # MAX_ITEMS) run here; vol2col's 54 taps give XB > 1, col2vol's rows RB > 1
     from parcl.kernels import conv3d as c3k
     monkeypatch.setattr(c3k, "on_gpu", lambda q: True)
-    monkeypatch.setattr(c3k, "MAX_ITEMS", 1000)
-    assert c3k._grid(queue, 7, 30, 1, 8)[3] > 1
+    monkeypatch.setattr(c3k, "MAX_ITEMS", 500)
+    assert c3k._grid(queue, 7, 2 * 3 * 3 * 5, 1, 1)[2:] == (1, 2)     # col2vol: 2 rows each
+    assert c3k._grid(queue, 7, 2 * 3 * 5, 1, 54)[2] > 1               # vol2col: XB > 1
     against_torch(queue, rng, lambda x, w, b: tp.conv3d(x, w, b, stride=(1, 2, 1), padding=1),
                   lambda x, w, b: F.conv3d(x, w, b, stride=(1, 2, 1), padding=1),
                   [rng.standard_normal((2, 3, 3, 5, 7)), rng.standard_normal((4, 3, 2, 3, 3)),

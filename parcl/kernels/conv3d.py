@@ -9,8 +9,8 @@ K) @ cols (K, nb*P) -> (cout, nb*P)``, moved to ``(N, cout, OD, OH, OW)`` with t
 ``(kz, ky, kx)`` order; no atomics). Chunks keep ``cols`` under ``conv.COLS_LIMIT`` floats.
 
 Geometry by device type: on CPUs a work-item walks whole rows (``OW`` or ``W`` long) of one
-plane, on GPUs one element each, with ``RB`` rows per work-item grown until the grid holds
-at most ``MAX_ITEMS`` work-items (never 2^31, whatever the input).
+plane, on GPUs one element each, with ``RB`` rows (and ``XB`` elements) per work-item grown
+until the grid holds about ``MAX_ITEMS`` work-items (never 2^31, whatever the input).
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import conv3d
@@ -121,7 +121,9 @@ __kernel void col2vol(__global const float* restrict dcols, __global float* rest
 }
 """
 
-MAX_ITEMS = 1 << 30          # work-items in one grid at most (GPU rows grow RB to fit)
+# GPU grids aim at MAX_ITEMS work-items; rounding to whole work-groups adds at most as many
+# again plus 128 per tap, so a grid stays under 2^31 for up to 8M taps (C*kd*kh*kw)
+MAX_ITEMS = 1 << 29
 
 
 def _kernel(queue, name: str, geo: tuple):
@@ -133,14 +135,16 @@ def _kernel(queue, name: str, geo: tuple):
 
 def _grid(queue, run: int, rows: int, block: int, depth: int = 1):
     """(global, local, XB, RB) for ``rows`` x ``depth`` rows of ``run`` elements: on CPUs one
-    work-item per ``block`` whole rows, on GPUs one per element (``RB`` rows each once the
-    grid would pass ``MAX_ITEMS``)."""
+    work-item per ``block`` whole rows, on GPUs one per element (``RB`` rows, and for rows of
+    millions ``XB`` elements, each once the grid would pass ``MAX_ITEMS``)."""
     if on_gpu(queue):
         lx = min(32, 1 << max(run - 1, 0).bit_length())
         ly = max(1, 128 // lx)
-        gx = round_up(run, lx)
+        # XB > 1 only where one band of ly rows alone would pass MAX_ITEMS (rows of millions)
+        xb = max(1, -(-run * ly * depth // MAX_ITEMS))
+        gx = round_up(-(-run // xb), lx)
         rb = max(1, -(-gx * round_up(rows, ly) * depth // MAX_ITEMS))
-        return (gx, round_up(-(-rows // rb), ly), depth), (lx, ly, 1), 1, rb
+        return (gx, round_up(-(-rows // rb), ly), depth), (lx, ly, 1), xb, rb
     items = -(-rows // block)
     return (1, round_up(items, 16), depth), (1, 16, 1), run, block
 
