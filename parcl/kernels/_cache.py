@@ -26,6 +26,11 @@ from .. import recorder
 from ..gate import AGE, BIG, LIMIT, _clock
 from ..errors import DeviceError, ParclError
 
+# Work-items of one launch along one dimension, at most: NVIDIA's OpenCL hands out wrong ids
+# past 2**31 (some twice, some never: rows left unwritten, silently), and kernels keep ids in
+# 32-bit ints. A launch that would be bigger takes a variant with fewer work-items.
+LAUNCH_MAX = 2**31
+
 _programs: dict[tuple, cl.Program] = {}
 _build_locks: dict[tuple, threading.Lock] = {}
 _lock = threading.Lock()

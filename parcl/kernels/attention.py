@@ -33,7 +33,7 @@ from pyopencl import cltypes
 from ..errors import DTypeError, ShapeError
 from ..tensor import FLOAT, Tensor, check_same_queue
 from ..runtime import on_gpu
-from ._cache import VECTOR_TYPES, get_kernel, round_up
+from ._cache import LAUNCH_MAX, VECTOR_TYPES, get_kernel, round_up
 from .elementwise import broadcast_strides, collapse_dims
 
 LOCAL = 64
@@ -301,11 +301,13 @@ def _int4(values) -> object:
     return np.array((*values, *[1] * (4 - len(values))), dtype=cltypes.int4)   # no eval
 
 
-def _variant(queue, variant: str | None) -> str:
+def _variant(queue, variant: str | None, rows: int) -> str:
     """``"rows"`` (a work-item per row, vectorised along it) on CPUs, ``"groups"`` (a
-    work-group per row) on GPUs; tests force one with ``variant``."""
+    work-group per row) on GPUs where the launch, ``rows * GPU_GROUP`` work-items, stays
+    under ``LAUNCH_MAX`` (short key rows, a few GiB of scores, reach it); tests force one
+    with ``variant``."""
     if variant is None:
-        return "groups" if on_gpu(queue) else "rows"
+        return "groups" if on_gpu(queue) and rows * GPU_GROUP < LAUNCH_MAX else "rows"
     if variant not in VARIANTS:
         raise ValueError(f"attention: unknown variant {variant!r}; expected one of {VARIANTS}")
     return variant
@@ -334,7 +336,7 @@ def masked_softmax(s: Tensor, scale: float, mask: Tensor | None = None, causal: 
     args = (s.data, p.data, np.int32(rows), np.int32(tq), np.int32(tk), np.float32(scale),
             np.int32(bool(causal)), margs[0], np.int32(margs[1]), margs[2], margs[3],
             np.int32(margs[4]), np.int32(margs[5]))
-    if _variant(q, variant) == "rows":
+    if _variant(q, variant, rows) == "rows":
         k = get_kernel(q, SOURCE, "attn_softmax_fwd", options)
         k(q, (round_up(rows, LOCAL),), (LOCAL,), *args)
     else:
@@ -351,7 +353,7 @@ def masked_softmax_backward(p: Tensor, dp: Tensor, scale: float, *,
     ds = Tensor.empty(q, p.shape)
     rows = nb * tq
     args = (p.data, dp.data, ds.data, np.int32(rows), np.int32(tk), np.float32(scale))
-    if _variant(q, variant) == "rows":
+    if _variant(q, variant, rows) == "rows":
         k = get_kernel(q, SOURCE, "attn_softmax_bwd", ("-DMASK=0",))
         k(q, (round_up(rows, LOCAL),), (LOCAL,), *args)
     else:

@@ -27,9 +27,16 @@ from __future__ import annotations
 
 from ..runtime import on_gpu
 from ..tensor import Tensor
-from ._cache import GROUP_SUM, GROUP_SUM2, VECTOR_TYPES, get_kernel, round_up
+from ._cache import GROUP_SUM, GROUP_SUM2, LAUNCH_MAX, VECTOR_TYPES, get_kernel, round_up
 
 WG = 128      # work-group size of the GPU row kernels (a power of two)
+
+
+def use_workgroups(rows: int) -> bool:
+    """Whether a GPU takes a work-group per row (``_wg`` kernels): while the launch, ``rows *
+    WG`` work-items, stays under ``LAUNCH_MAX``; past it a work-item per row (rows of fewer
+    than WG elements, a few GiB in all, reach it)."""
+    return rows * WG < LAUNCH_MAX
 
 def _variant(prefix: str, center: int) -> str:
     """The kernels of one normalisation: ``center`` 1 subtracts the mean (layer norm), 0 keeps
@@ -350,11 +357,12 @@ _NAMES = {(center, op, kind): f"{_prefix(center)}_{op}_{kind}" for center in (Tr
 
 def _launch(q, center: bool, op: str, rows: int, D: int, *args,
             workgroup: bool | None = None, lanes: bool = True) -> None:
-    """A row kernel: a work-group per row on GPUs (or ``workgroup=True``); on CPUs 8 rows
-    per work-item where the rows and D are whole multiples of 8 (``lanes=False`` forces the
-    one-row kernel, for tests), else one row per work-item."""
+    """A row kernel: a work-group per row on GPUs (or ``workgroup=True``) where the launch is
+    not too big for that (``use_workgroups``); otherwise 8 rows per work-item where the rows
+    and D are whole multiples of 8 (``lanes=False`` forces the one-row kernel, for tests),
+    else one row per work-item."""
     if workgroup is None:
-        workgroup = on_gpu(q)
+        workgroup = on_gpu(q) and use_workgroups(rows)
     if workgroup:
         get_kernel(q, SOURCE, _NAMES[center, op, "wg"])(q, (rows * WG,), (WG,), *args)
     elif lanes and rows % 8 == 0 and D % 8 == 0:

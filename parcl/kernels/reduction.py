@@ -30,7 +30,7 @@ from ..errors import DTypeError, ShapeError
 from ..runtime import on_gpu
 from ..tensor import LABEL_DTYPES, Tensor
 from . import layout
-from ._cache import VECTOR_TYPES, get_kernel, keep
+from ._cache import LAUNCH_MAX, VECTOR_TYPES, get_kernel, keep
 from .strided import axis_int
 from .elementwise import check_float
 
@@ -203,7 +203,7 @@ def use_workgroups(outer: int, R: int, inner: int, chunk: int) -> bool:
     strides, rows of at least one group's width, and a launch under 2**31 work-items (GPU
     drivers mishandle ids past that); else one work-item per output loops over its row."""
     outputs = outer * inner * -(-R // chunk)
-    return inner < 32 and R >= WG and outputs * WG < 2**31
+    return inner < 32 and R >= WG and outputs * WG < LAUNCH_MAX
 
 
 def _stage(op, gpu, outer, R, inner, chunk, nchunks, scale, workgroup) -> Stage:

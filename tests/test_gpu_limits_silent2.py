@@ -1,0 +1,83 @@
+"""Device limits that bite only on a GPU: launch sizes, work-group sizes and local memory.
+
+This machine has PoCL's CPU device only, so the GPU choices are checked as geometry (the
+functions that choose, given the sizes) and run on a queue that says it is a GPU (``fake_gpu``):
+the same kernels a GPU would launch, on the CPU, against torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import parcl as pc
+import parcl.tape as tp
+from parcl.kernels import attention as ak
+from parcl.kernels import norm as nk
+from parcl.kernels._cache import LAUNCH_MAX, trace_launches
+
+
+@pytest.fixture
+def fake_gpu(queue):
+    """A queue on this device that chooses kernel variants as a GPU's would."""
+    q = pc.new_queue(queue.device)
+    q.gpu = True
+    return q
+
+
+def _launched(traced) -> set[str]:
+    return {name for name, _, _ in traced}
+
+
+def test_a_gpu_normalises_rows_with_work_groups_only_while_the_launch_stays_under_2_31():
+    """A work-group of WG per row: rows * WG work-items, past 2**31 at 2**24 rows (a
+    (2**24, 64) float32 input is 4 GiB), where NVIDIA's OpenCL hands out wrong ids."""
+    assert nk.use_workgroups(LAUNCH_MAX // nk.WG - 1)
+    assert not nk.use_workgroups(LAUNCH_MAX // nk.WG)
+    assert not nk.use_workgroups(2**24)
+
+
+def test_layer_norm_on_a_gpu_past_the_launch_limit_takes_a_row_per_work_item_as_pytorch(
+        fake_gpu, rng, monkeypatch):
+    """The limit lowered to 8 rows' groups: 8 rows take a work-group each, 9 rows a work-item
+    each, and both are torch's layer norm, forward and backward."""
+    monkeypatch.setattr(nk, "LAUNCH_MAX", 8 * nk.WG + 1)
+    for rows, kernel in ((8, "ln_fwd_wg"), (9, "ln_fwd_row")):
+        x = rng.standard_normal((rows, 5)).astype(np.float32)
+        w = rng.standard_normal(5).astype(np.float32)
+        b = rng.standard_normal(5).astype(np.float32)
+        tx, tw, tb = (tp.tensor(pc.Tensor.from_host(fake_gpu, a), True) for a in (x, w, b))
+        with trace_launches() as traced:
+            y = tp.layer_norm(tx, (5,), tw, tb)
+            tp.sum(y * y).backward()
+        assert kernel in _launched(traced)
+        xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+        yt = torch.nn.functional.layer_norm(xt, (5,), wt, bt)
+        (yt * yt).sum().backward()
+        np.testing.assert_allclose(y.value.to_host(), yt.detach().numpy(), atol=1e-5)
+        for got, want in ((tx, xt), (tw, wt), (tb, bt)):
+            np.testing.assert_allclose(got.grad.to_host(), want.grad.numpy(), atol=1e-4)
+
+
+def test_attention_on_a_gpu_past_the_launch_limit_takes_a_row_per_work_item_as_pytorch(
+        fake_gpu, rng, monkeypatch):
+    """The attention softmax's work-group per row: rows * GPU_GROUP work-items, past 2**31 at
+    2**25 score rows (short key rows); with the limit lowered to 12 rows' groups, 12 rows take
+    a work-group each and 24 rows a work-item each, both torch's attention."""
+    assert not ak._variant(fake_gpu, None, LAUNCH_MAX // ak.GPU_GROUP) == "groups"
+    assert ak._variant(fake_gpu, None, LAUNCH_MAX // ak.GPU_GROUP - 1) == "groups"
+    monkeypatch.setattr(ak, "LAUNCH_MAX", 12 * ak.GPU_GROUP + 1)
+    for batch, kernel in ((1, "attn_softmax_fwd_wg"), (2, "attn_softmax_fwd")):
+        q, k, v = (rng.standard_normal((batch, 2, 6, 4)).astype(np.float32) for _ in range(3))
+        tq, tk, tv = (tp.tensor(pc.Tensor.from_host(fake_gpu, a), True) for a in (q, k, v))
+        with trace_launches() as traced:
+            out = tp.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+            tp.sum(out * out).backward()
+        assert kernel in _launched(traced)
+        qt, kt, vt = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+        ot = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+        (ot * ot).sum().backward()
+        np.testing.assert_allclose(out.value.to_host(), ot.detach().numpy(), atol=1e-5)
+        for got, want in ((tq, qt), (tk, kt), (tv, vt)):
+            np.testing.assert_allclose(got.grad.to_host(), want.grad.numpy(), atol=1e-4)
