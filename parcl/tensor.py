@@ -32,14 +32,19 @@ SUPPORTED = (FLOAT,) + LABEL_DTYPES
 # max pooling's index within each window; users cannot upload it.
 INTERNAL = SUPPORTED + (np.dtype(np.uint8),)
 # The most elements one tensor holds: parcl's kernels index a tensor with 32-bit ints (fast on
-# every device), which would wrap past this and read or write the wrong elements.
-MAX_ELEMENTS = 2**31 - 1
+# every device), which wrap past 2**31 - 1 and read or write the wrong elements. Not every id
+# of a launch is an element: launches are rounded up to whole work-groups and loops step by a
+# group's width (a few thousand past the last element at most), so those ids must stay under
+# 2**31 too; 2**16 of headroom keeps them there.
+MAX_ELEMENTS = 2**31 - 2**16
 
 
 def _check_size(op: str, shape, size: int) -> None:
     if size > MAX_ELEMENTS:
         raise ShapeError(f"{op}: shape {tuple(shape)} holds {size} elements, more than the "
-                         f"{MAX_ELEMENTS} (2**31 - 1) one parcl tensor holds; split it")
+                         f"{MAX_ELEMENTS} one parcl tensor holds (kernels index with 32-bit "
+                         "ints, 2**31 - 1 at most, and launch ids a little past the last "
+                         "element); split it")
 
 
 def _check_dtype(op: str, dtype, allowed=SUPPORTED) -> np.dtype:

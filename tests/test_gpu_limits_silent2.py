@@ -81,3 +81,16 @@ def test_attention_on_a_gpu_past_the_launch_limit_takes_a_row_per_work_item_as_p
         np.testing.assert_allclose(out.value.to_host(), ot.detach().numpy(), atol=1e-5)
         for got, want in ((tq, qt), (tk, kt), (tv, vt)):
             np.testing.assert_allclose(got.grad.to_host(), want.grad.numpy(), atol=1e-4)
+
+
+def test_a_tensor_within_a_work_group_of_2_31_elements_is_refused_before_a_launch_wraps(queue):
+    """A launch over n elements is rounded up to whole work-groups (elementwise: 128): for a
+    (2**31 - 1,) tensor, 2**31 + 127 work-items, whose ids past 2**31 - 1 wrap to -2**31 in
+    the kernels' int index and pass ``i < n``, writing 8 GiB before the tensor. Such a tensor
+    is refused; the largest allowed one leaves every rounded launch under 2**31."""
+    from parcl.tensor import MAX_ELEMENTS
+    from parcl.kernels._cache import round_up
+    for size in (2**31 - 1, 2**31 - 128, MAX_ELEMENTS + 1):
+        with pytest.raises(pc.ShapeError, match=r"2\*\*31 - 1"):
+            pc.Tensor.empty(queue, (size,))
+    assert round_up(MAX_ELEMENTS, 256) + 16 * 256 < LAUNCH_MAX
