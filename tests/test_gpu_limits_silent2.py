@@ -94,3 +94,22 @@ def test_a_tensor_within_a_work_group_of_2_31_elements_is_refused_before_a_launc
         with pytest.raises(pc.ShapeError, match=r"2\*\*31 - 1"):
             pc.Tensor.empty(queue, (size,))
     assert round_up(MAX_ELEMENTS, 256) + 16 * 256 < LAUNCH_MAX
+
+
+def test_a_sort_fits_local_memory_only_beside_what_the_kernel_takes_itself(queue, monkeypatch):
+    """The local sort of a row padded to 4096 needs 32 KiB of keys and indices: on a GPU with
+    32 KiB of local memory whose implementation keeps 16 bytes of it for the kernel, the
+    launch fails (CL_OUT_OF_RESOURCES), so such a row goes to the merge sort; 2048 fits."""
+    from types import SimpleNamespace
+
+    from parcl.kernels import sorting
+    from parcl.kernels._cache import KernelLimits, kernel_limits
+
+    limits = kernel_limits(queue, sorting.SOURCE, "sort_local")
+    assert limits.work_group >= 1 and limits.local_bytes >= 0      # the device's own answer
+    gpu = SimpleNamespace(device=SimpleNamespace(local_mem_size=32 * 1024))
+    monkeypatch.setattr(sorting, "on_gpu", lambda q: True)
+    monkeypatch.setattr(sorting, "kernel_limits", lambda q, source, name: KernelLimits(256, 16))
+    assert not sorting.fits_local(gpu, 4096)
+    assert sorting.choose_variant(gpu, 3000) == "merge"
+    assert sorting.fits_local(gpu, 2048) and sorting.choose_variant(gpu, 2048) == "local"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from dataclasses import dataclass
 from threading import get_ident
 from importlib import resources
 from math import prod
@@ -199,6 +200,36 @@ def keep(queue: cl.CommandQueue, key: tuple, plan):
     if choices is not None and len(choices) < PLANS_MAX:
         choices[key] = plan
     return plan
+
+
+@dataclass(frozen=True, slots=True)
+class KernelLimits:
+    """What a device allows one kernel: ``work_group``, the most work-items of a 1-D group
+    (CL_KERNEL_WORK_GROUP_SIZE, which a kernel using many registers lowers below the device's
+    maximum on some GPUs, and the device's first CL_DEVICE_MAX_WORK_ITEM_SIZES), and
+    ``local_bytes``, the local memory it takes before any ``__local`` argument
+    (CL_KERNEL_LOCAL_MEM_SIZE: its own ``__local`` arrays and what the implementation keeps)."""
+
+    work_group: int
+    local_bytes: int
+
+
+def kernel_limits(queue: cl.CommandQueue, source: str, name: str,
+                  options: tuple[str, ...] = ()) -> KernelLimits:
+    """``KernelLimits`` of kernel ``name`` in ``source`` on ``queue``'s device, asked once per
+    parcl queue (``keep``), of a kernel object of its own: a launched one has its ``__local``
+    arguments set, which CL_KERNEL_LOCAL_MEM_SIZE would count."""
+    key = ("limits", source, name, options)
+    try:
+        return queue.choices[key]
+    except (AttributeError, KeyError):
+        pass
+    kernel = cl.Kernel(get_program(queue.context, source, options), name)
+    device, info = queue.device, cl.kernel_work_group_info
+    limits = KernelLimits(min(kernel.get_work_group_info(info.WORK_GROUP_SIZE, device),
+                              device.max_work_item_sizes[0]),
+                          kernel.get_work_group_info(info.LOCAL_MEM_SIZE, device))
+    return keep(queue, key, limits)
 
 
 def _own_kernel(program: cl.Program, name: str, args: tuple) -> cl.Kernel:

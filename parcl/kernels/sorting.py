@@ -37,7 +37,7 @@ import pyopencl as cl
 from ..errors import DTypeError, ShapeError
 from ..runtime import on_gpu
 from ..tensor import FLOAT, Tensor
-from ._cache import get_kernel, round_up
+from ._cache import get_kernel, kernel_limits, round_up
 
 LOCAL = 64
 GROUP = 256          # the work-group of the local variant (parcl's kernels ask for <= 256)
@@ -199,9 +199,13 @@ def _pow2(n: int) -> int:
 
 def fits_local(queue: cl.CommandQueue, n: int) -> bool:
     """Whether a row of ``n``, padded, fits the local variant (``LOCAL_MAX`` and the
-    device's local memory: a float and an int per element)."""
+    device's local memory: a float and an int per element, beside what the kernel takes
+    itself)."""
     padded = _pow2(n)
-    return padded <= LOCAL_MAX and 8 * padded <= queue.device.local_mem_size
+    if padded > LOCAL_MAX:
+        return False
+    own = kernel_limits(queue, SOURCE, "sort_local").local_bytes
+    return 8 * padded + own <= queue.device.local_mem_size
 
 
 def choose_variant(queue: cl.CommandQueue, n: int) -> str:
