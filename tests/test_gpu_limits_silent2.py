@@ -113,3 +113,76 @@ def test_a_sort_fits_local_memory_only_beside_what_the_kernel_takes_itself(queue
     assert not sorting.fits_local(gpu, 4096)
     assert sorting.choose_variant(gpu, 3000) == "merge"
     assert sorting.fits_local(gpu, 2048) and sorting.choose_variant(gpu, 2048) == "local"
+
+
+def test_losses_batch_norm_sort_and_attention_take_the_work_group_the_kernel_allows_as_pytorch(
+        fake_gpu, rng, monkeypatch):
+    """A GPU whose limit for a register-heavy kernel (CL_KERNEL_WORK_GROUP_SIZE) is below the
+    256 these kernels asked for refused every launch (INVALID_WORK_GROUP_SIZE); kernels whose
+    group size is free take the largest power of two the device allows. Here each allows 32,
+    and every result is torch's."""
+    from parcl.kernels import _cache
+
+    monkeypatch.setattr(_cache, "kernel_limits", lambda *a: _cache.KernelLimits(32, 0))
+    groups: dict[str, int] = {}
+    enqueue = _cache._enqueue
+
+    def spy(queue, kernel, gsize, lsize, *rest):
+        if lsize is not None:
+            name = kernel.function_name
+            groups[name] = max(groups.get(name, 0), int(np.prod(lsize)))
+        return enqueue(queue, kernel, gsize, lsize, *rest)
+
+    monkeypatch.setattr(_cache, "_enqueue", spy)
+    def up(a):
+        return tp.tensor(pc.Tensor.from_host(fake_gpu, np.asarray(a, np.float32)), True)
+
+    def T(a):
+        return torch.tensor(np.asarray(a, np.float32), requires_grad=True)
+
+    F = torch.nn.functional
+
+    x, p = rng.standard_normal((70, 5)), rng.random((70, 5))
+    labels = rng.integers(0, 5, 70)
+    px, pp, xt, pt = up(x), up(p), T(x), T(p)
+    got = (tp.cross_entropy(px, pc.Tensor.from_host(fake_gpu, labels))
+           + tp.mse_loss(px, pp) + tp.cross_entropy(px, tp.softmax(pp, -1))
+           + tp.binary_cross_entropy_with_logits(px, pp))
+    want = (F.cross_entropy(xt, torch.tensor(labels)) + F.mse_loss(xt, pt)
+            + F.cross_entropy(xt, torch.softmax(pt, -1))
+            + F.binary_cross_entropy_with_logits(xt, pt))
+    got.backward()
+    want.backward()
+    np.testing.assert_allclose(got.value.to_host(), want.item(), rtol=1e-5)
+    np.testing.assert_allclose(px.grad.to_host(), xt.grad.numpy(), atol=1e-6)
+    np.testing.assert_allclose(pp.grad.to_host(), pt.grad.numpy(), atol=1e-6)
+
+    b = rng.standard_normal((4, 3, 5, 5))
+    w0, b0 = rng.standard_normal(3), rng.standard_normal(3)
+    pb, w, bias, bt, wt, biast = up(b), up(w0), up(b0), T(b), T(w0), T(b0)
+    y = tp.batch_norm(pb, w, bias, None, None, True)
+    yt = F.batch_norm(bt, None, None, wt, biast, training=True)
+    tp.sum(y * y * y).backward()
+    (yt * yt * yt).sum().backward()
+    np.testing.assert_allclose(y.value.to_host(), yt.detach().numpy(), atol=1e-5)
+    for got_grad, want_grad in ((pb, bt), (w, wt), (bias, biast)):
+        np.testing.assert_allclose(got_grad.grad.to_host(), want_grad.grad.numpy(), atol=1e-3)
+
+    s = rng.standard_normal((3, 300)).astype(np.float32)
+    values, indices = tp.sort(pc.Tensor.from_host(fake_gpu, s), 1)
+    want_values, want_indices = torch.sort(torch.tensor(s), dim=1, stable=True)
+    np.testing.assert_array_equal(values.to_host(), want_values.numpy())
+    np.testing.assert_array_equal(indices.to_host(), want_indices.numpy())
+
+    q, k, v = (rng.standard_normal((2, 2, 6, 4)) for _ in range(3))
+    pq, pk, pv, qt, kt, vt = up(q), up(k), up(v), T(q), T(k), T(v)
+    out = tp.scaled_dot_product_attention(pq, pk, pv, is_causal=True)
+    ot = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+    tp.sum(out * out).backward()
+    (ot * ot).sum().backward()
+    np.testing.assert_allclose(out.value.to_host(), ot.detach().numpy(), atol=1e-5)
+    np.testing.assert_allclose(pq.grad.to_host(), qt.grad.numpy(), atol=1e-4)
+
+    free = {"ce_fwd_i64", "mse_fwd", "soft_ce_fwd", "bce_fwd", "bn_stats", "bn_grad_sums",
+            "sort_local", "attn_softmax_fwd_wg", "attn_softmax_bwd_wg"}
+    assert {name: groups.get(name) for name in free} == dict.fromkeys(free, 32)

@@ -232,6 +232,15 @@ def kernel_limits(queue: cl.CommandQueue, source: str, name: str,
     return keep(queue, key, limits)
 
 
+def group_size(queue: cl.CommandQueue, source: str, name: str, wanted: int,
+               options: tuple[str, ...] = ()) -> int:
+    """The work-group for a kernel whose group size is free (it reads ``get_local_size`` and
+    takes its local memory as arguments): ``wanted`` (a power of two), or the largest power
+    of two the device allows the kernel where that is less (the trees halve the group)."""
+    limit = kernel_limits(queue, source, name, options).work_group
+    return wanted if wanted <= limit else 1 << (limit.bit_length() - 1)
+
+
 def _own_kernel(program: cl.Program, name: str, args: tuple) -> cl.Kernel:
     own = cl.Kernel(program, name)
     own.set_scalar_arg_dtypes(_scalar_dtypes(own))

@@ -33,7 +33,7 @@ from pyopencl import cltypes
 from ..errors import DTypeError, ShapeError
 from ..tensor import FLOAT, Tensor, check_same_queue
 from ..runtime import on_gpu
-from ._cache import LAUNCH_MAX, VECTOR_TYPES, get_kernel, round_up
+from ._cache import LAUNCH_MAX, VECTOR_TYPES, get_kernel, group_size, round_up
 from .elementwise import broadcast_strides, collapse_dims
 
 LOCAL = 64
@@ -341,7 +341,8 @@ def masked_softmax(s: Tensor, scale: float, mask: Tensor | None = None, causal: 
         k(q, (round_up(rows, LOCAL),), (LOCAL,), *args)
     else:
         k = get_kernel(q, SOURCE, "attn_softmax_fwd_wg", options)
-        k(q, (rows * GPU_GROUP,), (GPU_GROUP,), *args, cl.LocalMemory(4 * GPU_GROUP))
+        L = group_size(q, SOURCE, "attn_softmax_fwd_wg", GPU_GROUP, options)
+        k(q, (rows * L,), (L,), *args, cl.LocalMemory(4 * L))
     return p
 
 
@@ -358,5 +359,6 @@ def masked_softmax_backward(p: Tensor, dp: Tensor, scale: float, *,
         k(q, (round_up(rows, LOCAL),), (LOCAL,), *args)
     else:
         k = get_kernel(q, SOURCE, "attn_softmax_bwd_wg", ("-DMASK=0",))
-        k(q, (rows * GPU_GROUP,), (GPU_GROUP,), *args, cl.LocalMemory(4 * GPU_GROUP))
+        L = group_size(q, SOURCE, "attn_softmax_bwd_wg", GPU_GROUP, ("-DMASK=0",))
+        k(q, (rows * L,), (L,), *args, cl.LocalMemory(4 * L))
     return ds

@@ -26,7 +26,8 @@ from ..pool import pool_of
 from ..runtime import on_gpu
 from ..tensor import FLOAT, Tensor
 from . import elementwise as ew
-from ._cache import GROUP_SUM, GROUP_SUM2, VECTOR_TYPES, get_kernel, load_source, round_up
+from ._cache import (GROUP_SUM, GROUP_SUM2, VECTOR_TYPES, get_kernel, group_size, load_source,
+                     round_up)
 
 # The per-channel reduction helpers (also used by batchnorm_sync.py's kernels).
 CHANNEL_HELPERS = GROUP_SUM + GROUP_SUM2 + r"""
@@ -97,8 +98,10 @@ def _k(queue, name: str):
     return get_kernel(queue, SOURCE, name)
 
 
-def _group(queue) -> int:
-    return 256 if on_gpu(queue) else 64
+def _group(queue, source: str, name: str) -> int:
+    """The work-group of a per-channel reduction: 256 on GPUs, 64 on CPUs, or the most the
+    device allows the kernel where that is less (``group_size``)."""
+    return group_size(queue, source, name, 256 if on_gpu(queue) else 64)
 
 
 def _grid2(queue, run: int, rows: int):
@@ -119,7 +122,7 @@ def _ncw(op: str, x: Tensor) -> tuple[int, int, int]:
 
 
 def _per_channel(queue, name: str, c: int, *args) -> None:
-    L = _group(queue)
+    L = _group(queue, SOURCE, name)
     _k(queue, name)(queue, (c * L,), (L,), *args,
                     cl.LocalMemory(8 * L))          # two floats per work-item: group_sum2
 

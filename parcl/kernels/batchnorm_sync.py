@@ -101,7 +101,7 @@ def partial_stats(x: Tensor) -> Tensor:
     its sum of squared deviations from it, and the mean's rounding error."""
     n, c, hw = _ncw("batch_norm", x)
     part = Tensor.empty(x.queue, (3, c))
-    L = _group(x.queue)              # one work-group per channel, as batchnorm's reductions
+    L = _group(x.queue, SOURCE, "bn_partial")   # a work-group per channel, as batchnorm's
     _k(x.queue, "bn_partial")(x.queue, (c * L,), (L,), x.data, part.data, *_i32(n, c, hw),
                               cl.LocalMemory(8 * L))       # two floats per work-item
     return part

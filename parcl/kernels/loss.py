@@ -174,7 +174,7 @@ def soft_cross_entropy_forward(logits: Tensor, target: Tensor, label_smoothing: 
     q = logits.queue
     rows, c, inner = _rows(logits)
     loss, stats = Tensor.empty(q, ()), Tensor.empty(q, (3 * rows,))
-    L = _group(q)
+    L = _group(q, SOURCE, "soft_ce_fwd")
     _k(q, "soft_ce_fwd")(q, (L,), (L,), logits.data, target.data, loss.data, stats.data,
                          np.int32(rows), np.int32(c), np.int32(inner),
                          np.float32(label_smoothing), cl.LocalMemory(4 * L))
@@ -235,7 +235,10 @@ def bce_forward(logits: Tensor, target: Tensor, weight: Tensor | None = None,
     reduce = REDUCTIONS[reduction]
     loss = Tensor.empty(q, logits.shape if reduce == 0 else ())
     # each element's loss over the whole grid; a mean or sum in one work-group
-    g, loc = _grid(logits.size) if reduce == 0 else ((_group(q),), (_group(q),))
+    if reduce == 0:
+        g, loc = _grid(logits.size)
+    else:
+        g = loc = (_group(q, SOURCE, "bce_fwd"),)
     _k(q, "bce_fwd")(q, g, loc, logits.data, target.data,
                      None if weight is None else weight.data,
                      None if pos_weight is None else pos_weight.data, loss.data,

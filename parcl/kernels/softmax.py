@@ -29,7 +29,7 @@ import pyopencl as cl
 from ..errors import DTypeError, ShapeError
 from ..runtime import on_gpu
 from ..tensor import FLOAT, LABEL_DTYPES, Tensor, check_same_queue
-from ._cache import GROUP_SUM, get_kernel, round_up
+from ._cache import GROUP_SUM, get_kernel, group_size, round_up
 
 _CE = r"""
 // Rows r = (n, i) of x viewed as (N, C, inner): row r's class c is x[(n*C + c)*inner + i].
@@ -296,8 +296,10 @@ def _k(queue, name: str):
     return get_kernel(queue, SOURCE, name)
 
 
-def _group(queue) -> int:
-    return 256 if on_gpu(queue) else 64
+def _group(queue, source: str, name: str) -> int:
+    """The work-group of a loss reduced in one group: 256 on GPUs, 64 on CPUs, or the most the
+    device allows the kernel where that is less (``group_size``)."""
+    return group_size(queue, source, name, 256 if on_gpu(queue) else 64)
 
 
 def _grid(n: int):
@@ -411,8 +413,9 @@ def cross_entropy_forward(logits: Tensor, labels: Tensor, ignore_index: int = -1
     loss = Tensor.empty(q, labels.shape if reduce == 0 else ())
     stats = Tensor.empty(q, (2 * rows + 2,))
     flag = Tensor.empty(q, (2,), np.int64)
-    L = _group(q)
-    _k(q, "ce_fwd_" + _suffix(labels))(q, (L,), (L,), logits.data, labels.data,
+    name = "ce_fwd_" + _suffix(labels)
+    L = _group(q, SOURCE, name)
+    _k(q, name)(q, (L,), (L,), logits.data, labels.data,
                                        None if weight is None else weight.data, loss.data,
                                        stats.data, flag.data, np.int32(rows), np.int32(c),
                                        np.int32(inner), np.int64(ignore_index),
@@ -457,7 +460,7 @@ def mse_forward(pred: Tensor, target: Tensor) -> Tensor:
     check_mse(pred, target)
     q = pred.queue
     loss = Tensor.empty(q, ())
-    L = _group(q)
+    L = _group(q, SOURCE, "mse_fwd")
     _k(q, "mse_fwd")(q, (L,), (L,), pred.data, target.data, loss.data, np.int64(pred.size),
                      cl.LocalMemory(4 * L))
     return loss

@@ -37,10 +37,10 @@ import pyopencl as cl
 from ..errors import DTypeError, ShapeError
 from ..runtime import on_gpu
 from ..tensor import FLOAT, Tensor
-from ._cache import get_kernel, kernel_limits, round_up
+from ._cache import get_kernel, group_size, kernel_limits, round_up
 
 LOCAL = 64
-GROUP = 256          # the work-group of the local variant (parcl's kernels ask for <= 256)
+GROUP = 256          # the work-group of the local variant, where the device allows it
 LOCAL_MAX = 4096     # the longest row the local variant sorts: 32 KiB of keys and indices
 RUN = 16             # the serial variant's insertion-sorted runs
 VARIANTS = ("local", "merge", "serial")
@@ -242,7 +242,7 @@ def argsort(x: Tensor, axis: int, descending: bool = False, k: int | None = None
         if not fits_local(q, n):
             raise ValueError(f"argsort: a row of {n} does not fit the local variant")
         padded = _pow2(n)
-        group = min(GROUP, max(padded // 2, 1))
+        group = min(group_size(q, SOURCE, "sort_local", GROUP), max(padded // 2, 1))
         get_kernel(q, SOURCE, "sort_local")(
             q, (rows * group,), (group,), out.data, x.data, np.int32(n), np.int32(inner),
             np.int32(k), np.int32(padded), desc, cl.LocalMemory(4 * padded),
