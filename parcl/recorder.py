@@ -69,6 +69,8 @@ class Launch:
     updates: tuple = ()
 
     def bind(self):
+        if not all(self.gsize):     # no work-items: a marker (some devices refuse the launch)
+            return partial(cl.enqueue_marker, self.queue)
         if not self.updates:
             return partial(cl.enqueue_nd_range_kernel, self.queue, self.kernel, self.gsize,
                            self.lsize)

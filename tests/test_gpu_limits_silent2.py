@@ -186,3 +186,48 @@ def test_losses_batch_norm_sort_and_attention_take_the_work_group_the_kernel_all
     free = {"ce_fwd_i64", "mse_fwd", "soft_ce_fwd", "bce_fwd", "bn_stats", "bn_grad_sums",
             "sort_local", "attn_softmax_fwd_wg", "attn_softmax_bwd_wg"}
     assert {name: groups.get(name) for name in free} == dict.fromkeys(free, 32)
+
+
+def test_ops_over_a_slice_with_no_elements_launch_nothing_where_the_device_refuses_it(
+        queue, rng, monkeypatch):
+    """An op over x[2:2] launches kernels of no work-items; OpenCL before 2.1 (and some
+    drivers since) refuse such a launch (INVALID_GLOBAL_WORK_SIZE) where PoCL and 2.1 run
+    nothing, so parcl raised where PyTorch gives the empty result. On a device that refuses
+    them, the ops (eager, and a captured step's replays) still give PyTorch's results."""
+    import pyopencl as cl
+
+    from parcl.kernels import _cache
+
+    enqueue, refused = _cache._enqueue, []
+
+    def refusing(q, kernel, gsize, *rest):
+        if not all(gsize):
+            refused.append(kernel.function_name)
+            raise cl.LogicError(cl._cl._ErrorRecord(
+                "clEnqueueNDRangeKernel failed: INVALID_GLOBAL_WORK_SIZE",
+                cl.status_code.INVALID_GLOBAL_WORK_SIZE, "clEnqueueNDRangeKernel"))
+        return enqueue(q, kernel, gsize, *rest)
+
+    monkeypatch.setattr(_cache, "_enqueue", refusing)
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", refusing)     # a replay's launches
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    w = tp.tensor(pc.Tensor.from_host(queue, np.ones(4, np.float32)), True)
+
+    def step(t):
+        e = tp.exp(t[2:2]) * 2.0
+        y = tp.layer_norm(t[2:2], (4,), w)
+        loss = tp.sum(e) + tp.sum(y) + tp.sum(t)
+        loss.backward()
+        return loss
+
+    xt = torch.tensor(x)
+    want = (torch.exp(xt[2:2]) * 2).sum() + torch.nn.functional.layer_norm(
+        xt[2:2], (4,), torch.ones(4)).sum() + xt.sum()
+    captured = tp.capture(step, queue)
+    for _ in range(3):                  # eager and recorded, then replayed twice
+        w.grad = None
+        got = captured(pc.Tensor.from_host(queue, x))
+        np.testing.assert_allclose(got.to_host(), want.item(), rtol=1e-5)
+        np.testing.assert_array_equal(w.grad.to_host(), np.zeros(4, np.float32))
+    assert "exp_unary" in refused
+    assert tp.argmax(tp.tensor(pc.Tensor.from_host(queue, x))[2:2], 1).shape == (0,)

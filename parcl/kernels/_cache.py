@@ -395,7 +395,9 @@ class Launcher:
             try:
                 event = _enqueue(queue, self.kernel, gsize, lsize, None, wait_for, False, False)
             except cl.LogicError as exc:
-                raise _too_big(exc, self.kernel, queue.device, lsize) from exc
+                if all(gsize):
+                    raise _too_big(exc, self.kernel, queue.device, lsize) from exc
+                event = nothing_to_launch(queue, wait_for)
         if now:
             gate.busy = event
         return event
@@ -405,6 +407,13 @@ class Launcher:
 
 
 _enqueue = cl.enqueue_nd_range_kernel        # positional arguments: pybind's fast path
+
+
+def nothing_to_launch(queue: cl.CommandQueue, wait_for=None) -> cl.Event:
+    """What a launch of no work-items (an op over a slice with no elements) enqueues where
+    the device refuses it: OpenCL before 2.1, and some drivers since, fail such a launch
+    (INVALID_GLOBAL_WORK_SIZE), where 2.1 made it a marker; so a marker it is."""
+    return cl.enqueue_marker(queue, wait_for=wait_for)
 
 
 def _too_big(exc: cl.LogicError, kernel: cl.Kernel, device: cl.Device, lsize) -> Exception:
