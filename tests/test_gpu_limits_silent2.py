@@ -231,3 +231,29 @@ def test_ops_over_a_slice_with_no_elements_launch_nothing_where_the_device_refus
         np.testing.assert_array_equal(w.grad.to_host(), np.zeros(4, np.float32))
     assert "exp_unary" in refused
     assert tp.argmax(tp.tensor(pc.Tensor.from_host(queue, x))[2:2], 1).shape == (0,)
+
+
+def test_batch_norm_on_a_gpu_past_the_launch_limit_takes_a_work_item_per_channel_as_pytorch(
+        fake_gpu, rng, monkeypatch):
+    """Batch norm's per-channel sums on a GPU launch a work-group of 256 per channel: past
+    2**31 work-items at 2**23 channels. With the limit lowered to 3 channels' groups, 3
+    channels take a work-group each and 4 a work-item each, both torch's batch norm."""
+    from parcl.kernels import batchnorm as bk
+    assert not bk._groups_per_channel(fake_gpu, 2**23)
+    assert bk._groups_per_channel(fake_gpu, 2**23 - 1)
+    monkeypatch.setattr(bk, "LAUNCH_MAX", 3 * 256 + 1)
+    for c, kernel in ((3, "bn_stats"), (4, "bn_stats_lanes")):
+        x, w, b = rng.standard_normal((5, c, 3)), rng.standard_normal(c), rng.standard_normal(c)
+        tx, tw, tb = (tp.tensor(pc.Tensor.from_host(fake_gpu, a.astype(np.float32)), True)
+                      for a in (x, w, b))
+        with trace_launches() as traced:
+            y = tp.batch_norm(tx, tw, tb, None, None, True)
+            tp.sum(y * y * y).backward()
+        assert kernel in _launched(traced)
+        xt, wt, bt = (torch.tensor(a.astype(np.float32), requires_grad=True) for a in (x, w, b))
+        yt = torch.nn.functional.batch_norm(xt, None, None, wt, bt, training=True)
+        (yt * yt * yt).sum().backward()
+        np.testing.assert_allclose(y.value.to_host(), yt.detach().numpy(), atol=1e-5)
+        for got, want in ((tx, xt), (tw, wt), (tb, bt)):
+            np.testing.assert_allclose(got.grad.to_host(), want.grad.numpy(), rtol=1e-4,
+                                       atol=1e-4)

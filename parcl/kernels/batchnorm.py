@@ -26,8 +26,8 @@ from ..pool import pool_of
 from ..runtime import on_gpu
 from ..tensor import FLOAT, Tensor
 from . import elementwise as ew
-from ._cache import (GROUP_SUM, GROUP_SUM2, VECTOR_TYPES, get_kernel, group_size, load_source,
-                     round_up)
+from ._cache import (GROUP_SUM, GROUP_SUM2, LAUNCH_MAX, VECTOR_TYPES, get_kernel, group_size,
+                     load_source, round_up)
 
 # The per-channel reduction helpers (also used by batchnorm_sync.py's kernels).
 CHANNEL_HELPERS = GROUP_SUM + GROUP_SUM2 + r"""
@@ -121,6 +121,13 @@ def _ncw(op: str, x: Tensor) -> tuple[int, int, int]:
     return x.shape[0], x.shape[1], hw
 
 
+def _groups_per_channel(queue, c: int) -> bool:
+    """Whether the channels' sums take a work-group each (GPUs) rather than a work-item each
+    (``_lanes`` kernels): on a GPU, while the launch, ``c * 256`` work-items, stays under
+    ``LAUNCH_MAX`` (2**23 channels reach it)."""
+    return on_gpu(queue) and c * 256 < LAUNCH_MAX
+
+
 def _per_channel(queue, name: str, c: int, *args) -> None:
     L = _group(queue, SOURCE, name)
     _k(queue, name)(queue, (c * L,), (L,), *args,
@@ -131,7 +138,7 @@ def channel_sum(x: Tensor) -> Tensor:
     """Sum of an (N, C, ...) tensor over every axis but 1 -> (C,); fixed order."""
     n, c, hw = _ncw("channel_sum", x)
     out = Tensor.empty(x.queue, (c,))
-    if on_gpu(x.queue):
+    if _groups_per_channel(x.queue, c):
         _per_channel(x.queue, "channel_sum", c, x.data, out.data, *_i32(n, c, hw))
     else:
         _k(x.queue, "channel_sum_lanes")(x.queue, (c,), (1,), x.data, out.data,
@@ -196,7 +203,7 @@ def batch_norm_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None,
             args = (x.data, mean.data, invstd.data, running_mean.data if update else None,
                     running_var.data if update else None, *_i32(n, c, hw), np.float32(eps),
                     np.float32(momentum), np.int32(4 if update else 0))
-            if on_gpu(q):
+            if _groups_per_channel(q, c):
                 _per_channel(q, "bn_stats", c, *args)
             else:
                 _k(q, "bn_stats_lanes")(q, (c,), (1,), *args)
@@ -239,7 +246,7 @@ def batch_norm_backward(x: Tensor, grad: Tensor, weight: Tensor | None, mean: Te
     sg, sgx = Tensor.empty(q, (c,)), Tensor.empty(q, (c,))
     if need_weight or need_bias or (need_input and batch_stats):
         args = (x.data, grad.data, mean.data, invstd.data, sg.data, sgx.data, *_i32(n, c, hw))
-        if on_gpu(q):
+        if _groups_per_channel(q, c):
             _per_channel(q, "bn_grad_sums", c, *args)
         else:
             _k(q, "bn_grad_sums_lanes")(q, (c,), (1,), *args)
