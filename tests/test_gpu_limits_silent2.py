@@ -257,3 +257,34 @@ def test_batch_norm_on_a_gpu_past_the_launch_limit_takes_a_work_item_per_channel
         for got, want in ((tx, xt), (tw, wt), (tb, bt)):
             np.testing.assert_allclose(got.grad.to_host(), want.grad.numpy(), rtol=1e-4,
                                        atol=1e-4)
+
+
+def test_norms_and_transposes_take_their_one_item_kernels_where_a_gpu_allows_smaller_groups(
+        fake_gpu, rng, monkeypatch):
+    """The GPU's layer norm (groups of 128) and tiled transpose (16 x 16) have their group
+    size compiled in; a device that allows those kernels fewer work-items refused every
+    launch (INVALID_WORK_GROUP_SIZE). Where it allows 64, they run their other kernels (a
+    work-item per row), torch's results."""
+    from parcl.kernels import _cache, layout
+
+    def limits(*kernel):
+        return _cache.KernelLimits(64, 0)
+
+    monkeypatch.setattr(nk, "kernel_limits", limits)
+    monkeypatch.setattr(layout, "kernel_limits", limits)
+    x = rng.standard_normal((6, 5)).astype(np.float32)
+    w = rng.standard_normal(5).astype(np.float32)
+    tx, tw = (tp.tensor(pc.Tensor.from_host(fake_gpu, a), True) for a in (x, w))
+    with trace_launches() as traced:
+        y = tp.layer_norm(tx, (5,), tw)
+        tp.sum(y * y).backward()
+        t = layout.transpose(pc.Tensor.from_host(fake_gpu, x), (1, 0))
+    assert {"ln_fwd_row", "ln_bwd_row", "transpose_rows"} <= _launched(traced)
+    assert not {"ln_fwd_wg", "ln_bwd_wg", "transpose_tiled"} & _launched(traced)
+    xt, wt = (torch.tensor(a, requires_grad=True) for a in (x, w))
+    yt = torch.nn.functional.layer_norm(xt, (5,), wt)
+    (yt * yt).sum().backward()
+    np.testing.assert_allclose(y.value.to_host(), yt.detach().numpy(), atol=1e-5)
+    np.testing.assert_allclose(tx.grad.to_host(), xt.grad.numpy(), atol=1e-4)
+    np.testing.assert_allclose(tw.grad.to_host(), wt.grad.numpy(), atol=1e-4)
+    np.testing.assert_array_equal(t.to_host(), x.T)

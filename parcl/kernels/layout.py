@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import DTypeError, ShapeError
 from ..runtime import on_gpu
 from ..tensor import SUPPORTED, Tensor
-from ._cache import get_kernel
+from ._cache import get_kernel, kernel_limits
 from .broadcast import int8_vector
 from .strided import View, axis_int, read_view
 
@@ -102,7 +102,8 @@ def normalize_axes(axes, ndim: int, shape) -> tuple[int, ...]:
 def transpose(x: Tensor, axes=None, *, tiled: bool | None = None) -> Tensor:
     """A new contiguous tensor: ``x`` with its axes permuted (``np.transpose`` semantics;
     ``axes=None`` reverses them). ``tiled`` forces the kernel of (batched) 2-D transposes
-    (default: the local-memory tiled kernel on a GPU, row loops on a CPU)."""
+    (default: the local-memory tiled kernel on a GPU that allows it its groups, row loops
+    otherwise)."""
     if not isinstance(x, Tensor):
         raise TypeError(f"transpose: expected a pc.Tensor, got {type(x).__name__}")
     if x.dtype not in SUPPORTED or x.dtype.itemsize != 4:
@@ -142,7 +143,10 @@ def transpose(x: Tensor, axes=None, *, tiled: bool | None = None) -> Tensor:
     if batched_2d:
         batch = dims[0] if len(dims) == 3 else 1
         cols, rows = dims[-2], dims[-1]          # x is (batch, rows, cols)
-        if tiled if tiled is not None else on_gpu(q):
+        if tiled is None:      # TILE x TILE groups where the device allows the kernel them
+            tiled = on_gpu(q) and kernel_limits(q, SOURCE, "transpose_tiled").work_group >= (
+                TILE * TILE)
+        if tiled:
             k = get_kernel(q, SOURCE, "transpose_tiled")
             gsize = (_round(cols, TILE), _round(rows, TILE), batch)
             k(q, gsize, (TILE, TILE, 1), out.data, x.data, np.int32(rows), np.int32(cols))

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from ..runtime import on_gpu
 from ..tensor import Tensor
-from ._cache import GROUP_SUM, GROUP_SUM2, LAUNCH_MAX, VECTOR_TYPES, get_kernel, round_up
+from ._cache import (GROUP_SUM, GROUP_SUM2, LAUNCH_MAX, VECTOR_TYPES, get_kernel, kernel_limits,
+                     round_up)
 
 WG = 128      # work-group size of the GPU row kernels (a power of two)
 
@@ -358,11 +359,13 @@ _NAMES = {(center, op, kind): f"{_prefix(center)}_{op}_{kind}" for center in (Tr
 def _launch(q, center: bool, op: str, rows: int, D: int, *args,
             workgroup: bool | None = None, lanes: bool = True) -> None:
     """A row kernel: a work-group per row on GPUs (or ``workgroup=True``) where the launch is
-    not too big for that (``use_workgroups``); otherwise 8 rows per work-item where the rows
-    and D are whole multiples of 8 (``lanes=False`` forces the one-row kernel, for tests),
-    else one row per work-item."""
+    not too big for that (``use_workgroups``) and the device allows the kernel groups of WG
+    (compiled in: its local memory is sized for them); otherwise 8 rows per work-item where
+    the rows and D are whole multiples of 8 (``lanes=False`` forces the one-row kernel, for
+    tests), else one row per work-item."""
     if workgroup is None:
-        workgroup = on_gpu(q) and use_workgroups(rows)
+        workgroup = (on_gpu(q) and use_workgroups(rows)
+                     and kernel_limits(q, SOURCE, _NAMES[center, op, "wg"]).work_group >= WG)
     if workgroup:
         get_kernel(q, SOURCE, _NAMES[center, op, "wg"])(q, (rows * WG,), (WG,), *args)
     elif lanes and rows % 8 == 0 and D % 8 == 0:
