@@ -288,3 +288,14 @@ def test_norms_and_transposes_take_their_one_item_kernels_where_a_gpu_allows_sma
     np.testing.assert_allclose(tx.grad.to_host(), xt.grad.numpy(), atol=1e-4)
     np.testing.assert_allclose(tw.grad.to_host(), wt.grad.numpy(), atol=1e-4)
     np.testing.assert_array_equal(t.to_host(), x.T)
+
+
+def test_a_kernels_limits_are_asked_once_per_queue_even_when_its_plans_are_full(queue):
+    """Asked at every launch of a loss or batch norm: kept past PLANS_MAX (a dynamic-shape
+    model fills the plans), not asked of a new kernel object every time."""
+    from parcl.kernels import _cache, softmax
+    q = pc.new_queue(queue.device)
+    q.choices.update({("filler", i): None for i in range(_cache.PLANS_MAX)})
+    first = _cache.kernel_limits(q, softmax.SOURCE, "mse_fwd")
+    assert _cache.kernel_limits(q, softmax.SOURCE, "mse_fwd") is first
+    assert first.work_group >= 64

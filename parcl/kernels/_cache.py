@@ -217,19 +217,23 @@ class KernelLimits:
 def kernel_limits(queue: cl.CommandQueue, source: str, name: str,
                   options: tuple[str, ...] = ()) -> KernelLimits:
     """``KernelLimits`` of kernel ``name`` in ``source`` on ``queue``'s device, asked once per
-    parcl queue (``keep``), of a kernel object of its own: a launched one has its ``__local``
-    arguments set, which CL_KERNEL_LOCAL_MEM_SIZE would count."""
+    parcl queue (kept in its ``choices`` even past ``PLANS_MAX``: one per kernel, and asked
+    at every launch of some), of a kernel object of its own: a launched one has its
+    ``__local`` arguments set, which CL_KERNEL_LOCAL_MEM_SIZE would count."""
     key = ("limits", source, name, options)
-    try:
-        return queue.choices[key]
-    except (AttributeError, KeyError):
-        pass
+    choices = getattr(queue, "choices", None)
+    if choices is not None:
+        limits = choices.get(key)
+        if limits is not None:
+            return limits
     kernel = cl.Kernel(get_program(queue.context, source, options), name)
     device, info = queue.device, cl.kernel_work_group_info
     limits = KernelLimits(min(kernel.get_work_group_info(info.WORK_GROUP_SIZE, device),
                               device.max_work_item_sizes[0]),
                           kernel.get_work_group_info(info.LOCAL_MEM_SIZE, device))
-    return keep(queue, key, limits)
+    if choices is not None:
+        choices[key] = limits
+    return limits
 
 
 def group_size(queue: cl.CommandQueue, source: str, name: str, wanted: int,
