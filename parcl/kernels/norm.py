@@ -39,6 +39,7 @@ def use_workgroups(rows: int) -> bool:
     than WG elements, a few GiB in all, reach it)."""
     return rows * WG < LAUNCH_MAX
 
+
 def _variant(prefix: str, center: int) -> str:
     """The kernels of one normalisation: ``center`` 1 subtracts the mean (layer norm), 0 keeps
     it at zero (RMS norm). ``_row`` kernels take one row per work-item, ``_rows8`` kernels 8
