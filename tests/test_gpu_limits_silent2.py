@@ -299,3 +299,39 @@ def test_a_kernels_limits_are_asked_once_per_queue_even_when_its_plans_are_full(
     first = _cache.kernel_limits(q, softmax.SOURCE, "mse_fwd")
     assert _cache.kernel_limits(q, softmax.SOURCE, "mse_fwd") is first
     assert first.work_group >= 64
+
+
+def test_reductions_and_grad_norms_loop_where_a_gpu_allows_their_trees_fewer_work_items(
+        fake_gpu, rng, monkeypatch):
+    """A GPU reduces rows of 256 or more with trees of 256 work-items compiled in (reduction
+    and the fused gradient norm); a device allowing those kernels fewer refused every such sum
+    (INVALID_WORK_GROUP_SIZE). Where it allows 128, both loop in one work-item per output
+    (as a GPU does for short rows): numpy's sums, and the fused norm is still bit for bit
+    the norm composed from reduction's sums."""
+    import math
+
+    from parcl.kernels import _cache, gradnorm, reduction
+    from parcl.kernels import elementwise as ew
+
+    def limits(*kernel):
+        return _cache.KernelLimits(128, 0)
+
+    monkeypatch.setattr(reduction, "kernel_limits", limits)
+    monkeypatch.setattr(gradnorm, "kernel_limits", limits)
+    x = rng.standard_normal((3, 40000)).astype(np.float32)
+    tx = pc.Tensor.from_host(fake_gpu, x)
+    with trace_launches() as traced:
+        total, rows, biggest = (reduction.sum(tx), reduction.sum(tx, 1),
+                                reduction.max(tx, 1))
+        norm = gradnorm.total_norm([tx, tx.reshape(-1)[:1000]], 2.0, scaled=False)
+    assert not any(name.endswith("_wg") for name in _launched(traced))
+    np.testing.assert_allclose(total.to_host(), x.astype(np.float64).sum(), rtol=1e-5)
+    np.testing.assert_allclose(rows.to_host(), x.astype(np.float64).sum(1), rtol=1e-4)
+    np.testing.assert_array_equal(biggest.to_host(), x.max(1))
+    head = pc.Tensor.from_host(fake_gpu, x.reshape(-1)[:1000])
+    parts = [reduction.sum(ew.unary("square", t)) for t in (tx, head)]
+    want = ew.unary("sqrt", ew.binary("add", *parts))
+    assert norm.to_host().tobytes() == want.to_host().tobytes()
+    np.testing.assert_allclose(norm.item(), math.sqrt((x.astype(np.float64) ** 2).sum()
+                                                      + (x.reshape(-1)[:1000] ** 2).sum()),
+                               rtol=1e-5)

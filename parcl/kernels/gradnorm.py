@@ -58,10 +58,10 @@ import pyopencl as cl
 from ..errors import ParclError
 from ..runtime import on_gpu
 from ..tensor import Tensor, check_same_queue
-from ._cache import get_kernel, keep
+from ._cache import get_kernel, keep, kernel_limits
 from .elementwise import LOCAL, check_float
 from .elementwise_ops import BINARY_OPS, UNARY_OPS
-from .reduction import CHUNK_CPU, CHUNK_GPU, COMBINE, WG, use_workgroups
+from .reduction import CHUNK_CPU, CHUNK_GPU, COMBINE, WG, trees_fit, use_workgroups
 
 SAFE_MAX = 2.0 ** 40   # the largest |g| whose powers are summed unscaled
 SAFE_MIN = 2.0 ** -88  # the smallest scale: 2**40 / FLT_MAX, what an infinite |g| would give
@@ -323,6 +323,9 @@ def _plan(queue, sizes: tuple[int, ...], workgroup: bool | None) -> Plan:
 
 def _new_plan(queue, sizes, workgroup) -> Plan:
     gpu = on_gpu(queue)
+    if workgroup is None and gpu and not (trees_fit(queue) and all(
+            kernel_limits(queue, SOURCE, f"{name}_wg").work_group >= WG for name in PASSES)):
+        workgroup = False       # trees of WG not allowed here (by reduction's trees too)
     chunk = CHUNK_GPU if gpu else CHUNK_CPU
     stages, at = [], 0
     for n in sizes:

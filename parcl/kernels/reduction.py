@@ -30,7 +30,7 @@ from ..errors import DTypeError, ShapeError
 from ..runtime import on_gpu
 from ..tensor import LABEL_DTYPES, Tensor
 from . import layout
-from ._cache import LAUNCH_MAX, VECTOR_TYPES, get_kernel, keep
+from ._cache import LAUNCH_MAX, VECTOR_TYPES, get_kernel, keep, kernel_limits
 from .strided import axis_int
 from .elementwise import check_float
 
@@ -181,7 +181,16 @@ def reduce_3d(op: str, x: Tensor, outer: int, R: int, inner: int, scale: float =
     inner), times ``scale``; a flat (outer * inner,) tensor. ``workgroup`` forces the kernel
     variant (default: work-group trees on a GPU when ``inner`` is small, sequential loops
     otherwise)."""
-    return _run(x, _stages(op, on_gpu(x.queue), outer, R, inner, scale, workgroup))
+    gpu = on_gpu(x.queue)
+    if workgroup is None and gpu and not trees_fit(x.queue):
+        workgroup = False
+    return _run(x, _stages(op, gpu, outer, R, inner, scale, workgroup))
+
+
+def trees_fit(queue) -> bool:
+    """Whether the device allows the work-group tree kernels (``{op}_wg``) the WG work-items
+    compiled into them; where it allows fewer, a GPU reduces with sequential loops only."""
+    return all(kernel_limits(queue, SOURCE, f"{op}_wg").work_group >= WG for op in COMBINE)
 
 
 def _stages(op: str, gpu: bool, outer: int, R: int, inner: int, scale: float,
@@ -245,7 +254,10 @@ def _reduce(op: str, kernel_op: str, x: Tensor, axis, keepdims: bool, mean: bool
         plan = choices.get(key)
         if plan is not None:
             return _apply(x, plan)
-    plan = _plan(op, kernel_op, x.shape, axis, keepdims, mean, on_gpu(queue), workgroup)
+    gpu = on_gpu(queue)
+    if workgroup is None and gpu and not trees_fit(queue):
+        workgroup = False
+    plan = _plan(op, kernel_op, x.shape, axis, keepdims, mean, gpu, workgroup)
     return _apply(x, plan if key is None else keep(queue, key, plan))
 
 
