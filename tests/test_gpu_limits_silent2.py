@@ -335,3 +335,37 @@ def test_reductions_and_grad_norms_loop_where_a_gpu_allows_their_trees_fewer_wor
     np.testing.assert_allclose(norm.item(), math.sqrt((x.astype(np.float64) ** 2).sum()
                                                       + (x.reshape(-1)[:1000] ** 2).sum()),
                                rtol=1e-5)
+
+
+def test_matmuls_take_the_packed_kernels_where_a_gpu_allows_the_tiles_fewer_work_items(
+        fake_gpu, rng, monkeypatch):
+    """The GPU's GEMM requires groups of 16 x 16 (reqd_work_group_size); a device allowing
+    gemm_tiled fewer refused every matmul (INVALID_WORK_GROUP_SIZE). Where it allows 128,
+    products run the packed kernels: numpy's products, plain, transposed and batched, and
+    the gradients of a linear layer torch's."""
+    from parcl.kernels import _cache, gemm
+
+    def limits(*kernel):
+        return _cache.KernelLimits(128, 0)
+
+    monkeypatch.setattr(gemm, "kernel_limits", limits)
+    fake_gpu.choices["gemm"] = "tiled"                  # the GPU's variant, as chosen there
+    a, b = rng.standard_normal((70, 33)), rng.standard_normal((33, 45))
+    x, w = rng.standard_normal((4, 70, 33)), rng.standard_normal((45, 33))
+    ta, tb = (pc.Tensor.from_host(fake_gpu, v.astype(np.float32)) for v in (a, b))
+    px, pw = (tp.tensor(pc.Tensor.from_host(fake_gpu, v.astype(np.float32)), True)
+              for v in (x, w))
+    with trace_launches() as traced:
+        ab = gemm.gemm(ta, tb)
+        abt = gemm.gemm(tb, ta, trans_a=True, trans_b=True)
+        y = tp.matmul(px, tp.permute(pw, (1, 0)))
+        tp.sum(y * y).backward()
+    assert "gemm_cpu" in _launched(traced) and "gemm_tiled" not in _launched(traced)
+    np.testing.assert_allclose(ab.to_host(), a @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(abt.to_host(), (a @ b).T, rtol=1e-4, atol=1e-4)
+    xt, wt = (torch.tensor(v.astype(np.float32), requires_grad=True) for v in (x, w))
+    yt = xt @ wt.T
+    (yt * yt).sum().backward()
+    np.testing.assert_allclose(y.value.to_host(), yt.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(px.grad.to_host(), xt.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(pw.grad.to_host(), wt.grad.numpy(), rtol=1e-4, atol=1e-3)

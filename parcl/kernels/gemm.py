@@ -14,7 +14,8 @@ The variants live in ``cl/gemm.cl`` and are chosen by device *type* (never by pl
   otherwise CPUs get ``cpu8``.
 * ``"direct8"`` / ``"direct16"`` — CPU products under ``DIRECT_MAX`` multiply-adds: one
   launch, no packing, 4x4 of C per work-item (PoCL spends ~0.1 ms per enqueue).
-* ``"tiled"`` — the GPU shape: 64x64 tiles through local memory, 4x4 registers per work-item.
+* ``"tiled"`` — the GPU shape: 64x64 tiles through local memory, 4x4 registers per work-item,
+  in groups of 16x16 it requires; a GPU that allows it fewer runs ``"cpu8"`` instead.
 
 All run on every device; tests force one with the private ``_variant`` argument (and packing
 of A with ``_pack_a``).
@@ -39,7 +40,7 @@ import pyopencl as cl
 from ..errors import DTypeError, ShapeError
 from ..runtime import is_gpu
 from ..tensor import FLOAT, Tensor, check_same_queue
-from ._cache import VECTOR_TYPES, chosen, get_kernel, keep, load_source
+from ._cache import VECTOR_TYPES, chosen, get_kernel, keep, kernel_limits, load_source
 from .probe import wide_kernel_ok
 
 _OPTIONS = ("-cl-mad-enable",)   # `acc += x * y` must become an FMA; no relaxed math needed
@@ -320,6 +321,9 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
     # Plain numbers, in plans kept per signature: the kernels' declared argument types pack
     # them to the bytes numpy scalars would give, and the same objects at every launch are
     # arguments a kernel object has set already (``KernelArgs``), not packed again.
+    if variant == "tiled" and kernel_limits(queue, SOURCE, "gemm_tiled",
+                                            _OPTIONS_OF[variant]).work_group < GROUP * GROUP:
+        variant = "cpu8"      # its GROUP x GROUP groups (required) are more than allowed here
     if variant == "tiled":
         g = _tiled_plan(queue, m, n, k, batch, a_bs, b_bs, trans_a, trans_b, beta, flags)
         _kernel(queue, "gemm_tiled", variant)(
