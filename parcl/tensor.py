@@ -114,6 +114,18 @@ def _keeps_checks(method):
     return run
 
 
+def identity(op: str, a, b):
+    """``a == b`` (``op``) for a Tensor or Node ``a``: identity, as an object's, but a
+    ``TypeError`` where ``b`` is an array, a number or a sequence, whose values PyTorch would
+    compare: ``np.mean(predicted == labels)`` was a silent accuracy of 0.0."""
+    if isinstance(b, (np.ndarray, np.generic, Real, list, tuple)):
+        raise TypeError(f"{type(a).__name__} {op} {type(b).__name__}: parcl's {op} compares "
+                        f"identity, not values (a tensor stays hashable); compare values with "
+                        f"tp.eq(a, b) / tp.ne(a, b) (a 0/1 mask on the device) or on the host "
+                        f"with a.to_host() {op} b")
+    return a is b if isinstance(b, type(a)) else NotImplemented
+
+
 def _dims(op: str, dim, keepdim, axis, keepdims) -> tuple:
     """A reduction method's ``(dim, keepdim)`` from PyTorch's names or numpy's."""
     if axis is not None:
@@ -490,8 +502,18 @@ class Tensor:
     def __rpow__(self, other):
         return self._binary("pow", other, self)
 
-    # float32 0/1 masks (parcl's masks, as tp.where takes them), not PyTorch's bool tensors;
-    # no __eq__: Tensors stay hashable and compare by identity
+    # ``==`` and ``!=`` compare identity (Tensors stay hashable, and ``t in list`` works);
+    # against an array or a number, where PyTorch compares values, they raise (``identity``)
+    def __eq__(self, other):
+        return identity("==", self, other)
+
+    def __ne__(self, other):
+        result = identity("!=", self, other)
+        return result if result is NotImplemented else not result
+
+    __hash__ = object.__hash__
+
+    # float32 0/1 masks (parcl's masks, as tp.where takes them), not PyTorch's bool tensors
     def __lt__(self, other):
         return self._binary("lt", self, other)
 

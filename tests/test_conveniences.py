@@ -389,6 +389,23 @@ def test_a_nodes_max_and_min_along_a_dim_give_values_and_indices_as_torch(queue)
         x.sum(0, axis=1)
 
 
+def test_comparing_a_tensor_or_node_with_values_by_eq_is_refused_not_silently_false(queue):
+    """``==`` compares identity (tensors stay hashable), so a ported evaluation's
+    ``np.mean(predicted == labels)`` was an accuracy of 0.0 where PyTorch counts the matches;
+    against an array, a number or a list it is a TypeError that names tp.eq."""
+    labels = np.array([1, 0, 2])
+    predicted = pc.Tensor.from_host(queue, labels)
+    logits = tp.tensor(np.eye(3, dtype=np.float32))
+    for compare in (lambda: predicted == labels, lambda: predicted != 1, lambda: 0 == predicted,
+                    lambda: logits == 1.0, lambda: logits == [1, 0, 0]):
+        with pytest.raises(TypeError, match="compares identity, not values.*tp.eq"):
+            compare()
+    assert predicted == predicted and predicted != logits and {predicted: 1}[predicted] == 1
+    assert predicted in [logits, predicted] and predicted != None  # noqa: E711
+    np.testing.assert_array_equal(tp.eq(logits, tp.tensor(np.eye(3, dtype=np.float32)))
+                                  .to_host(), np.ones((3, 3)))
+
+
 def test_a_raw_tensors_max_along_a_dim_gives_values_and_indices_as_a_nodes(queue):
     """Under ``no_grad`` a model returns a raw ``pc.Tensor``: an evaluation loop's
     ``_, predicted = logits.max(1)`` took the values' rows (numpy's ``max``), so with a batch

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import ParclError, ShapeError
 from ..kernels.broadcast import broadcast_shapes
+from ..tensor import identity
 from . import mode
 
 
@@ -51,6 +52,15 @@ class NodeMethods:
     __slots__ = ()
 
     # -- operators: thin wrappers over the ops in parcl.tape.ops ------------------------
+    def __eq__(self, other):            # identity; an array or number is a TypeError
+        return identity("==", self, other)
+
+    def __ne__(self, other):
+        result = identity("!=", self, other)
+        return result if result is NotImplemented else not result
+
+    __hash__ = object.__hash__
+
     def __add__(self, other):
         return _ops().add(self, other)
 
