@@ -144,6 +144,17 @@ def test_adaptive_pool_layers_match_pytorch(queue, rng, layer, size, shape):
     assert list(ours.state_dict()) == []
 
 
+@pytest.mark.parametrize("size", [(None, 3), (4, None), (None, None)])
+def test_adaptive_avg_pool2d_keeps_a_dim_given_as_none_as_pytorch(queue, rng, size):
+    """None in output_size keeps that dim's input size, as PyTorch's (and parcl's adaptive max
+    pool); it was a ShapeError 'output_size must be an int or a pair of ints'."""
+    check_as_torch(nn.AdaptiveAvgPool2d(size), torch.nn.AdaptiveAvgPool2d(size),
+                   [rng.standard_normal((2, 3, 5, 7)).astype(np.float32)], rng)
+    x = np.arange(10, dtype=np.float32).reshape(1, 1, 2, 5)
+    np.testing.assert_allclose(tp.adaptive_avg_pool2d(leaf(queue, x), (None, 2)).to_host(),
+                               [[[[1.0, 3.0], [6.0, 8.0]]]])
+
+
 def test_adaptive_pools_refuse_bad_sizes_and_ranks(queue):
     x = tp.tensor(np.ones((2, 3, 4), np.float32))
     with pytest.raises(pc.ShapeError, match="adaptive_max_pool1d: output_size must hold "

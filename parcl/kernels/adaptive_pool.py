@@ -122,6 +122,9 @@ def rows_of(shape) -> int:
 def adaptive_size(op: str, x_shape, output_size) -> tuple[int, int]:
     if len(x_shape) != 4:
         raise ShapeError(f"{op}: input must be 4-D (N, C, H, W), got shape {tuple(x_shape)}")
+    if isinstance(output_size, (tuple, list)) and len(output_size) == 2:
+        # None keeps the input's size along that dim, as PyTorch's (and adaptive_max_pool2d)
+        output_size = [n if s is None else s for s, n in zip(output_size, x_shape[2:])]
     oh, ow = pair(op, "output_size", output_size)
     if oh < 1 or ow < 1:
         raise ShapeError(f"{op}: output_size must be >= 1, got {(oh, ow)}")

@@ -361,7 +361,8 @@ class AvgPool2d(_AvgPool):
 
 
 class AdaptiveAvgPool2d(Module):
-    """Average pooling to a fixed ``output_size`` (``1``: global average pooling)."""
+    """Average pooling to a fixed ``output_size`` (``1``: global average pooling; ``None`` in a
+    pair keeps that dim's size)."""
 
     def __init__(self, output_size=1):
         super().__init__()

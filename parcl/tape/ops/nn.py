@@ -266,8 +266,9 @@ class AdaptiveAvgPool2d(Function):
 
 
 def adaptive_avg_pool2d(x, output_size, *, tape=None):
-    """Average pooling of NCHW ``x`` to ``output_size`` (int or pair) with PyTorch's bins
-    ``[floor(i*H/out), ceil((i+1)*H/out))`` (any sizes; overlapping bins when H % out != 0).
+    """Average pooling of NCHW ``x`` to ``output_size`` (int or pair; ``None`` in a pair keeps
+    that dim's size) with PyTorch's bins ``[floor(i*H/out), ceil((i+1)*H/out))`` (any sizes;
+    overlapping bins when H % out != 0).
 
     >>> tp.adaptive_avg_pool2d(x, 1).shape      # x (2, 3, 8, 8)
     (2, 3, 1, 1)
