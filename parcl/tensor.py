@@ -135,6 +135,12 @@ def _dims(op: str, dim, keepdim, axis, keepdims) -> tuple:
     return dim, keepdim if keepdims is None else keepdims
 
 
+def _every_dim_if_empty(dim):
+    """PyTorch's ``sum``/``mean`` read ``dim=()`` as every dim (numpy's ``axis=()`` is none),
+    as a recorded Node's methods do: the same model code reduces alike under ``no_grad``."""
+    return None if isinstance(dim, (tuple, list)) and not dim else dim
+
+
 class Tensor:
     """A device array: ``shape``, ``dtype``, ``size``, ``queue``; contiguous, row-major.
 
@@ -571,14 +577,14 @@ class Tensor:
     def sum(self, dim=None, keepdim: bool = False, *, axis=None,  # noqa: A003
             keepdims: bool | None = None) -> Tensor:
         from .kernels import reduction
-        dim, keepdim = _dims("sum", dim, keepdim, axis, keepdims)
+        dim, keepdim = _dims("sum", _every_dim_if_empty(dim), keepdim, axis, keepdims)
         return reduction.sum(self, dim, keepdim)
 
     @_keeps_checks
     def mean(self, dim=None, keepdim: bool = False, *, axis=None,
              keepdims: bool | None = None) -> Tensor:
         from .kernels import reduction
-        dim, keepdim = _dims("mean", dim, keepdim, axis, keepdims)
+        dim, keepdim = _dims("mean", _every_dim_if_empty(dim), keepdim, axis, keepdims)
         return reduction.mean(self, dim, keepdim)
 
     def max(self, dim=None, keepdim: bool = False, *, axis=None,  # noqa: A003

@@ -486,6 +486,28 @@ def test_a_nodes_sum_and_mean_take_their_first_argument_as_pytorchs_dim(queue, m
     assert getattr(x, method)(axis=1, keepdims=True).shape == (3, 1)
 
 
+@pytest.mark.parametrize("method", ["sum", "mean"])
+def test_a_raw_tensors_sum_and_mean_over_no_dims_reduce_every_dim_as_pytorch(queue, method):
+    """A raw pc.Tensor (what a model gives under ``no_grad``) reads ``dim=()`` as PyTorch and
+    a recorded Node do: every dim. Its ``sum(())``, ``sum(dim=())`` and ``mean(())`` of
+    [[1, 5, 5, 2], [3, 4, 0, -3], [-1, -1, -2, 7]] were the 3x4 input (numpy's ``axis=()``)
+    where PyTorch gives 20 and 1.667, so an evaluation of a per-sample sum over
+    ``tuple(range(1, x.ndim))`` of a 1-D batch differed from training's, silently. Numpy's
+    ``axis=()`` by keyword still reduces none."""
+    import torch
+    a = np.array([[1, 5, 5, 2], [3, 4, 0, -3], [-1, -1, -2, 7]], np.float32)
+    t = pc.Tensor.from_host(queue, a)
+    for dims, keepdim in (((), False), ([], True), ((0, 1), False), (1, True), (-2, False)):
+        want = getattr(torch.from_numpy(a), method)(dims, keepdim)
+        for got in (getattr(t, method)(dims, keepdim),
+                    getattr(t, method)(dim=dims, keepdim=keepdim)):
+            assert got.shape == tuple(want.shape)
+            np.testing.assert_allclose(got.to_host(), want.numpy(), rtol=1e-6)
+    assert float(t.sum(())) == 20.0 and abs(float(t.mean(())) - 20 / 12) < 1e-6
+    np.testing.assert_array_equal(getattr(t, method)(axis=()).to_host(), a)
+    assert getattr(t, method)(axis=1, keepdims=True).shape == (3, 1)
+
+
 def test_a_numpy_bool_operand_is_refused_as_a_python_bool_not_taken_to_the_host(queue):
     """``t += np.True_`` (a flag from ``(a > b).any()``) gave numpy's reflected operator the
     tensor, which read it to the host: ``t`` was rebound to a host ndarray [2, 3, 4] and
