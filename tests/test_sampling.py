@@ -256,3 +256,19 @@ def test_checkpoint_recomputes_the_forwards_draws(queue):
         loss = tp.sum(y)
     tape.backward(loss)
     np.testing.assert_array_equal(x.grad.to_host(), y.to_host())      # d(x * u)/dx = u
+
+
+def test_randint_refuses_a_range_its_integer_dtype_cannot_hold_as_pytorch(queue):
+    # int32 held the draws of [0, 2**40) wrapped: negative numbers such as -354950290
+    with pytest.raises(RuntimeError, match="to - 1 is out of bounds for int"):
+        torch.randint(0, 2**40, (4,), dtype=torch.int32)
+    with pytest.raises(ShapeError, match=r"randint: the range \[0, 1099511627776\) does not "
+                                         r"fit int32 \(shape \(4,\)\)"):
+        tp.randint(0, 2**40, (4,), dtype=np.int32)
+    with pytest.raises(ShapeError, match="randint: the range .* does not fit int32"):
+        tp.randint(-2**31 - 1, 0, (4,), dtype=np.int32)
+    with pytest.raises(ShapeError, match="randint_like: the range .* does not fit int32"):
+        tp.randint_like(tp.zeros(5, dtype=np.int32), 2**33)
+    edge = tp.randint(-2**31, 2**31, (1000,), dtype=np.int32).to_host()   # the whole range
+    assert edge.min() < -2**30 and edge.max() > 2**30
+    assert tp.randint_like(tp.zeros(5, dtype=np.int32), 2**31).dtype == np.int32

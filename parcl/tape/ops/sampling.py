@@ -112,6 +112,18 @@ def _bounds(op: str, low, high) -> tuple[int, int]:
     return int(low), int(high)
 
 
+def _fits(op: str, low: int, high: int, out: Tensor) -> None:
+    """PyTorch's check that ``[low, high)`` fits an integer ``out``: an int32 tensor would
+    hold ``low + offset`` wrapped (negative numbers for ``randint(0, 2**40)``)."""
+    if out.dtype.kind != "i":
+        return
+    info = np.iinfo(out.dtype)
+    if low < info.min or high - 1 > info.max:
+        raise ShapeError(f"{op}: the range [{low}, {high}) does not fit {out.dtype} (shape "
+                         f"{out.shape}): from and to - 1 must be in [{info.min}, {info.max}], "
+                         "as PyTorch's")
+
+
 def randint(*args, size=None, dtype=None, requires_grad: bool = False, queue=None) -> Node:
     """``torch.randint(low=0, high, size)``: integers uniform in ``[low, high)``, int64 unless
     ``dtype`` (int32, or float32 for integer-valued floats); ``randint(high, size)`` starts at
@@ -125,6 +137,7 @@ def randint(*args, size=None, dtype=None, requires_grad: bool = False, queue=Non
     low, high = _bounds("randint", args[0], args[1])
     out = Tensor.empty(queue_of(queue), sizes("randint", (args[2],)),
                        INT64 if dtype is None else dtype)
+    _fits("randint", low, high, out)
     return leaf("randint", draws.randint(out, low, high, key_source()), requires_grad)
 
 
@@ -136,6 +149,7 @@ def randint_like(input, low=0, high=None, *, dtype=None, requires_grad: bool = F
         low, high = 0, low
     low, high = _bounds("randint_like", low, high)
     out = _like_out("randint_like", input, dtype, queue)
+    _fits("randint_like", low, high, out)
     return leaf("randint_like", draws.randint(out, low, high, key_source()), requires_grad)
 
 
