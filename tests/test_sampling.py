@@ -272,3 +272,20 @@ def test_randint_refuses_a_range_its_integer_dtype_cannot_hold_as_pytorch(queue)
     edge = tp.randint(-2**31, 2**31, (1000,), dtype=np.int32).to_host()   # the whole range
     assert edge.min() < -2**30 and edge.max() > 2**30
     assert tp.randint_like(tp.zeros(5, dtype=np.int32), 2**31).dtype == np.int32
+
+
+def test_uniform_refuses_bounds_whose_span_float32_cannot_hold_as_pytorch(queue):
+    # the span to - from was inf: uniform_(-3e38, 3e38) gave [nan, inf, inf, ...]
+    with pytest.raises(RuntimeError, match="uniform_ expects to-from <="):
+        torch.zeros(3).uniform_(-3e38, 3e38)
+    with pytest.raises(ShapeError, match=r"uniform_: expects to - from <= float32's max, got "
+                                         r"from=-3e\+38 and to=3e\+38 \(tensor \(6,\)\)"):
+        tp.zeros(6).uniform_(-3e38, 3e38)
+    with pytest.raises(RuntimeError, match="to is out of bounds for float"):
+        torch.zeros(3).uniform_(0, float("inf"))
+    for bounds, name in (((0, float("inf")), "to"), ((float("-inf"), 0), "from"),
+                         ((0, float("nan")), "to"), ((1e39, 1e39), "from")):
+        with pytest.raises(ShapeError, match=f"uniform_: {name}=.* is out of bounds for float32"):
+            tp.zeros(6).uniform_(*bounds)
+    u = tp.zeros(1000).uniform_(-1e38, 2e38).to_host()              # the widest that fits
+    assert np.isfinite(u).all() and u.min() >= -1e38 and u.max() < 2e38 and u.max() > 1e38

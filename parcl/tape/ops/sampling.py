@@ -355,8 +355,16 @@ def draw_into(t: Tensor, what: str, *params) -> None:
         draws.normal(t, mean, std, key_source())
     elif what == "uniform":
         low, high = (float(v) for v in params)
+        biggest = float(np.finfo(np.float32).max)
+        for name, v in (("from", low), ("to", high)):
+            if not abs(v) <= biggest:
+                raise ShapeError(f"uniform_: {name}={v} is out of bounds for float32 (tensor "
+                                 f"{t.shape}), as PyTorch's")
         if not low <= high:
             raise ShapeError(f"uniform_: expects from <= to, got from={low} > to={high}")
+        if not high - low <= biggest:       # the span low + span * u would be inf: inf and NaN
+            raise ShapeError(f"uniform_: expects to - from <= float32's max, got from={low} "
+                             f"and to={high} (tensor {t.shape}), as PyTorch's")
         draws.uniform(t, low, high, key_source())
     else:
         (p,) = params
