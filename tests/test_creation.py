@@ -118,6 +118,15 @@ def test_linspace_and_logspace_match_pytorch(queue, start, end, steps):
         tp.logspace(0, 1, 3, dtype=np.int64)
 
 
+@pytest.mark.parametrize("start, end, steps, base", [(-6, -1, 6, 10.0), (1e-3, 1e3, 1001, 10.0),
+                                                     (-2.5, 27.3, 100, 10.0), (0, 2, 12, 2.0),
+                                                     (0.1, 0.7, 1, 10.0), (-3, 3, 13, 0.5)])
+def test_logspace_is_pytorchs_bit_for_bit(queue, start, end, steps, base):
+    # float32's pow was off by up to 79 ulps: logspace(-6, -1, 6)[2] was 1.00000005e-4, not 1e-4
+    got = tp.logspace(start, end, steps, base).to_host()
+    np.testing.assert_array_equal(got, torch.logspace(start, end, steps, base=base).numpy())
+
+
 @pytest.mark.parametrize("n, m", [(3, None), (2, 5), (4, 1), (0, None), (1, 0)])
 def test_eye_matches_pytorch(queue, n, m):
     want = torch.eye(n) if m is None else torch.eye(n, m)

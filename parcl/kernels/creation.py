@@ -119,8 +119,9 @@ def _source() -> str:
 
 SOURCE = _source()
 
-# A float32 range computed in double where the device has it, rounded once, as PyTorch's
-# (float32's start + i * step is off by an ulp of the largest term where the terms cancel).
+# A float32 range and logspace computed in double where the device has it, rounded once, as
+# PyTorch's (float32's start + i * step is off by an ulp of the largest term where the terms
+# cancel; float32's pow by several).
 # Its own program: a device without doubles never builds it.
 DOUBLE_SOURCE = r"""//CL//
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -130,6 +131,16 @@ __kernel void arange_f32(__global float* out, const double start, const double s
     const int i = get_global_id(0);
     if (i < n)
         out[i] = (float)(start + (double)i * step);
+}
+
+/* torch's logspace: base to the points of the float32 ends' linspace (the second half
+   counted back from end), both computed in double and rounded once */
+__kernel void logspace_f32(__global float* out, const double start, const double end,
+                           const double step, const int n, const int halfway, const double base)
+{
+    const int i = get_global_id(0);
+    if (i < n)
+        out[i] = (float)pow(base, i < halfway ? start + step * i : end - step * (n - i - 1));
 }
 """
 
@@ -172,6 +183,15 @@ def linspace(q, start: float, end: float, steps: int, base: float | None = None)
     ``torch.linspace``; with ``base``, ``base`` to that power (``torch.logspace``)."""
     out = Tensor.empty(q, (steps,))
     start32, end32 = np.float32(start), np.float32(end)
+    if base is not None and chosen(q, "arange", choose_arange) == "double":
+        # float32's pow is off by up to tens of ulps (1e-4 as 1.00000005e-4); torch's in double
+        # is not. One step: base ** start, start not rounded to float32 first (torch's fill).
+        step = np.float64(end32 - start32) / (steps - 1) if steps > 1 else 0.0
+        first = np.float64(start if steps == 1 else start32)
+        _launch(q, "logspace_f32", steps, out.data, first, np.float64(end32), step,
+                np.int32(steps), np.int32(max(steps // 2, 1)), np.float64(base),
+                source=DOUBLE_SOURCE)
+        return out
     step = (end32 - start32) / np.float32(steps - 1) if steps > 1 else np.float32(0)
     _launch(q, "linspace", steps, out.data, start32, end32, np.float32(step),
             np.int32(steps), np.int32(max(steps // 2, 1)),     # one step: start

@@ -240,7 +240,8 @@ def linspace(start, end, steps: int, *, dtype=None, requires_grad: bool = False,
 
 def logspace(start, end, steps: int, base: float = 10.0, *, dtype=None,
              requires_grad: bool = False, queue=None) -> Node:
-    """``torch.logspace``: ``base ** linspace(start, end, steps)``, float32."""
+    """``torch.logspace``: ``base ** linspace(start, end, steps)``, float32 (computed in
+    double where the device has it, PyTorch's values)."""
     steps = _spaced("logspace", start, end, steps, dtype)
     base = _number("logspace", "base", base)
     return leaf("logspace", ck.linspace(queue_of(queue), start, end, steps, float(base)),
