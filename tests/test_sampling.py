@@ -289,3 +289,16 @@ def test_uniform_refuses_bounds_whose_span_float32_cannot_hold_as_pytorch(queue)
             tp.zeros(6).uniform_(*bounds)
     u = tp.zeros(1000).uniform_(-1e38, 2e38).to_host()              # the widest that fits
     assert np.isfinite(u).all() and u.min() >= -1e38 and u.max() < 2e38 and u.max() > 1e38
+
+
+def test_bernoulli_in_place_refuses_integer_probabilities_as_pytorch(queue):
+    # their bits were read as floats: bernoulli_ of int64 [0, 1, 1, 0, 1, 1] gave all zeros
+    with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
+        torch.zeros(6).bernoulli_(torch.tensor([0, 1, 1, 0, 1, 1]))
+    for dtype in (np.int64, np.int32):
+        p = tp.tensor(np.array([0, 1, 1, 0, 1, 1], dtype))
+        with pytest.raises(DTypeError, match=f"bernoulli_: p \\(6,\\) has dtype {np.dtype(dtype)}"
+                                              r", expected float32 \(the tensor \(6,\)\)"):
+            tp.zeros(6).bernoulli_(p)
+    got = tp.zeros(6).bernoulli_(tp.tensor(np.array([0, 1, 1, 0, 1, 1], np.float32)))
+    np.testing.assert_array_equal(got.to_host(), [0, 1, 1, 0, 1, 1])

@@ -370,6 +370,9 @@ def draw_into(t: Tensor, what: str, *params) -> None:
         (p,) = params
         if isinstance(p, (Node, Tensor)):
             probs = value_of("bernoulli_", p)
+            if probs.dtype != FLOAT:            # the kernel would read its bits as floats
+                raise DTypeError(f"bernoulli_: p {probs.shape} has dtype {probs.dtype}, "
+                                 f"expected float32 (the tensor {t.shape})")
             broadcast_shapes("bernoulli_", probs.shape, t.shape)
             if probs.shape != t.shape:
                 probs = ew.broadcast_to(probs, t.shape)
