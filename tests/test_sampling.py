@@ -302,3 +302,15 @@ def test_bernoulli_in_place_refuses_integer_probabilities_as_pytorch(queue):
             tp.zeros(6).bernoulli_(p)
     got = tp.zeros(6).bernoulli_(tp.tensor(np.array([0, 1, 1, 0, 1, 1], np.float32)))
     np.testing.assert_array_equal(got.to_host(), [0, 1, 1, 0, 1, 1])
+
+
+def test_uniform_draws_stay_below_to_as_pytorch(queue):
+    # low + span * u was rounded up onto to: uniform_(1, 1 + 2**-20) gave to in 6.3% of draws,
+    # uniform_(2.9999, 3) gave 3.0 in 0.2%; torch's never reach it
+    hi = float(np.float32(1 + 2**-20))
+    assert torch.empty(100_000).uniform_(1, hi).max().item() < hi
+    u = tp.zeros(100_000).uniform_(1, hi).to_host()
+    assert u.min() == 1.0 and u.max() == np.nextafter(np.float32(hi), np.float32(0))
+    assert tp.zeros(100_000).uniform_(2.9999, 3.0).to_host().max() < 3.0
+    assert torch.empty(3).uniform_(1.5, 1.5).eq(1.5).all()
+    np.testing.assert_array_equal(tp.zeros(3).uniform_(1.5, 1.5).to_host(), 1.5)

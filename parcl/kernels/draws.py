@@ -44,12 +44,14 @@ inline ulong draw_bits(const ulong key, const int i)
 inline float unit(const ulong bits) { return (float)(bits >> 40) * 0x1p-24f; }
 inline float open_unit(const ulong bits) { return ((float)(bits >> 40) + 0.5f) * 0x1p-24f; }
 
+/* low + span * u rounds up onto high where it crosses a power of two (uniform_(1, 2): 2.0)
+   or the span is a few ulps of low: top, the float below high, keeps it in [low, high) */
 __kernel void uniform(__global float* out, const ulong key, const float low, const float span,
-                      const int n)
+                      const float top, const int n)
 {
     const int i = get_global_id(0);
     if (i < n)
-        out[i] = low + span * unit(draw_bits(key, i));
+        out[i] = fmin(low + span * unit(draw_bits(key, i)), top);
 }
 
 /* Box-Muller: the radius from the top 24 bits, the angle from the next 24 */
@@ -184,10 +186,13 @@ def _float_out(op: str, out: Tensor) -> None:
 
 
 def uniform(out: Tensor, low: float, high: float, next_key) -> Tensor:
-    """``out`` filled with U(low, high) draws (``low + (high - low) * u``, u in [0, 1))."""
+    """``out`` filled with U(low, high) draws (``low + (high - low) * u``, u in [0, 1)), each
+    in ``[low, high)`` (``low`` where they are one float32)."""
     _float_out("uniform", out)
-    _launch(out.queue, "uniform", out.size, out.data, np.float32(low),
-            np.float32(high - low), np.int32(out.size), next_key=next_key)
+    low32, high32 = np.float32(low), np.float32(high)
+    top = np.nextafter(high32, low32) if low32 < high32 else high32
+    _launch(out.queue, "uniform", out.size, out.data, low32, np.float32(high - low), top,
+            np.int32(out.size), next_key=next_key)
     return out
 
 
