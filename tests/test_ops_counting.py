@@ -246,3 +246,40 @@ def test_counting_errors_name_the_op_and_the_shapes_as_pytorch(queue):
     with pytest.raises(pc.ShapeError, match=r"isin: integer test_elements \(2,\) holds "
                                             r"values in \[1, 16777216\]; only"):
         tp.isin(_ints(queue, [1]), _ints(queue, [1, 2 ** 24]))
+
+
+COUNTS_OF_ROWS = {
+    "nonzero": lambda rows, ids: tp.nonzero(rows),
+    "nonzero_as_tuple": lambda rows, ids: tp.nonzero(rows, as_tuple=True),
+    "unique": lambda rows, ids: tp.unique(rows, return_inverse=True, return_counts=True),
+    "unique_of_ids": lambda rows, ids: tp.unique(ids),
+    "unique_consecutive": lambda rows, ids: tp.unique_consecutive(rows),
+    "bincount": lambda rows, ids: tp.bincount(ids),
+    "histc": lambda rows, ids: tp.histc(rows, bins=4),
+    "histc_in_a_range": lambda rows, ids: tp.histc(rows, bins=4, min=0, max=2),
+    "count_nonzero": lambda rows, ids: tp.count_nonzero(rows, 1),
+    "searchsorted": lambda rows, ids: tp.searchsorted(rows, rows),
+    "searchsorted_of_ids": lambda rows, ids: tp.searchsorted(ids, 1),
+    "isin": lambda rows, ids: tp.isin(rows, 1.0),
+    "unravel_index": lambda rows, ids: tp.unravel_index(ids, (2, 2)),
+}
+
+
+@pytest.mark.parametrize("op", list(COUNTS_OF_ROWS))
+def test_counts_of_rows_from_an_out_of_range_id_raise_as_every_other_ops_do(queue, op):
+    """What the counting ops compute from rows picked by a token id outside ``[0, V)``
+    raises the embedding's error (at the call where a count read back sizes the result, else
+    at the host read), as tp.median's and tp.sum's do: they counted the garbage rows without a
+    word (tp.nonzero of them gave 6 coordinates, tp.unique 4 values)."""
+    weight = pc.nn.Parameter.from_host(queue, np.ones((4, 3), np.float32))
+    with tp.Tape():
+        rows = tp.embedding(pc.Tensor.from_host(queue, np.array([0, 4])), weight)
+    ids = tp.argmax(rows, 1)
+    with pytest.raises(pc.ShapeError, match="embedding: index 4"):
+        out = COUNTS_OF_ROWS[op](rows, ids)
+        for t in out if isinstance(out, tuple) else (out,):
+            t.to_host()
+    good = tp.embedding(pc.Tensor.from_host(queue, np.array([0, 3])), weight)
+    out = COUNTS_OF_ROWS[op](good, tp.argmax(good, 1))
+    for t in out if isinstance(out, tuple) else (out,):
+        t.to_host()                                                  # a good id reads back

@@ -7,7 +7,9 @@ and histograms), never recorded.
 Their kernels are in ``parcl/kernels/counting.py`` (binary searches, ordered compactions,
 per-bin sums over stably sorted keys: no float atomics, the same bits on every run). Where
 the size of the result depends on the data (``unique``, ``nonzero``, ``bincount``'s length,
-``histc``'s data range) one small value is read back to the host first, as PyTorch syncs.
+``histc``'s data range) one small value is read back to the host first, as PyTorch syncs;
+an input's pending checks (an embedding's index range) raise before that read, and every
+result keeps them, as every other op's.
 Sorting is float32 (``tp.sort``): integer inputs of ``unique``, ``isin``, ``searchsorted``
 and ``bincount`` are sorted as float32 keys, after a check (a host read of their range) that
 every value is below ``2**24`` in size, which float32 holds exactly.
@@ -34,7 +36,7 @@ from ...kernels import gather as gk
 from ...kernels import layout
 from ...kernels import reduction as rd
 from ...kernels import sorting
-from ...tensor import FLOAT, LABEL_DTYPES, Tensor, check_same_queue
+from ...tensor import FLOAT, LABEL_DTYPES, Tensor, check_same_queue, keep_checks
 from ..node import Node
 from .shape import wrap_dims
 
@@ -55,18 +57,35 @@ def _raw(op: str, x, what: str = "input", dtypes=(FLOAT,)) -> Tensor:
     return x
 
 
+def _read(x: Tensor) -> None:
+    """``x``'s pending checks (an embedding's index range, a sampler's probabilities) run
+    before a count or range read back from it sizes a result: a bad input raises there, as a
+    host read of any value computed from it does, never sizes a result from garbage."""
+    for check in x.checks:
+        check()
+
+
+def _keeping(out, *inputs):
+    """``out`` (a Tensor or a tuple of them) with its inputs' pending checks, so that it
+    raises at its host read where an input was bad, as every other op's result."""
+    for t in out if isinstance(out, tuple) else (out,):
+        keep_checks(t, *inputs)
+    return out
+
+
 def _keys(op: str, x: Tensor, what: str = "input") -> Tensor:
-    """``x`` as float32 sort keys: integers are converted, after a check (a host read of
-    their range) that float32 holds each exactly."""
+    """``x`` as float32 sort keys (with its checks): integers are converted, after a check (a
+    host read of their range) that float32 holds each exactly."""
     if x.dtype == FLOAT:
         return x
     if x.size:
+        _read(x)
         lo, hi = ck.int_range(x, op)
         if lo <= -EXACT or hi >= EXACT:
             raise ShapeError(f"{op}: integer {what} {x.shape} holds values in [{lo}, {hi}]; "
                              f"only |values| < 2**24 are supported (they are sorted as "
                              "float32)")
-    return ck.cast(x, FLOAT)
+    return keep_checks(ck.cast(x, FLOAT), x)
 
 
 def _values(op: str, v, queue, what: str = "values") -> Tensor:
@@ -119,7 +138,8 @@ def searchsorted(sorted_sequence, input, *, out_int32: bool = False,  # noqa: A0
         if host.size and (host.min() < 0 or host.max() >= seq.shape[-1]):
             raise ShapeError(f"searchsorted: sorter holds {int(host.min())}..{int(host.max())}"
                              f", expected indices in [0, {seq.shape[-1]})")
-    return ck.searchsorted(seq, values, right, sorter, out_int32)
+    return _keeping(ck.searchsorted(seq, values, right, sorter, out_int32), seq, values,
+                    sorter)
 
 
 def bucketize(input, boundaries, *, out_int32: bool = False,  # noqa: A002
@@ -156,7 +176,7 @@ def isin(elements, test_elements, *, assume_unique: bool = False,
     check_same_queue("isin", x, test)
     order = sorting.argsort(test, 0)
     sorted_test = gk.gather_forward(test, 0, order)[0]
-    return ck.isin(x, sorted_test, invert)
+    return _keeping(ck.isin(x, sorted_test, invert), x, test)
 
 
 def histc(input, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:  # noqa: A002
@@ -173,6 +193,7 @@ def histc(input, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:  # 
         raise ShapeError(f"histc: bins must be a positive int, got {bins!r}")
     lo, hi = float(np.float32(min)), float(np.float32(max))
     if lo == hi and x.size:
+        _read(x)
         lo = float(rd.max(ew.unary("neg", x)).to_host()) * -1.0
         hi = float(rd.max(x).to_host())
     if not (np.isfinite(lo) and np.isfinite(hi)):
@@ -185,7 +206,8 @@ def histc(input, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:  # 
         return Tensor.zeros(x.queue, (int(bins),))
     keys = ck.hist_keys(x, lo, hi, int(bins))
     order = sorting.argsort(keys, 0)
-    return ck.bin_sums(gk.gather_forward(keys, 0, order)[0], None, int(bins), as_float=True)
+    counts = ck.bin_sums(gk.gather_forward(keys, 0, order)[0], None, int(bins), as_float=True)
+    return _keeping(counts, x)
 
 
 def bincount(input, weights=None, minlength: int = 0) -> Tensor:  # noqa: A002
@@ -210,6 +232,7 @@ def bincount(input, weights=None, minlength: int = 0) -> Tensor:  # noqa: A002
         check_same_queue("bincount", x, w)
     if not x.size:
         return Tensor.zeros(x.queue, (int(minlength),), np.int64 if w is None else FLOAT)
+    _read(x)
     lo, hi = ck.int_range(x, "bincount")
     if lo < 0:
         raise ShapeError(f"bincount: input must be non-negative, got a value {lo} (input "
@@ -220,7 +243,8 @@ def bincount(input, weights=None, minlength: int = 0) -> Tensor:  # noqa: A002
     order = sorting.argsort(keys, 0)
     sorted_w = None if w is None else gk.gather_forward(w, 0, order)[0]
     bins = max(hi + 1, int(minlength))
-    return ck.bin_sums(gk.gather_forward(keys, 0, order)[0], sorted_w, bins, as_float=False)
+    sums = ck.bin_sums(gk.gather_forward(keys, 0, order)[0], sorted_w, bins, as_float=False)
+    return _keeping(sums, x, w)
 
 
 def _unique(op: str, x, return_inverse: bool, return_counts: bool, dim):
@@ -228,6 +252,7 @@ def _unique(op: str, x, return_inverse: bool, return_counts: bool, dim):
         raise ShapeError(f"{op}: dim={dim} is not supported (only dim=None: the flattened "
                          "input)")
     x = _raw(op, x, "input", (FLOAT, *LABEL_DTYPES))
+    _read(x)
     flat = _keys(op, _flat(x))
     perm = sorting.argsort(flat, 0)
     keys = gk.gather_forward(flat, 0, perm)[0]
@@ -236,8 +261,8 @@ def _unique(op: str, x, return_inverse: bool, return_counts: bool, dim):
     values = ck.cast(values, x.dtype)
     if inverse is not None:
         inverse = inverse.reshape(x.shape)
-    out = (values,) + ((inverse,) if return_inverse else ()) + (
-        (counts,) if return_counts else ())
+    out = _keeping((values,) + ((inverse,) if return_inverse else ()) + (
+        (counts,) if return_counts else ()), x)
     return out[0] if len(out) == 1 else out
 
 
@@ -268,13 +293,14 @@ def unique_consecutive(input, return_inverse: bool = False,  # noqa: A002
         raise ShapeError(f"unique_consecutive: dim={dim} is not supported (only dim=None: "
                          "the flattened input)")
     x = _raw("unique_consecutive", input, "input", (FLOAT, *LABEL_DTYPES))
+    _read(x)
     flat = _flat(x)
     starts = ck.positions(flat, "run_start", "unique_consecutive")
     values, inverse, counts = ck.runs(flat, starts, None, return_inverse, return_counts)
     if inverse is not None:
         inverse = inverse.reshape(x.shape)
-    out = (values,) + ((inverse,) if return_inverse else ()) + (
-        (counts,) if return_counts else ())
+    out = _keeping((values,) + ((inverse,) if return_inverse else ()) + (
+        (counts,) if return_counts else ()), x)
     return out[0] if len(out) == 1 else out
 
 
@@ -287,12 +313,13 @@ def nonzero(input, *, as_tuple: bool = False):  # noqa: A002
     array([1, 0, 1])
     """
     x = _raw("nonzero", input, "input", (FLOAT, *LABEL_DTYPES))
+    _read(x)
     pos = ck.positions(_flat(x), "nonzero", "nonzero")
     dims = x.shape or (1,)
     if as_tuple:
         coords = ck.unravel(pos, dims, by_dim=True)
-        return tuple(coords[k] for k in range(len(dims)))
-    return ck.unravel(pos, x.shape, by_dim=False)
+        return _keeping(tuple(coords[k] for k in range(len(dims))), x)
+    return _keeping(ck.unravel(pos, x.shape, by_dim=False), x)
 
 
 def argwhere(input) -> Tensor:  # noqa: A002
@@ -313,10 +340,10 @@ def count_nonzero(input, dim=None) -> Tensor:  # noqa: A002
     """
     x = _raw("count_nonzero", input, "input", (FLOAT, *LABEL_DTYPES))
     if dim is None or (isinstance(dim, (tuple, list)) and not dim):
-        return ck.count(_flat(x), "nonzero", "count_nonzero")[1].reshape(())
+        return _keeping(ck.count(_flat(x), "nonzero", "count_nonzero")[1].reshape(()), x)
     axes = wrap_dims("count_nonzero", dim, x.ndim, x.shape)
     if not x.shape:
-        return ck.count(_flat(x), "nonzero", "count_nonzero")[1].reshape(())
+        return _keeping(ck.count(_flat(x), "nonzero", "count_nonzero")[1].reshape(()), x)
     mask = ck.nonzero_mask(x)
     keep = [k for k in range(x.ndim) if k not in axes]
     perm = keep + list(axes)
@@ -324,7 +351,7 @@ def count_nonzero(input, dim=None) -> Tensor:  # noqa: A002
         mask = layout.transpose(mask, perm)
     R = int(np.prod([x.shape[k] for k in axes], dtype=np.int64))
     rows = int(np.prod([x.shape[k] for k in keep], dtype=np.int64))
-    return ck.count_rows(mask, rows, R).reshape(tuple(x.shape[k] for k in keep))
+    return _keeping(ck.count_rows(mask, rows, R).reshape(tuple(x.shape[k] for k in keep)), x)
 
 
 def unravel_index(indices, shape) -> tuple[Tensor, ...]:
@@ -347,5 +374,5 @@ def unravel_index(indices, shape) -> tuple[Tensor, ...]:
                          f"(indices {idx.shape})")
     pos = ck.cast(idx, np.int64)
     coords = ck.unravel(_flat(pos), shape, by_dim=True)
-    return tuple(coords[k].reshape(idx.shape) for k in range(len(shape)))
+    return _keeping(tuple(coords[k].reshape(idx.shape) for k in range(len(shape))), idx)
 
