@@ -17,7 +17,7 @@ import numpy as np
 import pyopencl as cl
 
 from . import recorder
-from .errors import DeviceError, DTypeError, ShapeError
+from .errors import DeviceError, DTypeError, ParclError, ShapeError
 from .crossqueue import foreign_use, foreign_wait
 from .gate import transfer, release_all
 from .pool import Allocation, pool_of
@@ -293,6 +293,7 @@ class Tensor:
 
     def copy_(self, src: Tensor) -> Tensor:
         """Copy ``src`` (same shape and dtype, same context) into this tensor, in place."""
+        self.not_a_copy("copy_")
         if tuple(src.shape) != tuple(self.shape):
             raise ShapeError(f"copy_: source of shape {src.shape} into a tensor of shape "
                              f"{self.shape}; reshape it first if the layout is meant")
@@ -304,6 +305,7 @@ class Tensor:
 
     def fill_(self, value) -> Tensor:
         """Set every element to ``value``, in place (enqueued)."""
+        self.not_a_copy("fill_")
         self.fill_owned(value)
         self._overwritten("Tensor.fill_")
         return self
@@ -333,6 +335,32 @@ class Tensor:
         cl.enqueue_fill_buffer(self.queue, self.data, pattern, 0, self.size * self.itemsize)
         recorder.fill(self.queue, self.data, pattern, 0, self.size * self.itemsize)
         self.checks = ()                # no element is what a check guarded any more
+
+    def not_a_copy(self, what: str) -> None:
+        """Refuse an in-place write (``what``) into a basic-indexing result: parcl's is a copy
+        where PyTorch's is a view, so the write would not reach the tensor it came from."""
+        copies = pool_of(self.queue).copies
+        if copies and self._alloc in copies:
+            raise ParclError(
+                f"{what}: this tensor {self.shape} is an indexing result (index "
+                f"{copies[self._alloc]!r}), a copy in parcl where PyTorch's is a view, so "
+                f"writing into it in place would leave the tensor it came from as it was; "
+                f"write into that tensor instead: t[key] = value (t[key] = t[key] + v for "
+                f"t[key] += v), or take t[key].copy() for a tensor of its own")
+
+    def __setitem__(self, key, value) -> None:
+        """``t[key] = value``: the elements basic indexing selects (ints, slices, None,
+        ...) get ``value``, a number or a tensor broadcast to them, in place (noted, as
+        ``copy_``: a backward through an op that saved ``t`` raises)."""
+        from .kernels.strided import setitem     # kernels import this module: import late
+        self.not_a_copy("setitem")
+        value = getattr(value, "value", value)           # a tp.Node's
+        if isinstance(value, np.ndarray):
+            value = Tensor.from_host(self.queue, value.astype(self.dtype, copy=False))
+        setitem(self, key, value)
+        self._overwritten("Tensor.__setitem__")
+        if isinstance(value, Tensor) and value.checks:
+            keep_checks(self, value)
 
     def _overwritten(self, what: str) -> None:
         # a backward through an op recorded before now that saved this buffer raises
@@ -455,6 +483,7 @@ class Tensor:
         (float32): a broadcast that grows it is a ``ShapeError``, an int tensor a
         ``DTypeError``. A ``tp.Node`` operand gives its value (an op on a Tensor records
         nothing): its reflected operator made a new tensor or Node, the rebinding again."""
+        self.not_a_copy(f"Tensor {symbol}")
         value = getattr(other, "value", None)
         if isinstance(value, Tensor) and not isinstance(other, Tensor):
             other = value

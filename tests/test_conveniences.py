@@ -534,3 +534,50 @@ def test_a_slice_with_no_elements_copies_as_pytorchs_clone(queue):
     assert empty.copy().to_host().shape == (3, 0)
     target = pc.Tensor.empty(queue, (3, 0))
     assert target.copy_(empty) is target and target.to_host().shape == (3, 0)
+
+
+def test_writing_into_an_indexing_result_is_refused_and_setitem_writes_through(queue):
+    """parcl's ``t[key]`` is a copy where PyTorch's is a view, so PyTorch's padding idiom
+    ``emb.weight[0].fill_(0)`` under no_grad zeroed the copy and left the weight as it was,
+    silently; now an in-place write into an indexing result raises, and ``t[key] = value``
+    writes into ``t`` (numbers, tensors and arrays broadcast as numpy's)."""
+    emb = pc.nn.Embedding(4, 3)
+    before = emb.weight.value.to_host()
+    with tp.no_grad():
+        with pytest.raises(pc.ParclError, match=r"fill_: .*indexing result \(index 0\).*"
+                                                r"t\[key\] = value"):
+            emb.weight[0].fill_(0.0)
+        np.testing.assert_array_equal(emb.weight.value.to_host(), before)
+        emb.weight[0] = 0.0
+    want = before.copy()
+    want[0] = 0.0
+    np.testing.assert_array_equal(emb.weight.value.to_host(), want)
+    with pytest.raises(pc.ParclError, match="requires grad"):       # while recording
+        emb.weight[1] = 1.0
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = pc.Tensor.from_host(queue, a)
+    x[1:, ::2] = pc.Tensor.from_host(queue, np.array([100.0, 200.0], np.float32))
+    a[1:, ::2] = [100.0, 200.0]
+    x[:, 3] = 7
+    a[:, 3] = 7
+    x[0] = np.array([9, 8, 7, 6])
+    a[0] = [9, 8, 7, 6]
+    x[1:] = x[:-1]                                   # overlapping: read before written
+    a[1:] = a[:-1].copy()
+    np.testing.assert_array_equal(x.to_host(), a)
+    for write in (lambda: x[0].__iadd__(1.0), lambda: x[:, 1].copy_(x[:, 2]),
+                  lambda: x[2].reshape(2, 2).fill_(1.0)):
+        with pytest.raises(pc.ParclError, match="indexing result"):
+            write()
+    row = x[1].copy()                                # a tensor of its own: writable
+    row += 1.0
+    np.testing.assert_array_equal(row.to_host(), a[1] + 1)
+    with pytest.raises(pc.ShapeError, match=r"\(3,\) cannot be broadcast to the selection"):
+        x[0] = np.ones(3)
+    w = tp.tensor(np.ones((2, 2), np.float32), requires_grad=True)
+    h = tp.tensor(np.full((2, 2), 3.0, np.float32))
+    with tp.Tape() as tape:
+        loss = tp.sum(w * h)                         # saves h for w's gradient
+    h.value[0] = 5.0                                 # then h changes in place
+    with pytest.raises(pc.ParclError, match="setitem|in place|inplace"):
+        tape.backward(loss)

@@ -29,6 +29,7 @@ from math import prod
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
+from ..pool import pool_of
 from ..runtime import on_gpu
 from ..tensor import INTERNAL, Tensor, check_same_queue
 from ._cache import get_kernel, round_up
@@ -235,7 +236,42 @@ def getitem(x: Tensor, key) -> Tensor:
         raise TypeError(f"getitem: expected a pc.Tensor, got {type(x).__name__}")
     if x.dtype not in INTERNAL:
         raise DTypeError(f"getitem: dtype {x.dtype} is not supported")
-    return read_view(x, parse_key("getitem", x.shape, key))
+    return indexed_copy(read_view(x, parse_key("getitem", x.shape, key)), key)
+
+
+def indexed_copy(out: Tensor, key) -> Tensor:
+    """``out``, ``x[key]`` by basic indexing, noted in its pool as a copy where PyTorch's is a
+    view: writing into it in place would leave ``x`` as it was (``emb.weight[0].fill_(0)``
+    zeroing nothing), so ``Tensor.not_a_copy`` refuses that."""
+    pool_of(out.queue).copies[out._alloc] = key
+    return out
+
+
+def setitem(x: Tensor, key, value) -> None:
+    """``x[key] = value`` in place: the elements basic indexing selects get ``value`` (a number,
+    or a tensor of ``x``'s dtype broadcast to the selection, numpy's rules)."""
+    view = parse_key("setitem", x.shape, key)
+    if isinstance(value, Tensor):
+        if value.dtype != x.dtype:
+            raise DTypeError(f"setitem: a {value.dtype} value {value.shape} into a {x.dtype} "
+                             f"tensor {x.shape}")
+        check_same_queue("setitem", x, value)
+        if value.data == x.data:          # read while written (x[1:] = x[:-1]): copied first
+            value = value.copy()
+        src = value
+    else:
+        if np.ndim(value) != 0:
+            raise ShapeError(f"setitem: the value must be a number or a tensor, got shape "
+                             f"{np.shape(value)} (index {key!r} of shape {x.shape})")
+        src = Tensor.full(x.queue, (1,), value, x.dtype)
+    shape, lead = tuple(src.shape) if isinstance(value, Tensor) else (), len(view.shape)
+    if len(shape) > lead or any(s not in (1, v) for s, v in zip(shape[::-1], view.shape[::-1])):
+        raise ShapeError(f"setitem: a value of shape {shape} cannot be broadcast to the "
+                         f"selection {view.shape} (index {key!r} of shape {x.shape})")
+    strides = View.contiguous(shape).strides if shape else ()
+    padded = (0,) * (lead - len(shape)) + tuple(
+        0 if s == 1 else st for s, st in zip(shape, strides))
+    copy_view(x, view, src, View(view.shape, padded, 0))
 
 
 def axis_int(op: str, axis, shape=None) -> int:

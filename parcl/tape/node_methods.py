@@ -691,6 +691,10 @@ class NodeMethods:
                              "tensor (tp.zeros_like, tp.full_like, tp.randn_like)")
         return self.value
 
+    def __setitem__(self, key, value):
+        """``x[key] = value`` into the value, in place (``pc.Tensor.__setitem__``)."""
+        self._writable("__setitem__")[key] = value
+
     def zero_(self):
         self._writable("zero_").fill_(0)
         return self

@@ -39,7 +39,7 @@ class GetItem(Function):
     def forward(self, x: Tensor, key=None):
         self.view = strided.parse_key("getitem", x.shape, key)
         self.in_shape = x.shape
-        return strided.read_view(x, self.view)
+        return strided.indexed_copy(strided.read_view(x, self.view), key)
 
     def backward(self, g: Tensor):
         return strided.write_view(g, self.in_shape, self.view)

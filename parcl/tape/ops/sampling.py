@@ -346,6 +346,7 @@ def multinomial(input, num_samples: int, replacement: bool = False) -> Node:  # 
 def draw_into(t: Tensor, what: str, *params) -> None:
     """Draw into ``t``'s own buffer (``"normal"``, ``"uniform"``: two numbers; ``"bernoulli"``:
     a number or a tensor broadcast to ``t``), noted as an in-place change (as ``t.fill_``)."""
+    t.not_a_copy(f"{what}_")
     if t.dtype != FLOAT:
         raise DTypeError(f"{what}_: draws float32 values, the tensor {t.shape} is {t.dtype}")
     if what == "normal":
