@@ -1,0 +1,191 @@
+"""pc.nn.utils.parametrizations.weight_norm / spectral_norm and pc.nn.utils.parametrize, as
+torch.nn.utils's parametrization API: PyTorch's state-dict keys and class names, originals
+equal to PyTorch's, outputs and every gradient equal to PyTorch's (Linear and Conv2d, dim 0,
+1 and None; spectral norm over three training reads with the same u and v), gradients that
+pass tp.gradcheck, an optimizer step through the originals, assignment through right_inverse,
+removal, and refused arguments."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.nn.utils import parametrizations as torch_parametrizations
+
+import parcl as pc
+import parcl.tape as tp
+from parcl.errors import ShapeError
+from parcl.replica import ReplicaGroup
+from parcl.testing import seeded
+
+P = pc.nn.utils.parametrizations
+parametrize = pc.nn.utils.parametrize
+
+
+def twins(make, make_torch):
+    layer, torch_layer = make(), make_torch()
+    torch_layer.load_state_dict({k: torch.tensor(v) for k, v in layer.state_dict().items()})
+    return layer, torch_layer
+
+
+def forward_backward(layer, torch_layer, x):
+    with tp.Tape() as tape:
+        y = layer(tp.tensor(x))
+        loss = tp.sum(y * y)
+    tape.backward(loss)
+    ty = torch_layer(torch.tensor(x))
+    (ty * ty).sum().backward()
+    return y.value.to_host(), ty.detach().numpy()
+
+
+def assert_grads_like_torch(layer, torch_layer, atol=5e-6):
+    names = [n for n, _ in layer.named_parameters()]
+    assert names == [n for n, _ in torch_layer.named_parameters()]
+    for (name, p), (_, t) in zip(layer.named_parameters(), torch_layer.named_parameters()):
+        np.testing.assert_allclose(p.grad.to_host(), t.grad.numpy(), rtol=2e-6, atol=atol,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("make, make_torch, shape, dim, g_shape", [
+    (lambda: pc.nn.Linear(3, 4), lambda: torch.nn.Linear(3, 4), (5, 3), 0, (4, 1)),
+    (lambda: pc.nn.Conv2d(2, 4, 3), lambda: torch.nn.Conv2d(2, 4, 3), (2, 2, 5, 5), 1,
+     (1, 2, 1, 1)),
+    (lambda: pc.nn.Linear(3, 4), lambda: torch.nn.Linear(3, 4), (5, 3), None, ()),
+    (lambda: pc.nn.Conv2d(2, 4, 3), lambda: torch.nn.Conv2d(2, 4, 3), (2, 2, 5, 5), -2,
+     (1, 1, 3, 1)),
+])
+def test_weight_norm_equals_pytorchs_forward_and_gradients_as_pytorch(make, make_torch, shape,
+                                                                      dim, g_shape):
+    layer, torch_layer = twins(make, make_torch)
+    weight = layer.weight.value.to_host()
+    P.weight_norm(layer, dim=dim)
+    torch_parametrizations.weight_norm(torch_layer, dim=dim)
+    assert type(layer).__name__ == type(torch_layer).__name__
+    assert type(layer).__name__ == f"Parametrized{make().__class__.__name__}"
+    state, torch_state = layer.state_dict(), torch_layer.state_dict()
+    assert list(state) == list(torch_state)
+    for k, v in torch_state.items():
+        np.testing.assert_allclose(state[k], v.numpy(), rtol=1e-6, err_msg=k)
+    assert layer.parametrizations.weight.original0.shape == g_shape
+    np.testing.assert_allclose(layer.weight.value.to_host(), weight, rtol=1e-6, atol=1e-7)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    got, want = forward_backward(layer, torch_layer, x)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert_grads_like_torch(layer, torch_layer)
+
+
+def test_weight_norm_gradients_pass_gradcheck():
+    layer = P.weight_norm(pc.nn.Linear(3, 2))
+    x = tp.tensor(np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32))
+    g, v = layer.parametrizations.weight.original0, layer.parametrizations.weight.original1
+    assert tp.gradcheck(lambda g, v: layer(x), [g, v])
+
+
+def test_spectral_norm_equals_pytorchs_over_training_reads_as_pytorch():
+    layer, torch_layer = twins(lambda: pc.nn.Linear(3, 4), lambda: torch.nn.Linear(3, 4))
+    P.spectral_norm(layer)
+    torch_parametrizations.spectral_norm(torch_layer)
+    state = layer.state_dict()
+    assert list(state) == list(torch_layer.state_dict()) == [
+        "bias", "parametrizations.weight.original", "parametrizations.weight.0._u",
+        "parametrizations.weight.0._v"]
+    torch_layer.load_state_dict({k: torch.tensor(v) for k, v in state.items()})  # same u, v
+    rng = np.random.default_rng(2)
+    for _ in range(3):                # each read in training takes one power-iteration step
+        layer.zero_grad()
+        torch_layer.zero_grad()
+        got, want = forward_backward(layer, torch_layer, rng.standard_normal((5, 3)).astype(
+            np.float32))
+        np.testing.assert_allclose(got, want, atol=1e-6)
+        assert_grads_like_torch(layer, torch_layer)
+    np.testing.assert_allclose(layer.state_dict()["parametrizations.weight.0._u"],
+                               torch_layer.parametrizations.weight[0]._u.numpy(), atol=1e-6)
+
+
+def test_spectral_norm_makes_the_largest_singular_value_one_as_pytorch():
+    pc.nn.manual_seed(0)
+    conv = P.spectral_norm(pc.nn.Conv2d(3, 5, 3), n_power_iterations=5)
+    for _ in range(10):                      # training reads: 5 more power-iteration steps each
+        _ = conv.weight
+    conv.eval()
+    w = conv.weight.value.to_host().reshape(5, -1)
+    assert np.linalg.svd(w, compute_uv=False)[0] == pytest.approx(1.0, abs=1e-4)
+    deconv = P.spectral_norm(pc.nn.ConvTranspose2d(3, 4, 2))    # dim 1, as PyTorch's
+    assert deconv.parametrizations.weight[0].dim == 1
+    assert deconv.state_dict()["parametrizations.weight.0._u"].shape == (4,)
+
+
+def test_spectral_norm_gradients_pass_gradcheck_in_evaluation():
+    layer = P.spectral_norm(pc.nn.Linear(3, 2)).eval()       # u and v fixed: a function
+    x = tp.tensor(np.random.default_rng(3).standard_normal((4, 3)).astype(np.float32))
+    assert tp.gradcheck(lambda w: layer(x), [layer.parametrizations.weight.original])
+
+
+def test_an_optimizer_steps_the_originals_and_assignment_goes_through_right_inverse():
+    pc.nn.manual_seed(0)
+    layer = P.weight_norm(pc.nn.Linear(3, 2))
+    opt = pc.optim.SGD(layer.parameters(), lr=0.1)
+    before = layer.parametrizations.weight.original0.value.to_host()
+    with tp.Tape() as tape:
+        loss = tp.sum(layer(tp.tensor(np.ones((1, 3), np.float32))))
+    tape.backward(loss)
+    opt.step()
+    assert not np.array_equal(layer.parametrizations.weight.original0.value.to_host(), before)
+    target = np.array([[3.0, 0.0, 4.0], [0.0, 1.0, 0.0]], np.float32)
+    layer.weight = pc.Tensor.from_host(layer.bias.value.queue, target)
+    np.testing.assert_array_equal(layer.parametrizations.weight.original0.value.to_host(),
+                                  [[5.0], [1.0]])
+    np.testing.assert_allclose(layer.weight.value.to_host(), target, atol=1e-6)
+
+
+def test_remove_parametrizations_leaves_a_plain_parameter_as_pytorch():
+    layer = P.weight_norm(pc.nn.Linear(3, 2))
+    value = layer.weight.value.to_host()
+    assert parametrize.is_parametrized(layer, "weight")
+    parametrize.remove_parametrizations(layer, "weight")
+    assert type(layer) is pc.nn.Linear and not parametrize.is_parametrized(layer)
+    assert isinstance(layer.weight, pc.nn.Parameter)
+    assert list(layer.state_dict()) == ["bias", "weight"]             # PyTorch's order too
+    np.testing.assert_array_equal(layer.weight.value.to_host(), value)
+
+
+def test_parametrizations_refuse_bad_arguments():
+    with pytest.raises(pc.ParclError, match="no parameter 'kernel'"):
+        P.weight_norm(pc.nn.Linear(3, 2), name="kernel")
+    with pytest.raises(ShapeError, match="dim 2 is out of range"):
+        P.weight_norm(pc.nn.Linear(3, 2), dim=2)
+    with pytest.raises(pc.ParclError, match="n_power_iterations"):
+        P.spectral_norm(pc.nn.Linear(3, 2), n_power_iterations=0)
+    with pytest.raises(pc.ParclError, match="no parametrization"):
+        parametrize.remove_parametrizations(pc.nn.Linear(3, 2), "weight")
+
+
+def parametrized_mlp(queue):
+    return pc.nn.Sequential(P.weight_norm(pc.nn.Linear(64, 32, queue=queue)), pc.nn.ReLU(),
+                            P.spectral_norm(pc.nn.Linear(32, 10, queue=queue)))
+
+
+def test_a_group_step_over_parametrized_layers_equals_one_replica_on_the_full_batch(devices2):
+    """Every replica's layers share one Parametrized class (a ReplicaGroup checks the
+    replicas' classes), and the step reaches the originals as one replica's does."""
+    assert type(P.weight_norm(pc.nn.Linear(2, 2))) is type(P.weight_norm(pc.nn.Linear(3, 2)))
+    rng = np.random.default_rng(0)
+    batches = [(rng.random((12, 64), dtype=np.float32), rng.integers(0, 10, 12))
+               for _ in range(3)]
+    queue = pc.new_queue(devices2[0])
+    single = seeded(parametrized_mlp)(queue)
+    opt = pc.optim.SGD(list(single.parameters()), lr=0.1)
+    for x, y in batches:
+        with tp.Tape() as tape:
+            loss = tp.cross_entropy(single(tp.tensor(pc.Tensor.from_host(queue, x))),
+                                    pc.Tensor.from_host(queue, y))
+        tape.backward(loss)
+        opt.step()
+        opt.zero_grad()
+    with ReplicaGroup(seeded(parametrized_mlp), devices2) as group:
+        group_opt = pc.optim.SGD(group.parameters(), lr=0.1)
+        for x, y in batches:
+            group.step(x, y, tp.cross_entropy, group_opt)
+        for r in group.replicas:
+            for k, v in single.state_dict().items():
+                np.testing.assert_allclose(r.model.state_dict()[k], v, atol=1e-6, err_msg=k)
