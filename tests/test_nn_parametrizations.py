@@ -189,3 +189,73 @@ def test_a_group_step_over_parametrized_layers_equals_one_replica_on_the_full_ba
         for r in group.replicas:
             for k, v in single.state_dict().items():
                 np.testing.assert_allclose(r.model.state_dict()[k], v, atol=1e-6, err_msg=k)
+
+
+# -- the older API: weight_g and weight_v on the module itself ------------------------------
+@pytest.mark.parametrize("make, make_torch, shape, dim", [
+    (lambda: pc.nn.Conv1d(2, 3, 2), lambda: torch.nn.Conv1d(2, 3, 2), (2, 2, 5), 0),
+    (lambda: pc.nn.Linear(3, 4), lambda: torch.nn.Linear(3, 4), (5, 3), None),
+    (lambda: pc.nn.Linear(3, 4), lambda: torch.nn.Linear(3, 4), (5, 3), 1),
+])
+def test_the_older_weight_norm_equals_pytorchs_and_is_removed_as_pytorch(make, make_torch,
+                                                                         shape, dim):
+    layer, torch_layer = twins(make, make_torch)
+    with pytest.warns(FutureWarning, match="deprecated"):
+        pc.nn.utils.weight_norm(layer, dim=dim)
+    with pytest.warns(FutureWarning):
+        torch.nn.utils.weight_norm(torch_layer, dim=dim)
+    assert type(layer).__name__ == type(torch_layer).__name__       # PyTorch keeps its class
+    state, torch_state = layer.state_dict(), torch_layer.state_dict()
+    assert list(state) == list(torch_state) and "weight_g" in state
+    for k, v in torch_state.items():
+        np.testing.assert_array_equal(state[k], v.numpy(), err_msg=k)
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    got, want = forward_backward(layer, torch_layer, x)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert_grads_like_torch(layer, torch_layer)
+    pc.nn.utils.remove_weight_norm(layer)
+    torch.nn.utils.remove_weight_norm(torch_layer)
+    assert type(layer) is type(make()) and list(layer.state_dict()) == list(
+        torch_layer.state_dict())
+    np.testing.assert_allclose(layer.weight.value.to_host(), torch_layer.weight.detach().numpy(),
+                               atol=1e-7)
+
+
+def test_the_older_weight_norm_passes_gradcheck_and_refuses_bad_arguments():
+    with pytest.warns(FutureWarning):
+        layer = pc.nn.utils.weight_norm(pc.nn.Linear(3, 2))
+    x = tp.tensor(np.random.default_rng(5).standard_normal((4, 3)).astype(np.float32))
+    assert tp.gradcheck(lambda g, v: layer(x), [layer.weight_g, layer.weight_v])
+    with pytest.raises(pc.ParclError, match="already"), pytest.warns(FutureWarning):
+        pc.nn.utils.weight_norm(layer)
+    with pytest.raises(pc.ParclError, match="not found"):
+        pc.nn.utils.remove_weight_norm(pc.nn.Linear(3, 2))
+
+
+@pytest.mark.parametrize("make, make_torch, shape", [
+    (lambda: pc.nn.Linear(3, 4), lambda: torch.nn.Linear(3, 4), (5, 3)),
+    (lambda: pc.nn.Conv2d(2, 3, 2), lambda: torch.nn.Conv2d(2, 3, 2), (2, 2, 4, 4)),
+])
+def test_the_older_spectral_norm_equals_pytorchs_per_call_as_pytorch(make, make_torch, shape):
+    layer, torch_layer = twins(make, make_torch)
+    pc.nn.utils.spectral_norm(layer)
+    torch.nn.utils.spectral_norm(torch_layer)
+    assert type(layer).__name__ == type(torch_layer).__name__
+    assert list(layer.state_dict()) == list(torch_layer.state_dict()) == [
+        "bias", "weight_orig", "weight_u", "weight_v"]
+    torch_layer.load_state_dict({k: torch.tensor(v) for k, v in layer.state_dict().items()})
+    rng = np.random.default_rng(6)
+    for _ in range(3):                 # each call in training: one power-iteration step first
+        layer.zero_grad()
+        torch_layer.zero_grad()
+        x = rng.standard_normal(shape).astype(np.float32)
+        got, want = forward_backward(layer, torch_layer, x)
+        np.testing.assert_allclose(got, want, atol=1e-6)
+        assert_grads_like_torch(layer, torch_layer, atol=2e-5)
+        np.testing.assert_allclose(layer.weight_u.to_host(), torch_layer.weight_u.numpy(),
+                                   atol=1e-6)
+    pc.nn.utils.remove_spectral_norm(layer)
+    torch.nn.utils.remove_spectral_norm(torch_layer)
+    assert type(layer) is type(make()) and list(layer.state_dict()) == ["bias", "weight"]
+    np.testing.assert_allclose(layer.weight.value.to_host(), torch_layer.weight.detach().numpy(),
+                               atol=1e-6)
