@@ -26,7 +26,7 @@ through ``launch``'s ``targets``; the optimizer itself knows nothing of replicas
 
 from __future__ import annotations
 
-from . import lr_scheduler
+from . import lr_scheduler, swa_utils
 from .optimizer import FlatBucket, Optimizer, OptimizerError, StepPlan
 from .rules import SGD, Adagrad, Adam, AdamW, RMSprop
 from .lbfgs import LBFGS
@@ -35,4 +35,4 @@ from .rules_more import ASGD, Adadelta, Adamax, NAdam, RAdam, Rprop
 
 __all__ = ["SGD", "Adagrad", "Adam", "AdamW", "RMSprop", "Adadelta", "Adamax", "NAdam",
            "RAdam", "Rprop", "ASGD", "Adafactor", "LBFGS", "Muon", "FlatBucket", "Optimizer",
-           "OptimizerError", "StepPlan", "lr_scheduler"]
+           "OptimizerError", "StepPlan", "lr_scheduler", "swa_utils"]
