@@ -14,8 +14,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..runtime import default_queue
-from ..tape import Node, mode, no_grad, ops
-from ..tape.ops.checks import read_checks
+from ..tape import ops
+from ..tape.ops.instance import normalize_instances
 from ..tensor import Tensor, dims
 from .layers import BatchNorm2d, _check_sizes, _NormBase
 from .module import Module, Parameter
@@ -169,28 +169,9 @@ class _InstanceNorm(_NormBase):
         # moves the running ones
         use_input_stats = self.training or not self.track_running_stats \
             or self.running_mean is None
-        if use_input_stats and int(np.prod(shape[2:])) == 1:
-            # a sample's channel of one element normalises to 0 and its unbiased variance is
-            # 0/0: PyTorch refuses it (after global pooling, (N, C, 1, 1)) rather than give that
-            raise ShapeError(f"{self!r}: expected more than 1 spatial element when training, "
-                             f"got input of shape {shape}")
-        if not use_input_stats:
-            return ops.batch_norm(x, self.weight, self.bias, self.running_mean,
-                                  self.running_var, training=False, eps=self.eps)
-        if self.running_mean is not None and not mode.state.recompute:   # tp.checkpoint's
-            self._update_running_stats(x)                                   # second run
-        return ops.group_norm(x, self.num_features, self.weight, self.bias, self.eps)
-
-    def _update_running_stats(self, x) -> None:
-        x = x.value if isinstance(x, Node) else x
-        read_checks(x)              # a bad batch raises before the statistics move, as PyTorch
-        positions = tuple(range(2, x.ndim))
-        m = 0.0 if self.momentum is None else self.momentum
-        with no_grad():
-            for buffer, stat in ((self.running_mean, ops.mean(x, positions)),
-                                 (self.running_var, ops.var(x, positions))):
-                new = ops.add(ops.mul(buffer, 1.0 - m), ops.mul(ops.mean(stat, 0), m))
-                buffer.copy_(new.value if isinstance(new, Node) else new)
+        return normalize_instances(repr(self), x, self.running_mean, self.running_var,
+                                   self.weight, self.bias, use_input_stats, self.momentum,
+                                   self.eps)
 
 
 class InstanceNorm1d(_InstanceNorm):

@@ -42,6 +42,8 @@ even inside ``no_grad`` (netcl's escape hatch).
 | nn, conv | conv2d conv_transpose2d pools batch_norm dropout |
 | conv3d | conv3d conv_transpose3d (vol2col + GEMM, gather col2vol) |
 | pool3d | max_pool3d avg_pool3d adaptive_avg_pool3d adaptive_max_pool3d lp_pool3d max_unpool3d |
+| dropouts | dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout |
+| instance | instance_norm |
 | fold | unfold fold (im2col, col2im) |
 | unpool | max_unpool1d max_unpool2d |
 | adaptive | adaptive_avg_pool1d adaptive_max_pool1d adaptive_max_pool2d |
@@ -71,9 +73,11 @@ from .counting import *  # noqa: F401,F403
 from .creation import *  # noqa: F401,F403
 from .cumulative import *  # noqa: F401,F403
 from .diagonals import *  # noqa: F401,F403
+from .dropouts import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
 from .fold import *  # noqa: F401,F403
 from .indexing import *  # noqa: F401,F403
+from .instance import *  # noqa: F401,F403
 from .integer import *  # noqa: F401,F403
 from .join import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
@@ -118,12 +122,12 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 # by name: composed's ``norm`` (the op) takes the name of the ``norm`` module (layer_norm ...)
 # in this namespace, so composed is imported after it
 _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed", "contraction",
-            "conv", "conv3d", "counting", "creation", "cumulative", "diagonals", "elementwise",
-            "fold", "indexing", "integer", "join", "linalg", "logical", "loss", "loss_margin",
-            "loss_more", "loss_nll", "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more",
-            "mathops_special", "moments", "nn", "norm", "numerics", "order", "picks", "placing",
-            "pool3d", "products", "reduce", "reduce_dims", "reductions", "resample", "sampling",
-            "scans", "scatters", "select", "sequence", "shape", "shape_more", "slices", "sorting",
-            "stacking", "unary", "unpool")
+            "conv", "conv3d", "counting", "creation", "cumulative", "diagonals", "dropouts",
+            "elementwise", "fold", "indexing", "instance", "integer", "join", "linalg", "logical",
+            "loss", "loss_margin", "loss_more", "loss_nll", "lp_pool", "lrn", "mathops",
+            "mathops_binary", "mathops_more", "mathops_special", "moments", "nn", "norm",
+            "numerics", "order", "picks", "placing", "pool3d", "products", "reduce", "reduce_dims",
+            "reductions", "resample", "sampling", "scans", "scatters", "select", "sequence",
+            "shape", "shape_more", "slices", "sorting", "stacking", "unary", "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
