@@ -30,6 +30,7 @@ from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout,
                      MaxPool2d, ReLU, Sequential, flatten)
 from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropyLoss, HuberLoss,
                    KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss, SoftMarginLoss)
+from .loss_distance import TripletMarginWithDistanceLoss
 from .loss_more import (CTCLoss, GaussianNLLLoss, HingeEmbeddingLoss, MarginRankingLoss,
                         MultiLabelMarginLoss, MultiLabelSoftMarginLoss, MultiMarginLoss,
                         PoissonNLLLoss, TripletMarginLoss)
@@ -92,6 +93,7 @@ __all__ = [
     "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss", "SmoothL1Loss", "SoftMarginLoss",
     "HingeEmbeddingLoss", "MarginRankingLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss",
     "TripletMarginLoss", "GaussianNLLLoss", "PoissonNLLLoss", "MultiLabelMarginLoss", "CTCLoss",
+    "TripletMarginWithDistanceLoss",
     # models
     "BasicBlock", "CausalSelfAttention", "GPT", "ResNet", "resnet18",
     # transformer building blocks (PyTorch's)

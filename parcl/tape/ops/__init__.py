@@ -44,6 +44,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | pool3d | max_pool3d avg_pool3d adaptive_avg_pool3d adaptive_max_pool3d lp_pool3d max_unpool3d |
 | dropouts | dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout |
 | instance | instance_norm |
+| distances | pdist triplet_margin_with_distance_loss |
 | fold | unfold fold (im2col, col2im) |
 | unpool | max_unpool1d max_unpool2d |
 | adaptive | adaptive_avg_pool1d adaptive_max_pool1d adaptive_max_pool2d |
@@ -73,6 +74,7 @@ from .counting import *  # noqa: F401,F403
 from .creation import *  # noqa: F401,F403
 from .cumulative import *  # noqa: F401,F403
 from .diagonals import *  # noqa: F401,F403
+from .distances import *  # noqa: F401,F403
 from .dropouts import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
 from .fold import *  # noqa: F401,F403
@@ -122,9 +124,9 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 # by name: composed's ``norm`` (the op) takes the name of the ``norm`` module (layer_norm ...)
 # in this namespace, so composed is imported after it
 _MODULES = ("activation", "activation_more", "adaptive", "attention", "composed", "contraction",
-            "conv", "conv3d", "counting", "creation", "cumulative", "diagonals", "dropouts",
-            "elementwise", "fold", "indexing", "instance", "integer", "join", "linalg", "logical",
-            "loss", "loss_margin", "loss_more", "loss_nll", "lp_pool", "lrn", "mathops",
+            "conv", "conv3d", "counting", "creation", "cumulative", "diagonals", "distances",
+            "dropouts", "elementwise", "fold", "indexing", "instance", "integer", "join", "linalg",
+            "logical", "loss", "loss_margin", "loss_more", "loss_nll", "lp_pool", "lrn", "mathops",
             "mathops_binary", "mathops_more", "mathops_special", "moments", "nn", "norm",
             "numerics", "order", "picks", "placing", "pool3d", "products", "reduce", "reduce_dims",
             "reductions", "resample", "sampling", "scans", "scatters", "select", "sequence",
