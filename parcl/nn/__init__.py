@@ -15,6 +15,7 @@ from .activation import (CELU, ELU, GLU, SELU, CosineSimilarity, Hardshrink, Har
                          Hardswish, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax, Mish,
                          PairwiseDistance, PReLU, ReLU6, Sigmoid, SiLU, Softmax2d, Softmin,
                          Softplus, Softshrink, Softsign, Tanh, Tanhshrink, Threshold)
+from .bags import EmbeddingBag
 from .bilinear import Bilinear
 from .cells import GRUCell, LSTMCell, RNNCell
 from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, ParameterList,
@@ -71,6 +72,7 @@ __all__ = [
     "FeatureAlphaDropout", "Flatten", "Fold", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
     "LayerNorm", "Linear", "LocalResponseNorm", "MaxPool2d", "RMSNorm", "Unflatten",
     "Unfold",
+    "EmbeddingBag",
     "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
     # padding (PyTorch's)
     "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",

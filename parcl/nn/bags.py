@@ -1,0 +1,103 @@
+"""``EmbeddingBag``: a lookup table whose rows are summed, averaged or maximised over bags of
+indices (``tp.embedding_bag``), without the per-index rows in between.
+
+>>> import numpy as np, parcl as pc
+>>> bag = pc.nn.EmbeddingBag(10, 4, mode="sum")
+>>> idx = pc.Tensor.from_host(pc.default_queue(), np.array([1, 2, 4, 5, 4, 3]))
+>>> bag(idx, np.array([0, 2])).shape                  # two bags: [1, 2] and [4, 5, 4, 3]
+(2, 4)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ParclError, ShapeError
+from ..runtime import default_queue
+from ..tape import ops
+from ..tape.ops.select import padding_row
+from ..tensor import Tensor
+from .layers import _check_sizes
+from .module import Module, Parameter, normal_
+
+__all__ = ["EmbeddingBag"]
+
+
+class EmbeddingBag(Module):
+    """``torch.nn.EmbeddingBag(num_embeddings, embedding_dim, max_norm=None, norm_type=2.0,
+    scale_grad_by_freq=False, mode="mean", sparse=False, _weight=None,
+    include_last_offset=False, padding_idx=None)``: ``weight`` (num_embeddings,
+    embedding_dim) ~ N(0, 1) from the thread's seeded generator (``_weight``, a pc.Tensor or
+    array of that shape, instead), the ``padding_idx`` row zeros; ``bag(input, offsets=None,
+    per_sample_weights=None)`` is ``tp.embedding_bag`` with these settings.
+    ``scale_grad_by_freq`` and ``sparse`` are refused."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, max_norm: float | None = None,
+                 norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean",
+                 sparse: bool = False, _weight=None, include_last_offset: bool = False,
+                 padding_idx: int | None = None, *, queue=None):
+        super().__init__()
+        queue = queue if queue is not None else default_queue()
+        _check_sizes("EmbeddingBag", {"num_embeddings": num_embeddings,
+                                      "embedding_dim": embedding_dim})
+        if scale_grad_by_freq or sparse:
+            raise ShapeError(f"EmbeddingBag: scale_grad_by_freq and sparse are not supported, "
+                             f"got scale_grad_by_freq={scale_grad_by_freq!r}, sparse="
+                             f"{sparse!r}")
+        if mode not in ("sum", "mean", "max"):
+            raise ParclError(f"EmbeddingBag: mode has to be one of 'sum', 'mean' or 'max', got "
+                             f"{mode!r}")
+        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        row = padding_row("EmbeddingBag", padding_idx, self.num_embeddings)
+        self.padding_idx = None if row < 0 else row
+        self.max_norm, self.norm_type = max_norm, norm_type
+        self.scale_grad_by_freq, self.sparse = False, False
+        self.mode, self.include_last_offset = mode, bool(include_last_offset)
+        shape = (self.num_embeddings, self.embedding_dim)
+        if _weight is None:
+            weight = normal_(shape, 1.0)
+            if self.padding_idx is not None:
+                weight[self.padding_idx] = 0.0
+            self.weight = Parameter(Tensor.from_host(queue, weight))
+        else:
+            value = _weight.value if hasattr(_weight, "value") else _weight
+            if tuple(value.shape) != shape:
+                raise ShapeError(f"EmbeddingBag: _weight has shape {tuple(value.shape)}, "
+                                 f"expected (num_embeddings, embedding_dim) = {shape}")
+            self.weight = Parameter(value if isinstance(value, Tensor) else
+                                    Tensor.from_host(queue, np.asarray(value, np.float32)))
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze: bool = True, max_norm: float | None = None,
+                        norm_type: float = 2.0, scale_grad_by_freq: bool = False,
+                        mode: str = "mean", sparse: bool = False,
+                        include_last_offset: bool = False,
+                        padding_idx: int | None = None) -> EmbeddingBag:
+        """An ``EmbeddingBag`` over the 2-D ``embeddings`` (its weight; frozen unless
+        ``freeze=False``), as PyTorch's."""
+        value = embeddings.value if hasattr(embeddings, "value") else embeddings
+        if len(value.shape) != 2:
+            raise ShapeError(f"EmbeddingBag.from_pretrained: embeddings parameter is expected "
+                             f"to be 2-dimensional, got shape {tuple(value.shape)}")
+        queue = value.queue if isinstance(value, Tensor) else None
+        bag = cls(*value.shape, max_norm, norm_type, scale_grad_by_freq, mode, sparse, value,
+                  include_last_offset, padding_idx, queue=queue)
+        bag.weight.requires_grad = not freeze
+        return bag
+
+    def forward(self, input, offsets=None, per_sample_weights=None):  # noqa: A002
+        return ops.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type,
+                                 mode=self.mode, per_sample_weights=per_sample_weights,
+                                 include_last_offset=self.include_last_offset,
+                                 padding_idx=self.padding_idx)
+
+    def extra_repr(self) -> str:
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm}"
+        if self.norm_type != 2:
+            s += f", norm_type={self.norm_type}"
+        s += f", mode={self.mode!r}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        return s
