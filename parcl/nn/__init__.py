@@ -49,6 +49,7 @@ from .norm3d import BatchNorm3d, InstanceNorm3d
 from .pool3d import (AdaptiveAvgPool3d, AdaptiveMaxPool3d, AvgPool3d, LPPool3d, MaxPool3d,
                      MaxUnpool3d)
 from .recurrent import GRU, LSTM, RNN
+from .rrelu import RReLU
 from .resample import (PixelShuffle, PixelUnshuffle, Upsample, UpsamplingBilinear2d,
                        UpsamplingNearest2d)
 from .resnet import BasicBlock, ResNet, resnet18
@@ -90,6 +91,7 @@ __all__ = [
     "Hardtanh", "LeakyReLU", "LogSigmoid", "LogSoftmax", "Mish", "PReLU", "PairwiseDistance",
     "ReLU", "ReLU6", "SELU", "SiLU", "Sigmoid", "Softmax", "Softmax2d", "Softmin", "Softplus",
     "Softshrink", "Softsign", "Tanh", "Tanhshrink", "Threshold",
+    "RReLU",
     # losses
     "BCELoss", "BCEWithLogitsLoss", "CosineEmbeddingLoss", "CrossEntropyLoss", "HuberLoss",
     "KLDivLoss", "L1Loss", "MSELoss", "NLLLoss", "SmoothL1Loss", "SoftMarginLoss",

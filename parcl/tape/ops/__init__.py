@@ -46,6 +46,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | instance | instance_norm |
 | distances | pdist triplet_margin_with_distance_loss |
 | bags | embedding_bag (sum, mean, max over bags of indices) |
+| randomized | rrelu gumbel_softmax (draws from the dropout generator) |
 | fold | unfold fold (im2col, col2im) |
 | unpool | max_unpool1d max_unpool2d |
 | adaptive | adaptive_avg_pool1d adaptive_max_pool1d adaptive_max_pool2d |
@@ -105,6 +106,7 @@ from .picks import *  # noqa: F401,F403
 from .placing import *  # noqa: F401,F403
 from .pool3d import *  # noqa: F401,F403
 from .products import *  # noqa: F401,F403
+from .randomized import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .reduce_dims import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
@@ -130,8 +132,9 @@ _MODULES = ("activation", "activation_more", "adaptive", "attention", "bags", "c
             "distances", "dropouts", "elementwise", "fold", "indexing", "instance", "integer",
             "join", "linalg", "logical", "loss", "loss_margin", "loss_more", "loss_nll", "lp_pool",
             "lrn", "mathops", "mathops_binary", "mathops_more", "mathops_special", "moments", "nn",
-            "norm", "numerics", "order", "picks", "placing", "pool3d", "products", "reduce",
-            "reduce_dims", "reductions", "resample", "sampling", "scans", "scatters", "select",
-            "sequence", "shape", "shape_more", "slices", "sorting", "stacking", "unary", "unpool")
+            "norm", "numerics", "order", "picks", "placing", "pool3d", "products", "randomized",
+            "reduce", "reduce_dims", "reductions", "resample", "sampling", "scans", "scatters",
+            "select", "sequence", "shape", "shape_more", "slices", "sorting", "stacking", "unary",
+            "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
