@@ -32,6 +32,7 @@ from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
 from .nn.keys import loss_key
 from .nn.module import default_generator, set_default_generator
+from .nn.syncbn import SyncBatchNorm
 from .pool import stamp
 from .replica_steps import (Captured, Eager, IgnoredLabels, agreed, check_class_weights,
                             check_optimizer, check_reduction, check_renorms, check_signatures,
@@ -69,7 +70,9 @@ class ReplicaGroup:
     ``sync_batchnorm=True``: every training-mode batch norm normalises with the statistics of
     the global batch (every replica's, and every rank's through ``comm``), combined on the
     devices in a fixed order (``parcl.replica_stats``), so a step equals the single-replica
-    full-batch step, running statistics included (such steps are not replayed).
+    full-batch step, running statistics included (such steps are not replayed). A model with
+    ``pc.nn.SyncBatchNorm`` layers gets the same for those layers alone without the flag
+    (PyTorch's ``SyncBatchNorm`` under DDP); its other batch norms use their replica's batch.
     """
 
     _buffers: StepBuffers | None = None      # the models' buckets, once built
@@ -133,9 +136,12 @@ class ReplicaGroup:
         self._losses = LossCopies([r.queue for r in self.replicas])
         index = [{id(p.entry): i for i, p in enumerate(ps)} for ps in self._params]
         self._backward = (Captured if self.capture else Eager)(index, self._buffers)
-        self._stats = StatsExchange([r.queue for r in self.replicas], self.comm,
-                                    self.timeout) if sync_batchnorm else None
-        self._replica_step = (self._stats.synced(self._backward.run) if sync_batchnorm
+        # SyncBatchNorm layers ask for the exchange themselves: then only they exchange
+        sync_layers = any(isinstance(m, SyncBatchNorm) for m in self.replicas[0].model.modules())
+        self._stats = StatsExchange([r.queue for r in self.replicas], self.comm, self.timeout,
+                                    every_layer=sync_batchnorm) \
+            if sync_batchnorm or sync_layers else None
+        self._replica_step = (self._stats.synced(self._backward.run) if self._stats is not None
                               else self._backward.run)
 
     @classmethod

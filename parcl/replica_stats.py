@@ -1,5 +1,8 @@
 """``sync_batchnorm``: batch statistics over every replica's batch (and every rank's).
 
+A group exchanges for every training-mode batch norm with ``sync_batchnorm=True``
+(``every_layer``), or for its ``pc.nn.SyncBatchNorm`` layers alone when its model has some.
+
 At each training-mode batch norm, every replica thread hands its per-channel partials to the
 exchange and gets everybody's back, stacked in replica order (then rank order), as a tensor on
 its own queue: the statistics, and in the backward the gradient sums, are then those of the
@@ -32,8 +35,10 @@ _DONE = object()          # a replica's slot once its step is over
 class StatsExchange:
     """The meeting point of one group's replica threads (see the module docstring)."""
 
-    def __init__(self, queues: list[cl.CommandQueue], comm=None, timeout: float = 600.0):
+    def __init__(self, queues: list[cl.CommandQueue], comm=None, timeout: float = 600.0,
+                 every_layer: bool = True):
         self.queues, self.comm = list(queues), comm
+        self.every_layer = bool(every_layer)
         k = len(self.queues)
         self.barrier = threading.Barrier(k, timeout=timeout)
         self.slots: list = [None] * k            # (partials, ready event, count) per replica
@@ -76,6 +81,12 @@ class Member:
 
     def __init__(self, exchange: StatsExchange, index: int):
         self.exchange, self.index = exchange, index
+
+    @property
+    def every_layer(self) -> bool:
+        """Whether every training-mode batch norm exchanges (``sync_batchnorm=True``), or only
+        those that ask (``pc.nn.SyncBatchNorm``'s, ``tp.batch_norm(..., sync=True)``)."""
+        return self.exchange.every_layer
 
     def gather(self, part: Tensor, count: int) -> tuple[Tensor, np.ndarray]:
         """Every replica's ``part`` (same shape), stacked in replica order on this replica's

@@ -55,6 +55,7 @@ from .resample import (PixelShuffle, PixelUnshuffle, Upsample, UpsamplingBilinea
 from .resnet import BasicBlock, ResNet, resnet18
 from .shape import ChannelShuffle, Unflatten
 from .sparse import Embedding
+from .syncbn import SyncBatchNorm
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
                           TransformerEncoder, TransformerEncoderLayer, clone_module)
 
@@ -73,7 +74,7 @@ __all__ = [
     "FeatureAlphaDropout", "Flatten", "Fold", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
     "LayerNorm", "Linear", "LocalResponseNorm", "MaxPool2d", "RMSNorm", "Unflatten",
     "Unfold",
-    "EmbeddingBag",
+    "EmbeddingBag", "SyncBatchNorm",
     "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
     # padding (PyTorch's)
     "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",

@@ -168,7 +168,9 @@ class enable_grad(_GradModeContext):
 def batch_stats_sync():
     """This thread's batch-statistics exchange (``sync_batchnorm``), or None: an object with
     ``gather(part, count) -> (parts, counts)`` stacking every participant's per-channel
-    ``part`` in a fixed order. Training-mode batch norm then normalises over all of them."""
+    ``part`` in a fixed order, and optionally ``every_layer`` (False: only the batch norms
+    that ask, ``SyncBatchNorm``'s, exchange; missing: True). Training-mode batch norm then
+    normalises over all of them."""
     return state.stats_sync
 
 

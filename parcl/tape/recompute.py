@@ -209,8 +209,8 @@ def checkpoint(function, *args, use_reentrant: bool | None = None,
         return function(*args, **kwargs)
     if mode.batch_stats_sync() is not None:
         raise ParclError("checkpoint: not supported in a replica group with "
-                         "sync_batchnorm=True: the recomputation would exchange batch "
-                         "statistics again, in the backward")
+                         "sync_batchnorm=True or SyncBatchNorm layers: the recomputation "
+                         "would exchange batch statistics again, in the backward")
     seg = _Segment(function, args, kwargs, preserve_rng_state)
     seg.note_rng_on_replays()
     tensors = seg.tensors()

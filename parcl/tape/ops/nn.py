@@ -295,7 +295,7 @@ class BatchNorm(Function):
                 residual: Tensor | None = None, running_mean: Tensor | None = None,
                 running_var: Tensor | None = None, training: bool = True,
                 momentum: float = 0.1, eps: float = 1e-5, relu: bool = False,
-                overwrite_residual: bool = False):
+                overwrite_residual: bool = False, sync_layer: bool = False):
         check_same_queue("batch_norm", *[t for t in (x, weight, bias, residual, running_mean,
                                                      running_var) if t is not None])
         if residual is not None and tuple(residual.shape) != tuple(x.shape):
@@ -307,7 +307,10 @@ class BatchNorm(Function):
         # never becomes a graph node, so it is not kept alive for backward (one activation
         # less per residual block), and with overwrite_residual not even a new buffer.
         # sync_batchnorm: the statistics of every replica's batch (mode.batch_stats_sync)
+        # (a group that exchanges only for SyncBatchNorm layers: those pass sync_layer)
         sync = mode.batch_stats_sync() if training else None
+        if sync is not None and not (sync_layer or getattr(sync, "every_layer", True)):
+            sync = None
         stats, count = None, 0
         if sync is not None:
             update = running_mean is not None and running_var is not None
@@ -338,7 +341,7 @@ class BatchNorm(Function):
 
 def batch_norm(x, weight, bias, running_mean, running_var, training: bool,
                momentum: float = 0.1, eps: float = 1e-5, *, residual=None, relu: bool = False,
-               overwrite_residual: bool = False, tape=None):
+               overwrite_residual: bool = False, sync: bool = False, tape=None):
     """Batch normalisation over the channels (axis 1) of an (N, C) or (N, C, H, W) input.
 
     Training: normalises with the batch mean and biased variance, and updates
@@ -353,6 +356,10 @@ def batch_norm(x, weight, bias, running_mean, running_var, training: bool,
     else reads the residual afterwards, such as a downsample BatchNorm's output (BatchNorm's
     backward needs its input, not its output). A leaf that requires grad cannot be
     overwritten.
+    In a replica group that exchanges batch statistics, training normalises with the global
+    batch's: every call with ``ReplicaGroup(sync_batchnorm=True)``, only calls with
+    ``sync=True`` (``pc.nn.SyncBatchNorm``'s) in a group that exchanges for its
+    ``SyncBatchNorm`` layers alone; outside a group ``sync`` changes nothing.
 
     >>> tp.batch_norm(x, gamma, beta, rm, rv, training=True).shape      # x (2, 3, 8, 8)
     (2, 3, 8, 8)
@@ -363,7 +370,7 @@ def batch_norm(x, weight, bias, running_mean, running_var, training: bool,
     return BatchNorm.apply(x, weight, bias, residual, tape=tape, running_mean=rm,
                            running_var=rv, training=bool(training), momentum=float(momentum),
                            eps=float(eps), relu=bool(relu),
-                           overwrite_residual=bool(overwrite_residual))
+                           overwrite_residual=bool(overwrite_residual), sync_layer=bool(sync))
 
 
 
