@@ -47,6 +47,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | distances | pdist triplet_margin_with_distance_loss |
 | bags | embedding_bag (sum, mean, max over bags of indices) |
 | randomized | rrelu gumbel_softmax (draws from the dropout generator) |
+| grids | affine_grid grid_sample (2-D spatial transformers) |
 | fold | unfold fold (im2col, col2im) |
 | unpool | max_unpool1d max_unpool2d |
 | adaptive | adaptive_avg_pool1d adaptive_max_pool1d adaptive_max_pool2d |
@@ -81,6 +82,7 @@ from .distances import *  # noqa: F401,F403
 from .dropouts import *  # noqa: F401,F403
 from .elementwise import *  # noqa: F401,F403
 from .fold import *  # noqa: F401,F403
+from .grids import *  # noqa: F401,F403
 from .indexing import *  # noqa: F401,F403
 from .instance import *  # noqa: F401,F403
 from .integer import *  # noqa: F401,F403
@@ -129,12 +131,12 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 # in this namespace, so composed is imported after it
 _MODULES = ("activation", "activation_more", "adaptive", "attention", "bags", "composed",
             "contraction", "conv", "conv3d", "counting", "creation", "cumulative", "diagonals",
-            "distances", "dropouts", "elementwise", "fold", "indexing", "instance", "integer",
-            "join", "linalg", "logical", "loss", "loss_margin", "loss_more", "loss_nll", "lp_pool",
-            "lrn", "mathops", "mathops_binary", "mathops_more", "mathops_special", "moments", "nn",
-            "norm", "numerics", "order", "picks", "placing", "pool3d", "products", "randomized",
-            "reduce", "reduce_dims", "reductions", "resample", "sampling", "scans", "scatters",
-            "select", "sequence", "shape", "shape_more", "slices", "sorting", "stacking", "unary",
-            "unpool")
+            "distances", "dropouts", "elementwise", "fold", "grids", "indexing", "instance",
+            "integer", "join", "linalg", "logical", "loss", "loss_margin", "loss_more", "loss_nll",
+            "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more", "mathops_special",
+            "moments", "nn", "norm", "numerics", "order", "picks", "placing", "pool3d", "products",
+            "randomized", "reduce", "reduce_dims", "reductions", "resample", "sampling", "scans",
+            "scatters", "select", "sequence", "shape", "shape_more", "slices", "sorting",
+            "stacking", "unary", "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
