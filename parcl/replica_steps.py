@@ -20,6 +20,7 @@ from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
 from .nn.keys import capture_key
 from .nn.loss import CrossEntropyLoss, NLLLoss
+from .nn.bags import EmbeddingBag
 from .nn.sparse import Embedding
 from .tape import Node, Tape, ops, tensor
 from .tape.capture import capture
@@ -571,18 +572,18 @@ def skip_unreached(params: list, reached: tuple[int, ...], comm) -> None:
 
 
 def check_renorms(model, replicas: int, op: str = "ReplicaGroup.step") -> None:
-    """Refuse an ``Embedding`` with ``max_norm`` on several replicas: its forward rescales
-    the rows it picks in place, each replica in its own copy of the weight, and the update
-    is made on replica 0's copy and broadcast, so the rows only other replicas picked would
-    lose the rescale the full batch's step keeps (the replicas' results would part from
-    it). ``op``: the step, or ``allreduce_grads`` ending a custom loop's ``run``."""
+    """Refuse an ``Embedding`` or ``EmbeddingBag`` with ``max_norm`` on several replicas: its
+    forward rescales the rows it picks in place, each replica in its own copy of the weight,
+    and the update is made on replica 0's copy and broadcast, so the rows only other replicas
+    picked would lose the rescale the full batch's step keeps (the replicas' results would
+    part from it). ``op``: the step, or ``allreduce_grads`` ending a custom loop's ``run``."""
     if replicas < 2:
         return
     for name, m in model.named_modules():
-        if isinstance(m, Embedding) and m.max_norm is not None:
+        if isinstance(m, (Embedding, EmbeddingBag)) and m.max_norm is not None:
             where = f"model.{name}" if name else "the model"
             raise ParclError(
-                f"{op}: {where} is an Embedding with max_norm={m.max_norm}, "
+                f"{op}: {where} is an {type(m).__name__} with max_norm={m.max_norm}, "
                 f"which rescales the rows each replica picks in that replica's copy of the "
                 f"weight; the update broadcasts replica 0's copy, so the rows only the other "
                 f"{replicas - 1} replica(s) picked would lose their rescale. Use "

@@ -173,3 +173,20 @@ def test_embedding_bag_module_has_pytorchs_parameters_init_and_repr(queue, rng):
     close(frozen(up(queue, [[1, 5]], np.int64)).to_host(), table[[1]] + table[[5]], 1e-6)
     with pytest.raises(pc.ParclError, match="EmbeddingBag: mode has to be one of"):
         pc.nn.EmbeddingBag(3, 2, mode="median")
+
+
+def test_an_embedding_bag_with_max_norm_on_several_replicas_is_refused_as_embeddings(devices2):
+    """Its forward rescales the rows each replica picks in that replica's copy of the weight,
+    as an Embedding's: refused before the update, as there; max_norm=None steps."""
+    from parcl.replica import ReplicaGroup
+
+    def build(max_norm):
+        return lambda q: pc.nn.Sequential(pc.nn.EmbeddingBag(10, 2, max_norm=max_norm,
+                                                             mode="sum", queue=q))
+    x = np.arange(16).reshape(8, 2) % 10
+    y = np.random.default_rng(0).standard_normal((8, 2)).astype(np.float32)
+    with ReplicaGroup(build(1.0), devices2) as g:
+        with pytest.raises(pc.ParclError, match="model.0 is an EmbeddingBag with max_norm=1.0"):
+            g.step(x, y, tp.mse_loss, pc.optim.SGD(g.parameters(), lr=0.5))
+    with ReplicaGroup(build(None), devices2) as g:
+        assert g.step(x, y, tp.mse_loss, pc.optim.SGD(g.parameters(), lr=0.5)) > 0
