@@ -48,6 +48,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | bags | embedding_bag (sum, mean, max over bags of indices) |
 | randomized | rrelu gumbel_softmax (draws from the dropout generator) |
 | grids | affine_grid grid_sample (2-D spatial transformers) |
+| aliases | upsample upsample_nearest upsample_bilinear, max_pool*_with_indices |
 | fold | unfold fold (im2col, col2im) |
 | unpool | max_unpool1d max_unpool2d |
 | adaptive | adaptive_avg_pool1d adaptive_max_pool1d adaptive_max_pool2d |
@@ -69,6 +70,7 @@ from importlib import import_module
 from .activation import *  # noqa: F401,F403
 from .activation_more import *  # noqa: F401,F403
 from .adaptive import *  # noqa: F401,F403
+from .aliases import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .bags import *  # noqa: F401,F403
 from .contraction import *  # noqa: F401,F403
@@ -129,14 +131,14 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 
 # by name: composed's ``norm`` (the op) takes the name of the ``norm`` module (layer_norm ...)
 # in this namespace, so composed is imported after it
-_MODULES = ("activation", "activation_more", "adaptive", "attention", "bags", "composed",
-            "contraction", "conv", "conv3d", "counting", "creation", "cumulative", "diagonals",
-            "distances", "dropouts", "elementwise", "fold", "grids", "indexing", "instance",
-            "integer", "join", "linalg", "logical", "loss", "loss_margin", "loss_more", "loss_nll",
-            "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more", "mathops_special",
-            "moments", "nn", "norm", "numerics", "order", "picks", "placing", "pool3d", "products",
-            "randomized", "reduce", "reduce_dims", "reductions", "resample", "sampling", "scans",
-            "scatters", "select", "sequence", "shape", "shape_more", "slices", "sorting",
-            "stacking", "unary", "unpool")
+_MODULES = ("activation", "activation_more", "adaptive", "aliases", "attention", "bags",
+            "composed", "contraction", "conv", "conv3d", "counting", "creation", "cumulative",
+            "diagonals", "distances", "dropouts", "elementwise", "fold", "grids", "indexing",
+            "instance", "integer", "join", "linalg", "logical", "loss", "loss_margin", "loss_more",
+            "loss_nll", "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more",
+            "mathops_special", "moments", "nn", "norm", "numerics", "order", "picks", "placing",
+            "pool3d", "products", "randomized", "reduce", "reduce_dims", "reductions", "resample",
+            "sampling", "scans", "scatters", "select", "sequence", "shape", "shape_more", "slices",
+            "sorting", "stacking", "unary", "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]
