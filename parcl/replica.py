@@ -31,6 +31,7 @@ from .allreduce.end import REDUCED, SYNCED, Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
 from .nn.keys import loss_key
+from .nn.lazy import LazyModuleMixin
 from .nn.module import default_generator, set_default_generator
 from .nn.syncbn import SyncBatchNorm
 from .pool import stamp
@@ -118,6 +119,7 @@ class ReplicaGroup:
             built = self._call(lambda r: _seeded(build_model, r.queue, init, dropout), ())
             for r, (m, _) in zip(self.replicas, built):
                 r.model = m
+            _refuse_lazy(built[0][0])
             set_default_generator(built[0][1])
             self._setup_parameters(bucket_mb)
             # every rank's replica count: ranks may run different numbers (their own
@@ -556,3 +558,15 @@ def _seeded(build_model, queue, init: np.random.Generator, dropout: tuple[int, i
     nn_ops.set_rng_state(dropout)
     model = build_model(queue)
     return model, copy.deepcopy(default_generator())
+
+
+def _refuse_lazy(model) -> None:
+    """A lazy layer has no parameters before its first call: the group would broadcast and
+    reduce none of its weights (PyTorch's DDP refuses one too)."""
+    for name, m in model.named_modules():
+        if isinstance(m, LazyModuleMixin):
+            where = f"model.{name}" if name else "the model"
+            raise ParclError(f"ReplicaGroup: {where} is a {type(m).__name__}, whose parameters "
+                             "do not exist before its first call; run a batch through the "
+                             "model in build_model (PyTorch's dry run) before the group is "
+                             "built")

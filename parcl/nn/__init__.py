@@ -29,6 +29,9 @@ from .gpt import GPT, CausalSelfAttention
 from .keys import capture_key
 from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Dropout, Flatten, Linear,
                      MaxPool2d, ReLU, Sequential, flatten)
+from .lazy import (LazyBatchNorm1d, LazyBatchNorm2d, LazyBatchNorm3d, LazyConv1d, LazyConv2d,
+                   LazyConvTranspose1d, LazyConvTranspose2d, LazyInstanceNorm1d,
+                   LazyInstanceNorm2d, LazyInstanceNorm3d, LazyLinear, LazyModuleMixin)
 from .loss import (BCELoss, BCEWithLogitsLoss, CosineEmbeddingLoss, CrossEntropyLoss, HuberLoss,
                    KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss, SoftMarginLoss)
 from .loss_distance import TripletMarginWithDistanceLoss
@@ -75,6 +78,10 @@ __all__ = [
     "LayerNorm", "Linear", "LocalResponseNorm", "MaxPool2d", "RMSNorm", "Unflatten",
     "Unfold",
     "EmbeddingBag", "SyncBatchNorm",
+    # lazy layers (PyTorch's): the input size from the first call
+    "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "LazyConv1d", "LazyConv2d",
+    "LazyConvTranspose1d", "LazyConvTranspose2d", "LazyInstanceNorm1d", "LazyInstanceNorm2d",
+    "LazyInstanceNorm3d", "LazyLinear", "LazyModuleMixin",
     "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
     # padding (PyTorch's)
     "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",
