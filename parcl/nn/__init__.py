@@ -15,6 +15,7 @@ from .activation import (CELU, ELU, GLU, SELU, CosineSimilarity, Hardshrink, Har
                          Hardswish, Hardtanh, LeakyReLU, LogSigmoid, LogSoftmax, Mish,
                          PairwiseDistance, PReLU, ReLU6, Sigmoid, SiLU, Softmax2d, Softmin,
                          Softplus, Softshrink, Softsign, Tanh, Tanhshrink, Threshold)
+from .adaptive_softmax import AdaptiveLogSoftmaxWithLoss
 from .bags import EmbeddingBag
 from .bilinear import Bilinear
 from .cells import GRUCell, LSTMCell, RNNCell
@@ -82,6 +83,7 @@ __all__ = [
     "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "LazyConv1d", "LazyConv2d",
     "LazyConvTranspose1d", "LazyConvTranspose2d", "LazyInstanceNorm1d", "LazyInstanceNorm2d",
     "LazyInstanceNorm3d", "LazyLinear", "LazyModuleMixin",
+    "AdaptiveLogSoftmaxWithLoss",
     "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
     # padding (PyTorch's)
     "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",
