@@ -187,3 +187,78 @@ def test_rrelu_and_gumbel_softmax_refuse_bad_arguments_naming_the_op(queue):
     with pytest.warns(DeprecationWarning, match="gumbel_softmax: `eps` parameter is "
                                                 "deprecated"):
         tp.gumbel_softmax(x, eps=1e-5)
+
+
+@pytest.mark.parametrize("kernel_size,size", [((2, 2), {"output_size": (4, 5)}),
+                                              ((3, 2), {"output_ratio": (0.5, 0.6)}),
+                                              (2, {"output_size": 1})])
+def test_fractional_max_pool2d_with_given_samples_is_pytorchs(queue, rng, kernel_size, size):
+    x0 = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    x0[0, 0, :2, :2] = 5.0                                   # a tie: the first wins
+    samples = rng.random((2, 3, 2)).astype(np.float32)
+    g = rng.standard_normal((2, 3) + F.fractional_max_pool2d(
+        torch.tensor(x0), kernel_size, _random_samples=torch.tensor(samples),
+        **size).shape[2:]).astype(np.float32)
+    x = leaf(queue, x0)
+    with tp.Tape() as tape:
+        y, at = tp.fractional_max_pool2d(x, kernel_size, return_indices=True,
+                                         _random_samples=samples, **size)
+    tape.backward(tp.sum(tp.mul(y, tp.tensor(g))))
+    tx = torch.tensor(x0, requires_grad=True)
+    want, want_at = F.fractional_max_pool2d(tx, kernel_size, return_indices=True,
+                                            _random_samples=torch.tensor(samples), **size)
+    (want * torch.tensor(g)).sum().backward()
+    np.testing.assert_array_equal(y.to_host(), want.detach().numpy())
+    np.testing.assert_array_equal(at.to_host(), want_at.numpy())
+    close(x.grad.to_host(), tx.grad.numpy(), 1e-6)
+
+
+def test_fractional_max_pool2d_draws_its_windows_from_the_seeded_generator(queue, rng):
+    x0 = rng.standard_normal((2, 4, 13, 13)).astype(np.float32)     # windows 2.2 apart
+    x = tp.tensor(x0)
+    pool = pc.nn.FractionalMaxPool2d(2, output_ratio=0.5, return_indices=True)
+    tp.manual_seed(6)
+    seed, counter = tp.rng_state()
+    first, at = pool(x)
+    samples = rd.uniform(queue, (2, 4, 2), mask_key(seed, counter)).to_host()
+    want = F.fractional_max_pool2d(torch.tensor(x0), 2, output_ratio=(0.5, 0.5),
+                                   _random_samples=torch.tensor(samples))
+    np.testing.assert_array_equal(first.to_host(), want.numpy())
+    second, at2 = pool(x)
+    assert not np.array_equal(at.to_host(), at2.to_host())        # new windows each call
+    tp.manual_seed(6)
+    np.testing.assert_array_equal(pool(x)[0].to_host(), first.to_host())
+    single = tp.fractional_max_pool2d(tp.tensor(x0[0]), 3, output_size=5)    # unbatched
+    assert single.shape == (4, 5, 5)
+    assert tp.gradcheck(lambda v: tp.fractional_max_pool2d(v, 2, output_size=3,
+                                                           _random_samples=samples[:1, :1]),
+                        [leaf(queue, x0[:1, :1, :6, :6])])
+
+
+def test_fractional_max_pool2d_in_a_captured_step_draws_new_windows_on_each_replay(queue, rng):
+    x0 = rng.standard_normal((1, 2, 10, 10)).astype(np.float32)
+    runs = []
+    for captured in (False, True):
+        tp.manual_seed(1)
+        step = tp.capture(lambda v: tp.fractional_max_pool2d(v, 2, output_size=4), queue)
+        runs.append([(step(x0) if captured else
+                      tp.fractional_max_pool2d(tp.tensor(x0), 2, output_size=4)).to_host()
+                     for _ in range(3)])
+    assert step.replays == 2
+    np.testing.assert_array_equal(np.array(runs[1]), np.array(runs[0]))
+    assert not np.array_equal(runs[0][0], runs[0][1])
+
+
+def test_fractional_max_pool2d_refuses_what_pytorch_refuses(queue):
+    x = tp.tensor(np.ones((1, 1, 4, 4), np.float32))
+    with pytest.raises(pc.ParclError, match="FractionalMaxPool2d requires specifying either"):
+        pc.nn.FractionalMaxPool2d(2)
+    with pytest.raises(pc.ParclError, match="only one of output_size and output_ratio"):
+        pc.nn.FractionalMaxPool2d(2, output_size=2, output_ratio=0.5)
+    with pytest.raises(pc.ParclError, match="output_ratio must be between 0 and 1"):
+        pc.nn.FractionalMaxPool2d(2, output_ratio=1.5)
+    with pytest.raises(pc.ShapeError, match=r"fractional_max_pool2d: pool height 2 too large "
+                                            r"relative to input height 4"):
+        tp.fractional_max_pool2d(x, 2, output_size=4)
+    with pytest.raises(pc.ShapeError, match=r"_random_samples must have shape \(1, 1, 2\)"):
+        tp.fractional_max_pool2d(x, 2, output_size=2, _random_samples=np.zeros((1, 2, 2)))

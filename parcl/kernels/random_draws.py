@@ -1,5 +1,5 @@
 """Counter-based uniform draws beside dropout's masks (``parcl/kernels/random.py``): RReLU's
-random slopes and Gumbel noise.
+random slopes, Gumbel noise and plain uniform numbers (fractional max pooling's samples).
 
 Element ``i`` of call ``key`` is ``u = (top 24 bits of splitmix64(key + (i + 1) * golden) +
 0.5) / 2**24``, strictly inside (0, 1), with ``key = random.mask_key(seed, counter)`` from the
@@ -47,6 +47,15 @@ __kernel void rrelu_draw(__global const float* restrict x, __global float* restr
     y[i] = v * r;
 }
 
+/* out = u, uniform in (0, 1). */
+__kernel void uniform_draw(__global float* restrict out, const ulong key, const long n)
+{
+    const long i = get_global_id(0);
+    if (i >= n)
+        return;
+    out[i] = uniform01(key, i);
+}
+
 /* out = -log(-log(u)): standard Gumbel noise. */
 __kernel void gumbel_draw(__global float* restrict out, const ulong key, const long n)
 {
@@ -59,6 +68,7 @@ __kernel void gumbel_draw(__global float* restrict out, const ulong key, const l
 
 RRELU_KEY_ARG = 3          # the ``key`` of ``rrelu_draw``
 GUMBEL_KEY_ARG = 1         # the ``key`` of ``gumbel_draw``
+UNIFORM_KEY_ARG = 1        # the ``key`` of ``uniform_draw``
 LOCAL = 64
 
 
@@ -73,6 +83,15 @@ def rrelu(x: Tensor, lower: float, upper: float, key: int) -> tuple[Tensor, Tens
         x.queue, (round_up(x.size, LOCAL),), (LOCAL,), x.data, y.data, noise.data,
         np.uint64(key), np.float32(lower), np.float32(upper), np.int64(x.size))
     return y, noise
+
+
+def uniform(queue, shape: tuple, key: int) -> Tensor:
+    """Uniform numbers in (0, 1) of ``shape`` from ``key``."""
+    out = Tensor.empty(queue, shape)
+    get_kernel(queue, SOURCE, "uniform_draw")(
+        queue, (round_up(out.size, LOCAL),), (LOCAL,), out.data, np.uint64(key),
+        np.int64(out.size))
+    return out
 
 
 def gumbel(queue, shape: tuple, key: int) -> Tensor:

@@ -46,7 +46,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | instance | instance_norm |
 | distances | pdist triplet_margin_with_distance_loss |
 | bags | embedding_bag (sum, mean, max over bags of indices) |
-| randomized | rrelu gumbel_softmax (draws from the dropout generator) |
+| randomized | rrelu gumbel_softmax fractional_max_pool2d (draws from the dropout generator) |
 | grids | affine_grid grid_sample (2-D spatial transformers) |
 | aliases | upsample upsample_nearest upsample_bilinear, max_pool*_with_indices |
 | fold | unfold fold (im2col, col2im) |

@@ -1,6 +1,6 @@
-"""Ops that draw random numbers besides dropout: ``rrelu`` (random leaky slopes while training)
-and ``gumbel_softmax`` (a softmax of logits plus Gumbel noise, optionally one-hot with the soft
-gradient), as PyTorch's.
+"""Ops that draw random numbers besides dropout: ``rrelu`` (random leaky slopes while training),
+``gumbel_softmax`` (a softmax of logits plus Gumbel noise, optionally one-hot with the soft
+gradient) and ``fractional_max_pool2d`` (max pooling over pseudo-random windows), as PyTorch's.
 
 Every draw takes the next call of this thread's dropout generator (``tp.manual_seed``,
 ``tp.rng_state``): the same seed gives the same draws in every run and replica thread,
@@ -21,21 +21,23 @@ import warnings
 import numpy as np
 
 from ... import recorder
-from ...errors import ParclError
+from ...errors import DTypeError, ParclError, ShapeError
 from ...kernels import elementwise as ew
+from ...kernels import fractional_pool as fpk
 from ...kernels import random_draws as rd
 from ...kernels.random import mask_key
-from ...tensor import Tensor
+from ...tensor import FLOAT, Tensor
 from ..node import Function, Node
 from .activation import _number, leaky_relu
 from .elementwise import add, mul, sub
+from .gather import gather
 from .loss import softmax
 from .nn import dropout_generator
 from .reductions import argmax
 from .scatters import scatter
-from .shape import wrap_dim
+from .shape import reshape, squeeze, unsqueeze, wrap_dim
 
-__all__ = ["gumbel_softmax", "rrelu"]
+__all__ = ["fractional_max_pool2d", "gumbel_softmax", "rrelu"]
 
 
 def draw_key() -> int:
@@ -122,3 +124,77 @@ def gumbel_softmax(logits, tau: float = 1.0, hard: bool = False, eps: float = 1e
     y_hard = scatter(Tensor.zeros(logits.queue, shape), axis, index, 1.0)
     # PyTorch's straight-through: y_hard's values, y_soft's gradient
     return add(sub(y_hard, soft), y_soft, tape=tape)
+
+
+def _pair(op: str, name: str, value) -> tuple[int, int]:
+    pair = (value, value) if np.ndim(value) == 0 else tuple(value)
+    if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                                 and v > 0 for v in pair):
+        raise ShapeError(f"{op}: {name} must be a positive int or a pair of them, got "
+                         f"{value!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def fractional_max_pool2d(x, kernel_size, output_size=None, output_ratio=None,
+                          return_indices: bool = False, _random_samples=None, *, tape=None):
+    """``F.fractional_max_pool2d`` over ``(N, C, H, W)`` or ``(C, H, W)``: the maximum of a
+    ``kernel_size`` window per output element, the windows' starts pseudo-random per plane
+    (Graham's fractional max pooling, PyTorch's intervals) from two uniform samples per plane
+    drawn from this thread's dropout generator (``_random_samples`` ``(N, C, 2)`` instead, as
+    PyTorch's). ``output_size`` (an int or pair) or ``output_ratio`` (in (0, 1): ``int(H *
+    ratio)``). ``return_indices=True`` also returns each maximum's position ``h * W + w``
+    (int64, not recorded). The gradient goes to each window's maximum (the first of ties), in
+    a fixed order.
+
+    >>> tp.manual_seed(0)
+    >>> tp.fractional_max_pool2d(tp.tensor(np.ones((1, 2, 7, 7), np.float32)), 2,
+    ...                          output_ratio=0.5).shape
+    (1, 2, 3, 3)
+    """
+    op = "fractional_max_pool2d"
+    shape = tuple(x.shape)
+    if len(shape) == 3:
+        samples = None if _random_samples is None else _random_samples
+        out = fractional_max_pool2d(unsqueeze(x, 0, tape=tape), kernel_size, output_size,
+                                    output_ratio, return_indices, samples, tape=tape)
+        if return_indices:
+            return squeeze(out[0], 0, tape=tape), out[1].reshape(out[1].shape[1:])
+        return squeeze(out, 0, tape=tape)
+    if len(shape) != 4:
+        raise ShapeError(f"{op}: expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got shape "
+                         f"{shape}")
+    if x.dtype != FLOAT:
+        raise DTypeError(f"{op}: input of shape {shape} has dtype {x.dtype}, expected float32")
+    kh, kw = _pair(op, "kernel_size", kernel_size)
+    n, c, h, w = shape
+    if output_size is None:
+        if output_ratio is None:
+            raise ParclError(f"{op}: requires specifying either an output_size or an "
+                             "output_ratio")
+        ratio = (output_ratio, output_ratio) if np.ndim(output_ratio) == 0 \
+            else tuple(output_ratio)
+        if len(ratio) != 2 or not all(0 < float(r) < 1 for r in ratio):
+            raise ParclError(f"{op}: output_ratio must be between 0 and 1 (got "
+                             f"{output_ratio!r})")
+        output_size = (int(h * float(ratio[0])), int(w * float(ratio[1])))
+    oh, ow = _pair(op, "output_size", output_size)
+    if oh + kh - 1 > h or ow + kw - 1 > w:
+        dim, k, size = ("height", kh, h) if oh + kh - 1 > h else ("width", kw, w)
+        raise ShapeError(f"{op}: pool {dim} {k} too large relative to input {dim} {size} "
+                         f"for an output of {(oh, ow)} (input {shape})")
+    if _random_samples is None:
+        samples = rd.uniform(x.queue, (n, c, 2), draw_key())
+        redraw(rd.UNIFORM_KEY_ARG)
+    else:
+        samples = _random_samples.value if isinstance(_random_samples, Node) \
+            else _random_samples
+        if not isinstance(samples, Tensor):
+            samples = Tensor.from_host(x.queue, np.asarray(samples, np.float32))
+        if tuple(samples.shape) != (n, c, 2):
+            raise ShapeError(f"{op}: _random_samples must have shape ({n}, {c}, 2) for input "
+                             f"{shape}, got {tuple(samples.shape)}")
+    raw = x.value if isinstance(x, Node) else x
+    index = fpk.window_argmax(raw, samples, (kh, kw), (oh, ow))
+    out = reshape(gather(reshape(x, (n, c, h * w), tape=tape), 2, index, tape=tape),
+                  (n, c, oh, ow), tape=tape)
+    return (out, index.reshape((n, c, oh, ow))) if return_indices else out
