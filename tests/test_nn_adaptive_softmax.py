@@ -74,3 +74,4 @@ def test_adaptive_log_softmax_initialises_in_pytorchs_order_and_refuses_bad_inpu
     with pytest.raises(pc.ShapeError, match="cluster 1's projection has in_features // "
                                             "div_value \\*\\* 2 = 0 features"):
         pc.nn.AdaptiveLogSoftmaxWithLoss(8, 10, [4, 8])
+

@@ -23,6 +23,7 @@ from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, Parame
                          Softmax)
 from .conv import AvgPool1d, Conv1d, ConvTranspose1d, ConvTranspose2d, MaxPool1d
 from .conv3d import Conv3d, ConvTranspose3d
+from .deprecated import NLLLoss2d
 from .dropout import AlphaDropout, Dropout1d, Dropout2d, Dropout3d, FeatureAlphaDropout
 from .fold import Fold, Unfold
 from .fractional import FractionalMaxPool2d
@@ -84,7 +85,7 @@ __all__ = [
     "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d", "LazyConv1d", "LazyConv2d",
     "LazyConvTranspose1d", "LazyConvTranspose2d", "LazyInstanceNorm1d", "LazyInstanceNorm2d",
     "LazyInstanceNorm3d", "LazyLinear", "LazyModuleMixin",
-    "AdaptiveLogSoftmaxWithLoss", "FractionalMaxPool2d",
+    "AdaptiveLogSoftmaxWithLoss", "FractionalMaxPool2d", "NLLLoss2d",
     "PixelShuffle", "PixelUnshuffle", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
     # padding (PyTorch's)
     "CircularPad1d", "CircularPad2d", "CircularPad3d", "ConstantPad1d", "ConstantPad2d",
