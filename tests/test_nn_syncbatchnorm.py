@@ -59,6 +59,16 @@ def test_convert_sync_batchnorm_swaps_batch_norms_keeping_their_tensors_as_pytor
         torch.nn.BatchNorm2d(5, affine=False)))
 
 
+def test_a_converted_resnet_block_keeps_its_fused_residual_batch_norm(queue, rng):
+    x = rng.standard_normal((2, 4, 6, 6)).astype(np.float32)
+    pc.nn.manual_seed(0)
+    block = pc.nn.BasicBlock(4, 8, stride=2)
+    want = block(tp.tensor(x)).to_host()
+    synced = pc.nn.SyncBatchNorm.convert_sync_batchnorm(block)
+    assert isinstance(synced.bn2, pc.nn.SyncBatchNorm)          # bn2(out, residual=, relu=)
+    np.testing.assert_array_equal(synced(tp.tensor(x)).to_host(), want)
+
+
 def test_sync_batchnorm_refuses_what_it_cannot_do_naming_the_layer(queue):
     with pytest.raises(pc.ParclError, match="SyncBatchNorm: process_group is not supported"):
         pc.nn.SyncBatchNorm(3, process_group=object())

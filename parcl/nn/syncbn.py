@@ -41,7 +41,10 @@ class SyncBatchNorm(BatchNorm2d):
                          queue=queue)
         self.process_group = None
 
-    def forward(self, x):
+    def forward(self, x, *, residual=None, relu: bool = False,
+                overwrite_residual: bool = False):
+        """``bn(x)``, with ``BatchNorm2d``'s fused ``relu(bn(x) + residual)`` (a converted
+        ResNet block's)."""
         shape = tuple(x.shape)
         if len(shape) < 2:
             raise ShapeError(f"{self!r}: expected at least 2D input (got {len(shape)}D input, "
@@ -49,7 +52,8 @@ class SyncBatchNorm(BatchNorm2d):
         if shape[1] != self.num_features:
             raise ShapeError(f"{self!r}: input has {shape[1]} features/channels at dim 1 "
                              f"(shape {shape}), expected {self.num_features}")
-        return self._normalise(x, sync=True)
+        return self._normalise(x, sync=True, residual=residual, relu=relu,
+                               overwrite_residual=overwrite_residual)
 
     @classmethod
     def convert_sync_batchnorm(cls, module: Module, process_group=None) -> Module:
