@@ -2,10 +2,10 @@
 (``group_norm`` with one group per channel), or with running statistics (``batch_norm`` in
 evaluation) when ``use_input_stats=False``. ``pc.nn.InstanceNorm1d``/``2d`` call it.
 
->>> x = tp.tensor(np.array([[[1.0, 3.0], [2.0, 2.0]]], np.float32))     # (1, 2, 2)
+>>> x = tp.tensor(np.array([[[1.0, 3.0], [2.0, 6.0]]], np.float32))     # (1, 2, 2)
 >>> tp.instance_norm(x, eps=0.0).to_host()
 array([[[-1.,  1.],
-        [ 0.,  0.]]], dtype=float32)
+        [-1.,  1.]]], dtype=float32)
 """
 
 from __future__ import annotations
