@@ -57,7 +57,7 @@ class SyncBatchNorm(BatchNorm2d):
 
     @classmethod
     def convert_sync_batchnorm(cls, module: Module, process_group=None) -> Module:
-        """``module`` with every ``BatchNorm1d``/``BatchNorm2d`` in it (itself too) replaced by
+        """``module`` with every ``BatchNorm1d``/``2d``/``3d`` in it (itself too) replaced by
         a ``SyncBatchNorm`` holding the same parameters and buffers (the same objects, as
         PyTorch's) and ``training`` flag; returns the module (a new one if ``module`` itself
         was a batch norm)."""
