@@ -106,6 +106,24 @@ def test_polygamma_knows_its_closed_forms(queue):
                                [-0.5772156649015329, -1.9635100260214235], rtol=1e-6)
 
 
+def test_polygamma_past_float32s_range_near_a_pole_is_infinite_as_pytorch(queue):
+    # the first term of the series, x**-(n+1), overflows there: it was inf - inf, NaN
+    x = np.array([1e-20, -1e-20, 1e-38, 1e-10, -1e-9, 1e-6], np.float32)
+    for n in (1, 2, 3, 4, 8):
+        got = tp.polygamma(n, up(queue, x)).to_host()
+        want = torch.polygamma(n, torch.tensor(x)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"polygamma({n})")
+    np.testing.assert_array_equal(tp.polygamma(1, up(queue, x[:3])).to_host(), [np.inf] * 3)
+    np.testing.assert_array_equal(tp.polygamma(2, up(queue, x[:2])).to_host(),
+                                  [-np.inf, np.inf])
+    # digamma's gradient is polygamma(1, x)
+    v = leaf(queue, np.array([1e-20, 2.0], np.float32))
+    with tp.Tape() as tape:
+        y = tp.digamma(v)
+    tape.backward(y, grad=up(queue, np.ones(2)))
+    np.testing.assert_allclose(v.grad.to_host(), [np.inf, np.pi ** 2 / 6 - 1], rtol=1e-6)
+
+
 @pytest.mark.parametrize("p", [1, 2, 4])
 def test_mvlgamma_matches_pytorch_value_and_gradient(queue, rng, p):
     x = rng.uniform((p - 1) / 2 + 0.1, 9.0, 50).astype(np.float32)

@@ -46,6 +46,9 @@ inline float zeta_int(const int s, float q)
     const float shift = 9.0f + (float)s;
     while (q < shift) {
         const float t = pown(q, -s), sum = head + t;
+        // a term past float32's range (q near 0 or a negative integer) is the whole sum:
+        // +-inf as PyTorch's, where the compensation below would make it inf - inf, NaN
+        if (isinf(t)) return t;
         lost += (fabs(head) >= fabs(t)) ? (head - sum) + t : (t - sum) + head;
         head = sum;
         q += 1.0f;
