@@ -61,6 +61,9 @@ CASES = {
                            lambda a, b: torch.cdist(a, b, 1.0), [(1, 4, 3), (2, 5, 3)]),
     "cdist_p3": (lambda a, b: tp.cdist(a, b, 3.0), lambda a, b: torch.cdist(a, b, 3.0),
                  [(4, 2), (3, 2)]),
+    "cdist_pinf_broadcast": (lambda a, b: tp.cdist(a, b, float("inf")),
+                             lambda a, b: torch.cdist(a, b, float("inf")),
+                             [(2, 1, 4, 3), (3, 5, 3)]),
     "dist_p2": (tp.dist, torch.dist, [(3, 4), (4,)]),
     "dist_p_half": (lambda a, b: tp.dist(a, b, 0.5), lambda a, b: torch.dist(a, b, 0.5),
                     [(6,), (6,)]),
@@ -115,6 +118,25 @@ def test_cdist_of_coinciding_rows_has_gradient_zero_as_pytorch(queue, rows):
     np.testing.assert_allclose(d.to_host(), want.numpy(), rtol=1e-6)
     assert d.to_host()[0, 0] == 0.0
     np.testing.assert_array_equal(x.grad.to_host()[0], [0, 0])
+
+
+def test_cdist_inf_norm_gives_every_tied_element_the_whole_gradient_as_pytorch(queue):
+    # PyTorch's cdist sends g * sign(a - b) to each element at the largest |a - b|, where the
+    # inf-norm of linalg_vector_norm (and torch.dist) shares it among the ties: parcl's cdist
+    # shared it, x.grad [[0, -1.5, 0.5], [-1/3] * 3] where PyTorch gives [[0, -2, 1], [-1] * 3]
+    x = leaf(queue, [[1.0, -2.0, 2.0], [0.0, 0.0, 0.0]])
+    y = leaf(queue, [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    with tp.Tape() as tape:
+        d = tp.cdist(x, y, float("inf"))
+    tape.backward(d, grad=up(queue, np.ones((2, 2))))
+    tx, ty = (torch.tensor(v.value.to_host(), requires_grad=True) for v in (x, y))
+    want = torch.cdist(tx, ty, float("inf"))
+    want.backward(torch.ones(2, 2))
+    np.testing.assert_array_equal(d.to_host(), [[2, 3], [0, 1]])
+    np.testing.assert_array_equal(x.grad.to_host(), [[0, -2, 1], [-1, -1, -1]])
+    np.testing.assert_array_equal(x.grad.to_host(), tx.grad.numpy())
+    np.testing.assert_array_equal(y.grad.to_host(), ty.grad.numpy())
+    assert d.op_name == "cdist"
 
 
 def test_addmv_with_beta_zero_ignores_a_nan_input_as_pytorch(queue):

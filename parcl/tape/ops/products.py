@@ -25,13 +25,14 @@ from .diagonals import tensordot
 from .elementwise import add, div, mul, sub
 from .indexing import expand
 from .linalg import bmm, matmul, mm
-from .mathops import eq
+from .mathops import eq, sign
 from .mathops_more import clamp_min
 from .picks import constant, index_select
 from .reduce import sum
+from .reduce_dims import amax
 from .select import where
 from .shape import permute, reshape, unsqueeze, wrap_dim
-from .unary import sqrt
+from .unary import abs, neg, sqrt
 
 __all__ = ["addbmm", "addmv", "addr", "cdist", "cross", "dist", "dot", "inner", "kron", "mv",
            "vdot"]
@@ -236,6 +237,37 @@ class EuclideanDist(Function):
         return g1, g2
 
 
+class ChebyshevDist(Function):
+    """The inf-norm distances of the rows of ``x1 (*, P, M)`` and ``x2 (*, R, M)`` (one
+    leading shape): the largest ``|a - b|`` of each pair. Its backward is PyTorch's cdist's,
+    ``g * sign(a - b)`` to every element at the maximum: ties each get the whole gradient,
+    where ``linalg_vector_norm``'s (``torch.dist``'s) share it."""
+
+    name = "cdist"
+
+    def forward(self, x1: Tensor, x2: Tensor):
+        diff = sub(unsqueeze(x1, -2), unsqueeze(x2, -3))              # (*, P, R, M)
+        d = amax(abs(diff), -1)
+        if self.recording:
+            self.saved = (diff, d)
+        return d
+
+    def backward(self, g: Tensor):
+        diff, d = self.saved
+        at_max = eq(abs(diff), unsqueeze(d, -1))
+        per_element = mul(mul(sign(diff), at_max), unsqueeze(g, -1))
+        need = self.needs_input_grad
+        g1 = sum(per_element, -2) if need[0] else None
+        g2 = neg(sum(per_element, -3)) if need[1] else None
+        return g1, g2
+
+
+def _with_batch(x, batch: tuple, tape):
+    """``x (*, N, M)`` expanded to the leading dims ``batch``."""
+    shape = tuple(x.shape)
+    return x if shape[:-2] == batch else expand(x, batch + shape[-2:], tape=tape)
+
+
 COMPUTE_MODES = (None, "use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist",
                  "donot_use_mm_for_euclid_dist")
 
@@ -248,8 +280,9 @@ def cdist(x1, x2, p: float = 2.0, compute_mode=None, *, tape=None):
     PyTorch: one GEMM, ``sqrt(|a|^2 + |b|^2 - 2 a.b)`` (tens of times quicker, and as
     PyTorch's it loses precision for rows close together); otherwise the norm of the broadcast
     difference over its last dim (``P * R * M`` elements), exact. Either way the gradient is 0
-    where two rows coincide, as PyTorch's. ``p=0`` counts the differing elements (a raw
-    Tensor, no gradient).
+    where two rows coincide, as PyTorch's; for ``p=inf`` each element tied at the largest
+    difference gets the whole gradient, as PyTorch's cdist (``torch.dist`` shares it). ``p=0``
+    counts the differing elements (a raw Tensor, no gradient).
 
     >>> tp.cdist(tp.reshape(a, (3, 1)), tp.reshape(a, (3, 1))).to_host()[0]
     array([0., 1., 2.], dtype=float32)
@@ -271,12 +304,13 @@ def cdist(x1, x2, p: float = 2.0, compute_mode=None, *, tape=None):
         compute_mode in COMPUTE_MODES[:2] and (s1[-2] > 25 or s2[-2] > 25)))
     if by_mm:
         b = int(np.prod(batch, dtype=np.int64))
-        a3 = reshape(expand(x1, batch + s1[-2:], tape=tape) if s1[:-2] != batch else x1,
-                     (b, *s1[-2:]), tape=tape)
-        b3 = reshape(expand(x2, batch + s2[-2:], tape=tape) if s2[:-2] != batch else x2,
-                     (b, *s2[-2:]), tape=tape)
+        a3 = reshape(_with_batch(x1, batch, tape), (b, *s1[-2:]), tape=tape)
+        b3 = reshape(_with_batch(x2, batch, tape), (b, *s2[-2:]), tape=tape)
         return reshape(EuclideanDist.apply(a3, b3, tape=tape), batch + (s1[-2], s2[-2]),
                        tape=tape)
+    if p == np.inf:
+        return ChebyshevDist.apply(_with_batch(x1, batch, tape), _with_batch(x2, batch, tape),
+                                   tape=tape)
     diff = sub(unsqueeze(x1, -2, tape=tape), unsqueeze(x2, -3, tape=tape), tape=tape)
     return linalg_vector_norm(diff, p, -1, tape=tape)
 
