@@ -81,6 +81,21 @@ def test_edges_are_torch_specials(queue):
         zero.grad = None
 
 
+def test_i1_and_i1e_gradients_below_the_smallest_normal_float_are_one_half_as_pytorch(queue):
+    # i1(x) = x / 2 rounds to 0 at 1e-45 and 1 / x overflows below 2.9e-39: the gradients
+    # were i1's 1.0 and i1e's NaN (1e-45) and -inf (1e-40), where PyTorch's are 1/2
+    x = np.array([1e-45, -1e-45, 1e-40, -3e-39, 2e-38, 1e-3], np.float32)
+    for fn, tfn in ((special.i1, torch.special.i1), (special.i1e, torch.special.i1e)):
+        v = leaf(queue, x)
+        with tp.Tape() as tape:
+            y = fn(v)
+        tape.backward(y, grad=up(queue, np.ones(6)))
+        t = torch.tensor(x, requires_grad=True)
+        tfn(t).backward(torch.ones(6))
+        np.testing.assert_array_equal(v.grad.to_host()[:4], [0.5] * 4)
+        np.testing.assert_allclose(v.grad.to_host(), t.grad.numpy(), rtol=1e-6)
+
+
 def test_aliases_are_parcls_ops_and_tp_keeps_torchs_top_level(queue):
     assert special.psi is tp.digamma and special.gammaln is tp.lgamma
     assert special.multigammaln is tp.mvlgamma and special.expit is tp.sigmoid

@@ -226,10 +226,11 @@ SPECIAL_GRAD = {
     "mvlgamma_backward": "y * mvdigamma_f(x, p)",
     "i0_backward": "y * i1_f(x)",
     # PyTorch's: i1' = i0 - i1 / x (1/2 at 0), i0e' = i1e - sgn(x) i0e,
-    # i1e' = i0e - i1e (sgn(x) + 1 / x) (1/2 at 0)
-    "i1_backward": "(x == 0.0f) ? 0.5f * y : y * (i0_f(x) - i1_f(x) / x)",
+    # i1e' = i0e - i1e (sgn(x) + 1 / x) (1/2 at 0); 1/2 also below the smallest normal
+    # float, where i1(x) = x / 2 rounds to 0 or 1 / x overflows (1 and -inf there, not 1/2)
+    "i1_backward": "(fabs(x) < FLT_MIN) ? 0.5f * y : y * (i0_f(x) - i1_f(x) / x)",
     "i0e_backward": "y * (i1e_f(x) - ((x > 0.0f) ? 1.0f : ((x < 0.0f) ? -1.0f : 0.0f)) * i0e_f(x))",
-    "i1e_backward": "(x == 0.0f) ? 0.5f * y : y * (i0e_f(x) - i1e_f(x)"
+    "i1e_backward": "(fabs(x) < FLT_MIN) ? 0.5f * y : y * (i0e_f(x) - i1e_f(x)"
                     " * (((x > 0.0f) ? 1.0f : -1.0f) + 1.0f / x))",
     "entr_backward": "-y * (1.0f + log(x))",
     # torch.special.ndtr's (its forward is the family's normal_cdf): the normal density
