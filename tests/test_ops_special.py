@@ -181,6 +181,18 @@ def test_logit_with_and_without_eps_is_pytorchs_gradient_included(queue):
                                [np.log(0.25), np.log(4.0)], rtol=1e-6)
 
 
+def test_logit_gradient_at_minus_zero_is_plus_infinity_as_pytorch(queue):
+    # y / (x (1 - x)) at x = -0 divided by -0: the gradient was -inf where PyTorch's is +inf
+    x = np.array([-0.0, 0.0, 1.0, 0.5], np.float32)
+    g = np.array([1.0, 1.0, 1.0, -2.0], np.float32)
+    for eps in (None, 0.0):
+        _, grad = _ours(queue, lambda v, eps=eps: tp.logit(v, eps), x, g)
+        t = torch.tensor(x, requires_grad=True)
+        torch.logit(t, eps).backward(torch.tensor(g))
+        np.testing.assert_array_equal(grad, [np.inf, np.inf, np.inf, -8.0], err_msg=f"{eps}")
+        np.testing.assert_array_equal(grad, t.grad.numpy(), err_msg=f"eps={eps}")
+
+
 def test_sinc_and_its_gradient_at_zero_are_pytorchs(queue):
     y, grad = _ours(queue, tp.sinc, np.array([0.0, 1.0, -2.0, 0.5], np.float32),
                     np.ones(4, np.float32))

@@ -237,9 +237,10 @@ SPECIAL_GRAD = {
     "ndtr_backward": "y * 0.3989422804014327f * exp(-0.5f * x * x)",
     # (cos(pi x) - sinc(x)) / x, 0 at 0, as PyTorch's
     "sinc_backward": "y * sinc_grad_f(x)",
-    # PyTorch's: 0 outside [eps, 1 - eps] with an eps, NaN outside [0, 1] without
-    "logit_backward": "(p < 0.0f) ? ((x < 0.0f || x > 1.0f) ? NAN : y / (x * (1.0f - x)))"
-                      " : ((x < p || x > 1.0f - p) ? 0.0f : y / (x * (1.0f - x)))",
+    # PyTorch's: 0 outside [eps, 1 - eps] with an eps, NaN outside [0, 1] without; fabs
+    # makes -0's x (1 - x) +0, so its gradient is +inf as PyTorch's (y * inf at 0), not -inf
+    "logit_backward": "(p < 0.0f) ? ((x < 0.0f || x > 1.0f) ? NAN : y / fabs(x * (1.0f - x)))"
+                      " : ((x < p || x > 1.0f - p) ? 0.0f : y / fabs(x * (1.0f - x)))",
     # nansum's: 0 where x is NaN (times y: NaN where y is inf, as PyTorch's mask product)
     "nansum_backward": "isnan(x) ? 0.0f * y : y",
     # torch.isclose, p: rtol, q: atol; equal values (infinities too) are close, NaN is not
