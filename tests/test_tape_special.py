@@ -81,6 +81,20 @@ def test_edges_are_torch_specials(queue):
         zero.grad = None
 
 
+def test_bessel_functions_past_5e37_are_infinite_or_scaled_as_pytorch(queue):
+    # 2 pi |x| overflowed in the Hankel series' 1 / sqrt(2 pi |x|): i0 and i1 were NaN
+    # (inf * 0) and i0e, i1e 0 above 5.4e37, where PyTorch's are +-inf and 3.99e-20 at 1e38
+    x = np.array([1e38, -1e38, 6e37, 3.4e38], np.float32)
+    for fn, tfn in ((tp.i0, torch.i0), (special.i1, torch.special.i1),
+                    (special.i0e, torch.special.i0e), (special.i1e, torch.special.i1e)):
+        got = fn(up(queue, x)).to_host()
+        np.testing.assert_allclose(got, tfn(torch.tensor(x)).numpy(), rtol=1e-6,
+                                   err_msg=fn.__name__)
+    np.testing.assert_array_equal(tp.i0(up(queue, x)).to_host(), [np.inf] * 4)
+    np.testing.assert_allclose(special.i0e(up(queue, x[:2])).to_host(),
+                               [(2 * np.pi * 1e38) ** -0.5] * 2, rtol=1e-6)
+
+
 def test_i1_and_i1e_gradients_below_the_smallest_normal_float_are_one_half_as_pytorch(queue):
     # i1(x) = x / 2 rounds to 0 at 1e-45 and 1 / x overflows below 2.9e-39: the gradients
     # were i1's 1.0 and i1e's NaN (1e-45) and -inf (1e-40), where PyTorch's are 1/2

@@ -134,7 +134,9 @@ inline float bessel_hankel(const float ax, const float mu)
         t *= -(mu - odd * odd) / ((float)k * 8.0f * ax);
         s += t;
     }
-    return s * rsqrt(2.0f * M_PI_F * ax);
+    // 2 pi |x| passes float32's range above 5.4e37: there 1 / sqrt(2 pi) apart (else i0e
+    // was 0 and i0 inf * 0, NaN)
+    return s * ((ax > 1e37f) ? 0.3989422804f * rsqrt(ax) : rsqrt(2.0f * M_PI_F * ax));
 }
 inline float bessel_i0_series(const float ax)
 {
