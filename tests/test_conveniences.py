@@ -315,6 +315,32 @@ def test_a_remainder_assign_under_no_grad_changes_the_parameter_in_place_as_pyto
             x %= tp.tensor(np.ones((2, 3), np.float32))
 
 
+def test_a_floor_divide_assign_under_no_grad_changes_the_parameter_in_place_as_pytorch():
+    """PyTorch's ``p //= 2.0`` under no_grad floors the parameter in place; parcl's Node had
+    ``//`` but no ``//=``, so Python's fallback ``p = p // 2.0`` rebound the loop variable and
+    the weight stayed [2.5, -0.7, 7.0] where PyTorch's is [1, -1, 3], silently (and on a leaf
+    while recording it gave a new Node where PyTorch refuses)."""
+    w = tp.tensor(np.array([2.5, -0.7, 7.0], np.float32), requires_grad=True)
+    t = torch.tensor([2.5, -0.7, 7.0], requires_grad=True)
+    with tp.no_grad():
+        for p in [w]:
+            p //= 2.0
+    with torch.no_grad():
+        for p in [t]:
+            p //= 2.0
+    np.testing.assert_array_equal(w.to_host(), t.detach().numpy())
+    np.testing.assert_array_equal(w.to_host(), [1.0, -1.0, 3.0])
+    with tp.Tape():
+        with pytest.raises(ParclError, match="Node //=: a leaf that requires grad"):
+            w //= 2.0
+        x = w * 3.0                                  # recorded: x = x // y, a new Node
+        y = x
+        y //= 2.0
+        assert y is not x
+        with pytest.raises(ShapeError, match=r"Node //=: an operand of shape \(2, 3\)"):
+            x //= tp.tensor(np.ones((2, 3), np.float32))
+
+
 def test_a_manual_step_outside_no_grad_is_refused_as_pytorch():
     """PyTorch refuses ``p -= lr * p.grad`` on a parameter while grad mode is on ('a leaf
     Variable that requires grad is being used in an in-place operation'). parcl recorded

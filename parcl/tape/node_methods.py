@@ -35,7 +35,7 @@ def _torch_names(op: str, dim, keepdim, axis, keepdims) -> tuple:
 
 
 _OPERATORS = {"__iadd__": "+", "__isub__": "-", "__imul__": "*", "__itruediv__": "/",
-              "__ipow__": "**", "__imod__": "%"}
+              "__ipow__": "**", "__imod__": "%", "__ifloordiv__": "//"}
 
 
 @cache
@@ -326,6 +326,16 @@ class NodeMethods:
 
     def __floordiv__(self, other):
         return _ops().floor_divide(self, other)
+
+    def __ifloordiv__(self, other):
+        # in place under no_grad, as PyTorch's //= (as %=: Python's fallback p = p // c left
+        # a parameter as it was); pc.Tensor has no //, so the quotient is copied into the value
+        if mode.state.grad:
+            self._keeps_shape("__ifloordiv__", other)
+            return NotImplemented
+        other = other.value if isinstance(other, NodeMethods) else other
+        self.value.copy_(_ops().floor_divide(self.value, other))
+        return self
 
     def __rfloordiv__(self, other):
         return _ops().floor_divide(other, self)
