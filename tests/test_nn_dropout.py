@@ -226,3 +226,12 @@ def test_alpha_dropout_refuses_a_p_assigned_out_of_range_as_pytorch(queue, cls, 
         theirs = getattr(torch.nn, cls)(0.5)
         theirs.p = p
         theirs(torch.ones(2, 3, 4))
+
+
+def test_the_first_dropout_of_a_seed_0_thread_does_not_always_drop_element_0(queue):
+    """The mask of call (seed, counter) mixes ``key + i * golden``; the key of seed 0's first
+    call (every unseeded thread's) was 0, splitmix64's fixed point, so element 0 got the bits
+    0 and was dropped whatever p: ``tp.dropout(ones(8), 0.01)`` gave [0, 1.01, ...]."""
+    pc.manual_seed(0)
+    y = tp.dropout(tp.tensor(np.ones(8, np.float32)), 1e-6, True).to_host()
+    np.testing.assert_array_equal(y, np.full(8, np.float32(1 / (1 - 1e-6))))

@@ -69,8 +69,10 @@ def splitmix64(z: int) -> int:
 
 
 def mask_key(seed: int, counter: int) -> int:
-    """The per-call key of ``(seed, counter)``."""
-    return splitmix64((int(seed) * GOLDEN + int(counter)) & _M64)
+    """The per-call key of ``(seed, counter)``; never 0: the mixer's one fixed point is
+    ``splitmix64(0) == 0``, so a key of 0 (seed 0, counter 0: every unseeded thread's first
+    call) gave element 0 the bits 0, dropped whatever ``p``."""
+    return splitmix64((int(seed) * GOLDEN + int(counter)) & _M64) or GOLDEN
 
 
 def _params(p: float) -> tuple[np.uint32, np.float32]:
