@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 
 from ..errors import ParclError
+from ..tape.hooks import changes as hook_changes
 from ..tape.node import Node
 from ..tensor import Tensor
 from .buffer_slots import ModelSlots
@@ -42,7 +43,7 @@ from .module import Module
 __all__ = ["ModelFollower"]
 
 # what a module's __dict__ holds besides its attributes (registries, the mode followed apart)
-_SKIPPED = frozenset(("_parameters", "_buffers", "_modules", "training"))
+_SKIPPED = frozenset(("_parameters", "_buffers", "_modules", "training", "_hooks"))
 
 
 class ModelFollower:
@@ -50,6 +51,7 @@ class ModelFollower:
 
     def __init__(self, first: ModelSlots):
         self.first = first
+        self._hooks_seen = None       # ``tape.hooks.changes()`` when the hooks last agreed
         self.note()
 
     def note(self) -> None:
@@ -71,6 +73,10 @@ class ModelFollower:
         for r, (_, other) in enumerate(trees[1:], 1):
             if other != layout:
                 raise ParclError(_different_trees(r, layout, other))
+        count = hook_changes()
+        if count != self._hooks_seen:      # one int compared while no hook was (un)registered
+            _check_hooks([m for m, _ in trees], layout, slots)
+            self._hooks_seen = count
         changed = self._assigned(first)
         wanted = [p is not None and p.requires_grad for p in slots[0].parameters.values()]
         for (modules, _), other in zip(trees[1:], slots[1:]):
@@ -139,6 +145,33 @@ def _holds_tensors(frozen) -> bool:
 def _tree(model: Module) -> tuple[list[Module], list]:
     named = list(model.named_modules())
     return [m for _, m in named], [(path, type(m)) for path, m in named]
+
+
+def _hook_counts(modules: list[Module], slots: ModelSlots) -> list[tuple[str, int]]:
+    counts = [(i, (0, 0, 0, 0) if m._hooks is None else m._hooks.counts())
+              for i, m in enumerate(modules)]
+    counts += [(path, 0 if p is None or p.entry.hooks is None
+                else len(p.entry.hooks.fns) + len(p.entry.hooks.post))
+               for path, p in slots.parameters.items()]
+    return counts
+
+
+def _check_hooks(trees: list[list[Module]], layout: list, slots: list[ModelSlots]) -> None:
+    """Every replica's modules and parameters hold as many hooks as replica 0's: a hook
+    registered on ``group.model`` (replica 0's) alone would change replica 0's output or
+    gradients only, and the step average them with the others' unchanged ones."""
+    first = _hook_counts(trees[0], slots[0])
+    for r, (modules, other) in enumerate(zip(trees[1:], slots[1:]), 1):
+        for (where, mine), (_, theirs) in zip(first, _hook_counts(modules, other)):
+            if mine != theirs:
+                path = layout[where][0] if isinstance(where, int) else where
+                what = ("(forward pre, forward, backward pre, backward)"
+                        if isinstance(where, int) else "gradient")
+                raise ParclError(
+                    f"ReplicaGroup: replica 0's {path or 'model'!r} has {mine} {what} hooks, "
+                    f"replica {r}'s {theirs}: a hook registered on group.model runs on replica "
+                    "0 only. Register hooks in build_model, or on every replica: "
+                    "for r in group.replicas: r.model...register_...(hook)")
 
 
 def _different_trees(r: int, layout: list, other: list) -> str:

@@ -54,7 +54,9 @@ _FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
               functools.partial)
 # a device resource a module may hold (its queue): which one, by identity, never its insides
 _RESOURCES = (cl.CommandQueue, cl.Context, cl.Device)
-_REGISTRIES = frozenset(("_parameters", "_buffers", "_modules"))   # not plain: skipped at once
+# not plain: skipped at once (hooks: a registration or removal records anew by itself,
+# ``tp.hooks.changes``)
+_REGISTRIES = frozenset(("_parameters", "_buffers", "_modules", "_hooks"))
 # Bounds on what a config object is keyed through: nesting deeper than this is a cycle or a
 # data structure rather than settings, and so are more values than this in all (a vocabulary,
 # a diamond of shared objects); either makes the object unkeyable.

@@ -32,8 +32,10 @@ from ..gate import transfer
 from ..pool import stamp
 from ..runtime import default_queue
 from ..tape.changes import changed
+from ..tape.hooks import RemovableHandle
 from ..tape.node import Node, host_copy
 from ..tensor import Tensor
+from .module_hooks import ModuleHooks
 
 __all__ = ["IncompatibleKeys", "Module", "Parameter", "StateDictError", "default_generator",
            "manual_seed"]
@@ -503,8 +505,46 @@ class Module:
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
+    _hooks: ModuleHooks | None = None        # set on the first hook registered
+
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        hooks = self._hooks
+        if hooks is None:
+            return self.forward(*args, **kwargs)
+        return hooks.call(self, args, kwargs)
+
+    def register_forward_pre_hook(self, hook, *, with_kwargs: bool = False,
+                                  prepend: bool = False) -> RemovableHandle:
+        """Call ``hook(module, args)`` before each ``forward``; a returned value (a tuple, or
+        one value) replaces the positional arguments. ``with_kwargs=True``: ``hook(module,
+        args, kwargs)`` returning None or ``(args, kwargs)``. ``prepend``: before the hooks
+        already registered. As PyTorch's; ``handle.remove()`` takes it out."""
+        return self._module_hooks().add("forward_pre", hook, with_kwargs, False, prepend)
+
+    def register_forward_hook(self, hook, *, with_kwargs: bool = False, always_call: bool = False,
+                              prepend: bool = False) -> RemovableHandle:
+        """Call ``hook(module, args, output)`` after each ``forward`` (``with_kwargs=True``:
+        ``hook(module, args, kwargs, output)``); a returned value replaces the output.
+        ``always_call=True``: also when the forward raised. As PyTorch's."""
+        return self._module_hooks().add("forward", hook, with_kwargs, always_call, prepend)
+
+    def register_full_backward_pre_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """Call ``hook(module, grad_output)`` in each backward once the output's gradient is
+        complete; a returned tuple replaces ``grad_output``. As PyTorch's, for a module that
+        returns one Node (``parcl.nn.module_hooks``)."""
+        return self._module_hooks().add("backward_pre", hook, prepend=prepend)
+
+    def register_full_backward_hook(self, hook, prepend: bool = False) -> RemovableHandle:
+        """Call ``hook(module, grad_input, grad_output)`` in each backward once the gradient
+        of the input is complete (at once when no input requires grad); a returned tuple
+        replaces ``grad_input``. As PyTorch's, for a module that returns one Node and takes
+        at most one input that requires grad (``parcl.nn.module_hooks``)."""
+        return self._module_hooks().add("backward", hook, prepend=prepend)
+
+    def _module_hooks(self) -> ModuleHooks:
+        if self._hooks is None:
+            object.__setattr__(self, "_hooks", ModuleHooks())
+        return self._hooks
 
     def extra_repr(self) -> str:
         return ""

@@ -6,6 +6,7 @@
 >>> tape.backward(loss)
 """
 
+from .autograd import backward, grad
 from .capture import CapturedStep, Unkeyed, capture
 from .gradcheck import gradcheck
 from .mode import (
@@ -14,8 +15,10 @@ from .mode import (
                    detect_anomaly,
                    enable_grad,
                    get_current_tape,
+                   inference_mode,
                    is_anomaly_enabled,
                    is_grad_enabled,
+                   is_inference_mode_enabled,
                    no_grad,
                    set_current_tape,
                    set_grad_enabled,
@@ -24,11 +27,13 @@ from .node import Function, Node, tensor
 from .ops import *  # noqa: F401,F403  (add, sub, ..., cross_entropy)
 from .ops import __all__ as _ops_all
 from . import special  # tp.special: torch.special's names
+from .hooks import RemovableHandle
 from .recompute import checkpoint, checkpoint_sequential
 from .tape import Tape, topological_order
 
-__all__ = ["CapturedStep", "Function", "Node", "Tape", "Unkeyed", "apply_modes", "capture",
-           "capture_modes", "checkpoint", "checkpoint_sequential", "detect_anomaly",
-           "enable_grad", "get_current_tape", "gradcheck", "is_anomaly_enabled",
-           "is_grad_enabled", "no_grad", "set_current_tape", "set_grad_enabled", "tensor",
-           "topological_order", "special", *_ops_all]
+__all__ = ["CapturedStep", "Function", "Node", "RemovableHandle", "Tape", "Unkeyed",
+           "apply_modes", "backward", "capture", "capture_modes", "checkpoint",
+           "checkpoint_sequential", "detect_anomaly", "enable_grad", "get_current_tape", "grad",
+           "gradcheck", "inference_mode", "is_anomaly_enabled", "is_grad_enabled",
+           "is_inference_mode_enabled", "no_grad", "set_current_tape",
+           "set_grad_enabled", "tensor", "topological_order", "special", *_ops_all]

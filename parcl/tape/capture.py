@@ -19,6 +19,10 @@ covers a model's plain attributes, its train/eval modes, which modules (of which
 made of and which tensors it holds (a parameter or buffer replaced by a new one): the key kept
 with a recording holds those tensors, so the memory its replays use goes to no other tensor.
 A parameter frozen or thawed, or given a new ``.value``, is seen without a key.
+A hook registered on or removed from a leaf or a module between calls (``register_hook``,
+``register_forward_hook``) is seen without a key too (``tape.hooks.changes``): the next call
+records anew. A hook's device work is replayed; its Python (a print, a list it appends to)
+runs only in the calls that record.
 
 A replay also gives every leaf the ``.grad`` its recording gave it. The recording noted the
 state it found the leaves' gradients in (none, or buffers to accumulate into) and which leaves
@@ -45,7 +49,7 @@ from ..errors import ParclError
 from ..gate import transfer
 from ..tensor import INTERNAL, Tensor, _check_dtype
 from ..uploads import own
-from . import mode
+from . import hooks, mode
 from .tape import hold_back
 
 MAX_SIGNATURES = 8          # input signatures kept per captured function (oldest dropped first)
@@ -120,7 +124,9 @@ class CapturedStep:
         return variants[0].reason if variants else None
 
     def _key(self, arrays, key):
-        return (tuple((a.shape, a.dtype.str) for a in arrays), mode.capture_modes(), key)
+        # hooks registered or removed on leaves or modules since: another recording
+        return (tuple((a.shape, a.dtype.str) for a in arrays), mode.capture_modes(),
+                hooks.changes(), key)
 
     def __call__(self, *arrays, key=(), borrow: bool = False):
         """Run the step on these numpy inputs (see the module docstring). ``borrow=True``:
@@ -178,7 +184,7 @@ class CapturedStep:
                   for a in arrays]
         entry = _Entry(inputs, None, None, None)
         self._upload(entry, arrays, borrow)
-        unkeyed = _unkeyed(k[2])
+        unkeyed = _unkeyed(k[-1])
         if unkeyed is not None or mode.is_anomaly_enabled():
             entry.reason = unkeyed or "detect_anomaly reads every value back to the host"
             self.eager_calls += 1

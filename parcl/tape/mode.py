@@ -26,6 +26,7 @@ class _State(threading.local):
     tape = None
     stats_sync = None
     recompute = False      # tp.checkpoint's backward is running its function again
+    inference = False      # inside tp.inference_mode
 
 
 state = _State()       # thread-local: each thread sees its own attributes
@@ -163,6 +164,40 @@ class enable_grad(_GradModeContext):
     """Re-enable recording inside a ``no_grad`` block (context manager or decorator)."""
 
     value = True
+
+
+class inference_mode:
+    """PyTorch's ``inference_mode``: ``no_grad`` (ops return raw Tensors, which no later
+    backward can reach anyway) that ``is_inference_mode_enabled`` reports; ``mode=False``
+    changes nothing. A context manager and a decorator; thread-local.
+
+    >>> with tp.inference_mode():
+    ...     out = model(x)          # a raw Tensor
+    """
+
+    def __init__(self, mode: bool = True):
+        if not isinstance(mode, (bool, np.bool_)):
+            raise DTypeError(f"inference_mode: the mode must be a bool, got {mode!r} "
+                             f"({type(mode).__name__})")
+        self.mode = bool(mode)
+
+    def __enter__(self):
+        self.prev = (state.grad, state.inference)
+        if self.mode:
+            state.grad, state.inference = False, True
+        return self
+
+    def __exit__(self, *exc):
+        state.grad, state.inference = self.prev
+        return False
+
+    def __call__(self, fn):
+        return _decorated(fn, lambda: inference_mode(self.mode))
+
+
+def is_inference_mode_enabled() -> bool:
+    """Whether this thread is inside ``tp.inference_mode()``."""
+    return state.inference
 
 
 def batch_stats_sync():

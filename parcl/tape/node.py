@@ -25,6 +25,7 @@ from ..tensor import Tensor, joined_checks
 from . import mode
 from .anomaly import call_site, check_finite
 from .changes import note_change
+from .hooks import GradHooks, RemovableHandle, note_change as note_hooks_change
 from .node_methods import NodeMethods
 
 
@@ -34,7 +35,7 @@ class Entry:
     held by its tape and its children. ``node`` is a weak reference to the Node."""
 
     __slots__ = ("grad_fn", "parents", "requires_grad", "grad", "op_name", "where", "index",
-                 "tape", "shape", "node", "recorded_at", "alias", "__weakref__")
+                 "tape", "shape", "node", "recorded_at", "alias", "hooks", "__weakref__")
 
     @property
     def value(self) -> Tensor:
@@ -65,6 +66,7 @@ def _entry(value: Tensor, grad_fn, parents: list, requires_grad: bool, op_name: 
     # an op whose saved tensors were changed in place after it (``MemoryPool.overwrites``)
     e.recorded_at = None if grad_fn is None else stamp()
     e.alias = None          # the parent whose buffer its value is (a reshape's input), if any
+    e.hooks = None          # its gradient hooks and retain_grad (``hooks.GradHooks``), if any
     return e
 
 
@@ -159,17 +161,117 @@ class Node(NodeMethods):
         """Whether the tape that recorded this node was released: its graph is gone."""
         return self.entry.tape is FREED
 
-    def backward(self, grad: Tensor | None = None) -> None:
+    def backward(self, gradient: Tensor | None = None, retain_graph: bool | None = None,
+                 create_graph: bool = False, inputs=None, *, grad: Tensor | None = None) -> None:
         """``loss.backward()``: the backward of the tape that recorded this node (a new tape's
-        when none did, e.g. ops recorded with no tape current)."""
+        when none did, e.g. ops recorded with no tape current), with PyTorch's arguments
+        (``tp.backward``); ``grad=`` is ``gradient``."""
+        if grad is not None:
+            if gradient is not None:
+                raise TypeError("backward: gradient and grad given both; they are one argument")
+            gradient = grad
+        if isinstance(gradient, Node):
+            gradient = gradient.value
+        if create_graph or inputs is not None:
+            from .autograd import backward
+            return backward(self, gradient, retain_graph, create_graph, inputs)
         from .tape import Tape
         tape = self.entry.tape
         recorded = tape() if tape is not None and tape is not FREED else None
-        (recorded if recorded is not None else Tape()).backward(self, grad)
+        (recorded if recorded is not None else Tape()).backward(
+            self, gradient, retain_graph=bool(retain_graph))
 
     def detach(self) -> Tensor:
         """The value, outside the graph."""
         return self.value
+
+    # -- autograd API (PyTorch's Tensor methods) -------------------------------------------
+    @property
+    def is_leaf(self) -> bool:
+        """True for a Node no recorded op made (a parameter, ``tp.tensor``) and for one that
+        does not require grad, as PyTorch's."""
+        e = self.entry
+        return not e.requires_grad or (e.grad_fn is None and e.tape is not FREED)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Node:
+        """Set ``requires_grad`` on a leaf, in place, as PyTorch's; returns the Node. An op's
+        output cannot stop requiring grad (``detach()`` it instead)."""
+        flag = bool(requires_grad)
+        e = self.entry
+        if not self.is_leaf and not flag:
+            raise ParclError(f"requires_grad_(False) on the output of '{e.op_name}' (shape "
+                             f"{e.shape}): only a leaf's flag can change; use .detach() for "
+                             "a value outside the graph")
+        if flag and self.value.dtype != np.float32:
+            raise DTypeError(f"requires_grad_: a {self.value.dtype} Node {e.shape} cannot "
+                             "require grad; gradients are float32")
+        e.requires_grad = flag
+        return self
+
+    def register_hook(self, hook) -> RemovableHandle:
+        """Call ``hook(grad)`` in every backward once this Node's gradient (a ``pc.Tensor``)
+        is complete; a returned tensor (same shape) replaces it. On a leaf it runs before the
+        gradient is added into ``.grad``. Returns a handle: ``handle.remove()``."""
+        e = self.entry
+        if not e.requires_grad:
+            raise ParclError(f"register_hook on a Node that does not require grad ('{e.op_name}'"
+                             f", shape {e.shape}): no gradient ever reaches it")
+        if not callable(hook):
+            raise TypeError(f"register_hook: expected a callable, got {type(hook).__name__}")
+        if e.hooks is None:
+            e.hooks = GradHooks()
+        handle = RemovableHandle(e.hooks.fns, counted=e.grad_fn is None)
+        e.hooks.fns[handle.id] = hook
+        if e.grad_fn is None:      # a leaf outlives a captured step's calls: record anew
+            note_hooks_change()
+        return handle
+
+    def register_post_accumulate_grad_hook(self, hook) -> RemovableHandle:
+        """Call ``hook(leaf)`` in every backward once this leaf's gradient of the pass was
+        added into its ``.grad`` (an optimizer step per parameter, as PyTorch's); not in
+        ``tp.grad``, which adds into nothing. Returns a handle: ``handle.remove()``."""
+        e = self.entry
+        if not e.requires_grad or e.grad_fn is not None:
+            what = "does not require grad" if not e.requires_grad else "is not a leaf"
+            raise ParclError(f"register_post_accumulate_grad_hook on a Node that {what} "
+                             f"('{e.op_name}', shape {e.shape}): only a leaf's .grad is "
+                             "accumulated")
+        if not callable(hook):
+            raise TypeError(f"register_post_accumulate_grad_hook: expected a callable, got "
+                            f"{type(hook).__name__}")
+        if e.hooks is None:
+            e.hooks = GradHooks()
+        handle = RemovableHandle(e.hooks.post)
+        e.hooks.post[handle.id] = hook
+        note_hooks_change()
+        return handle
+
+    def retain_grad(self) -> None:
+        """Keep this inner Node's ``.grad`` in a backward with ``retain_grads=False`` (a
+        leaf's is always kept), as PyTorch's."""
+        e = self.entry
+        if not e.requires_grad:
+            raise ParclError(f"retain_grad on a Node that does not require grad ('{e.op_name}'"
+                             f", shape {e.shape})")
+        if e.grad_fn is None:
+            return
+        if e.hooks is None:
+            e.hooks = GradHooks()
+        e.hooks.retain = True
+
+    @property
+    def retains_grad(self) -> bool:
+        """Whether ``retain_grad()`` was called on this inner Node."""
+        e = self.entry
+        return e.grad_fn is not None and e.hooks is not None and e.hooks.retain
+
+    def detach_(self) -> Node:
+        """Make this Node a leaf that does not require grad, in place, as PyTorch's; the ops
+        already recorded from it keep their graph."""
+        e = _entry(self.value, None, [], False, "leaf")
+        e.node = weakref.ref(self)
+        self.entry = e
+        return self
 
     def __repr__(self) -> str:
         return (f"Node(op={self.op_name}, shape={self.shape}, "
@@ -268,7 +370,7 @@ class Function:
     grad_targets: dict = {}        # set per backward by the tape; never mutated in place
     takes_targets = False          # whether backward reads grad_targets (else none are found)
     # An op of one input whose backward can also add its input gradient into another tensor
-    # in the same kernel (``also_into``, set by the tape for one call; ``Tape._walk``).
+    # in the same kernel (``also_into``, set by the tape for one call; ``tape._walk``).
     adds_into = False
     also_into: Tensor | None = None
     # (option, input position): the input that a truthy option makes the forward overwrite

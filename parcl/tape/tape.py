@@ -19,6 +19,7 @@ from ..tensor import Tensor
 from . import mode
 from .anomaly import check_finite
 from .changes import check_saved_unchanged
+from .hooks import run_hooks
 from .node import ACCUMULATED, FREED, Entry, Node
 
 class _BackwardState(threading.local):
@@ -82,15 +83,18 @@ class Tape:
 
     # -- backward ---------------------------------------------------------------------------
     def backward(self, loss: Node, grad: Tensor | None = None, *,
-                 retain_grads: bool = True) -> list[Entry]:
+                 retain_grads: bool = True, retain_graph: bool = False) -> list[Entry]:
         """Reverse pass from ``loss``: every node's ``grad_fn`` once, gradients accumulated
         (``+=``) into parents and into parameters' ``.grad``.
 
         ``loss`` must be a scalar unless ``grad`` (the upstream gradient, shaped like ``loss``)
         is given. Once per tape. ``retain_grads=False`` frees intermediate nodes' gradients as
-        soon as they are propagated (leaves still get ``.grad``): less memory. Returns the
-        graph entries the pass visited (``node.entry`` of those requiring grad), parents
-        before children.
+        soon as they are propagated (leaves still get ``.grad``, and so do the nodes
+        ``retain_grad()`` was called on): less memory. Hooks (``register_hook``) run as each
+        node's gradient is complete. ``retain_graph=True`` allows another backward through
+        this tape (PyTorch's; the graph is kept until ``release`` anyway). Returns the graph
+        entries the pass visited
+        (``node.entry`` of those requiring grad), parents before children.
         """
         if self._released:
             raise ParclError("backward on a released tape: the graph was freed by "
@@ -121,125 +125,8 @@ class Tape:
         # The pending checks of what the pass starts from (an embedding's index range):
         # a loss computed from a bad input outside this graph (activations passed on
         # detached, an upstream gradient made from them) has no op here that defers them.
-        pending = loss.value.checks + grad.checks
-        loss = loss.entry
-        order = topological_order(loss)
-        for node in order:
-            if node.tape is FREED:
-                raise ParclError(
-                    f"backward: the graph reaches the output of '{node.op_name}' (shape "
-                    f"{node.shape}) recorded on a tape that was released since, so nothing "
-                    "behind it would get a gradient. Record it again on this tape, or pass "
-                    "it on with .detach() where no gradient should flow through it")
-        check_saved_unchanged(order, pool_of(grad.queue))
-        self._backward_done = True
-        rec = recorder.current()
-        if rec is not None:
-            rec.note_leaves(order)
-        outer = _backward_state.deferred
-        _backward_state.deferred = deferred = []
-        try:
-            self._reverse(order, loss, grad, retain_grads)
-        except ParclError as exc:
-            # raised amid the walk (a checkpoint's recomputation found its input bad): the
-            # leaves reached before hold contributions from it, as after a deferred check
-            hold_back(order, exc)
-            raise
-        finally:
-            _backward_state.deferred = outer
-        if rec is not None:
-            rec.note_grads()
-        try:
-            for check in deferred:
-                check()
-            for check in pending:
-                check()
-        except ParclError as exc:
-            hold_back(order, exc)
-            raise
-        return order
-
-    def _reverse(self, order: list[Entry], loss: Entry, grad: Tensor,
-                 retain_grads: bool) -> None:
-        anomaly = mode.is_anomaly_enabled()
-        owned: dict[int, int] = {}     # buffer -> how many nodes' .grad it is in this pass
-        for entry in order:
-            # An inner node's .grad is this pass's own: one left by an earlier pass through
-            # the same graph (another tape's backward, or loss.backward() again with no
-            # tape) would be propagated a second time. Leaves keep theirs: they accumulate.
-            if entry.grad_fn is not None:
-                entry.grad = None
-        if loss.grad_fn is None and loss.grad is None:
-            grad = grad.copy()     # a leaf's .grad outlives the pass: never the caller's tensor
-        _accumulate(loss, grad, owned)
-        self._walk(order, loss, retain_grads, owned, anomaly)
-
-    @staticmethod
-    def _walk(order: list[Entry], loss: Entry, retain_grads: bool, owned: dict[int, int],
-              anomaly: bool) -> None:
-        handed = None              # (node, leaf): the leaf's gradient from node added already
-        for pos in range(len(order) - 1, -1, -1):
-            node = order[pos]
-            fn = node.grad_fn
-            if fn is None:
-                continue                          # a leaf: its .grad is final
-            upstream = node.grad
-            if upstream is None:
-                continue                          # no path from loss carried a gradient
-            targets = None                        # anomaly: every gradient is checked
-            if fn.takes_targets and not anomaly:
-                targets = _grad_targets(node, owned)
-            if targets:
-                fn.grad_targets = targets
-            leaf = None
-            if fn.adds_into and pos and not anomaly:
-                leaf = _handed_on(node, order[pos - 1], owned)
-                if leaf is not None:
-                    fn.also_into = leaf.grad
-            try:
-                # ``fn(upstream)`` (``Function.__call__``) inlined: a frame less per node
-                parent_grads = fn.backward(upstream)
-                if not isinstance(parent_grads, (tuple, list)):
-                    parent_grads = (parent_grads,)
-                slots = fn.parent_slots
-                if len(slots) != len(parent_grads):     # Tensor inputs between the Nodes
-                    parent_grads = [parent_grads[i] for i in slots]
-            finally:    # also when it raises: a later backward must not see this walk's
-                if targets:
-                    del fn.grad_targets             # back to the class's empty default
-                if leaf is not None:
-                    del fn.also_into
-            if leaf is not None:
-                handed = (order[pos - 1], leaf)
-            if not retain_grads and node is not loss:
-                node.grad = None
-                key = id(upstream.data)            # its buffer may go to a parent uncopied
-                if owned.get(key, 0) > 1:
-                    owned[key] -= 1
-                else:
-                    owned.pop(key, None)
-            for parent, g in zip(node.parents, parent_grads):
-                if g is None or g is ACCUMULATED or not parent.requires_grad:
-                    continue
-                if handed is not None and node is handed[0] and parent is handed[1]:
-                    continue
-                if anomaly:
-                    check_finite(g, "backward", node)
-                if g.shape != parent.shape and tuple(g.shape) != tuple(parent.shape):
-                    raise ShapeError(f"backward of '{node.op_name}': gradient shape {g.shape} "
-                                     f"does not match input shape {parent.shape} (a bug in the "
-                                     "op's backward)")
-                if parent.grad is None and parent.grad_fn is not None:
-                    # ``_accumulate``'s most common case inlined: an inner node's first
-                    # gradient, adopted without a copy (shared buffers are counted)
-                    key = id(g.data)
-                    owned[key] = owned.get(key, 0) + 1
-                    parent.grad = g
-                else:
-                    if parent.grad is None and parent.grad_fn is None and _shared_beyond(
-                            node, parent, g, parent_grads):
-                        g = g.copy()              # the leaf's own: see _leaf_lock
-                    _accumulate(parent, g, owned)
+        return run_backward([loss.entry], [grad], loss.value.checks + grad.checks,
+                            retain_grads=retain_grads, tape=None if retain_graph else self)
 
     # -- cleanup and debugging -------------------------------------------------------------
     def release(self) -> None:
@@ -270,6 +157,202 @@ class Tape:
 
     def __repr__(self) -> str:
         return f"<Tape {len(self.nodes)} nodes>"
+
+
+def run_backward(roots: list[Entry], grads: list[Tensor], pending: tuple, *,
+                 retain_grads: bool = True, tape: Tape | None = None, wanted: set | None = None,
+                 collect: dict | None = None) -> list[Entry]:
+    """The reverse pass from ``roots`` (each seeded with its gradient) that ``Tape.backward``
+    and ``tp.grad`` run; returns the entries walked, parents first. ``wanted`` (ids of
+    entries): only these are walked and given gradients, and no leaf outside ``collect``
+    is written; ``collect`` (id -> None): the entries whose gradient of this pass is stored
+    there instead of being added into a leaf's ``.grad`` (``tp.grad``)."""
+    order = topological_order(roots[0]) if len(roots) == 1 else _order_from(roots)
+    if wanted is not None:
+        order = [e for e in order if id(e) in wanted]
+    for node in order:
+        if node.tape is FREED:
+            raise ParclError(
+                f"backward: the graph reaches the output of '{node.op_name}' (shape "
+                f"{node.shape}) recorded on a tape that was released since, so nothing "
+                "behind it would get a gradient. Record it again on this tape, or pass "
+                "it on with .detach() where no gradient should flow through it")
+    check_saved_unchanged(order, pool_of(grads[0].queue))
+    if tape is not None:
+        tape._backward_done = True
+    rec = recorder.current() if collect is None else None     # tp.grad gives leaves nothing
+    if rec is not None:
+        rec.note_leaves(order)
+    outer = _backward_state.deferred
+    _backward_state.deferred = deferred = []
+    try:
+        _reverse(order, roots, grads, retain_grads, wanted, collect)
+    except ParclError as exc:
+        # raised amid the walk (a checkpoint's recomputation found its input bad): the
+        # leaves reached before hold contributions from it, as after a deferred check
+        if collect is None:
+            hold_back(order, exc)
+        raise
+    finally:
+        _backward_state.deferred = outer
+    if rec is not None:
+        rec.note_grads()
+    try:
+        for check in deferred:
+            check()
+        for check in pending:
+            check()
+    except ParclError as exc:
+        if collect is None:
+            hold_back(order, exc)
+        raise
+    return order
+
+
+def _order_from(roots: list[Entry]) -> list[Entry]:
+    """``topological_order`` of several roots: each entry once, after its parents."""
+    order, seen = [], set()
+    for root in roots:
+        for e in topological_order(root):
+            if id(e) not in seen:
+                seen.add(id(e))
+                order.append(e)
+    return order
+
+
+def _reverse(order: list[Entry], roots: list[Entry], grads: list[Tensor], retain_grads: bool,
+             wanted: set | None, collect: dict | None) -> None:
+    anomaly = mode.is_anomaly_enabled()
+    owned: dict[int, int] = {}     # buffer -> how many nodes' .grad it is in this pass
+    apart = None          # leaf id -> (leaf, its .grad), while its pass's gradient is summed
+    for entry in order:
+        # An inner node's .grad is this pass's own: one left by an earlier pass through
+        # the same graph (another tape's backward, or loss.backward() again with no
+        # tape) would be propagated a second time. Leaves keep theirs: they accumulate.
+        if entry.grad_fn is not None:
+            entry.grad = None
+        elif (entry.hooks is not None and (entry.hooks.fns or entry.hooks.post)) or (
+                collect is not None and id(entry) in collect):
+            # a leaf whose hooks see its whole gradient of this pass (or are told it was
+            # added), or whose gradient tp.grad returns: summed on its own, its .grad set
+            # aside meanwhile
+            if apart is None:
+                apart = {}
+            apart[id(entry)] = (entry, entry.grad)
+            entry.grad = None
+    try:
+        for root, grad in zip(roots, grads):
+            if root.grad_fn is None and root.grad is None:
+                grad = grad.copy()     # a leaf's .grad outlives the pass: not the caller's
+            _accumulate(root, grad, owned)
+        _walk(order, roots[0], retain_grads, owned, anomaly, apart, wanted, collect)
+    finally:
+        if apart:        # a hook or a backward raised: those leaves keep the .grad they had
+            for entry, kept in apart.values():
+                entry.grad = kept
+
+
+def _walk(order: list[Entry], loss: Entry, retain_grads: bool, owned: dict[int, int],
+          anomaly: bool, apart: dict | None = None, wanted: set | None = None,
+          collect: dict | None = None) -> None:
+    # the in-place fast paths write into leaves' .grad: none where tp.grad leaves them be
+    fast = not anomaly and wanted is None
+    handed = None              # (node, leaf): the leaf's gradient from node added already
+    for pos in range(len(order) - 1, -1, -1):
+        node = order[pos]
+        fn = node.grad_fn
+        if fn is None:
+            if apart is not None and id(node) in apart:
+                _leaf_done(node, apart.pop(id(node))[1], owned, collect)
+            continue                          # a leaf: its .grad is final
+        upstream = node.grad
+        if upstream is None:
+            continue                          # no path from loss carried a gradient
+        if collect is not None and id(node) in collect:
+            collect[id(node)] = upstream        # before its hooks, as PyTorch's
+        if node.hooks is not None and node.hooks.fns:
+            upstream = node.grad = run_hooks(node, upstream)
+        targets = None                        # anomaly: every gradient is checked
+        if fn.takes_targets and fast:
+            targets = _grad_targets(node, owned)
+        if targets:
+            fn.grad_targets = targets
+        leaf = None
+        if fn.adds_into and pos and fast:
+            leaf = _handed_on(node, order[pos - 1], owned)
+            if leaf is not None:
+                fn.also_into = leaf.grad
+        try:
+            # ``fn(upstream)`` (``Function.__call__``) inlined: a frame less per node
+            parent_grads = fn.backward(upstream)
+            if not isinstance(parent_grads, (tuple, list)):
+                parent_grads = (parent_grads,)
+            slots = fn.parent_slots
+            if len(slots) != len(parent_grads):     # Tensor inputs between the Nodes
+                parent_grads = [parent_grads[i] for i in slots]
+        finally:    # also when it raises: a later backward must not see this walk's
+            if targets:
+                del fn.grad_targets             # back to the class's empty default
+            if leaf is not None:
+                del fn.also_into
+        if leaf is not None:
+            handed = (order[pos - 1], leaf)
+        if not retain_grads and node is not loss and (node.hooks is None or not node.hooks.retain):
+            node.grad = None
+            key = id(upstream.data)            # its buffer may go to a parent uncopied
+            if owned.get(key, 0) > 1:
+                owned[key] -= 1
+            else:
+                owned.pop(key, None)
+        if wanted is not None:               # tp.grad: no gradient off the paths to its inputs
+            parent_grads = [g if id(p) in wanted else None
+                            for p, g in zip(node.parents, parent_grads)]
+        for parent, g in zip(node.parents, parent_grads):
+            if g is None or g is ACCUMULATED or not parent.requires_grad:
+                continue
+            if handed is not None and node is handed[0] and parent is handed[1]:
+                continue
+            if anomaly:
+                check_finite(g, "backward", node)
+            if g.shape != parent.shape and tuple(g.shape) != tuple(parent.shape):
+                raise ShapeError(f"backward of '{node.op_name}': gradient shape {g.shape} "
+                                 f"does not match input shape {parent.shape} (a bug in the "
+                                 "op's backward)")
+            if parent.grad is None and parent.grad_fn is not None:
+                # ``_accumulate``'s most common case inlined: an inner node's first
+                # gradient, adopted without a copy (shared buffers are counted)
+                key = id(g.data)
+                owned[key] = owned.get(key, 0) + 1
+                parent.grad = g
+            else:
+                if parent.grad is None and parent.grad_fn is None and _shared_beyond(
+                        node, parent, g, parent_grads):
+                    g = g.copy()              # the leaf's own: see _leaf_lock
+                _accumulate(parent, g, owned)
+
+
+def _leaf_done(leaf: Entry, kept: Tensor | None, owned: dict[int, int],
+               collect: dict | None) -> None:
+    """A leaf whose gradient of this pass was summed apart (``_reverse``): through its hooks,
+    then returned (``collect``, ``tp.grad``) or added into the ``.grad`` it had (``kept``),
+    and its post-accumulate hooks called with the leaf."""
+    g = leaf.grad
+    leaf.grad = kept
+    if g is None:
+        return
+    if leaf.hooks is not None and leaf.hooks.fns:
+        hooked = run_hooks(leaf, g)
+        if hooked is not g and kept is None:
+            hooked = hooked.copy()            # the hook's tensor stays the caller's
+        g = hooked
+    if collect is not None and id(leaf) in collect:
+        collect[id(leaf)] = g
+        return
+    _accumulate(leaf, g, owned)
+    if leaf.hooks is not None and leaf.hooks.post:
+        node = leaf.node()
+        for hook in tuple(leaf.hooks.post.values()):
+            hook(node if node is not None else leaf)
 
 
 def _describe_parent(p: Entry, tape: Tape) -> str:
