@@ -155,6 +155,28 @@ def test_conv_transpose3d_unbatched_and_gradcheck(queue, rng):
                                                             padding=(1, 0, 0)), [x, w, b])
 
 
+
+@pytest.mark.parametrize("kw", [dict(dilation=2, output_padding=1),
+                                dict(stride=(1, 2, 1), padding=1, dilation=(3, 1, 2),
+                                     output_padding=(2, 1, 1)),
+                                dict(stride=2, dilation=3, output_padding=2, groups=2)],
+                         ids=["stride1", "mixed", "groups"])
+def test_conv_transpose3d_takes_an_output_padding_below_the_dilation_as_pytorch(queue, rng, kw):
+    # PyTorch's rule is output_padding < max(stride, dilation): with stride 1 and dilation 2
+    # an output_padding of 1 adds a last plane of bias only; conv3d of the gradient then has
+    # a position more than x, which the input gradient leaves out
+    groups = kw.get("groups", 1)
+    x, w = rng.standard_normal((2, 4, 3, 4, 5)), rng.standard_normal((4, 3, 2, 3, 2))
+    b = rng.standard_normal(3 * groups)
+    out = against_torch(queue, rng, lambda x, w, b: tp.conv_transpose3d(x, w, b, **kw),
+                        lambda x, w, b: F.conv_transpose3d(x, w, b, **kw), [x, w, b], tol=1e-4)
+    assert out.shape[2:] == tuple(F.conv_transpose3d(
+        torch.zeros(1, 4, 3, 4, 5), torch.zeros(4, 3, 2, 3, 2), **kw).shape[2:])
+    m = pc.nn.ConvTranspose3d(4, 3, 2, dilation=2, output_padding=1)
+    assert m(tp.tensor(np.ones((1, 4, 3, 3, 3), np.float32))).shape == (1, 3, 6, 6, 6)
+    assert repr(m) == repr(torch.nn.ConvTranspose3d(4, 3, 2, dilation=2, output_padding=1))
+
+
 @pytest.mark.filterwarnings("ignore:Using padding='same'")
 @pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])
 @pytest.mark.parametrize("padding", [1, "same", (0, 1, 2)], ids=["1", "same", "012"])
@@ -227,7 +249,7 @@ def test_conv3d_refusals_name_the_op_and_shapes(queue, rng):
     with pytest.raises(DTypeError, match="conv3d: weight has dtype int64"):
         tp.conv3d(x, pc.Tensor.from_host(queue, np.ones((3, 4, 2, 2, 2), np.int64)))
     with pytest.raises(ShapeError, match="conv_transpose3d: output_padding .* smaller than "
-                                         "the stride"):
+                                         "the stride .* or the dilation"):
         tp.conv_transpose3d(x, leaf(queue, rng.standard_normal((4, 3, 2, 2, 2))),
                             output_padding=1)
     with pytest.raises(ShapeError, match=r"conv_transpose3d: input of shape \(2, 4, 3, 4, "

@@ -265,13 +265,18 @@ def conv_transpose3d_forward(x: Tensor, weight: Tensor, bias: Tensor | None, str
 
 def conv_transpose3d_backward(x: Tensor | None, weight: Tensor, grad: Tensor, stride, padding,
                               dilation, groups: int = 1, need_input: bool = True,
-                              need_weight: bool = True, need_bias: bool = False):
+                              need_weight: bool = True, need_bias: bool = False,
+                              in_size: tuple | None = None):
     """Gradients (input, weight, bias) of ``conv_transpose3d_forward``: conv3d of ``grad``
     with the same weight, and conv3d's weight gradient with input ``grad`` and upstream
-    gradient ``x`` (only read for it)."""
+    gradient ``x`` (only read for it). ``in_size`` is ``x``'s ``(D, H, W)``."""
     from .batchnorm import channel_sum
     window = (stride, padding, dilation, groups)
     gx = conv3d_forward(grad, weight, None, *window) if need_input else None
+    if gx is not None and in_size is not None and tuple(gx.shape[2:]) != tuple(in_size):
+        # an output_padding of a stride or more (allowed below the dilation) gives conv3d
+        # of grad more positions than x has; the first ones are x's
+        gx = gx[(slice(None), slice(None)) + tuple(slice(0, m) for m in in_size)]
     gw = conv3d_backward(grad, weight, x, *window, need_input=False)[1] if need_weight else None
     n, c = grad.shape[:2]
     gb = channel_sum(grad.reshape(n, c, int(np.prod(grad.shape[2:])))) if need_bias else None

@@ -99,9 +99,11 @@ class ConvTranspose3d(Module):
         self.dilation = triple("ConvTranspose3d", "dilation", dilation)
         self.output_padding = triple("ConvTranspose3d", "output_padding", output_padding,
                                      least=0)
-        if any(o >= s for o, s in zip(self.output_padding, self.stride)):
+        if any(o >= max(s, d) for o, s, d in zip(self.output_padding, self.stride,
+                                                  self.dilation)):
             raise ShapeError(f"ConvTranspose3d: output_padding {self.output_padding} must be "
-                             f"smaller than the stride {self.stride}")
+                             f"smaller than the stride {self.stride} or the dilation "
+                             f"{self.dilation} (as PyTorch)")
         cout = self.out_channels // self.groups
         kd, kh, kw = self.kernel_size
         _weight_and_bias(self, queue, (self.in_channels, cout) + self.kernel_size,

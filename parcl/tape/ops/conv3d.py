@@ -143,13 +143,14 @@ class ConvTranspose3d(Function):
             self.x = x if self.needs_input_grad[1] else None
             self.weight = weight
             self.window = (stride, padding, dilation, groups)
+            self.in_size = tuple(x.shape[2:])
         return y
 
     def backward(self, g: Tensor):
         need = self.needs_input_grad
         return c3k.conv_transpose3d_backward(self.x, self.weight, g, *self.window,
                                              need_input=need[0], need_weight=need[1],
-                                             need_bias=need[2])
+                                             need_bias=need[2], in_size=self.in_size)
 
 
 def conv_transpose3d(x, weight, bias=None, stride=1, padding=0, output_padding=0,
@@ -157,7 +158,7 @@ def conv_transpose3d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     """``torch.nn.functional.conv_transpose3d`` of ``x`` ``(N, C, D, H, W)`` or ``(C, D, H,
     W)`` with ``weight`` ``(cin, cout/groups, kd, kh, kw)``: the gradient of ``conv3d`` with
     respect to its input. Each output dim is ``(n - 1)*stride - 2*padding + dilation*(k - 1)
-    + output_padding + 1`` (``output_padding < stride``).
+    + output_padding + 1`` (``output_padding`` smaller than the stride or the dilation).
 
     >>> tp.conv_transpose3d(x, tp.permute(w, (1, 0, 2, 3, 4)), stride=2).shape
     (2, 5, 9, 13, 13)
@@ -168,8 +169,9 @@ def conv_transpose3d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     s, p = triple(op, "stride", stride), triple(op, "padding", padding, least=0)
     d = triple(op, "dilation", dilation)
     o = triple(op, "output_padding", output_padding, least=0)
-    if any(a >= b for a, b in zip(o, s)):
-        raise ShapeError(f"{op}: output_padding {o} must be smaller than the stride {s}")
+    if any(a >= max(st, dd) for a, st, dd in zip(o, s, d)):
+        raise ShapeError(f"{op}: output_padding {o} must be smaller than the stride {s} or "
+                         f"the dilation {d} (as PyTorch)")
     x5, batched = batched5(op, x, tape)
     c = x5.shape[1]
     cin, cout_g = wshape[:2]
