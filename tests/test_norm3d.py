@@ -99,3 +99,36 @@ def test_norm3d_refusals_name_the_layer_and_shape(queue, rng):
         pc.nn.InstanceNorm3d(4)(leaf(queue, rng.standard_normal((2, 4, 3))))
     with pytest.raises(pc.ShapeError, match="InstanceNorm3d.*more than 1 spatial element"):
         pc.nn.InstanceNorm3d(4)(leaf(queue, rng.standard_normal((2, 4, 1, 1, 1))))
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(momentum=None)], ids=["momentum", "cumulative"])
+def test_batch_norm3d_of_an_empty_batch_is_empty_and_keeps_the_running_statistics_as_pytorch(
+        queue, rng, kw):
+    # x[2:] of a batch of 2 (a detector's frames with no proposals): PyTorch gives the empty
+    # output, zero weight and bias gradients and the running statistics as they were (its
+    # count still moves, so a cumulative average weighs the next batch by 1/2)
+    tm, pm = torch.nn.BatchNorm3d(3, **kw), pc.nn.BatchNorm3d(3, **kw)
+    with torch.no_grad():
+        tm.running_mean.fill_(0.5)
+        tm.running_var.fill_(2.0)
+    pm.load_state_dict({k: v.numpy() for k, v in tm.state_dict().items()})
+    xs = rng.standard_normal((2, 3, 2, 3, 4)).astype(np.float32)
+    x = leaf(queue, xs)
+    with tp.Tape() as tape:
+        y = pm(x[2:])
+        loss = tp.sum(y)
+    tape.backward(loss)
+    xt = torch.tensor(xs, requires_grad=True)
+    yt = tm(xt[2:])
+    yt.sum().backward()
+    assert y.shape == tuple(yt.shape) == (0, 3, 2, 3, 4)
+    np.testing.assert_array_equal(pm.weight.grad.to_host(), tm.weight.grad.numpy())
+    np.testing.assert_array_equal(pm.bias.grad.to_host(), [0, 0, 0])
+    np.testing.assert_array_equal(x.grad.to_host(), np.zeros_like(xs))
+    np.testing.assert_array_equal(pm.running_mean.to_host(), [0.5, 0.5, 0.5])
+    np.testing.assert_array_equal(pm.running_var.to_host(), [2, 2, 2])
+    # the next, real batch moves them as PyTorch's
+    np.testing.assert_allclose(pm(tp.tensor(xs)).to_host(), tm(torch.tensor(xs)).detach().numpy(),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(pm.running_mean.to_host(), tm.running_mean.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(pm.running_var.to_host(), tm.running_var.numpy(), rtol=1e-6)

@@ -192,12 +192,15 @@ def batch_norm_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None,
     q = x.queue
     use_batch = training or running_mean is None or running_var is None
     if use_batch:
-        if n * hw <= 1 and training and stats is None:   # synced: the total is what counts
+        if n * hw == 1 and training and stats is None:   # synced: the total is what counts
             raise ShapeError(f"batch_norm: expected more than 1 value per channel when "
                              f"training, got input of shape {x.shape}")
         update = training and running_mean is not None and running_var is not None
         if stats is not None:
             mean, invstd = stats
+        elif n * hw == 0:
+            # an empty batch (x[n:]): PyTorch's empty output, running statistics untouched
+            mean, invstd = Tensor.zeros(q, (c,)), Tensor.zeros(q, (c,))
         else:
             mean, invstd = Tensor.empty(q, (c,)), Tensor.empty(q, (c,))
             args = (x.data, mean.data, invstd.data, running_mean.data if update else None,
@@ -253,7 +256,7 @@ def batch_norm_backward(x: Tensor, grad: Tensor, weight: Tensor | None, mean: Te
     gx = None
     if need_input:
         gx = Tensor.empty(q, x.shape)
-        inv_m = 1.0 / (count or n * hw) if batch_stats else 0.0
+        inv_m = 1.0 / (count or n * hw) if batch_stats and (count or n * hw) else 0.0
         tg, tgx = sg, sgx
         if batch_stats and sync is not None:
             from . import batchnorm_sync as bns
