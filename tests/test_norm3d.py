@@ -132,3 +132,22 @@ def test_batch_norm3d_of_an_empty_batch_is_empty_and_keeps_the_running_statistic
                                rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(pm.running_mean.to_host(), tm.running_mean.numpy(), rtol=1e-6)
     np.testing.assert_allclose(pm.running_var.to_host(), tm.running_var.numpy(), rtol=1e-6)
+
+
+def test_instance_norm3d_refuses_an_empty_batch_rather_than_put_nan_in_its_running_stats(
+        queue, rng):
+    # PyTorch refuses x[2:] here too ('index 0 out of range'); parcl averaged the statistics
+    # of no samples into running_mean and running_var: [nan, nan, nan] from then on, and
+    # every evaluation output NaN
+    m = pc.nn.InstanceNorm3d(3, track_running_stats=True, affine=True)
+    x = tp.tensor(rng.standard_normal((2, 3, 2, 3, 4)).astype(np.float32))
+    with pytest.raises(pc.ShapeError, match=r"InstanceNorm3d.*a batch of no samples, shape "
+                                            r"\(0, 3, 2, 3, 4\)"):
+        m(x[2:])
+    np.testing.assert_array_equal(m.running_mean.to_host(), [0, 0, 0])
+    np.testing.assert_array_equal(m.running_var.to_host(), [1, 1, 1])
+    # without running statistics (or in evaluation) the empty batch is PyTorch's empty output
+    assert pc.nn.InstanceNorm3d(3)(x[2:]).shape == (0, 3, 2, 3, 4)
+    assert tuple(torch.nn.InstanceNorm3d(3)(torch.zeros(0, 3, 2, 3, 4)).shape) == (0, 3, 2, 3, 4)
+    m.eval()
+    assert m(x[2:]).shape == (0, 3, 2, 3, 4)

@@ -71,6 +71,11 @@ def normalize_instances(op: str, x, running_mean, running_var, weight, bias,
         raise ShapeError(f"{op}: expected more than 1 spatial element when training, got "
                          f"input of shape {shape}")
     if stats[0] is not None and not mode.state.recompute:     # tp.checkpoint's second run
+        if shape[0] == 0:
+            # the mean of no samples' statistics is 0/0: it wrote NaN into the running
+            # statistics (PyTorch refuses such a batch too)
+            raise ShapeError(f"{op}: a batch of no samples, shape {shape}, has no statistics "
+                             "to update the running ones with")
         _update_running_stats(x, stats, 0.0 if momentum is None else float(momentum))
     return group_norm(x, c, weight, bias, eps, tape=tape)
 
