@@ -13,7 +13,7 @@ from torch_reference import against_torch
 import parcl as pc
 import parcl.tape as tp
 from conftest import leaf
-from parcl.errors import ParclError, ShapeError
+from parcl.errors import DTypeError, ParclError, ShapeError
 
 POOLS = [
     ("max", dict(kernel_size=2)),
@@ -165,6 +165,20 @@ def test_pool3d_refusals_name_the_op_and_shapes(queue, rng):
         tp.adaptive_max_pool3d(x, (2, 2))
     with pytest.raises(ParclError, match="lp_pool3d: norm_type must be a nonzero number"):
         tp.lp_pool3d(x, 0, 2)
+
+
+@pytest.mark.parametrize("pool", [lambda x: tp.max_pool3d(x, 2), lambda x: tp.avg_pool3d(x, 2),
+                                  lambda x: tp.adaptive_avg_pool3d(x, 2),
+                                  lambda x: tp.adaptive_max_pool3d(x, 2),
+                                  lambda x: tp.lp_pool3d(x, 2, 2)],
+                         ids=["max", "avg", "adaptive_avg", "adaptive_max", "lp"])
+def test_a_pool3d_of_int_values_names_itself_and_the_volumes_shape(queue, pool):
+    # the 2-D pools underneath named themselves and the planes: 'max_pool2d: input has dtype
+    # int64 (shape (2, 12, 4, 4))' for tp.max_pool3d of a (2, 3, 4, 4, 4) volume
+    x = pc.Tensor.from_host(queue, np.zeros((2, 3, 4, 4, 4), np.int64))
+    with pytest.raises(DTypeError, match=r"^[a-z_]+pool3d: input has dtype int64 \(shape "
+                                         r"\(2, 3, 4, 4, 4\)\), expected float32"):
+        pool(x)
 
 
 class _Queue:

@@ -38,12 +38,21 @@ def triple(op: str, name: str, value, least: int = 1) -> tuple[int, int, int]:
     return int(t[0]), int(t[1]), int(t[2])
 
 
-def batched5(op: str, x, tape):
-    """``x`` as ``(N, C, D, H, W)`` and whether it was batched (``(C, D, H, W)`` gains N=1)."""
+def check_volume(op: str, x) -> tuple[int, ...]:
+    """``x``'s shape, refused unless a float32 ``(C, D, H, W)`` or ``(N, C, D, H, W)``: here,
+    not in the 2-D ops the pools run on (whose errors name them and the reshaped planes)."""
     shape = tuple(x.shape)
     if len(shape) not in (4, 5):
         raise ShapeError(f"{op}: expected a 4-d (C, D, H, W) or 5-d (N, C, D, H, W) input, got "
                          f"shape {shape}")
+    if x.dtype != FLOAT:
+        raise DTypeError(f"{op}: input has dtype {x.dtype} (shape {shape}), expected float32")
+    return shape
+
+
+def batched5(op: str, x, tape):
+    """``x`` as ``(N, C, D, H, W)`` and whether it was batched (``(C, D, H, W)`` gains N=1)."""
+    shape = check_volume(op, x)
     if 0 in shape[-3:]:
         raise ShapeError(no_spatial_elements(op, shape[-3:]))
     return (x, True) if len(shape) == 5 else (unsqueeze(x, 0, tape=tape), False)

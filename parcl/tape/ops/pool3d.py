@@ -28,7 +28,7 @@ from ...kernels.conv_geometry import pool_out_len
 from ...kernels.pool3d import join_positions
 from ...tensor import Tensor
 from .adaptive import _sizes, adaptive_max_pool2d
-from .conv3d import batched5, triple, unbatch
+from .conv3d import batched5, check_volume, triple, unbatch
 from .elementwise import mul, pow
 from .lp_pool import _norm_type, _root
 from .nn import adaptive_avg_pool2d, avg_pool2d, max_pool2d, refuse_empty_windows
@@ -189,6 +189,7 @@ def lp_pool3d(x, norm_type: float, kernel_size, stride=None, ceil_mode: bool = F
     or ``(C, D, H, W)``, composed as PyTorch's (``avg_pool3d`` of ``x ** p`` times the window
     size, then the root); ``p = inf`` is the max of ``abs(x)``."""
     op = "lp_pool3d"
+    check_volume(op, x)
     p = _norm_type(op, norm_type)
     k = triple(op, "kernel_size", kernel_size)
     if math.isinf(p):
