@@ -34,6 +34,11 @@ class DeviceError(ParclError, RuntimeError):
     """No usable OpenCL device, an unknown device spec, or tensors on different contexts."""
 
 
+class LinAlgError(ParclError, RuntimeError):
+    """A matrix a linear algebra op cannot take: singular (``inv``, ``solve``) or not
+    positive-definite (``cholesky``), as PyTorch's ``torch.linalg.LinAlgError``."""
+
+
 class ReplicaError(ParclError, RuntimeError):
     """A replica thread failed; carries ``index``, ``device`` and the original traceback."""
 

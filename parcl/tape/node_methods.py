@@ -770,6 +770,25 @@ class NodeMethods:
     def renorm(self, p, dim, maxnorm):
         return _ops().renorm(self, p, dim, maxnorm)
 
+    # -- torch.Tensor's det, logdet, slogdet, inverse, matrix_power (ops/linalg_solve.py) ---
+    def det(self):
+        return _ops().det(self)
+
+    def logdet(self):
+        return _ops().logdet(self)
+
+    def slogdet(self):
+        return _ops().slogdet(self)
+
+    def inverse(self):
+        return _ops().inverse(self)
+
+    def matrix_power(self, n):
+        return _ops().matrix_power(self, n)
+
+    def cholesky_solve(self, input2, upper=False):
+        return _ops().cholesky_solve(self, input2, upper)
+
     # -- torch.Tensor's shape helpers (parcl/tape/ops/shape_more.py, stacking.py) ----------
     def swapaxes(self, axis0, axis1):
         return _ops().swapaxes(self, axis0, axis1)

@@ -15,6 +15,8 @@ even inside ``no_grad`` (netcl's escape hatch).
 | activation_more | hardtanh relu6 ... mish selu celu glu softmin threshold normalize ... |
 | linalg | matmul (batched, broadcasting) |
 | linalg | matmul (batched, broadcasting) mm bmm |
+| linalg_solve | det slogdet logdet inverse matrix_power cholesky_solve; tp.linalg's solve ... |
+| linalg_norms | (tp.linalg only) vector_norm matrix_norm norm |
 | integer | gcd lcm bitwise_and bitwise_or bitwise_xor bitwise_not (int32, int64, bool masks) |
 | logical | logical_and ... logical_not, isclose allclose equal, nansum nanmean |
 | composed | nan_to_num outer addmm baddbmm linalg_vector_norm norm |
@@ -90,6 +92,8 @@ from .instance import *  # noqa: F401,F403
 from .integer import *  # noqa: F401,F403
 from .join import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
+from .linalg_norms import *  # noqa: F401,F403
+from .linalg_solve import *  # noqa: F401,F403
 from .logical import *  # noqa: F401,F403
 from .loss import *  # noqa: F401,F403
 from .loss_margin import *  # noqa: F401,F403
@@ -134,11 +138,11 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 _MODULES = ("activation", "activation_more", "adaptive", "aliases", "attention", "bags",
             "composed", "contraction", "conv", "conv3d", "counting", "creation", "cumulative",
             "diagonals", "distances", "dropouts", "elementwise", "fold", "grids", "indexing",
-            "instance", "integer", "join", "linalg", "logical", "loss", "loss_margin", "loss_more",
-            "loss_nll", "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more",
-            "mathops_special", "moments", "nn", "norm", "numerics", "order", "picks", "placing",
-            "pool3d", "products", "randomized", "reduce", "reduce_dims", "reductions", "resample",
-            "sampling", "scans", "scatters", "select", "sequence", "shape", "shape_more", "slices",
-            "sorting", "stacking", "unary", "unpool")
+            "instance", "integer", "join", "linalg", "linalg_norms", "linalg_solve", "logical",
+            "loss", "loss_margin", "loss_more", "loss_nll", "lp_pool", "lrn", "mathops",
+            "mathops_binary", "mathops_more", "mathops_special", "moments", "nn", "norm",
+            "numerics", "order", "picks", "placing", "pool3d", "products", "randomized", "reduce",
+            "reduce_dims", "reductions", "resample", "sampling", "scans", "scatters", "select",
+            "sequence", "shape", "shape_more", "slices", "sorting", "stacking", "unary", "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]

@@ -1,0 +1,270 @@
+"""tp.linalg and the top-level linear algebra ops (det, slogdet, logdet, inverse, solve,
+cholesky, cholesky_ex, cholesky_solve, solve_triangular, lu_factor, matrix_power, the norms):
+values and gradients against torch in float64, finite differences on well-conditioned
+matrices, singular and indefinite matrices as PyTorch treats them, and the errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import parcl as pc
+import parcl.tape as tp
+from conftest import leaf, up
+from parcl.errors import DTypeError, LinAlgError, ParclError, ShapeError
+from parcl.tape import linalg
+
+
+def _well_conditioned(rng, *shape):
+    """Random matrices with a dominant diagonal: far from singular, so float32 finite
+    differences (eps 1e-2) are accurate."""
+    n = shape[-1]
+    return (rng.standard_normal(shape) + 2 * n ** 0.5 * np.eye(n)).astype(np.float32)
+
+
+def _spd(rng, *shape):
+    m = rng.standard_normal(shape)
+    return (m @ np.swapaxes(m, -1, -2) + shape[-1] * np.eye(shape[-1])).astype(np.float32)
+
+
+def _against_torch(queue, rng, fn, tfn, arrays, tol=1e-4):
+    """``fn``'s value and gradients at ``arrays`` for a random upstream gradient equal
+    torch's in float64."""
+    ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
+    want = tfn(*ts)
+    g = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+    want.backward(torch.tensor(g.astype(np.float64)))
+    nodes = [leaf(queue, a) for a in arrays]
+    with tp.Tape() as tape:
+        out = fn(*nodes)
+    tape.backward(out, grad=up(queue, g))
+    assert out.shape == tuple(want.shape)
+    np.testing.assert_allclose(out.to_host(), want.detach().numpy(), rtol=tol, atol=tol)
+    for node, t in zip(nodes, ts):
+        np.testing.assert_allclose(node.grad.to_host(), t.grad.numpy(), rtol=tol, atol=tol)
+
+
+def _gradcheck(queue, fn, arrays):
+    assert tp.gradcheck(fn, [leaf(queue, a) for a in arrays], eps=1e-2, atol=1e-2, rtol=1e-2)
+
+
+def test_det_slogdet_and_logdet_and_their_gradients_are_pytorchs(queue, rng):
+    a = _well_conditioned(rng, 2, 3, 4, 4)
+    _against_torch(queue, rng, tp.det, torch.linalg.det, [a], tol=1e-3)
+    _against_torch(queue, rng, lambda x: tp.slogdet(x).logabsdet,
+                   lambda x: torch.linalg.slogdet(x).logabsdet, [a])
+    _against_torch(queue, rng, tp.logdet, torch.logdet, [a])
+    _gradcheck(queue, tp.det, [a[0, 0]])
+    _gradcheck(queue, lambda x: tp.slogdet(x)[1], [a[0]])
+    sign, logabs = tp.slogdet(tp.tensor(a))
+    want = torch.linalg.slogdet(torch.tensor(a, dtype=torch.float64))
+    np.testing.assert_array_equal(sign.to_host(), want.sign.numpy())
+    assert float(tp.det(tp.tensor(np.array([[1.0, 3.0], [2.0, 4.0]])))) == -2.0
+    x = tp.tensor(np.array([[2.0, 1.0], [1.0, 3.0]]))
+    assert float(x.det()) == 5.0 and np.isclose(float(x.logdet()), np.log(5.0))
+
+
+def test_singular_matrices_have_det_zero_slogdet_minus_inf_as_pytorch(queue):
+    m = np.array([[[1.0, 2.0], [2.0, 4.0]], [[0.0, 0.0], [0.0, 0.0]],
+                  [[0.0, 1.0], [1.0, 0.0]]], np.float32)
+    np.testing.assert_array_equal(tp.det(tp.tensor(m)).to_host(), [0.0, 0.0, -1.0])
+    sign, logabs = tp.slogdet(tp.tensor(m))
+    np.testing.assert_array_equal(sign.to_host(), [0.0, 0.0, -1.0])
+    np.testing.assert_array_equal(logabs.to_host(), [-np.inf, -np.inf, 0.0])
+    # logdet: -inf where det is 0, NaN where it is negative (torch.logdet's)
+    np.testing.assert_array_equal(tp.logdet(tp.tensor(m)).to_host(),
+                                  torch.logdet(torch.tensor(m)).numpy())
+
+
+def test_the_gradient_of_det_at_a_singular_matrix_is_refused(queue):
+    x = tp.tensor(np.array([[1.0, 2.0], [2.0, 4.0]]), requires_grad=True)
+    with tp.Tape() as tape:
+        d = tp.det(x)
+    with pytest.raises(LinAlgError, match="det: the input \\(2, 2\\) is singular.*adjugate"):
+        tape.backward(d)
+
+
+def test_inverse_and_solve_and_their_gradients_are_pytorchs(queue, rng):
+    a = _well_conditioned(rng, 3, 5, 5)
+    _against_torch(queue, rng, tp.inverse, torch.linalg.inv, [a])
+    _against_torch(queue, rng, linalg.inv, torch.inverse, [a])
+    b = rng.standard_normal((2, 1, 5, 3)).astype(np.float32)       # batch dims broadcast
+    _against_torch(queue, rng, linalg.solve, torch.linalg.solve, [a, b])
+    v = rng.standard_normal((3, 5)).astype(np.float32)             # a batch of vectors
+    _against_torch(queue, rng, linalg.solve, torch.linalg.solve, [a, v])
+    _against_torch(queue, rng, linalg.solve, torch.linalg.solve, [a[0], v[0]])
+    right = rng.standard_normal((3, 4, 5)).astype(np.float32)      # X A = B
+    _against_torch(queue, rng, lambda p, q: linalg.solve(p, q, left=False),
+                   lambda p, q: torch.linalg.solve(p, q, left=False), [a, right])
+    _gradcheck(queue, linalg.solve, [a[0, :3, :3], b[0, 0, :3]])
+    _gradcheck(queue, tp.inverse, [a[1, :3, :3]])
+    np.testing.assert_allclose(
+        tp.tensor(np.array([[2.0, 0.0], [0.0, 4.0]])).inverse().to_host(),
+        [[0.5, 0.0], [0.0, 0.25]])
+
+
+def test_inverse_and_solve_of_a_singular_matrix_raise_linalg_error_naming_the_matrix(queue):
+    m = np.stack([np.eye(3), [[1, 2, 3], [2, 4, 6], [0, 0, 1]]]).astype(np.float32)
+    with pytest.raises(LinAlgError, match=r"linalg.inv: the input \(2, 3, 3\) is singular "
+                                          r"\(matrix \(1,\) of the batch\): the pivot of "
+                                          "column 1 is zero"):
+        tp.inverse(tp.tensor(m))
+    x = tp.tensor(m, requires_grad=True)
+    with tp.Tape() as tape:                      # recorded: raised at the first host read
+        y = linalg.solve(x, tp.tensor(np.ones((2, 3, 1))))
+    with pytest.raises(LinAlgError, match="linalg.solve: the input"):
+        y.to_host()
+    with pytest.raises(LinAlgError):
+        tape.backward(tp.sum(y))
+    assert issubclass(LinAlgError, RuntimeError) and pc.LinAlgError is LinAlgError
+
+
+def test_cholesky_lower_and_upper_and_its_gradient_are_pytorchs(queue, rng):
+    a = _spd(rng, 2, 5, 5)
+    _against_torch(queue, rng, linalg.cholesky, torch.linalg.cholesky, [a])
+    _against_torch(queue, rng, lambda x: linalg.cholesky(x, upper=True),
+                   lambda x: torch.linalg.cholesky(x, upper=True), [a])
+    # through a symmetric input, as PyTorch's own gradcheck of cholesky
+    _gradcheck(queue, lambda x: linalg.cholesky(x + tp.transpose(x, (1, 0))), [a[0] / 2])
+    _gradcheck(queue, lambda x: linalg.cholesky(x + tp.transpose(x, (1, 0)), upper=True),
+               [a[1, :4, :4] / 2])
+    np.testing.assert_array_equal(
+        linalg.cholesky(tp.tensor(np.array([[4.0, 2.0], [2.0, 5.0]]))).to_host(),
+        [[2.0, 0.0], [1.0, 2.0]])
+
+
+def test_cholesky_of_an_indefinite_matrix_raises_and_cholesky_ex_reports_info_as_pytorch(
+        queue):
+    m = np.stack([np.eye(3), np.diag([1.0, 1.0, -1.0]), [[1, 2, 0], [2, 1, 0], [0, 0, 1]]])
+    m = m.astype(np.float32)
+    with pytest.raises(LinAlgError, match=r"linalg.cholesky: the input \(3, 3, 3\) is not "
+                                          r"positive-definite \(matrix \(1,\) of the batch\): "
+                                          "its leading minor of order 3"):
+        linalg.cholesky(tp.tensor(m))
+    L, info = linalg.cholesky_ex(tp.tensor(m))
+    np.testing.assert_array_equal(info.to_host(), [0, 3, 2])
+    np.testing.assert_array_equal(info.to_host(),
+                                  torch.linalg.cholesky_ex(torch.tensor(m)).info.numpy())
+    assert info.dtype == np.int32 and L.shape == (3, 3, 3)
+    np.testing.assert_array_equal(L.to_host()[0], np.eye(3))
+    with pytest.raises(LinAlgError, match="cholesky_ex"):
+        linalg.cholesky_ex(tp.tensor(m), check_errors=True)
+
+
+def test_solve_triangular_in_every_form_and_its_gradient_are_pytorchs(queue, rng):
+    a = _well_conditioned(rng, 2, 4, 4)
+    b = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    bt = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    for upper in (False, True):
+        for unit in (False, True):
+            def ours(x, y, upper=upper, unit=unit):
+                return linalg.solve_triangular(x, y, upper=upper, unitriangular=unit)
+
+            def theirs(x, y, upper=upper, unit=unit):
+                return torch.linalg.solve_triangular(x, y, upper=upper, unitriangular=unit)
+            _against_torch(queue, rng, ours, theirs, [a, b])
+
+            def ours_right(x, y, upper=upper, unit=unit):
+                return linalg.solve_triangular(x, y, upper=upper, left=False,
+                                               unitriangular=unit)
+
+            def theirs_right(x, y, upper=upper, unit=unit):
+                return torch.linalg.solve_triangular(x, y, upper=upper, left=False,
+                                                     unitriangular=unit)
+            _against_torch(queue, rng, ours_right, theirs_right, [a, bt])
+    _gradcheck(queue, lambda x, y: linalg.solve_triangular(x, y, upper=True), [a[0], b[0]])
+
+
+def test_cholesky_solve_is_pytorchs(queue, rng):
+    a = _spd(rng, 2, 4, 4)
+    L = np.linalg.cholesky(a.astype(np.float64)).astype(np.float32)
+    b = rng.standard_normal((2, 4, 2)).astype(np.float32)
+    _against_torch(queue, rng, tp.cholesky_solve, torch.cholesky_solve, [b, L])
+    U = np.swapaxes(L, -1, -2).copy()
+    _against_torch(queue, rng, lambda x, y: tp.cholesky_solve(x, y, upper=True),
+                   lambda x, y: torch.cholesky_solve(x, y, upper=True), [b, U])
+    np.testing.assert_allclose(tp.tensor(b).cholesky_solve(tp.tensor(L)).to_host(),
+                               np.linalg.solve(a.astype(np.float64), b), rtol=1e-4, atol=1e-5)
+
+
+def test_lu_factor_gives_pytorchs_factors_and_pivots(queue, rng):
+    a = rng.standard_normal((3, 5, 5)).astype(np.float32)
+    LU, pivots = linalg.lu_factor(tp.tensor(a))
+    want = torch.linalg.lu_factor(torch.tensor(a, dtype=torch.float64))
+    np.testing.assert_allclose(LU.to_host(), want.LU.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(pivots.to_host(), want.pivots.numpy())
+    assert pivots.dtype == np.int32
+    np.testing.assert_array_equal(
+        linalg.lu_factor(tp.tensor(np.array([[1.0, 2.0], [3.0, 4.0]]))).pivots.to_host(),
+        [2, 2])
+    with pytest.raises(ParclError, match="lu_factor.*requires grad.*detach"):
+        linalg.lu_factor(tp.tensor(a, requires_grad=True))
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, -2])
+def test_matrix_power_and_its_gradient_are_pytorchs(queue, rng, n):
+    a = _well_conditioned(rng, 2, 3, 3) / 3
+    _against_torch(queue, rng, lambda x: tp.matrix_power(x, n),
+                   lambda x: torch.linalg.matrix_power(x, n), [a])
+    assert linalg.matrix_power is tp.matrix_power
+
+
+def test_matrix_power_of_a_matrix_is_repeated_products(queue):
+    x = tp.tensor(np.array([[1.0, 1.0], [0.0, 1.0]]))
+    np.testing.assert_array_equal(x.matrix_power(3).to_host(), [[1, 3], [0, 1]])
+    np.testing.assert_array_equal(tp.matrix_power(x, -1).to_host(), [[1, -1], [0, 1]])
+
+
+@pytest.mark.parametrize("ord_", ["fro", 1, -1, float("inf"), float("-inf")])
+@pytest.mark.parametrize("dim,keepdim", [((-2, -1), False), ((0, 2), True), ((2, 0), False)])
+def test_matrix_norm_and_its_gradient_are_pytorchs(queue, rng, ord_, dim, keepdim):
+    a = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    _against_torch(queue, rng, lambda x: linalg.matrix_norm(x, ord_, dim, keepdim),
+                   lambda x: torch.linalg.matrix_norm(x, ord_, dim, keepdim), [a])
+
+
+@pytest.mark.parametrize("ord_,dim", [(None, None), (None, 1), (3, 1), (None, (0, 1)),
+                                      (1, (1, 0)), ("fro", (0, 1)), (float("inf"), -1)])
+def test_norm_dispatches_as_pytorchs(queue, rng, ord_, dim):
+    a = rng.standard_normal((3, 4, 2)).astype(np.float32)
+    _against_torch(queue, rng, lambda x: linalg.norm(x, ord_, dim),
+                   lambda x: torch.linalg.norm(x, ord_, dim), [a])
+    m = a[0]
+    _against_torch(queue, rng, lambda x: linalg.norm(x, 1), lambda x: torch.linalg.norm(x, 1),
+                   [m])
+    _against_torch(queue, rng, lambda x: linalg.vector_norm(x, 3),
+                   lambda x: torch.linalg.vector_norm(x, 3), [a])
+    assert float(linalg.norm(tp.tensor(np.array([[1.0, -2.0], [3.0, 4.0]])), 1)) == 6.0
+
+
+def test_cross_is_the_tp_op():
+    assert linalg.cross is tp.cross and linalg.vector_norm is tp.linalg_vector_norm
+
+
+def test_bad_inputs_raise_errors_naming_the_op_and_shapes(queue):
+    with pytest.raises(ShapeError, match=r"linalg.inv: expected square matrices .* \(2, 3\)"):
+        tp.inverse(tp.tensor(np.ones((2, 3))))
+    with pytest.raises(ShapeError, match=r"det: matrices of size 129 x 129 .* 1 to 128"):
+        tp.det(tp.tensor(np.ones((129, 129))))
+    with pytest.raises(DTypeError, match="det: input .* int32"):
+        tp.det(pc.Tensor.from_host(queue, np.ones((2, 2), np.int32)))
+    with pytest.raises(ShapeError, match=r"linalg.solve: B \(4, 1\) does not fit A \(3, 3\)"):
+        linalg.solve(tp.tensor(np.eye(3)), tp.tensor(np.ones((4, 1))))
+    with pytest.raises(ShapeError, match="batch dims of A"):
+        linalg.solve(tp.tensor(np.ones((2, 3, 3))), tp.tensor(np.ones((4, 3, 1))))
+    with pytest.raises(ParclError, match="ord='nuc' is not supported"):
+        linalg.matrix_norm(tp.tensor(np.eye(3)), "nuc")
+    with pytest.raises(ParclError, match="ord=2 is not supported"):
+        linalg.norm(tp.tensor(np.eye(3)), 2)
+    with pytest.raises(ShapeError, match="must be 1-D or 2-D"):
+        linalg.norm(tp.tensor(np.ones((2, 2, 2))), 1)
+    with pytest.raises(ShapeError, match="n must be an int"):
+        tp.matrix_power(tp.tensor(np.eye(2)), 1.5)
+
+
+def test_results_are_the_same_bits_on_every_run(queue, rng):
+    a = _well_conditioned(rng, 4, 16, 16)
+    first = tp.inverse(tp.tensor(a)).to_host()
+    for _ in range(3):
+        np.testing.assert_array_equal(tp.inverse(tp.tensor(a)).to_host(), first)
