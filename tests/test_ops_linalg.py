@@ -253,10 +253,10 @@ def test_bad_inputs_raise_errors_naming_the_op_and_shapes(queue):
         linalg.solve(tp.tensor(np.eye(3)), tp.tensor(np.ones((4, 1))))
     with pytest.raises(ShapeError, match="batch dims of A"):
         linalg.solve(tp.tensor(np.ones((2, 3, 3))), tp.tensor(np.ones((4, 3, 1))))
-    with pytest.raises(ParclError, match="ord='nuc' is not supported"):
-        linalg.matrix_norm(tp.tensor(np.eye(3)), "nuc")
-    with pytest.raises(ParclError, match="ord=2 is not supported"):
-        linalg.norm(tp.tensor(np.eye(3)), 2)
+    with pytest.raises(ParclError, match="ord=3 is not supported"):
+        linalg.matrix_norm(tp.tensor(np.eye(3)), 3)
+    with pytest.raises(ParclError, match="ord='fro' is a matrix norm"):
+        linalg.norm(tp.tensor(np.eye(3)), "fro", 0)
     with pytest.raises(ShapeError, match="must be 1-D or 2-D"):
         linalg.norm(tp.tensor(np.ones((2, 2, 2))), 1)
     with pytest.raises(ShapeError, match="n must be an int"):
@@ -268,3 +268,90 @@ def test_results_are_the_same_bits_on_every_run(queue, rng):
     first = tp.inverse(tp.tensor(a)).to_host()
     for _ in range(3):
         np.testing.assert_array_equal(tp.inverse(tp.tensor(a)).to_host(), first)
+
+
+# -- eigh and svd (Jacobi) -------------------------------------------------------------------
+def _symmetric(rng, *shape):
+    a = rng.standard_normal(shape)
+    return (a + np.swapaxes(a, -1, -2)).astype(np.float32)
+
+
+def _reconstructed(w, v):
+    return tp.matmul(v * tp.unsqueeze(w, -2), tp.swapaxes(v, -1, -2))
+
+
+def test_eigh_and_eigvalsh_and_their_gradients_are_pytorchs(queue, rng):
+    s = _symmetric(rng, 2, 6, 6)
+    _against_torch(queue, rng, linalg.eigvalsh, torch.linalg.eigvalsh, [s])
+    # sign-independent functions of the eigenvectors, as PyTorch's gradients require
+    _against_torch(queue, rng, lambda x: linalg.eigh(x).eigenvectors ** 2,
+                   lambda x: torch.linalg.eigh(x).eigenvectors ** 2, [s])
+    _against_torch(queue, rng, lambda x: _reconstructed(*linalg.eigh(x, "U")),
+                   lambda x: (lambda w, v: (v * w.unsqueeze(-2)) @ v.mT)(
+                       *torch.linalg.eigh(x, "U")), [s])
+    _gradcheck(queue, lambda x: linalg.eigvalsh(x + tp.transpose(x, (1, 0))), [s[0] / 2])
+    w, v = linalg.eigh(tp.tensor(s))
+    np.testing.assert_allclose(w.to_host(), np.linalg.eigvalsh(s.astype(np.float64)),
+                               rtol=1e-5, atol=1e-5)
+    vh = v.to_host()
+    np.testing.assert_allclose(vh @ np.swapaxes(vh, -1, -2), np.broadcast_to(np.eye(6), s.shape),
+                               atol=1e-5)
+    np.testing.assert_array_equal(
+        linalg.eigvalsh(tp.tensor(np.array([[2.0, 0.0], [0.0, 1.0]]))).to_host(), [1.0, 2.0])
+
+
+@pytest.mark.parametrize("shape", [(2, 6, 4), (2, 4, 6), (3, 3)])
+@pytest.mark.parametrize("full", [False, True])
+def test_svd_and_its_gradients_are_pytorchs(queue, rng, shape, full):
+    a = rng.standard_normal(shape).astype(np.float32)
+    k = min(shape[-2:])
+    _against_torch(queue, rng, linalg.svdvals, torch.linalg.svdvals, [a])
+    _against_torch(queue, rng, lambda x: linalg.svd(x, full).S,
+                   lambda x: torch.linalg.svd(x, full).S, [a])
+    # sign-independent products of the singular vectors (the completed columns of a full
+    # U or Vh are a basis of their own: compared through orthonormality below)
+    _against_torch(queue, rng, lambda x: (lambda u, s, vh: tp.matmul(
+                       u[..., :k] * tp.unsqueeze(s, -2), vh[..., :k, :]))(*linalg.svd(x, full)),
+                   lambda x: (lambda u, s, vh: (u[..., :k] * s.unsqueeze(-2)) @ vh[..., :k, :])(
+                       *torch.linalg.svd(x, full)), [a])
+    _against_torch(queue, rng, lambda x: linalg.svd(x, full).U[..., :k] ** 2,
+                   lambda x: torch.linalg.svd(x, full).U[..., :k] ** 2, [a])
+    _against_torch(queue, rng, lambda x: linalg.svd(x, full).Vh[..., :k, :] ** 2,
+                   lambda x: torch.linalg.svd(x, full).Vh[..., :k, :] ** 2, [a])
+    u, s, vh = (t.to_host() for t in linalg.svd(tp.tensor(a), full))
+    m, n = shape[-2:]
+    assert u.shape[-2:] == (m, m if full else k) and vh.shape[-2:] == (n if full else k, n)
+    np.testing.assert_allclose(np.swapaxes(u, -1, -2) @ u, np.eye(u.shape[-1]) + 0 * u[..., :1, :1],
+                               atol=1e-5)
+    np.testing.assert_allclose(vh @ np.swapaxes(vh, -1, -2),
+                               np.eye(vh.shape[-2]) + 0 * vh[..., :1, :1], atol=1e-5)
+
+
+def test_svd_of_a_rank_deficient_matrix_completes_u_to_an_orthonormal_basis(queue):
+    a = np.array([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]], np.float32)
+    u, s, vh = (t.to_host() for t in linalg.svd(tp.tensor(a)))
+    np.testing.assert_allclose(s, [2.0, 0.0], atol=1e-6)
+    np.testing.assert_allclose(u.T @ u, np.eye(3), atol=1e-6)
+    np.testing.assert_allclose((u[:, :2] * s) @ vh, a, atol=1e-6)
+    np.testing.assert_array_equal(
+        linalg.svdvals(tp.tensor(np.array([[0.0, 2.0], [1.0, 0.0]]))).to_host(), [2.0, 1.0])
+
+
+@pytest.mark.parametrize("ord_", [2, -2, "nuc"])
+def test_spectral_and_nuclear_matrix_norms_are_pytorchs(queue, rng, ord_):
+    a = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    _against_torch(queue, rng, lambda x: linalg.matrix_norm(x, ord_),
+                   lambda x: torch.linalg.matrix_norm(x, ord_), [a])
+    _against_torch(queue, rng, lambda x: linalg.matrix_norm(x, ord_, (0, 2), True),
+                   lambda x: torch.linalg.matrix_norm(x, ord_, (0, 2), True), [a])
+    _against_torch(queue, rng, lambda x: linalg.norm(x, ord_),
+                   lambda x: torch.linalg.norm(x, ord_), [a[0]])
+
+
+def test_decompositions_refuse_what_they_cannot_take(queue):
+    with pytest.raises(ShapeError, match=r"linalg.svd: matrices of 2 x 129"):
+        linalg.svd(tp.tensor(np.ones((2, 129))))
+    with pytest.raises(ShapeError, match=r"linalg.eigh: expected square matrices"):
+        linalg.eigh(tp.tensor(np.ones((2, 3))))
+    with pytest.raises(ParclError, match="UPLO must be 'L' or 'U'"):
+        linalg.eigvalsh(tp.tensor(np.eye(2)), "X")

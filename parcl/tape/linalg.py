@@ -2,7 +2,8 @@
 
 Factorisations and solves of small batched float32 matrices (n up to 128) run on the
 device (``parcl/tape/ops/linalg_solve.py``: LU with partial pivoting and Cholesky, one
-work-item per matrix); the norms are composed from reductions
+work-item per matrix; ``parcl/tape/ops/linalg_decomp.py``: ``eigh`` and ``svd`` by Jacobi
+rotations); the norms are composed from reductions
 (``parcl/tape/ops/linalg_norms.py``). ``det``, ``slogdet``, ``inv``, ``matrix_power`` and
 ``cross`` are also ``tp`` ops (``tp.det``, ``tp.inverse``, ...), as in PyTorch.
 
@@ -14,12 +15,14 @@ array([1. , 0.5], dtype=float32)
 
 from __future__ import annotations
 
+from .ops.linalg_decomp import eigh, eigvalsh, svd, svdvals
 from .ops.linalg_norms import matrix_norm, norm, vector_norm
 from .ops.linalg_solve import (cholesky, cholesky_ex, det, inverse, lu_factor, matrix_power,
                                slogdet, solve, solve_triangular)
 from .ops.products import cross
 
-__all__ = ["cholesky", "cholesky_ex", "cross", "det", "inv", "lu_factor", "matrix_norm",
-           "matrix_power", "norm", "slogdet", "solve", "solve_triangular", "vector_norm"]
+__all__ = ["cholesky", "cholesky_ex", "cross", "det", "eigh", "eigvalsh", "inv", "lu_factor",
+           "matrix_norm", "matrix_power", "norm", "slogdet", "solve", "solve_triangular", "svd",
+           "svdvals", "vector_norm"]
 
 inv = inverse

@@ -1,8 +1,9 @@
 """``torch.linalg``'s norms: ``vector_norm`` (``linalg_vector_norm``), ``matrix_norm``
-(Frobenius, and the 1 / -1 / inf / -inf norms: the largest or smallest absolute column or
-row sum) and ``norm``, which dispatches between the two as PyTorch's does. All are ``sum``,
-``abs``, ``amax`` / ``amin`` and the vector norm, so their gradients are those ops'. The
-spectral and nuclear norms (``ord`` 2, -2, ``"nuc"``) need singular values and are refused.
+(Frobenius; the 1 / -1 / inf / -inf norms: the largest or smallest absolute column or row
+sum; the spectral and nuclear norms 2 / -2 / ``"nuc"``: the largest, smallest and summed
+singular values) and ``norm``, which dispatches between the two as PyTorch's does. All are
+``sum``, ``abs``, ``amax`` / ``amin``, ``svdvals`` and the vector norm, so their gradients
+are those ops'.
 
 >>> m = tp.tensor(np.array([[1.0, -2.0], [3.0, 4.0]], np.float32))
 >>> float(tp.linalg.matrix_norm(m, 1)), float(tp.linalg.matrix_norm(m, float("inf")))
@@ -15,9 +16,10 @@ import math
 
 from ...errors import ParclError, ShapeError
 from .composed import linalg_vector_norm
+from .linalg_decomp import svdvals
 from .reduce import sum as sum_
 from .reduce_dims import amax, amin
-from .shape import squeeze, wrap_dims
+from .shape import movedim, squeeze, unsqueeze, wrap_dims
 from .unary import abs as abs_
 
 __all__: list[str] = []
@@ -40,7 +42,7 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim: bool = False, *,  # noqa: A
                 tape=None):
     """``torch.linalg.matrix_norm`` over the two dims ``dim``: ``"fro"`` (the 2-norm of the
     entries), 1 / -1 (the largest / smallest sum of ``|A|`` down a column), inf / -inf (along
-    a row). ``ord`` 2, -2 and ``"nuc"`` (singular values) are a ``ParclError``.
+    a row), 2 / -2 (the largest / smallest singular value) and ``"nuc"`` (their sum).
 
     >>> float(tp.linalg.matrix_norm(tp.tensor(np.array([[3.0, 0.0], [0.0, 4.0]]))))
     5.0
@@ -49,10 +51,18 @@ def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim: bool = False, *,  # noqa: A
     d0, d1 = _matrix_dims(op, A, dim)
     if ord == "fro":
         return linalg_vector_norm(A, 2, (d0, d1), keepdim, tape=tape)
+    if ord == "nuc" or (not isinstance(ord, str) and ord in (2, -2)):
+        s = svdvals(movedim(A, (d0, d1), (-2, -1), tape=tape), tape=tape)
+        if ord == "nuc":
+            out = sum_(s, -1, tape=tape)
+        else:
+            out = (amax if ord > 0 else amin)(s, -1, tape=tape)
+        if keepdim:
+            out = unsqueeze(unsqueeze(out, min(d0, d1), tape=tape), max(d0, d1), tape=tape)
+        return out
     if isinstance(ord, str) or ord not in (1, -1, math.inf, -math.inf):
         raise ParclError(f"{op}: ord={ord!r} is not supported (input {tuple(A.shape)}): "
-                         "parcl takes 'fro', 1, -1, inf and -inf; 2, -2 and 'nuc' need "
-                         "singular values")
+                         "parcl takes 'fro', 'nuc', 1, -1, 2, -2, inf and -inf")
     # 1: sums down the columns (over the rows d0), the extreme over the columns d1
     summed, picked = (d0, d1) if abs(ord) == 1 else (d1, d0)
     s = sum_(abs_(A, tape=tape), summed, True, tape=tape)
