@@ -355,3 +355,97 @@ def test_decompositions_refuse_what_they_cannot_take(queue):
         linalg.eigh(tp.tensor(np.ones((2, 3))))
     with pytest.raises(ParclError, match="UPLO must be 'L' or 'U'"):
         linalg.eigvalsh(tp.tensor(np.eye(2)), "X")
+
+
+# -- pinv, matrix_rank, cond, the _ex forms, lu_solve, multi_dot, cholesky_inverse -----------
+@pytest.mark.parametrize("shape", [(2, 5, 3), (2, 3, 5), (4, 4)])
+def test_pinv_and_its_gradient_are_pytorchs(queue, rng, shape):
+    a = rng.standard_normal(shape).astype(np.float32)
+    if shape[-1] == shape[-2]:
+        a = _well_conditioned(rng, *shape)
+    _against_torch(queue, rng, linalg.pinv, torch.linalg.pinv, [a])
+    s = _symmetric(rng, 3, 3)
+    _against_torch(queue, rng, lambda x: linalg.pinv(x, hermitian=True),
+                   lambda x: torch.linalg.pinv(x, hermitian=True), [s])
+    _gradcheck(queue, linalg.pinv, [a[..., :3, :3] if a.ndim == 2 else a[0]])
+
+
+def test_pinv_and_matrix_rank_drop_the_singular_values_below_pytorchs_threshold(queue):
+    a = np.float32([[1, 0], [0, 1e-3]])
+    np.testing.assert_allclose(linalg.pinv(tp.tensor(a), atol=0.01).to_host(),
+                               [[1, 0], [0, 0]])
+    np.testing.assert_allclose(linalg.pinv(tp.tensor(a), rtol=1e-4).to_host(),
+                               [[1, 0], [0, 1000]], rtol=1e-5)
+    rank = linalg.matrix_rank(tp.tensor(np.float32([[1, 2], [2, 4]])))
+    assert rank.dtype == np.int64 and int(rank) == 1
+    assert int(linalg.matrix_rank(tp.tensor(a), atol=0.01)) == 1
+    assert int(linalg.matrix_rank(tp.tensor(a), hermitian=True)) == 2
+    np.testing.assert_array_equal(
+        linalg.matrix_rank(tp.tensor(np.zeros((2, 3, 3), np.float32))).to_host(), [0, 0])
+
+
+@pytest.mark.parametrize("p", [None, 2, -2, "fro", "nuc", 1, float("inf")])
+def test_cond_and_its_gradient_are_pytorchs(queue, rng, p):
+    a = _well_conditioned(rng, 2, 4, 4)
+    # torch's own cond backward fails for the norms of the inverse (an in-place op):
+    # their product is what it computes
+    ref = (lambda x: torch.linalg.cond(x, p)) if p in (None, 2, -2) else (
+        lambda x: torch.linalg.matrix_norm(x, p) * torch.linalg.matrix_norm(torch.linalg.inv(x), p))
+    _against_torch(queue, rng, lambda x: linalg.cond(x, p), ref, [a])
+    assert float(linalg.cond(tp.tensor(np.float32([[2, 0], [0, 1]])))) == 2.0
+
+
+def test_inv_ex_and_solve_ex_report_info_and_are_pytorchs(queue, rng):
+    a = _well_conditioned(rng, 2, 4, 4)
+    b = rng.standard_normal((3, 2, 4, 2)).astype(np.float32)
+    _against_torch(queue, rng, lambda x: linalg.inv_ex(x).inverse,
+                   lambda x: torch.linalg.inv_ex(x).inverse, [a])
+    _against_torch(queue, rng, lambda x, y: linalg.solve_ex(x, y).result,
+                   lambda x, y: torch.linalg.solve_ex(x, y).result, [a, b])
+    _against_torch(queue, rng, lambda x, y: linalg.solve_ex(x, y, left=False).result,
+                   lambda x, y: torch.linalg.solve_ex(x, y, left=False).result,
+                   [a, np.swapaxes(b, -1, -2).copy()])
+    singular = np.float32([[1, 2], [2, 4]])
+    inverse, info = linalg.inv_ex(tp.tensor(singular))         # no error: info says it
+    assert info.dtype == np.int32 and int(info) == 2
+    assert int(torch.linalg.inv_ex(torch.tensor(singular)).info) == 2
+    assert not np.isfinite(inverse.to_host()).all()
+    assert int(linalg.solve_ex(tp.tensor(singular), tp.tensor(np.float32([1, 1]))).info) == 2
+    with pytest.raises(LinAlgError, match="linalg.inv_ex: the input"):
+        linalg.inv_ex(tp.tensor(singular), check_errors=True)
+
+
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("adjoint", [False, True])
+def test_lu_solve_with_lu_factors_is_pytorchs(queue, rng, left, adjoint):
+    a = _well_conditioned(rng, 2, 4, 4)
+    LU, pivots = linalg.lu_factor(tp.tensor(a))
+    tLU, tpivots = torch.linalg.lu_factor(torch.tensor(a, dtype=torch.float64))
+    b = rng.standard_normal((2, 4, 3) if left else (2, 3, 4)).astype(np.float32)
+    _against_torch(queue, rng,
+                   lambda y: linalg.lu_solve(LU, pivots, y, left=left, adjoint=adjoint),
+                   lambda y: torch.linalg.lu_solve(tLU, tpivots, y, left=left, adjoint=adjoint),
+                   [b])
+
+
+def test_multi_dot_vecdot_diagonal_and_cholesky_inverse_are_pytorchs(queue, rng):
+    ms = [rng.standard_normal(s).astype(np.float32) for s in [(5,), (5, 2), (2, 6), (6,)]]
+    _against_torch(queue, rng, lambda *t: linalg.multi_dot(t),
+                   lambda *t: torch.linalg.multi_dot(t), ms)
+    ms = [rng.standard_normal(s).astype(np.float32) for s in [(3, 5), (5, 2), (2, 6)]]
+    _against_torch(queue, rng, lambda *t: linalg.multi_dot(t),
+                   lambda *t: torch.linalg.multi_dot(t), ms)
+    x, y = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    _against_torch(queue, rng, lambda u, v: linalg.vecdot(u, v, dim=0),
+                   lambda u, v: torch.linalg.vecdot(u, v, dim=0), [x, y])
+    _against_torch(queue, rng, lambda u: linalg.diagonal(u, offset=1),
+                   lambda u: torch.linalg.diagonal(u, offset=1), [x])
+    assert linalg.matmul is tp.matmul
+    spd = _spd(rng, 2, 4, 4)
+    L = np.linalg.cholesky(spd.astype(np.float64)).astype(np.float32)
+    _against_torch(queue, rng, tp.cholesky_inverse, torch.cholesky_inverse, [L])
+    _against_torch(queue, rng, lambda u: u.cholesky_inverse(upper=True),
+                   lambda u: torch.cholesky_inverse(u, upper=True),
+                   [np.swapaxes(L, -1, -2).copy()])
+    with pytest.raises(ShapeError, match="multi_dot: expected a chain of matrices"):
+        linalg.multi_dot([tp.tensor(x), tp.tensor(y)])

@@ -789,6 +789,9 @@ class NodeMethods:
     def cholesky_solve(self, input2, upper=False):
         return _ops().cholesky_solve(self, input2, upper)
 
+    def cholesky_inverse(self, upper=False):
+        return _ops().cholesky_inverse(self, upper)
+
     # -- torch.Tensor's shape helpers (parcl/tape/ops/shape_more.py, stacking.py) ----------
     def swapaxes(self, axis0, axis1):
         return _ops().swapaxes(self, axis0, axis1)

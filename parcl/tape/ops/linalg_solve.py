@@ -211,7 +211,8 @@ class Solve(Function):
 
     name = "solve"
 
-    def forward(self, a: Tensor, b: Tensor, op: str = "linalg.solve"):
+    def forward(self, a: Tensor, b: Tensor, op: str = "linalg.solve", lu: lk.LU | None = None,
+                check_errors: bool = True):
         n = lk.check_square(op, a)
         if b.ndim < 2 or b.shape[-2] != n:
             raise ShapeError(f"{op}: B {b.shape} does not fit A {a.shape}: expected B of "
@@ -219,18 +220,23 @@ class Solve(Function):
         self.shapes = (a.shape, b.shape)
         batch = _batch_shape(op, a.shape, b.shape)
         k = b.shape[-1]
-        lu = lk.lu_factor(_batched(a, batch, n, n), op)
+        count = prod(batch)
+        if lu is None:              # else factored by the caller, on A broadcast to batch
+            lu = lk.lu_factor(_batched(a, batch, n, n), op)
+        lu = lk.LU(lu.lu.reshape(count, n, n), lu.pivots.reshape(count, n), lu.info, lu.sign,
+                   lu.logabsdet, lu.det, lu.flag)
         x = lk.lu_solve(lu.lu, lu.pivots, _batched(b, batch, n, k))
         check = _FactorCheck(op, lu.flag, (*batch, n, n), "singular")
         out = x.reshape(*batch, n, k)
-        check.guard(out, not self.recording)
+        if check_errors:
+            check.guard(out, not self.recording)
         if self.recording:
             self.saved = (lu, x, check, batch)
         return out
 
     def backward(self, g: Tensor):
         lu, x, check, batch = self.saved
-        defer(check.check)
+        defer(check.check)         # a singular matrix has no gradient (inv_ex, solve_ex too)
         a_shape, b_shape = self.shapes
         count, n, k = x.shape
         gb = lk.lu_solve(lu.lu, lu.pivots, g.reshape(count, n, k), trans=True)
