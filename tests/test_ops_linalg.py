@@ -449,3 +449,33 @@ def test_multi_dot_vecdot_diagonal_and_cholesky_inverse_are_pytorchs(queue, rng)
                    [np.swapaxes(L, -1, -2).copy()])
     with pytest.raises(ShapeError, match="multi_dot: expected a chain of matrices"):
         linalg.multi_dot([tp.tensor(x), tp.tensor(y)])
+
+
+# -- qr (Householder) --------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(2, 6, 4), (2, 4, 6), (3, 3)])
+def test_qr_gives_pytorchs_q_and_r_and_gradients(queue, rng, shape):
+    a = rng.standard_normal(shape).astype(np.float32)
+    # LAPACK's reflections, so Q and R themselves (not only up to signs) are PyTorch's
+    _against_torch(queue, rng, lambda x: linalg.qr(x).Q, lambda x: torch.linalg.qr(x).Q, [a])
+    _against_torch(queue, rng, lambda x: linalg.qr(x).R, lambda x: torch.linalg.qr(x).R, [a])
+    # mode="r" keeps R's gradient (PyTorch's has none there): the reduced R's
+    _against_torch(queue, rng, lambda x: linalg.qr(x, "r").R, lambda x: torch.linalg.qr(x).R,
+                   [a])
+    _gradcheck(queue, lambda x: tp.matmul(*linalg.qr(x)), [a if a.ndim == 2 else a[0]])
+    q, r = (t.to_host() for t in linalg.qr(tp.tensor(a), "complete"))
+    tq, tr = torch.linalg.qr(torch.tensor(a, dtype=torch.float64), "complete")
+    np.testing.assert_allclose(q, tq.numpy(), atol=1e-5)
+    np.testing.assert_allclose(r, tr.numpy(), atol=1e-5)
+    assert linalg.qr(tp.tensor(a), "r").Q is None
+
+
+def test_qr_refuses_what_pytorch_refuses(queue):
+    x = tp.tensor(np.float32([[1, 2], [3, 4], [5, 6]]), requires_grad=True)
+    with tp.Tape() as tape:
+        q, r = linalg.qr(x, "complete")
+    with pytest.raises(ParclError, match="mode='complete' with more rows than columns"):
+        tape.backward(tp.sum(q))
+    with pytest.raises(ParclError, match="mode must be"):
+        linalg.qr(x, "full")
+    np.testing.assert_allclose(linalg.qr(tp.tensor(np.float32([[3, 0], [4, 5]]))).R.to_host(),
+                               [[-5, -4], [0, 3]], atol=1e-6)      # torch's too

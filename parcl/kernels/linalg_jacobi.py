@@ -1,5 +1,6 @@
 """Symmetric eigendecompositions and singular value decompositions of small batched matrices by
-Jacobi rotations, on the device (the launchers of ``tp.linalg.eigh`` and ``tp.linalg.svd``).
+Jacobi rotations, and QR by Householder reflections, on the device (the launchers of
+``tp.linalg.eigh``, ``tp.linalg.svd`` and ``tp.linalg.qr``).
 
 One work-item per matrix, as ``parcl.kernels.linalg``: cyclic Jacobi on the symmetric matrix
 (``eigh``: rotations that zero each off-diagonal pair in turn) and one-sided Jacobi on the
@@ -9,7 +10,9 @@ accurate to float32's precision (Jacobi finds small eigen- and singular values t
 relative accuracy, where ``A^T A``'s eigenvalues would lose them). Eigenvalues come ascending
 (as LAPACK's ``syevd``), singular values descending; the columns of ``U`` that no singular
 value fixes (a zero singular value, or the extra columns of ``full_matrices``) are completed
-to an orthonormal basis (Gram-Schmidt on the unit vectors).
+to an orthonormal basis (Gram-Schmidt on the unit vectors). QR takes LAPACK's reflections
+(``geqrf``'s signs: ``R``'s diagonal is ``-sign(a_jj) * |column|``), so its ``Q`` and ``R`` are
+LAPACK's and PyTorch's, to rounding.
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import linalg_jacobi
@@ -195,6 +198,75 @@ __kernel void svd_jacobi(__global const float *a_all, __global float *u_all,
     }
 }
 """
+
+
+QR_SOURCE = r"""//CL//
+/* w (batch, m, n): A on entry, overwritten with the reflections (LAPACK's geqrf layout);
+   tau (batch, k) scratch, k = min(m, n). q (batch, m, qc), r (batch, rc, n). */
+__kernel void qr_householder(__global float *w_all, __global float *tau_all,
+                             __global float *q_all, __global float *r_all, const int batch,
+                             const int m, const int n, const int qc, const int rc)
+{
+    const int b = get_global_id(0);
+    if (b >= batch) return;
+    const int k = min(m, n);
+    __global float *w = w_all + (long)b * m * n;
+    __global float *tau = tau_all + (long)b * k;
+    __global float *q = q_all + (long)b * m * qc;
+    __global float *r = r_all + (long)b * rc * n;
+    for (int j = 0; j < k; ++j) {
+        const float alpha = w[j * n + j];
+        float xx = 0.0f;
+        for (int i = j + 1; i < m; ++i) xx += w[i * n + j] * w[i * n + j];
+        if (xx == 0.0f) { tau[j] = 0.0f; continue; }       /* H = I, as LAPACK's */
+        const float beta = -copysign(sqrt(alpha * alpha + xx), alpha);
+        tau[j] = (beta - alpha) / beta;
+        const float scale = 1.0f / (alpha - beta);
+        for (int i = j + 1; i < m; ++i) w[i * n + j] *= scale;
+        w[j * n + j] = beta;
+        for (int c = j + 1; c < n; ++c) {                  /* H W[j:, c] */
+            float s = w[j * n + c];
+            for (int i = j + 1; i < m; ++i) s += w[i * n + j] * w[i * n + c];
+            s *= tau[j];
+            w[j * n + c] -= s;
+            for (int i = j + 1; i < m; ++i) w[i * n + c] -= s * w[i * n + j];
+        }
+    }
+    for (int i = 0; i < rc; ++i)
+        for (int c = 0; c < n; ++c)
+            r[i * n + c] = c >= i ? w[i * n + c] : 0.0f;
+    for (int i = 0; i < m; ++i)
+        for (int c = 0; c < qc; ++c)
+            q[i * qc + c] = i == c ? 1.0f : 0.0f;
+    for (int j = k - 1; j >= 0; --j) {                    /* Q = H_0 ... H_{k-1} I */
+        if (tau[j] == 0.0f) continue;
+        for (int c = 0; c < qc; ++c) {
+            float s = q[j * qc + c];
+            for (int i = j + 1; i < m; ++i) s += w[i * n + j] * q[i * qc + c];
+            s *= tau[j];
+            q[j * qc + c] -= s;
+            for (int i = j + 1; i < m; ++i) q[i * qc + c] -= s * w[i * n + j];
+        }
+    }
+}
+"""
+
+
+def qr(a: Tensor, complete: bool = False) -> tuple[Tensor, Tensor]:
+    """``(Q, R)`` of ``a`` ``(batch, m, n)``: ``Q`` ``(batch, m, m if complete else k)``,
+    ``R`` ``(batch, m if complete else k, n)``, ``k = min(m, n)``."""
+    batch, m, n = a.shape
+    q_ = a.queue
+    k = min(m, n)
+    qc = rc = m if complete else k
+    work = a.copy().reshape(a.shape)
+    tau = Tensor.empty(q_, (batch, k))
+    qm = Tensor.empty(q_, (batch, m, qc))
+    r = Tensor.empty(q_, (batch, rc, n))
+    get_kernel(q_, QR_SOURCE, "qr_householder")(
+        q_, (round_up(batch, LOCAL),), None, work.data, tau.data, qm.data, r.data,
+        np.int32(batch), np.int32(m), np.int32(n), np.int32(qc), np.int32(rc))
+    return qm, r
 
 
 def eigh(a: Tensor, op: str = "linalg.eigh") -> tuple[Tensor, Tensor]:

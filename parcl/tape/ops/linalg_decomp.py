@@ -1,6 +1,6 @@
-"""Spectral decompositions of small batched matrices, on the device: ``eigh``, ``eigvalsh``,
-``svd`` and ``svdvals`` (``tp.linalg``'s; ``parcl.kernels.linalg_jacobi``: Jacobi rotations,
-one work-item per matrix, float32, ``n`` up to 128 rows and columns).
+"""Decompositions of small batched matrices, on the device: ``eigh``, ``eigvalsh``, ``svd``,
+``svdvals`` and ``qr`` (``tp.linalg``'s; ``parcl.kernels.linalg_jacobi``: Jacobi rotations and
+Householder reflections, one work-item per matrix, float32, up to 128 rows and columns).
 
 Each output is its own recorded op reading one decomposition, so an output that is not used
 adds nothing to the backward, and the gradients of the outputs that are used add up to
@@ -23,13 +23,16 @@ from math import prod
 
 from ...errors import DTypeError, ParclError, ShapeError
 from ...kernels import creation as ck
+from ...kernels import linalg as lk
 from ...kernels import linalg_jacobi as lj
 from ...kernels.linalg import MAX_N
 from ...tensor import FLOAT, Tensor
 from ..node import Function, Node
 from .elementwise import add, div, mul, sub
 from .linalg import matmul
+from .join import cat
 from .shape import unsqueeze
+from .slices import narrow, tril
 from .shape_more import swapaxes
 
 __all__: list[str] = []
@@ -249,3 +252,111 @@ def svdvals(A, *, tape=None):
     """
     d = _Svd(_raw(A, "linalg.svdvals"), False, "linalg.svdvals")
     return _SingularValues.apply(A, tape=tape, svd=d, part="s")
+
+
+# -- qr ------------------------------------------------------------------------------------
+def _copyltu(m: Tensor) -> Tensor:
+    """The symmetric matrix with ``m``'s lower triangle."""
+    return add(tril(m), _mT(tril(m, -1)))
+
+
+def _square_qr_grad(q: Tensor, r: Tensor, gq: Tensor | None, gr: Tensor | None) -> Tensor:
+    """``(gQ + Q copyltu(R gR^T - gQ^T Q)) R^-T`` for ``A = Q R``, ``R`` square (m >= n)."""
+    m_ = None
+    if gr is not None:
+        m_ = matmul(r, _mT(gr))
+    if gq is not None:
+        t = matmul(_mT(gq), q)
+        m_ = mul(t, -1.0) if m_ is None else sub(m_, t)
+    b = matmul(q, _copyltu(m_))
+    if gq is not None:
+        b = add(b, gq)
+    n = r.shape[-1]
+    count = r.size // (n * n)
+    rows = q.shape[-2]
+    x = lk.solve_triangular(r.reshape(count, n, n), _mT(b).reshape(count, n, rows), upper=True)
+    return _mT(x).reshape(b.shape)
+
+
+class _QrPart(Function):
+    """``Q`` or ``R`` of one decomposition computed before."""
+
+    name = "qr"
+
+    def forward(self, a: Tensor, qr=None, part: int = 0, complete: bool = False):
+        if self.recording:
+            self.qr, self.complete = qr, complete
+        return qr[part]
+
+    def backward(self, g: Tensor):
+        q, r = self.qr
+        m, n = q.shape[-2], r.shape[-1]
+        if self.complete and m > n:
+            raise ParclError(f"linalg.qr: mode='complete' with more rows than columns "
+                             f"({m} x {n}) has no gradient (Q's last {m - n} columns are not "
+                             "unique), as in PyTorch; use mode='reduced'")
+        gq, gr = (g, None) if isinstance(self, _QrQ) else (None, g)
+        if m >= n:
+            return _square_qr_grad(q, r, gq, gr)
+        # A = [X | Y]: X = Q U, R = [U | Q^T Y]
+        u = narrow(r, -1, 0, m)
+        if gr is None:
+            return cat([_square_qr_grad(q, u, gq, None),
+                        Tensor.zeros(q.queue, (*r.shape[:-1], n - m))], -1)
+        y_grad = narrow(gr, -1, m, n - m)
+        y = narrow(self.a_value, -1, m, n - m)
+        gx = _square_qr_grad(q, u, matmul(y, _mT(y_grad)), narrow(gr, -1, 0, m))
+        return cat([gx, matmul(q, y_grad)], -1)
+
+
+class _QrQ(_QrPart):
+    pass
+
+
+class _QrR(_QrPart):
+    def forward(self, a: Tensor, qr=None, part: int = 1, complete: bool = False):
+        if self.recording:
+            self.a_value = a
+        return super().forward(a, qr, part, complete)
+
+
+class QrResult(tuple):
+    """``(Q, R)``, as PyTorch's named tuple."""
+
+    __slots__ = ()
+
+    def __new__(cls, Q, R):  # noqa: N803
+        return super().__new__(cls, (Q, R))
+
+    Q = property(lambda self: self[0])
+    R = property(lambda self: self[1])
+
+
+def qr(A, mode: str = "reduced", *, tape=None) -> QrResult:
+    """``torch.linalg.qr``: ``(Q, R)`` with ``A = Q R`` for ``A`` ``(*, m, n)`` by Householder
+    reflections (LAPACK's, so PyTorch's ``Q`` and ``R`` to rounding): ``mode="reduced"``
+    ``Q`` ``(*, m, k)`` and ``R`` ``(*, k, n)``, ``"complete"`` ``(*, m, m)`` and ``(*, m,
+    n)``, ``"r"`` ``R`` only (``Q`` is None, PyTorch's empty tensor; ``R`` keeps its
+    gradient). Gradients PyTorch's; ``"complete"`` with ``m > n`` has none, as PyTorch's.
+
+    >>> tp.linalg.qr(tp.tensor(np.float32([[3, 0], [4, 5]]))).R.to_host()
+    array([[-5., -4.],
+           [ 0.,  3.]], dtype=float32)
+    """
+    op = "linalg.qr"
+    if mode not in ("reduced", "complete", "r"):
+        raise ParclError(f"{op}: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
+    a = _raw(A, op)
+    if a.dtype != FLOAT:
+        raise DTypeError(f"{op}: input {a.shape} has dtype {a.dtype}, expected float32")
+    if a.ndim < 2 or not (0 < a.shape[-2] <= MAX_N and 0 < a.shape[-1] <= MAX_N):
+        raise ShapeError(f"{op}: expected matrices (*, m, n) with 1 to {MAX_N} rows and "
+                         f"columns, got shape {a.shape}")
+    *batch, m, n = a.shape
+    complete = mode == "complete"
+    q, r = lj.qr(a.reshape(prod(batch), m, n), complete)
+    qr_ = (q.reshape(*batch, *q.shape[1:]), r.reshape(*batch, *r.shape[1:]))
+    R = _QrR.apply(A, tape=tape, qr=qr_, part=1, complete=complete)
+    if mode == "r":
+        return QrResult(None, R)
+    return QrResult(_QrQ.apply(A, tape=tape, qr=qr_, part=0, complete=complete), R)
