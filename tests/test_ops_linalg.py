@@ -479,3 +479,35 @@ def test_qr_refuses_what_pytorch_refuses(queue):
         linalg.qr(x, "full")
     np.testing.assert_allclose(linalg.qr(tp.tensor(np.float32([[3, 0], [4, 5]]))).R.to_host(),
                                [[-5, -4], [0, 3]], atol=1e-6)      # torch's too
+
+
+# -- matrix_exp, tensorinv, tensorsolve, pinverse ---------------------------------------------
+@pytest.mark.parametrize("scale", [0.1, 1.0, 4.0])
+def test_matrix_exp_and_its_gradient_are_pytorchs(queue, rng, scale):
+    a = (scale * rng.standard_normal((2, 4, 4))).astype(np.float32)
+    want = torch.linalg.matrix_exp(torch.tensor(a, dtype=torch.float64))
+    tol = 1e-5 * max(1.0, float(want.abs().max()))       # relative to the entries' size
+    _against_torch(queue, rng, tp.matrix_exp, torch.linalg.matrix_exp, [a], tol=tol * 10)
+    _gradcheck(queue, tp.matrix_exp, [a[0] / scale])
+    np.testing.assert_allclose(
+        tp.tensor(np.float32([[0, 1], [0, 0]])).matrix_exp().to_host(), [[1, 1], [0, 1]])
+    np.testing.assert_allclose(linalg.matrix_exp(tp.tensor(np.float32([[0, -np.pi],
+                                                                          [np.pi, 0]])))
+                               .to_host(), [[-1, 0], [0, -1]], atol=1e-5)
+
+
+def test_tensorinv_tensorsolve_and_pinverse_are_pytorchs(queue, rng):
+    t = (3 * np.eye(4).reshape(4, 2, 2) + rng.standard_normal((4, 2, 2))).astype(np.float32)
+    _against_torch(queue, rng, lambda x: linalg.tensorinv(x, 1),
+                   lambda x: torch.linalg.tensorinv(x, 1), [t])
+    a = (3 * np.eye(6) + rng.standard_normal((6, 6))).astype(np.float32)
+    b = rng.standard_normal((2, 3)).astype(np.float32)
+    _against_torch(queue, rng, linalg.tensorsolve, torch.linalg.tensorsolve,
+                   [a.reshape(2, 3, 6), b])
+    _against_torch(queue, rng, lambda x, y: linalg.tensorsolve(x, y, dims=(0,)),
+                   lambda x, y: torch.linalg.tensorsolve(x, y, dims=(0,)),
+                   [a.reshape(6, 2, 3), b])
+    m = rng.standard_normal((4, 3)).astype(np.float32)
+    _against_torch(queue, rng, tp.pinverse, torch.pinverse, [m])
+    with pytest.raises(ShapeError, match="tensorinv: the product of the first ind=1 dims"):
+        linalg.tensorinv(tp.tensor(np.ones((3, 2, 2), np.float32)), 1)

@@ -792,6 +792,12 @@ class NodeMethods:
     def cholesky_inverse(self, upper=False):
         return _ops().cholesky_inverse(self, upper)
 
+    def matrix_exp(self):
+        return _ops().matrix_exp(self)
+
+    def pinverse(self, rcond=1e-15):
+        return _ops().pinverse(self, rcond)
+
     # -- torch.Tensor's shape helpers (parcl/tape/ops/shape_more.py, stacking.py) ----------
     def swapaxes(self, axis0, axis1):
         return _ops().swapaxes(self, axis0, axis1)

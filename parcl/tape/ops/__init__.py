@@ -19,6 +19,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | linalg_norms | (tp.linalg only) vector_norm matrix_norm norm |
 | linalg_decomp | (tp.linalg only) eigh eigvalsh svd svdvals (Jacobi) |
 | linalg_more | cholesky_inverse; tp.linalg's pinv matrix_rank cond inv_ex solve_ex lu_solve ... |
+| linalg_funcs | matrix_exp pinverse; tp.linalg's tensorinv tensorsolve |
 | integer | gcd lcm bitwise_and bitwise_or bitwise_xor bitwise_not (int32, int64, bool masks) |
 | logical | logical_and ... logical_not, isclose allclose equal, nansum nanmean |
 | composed | nan_to_num outer addmm baddbmm linalg_vector_norm norm |
@@ -95,6 +96,7 @@ from .integer import *  # noqa: F401,F403
 from .join import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
 from .linalg_decomp import *  # noqa: F401,F403
+from .linalg_funcs import *  # noqa: F401,F403
 from .linalg_more import *  # noqa: F401,F403
 from .linalg_norms import *  # noqa: F401,F403
 from .linalg_solve import *  # noqa: F401,F403
@@ -142,9 +144,9 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 _MODULES = ("activation", "activation_more", "adaptive", "aliases", "attention", "bags",
             "composed", "contraction", "conv", "conv3d", "counting", "creation", "cumulative",
             "diagonals", "distances", "dropouts", "elementwise", "fold", "grids", "indexing",
-            "instance", "integer", "join", "linalg", "linalg_decomp", "linalg_more",
-            "linalg_norms", "linalg_solve", "logical", "loss", "loss_margin", "loss_more",
-            "loss_nll", "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more",
+            "instance", "integer", "join", "linalg", "linalg_decomp", "linalg_funcs",
+            "linalg_more", "linalg_norms", "linalg_solve", "logical", "loss", "loss_margin",
+            "loss_more", "loss_nll", "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more",
             "mathops_special", "moments", "nn", "norm", "numerics", "order", "picks", "placing",
             "pool3d", "products", "randomized", "reduce", "reduce_dims", "reductions", "resample",
             "sampling", "scans", "scatters", "select", "sequence", "shape", "shape_more", "slices",

@@ -1,0 +1,156 @@
+"""Matrix functions and tensor forms of the solves: ``matrix_exp`` (a ``tp`` op too, as
+``torch.matrix_exp``), ``tensorinv``, ``tensorsolve`` (``tp.linalg``'s) and ``pinverse``
+(``torch.pinverse``).
+
+``matrix_exp`` scales ``A`` by ``2^-s`` until its 1-norm is at most 1/2 (``s`` read from the
+device: one wait), takes the [6/6] Padé approximant (a solve with the LU kernels, its error
+far below float32's rounding at that norm) and squares ``s`` times. Its gradient is the
+upper-right block of the exponential of ``[[A^T, G], [0, A^T]]`` (Mathias' identity, as
+PyTorch's), so ``n`` is at most 64 where a gradient is taken.
+
+>>> tp.matrix_exp(tp.tensor(np.float32([[0, 1], [0, 0]]))).to_host()
+array([[1., 1.],
+       [0., 1.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import math
+from math import prod
+
+from ...errors import ShapeError
+from ...kernels import creation as ck
+from ...kernels import linalg as lk
+from ...tensor import FLOAT, Tensor
+from ..node import Function
+from .elementwise import add, mul, sub
+from .join import cat
+from .linalg import matmul
+from .linalg_more import pinv
+from .linalg_solve import _mT, inverse, solve
+from .reduce import sum as sum_
+from .reduce_dims import amax
+from .shape import movedim, reshape
+from .slices import narrow
+from .unary import abs as abs_
+
+__all__ = ["matrix_exp", "pinverse"]
+
+# the [6/6] Pade coefficients c_k = (12 - k)! 6! / (12! k! (6 - k)!)
+_PADE = [math.factorial(12 - k) * math.factorial(6)
+         / (math.factorial(12) * math.factorial(k) * math.factorial(6 - k)) for k in range(7)]
+
+
+def _expm(a: Tensor) -> Tensor:
+    """``exp(a)`` of raw ``a`` ``(*, n, n)``: scaling, Pade [6/6], squaring."""
+    n = a.shape[-1]
+    norm = float(amax(sum_(abs_(a), -2)).to_host().max()) if a.size else 0.0
+    if not math.isfinite(norm):
+        s = 0                     # NaN or inf: no squaring makes it finite; the result is NaN
+    else:
+        s = max(0, math.ceil(math.log2(norm / 0.5))) if norm > 0.5 else 0
+    x = mul(a, 2.0 ** -s)
+    eye = ck.eye(a.queue, n, n, FLOAT)
+    power, even, odd = eye, mul(eye, _PADE[0]), None
+    for k in range(1, 7):
+        power = matmul(x, power) if k > 1 else x
+        term = mul(power, _PADE[k])
+        if k % 2:
+            odd = term if odd is None else add(odd, term)
+        else:
+            even = add(even, term)
+    numerator, denominator = add(even, odd), sub(even, odd)
+    count = prod(a.shape[:-2])
+    lu = lk.lu_factor(denominator.reshape(count, n, n), "matrix_exp")
+    e = lk.lu_solve(lu.lu, lu.pivots, numerator.reshape(count, n, n)).reshape(a.shape)
+    for _ in range(s):
+        e = matmul(e, e)
+    return e
+
+
+class MatrixExp(Function):
+    name = "matrix_exp"
+
+    def forward(self, a: Tensor):
+        lk.check_square("matrix_exp", a)
+        if self.recording:
+            self.a = a
+        return _expm(a)
+
+    def backward(self, g: Tensor):
+        a = self.a
+        n = a.shape[-1]
+        if 2 * n > lk.MAX_N:
+            raise ShapeError(f"matrix_exp: the gradient of a {n} x {n} matrix (input "
+                             f"{a.shape}) is not supported: it takes the exponential of a "
+                             f"{2 * n} x {2 * n} block matrix, and parcl's solves take at "
+                             f"most {lk.MAX_N} rows")
+        at = _mT(a)
+        zeros = Tensor.zeros(a.queue, a.shape)
+        block = cat([cat([at, g], -1), cat([zeros, at], -1)], -2)      # [[A^T, G], [0, A^T]]
+        return narrow(narrow(_expm(block), -2, 0, n), -1, n, n)
+
+
+def matrix_exp(A, *, tape=None):
+    """``torch.linalg.matrix_exp`` (``torch.matrix_exp``): the exponential of each matrix of
+    ``A`` ``(*, n, n)``; gradient by the block-matrix identity, as PyTorch's (``n`` up to 64
+    there).
+
+    >>> float(tp.matrix_exp(tp.tensor(np.float32([[1.0]]))))
+    2.7182817459106445
+    """
+    return MatrixExp.apply(A, tape=tape)
+
+
+def pinverse(input, rcond: float = 1e-15, *, tape=None):  # noqa: A002
+    """``torch.pinverse``: ``tp.linalg.pinv(input, rtol=rcond)``.
+
+    >>> tp.pinverse(tp.tensor(np.float32([[2, 0], [0, 0]]))).to_host()
+    array([[0.5, 0. ],
+           [0. , 0. ]], dtype=float32)
+    """
+    return pinv(input, rtol=rcond, tape=tape)
+
+
+def tensorinv(A, ind: int = 2, *, tape=None):
+    """``torch.linalg.tensorinv``: the inverse of ``A`` taken as the square matrix
+    ``(prod(shape[:ind]), prod(shape[ind:]))``, shaped ``shape[ind:] + shape[:ind]``.
+
+    >>> tp.linalg.tensorinv(tp.tensor(np.eye(4, dtype=np.float32).reshape(4, 2, 2)), 1).shape
+    (2, 2, 4)
+    """
+    shape = tuple(A.shape)
+    if not 0 < ind < len(shape) or isinstance(ind, bool):
+        raise ShapeError(f"linalg.tensorinv: ind must be in [1, {len(shape) - 1}] for a tensor "
+                         f"of shape {shape}, got {ind!r}")
+    rows, cols = prod(shape[:ind]), prod(shape[ind:])
+    if rows != cols:
+        raise ShapeError(f"linalg.tensorinv: the product of the first ind={ind} dims of "
+                         f"{shape} ({rows}) must equal that of the others ({cols})")
+    inv = inverse(reshape(A, (rows, cols), tape=tape), tape=tape)
+    return reshape(inv, shape[ind:] + shape[:ind], tape=tape)
+
+
+def tensorsolve(A, B, dims=None, *, tape=None):
+    """``torch.linalg.tensorsolve``: ``X`` with ``tensordot(A, X, X.ndim) = B``, ``X`` shaped
+    ``A.shape[B.ndim:]`` (after ``dims`` of ``A`` are moved to the end).
+
+    >>> a = tp.tensor(np.eye(6, dtype=np.float32).reshape(2, 3, 6))
+    >>> tp.linalg.tensorsolve(a, tp.tensor(np.ones((2, 3), np.float32))).shape
+    (6,)
+    """
+    if dims is not None:
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        nd = len(A.shape)
+        A = movedim(A, dims, tuple(range(nd - len(dims), nd)), tape=tape)
+    a_shape, b_shape = tuple(A.shape), tuple(B.shape)
+    if a_shape[:len(b_shape)] != b_shape:
+        raise ShapeError(f"linalg.tensorsolve: the leading dims of A {a_shape} must be B's "
+                         f"shape {b_shape}")
+    x_shape = a_shape[len(b_shape):]
+    rows, cols = prod(b_shape), prod(x_shape)
+    if rows != cols:
+        raise ShapeError(f"linalg.tensorsolve: A {a_shape} must be square as a matrix "
+                         f"(prod of B's dims {rows} == prod of the others {cols})")
+    x = solve(reshape(A, (rows, cols), tape=tape), reshape(B, (rows,), tape=tape), tape=tape)
+    return reshape(x, x_shape, tape=tape)
