@@ -1,11 +1,13 @@
 """``tp.linalg``: PyTorch's ``torch.linalg`` names, for code written against them.
 
-Factorisations and solves of small batched float32 matrices (n up to 128) run on the
-device (``parcl/tape/ops/linalg_solve.py``: LU with partial pivoting and Cholesky, one
-work-item per matrix; ``parcl/tape/ops/linalg_decomp.py``: ``eigh`` and ``svd`` by Jacobi
-rotations); the norms are composed from reductions
-(``parcl/tape/ops/linalg_norms.py``). ``det``, ``slogdet``, ``inv``, ``matrix_power`` and
-``cross`` are also ``tp`` ops (``tp.det``, ``tp.inverse``, ...), as in PyTorch.
+Factorisations and solves of small batched float32 matrices (up to 128 rows) run on the
+device, one work-item per matrix: LU with partial pivoting (``ops/linalg_solve.py``), Cholesky
+and triangular solves (``ops/linalg_cholesky.py``), ``eigh`` and ``svd`` by Jacobi rotations
+and ``qr`` by Householder reflections (``ops/linalg_decomp.py``); ``pinv``, ``cond``, the
+``_ex`` forms and the rest build on them (``ops/linalg_more.py``, ``ops/linalg_funcs.py``),
+and the norms are composed from reductions (``ops/linalg_norms.py``). ``det``, ``slogdet``,
+``inv`` (``tp.inverse``), ``matrix_power``, ``matrix_exp`` and ``cross`` are also ``tp`` ops,
+as in PyTorch.
 
 >>> from parcl.tape import linalg
 >>> linalg.solve(tp.tensor(np.array([[2.0, 0.0], [0.0, 4.0]])),
@@ -20,8 +22,8 @@ from .ops.linalg_funcs import matrix_exp, tensorinv, tensorsolve
 from .ops.linalg_more import (cond, diagonal, inv_ex, lu_solve, matmul, matrix_rank, multi_dot,
                               pinv, solve_ex, vecdot)
 from .ops.linalg_norms import matrix_norm, norm, vector_norm
-from .ops.linalg_solve import (cholesky, cholesky_ex, det, inverse, lu_factor, matrix_power,
-                               slogdet, solve, solve_triangular)
+from .ops.linalg_cholesky import cholesky, cholesky_ex, solve_triangular
+from .ops.linalg_solve import det, inverse, lu_factor, matrix_power, slogdet, solve
 from .ops.products import cross
 
 __all__ = ["cholesky", "cholesky_ex", "cond", "cross", "det", "diagonal", "eigh", "eigvalsh",

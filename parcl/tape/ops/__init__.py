@@ -15,7 +15,8 @@ even inside ``no_grad`` (netcl's escape hatch).
 | activation_more | hardtanh relu6 ... mish selu celu glu softmin threshold normalize ... |
 | linalg | matmul (batched, broadcasting) |
 | linalg | matmul (batched, broadcasting) mm bmm |
-| linalg_solve | det slogdet logdet inverse matrix_power cholesky_solve; tp.linalg's solve ... |
+| linalg_solve | det slogdet logdet inverse matrix_power; tp.linalg's solve lu_factor |
+| linalg_cholesky | cholesky_solve; tp.linalg's cholesky cholesky_ex solve_triangular |
 | linalg_norms | (tp.linalg only) vector_norm matrix_norm norm |
 | linalg_decomp | (tp.linalg only) eigh eigvalsh svd svdvals (Jacobi) |
 | linalg_more | cholesky_inverse; tp.linalg's pinv matrix_rank cond inv_ex solve_ex lu_solve ... |
@@ -95,6 +96,7 @@ from .instance import *  # noqa: F401,F403
 from .integer import *  # noqa: F401,F403
 from .join import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
+from .linalg_cholesky import *  # noqa: F401,F403
 from .linalg_decomp import *  # noqa: F401,F403
 from .linalg_funcs import *  # noqa: F401,F403
 from .linalg_more import *  # noqa: F401,F403
@@ -144,12 +146,12 @@ from .composed import *  # noqa: F401,F403  (last: its norm replaces the module'
 _MODULES = ("activation", "activation_more", "adaptive", "aliases", "attention", "bags",
             "composed", "contraction", "conv", "conv3d", "counting", "creation", "cumulative",
             "diagonals", "distances", "dropouts", "elementwise", "fold", "grids", "indexing",
-            "instance", "integer", "join", "linalg", "linalg_decomp", "linalg_funcs",
-            "linalg_more", "linalg_norms", "linalg_solve", "logical", "loss", "loss_margin",
-            "loss_more", "loss_nll", "lp_pool", "lrn", "mathops", "mathops_binary", "mathops_more",
-            "mathops_special", "moments", "nn", "norm", "numerics", "order", "picks", "placing",
-            "pool3d", "products", "randomized", "reduce", "reduce_dims", "reductions", "resample",
-            "sampling", "scans", "scatters", "select", "sequence", "shape", "shape_more", "slices",
-            "sorting", "stacking", "unary", "unpool")
+            "instance", "integer", "join", "linalg", "linalg_cholesky", "linalg_decomp",
+            "linalg_funcs", "linalg_more", "linalg_norms", "linalg_solve", "logical", "loss",
+            "loss_margin", "loss_more", "loss_nll", "lp_pool", "lrn", "mathops", "mathops_binary",
+            "mathops_more", "mathops_special", "moments", "nn", "norm", "numerics", "order",
+            "picks", "placing", "pool3d", "products", "randomized", "reduce", "reduce_dims",
+            "reductions", "resample", "sampling", "scans", "scatters", "select", "sequence",
+            "shape", "shape_more", "slices", "sorting", "stacking", "unary", "unpool")
 __all__ = [name for module in _MODULES
            for name in import_module(f".{module}", __name__).__all__]

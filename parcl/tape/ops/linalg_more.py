@@ -29,8 +29,8 @@ from .elementwise import div, mul, sub
 from .linalg import matmul as matmul_
 from .linalg_decomp import _Svd, eigh, svdvals
 from .linalg_norms import matrix_norm
-from .linalg_solve import (Solve, _batch_shape, _batched, _is_vector_rhs, _mT, _raw,
-                           cholesky_solve, inverse)
+from .linalg_cholesky import cholesky_solve
+from .linalg_solve import Solve, _batch_shape, _batched, _is_vector_rhs, _mT, _raw, inverse
 from .mathops import gt
 from .reduce import sum as sum_
 from .reduce_dims import amax, amin
