@@ -77,12 +77,27 @@ def test_singular_matrices_have_det_zero_slogdet_minus_inf_as_pytorch(queue):
                                   torch.logdet(torch.tensor(m)).numpy())
 
 
-def test_the_gradient_of_det_at_a_singular_matrix_is_refused(queue):
-    x = tp.tensor(np.array([[1.0, 2.0], [2.0, 4.0]]), requires_grad=True)
+def test_the_gradient_of_det_at_a_singular_matrix_is_its_adjugates_transpose(queue):
+    # the cofactor matrix (d det / dA): nonzero at a matrix of rank n - 1 (PyTorch 2.13 in
+    # float64 returns zeros for these two)
+    m = np.float32([[[1, 2], [2, 4]], [[0, 0], [0, 0]], [[2, 1], [1, 3]]])
+    x = tp.tensor(m, requires_grad=True)
     with tp.Tape() as tape:
-        d = tp.det(x)
-    with pytest.raises(LinAlgError, match="det: the input \\(2, 2\\) is singular.*adjugate"):
-        tape.backward(d)
+        d = tp.sum(tp.det(x))
+    tape.backward(d)
+    np.testing.assert_allclose(x.grad.to_host(), [[[4, -2], [-2, 1]], [[0, 0], [0, 0]],
+                                                  [[3, -1], [-1, 2]]], atol=1e-5)
+    y = tp.tensor(np.float32([[1, 2, 3], [4, 5, 6], [2, 4, 6]]), requires_grad=True)
+    with tp.Tape() as tape:
+        d = tp.det(y)
+    tape.backward(d)
+    np.testing.assert_allclose(y.grad.to_host(), [[6, -12, 6], [0, 0, 0], [-3, 6, -3]],
+                               atol=1e-4)
+    with tp.Tape() as tape:
+        logabs = tp.slogdet(x).logabsdet
+    with pytest.raises(LinAlgError, match=r"slogdet: the input \(3, 2, 2\) is singular "
+                                          r"\(matrix \(0,\) of the batch\).*adjugate"):
+        tape.backward(tp.sum(logabs))
 
 
 def test_inverse_and_solve_and_their_gradients_are_pytorchs(queue, rng):
@@ -333,6 +348,11 @@ def test_svd_of_a_rank_deficient_matrix_completes_u_to_an_orthonormal_basis(queu
     np.testing.assert_allclose(s, [2.0, 0.0], atol=1e-6)
     np.testing.assert_allclose(u.T @ u, np.eye(3), atol=1e-6)
     np.testing.assert_allclose((u[:, :2] * s) @ vh, a, atol=1e-6)
+    # a singular value of rounding size (1e-21 here): its column is noise, made orthogonal
+    b = np.float32([[1, 2, 3], [4, 5, 6], [2, 4, 6]])
+    u, s, vh = (t.to_host() for t in linalg.svd(tp.tensor(b)))
+    np.testing.assert_allclose(u.T @ u, np.eye(3), atol=1e-6)
+    np.testing.assert_allclose((u * s) @ vh, b, atol=1e-5)
     np.testing.assert_array_equal(
         linalg.svdvals(tp.tensor(np.array([[0.0, 2.0], [1.0, 0.0]]))).to_host(), [2.0, 1.0])
 

@@ -172,15 +172,19 @@ __kernel void svd_jacobi(__global const float *a_all, __global float *u_all,
             }
         }
     }
-    int r = 0;                                         /* the columns s fixes */
-    while (r < n && s[r] > 1e-30f) {
-        const float inv = 1.0f / s[r];
-        for (int k = 0; k < m; ++k) u[k * uc + r] *= inv;
-        ++r;
-    }
-    for (int j = r; j < uc; ++j) {                     /* the others: an orthonormal basis */
-        for (int e = 0; e < m; ++e) {
-            for (int k = 0; k < m; ++k) u[k * uc + j] = k == e ? 1.0f : 0.0f;
+    /* U's columns: W_j / s_j, made orthogonal to the columns before (a column of a tiny s_j
+       is mostly rounding noise); where that leaves too little (s_j = 0, or full_matrices'
+       extra columns), the first unit vector that does: an orthonormal basis either way */
+    for (int j = 0; j < uc; ++j) {
+        int done = 0;
+        for (int e = -1; e < m && !done; ++e) {
+            if (e < 0) {
+                if (j >= n || !(s[j] > 0.0f)) continue;
+                const float inv = 1.0f / s[j];
+                for (int k = 0; k < m; ++k) u[k * uc + j] *= inv;
+            } else {
+                for (int k = 0; k < m; ++k) u[k * uc + j] = k == e ? 1.0f : 0.0f;
+            }
             for (int pass = 0; pass < 2; ++pass)
                 for (int c = 0; c < j; ++c) {
                     float d = 0.0f;
@@ -192,7 +196,7 @@ __kernel void svd_jacobi(__global const float *a_all, __global float *u_all,
             if (t > 0.25f) {
                 const float inv = 1.0f / sqrt(t);
                 for (int k = 0; k < m; ++k) u[k * uc + j] *= inv;
-                break;
+                done = 1;
             }
         }
     }

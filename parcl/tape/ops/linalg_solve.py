@@ -12,9 +12,9 @@ Gradients by the standard formulas: ``det``: ``g det A^-T``; ``slogdet``: ``g A^
 A singular matrix (an exact zero pivot, as LAPACK's) has ``det`` 0 and ``slogdet`` (0, -inf)
 as PyTorch's; ``inverse`` and ``solve`` of it raise ``LinAlgError`` at the first host read of
 the result (or of a value computed from it), in the backward, or at once where nothing
-records: the factorisation's flag is read without a stall (``checks.FlagCheck``). The
-gradient of ``det`` or ``slogdet`` at a singular matrix (where PyTorch takes the adjugate) is
-a ``LinAlgError`` too.
+records: the factorisation's flag is read without a stall (``checks.FlagCheck``). At a singular
+matrix ``det``'s gradient is the adjugate's transpose (the cofactors, from the SVD);
+``slogdet``'s (infinite there) is a ``LinAlgError``.
 
 >>> a = tp.tensor(np.array([[2.0, 1.0], [1.0, 3.0]], np.float32), requires_grad=True)
 >>> float(tp.det(a)), tp.inverse(a).to_host()
@@ -40,11 +40,15 @@ from ..node import Function, Node
 from ..tape import defer
 from .checks import FlagCheck
 from .elementwise import mul
+from .indexing import flip
+from .join import cat
 from .linalg import matmul
-from .mathops import lt
+from .mathops import eq, lt
+from .scans import cumprod
 from .select import where
 from .shape import squeeze, unsqueeze
 from .shape_more import swapaxes
+from .slices import narrow
 
 __all__ = ["det", "inverse", "logdet", "matrix_power", "slogdet"]
 
@@ -76,8 +80,8 @@ class _FactorCheck(FlagCheck):
 
 class _SingularGradientCheck(_FactorCheck):
     def detail(self, column: int) -> str:
-        return (f"its pivot of column {column} is zero; the gradient of {self.op} at a "
-                "singular matrix (PyTorch's adjugate) is not supported")
+        return (f"its pivot of column {column} is zero, so logabsdet is -inf and its "
+                "gradient infinite; det's gradient there is the adjugate's transpose")
 
 
 def _raw(x, op: str = "linalg") -> Tensor:
@@ -128,36 +132,68 @@ class _FromLU(Function):
     name = "det"
 
     def forward(self, a: Tensor, lu: lk.LU | None = None, op: str = "det"):
-        if self.recording:          # a singular matrix is fine, but not its gradient
-            self.lu = lu
-            self.check = _SingularGradientCheck(op, lu.flag, a.shape, "singular")
+        if self.recording:
+            self.a, self.lu = a, lu
+            if op != "det":          # a singular matrix is fine, but not its gradient
+                self.check = _SingularGradientCheck(op, lu.flag, a.shape, "singular")
         return lu.det if op == "det" else lu.logabsdet
 
-    def backward(self, g: Tensor):
-        defer(self.check.check)
+    def _inverse_t(self) -> Tensor:
         lu = self.lu
         n = lu.lu.shape[-1]
-        batch = lu.lu.shape[:-2]
-        count = prod(batch)
-        inv_t = lk.lu_solve(lu.lu.reshape(count, n, n), lu.pivots.reshape(count, n),
-                            _eye_like(lu.lu), trans=True).reshape(lu.lu.shape)
-        scale = mul(g, lu.det) if self.name == "det" else g
-        return _scaled(inv_t, scale)
+        count = prod(lu.lu.shape[:-2])
+        return lk.lu_solve(lu.lu.reshape(count, n, n), lu.pivots.reshape(count, n),
+                           _eye_like(lu.lu), trans=True).reshape(lu.lu.shape)
+
+
+class _Det(_FromLU):
+    def backward(self, g: Tensor):
+        # g det A^-T, and where A is singular (A^-T inf or NaN) the adjugate's transpose from
+        # the SVD: det(U) det(Vh) U diag(prod_{j != i} s_j) Vh. Both are computed (an SVD in
+        # every det backward): choosing on the host would wait for the pivots' flag.
+        lu = self.lu
+        grad = _scaled(self._inverse_t(), mul(g, lu.det))
+        singular = eq(lu.sign, 0.0)          # slogdet's sign: 0 exactly where singular
+        adj = _adjugate_t(self.a)
+        return where(unsqueeze(unsqueeze(singular, -1), -1), _scaled(adj, g), grad)
 
 
 class _LogAbsDet(_FromLU):
     name = "slogdet"
 
+    def backward(self, g: Tensor):
+        defer(self.check.check)
+        return _scaled(self._inverse_t(), g)
+
+
+def _adjugate_t(a: Tensor) -> Tensor:
+    """``adj(a)^T`` of ``a`` ``(*, n, n)`` through its SVD (any rank)."""
+    from .linalg_decomp import _Svd
+    n = a.shape[-1]
+    d = _Svd(a, False, "det")
+    s = d.s
+    if n == 1:
+        products = Tensor.full(a.queue, s.shape, 1.0)
+    else:           # prod_{j != i} s_j: the products before i times those after it
+        ones = Tensor.full(a.queue, (*s.shape[:-1], 1), 1.0)
+        before = cumprod(cat([ones, narrow(s, -1, 0, n - 1)], -1), -1)
+        after = flip(cumprod(flip(cat([narrow(s, -1, 1, n - 1), ones], -1), -1), -1), -1)
+        products = mul(before, after)
+    count = prod(a.shape[:-2])
+    signs = mul(lk.lu_factor(d.u.reshape(count, n, n), "det").det,
+                lk.lu_factor(d.vh.reshape(count, n, n), "det").det).reshape(a.shape[:-2])
+    return _scaled(matmul(mul(d.u, unsqueeze(products, -2)), d.vh), signs)
+
 
 def det(A, *, tape=None):
     """``torch.linalg.det``: the determinant of each matrix of ``A`` ``(*, n, n)`` (``(*)``),
-    0 for a singular one. Gradient ``g det A^-T``. op_name ``"det"``.
+    0 for a singular one. Gradient ``g det A^-T``, at a singular matrix the adjugate's
+    transpose (the cofactors, from the SVD). op_name ``"det"``.
 
     >>> float(tp.det(tp.tensor(np.array([[1.0, 3.0], [2.0, 4.0]]))))
     -2.0
     """
-    return _FromLU.apply(A, tape=tape, lu=lk.lu_factor(_raw(A, "det"), "det"),
-                          op="det")
+    return _Det.apply(A, tape=tape, lu=lk.lu_factor(_raw(A, "det"), "det"), op="det")
 
 
 class SlogdetResult(tuple):
