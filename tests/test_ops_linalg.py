@@ -531,3 +531,23 @@ def test_tensorinv_tensorsolve_and_pinverse_are_pytorchs(queue, rng):
     _against_torch(queue, rng, tp.pinverse, torch.pinverse, [m])
     with pytest.raises(ShapeError, match="tensorinv: the product of the first ind=1 dims"):
         linalg.tensorinv(tp.tensor(np.ones((3, 2, 2), np.float32)), 1)
+
+
+@pytest.mark.parametrize("driver", [None, "gelsd", "gels"])
+def test_lstsq_gives_pytorchs_solution_residuals_rank_and_gradients(queue, rng, driver):
+    a = rng.standard_normal((2, 5, 3)).astype(np.float32)
+    b = rng.standard_normal((2, 5, 2)).astype(np.float32)
+    _against_torch(queue, rng, lambda x, y: linalg.lstsq(x, y, driver=driver).solution,
+                   lambda x, y: torch.linalg.lstsq(x, y, driver=driver or "gelsd").solution,
+                   [a, b])
+    got = linalg.lstsq(tp.tensor(a), tp.tensor(b), driver=driver)
+    want = torch.linalg.lstsq(torch.tensor(a, dtype=torch.float64),
+                              torch.tensor(b, dtype=torch.float64), driver=driver)
+    for mine, theirs in zip(got[1:], want[1:]):      # residuals, rank, singular values
+        if theirs.numel() == 0:
+            assert mine is None                      # PyTorch's empty tensor
+        else:
+            np.testing.assert_allclose(mine.to_host(), theirs.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        linalg.lstsq(tp.tensor(np.float32([[1, 0], [0, 1], [0, 0]])),
+                     tp.tensor(np.float32([[1], [2], [3]]))).solution.to_host(), [[1], [2]])

@@ -1,6 +1,6 @@
-"""Matrix functions and tensor forms of the solves: ``matrix_exp`` (a ``tp`` op too, as
-``torch.matrix_exp``), ``tensorinv``, ``tensorsolve`` (``tp.linalg``'s) and ``pinverse``
-(``torch.pinverse``).
+"""Matrix functions, least squares and tensor forms of the solves: ``matrix_exp`` (a ``tp`` op
+too, as ``torch.matrix_exp``), ``lstsq``, ``tensorinv``, ``tensorsolve`` (``tp.linalg``'s)
+and ``pinverse`` (``torch.pinverse``).
 
 ``matrix_exp`` scales ``A`` by ``2^-s`` until its 1-norm is at most 1/2 (``s`` read from the
 device: one wait), takes the [6/6] Padé approximant (a solve with the LU kernels, its error
@@ -22,16 +22,18 @@ from ...errors import ShapeError
 from ...kernels import creation as ck
 from ...kernels import linalg as lk
 from ...tensor import FLOAT, Tensor
-from ..node import Function
+from ..node import Function, Node
 from .elementwise import add, mul, sub
 from .join import cat
 from .linalg import matmul
-from .linalg_more import pinv
+from .linalg_more import matrix_rank, pinv
 from .linalg_solve import _mT, inverse, solve
 from .reduce import sum as sum_
 from .reduce_dims import amax
 from .shape import movedim, reshape
 from .slices import narrow
+from .linalg_decomp import svdvals
+from .mathops import square
 from .unary import abs as abs_
 
 __all__ = ["matrix_exp", "pinverse"]
@@ -154,3 +156,57 @@ def tensorsolve(A, B, dims=None, *, tape=None):
                          f"(prod of B's dims {rows} == prod of the others {cols})")
     x = solve(reshape(A, (rows, cols), tape=tape), reshape(B, (rows,), tape=tape), tape=tape)
     return reshape(x, x_shape, tape=tape)
+
+
+class LstsqResult(tuple):
+    """``(solution, residuals, rank, singular_values)``, as PyTorch's named tuple (None where
+    PyTorch's is an empty tensor)."""
+
+    __slots__ = ()
+
+    def __new__(cls, solution, residuals, rank, singular_values):
+        return super().__new__(cls, (solution, residuals, rank, singular_values))
+
+    solution = property(lambda self: self[0])
+    residuals = property(lambda self: self[1])
+    rank = property(lambda self: self[2])
+    singular_values = property(lambda self: self[3])
+
+
+_DRIVERS = (None, "gels", "gelsy", "gelsd", "gelss")
+
+
+def lstsq(A, B, rcond: float | None = None, *, driver: str | None = None,
+          tape=None) -> LstsqResult:
+    """``torch.linalg.lstsq``: the minimum-norm least-squares ``X`` ``(*, n, k)`` minimising
+    ``|A X - B|`` for ``A`` ``(*, m, n)`` and ``B`` ``(*, m, k)``, as ``pinv(A, rtol=rcond)
+    @ B`` (``rcond`` ``eps * max(m, n)`` by default), so ``pinv``'s gradient. ``rank`` (int64)
+    for every driver but ``"gels"``; ``"gelsd"`` and ``"gelss"`` also give the singular
+    values, and with ``m > n`` and every matrix of full rank the squared residuals ``(*, k)``
+    (a host read of the ranks). What PyTorch leaves empty is None.
+
+    >>> a = tp.tensor(np.float32([[1, 0], [0, 1], [0, 0]]))
+    >>> tp.linalg.lstsq(a, tp.tensor(np.float32([[1], [2], [3]]))).solution.to_host()
+    array([[1.],
+           [2.]], dtype=float32)
+    """
+    op = "linalg.lstsq"
+    if driver not in _DRIVERS:
+        raise ShapeError(f"{op}: driver must be one of {_DRIVERS}, got {driver!r}")
+    a_shape, b_shape = tuple(A.shape), tuple(B.shape)
+    if len(a_shape) < 2 or len(b_shape) < 2 or a_shape[-2] != b_shape[-2]:
+        raise ShapeError(f"{op}: expected A (*, m, n) and B (*, m, k) with the same m, got A "
+                         f"{a_shape} and B {b_shape}")
+    m, n = a_shape[-2:]
+    rtol = rcond if rcond is not None and rcond > 0 else None
+    x = matmul(pinv(A, rtol=rtol, tape=tape), B, tape=tape)
+    raw = A.value if isinstance(A, Node) else A
+    rank = None if driver == "gels" else matrix_rank(raw, rtol=rtol)
+    values = svdvals(A, tape=tape) if driver in ("gelsd", "gelss") else None
+    residuals = None
+    if driver in ("gels", "gelsd", "gelss") and m > n:
+        full = rank if rank is not None else matrix_rank(raw, rtol=rtol)
+        if (full.to_host() == n).all():
+            residuals = sum_(square(sub(matmul(A, x, tape=tape), B, tape=tape), tape=tape), -2,
+                             tape=tape)
+    return LstsqResult(x, residuals, rank, values)
