@@ -551,3 +551,11 @@ def test_lstsq_gives_pytorchs_solution_residuals_rank_and_gradients(queue, rng, 
     np.testing.assert_allclose(
         linalg.lstsq(tp.tensor(np.float32([[1, 0], [0, 1], [0, 0]])),
                      tp.tensor(np.float32([[1], [2], [3]]))).solution.to_host(), [[1], [2]])
+
+
+def test_a_matrix_holding_nan_decomposes_to_nan_not_to_a_plausible_answer(queue):
+    m = tp.tensor(np.float32([[1, 2, 0], [np.nan, 1, 0], [0, 0, 1]]))
+    for values in (linalg.eigvalsh(m), linalg.svdvals(m), linalg.eigh(m).eigenvectors,
+                   linalg.svd(m).U, tp.det(m), tp.inverse(m), tp.matrix_exp(m)):
+        assert np.isnan(values.to_host()).all()
+    assert np.isnan(linalg.eigvalsh(tp.tensor(np.float32([[1, 0], [np.inf, 1]]))).to_host()).all()

@@ -10,7 +10,8 @@ accurate to float32's precision (Jacobi finds small eigen- and singular values t
 relative accuracy, where ``A^T A``'s eigenvalues would lose them). Eigenvalues come ascending
 (as LAPACK's ``syevd``), singular values descending; the columns of ``U`` that no singular
 value fixes (a zero singular value, or the extra columns of ``full_matrices``) are completed
-to an orthonormal basis (Gram-Schmidt on the unit vectors). QR takes LAPACK's reflections
+to an orthonormal basis (Gram-Schmidt on the unit vectors). A matrix holding NaN or inf
+decomposes to NaN throughout (no sweeps). QR takes LAPACK's reflections
 (``geqrf``'s signs: ``R``'s diagonal is ``-sign(a_jj) * |column|``), so its ``Q`` and ``R`` are
 LAPACK's and PyTorch's, to rounding.
 
@@ -54,6 +55,13 @@ __kernel void eigh_jacobi(__global const float *a_all, __global float *w_all,
             a[j * n + i] = x;
             total += (i == j ? 1.0f : 2.0f) * x * x;
         }
+    if (!isfinite(total)) {                            /* NaN or inf: all NaN, no sweeps */
+        for (int i = 0; i < n; ++i) {
+            w[i] = NAN;
+            for (int j = 0; j < n; ++j) v[i * n + j] = NAN;
+        }
+        return;
+    }
     for (int i = 0; i < n; ++i)
         for (int j = 0; j < n; ++j)
             v[i * n + j] = i == j ? 1.0f : 0.0f;
@@ -116,9 +124,19 @@ __kernel void svd_jacobi(__global const float *a_all, __global float *u_all,
     __global float *u = u_all + (long)b * m * uc;       /* W in its first n columns */
     __global float *s = s_all + (long)b * n;
     __global float *v = v_all + (long)b * n * n;
+    float total = 0.0f;
     for (int i = 0; i < m; ++i)
-        for (int j = 0; j < uc; ++j)
-            u[i * uc + j] = j < n ? a[i * n + j] : 0.0f;
+        for (int j = 0; j < uc; ++j) {
+            const float x = j < n ? a[i * n + j] : 0.0f;
+            u[i * uc + j] = x;
+            total += x * x;
+        }
+    if (!isfinite(total)) {                            /* NaN or inf: all NaN, no sweeps */
+        for (int i = 0; i < m * uc; ++i) u[i] = NAN;
+        for (int i = 0; i < n; ++i) s[i] = NAN;
+        for (int i = 0; i < n * n; ++i) v[i] = NAN;
+        return;
+    }
     for (int i = 0; i < n; ++i)
         for (int j = 0; j < n; ++j)
             v[i * n + j] = i == j ? 1.0f : 0.0f;
