@@ -172,9 +172,9 @@ def cholesky_solve(B, L, upper: bool = False, *, tape=None):
     matrix).
 
     >>> L = tp.tensor(np.array([[2.0, 0.0], [1.0, 2.0]]))
-    >>> tp.cholesky_solve(tp.tensor(np.array([[4.0], [5.0]])), L).to_host()
-    array([[0.75],
-           [0.5 ]], dtype=float32)
+    >>> tp.cholesky_solve(tp.tensor(np.array([[4.0], [5.0]])), L).to_host()   # A [[4, 2], [2, 5]]
+    array([[0.625],
+           [0.75 ]], dtype=float32)
     """
     return CholeskySolve.apply(B, L, tape=tape, upper=bool(upper))
 
