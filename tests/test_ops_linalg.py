@@ -559,3 +559,23 @@ def test_a_matrix_holding_nan_decomposes_to_nan_not_to_a_plausible_answer(queue)
                    linalg.svd(m).U, tp.det(m), tp.inverse(m), tp.matrix_exp(m)):
         assert np.isnan(values.to_host()).all()
     assert np.isnan(linalg.eigvalsh(tp.tensor(np.float32([[1, 0], [np.inf, 1]]))).to_host()).all()
+
+
+def test_lu_gives_pytorchs_p_l_and_u(queue, rng):
+    a = rng.standard_normal((2, 4, 4)).astype(np.float32)
+    got = linalg.lu(tp.tensor(a))
+    want = torch.linalg.lu(torch.tensor(a, dtype=torch.float64))
+    np.testing.assert_array_equal(got.P.to_host(), want.P.numpy())
+    np.testing.assert_allclose(got.L.to_host(), want.L.numpy(), atol=1e-5)
+    np.testing.assert_allclose(got.U.to_host(), want.U.numpy(), atol=1e-5)
+    with pytest.raises(ParclError, match="requires grad"):
+        linalg.lu(tp.tensor(a, requires_grad=True))
+
+
+def test_vander_and_its_gradient_are_pytorchs(queue, rng):
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    _against_torch(queue, rng, linalg.vander, torch.linalg.vander, [x])
+    _against_torch(queue, rng, lambda v: linalg.vander(v, N=5),
+                   lambda v: torch.linalg.vander(v, N=5), [x])
+    with pytest.raises(ShapeError, match="N must be an int greater than 1"):
+        linalg.vander(tp.tensor(x), N=1)

@@ -18,7 +18,7 @@ array([1. , 0.5], dtype=float32)
 from __future__ import annotations
 
 from .ops.linalg_decomp import eigh, eigvalsh, qr, svd, svdvals
-from .ops.linalg_funcs import lstsq, matrix_exp, tensorinv, tensorsolve
+from .ops.linalg_funcs import lstsq, lu, matrix_exp, tensorinv, tensorsolve, vander
 from .ops.linalg_more import (cond, diagonal, inv_ex, lu_solve, matmul, matrix_rank, multi_dot,
                               pinv, solve_ex, vecdot)
 from .ops.linalg_norms import matrix_norm, norm, vector_norm
@@ -27,9 +27,9 @@ from .ops.linalg_solve import det, inverse, lu_factor, matrix_power, slogdet, so
 from .ops.products import cross
 
 __all__ = ["cholesky", "cholesky_ex", "cond", "cross", "det", "diagonal", "eigh", "eigvalsh",
-           "inv", "inv_ex", "lstsq", "lu_factor", "lu_solve", "matmul", "matrix_exp",
+           "inv", "inv_ex", "lstsq", "lu", "lu_factor", "lu_solve", "matmul", "matrix_exp",
            "matrix_norm", "matrix_power", "matrix_rank", "multi_dot", "norm", "pinv", "qr",
            "slogdet", "solve", "solve_ex", "solve_triangular", "svd", "svdvals", "tensorinv",
-           "tensorsolve", "vecdot", "vector_norm"]
+           "tensorsolve", "vander", "vecdot", "vector_norm"]
 
 inv = inverse

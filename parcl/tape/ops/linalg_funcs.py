@@ -24,16 +24,19 @@ from ...kernels import linalg as lk
 from ...tensor import FLOAT, Tensor
 from ..node import Function, Node
 from .elementwise import add, mul, sub
+from .indexing import expand
 from .join import cat
 from .linalg import matmul
+from .linalg_decomp import svdvals
 from .linalg_more import matrix_rank, pinv
-from .linalg_solve import _mT, inverse, solve
+from .linalg_solve import _mT, inverse, lu_factor, solve
+from .mathops import square
 from .reduce import sum as sum_
 from .reduce_dims import amax
-from .shape import movedim, reshape
-from .slices import narrow
-from .linalg_decomp import svdvals
-from .mathops import square
+from .scans import cumprod
+from .select import where
+from .shape import movedim, reshape, unsqueeze
+from .slices import narrow, tril, triu
 from .unary import abs as abs_
 
 __all__ = ["matrix_exp", "pinverse"]
@@ -210,3 +213,60 @@ def lstsq(A, B, rcond: float | None = None, *, driver: str | None = None,
             residuals = sum_(square(sub(matmul(A, x, tape=tape), B, tape=tape), tape=tape), -2,
                              tape=tape)
     return LstsqResult(x, residuals, rank, values)
+
+
+def vander(x, *, N: int | None = None, tape=None):  # noqa: N803
+    """``torch.linalg.vander``: the Vandermonde matrices ``(*, n, N)`` of ``x`` ``(*, n)``, the
+    powers ``x ** 0 ... x ** (N-1)`` as columns (increasing, unlike ``tp.vander``), ``N``
+    ``n`` by default and greater than 1. A cumulative product: the gradient at 0 is finite.
+
+    >>> tp.linalg.vander(tp.tensor(np.float32([2, 3]))).to_host()
+    array([[1., 2.],
+           [1., 3.]], dtype=float32)
+    """
+    shape = tuple(x.shape)
+    if not shape:
+        raise ShapeError("linalg.vander: x must have at least one dimension, got a 0-d tensor")
+    cols = shape[-1] if N is None else N
+    if isinstance(cols, bool) or not isinstance(cols, int) or cols <= 1:
+        raise ShapeError(f"linalg.vander: N must be an int greater than 1, got {N!r} (x "
+                         f"{shape})")
+    column = unsqueeze(x, -1, tape=tape)
+    ones = where(0.0, column, 1.0, tape=tape)       # x ** 0, x kept with a zero gradient
+    powers = cumprod(expand(column, (*shape, cols - 1), tape=tape), -1, tape=tape)
+    return cat([ones, powers], -1, tape=tape)
+
+
+class LuResult(tuple):
+    """``(P, L, U)``, as PyTorch's named tuple."""
+
+    __slots__ = ()
+
+    def __new__(cls, P, L, U):  # noqa: N803
+        return super().__new__(cls, (P, L, U))
+
+    P = property(lambda self: self[0])
+    L = property(lambda self: self[1])
+    U = property(lambda self: self[2])
+
+
+def lu(A, *, pivot: bool = True) -> LuResult:
+    """``torch.linalg.lu`` for square matrices: ``(P, L, U)`` with ``A = P L U`` from
+    ``lu_factor``'s factors (``P`` the permutation matrix, ``L`` unit lower, ``U`` upper).
+    Raw Tensors, no gradient (an ``A`` that requires one is refused, as by ``lu_factor``).
+
+    >>> P, L, U = tp.linalg.lu(tp.tensor(np.float32([[1, 2], [3, 4]])))
+    >>> P.to_host()
+    array([[0., 1.],
+           [1., 0.]], dtype=float32)
+    """
+    factors, pivots = lu_factor(A, pivot=pivot)
+    n = factors.shape[-1]
+    count = prod(factors.shape[:-2])
+    eye = ck.eye(factors.queue, n, n, FLOAT)
+    identities = Tensor.zeros(factors.queue, (count, n, n))
+    identities = add(identities, eye)
+    # the row swaps applied to the identity: with L = U = I, lu_solve's trans form is P^T
+    p = lk.lu_solve(identities, pivots.reshape(count, n), identities, trans=True)
+    lower = add(tril(factors, -1), eye)
+    return LuResult(p.reshape(factors.shape), lower, triu(factors))
