@@ -92,9 +92,10 @@ class MemoryPool:
         # in-place ops on Nodes over that buffer (``tape.changes``); weak keys, so a note goes
         # with its graph.
         self.graph_changes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        # The Allocation of a basic-indexing result (``x[key]``: a copy, where PyTorch's is a
-        # view) -> its key: an in-place write to it would not reach ``x``, so it is refused
-        # (``Tensor.not_a_copy``); weak keys, so a note goes with its buffer's loan.
+        # The Allocation of a basic-indexing result (``x[key]``, ``x.narrow(...)``, ``x.T``: a
+        # copy, where PyTorch's is a view) -> what made it: an in-place write to it would not
+        # reach ``x``, so it is refused (``Tensor.not_a_copy``); weak keys, so a note goes with
+        # its buffer's loan.
         self.copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # Reentrant: a garbage collection run while the lock is held may free an Allocation
         # (its __del__ gives the buffer back here, on the same thread).

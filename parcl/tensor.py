@@ -337,13 +337,14 @@ class Tensor:
         self.checks = ()                # no element is what a check guarded any more
 
     def not_a_copy(self, what: str) -> None:
-        """Refuse an in-place write (``what``) into a basic-indexing result: parcl's is a copy
-        where PyTorch's is a view, so the write would not reach the tensor it came from."""
+        """Refuse an in-place write (``what``) into a basic-indexing result (or a narrow,
+        select, chunk, transpose, ...): parcl's is a copy where PyTorch's is a view, so the
+        write would not reach the tensor it came from."""
         copies = pool_of(self.queue).copies
         if copies and self._alloc in copies:
             raise ParclError(
-                f"{what}: this tensor {self.shape} is an indexing result (index "
-                f"{copies[self._alloc]!r}), a copy in parcl where PyTorch's is a view, so "
+                f"{what}: this tensor {self.shape} is {copies[self._alloc]}, a copy in "
+                f"parcl where PyTorch's is a view, so "
                 f"writing into it in place would leave the tensor it came from as it was; "
                 f"write into that tensor instead: t[key] = value (t[key] = t[key] + v for "
                 f"t[key] += v), or take t[key].copy() for a tensor of its own")
@@ -646,8 +647,8 @@ class Tensor:
     @property
     def T(self) -> Tensor:  # noqa: N802
         """The axes reversed (a new contiguous tensor), as ``ndarray.T``."""
-        from .kernels import layout
-        return keep_checks(layout.transpose(self), self)
+        from .kernels import layout, strided
+        return keep_checks(strided.view_copy(layout.transpose(self), self, "T"), self)
 
 
 # -- cross-queue ordering ------------------------------------------------------------------

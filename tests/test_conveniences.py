@@ -607,3 +607,34 @@ def test_writing_into_an_indexing_result_is_refused_and_setitem_writes_through(q
     h.value[0] = 5.0                                 # then h changes in place
     with pytest.raises(pc.ParclError, match="setitem|in place|inplace"):
         tape.backward(loss)
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x.narrow(0, 1, 1), lambda x: x.select(0, 1), lambda x: x.unbind(0)[1],
+    lambda x: x.chunk(3)[1], lambda x: tp.split(x, 1)[1], lambda x: x.tensor_split(3)[1],
+    lambda x: x.vsplit(3)[1], lambda x: x.hsplit(2)[0], lambda x: x.diagonal(),
+    lambda x: x.t(), lambda x: x.T, lambda x: x.permute(1, 0), lambda x: x.movedim(0, 1),
+    lambda x: x.swapaxes(0, 1), lambda x: x.value.T,
+    lambda x: tp.expand(tp.reshape(x, (1, 3, 4)), (2, 3, 4))])
+def test_writing_into_a_narrow_select_chunk_or_transpose_result_is_refused_as_a_copy(queue,
+                                                                                    make):
+    """Like ``x[key]``, parcl's narrow, select, unbind, chunk, split, diagonal and transposes
+    are copies where PyTorch's are views: ``b.chunk(4)[1].fill_(1.0)`` (an LSTM forget-gate
+    bias idiom) or ``w.t().fill_(0)`` under no_grad changed PyTorch's tensor (the (3, 4)
+    arange's sum 66 became 44 for narrow, 0 for t) and left parcl's at 66, silently; now the
+    write raises and ``x`` is as it was. Reshapes stay views: writing into them changes x."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = tp.tensor(pc.Tensor.from_host(queue, a), requires_grad=True)
+    with tp.no_grad():
+        piece = make(x)
+        with pytest.raises(pc.ParclError, match=r"fill_: .* result, a copy in parcl where "
+                                                r"PyTorch's is a view"):
+            piece.fill_(0.0)
+    loose = tp.tensor(pc.Tensor.from_host(queue, a))        # grad mode, nothing to record
+    with pytest.raises(pc.ParclError, match="a copy in parcl"):
+        make(loose).fill_(1.0)
+    np.testing.assert_array_equal(x.value.to_host(), a)
+    with tp.no_grad():
+        x.reshape(4, 3).fill_(2.0)                   # a view in parcl too
+        assert x.permute(0, 1).fill_(3.0) is not None    # nothing moves: x's own buffer
+    np.testing.assert_array_equal(x.value.to_host(), np.full((3, 4), 3.0, np.float32))

@@ -243,7 +243,16 @@ def indexed_copy(out: Tensor, key) -> Tensor:
     """``out``, ``x[key]`` by basic indexing, noted in its pool as a copy where PyTorch's is a
     view: writing into it in place would leave ``x`` as it was (``emb.weight[0].fill_(0)``
     zeroing nothing), so ``Tensor.not_a_copy`` refuses that."""
-    pool_of(out.queue).copies[out._alloc] = key
+    pool_of(out.queue).copies[out._alloc] = f"an indexing result (index {key!r})"
+    return out
+
+
+def view_copy(out: Tensor, x: Tensor, op: str) -> Tensor:
+    """``out``, what ``op`` made of ``x`` (narrow, select, chunk, a transpose, ...), noted as
+    a copy where PyTorch's is a view, as ``indexed_copy``; nothing is noted where ``out`` is
+    ``x``'s own buffer (a permute moving only size-1 dims: a view in parcl too)."""
+    if out._alloc is not x._alloc:
+        pool_of(out.queue).copies[out._alloc] = f"{op}'s result"
     return out
 
 

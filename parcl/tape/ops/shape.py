@@ -48,7 +48,7 @@ class Transpose(Function):
 
     def forward(self, x, axes=None):
         self.perm = layout.normalize_axes(axes, x.ndim, x.shape)
-        return layout.transpose(x, self.perm)
+        return strided.view_copy(layout.transpose(x, self.perm), x, self.name)
 
     def backward(self, g):
         inverse = [0] * len(self.perm)
@@ -116,7 +116,7 @@ class Permute(Function):
 
     def forward(self, x: Tensor, dims=()):
         self.perm = self.order(x.shape, dims)
-        return permuted(x, self.perm)
+        return strided.view_copy(permuted(x, self.perm), x, self.name)
 
     def backward(self, g: Tensor):
         return permuted(g, _inverse(self.perm))

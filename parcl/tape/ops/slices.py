@@ -39,7 +39,7 @@ class Slab(Function):
 
     def forward(self, x: Tensor, view: View | None = None, shape=()):
         self.in_shape, self.view = x.shape, view
-        return strided.read_view(x, view).reshape(shape)
+        return strided.view_copy(strided.read_view(x, view).reshape(shape), x, self.name)
 
     def backward(self, g: Tensor):
         return strided.write_view(g, self.in_shape, self.view)
