@@ -638,3 +638,23 @@ def test_writing_into_a_narrow_select_chunk_or_transpose_result_is_refused_as_a_
         x.reshape(4, 3).fill_(2.0)                   # a view in parcl too
         assert x.permute(0, 1).fill_(3.0) is not None    # nothing moves: x's own buffer
     np.testing.assert_array_equal(x.value.to_host(), np.full((3, 4), 3.0, np.float32))
+
+
+def test_an_in_place_operator_on_a_recorded_indexing_result_is_refused_as_under_no_grad(queue):
+    """While recording, ``r = h[:, 0]; r *= 2`` recorded ``r = r * 2``, a new Node, where
+    PyTorch's ``r`` is a view that doubles column 0 of ``h``: ``h.sum()`` of ``w * 1`` over
+    a (2, 3) arange was 15 in parcl and 18 in PyTorch, silently; now the operator raises,
+    as it does on the copy under no_grad. On a Node of its own it records as before."""
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    w = tp.tensor(pc.Tensor.from_host(queue, a), requires_grad=True)
+    with tp.Tape() as tape:
+        h = w * 1.0
+        for piece in (h[:, 0], h.narrow(1, 0, 1), h.t(), h.chunk(3, 1)[0]):
+            with pytest.raises(pc.ParclError, match=r"Node \*=: .* a copy in parcl"):
+                piece *= 2.0
+        own = h * 1.0
+        own *= 2.0
+        loss = tp.sum(own)
+    tape.backward(loss)
+    assert float(loss) == 30.0
+    np.testing.assert_array_equal(w.grad.to_host(), np.full((2, 3), 2.0, np.float32))

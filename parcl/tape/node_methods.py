@@ -112,6 +112,9 @@ class NodeMethods:
             raise ParclError(f"Node {op}=: a leaf that requires grad{through} is used in an "
                              f"in-place op while grad mode is on (shape {tuple(self.shape)}); "
                              "update parameters under tp.no_grad(), as PyTorch requires")
+        # x[key] (narrow, a transpose, ...) is a copy where PyTorch's is a view: the recorded
+        # x = x op y would leave the tensor it came from as it was, where PyTorch's changes
+        self.value.not_a_copy(f"Node {op}=")
         shape = getattr(other, "shape", None)
         if shape is None:
             return
