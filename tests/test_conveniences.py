@@ -658,3 +658,22 @@ def test_an_in_place_operator_on_a_recorded_indexing_result_is_refused_as_under_
     tape.backward(loss)
     assert float(loss) == 30.0
     np.testing.assert_array_equal(w.grad.to_host(), np.full((2, 3), 2.0, np.float32))
+
+
+def test_relu_in_place_on_an_indexing_result_is_refused_as_its_in_place_operators(queue):
+    """``tp.relu(x[0], inplace=True)`` overwrote the copy parcl's ``x[0]`` is and left ``x``
+    as it was, where PyTorch's ``x[0]`` is a view whose ``relu_`` reaches ``x``: the sum of
+    ``arange(6) - 3`` as (2, 3) stayed -3 where PyTorch's became 3, silently; now refused
+    (eager and recorded), and a tensor of its own is still overwritten in place."""
+    a = np.arange(6, dtype=np.float32).reshape(2, 3) - 3.0
+    x = pc.Tensor.from_host(queue, a)
+    with tp.no_grad(), pytest.raises(pc.ParclError, match=r"relu\(inplace=True\): .* a copy"):
+        tp.relu(x[0], inplace=True)
+    np.testing.assert_array_equal(x.to_host(), a)
+    w = tp.tensor(pc.Tensor.from_host(queue, a), requires_grad=True)
+    with tp.Tape():
+        h = w * 1.0
+        with pytest.raises(pc.ParclError, match="narrow's result"):
+            tp.relu(h.narrow(0, 0, 1), inplace=True)
+    tp.relu(x, inplace=True)
+    np.testing.assert_array_equal(x.to_host(), np.maximum(a, 0.0))

@@ -57,6 +57,8 @@ class Relu(Function):
     overwrites = ("inplace", 0)
 
     def forward(self, x, inplace: bool = False):
+        if inplace:     # x[key], narrow, ...: a copy, where PyTorch's view passes it on
+            x.not_a_copy("relu(inplace=True)")
         self.out = ew.unary("relu", x, out=x if inplace else None)
         return self.out
 
