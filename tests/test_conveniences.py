@@ -677,3 +677,21 @@ def test_relu_in_place_on_an_indexing_result_is_refused_as_its_in_place_operator
             tp.relu(h.narrow(0, 0, 1), inplace=True)
     tp.relu(x, inplace=True)
     np.testing.assert_array_equal(x.to_host(), np.maximum(a, 0.0))
+
+
+def test_setitem_drops_a_values_leading_ones_as_pytorch(queue):
+    """``t[0, 0] = a (1,) tensor`` and ``t[0] = row[None]`` were ShapeErrors ('a value of
+    shape (1,) cannot be broadcast to the selection ()') where PyTorch drops the value's
+    leading size-1 dims and writes it; more dims than the selection's that are not 1 are
+    still refused, as PyTorch's."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x, want = pc.Tensor.from_host(queue, a), torch.tensor(a)
+    x[0, 0] = pc.Tensor.from_host(queue, np.array([50.0], np.float32))
+    want[0, 0] = torch.tensor([50.0])
+    x[1] = pc.Tensor.from_host(queue, np.full((1, 1, 4), -2.0, np.float32))
+    want[1] = torch.full((1, 1, 4), -2.0)
+    x[:, 1:3] = np.ones((1, 1, 2), np.float32) * 7
+    want[:, 1:3] = torch.ones(1, 1, 2) * 7
+    np.testing.assert_array_equal(x.to_host(), want.numpy())
+    with pytest.raises(pc.ShapeError, match=r"\(2, 4\) cannot be broadcast to the selection"):
+        x[0] = np.ones((2, 4), np.float32)

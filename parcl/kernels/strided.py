@@ -274,6 +274,8 @@ def setitem(x: Tensor, key, value) -> None:
                              f"{np.shape(value)} (index {key!r} of shape {x.shape})")
         src = Tensor.full(x.queue, (1,), value, x.dtype)
     shape, lead = tuple(src.shape) if isinstance(value, Tensor) else (), len(view.shape)
+    while len(shape) > lead and shape[0] == 1:      # leading 1s dropped first, as PyTorch's
+        shape = shape[1:]
     if len(shape) > lead or any(s not in (1, v) for s, v in zip(shape[::-1], view.shape[::-1])):
         raise ShapeError(f"setitem: a value of shape {shape} cannot be broadcast to the "
                          f"selection {view.shape} (index {key!r} of shape {x.shape})")
