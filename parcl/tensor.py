@@ -355,6 +355,9 @@ class Tensor:
         ``copy_``: a backward through an op that saved ``t`` raises)."""
         from .kernels.strided import setitem     # kernels import this module: import late
         self.not_a_copy("setitem")
+        written_into = getattr(value, "check_written_into", None)      # a tp.Node's
+        if written_into is not None:
+            written_into("setitem", self.shape, key)
         value = getattr(value, "value", value)           # a tp.Node's
         if isinstance(value, np.ndarray):
             value = Tensor.from_host(self.queue, value.astype(self.dtype, copy=False))

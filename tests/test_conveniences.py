@@ -695,3 +695,22 @@ def test_setitem_drops_a_values_leading_ones_as_pytorch(queue):
     np.testing.assert_array_equal(x.to_host(), want.numpy())
     with pytest.raises(pc.ShapeError, match=r"\(2, 4\) cannot be broadcast to the selection"):
         x[0] = np.ones((2, 4), np.float32)
+
+
+def test_setitem_of_a_value_that_requires_grad_while_recording_is_refused(queue):
+    """``out = tp.zeros(3, 4); out[0] = w * 3`` while recording copied the value and
+    recorded nothing, where PyTorch records the write: the loss ``sum(out ** 2) + sum(w)``
+    of a (1, 4) w of ones gave w the gradient 1 where PyTorch's is 19, silently; now a
+    ParclError that says how to build ``out`` (under no_grad the value is copied, as
+    PyTorch's)."""
+    w = tp.tensor(np.ones((1, 4), np.float32), requires_grad=True)
+    for make in (lambda: tp.zeros(3, 4), lambda: tp.tensor(np.zeros((3, 4), np.float32)),
+                 lambda: pc.Tensor.zeros(queue, (3, 4))):
+        out = make()
+        with tp.Tape(), pytest.raises(pc.ParclError, match=r"requires grad .* no gradient "
+                                                            r"would reach the value"):
+            out[0] = w * 3.0
+        with tp.no_grad():
+            out[1] = w * 3.0
+        got = out.value if isinstance(out, tp.Node) else out
+        np.testing.assert_array_equal(got.to_host()[:2], [[0.0] * 4, [3.0] * 4])

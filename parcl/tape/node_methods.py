@@ -708,6 +708,19 @@ class NodeMethods:
         """``x[key] = value`` into the value, in place (``pc.Tensor.__setitem__``)."""
         self._writable("__setitem__")[key] = value
 
+    def check_written_into(self, what: str, shape, key) -> None:
+        """Refuse ``t[key] = self`` (``what``, into a tensor of ``shape``) where this Node
+        requires grad and grad mode is on: PyTorch records the write (``t`` then requires
+        grad); parcl's is not recorded, so the gradient through ``t`` would be dropped
+        without a word. ``pc.Tensor.__setitem__`` asks each Node value."""
+        if mode.state.grad and self.requires_grad:
+            raise ParclError(f"{what}: a value that requires grad (shape {tuple(self.shape)}) "
+                             f"written into t[{key!r}] (t of shape {tuple(shape)}) while grad "
+                             "mode is on: the write is not recorded, so no gradient would "
+                             "reach the value; build t with tp.slice_scatter / "
+                             "tp.select_scatter, tp.cat or tp.stack, or write under "
+                             "tp.no_grad() to copy the value")
+
     def zero_(self):
         self._writable("zero_").fill_(0)
         return self
