@@ -147,6 +147,8 @@ def test_value_that_is_no_number_is_a_dtype_error_naming_the_op(queue):
     one = leaf(queue, [1.0])
     with pytest.raises(DTypeError, match="addcdiv: value must be a number"):
         tp.addcdiv(one, one, one, value=one)
+    with pytest.raises(DTypeError, match="addcmul: value must be a number"):
+        tp.addcmul(one, one, one, value=one)
 
 
 def test_clamp_min_and_clamp_max_are_clamp_with_one_bound_as_pytorch(queue):

@@ -154,16 +154,18 @@ def addcmul(input, tensor1, tensor2, *, value: float = 1, tape=None):  # noqa: A
     check_broadcast("addcmul", input=input, tensor1=tensor1, tensor2=tensor2)
     # value weighs tensor1 before the product, (value * t1) * t2, as PyTorch's kernel: t1 * t2
     # first overflows float32 where the weighed product does not (1e20 * 1e20 * 1e-30)
+    value = _value("addcmul", value)    # first: a tensor's != is identity, a TypeError
     if value != 1:
-        tensor1 = mul(tensor1, _value("addcmul", value), tape=tape)
+        tensor1 = mul(tensor1, value, tape=tape)
     return add(input, mul(tensor1, tensor2, tape=tape), tape=tape)
 
 
 def addcdiv(input, tensor1, tensor2, *, value: float = 1, tape=None):  # noqa: A002
     """``torch.addcdiv``: ``input + value * (tensor1 / tensor2)``, all three broadcast."""
     check_broadcast("addcdiv", input=input, tensor1=tensor1, tensor2=tensor2)
+    value = _value("addcdiv", value)
     if value != 1:              # (value * t1) / t2, as PyTorch's kernel (and addcmul's)
-        tensor1 = mul(tensor1, _value("addcdiv", value), tape=tape)
+        tensor1 = mul(tensor1, value, tape=tape)
     return add(input, div(tensor1, tensor2, tape=tape), tape=tape)
 
 
