@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.utils.prune  # noqa: F401 - torch.nn.utils.prune, imported for the combinations
 from torch.nn.utils import parametrizations as torch_parametrizations
 
 import parcl as pc
@@ -259,3 +260,53 @@ def test_the_older_spectral_norm_equals_pytorchs_per_call_as_pytorch(make, make_
     assert type(layer) is type(make()) and list(layer.state_dict()) == ["bias", "weight"]
     np.testing.assert_allclose(layer.weight.value.to_host(), torch_layer.weight.detach().numpy(),
                                atol=1e-6)
+
+
+# -- parametrize, prune and the older norms on one module --------------------------------------
+def _prune_bias(m, lib):
+    lib.prune.l1_unstructured(m, "bias", 2)
+
+
+def _unprune_bias(m, lib):
+    lib.prune.remove(m, "bias")
+
+
+def _weight_norm_weight(m, lib):
+    lib.parametrizations.weight_norm(m, "weight")
+
+
+def _unparametrize_weight(m, lib):
+    lib.parametrize.remove_parametrizations(m, "weight")
+
+
+def _old_weight_norm_weight(m, lib):
+    lib.weight_norm(m, "weight")
+
+
+def _remove_old_weight_norm(m, lib):
+    lib.remove_weight_norm(m, "weight")
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.parametrize("first, second, undo", [
+    (_weight_norm_weight, _prune_bias, _unparametrize_weight),
+    (_prune_bias, _weight_norm_weight, _unprune_bias),
+    (_old_weight_norm_weight, _prune_bias, _remove_old_weight_norm),
+    (_prune_bias, _old_weight_norm_weight, _unprune_bias),
+])
+def test_removing_one_of_two_reparametrizations_keeps_the_other_as_pytorch(first, second, undo):
+    """Each of parametrize, prune and the older norms swaps the module's class; removing the
+    first one applied used to reset the class to the plain layer's, dropping the other's
+    computed attribute (the next forward raised AttributeError where PyTorch runs on)."""
+    layer, torch_layer = twins(lambda: pc.nn.Linear(6, 5), lambda: torch.nn.Linear(6, 5))
+    x = np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32)
+    for step in (first, second, undo):
+        step(layer, pc.nn.utils)
+        step(torch_layer, torch.nn.utils)
+        y, ty = forward_backward(layer, torch_layer, x)
+        np.testing.assert_allclose(y, ty, rtol=1e-5, atol=1e-6)
+        state, torch_state = layer.state_dict(), torch_layer.state_dict()
+        assert list(state) == list(torch_state)
+        for k, v in torch_state.items():
+            np.testing.assert_allclose(state[k], v.numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
+    assert type(layer).__name__ == type(torch_layer).__name__

@@ -20,7 +20,6 @@ of a model has the same classes.
 
 from __future__ import annotations
 
-import threading
 import warnings
 
 from ... import tape as tp
@@ -28,12 +27,10 @@ from ...errors import ParclError, ShapeError
 from ...tensor import Tensor
 from ..conv import ConvTranspose1d, ConvTranspose2d
 from ..module import Module, Parameter, normal_
+from .class_layers import set_layer
 from .parametrizations import _norm_except
 
 __all__ = ["remove_spectral_norm", "remove_weight_norm", "spectral_norm", "weight_norm"]
-
-_CLASSES: dict[tuple, type] = {}
-_LOCK = threading.Lock()
 
 
 def _weight(module: Module, name: str):
@@ -67,30 +64,19 @@ def _power_iteration(module: Module, name: str) -> None:
             u.copy_(tp.normalize(tp.matmul(m, v), dim=0, eps=sn["eps"]))
 
 
-def _base(module: Module) -> type:
-    return getattr(type(module), "_legacy_base", type(module))
-
-
 def _names(module: Module, kind: str) -> frozenset:
     return getattr(type(module), kind, frozenset())
 
 
 def _swap(module: Module, weight_norms: frozenset, spectral_norms: frozenset) -> None:
-    """Give ``module`` the class of its base with these attributes computed."""
-    base = _base(module)
-    if not weight_norms and not spectral_norms:
-        module.__class__ = base
-        return
-    key = (base, weight_norms, spectral_norms)
-    with _LOCK:
-        made = _CLASSES.get(key)
-        if made is None:
-            made = _CLASSES[key] = _make_class(base, weight_norms, spectral_norms)
-    module.__class__ = made
+    """Give ``module`` a class layer with these attributes computed (none where none is)."""
+    key = (weight_norms, spectral_norms) if weight_norms or spectral_norms else None
+    set_layer(module, "legacy_norm", key, _make_class)
 
 
-def _make_class(base: type, weight_norms: frozenset, spectral_norms: frozenset) -> type:
-    body = {"_legacy_base": base, "_weight_norm_names": weight_norms,
+def _make_class(base: type, key: tuple) -> type:
+    weight_norms, spectral_norms = key
+    body = {"_weight_norm_names": weight_norms,
             "_spectral_norm_names": spectral_norms, "__module__": base.__module__,
             "__qualname__": base.__qualname__}
     for n in weight_norms:

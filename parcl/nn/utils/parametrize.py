@@ -17,14 +17,13 @@ As PyTorch does, the module's class is swapped for a subclass (``ParametrizedLin
 
 from __future__ import annotations
 
-import threading
-
 from ... import tape as tp
 from ...errors import ParclError
 from ...tape.changes import changed
 from ...tensor import Tensor
 from ..containers import ModuleDict, ModuleList
 from ..module import Module, Parameter
+from .class_layers import set_layer
 
 __all__ = ["ParametrizationList", "is_parametrized", "register_parametrization",
            "remove_parametrizations"]
@@ -86,25 +85,6 @@ class ParametrizationList(ModuleList):
         return x
 
 
-# One class per (layer class, parametrized names), made once: every replica of a model (each
-# built in its own thread) must have the same classes, which a ReplicaGroup checks.
-_CLASSES: dict[tuple[type, frozenset], type] = {}
-_CLASSES_LOCK = threading.Lock()
-
-
-def _parametrized_class(cls: type, name: str) -> type:
-    """``cls`` with the attribute ``name`` a property computed by its parametrizations."""
-    if getattr(cls, "_parametrized_base", None) is not None:
-        base, names = cls._parametrized_base, cls._parametrized_names | {name}
-    else:
-        base, names = cls, frozenset({name})
-    with _CLASSES_LOCK:
-        made = _CLASSES.get((base, names))
-        if made is None:
-            made = _CLASSES[(base, names)] = _make_class(base, names)
-    return made
-
-
 def _make_class(base: type, names: frozenset) -> type:
     def setattr_(self, attr, value):
         if attr in type(self)._parametrized_names:
@@ -112,11 +92,15 @@ def _make_class(base: type, names: frozenset) -> type:
         else:
             base.__setattr__(self, attr, value)
 
-    body = {"_parametrized_base": base, "_parametrized_names": names,
-            "__setattr__": setattr_, "__module__": base.__module__}
+    body = {"_parametrized_names": names, "__setattr__": setattr_,
+            "__module__": base.__module__}
     for n in names:
         body[n] = property(lambda self, n=n: self.parametrizations[n]())
     return type(f"Parametrized{base.__name__}", (base,), body)
+
+
+def _names(module: Module) -> frozenset:
+    return getattr(type(module), "_parametrized_names", frozenset())
 
 
 def is_parametrized(module: Module, tensor_name: str | None = None) -> bool:
@@ -165,7 +149,7 @@ def register_parametrization(module: Module, tensor_name: str, parametrization: 
     if "parametrizations" not in module._modules:
         module.parametrizations = ModuleDict()
     module.parametrizations[tensor_name] = plist
-    module.__class__ = _parametrized_class(type(module), tensor_name)
+    set_layer(module, "parametrize", frozenset({tensor_name}) | _names(module), _make_class)
     return module
 
 
@@ -193,14 +177,9 @@ def remove_parametrizations(module: Module, tensor_name: str,
                          f"{plist.ntensors} originals; only leave_parametrized=True can "
                          "make one parameter of them")
     del module.parametrizations[tensor_name]
-    cls = type(module)
-    names = cls._parametrized_names - {tensor_name}
-    base = cls._parametrized_base
-    if names:
-        with _CLASSES_LOCK:
-            module.__class__ = _CLASSES.setdefault((base, names), _make_class(base, names))
-    else:
-        module.__class__ = base
+    names = _names(module) - {tensor_name}
+    set_layer(module, "parametrize", names or None, _make_class)
+    if not names:
         delattr(module, "parametrizations")
-    base.__setattr__(module, tensor_name, param)
+    setattr(module, tensor_name, param)
     return module

@@ -19,7 +19,6 @@ on the host from the values read back once per call (a mask changes only when pr
 from __future__ import annotations
 
 import numbers
-import threading
 from collections.abc import Iterable
 
 import numpy as np
@@ -28,6 +27,7 @@ from ... import tape as tp
 from ...errors import ParclError, ShapeError
 from ...tensor import Tensor
 from ..module import Module, default_generator
+from .class_layers import set_layer
 
 __all__ = ["BasePruningMethod", "CustomFromMask", "Identity", "L1Unstructured",
            "LnStructured", "PruningContainer", "PruningError", "RandomStructured",
@@ -371,31 +371,23 @@ def is_pruned(module: Module) -> bool:
 
 
 # -- the module's class ------------------------------------------------------------------------
-_CLASSES: dict[tuple, type] = {}
-_LOCK = threading.Lock()
-
-
 def _methods(module: Module) -> dict:
     return module.__dict__.get("_pruning_methods", {})
 
 
 def _swap(module: Module) -> None:
-    """Give ``module`` its base class with a property per pruned name."""
-    base = getattr(type(module), "_pruned_base", type(module))
+    """Give ``module`` a class layer with a property per pruned name (none where none is)."""
     names = frozenset(_methods(module))
     if not names:
-        module.__class__ = base
         module.__dict__.pop("_pruning_methods", None)
-        return
-    with _LOCK:
-        made = _CLASSES.get((base, names))
-        if made is None:
-            body = {"_pruned_base": base, "__module__": base.__module__,
-                    "__qualname__": base.__qualname__}
-            for n in names:
-                body[n] = property(lambda self, n=n: _methods(self)[n].apply_mask(self))
-            made = _CLASSES[(base, names)] = type(base.__name__, (base,), body)
-    module.__class__ = made
+    set_layer(module, "prune", names or None, _make_class)
+
+
+def _make_class(base: type, names: frozenset) -> type:
+    body = {"__module__": base.__module__, "__qualname__": base.__qualname__}
+    for n in names:
+        body[n] = property(lambda self, n=n: _methods(self)[n].apply_mask(self))
+    return type(base.__name__, (base,), body)
 
 
 def _host(t) -> np.ndarray:
