@@ -310,3 +310,36 @@ def test_removing_one_of_two_reparametrizations_keeps_the_other_as_pytorch(first
         for k, v in torch_state.items():
             np.testing.assert_allclose(state[k], v.numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
     assert type(layer).__name__ == type(torch_layer).__name__
+
+
+class _Symmetric(pc.nn.Module):
+    def forward(self, x):
+        return tp.triu(x) + tp.transpose(tp.triu(x, 1), (1, 0))
+
+
+class _TorchSymmetric(torch.nn.Module):
+    def forward(self, x):
+        return x.triu() + x.triu(1).T
+
+
+def test_spectral_norm_of_a_parametrized_weight_normalises_what_it_reads_as_pytorch():
+    """PyTorch's spectral_norm reads the attribute, so on a parametrized weight it is applied
+    after the other parametrizations; parcl's refused it ("has no parameter 'weight'")."""
+    layer, torch_layer = twins(lambda: pc.nn.Linear(5, 5), lambda: torch.nn.Linear(5, 5))
+    parametrize.register_parametrization(layer, "weight", _Symmetric())
+    torch.nn.utils.parametrize.register_parametrization(torch_layer, "weight", _TorchSymmetric())
+    P.spectral_norm(layer)
+    torch_parametrizations.spectral_norm(torch_layer)
+    assert list(layer.state_dict()) == list(torch_layer.state_dict())
+    # the same starting u and v (the generators differ)
+    torch_layer.load_state_dict({k: torch.tensor(v) for k, v in layer.state_dict().items()})
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    for _ in range(3):
+        y, ty = forward_backward(layer, torch_layer, x)
+        np.testing.assert_allclose(y, ty, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(layer.parametrizations.weight.original.grad.to_host(),
+                               torch_layer.parametrizations.weight.original.grad.numpy(),
+                               rtol=1e-5, atol=1e-6)
+    w = layer.weight.value.to_host()
+    np.testing.assert_allclose(w, w.T, atol=1e-7)
+    np.testing.assert_allclose(np.linalg.svd(w, compute_uv=False)[0], 1.0, atol=0.05)

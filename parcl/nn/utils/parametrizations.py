@@ -14,7 +14,7 @@ from ...errors import ParclError, ShapeError
 from ...tensor import Tensor
 from ..conv import ConvTranspose1d, ConvTranspose2d
 from ..module import Module, normal_
-from .parametrize import register_parametrization
+from .parametrize import is_parametrized, register_parametrization
 
 __all__ = ["spectral_norm", "weight_norm"]
 
@@ -135,10 +135,16 @@ def spectral_norm(module: Module, name: str = "weight", n_power_iterations: int 
 
     >>> lin = pc.nn.utils.parametrizations.spectral_norm(pc.nn.Linear(3, 4))
     """
-    weight = module._parameters.get(name)
+    if is_parametrized(module, name):
+        # normalised as it reads now, after its parametrizations (PyTorch's reads the attribute)
+        with tp.no_grad():
+            weight = getattr(module, name)
+    else:
+        weight = module._parameters.get(name)
     if weight is None:
         raise ParclError(f"spectral_norm: {type(module).__name__} has no parameter {name!r}")
     if dim is None:
         dim = 1 if isinstance(module, (ConvTranspose1d, ConvTranspose2d)) else 0
+    value = weight if isinstance(weight, Tensor) else weight.value
     return register_parametrization(
-        module, name, _SpectralNorm(weight.value, n_power_iterations, dim, eps))
+        module, name, _SpectralNorm(value, n_power_iterations, dim, eps))
