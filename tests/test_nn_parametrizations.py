@@ -343,3 +343,27 @@ def test_spectral_norm_of_a_parametrized_weight_normalises_what_it_reads_as_pyto
     w = layer.weight.value.to_host()
     np.testing.assert_allclose(w, w.T, atol=1e-7)
     np.testing.assert_allclose(np.linalg.svd(w, compute_uv=False)[0], 1.0, atol=0.05)
+
+
+@pytest.mark.parametrize("api", ["parametrizations", "older"])
+def test_spectral_norm_of_a_conv_transpose3d_normalises_over_its_output_channels_as_pytorch(
+        api):
+    """dim defaults to 1 for every transposed convolution, ConvTranspose3d's too: parcl took
+    dim 0 for it, so u had in_channels entries and sigma was another matrix's (the output
+    differed from PyTorch's by 0.4, silently)."""
+    layer, torch_layer = twins(lambda: pc.nn.ConvTranspose3d(2, 3, 2),
+                               lambda: torch.nn.ConvTranspose3d(2, 3, 2))
+    if api == "parametrizations":
+        P.spectral_norm(layer)
+        torch_parametrizations.spectral_norm(torch_layer)
+    else:
+        pc.nn.utils.spectral_norm(layer)
+        torch.nn.utils.spectral_norm(torch_layer)
+    state = layer.state_dict()
+    u = next(k for k in state if k.endswith("_u"))
+    assert state[u].shape == (3,)
+    torch_layer.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
+    x = np.random.default_rng(0).standard_normal((1, 2, 3, 3, 3)).astype(np.float32)
+    for _ in range(2):
+        y, ty = forward_backward(layer, torch_layer, x)
+        np.testing.assert_allclose(y, ty, rtol=1e-5, atol=1e-5)

@@ -26,6 +26,7 @@ from ... import tape as tp
 from ...errors import ParclError, ShapeError
 from ...tensor import Tensor
 from ..conv import ConvTranspose1d, ConvTranspose2d
+from ..conv3d import ConvTranspose3d
 from ..module import Module, Parameter, normal_
 from .class_layers import set_layer
 from .parametrizations import _norm_except
@@ -179,7 +180,7 @@ def spectral_norm(module: Module, name: str = "weight", n_power_iterations: int 
                          f"{n_power_iterations!r}")
     ndim = len(weight.shape)
     if dim is None:
-        dim = 1 if isinstance(module, (ConvTranspose1d, ConvTranspose2d)) else 0
+        dim = 1 if isinstance(module, (ConvTranspose1d, ConvTranspose2d, ConvTranspose3d)) else 0
     if not -ndim <= dim < ndim:
         raise ShapeError(f"spectral_norm: dim {dim} is out of range for {name!r} of shape "
                          f"{tuple(weight.shape)}")

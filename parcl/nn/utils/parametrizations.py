@@ -13,6 +13,7 @@ from ... import tape as tp
 from ...errors import ParclError, ShapeError
 from ...tensor import Tensor
 from ..conv import ConvTranspose1d, ConvTranspose2d
+from ..conv3d import ConvTranspose3d
 from ..module import Module, normal_
 from .parametrize import is_parametrized, register_parametrization
 
@@ -144,7 +145,7 @@ def spectral_norm(module: Module, name: str = "weight", n_power_iterations: int 
     if weight is None:
         raise ParclError(f"spectral_norm: {type(module).__name__} has no parameter {name!r}")
     if dim is None:
-        dim = 1 if isinstance(module, (ConvTranspose1d, ConvTranspose2d)) else 0
+        dim = 1 if isinstance(module, (ConvTranspose1d, ConvTranspose2d, ConvTranspose3d)) else 0
     value = weight if isinstance(weight, Tensor) else weight.value
     return register_parametrization(
         module, name, _SpectralNorm(value, n_power_iterations, dim, eps))
