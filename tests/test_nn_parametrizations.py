@@ -367,3 +367,36 @@ def test_spectral_norm_of_a_conv_transpose3d_normalises_over_its_output_channels
     for _ in range(2):
         y, ty = forward_backward(layer, torch_layer, x)
         np.testing.assert_allclose(y, ty, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_the_older_norms_make_new_trained_parameters_of_a_frozen_weight_as_pytorch():
+    """PyTorch's weight_norm registers weight_g and weight_v as new Parameters (requiring
+    grad), and both removals register a new Parameter: on a frozen layer they are trained.
+    parcl's copied the frozen flag, so an SGD step left weight_g where PyTorch moved it."""
+    layer, torch_layer = twins(lambda: pc.nn.Linear(3, 2), lambda: torch.nn.Linear(3, 2))
+    layer.requires_grad_(False)
+    torch_layer.requires_grad_(False)
+    pc.nn.utils.weight_norm(layer)
+    torch.nn.utils.weight_norm(torch_layer)
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    g_before = layer.weight_g.value.to_host().copy()
+    forward_backward(layer, torch_layer, x)
+    pc.optim.SGD(layer.parameters(), lr=0.1).step()
+    torch.optim.SGD([p for p in torch_layer.parameters() if p.requires_grad], lr=0.1).step()
+    for k in ("weight_g", "weight_v"):
+        np.testing.assert_allclose(layer.state_dict()[k], torch_layer.state_dict()[k].numpy(),
+                                   rtol=1e-6, atol=1e-7, err_msg=k)
+    assert not np.allclose(layer.weight_g.value.to_host(), g_before)      # it was trained
+    pc.nn.utils.remove_weight_norm(layer)
+    torch.nn.utils.remove_weight_norm(torch_layer)
+    assert layer.weight.requires_grad is torch_layer.weight.requires_grad is True
+    frozen, torch_frozen = twins(lambda: pc.nn.Linear(3, 2), lambda: torch.nn.Linear(3, 2))
+    frozen.requires_grad_(False)
+    torch_frozen.requires_grad_(False)
+    pc.nn.utils.spectral_norm(frozen)
+    torch.nn.utils.spectral_norm(torch_frozen)
+    assert frozen.weight_orig.requires_grad is torch_frozen.weight_orig.requires_grad is False
+    pc.nn.utils.remove_spectral_norm(frozen)
+    torch.nn.utils.remove_spectral_norm(torch_frozen)
+    assert frozen.weight.requires_grad is torch_frozen.weight.requires_grad is True

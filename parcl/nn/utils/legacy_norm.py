@@ -118,7 +118,8 @@ def weight_norm(module: Module, name: str = "weight", dim: int | None = 0) -> Mo
     """Weight normalisation of ``module.<name>``, PyTorch's older API: the Parameter is
     replaced by ``<name>_g`` (its norm over every dim but ``dim``; ``dim=None`` one norm for
     the whole tensor) and ``<name>_v`` (the weight itself); reading ``module.<name>`` gives
-    ``g * v / ||v||``. PyTorch warns that it is deprecated; so does this (FutureWarning).
+    ``g * v / ||v||``. Both are new Parameters, trained even where the weight was frozen (as
+    PyTorch's). PyTorch warns that it is deprecated; so does this (FutureWarning).
     Returns ``module``."""
     warnings.warn("pc.nn.utils.weight_norm is deprecated in favor of "
                   "pc.nn.utils.parametrizations.weight_norm (as PyTorch's)", FutureWarning,
@@ -135,9 +136,9 @@ def weight_norm(module: Module, name: str = "weight", dim: int | None = 0) -> Mo
     with tp.no_grad():
         g = _norm_except(weight.value, dim)
     delattr(module, name)
-    module.register_parameter(name + "_g", Parameter(g, weight.requires_grad))
-    module.register_parameter(name + "_v", Parameter(weight.value.copy(),
-                                                     weight.requires_grad))
+    # new Parameters, trained even where the weight was frozen, as PyTorch's
+    module.register_parameter(name + "_g", Parameter(g))
+    module.register_parameter(name + "_v", Parameter(weight.value.copy()))
     dims = _options(module, "_weight_norm_dims")
     dims[name] = dim
     _set_options(module, "_weight_norm_dims", dims)
@@ -155,14 +156,13 @@ def remove_weight_norm(module: Module, name: str = "weight") -> Module:
                          f"{type(module).__name__}")
     with tp.no_grad():
         value = _weight(module, name)
-    requires_grad = getattr(module, name + "_v").requires_grad
     delattr(module, name + "_g")
     delattr(module, name + "_v")
     dims = _options(module, "_weight_norm_dims")
     del dims[name]
     _set_options(module, "_weight_norm_dims", dims)
     _swap(module, names - {name}, _names(module, "_spectral_norm_names"))
-    module.register_parameter(name, Parameter(value.copy(), requires_grad))
+    module.register_parameter(name, Parameter(value.copy()))    # trained, as PyTorch's
     return module
 
 
@@ -212,12 +212,11 @@ def remove_spectral_norm(module: Module, name: str = "weight") -> Module:
                          f"{type(module).__name__}")
     with tp.no_grad():
         value = _spectral_weight(module, name)
-    requires_grad = getattr(module, name + "_orig").requires_grad
     for suffix in ("_orig", "_u", "_v"):
         delattr(module, name + suffix)
     options = _options(module, "_spectral_norm_options")
     del options[name]
     _set_options(module, "_spectral_norm_options", options)
     _swap(module, _names(module, "_weight_norm_names"), names - {name})
-    module.register_parameter(name, Parameter(value.copy(), requires_grad))
+    module.register_parameter(name, Parameter(value.copy()))    # trained, as PyTorch's
     return module
