@@ -98,3 +98,27 @@ def test_grid_ops_warn_for_the_default_align_corners_and_refuse_bad_input(queue)
         tp.affine_grid(theta, (2, 1, 2, 2, 2), align_corners=False)
     with pytest.raises(pc.ShapeError, match=r"affine_grid: expected non-zero, positive"):
         tp.affine_grid(theta, (2, 1, 0, 2), align_corners=False)
+
+
+@pytest.mark.parametrize("padding_mode", ["border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_gives_points_on_the_border_no_grid_gradient_across_it_as_pytorch(
+        queue, rng, padding_mode, align_corners):
+    # PyTorch's clip stops the gradient at the clamp's bounds (coordinate <= 0 or >= size - 1),
+    # where torch.clamp's passes it: at the corner (1, 1) with align_corners parcl's grid
+    # gradient was about [-0.06, -0.04] (+ for reflection) and PyTorch's [0, 0]
+    x0 = rng.standard_normal((1, 1, 3, 4)).astype(np.float32)
+    edge = 1.0 if align_corners else 0.75                   # x = 3 = W - 1 without: (0.75+1)*2-.5
+    grid0 = np.array([[[[-1.0, -1.0], [1.0, 1.0], [edge, 0.0], [0.0, 1.0], [-0.3, 0.2]]]],
+                     np.float32)
+    x, grid = leaf(queue, x0), leaf(queue, grid0)
+    with tp.Tape() as tape:
+        y = tp.grid_sample(x, grid, "bilinear", padding_mode, align_corners)
+    tape.backward(tp.sum(y))
+    tx, tgrid = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (x0, grid0))
+    want = F.grid_sample(tx, tgrid, "bilinear", padding_mode, align_corners)
+    want.sum().backward()
+    close(y.to_host(), want.detach().numpy(), 1e-5)
+    close(x.grad.to_host(), tx.grad.numpy(), 1e-5)
+    close(grid.grad.to_host(), tgrid.grad.numpy(), 1e-5)
+    assert tgrid.grad.numpy()[0, 0, 2, 0] == 0.0             # the case in question

@@ -28,7 +28,8 @@ from .activation import clamp
 from .elementwise import add, div, mul, sub
 from .join import stack
 from .linalg import matmul
-from .mathops import eq, floor
+from .logical import logical_and
+from .mathops import eq, floor, gt, lt
 from .mathops_more import fmod, remainder
 from .picks import constant
 from .reduce import sum
@@ -108,15 +109,24 @@ def _reflect(coord, low2: int, high2: int, tape):
                  tape=tape)
 
 
+def _clip(coord, size: int, tape):
+    """PyTorch's ``clip_coordinates_set_grad``: ``coord`` clamped to ``[0, size - 1]``, its
+    gradient passing only strictly inside. ``tp.clamp``'s (torch.clamp's) passes at the bounds
+    too, which gave a point on the border (align_corners' -1 and 1) a grid gradient."""
+    high = float(size - 1)
+    inside = logical_and(gt(coord, 0.0), lt(coord, high))
+    return where(inside, coord, clamp(_raw(coord), 0.0, high), tape=tape)
+
+
 def _source(coord, size: int, padding_mode: str, align_corners: bool, tape):
     """PyTorch's ``grid_sampler_compute_source_index``: pixel coordinates, padded."""
     coord = _unnormalise(coord, size, align_corners, tape)
     if padding_mode == "border":
-        return clamp(coord, 0.0, float(size - 1), tape=tape)
+        return _clip(coord, size, tape)
     if padding_mode == "reflection":
         coord = _reflect(coord, 0 if align_corners else -1,
                          2 * (size - 1) if align_corners else 2 * size - 1, tape)
-        return clamp(coord, 0.0, float(size - 1), tape=tape)
+        return _clip(coord, size, tape)
     return coord
 
 
