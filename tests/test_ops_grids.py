@@ -122,3 +122,18 @@ def test_grid_sample_gives_points_on_the_border_no_grid_gradient_across_it_as_py
     close(x.grad.to_host(), tx.grad.numpy(), 1e-5)
     close(grid.grad.to_host(), tgrid.grad.numpy(), 1e-5)
     assert tgrid.grad.numpy()[0, 0, 2, 0] == 0.0             # the case in question
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+def test_grid_sample_reads_nothing_outside_the_input_so_an_infinite_pixel_stays_put_as_pytorch(
+        queue, mode, padding_mode):
+    # a corner outside the input read pixel 0 at weight 0: inf * 0 made every point outside
+    # the input (and, with border, every point on its right or bottom edge) NaN where
+    # PyTorch's is 0 (zeros) or the edge pixel's value
+    x0 = np.arange(12, dtype=np.float32).reshape(1, 1, 3, 4)
+    x0[0, 0, 0, 0] = np.inf
+    grid0 = np.array([[[[-3.0, -3.0], [5.0, 0.0], [1.0, 1.0], [0.2, 0.1]]]], np.float32)
+    got = tp.grid_sample(tp.tensor(x0), tp.tensor(grid0), mode, padding_mode, False)
+    want = F.grid_sample(torch.tensor(x0), torch.tensor(grid0), mode, padding_mode, False)
+    np.testing.assert_allclose(got.to_host(), want.numpy(), rtol=1e-6)

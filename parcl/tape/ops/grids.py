@@ -178,7 +178,10 @@ def grid_sample(input, grid, mode: str = "bilinear", padding_mode: str = "zeros"
     k = 1 if nearest else 4
     picked = take_along_dim(reshape(input, (n, c, h * w), tape=tape),
                             index.reshape((n, 1, k * points)), 2, tape=tape)
-    picked = reshape(picked, (n, c, k, points), tape=tape)
+    # a corner outside the input reads pixel 0, which an inf or NaN there would turn into
+    # NaN even at weight 0: PyTorch reads nothing there, so it reads 0 here
+    picked = where(reshape(valid, (n, 1, k, points)), reshape(picked, (n, c, k, points),
+                                                               tape=tape), 0.0, tape=tape)
     if nearest:
         weights = valid
     else:
