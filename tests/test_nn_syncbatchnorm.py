@@ -131,3 +131,22 @@ def test_a_group_syncs_only_its_sync_batchnorm_layers_unless_asked_for_all(devic
                         sync_batchnorm=True)
     for a, b in zip(ref[2][0], all_synced[2][0]):
         close(b, a, 1e-5)
+
+
+def test_a_sync_batchnorm_in_evaluation_normalises_with_its_own_batch_as_pytorch(devices2):
+    # PyTorch's SyncBatchNorm never syncs in eval(); without running statistics it normalises
+    # with each process's batch. parcl exchanged there, so replica 0's shard [1, 2] of
+    # [1, 2, 5, 9] came out [-1.04, -0.72], the full batch's, not [-1, 1]
+    x = np.array([1.0, 2.0, 5.0, 9.0], np.float32).reshape(4, 1)
+    build = seeded(lambda q: pc.nn.Sequential(
+        pc.nn.SyncBatchNorm(1, affine=False, track_running_stats=False, queue=q)))
+    with ReplicaGroup(build, devices2) as group:
+        for r in group.replicas:
+            r.model.eval()
+        shards = [pc.Tensor.from_host(r.queue, x[2 * i:2 * i + 2])
+                  for i, r in enumerate(group.replicas)]
+        outs = group.run(lambda r, shard: r.model(tp.tensor(shard)).to_host(), shards)
+    for i, out in enumerate(outs):
+        want = torch.nn.functional.batch_norm(torch.tensor(x[2 * i:2 * i + 2]), None, None,
+                                              training=True)
+        close(out, want.numpy(), 1e-5)

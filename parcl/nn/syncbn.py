@@ -52,7 +52,9 @@ class SyncBatchNorm(BatchNorm2d):
         if shape[1] != self.num_features:
             raise ShapeError(f"{self!r}: input has {shape[1]} features/channels at dim 1 "
                              f"(shape {shape}), expected {self.num_features}")
-        return self._normalise(x, sync=True, residual=residual, relu=relu,
+        # evaluation never exchanges, as PyTorch's (not even without running statistics,
+        # where it normalises with its own batch's)
+        return self._normalise(x, sync=self.training, residual=residual, relu=relu,
                                overwrite_residual=overwrite_residual)
 
     @classmethod
