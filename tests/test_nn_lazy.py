@@ -87,3 +87,19 @@ def test_lazy_layers_refuse_inputs_without_the_size_and_replica_groups_refuse_th
         return model
     with ReplicaGroup(dry_run, devices2) as group:
         assert group.model[0].weight.shape == (3, 5)
+
+
+def test_freezing_a_lazy_layer_before_its_first_call_is_refused_as_pytorch(queue):
+    # it has no parameters yet: requires_grad_(False) changed nothing and the layer built at
+    # the first call trained anyway (its weight requires_grad True); PyTorch raises
+    model = pc.nn.Sequential(pc.nn.Linear(4, 4, queue=queue), pc.nn.LazyLinear(3))
+    with pytest.raises(pc.ParclError, match=r"Sequential.requires_grad_: its layer '1' is a "
+                                            r"lazy layer"):
+        model.requires_grad_(False)
+    with pytest.raises(pc.ParclError, match=r"LazyLinear.requires_grad_: it is a lazy layer"):
+        model[1].requires_grad_(False)
+    with pytest.raises(ValueError, match="uninitialized parameter"):
+        torch.nn.LazyLinear(3).requires_grad_(False)
+    model(tp.tensor(np.ones((2, 4), np.float32)))
+    model.requires_grad_(False)                             # after it, as PyTorch
+    assert not any(p.requires_grad for p in model.parameters())

@@ -296,6 +296,16 @@ class Module:
         if not isinstance(requires_grad, (bool, np.bool_)):
             raise ParclError(f"{type(self).__name__}.requires_grad_: expected a bool, got "
                              f"{requires_grad!r}")
+        # a lazy layer has no parameters until its first call, so the flag would be lost
+        # and the layer trained anyway: PyTorch refuses its uninitialized parameters too
+        lazy = next((name for name, m in self.named_modules()
+                     if getattr(m, "has_uninitialized_params", lambda: False)()), None)
+        if lazy is not None:
+            where = f"its layer {lazy!r} is" if lazy else "it is"
+            raise ParclError(f"{type(self).__name__}.requires_grad_: {where} a lazy layer, "
+                             "whose parameters do not exist before its first call (PyTorch "
+                             "refuses its uninitialized parameters); run a batch through it "
+                             "first")
         for p in self.parameters():
             p.requires_grad = bool(requires_grad)
         return self
