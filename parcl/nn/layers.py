@@ -375,25 +375,36 @@ class AdaptiveAvgPool2d(Module):
         return f"output_size={self.output_size}"
 
 
-def flatten(x, start_dim: int = 1):
-    """Reshape ``x`` so dims ``start_dim..`` become one (a zero-copy view)."""
+def flatten(x, start_dim: int = 1, end_dim: int = -1):
+    """Reshape ``x`` so dims ``start_dim..end_dim`` become one (a zero-copy view)."""
     shape = tuple(x.shape)
+    rank = max(len(shape), 1)
     start = start_dim if start_dim >= 0 else len(shape) + start_dim
-    if not 0 <= start < max(len(shape), 1):
-        raise ShapeError(f"flatten: start_dim {start_dim} out of range for shape {shape}")
-    new = shape[:start] + (math.prod(shape[start:]),)
+    end = end_dim if end_dim >= 0 else rank + end_dim
+    if not 0 <= start < rank or not 0 <= end < rank:
+        raise ShapeError(f"flatten: start_dim {start_dim} or end_dim {end_dim} out of range "
+                         f"for shape {shape}")
+    if start > end:
+        raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} "
+                         f"for shape {shape}")
+    new = shape[:start] + (math.prod(shape[start:end + 1]),) + shape[end + 1:]
     return x if new == shape else ops.reshape(x, new)
 
 
 class Flatten(Module):
-    """``(N, d1, d2, ...) -> (N, d1*d2*...)``: keeps dim 0 (``start_dim=1``)."""
+    """``(N, d1, d2, ...) -> (N, d1*d2*...)``: dims ``start_dim..end_dim`` merged into one
+    (by default all but dim 0), as ``torch.nn.Flatten``."""
 
-    def __init__(self, start_dim: int = 1):
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
         super().__init__()
         self.start_dim = start_dim
+        self.end_dim = end_dim
 
     def forward(self, x):
-        return flatten(x, self.start_dim)
+        return flatten(x, self.start_dim, self.end_dim)
+
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
 
 
 class Dropout(Module):
