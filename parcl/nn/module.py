@@ -211,6 +211,7 @@ class Module:
     def _forget(self, name: str) -> None:
         for registry in self._registries():
             registry.pop(name, None)
+        self._non_persistent_buffers().discard(name)
 
     def _place(self, registry: OrderedDict, name: str, value) -> None:
         """Register ``value`` as ``name`` in ``registry``. One replacing a value of the same
@@ -240,14 +241,28 @@ class Module:
         self._place(self._parameters, name, param)
         object.__setattr__(self, name, param)
 
-    def register_buffer(self, name: str, tensor: Tensor | None) -> None:
-        """Register a non-trainable tensor (running statistics): in ``state_dict`` and
-        ``buffers()``, not in ``parameters()``."""
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True
+                        ) -> None:
+        """Register a non-trainable tensor (running statistics): in ``buffers()``, not in
+        ``parameters()``; in ``state_dict`` unless ``persistent=False`` (PyTorch's: a mask or
+        a table the module rebuilds itself, kept out of checkpoints)."""
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"register_buffer({name!r}): expected a pc.Tensor, got "
                             f"{type(tensor).__name__}")
         self._place(self._buffers, name, tensor)
         object.__setattr__(self, name, tensor)
+        self._non_persistent_buffers().discard(name)
+        if not persistent:
+            self._non_persistent_buffers().add(name)
+
+    def _non_persistent_buffers(self) -> set[str]:
+        """Names of the buffers ``state_dict`` leaves out (created on first use, so modules
+        built before the option keep working)."""
+        names = self.__dict__.get("_non_persistent")
+        if names is None:
+            names = set()
+            object.__setattr__(self, "_non_persistent", names)
+        return names
 
     def add_module(self, name: str, module: Module | None) -> None:
         """Register ``module`` as the child ``name`` (one replacing a child keeps its place)."""
@@ -424,8 +439,9 @@ class Module:
         for name, p in self._parameters.items():
             if p is not None:
                 yield prefix + name, p.value
+        skipped = self._non_persistent_buffers()
         for name, b in self._buffers.items():
-            if b is not None:
+            if b is not None and name not in skipped:
                 yield prefix + name, b
         for name, child in self._modules.items():
             yield from child._state_tensors(f"{prefix}{name}.")
