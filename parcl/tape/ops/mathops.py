@@ -2,7 +2,8 @@
 asin acos atan atan2 lerp``, the rounding ops ``floor ceil round trunc sign`` (gradient zero
 everywhere, as PyTorch's), the comparisons ``eq ne lt le gt ge`` and the tests ``isnan
 isfinite`` (float32 0/1 masks, as ``Tensor < x`` gives and ``tp.where`` takes; never
-recorded), and ``clip`` (``clamp``).
+recorded; the comparisons take int32/int64 tensors too, ``parcl/kernels/compare.py``), and
+``clip`` (``clamp``).
 
 Each differentiable one is a ``UNARY_OPS`` kernel forward and a ``GRAD_OPS`` kernel backward on
 the saved input (``parcl/kernels/elementwise_ops.py``), with PyTorch's formulas and edge
@@ -18,6 +19,7 @@ array([0., 1.], dtype=float32)
 from __future__ import annotations
 
 from ...errors import DTypeError
+from ...kernels import compare as int_compare
 from ...kernels import elementwise as ew
 from ...tensor import Tensor, keep_checks
 from ..node import Function, Node
@@ -213,6 +215,8 @@ def _compare(op: str, a, b) -> Tensor:
     a, b = _raw(op, a), _raw(op, b)
     if _is_scalar(a) and _is_scalar(b):
         raise DTypeError(f"{op}: both operands are numbers; pass a tp.Node or pc.Tensor")
+    if int_compare.is_integer(a) or int_compare.is_integer(b):      # int32/int64 labels
+        return keep_checks(int_compare.compare(op, a, b), a, b)
     return keep_checks(ew.binary(op, a, b), a, b)
 
 

@@ -1,0 +1,71 @@
+"""``tp.eq ne lt le gt ge`` on int32/int64 tensors and bool masks against PyTorch's: the same
+float32 0/1 mask a float comparison gives, broadcasting, int32 with int64, Python numbers
+(fractions, NaN, infinities) exactly, an integer tensor against a float32 one promoted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import parcl as pc
+import parcl.tape as tp
+from parcl.errors import DTypeError
+
+OPS = ["eq", "ne", "lt", "le", "gt", "ge"]
+A = np.array([[1, -2, 3], [7, 0, 2**31 - 1]], np.int64)
+B = np.array([1, 0, 3], np.int32)
+PAIRS = [(A, A[::-1].copy()), (A, B), (B, A), (A.astype(np.int32), B), (A, 2), (A, 2.5),
+         (A, -2.5), (A, 7.0), (A, float("nan")), (A, float("inf")), (A, -float("inf")),
+         (np.array([True, False]), np.array([True, True])), (A, np.float32([1.5, 0, 3]))]
+
+
+def as_torch(v):
+    return torch.as_tensor(v) if isinstance(v, np.ndarray) else v
+
+
+def as_parcl(queue, v):
+    return pc.Tensor.from_host(queue, v) if isinstance(v, np.ndarray) else v
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("pair", range(len(PAIRS)))
+def test_integer_comparisons_give_pytorchs_mask_as_float(queue, op, pair):
+    x, y = PAIRS[pair]
+    got = getattr(tp, op)(as_parcl(queue, x), as_parcl(queue, y)).to_host()
+    want = getattr(torch, op)(as_torch(x), as_torch(y)).numpy()
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+def test_a_number_on_the_left_compares_as_pytorchs_reflected_operator(queue):
+    y = pc.Tensor.from_host(queue, np.array([1, 5, 3], np.int64))
+    np.testing.assert_array_equal(tp.lt(3, y).to_host(), [0, 1, 0])       # 3 < y
+    np.testing.assert_array_equal(tp.ge(2.5, y).to_host(), [1, 0, 0])     # 2.5 >= y
+    np.testing.assert_array_equal(tp.ne(5, y).to_host(), [1, 0, 1])
+
+
+def test_accuracy_of_int64_labels_counts_the_matches_as_pytorch(queue):
+    logits = np.array([[0.1, 2.0, 0.3], [1.5, 0.2, 0.1], [0.0, 0.1, 0.9], [3.0, 0.0, 0.1]],
+                      np.float32)
+    labels = np.array([1, 0, 1, 2], np.int64)
+    pred = tp.argmax(pc.Tensor.from_host(queue, logits), 1)
+    hits = tp.eq(pred, pc.Tensor.from_host(queue, labels))
+    want = (torch.tensor(logits).argmax(1) == torch.tensor(labels)).float()
+    np.testing.assert_array_equal(hits.to_host(), want.numpy())
+    assert float(hits.mean()) == 0.5
+
+
+def test_an_int32_tensor_against_a_number_beyond_int32_compares_exactly(queue):
+    x = pc.Tensor.from_host(queue, np.array([0, -5, 2**31 - 1], np.int32))
+    np.testing.assert_array_equal(tp.lt(x, 2**40).to_host(), [1, 1, 1])
+    np.testing.assert_array_equal(tp.eq(x, 2**40).to_host(), [0, 0, 0])
+
+
+def test_integer_comparisons_refuse_a_mask_against_labels(queue):
+    mask = pc.Tensor.from_host(queue, np.array([True, False]))
+    labels = pc.Tensor.from_host(queue, np.array([1, 0], np.int64))
+    with pytest.raises(DTypeError, match=r"eq: cannot compare uint8 \(2,\) with int64 \(2,\)"):
+        tp.eq(mask, labels)
+    with pytest.raises(DTypeError, match="out of the range"):
+        tp.eq(pc.Tensor.from_host(queue, np.array([1], np.int64)), 2**70)
