@@ -158,11 +158,11 @@ class Linear(Module):
 
 
 class Conv2d(Module):
-    """2-d convolution over ``(N, C, H, W)``; weight ``(cout, cin/groups, kh, kw)``; weight and
-    bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in = cin/groups*kh*kw`` (PyTorch's
-    default). ``groups == cin`` is a depthwise convolution (its own fast kernels).
-    ``padding_mode`` ``"reflect"``, ``"replicate"`` or ``"circular"`` pads the input with
-    ``tp.pad`` in that mode first, then convolves without padding (as PyTorch)."""
+    """2-d convolution over ``(N, C, H, W)`` or unbatched ``(C, H, W)``; weight ``(cout, cin/groups,
+    kh, kw)``; weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in =
+    cin/groups*kh*kw`` (PyTorch's default). ``groups == cin`` is a depthwise convolution (its
+    own fast kernels). ``padding_mode`` ``"reflect"``, ``"replicate"`` or ``"circular"`` pads
+    the input with ``tp.pad`` in that mode first, then convolves without padding (as PyTorch)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
                  dilation=1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
@@ -188,7 +188,7 @@ class Conv2d(Module):
 
     def forward(self, x, *, relu: bool = False):
         """The convolution; ``relu=True`` fuses a following ReLU into its last pass."""
-        _check_features(self, x, 1, self.in_channels, (4,))
+        _check_features(self, x, -3, self.in_channels, (3, 4))
         padding = self.padding
         if self.padding_mode != "zeros" and padding not in ("valid", (0, 0)):
             if isinstance(padding, str):
@@ -329,10 +329,10 @@ class _MaxPool(Module):
 
 
 class MaxPool2d(_MaxPool):
-    """Max pooling over ``(N, C, H, W)``; ``stride=None`` means ``kernel_size``; ``dilation``
-    and ``ceil_mode`` as PyTorch (see ``tp.max_pool2d``); ``return_indices=True`` returns
-    ``(output, indices)``, each maximum's int64 position ``h * W + w`` in its plane (what
-    ``MaxUnpool2d`` takes), as PyTorch's."""
+    """Max pooling over ``(N, C, H, W)`` or ``(C, H, W)``; ``stride=None`` means ``kernel_size``;
+    ``dilation`` and ``ceil_mode`` as PyTorch (see ``tp.max_pool2d``); ``return_indices=True``
+    returns ``(output, indices)``, each maximum's int64 position ``h * W + w`` in its plane
+    (what ``MaxUnpool2d`` takes), as PyTorch's."""
 
 
 class _AvgPool(Module):
@@ -356,8 +356,8 @@ class _AvgPool(Module):
 
 
 class AvgPool2d(_AvgPool):
-    """Average pooling over ``(N, C, H, W)``; ``stride=None`` means ``kernel_size``;
-    ``ceil_mode`` and ``count_include_pad`` as PyTorch (see ``tp.avg_pool2d``)."""
+    """Average pooling over ``(N, C, H, W)`` or ``(C, H, W)``; ``stride=None`` means
+    ``kernel_size``; ``ceil_mode`` and ``count_include_pad`` as PyTorch (see ``tp.avg_pool2d``)."""
 
 
 class AdaptiveAvgPool2d(Module):

@@ -33,6 +33,7 @@ from ...tensor import FLOAT, Tensor, check_same_queue
 from .. import mode
 from ..node import ACCUMULATED, Function, Node
 from .checks import read_checks
+from .shape import squeeze, unsqueeze
 
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "conv2d", "dropout", "linear",
            "manual_seed", "max_pool2d", "rng_state", "set_rng_state"]
@@ -134,7 +135,8 @@ class Conv2d(Function):
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1, *,
            relu: bool = False, tape=None):
-    """2-D convolution (cross-correlation, as PyTorch) of NCHW ``x`` with ``weight``
+    """2-D convolution (cross-correlation, as PyTorch) of NCHW ``x`` (or unbatched CHW) with
+    ``weight``
     ``(cout, cin/groups, kh, kw)``; ``stride`` and ``dilation`` are ints or pairs, ``padding``
     an int, a pair, ``"valid"`` (0) or ``"same"`` (stride 1; an odd total padding puts the
     extra zero on the right and bottom, as PyTorch). Forward is im2col and one GEMM over the
@@ -149,6 +151,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
     >>> tp.conv2d(x, tp.tensor(np.ones((1, 3, 2, 4), np.float32)), padding="same").shape
     (2, 1, 8, 8)
     """
+    x, batched = batched4("conv2d", x, tape)
     if isinstance(padding, str):
         pads = string_padding("conv2d", padding, tuple(weight.shape)[2:], stride, dilation)
         (top, bottom), (left, right) = pads
@@ -157,8 +160,23 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
         else:                                     # the odd zero right and below: padded here
             from .indexing import pad
             x, padding = pad(x, (left, right, top, bottom), tape=tape), 0
-    return Conv2d.apply(x, weight, bias, tape=tape, stride=stride, padding=padding,
-                        relu=bool(relu), dilation=dilation, groups=groups)
+    y = Conv2d.apply(x, weight, bias, tape=tape, stride=stride, padding=padding,
+                     relu=bool(relu), dilation=dilation, groups=groups)
+    return unbatch4(y, batched, tape)
+
+
+def batched4(op: str, x, tape):
+    """``x`` as ``(N, C, H, W)`` and whether it was batched: PyTorch's unbatched ``(C, H, W)``
+    gains N=1 (a recorded view, removed again by ``unbatch4``)."""
+    shape = tuple(x.shape)
+    if len(shape) not in (3, 4):
+        raise ShapeError(f"{op}: expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got "
+                         f"shape {shape}")
+    return (x, True) if len(shape) == 4 else (unsqueeze(x, 0, tape=tape), False)
+
+
+def unbatch4(y, batched: bool, tape):
+    return y if batched else squeeze(y, 0, tape=tape)
 
 
 def string_padding(op: str, padding: str, kernel: tuple, stride, dilation) -> list:
@@ -202,25 +220,27 @@ class MaxPool2d(Function):
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
                return_indices: bool = False, *, tape=None):
-    """Max pooling over NCHW ``x`` (stride defaults to the kernel size; padding is -inf and at
-    most half the kernel; taps ``dilation`` apart). Output sizes as PyTorch: ``ceil_mode``
-    rounds up, dropping a last window that would start in the right padding. The argmax of
-    each window is saved for the backward. ``return_indices=True`` also returns each
-    maximum's position ``h * W + w`` in its plane (int64, not recorded; what
-    ``tp.max_unpool2d`` takes), found by a second pass of the pool kernel.
+    """Max pooling over NCHW (or CHW) ``x`` (stride defaults to the kernel size; padding is -inf and
+    at most half the kernel; taps ``dilation`` apart). Output sizes as PyTorch: ``ceil_mode``
+    rounds up, dropping a last window that would start in the right padding. The argmax of each
+    window is saved for the backward. ``return_indices=True`` also returns each maximum's
+    position ``h * W + w`` in its plane (int64, not recorded; what ``tp.max_unpool2d`` takes),
+    found by a second pass of the pool kernel.
 
     >>> tp.max_pool2d(x, 2).shape      # x (2, 3, 8, 8)
     (2, 3, 4, 4)
     >>> tp.max_pool2d(x, 3, stride=2, ceil_mode=True).shape
     (2, 3, 4, 4)
     """
+    x, batched = batched4("max_pool2d", x, tape)
     y = MaxPool2d.apply(x, tape=tape, kernel_size=kernel_size, stride=stride,
                         padding=padding, dilation=dilation, ceil_mode=bool(ceil_mode))
     if not return_indices:
-        return y
+        return unbatch4(y, batched, tape)
     raw = x.value if isinstance(x, Node) else x
-    return y, poolk.max_pool2d_positions(raw, kernel_size, stride, padding, dilation=dilation,
-                                         ceil_mode=bool(ceil_mode))
+    where = poolk.max_pool2d_positions(raw, kernel_size, stride, padding, dilation=dilation,
+                                       ceil_mode=bool(ceil_mode))
+    return unbatch4(y, batched, tape), (where if batched else where.reshape(where.shape[1:]))
 
 
 class AvgPool2d(Function):
@@ -242,16 +262,18 @@ class AvgPool2d(Function):
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                count_include_pad: bool = True, *, tape=None):
-    """Average pooling over NCHW ``x``, PyTorch's divisor: with ``count_include_pad`` (the
+    """Average pooling over NCHW (or CHW) ``x``, PyTorch's divisor: with ``count_include_pad`` (the
     default) zero padding counts (``kh*kw``, a ``ceil_mode`` window clipped to the padded
     input), without it only the input elements in the window count.
 
     >>> tp.avg_pool2d(x, 3, stride=2, padding=1).shape      # x (2, 3, 8, 8)
     (2, 3, 4, 4)
     """
-    return AvgPool2d.apply(x, tape=tape, kernel_size=kernel_size, stride=stride,
-                           padding=padding, ceil_mode=bool(ceil_mode),
-                           count_include_pad=bool(count_include_pad))
+    x, batched = batched4("avg_pool2d", x, tape)
+    y = AvgPool2d.apply(x, tape=tape, kernel_size=kernel_size, stride=stride,
+                        padding=padding, ceil_mode=bool(ceil_mode),
+                        count_include_pad=bool(count_include_pad))
+    return unbatch4(y, batched, tape)
 
 
 class AdaptiveAvgPool2d(Function):
@@ -266,15 +288,17 @@ class AdaptiveAvgPool2d(Function):
 
 
 def adaptive_avg_pool2d(x, output_size, *, tape=None):
-    """Average pooling of NCHW ``x`` to ``output_size`` (int or pair; ``None`` in a pair keeps
-    that dim's size) with PyTorch's bins ``[floor(i*H/out), ceil((i+1)*H/out))`` (any sizes;
-    overlapping bins when H % out != 0).
+    """Average pooling of NCHW (or CHW) ``x`` to ``output_size`` (int or pair; ``None`` in a pair
+    keeps that dim's size) with PyTorch's bins ``[floor(i*H/out), ceil((i+1)*H/out))`` (any
+    sizes; overlapping bins when H % out != 0).
 
     >>> tp.adaptive_avg_pool2d(x, 1).shape      # x (2, 3, 8, 8)
     (2, 3, 1, 1)
     """
     refuse_empty_windows("adaptive_avg_pool2d", x, 2)
-    return AdaptiveAvgPool2d.apply(x, tape=tape, output_size=output_size)
+    x, batched = batched4("adaptive_avg_pool2d", x, tape)
+    y = AdaptiveAvgPool2d.apply(x, tape=tape, output_size=output_size)
+    return unbatch4(y, batched, tape)
 
 
 def refuse_empty_windows(op: str, x, spatial: int) -> None:
