@@ -218,8 +218,12 @@ __kernel void max_pool_bwd(__global const float* restrict g,
 #endif
 
 // Average pool. DIVISOR 0: KH*KW (count_include_pad, PyTorch's default, with every window
-// inside the padded input); else PyTorch's rule: the window clipped to the padded input (1)
-// or to the input (2, count_include_pad=False).
+// inside the padded input), or DIVIDE_BY where given (PyTorch's divisor_override: the window
+// sum over that, for every window); else PyTorch's rule: the window clipped to the padded
+// input (1) or to the input (2, count_include_pad=False).
+#ifndef DIVIDE_BY
+#define DIVIDE_BY (KH * KW)
+#endif
 inline float pool_divisor(const int y0, const int x0, const int H, const int W)
 {
     const int ye = min(y0 + KH, H + PH), xe = min(x0 + KW, W + PW);
@@ -236,7 +240,7 @@ __kernel void avg_pool_fwd(__global const float* restrict x, __global float* res
     ROW_SETUP(OW, OH)
     const global float* xp = x + plane * H * W;
     const int y0 = r * SH - PH;
-    const float inv = 1.0f / (float)(KH * KW);
+    const float inv = 1.0f / (float)(DIVIDE_BY);
     for (int ox = c0; ox < c1; ++ox) {
         const int x0 = ox * SW - PW;
         float acc = 0.0f;
@@ -267,7 +271,7 @@ __kernel void avg_pool_bwd(__global const float* restrict g, __global float* res
     ROW_SETUP(W, H)
     const long base = plane * OH * OW;
     const int oyh = (r + PH) / SH;
-    const float inv = 1.0f / (float)(KH * KW);
+    const float inv = 1.0f / (float)(DIVIDE_BY);
     for (int xx = c0; xx < c1; ++xx) {
         const int oxh = (xx + PW) / SW;
         float acc = 0.0f;
@@ -355,25 +359,35 @@ def _divisor(win: PoolWindow, count_include_pad: bool) -> int:
     return 2 if win.overhang or win.padding != (0, 0) else 0
 
 
+def _avg_options(win: PoolWindow, count_include_pad: bool, divisor_override) -> tuple:
+    if divisor_override is None:
+        return win.options(_divisor(win, count_include_pad))
+    return win.options(0) + (f"-DDIVIDE_BY=({int(divisor_override)})",)
+
+
 def avg_pool2d_forward(x: Tensor, kernel_size, stride=None, padding=0, *,
-                       ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+                       ceil_mode: bool = False, count_include_pad: bool = True,
+                       divisor_override: int | None = None) -> Tensor:
     """Average pool; the divisor follows PyTorch: ``kh*kw`` with ``count_include_pad`` (zero
     padding counts; a ceil_mode window is clipped to the padded input), else the number of
-    input elements in the window."""
+    input elements in the window; ``divisor_override`` for every window where given."""
     _check("avg_pool2d", x)
     win = window("avg_pool2d", x.shape, kernel_size, stride, padding, 1, ceil_mode)
     y = Tensor.empty(x.queue, (*x.shape[:2], *win.out))
     _launch(x.queue, "avg_pool_fwd", win.out[1], rows_of(y.shape), x.data, y.data,
-            *_args(x.shape, win.out), options=win.options(_divisor(win, count_include_pad)))
+            *_args(x.shape, win.out),
+            options=_avg_options(win, count_include_pad, divisor_override))
     return y
 
 
 def avg_pool2d_backward(grad: Tensor, x_shape, kernel_size, stride=None, padding=0, *,
-                        ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+                        ceil_mode: bool = False, count_include_pad: bool = True,
+                        divisor_override: int | None = None) -> Tensor:
     win = window("avg_pool2d", x_shape, kernel_size, stride, padding, 1, ceil_mode)
     gx = Tensor.empty(grad.queue, tuple(x_shape))
     _launch(grad.queue, "avg_pool_bwd", x_shape[3], rows_of(x_shape), grad.data, gx.data,
-            *_args(x_shape, win.out), options=win.options(_divisor(win, count_include_pad)))
+            *_args(x_shape, win.out),
+            options=_avg_options(win, count_include_pad, divisor_override))
     return gx
 
 

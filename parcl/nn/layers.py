@@ -24,7 +24,7 @@ from ..errors import ShapeError
 from ..runtime import default_queue
 from ..tape import Node, mode, ops
 from ..tape.ops.checks import read_checks
-from ..tape.ops.nn import string_padding
+from ..tape.ops.nn import check_divisor_override, string_padding
 from ..tensor import Tensor
 from .module import Module, Parameter, uniform_
 
@@ -357,7 +357,18 @@ class _AvgPool(Module):
 
 class AvgPool2d(_AvgPool):
     """Average pooling over ``(N, C, H, W)`` or ``(C, H, W)``; ``stride=None`` means
-    ``kernel_size``; ``ceil_mode`` and ``count_include_pad`` as PyTorch (see ``tp.avg_pool2d``)."""
+    ``kernel_size``; ``ceil_mode``, ``count_include_pad`` and ``divisor_override`` as PyTorch
+    (see ``tp.avg_pool2d``)."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+                 count_include_pad: bool = True, divisor_override: int | None = None):
+        super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad)
+        self.divisor_override = check_divisor_override("AvgPool2d", divisor_override)
+
+    def forward(self, x):
+        return self.op(x, self.kernel_size, stride=self.stride, padding=self.padding,
+                       ceil_mode=self.ceil_mode, count_include_pad=self.count_include_pad,
+                       divisor_override=self.divisor_override)
 
 
 class AdaptiveAvgPool2d(Module):

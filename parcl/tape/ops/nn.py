@@ -247,32 +247,51 @@ class AvgPool2d(Function):
     name = "avg_pool2d"
 
     def forward(self, x: Tensor, kernel_size=2, stride=None, padding=0,
-                ceil_mode: bool = False, count_include_pad: bool = True):
+                ceil_mode: bool = False, count_include_pad: bool = True,
+                divisor_override: int | None = None):
         self.x_shape = x.shape
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+        self.divisor_override = divisor_override
         return poolk.avg_pool2d_forward(x, kernel_size, stride, padding, ceil_mode=ceil_mode,
-                                        count_include_pad=count_include_pad)
+                                        count_include_pad=count_include_pad,
+                                        divisor_override=divisor_override)
 
     def backward(self, g: Tensor):
         return poolk.avg_pool2d_backward(g, self.x_shape, self.kernel_size, self.stride,
                                          self.padding, ceil_mode=self.ceil_mode,
-                                         count_include_pad=self.count_include_pad)
+                                         count_include_pad=self.count_include_pad,
+                                         divisor_override=self.divisor_override)
+
+
+def check_divisor_override(op: str, divisor_override) -> int | None:
+    """PyTorch's ``divisor_override``: None, or a non-zero int every window's sum is divided by."""
+    if divisor_override is None:
+        return None
+    if not isinstance(divisor_override, (int, np.integer)) or isinstance(divisor_override, bool) \
+            or divisor_override == 0:
+        raise ShapeError(f"{op}: divisor_override must be a non-zero int or None, got "
+                         f"{divisor_override!r}")
+    return int(divisor_override)
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
-               count_include_pad: bool = True, *, tape=None):
-    """Average pooling over NCHW (or CHW) ``x``, PyTorch's divisor: with ``count_include_pad`` (the
-    default) zero padding counts (``kh*kw``, a ``ceil_mode`` window clipped to the padded
-    input), without it only the input elements in the window count.
+               count_include_pad: bool = True, divisor_override: int | None = None, *,
+               tape=None):
+    """Average pooling over NCHW (or CHW) ``x``, PyTorch's divisor: with
+    ``count_include_pad`` (the default) zero padding counts (``kh*kw``, a ``ceil_mode`` window
+    clipped to the padded input), without it only the input elements in the window count;
+    ``divisor_override`` (a non-zero int) divides every window's sum instead.
 
     >>> tp.avg_pool2d(x, 3, stride=2, padding=1).shape      # x (2, 3, 8, 8)
     (2, 3, 4, 4)
     """
+    divisor_override = check_divisor_override("avg_pool2d", divisor_override)
     x, batched = batched4("avg_pool2d", x, tape)
     y = AvgPool2d.apply(x, tape=tape, kernel_size=kernel_size, stride=stride,
                         padding=padding, ceil_mode=bool(ceil_mode),
-                        count_include_pad=bool(count_include_pad))
+                        count_include_pad=bool(count_include_pad),
+                        divisor_override=divisor_override)
     return unbatch4(y, batched, tape)
 
 
