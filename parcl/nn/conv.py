@@ -48,13 +48,14 @@ def transposed_output_padding(layer: Module, x, output_size, kernel: tuple, stri
 
 
 class ConvTranspose2d(Module):
-    """Transposed 2-d convolution over ``(N, C, H, W)`` (``tp.conv_transpose2d``); weight
-    ``(cin, cout, kh, kw)`` as PyTorch. Initialisation as PyTorch's ``_ConvNd``: weight and
-    bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in = weight.size(1)*kh*kw =
-    cout*kh*kw`` (kaiming_uniform with a=sqrt(5) reads the fan-in from the weight's dim 1).
-    Output height ``(H - 1)*stride - 2*padding + kh + output_padding``. ``groups``,
-    ``dilation`` and ``padding_mode`` sit where PyTorch's do (``groups`` before ``bias``), so
-    PyTorch's positional calls keep their meaning; only 1, 1 and ``"zeros"`` are supported."""
+    """Transposed 2-d convolution over ``(N, C, H, W)`` or unbatched ``(C, H, W)``
+    (``tp.conv_transpose2d``); weight ``(cin, cout/groups, kh, kw)`` as PyTorch.
+    Initialisation as PyTorch's ``_ConvNd``: weight and bias ~ U(-1/sqrt(fan_in),
+    1/sqrt(fan_in)) with ``fan_in = weight.size(1)*kh*kw = cout/groups*kh*kw``
+    (kaiming_uniform with a=sqrt(5) reads the fan-in from the weight's dim 1). Output height
+    ``(H - 1)*stride - 2*padding + dilation*(kh - 1) + output_padding + 1``. PyTorch's
+    argument order (``groups`` before ``bias``); ``padding_mode`` only ``"zeros"``, as
+    PyTorch's."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
                  output_padding=0, groups: int = 1, bias: bool = True, dilation=1,
@@ -64,44 +65,67 @@ class ConvTranspose2d(Module):
         _check_sizes("ConvTranspose2d", {"in_channels": in_channels,
                                          "out_channels": out_channels, "groups": groups})
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        if groups != 1 or _pair("ConvTranspose2d", "dilation", dilation) != (1, 1) \
-                or padding_mode != "zeros":
-            raise ShapeError(f"ConvTranspose2d: only groups=1, dilation=1 and padding_mode="
-                             f"'zeros' are supported, got groups={groups!r}, dilation="
-                             f"{dilation!r}, padding_mode={padding_mode!r}")
+        self.padding_mode = _check_transposed_padding_mode("ConvTranspose2d", padding_mode)
+        self.groups = _check_groups("ConvTranspose2d", int(groups), self.in_channels,
+                                    self.out_channels)
         self.kernel_size = _pair("ConvTranspose2d", "kernel_size", kernel_size)
         self.stride = _pair("ConvTranspose2d", "stride", stride)
         self.padding = _pair("ConvTranspose2d", "padding", padding, least=0)
+        self.dilation = _pair("ConvTranspose2d", "dilation", dilation)
         self.output_padding = _pair("ConvTranspose2d", "output_padding", output_padding,
                                     least=0)
         if any(o >= s for o, s in zip(self.output_padding, self.stride)):
             raise ShapeError(f"ConvTranspose2d: output_padding {self.output_padding} must be "
                              f"smaller than the stride {self.stride} (as PyTorch)")
-        _weight_and_bias(self, queue, (self.in_channels, self.out_channels) + self.kernel_size,
-                         self.out_channels * self.kernel_size[0] * self.kernel_size[1], bias,
+        cout = self.out_channels // self.groups
+        _weight_and_bias(self, queue, (self.in_channels, cout) + self.kernel_size,
+                         cout * self.kernel_size[0] * self.kernel_size[1], bias,
                          self.out_channels)
 
     def forward(self, input, output_size=None):  # noqa: A002 - PyTorch's argument name
         """The transposed convolution; ``output_size`` (``(H, W)`` or the whole output shape,
         as PyTorch takes it) picks the output padding instead of ``output_padding``."""
-        _check_features(self, input, 1, self.in_channels, (4,))
+        _check_features(self, input, -3, self.in_channels, (3, 4))
         output_padding = self.output_padding
         if output_size is not None:
             output_padding = transposed_output_padding(self, input, output_size,
-                                                       self.kernel_size, self.stride,
-                                                       self.padding)
+                                                       _span(self), self.stride, self.padding)
         return ops.conv_transpose2d(input, self.weight, self.bias, stride=_arg(self.stride),
                                     padding=_arg(self.padding),
-                                    output_padding=_arg(output_padding))
+                                    output_padding=_arg(output_padding), groups=self.groups,
+                                    dilation=_arg(self.dilation))
 
     def extra_repr(self) -> str:
-        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-             f"stride={self.stride}")
-        if self.padding != (0, 0):
-            s += f", padding={self.padding}"
-        if self.output_padding != (0, 0):
-            s += f", output_padding={self.output_padding}"
-        return s + ("" if self.bias is not None else ", bias=False")
+        return _transposed_repr(self)
+
+
+def _check_transposed_padding_mode(layer: str, padding_mode) -> str:
+    if padding_mode != "zeros":
+        raise ShapeError(f"{layer}: only padding_mode='zeros' is supported (as PyTorch), got "
+                         f"padding_mode={padding_mode!r}")
+    return padding_mode
+
+
+def _span(layer: Module) -> tuple[int, ...]:
+    """The dilated kernel's extent per dim, ``dilation*(k - 1) + 1``."""
+    return tuple(d * (k - 1) + 1 for d, k in zip(layer.dilation, layer.kernel_size))
+
+
+def _transposed_repr(layer: Module) -> str:
+    """ConvTranspose1d's and ConvTranspose2d's ``extra_repr``: what differs from the
+    defaults, in PyTorch's order."""
+    n = len(layer.kernel_size)
+    s = (f"{layer.in_channels}, {layer.out_channels}, kernel_size={layer.kernel_size}, "
+         f"stride={layer.stride}")
+    if layer.padding != (0,) * n:
+        s += f", padding={layer.padding}"
+    if layer.dilation != (1,) * n:
+        s += f", dilation={layer.dilation}"
+    if layer.output_padding != (0,) * n:
+        s += f", output_padding={layer.output_padding}"
+    if layer.groups != 1:
+        s += f", groups={layer.groups}"
+    return s + ("" if layer.bias is not None else ", bias=False")
 
 
 class Conv1d(Module):
@@ -155,10 +179,10 @@ class Conv1d(Module):
 
 class ConvTranspose1d(Module):
     """Transposed 1-d convolution over ``(N, C, L)`` or unbatched ``(C, L)``
-    (``tp.conv_transpose1d``); weight ``(cin, cout, k)`` and bias ~ U(-1/sqrt(fan_in),
-    1/sqrt(fan_in)) with ``fan_in = cout*k``, as PyTorch's. Output length ``(L - 1)*stride -
-    2*padding + k + output_padding``. PyTorch's argument order; only ``groups=1``,
-    ``dilation=1`` and ``padding_mode="zeros"`` are supported."""
+    (``tp.conv_transpose1d``); weight ``(cin, cout/groups, k)`` and bias ~ U(-1/sqrt(fan_in),
+    1/sqrt(fan_in)) with ``fan_in = cout/groups*k``, as PyTorch's. Output length ``(L -
+    1)*stride - 2*padding + dilation*(k - 1) + output_padding + 1``. PyTorch's argument
+    order; ``padding_mode`` only ``"zeros"``, as PyTorch's."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0,
                  output_padding=0, groups: int = 1, bias: bool = True, dilation=1,
@@ -168,21 +192,21 @@ class ConvTranspose1d(Module):
         _check_sizes("ConvTranspose1d", {"in_channels": in_channels,
                                          "out_channels": out_channels, "groups": groups})
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        if groups != 1 or single("ConvTranspose1d", "dilation", dilation) != 1 \
-                or padding_mode != "zeros":
-            raise ShapeError(f"ConvTranspose1d: only groups=1, dilation=1 and padding_mode="
-                             f"'zeros' are supported, got groups={groups!r}, dilation="
-                             f"{dilation!r}, padding_mode={padding_mode!r}")
+        self.padding_mode = _check_transposed_padding_mode("ConvTranspose1d", padding_mode)
+        self.groups = _check_groups("ConvTranspose1d", int(groups), self.in_channels,
+                                    self.out_channels)
         self.kernel_size = (single("ConvTranspose1d", "kernel_size", kernel_size),)
         self.stride = (single("ConvTranspose1d", "stride", stride),)
         self.padding = (single("ConvTranspose1d", "padding", padding, least=0),)
+        self.dilation = (single("ConvTranspose1d", "dilation", dilation),)
         self.output_padding = (single("ConvTranspose1d", "output_padding", output_padding,
                                       least=0),)
         if self.output_padding[0] >= self.stride[0]:
             raise ShapeError(f"ConvTranspose1d: output_padding {self.output_padding} must be "
                              f"smaller than the stride {self.stride} (as PyTorch)")
-        _weight_and_bias(self, queue, (self.in_channels, self.out_channels) + self.kernel_size,
-                         self.out_channels * self.kernel_size[0], bias, self.out_channels)
+        cout = self.out_channels // self.groups
+        _weight_and_bias(self, queue, (self.in_channels, cout) + self.kernel_size,
+                         cout * self.kernel_size[0], bias, self.out_channels)
 
     def forward(self, input, output_size=None):  # noqa: A002 - PyTorch's argument name
         """The transposed convolution; ``output_size`` (the length, or the whole shape as
@@ -191,19 +215,13 @@ class ConvTranspose1d(Module):
         output_padding = self.output_padding
         if output_size is not None:
             output_padding = transposed_output_padding(self, input, output_size,
-                                                       self.kernel_size, self.stride,
-                                                       self.padding)
+                                                       _span(self), self.stride, self.padding)
         return ops.conv_transpose1d(input, self.weight, self.bias, stride=self.stride[0],
-                                    padding=self.padding[0], output_padding=output_padding[0])
+                                    padding=self.padding[0], output_padding=output_padding[0],
+                                    groups=self.groups, dilation=self.dilation[0])
 
     def extra_repr(self) -> str:
-        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-             f"stride={self.stride}")
-        if self.padding != (0,):
-            s += f", padding={self.padding}"
-        if self.output_padding != (0,):
-            s += f", output_padding={self.output_padding}"
-        return s + ("" if self.bias is not None else ", bias=False")
+        return _transposed_repr(self)
 
 
 class MaxPool1d(_MaxPool):

@@ -100,10 +100,9 @@ def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
 def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0,
                      groups: int = 1, dilation=1, *, tape=None):
     """``torch.nn.functional.conv_transpose1d`` of ``x`` ``(N, C, L)`` or ``(C, L)`` with
-    ``weight`` ``(cin, cout, k)``: the gradient of ``conv1d`` with respect to its input. The
-    output is ``(L - 1)*stride - 2*padding + k + output_padding`` long (``output_padding <
-    stride``). ``conv_transpose2d`` on an ``(N, C, 1, L)`` view; only ``groups=1`` and
-    ``dilation=1``, as there.
+    ``weight`` ``(cin, cout/groups, k)``: the gradient of ``conv1d`` with respect to its
+    input. The output is ``(L - 1)*stride - 2*padding + dilation*(k - 1) + output_padding + 1``
+    long (``output_padding < stride``). ``conv_transpose2d`` on an ``(N, C, 1, L)`` view.
 
     >>> tp.conv_transpose1d(x, tp.reshape(w, (4, 6, 3)), stride=2).shape   # x (2, 4, 9)
     (2, 6, 19)
@@ -112,9 +111,7 @@ def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     if len(wshape) != 3:
         raise ShapeError(f"conv_transpose1d: weight must be 3-d (in_channels, out_channels, "
                          f"kernel), got shape {wshape}")
-    if groups != 1 or single("conv_transpose1d", "dilation", dilation) != 1:
-        raise ShapeError(f"conv_transpose1d: only groups=1 and dilation=1 are supported, got "
-                         f"groups={groups!r}, dilation={dilation!r}")
+    d = single("conv_transpose1d", "dilation", dilation)
     s = single("conv_transpose1d", "stride", stride)
     p = single("conv_transpose1d", "padding", padding, least=0)
     op = single("conv_transpose1d", "output_padding", output_padding, least=0)
@@ -126,7 +123,8 @@ def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0
         raise ShapeError(f"conv_transpose1d: input of shape {tuple(x.shape)} has "
                          f"{x4.shape[1]} channels, weight {wshape} expects {wshape[0]}")
     y = conv_transpose2d(x4, unsqueeze(weight, 2, tape=tape), bias, stride=(1, s),
-                         padding=(0, p), output_padding=(0, op), tape=tape)
+                         padding=(0, p), output_padding=(0, op), groups=groups,
+                         dilation=(1, d), tape=tape)
     return _back(y, batched, tape)
 
 
