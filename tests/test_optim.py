@@ -95,8 +95,8 @@ def test_adam_family_matches_pytorch_formula(queue, rng, cls, weight_decay):
 
 
 def test_adamw_defaults():
-    assert AdamW.__init__.__defaults__ == (1e-3, (0.9, 0.999), 1e-8, 0.01)
-    assert Adam.__init__.__defaults__ == (1e-3, (0.9, 0.999), 1e-8, 0.0)
+    assert AdamW.__init__.__defaults__ == (1e-3, (0.9, 0.999), 1e-8, 0.01, False)
+    assert Adam.__init__.__defaults__ == (1e-3, (0.9, 0.999), 1e-8, 0.0, False)
 
 
 def test_lr_is_settable_between_steps(queue, rng):

@@ -59,6 +59,11 @@ class Optimizer:
     #: per-parameter host numbers besides ``step`` that each update changes (NAdam's
     #: ``mu_product``), saved as plain numbers; a whole bucket's are its parameters'
     state_scalars: tuple[str, ...] = ()
+    #: PyTorch's group options this rule does not keep: name -> the values that mean what
+    #: parcl does (``load_state_dict`` drops them, and refuses any other value)
+    torch_options: dict[str, tuple] = {
+        "foreach": (None, True, False), "fused": (None, True, False),
+        "capturable": (True, False), "differentiable": (False,), "maximize": (False,)}
 
     def __init__(self, params, defaults: dict[str, Any]):
         defaults = self._validate_options(defaults)
@@ -340,6 +345,7 @@ class Optimizer:
                 raise OptimizerError(f"{name}: param_groups[{i}] has "
                                      f"{len(saved.get('params', ()))} parameters, the "
                                      f"optimizer's has {len(mine['params'])}")
+            saved = self._without_torch_options(name, i, saved)
             keys = set(saved) - {"params", "initial_lr"}
             if keys != set(self.options):
                 raise OptimizerError(f"{name}: param_groups[{i}] has options {sorted(keys)}, "
@@ -383,6 +389,34 @@ class Optimizer:
         self.initial_lrs = new_initial or None     # the saved groups', as PyTorch replaces them
         self.state = new_state
         self._flat, self._buckets = {}, {}         # fresh per-parameter state: no flat views
+
+    @classmethod
+    def _accept_torch_options(cls, **given) -> None:
+        """A constructor's PyTorch-only arguments (``amsgrad``, ``foreach``, ...): each must
+        have a value that means what parcl does (``torch_options``), else an
+        ``OptimizerError``; nothing is kept."""
+        cls._refuse_other_torch_options(f"{cls.__name__}", given)
+
+    @classmethod
+    def _refuse_other_torch_options(cls, where: str, given: dict) -> None:
+        for k, v in given.items():
+            allowed = cls.torch_options[k]
+            if not any(v is a or (type(v) is type(a) and v == a)
+                       or (isinstance(v, np.bool_) and isinstance(a, bool) and bool(v) is a)
+                       for a in allowed):
+                raise OptimizerError(f"{where} has PyTorch's {k}={v!r}, which {cls.__name__} "
+                                     f"does not do (it takes "
+                                     f"{' or '.join(repr(a) for a in allowed)})")
+
+    def _without_torch_options(self, name: str, i: int, saved: dict) -> dict:
+        """``saved`` (a group of a state dict) without PyTorch's options this rule does not
+        keep (``torch_options``): accepted where their value is what parcl does (``foreach``,
+        ``fused``, ``capturable`` change only how PyTorch runs a step), else an
+        ``OptimizerError`` naming the option."""
+        extra = {k: v for k, v in saved.items()
+                 if k in self.torch_options and k not in self.options}
+        self._refuse_other_torch_options(f"{name}: param_groups[{i}]", extra)
+        return {k: v for k, v in saved.items() if k not in extra}
 
     def _check_entry(self, name: str, key, entry, p: Node) -> dict[str, Any]:
         cls = type(self).__name__

@@ -51,8 +51,14 @@ class SGD(Optimizer):
     # weight_decay and nesterov are keyword-only: PyTorch's fourth positional argument is
     # dampening (which this SGD does not have), so SGD(ps, 0.1, 0.9, 0.5) must not read its
     # 0.5 as a weight decay.
+    torch_options = {**Optimizer.torch_options, "dampening": (0, 0.0)}
+
     def __init__(self, params, lr: float, momentum: float = 0.0, *,
-                 weight_decay: float = 0.0, nesterov: bool = False):
+                 weight_decay: float = 0.0, nesterov: bool = False, dampening: float = 0,
+                 maximize: bool = False, foreach: bool | None = None,
+                 differentiable: bool = False, fused: bool | None = None):
+        self._accept_torch_options(dampening=dampening, maximize=maximize, foreach=foreach,
+                                   differentiable=differentiable, fused=fused)
         super().__init__(params, {"lr": lr, "momentum": momentum,
                                   "weight_decay": weight_decay, "nesterov": nesterov})
 
@@ -96,8 +102,15 @@ class Adam(Optimizer):
     has_step = True
     decoupled = False
 
+    torch_options = {**Optimizer.torch_options, "amsgrad": (False,)}
+
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0):
+                 weight_decay: float = 0.0, amsgrad: bool = False, *,
+                 foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False, fused: bool | None = None):
+        self._accept_torch_options(amsgrad=amsgrad, foreach=foreach, maximize=maximize,
+                                   capturable=capturable, differentiable=differentiable,
+                                   fused=fused)
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
                                   "weight_decay": weight_decay})
 
@@ -157,8 +170,12 @@ class AdamW(Adam):
     decoupled = True
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.01):
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+                 weight_decay: float = 0.01, amsgrad: bool = False, *,
+                 foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
+                 differentiable: bool = False, fused: bool | None = None):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                         amsgrad=amsgrad, foreach=foreach, maximize=maximize,
+                         capturable=capturable, differentiable=differentiable, fused=fused)
 
 
 class RMSprop(Optimizer):
@@ -186,7 +203,11 @@ class RMSprop(Optimizer):
     has_step = True
 
     def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
-                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False):
+                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False,
+                 capturable: bool = False, foreach: bool | None = None,
+                 maximize: bool = False, differentiable: bool = False):
+        self._accept_torch_options(capturable=capturable, foreach=foreach, maximize=maximize,
+                                   differentiable=differentiable)
         super().__init__(params, {"lr": lr, "alpha": alpha, "eps": eps,
                                   "weight_decay": weight_decay, "momentum": momentum,
                                   "centered": centered})
@@ -237,7 +258,10 @@ class Adagrad(Optimizer):
 
     def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0.0,
                  weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
-                 eps: float = 1e-10):
+                 eps: float = 1e-10, foreach: bool | None = None, *, maximize: bool = False,
+                 differentiable: bool = False, fused: bool | None = None):
+        self._accept_torch_options(foreach=foreach, maximize=maximize,
+                                   differentiable=differentiable, fused=fused)
         super().__init__(params, {"lr": lr, "lr_decay": lr_decay, "weight_decay": weight_decay,
                                   "initial_accumulator_value": initial_accumulator_value,
                                   "eps": eps})

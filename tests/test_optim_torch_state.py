@@ -1,0 +1,85 @@
+"""State dicts saved by ``torch.optim`` (tensors converted to numpy) load into parcl's ``Adam``,
+``AdamW``, ``SGD``, ``RMSprop`` and ``Adagrad`` and the next steps continue as PyTorch's;
+PyTorch's extra group options (``foreach``, ``fused``, ``capturable``, ``maximize``,
+``amsgrad``, ``dampening``, ...) are accepted, in the constructors too, where their value is
+what parcl does, and refused otherwise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import parcl as pc
+import parcl.tape as tp
+from parcl.optim import OptimizerError
+
+RULES = [("Adam", dict(lr=1e-2, weight_decay=0.1)),
+         ("AdamW", dict(lr=1e-2, betas=(0.8, 0.99))),
+         ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+         ("RMSprop", dict(lr=1e-2, momentum=0.5, centered=True)),
+         ("Adagrad", dict(lr=0.1, lr_decay=0.01, initial_accumulator_value=0.2))]
+
+
+def as_numpy(state_dict):
+    """A torch optimizer state dict with every tensor a numpy array (what a checkpoint
+    converted for parcl holds)."""
+    return {"state": {k: {n: (v.numpy() if isinstance(v, torch.Tensor) else v)
+                          for n, v in entry.items()}
+                      for k, entry in state_dict["state"].items()},
+            "param_groups": [dict(g) for g in state_dict["param_groups"]]}
+
+
+@pytest.mark.parametrize("rule,kw", RULES, ids=[r for r, _ in RULES])
+def test_a_torch_optimizer_state_loads_and_steps_on_as_pytorch(queue, rng, rule, kw):
+    shapes = [(3, 2), (2,)]
+    values = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    grads = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(4)]
+    theirs = [torch.nn.Parameter(torch.tensor(v)) for v in values]
+    topt = getattr(torch.optim, rule)(theirs, **kw)
+    for g in grads[:3]:
+        for p, gi in zip(theirs, g):
+            p.grad = torch.tensor(gi)
+        topt.step()
+    ours = [tp.tensor(pc.Tensor.from_host(queue, p.detach().numpy()), requires_grad=True)
+            for p in theirs]
+    opt = getattr(pc.optim, rule)(ours, **kw)
+    opt.load_state_dict(as_numpy(topt.state_dict()))
+    for p, gi in zip(theirs, grads[3]):
+        p.grad = torch.tensor(gi)
+    topt.step()
+    for p, gi in zip(ours, grads[3]):
+        p.grad = pc.Tensor.from_host(queue, gi)
+    opt.step()
+    for p, t in zip(ours, theirs):
+        np.testing.assert_allclose(p.value.to_host(), t.detach().numpy(), rtol=1e-5,
+                                   atol=1e-6)
+
+
+@pytest.mark.parametrize("rule,option,value", [
+    ("Adam", "amsgrad", True), ("AdamW", "maximize", True), ("SGD", "dampening", 0.5),
+    ("RMSprop", "differentiable", True), ("Adagrad", "maximize", True)])
+def test_a_torch_option_parcl_does_not_do_is_refused_by_name(queue, rule, option, value):
+    p = tp.tensor(pc.Tensor.from_host(queue, np.ones(2, np.float32)), requires_grad=True)
+    kw = {"lr": 0.1}
+    t = torch.nn.Parameter(torch.ones(2))
+    saved = as_numpy(getattr(torch.optim, rule)([t], **kw, **{option: value}).state_dict())
+    opt = getattr(pc.optim, rule)([p], **kw)
+    with pytest.raises(OptimizerError, match=rf"load_state_dict: param_groups\[0\] has "
+                                             rf"PyTorch's {option}={value!r}, which {rule} "
+                                             r"does not do"):
+        opt.load_state_dict(saved)
+    with pytest.raises(OptimizerError, match=rf"{rule} has PyTorch's {option}={value!r}"):
+        getattr(pc.optim, rule)([p], **kw, **{option: value})
+
+
+def test_constructors_take_torchs_arguments_with_the_values_parcl_does(queue):
+    p = tp.tensor(pc.Tensor.from_host(queue, np.ones(2, np.float32)), requires_grad=True)
+    pc.optim.AdamW([p], 1e-3, (0.9, 0.999), 1e-8, 0.01, False, foreach=True, fused=False,
+                   capturable=True)
+    pc.optim.Adam([p], amsgrad=False, maximize=False, differentiable=False)
+    pc.optim.SGD([p], lr=0.1, dampening=0, foreach=False)
+    pc.optim.RMSprop([p], 0.01, 0.99, 1e-8, 0.0, 0.0, False, False, None)
+    pc.optim.Adagrad([p], 0.01, 0.0, 0.0, 0.0, 1e-10, None, fused=None)
+    # the state dict keeps parcl's options only
+    assert "amsgrad" not in pc.optim.Adam([p], amsgrad=False).state_dict()["param_groups"][0]
