@@ -34,7 +34,9 @@ __all__ = ["channel_shuffle", "interpolate", "pixel_shuffle", "pixel_unshuffle"]
 
 #: mode -> the input dims it takes (None: any of 3, 4 and 5)
 INTERPOLATE_MODES = {"nearest": None, "nearest-exact": None, "linear": 3, "bilinear": 4,
-                     "trilinear": 5}
+                     "trilinear": 5, "bicubic": 4}
+#: PyTorch's cubic convolution constant (``upsample_bicubic2d``'s A)
+CUBIC_A = np.float32(-0.75)
 
 
 def interpolate(x, size=None, scale_factor=None, mode: str = "nearest",
@@ -44,22 +46,25 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest",
     per spatial dim) or ``scale_factor`` (a number or one per dim; the output is
     ``floor(in * scale)``, and the positions use ``1 / scale`` unless
     ``recompute_scale_factor``). ``mode`` ``"nearest"``, ``"nearest-exact"`` (3-D to 5-D),
-    ``"linear"`` (3-D), ``"bilinear"`` (4-D) or ``"trilinear"`` (5-D); ``align_corners``
-    (linear modes only) maps the corner pixels' centres onto each other. ``antialias`` and
-    the other modes (bicubic, area) are refused.
+    ``"linear"`` (3-D), ``"bilinear"`` (4-D), ``"trilinear"`` (5-D) or ``"bicubic"`` (4-D:
+    PyTorch's cubic convolution with A = -0.75 over four source positions per dim, clamped
+    at the border; values may overshoot the input's range, as PyTorch's); ``align_corners``
+    (linear and bicubic modes only) maps the corner pixels' centres onto each other.
+    ``antialias`` and ``"area"`` are refused.
 
     >>> tp.interpolate(x, size=(3, 5), mode="bilinear", align_corners=True).shape
     (1, 1, 3, 5)
     """
     if mode not in INTERPOLATE_MODES:
         raise ShapeError(f"interpolate: mode must be one of {tuple(INTERPOLATE_MODES)}, got "
-                         f"{mode!r} (bicubic and area are not supported)")
+                         f"{mode!r} (area is not supported)")
     if antialias:
         raise ShapeError("interpolate: antialias=True is not supported")
     linear = mode in ("linear", "bilinear", "trilinear")
-    if align_corners is not None and not linear:
-        raise ShapeError(f"interpolate: align_corners can only be set with the linear modes "
-                         f"(linear, bilinear, trilinear), got mode {mode!r}")
+    if align_corners is not None and not linear and mode != "bicubic":
+        raise ShapeError(f"interpolate: align_corners can only be set with the linear and "
+                         f"bicubic modes (linear, bilinear, trilinear, bicubic), got mode "
+                         f"{mode!r}")
     shape = tuple(x.shape)
     want = INTERPOLATE_MODES[mode]
     if len(shape) not in ((want,) if want else (3, 4, 5)):
@@ -70,7 +75,10 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest",
     out = x
     for k in reversed(range(len(sizes))):
         axis, n, m = 2 + k, shape[2 + k], sizes[k]
-        if linear:
+        if mode == "bicubic":
+            out = _weighed_sum(out, axis, *_cubic_sources(n, m, scales[k],
+                                                          bool(align_corners)), tape)
+        elif linear:
             lo, hi, w_lo, w_hi = _linear_sources(n, m, scales[k], bool(align_corners))
             view = [1] * len(shape)
             view[axis] = m
@@ -155,6 +163,46 @@ def _linear_sources(n: int, m: int, scale, align_corners: bool):
     hi = lo + (lo < n - 1)
     return (lo.astype(np.int32), hi.astype(np.int32), (np.float32(1) - lam).astype(np.float32),
             lam.astype(np.float32))
+
+
+def _weighed_sum(x, axis: int, sources: list, weights: list, tape):
+    """``sum_i x[..., sources[i], ...] * weights[i]`` along ``axis`` (weights per output
+    position), in the order given."""
+    view = [1] * len(x.shape)
+    view[axis] = len(sources[0])
+    out = None
+    for src, w in zip(sources, weights):
+        term = mul(index_select(x, axis, constant(x.queue, src), tape=tape),
+                   constant(x.queue, w.reshape(view)), tape=tape)
+        out = term if out is None else add(out, term, tape=tape)
+    return out
+
+
+def _cubic_sources(n: int, m: int, scale, align_corners: bool) -> tuple[list, list]:
+    """PyTorch's bicubic taps (``upsample_bicubic2d``): for each output position the four
+    source positions ``floor(real) - 1 .. floor(real) + 2`` clamped into ``[0, n)`` and
+    their cubic-convolution weights (A = -0.75), in float32 as PyTorch's CPU kernels. The
+    source position is not clamped at 0 first, unlike the linear modes'."""
+    dst = np.arange(m).astype(np.float32)
+    if align_corners:
+        s = np.float32(n - 1) / np.float32(m - 1) if m > 1 else np.float32(0)
+        real = s * dst
+    else:
+        real = _scale(n, m, scale) * (dst + np.float32(0.5)) - np.float32(0.5)
+    base = np.floor(real)
+    t = (real - base).astype(np.float32)
+    a, one = CUBIC_A, np.float32(1)
+
+    def near(x):        # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + one
+
+    def far(x):         # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    weights = [far(t + one), near(t), near(one - t), far((one - t) + one)]
+    base = base.astype(np.int64)
+    sources = [np.clip(base - 1 + i, 0, n - 1).astype(np.int32) for i in range(4)]
+    return sources, [w.astype(np.float32) for w in weights]
 
 
 def _factor(op: str, name: str, r) -> int:
