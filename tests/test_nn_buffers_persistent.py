@@ -54,3 +54,11 @@ def test_a_buffer_registered_again_as_persistent_comes_back_into_state_dict(queu
     del m.scale
     m.register_buffer("scale", None, persistent=False)
     assert list(m.state_dict()) == ["mask", "fc.weight", "fc.bias"]
+
+
+def test_modules_without_non_persistent_buffers_keep_their_attributes(queue):
+    # capture keys and replica followers read a module's __dict__: nothing new there
+    m = nn.Linear(2, 2)
+    m.register_buffer("scale", pc.Tensor.from_host(queue, np.ones(1, np.float32)))
+    del m.scale
+    assert "_non_persistent" not in vars(m)

@@ -43,7 +43,8 @@ from .module import Module
 __all__ = ["ModelFollower"]
 
 # what a module's __dict__ holds besides its attributes (registries, the mode followed apart)
-_SKIPPED = frozenset(("_parameters", "_buffers", "_modules", "training", "_hooks"))
+_SKIPPED = frozenset(("_parameters", "_buffers", "_modules", "training", "_hooks",
+                      "_non_persistent"))
 
 
 class ModelFollower:

@@ -253,16 +253,14 @@ class Module:
         object.__setattr__(self, name, tensor)
         self._non_persistent_buffers().discard(name)
         if not persistent:
+            if "_non_persistent" not in self.__dict__:
+                object.__setattr__(self, "_non_persistent", set())
             self._non_persistent_buffers().add(name)
 
     def _non_persistent_buffers(self) -> set[str]:
-        """Names of the buffers ``state_dict`` leaves out (created on first use, so modules
-        built before the option keep working)."""
-        names = self.__dict__.get("_non_persistent")
-        if names is None:
-            names = set()
-            object.__setattr__(self, "_non_persistent", names)
-        return names
+        """Names of the buffers ``state_dict`` leaves out (an attribute only of the modules
+        that register one, so other modules' attributes stay as they were)."""
+        return self.__dict__.get("_non_persistent", set())
 
     def add_module(self, name: str, module: Module | None) -> None:
         """Register ``module`` as the child ``name`` (one replacing a child keeps its place)."""
