@@ -16,6 +16,8 @@ from parcl.optim import OptimizerError
 
 RULES = [("Adam", dict(lr=1e-2, weight_decay=0.1)),
          ("AdamW", dict(lr=1e-2, betas=(0.8, 0.99))),
+         ("Adam", dict(lr=1e-2, amsgrad=True, weight_decay=0.1)),
+         ("AdamW", dict(lr=1e-2, amsgrad=True)),
          ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
          ("RMSprop", dict(lr=1e-2, momentum=0.5, centered=True)),
          ("Adagrad", dict(lr=0.1, lr_decay=0.01, initial_accumulator_value=0.2))]
@@ -30,7 +32,8 @@ def as_numpy(state_dict):
             "param_groups": [dict(g) for g in state_dict["param_groups"]]}
 
 
-@pytest.mark.parametrize("rule,kw", RULES, ids=[r for r, _ in RULES])
+@pytest.mark.parametrize("rule,kw", RULES, ids=[r + ("_amsgrad" if kw.get("amsgrad") else "")
+                                                for r, kw in RULES])
 def test_a_torch_optimizer_state_loads_and_steps_on_as_pytorch(queue, rng, rule, kw):
     shapes = [(3, 2), (2,)]
     values = [rng.standard_normal(s).astype(np.float32) for s in shapes]
@@ -57,7 +60,7 @@ def test_a_torch_optimizer_state_loads_and_steps_on_as_pytorch(queue, rng, rule,
 
 
 @pytest.mark.parametrize("rule,option,value", [
-    ("Adam", "amsgrad", True), ("AdamW", "maximize", True), ("SGD", "dampening", 0.5),
+    ("Adam", "maximize", True), ("AdamW", "maximize", True), ("SGD", "dampening", 0.5),
     ("RMSprop", "differentiable", True), ("Adagrad", "maximize", True)])
 def test_a_torch_option_parcl_does_not_do_is_refused_by_name(queue, rule, option, value):
     p = tp.tensor(pc.Tensor.from_host(queue, np.ones(2, np.float32)), requires_grad=True)
@@ -81,5 +84,65 @@ def test_constructors_take_torchs_arguments_with_the_values_parcl_does(queue):
     pc.optim.SGD([p], lr=0.1, dampening=0, foreach=False)
     pc.optim.RMSprop([p], 0.01, 0.99, 1e-8, 0.0, 0.0, False, False, None)
     pc.optim.Adagrad([p], 0.01, 0.0, 0.0, 0.0, 1e-10, None, fused=None)
-    # the state dict keeps parcl's options only
-    assert "amsgrad" not in pc.optim.Adam([p], amsgrad=False).state_dict()["param_groups"][0]
+    # the state dict keeps parcl's options only (amsgrad is one of Adam's)
+    assert "foreach" not in pc.optim.Adam([p], foreach=True).state_dict()["param_groups"][0]
+
+
+@pytest.mark.parametrize("rule", ["Adam", "AdamW"])
+def test_amsgrad_steps_as_pytorch_from_the_first_step(queue, rng, rule):
+    # gradients that shrink, so the largest exp_avg_sq so far is not the current one
+    value = rng.standard_normal((4, 3)).astype(np.float32)
+    grads = [rng.standard_normal((4, 3)).astype(np.float32) * s for s in (3, 2, 1, 0.5, 0.1)]
+    theirs = torch.nn.Parameter(torch.tensor(value))
+    ours = tp.tensor(pc.Tensor.from_host(queue, value), requires_grad=True)
+    topt = getattr(torch.optim, rule)([theirs], lr=0.05, betas=(0.5, 0.9), amsgrad=True,
+                                      weight_decay=0.1)
+    opt = getattr(pc.optim, rule)([ours], lr=0.05, betas=(0.5, 0.9), amsgrad=True,
+                                  weight_decay=0.1)
+    for g in grads:
+        theirs.grad = torch.tensor(g)
+        topt.step()
+        ours.grad = pc.Tensor.from_host(queue, g)
+        opt.step()
+    np.testing.assert_allclose(ours.value.to_host(), theirs.detach().numpy(), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(opt.state_dict()["state"][0]["max_exp_avg_sq"],
+                               topt.state_dict()["state"][0]["max_exp_avg_sq"].numpy(),
+                               rtol=1e-5)
+    assert opt.state_dict()["param_groups"][0]["amsgrad"] is True
+
+
+def test_a_state_saved_without_amsgrad_loads_as_amsgrad_off(queue):
+    p = tp.tensor(pc.Tensor.from_host(queue, np.ones(2, np.float32)), requires_grad=True)
+    opt = pc.optim.AdamW([p], amsgrad=True)
+    saved = opt.state_dict()
+    del saved["param_groups"][0]["amsgrad"]
+    opt.load_state_dict(saved)
+    assert opt.param_groups[0]["amsgrad"] is False
+
+
+def test_amsgrad_steps_data_parallel_replicas_captured_as_eager(devices2):
+    from parcl.replica import ReplicaGroup
+
+    def mlp(queue):
+        pc.nn.manual_seed(0)
+        return pc.nn.Sequential(pc.nn.Linear(16, 8, queue=queue), pc.nn.ReLU(),
+                                pc.nn.Linear(8, 4, queue=queue))
+
+    rng = np.random.default_rng(0)
+    batches = [(rng.random((8, 16), dtype=np.float32), rng.integers(0, 4, 8))
+               for _ in range(3)]
+    results = []
+    for capture in (False, True):
+        with ReplicaGroup(mlp, devices2, capture=capture) as group:
+            opt = pc.optim.AdamW(group.parameters(), lr=0.01, amsgrad=True)
+            losses = [group.step(x, y, tp.cross_entropy, opt) for x, y in batches]
+            results.append((losses, [p.value.to_host() for p in group.parameters()],
+                            opt.state_dict()["state"]))
+    (eager_losses, eager_params, state), (losses, params, _) = results
+    assert eager_losses == losses
+    for a, b in zip(eager_params, params):
+        np.testing.assert_array_equal(a, b)
+    assert all("max_exp_avg_sq" in entry for entry in state.values())
+    assert all(np.all(entry["max_exp_avg_sq"] >= entry["exp_avg_sq"])
+               for entry in state.values())

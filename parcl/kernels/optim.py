@@ -52,6 +52,21 @@ _UPDATES = {
     m[i] = mi;
     v[i] = vi;
     const float out = w - step_size * mi / (sqrt(vi) * inv_sqrt_bc2 + eps);"""),
+    # Adam with amsgrad: the largest v so far (vmax, PyTorch's max_exp_avg_sq; NaN wins, as
+    # torch.maximum) takes v's place in the denominator.
+    "adam_amsgrad": ("__global float *m, __global float *v, __global float *vmax,", """const
+    float decay, const float wd, const float b1, const float c1, const float b2,
+    const float c2, const float step_size, const float inv_sqrt_bc2, const float eps""", """
+    const float w = p[i] * decay;
+    const float d = wd != 0.0f ? G + wd * w : G;      // 0 * inf: NaN, as torch skips it
+    const float mi = b1 * m[i] + c1 * d;
+    const float vi = b2 * v[i] + (c2 * d) * d;
+    const float vo = vmax[i];
+    const float vm = (vo != vo || vi != vi) ? vo + vi : fmax(vo, vi);
+    m[i] = mi;
+    v[i] = vi;
+    vmax[i] = vm;
+    const float out = w - step_size * mi / (sqrt(vm) * inv_sqrt_bc2 + eps);"""),
     # g' = g + wd*p; s = alpha*s + (c*g')*g' (c = 1 - alpha from the host, as Adam's weights,
     # and weighed before squared, as Adam's);
     # centered: a = alpha*a + c*(g' - a) (PyTorch's lerp), d = sqrt(s - a^2) + eps, else
@@ -217,10 +232,13 @@ def sgd_momentum_(param: Tensor, grad: Tensor, buf: Tensor, lr: float, weight_de
 
 def adam_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *, lr: float,
           beta1: float, beta2: float, eps: float, step: int, weight_decay: float = 0.0,
-          decoupled_weight_decay: float = 0.0, target: Replicated | None = None) -> Tensor:
+          decoupled_weight_decay: float = 0.0, max_exp_avg_sq: Tensor | None = None,
+          target: Replicated | None = None) -> Tensor:
     """One Adam step (``step`` counts from 1) in place; ``weight_decay`` is Adam's L2 term,
-    ``decoupled_weight_decay`` AdamW's ``p *= 1 - lr * wd`` applied first."""
-    _check("adam", param, grad, exp_avg, exp_avg_sq)
+    ``decoupled_weight_decay`` AdamW's ``p *= 1 - lr * wd`` applied first; with
+    ``max_exp_avg_sq`` the amsgrad variant (the largest ``exp_avg_sq`` so far divides)."""
+    state = (exp_avg, exp_avg_sq) + ((max_exp_avg_sq,) if max_exp_avg_sq is not None else ())
+    _check("adam", param, grad, *state)
     if step < 1:
         raise ValueError(f"adam: step counts from 1, got {step}")
     bc1 = 1.0 - beta1 ** step
@@ -229,7 +247,8 @@ def adam_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, *, l
                np.float32(beta1), np.float32(1.0 - beta1), np.float32(beta2),
                np.float32(1.0 - beta2), np.float32(lr / bc1),
                np.float32(1.0 / np.sqrt(bc2)), np.float32(eps))
-    return _launch("adam", param, grad, (exp_avg, exp_avg_sq), scalars, target)
+    name = "adam" if max_exp_avg_sq is None else "adam_amsgrad"
+    return _launch(name, param, grad, state, scalars, target)
 
 
 def rmsprop_(param: Tensor, grad: Tensor, square_avg: Tensor, *, lr: float, alpha: float,

@@ -92,27 +92,38 @@ class Adam(Optimizer):
         m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g^2
         p = p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
 
+    ``amsgrad=True`` keeps the largest ``v`` so far (``max_exp_avg_sq``) and divides by it
+    instead. PyTorch's ``foreach``, ``capturable`` and ``fused`` are taken and change
+    nothing; ``maximize`` and ``differentiable`` only False.
+
     >>> opt = pc.optim.Adam(model.parameters(), lr=1e-3)
     """
 
     options = {"lr": lambda v: _nonneg("lr", v), "betas": _betas,
                "eps": lambda v: _nonneg("eps", v),
-               "weight_decay": lambda v: _nonneg("weight_decay", v)}
+               "weight_decay": lambda v: _nonneg("weight_decay", v), "amsgrad": _bool}
     state_tensors = ("exp_avg", "exp_avg_sq")
+    # amsgrad's largest exp_avg_sq so far (PyTorch's name; zeros from the first step)
+    optional_tensors = ("max_exp_avg_sq",)
     has_step = True
     decoupled = False
-
-    torch_options = {**Optimizer.torch_options, "amsgrad": (False,)}
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, amsgrad: bool = False, *,
                  foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
                  differentiable: bool = False, fused: bool | None = None):
-        self._accept_torch_options(amsgrad=amsgrad, foreach=foreach, maximize=maximize,
+        self._accept_torch_options(foreach=foreach, maximize=maximize,
                                    capturable=capturable, differentiable=differentiable,
                                    fused=fused)
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
-                                  "weight_decay": weight_decay})
+                                  "weight_decay": weight_decay, "amsgrad": amsgrad})
+
+    def _allocate(self, p, state, opts):
+        fresh = super()._allocate(p, state, opts)
+        # zeros where amsgrad is first on (as PyTorch's, made with the other state)
+        if opts["amsgrad"] and state.get("max_exp_avg_sq") is None:
+            fresh["max_exp_avg_sq"] = Tensor.zeros(p.value.queue, p.shape)
+        return fresh
 
     @_replicable
     def _update(self, p, grad, state, opts, fresh):
@@ -121,7 +132,9 @@ class Adam(Optimizer):
         K.adam_(p.value, grad, state["exp_avg"], state["exp_avg_sq"], lr=opts["lr"],
                 beta1=opts["betas"][0], beta2=opts["betas"][1], eps=opts["eps"], step=step,
                 weight_decay=0.0 if self.decoupled else wd,
-                decoupled_weight_decay=wd if self.decoupled else 0.0, target=_target(p))
+                decoupled_weight_decay=wd if self.decoupled else 0.0,
+                max_exp_avg_sq=state["max_exp_avg_sq"] if opts["amsgrad"] else None,
+                target=_target(p))
         state["step"] = step
 
     # Adam's and AdamW's states have the same entries; each group carries the rule it was
@@ -144,6 +157,8 @@ class Adam(Optimizer):
             return super().load_state_dict(state_dict)
         plain = []
         for i, group in enumerate(groups):
+            if isinstance(group, dict) and "amsgrad" not in group:
+                group = {**group, "amsgrad": False}   # saved before amsgrad was an option
             if isinstance(group, dict) and self._RULE in group:
                 if bool(group[self._RULE]) != self.decoupled:
                     name = type(self).__name__
