@@ -26,6 +26,7 @@ from .uploads import own
 _new = object.__new__
 
 FLOAT = np.dtype(np.float32)
+_INTEGER = (np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.uint8))
 LABEL_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 SUPPORTED = (FLOAT,) + LABEL_DTYPES
 # Kernels' own buffers only (Tensor.empty): uint8 holds what backward needs in a byte, such as
@@ -554,16 +555,43 @@ class Tensor:
 
     # float32 0/1 masks (parcl's masks, as tp.where takes them), not PyTorch's bool tensors
     def __lt__(self, other):
-        return self._binary("lt", self, other)
+        return self._compare("lt", other)
 
     def __le__(self, other):
-        return self._binary("le", self, other)
+        return self._compare("le", other)
 
     def __gt__(self, other):
-        return self._binary("gt", self, other)
+        return self._compare("gt", other)
 
     def __ge__(self, other):
-        return self._binary("ge", self, other)
+        return self._compare("ge", other)
+
+    def eq(self, other):
+        """``torch.Tensor.eq``: a float32 0/1 mask (``==`` itself compares identity)."""
+        return self._compare("eq", other)
+
+    def ne(self, other):
+        return self._compare("ne", other)
+
+    def lt(self, other):
+        return self._compare("lt", other)
+
+    def le(self, other):
+        return self._compare("le", other)
+
+    def gt(self, other):
+        return self._compare("gt", other)
+
+    def ge(self, other):
+        return self._compare("ge", other)
+
+    def _compare(self, op: str, other):
+        """``self op other`` as a float32 mask; integer tensors (labels) compare exactly
+        (``parcl.kernels.compare``), float32 ones through the elementwise kernels."""
+        if self.dtype in _INTEGER or type(other) is Tensor and other.dtype in _INTEGER:
+            from .kernels import compare
+            return keep_checks(compare.compare(op, self, other), self, other)
+        return self._binary(op, self, other)
 
     @_keeps_checks
     def __neg__(self) -> Tensor:

@@ -69,3 +69,19 @@ def test_integer_comparisons_refuse_a_mask_against_labels(queue):
         tp.eq(mask, labels)
     with pytest.raises(DTypeError, match="out of the range"):
         tp.eq(pc.Tensor.from_host(queue, np.array([1], np.int64)), 2**70)
+
+
+def test_tensor_and_node_comparison_methods_take_integer_labels_as_pytorch(queue):
+    labels = np.array([1, 2, 3], np.int64)
+    scores = np.array([1.0, 0.0, 3.0], np.float32)
+    y, f = pc.Tensor.from_host(queue, labels), pc.Tensor.from_host(queue, scores)
+    ty, tf = torch.tensor(labels), torch.tensor(scores)
+    np.testing.assert_array_equal((y < 2).to_host(), (ty < 2).float().numpy())
+    np.testing.assert_array_equal((2 < y).to_host(), (2 < ty).float().numpy())
+    np.testing.assert_array_equal(y.eq(f).to_host(), ty.eq(tf).float().numpy())
+    np.testing.assert_array_equal(f.ne(y).to_host(), tf.ne(ty).float().numpy())
+    np.testing.assert_array_equal(y.ge(y).to_host(), [1, 1, 1])
+    node = tp.tensor(f, requires_grad=True)
+    np.testing.assert_array_equal(node.gt(y).to_host(), tf.gt(ty).float().numpy())
+    np.testing.assert_array_equal(node.le(1.0).to_host(), tf.le(1.0).float().numpy())
+    assert float(y.eq(pc.Tensor.from_host(queue, np.array([1, 0, 3]))).sum()) == 2.0

@@ -368,6 +368,24 @@ class NodeMethods:
     def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
         return _ops().allclose(self, other, rtol, atol, equal_nan)
 
+    def eq(self, other):
+        return _ops().eq(self, other)
+
+    def ne(self, other):
+        return _ops().ne(self, other)
+
+    def lt(self, other):
+        return _ops().lt(self, other)
+
+    def le(self, other):
+        return _ops().le(self, other)
+
+    def gt(self, other):
+        return _ops().gt(self, other)
+
+    def ge(self, other):
+        return _ops().ge(self, other)
+
     def equal(self, other):
         return _ops().equal(self, other)
 
