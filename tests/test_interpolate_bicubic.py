@@ -1,6 +1,7 @@
-"""``tp.interpolate(mode="bicubic")`` and ``nn.Upsample(mode="bicubic")`` against PyTorch's:
-values and gradients for sizes and scale factors up and down, ``align_corners`` both ways,
-the border clamp, A = -0.75 on a hand-checked row, gradcheck and the 4-D requirement."""
+"""``tp.interpolate(mode="bicubic")``, ``nn.Upsample(mode="bicubic")`` and ``mode="area"``
+against PyTorch's: values and gradients for sizes and scale factors up and down,
+``align_corners`` both ways, the border clamp, A = -0.75 on a hand-checked row, gradcheck,
+the 4-D requirement, and area as adaptive average pooling over 1 to 3 spatial dims."""
 
 from __future__ import annotations
 
@@ -72,3 +73,20 @@ def test_bicubic_takes_4d_input_only(queue):
         tp.interpolate(pc.Tensor.zeros(queue, (2, 3, 4)), size=5, mode="bicubic")
     with pytest.raises(NotImplementedError):
         F.interpolate(torch.zeros(2, 3, 4), size=5, mode="bicubic")
+
+
+@pytest.mark.parametrize("shape,kw", [((1, 4, 6, 6), dict(size=(3, 4))),
+                                      ((2, 3, 7), dict(scale_factor=0.5)),
+                                      ((1, 2, 4, 5, 6), dict(size=(2, 3, 4))),
+                                      ((1, 2, 5, 5), dict(scale_factor=1.5))])
+def test_area_mode_is_adaptive_average_pooling_as_pytorch(queue, rng, shape, kw):
+    x = rng.standard_normal(shape).astype(np.float32)
+    nx, tx = leaf(queue, x), torch.tensor(x, requires_grad=True)
+    with tp.Tape() as tape:
+        y = tp.interpolate(nx, mode="area", **kw)
+    want = F.interpolate(tx, mode="area", **kw)
+    np.testing.assert_allclose(y.to_host(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    tape.backward(y, grad=pc.Tensor.from_host(queue, g))
+    want.backward(torch.from_numpy(g))
+    np.testing.assert_allclose(nx.grad.to_host(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)

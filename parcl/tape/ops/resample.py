@@ -1,6 +1,6 @@
 """Resampling as PyTorch's: ``interpolate`` (``torch.nn.functional.interpolate``: nearest,
-nearest-exact, linear, bilinear and trilinear), the pixel shuffles (``pixel_shuffle``,
-``pixel_unshuffle``) and ShuffleNet's ``channel_shuffle``.
+nearest-exact, linear, bilinear, trilinear, bicubic and area), the pixel shuffles
+(``pixel_shuffle``, ``pixel_unshuffle``) and ShuffleNet's ``channel_shuffle``.
 
 Interpolation is separable: each spatial dim, last first, is one ``index_select`` of its
 source positions (nearest), or two, weighed and added (linear). The positions and weights are
@@ -26,7 +26,10 @@ import numpy as np
 from ...errors import ShapeError
 from ...tensor import Tensor
 from ..node import Node
+from .adaptive import adaptive_avg_pool1d
 from .elementwise import add, mul
+from .nn import adaptive_avg_pool2d
+from .pool3d import adaptive_avg_pool3d
 from .picks import constant, index_select
 from .shape import permute, reshape
 
@@ -34,7 +37,7 @@ __all__ = ["channel_shuffle", "interpolate", "pixel_shuffle", "pixel_unshuffle"]
 
 #: mode -> the input dims it takes (None: any of 3, 4 and 5)
 INTERPOLATE_MODES = {"nearest": None, "nearest-exact": None, "linear": 3, "bilinear": 4,
-                     "trilinear": 5, "bicubic": 4}
+                     "trilinear": 5, "bicubic": 4, "area": None}
 #: PyTorch's cubic convolution constant (``upsample_bicubic2d``'s A)
 CUBIC_A = np.float32(-0.75)
 
@@ -48,16 +51,17 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest",
     ``recompute_scale_factor``). ``mode`` ``"nearest"``, ``"nearest-exact"`` (3-D to 5-D),
     ``"linear"`` (3-D), ``"bilinear"`` (4-D), ``"trilinear"`` (5-D) or ``"bicubic"`` (4-D:
     PyTorch's cubic convolution with A = -0.75 over four source positions per dim, clamped
-    at the border; values may overshoot the input's range, as PyTorch's); ``align_corners``
+    at the border; values may overshoot the input's range, as PyTorch's) or ``"area"`` (3-D
+    to 5-D: adaptive average pooling to the output size, as PyTorch's); ``align_corners``
     (linear and bicubic modes only) maps the corner pixels' centres onto each other.
-    ``antialias`` and ``"area"`` are refused.
+    ``antialias`` is refused.
 
     >>> tp.interpolate(x, size=(3, 5), mode="bilinear", align_corners=True).shape
     (1, 1, 3, 5)
     """
     if mode not in INTERPOLATE_MODES:
         raise ShapeError(f"interpolate: mode must be one of {tuple(INTERPOLATE_MODES)}, got "
-                         f"{mode!r} (area is not supported)")
+                         f"{mode!r}")
     if antialias:
         raise ShapeError("interpolate: antialias=True is not supported")
     linear = mode in ("linear", "bilinear", "trilinear")
@@ -72,6 +76,9 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest",
         raise ShapeError(f"interpolate: mode {mode!r} takes a {expected} (N, C, *spatial) "
                          f"input, got shape {shape}")
     sizes, scales = _output_sizes(shape, size, scale_factor, recompute_scale_factor)
+    if mode == "area":
+        pool = {3: adaptive_avg_pool1d, 4: adaptive_avg_pool2d, 5: adaptive_avg_pool3d}
+        return pool[len(shape)](x, sizes[0] if len(shape) == 3 else tuple(sizes), tape=tape)
     out = x
     for k in reversed(range(len(sizes))):
         axis, n, m = 2 + k, shape[2 + k], sizes[k]
