@@ -638,10 +638,12 @@ def test_sgd_refuses_pytorchs_positional_dampening_rather_than_reading_it_as_wei
     """PyTorch's ``SGD(params, lr, momentum, dampening, weight_decay, nesterov)`` takes
     dampening fourth; parcl's took weight_decay there, so ``SGD(ps, 0.1, 0.9, 0.5)`` (torch:
     dampening 0.5, no decay) trained with weight_decay=0.5: after 3 steps of a unit gradient
-    the weight 1.0 was 0.1941 where PyTorch's is 0.5840, silently. weight_decay and nesterov
-    are keyword-only now; the positional call is a TypeError."""
+    the weight 1.0 was 0.1941 where PyTorch's is 0.5840, silently. The arguments sit in
+    PyTorch's order now, and a dampening other than 0 is refused by name."""
     p, = params(queue, (4,))
-    with pytest.raises(TypeError):
+    with pytest.raises(OptimizerError, match="dampening=0.5"):
         SGD([p], 0.1, 0.9, 0.5)
     opt = SGD([p], 0.1, 0.9, weight_decay=0.5, nesterov=True)
     assert opt.param_groups[0]["weight_decay"] == 0.5 and opt.param_groups[0]["nesterov"]
+    opt = SGD([p], 0.1, 0.9, 0, 0.25, True)
+    assert opt.param_groups[0]["weight_decay"] == 0.25 and opt.param_groups[0]["nesterov"]

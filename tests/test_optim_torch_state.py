@@ -146,3 +146,35 @@ def test_amsgrad_steps_data_parallel_replicas_captured_as_eager(devices2):
     assert all("max_exp_avg_sq" in entry for entry in state.values())
     assert all(np.all(entry["max_exp_avg_sq"] >= entry["exp_avg_sq"])
                for entry in state.values())
+
+
+def test_sgd_takes_pytorchs_positional_order_and_default_lr(queue):
+    p = tp.tensor(pc.Tensor.from_host(queue, np.ones(2, np.float32)), requires_grad=True)
+    opt = pc.optim.SGD([p], 0.1, 0.9, 0, 0.01, True)
+    group = opt.param_groups[0]
+    assert (group["lr"], group["momentum"], group["weight_decay"], group["nesterov"]) == \
+        (0.1, 0.9, 0.01, True)
+    assert pc.optim.SGD([p]).param_groups[0]["lr"] == torch.optim.SGD(
+        [torch.nn.Parameter(torch.ones(2))]).param_groups[0]["lr"] == 1e-3
+
+
+def test_adam_with_decoupled_weight_decay_is_adamw_as_pytorch(queue, rng):
+    value = rng.standard_normal(3).astype(np.float32)
+    runs = []
+    for make in (lambda ps: pc.optim.Adam(ps, lr=0.1, weight_decay=0.5,
+                                          decoupled_weight_decay=True),
+                 lambda ps: pc.optim.AdamW(ps, lr=0.1, weight_decay=0.5)):
+        p = tp.tensor(pc.Tensor.from_host(queue, value), requires_grad=True)
+        opt = make([p])
+        for _ in range(2):
+            p.grad = pc.Tensor.from_host(queue, np.ones(3, np.float32))
+            opt.step()
+        runs.append((p.value.to_host(), opt.state_dict()["param_groups"][0]))
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    assert runs[0][1]["decoupled_weight_decay"] is True
+    t = torch.nn.Parameter(torch.tensor(value))
+    topt = torch.optim.Adam([t], lr=0.1, weight_decay=0.5, decoupled_weight_decay=True)
+    for _ in range(2):
+        t.grad = torch.ones(3)
+        topt.step()
+    np.testing.assert_allclose(runs[0][0], t.detach().numpy(), rtol=1e-6)

@@ -48,13 +48,12 @@ class SGD(Optimizer):
     options = {"lr": lambda v: _nonneg("lr", v), "momentum": lambda v: _nonneg("momentum", v),
                "weight_decay": lambda v: _nonneg("weight_decay", v), "nesterov": _bool}
 
-    # weight_decay and nesterov are keyword-only: PyTorch's fourth positional argument is
-    # dampening (which this SGD does not have), so SGD(ps, 0.1, 0.9, 0.5) must not read its
-    # 0.5 as a weight decay.
+    # PyTorch's argument order: dampening fourth (only 0 here, so SGD(ps, 0.1, 0.9, 0.5) is
+    # refused rather than trained without it), weight_decay fifth, nesterov sixth.
     torch_options = {**Optimizer.torch_options, "dampening": (0, 0.0)}
 
-    def __init__(self, params, lr: float, momentum: float = 0.0, *,
-                 weight_decay: float = 0.0, nesterov: bool = False, dampening: float = 0,
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0,
+                 weight_decay: float = 0.0, nesterov: bool = False, *,
                  maximize: bool = False, foreach: bool | None = None,
                  differentiable: bool = False, fused: bool | None = None):
         self._accept_torch_options(dampening=dampening, maximize=maximize, foreach=foreach,
@@ -111,10 +110,13 @@ class Adam(Optimizer):
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, amsgrad: bool = False, *,
                  foreach: bool | None = None, maximize: bool = False, capturable: bool = False,
-                 differentiable: bool = False, fused: bool | None = None):
+                 differentiable: bool = False, fused: bool | None = None,
+                 decoupled_weight_decay: bool = False):
         self._accept_torch_options(foreach=foreach, maximize=maximize,
                                    capturable=capturable, differentiable=differentiable,
                                    fused=fused)
+        if _bool(decoupled_weight_decay):
+            self.decoupled = True        # PyTorch's Adam(decoupled_weight_decay=True): AdamW
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
                                   "weight_decay": weight_decay, "amsgrad": amsgrad})
 
