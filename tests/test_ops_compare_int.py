@@ -85,3 +85,17 @@ def test_tensor_and_node_comparison_methods_take_integer_labels_as_pytorch(queue
     np.testing.assert_array_equal(node.gt(y).to_host(), tf.gt(ty).float().numpy())
     np.testing.assert_array_equal(node.le(1.0).to_host(), tf.le(1.0).float().numpy())
     assert float(y.eq(pc.Tensor.from_host(queue, np.array([1, 0, 3]))).sum()) == 2.0
+
+
+def test_labels_above_2_to_the_24_against_a_python_float_compare_in_float32_as_pytorch(queue):
+    # PyTorch promotes int64 and a Python float to float32: 16777217 rounds to 16777216 there,
+    # so x == 16777216.0 holds and x > 16777216.0 does not (parcl compared exactly: 0 and 1)
+    x = np.array([16777217, 2**53 + 1, 3, -16777217], np.int64)
+    for op in OPS:
+        for v in (16777216.0, float(2**53), -16777216.0, 2.5):
+            got = getattr(tp, op)(pc.Tensor.from_host(queue, x), v).to_host()
+            want = getattr(torch, op)(torch.tensor(x), v).float().numpy()
+            np.testing.assert_array_equal(got, want, err_msg=f"{op} {v}")
+    y = pc.Tensor.from_host(queue, x)
+    np.testing.assert_array_equal(tp.eq(y, 16777216.0).to_host(), [1, 0, 0, 0])
+    np.testing.assert_array_equal((y > 16777216.0).to_host(), [0, 1, 0, 0])

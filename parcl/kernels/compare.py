@@ -3,11 +3,11 @@ masks, held as uint8 0/1), giving the float32 0/1 mask a float comparison gives:
 ``eq(predicted, labels)`` on int64 labels, as PyTorch's.
 
 One kernel per op and pair of element types; int32 against int64 compares in C's (and
-PyTorch's) promotion to 64 bits. A Python number on one side is compared exactly: an integral
-one as a 0-d tensor of the other side's type (int64 where it does not fit int32), a
-fractional one through its floor (``x < 2.5`` is ``x <= 2``), NaN and infinities as PyTorch's
-(a constant mask). An integer tensor against a float32 one is promoted to float32, as
-PyTorch's ``int64 == float32`` is.
+PyTorch's) promotion to 64 bits. A Python int on one side is compared exactly, as a 0-d
+tensor of the other side's type (int64 where it does not fit int32); a Python float, or a
+float32 tensor, against an integer tensor is compared in float32, PyTorch's promotion (so
+above 2**24 labels round as they do there); against a bool mask through its floor (``m < 0.5``
+is ``m <= 0``), NaN and infinities as PyTorch's (a constant mask).
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import compare
@@ -129,7 +129,12 @@ def _with_number(op: str, t: Tensor, v) -> Tensor:
                          f"{type(v).__name__}")
     if isinstance(v, (Integral, np.integer)):
         return _with_integer(op, t, int(v))
-    v = float(v)
+    if t.dtype != np.dtype(np.uint8):
+        # PyTorch promotes an integer tensor and a Python float to float32, its default
+        # dtype, so it compares label 16777217 == 16777216.0 as 1: compare as it does
+        return ew.binary(op, cast(t, FLOAT), float(v))
+    with np.errstate(over="ignore"):      # 1e300 is inf in float32, as PyTorch's
+        v = float(np.float32(v))          # a mask's 0 and 1 are float32 already
     if math.isnan(v):                     # NaN equals nothing, orders with nothing
         return Tensor.full(t.queue, t.shape, float(op == "ne"))
     if math.isinf(v):                     # every integer lies below +inf, above -inf
