@@ -119,3 +119,35 @@ def test_conv_transpose2d_refuses_channels_groups_do_not_divide(queue):
         tp.conv_transpose2d(x, tp.tensor(np.ones((4, 1, 2, 2), np.float32)), groups=3)
     with pytest.raises(pc.ShapeError, match="conv_transpose2d: dilation must be a positive"):
         tp.conv_transpose2d(x, tp.tensor(np.ones((4, 1, 2, 2), np.float32)), dilation=0)
+
+
+def test_conv_transpose1d_and_2d_take_an_output_padding_below_the_dilation_as_pytorch(queue,
+                                                                                     rng):
+    # PyTorch needs output_padding below the stride *or* the dilation, as ConvTranspose3d's
+    # (32fc306); these were refused with 'output_padding (1, 1) must be smaller than the
+    # stride (1, 1)'
+    check_as_torch(tp.conv_transpose1d, F.conv_transpose1d, ((2, 4, 7), (4, 3, 2)),
+                   dict(dilation=2, output_padding=1), rng)
+    for ours_cls, theirs_cls, xs in [(nn.ConvTranspose2d, torch.nn.ConvTranspose2d,
+                                      (2, 4, 5, 6)),
+                                     (nn.ConvTranspose1d, torch.nn.ConvTranspose1d, (2, 4, 7))]:
+        kw = dict(dilation=2, output_padding=1)
+        ours, theirs = ours_cls(4, 3, 2, **kw), theirs_cls(4, 3, 2, **kw)
+        assert repr(ours) == repr(theirs)
+        theirs.load_state_dict({k: torch.tensor(v) for k, v in ours.state_dict().items()})
+        x = rng.standard_normal(xs).astype(np.float32)
+        nx, tx = leaf(queue, x), torch.tensor(x, requires_grad=True)
+        with tp.Tape() as tape:
+            y = ours(nx)
+        want = theirs(tx)
+        assert y.shape == tuple(want.shape) == (2, 3) + tuple(n + 3 for n in xs[2:])
+        np.testing.assert_allclose(y.to_host(), want.detach().numpy(), rtol=1e-4, atol=1e-4)
+        tape.backward(tp.sum(y * y))
+        (want * want).sum().backward()
+        np.testing.assert_allclose(nx.grad.to_host(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(ours.weight.grad.to_host(), theirs.weight.grad.numpy(),
+                                   rtol=1e-4, atol=1e-4)
+    with pytest.raises(pc.ShapeError, match=r"ConvTranspose2d: output_padding \(2, 2\) must "
+                                            r"be smaller than the stride \(1, 1\) or the "
+                                            r"dilation \(2, 2\)"):
+        nn.ConvTranspose2d(4, 3, 2, dilation=2, output_padding=2)

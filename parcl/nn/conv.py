@@ -74,9 +74,11 @@ class ConvTranspose2d(Module):
         self.dilation = _pair("ConvTranspose2d", "dilation", dilation)
         self.output_padding = _pair("ConvTranspose2d", "output_padding", output_padding,
                                     least=0)
-        if any(o >= s for o, s in zip(self.output_padding, self.stride)):
+        if any(o >= max(s, d) for o, s, d in zip(self.output_padding, self.stride,
+                                                  self.dilation)):
             raise ShapeError(f"ConvTranspose2d: output_padding {self.output_padding} must be "
-                             f"smaller than the stride {self.stride} (as PyTorch)")
+                             f"smaller than the stride {self.stride} or the dilation "
+                             f"{self.dilation} (as PyTorch)")
         cout = self.out_channels // self.groups
         _weight_and_bias(self, queue, (self.in_channels, cout) + self.kernel_size,
                          cout * self.kernel_size[0] * self.kernel_size[1], bias,
@@ -201,9 +203,10 @@ class ConvTranspose1d(Module):
         self.dilation = (single("ConvTranspose1d", "dilation", dilation),)
         self.output_padding = (single("ConvTranspose1d", "output_padding", output_padding,
                                       least=0),)
-        if self.output_padding[0] >= self.stride[0]:
+        if self.output_padding[0] >= max(self.stride[0], self.dilation[0]):
             raise ShapeError(f"ConvTranspose1d: output_padding {self.output_padding} must be "
-                             f"smaller than the stride {self.stride} (as PyTorch)")
+                             f"smaller than the stride {self.stride} or the dilation "
+                             f"{self.dilation} (as PyTorch)")
         cout = self.out_channels // self.groups
         _weight_and_bias(self, queue, (self.in_channels, cout) + self.kernel_size,
                          cout * self.kernel_size[0], bias, self.out_channels)

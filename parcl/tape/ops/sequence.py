@@ -102,7 +102,8 @@ def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     """``torch.nn.functional.conv_transpose1d`` of ``x`` ``(N, C, L)`` or ``(C, L)`` with
     ``weight`` ``(cin, cout/groups, k)``: the gradient of ``conv1d`` with respect to its
     input. The output is ``(L - 1)*stride - 2*padding + dilation*(k - 1) + output_padding + 1``
-    long (``output_padding < stride``). ``conv_transpose2d`` on an ``(N, C, 1, L)`` view.
+    long (``output_padding`` below the stride or the dilation). ``conv_transpose2d`` on an
+    ``(N, C, 1, L)`` view.
 
     >>> tp.conv_transpose1d(x, tp.reshape(w, (4, 6, 3)), stride=2).shape   # x (2, 4, 9)
     (2, 6, 19)
@@ -115,9 +116,9 @@ def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     s = single("conv_transpose1d", "stride", stride)
     p = single("conv_transpose1d", "padding", padding, least=0)
     op = single("conv_transpose1d", "output_padding", output_padding, least=0)
-    if op >= s:
+    if op >= max(s, d):
         raise ShapeError(f"conv_transpose1d: output_padding {op} must be smaller than the "
-                         f"stride {s} (as PyTorch)")
+                         f"stride {s} or the dilation {d} (as PyTorch)")
     x4, batched = _as_2d("conv_transpose1d", x, tape)
     if x4.shape[1] != wshape[0]:
         raise ShapeError(f"conv_transpose1d: input of shape {tuple(x.shape)} has "
