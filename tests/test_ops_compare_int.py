@@ -99,3 +99,15 @@ def test_labels_above_2_to_the_24_against_a_python_float_compare_in_float32_as_p
     y = pc.Tensor.from_host(queue, x)
     np.testing.assert_array_equal(tp.eq(y, 16777216.0).to_host(), [1, 0, 0, 0])
     np.testing.assert_array_equal((y > 16777216.0).to_host(), [0, 1, 0, 0])
+
+
+def test_a_bool_mask_against_a_number_outside_0_to_255_is_a_constant_mask_as_pytorch(queue):
+    # PyTorch compares True/False with -1 or 300 as integers; parcl raised DTypeError
+    # 'le: -1 is out of the range of a uint8 tensor (2,)' for mask < -0.5
+    mask = np.array([True, False])
+    for v in (-1, -0.5, 256, 300.5, -300):
+        for op in OPS:
+            got = getattr(tp, op)(pc.Tensor.from_host(queue, mask), v).to_host()
+            want = getattr(torch, op)(torch.tensor(mask), v).float().numpy()
+            np.testing.assert_array_equal(got, want, err_msg=f"{op} {v}")
+    np.testing.assert_array_equal(tp.gt(pc.Tensor.from_host(queue, mask), -1).to_host(), [1, 1])

@@ -159,6 +159,12 @@ def _with_integer(op: str, t: Tensor, v: int) -> Tensor:
     elif t.dtype == np.int32 and LIMITS[np.dtype(np.int64)][0] <= v <= \
             LIMITS[np.dtype(np.int64)][1]:
         dtype = np.dtype(np.int64)
+    elif t.dtype == np.uint8:
+        # a mask's 0 and 1 against a number outside 0..255 (PyTorch's bool == -1): every
+        # element lies above it (below it, for one past 255)
+        holds = {"eq": False, "ne": True, "lt": v > hi, "le": v > hi, "gt": v < lo,
+                 "ge": v < lo}[op]
+        return Tensor.full(t.queue, t.shape, float(holds))
     else:
         raise DTypeError(f"{op}: {v} is out of the range of a {t.dtype} tensor {t.shape}")
     return _tensors(op, t, Tensor.full(t.queue, (), v, dtype))
