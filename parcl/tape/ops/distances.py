@@ -16,8 +16,8 @@ from ...tensor import FLOAT
 from .activation import _number, clamp
 from .composed import linalg_vector_norm
 from .elementwise import add, sub
-from .loss_margin import _smaller, pairwise_distance
-from .loss_more import _reduce, _tensors, check_reduction
+from .loss_margin import _smaller, check_triplet, pairwise_distance
+from .loss_more import _reduce, _tensors
 from .picks import constant, index_select
 
 __all__ = ["pdist", "triplet_margin_with_distance_loss"]
@@ -63,16 +63,7 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     ()
     """
     op = "triplet_margin_with_distance_loss"
-    check_reduction(op, reduction)
-    _tensors(op, anchor=anchor, positive=positive, negative=negative)
-    m = _number(op, "margin", margin)
-    if not m > 0:
-        raise ParclError(f"{op}: margin must be greater than 0, got {margin}")
-    shapes = [tuple(v.shape) for v in (anchor, positive, negative)]
-    if len({len(s) for s in shapes}) != 1:
-        raise ShapeError(f"{op}: the anchor, positive, and negative tensors are expected to "
-                         f"have the same number of dimensions, got anchor {shapes[0]}, "
-                         f"positive {shapes[1]}, negative {shapes[2]}")
+    m = check_triplet(op, anchor, positive, negative, margin, reduction)
     if distance_function is None:
         def distance_function(a, b):
             return pairwise_distance(a, b, tape=tape)

@@ -109,6 +109,22 @@ def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool =
     return linalg_vector_norm(d, _number(op, "p", p), -1, bool(keepdim), tape=tape)
 
 
+def check_triplet(op: str, anchor, positive, negative, margin, reduction: str) -> float:
+    """The checks the triplet losses share: the reduction, three tensors of one number of
+    dims, and ``margin > 0``, which is returned as a float."""
+    check_reduction(op, reduction)
+    _tensors(op, anchor=anchor, positive=positive, negative=negative)
+    m = _number(op, "margin", margin)
+    if not m > 0:
+        raise ParclError(f"{op}: margin must be greater than 0, got {margin}")
+    shapes = [tuple(v.shape) for v in (anchor, positive, negative)]
+    if len({len(s) for s in shapes}) != 1:
+        raise ShapeError(f"{op}: the anchor, positive, and negative tensors are expected to "
+                         f"have the same number of dimensions, got anchor {shapes[0]}, "
+                         f"positive {shapes[1]}, negative {shapes[2]}")
+    return m
+
+
 def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2.0,
                         eps: float = 1e-6, swap: bool = False, *, reduction: str = "mean",
                         tape=None):
@@ -121,16 +137,7 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
     1.0
     """
     op = "triplet_margin_loss"
-    check_reduction(op, reduction)
-    _tensors(op, anchor=anchor, positive=positive, negative=negative)
-    m = _number(op, "margin", margin)
-    if not m > 0:
-        raise ParclError(f"{op}: margin must be greater than 0, got {margin}")
-    shapes = [tuple(v.shape) for v in (anchor, positive, negative)]
-    if len({len(s) for s in shapes}) != 1:
-        raise ShapeError(f"{op}: the anchor, positive, and negative tensors are expected to "
-                         f"have the same number of dimensions, got anchor {shapes[0]}, "
-                         f"positive {shapes[1]}, negative {shapes[2]}")
+    m = check_triplet(op, anchor, positive, negative, margin, reduction)
     d_pos = pairwise_distance(anchor, positive, p, eps, tape=tape)
     d_neg = pairwise_distance(anchor, negative, p, eps, tape=tape)
     if swap:
