@@ -244,6 +244,8 @@ def _reverse(order: list[Entry], roots: list[Entry], grads: list[Tensor], retain
         for root, grad in zip(roots, grads):
             if root.grad_fn is None and root.grad is None:
                 grad = grad.copy()     # a leaf's .grad outlives the pass: not the caller's
+            elif root.grad_fn is not None:
+                _held_by_caller(grad, owned)     # another root's backward may add into it
             _accumulate(root, grad, owned)
         _walk(order, roots[0], retain_grads, owned, anomaly, apart, wanted, collect)
     finally:
@@ -329,6 +331,14 @@ def _walk(order: list[Entry], loss: Entry, retain_grads: bool, owned: dict[int, 
                         node, parent, g, parent_grads):
                     g = g.copy()              # the leaf's own: see _leaf_lock
                 _accumulate(parent, g, owned)
+
+
+def _held_by_caller(g: Tensor, owned: dict[int, int]) -> None:
+    """Count ``g`` (a root's upstream gradient) as held outside the pass
+    too, so that its buffer is copied before a leaf adopts it or a ``+=`` writes into it: the
+    caller's tensor stays as it was."""
+    key = id(g.data)
+    owned[key] = owned.get(key, 0) + 1
 
 
 def _leaf_done(leaf: Entry, kept: Tensor | None, owned: dict[int, int],

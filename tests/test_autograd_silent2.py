@@ -1,0 +1,35 @@
+"""Silent wrong results of the autograd API (``tp.grad``, ``tp.backward``, Node hooks) found in
+review, each against PyTorch: what the caller's tensors hold after a pass, and the gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import parcl as pc
+import parcl.tape as tp
+from conftest import leaf
+
+X = np.array([1.0, 2.0], np.float32)
+
+
+def test_several_outputs_leave_the_callers_upstream_gradients_as_they_were_as_pytorch(queue):
+    # y is an output and an input of z: z's backward adds into y's gradient, which was the
+    # caller's grad_tensors[0] itself (it became [3, 3] and the next call's seed with it)
+    tx = torch.tensor(X, requires_grad=True)
+    ty = tx * 3.0
+    torch.autograd.backward([ty, ty * 2.0], [torch.ones(2), torch.ones(2)])
+    for run in ("backward", "grad"):
+        x = leaf(queue, X)
+        with tp.Tape() as _kept:
+            y = x * 3.0
+            z = y * 2.0
+        gy, gz = pc.Tensor.full(queue, (2,), 1.0), pc.Tensor.full(queue, (2,), 1.0)
+        if run == "backward":
+            tp.backward([y, z], [gy, gz])
+            got = x.grad
+        else:
+            (got,) = tp.grad([y, z], [x], [gy, gz])
+        np.testing.assert_array_equal(gy.to_host(), [1.0, 1.0])
+        np.testing.assert_array_equal(gz.to_host(), [1.0, 1.0])
+        np.testing.assert_array_equal(got.to_host(), tx.grad.numpy())     # [9, 9]
