@@ -33,3 +33,26 @@ def test_several_outputs_leave_the_callers_upstream_gradients_as_they_were_as_py
         np.testing.assert_array_equal(gy.to_host(), [1.0, 1.0])
         np.testing.assert_array_equal(gz.to_host(), [1.0, 1.0])
         np.testing.assert_array_equal(got.to_host(), tx.grad.numpy())     # [9, 9]
+
+
+def test_a_tensor_a_hook_returns_never_becomes_a_leafs_grad_as_pytorch(queue):
+    # y's hook returns the caller's c; add's backward hands it to the leaf x, which adopted
+    # it as its .grad: the next backward's += then wrote into c ([5, 5] became [6, 6])
+    tx, tc = torch.tensor(X, requires_grad=True), torch.full((2,), 5.0)
+    ty = tx + 0.0
+    ty.register_hook(lambda g: tc)
+    ty.sum().backward()
+    (tx * 1.0).sum().backward()
+    for retain_grads in (True, False):
+        x, c = leaf(queue, X), pc.Tensor.full(queue, (2,), 5.0)
+        with tp.Tape() as tape:
+            y = x + 0.0
+            y.register_hook(lambda g, c=c: c)
+            loss = tp.sum(y)
+        tape.backward(loss, retain_grads=retain_grads)
+        assert x.grad.data is not c.data
+        with tp.Tape() as tape:
+            loss = tp.sum(x * 1.0)
+        tape.backward(loss)
+        np.testing.assert_array_equal(c.to_host(), tc.numpy())            # [5, 5]
+        np.testing.assert_array_equal(x.grad.to_host(), tx.grad.numpy())  # [6, 6]

@@ -273,7 +273,10 @@ def _walk(order: list[Entry], loss: Entry, retain_grads: bool, owned: dict[int, 
         if collect is not None and id(node) in collect:
             collect[id(node)] = upstream        # before its hooks, as PyTorch's
         if node.hooks is not None and node.hooks.fns:
-            upstream = node.grad = run_hooks(node, upstream)
+            hooked = run_hooks(node, upstream)
+            if hooked is not upstream:       # the hook's tensor, in node.grad now too
+                _held_by_caller(hooked, owned, holders=2)
+            upstream = node.grad = hooked
         targets = None                        # anomaly: every gradient is checked
         if fn.takes_targets and fast:
             targets = _grad_targets(node, owned)
@@ -333,12 +336,12 @@ def _walk(order: list[Entry], loss: Entry, retain_grads: bool, owned: dict[int, 
                 _accumulate(parent, g, owned)
 
 
-def _held_by_caller(g: Tensor, owned: dict[int, int]) -> None:
-    """Count ``g`` (a root's upstream gradient) as held outside the pass
+def _held_by_caller(g: Tensor, owned: dict[int, int], holders: int = 1) -> None:
+    """Count ``g`` (a root's upstream gradient, a hook's return) as held outside the pass
     too, so that its buffer is copied before a leaf adopts it or a ``+=`` writes into it: the
     caller's tensor stays as it was."""
     key = id(g.data)
-    owned[key] = owned.get(key, 0) + 1
+    owned[key] = owned.get(key, 0) + holders
 
 
 def _leaf_done(leaf: Entry, kept: Tensor | None, owned: dict[int, int],
