@@ -159,8 +159,8 @@ def test_inference_mode_records_nothing_and_says_so_as_pytorch(queue):
     with tp.inference_mode():
         y = x * 2.0
         assert tp.is_inference_mode_enabled() and not tp.is_grad_enabled()
-        with tp.inference_mode(False):                    # changes nothing, as PyTorch's
-            assert tp.is_inference_mode_enabled()
+        with tp.inference_mode(False):                    # leaves it and records again
+            assert not tp.is_inference_mode_enabled() and tp.is_grad_enabled()
     assert isinstance(y, pc.Tensor) and tp.is_grad_enabled()
     assert not tp.is_inference_mode_enabled()
 

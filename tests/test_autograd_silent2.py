@@ -56,3 +56,23 @@ def test_a_tensor_a_hook_returns_never_becomes_a_leafs_grad_as_pytorch(queue):
         tape.backward(loss)
         np.testing.assert_array_equal(c.to_host(), tc.numpy())            # [5, 5]
         np.testing.assert_array_equal(x.grad.to_host(), tx.grad.numpy())  # [6, 6]
+
+
+def test_inference_mode_false_leaves_inference_mode_and_records_as_pytorch(queue):
+    # inference_mode(False) changed nothing: inside inference_mode (or no_grad) x * 2.0 was a
+    # raw Tensor and the gradient of x never came, where PyTorch records it (x.grad [2, 2])
+    tx = torch.tensor(X, requires_grad=True)
+    with torch.inference_mode(), torch.inference_mode(False):
+        want = (torch.is_inference_mode_enabled(), torch.is_grad_enabled())
+        (tx * 2.0).sum().backward()
+    with torch.no_grad(), torch.inference_mode(False):
+        assert torch.is_grad_enabled()
+    for outer in (tp.inference_mode, tp.no_grad):
+        x = leaf(queue, X)
+        with outer(), tp.inference_mode(False):
+            assert (tp.is_inference_mode_enabled(), tp.is_grad_enabled()) == want
+            with tp.Tape() as tape:
+                loss = tp.sum(x * 2.0)
+            tape.backward(loss)
+        np.testing.assert_array_equal(x.grad.to_host(), tx.grad.numpy())      # [2, 2]
+    assert tp.is_grad_enabled() and not tp.is_inference_mode_enabled()

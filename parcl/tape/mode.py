@@ -169,7 +169,8 @@ class enable_grad(_GradModeContext):
 class inference_mode:
     """PyTorch's ``inference_mode``: ``no_grad`` (ops return raw Tensors, which no later
     backward can reach anyway) that ``is_inference_mode_enabled`` reports; ``mode=False``
-    changes nothing. A context manager and a decorator; thread-local.
+    leaves it, and turns grad mode on, as PyTorch's (inside ``inference_mode()`` or
+    ``no_grad`` ops record again). A context manager and a decorator; thread-local.
 
     >>> with tp.inference_mode():
     ...     out = model(x)          # a raw Tensor
@@ -183,8 +184,8 @@ class inference_mode:
 
     def __enter__(self):
         self.prev = (state.grad, state.inference)
-        if self.mode:
-            state.grad, state.inference = False, True
+        # PyTorch's InferenceMode(enabled) sets grad mode to ``not enabled`` either way
+        state.grad, state.inference = not self.mode, self.mode
         return self
 
     def __exit__(self, *exc):
