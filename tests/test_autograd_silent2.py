@@ -76,3 +76,38 @@ def test_inference_mode_false_leaves_inference_mode_and_records_as_pytorch(queue
             tape.backward(loss)
         np.testing.assert_array_equal(x.grad.to_host(), tx.grad.numpy())      # [2, 2]
     assert tp.is_grad_enabled() and not tp.is_inference_mode_enabled()
+
+
+def test_retained_and_input_inner_gradients_accumulate_across_backwards_as_pytorch(queue):
+    # an inner Node's .grad was each pass's own, so a second backward through the graph left
+    # a retain_grad() node's (or an inputs= node's) [3, 3] where PyTorch's adds up to [6, 6]
+    tx = torch.tensor(X, requires_grad=True)
+    ty = tx * 2.0
+    ty.retain_grad()
+    tl = torch.sum(ty * 3.0)
+    tl.retain_grad()
+    tl.backward(retain_graph=True)
+    tl.backward()
+    tu = tx * 2.0
+    tv = torch.sum(tu * 3.0)
+    tv.backward(inputs=[tu], retain_graph=True)
+    tv.backward(inputs=[tu])
+    x = leaf(queue, X)
+    with tp.Tape() as _kept:
+        y = x * 2.0
+        y.retain_grad()
+        loss = tp.sum(y * 3.0)
+        loss.retain_grad()
+    with tp.Tape() as _kept_too:
+        u = x * 2.0
+        v = tp.sum(u * 3.0)
+    loss.backward(retain_graph=True)
+    loss.backward()
+    np.testing.assert_array_equal(y.grad.to_host(), ty.grad.numpy())          # [6, 6]
+    np.testing.assert_array_equal(loss.grad.to_host(), tl.grad.numpy())       # 2
+    np.testing.assert_array_equal(x.grad.to_host(), tx.grad.numpy())          # [12, 12]
+    x.grad = None
+    v.backward(inputs=[u], retain_graph=True)
+    v.backward(inputs=[u])
+    np.testing.assert_array_equal(u.grad.to_host(), tu.grad.numpy())          # [6, 6]
+    assert x.grad is None                                 # only into the inputs, as PyTorch

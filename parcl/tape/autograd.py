@@ -101,7 +101,8 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
     if inputs is not None:
         targets = {id(x.entry): None for x in _inputs("tp.backward", inputs)}
         wanted = _towards([e for root in roots for e in topological_order(root)], targets)
-    run_backward(roots, seeds, pending, wanted=wanted)
+    run_backward(roots, seeds, pending, wanted=wanted,
+                 keep=None if inputs is None else set(targets))
     if not retain_graph:
         _end_tapes(outputs)
 

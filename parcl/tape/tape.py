@@ -161,12 +161,14 @@ class Tape:
 
 def run_backward(roots: list[Entry], grads: list[Tensor], pending: tuple, *,
                  retain_grads: bool = True, tape: Tape | None = None, wanted: set | None = None,
-                 collect: dict | None = None) -> list[Entry]:
+                 collect: dict | None = None, keep: set | None = None) -> list[Entry]:
     """The reverse pass from ``roots`` (each seeded with its gradient) that ``Tape.backward``
     and ``tp.grad`` run; returns the entries walked, parents first. ``wanted`` (ids of
     entries): only these are walked and given gradients, and no leaf outside ``collect``
     is written; ``collect`` (id -> None): the entries whose gradient of this pass is stored
-    there instead of being added into a leaf's ``.grad`` (``tp.grad``)."""
+    there instead of being added into a leaf's ``.grad`` (``tp.grad``); ``keep`` (ids of
+    inner entries): those whose ``.grad`` of this pass is added to the one they had
+    (``tp.backward``'s inputs), as a ``retain_grad()`` node's is."""
     order = topological_order(roots[0]) if len(roots) == 1 else _order_from(roots)
     if wanted is not None:
         order = [e for e in order if id(e) in wanted]
@@ -186,7 +188,7 @@ def run_backward(roots: list[Entry], grads: list[Tensor], pending: tuple, *,
     outer = _backward_state.deferred
     _backward_state.deferred = deferred = []
     try:
-        _reverse(order, roots, grads, retain_grads, wanted, collect)
+        _reverse(order, roots, grads, retain_grads, wanted, collect, keep)
     except ParclError as exc:
         # raised amid the walk (a checkpoint's recomputation found its input bad): the
         # leaves reached before hold contributions from it, as after a deferred check
@@ -221,15 +223,23 @@ def _order_from(roots: list[Entry]) -> list[Entry]:
 
 
 def _reverse(order: list[Entry], roots: list[Entry], grads: list[Tensor], retain_grads: bool,
-             wanted: set | None, collect: dict | None) -> None:
+             wanted: set | None, collect: dict | None, keep: set | None) -> None:
     anomaly = mode.is_anomaly_enabled()
     owned: dict[int, int] = {}     # buffer -> how many nodes' .grad it is in this pass
     apart = None          # leaf id -> (leaf, its .grad), while its pass's gradient is summed
+    carried = None        # (inner node, its .grad) where PyTorch's .grad accumulates
     for entry in order:
         # An inner node's .grad is this pass's own: one left by an earlier pass through
         # the same graph (another tape's backward, or loss.backward() again with no
-        # tape) would be propagated a second time. Leaves keep theirs: they accumulate.
+        # tape) would be propagated a second time. Leaves keep theirs: they accumulate,
+        # and so do retain_grad()'s inner nodes and backward's inner inputs, once the pass
+        # is done, as PyTorch's.
         if entry.grad_fn is not None:
+            if entry.grad is not None and ((entry.hooks is not None and entry.hooks.retain)
+                                           or (keep is not None and id(entry) in keep)):
+                if carried is None:
+                    carried = []
+                carried.append((entry, entry.grad))
             entry.grad = None
         elif (entry.hooks is not None and (entry.hooks.fns or entry.hooks.post)) or (
                 collect is not None and id(entry) in collect):
@@ -248,6 +258,8 @@ def _reverse(order: list[Entry], roots: list[Entry], grads: list[Tensor], retain
                 _held_by_caller(grad, owned)     # another root's backward may add into it
             _accumulate(root, grad, owned)
         _walk(order, roots[0], retain_grads, owned, anomaly, apart, wanted, collect)
+        for entry, kept in carried or ():
+            entry.grad = kept if entry.grad is None else ew.binary("add", kept, entry.grad)
     finally:
         if apart:        # a hook or a backward raised: those leaves keep the .grad they had
             for entry, kept in apart.values():
