@@ -4,6 +4,7 @@ review, each against PyTorch: what the caller's tensors hold after a pass, and t
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import parcl as pc
@@ -111,3 +112,35 @@ def test_retained_and_input_inner_gradients_accumulate_across_backwards_as_pytor
     v.backward(inputs=[u])
     np.testing.assert_array_equal(u.grad.to_host(), tu.grad.numpy())          # [6, 6]
     assert x.grad is None                                 # only into the inputs, as PyTorch
+
+
+def test_a_post_accumulate_hook_never_steps_on_the_gradient_of_a_bad_input(queue):
+    # the embedding's index check waits for the device until the pass's end, after the
+    # post-accumulate hooks: an optimizer step in backward moved row 0 of w from 1 to 0.9
+    # and only then the ParclError came, so a loop that caught it trained on garbage
+    w = leaf(queue, np.ones((4, 2), np.float32))
+    steps = []
+
+    def sgd_in_backward(p):
+        steps.append(p.grad.to_host().copy())
+        with tp.no_grad():
+            p -= 0.1 * p.grad
+        p.grad = None
+
+    w.register_post_accumulate_grad_hook(sgd_in_backward)
+    bad = pc.Tensor.from_host(queue, np.array([0, 7], np.int64))
+    with tp.Tape() as tape:
+        loss = tp.sum(tp.embedding(bad, w))
+    with pytest.raises(pc.ParclError, match="index 7 .* out of range"):
+        tape.backward(loss)
+    assert steps == []
+    np.testing.assert_array_equal(w.value.to_host(), np.ones((4, 2), np.float32))
+    w.grad = None
+    good = pc.Tensor.from_host(queue, np.array([0, 3, 0], np.int64))
+    with tp.Tape() as tape:
+        loss = tp.sum(tp.embedding(good, w))
+    tape.backward(loss)                   # a good batch steps, as PyTorch's
+    tw = torch.ones((4, 2), requires_grad=True)
+    torch.nn.functional.embedding(torch.tensor([0, 3, 0]), tw).sum().backward()
+    np.testing.assert_array_equal(steps[0], tw.grad.numpy())
+    np.testing.assert_allclose(w.value.to_host(), (tw - 0.1 * tw.grad).detach().numpy())

@@ -24,6 +24,7 @@ from .node import ACCUMULATED, FREED, Entry, Node
 
 class _BackwardState(threading.local):
     deferred: list | None = None     # the checks of the running backward pass (``defer``)
+    pending: tuple = ()              # the checks of what that pass starts from
 
 
 _backward_state = _BackwardState()
@@ -185,18 +186,20 @@ def run_backward(roots: list[Entry], grads: list[Tensor], pending: tuple, *,
     rec = recorder.current() if collect is None else None     # tp.grad gives leaves nothing
     if rec is not None:
         rec.note_leaves(order)
-    outer = _backward_state.deferred
+    outer = _backward_state.deferred, _backward_state.pending
     _backward_state.deferred = deferred = []
+    _backward_state.pending = pending
     try:
         _reverse(order, roots, grads, retain_grads, wanted, collect, keep)
     except ParclError as exc:
-        # raised amid the walk (a checkpoint's recomputation found its input bad): the
-        # leaves reached before hold contributions from it, as after a deferred check
+        # raised amid the walk (a checkpoint's recomputation found its input bad, or the
+        # checks before a post-accumulate hook): the leaves reached before hold
+        # contributions from it, as after a deferred check
         if collect is None:
             hold_back(order, exc)
         raise
     finally:
-        _backward_state.deferred = outer
+        _backward_state.deferred, _backward_state.pending = outer
     if rec is not None:
         rec.note_grads()
     try:
@@ -375,9 +378,23 @@ def _leaf_done(leaf: Entry, kept: Tensor | None, owned: dict[int, int],
         return
     _accumulate(leaf, g, owned)
     if leaf.hooks is not None and leaf.hooks.post:
+        _check_so_far()
         node = leaf.node()
         for hook in tuple(leaf.hooks.post.values()):
             hook(node if node is not None else leaf)
+
+
+def _check_so_far() -> None:
+    """Run the running pass's checks deferred so far (every op that gave a leaf its gradient
+    has run) and those of what it starts from: a post-accumulate hook acts on the gradient (an
+    optimizer step), so one computed from a bad input must raise first, not after."""
+    deferred = _backward_state.deferred
+    checks = tuple(deferred)
+    deferred.clear()                  # each once: the pass's end runs those deferred later
+    for check in checks:
+        check()
+    for check in _backward_state.pending:
+        check()
 
 
 def _describe_parent(p: Entry, tape: Tape) -> str:
