@@ -144,3 +144,40 @@ def test_a_post_accumulate_hook_never_steps_on_the_gradient_of_a_bad_input(queue
     torch.nn.functional.embedding(torch.tensor([0, 3, 0]), tw).sum().backward()
     np.testing.assert_array_equal(steps[0], tw.grad.numpy())
     np.testing.assert_allclose(w.value.to_host(), (tw - 0.1 * tw.grad).detach().numpy())
+
+
+def test_grad_and_backward_inputs_through_a_checkpoint_touch_no_other_leaf_as_pytorch(queue):
+    # the checkpoint's backward ran a backward of its own, adding into the .grad of every
+    # parameter its function read: tp.grad(loss, [x]) turned w.grad's ones into ones plus
+    # w's gradient ([-0.41, -1.33, -0.97] in its first row), and backward(inputs=[x]) gave
+    # w a .grad where PyTorch's stays None
+    rng = np.random.default_rng(0)
+    wn = rng.standard_normal((3, 3)).astype(np.float32)
+    xn = rng.standard_normal((2, 3)).astype(np.float32)
+    tw, tx = torch.tensor(wn, requires_grad=True), torch.tensor(xn, requires_grad=True)
+    want_x, want_w = torch.autograd.grad(torch.tanh(tx @ tw).sum(), [tx, tw])
+    w, x = leaf(queue, wn), leaf(queue, xn)
+    ones = np.ones((3, 3), np.float32)
+    w.grad = pc.Tensor.from_host(queue, ones)
+
+    def loss():
+        with tp.Tape() as tape:
+            out = tp.sum(tp.checkpoint(lambda v: tp.tanh(v @ w), x))
+        return out, tape
+
+    out, _kept = loss()
+    (gx,) = tp.grad(out, [x])
+    np.testing.assert_array_equal(w.grad.to_host(), ones)
+    np.testing.assert_allclose(gx.to_host(), want_x.numpy(), rtol=1e-5, atol=1e-6)
+    out, _kept = loss()
+    gx, gw = tp.grad(out, [x, w])
+    np.testing.assert_allclose(gw.to_host(), want_w.numpy(), rtol=1e-5, atol=1e-6)
+    w.grad = None
+    out, _kept = loss()
+    out.backward(inputs=[x])
+    assert w.grad is None
+    np.testing.assert_allclose(x.grad.to_host(), want_x.numpy(), rtol=1e-5, atol=1e-6)
+    out, _kept = loss()
+    out.backward(inputs=[w])
+    np.testing.assert_allclose(w.grad.to_host(), want_w.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(x.grad.to_host(), want_x.numpy(), rtol=1e-5, atol=1e-6)

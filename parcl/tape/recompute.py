@@ -28,9 +28,10 @@ from .. import recorder
 from ..errors import ParclError, ShapeError
 from ..tensor import Tensor
 from . import mode
+from .autograd import grad
 from .node import Function, Node
 from .ops.nn import dropout_generator, rng_state
-from .tape import Tape, topological_order
+from .tape import Tape, partial_pass, topological_order
 
 __all__ = ["checkpoint", "checkpoint_sequential"]
 
@@ -144,6 +145,10 @@ class Checkpoint(Function):
             with mode.enable_grad(), Tape() as tape:
                 out, stand_ins = seg.run(self.needs_input_grad[:count])
             self._check_same(out, stand_ins, tape, seg)
+            if partial_pass():
+                # tp.grad or backward(inputs=...): the leaves' gradients go back to the
+                # outer pass, which gives them only to its inputs
+                return self._partial(out, g, stand_ins, seg)
             # the upstream gradient copied: the pass below hands it on uncopied, and a leaf
             # of this graph could then share it with a Node of the outer one
             tape.backward(out, grad=g.copy(), retain_grads=False)
@@ -158,6 +163,15 @@ class Checkpoint(Function):
         grads = iter(s.grad for s in stand_ins)
         return (*(next(grads) if isinstance(a, Node) else None for a in seg.tensors()),
                 *([None] * len(seg.leaves)))
+
+    @staticmethod
+    def _partial(out: Node, g: Tensor, stand_ins: list, seg: _Segment) -> tuple:
+        """The gradients of the inputs and of the leaves read, returned, none added."""
+        targets = [n for n in (*stand_ins, *seg.leaves) if n.requires_grad]
+        found = dict(zip(map(id, targets), grad(out, targets, g.copy(), allow_unused=True)))
+        grads = iter(found.get(id(s)) for s in stand_ins)
+        return (*(next(grads) if isinstance(a, Node) else None for a in seg.tensors()),
+                *(found.get(id(p)) for p in seg.leaves))
 
     @staticmethod
     def _check_same(out, stand_ins, tape: Tape, seg: _Segment) -> None:

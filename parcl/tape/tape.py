@@ -25,9 +25,18 @@ from .node import ACCUMULATED, FREED, Entry, Node
 class _BackwardState(threading.local):
     deferred: list | None = None     # the checks of the running backward pass (``defer``)
     pending: tuple = ()              # the checks of what that pass starts from
+    partial = False                  # that pass gives gradients to chosen inputs only
 
 
 _backward_state = _BackwardState()
+
+
+def partial_pass() -> bool:
+    """Whether the running backward gives gradients to chosen inputs only (``tp.grad``,
+    ``backward(inputs=...)``): an op whose backward runs a pass of its own (``tp.checkpoint``)
+    must then return its leaves' gradients for the outer pass to route, not add them into
+    ``.grad``."""
+    return _backward_state.partial
 
 
 def defer(check) -> None:
@@ -186,9 +195,10 @@ def run_backward(roots: list[Entry], grads: list[Tensor], pending: tuple, *,
     rec = recorder.current() if collect is None else None     # tp.grad gives leaves nothing
     if rec is not None:
         rec.note_leaves(order)
-    outer = _backward_state.deferred, _backward_state.pending
+    outer = _backward_state.deferred, _backward_state.pending, _backward_state.partial
     _backward_state.deferred = deferred = []
     _backward_state.pending = pending
+    _backward_state.partial = wanted is not None
     try:
         _reverse(order, roots, grads, retain_grads, wanted, collect, keep)
     except ParclError as exc:
@@ -199,7 +209,7 @@ def run_backward(roots: list[Entry], grads: list[Tensor], pending: tuple, *,
             hold_back(order, exc)
         raise
     finally:
-        _backward_state.deferred, _backward_state.pending = outer
+        _backward_state.deferred, _backward_state.pending, _backward_state.partial = outer
     if rec is not None:
         rec.note_grads()
     try:
