@@ -54,14 +54,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
     inputs = _inputs("tp.grad", inputs)
     roots, seeds, pending = _roots("tp.grad", outputs, grad_outputs)
     targets = [x.entry for x in inputs]
-    collect = {id(e): None for e in targets}
-    order = [e for root in roots for e in topological_order(root)]
-    kept = [(e, e.grad) for e in order]          # nothing's .grad changes, inner ones too
-    try:
-        run_backward(roots, seeds, pending, wanted=_towards(order, collect), collect=collect)
-    finally:
-        for e, g in kept:
-            e.grad = g
+    collect = _collected(roots, seeds, pending, targets)
     if not retain_graph:
         _end_tapes(outputs)
     result = []
@@ -75,6 +68,32 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
             g = Tensor.zeros(x.queue, x.shape)
         result.append(g)
     return tuple(result)
+
+
+def _collected(roots: list, seeds: list, pending: tuple, targets: list, *,
+               leaf_hooks: bool = True) -> dict:
+    """The pass of ``tp.grad``: the targets' gradients by id, no ``.grad`` changed."""
+    collect = {id(e): None for e in targets}
+    order = [e for root in roots for e in topological_order(root)]
+    kept = [(e, e.grad) for e in order]          # nothing's .grad changes, inner ones too
+    try:
+        run_backward(roots, seeds, pending, wanted=_towards(order, collect), collect=collect,
+                     leaf_hooks=leaf_hooks)
+    finally:
+        for e, g in kept:
+            e.grad = g
+    return collect
+
+
+def own_pass_grads(out: Node, inputs: list, grad: Tensor) -> list:
+    """For an op whose backward runs a pass of its own (``tp.checkpoint``): the gradients of
+    ``inputs`` (Nodes requiring grad; None where none reaches) from ``out`` seeded with
+    ``grad``, returned to the running pass, which runs the leaves' hooks and routes them."""
+    targets = [x.entry for x in inputs]
+    collect = _collected([out.entry], [grad], out.value.checks + grad.checks, targets,
+                         leaf_hooks=False)
+    _end_tapes([out])
+    return [collect[id(e)] for e in targets]
 
 
 def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,

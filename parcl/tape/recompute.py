@@ -28,7 +28,7 @@ from .. import recorder
 from ..errors import ParclError, ShapeError
 from ..tensor import Tensor
 from . import mode
-from .autograd import grad
+from .autograd import own_pass_grads
 from .node import Function, Node
 from .ops.nn import dropout_generator, rng_state
 from .tape import Tape, partial_pass, topological_order
@@ -117,6 +117,11 @@ class _Segment:
         return leaves
 
 
+def _hooked(leaf: Node) -> bool:
+    hooks = leaf.entry.hooks
+    return hooks is not None and bool(hooks.fns or hooks.post)
+
+
 class Checkpoint(Function):
     """The Node of a checkpointed call: its forward hands on the output computed already
     (``_Segment``); it saves its inputs and the leaves read, so a backward after any of them
@@ -145,10 +150,11 @@ class Checkpoint(Function):
             with mode.enable_grad(), Tape() as tape:
                 out, stand_ins = seg.run(self.needs_input_grad[:count])
             self._check_same(out, stand_ins, tape, seg)
-            if partial_pass():
-                # tp.grad or backward(inputs=...): the leaves' gradients go back to the
-                # outer pass, which gives them only to its inputs
-                return self._partial(out, g, stand_ins, seg)
+            if partial_pass() or any(_hooked(p) for p in seg.leaves):
+                # tp.grad or backward(inputs=...), or leaves with hooks: the leaves'
+                # gradients go back to the outer pass, which gives them only to its inputs
+                # and runs their hooks once, on their whole gradient
+                return self._returned(out, g, stand_ins, seg)
             # the upstream gradient copied: the pass below hands it on uncopied, and a leaf
             # of this graph could then share it with a Node of the outer one
             tape.backward(out, grad=g.copy(), retain_grads=False)
@@ -165,10 +171,10 @@ class Checkpoint(Function):
                 *([None] * len(seg.leaves)))
 
     @staticmethod
-    def _partial(out: Node, g: Tensor, stand_ins: list, seg: _Segment) -> tuple:
+    def _returned(out: Node, g: Tensor, stand_ins: list, seg: _Segment) -> tuple:
         """The gradients of the inputs and of the leaves read, returned, none added."""
         targets = [n for n in (*stand_ins, *seg.leaves) if n.requires_grad]
-        found = dict(zip(map(id, targets), grad(out, targets, g.copy(), allow_unused=True)))
+        found = dict(zip(map(id, targets), own_pass_grads(out, targets, g.copy())))
         grads = iter(found.get(id(s)) for s in stand_ins)
         return (*(next(grads) if isinstance(a, Node) else None for a in seg.tensors()),
                 *(found.get(id(p)) for p in seg.leaves))

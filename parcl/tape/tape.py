@@ -26,6 +26,7 @@ class _BackwardState(threading.local):
     deferred: list | None = None     # the checks of the running backward pass (``defer``)
     pending: tuple = ()              # the checks of what that pass starts from
     partial = False                  # that pass gives gradients to chosen inputs only
+    leaf_hooks = True                # whether it runs leaves' hooks (not an op's own pass)
 
 
 _backward_state = _BackwardState()
@@ -171,14 +172,16 @@ class Tape:
 
 def run_backward(roots: list[Entry], grads: list[Tensor], pending: tuple, *,
                  retain_grads: bool = True, tape: Tape | None = None, wanted: set | None = None,
-                 collect: dict | None = None, keep: set | None = None) -> list[Entry]:
+                 collect: dict | None = None, keep: set | None = None,
+                 leaf_hooks: bool = True) -> list[Entry]:
     """The reverse pass from ``roots`` (each seeded with its gradient) that ``Tape.backward``
     and ``tp.grad`` run; returns the entries walked, parents first. ``wanted`` (ids of
     entries): only these are walked and given gradients, and no leaf outside ``collect``
     is written; ``collect`` (id -> None): the entries whose gradient of this pass is stored
     there instead of being added into a leaf's ``.grad`` (``tp.grad``); ``keep`` (ids of
     inner entries): those whose ``.grad`` of this pass is added to the one they had
-    (``tp.backward``'s inputs), as a ``retain_grad()`` node's is."""
+    (``tp.backward``'s inputs), as a ``retain_grad()`` node's is. ``leaf_hooks=False``: the
+    leaves' hooks are left to the pass that returns to (a checkpoint's own pass)."""
     order = topological_order(roots[0]) if len(roots) == 1 else _order_from(roots)
     if wanted is not None:
         order = [e for e in order if id(e) in wanted]
@@ -195,10 +198,10 @@ def run_backward(roots: list[Entry], grads: list[Tensor], pending: tuple, *,
     rec = recorder.current() if collect is None else None     # tp.grad gives leaves nothing
     if rec is not None:
         rec.note_leaves(order)
-    outer = _backward_state.deferred, _backward_state.pending, _backward_state.partial
-    _backward_state.deferred = deferred = []
-    _backward_state.pending = pending
-    _backward_state.partial = wanted is not None
+    state = _backward_state
+    outer = state.deferred, state.pending, state.partial, state.leaf_hooks
+    state.deferred = deferred = []
+    state.pending, state.partial, state.leaf_hooks = pending, wanted is not None, leaf_hooks
     try:
         _reverse(order, roots, grads, retain_grads, wanted, collect, keep)
     except ParclError as exc:
@@ -209,7 +212,7 @@ def run_backward(roots: list[Entry], grads: list[Tensor], pending: tuple, *,
             hold_back(order, exc)
         raise
     finally:
-        _backward_state.deferred, _backward_state.pending, _backward_state.partial = outer
+        state.deferred, state.pending, state.partial, state.leaf_hooks = outer
     if rec is not None:
         rec.note_grads()
     try:
@@ -378,7 +381,7 @@ def _leaf_done(leaf: Entry, kept: Tensor | None, owned: dict[int, int],
     leaf.grad = kept
     if g is None:
         return
-    if leaf.hooks is not None and leaf.hooks.fns:
+    if leaf.hooks is not None and leaf.hooks.fns and _backward_state.leaf_hooks:
         hooked = run_hooks(leaf, g)
         if hooked is not g and kept is None:
             hooked = hooked.copy()            # the hook's tensor stays the caller's
