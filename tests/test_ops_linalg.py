@@ -415,6 +415,15 @@ def test_cond_and_its_gradient_are_pytorchs(queue, rng, p):
     assert float(linalg.cond(tp.tensor(np.float32([[2, 0], [0, 1]])))) == 2.0
 
 
+@pytest.mark.parametrize("p", ["fro", "nuc", 1, -1, float("inf"), -float("inf")])
+def test_cond_of_a_singular_matrix_is_inf_and_the_rest_of_its_batch_as_pytorch(queue, p):
+    a = np.float32([[[1, 0], [0, 0]], [[2, 1], [1, 3]], [[0, 1], [0, 0]]])
+    want = torch.linalg.cond(torch.tensor(a, dtype=torch.float64), p).numpy()
+    got = linalg.cond(tp.tensor(a), p).to_host()
+    assert np.isinf(want[0]) and np.isinf(want[2])
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
 def test_inv_ex_and_solve_ex_report_info_and_are_pytorchs(queue, rng):
     a = _well_conditioned(rng, 2, 4, 4)
     b = rng.standard_normal((3, 2, 4, 2)).astype(np.float32)

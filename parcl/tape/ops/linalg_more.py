@@ -30,7 +30,7 @@ from .linalg import matmul as matmul_
 from .linalg_decomp import _Svd, eigh, svdvals
 from .linalg_norms import matrix_norm
 from .linalg_cholesky import cholesky_solve
-from .linalg_solve import Solve, _batch_shape, _batched, _is_vector_rhs, _mT, _raw, inverse
+from .linalg_solve import Solve, _batch_shape, _batched, _is_vector_rhs, _mT, _raw
 from .mathops import gt
 from .reduce import sum as sum_
 from .reduce_dims import amax, amin
@@ -205,7 +205,8 @@ def matrix_rank(A, *, atol=None, rtol=None, hermitian: bool = False):
 def cond(A, p=None, *, tape=None):
     """``torch.linalg.cond``: ``matrix_norm(A, p) * matrix_norm(inv(A), p)``; for ``p`` None
     or 2 (-2) the ratio of the largest to the smallest singular value (its inverse), for any
-    ``(*, m, n)``; the other norms need square invertible matrices.
+    ``(*, m, n)``; the other norms need square matrices, and a singular one's is inf (as
+    PyTorch's), the others' of the batch unchanged.
 
     >>> float(tp.linalg.cond(tp.tensor(np.float32([[2, 0], [0, 1]]))))
     2.0
@@ -214,8 +215,9 @@ def cond(A, p=None, *, tape=None):
         s = svdvals(A, tape=tape)
         big, small = amax(s, -1, tape=tape), amin(s, -1, tape=tape)
         return div(big, small, tape=tape) if p != -2 else div(small, big, tape=tape)
-    return mul(matrix_norm(A, p, tape=tape), matrix_norm(inverse(A, tape=tape), p, tape=tape),
-               tape=tape)
+    inv, info = inv_ex(A, tape=tape)
+    out = mul(matrix_norm(A, p, tape=tape), matrix_norm(inv, p, tape=tape), tape=tape)
+    return where(gt(info, 0), math.inf, out, tape=tape)
 
 
 class InvExResult(tuple):
