@@ -570,6 +570,26 @@ def test_a_matrix_holding_nan_decomposes_to_nan_not_to_a_plausible_answer(queue)
     assert np.isnan(linalg.eigvalsh(tp.tensor(np.float32([[1, 0], [np.inf, 1]]))).to_host()).all()
 
 
+@pytest.mark.parametrize("scale", [1e20, 1e-25])
+def test_eigh_svd_and_qr_of_huge_or_tiny_matrices_are_pytorchs(queue, rng, scale):
+    # entries whose squares overflow (1e20) or underflow (1e-25) float32
+    a = (rng.standard_normal((2, 3, 3)) * scale).astype(np.float32)
+    sym = a + np.swapaxes(a, -1, -2)
+    ta, tsym = torch.tensor(a, dtype=torch.float64), torch.tensor(sym, dtype=torch.float64)
+    close = lambda got, want: np.testing.assert_allclose(  # noqa: E731
+        got.to_host(), want.numpy(), rtol=1e-4, atol=1e-4 * scale)
+    close(linalg.eigvalsh(tp.tensor(sym)), torch.linalg.eigvalsh(tsym))
+    close(linalg.svdvals(tp.tensor(a)), torch.linalg.svdvals(ta))
+    close(linalg.matrix_norm(tp.tensor(a), 2), torch.linalg.matrix_norm(ta, 2))
+    q, r = linalg.qr(tp.tensor(a))
+    tq, tr = torch.linalg.qr(ta)
+    close(r, tr)
+    np.testing.assert_allclose(q.to_host(), tq.numpy(), atol=1e-4)
+    w, v = linalg.eigh(tp.tensor(sym))
+    np.testing.assert_allclose(v.to_host() @ (w.to_host()[..., None] * np.swapaxes(
+        v.to_host(), -1, -2)) / scale, sym / scale, atol=1e-4)
+
+
 def test_lu_gives_pytorchs_p_l_and_u(queue, rng):
     a = rng.standard_normal((2, 4, 4)).astype(np.float32)
     got = linalg.lu(tp.tensor(a))

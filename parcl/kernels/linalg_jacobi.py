@@ -11,9 +11,10 @@ relative accuracy, where ``A^T A``'s eigenvalues would lose them). Eigenvalues c
 (as LAPACK's ``syevd``), singular values descending; the columns of ``U`` that no singular
 value fixes (a zero singular value, or the extra columns of ``full_matrices``) are completed
 to an orthonormal basis (Gram-Schmidt on the unit vectors). A matrix holding NaN or inf
-decomposes to NaN throughout (no sweeps). QR takes LAPACK's reflections
-(``geqrf``'s signs: ``R``'s diagonal is ``-sign(a_jj) * |column|``), so its ``Q`` and ``R`` are
-LAPACK's and PyTorch's, to rounding.
+decomposes to NaN throughout (no sweeps); one whose entries are so large or small that
+their squares would overflow or underflow is scaled by a power of two first (QR too). QR
+takes LAPACK's reflections (``geqrf``'s signs: ``R``'s diagonal is ``-sign(a_jj) *
+|column|``), so its ``Q`` and ``R`` are LAPACK's and PyTorch's, to rounding.
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import linalg_jacobi
@@ -34,7 +35,20 @@ from .linalg import LOCAL, check_square
 
 SWEEPS = 40
 
-SOURCE = f"//CL//\n#define SWEEPS {SWEEPS}\n" + r"""
+BALANCE = r"""
+/* The power of two that brings mx (the largest |entry|, finite) near 1 where it is past 2^32
+   or below 2^-32, so that no sum of squares overflows or underflows float32 (1e20's square
+   is inf, 1e-25's 0: eigenvalues NaN or 0); 1 otherwise, so a matrix in range gives the same
+   bits. Scaling by a power of two is exact: the rotations and reflections only see ratios. */
+float balancing_scale(const float mx)
+{
+    if (mx > 0x1p32f || (mx > 0.0f && mx < 0x1p-32f))
+        return ldexp(1.0f, clamp(-ilogb(mx), -126, 126));     /* a normal float either way */
+    return 1.0f;
+}
+"""
+
+SOURCE = f"//CL//\n#define SWEEPS {SWEEPS}\n" + BALANCE + r"""
 /* a (batch, n, n): only its lower triangle read. w (batch, n) the eigenvalues ascending,
    v (batch, n, n) the eigenvectors as columns; work (batch, n, n) scratch. */
 __kernel void eigh_jacobi(__global const float *a_all, __global float *w_all,
@@ -47,15 +61,24 @@ __kernel void eigh_jacobi(__global const float *a_all, __global float *w_all,
     __global float *a = work + (long)b * n * n;
     __global float *v = v_all + (long)b * n * n;
     __global float *w = w_all + (long)b * n;
-    float total = 0.0f;
+    float mx = 0.0f;
+    int finite = 1;
     for (int i = 0; i < n; ++i)
         for (int j = 0; j <= i; ++j) {
             const float x = src[i * n + j];
+            finite &= isfinite(x);
+            mx = fmax(mx, fabs(x));
+        }
+    const float scale = balancing_scale(mx);
+    float total = 0.0f;
+    for (int i = 0; i < n; ++i)
+        for (int j = 0; j <= i; ++j) {
+            const float x = src[i * n + j] * scale;
             a[i * n + j] = x;
             a[j * n + i] = x;
             total += (i == j ? 1.0f : 2.0f) * x * x;
         }
-    if (!isfinite(total)) {                            /* NaN or inf: all NaN, no sweeps */
+    if (!finite) {                                     /* NaN or inf: all NaN, no sweeps */
         for (int i = 0; i < n; ++i) {
             w[i] = NAN;
             for (int j = 0; j < n; ++j) v[i * n + j] = NAN;
@@ -99,7 +122,7 @@ __kernel void eigh_jacobi(__global const float *a_all, __global float *w_all,
                 }
             }
     }
-    for (int i = 0; i < n; ++i) w[i] = a[i * n + i];
+    for (int i = 0; i < n; ++i) w[i] = a[i * n + i] / scale;
     for (int i = 0; i < n - 1; ++i) {                  /* ascending, columns with them */
         int m = i;
         for (int j = i + 1; j < n; ++j) if (w[j] < w[m]) m = j;
@@ -124,14 +147,17 @@ __kernel void svd_jacobi(__global const float *a_all, __global float *u_all,
     __global float *u = u_all + (long)b * m * uc;       /* W in its first n columns */
     __global float *s = s_all + (long)b * n;
     __global float *v = v_all + (long)b * n * n;
-    float total = 0.0f;
+    float mx = 0.0f;
+    int finite = 1;
+    for (int i = 0; i < m * n; ++i) {
+        finite &= isfinite(a[i]);
+        mx = fmax(mx, fabs(a[i]));
+    }
+    const float scale = balancing_scale(mx);
     for (int i = 0; i < m; ++i)
-        for (int j = 0; j < uc; ++j) {
-            const float x = j < n ? a[i * n + j] : 0.0f;
-            u[i * uc + j] = x;
-            total += x * x;
-        }
-    if (!isfinite(total)) {                            /* NaN or inf: all NaN, no sweeps */
+        for (int j = 0; j < uc; ++j)
+            u[i * uc + j] = j < n ? a[i * n + j] * scale : 0.0f;
+    if (!finite) {                                     /* NaN or inf: all NaN, no sweeps */
         for (int i = 0; i < m * uc; ++i) u[i] = NAN;
         for (int i = 0; i < n; ++i) s[i] = NAN;
         for (int i = 0; i < n * n; ++i) v[i] = NAN;
@@ -218,11 +244,12 @@ __kernel void svd_jacobi(__global const float *a_all, __global float *u_all,
             }
         }
     }
+    for (int j = 0; j < n; ++j) s[j] /= scale;
 }
 """
 
 
-QR_SOURCE = r"""//CL//
+QR_SOURCE = "//CL//\n" + BALANCE + r"""
 /* w (batch, m, n): A on entry, overwritten with the reflections (LAPACK's geqrf layout);
    tau (batch, k) scratch, k = min(m, n). q (batch, m, qc), r (batch, rc, n). */
 __kernel void qr_householder(__global float *w_all, __global float *tau_all,
@@ -236,6 +263,11 @@ __kernel void qr_householder(__global float *w_all, __global float *tau_all,
     __global float *tau = tau_all + (long)b * k;
     __global float *q = q_all + (long)b * m * qc;
     __global float *r = r_all + (long)b * rc * n;
+    float mx = 0.0f;
+    for (int i = 0; i < m * n; ++i) mx = fmax(mx, fabs(w[i]));
+    const float scale = isfinite(mx) ? balancing_scale(mx) : 1.0f;
+    if (scale != 1.0f)
+        for (int i = 0; i < m * n; ++i) w[i] *= scale;
     for (int j = 0; j < k; ++j) {
         const float alpha = w[j * n + j];
         float xx = 0.0f;
@@ -256,7 +288,7 @@ __kernel void qr_householder(__global float *w_all, __global float *tau_all,
     }
     for (int i = 0; i < rc; ++i)
         for (int c = 0; c < n; ++c)
-            r[i * n + c] = c >= i ? w[i * n + c] : 0.0f;
+            r[i * n + c] = c >= i ? w[i * n + c] / scale : 0.0f;
     for (int i = 0; i < m; ++i)
         for (int c = 0; c < qc; ++c)
             q[i * qc + c] = i == c ? 1.0f : 0.0f;
