@@ -457,6 +457,28 @@ def test_lu_solve_with_lu_factors_is_pytorchs(queue, rng, left, adjoint):
                    [b])
 
 
+@pytest.mark.parametrize("bad", [0, 5, -1000000])
+def test_lu_solve_refuses_pivots_outside_one_to_n_as_pytorch(queue, rng, bad):
+    # they were followed out of the matrix: garbage read, and writes past B's buffer
+    a = _well_conditioned(rng, 2, 4, 4)
+    LU, pivots = linalg.lu_factor(tp.tensor(a))
+    wrong = pivots.to_host().copy()
+    wrong[1, 2] = bad
+    b = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    with pytest.raises(RuntimeError, match="Pivots given to lu_solve"):
+        torch.linalg.lu_solve(torch.tensor(LU.to_host()), torch.tensor(wrong), torch.tensor(b))
+    with pytest.raises(ShapeError, match=r"pivots \(2, 4\) hold a pivot outside 1..4 at "
+                                         r"\(1, 2\)"):
+        linalg.lu_solve(LU, tp.tensor(wrong), tp.tensor(b)).to_host()
+    x = leaf(queue, b)
+    with tp.Tape():
+        out = linalg.lu_solve(LU, tp.tensor(wrong), x)       # recorded: at the first read
+    with pytest.raises(ShapeError, match="outside 1..4"):
+        out.to_host()
+    with pytest.raises(DTypeError, match="expected int32"):
+        linalg.lu_solve(LU, tp.tensor(wrong.astype(np.float32)), tp.tensor(b))
+
+
 def test_multi_dot_vecdot_diagonal_and_cholesky_inverse_are_pytorchs(queue, rng):
     ms = [rng.standard_normal(s).astype(np.float32) for s in [(5,), (5, 2), (2, 6), (6,)]]
     _against_torch(queue, rng, lambda *t: linalg.multi_dot(t),

@@ -107,8 +107,10 @@ __kernel void lu_solve(__global const float *lu, __global const int *piv, __glob
     __global float *y = x + (long)b * n * k + c;
     if (!trans) {
         for (int i = 0; i < n; ++i) {            /* P b: the swaps in order */
-            const int r = p[i] - 1;
-            if (r != i) { const float t = y[i * k]; y[i * k] = y[r * k]; y[r * k] = t; }
+            const int r = p[i] - 1;              /* bad pivots (check_pivots) move nothing */
+            if (r != i && r >= 0 && r < n) {
+                const float t = y[i * k]; y[i * k] = y[r * k]; y[r * k] = t;
+            }
         }
         for (int i = 0; i < n; ++i) {            /* L z = P b */
             float s = y[i * k];
@@ -133,9 +135,21 @@ __kernel void lu_solve(__global const float *lu, __global const int *piv, __glob
         }
         for (int i = n - 1; i >= 0; --i) {       /* x = P^T z: the swaps in reverse */
             const int r = p[i] - 1;
-            if (r != i) { const float t = y[i * k]; y[i * k] = y[r * k]; y[r * k] = t; }
+            if (r != i && r >= 0 && r < n) {
+                const float t = y[i * k]; y[i * k] = y[r * k]; y[r * k] = t;
+            }
         }
     }
+}
+
+/* flag = the smallest position in piv (total entries) of a pivot outside 1..n: pivots that
+   did not come from lu_factor, which lu_solve would follow out of its matrix */
+__kernel void check_pivots(__global const int *piv, __global int *flag, const int total,
+                           const int n)
+{
+    const int g = get_global_id(0);
+    if (g >= total) return;
+    if (piv[g] < 1 || piv[g] > n) atomic_min(flag, g);
 }
 
 /* out (zeros on entry) = the Cholesky factor L of a's lower triangle (upper = 0), or U = L^T
@@ -256,6 +270,17 @@ def lu_solve(lu: Tensor, pivots: Tensor, b: Tensor, trans: bool = False) -> Tens
             lu.queue, (round_up(batch * k, LOCAL),), None, lu.data, pivots.data, x.data,
             np.int32(batch), np.int32(n), np.int32(k), np.int32(trans))
     return x
+
+
+def check_pivots(pivots: Tensor, n: int) -> Tensor:
+    """The one-int flag of ``pivots`` (int32, any shape): the smallest flat position of a
+    pivot outside ``1..n``, or ``NO_ERROR``."""
+    q = pivots.queue
+    flag = _flag(q)
+    get_kernel(q, SOURCE, "check_pivots")(
+        q, (round_up(pivots.size, LOCAL),), None, pivots.data, flag.data,
+        np.int32(pivots.size), np.int32(n))
+    return flag
 
 
 def cholesky(a: Tensor, upper: bool = False, op: str = "cholesky"

@@ -16,13 +16,15 @@ from numbers import Real
 
 import numpy as np
 
-from ...errors import ParclError, ShapeError
+from ...errors import DTypeError, ParclError, ShapeError
 from ...kernels import creation as ck
 from ...kernels import elementwise as ew
 from ...kernels import linalg as lk
 from ...kernels.reduction import sum_to_shape
 from ...tensor import FLOAT, Tensor
 from ..node import Function, Node
+from ..tape import defer
+from .checks import FlagCheck
 from .counting import count_nonzero
 from .diagonals import diagonal as diagonal_
 from .elementwise import div, mul, sub
@@ -289,6 +291,24 @@ def solve_ex(A, B, *, left: bool = True, check_errors: bool = False, tape=None):
     return SolveExResult(x, lu.info)
 
 
+class _PivotsCheck(FlagCheck):
+    """The flag of ``check_pivots``: the first pivot outside ``1..n``, or ``NO_ERROR``."""
+
+    def __init__(self, op: str, flag: Tensor, shape: tuple, n: int):
+        self.description = f"{op}'s check of its pivots"
+        self.op, self.shape, self.n = op, shape, n
+        super().__init__(flag)
+
+    def error(self, host: np.ndarray) -> ShapeError | None:
+        at = int(host[0])
+        if at == lk.NO_ERROR:
+            return None
+        where_ = tuple(map(int, np.unravel_index(at, self.shape)))
+        return ShapeError(f"{self.op}: pivots {self.shape} hold a pivot outside 1..{self.n} "
+                          f"at {where_} (as PyTorch's 'Pivots given to lu_solve must all be "
+                          "...'); pass the pivots of linalg.lu_factor (1-based, LAPACK's)")
+
+
 class LuSolve(Function):
     """``X`` from ``lu_factor``'s factors: ``A X = B`` or ``A^T X = B`` (``trans``); the
     gradient of ``B`` only (the factors come from ``lu_factor``, which has none)."""
@@ -301,6 +321,9 @@ class LuSolve(Function):
         if pivots.shape != lu.shape[:-1]:
             raise ShapeError(f"{op}: pivots {pivots.shape} do not fit LU {lu.shape}: "
                              f"expected {lu.shape[:-1]}")
+        if pivots.dtype != np.int32:
+            raise DTypeError(f"{op}: pivots {pivots.shape} have dtype {pivots.dtype}, "
+                             "expected int32 (linalg.lu_factor's)")
         if b.ndim < 2 or b.shape[-2] != n:
             raise ShapeError(f"{op}: B {b.shape} does not fit LU {lu.shape}: expected B of "
                              f"shape (*, {n}, k)")
@@ -312,11 +335,15 @@ class LuSolve(Function):
         k = b.shape[-1]
         count = int(np.prod(batch, dtype=np.int64))
         lu3, piv = lu.reshape(count, n, n), pivots.reshape(count, n)
-        self.saved = (lu3, piv, trans, b.shape, batch)
-        return lk.lu_solve(lu3, piv, _batched(b, batch, n, k), trans).reshape(*batch, n, k)
+        check = _PivotsCheck(op, lk.check_pivots(pivots, n), pivots.shape, n)
+        out = lk.lu_solve(lu3, piv, _batched(b, batch, n, k), trans).reshape(*batch, n, k)
+        check.guard(out, not self.recording)
+        self.saved = (lu3, piv, trans, b.shape, batch, check)
+        return out
 
     def backward(self, g: Tensor):
-        lu3, piv, trans, b_shape, batch = self.saved
+        lu3, piv, trans, b_shape, batch, check = self.saved
+        defer(check.check)
         count, n = piv.shape
         k = g.shape[-1]
         gb = lk.lu_solve(lu3, piv, g.reshape(count, n, k), not trans)
