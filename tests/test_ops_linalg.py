@@ -584,6 +584,18 @@ def test_lstsq_gives_pytorchs_solution_residuals_rank_and_gradients(queue, rng, 
                      tp.tensor(np.float32([[1], [2], [3]]))).solution.to_host(), [[1], [2]])
 
 
+@pytest.mark.parametrize("shapes", [((5, 3), (5,)), ((2, 5, 3), (2, 5))])
+def test_lstsq_takes_a_vector_b_with_one_dim_fewer_than_a_as_pytorch(queue, rng, shapes):
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    _against_torch(queue, rng, lambda x, y: linalg.lstsq(x, y, driver="gelsd").solution,
+                   lambda x, y: torch.linalg.lstsq(x, y, driver="gelsd").solution, [a, b])
+    got = linalg.lstsq(tp.tensor(a), tp.tensor(b), driver="gelsd")
+    want = torch.linalg.lstsq(torch.tensor(a, dtype=torch.float64),
+                              torch.tensor(b, dtype=torch.float64), driver="gelsd")
+    assert got.residuals.shape == tuple(want.residuals.shape)      # (*, 1), as PyTorch's
+    np.testing.assert_allclose(got.residuals.to_host(), want.residuals.numpy(), rtol=1e-5)
+
+
 def test_a_matrix_holding_nan_decomposes_to_nan_not_to_a_plausible_answer(queue):
     m = tp.tensor(np.float32([[1, 2, 0], [np.nan, 1, 0], [0, 0, 1]]))
     for values in (linalg.eigvalsh(m), linalg.svdvals(m), linalg.eigh(m).eigenvectors,

@@ -35,7 +35,7 @@ from .reduce import sum as sum_
 from .reduce_dims import amax
 from .scans import cumprod
 from .select import where
-from .shape import movedim, reshape, unsqueeze
+from .shape import movedim, reshape, squeeze, unsqueeze
 from .slices import narrow, tril, triu
 from .unary import abs as abs_
 
@@ -182,8 +182,9 @@ _DRIVERS = (None, "gels", "gelsy", "gelsd", "gelss")
 def lstsq(A, B, rcond: float | None = None, *, driver: str | None = None,
           tape=None) -> LstsqResult:
     """``torch.linalg.lstsq``: the minimum-norm least-squares ``X`` ``(*, n, k)`` minimising
-    ``|A X - B|`` for ``A`` ``(*, m, n)`` and ``B`` ``(*, m, k)``, as ``pinv(A, rtol=rcond)
-    @ B`` (``rcond`` ``eps * max(m, n)`` by default), so ``pinv``'s gradient. ``rank`` (int64)
+    ``|A X - B|`` for ``A`` ``(*, m, n)`` and ``B`` ``(*, m, k)`` (or vectors ``(*, m)``, one
+    dim fewer than ``A``: ``X`` ``(*, n)``), as ``pinv(A, rtol=rcond) @ B`` (``rcond`` ``eps *
+    max(m, n)`` by default), so ``pinv``'s gradient. ``rank`` (int64)
     for every driver but ``"gels"``; ``"gelsd"`` and ``"gelss"`` also give the singular
     values, and with ``m > n`` and every matrix of full rank the squared residuals ``(*, k)``
     (a host read of the ranks). What PyTorch leaves empty is None.
@@ -197,9 +198,14 @@ def lstsq(A, B, rcond: float | None = None, *, driver: str | None = None,
     if driver not in _DRIVERS:
         raise ShapeError(f"{op}: driver must be one of {_DRIVERS}, got {driver!r}")
     a_shape, b_shape = tuple(A.shape), tuple(B.shape)
+    # PyTorch's rule: B with one dim fewer than A is a (batch of) vector(s) (*, m)
+    vector = len(a_shape) >= 2 and len(b_shape) == len(a_shape) - 1
+    if vector:
+        B = unsqueeze(B, -1, tape=tape)
+        b_shape = tuple(B.shape)
     if len(a_shape) < 2 or len(b_shape) < 2 or a_shape[-2] != b_shape[-2]:
-        raise ShapeError(f"{op}: expected A (*, m, n) and B (*, m, k) with the same m, got A "
-                         f"{a_shape} and B {b_shape}")
+        raise ShapeError(f"{op}: expected A (*, m, n) and B (*, m, k) or (*, m) with the same "
+                         f"m, got A {a_shape} and B {tuple(B.shape)}")
     m, n = a_shape[-2:]
     rtol = rcond if rcond is not None and rcond > 0 else None
     x = matmul(pinv(A, rtol=rtol, tape=tape), B, tape=tape)
@@ -212,6 +218,8 @@ def lstsq(A, B, rcond: float | None = None, *, driver: str | None = None,
         if (full.to_host() == n).all():
             residuals = sum_(square(sub(matmul(A, x, tape=tape), B, tape=tape), tape=tape), -2,
                              tape=tape)
+    if vector:                  # PyTorch's residuals keep their k = 1
+        x = squeeze(x, -1, tape=tape)
     return LstsqResult(x, residuals, rank, values)
 
 
