@@ -217,6 +217,26 @@ def test_lu_factor_gives_pytorchs_factors_and_pivots(queue, rng):
         linalg.lu_factor(tp.tensor(a, requires_grad=True))
 
 
+def test_lu_factor_of_a_singular_matrix_is_refused_and_lu_factor_ex_gives_info_as_pytorch(
+        queue):
+    # parcl's lu_factor gave the factors silently, and lu_solve with them inf
+    a = np.float32([[[2, 0], [0, 1]], [[1, 2], [2, 4]]])
+    with pytest.raises(RuntimeError, match="U\\[2,2\\] is zero"):
+        torch.linalg.lu_factor(torch.tensor(a))
+    with pytest.raises(LinAlgError, match=r"linalg.lu_factor: the input \(2, 2, 2\) is "
+                                          r"singular \(matrix \(1,\) of the batch\): U\[2,2\]"):
+        linalg.lu_factor(tp.tensor(a))
+    want = torch.linalg.lu_factor_ex(torch.tensor(a, dtype=torch.float64))
+    got = linalg.lu_factor_ex(tp.tensor(a))
+    np.testing.assert_allclose(got.LU.to_host(), want.LU.numpy())
+    np.testing.assert_array_equal(got.pivots.to_host(), want.pivots.numpy())
+    np.testing.assert_array_equal(got.info.to_host(), want.info.numpy())       # [0, 2]
+    with pytest.raises(LinAlgError, match="linalg.lu_factor_ex: the input"):
+        linalg.lu_factor_ex(tp.tensor(a), check_errors=True)
+    P, L, U = linalg.lu(tp.tensor(a))                  # as torch.linalg.lu: no error
+    np.testing.assert_allclose(U.to_host(), torch.linalg.lu(torch.tensor(a)).U.numpy())
+
+
 @pytest.mark.parametrize("n", [0, 1, 3, -2])
 def test_matrix_power_and_its_gradient_are_pytorchs(queue, rng, n):
     a = _well_conditioned(rng, 2, 3, 3) / 3

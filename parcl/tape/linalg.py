@@ -23,13 +23,14 @@ from .ops.linalg_more import (cond, diagonal, inv_ex, lu_solve, matmul, matrix_r
                               pinv, solve_ex, vecdot)
 from .ops.linalg_norms import matrix_norm, norm, vector_norm
 from .ops.linalg_cholesky import cholesky, cholesky_ex, solve_triangular
-from .ops.linalg_solve import det, inverse, lu_factor, matrix_power, slogdet, solve
+from .ops.linalg_solve import (det, inverse, lu_factor, lu_factor_ex, matrix_power, slogdet,
+                               solve)
 from .ops.products import cross
 
 __all__ = ["cholesky", "cholesky_ex", "cond", "cross", "det", "diagonal", "eigh", "eigvalsh",
-           "inv", "inv_ex", "lstsq", "lu", "lu_factor", "lu_solve", "matmul", "matrix_exp",
-           "matrix_norm", "matrix_power", "matrix_rank", "multi_dot", "norm", "pinv", "qr",
-           "slogdet", "solve", "solve_ex", "solve_triangular", "svd", "svdvals", "tensorinv",
-           "tensorsolve", "vander", "vecdot", "vector_norm"]
+           "inv", "inv_ex", "lstsq", "lu", "lu_factor", "lu_factor_ex", "lu_solve", "matmul",
+           "matrix_exp", "matrix_norm", "matrix_power", "matrix_rank", "multi_dot", "norm",
+           "pinv", "qr", "slogdet", "solve", "solve_ex", "solve_triangular", "svd", "svdvals",
+           "tensorinv", "tensorsolve", "vander", "vecdot", "vector_norm"]
 
 inv = inverse

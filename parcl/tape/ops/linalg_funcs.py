@@ -29,7 +29,7 @@ from .join import cat
 from .linalg import matmul
 from .linalg_decomp import svdvals
 from .linalg_more import matrix_rank, pinv
-from .linalg_solve import _mT, inverse, lu_factor, solve
+from .linalg_solve import _mT, factor_without_grad, inverse, solve
 from .mathops import square
 from .reduce import sum as sum_
 from .reduce_dims import amax
@@ -268,7 +268,8 @@ def lu(A, *, pivot: bool = True) -> LuResult:
     array([[0., 1.],
            [1., 0.]], dtype=float32)
     """
-    factors, pivots = lu_factor(A, pivot=pivot)
+    f = factor_without_grad(A, pivot, "linalg.lu")          # a singular A has its P, L, U
+    factors, pivots = f.lu, f.pivots
     n = factors.shape[-1]
     count = prod(factors.shape[:-2])
     eye = ck.eye(factors.queue, n, n, FLOAT)

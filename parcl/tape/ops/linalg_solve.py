@@ -335,24 +335,69 @@ class LUFactorResult(tuple):
     pivots = property(lambda self: self[1])
 
 
+class LUFactorExResult(tuple):
+    """``(LU, pivots, info)``, as PyTorch's named tuple."""
+
+    __slots__ = ()
+
+    def __new__(cls, LU, pivots, info):  # noqa: N803
+        return super().__new__(cls, (LU, pivots, info))
+
+    LU = property(lambda self: self[0])
+    pivots = property(lambda self: self[1])
+    info = property(lambda self: self[2])
+
+
+class _LUFactorCheck(_FactorCheck):
+    def detail(self, column: int) -> str:
+        return (f"U[{column + 1},{column + 1}] is zero and using it on lu_solve would divide "
+                "by zero (as PyTorch's); use linalg.lu_factor_ex or linalg.lu for the factors "
+                "of a singular matrix")
+
+
+def factor_without_grad(A, pivot: bool, op: str) -> lk.LU:
+    """``lk.lu_factor`` of ``A`` for the ops whose factors have no gradient (refused where
+    ``A`` requires one)."""
+    if not pivot:
+        raise ShapeError(f"{op}: pivot=False is not supported (A {A.shape}); PyTorch's also "
+                         "takes it on CUDA only")
+    if _needs_grad(A):
+        raise ParclError(f"{op}: A {A.shape} requires grad, but parcl's lu_factor has no "
+                         "gradient; pass A.detach(), or use det, slogdet, solve or inverse, "
+                         "which have theirs")
+    return lk.lu_factor(_raw(A, op), op)
+
+
 def lu_factor(A, *, pivot: bool = True) -> LUFactorResult:
     """``torch.linalg.lu_factor``: ``(LU, pivots)`` with ``P A = L U`` by partial pivoting,
     ``L`` (unit diagonal) below the diagonal of ``LU`` and ``U`` on and above it, ``pivots``
     1-based int32 (LAPACK's, as PyTorch's). Raw Tensors, no gradient: an ``A`` that requires
-    one is a ``ParclError`` (detach it); ``pivot=False`` is refused (PyTorch's needs CUDA).
+    one is a ``ParclError`` (detach it); ``pivot=False`` is refused (PyTorch's needs CUDA). A
+    singular matrix (a zero pivot) is a ``LinAlgError``, as PyTorch's (``lu_factor_ex`` gives
+    its factors).
 
     >>> tp.linalg.lu_factor(tp.tensor(np.array([[1.0, 2.0], [3.0, 4.0]]))).pivots.to_host()
     array([2, 2], dtype=int32)
     """
-    if not pivot:
-        raise ShapeError(f"linalg.lu_factor: pivot=False is not supported (A {A.shape}); "
-                         "PyTorch's also takes it on CUDA only")
-    if _needs_grad(A):
-        raise ParclError(f"linalg.lu_factor: A {A.shape} requires grad, but parcl's "
-                         "lu_factor has no gradient; pass A.detach(), or use det, slogdet, "
-                         "solve or inverse, which have theirs")
-    f = lk.lu_factor(_raw(A, "linalg.lu_factor"), "linalg.lu_factor")
+    op = "linalg.lu_factor"
+    f = factor_without_grad(A, pivot, op)
+    _LUFactorCheck(op, f.flag, f.lu.shape, "singular").guard(f.lu, True)
     return LUFactorResult(f.lu, f.pivots)
+
+
+def lu_factor_ex(A, *, pivot: bool = True, check_errors: bool = False) -> LUFactorExResult:
+    """``torch.linalg.lu_factor_ex``: ``lu_factor``'s ``(LU, pivots)`` and ``info`` (int32
+    per matrix: 0, or the 1-based column of the first zero pivot), no error for a singular
+    matrix unless ``check_errors``.
+
+    >>> int(tp.linalg.lu_factor_ex(tp.tensor(np.float32([[1, 2], [2, 4]]))).info)
+    2
+    """
+    op = "linalg.lu_factor_ex"
+    f = factor_without_grad(A, pivot, op)
+    if check_errors:
+        _LUFactorCheck(op, f.flag, f.lu.shape, "singular").guard(f.lu, True)
+    return LUFactorExResult(f.lu, f.pivots, f.info)
 
 
 def matrix_power(A, n: int, *, tape=None):
