@@ -499,6 +499,31 @@ def test_lu_solve_refuses_pivots_outside_one_to_n_as_pytorch(queue, rng, bad):
         linalg.lu_solve(LU, tp.tensor(wrong.astype(np.float32)), tp.tensor(b))
 
 
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_inverse_of_a_factor_with_a_zero_diagonal_is_refused_as_pytorch(queue, upper):
+    # it was NaN throughout, silently; cholesky_solve with that factor stays NaN, as torch's
+    f = np.float32([[[2, 0], [1, 3]], [[1, 0], [1, 0]]])
+    if upper:
+        f = np.ascontiguousarray(np.swapaxes(f, -1, -2))
+    with pytest.raises(RuntimeError, match="The diagonal element 2 is zero"):
+        torch.cholesky_inverse(torch.tensor(f), upper=upper)
+    with pytest.raises(LinAlgError, match=r"cholesky_inverse: the input \(2, 2, 2\) is "
+                                          r"singular \(matrix \(1,\) of the batch\): the "
+                                          "diagonal element 2 of the factor is zero"):
+        tp.cholesky_inverse(tp.tensor(f), upper=upper)
+    x = leaf(queue, f)
+    with tp.Tape():
+        out = tp.cholesky_inverse(x, upper=upper)             # recorded: at the first read
+    with pytest.raises(LinAlgError, match="diagonal element 2"):
+        out.to_host()
+    np.testing.assert_allclose(
+        tp.cholesky_inverse(tp.tensor(f[0]), upper=upper).to_host(),
+        torch.cholesky_inverse(torch.tensor(f[0]), upper=upper).numpy(), rtol=1e-6)
+    b = np.ones((2, 1), np.float32)
+    assert np.isnan(tp.cholesky_solve(tp.tensor(b), tp.tensor(f[1]), upper).to_host()).all()
+    assert torch.cholesky_solve(torch.tensor(b), torch.tensor(f[1]), upper).isnan().all()
+
+
 def test_multi_dot_vecdot_diagonal_and_cholesky_inverse_are_pytorchs(queue, rng):
     ms = [rng.standard_normal(s).astype(np.float32) for s in [(5,), (5, 2), (2, 6), (6,)]]
     _against_torch(queue, rng, lambda *t: linalg.multi_dot(t),

@@ -142,6 +142,15 @@ __kernel void lu_solve(__global const float *lu, __global const int *piv, __glob
     }
 }
 
+/* flag = the smallest matrix * n + i of a zero diagonal entry a[i][i] of a (batch, n, n) */
+__kernel void zero_diagonal(__global const float *a, __global int *flag, const int batch,
+                            const int n)
+{
+    const int g = get_global_id(0);
+    if (g >= batch * n) return;
+    if (a[(long)g * n + g % n] == 0.0f) atomic_min(flag, g);
+}
+
 /* flag = the smallest position in piv (total entries) of a pivot outside 1..n: pivots that
    did not come from lu_factor, which lu_solve would follow out of its matrix */
 __kernel void check_pivots(__global const int *piv, __global int *flag, const int total,
@@ -280,6 +289,18 @@ def check_pivots(pivots: Tensor, n: int) -> Tensor:
     get_kernel(q, SOURCE, "check_pivots")(
         q, (round_up(pivots.size, LOCAL),), None, pivots.data, flag.data,
         np.int32(pivots.size), np.int32(n))
+    return flag
+
+
+def zero_diagonal(a: Tensor) -> Tensor:
+    """The one-int flag of ``a`` ``(batch, n, n)``: the smallest ``matrix * n + i`` whose
+    diagonal entry ``a[i][i]`` is 0, or ``NO_ERROR``."""
+    batch, n, _ = a.shape
+    q = a.queue
+    flag = _flag(q)
+    get_kernel(q, SOURCE, "zero_diagonal")(
+        q, (round_up(batch * n, LOCAL),), None, a.data, flag.data, np.int32(batch),
+        np.int32(n))
     return flag
 
 

@@ -39,6 +39,12 @@ class _CholeskyCheck(_FactorCheck):
                 "PyTorch's); cholesky takes symmetric positive-definite matrices")
 
 
+class _ZeroDiagonalCheck(_FactorCheck):
+    def detail(self, column: int) -> str:
+        return (f"the diagonal element {column + 1} of the factor is zero, so the matrix it "
+                "factors is singular (as PyTorch's)")
+
+
 class Cholesky(Function):
     """The Cholesky factor, computed before (``factor``: ``lk.cholesky``'s output and flag,
     so that ``cholesky_ex`` has its ``info`` whether or not this records)."""
@@ -129,8 +135,8 @@ class CholeskySolve(Function):
 
     name = "cholesky_solve"
 
-    def forward(self, b: Tensor, factor: Tensor, upper: bool = False):
-        op = "cholesky_solve"
+    def forward(self, b: Tensor, factor: Tensor, upper: bool = False, op: str = "cholesky_solve",
+                check_diagonal: bool = False):
         n = lk.check_square(op, factor)
         if b.ndim < 2 or b.shape[-2] != n:
             raise ShapeError(f"{op}: B {b.shape} does not fit the factor {factor.shape}: "
@@ -139,9 +145,14 @@ class CholeskySolve(Function):
         k = b.shape[-1]
         f3 = _batched(factor, batch, n, n)
         x = self._solve(f3, _batched(b, batch, n, k), upper)
+        out = x.reshape(*batch, n, k)
+        check = None
+        if check_diagonal:           # cholesky_inverse's, as PyTorch's (cholesky_solve has none)
+            check = _ZeroDiagonalCheck(op, lk.zero_diagonal(f3), (*batch, n, n), "singular")
+            check.guard(out, not self.recording)
         if self.recording:
-            self.saved = (f3, x, batch, b.shape, factor.shape, upper)
-        return x.reshape(*batch, n, k)
+            self.saved = (f3, x, batch, b.shape, factor.shape, upper, check)
+        return out
 
     @staticmethod
     def _solve(f3: Tensor, b3: Tensor, upper: bool) -> Tensor:
@@ -150,7 +161,9 @@ class CholeskySolve(Function):
         return lk.solve_triangular(f3, y, upper, trans=not upper)
 
     def backward(self, g: Tensor):
-        f3, x, batch, b_shape, f_shape, upper = self.saved
+        f3, x, batch, b_shape, f_shape, upper, check = self.saved
+        if check is not None:
+            defer(check.check)
         count, n, k = x.shape
         gb = self._solve(f3, g.reshape(count, n, k), upper)
         gf = None

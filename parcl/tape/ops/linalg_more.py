@@ -31,7 +31,7 @@ from .elementwise import div, mul, sub
 from .linalg import matmul as matmul_
 from .linalg_decomp import _Svd, eigh, svdvals
 from .linalg_norms import matrix_norm
-from .linalg_cholesky import cholesky_solve
+from .linalg_cholesky import CholeskySolve
 from .linalg_solve import Solve, _batch_shape, _batched, _is_vector_rhs, _mT, _raw
 from .mathops import gt
 from .reduce import sum as sum_
@@ -380,7 +380,9 @@ def cholesky_inverse(L, upper: bool = False, *, tape=None):
     array([[0.25, 0.  ],
            [0.  , 1.  ]], dtype=float32)
     """
-    f = _raw(L, "cholesky_inverse")
-    n = lk.check_square("cholesky_inverse", f)
-    return cholesky_solve(ck.eye(f.queue, n, n, FLOAT), L, upper, tape=tape)
+    op = "cholesky_inverse"
+    f = _raw(L, op)
+    n = lk.check_square(op, f)
+    return CholeskySolve.apply(ck.eye(f.queue, n, n, FLOAT), L, tape=tape, upper=bool(upper),
+                               op=op, check_diagonal=True)
 
