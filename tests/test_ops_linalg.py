@@ -669,6 +669,19 @@ def test_eigh_svd_and_qr_of_huge_or_tiny_matrices_are_pytorchs(queue, rng, scale
         v.to_host(), -1, -2)) / scale, sym / scale, atol=1e-4)
 
 
+def test_slogdet_of_a_matrix_holding_nan_with_a_zero_pivot_is_nan_as_pytorch(queue):
+    # the zero pivot made it (0, -inf), a singular matrix's answer, and logdet -inf
+    for m in ([[0, 0], [0, np.nan]], [[0, 1], [0, np.nan]]):
+        m = np.float32(m)
+        want = torch.linalg.slogdet(torch.tensor(m)).logabsdet
+        assert np.isnan(want.item()) and np.isnan(torch.logdet(torch.tensor(m)).item())
+        assert np.isnan(tp.slogdet(tp.tensor(m)).logabsdet.to_host())
+        assert np.isnan(tp.logdet(tp.tensor(m)).to_host())
+        assert np.isnan(tp.det(tp.tensor(m)).to_host())
+    sign, logabs = tp.slogdet(tp.tensor(np.float32([[1, 2], [2, 4]])))     # singular: unchanged
+    assert float(sign) == 0 and float(logabs) == -np.inf
+
+
 def test_lu_gives_pytorchs_p_l_and_u(queue, rng):
     a = rng.standard_normal((2, 4, 4)).astype(np.float32)
     got = linalg.lu(tp.tensor(a))

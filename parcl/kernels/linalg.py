@@ -83,9 +83,12 @@ __kernel void lu_factor(__global float *lu, __global int *piv, __global int *inf
         }
     }
     info[b] = singular + 1;
+    /* a NaN pivot after a zero one: the matrix held NaN, so its logabsdet is NaN (as det),
+       not the -inf of a singular one */
+    const int nan_pivot = isnan(logabs);
     if (singular >= 0) {
         sgn = 0.0f;
-        logabs = -INFINITY;
+        logabs = nan_pivot ? NAN : -INFINITY;
         atomic_min(flag, b * n + singular);
     }
     if (isnan(logabs)) sgn = NAN;
