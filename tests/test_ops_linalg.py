@@ -217,6 +217,25 @@ def test_lu_factor_gives_pytorchs_factors_and_pivots(queue, rng):
         linalg.lu_factor(tp.tensor(a, requires_grad=True))
 
 
+@pytest.mark.parametrize("solver", ["solve", "solve_ex", "solve_triangular", "cholesky_solve",
+                                    "lu_solve"])
+def test_a_solve_with_an_integer_b_is_refused_as_pytorch(queue, solver):
+    # its buffer was read as floats: solve([[2, 0], [0, 4]], int64 [2, 4]) was [1, 4] (int64)
+    a = np.float32([[2, 0], [0, 4]])
+    b = np.array([[2], [4]])
+    with pytest.raises(RuntimeError, match="Expected A and B to have the same dtype"):
+        torch.linalg.solve(torch.tensor(a), torch.tensor(b))
+    A, B = tp.tensor(a), tp.tensor(b)
+    run = {"solve": lambda: linalg.solve(A, B), "solve_ex": lambda: linalg.solve_ex(A, B),
+           "solve_triangular": lambda: linalg.solve_triangular(A, B, upper=True),
+           "cholesky_solve": lambda: tp.cholesky_solve(B, A),
+           "lu_solve": lambda: linalg.lu_solve(*linalg.lu_factor(A), B)}[solver]
+    with pytest.raises(DTypeError, match=r"B \(2, 1\) has dtype int64, expected float32"):
+        run()
+    np.testing.assert_allclose(linalg.solve(A, tp.tensor(b.astype(np.float32))).to_host(),
+                               [[1], [1]])
+
+
 def test_lu_factor_of_a_singular_matrix_is_refused_and_lu_factor_ex_gives_info_as_pytorch(
         queue):
     # parcl's lu_factor gave the factors silently, and lu_solve with them inf

@@ -27,7 +27,7 @@ from ..node import Function
 from ..tape import defer
 from .elementwise import mul
 from .linalg import matmul
-from .linalg_solve import _batch_shape, _batched, _FactorCheck, _mT, _raw
+from .linalg_solve import _batch_shape, _batched, _FactorCheck, _mT, _raw, check_rhs
 from .slices import tril, triu
 
 __all__ = ["cholesky_solve"]
@@ -138,6 +138,7 @@ class CholeskySolve(Function):
     def forward(self, b: Tensor, factor: Tensor, upper: bool = False, op: str = "cholesky_solve",
                 check_diagonal: bool = False):
         n = lk.check_square(op, factor)
+        check_rhs(op, b, factor)
         if b.ndim < 2 or b.shape[-2] != n:
             raise ShapeError(f"{op}: B {b.shape} does not fit the factor {factor.shape}: "
                              f"expected B of shape (*, {n}, k)")
@@ -200,6 +201,7 @@ class SolveTriangular(Function):
     def forward(self, a: Tensor, b: Tensor, upper: bool = False, unit: bool = False):
         op = "linalg.solve_triangular"
         n = lk.check_square(op, a)
+        check_rhs(op, b, a)
         if b.ndim < 2 or b.shape[-2] != n:
             raise ShapeError(f"{op}: B {b.shape} does not fit A {a.shape}: expected B of "
                              f"shape (*, {n}, k)")

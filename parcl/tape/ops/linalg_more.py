@@ -32,7 +32,8 @@ from .linalg import matmul as matmul_
 from .linalg_decomp import _Svd, eigh, svdvals
 from .linalg_norms import matrix_norm
 from .linalg_cholesky import CholeskySolve
-from .linalg_solve import Solve, _batch_shape, _batched, _is_vector_rhs, _mT, _raw
+from .linalg_solve import (Solve, _batch_shape, _batched, _is_vector_rhs, _mT, _raw,
+                           check_rhs)
 from .mathops import gt
 from .reduce import sum as sum_
 from .reduce_dims import amax, amin
@@ -318,6 +319,7 @@ class LuSolve(Function):
     def forward(self, b: Tensor, lu: Tensor = None, pivots: Tensor = None, trans=False):
         op = "linalg.lu_solve"
         n = lk.check_square(op, lu)
+        check_rhs(op, b, lu)
         if pivots.shape != lu.shape[:-1]:
             raise ShapeError(f"{op}: pivots {pivots.shape} do not fit LU {lu.shape}: "
                              f"expected {lu.shape[:-1]}")

@@ -29,13 +29,13 @@ from numbers import Integral
 
 import numpy as np
 
-from ...errors import LinAlgError, ParclError, ShapeError
+from ...errors import DTypeError, LinAlgError, ParclError, ShapeError
 from ...kernels import creation as ck
 from ...kernels import elementwise as ew
 from ...kernels import linalg as lk
 from ...kernels.gemm import batched_gemm
 from ...kernels.reduction import sum_to_shape
-from ...tensor import Tensor
+from ...tensor import FLOAT, Tensor
 from ..node import Function, Node
 from ..tape import defer
 from .checks import FlagCheck
@@ -115,6 +115,15 @@ def _eye_like(a: Tensor) -> Tensor:
 def _scaled(m: Tensor, s: Tensor) -> Tensor:
     """``m`` ``(*batch, n, n)`` times ``s`` ``(*batch)`` per matrix."""
     return mul(m, s.reshape(*s.shape, 1, 1))
+
+
+def check_rhs(op: str, b: Tensor, a: Tensor) -> None:
+    """``B`` float32 as ``A``: the kernels read its buffer as floats (PyTorch's "Expected A
+    and B to have the same dtype")."""
+    if b.dtype != FLOAT:
+        raise DTypeError(f"{op}: B {b.shape} has dtype {b.dtype}, expected float32 as A "
+                         f"{a.shape}; convert it with .astype(np.float32) before "
+                         "Tensor.from_host")
 
 
 def _batch_shape(op: str, a_shape: tuple, b_shape: tuple) -> tuple:
@@ -241,6 +250,7 @@ class Solve(Function):
     def forward(self, a: Tensor, b: Tensor, op: str = "linalg.solve", lu: lk.LU | None = None,
                 check_errors: bool = True):
         n = lk.check_square(op, a)
+        check_rhs(op, b, a)
         if b.ndim < 2 or b.shape[-2] != n:
             raise ShapeError(f"{op}: B {b.shape} does not fit A {a.shape}: expected B of "
                              f"shape (*, {n}, k) (or (*, {n}) for vectors)")
