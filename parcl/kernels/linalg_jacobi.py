@@ -36,13 +36,14 @@ from .linalg import LOCAL, check_square
 SWEEPS = 40
 
 BALANCE = r"""
-/* The power of two that brings mx (the largest |entry|, finite) near 1 where it is past 2^32
-   or below 2^-32, so that no sum of squares overflows or underflows float32 (1e20's square
-   is inf, 1e-25's 0: eigenvalues NaN or 0); 1 otherwise, so a matrix in range gives the same
-   bits. Scaling by a power of two is exact: the rotations and reflections only see ratios. */
+/* The power of two that brings mx (the largest |entry|, finite) near 1 where it is past 2^16
+   or below 2^-16, so that no sum of squares, nor svd's product of two (alpha * beta: 1e9's
+   columns of 64 overflow it), overflows or underflows float32 (1e20's square is inf, 1e-25's
+   0: eigenvalues NaN or 0); 1 otherwise. Scaling by a power of two is exact: the rotations
+   and reflections only see ratios. */
 float balancing_scale(const float mx)
 {
-    if (mx > 0x1p32f || (mx > 0.0f && mx < 0x1p-32f))
+    if (mx > 0x1p16f || (mx > 0.0f && mx < 0x1p-16f))
         return ldexp(1.0f, clamp(-ilogb(mx), -126, 126));     /* a normal float either way */
     return 1.0f;
 }
