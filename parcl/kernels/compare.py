@@ -22,18 +22,16 @@ array([0., 1., 1.], dtype=float32)
 from __future__ import annotations
 
 import math
-from math import prod
 from numbers import Integral, Real
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError
 from ..tensor import Tensor, check_same_queue
 from . import elementwise as ew
-from ._cache import get_kernel, keep
-from .broadcast import broadcast_shapes, broadcast_strides, collapse_dims, int8_vector
+from ._cache import get_kernel
 from .counting import cast
-from .elementwise import MAX_DIMS, STRIDED_OFFSETS
+from .elementwise import STRIDED_OFFSETS, strided_plan
 
 FLOAT = np.dtype(np.float32)
 C_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long", np.dtype(np.uint8): "uchar"}
@@ -96,12 +94,7 @@ def _tensors(op: str, a: Tensor, b: Tensor) -> Tensor:
                          "with np.asarray(t).astype(...) first)")
     check_same_queue(op, a, b)
     queue = a.queue
-    key = ("int_compare", a.shape, b.shape)
-    try:
-        plan = queue.choices[key]
-    except (AttributeError, KeyError):
-        plan = keep(queue, key, _plan(op, a.shape, b.shape))
-    shape, args = plan
+    shape, args = strided_plan(op, queue, a.shape, b.shape)
     out = Tensor.empty(queue, shape, FLOAT)
     if out.size:
         n = out.size
@@ -109,17 +102,6 @@ def _tensors(op: str, a: Tensor, b: Tensor) -> Tensor:
             queue, ((n + LOCAL - 1) // LOCAL * LOCAL,), (LOCAL,), out.data, a.data, b.data,
             *args)
     return out
-
-
-def _plan(op: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple:
-    shape = broadcast_shapes(op, a, b)
-    strided, (sa, sb) = collapse_dims(shape, broadcast_strides(a, shape),
-                                      broadcast_strides(b, shape))
-    if len(strided) > MAX_DIMS:
-        raise ShapeError(f"{op}: broadcasting {a} with {b} needs {len(strided)} strided "
-                         f"dimensions; at most {MAX_DIMS} are supported")
-    return shape, (np.int32(prod(shape)), np.int32(len(strided)), int8_vector(strided),
-                   int8_vector(sa), int8_vector(sb))
 
 
 def _with_number(op: str, t: Tensor, v) -> Tensor:

@@ -291,6 +291,25 @@ def _broadcast_plan(op: str, a: tuple[int, ...], b: tuple[int, ...]) -> Broadcas
                          (n, len(dims), int8_vector(dims), int8_vector(sa), int8_vector(sb)))
 
 
+def strided_plan(op: str, queue, a: tuple[int, ...], b: tuple[int, ...]) -> tuple:
+    """``(shape, args)`` of a broadcast of shapes ``a`` and ``b`` for a ``STRIDED_OFFSETS``
+    kernel of another dtype family (``compare``, ``integer``): the result's shape and the
+    arguments after the three buffers (``n, nd, d, sa, sb``), worked out once per queue."""
+    key = ("strided", a, b)
+    try:
+        return queue.choices[key]
+    except (AttributeError, KeyError):
+        pass
+    shape = broadcast_shapes(op, a, b)
+    dims, (sa, sb) = collapse_dims(shape, broadcast_strides(a, shape),
+                                   broadcast_strides(b, shape))
+    if len(dims) > MAX_DIMS:
+        raise ShapeError(f"{op}: broadcasting {a} with {b} needs {len(dims)} "
+                         f"strided dimensions; at most {MAX_DIMS} are supported")
+    return keep(queue, key, (shape, (np.int32(prod(shape)), np.int32(len(dims)),
+                                     int8_vector(dims), int8_vector(sa), int8_vector(sb))))
+
+
 def _contig(op: str, queue, a: Tensor, b: Tensor, out: Tensor | None) -> Tensor:
     """The same-shape launch of ``binary`` (inputs already checked)."""
     res = Tensor.empty(queue, a.shape) if out is None else _output(op, queue, a.shape, out)

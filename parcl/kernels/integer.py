@@ -16,15 +16,13 @@ array([4, 2, 8])
 
 from __future__ import annotations
 
-from math import prod
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError
 from ..tensor import Tensor, check_same_queue
-from ._cache import get_kernel, keep
-from .broadcast import broadcast_shapes, broadcast_strides, collapse_dims, int8_vector
-from .elementwise import MAX_DIMS, STRIDED_OFFSETS
+from ._cache import get_kernel
+from .elementwise import STRIDED_OFFSETS, strided_plan
 
 # element type -> its OpenCL C name
 C_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long", np.dtype(np.uint8): "uchar"}
@@ -113,29 +111,12 @@ def binary(op: str, a: Tensor, b: Tensor) -> Tensor:
     dtype = check_integer(op, a, b)
     check_same_queue(op, a, b)
     queue = a.queue
-    key = ("integer", a.shape, b.shape)
-    try:
-        plan = queue.choices[key]
-    except (AttributeError, KeyError):
-        plan = keep(queue, key, _plan(op, a.shape, b.shape))
-    shape, args = plan
+    shape, args = strided_plan(op, queue, a.shape, b.shape)
     out = Tensor.empty(queue, shape, dtype)
     if out.size:
         get_kernel(queue, SOURCE, f"{op}_{C_TYPES[dtype]}")(
             queue, _global(out.size), (LOCAL,), out.data, a.data, b.data, *args)
     return out
-
-
-def _plan(op: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple:
-    shape = broadcast_shapes(op, a, b)
-    strided, (sa, sb) = collapse_dims(shape, broadcast_strides(a, shape),
-                                      broadcast_strides(b, shape))
-    if len(strided) > MAX_DIMS:
-        raise ShapeError(f"{op}: broadcasting {a} with {b} needs {len(strided)} strided "
-                         f"dimensions; at most {MAX_DIMS} are supported")
-    n = prod(shape)
-    return shape, (np.int32(n), np.int32(len(strided)), int8_vector(strided),
-                   int8_vector(sa), int8_vector(sb))
 
 
 def bitwise_not(x: Tensor) -> Tensor:
