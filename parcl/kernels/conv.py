@@ -367,24 +367,35 @@ def conv2d_backward(x: Tensor, weight: Tensor, grad: Tensor, stride=1, padding=0
                 swap01(grad, n0 * cout * p, gc, 0, nb, cout, p)
             if need_weight:
                 cols = im2col(x, n0, nb, kh, kw, stride, padding, (oh, ow), dilation)
-                # grad_W^T = cols @ G^T (K, cout): the long reduction over pixels runs about
-                # twice as fast in this orientation than G @ cols^T on the CPU GEMM.
-                if groups > 1:                     # (groups * kg, cg), added chunk by chunk
-                    part = _matmul(cols, gc, groups, trans_b=True)
-                    gw = part if gw is None else ew.binary("add", gw, part, out=gw)
-                elif gw is None:
-                    gw = gemm(cols, gc, trans_b=True)
-                else:
-                    gemm(cols, gc, trans_b=True, out=gw, beta=1.0)
+                gw = add_weight_grad(gw, cols, gc, groups)     # grad_W^T = cols @ G^T
                 del cols
             if need_input:
                 dcols = _matmul(w2, gc, groups, trans_a=True)     # (K, nb*P)
                 col2im(dcols, gx, n0, nb, kh, kw, stride, padding, (oh, ow), dilation)
     gb = channel_sum(grad.reshape(n, cout, p)) if need_bias else None
-    if gw is not None:
-        gwt, gw = gw, Tensor.empty(x.queue, weight.shape)
-        for g in range(groups):                # (kg, cg) -> (cg, kg) per group
-            swap01(gwt, g * kg * cg, gw, g * cg * kg, kg, cg, 1)
-    elif need_weight:                          # no images, no chunk: PyTorch's zeros
-        gw = Tensor.zeros(x.queue, weight.shape)
+    gw = weight_layout(gw, weight, groups, kg, cg) if need_weight else None
     return gx, gw, gb
+
+
+def add_weight_grad(gw: Tensor | None, cols: Tensor, gc: Tensor, groups: int) -> Tensor:
+    """``gw`` plus one chunk's weight gradient ``cols @ gc^T``, ``(groups * kg, cg)`` (the
+    first chunk's is ``gw``): the long reduction over pixels runs about twice as fast in this
+    orientation as ``gc @ cols^T`` on the CPU GEMM. conv2d's and conv3d's backward."""
+    if groups > 1:
+        part = _matmul(cols, gc, groups, trans_b=True)
+        return part if gw is None else ew.binary("add", gw, part, out=gw)
+    if gw is None:
+        return gemm(cols, gc, trans_b=True)
+    gemm(cols, gc, trans_b=True, out=gw, beta=1.0)
+    return gw
+
+
+def weight_layout(gw: Tensor | None, weight: Tensor, groups: int, kg: int, cg: int) -> Tensor:
+    """The summed ``(groups * kg, cg)`` weight gradient in ``weight``'s layout, ``(cg, kg)``
+    per group; zeros where no chunk ran (no images or volumes: PyTorch's zeros)."""
+    if gw is None:
+        return Tensor.zeros(weight.queue, weight.shape)
+    out = Tensor.empty(weight.queue, weight.shape)
+    for g in range(groups):
+        swap01(gw, g * kg * cg, out, g * cg * kg, kg, cg, 1)
+    return out

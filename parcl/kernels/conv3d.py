@@ -29,8 +29,7 @@ from ..runtime import on_gpu
 from ..tensor import Tensor
 from . import elementwise as ew
 from ._cache import get_kernel, round_up
-from .conv import _chunks, _matmul, swap01
-from .gemm import gemm
+from .conv import _chunks, _matmul, add_weight_grad, swap01, weight_layout
 
 __all__ = ["col2vol", "conv3d_backward", "conv3d_forward", "conv_transpose3d_backward",
            "conv_transpose3d_forward", "vol2col"]
@@ -222,23 +221,12 @@ def conv3d_backward(x: Tensor, weight: Tensor, grad: Tensor, stride, padding, di
             swap01(grad, n0 * cout * p, gc, 0, nb, cout, p)      # (nb, cout, P) -> (cout, nb, P)
             if need_weight:                 # grad_W^T = cols @ G^T, as conv2d's (K, cout)
                 cols = vol2col(x, n0, nb, geo, out)
-                if groups > 1:                  # (groups * kg, cg), added chunk by chunk
-                    part = _matmul(cols, gc, groups, trans_b=True)
-                    gw = part if gw is None else ew.binary("add", gw, part, out=gw)
-                elif gw is None:
-                    gw = gemm(cols, gc, trans_b=True)
-                else:
-                    gemm(cols, gc, trans_b=True, out=gw, beta=1.0)
+                gw = add_weight_grad(gw, cols, gc, groups)
                 del cols
             if need_input:
                 col2vol(_matmul(w2, gc, groups, trans_a=True), gx, n0, nb, geo, out)
     gb = channel_sum(grad.reshape(n, cout, p)) if need_bias else None
-    if gw is not None:
-        gwt, gw = gw, Tensor.empty(x.queue, weight.shape)
-        for g in range(groups):                               # (kg, cg) -> (cg, kg) per group
-            swap01(gwt, g * kg * cg, gw, g * cg * kg, kg, cg, 1)
-    elif need_weight:                                         # no volumes: PyTorch's zeros
-        gw = Tensor.zeros(x.queue, weight.shape)
+    gw = weight_layout(gw, weight, groups, kg, cg) if need_weight else None
     return gx, gw, gb
 
 
