@@ -133,14 +133,19 @@ def test_a_group_syncs_only_its_sync_batchnorm_layers_unless_asked_for_all(devic
         close(b, a, 1e-5)
 
 
-def test_a_sync_batchnorm_in_evaluation_normalises_with_its_own_batch_as_pytorch(devices2):
-    # PyTorch's SyncBatchNorm never syncs in eval(); without running statistics it normalises
-    # with each process's batch. parcl exchanged there, so replica 0's shard [1, 2] of
-    # [1, 2, 5, 9] came out [-1.04, -0.72], the full batch's, not [-1, 1]
+@pytest.mark.parametrize("layer, sync_batchnorm", [(pc.nn.SyncBatchNorm, False),
+                                                   (pc.nn.SyncBatchNorm, True),
+                                                   (pc.nn.BatchNorm1d, True)])
+def test_a_batch_norm_in_evaluation_normalises_with_its_own_batch_as_pytorch(
+        devices2, layer, sync_batchnorm):
+    # PyTorch's SyncBatchNorm never syncs in eval() (and ReplicaGroup(sync_batchnorm=True)
+    # makes every batch norm one); without running statistics it normalises with each
+    # process's batch. parcl exchanged there, so replica 0's shard [1, 2] of [1, 2, 5, 9]
+    # came out [-1.04, -0.72], the full batch's, not [-1, 1]
     x = np.array([1.0, 2.0, 5.0, 9.0], np.float32).reshape(4, 1)
     build = seeded(lambda q: pc.nn.Sequential(
-        pc.nn.SyncBatchNorm(1, affine=False, track_running_stats=False, queue=q)))
-    with ReplicaGroup(build, devices2) as group:
+        layer(1, affine=False, track_running_stats=False, queue=q)))
+    with ReplicaGroup(build, devices2, sync_batchnorm=sync_batchnorm) as group:
         for r in group.replicas:
             r.model.eval()
         shards = [pc.Tensor.from_host(r.queue, x[2 * i:2 * i + 2])

@@ -15,6 +15,7 @@ thread's seeded generator (see ``parcl.nn.manual_seed``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import OrderedDict
 
@@ -289,10 +290,14 @@ class BatchNorm2d(_NormBase):
             momentum = 1.0 / n
         running = (self.running_mean, self.running_var) if update or not self.training \
             else (None, None)
-        return ops.batch_norm(x, self.weight, self.bias, *running,
-                              training=self.training or not stats,
-                              momentum=0.0 if momentum is None else momentum, eps=self.eps,
-                              **fused)
+        # evaluation never exchanges statistics (sync_batchnorm=True, SyncBatchNorm), as
+        # PyTorch's SyncBatchNorm: without running statistics it normalises with this
+        # replica's own batch
+        with contextlib.nullcontext() if self.training else mode.own_batch_stats():
+            return ops.batch_norm(x, self.weight, self.bias, *running,
+                                  training=self.training or not stats,
+                                  momentum=0.0 if momentum is None else momentum,
+                                  eps=self.eps, **fused)
 
 
 class ReLU(Module):

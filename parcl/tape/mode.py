@@ -215,6 +215,19 @@ def set_batch_stats_sync(sync) -> None:
     state.stats_sync = sync
 
 
+class own_batch_stats:
+    """Inside, this thread's batch norms normalise with their own batch: no
+    ``sync_batchnorm`` exchange (a batch norm module in evaluation without running
+    statistics, which PyTorch's ``SyncBatchNorm`` does not synchronise either)."""
+
+    def __enter__(self):
+        self._outer = state.stats_sync
+        state.stats_sync = None
+
+    def __exit__(self, *exc):
+        state.stats_sync = self._outer
+
+
 def capture_modes() -> tuple[bool, bool]:
     """The calling thread's (grad mode, anomaly mode), to hand to a worker thread."""
     return is_grad_enabled(), is_anomaly_enabled()
