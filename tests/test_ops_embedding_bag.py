@@ -142,14 +142,29 @@ def test_embedding_bag_refuses_bad_arguments_as_pytorch(queue):
     with pytest.raises(pc.ShapeError, match=r"embedding_bag: input has to be 1D or 2D Tensor, "
                                             r"but got Tensor of dimension 3"):
         tp.embedding_bag(up(queue, np.zeros((1, 1, 2)), np.int64), weight)
-    with pytest.raises(pc.ShapeError, match="embedding_bag: include_last_offset=True needs at "
-                                            "least 2 offsets"):
-        tp.embedding_bag(idx, weight, np.array([0]), include_last_offset=True)
     with pytest.raises(pc.DTypeError, match=r"embedding_bag: input of shape \(2,\) has dtype "
                                             r"float32, expected int32 or int64"):
         tp.embedding_bag(up(queue, [0.0, 1.0]), weight, np.array([0]))
     with pytest.raises(pc.ShapeError, match=r"embedding: index 10 at position \(1,\)"):
         tp.embedding_bag(up(queue, [0, 10], np.int64), weight, np.array([0]))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+@pytest.mark.parametrize("on_device", [False, True])
+def test_one_offset_with_include_last_offset_is_no_bags_as_pytorch(queue, rng, mode,
+                                                                   on_device):
+    # the one offset ends no bag: PyTorch gives (0, D) (its "max" crashes); parcl refused it
+    weight = rng.standard_normal((10, 3)).astype(np.float32)
+    offsets = up(queue, [0], np.int64) if on_device else np.array([0])
+    w = leaf(queue, weight)
+    with tp.Tape() as tape:
+        y = tp.embedding_bag(up(queue, INDICES, np.int64), w, offsets, mode=mode,
+                             include_last_offset=True)
+    tape.backward(tp.sum(y))
+    want = F.embedding_bag(torch.tensor(INDICES), torch.tensor(weight), torch.tensor([0]),
+                           mode=mode, include_last_offset=True)
+    assert y.shape == tuple(want.shape) == (0, 3)
+    np.testing.assert_array_equal(w.grad.to_host(), np.zeros((10, 3), np.float32))
 
 
 def test_embedding_bag_module_has_pytorchs_parameters_init_and_repr(queue, rng):

@@ -142,11 +142,12 @@ def bag_forward(rows: Tensor, indices: Tensor, offsets: Tensor, bags: int, pad: 
     pick = Tensor.empty(q, (bags, D), np.int32) if mode == "max" else None
     counts = Tensor.empty(q, (bags,))
     flag = Tensor.full(q, (1,), NO_ERROR, np.int32)
-    get_kernel(q, SOURCE, "bag_forward", _options(indices, offsets))(
-        q, (round_up(bags * D, LOCAL),), (LOCAL,), rows.data, indices.data, offsets.data,
-        out.data, (pick if pick is not None else counts).data, counts.data, flag.data,
-        np.int64(bags), np.int64(offsets.size), np.int64(n), np.int64(D), np.int64(pad),
-        np.int32(MODES[mode]))
+    if bags * D:
+        get_kernel(q, SOURCE, "bag_forward", _options(indices, offsets))(
+            q, (round_up(bags * D, LOCAL),), (LOCAL,), rows.data, indices.data, offsets.data,
+            out.data, (pick if pick is not None else counts).data, counts.data, flag.data,
+            np.int64(bags), np.int64(offsets.size), np.int64(n), np.int64(D), np.int64(pad),
+            np.int32(MODES[mode]))
     return out, pick, counts, flag
 
 
@@ -155,6 +156,8 @@ def bag_backward(g: Tensor, indices: Tensor, offsets: Tensor, pick: Tensor | Non
     """The gradient of ``bag_forward``'s ``rows``: ``(n, D)`` from ``g`` ``(bags, D)``."""
     q = g.queue
     bags, D = g.shape
+    if bags == 0:                      # no bags: no position is in one
+        return Tensor.zeros(q, (n, D))
     grows = Tensor.empty(q, (n, D))
     get_kernel(q, SOURCE, "bag_backward", _options(indices, offsets))(
         q, (round_up(n * D, LOCAL),), (LOCAL,), g.data, indices.data, offsets.data,

@@ -173,10 +173,8 @@ def embedding_bag(input, weight, offsets=None, max_norm: float | None = None,  #
         offsets = _raw(op, "offsets", offsets, queue)
         if offsets.ndim != 1:
             raise ShapeError(f"{op}: offsets has to be a 1D Tensor, got shape {offsets.shape}")
+        # include_last_offset with one offset: it ends no bag, so there are none, (0, D)
         bags = offsets.size - (1 if include_last_offset else 0)
-        if bags < 1:
-            raise ShapeError(f"{op}: include_last_offset=True needs at least 2 offsets (the "
-                             f"last ends the last bag), got {offsets.size}")
     else:
         raise ShapeError(f"{op}: input has to be 1D or 2D Tensor, but got Tensor of dimension "
                          f"{len(shape)} (shape {shape})")
