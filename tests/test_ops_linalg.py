@@ -496,6 +496,22 @@ def test_lu_solve_with_lu_factors_is_pytorchs(queue, rng, left, adjoint):
                    [b])
 
 
+@pytest.mark.parametrize("lu_batch,b_shape", [((1,), (3, 4, 2)), ((2, 1), (3, 4, 2)),
+                                               ((3,), (4, 2)), ((1,), (4, 2))])
+@pytest.mark.parametrize("left", [True, False])
+def test_lu_solve_broadcasts_the_factors_over_bs_batch_as_pytorch(queue, rng, lu_batch,
+                                                                   b_shape, left):
+    # parcl refused factors with fewer batch dims than B ("broadcasting the factors is not
+    # supported"); PyTorch broadcasts both
+    a = _well_conditioned(rng, *lu_batch, 4, 4)
+    LU, pivots = linalg.lu_factor(tp.tensor(a))
+    tLU, tpivots = torch.linalg.lu_factor(torch.tensor(a, dtype=torch.float64))
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    b = b if left else np.swapaxes(b, -1, -2).copy()
+    _against_torch(queue, rng, lambda y: linalg.lu_solve(LU, pivots, y, left=left),
+                   lambda y: torch.linalg.lu_solve(tLU, tpivots, y, left=left), [b])
+
+
 @pytest.mark.parametrize("bad", [0, 5, -1000000])
 def test_lu_solve_refuses_pivots_outside_one_to_n_as_pytorch(queue, rng, bad):
     # they were followed out of the matrix: garbage read, and writes past B's buffer

@@ -20,6 +20,8 @@ from ...errors import DTypeError, ParclError, ShapeError
 from ...kernels import creation as ck
 from ...kernels import elementwise as ew
 from ...kernels import linalg as lk
+from ...kernels import strided
+from ...kernels.broadcast import broadcast_strides
 from ...kernels.reduction import sum_to_shape
 from ...tensor import FLOAT, Tensor
 from ..node import Function, Node
@@ -310,6 +312,14 @@ class _PivotsCheck(FlagCheck):
                           "...'); pass the pivots of linalg.lu_factor (1-based, LAPACK's)")
 
 
+def _broadcast(t: Tensor, shape: tuple) -> Tensor:
+    """``t`` broadcast to ``shape`` (numpy rules) as a new contiguous tensor, or ``t`` itself
+    if it has that shape; any dtype (int32 pivots as well as float32 factors)."""
+    if tuple(t.shape) == shape:
+        return t
+    return strided.read_view(t, strided.View(shape, tuple(broadcast_strides(t.shape, shape))))
+
+
 class LuSolve(Function):
     """``X`` from ``lu_factor``'s factors: ``A X = B`` or ``A^T X = B`` (``trans``); the
     gradient of ``B`` only (the factors come from ``lu_factor``, which has none)."""
@@ -330,13 +340,10 @@ class LuSolve(Function):
             raise ShapeError(f"{op}: B {b.shape} does not fit LU {lu.shape}: expected B of "
                              f"shape (*, {n}, k)")
         batch = _batch_shape(op, lu.shape, b.shape)
-        if batch != lu.shape[:-2]:
-            raise ShapeError(f"{op}: B {b.shape} has more batch dims than LU {lu.shape}: "
-                             "broadcasting the factors is not supported; factor A with "
-                             "B's batch")
         k = b.shape[-1]
         count = int(np.prod(batch, dtype=np.int64))
-        lu3, piv = lu.reshape(count, n, n), pivots.reshape(count, n)
+        lu3 = _broadcast(lu, (*batch, n, n)).reshape(count, n, n)
+        piv = _broadcast(pivots, (*batch, n)).reshape(count, n)
         check = _PivotsCheck(op, lk.check_pivots(pivots, n), pivots.shape, n)
         out = lk.lu_solve(lu3, piv, _batched(b, batch, n, k), trans).reshape(*batch, n, k)
         check.guard(out, not self.recording)
