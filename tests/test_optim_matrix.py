@@ -77,6 +77,21 @@ def test_adafactor_25_steps_equal_pytorchs_as_pytorch(queue, options):
                                        v.numpy(), rtol=1e-5, atol=1e-9)
 
 
+def test_an_adafactor_step_reads_nothing_back_and_stays_pytorchs(queue, monkeypatch):
+    # the parameter's and the update's RMS stay on the device; parcl read both back for
+    # every parameter at every step (10 reads a step here), stalling the queue
+    hosts, grads = hosts_and_grads(steps=3)
+    options = {"lr": 0.1, "weight_decay": 0.1, "d": 2.0}
+    reads = []
+    real = pc.Tensor.to_host
+    monkeypatch.setattr(pc.Tensor, "to_host", lambda self: reads.append(1) or real(self))
+    ps, tps, _, _ = run_both(queue, lambda p: Adafactor(p, **options),
+                             lambda p: torch.optim.Adafactor(p, **options), hosts, grads)
+    assert reads == []
+    monkeypatch.undo()
+    assert_params_close(ps, tps, atol=5e-7)
+
+
 def test_adafactor_keeps_factored_moments_for_matrices_as_pytorch(queue):
     p = params_of(queue, [np.zeros((3, 4, 6), np.float32)])[0]
     opt = Adafactor([p])

@@ -5,8 +5,9 @@ and state names.
 
 Each update is composed of parcl's ops on the parameter's queue (norms, a matmul, lerps): the
 state lives on the device, as every optimizer's. Both rules need each parameter's own shape,
-so a flat bucket of a ``ReplicaGroup`` is stepped parameter by parameter. Adafactor reads two
-numbers back per parameter and step (the parameter's and the update's RMS), as PyTorch's does.
+so a flat bucket of a ``ReplicaGroup`` is stepped parameter by parameter. Adafactor keeps the
+parameter's and the update's RMS on the device (PyTorch's reads both back per parameter and
+step), so its step reads nothing back.
 
 >>> opt = pc.optim.Adafactor(model.parameters(), lr=1e-2)
 >>> opt = pc.optim.Muon([model.fc.weight], lr=1e-3)          # 2-D parameters only
@@ -59,9 +60,10 @@ def _clip_d(value) -> float:
     return value
 
 
-def _rms(t: Tensor) -> float:
-    """The root mean square of ``t``, read back (PyTorch's ``norm(2).item() / sqrt(numel)``)."""
-    return float(tp.linalg_vector_norm(t).item()) / math.sqrt(t.size)
+def _rms(t: Tensor) -> Tensor:
+    """The root mean square of ``t``, a 0-d tensor on its queue (PyTorch's
+    ``norm(2).item() / sqrt(numel)``, left on the device: a read would stall every step)."""
+    return tp.linalg_vector_norm(t) / math.sqrt(t.size)
 
 
 class _PerParameter(Optimizer):
@@ -123,7 +125,9 @@ class Adafactor(_PerParameter):
         lr, (eps1, eps2) = opts["lr"], opts["eps"]
         eps1 = _EPS32 if eps1 is None else eps1
         w = float(step) ** opts["beta2_decay"]
-        alpha = max(eps2, _rms(p.value)) * min(lr, 1.0 / math.sqrt(step))
+        with tp.no_grad():
+            # the parameter's RMS before the weight decay
+            alpha = tp.clamp_min(_rms(p.value), eps2) * min(lr, 1.0 / math.sqrt(step))
         if opts["weight_decay"] != 0:
             ew.scale_(p.value, 1.0 - lr * opts["weight_decay"])
         with tp.no_grad():
@@ -142,8 +146,8 @@ class Adafactor(_PerParameter):
                 var.copy_(tp.lerp(var, g * g, w))
                 v = var
             u = tp.rsqrt(tp.clamp_min(v, eps1 * eps1)) * g
-        denom = max(1.0, _rms(u) / opts["d"])
-        ew.axpy(p.value, u, -alpha / denom)
+            update = u * (alpha / tp.clamp_min(_rms(u) / opts["d"], 1.0))
+        ew.axpy(p.value, update, -1.0)
         state["step"] = step
 
     def _check_entry(self, name, key, entry, p):
