@@ -73,6 +73,40 @@ def test_averaged_model_runs_the_averaged_copy_and_leaves_the_model_alone():
     np.testing.assert_allclose(swa(x).to_host(), [6.0 + model.bias.value.to_host()], rtol=1e-6)
 
 
+def test_averaged_model_updates_read_nothing_back_and_follow_a_loaded_count(monkeypatch):
+    # n_averaged is kept on the host as well; parcl read the buffer back at every update.
+    # A count loaded into the buffer (or written to it) is read once and followed, as
+    # PyTorch's: 3 models averaged, then [[8, 8]] weighs a quarter
+    pc.nn.manual_seed(0)
+    model = pc.nn.Linear(2, 1, bias=False)
+    swa = S.AveragedModel(model)
+    reads = []
+    real = pc.Tensor.to_host
+    monkeypatch.setattr(pc.Tensor, "to_host", lambda self: reads.append(1) or real(self))
+    for w in ([[1.0, 2.0]], [[3.0, 6.0]], [[5.0, 1.0]]):
+        model.load_state_dict({"weight": np.array(w)})
+        swa.update_parameters(model)
+    assert reads == []
+    swa.load_state_dict({"module.weight": np.array([[4.0, 4.0]]), "n_averaged": np.array(3)})
+    model.load_state_dict({"weight": np.array([[8.0, 8.0]])})
+    swa.update_parameters(model)
+    assert len(reads) == 1                    # the loaded count, once
+    swa.update_parameters(model)
+    assert len(reads) == 1
+    monkeypatch.undo()
+    torch_model = torch.nn.Linear(2, 1, bias=False)
+    torch_swa = TS.AveragedModel(torch_model)
+    torch_swa.load_state_dict({"module.weight": torch.tensor([[4.0, 4.0]]),
+                               "n_averaged": torch.tensor(3)})
+    with torch.no_grad():
+        torch_model.weight.copy_(torch.tensor([[8.0, 8.0]]))
+    torch_swa.update_parameters(torch_model)
+    torch_swa.update_parameters(torch_model)
+    np.testing.assert_allclose(swa.module.weight.value.to_host(),
+                               torch_swa.module.weight.detach().numpy(), rtol=1e-6)
+    assert int(swa.state_dict()["n_averaged"]) == int(torch_swa.n_averaged) == 5
+
+
 def test_update_bn_recomputes_the_statistics_as_pytorch():
     rng = np.random.default_rng(1)
     model, torch_model = model_pair()

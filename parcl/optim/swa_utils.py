@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import tape as tp
+from ..pool import pool_of, stamp
 from ..tape.changes import changed
 from ..tensor import FLOAT, Tensor
 from ..nn.layers import _NormBase
@@ -85,7 +86,7 @@ class AveragedModel(Module):
     copies them, later ones apply ``multi_avg_fn(averaged, current, n)`` (in place) or
     ``avg_fn(averaged, current, n)`` (returns each new average), the equal-weight running mean
     (SWA) by default; ``n`` is the number averaged so far (the ``n_averaged`` buffer, an
-    int64 0-d tensor, read back at each call: a Python int is passed). With ``use_buffers``
+    int64 0-d tensor, kept on the host too: a Python int is passed). With ``use_buffers``
     the buffers are averaged too (integer ones copied), else copied from the model. PyTorch's
     ``device`` argument is taken, and must be None: the copy lives on the model's queues.
 
@@ -109,6 +110,8 @@ class AveragedModel(Module):
         self.module = clone_module(model)
         queue = self.module.queue if self.module.queue is not None else model.queue
         self.register_buffer("n_averaged", Tensor.zeros(queue, (), np.int64))
+        # (the buffer's address, the count last written to it, when): see _count
+        self._written = (self.n_averaged.data.int_ptr, 0, stamp())
         self.avg_fn, self.multi_avg_fn = avg_fn, multi_avg_fn
         self.use_buffers = bool(use_buffers)
 
@@ -118,6 +121,17 @@ class AveragedModel(Module):
     def _tensors(self, model: Module) -> list[Tensor]:
         values = [p.value for p in model.parameters()]
         return values + list(model.buffers()) if self.use_buffers else values
+
+    def _count(self) -> int:
+        """``n_averaged`` as a Python int: the count this model last wrote, unless the buffer
+        was replaced or written by something else since (``load_state_dict``, ``fill_``;
+        noted in its pool), when it is read back. Updates in a loop read nothing."""
+        buf = self.n_averaged
+        address, count, when = self._written
+        change = pool_of(buf.queue).overwrites.get(buf.data.int_ptr)
+        if buf.data.int_ptr == address and (change is None or change.when < when):
+            return count
+        return int(buf.to_host())
 
     def update_parameters(self, model: Module) -> None:
         """Fold ``model``'s current parameters (and buffers) into the average."""
@@ -129,7 +143,7 @@ class AveragedModel(Module):
                                  f"{len(mine)} (shapes "
                                  f"{[tuple(t.shape) for t in theirs][:4]}...); pass the model "
                                  "it was made from")
-        n = int(self.n_averaged.to_host())
+        n = self._count()
         floats = [(a, b) for a, b in zip(mine, theirs) if a.dtype == FLOAT]
         if n == 0:
             for a, b in zip(mine, theirs):
@@ -148,6 +162,7 @@ class AveragedModel(Module):
             for a, b in zip(self.module.buffers(), model.buffers()):
                 a.copy_(b)
         self.n_averaged.fill_owned(n + 1)
+        self._written = (self.n_averaged.data.int_ptr, n + 1, stamp())
         changed(mine)
 
 
