@@ -134,6 +134,9 @@ def searchsorted(sorted_sequence, input, *, out_int32: bool = False,  # noqa: A0
         if sorter.shape != seq.shape:
             raise ShapeError(f"searchsorted: sorter {sorter.shape} must have the shape of "
                              f"sorted_sequence {seq.shape}")
+        # Read back, as PyTorch's aminmax().item() check: a sorter index outside the row
+        # would make the kernel read past it, and a device-side flag would raise only at a
+        # later read of the result, not here where PyTorch raises.
         host = sorter.to_host()
         if host.size and (host.min() < 0 or host.max() >= seq.shape[-1]):
             raise ShapeError(f"searchsorted: sorter holds {int(host.min())}..{int(host.max())}"

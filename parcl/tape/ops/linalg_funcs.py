@@ -49,6 +49,8 @@ _PADE = [math.factorial(12 - k) * math.factorial(6)
 def _expm(a: Tensor) -> Tensor:
     """``exp(a)`` of raw ``a`` ``(*, n, n)``: scaling, Pade [6/6], squaring."""
     n = a.shape[-1]
+    # Read back (PyTorch's reads its norm to the CPU too): the norm sets how many squarings
+    # are enqueued, and a fixed count for every input would lose accuracy at small norms.
     norm = float(amax(sum_(abs_(a), -2)).to_host().max()) if a.size else 0.0
     if not math.isfinite(norm):
         s = 0                     # NaN or inf: no squaring makes it finite; the result is NaN
