@@ -25,6 +25,11 @@ def _nonneg(name: str, value) -> float:
     return value
 
 
+def _nonneg_option(name: str):
+    """The check of option ``name``, a number >= 0 (an ``Optimizer.options`` entry)."""
+    return lambda v: _nonneg(name, v)
+
+
 def _real(name: str, value) -> float:
     """``value`` as a float of any sign (a learning rate a step takes); NaN is refused."""
     try:

@@ -22,6 +22,7 @@ import numpy as np
 from .. import tape as tp
 from ..kernels import elementwise as ew
 from ..tensor import Tensor
+from .checks import _nonneg_option
 from .optimizer import Optimizer, OptimizerError, _nonneg
 from .rules import _bool
 from .rules_more import _foreach
@@ -29,10 +30,6 @@ from .rules_more import _foreach
 __all__ = ["Adafactor", "Muon"]
 
 _EPS32 = float(np.finfo(np.float32).eps)     # Adafactor's eps1 = None: float32's epsilon
-
-
-def _option(name: str):
-    return lambda v: _nonneg(name, v)
 
 
 def _beta2_decay(value) -> float:
@@ -92,8 +89,8 @@ class Adafactor(_PerParameter):
     >>> opt = pc.optim.Adafactor(model.parameters(), lr=1e-2, weight_decay=0.0)
     """
 
-    options = {"lr": _option("lr"), "beta2_decay": _beta2_decay, "eps": _adafactor_eps,
-               "d": _clip_d, "weight_decay": _option("weight_decay"), "foreach": _foreach,
+    options = {"lr": _nonneg_option("lr"), "beta2_decay": _beta2_decay, "eps": _adafactor_eps,
+               "d": _clip_d, "weight_decay": _nonneg_option("weight_decay"), "foreach": _foreach,
                "maximize": _bool}
     optional_tensors = ("row_var", "col_var", "variance")
     has_step = True
@@ -235,10 +232,10 @@ class Muon(_PerParameter):
     >>> opt = pc.optim.Muon([layer.weight], lr=2e-2, momentum=0.95)
     """
 
-    options = {"lr": _option("lr"), "weight_decay": _option("weight_decay"),
-               "momentum": _option("momentum"), "nesterov": _bool,
-               "ns_coefficients": _coefficients, "eps": _option("eps"), "ns_steps": _ns_steps,
-               "adjust_lr_fn": _adjust_lr_fn}
+    options = {"lr": _nonneg_option("lr"), "weight_decay": _nonneg_option("weight_decay"),
+               "momentum": _nonneg_option("momentum"), "nesterov": _bool,
+               "ns_coefficients": _coefficients, "eps": _nonneg_option("eps"),
+               "ns_steps": _ns_steps, "adjust_lr_fn": _adjust_lr_fn}
     state_tensors = ("momentum_buffer",)
 
     def __init__(self, params, lr: float = 1e-3, weight_decay: float = 0.1,

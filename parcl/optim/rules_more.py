@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ..kernels import optim_more as K
 from ..tensor import Tensor
+from .checks import _nonneg_option
 from .optimizer import Optimizer, OptimizerError, _nonneg, _replicable, _target
 from .rules import _betas, _bool
 
@@ -34,10 +35,6 @@ def _differentiable(value) -> bool:
                              "are OpenCL kernels that the tape does not record, so no gradient "
                              "flows through them; leave it False")
     return False
-
-
-def _option(name: str):
-    return lambda v: _nonneg(name, v)
 
 
 #: PyTorch's switches every rule here takes (``maximize`` changes the update, the others not)
@@ -67,9 +64,9 @@ class NAdam(Optimizer):
     >>> opt = pc.optim.NAdam(model.parameters(), lr=2e-3, momentum_decay=4e-3)
     """
 
-    options = {"lr": _option("lr"), "betas": _betas, "eps": _option("eps"),
-               "weight_decay": _option("weight_decay"),
-               "momentum_decay": _option("momentum_decay"), "decoupled_weight_decay": _bool,
+    options = {"lr": _nonneg_option("lr"), "betas": _betas, "eps": _nonneg_option("eps"),
+               "weight_decay": _nonneg_option("weight_decay"),
+               "momentum_decay": _nonneg_option("momentum_decay"), "decoupled_weight_decay": _bool,
                **_SWITCHES}
     state_tensors = ("exp_avg", "exp_avg_sq")
     state_scalars = ("mu_product",)
@@ -124,8 +121,8 @@ class RAdam(Optimizer):
     >>> opt = pc.optim.RAdam(model.parameters(), lr=1e-3)
     """
 
-    options = {"lr": _option("lr"), "betas": _betas, "eps": _option("eps"),
-               "weight_decay": _option("weight_decay"), "decoupled_weight_decay": _bool,
+    options = {"lr": _nonneg_option("lr"), "betas": _betas, "eps": _nonneg_option("eps"),
+               "weight_decay": _nonneg_option("weight_decay"), "decoupled_weight_decay": _bool,
                **_SWITCHES}
     state_tensors = ("exp_avg", "exp_avg_sq")
     has_step = True
@@ -162,8 +159,8 @@ class Adamax(Optimizer):
     >>> opt = pc.optim.Adamax(model.parameters(), lr=2e-3)
     """
 
-    options = {"lr": _option("lr"), "betas": _betas, "eps": _option("eps"),
-               "weight_decay": _option("weight_decay"), **_SWITCHES}
+    options = {"lr": _nonneg_option("lr"), "betas": _betas, "eps": _nonneg_option("eps"),
+               "weight_decay": _nonneg_option("weight_decay"), **_SWITCHES}
     state_tensors = ("exp_avg", "exp_inf")
     has_step = True
 
@@ -207,8 +204,8 @@ class Adadelta(Optimizer):
     >>> opt = pc.optim.Adadelta(model.parameters(), rho=0.9)
     """
 
-    options = {"lr": _option("lr"), "rho": _rho, "eps": _option("eps"),
-               "weight_decay": _option("weight_decay"), **_SWITCHES}
+    options = {"lr": _nonneg_option("lr"), "rho": _rho, "eps": _nonneg_option("eps"),
+               "weight_decay": _nonneg_option("weight_decay"), **_SWITCHES}
     state_tensors = ("square_avg", "acc_delta")
     has_step = True
 
@@ -268,7 +265,7 @@ class Rprop(Optimizer):
     >>> opt = pc.optim.Rprop(model.parameters(), lr=1e-2, etas=(0.5, 1.2))
     """
 
-    options = {"lr": _option("lr"), "etas": _etas, "step_sizes": _step_sizes, **_SWITCHES}
+    options = {"lr": _nonneg_option("lr"), "etas": _etas, "step_sizes": _step_sizes, **_SWITCHES}
     state_tensors = ("prev", "step_size")
     has_step = True
 
@@ -311,8 +308,9 @@ class ASGD(Optimizer):
     >>> opt = pc.optim.ASGD(model.parameters(), lr=1e-2, t0=100)
     """
 
-    options = {"lr": _option("lr"), "lambd": _option("lambd"), "alpha": _option("alpha"),
-               "t0": _option("t0"), "weight_decay": _option("weight_decay"), **_SWITCHES}
+    options = {"lr": _nonneg_option("lr"), "lambd": _nonneg_option("lambd"),
+               "alpha": _nonneg_option("alpha"), "t0": _nonneg_option("t0"),
+               "weight_decay": _nonneg_option("weight_decay"), **_SWITCHES}
     state_tensors = ("ax",)
     state_scalars = ("eta", "mu")
     has_step = True
