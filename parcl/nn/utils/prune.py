@@ -199,74 +199,73 @@ class Identity(BasePruningMethod):
         return default_mask
 
 
-class RandomUnstructured(BasePruningMethod):
+class _Unstructured(BasePruningMethod):
+    """Prunes the ``amount`` entries of smallest ``_scores(t)`` (flat; asked for only where
+    any is pruned, so a random draw is taken only then)."""
+
+    def __init__(self, amount):
+        _check_amount(amount)
+        self.amount = amount
+
+    def compute_mask(self, t, default_mask):
+        k = _count(self.amount, t.size)
+        mask = default_mask.copy()
+        if k:
+            mask.reshape(-1)[_smallest(self._scores(t), k)] = 0
+        return mask
+
+
+class RandomUnstructured(_Unstructured):
     """Prunes ``amount`` entries chosen at random (the seeded initialisation generator)."""
 
-    def __init__(self, amount):
-        _check_amount(amount)
-        self.amount = amount
-
-    def compute_mask(self, t, default_mask):
-        k = _count(self.amount, t.size)
-        mask = default_mask.copy()
-        if k:
-            prob = default_generator().random(t.size)
-            mask.reshape(-1)[_smallest(-prob, k)] = 0
-        return mask
+    def _scores(self, t):
+        return -default_generator().random(t.size)
 
 
-class L1Unstructured(BasePruningMethod):
+class L1Unstructured(_Unstructured):
     """Prunes the ``amount`` entries of smallest magnitude."""
 
-    def __init__(self, amount):
-        _check_amount(amount)
-        self.amount = amount
-
-    def compute_mask(self, t, default_mask):
-        k = _count(self.amount, t.size)
-        mask = default_mask.copy()
-        if k:
-            mask.reshape(-1)[_smallest(np.abs(t).reshape(-1), k)] = 0
-        return mask
+    def _scores(self, t):
+        return np.abs(t).reshape(-1)
 
 
-class RandomStructured(BasePruningMethod):
-    """Prunes ``amount`` whole channels along ``dim`` chosen at random (seeded)."""
+class _Structured(BasePruningMethod):
+    """Prunes the ``amount`` channels along ``dim`` of smallest ``_channel_scores(t, dim)``
+    (asked for only where any is pruned)."""
 
     PRUNING_TYPE = "structured"
+
+    def compute_mask(self, t, default_mask):
+        dim = _dim(t, self.dim)
+        k = _count(self.amount, t.shape[dim])
+        if not k:
+            return default_mask
+        keep = _smallest(-self._channel_scores(t, dim), t.shape[dim] - k)
+        return _channels(t, dim, np.sort(keep), default_mask)
+
+
+class RandomStructured(_Structured):
+    """Prunes ``amount`` whole channels along ``dim`` chosen at random (seeded)."""
 
     def __init__(self, amount, dim: int = -1):
         _check_amount(amount)
         self.amount, self.dim = amount, dim
 
-    def compute_mask(self, t, default_mask):
-        dim = _dim(t, self.dim)
-        k = _count(self.amount, t.shape[dim])
-        if not k:
-            return default_mask
-        prob = default_generator().random(t.shape[dim])
-        return _channels(t, dim, np.sort(_smallest(-prob, t.shape[dim] - k)), default_mask)
+    def _channel_scores(self, t, dim: int):
+        return default_generator().random(t.shape[dim])
 
 
-class LnStructured(BasePruningMethod):
+class LnStructured(_Structured):
     """Prunes the ``amount`` channels along ``dim`` of smallest ``n``-norm."""
-
-    PRUNING_TYPE = "structured"
 
     def __init__(self, amount, n, dim: int = -1):
         _check_amount(amount)
         self.amount, self.n, self.dim = amount, n, dim
 
-    def compute_mask(self, t, default_mask):
-        dim = _dim(t, self.dim)
-        k = _count(self.amount, t.shape[dim])
-        if not k:
-            return default_mask
+    def _channel_scores(self, t, dim: int):
         flat = np.moveaxis(t, dim, 0).reshape(t.shape[dim], -1).astype(np.float64)
-        norms = np.linalg.norm(flat, ord=self.n, axis=1) if self.n not in ("fro", "nuc") \
+        return np.linalg.norm(flat, ord=self.n, axis=1) if self.n not in ("fro", "nuc") \
             else np.linalg.norm(flat, axis=1)
-        keep = _smallest(-norms, t.shape[dim] - k)
-        return _channels(t, dim, np.sort(keep), default_mask)
 
 
 def _channels(t, dim: int, keep: np.ndarray, default_mask) -> np.ndarray:
