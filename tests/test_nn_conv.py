@@ -153,3 +153,18 @@ def test_conv2d_padding_same_with_a_stride_is_refused_as_pytorch(queue):
     with pytest.raises(pc.ShapeError, match="padding 'full' is not 'same', 'valid'"):
         tp.conv2d(tp.tensor(np.ones((1, 1, 4, 4), np.float32)),
                   tp.tensor(np.ones((1, 1, 3, 3), np.float32)), padding="full")
+
+
+@pytest.mark.parametrize("name, args, kwargs", [
+    ("Conv2d", (3, 4, 3), {"bias": False, "padding_mode": "reflect", "padding": 1}),
+    ("Conv1d", (3, 6, 3), {"bias": False, "padding_mode": "circular", "groups": 3}),
+    ("Conv3d", (2, 2, 1), {"dilation": 2}),
+    ("ConvTranspose1d", (4, 2, 3), {"output_padding": 1, "stride": 2, "bias": False}),
+    ("ConvTranspose2d", (4, 2, 3), {"groups": 2, "dilation": 2, "padding": 1}),
+    ("ConvTranspose3d", (4, 2, 2), {"output_padding": 1, "stride": 2, "bias": False})])
+def test_a_convolutions_repr_lists_what_differs_from_the_defaults_as_pytorch(queue, name, args,
+                                                                            kwargs):
+    # PyTorch puts bias=False before padding_mode; parcl's Conv1d/2d/3d put it after
+    import torch
+    assert repr(getattr(pc.nn, name)(*args, **kwargs, queue=queue)) == repr(
+        getattr(torch.nn, name)(*args, **kwargs))

@@ -98,7 +98,7 @@ class ConvTranspose2d(Module):
                                     dilation=_arg(self.dilation))
 
     def extra_repr(self) -> str:
-        return _transposed_repr(self)
+        return _conv_repr(self)
 
 
 def _check_transposed_padding_mode(layer: str, padding_mode) -> str:
@@ -111,23 +111,6 @@ def _check_transposed_padding_mode(layer: str, padding_mode) -> str:
 def _span(layer: Module) -> tuple[int, ...]:
     """The dilated kernel's extent per dim, ``dilation*(k - 1) + 1``."""
     return tuple(d * (k - 1) + 1 for d, k in zip(layer.dilation, layer.kernel_size))
-
-
-def _transposed_repr(layer: Module) -> str:
-    """ConvTranspose1d's and ConvTranspose2d's ``extra_repr``: what differs from the
-    defaults, in PyTorch's order."""
-    n = len(layer.kernel_size)
-    s = (f"{layer.in_channels}, {layer.out_channels}, kernel_size={layer.kernel_size}, "
-         f"stride={layer.stride}")
-    if layer.padding != (0,) * n:
-        s += f", padding={layer.padding}"
-    if layer.dilation != (1,) * n:
-        s += f", dilation={layer.dilation}"
-    if layer.output_padding != (0,) * n:
-        s += f", output_padding={layer.output_padding}"
-    if layer.groups != 1:
-        s += f", groups={layer.groups}"
-    return s + ("" if layer.bias is not None else ", bias=False")
 
 
 class Conv1d(Module):
@@ -224,7 +207,7 @@ class ConvTranspose1d(Module):
                                     groups=self.groups, dilation=self.dilation[0])
 
     def extra_repr(self) -> str:
-        return _transposed_repr(self)
+        return _conv_repr(self)
 
 
 class MaxPool1d(_MaxPool):

@@ -123,14 +123,4 @@ class ConvTranspose3d(Module):
                                     groups=self.groups, dilation=self.dilation)
 
     def extra_repr(self) -> str:
-        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-             f"stride={self.stride}")
-        if self.padding != (0, 0, 0):
-            s += f", padding={self.padding}"
-        if self.dilation != (1, 1, 1):
-            s += f", dilation={self.dilation}"
-        if self.output_padding != (0, 0, 0):
-            s += f", output_padding={self.output_padding}"
-        if self.groups != 1:
-            s += f", groups={self.groups}"
-        return s + ("" if self.bias is not None else ", bias=False")
+        return _conv_repr(self)

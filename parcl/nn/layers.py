@@ -106,7 +106,9 @@ def _check_groups(layer: str, groups: int, in_channels: int, out_channels: int) 
 
 
 def _conv_repr(layer: Module) -> str:
-    """Conv1d's and Conv2d's ``extra_repr``: what differs from the defaults, as PyTorch's."""
+    """A convolution's or transposed convolution's ``extra_repr``: what differs from the
+    defaults, in PyTorch's order (``_ConvNd.extra_repr``: ``bias=False`` before
+    ``padding_mode``)."""
     n = len(layer.kernel_size)
     s = (f"{layer.in_channels}, {layer.out_channels}, kernel_size={layer.kernel_size}, "
          f"stride={layer.stride}")
@@ -114,11 +116,17 @@ def _conv_repr(layer: Module) -> str:
         s += f", padding={layer.padding}"
     if layer.dilation != (1,) * n:
         s += f", dilation={layer.dilation}"
+    # (parcl's convolutions have no output_padding; PyTorch's hold zeros)
+    output_padding = getattr(layer, "output_padding", (0,) * n)
+    if output_padding != (0,) * n:
+        s += f", output_padding={output_padding}"
     if layer.groups != 1:
         s += f", groups={layer.groups}"
-    if layer.padding_mode != "zeros":
+    if layer.bias is None:
+        s += ", bias=False"
+    if getattr(layer, "padding_mode", "zeros") != "zeros":
         s += f", padding_mode={layer.padding_mode}"
-    return s + ("" if layer.bias is not None else ", bias=False")
+    return s
 
 
 def _check_features(layer: Module, x, dim: int, expected: int, ndims: tuple[int, ...]) -> None:
