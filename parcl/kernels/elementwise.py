@@ -273,13 +273,20 @@ class BroadcastPlan:
     args: tuple
 
 
-def _broadcast_plan(op: str, a: tuple[int, ...], b: tuple[int, ...]) -> BroadcastPlan:
+def _collapsed(op: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple:
+    """``(shape, dims, sa, sb)``: the broadcast of shapes ``a`` and ``b``, and its dims with
+    both strides once neighbours that walk contiguously are merged (at most MAX_DIMS)."""
     shape = broadcast_shapes(op, a, b)
     dims, (sa, sb) = collapse_dims(shape, broadcast_strides(a, shape),
                                    broadcast_strides(b, shape))
     if len(dims) > MAX_DIMS:
         raise ShapeError(f"{op}: broadcasting {a} with {b} needs {len(dims)} "
                          f"strided dimensions; at most {MAX_DIMS} are supported")
+    return shape, dims, sa, sb
+
+
+def _broadcast_plan(op: str, a: tuple[int, ...], b: tuple[int, ...]) -> BroadcastPlan:
+    shape, dims, sa, sb = _collapsed(op, a, b)
     if len(dims) <= 3 and dims[-1] >= GRID_MIN_INNER:
         pad = 3 - len(dims)
         dims, sa, sb = [1] * pad + dims, [0] * pad + sa, [0] * pad + sb
@@ -300,12 +307,7 @@ def strided_plan(op: str, queue, a: tuple[int, ...], b: tuple[int, ...]) -> tupl
         return queue.choices[key]
     except (AttributeError, KeyError):
         pass
-    shape = broadcast_shapes(op, a, b)
-    dims, (sa, sb) = collapse_dims(shape, broadcast_strides(a, shape),
-                                   broadcast_strides(b, shape))
-    if len(dims) > MAX_DIMS:
-        raise ShapeError(f"{op}: broadcasting {a} with {b} needs {len(dims)} "
-                         f"strided dimensions; at most {MAX_DIMS} are supported")
+    shape, dims, sa, sb = _collapsed(op, a, b)
     return keep(queue, key, (shape, (np.int32(prod(shape)), np.int32(len(dims)),
                                      int8_vector(dims), int8_vector(sa), int8_vector(sb))))
 
