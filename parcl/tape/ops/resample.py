@@ -152,18 +152,24 @@ def _nearest_sources(n: int, m: int, scale, exact: bool) -> np.ndarray:
     return np.minimum(src, n - 1).astype(np.int32)
 
 
+def _source_positions(n: int, m: int, scale, align_corners: bool) -> np.ndarray:
+    """Where each of ``m`` output positions reads the ``n`` input positions, in float32 as
+    PyTorch's ``area_pixel_compute_source_index`` (not clamped)."""
+    dst = np.arange(m).astype(np.float32)
+    if align_corners:
+        s = np.float32(n - 1) / np.float32(m - 1) if m > 1 else np.float32(0)
+        return s * dst
+    return _scale(n, m, scale) * (dst + np.float32(0.5)) - np.float32(0.5)
+
+
 def _linear_sources(n: int, m: int, scale, align_corners: bool):
     """PyTorch's linear weights (``compute_indices_weights_linear``): the lower and upper
     source positions of each output position and their float32 weights."""
     if n == m:      # PyTorch copies a dim of unchanged size, whatever scale_factor says
         same = np.arange(m, dtype=np.int32)
         return same, same, np.ones(m, np.float32), np.zeros(m, np.float32)
-    dst = np.arange(m).astype(np.float32)
-    if align_corners:
-        s = np.float32(n - 1) / np.float32(m - 1) if m > 1 else np.float32(0)
-        real = s * dst
-    else:
-        real = _scale(n, m, scale) * (dst + np.float32(0.5)) - np.float32(0.5)
+    real = _source_positions(n, m, scale, align_corners)
+    if not align_corners:
         real = np.maximum(real, np.float32(0))
     lo = np.minimum(np.floor(real).astype(np.int64), n - 1)
     lam = np.clip(real - lo.astype(np.float32), np.float32(0), np.float32(1))
@@ -190,12 +196,7 @@ def _cubic_sources(n: int, m: int, scale, align_corners: bool) -> tuple[list, li
     source positions ``floor(real) - 1 .. floor(real) + 2`` clamped into ``[0, n)`` and
     their cubic-convolution weights (A = -0.75), in float32 as PyTorch's CPU kernels. The
     source position is not clamped at 0 first, unlike the linear modes'."""
-    dst = np.arange(m).astype(np.float32)
-    if align_corners:
-        s = np.float32(n - 1) / np.float32(m - 1) if m > 1 else np.float32(0)
-        real = s * dst
-    else:
-        real = _scale(n, m, scale) * (dst + np.float32(0.5)) - np.float32(0.5)
+    real = _source_positions(n, m, scale, align_corners)
     base = np.floor(real)
     t = (real - base).astype(np.float32)
     a, one = CUBIC_A, np.float32(1)
