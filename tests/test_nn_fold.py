@@ -12,6 +12,7 @@ import parcl as pc
 import parcl.tape as tp
 from conftest import leaf
 from parcl import nn
+from torch_reference import check_as_torch
 
 WINDOWS = [((2, 3, 5, 6), dict(kernel_size=2)),
            ((1, 2, 7, 7), dict(kernel_size=3, stride=2, padding=1)),
@@ -20,23 +21,11 @@ WINDOWS = [((2, 3, 5, 6), dict(kernel_size=2)),
            ((1, 1, 4, 4), dict(kernel_size=1, stride=3))]
 
 
-def check_as_torch(ours, theirs, x: np.ndarray, rng) -> None:
-    nx, tx = leaf(pc.default_queue(), x), torch.tensor(x, requires_grad=True)
-    with tp.Tape() as tape:
-        y = ours(nx)
-    want = theirs(tx)
-    assert y.shape == tuple(want.shape)
-    np.testing.assert_allclose(y.to_host(), want.detach().numpy(), rtol=1e-6, atol=1e-6)
-    g = rng.standard_normal(y.shape).astype(np.float32)
-    tape.backward(y, grad=pc.Tensor.from_host(pc.default_queue(), g))
-    want.backward(torch.from_numpy(g))
-    np.testing.assert_allclose(nx.grad.to_host(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
-
-
 @pytest.mark.parametrize("shape,kw", WINDOWS)
 def test_unfold_matches_pytorch(queue, rng, shape, kw):
     ours, theirs = nn.Unfold(**kw), torch.nn.Unfold(**kw)
-    check_as_torch(ours, theirs, rng.standard_normal(shape).astype(np.float32), rng)
+    check_as_torch(ours, theirs, [rng.standard_normal(shape).astype(np.float32)], rng,
+                   tol=1e-6, grad_tol=1e-5)
     assert repr(ours) == repr(theirs)
 
 
@@ -44,7 +33,8 @@ def test_unfold_matches_pytorch(queue, rng, shape, kw):
 def test_fold_matches_pytorch(queue, rng, shape, kw):
     columns = torch.nn.Unfold(**kw)(torch.zeros(shape)).shape
     ours, theirs = nn.Fold(shape[-2:], **kw), torch.nn.Fold(shape[-2:], **kw)
-    check_as_torch(ours, theirs, rng.standard_normal(tuple(columns)).astype(np.float32), rng)
+    check_as_torch(ours, theirs, [rng.standard_normal(tuple(columns)).astype(np.float32)],
+                   rng, tol=1e-6, grad_tol=1e-5)
     assert repr(ours) == repr(theirs)
 
 

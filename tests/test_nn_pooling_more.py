@@ -13,23 +13,7 @@ import parcl as pc
 import parcl.tape as tp
 from conftest import leaf
 from parcl import nn
-
-
-def check_as_torch(ours, theirs, arrays, rng, tol=1e-5):
-    """``ours(*nodes)`` and ``theirs(*tensors)`` agree, and so do every input's gradients for
-    one random upstream gradient."""
-    nodes = [leaf(pc.default_queue(), a) for a in arrays]
-    tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
-    with tp.Tape() as tape:
-        y = ours(*nodes)
-    want = theirs(*tensors)
-    assert y.shape == tuple(want.shape)
-    np.testing.assert_allclose(y.to_host(), want.detach().numpy(), rtol=tol, atol=tol)
-    g = rng.standard_normal(y.shape).astype(np.float32)
-    tape.backward(y, grad=pc.Tensor.from_host(pc.default_queue(), g))
-    want.backward(torch.from_numpy(g))
-    for node, tensor in zip(nodes, tensors):
-        np.testing.assert_allclose(node.grad.to_host(), tensor.grad.numpy(), rtol=tol, atol=tol)
+from torch_reference import check_as_torch
 
 
 @pytest.mark.parametrize("shape,size", [((2, 3, 10), 3), ((2, 3, 10), 4), ((3, 7), 7),

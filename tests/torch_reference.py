@@ -49,6 +49,26 @@ def against_torch(queue, rng, tp_fn, torch_fn, arrays, tol=1e-5, grads=True):
     return out
 
 
+def check_as_torch(ours, theirs, arrays, rng, tol=1e-5, grad_tol=None):
+    """``ours(*nodes)`` and ``theirs(*tensors)`` agree (shapes, values to ``tol``), and so do
+    every input's gradients (to ``grad_tol``, else ``tol``) for one random upstream
+    gradient."""
+    grad_tol = tol if grad_tol is None else grad_tol
+    nodes = [leaf(pc.default_queue(), a) for a in arrays]
+    tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
+    with tp.Tape() as tape:
+        y = ours(*nodes)
+    want = theirs(*tensors)
+    assert y.shape == tuple(want.shape)
+    np.testing.assert_allclose(y.to_host(), want.detach().numpy(), rtol=tol, atol=tol)
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    tape.backward(y, grad=pc.Tensor.from_host(pc.default_queue(), g))
+    want.backward(torch.from_numpy(g))
+    for node, tensor in zip(nodes, tensors):
+        np.testing.assert_allclose(node.grad.to_host(), tensor.grad.numpy(), rtol=grad_tol,
+                                   atol=grad_tol)
+
+
 def raises_like_torch(tp_call, torch_call, op: str):
     """PyTorch refuses ``torch_call`` and parcl refuses ``tp_call`` with a ParclError (or a
     TypeError for a wrong argument type) whose message names ``op``."""
