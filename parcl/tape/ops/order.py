@@ -184,6 +184,7 @@ def _quantile(op: str, x, q, dim, keepdim: bool, interpolation: str, tape):
         if q.dtype != FLOAT or q.ndim > 1:
             raise ShapeError(f"{op}: q must be a float32 tensor of at most 1 dim, got "
                              f"{q.shape} of dtype {q.dtype}")
+        # read back for the range check below, as PyTorch's (its all().item() waits too)
         qs, scalar = q.to_host().reshape(-1), q.ndim == 0
     elif isinstance(q, Real) and not isinstance(q, bool):
         qs, scalar = np.array([q], np.float32), True
@@ -195,6 +196,7 @@ def _quantile(op: str, x, q, dim, keepdim: bool, interpolation: str, tape):
     whole = dim is None
     flat = reshape(x, (-1,), tape=tape) if whole else x
     flat, axis, raw, perm = _rows(op, flat, 0 if whole else dim, tape)
+    # a non-blocking upload from parcl's own snapshot (a captured step replays it): no wait
     lo, hi, w = ok.pick(raw, perm, axis, op, Tensor.from_host(raw.queue, qs), interpolation)
     taken = _TAKEN[op]
     values = taken.apply(flat, lo, tape=tape, axis=axis)
