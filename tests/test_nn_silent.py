@@ -524,3 +524,22 @@ def test_an_infinite_positive_activation_leaves_prelus_slope_gradient_as_pytorch
     np.testing.assert_allclose(layer.weight.grad.to_host(), theirs.weight.grad.numpy(),
                                rtol=1e-5)
     np.testing.assert_allclose(x.grad.to_host(), xt.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"top_k": 3, "temperature": 0.8}])
+def test_gpt_generate_refuses_to_sample_from_nan_logits_as_pytorch(queue, kwargs):
+    """A diverged model's logits are NaN, and so were the probabilities ``GPT.generate``
+    sampled from by inverse CDF, which read them as token 0: the prompt ``[[1, 2]]`` went on
+    ``[[1, 2, 0, 0, 0, 0]]`` with no error, where nanoGPT's ``torch.multinomial`` raises
+    'probability tensor contains either inf, nan or element < 0'."""
+    pc.nn.manual_seed(0)
+    model = pc.nn.GPT(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=8,
+                      queue=queue).eval()
+    state = model.state_dict()
+    state["transformer.ln_f.bias"] = np.full(8, np.nan, np.float32)
+    model.load_state_dict(state)
+    with pytest.raises(pc.ParclError, match=r"GPT.generate: the next-token logits of row 0 "
+                                            r"\(of \(1, 16\)\) hold NaN or inf"):
+        model.generate([[1, 2]], 4, seed=0, **kwargs)
+    # greedy decoding keeps torch.argmax's answer, the first NaN
+    np.testing.assert_array_equal(model.generate([[1, 2]], 2, greedy=True), [[1, 2, 0, 0]])

@@ -24,7 +24,7 @@ import math
 import numpy as np
 import pyopencl as cl
 
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, ParclError, ShapeError
 from ..gate import release
 from ..runtime import default_queue
 from ..tape import ops
@@ -271,6 +271,14 @@ def _pick(logits: np.ndarray, temperature: float, top_k: int | None, greedy: boo
         logits = np.where(logits < kth, -np.inf, logits)
     probs = np.exp(logits - logits.max(axis=1, keepdims=True))
     probs /= probs.sum(axis=1, keepdims=True)
+    # NaN or +inf logits (a diverged model) make NaN probabilities, which the inverse CDF
+    # below would read as token 0; torch.multinomial refuses them in nanoGPT's generate
+    bad = ~np.isfinite(probs).all(axis=1)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise ParclError(f"GPT.generate: the next-token logits of row {row} (of {logits.shape}) "
+                         f"hold NaN or inf, {logits[row, :6]}..., so their probabilities are "
+                         "NaN and no token can be sampled (torch.multinomial refuses them)")
     # inverse-CDF sampling with one uniform per row: reproducible for a given seed
     cdf = np.cumsum(probs, axis=1)
     u = rng.random((logits.shape[0], 1)) * cdf[:, -1:]
