@@ -329,3 +329,25 @@ def test_attention_with_a_head_dim_of_no_elements_attends_uniformly_as_pytorch(q
         np.testing.assert_allclose(x.grad.to_host(), xt.grad.numpy(), atol=1e-5)
     np.testing.assert_allclose(tp.scaled_dot_product_attention(x[..., 4:], x[..., 4:], x)
                                .to_host()[0, 0, 0], a[0, 0].mean(0), rtol=1e-5)
+
+
+def test_a_tensor_scale_is_refused_and_number_scales_are_pytorchs(queue, rng):
+    """A learnt temperature passed as ``scale=`` (a Node, ``tp.exp(log_scale)``) was read
+    with ``float()``: the attention used its value and its gradient was dropped, so after
+    the backward ``log_scale.grad`` was None and it never trained, silently. PyTorch refuses
+    a tensor there ('argument 'scale' must be float, not Tensor'); now a DTypeError. Numbers
+    (numpy's and ints too) scale the scores as torch's."""
+    import torch
+    import torch.nn.functional as F
+    a = [rng.standard_normal((2, 3, 4)).astype(np.float32) for _ in range(3)]
+    x = [leaf(queue, v) for v in a]
+    log_scale = leaf(queue, np.array(-0.5, np.float32))
+    with tp.Tape():
+        for scale in (tp.exp(log_scale), log_scale.value):
+            with pytest.raises(pc.DTypeError, match="scaled_dot_product_attention: scale must "
+                                                    "be a number"):
+                tp.scaled_dot_product_attention(*x, scale=scale)
+    for scale in (np.float32(0.5), 2, np.float64(0.25)):
+        want = F.scaled_dot_product_attention(*map(torch.tensor, a), scale=scale)
+        got = tp.scaled_dot_product_attention(*x, scale=scale).to_host()
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-5, atol=1e-6)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from math import prod
+from numbers import Real
 
 import numpy as np
 
@@ -159,6 +160,11 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     if attn_mask is not None and is_causal:
         raise ShapeError("scaled_dot_product_attention: pass either attn_mask or "
                          "is_causal=True, not both (as PyTorch)")
+    if scale is not None and not isinstance(scale, Real):
+        # float() of a Node reads its value: a learnt temperature would get no gradient
+        raise DTypeError(f"scaled_dot_product_attention: scale must be a number, as PyTorch's "
+                         f"'must be float', got {type(scale).__name__}; a learnt scale has no "
+                         "gradient through it: multiply q by it instead")
     dropout_p = float(dropout_p)
     if not 0.0 <= dropout_p <= 1.0:
         raise ShapeError(f"scaled_dot_product_attention: dropout_p must be in [0, 1], got "
