@@ -607,3 +607,31 @@ def test_bce_with_logits_and_mse_take_pytorchs_reduction(queue, rng, reduction):
         np.testing.assert_allclose(nt.grad.to_host(), tt.grad.numpy(), rtol=1e-5, atol=1e-6)
     crit = pc.nn.BCEWithLogitsLoss(up(queue, w), reduction=reduction)
     assert crit(up(queue, x), up(queue, t)).shape == (() if reduction != "none" else x.shape)
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.2])
+def test_a_weighted_mean_over_labels_that_weigh_nothing_is_nan_as_pytorch(queue,
+                                                                           label_smoothing):
+    """Labels all of a class weighing 0 (``weight=[0, 1, 2]``, labels ``[0, 0, -100, 0]``):
+    PyTorch's weighted mean is 0/0, NaN, and so is its gradient; with label_smoothing parcl
+    divided the smoothing terms by that 0 and gave the loss inf and the logits gradients
+    +inf and -inf. The ignored row's gradient stays 0, and a sum is unchanged."""
+    import torch
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    y, w = np.array([0, 0, -100, 0]), np.array([0, 1, 2], np.float32)
+    xt = torch.tensor(x, requires_grad=True)
+    want = torch.nn.functional.cross_entropy(xt, torch.tensor(y), weight=torch.tensor(w),
+                                             label_smoothing=label_smoothing)
+    want.backward()
+    node = leaf(queue, x)
+    value, (grad,) = loss_and_grads(lambda: tp.cross_entropy(
+        node, up(queue, y, np.int64), weight=w, label_smoothing=label_smoothing), node)
+    assert np.isnan(want.item()) and np.isnan(value)
+    np.testing.assert_array_equal(grad, xt.grad.numpy())        # NaN rows, the ignored 0
+    summed = torch.nn.functional.cross_entropy(torch.tensor(x), torch.tensor(y),
+                                               weight=torch.tensor(w), reduction="sum",
+                                               label_smoothing=label_smoothing)
+    with tp.no_grad():
+        got = tp.cross_entropy(up(queue, x), up(queue, y, np.int64), weight=w,
+                               reduction="sum", label_smoothing=label_smoothing).item()
+    assert got == pytest.approx(summed.item(), rel=1e-6)

@@ -139,7 +139,8 @@ __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* res
         stats[2 * rows] = denom;
         stats[2 * rows + 1] = wall;
         if (reduce != 0)
-            loss[0] = reduce == 1 ? total / denom : total;
+            // a mean over no weight is PyTorch's 0/0 NaN, also where smoothing adds terms
+            loss[0] = reduce == 1 ? (denom == 0.0f ? NAN : total / denom) : total;
         flag[0] = bad[0] < rows ? bad[0] : -1;
         flag[1] = bad[0] < rows ? (long)labels[bad[0]] : 0;
     }
@@ -150,7 +151,8 @@ __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* res
 // u w[c]) * g / sum of w[t]; per_row (reduce 0): each row's own upstream g[r], undivided.
 // Rows labelled `ignore` get no gradient. A mean over no weight (every row's label weighs 0)
 // with upstream 0 gives 0, not 0/0: a replica's share of a batch whose weight lies in the other
-// shares (ReplicaGroup.step weighs it by 0) must add nothing, where NaN poisoned the model.
+// shares (ReplicaGroup.step weighs it by 0) must add nothing, where NaN poisoned the model;
+// with any other upstream it is NaN, as PyTorch's (not the smoothing terms' +-inf).
 __kernel void ce_bwd_LT(__global const float* restrict x, __global const LT* restrict labels,
                         __global const float* restrict w,
                         __global const float* restrict stats, __global const float* restrict g,
@@ -173,7 +175,8 @@ __kernel void ce_bwd_LT(__global const float* restrict x, __global const LT* res
     }
     const LT t = labels[r];
     const float e = exp((x[i] - stats[r]) - stats[rows + r]), p = nll ? 0.0f : e;  // a select
-    const float scale = per_row ? g[r] : g[0] == 0.0f ? g[0] : g[0] / stats[2 * rows];
+    const float d = stats[2 * rows];
+    const float scale = per_row ? g[r] : g[0] == 0.0f ? g[0] : d == 0.0f ? NAN : g[0] / d;
     float v;
     if (w) {
         const float wt = t >= 0 && t < C ? w[t] : 0.0f;
