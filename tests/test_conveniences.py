@@ -483,6 +483,31 @@ def test_a_nodes_reductions_over_dim_empty_are_over_every_dim_as_pytorch(queue, 
         np.testing.assert_allclose(x.grad.to_host(), t.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_a_nodes_logsumexp_over_dim_empty_is_over_every_dim_as_pytorch(queue):
+    """``x.logsumexp(dim=(), keepdim=True)`` reduces every dim, as torch.Tensor's (its
+    ``amax`` over ``()``): parcl passed ``()`` on as numpy's ``axis=()``, which reduces none,
+    so of [[1, 5, 5, 2], [3, 4, 0, -3], [-1, -1, -2, 7]] it gave the 3x4 input itself where
+    PyTorch gives [[7.2999]], silently. (torch raises for ``keepdim=False``; parcl gives the
+    0-d 7.2999, the same reduction.)"""
+    import torch
+    a = np.array([[1, 5, 5, 2], [3, 4, 0, -3], [-1, -1, -2, 7]], np.float32)
+    t = torch.tensor(a, dtype=torch.float64, requires_grad=True)
+    want = t.logsumexp(dim=(), keepdim=True)
+    (want * want).sum().backward()
+    for dim in ((), []):
+        for keepdim in (False, True):
+            x = tp.tensor(a, requires_grad=True)
+            with tp.Tape() as tape:
+                out = x.logsumexp(dim, keepdim)
+                loss = tp.sum(out * out)
+            tape.backward(loss)
+            assert out.shape == ((1, 1) if keepdim else ())
+            np.testing.assert_allclose(out.to_host().reshape(1, 1), want.detach().numpy(),
+                                       rtol=1e-6)
+            np.testing.assert_allclose(x.grad.to_host(), t.grad.numpy(), rtol=1e-5, atol=1e-7)
+    assert tp.logsumexp(tp.tensor(a), ()).shape == (3, 4)     # numpy's axis=(): none
+
+
 @pytest.mark.parametrize("method", ["sum", "mean"])
 def test_a_nodes_sum_and_mean_take_their_first_argument_as_pytorchs_dim(queue, method):
     """``x.sum(dims)`` positionally is torch.Tensor's ``dim``: ``dims=()`` (a per-sample sum

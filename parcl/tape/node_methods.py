@@ -482,7 +482,7 @@ class NodeMethods:
                           correction=correction)
 
     def logsumexp(self, dim, keepdim=False):
-        return _ops().logsumexp(self, dim, keepdim)
+        return _ops().logsumexp(self, _every_dim_if_empty(dim), keepdim)
 
     def cumsum(self, dim):
         return _ops().cumsum(self, dim)
