@@ -204,6 +204,33 @@ def test_ops_of_a_0d_input_and_node_methods_as_pytorch(queue):
     assert float(x[0].aminmax().max) == 3.0 and x.cummin(0).indices.shape == (2, 6)
 
 
+def test_median_mode_and_kthvalue_of_a_0d_input_with_keepdim_stay_0d_as_pytorch(queue):
+    """``torch.median(s, 0, keepdim=True)`` of a 0-d ``s`` is 0-d (values and indices), as
+    ``torch.amax(s, 0, True)``: there is no dim to keep. parcl's median, nanmedian, mode and
+    kthvalue gave shape (1,), so ``s - s.median(0, True).values`` of ``s = 2.5`` was the
+    (1,) [0.] where PyTorch gives the 0-d 0., silently; the gradient is PyTorch's 1."""
+    t = torch.tensor(2.5, requires_grad=True)
+    ops = {"median": (lambda v: tp.median(v, 0, True), lambda v: torch.median(v, 0, True)),
+           "nanmedian": (lambda v: tp.nanmedian(v, -1, True),
+                         lambda v: torch.nanmedian(v, -1, True)),
+           "mode": (lambda v: mode(v, 0, True), lambda v: torch.mode(v, 0, True)),
+           "kthvalue": (lambda v: tp.kthvalue(v, 1, 0, True),
+                        lambda v: torch.kthvalue(v, 1, 0, True))}
+    for name, (ours, theirs) in ops.items():
+        s = leaf(queue, np.float32(2.5))
+        with tp.Tape() as tape:
+            values, indices = ours(s)
+            out = s - values * 0.5
+        tape.backward(tp.sum(out))
+        t.grad = None
+        want_values, want_indices = theirs(t)
+        (t - want_values * 0.5).sum().backward()
+        assert values.shape == indices.shape == out.shape == (), name
+        assert want_values.shape == want_indices.shape == ()
+        assert float(values) == 2.5 and int(indices.to_host()) == 0 and float(out) == 1.25
+        assert float(s.grad.to_host()) == float(t.grad) == 0.5
+
+
 def test_order_errors_name_the_op_and_the_shapes_as_pytorch(queue):
     x, t = up(queue, np.ones((2, 3))), torch.ones(2, 3)
     assert "(2, 3)" in raises_like_torch(lambda: tp.kthvalue(x, 4), lambda: torch.kthvalue(t, 4),

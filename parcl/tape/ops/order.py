@@ -123,7 +123,8 @@ def _rows(op: str, x, dim, tape):
 def _result(op: str, x, flat, axis: int, index: Tensor, keepdim: bool, tape) -> SortResult:
     """``(values, indices)`` for one position per row (``index``: 1 along ``axis``)."""
     shape = tuple(x.shape)
-    out_shape = shape[:axis] + ((1,) if keepdim else ()) + shape[axis + 1:]
+    # a 0-d input stays 0-d with keepdim, as PyTorch's: it has no dim to keep
+    out_shape = shape[:axis] + ((1,) if keepdim and shape else ()) + shape[axis + 1:]
     values = _TAKEN[op].apply(flat, index, tape=tape, axis=axis, shape=out_shape)
     index = index.reshape(out_shape)
     # the input's pending checks (an embedding's index range) raise at the indices' host read
