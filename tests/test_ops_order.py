@@ -231,6 +231,43 @@ def test_median_mode_and_kthvalue_of_a_0d_input_with_keepdim_stay_0d_as_pytorch(
         assert float(s.grad.to_host()) == float(t.grad) == 0.5
 
 
+def test_quantile_gives_its_levels_q_their_gradient_as_pytorch(queue, rng):
+    """``torch.quantile(x, q)`` is differentiable in ``q`` (linear interpolation: the rank
+    ``q * (n - 1)`` moves the weight), so a learned level gets a gradient: of ``[1, 2, 4, 8]``
+    at ``q = 0.5`` the quantile is 3 and ``d/dq`` is ``(4 - 2) * 3 = 6``. parcl read ``q``
+    as a constant, so ``q.grad`` stayed None, silently. Now ``q`` (0-d or 1-D) gets PyTorch's
+    gradient for quantile and nanquantile along any dim, 0 from a row that gives NaN (PyTorch
+    masks its rank) and from the step-wise interpolations; ``x``'s gradient is unchanged."""
+    q = leaf(queue, np.float32(0.5))
+    with tp.Tape() as tape:
+        out = tp.quantile(up(queue, [1.0, 2.0, 4.0, 8.0]), q)
+    tape.backward(out)
+    assert float(out) == 3.0 and float(q.grad.to_host()) == 6.0
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    a[1, 2] = NAN
+    weights = rng.standard_normal((3, 3)).astype(np.float32)
+    for op in ("quantile", "nanquantile"):
+        for interpolation in ("linear", "lower", "midpoint"):
+            for levels, dim in (([0.1, 0.5, 0.9], 1), ([0.3, 1.0, 0.0], -1), (0.7, 1)):
+                levels = np.asarray(levels, np.float32)
+                x, q = leaf(queue, a), leaf(queue, levels)
+                with tp.Tape() as tape:
+                    out = getattr(tp, op)(x, q, dim, interpolation=interpolation)
+                    loss = tp.sum(out * tp.tensor(weights[: levels.size].reshape(out.shape)))
+                tape.backward(loss)
+                tx = torch.tensor(a, requires_grad=True)
+                tq = torch.tensor(levels, requires_grad=True)
+                want = getattr(torch, op)(tx, tq, dim, interpolation=interpolation)
+                (want * torch.tensor(weights[: levels.size]).reshape(want.shape)).sum().backward()
+                np.testing.assert_allclose(out.to_host(), want.detach().numpy(), rtol=1e-6)
+                want_q = np.zeros_like(levels) if tq.grad is None else tq.grad.numpy()
+                got_q = np.zeros_like(levels) if q.grad is None else q.grad.to_host()
+                assert (q.grad is None) == (interpolation != "linear")
+                np.testing.assert_allclose(got_q, want_q, rtol=1e-5, atol=1e-6)
+                np.testing.assert_allclose(x.grad.to_host(), tx.grad.numpy(), rtol=1e-5,
+                                           atol=1e-6)
+
+
 def test_order_errors_name_the_op_and_the_shapes_as_pytorch(queue):
     x, t = up(queue, np.ones((2, 3))), torch.ones(2, 3)
     assert "(2, 3)" in raises_like_torch(lambda: tp.kthvalue(x, 4), lambda: torch.kthvalue(t, 4),

@@ -27,6 +27,7 @@ from ...kernels import gather as gk
 from ...kernels import order as ok
 from ...kernels import reduction as rd
 from ...kernels import scatter as sc
+from ...kernels import select as sk
 from ...kernels import sorting
 from ...tensor import FLOAT, Tensor
 from ..node import Function, Node
@@ -174,11 +175,45 @@ def nanmedian(x, dim=None, keepdim: bool = False, *, tape=None):
     return _result("nanmedian", x, flat, axis, lo, keepdim, tape)
 
 
+class _Level(Function):
+    """The weight of ``linear`` quantiles as a function of the levels ``q``: the rank
+    ``q * (m - 1)`` moves the weight one for one, so ``q``'s gradient is the weight's times
+    ``m - 1`` (``slope``: the row's length, or its count of non-NaNs for nanquantile, less
+    one) summed over the rows, as PyTorch's. A row that gives NaN (PyTorch masks its rank to
+    the last position) has slope 0 and passes nothing back."""
+
+    name = "quantile"
+
+    def forward(self, q: Tensor, weight: Tensor, slope: Tensor, axis: int = 0):
+        if self.recording:
+            self.saved = (q.shape, slope, axis)
+        return weight
+
+    def backward(self, g: Tensor):
+        q_shape, slope, axis = self.saved
+        # where the slope is 0 the weight's gradient may be NaN (a NaN row's x[hi] - x[lo])
+        rows = sk.where(slope, ew.binary("mul", g, slope), Tensor.zeros(g.queue, ()))
+        axes = tuple(d for d in range(g.ndim) if d != axis)
+        return (rd.sum(rows, axes) if axes else rows).reshape(q_shape)
+
+
+def _slopes(op: str, raw: Tensor, axis: int) -> Tensor:
+    """``m - 1`` for each row of ``raw`` along ``axis`` (1 there), 0 where the row gives NaN:
+    ``m`` the row's length (quantile: no NaN in it) or its count of non-NaNs (nanquantile)."""
+    nans = rd.sum(ew.unary("isnan", raw), axis, keepdims=True)
+    last = float(raw.shape[axis] - 1)
+    if op == "quantile":
+        return ew.scalar("mul", ew.scalar("eq", nans, 0.0), last)
+    return ew.scalar("maximum", ew.scalar("rsub", nans, last), 0.0)
+
+
 def _quantile(op: str, x, q, dim, keepdim: bool, interpolation: str, tape):
     _input(op, x)
     if interpolation not in ok.INTERPOLATIONS:
         raise ShapeError(f"{op}: interpolation must be one of {', '.join(ok.INTERPOLATIONS)},"
                          f" got {interpolation!r}")
+    # only linear's weight moves with q; the other interpolations are steps in it
+    level = q if isinstance(q, Node) and q.requires_grad and interpolation == "linear" else None
     if isinstance(q, Node):
         q = q.value
     if isinstance(q, Tensor):
@@ -201,6 +236,8 @@ def _quantile(op: str, x, q, dim, keepdim: bool, interpolation: str, tape):
     lo, hi, w = ok.pick(raw, perm, axis, op, Tensor.from_host(raw.queue, qs), interpolation)
     taken = _TAKEN[op]
     values = taken.apply(flat, lo, tape=tape, axis=axis)
+    if level is not None:
+        w = _Level.apply(level, tape=tape, weight=w, slope=_slopes(op, raw, axis), axis=axis)
     if interpolation in ("linear", "midpoint"):
         values = lerp(values, taken.apply(flat, hi, tape=tape, axis=axis), w, tape=tape)
     # values: the input's shape with len(q) along axis; q's dim first, then the reduced shape
@@ -221,7 +258,8 @@ def quantile(x, q, dim=None, keepdim: bool = False, *, interpolation: str = "lin
     a 1-D ``q`` adds a first dim. Between two sorted elements ``interpolation`` is
     ``"linear"``, ``"lower"``, ``"higher"``, ``"midpoint"`` or ``"nearest"`` (halves to the
     even position), the rank ``q * (n - 1)`` computed in float32 as PyTorch's. A row holding
-    NaN gives NaN. The gradient goes to the sorted elements, weighted as interpolated.
+    NaN gives NaN. The gradient goes to the sorted elements, weighted as interpolated, and
+    with ``"linear"`` to a ``q`` that requires grad, as PyTorch's.
 
     >>> tp.quantile(x, 0.25, interpolation="higher").item()       # x [[3, 1, 2, 1]]
     1.0
