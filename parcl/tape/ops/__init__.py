@@ -61,7 +61,7 @@ even inside ``no_grad`` (netcl's escape hatch).
 | lp_pool | lp_pool1d lp_pool2d (power-average pools) |
 | resample | interpolate pixel_shuffle pixel_unshuffle channel_shuffle |
 | sequence | conv1d max_pool1d avg_pool1d (the 2-D ops on (N, C, 1, L) views) |
-| attention | scaled_dot_product_attention |
+| attention, attention_batch | scaled_dot_product_attention (broadcast batches, enable_gqa) |
 | loss | softmax log_softmax cross_entropy nll_loss mse_loss |
 | soft_loss | binary_cross_entropy_with_logits, cross_entropy with probabilities |
 | loss_more | l1_loss smooth_l1_loss huber_loss kl_div binary_cross_entropy ... (reduction=) |

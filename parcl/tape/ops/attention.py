@@ -32,6 +32,7 @@ from ...kernels.gemm import batched_gemm
 from ...kernels.reduction import sum_to_shape
 from ...tensor import FLOAT, Tensor, check_same_queue
 from ..node import Function, Node
+from .attention_batch import layout
 from .nn import Dropout
 
 __all__ = ["scaled_dot_product_attention"]
@@ -45,9 +46,6 @@ def _check(q: Tensor, k: Tensor, v: Tensor) -> None:
         if t.ndim < 2:
             raise ShapeError(f"scaled_dot_product_attention: {name} must be (..., T, D), got "
                              f"shape {t.shape}")
-    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
-        raise ShapeError(f"scaled_dot_product_attention: batch dimensions differ: query "
-                         f"{q.shape}, key {k.shape}, value {v.shape}")
     if q.shape[-1] != k.shape[-1]:
         raise ShapeError(f"scaled_dot_product_attention: query {q.shape} and key {k.shape} "
                          "must have the same last dimension (D)")
@@ -61,16 +59,18 @@ class ScaledDotProductAttention(Function):
     name = "scaled_dot_product_attention"
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None):
+                dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                enable_gqa: bool = False):
         _check(q, k, v)
-        batch, (tq, d), tk, dv = q.shape[:-2], q.shape[-2:], k.shape[-2], v.shape[-1]
-        nb = prod(batch)
+        # batches broadcast, GQA's query heads folded into the GEMMs' rows (attention_batch)
+        self.lay = lay = layout(q.shape, k.shape, v.shape, enable_gqa, self.name)
+        (tq, d), dv = q.shape[-2:], v.shape[-1]
         # head dim 0 (q[..., :0]): scores of no products are 0 whatever the scale, PyTorch's
         # 1 / sqrt(0) included (it scales q and k, not the scores), so the mask alone counts
         self.scale = (1.0 / math.sqrt(d) if d else 1.0) if scale is None else float(scale)
-        self.shapes = (q.shape, k.shape, v.shape, None if mask is None else mask.shape)
-        q3, k3, v3 = q.reshape(nb, tq, d), k.reshape(nb, tk, d), v.reshape(nb, tk, dv)
-        self.mask, self.is_causal, self.batch = mask, is_causal, batch
+        self.mask_shape = None if mask is None else mask.shape
+        q3, k3, v3 = lay.q.forward(q), lay.k.forward(k), lay.v.forward(v)
+        self.mask, self.is_causal = mask, is_causal
         p = self._probabilities(q3, k3)
         self.dropout = None
         if dropout_p > 0.0:
@@ -78,27 +78,36 @@ class ScaledDotProductAttention(Function):
             pd = self.dropout.forward(p, p=dropout_p)
         else:
             pd = p
-        out = batched_gemm(pd, v3)
+        out = batched_gemm(self._rows(pd), v3)
         if self.recording:        # p is recomputed in the backward unless dropout used it
             self.saved = (q3, k3, v3, p, pd) if self.dropout else (q3, k3, v3, None, None)
-        return out.reshape(*batch, tq, dv)
+        return out.reshape(*lay.batch, tq, dv)
+
+    def _rows(self, p: Tensor) -> Tensor:
+        """Weights or their gradient as the GEMMs read them: (kv batch, group * Tq, Tk)."""
+        nb, rows, _ = self.lay.q.gemm
+        return p.reshape(nb, rows, p.shape[-1])
 
     def _probabilities(self, q3: Tensor, k3: Tensor) -> Tensor:
+        """The attention weights (B, Tq, Tk), B the product of the output's batch shape."""
         s = batched_gemm(q3, k3, trans_b=True)
-        return ak.masked_softmax(s, self.scale, self.mask, self.is_causal, self.batch)
+        batch, tq = self.lay.batch, self.lay.q.shape[-2]
+        s = s.reshape(prod(batch), tq, s.shape[-1])
+        return ak.masked_softmax(s, self.scale, self.mask, self.is_causal, batch)
 
     def backward(self, g: Tensor):
         q3, k3, v3, p, pd = self.saved
         if p is None:
             p = pd = self._probabilities(q3, k3)
+        lay = self.lay
         need_q, need_k, need_v = self.needs_input_grad[:3]
         need_mask = len(self.needs_input_grad) > 3 and self.needs_input_grad[3]
-        g3 = g.reshape(pd.shape[0], pd.shape[1], v3.shape[-1])
+        g3 = g.reshape(q3.shape[0], q3.shape[1], v3.shape[-1])
         gq = gk = gv = gm = None
-        if need_v:
-            gv = batched_gemm(pd, g3, trans_a=True).reshape(self.shapes[2])
+        if need_v:          # a group's rows (GQA) summed inside the GEMM
+            gv = lay.v.backward(batched_gemm(self._rows(pd), g3, trans_a=True))
         if need_q or need_k or need_mask:
-            dp = batched_gemm(g3, v3, trans_b=True)
+            dp = batched_gemm(g3, v3, trans_b=True).reshape(p.shape)
             if self.dropout is not None:
                 dp = self.dropout.backward(dp)
             ds = ak.masked_softmax_backward(p, dp, self.scale)
@@ -106,12 +115,12 @@ class ScaledDotProductAttention(Function):
             dm = ak.masked_softmax_backward(p, dp, 1.0) if need_mask and not self.scale else ds
             del dp
             if need_q:
-                gq = batched_gemm(ds, k3).reshape(self.shapes[0])
+                gq = lay.q.backward(batched_gemm(self._rows(ds), k3))
             if need_k:
-                gk = batched_gemm(ds, q3, trans_a=True).reshape(self.shapes[1])
+                gk = lay.k.backward(batched_gemm(self._rows(ds), q3, trans_a=True))
             if need_mask:               # d(scores)/d(mask) = 1: ds without the scale
-                full = (*self.shapes[0][:-2], p.shape[1], p.shape[2])
-                gm = sum_to_shape(dm.reshape(full), self.shapes[3])
+                full = (*lay.batch, p.shape[1], p.shape[2])
+                gm = sum_to_shape(dm.reshape(full), self.mask_shape)
                 if dm is ds and self.scale != 1.0:
                     gm = ew.scalar("mul", gm, 1.0 / self.scale)
         return gq, gk, gv, gm
@@ -143,15 +152,19 @@ def _as_mask(mask, queue):
 
 
 def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0,
-                                 is_causal: bool = False, scale: float | None = None, *,
-                                 tape=None):
+                                 is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False, *, tape=None):
     """``torch.nn.functional.scaled_dot_product_attention`` over ``(..., T, D)`` inputs
     (typically ``(B, H, T, D)``): ``softmax(q @ k^T * scale + mask) @ v`` with ``scale``
     default ``1/sqrt(D)``. ``attn_mask`` broadcasts to ``(..., Tq, Tk)``: float32 is added to
     the scores, a boolean one (a numpy array too) says where a query may attend (True), an
     integer one is a ``DTypeError`` (as PyTorch's); a query row with nothing to attend to
     gives zeros, as PyTorch. ``is_causal`` masks the future (``j > i``); it cannot be
-    combined with a mask.
+    combined with a mask. The batch dimensions of q, k and v broadcast against each other
+    (k and v ``(1, H, S, D)`` serve every batch entry of q ``(B, H, L, D)``), gradients summed
+    back. ``enable_gqa=True`` is grouped-query attention: q ``(..., Hq, L, D)`` with k and v
+    of ``Hkv`` heads dividing ``Hq``, query head ``h`` reading key/value head
+    ``h // (Hq / Hkv)`` (PyTorch's ``repeat_interleave``), without copying k and v.
     ``dropout_p > 0`` drops attention weights with parcl's dropout generator (replayable
     under capture, like ``tp.dropout``). One Node, op_name ``"scaled_dot_product_attention"``.
 
@@ -172,4 +185,5 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     queue = (q.value if isinstance(q, Node) else q).queue
     mask = _as_mask(attn_mask, queue)
     return ScaledDotProductAttention.apply(q, k, v, mask, tape=tape, dropout_p=dropout_p,
-                                           is_causal=bool(is_causal), scale=scale)
+                                           is_causal=bool(is_causal), scale=scale,
+                                           enable_gqa=bool(enable_gqa))
