@@ -92,6 +92,24 @@ def test_an_adafactor_step_reads_nothing_back_and_stays_pytorchs(queue, monkeypa
     assert_params_close(ps, tps, atol=5e-7)
 
 
+def test_an_adafactor_rms_that_is_nan_spoils_only_its_element_as_pytorch(queue):
+    # PyTorch takes max(eps2, RMS(p)) and max(1, RMS(u) / d) with Python's max, which gives
+    # the number where the RMS is NaN: one NaN gradient element (or parameter element) of a
+    # vector stays in its element, and the others move as they would. parcl's device clamp
+    # propagated the NaN RMS, so every element of both vectors came out NaN
+    hosts = [np.float32([0.5, -1.0, 2.0, 0.25]), np.float32([np.nan, -1.0, 2.0, 0.25])]
+    grads = [[np.float32([0.3, -0.2, 0.1, 0.4]), np.float32([0.3, -0.2, 0.1, 0.4])],
+             [np.float32([0.1, np.nan, 0.2, -0.3]), np.float32([0.1, 0.5, 0.2, -0.3])],
+             [np.float32([-0.2, 0.1, 0.3, 0.2]), np.float32([-0.2, 0.1, 0.3, 0.2])]]
+    ps, tps, _, _ = run_both(queue, lambda p: Adafactor(p, lr=0.1),
+                             lambda p: torch.optim.Adafactor(p, lr=0.1), hosts, grads)
+    first, second = (p.value.to_host() for p in ps)
+    np.testing.assert_array_equal(np.isnan(first), [False, True, False, False])
+    np.testing.assert_array_equal(np.isnan(second), [True, False, False, False])
+    for p, t in zip(ps, tps):
+        np.testing.assert_allclose(p.value.to_host(), t.detach().numpy(), rtol=0, atol=1e-6)
+
+
 def test_adafactor_keeps_factored_moments_for_matrices_as_pytorch(queue):
     p = params_of(queue, [np.zeros((3, 4, 6), np.float32)])[0]
     opt = Adafactor([p])

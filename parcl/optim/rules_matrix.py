@@ -123,8 +123,9 @@ class Adafactor(_PerParameter):
         eps1 = _EPS32 if eps1 is None else eps1
         w = float(step) ** opts["beta2_decay"]
         with tp.no_grad():
-            # the parameter's RMS before the weight decay
-            alpha = tp.clamp_min(_rms(p.value), eps2) * min(lr, 1.0 / math.sqrt(step))
+            # the parameter's RMS before the weight decay; fmax, as PyTorch's Python max(eps2,
+            # rms): a NaN RMS (one NaN element) gives eps2, the other elements still move
+            alpha = tp.fmax(_rms(p.value), eps2) * min(lr, 1.0 / math.sqrt(step))
         if opts["weight_decay"] != 0:
             ew.scale_(p.value, 1.0 - lr * opts["weight_decay"])
         with tp.no_grad():
@@ -143,7 +144,8 @@ class Adafactor(_PerParameter):
                 var.copy_(tp.lerp(var, g * g, w))
                 v = var
             u = tp.rsqrt(tp.clamp_min(v, eps1 * eps1)) * g
-            update = u * (alpha / tp.clamp_min(_rms(u) / opts["d"], 1.0))
+            # fmax as PyTorch's max(1.0, rms): one NaN in u leaves the others unclipped
+            update = u * (alpha / tp.fmax(_rms(u) / opts["d"], 1.0))
         ew.axpy(p.value, update, -1.0)
         state["step"] = step
 
