@@ -107,6 +107,34 @@ def test_averaged_model_updates_read_nothing_back_and_follow_a_loaded_count(monk
     assert int(swa.state_dict()["n_averaged"]) == int(torch_swa.n_averaged) == 5
 
 
+def test_averaged_model_follows_a_count_buffer_assigned_in_its_place_as_pytorch():
+    # Assigning a fresh n_averaged restarts the average, as PyTorch's. Kept by address, the
+    # host count outlived the second of two such tensors, which the pool gave the first
+    # buffer's address back: [[8, 8]] was averaged in as a third model, [[4, 5.33]], where
+    # PyTorch copies it as the first
+    model = pc.nn.Linear(2, 1, bias=False)
+    swa = S.AveragedModel(model)
+    torch_model = torch.nn.Linear(2, 1, bias=False)
+    torch_swa = TS.AveragedModel(torch_model)
+    for w in ([[1.0, 2.0]], [[3.0, 6.0]]):
+        model.load_state_dict({"weight": np.array(w)})
+        swa.update_parameters(model)
+        with torch.no_grad():
+            torch_model.weight.copy_(torch.tensor(w))
+        torch_swa.update_parameters(torch_model)
+    for _ in range(2):
+        swa.n_averaged = pc.Tensor.from_host(swa.n_averaged.queue, np.array(0, np.int64))
+        torch_swa.n_averaged = torch.tensor(0)
+    model.load_state_dict({"weight": np.array([[8.0, 8.0]])})
+    swa.update_parameters(model)
+    with torch.no_grad():
+        torch_model.weight.copy_(torch.tensor([[8.0, 8.0]]))
+    torch_swa.update_parameters(torch_model)
+    np.testing.assert_array_equal(swa.module.weight.value.to_host(), [[8.0, 8.0]])
+    np.testing.assert_array_equal(torch_swa.module.weight.detach().numpy(), [[8.0, 8.0]])
+    assert int(swa.n_averaged.to_host()) == int(torch_swa.n_averaged) == 1
+
+
 def test_update_bn_recomputes_the_statistics_as_pytorch():
     rng = np.random.default_rng(1)
     model, torch_model = model_pair()

@@ -110,8 +110,8 @@ class AveragedModel(Module):
         self.module = clone_module(model)
         queue = self.module.queue if self.module.queue is not None else model.queue
         self.register_buffer("n_averaged", Tensor.zeros(queue, (), np.int64))
-        # (the buffer's address, the count last written to it, when): see _count
-        self._written = (self.n_averaged.data.int_ptr, 0, stamp())
+        # (the buffer, the count last written to it, when): see _count
+        self._written = (self.n_averaged, 0, stamp())
         self.avg_fn, self.multi_avg_fn = avg_fn, multi_avg_fn
         self.use_buffers = bool(use_buffers)
 
@@ -127,9 +127,11 @@ class AveragedModel(Module):
         was replaced or written by something else since (``load_state_dict``, ``fill_``;
         noted in its pool), when it is read back. Updates in a loop read nothing."""
         buf = self.n_averaged
-        address, count, when = self._written
+        written, count, when = self._written
         change = pool_of(buf.queue).overwrites.get(buf.data.int_ptr)
-        if buf.data.int_ptr == address and (change is None or change.when < when):
+        # the tensor itself, not its address: a tensor assigned in its place (an upload
+        # noted nowhere) could be given the pool's recycled buffer at that address
+        if buf is written and (change is None or change.when < when):
             return count
         return int(buf.to_host())
 
@@ -162,7 +164,7 @@ class AveragedModel(Module):
             for a, b in zip(self.module.buffers(), model.buffers()):
                 a.copy_(b)
         self.n_averaged.fill_owned(n + 1)
-        self._written = (self.n_averaged.data.int_ptr, n + 1, stamp())
+        self._written = (self.n_averaged, n + 1, stamp())
         changed(mine)
 
 
