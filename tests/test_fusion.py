@@ -222,3 +222,35 @@ def test_conv_relu_fused_passes_gradcheck(queue):
         rng.standard_normal((3, 2, 3, 3)).astype(np.float32),
         rng.standard_normal(3).astype(np.float32)))
     assert tp.gradcheck(lambda x, w, b: tp.conv2d(x, w, b, relu=True), [x, w, b])
+
+
+@pytest.mark.parametrize("layer", ["Linear", "Conv2d"])
+def test_a_hooked_layer_and_relu_in_a_sequential_run_their_hooks_as_pytorch(queue, layer):
+    """Sequential fused a Linear or Conv2d and the ReLU after it even where they held hooks:
+    the layer's forward hook saw the ReLU's output (its minimum 0 where PyTorch's is the
+    layer's negative minimum), a hook's replacement of the layer's output skipped the ReLU
+    (-relu(z), negative, where PyTorch gives relu(-z)), and the ReLU's hooks never ran. A
+    hooked pair now runs one by one, as PyTorch calls each module."""
+    import torch
+    make = {"Linear": lambda lib: lib.Linear(3, 4), "Conv2d": lambda lib: lib.Conv2d(2, 3, 2)}
+    shape = (5, 3) if layer == "Linear" else (2, 2, 4, 4)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    pc.nn.manual_seed(0)
+    model = pc.nn.Sequential(make[layer](pc.nn), pc.nn.ReLU())
+    tmodel = torch.nn.Sequential(make[layer](torch.nn), torch.nn.ReLU())
+    tmodel.load_state_dict({k: torch.from_numpy(v) for k, v in model.state_dict().items()})
+    for seq, host in [(model, lambda t: t.to_host()), (tmodel, lambda t: t.detach().numpy())]:
+        seq.seen = []
+        seq[0].register_forward_hook(lambda m, args, out, seq=seq, host=host: (
+            seq.seen.append(("layer", float(host(out).min()))), -out)[1])
+        seq[1].register_forward_pre_hook(lambda m, args, seq=seq: seq.seen.append(("relu",)))
+    xn = tp.tensor(pc.Tensor.from_host(queue, x), True)
+    xt = torch.from_numpy(x).requires_grad_()
+    got, want = model(xn), tmodel(xt)
+    assert model.seen[0][0] == "layer" and model.seen[0][1] < 0
+    np.testing.assert_allclose(model.seen[0][1], tmodel.seen[0][1], rtol=1e-5)
+    assert [s[0] for s in model.seen] == [s[0] for s in tmodel.seen] == ["layer", "relu"]
+    np.testing.assert_allclose(got.to_host(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    tp.sum(got).backward()
+    want.sum().backward()
+    np.testing.assert_allclose(xn.grad.to_host(), xt.grad.numpy(), rtol=1e-5, atol=1e-6)

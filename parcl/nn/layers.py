@@ -450,6 +450,12 @@ class Dropout(Module):
         return f"p={self.p}"
 
 
+def _hooked(module: Module) -> bool:
+    """Whether ``module`` holds hooks: PyTorch calls a layer's hooks around its own output, so
+    a hooked Linear or Conv2d and the ReLU after it cannot run as one fused kernel."""
+    return module._hooks is not None and any(module._hooks.counts())
+
+
 class Sequential(Module):
     """Layers applied in order; children are named ``0``, ``1``, ... (or by an OrderedDict).
 
@@ -488,7 +494,8 @@ class Sequential(Module):
         while i < len(layers):
             layer = layers[i]
             if (type(layer) in (Linear, Conv2d) and i + 1 < len(layers)
-                    and type(layers[i + 1]) is ReLU):
+                    and type(layers[i + 1]) is ReLU and not _hooked(layer)
+                    and not _hooked(layers[i + 1])):
                 x = layer(x, relu=True)      # the ReLU runs in the GEMM's or conv's last pass
                 i += 2
             else:
