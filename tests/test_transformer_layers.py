@@ -337,3 +337,24 @@ def test_transformer_redraws_a_custom_parts_conv_weight_with_xavier_over_its_rec
     bound = np.sqrt(6 / (64 * 9 + 64 * 9))
     assert bound * 0.95 < np.abs(w).max() <= bound
     assert np.isclose(w.std(), bound / np.sqrt(3), rtol=0.05)
+
+
+@pytest.mark.parametrize("make", [_enc_pair, _dec_pair])
+def test_a_forward_hook_on_linear1_sees_its_output_before_the_relu_as_pytorch(queue, rng, make):
+    """The feed-forward block ran ReLU in linear1's GEMM even where linear1 held a hook, so a
+    forward hook there saw the ReLU's output (its minimum 0.0 where PyTorch's is negative) and
+    a hook replacing it skipped the ReLU. A hooked linear1 now runs on its own."""
+    tm, pm = make()
+    load_torch(pm, tm)
+    for m in (tm, pm):
+        m.seen = []
+        m.linear1.register_forward_hook(
+            lambda mod, args, out, m=m: (m.seen.append(out), -out)[1])
+    x = _x(rng)
+    args = (x,) if make is _enc_pair else (x, _x(rng, S))
+    got = pm(*(pc.Tensor.from_host(queue, a) for a in args)).to_host()
+    want = tm(*(torch.from_numpy(a) for a in args)).detach().numpy()
+    np.testing.assert_allclose(pm.seen[0].to_host(), tm.seen[0].detach().numpy(),
+                               rtol=1e-5, atol=1e-5)
+    assert pm.seen[0].to_host().min() < 0
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -30,7 +30,7 @@ from ..runtime import default_queue
 from ..tape import ops
 from ..tensor import Tensor
 from .containers import ModuleList
-from .layers import Dropout, Linear, _check_sizes, _size
+from .layers import Dropout, Linear, _check_sizes, _hooked, _size
 from .module import Module, Parameter
 from .multihead import MultiheadAttention, xavier_uniform
 from .norm import LayerNorm
@@ -111,10 +111,11 @@ def _activation(layer: str, activation):
 class _FeedForward:
     """``linear2(dropout(activation(linear1(x))))`` then ``dropout_out``: the two layer types'
     ``_ff_block``; a mix-in over modules that define those children. ReLU runs in
-    ``linear1``'s GEMM epilogue; chosen per call, so assigning ``layer.activation`` works."""
+    ``linear1``'s GEMM epilogue (unless ``linear1`` holds hooks, which see its own output);
+    chosen per call, so assigning ``layer.activation`` works."""
 
     def _ff_block(self, x, dropout_out: Dropout):
-        if self.activation is ops.relu:
+        if self.activation is ops.relu and not _hooked(self.linear1):
             h = self.linear1(x, relu=True)
         else:
             h = self.activation(self.linear1(x))
