@@ -103,3 +103,25 @@ def test_freezing_a_lazy_layer_before_its_first_call_is_refused_as_pytorch(queue
     model(tp.tensor(np.ones((2, 4), np.float32)))
     model.requires_grad_(False)                             # after it, as PyTorch
     assert not any(p.requires_grad for p in model.parameters())
+
+
+@pytest.mark.parametrize("name,args,shape", [("Linear", (2,), (3, 4)),
+                                             ("Conv2d", (2, 1), (1, 3, 2, 2)),
+                                             ("BatchNorm1d", (), (3, 4))])
+def test_hooks_registered_before_the_first_call_keep_running_as_pytorch(queue, name, args,
+                                                                        shape):
+    """A lazy layer became its layer by replacing all its attributes, its hooks among them:
+    hooks registered before the first call ran on that call only, so a forward hook zeroing
+    a LazyLinear's output gave 0.0 on the first call and |y| summing to 7.47 on the next ones
+    where PyTorch's gives 0.0 each time. They now stay, each called once per call."""
+    x = np.ones(shape, np.float32)
+    for lib, up in [(pc.nn, lambda a: pc.Tensor.from_host(queue, a)), (torch.nn, torch.tensor)]:
+        layer = getattr(lib, "Lazy" + name)(*args)
+        layer.seen = []
+        layer.register_forward_pre_hook(lambda m, a: m.seen.append("pre"))
+        layer.register_forward_hook(lambda m, a, out: (m.seen.append("post"), out * 0)[1])
+        outs = [layer(up(x)) for _ in range(3)]
+        assert layer.seen == ["pre", "post"] * 3, lib
+        for y in outs:
+            host = y.to_host() if lib is pc.nn else y.detach().numpy()
+            np.testing.assert_array_equal(host, np.zeros_like(host))

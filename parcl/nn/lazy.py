@@ -59,14 +59,16 @@ class LazyModuleMixin(Module):
         built = self.cls_to_become(self.input_size(x), *args, **kwargs,
                                    queue=queue if queue is not None else x.queue)
         training = self.training
-        self.__dict__.clear()
+        # the hooks and attributes set on it stay, as PyTorch's module stays the same object
+        del self.__dict__["_lazy"]
         self.__dict__.update(built.__dict__)
         self.__class__ = self.cls_to_become
         self.train(training)
 
     def forward(self, x, *args, **kwargs):
         self.initialize_parameters(x)
-        return self(x, *args, **kwargs)
+        # the new class's forward itself: this call's hooks run around it already
+        return self.forward(x, *args, **kwargs)
 
     def extra_repr(self) -> str:
         args, kwargs, _ = self._lazy
