@@ -262,3 +262,23 @@ def test_fractional_max_pool2d_refuses_what_pytorch_refuses(queue):
         tp.fractional_max_pool2d(x, 2, output_size=4)
     with pytest.raises(pc.ShapeError, match=r"_random_samples must have shape \(1, 1, 2\)"):
         tp.fractional_max_pool2d(x, 2, output_size=2, _random_samples=np.zeros((1, 2, 2)))
+
+
+def test_fractional_max_pool2d_keeps_given_samples_in_its_state_dict_as_pytorch(queue, rng):
+    """``FractionalMaxPool2d(..., _random_samples=t)`` kept the samples as a plain attribute,
+    so its state dict was ``[]`` where PyTorch's is ``['_random_samples']`` (a buffer): a
+    PyTorch checkpoint's samples were an unexpected key, and a parcl one lost the windows.
+    They are a buffer now; loading other samples moves the windows, as PyTorch's."""
+    x0 = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    first, second = (rng.random((2, 3, 2)).astype(np.float32) for _ in range(2))
+    pool = pc.nn.FractionalMaxPool2d(2, output_size=3,
+                                     _random_samples=pc.Tensor.from_host(queue, first))
+    tpool = torch.nn.FractionalMaxPool2d(2, output_size=3,
+                                         _random_samples=torch.tensor(first))
+    assert list(pool.state_dict()) == list(tpool.state_dict()) == ["_random_samples"]
+    np.testing.assert_array_equal(pool.state_dict()["_random_samples"], first)
+    tpool.load_state_dict({"_random_samples": torch.tensor(second)})
+    pool.load_state_dict({k: v.numpy() for k, v in tpool.state_dict().items()})
+    got = pool(pc.Tensor.from_host(queue, x0)).to_host()
+    np.testing.assert_array_equal(got, tpool(torch.tensor(x0)).numpy())
+    assert list(pc.nn.FractionalMaxPool2d(2, output_size=3).state_dict()) == []

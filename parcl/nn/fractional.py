@@ -10,7 +10,8 @@ new windows on every call from the thread's seeded dropout generator.
 from __future__ import annotations
 
 from ..errors import ParclError
-from ..tape import ops
+from ..tape import Node, ops
+from ..tensor import Tensor
 from .module import Module
 
 __all__ = ["FractionalMaxPool2d"]
@@ -39,7 +40,12 @@ class FractionalMaxPool2d(Module):
                                  f"(got {output_ratio!r})")
         self.kernel_size, self.output_size = kernel_size, output_size
         self.output_ratio, self.return_indices = output_ratio, bool(return_indices)
-        self._random_samples = _random_samples
+        samples = _random_samples.value if isinstance(_random_samples, Node) else _random_samples
+        if isinstance(samples, Tensor):
+            # a buffer, as PyTorch's: its state dict holds the windows' samples
+            self.register_buffer("_random_samples", samples)
+        else:
+            self._random_samples = samples        # None (new windows per call) or an array
 
     def forward(self, x):
         return ops.fractional_max_pool2d(x, self.kernel_size, self.output_size,
