@@ -254,3 +254,51 @@ def test_a_hooked_layer_and_relu_in_a_sequential_run_their_hooks_as_pytorch(queu
     tp.sum(got).backward()
     want.sum().backward()
     np.testing.assert_allclose(xn.grad.to_host(), xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_hooks_in_a_resnet_block_see_what_torchvisions_show_them(queue):
+    """BasicBlock ran relu(bn2(conv2(out)) + identity) as one op even where hooks were
+    registered: a forward hook keeping the downsample's output kept a tensor the fused op
+    then overwrote with the block's output (2.31 off the downsample's own), bn2's hook saw
+    the ReLU's output (minimum 0) and relu's ran once where torchvision calls it twice. A
+    hooked tail now runs as torchvision's: bn2, the sum, relu."""
+    import torch
+    from torch import nn as tnn
+
+    class TorchBlock(tnn.Module):                         # torchvision's BasicBlock
+        def __init__(self):
+            super().__init__()
+            self.conv1 = tnn.Conv2d(2, 4, 3, 2, 1, bias=False)
+            self.bn1, self.relu = tnn.BatchNorm2d(4), tnn.ReLU(inplace=True)
+            self.conv2 = tnn.Conv2d(4, 4, 3, 1, 1, bias=False)
+            self.bn2 = tnn.BatchNorm2d(4)
+            self.downsample = tnn.Sequential(tnn.Conv2d(2, 4, 1, 2, bias=False),
+                                             tnn.BatchNorm2d(4))
+
+        def forward(self, x):
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            return self.relu(out + self.downsample(x))
+
+    pc.nn.manual_seed(0)
+    block, tblock = pc.nn.BasicBlock(2, 4, stride=2, queue=queue), TorchBlock()
+    tblock.load_state_dict({k: torch.from_numpy(v) for k, v in block.state_dict().items()},
+                           strict=False)
+    x = np.random.default_rng(0).standard_normal((2, 2, 6, 6)).astype(np.float32)
+    for b in (block, tblock):
+        b.kept, b.relu_calls = {}, []
+        b.downsample.register_forward_hook(lambda m, a, out, b=b: b.kept.update(ds=out))
+        b.bn2.register_forward_hook(lambda m, a, out, b=b: b.kept.update(bn2=out))
+        b.relu.register_forward_hook(lambda m, a, out, b=b: b.relu_calls.append(1))
+    xn = tp.tensor(pc.Tensor.from_host(queue, x), True)
+    xt = torch.from_numpy(x).requires_grad_()
+    got, want = block(xn), tblock(xt)
+    assert len(block.relu_calls) == len(tblock.relu_calls) == 2
+    for name in ("ds", "bn2"):
+        np.testing.assert_allclose(block.kept[name].to_host(),
+                                   tblock.kept[name].detach().numpy(), rtol=1e-4, atol=1e-5)
+    assert block.kept["bn2"].to_host().min() < 0
+    np.testing.assert_allclose(got.to_host(), want.detach().numpy(), rtol=1e-4, atol=1e-5)
+    tp.sum(got).backward()
+    want.sum().backward()
+    np.testing.assert_allclose(xn.grad.to_host(), xt.grad.numpy(), rtol=1e-4, atol=1e-5)

@@ -27,6 +27,7 @@ from .layers import (
     MaxPool2d,
     ReLU,
     Sequential,
+    _hooked,
     flatten,
 )
 from .module import Module, normal_
@@ -59,10 +60,20 @@ class BasicBlock(Module):
     def forward(self, x):
         out = self.relu(self.bn1(self.conv1(x)))
         identity = x if self.downsample is None else self.downsample(x)
+        if self._hooks_see_the_tail():
+            return self.relu(self.bn2(self.conv2(out)) + identity)
         # relu(bn2(conv2(out)) + identity) as one fused op: bn2's output is never kept, and a
         # downsample's output (read by nothing else) is overwritten by the result
         return self.bn2(self.conv2(out), residual=identity, relu=True,
                         overwrite_residual=self.downsample is not None)
+
+    def _hooks_see_the_tail(self) -> bool:
+        """Whether a hook would see what the fused tail skips: bn2's own output, the second
+        call of relu, or a downsample output it could keep (the fused op overwrites it)."""
+        tail = [self.bn2, self.relu]
+        if self.downsample is not None:
+            tail += self.downsample.modules()
+        return any(_hooked(m) for m in tail)
 
 
 class ResNet(Module):
