@@ -28,6 +28,7 @@ from ..tape.ops.checks import read_checks
 from ..tape.ops.nn import check_divisor_override, string_padding
 from ..tensor import Tensor
 from .module import Module, Parameter, uniform_
+from .module_hooks import holds_hooks
 
 __all__ = ["AdaptiveAvgPool2d", "AvgPool2d", "BatchNorm2d", "Conv2d", "Dropout", "Flatten",
            "Linear", "MaxPool2d", "ReLU", "Sequential"]
@@ -450,12 +451,6 @@ class Dropout(Module):
         return f"p={self.p}"
 
 
-def _hooked(module: Module) -> bool:
-    """Whether ``module`` holds hooks: PyTorch calls a layer's hooks around its own output, so
-    a hooked Linear or Conv2d and the ReLU after it cannot run as one fused kernel."""
-    return module._hooks is not None and any(module._hooks.counts())
-
-
 class Sequential(Module):
     """Layers applied in order; children are named ``0``, ``1``, ... (or by an OrderedDict).
 
@@ -494,8 +489,8 @@ class Sequential(Module):
         while i < len(layers):
             layer = layers[i]
             if (type(layer) in (Linear, Conv2d) and i + 1 < len(layers)
-                    and type(layers[i + 1]) is ReLU and not _hooked(layer)
-                    and not _hooked(layers[i + 1])):
+                    and type(layers[i + 1]) is ReLU and not holds_hooks(layer)
+                    and not holds_hooks(layers[i + 1])):
                 x = layer(x, relu=True)      # the ReLU runs in the GEMM's or conv's last pass
                 i += 2
             else:

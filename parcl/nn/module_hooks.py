@@ -32,6 +32,14 @@ from ..tensor import Tensor
 KINDS = ("forward_pre", "forward", "backward_pre", "backward")
 
 
+def holds_hooks(module) -> bool:
+    """Whether ``module`` has a hook of any kind registered: PyTorch calls a module's hooks
+    around its own output, so a fused path that skips that output (a Linear's ReLU run in
+    its GEMM) must not run for a hooked module."""
+    hooks = module._hooks
+    return hooks is not None and any(hooks.counts())
+
+
 class ModuleHooks:
     """A module's hooks: per kind (``KINDS``) a dict handle id -> ``(hook, with_kwargs,
     always_call)``, in calling order."""

@@ -27,10 +27,10 @@ from .layers import (
     MaxPool2d,
     ReLU,
     Sequential,
-    _hooked,
     flatten,
 )
 from .module import Module, normal_
+from .module_hooks import holds_hooks
 
 __all__ = ["BasicBlock", "ResNet", "resnet18"]
 
@@ -73,7 +73,7 @@ class BasicBlock(Module):
         tail = [self.bn2, self.relu]
         if self.downsample is not None:
             tail += self.downsample.modules()
-        return any(_hooked(m) for m in tail)
+        return any(holds_hooks(m) for m in tail)
 
 
 class ResNet(Module):

@@ -30,8 +30,9 @@ from ..runtime import default_queue
 from ..tape import ops
 from ..tensor import Tensor
 from .containers import ModuleList
-from .layers import Dropout, Linear, _check_sizes, _hooked, _size
+from .layers import Dropout, Linear, _check_sizes, _size
 from .module import Module, Parameter
+from .module_hooks import holds_hooks
 from .multihead import MultiheadAttention, xavier_uniform
 from .norm import LayerNorm
 
@@ -115,7 +116,7 @@ class _FeedForward:
     chosen per call, so assigning ``layer.activation`` works."""
 
     def _ff_block(self, x, dropout_out: Dropout):
-        if self.activation is ops.relu and not _hooked(self.linear1):
+        if self.activation is ops.relu and not holds_hooks(self.linear1):
             h = self.linear1(x, relu=True)
         else:
             h = self.activation(self.linear1(x))
