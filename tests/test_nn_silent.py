@@ -543,3 +543,38 @@ def test_gpt_generate_refuses_to_sample_from_nan_logits_as_pytorch(queue, kwargs
         model.generate([[1, 2]], 4, seed=0, **kwargs)
     # greedy decoding keeps torch.argmax's answer, the first NaN
     np.testing.assert_array_equal(model.generate([[1, 2]], 2, greedy=True), [[1, 2, 0, 0]])
+# -- get_extra_state: PyTorch's '_extra_state' entry was left out -----------------------------
+def test_a_module_with_extra_state_is_refused_in_state_dicts_not_dropped(queue):
+    """A module defining PyTorch's ``get_extra_state``/``set_extra_state`` has its state in
+    PyTorch's state dict (``'_extra_state'``) and back through ``load_state_dict``; parcl's
+    state dicts left it out, so a checkpoint round trip kept ``scale`` 1.0 where PyTorch's
+    restores 3.0. Both are a ``StateDictError`` naming the module now."""
+    import torch
+
+    def model(lib):
+        class Scaled(lib.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc, self.scale = lib.Linear(2, 2), 1.0
+
+            def get_extra_state(self):
+                return {"scale": self.scale}
+
+            def set_extra_state(self, state):
+                self.scale = state["scale"]
+
+        return lib.Sequential(lib.ReLU(), Scaled())
+
+    saved, fresh = model(torch.nn), model(torch.nn)
+    saved[1].scale = 3.0
+    assert list(saved.state_dict()) == ["1._extra_state", "1.fc.weight", "1.fc.bias"]
+    fresh.load_state_dict(saved.state_dict())
+    assert fresh[1].scale == 3.0
+    net = model(pc.nn)
+    with pytest.raises(pc.nn.StateDictError, match="its module '1' .Scaled. defines "
+                                                   "get_extra_state"):
+        net.state_dict()
+    before = net[1].fc.bias.to_host().copy()
+    with pytest.raises(pc.nn.StateDictError, match="'_extra_state'"):
+        net.load_state_dict({"1.fc.weight": np.zeros((2, 2)), "1.fc.bias": np.zeros(2)})
+    np.testing.assert_array_equal(net[1].fc.bias.to_host(), before)     # nothing loaded

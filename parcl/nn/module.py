@@ -451,12 +451,28 @@ class Module:
             keys |= child._ignored_state_keys(f"{prefix}{name}.")
         return keys
 
+    def _refuse_extra_state(self, op: str) -> None:
+        """PyTorch puts what a module's ``get_extra_state`` returns in its state dict under
+        ``_extra_state`` and gives it back to ``set_extra_state``; parcl's state dicts hold
+        arrays only, so a module defining them would lose that state without a word."""
+        for name, module in self.named_modules():
+            cls = type(module)
+            if hasattr(cls, "get_extra_state") or hasattr(cls, "set_extra_state"):
+                where = f"its module {name!r}" if name else "it"
+                raise StateDictError(
+                    f"{type(self).__name__}.{op}: {where} ({cls.__name__}) defines "
+                    "get_extra_state/set_extra_state, PyTorch's '_extra_state' entry, which "
+                    "parcl's state dicts do not hold; keep that state beside them (a "
+                    "checkpoint's meta) instead")
+
     def state_dict(self) -> OrderedDict[str, np.ndarray]:
         """Ordered ``name -> numpy array`` (host copies) of every parameter and buffer.
+        A module defining PyTorch's ``get_extra_state`` is a ``StateDictError``.
 
         >>> list(pc.nn.BatchNorm2d(3).state_dict())
         ['weight', 'bias', 'running_mean', 'running_var']
         """
+        self._refuse_extra_state("state_dict")
         return OrderedDict((k, t.to_host()) for k, t in self._state_tensors())
 
     def load_state_dict(self, state_dict, strict: bool = True) -> IncompatibleKeys:
@@ -469,7 +485,8 @@ class Module:
         changed. Values may be
         numpy arrays, pc.Tensors or anything ``np.asarray`` accepts; they are cast to float32.
         PyTorch's ``*.num_batches_tracked`` entries are accepted and ignored. Returns
-        ``(missing_keys, unexpected_keys)`` as PyTorch's: what ``strict=False`` skipped.
+        ``(missing_keys, unexpected_keys)`` as PyTorch's: what ``strict=False`` skipped. A
+        module defining PyTorch's ``set_extra_state`` is a ``StateDictError``.
 
         >>> pc.nn.Linear(2, 2).load_state_dict({"weight": np.zeros((2, 2))}, strict=False)
         IncompatibleKeys(missing_keys=['bias'], unexpected_keys=[])
@@ -477,6 +494,7 @@ class Module:
         if not hasattr(state_dict, "items"):
             raise StateDictError(f"{type(self).__name__}.load_state_dict: expected a mapping "
                                  f"name -> array, got {type(state_dict).__name__}")
+        self._refuse_extra_state("load_state_dict")
         targets = list(self._state_tensors())
         names = {k for k, _ in targets}
         ignored = self._ignored_state_keys()
