@@ -369,3 +369,42 @@ def test_matmuls_take_the_packed_kernels_where_a_gpu_allows_the_tiles_fewer_work
     np.testing.assert_allclose(y.value.to_host(), yt.detach().numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(px.grad.to_host(), xt.grad.numpy(), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(pw.grad.to_host(), wt.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_ctc_loss_takes_the_work_group_the_device_allows_its_recursions_as_pytorch(
+        queue, rng, monkeypatch):
+    """The alpha and beta recursions walk a sample's states in one work-group of any size;
+    they asked for 64 whatever the device, so a GPU allowing those kernels fewer refused
+    every tp.ctc_loss (INVALID_WORK_GROUP_SIZE) where PyTorch gives the loss. Here each
+    allows 16, fewer than a 12-label target's 25 states: groups of 16, torch's loss and
+    gradient."""
+    import torch.nn.functional as F
+
+    from parcl.kernels import _cache
+
+    monkeypatch.setattr(_cache, "kernel_limits", lambda *a: _cache.KernelLimits(16, 0))
+    groups: dict[str, int] = {}
+    enqueue = _cache._enqueue
+
+    def spy(q, kernel, gsize, lsize, *rest):
+        if lsize is not None:
+            groups[kernel.function_name] = int(np.prod(lsize))
+        return enqueue(q, kernel, gsize, lsize, *rest)
+
+    monkeypatch.setattr(_cache, "_enqueue", spy)
+    t, n, c, s = 30, 3, 6, 12
+    logits = rng.standard_normal((t, n, c)).astype(np.float32)
+    targets = rng.integers(1, c, (n, s))
+    ilen, tlen = np.array([t, t - 3, 20]), np.array([s, 7, 5])
+    node = tp.tensor(pc.Tensor.from_host(queue, logits), True)
+    with tp.Tape() as tape:
+        loss = tp.ctc_loss(tp.log_softmax(node, axis=-1), pc.Tensor.from_host(queue, targets),
+                           pc.Tensor.from_host(queue, ilen), pc.Tensor.from_host(queue, tlen))
+    tape.backward(loss)
+    tx = torch.tensor(logits, dtype=torch.float64, requires_grad=True)
+    want = F.ctc_loss(tx.log_softmax(-1), torch.tensor(targets), torch.tensor(ilen),
+                      torch.tensor(tlen))
+    want.backward()
+    assert groups["ctc_alpha_i64"] == groups["ctc_beta_i64"] == 16
+    np.testing.assert_allclose(loss.to_host(), want.item(), rtol=2e-5)
+    np.testing.assert_allclose(node.grad.to_host(), tx.grad.numpy(), rtol=2e-4, atol=1e-5)

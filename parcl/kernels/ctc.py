@@ -20,10 +20,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..tensor import Tensor
-from ._cache import get_kernel, round_up
+from ._cache import get_kernel, group_size, round_up
 
 NO_ERROR = np.iinfo(np.int32).max
-LOCAL = 64
+LOCAL = 64             # work-items per sample, where the device allows the recursions as many
 
 _COMMON = r"""
 inline float lse2(float a, float b)
@@ -218,8 +218,10 @@ def ctc_forward(log_probs: Tensor, targets: Tensor, input_lengths: Tensor,
     alpha = Tensor.full(q, (n, t, smax), -np.inf)
     flag = Tensor.full(q, (3,), NO_ERROR, np.int32)
     if n:
-        get_kernel(q, SOURCE, "ctc_alpha_" + _suffix(targets))(
-            q, (n * LOCAL,), (LOCAL,), alpha.data, nll.data, length.data, log_probs.data,
+        name = "ctc_alpha_" + _suffix(targets)
+        group = group_size(q, SOURCE, name, LOCAL)
+        get_kernel(q, SOURCE, name)(
+            q, (n * group,), (group,), alpha.data, nll.data, length.data, log_probs.data,
             targets.data, input_lengths.data, target_lengths.data, flag.data, np.int32(t),
             np.int32(n), np.int32(c), np.int32(s), np.int32(stride), np.int32(targets.size),
             np.int32(smax), np.int32(blank))
@@ -238,8 +240,9 @@ def ctc_backward(log_probs: Tensor, targets: Tensor, input_lengths: Tensor,
     flag = Tensor.full(q, (3,), NO_ERROR, np.int32)       # checked by the forward already
     suffix = _suffix(targets)
     if n:
+        group = group_size(q, SOURCE, "ctc_beta_" + suffix, LOCAL)
         get_kernel(q, SOURCE, "ctc_beta_" + suffix)(
-            q, (n * LOCAL,), (LOCAL,), beta.data, nll.data, log_probs.data, targets.data,
+            q, (n * group,), (group,), beta.data, nll.data, log_probs.data, targets.data,
             input_lengths.data, target_lengths.data, flag.data, np.int32(t), np.int32(n),
             np.int32(c), np.int32(s), np.int32(stride), np.int32(targets.size),
             np.int32(smax), np.int32(blank))
