@@ -394,3 +394,26 @@ def test_onecycle_trains_as_pytorchs(cls, tcls):
         tsched.step()
         np.testing.assert_allclose(p.value.to_host(), t.detach().numpy(), rtol=2e-5, atol=2e-6)
     assert not np.allclose(p.value.to_host(), start, atol=0.05)
+
+
+def test_multiplicative_lr_resumed_or_restarted_at_a_milestone_multiplies_as_pytorch():
+    """MultiplicativeLR keeps the rate only at its constructor's step: made with last_epoch=3
+    it used to multiply once more there (0.1 * 0.5^4 = 0.00625 where PyTorch keeps 0.0125),
+    and restarted at a SequentialLR milestone it skipped lr_lambda(0) (0.1 where PyTorch's is
+    0.05), every later rate twice PyTorch's, silently."""
+    def resumed(S, o):
+        first = S.MultiplicativeLR(o, lambda t: 0.5)
+        trace(first, o, 3)
+        return S.MultiplicativeLR(o, lambda t: 0.5, last_epoch=3)
+
+    def restarted(S, o):
+        return S.SequentialLR(o, [S.ConstantLR(o, 0.5, total_iters=3),
+                                  S.MultiplicativeLR(o, lambda t: 0.5)], milestones=[4])
+
+    for make, first in ((resumed, 0.0125), (restarted, 0.05)):
+        t_opt, p_opt = torch_optimizer(0.1), FakeOptimizer(0.1)
+        want = trace(make(T, t_opt), t_opt, 8)
+        got = trace(make(P, p_opt), p_opt, 8)
+        assert got == want
+        # the rate the run continues at: the resumed constructor's, the milestone's
+        assert want[0 if make is resumed else 4] == [pytest.approx(first)]

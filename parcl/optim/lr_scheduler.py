@@ -99,7 +99,10 @@ class MultiplicativeLR(LambdaLR):
     """
 
     def get_lr(self) -> list[float]:
-        if self.last_epoch <= 0:
+        # Only the constructor's step keeps the rate, as PyTorch's: a resumed constructor
+        # (last_epoch=k) must not multiply once more, and a restart at a SequentialLR
+        # milestone (step 0) multiplies by lr_lambda(0).
+        if self._is_initial:
             return self._group_lrs()
         return [lr * fn(self.last_epoch) for fn, lr in zip(self.lr_lambdas, self._group_lrs())]
 
