@@ -166,3 +166,37 @@ def test_no_weight_decay_leaves_an_infinite_weight_infinite_as_pytorch(queue, na
         t_opt.step()
     np.testing.assert_allclose(p.value.to_host(), t.detach().numpy(), rtol=1e-6)
     assert np.isinf(p.value.to_host()[[0, 2]]).all()
+
+
+@pytest.mark.parametrize("name", ["SGD", "LBFGS"])
+def test_a_step_with_a_closure_under_no_grad_records_the_closure_as_pytorch(queue, name):
+    """PyTorch's step runs its closure with grad mode on, so ``with torch.no_grad():
+    opt.step(closure)`` trains; parcl ran the closure under the caller's no_grad and its
+    backward raised 'loss is a raw pc.Tensor ... no graph' for SGD and LBFGS alike."""
+    start = np.array([1.0, -2.0], np.float32)
+    w = pc.nn.Parameter(pc.Tensor.from_host(queue, start))
+    tw = torch.nn.Parameter(torch.tensor(start))
+    opt, topt = getattr(pc.optim, name)([w], lr=0.1), getattr(torch.optim, name)([tw], lr=0.1)
+
+    def closure():
+        opt.zero_grad()
+        with tp.Tape() as tape:
+            loss = tp.sum(w * w)
+        tape.backward(loss)
+        return loss
+
+    def torch_closure():
+        topt.zero_grad()
+        loss = (tw * tw).sum()
+        loss.backward()
+        return loss
+
+    with tp.no_grad():
+        loss = opt.step(closure)
+        assert not tp.is_grad_enabled()           # the caller's mode is back after the step
+    with torch.no_grad():
+        want = topt.step(torch_closure)
+    assert float(loss.item()) == pytest.approx(float(want.detach())) == 5.0
+    np.testing.assert_allclose(w.value.to_host(), tw.detach().numpy(), rtol=1e-6)
+    if name == "SGD":
+        np.testing.assert_allclose(w.value.to_host(), [0.8, -1.6], rtol=1e-6)

@@ -234,6 +234,9 @@ class LBFGS(Optimizer):
                                  "evaluates the loss, runs the backward and returns the loss "
                                  "(a ReplicaGroup's step gives it none: LBFGS re-evaluates "
                                  "the loss several times per step, so run it on one replica)")
+        # Every evaluation records, as PyTorch's (torch.enable_grad()(closure)): a step under
+        # no_grad would otherwise find no graph to backward.
+        closure = tp.enable_grad()(closure)
         group = self.param_groups[0]
         opts = self._validate_options(group, made=False)
         lr, max_iter, max_eval = opts["lr"], opts["max_iter"], opts["max_eval"]

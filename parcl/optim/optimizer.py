@@ -13,6 +13,7 @@ import numpy as np
 from .. import recorder
 from ..errors import ShapeError
 from ..tape.changes import changed
+from ..tape.mode import enable_grad
 from ..tape.node import Node, host_copy
 from ..tensor import FLOAT, Tensor
 from .checks import (OptimizerError, _as_index, _checked_group, _nonneg, _once, _ordered,
@@ -147,8 +148,12 @@ class Optimizer:
     # -- stepping ------------------------------------------------------------------------
     def step(self, closure=None):
         """One update of every parameter that has a ``.grad``; returns ``closure()`` if
-        given (called first, as PyTorch does)."""
-        loss = closure() if closure is not None else None
+        given (called first, with grad mode on, as PyTorch does: a step under ``no_grad``
+        still records the closure's forward for its backward)."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
         self.launch(self.prepare())
         return loss
 
