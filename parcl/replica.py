@@ -309,11 +309,17 @@ class ReplicaGroup:
         return self.train(False)
 
     def zero_grad(self) -> None:
-        """Zero every replica's gradient buckets (after any straggling replica finished)."""
+        """Zero every replica's gradient buckets (after any straggling replica finished). A
+        ``.grad`` that is None stays None, as PyTorch's ``zero_grad`` never makes one: a
+        zero would have ``allreduce_grads`` keep it and ``opt.step()`` decay a parameter no
+        backward reached."""
         self._wait_idle()
         for grads in self._buffers.grads:
+            dropped = [p for p in grads.params if p.grad is None]
             grads.gather(keep=False)        # every view back, then zeroed: nothing to copy
             grads.zero_()
+            for p in dropped:
+                p.grad = None
         self._reduced, self._seen = SYNCED, None
 
     def allreduce_grads(self, average: bool = True) -> None:

@@ -511,6 +511,39 @@ def test_a_parameter_no_backward_reached_keeps_no_gradient_through_allreduce_gra
                                        atol=1e-6, err_msg=name)
 
 
+
+def test_group_zero_grad_leaves_a_gradient_no_backward_reached_none_as_pytorch(devices2):
+    """``group.zero_grad()`` at the top of the custom loop (PyTorch's ``model.zero_grad()``)
+    made the unused head's None gradient a zero on every replica, ``allreduce_grads`` kept
+    it (it was no longer None) and AdamW's ``opt.step()`` decayed the head, which PyTorch's
+    optimizer skips (its ``zero_grad`` never makes a gradient): after 3 steps at lr 0.1 and
+    weight_decay 0.5 the head's weights had moved by up to 0.078 where they must not move.
+    Now a None gradient stays None; the body's are zeroed and train as the one model's."""
+    rng = np.random.default_rng(0)
+    xs = [rng.random((6, 4), dtype=np.float32) for _ in range(3)]
+    queue = pc.new_queue(devices2[0])
+    one = SimpleNamespace(model=_WithUnusedHead(queue), queue=queue)
+    one_opt = AdamW(one.model.parameters(), lr=0.1, weight_decay=0.5)
+    with ReplicaGroup(_WithUnusedHead, devices2) as group:
+        head = group.model.unused.weight.value.to_host()
+        opt = AdamW(group.parameters(), lr=0.1, weight_decay=0.5)
+        for x in xs:
+            group.zero_grad()
+            one.model.zero_grad(set_to_none=False)
+            for r in group.replicas:
+                assert r.model.unused.weight.grad is None
+                body = r.model.body.weight.grad        # None before the first backward
+                assert body is None or not body.to_host().any()
+            group.run(_backward, [x[:3], x[3:]])
+            group.allreduce_grads(average=True)
+            opt.step()
+            _backward(one, x)
+            one_opt.step()
+        np.testing.assert_array_equal(group.model.unused.weight.value.to_host(), head)
+        for (name, p), q in zip(group.model.named_parameters(), one.model.parameters()):
+            np.testing.assert_allclose(p.value.to_host(), q.value.to_host(), rtol=1e-5,
+                                       atol=1e-6, err_msg=name)
+
 def _adam_run(queue, save_cls, load_cls, cut=5, steps=10):
     """Ten steps of ``save_cls`` (weight_decay 0.5), its state dict loaded into a fresh
     ``load_cls`` after ``cut`` of them; the final weights (``cut=None``: uninterrupted)."""
