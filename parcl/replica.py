@@ -244,13 +244,20 @@ class ReplicaGroup:
             busy = [r.index for r, res in zip(self.replicas, job.results) if res is None]
             self._broken = f"replicas {busy} did not finish within {limit:.0f} s"
             raise ReplicaError(f"ReplicaGroup.run: {self._broken}")
-        if self._buffers is not None:
-            self._buffers.note_model()      # what the forwards set is theirs (nn.follow)
-        self._called = stamp()              # and what they did to their own parameters
+        failure = None
         if job.failures:
             # The cause, not a replica that only stopped because another one failed
             failure = min(job.failures, key=lambda f: (
                 isinstance(f.error, threading.BrokenBarrierError), f.index))
+            # The first failure ends the wait, and replica 0 may still be inside its call:
+            # noted now, what it set there for the call alone would pass for the model's
+            # state, and the caller's assigning the same value later would not be followed.
+            with contextlib.suppress(ReplicaError):
+                self._wait_idle()
+        if self._buffers is not None:
+            self._buffers.note_model()      # what the forwards set is theirs (nn.follow)
+        self._called = stamp()              # and what they did to their own parameters
+        if failure is not None:
             raise failure.error_in(self.replicas[failure.index]) from failure.error
         return list(job.results)
 

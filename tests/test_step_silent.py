@@ -3,6 +3,8 @@ what parcl did and what PyTorch does."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -327,6 +329,44 @@ def test_what_a_forward_sets_on_its_module_stays_each_replicas(devices2):
             g.step(*batch(n), tp.cross_entropy, opt)
         assert g.run(lambda r: r.model.rows) == [5, 4]
 
+
+
+def test_an_attribute_assigned_after_a_failed_run_is_every_replicas(devices2):
+    """A ``group.run`` whose replica 1 failed returned at that failure, while replica 0 was
+    still inside its call with ``scale`` set to 2.0 for that call alone: the group noted
+    that value as the model's, so the caller's ``group.model.scale = 2.0`` afterwards looked
+    unchanged and was never copied. Replica 1 trained at scale 1.0 and the step's loss was
+    1.723 where the same step on a fresh group gives 2.107, silently. The model is now noted
+    once every replica has left the call."""
+    class Scaled(pc.nn.Module):
+        def __init__(self, queue):
+            super().__init__()
+            pc.manual_seed(0)
+            self.fc = pc.nn.Linear(4, 3, queue=queue)
+            self.scale = 1.0
+
+        def forward(self, x):
+            return self.fc(x) * self.scale
+
+    def probe(r, scale):
+        r.model.scale = scale            # a setting tried for this call only
+        if r.index == 1:
+            raise ValueError("replica 1's probe failed")
+        time.sleep(0.3)                  # replica 0 still inside its call meanwhile
+        r.model.scale = 1.0
+
+    x, y = batch(6)
+    with ReplicaGroup(Scaled, devices2) as g:
+        g.model.scale = 2.0
+        want = g.step(x, y, tp.cross_entropy, pc.optim.SGD(g.parameters(), lr=0.5))
+    with ReplicaGroup(Scaled, devices2) as g:
+        with pytest.raises(pc.ParclError, match="replica 1's probe failed"):
+            g.run(probe, [2.0, 1.0])
+        g.model.scale = 2.0
+        loss = g.step(x, y, tp.cross_entropy, pc.optim.SGD(g.parameters(), lr=0.5))
+        assert [r.model.scale for r in g.replicas] == [2.0, 2.0]
+    assert loss == pytest.approx(want, rel=1e-6)
+    assert want == pytest.approx(2.107, abs=1e-3)
 
 def test_gradients_a_failed_run_left_are_refused_by_the_next_step_until_zeroed(devices2):
     """A ``group.run`` whose backward on replica 1 read a bad token id holds that replica's
