@@ -330,6 +330,31 @@ def test_a_failed_step_keeps_the_gradients_a_run_left_before_it(devices2, then, 
         _then_update(group, then, opt, w, b, lw, lb, x)
 
 
+
+def test_a_failed_step_leaves_no_stale_check_on_the_gradients_it_restored(devices2):
+    """A backward ``run``, then a step whose replica 1 read a label out of range (its
+    backward's gradient held back behind a check): the step put the run's gradients back,
+    but the bucket views kept the failed backward's check, so after ``allreduce_grads`` (which
+    makes the views the gradients) the custom loop's next ``allreduce_grads`` raised
+    'this gradient holds the contributions of a backward that failed (cross_entropy: label
+    7 ...)' about gradients that hold none. The loop now goes on: the update is the two
+    runs' mean gradients."""
+    rng = np.random.default_rng(0)
+    x0, x1, x = (rng.random((6, 4), dtype=np.float32) for _ in range(3))
+    bad = np.array([0, 1, 0, 1, 0, 7])             # label 7 of 2 classes, in replica 1's rows
+
+    with ReplicaGroup(_linear, devices2) as group:
+        w, b, opt = _start(group)
+        group.run(_backward, [x0[:3], x0[3:]])
+        with pytest.raises(pc.ReplicaError, match="label 7"):
+            group.step(x, bad, tp.cross_entropy, opt)
+        group.allreduce_grads(average=True)
+        group.run(_backward, [x1[:3], x1[3:]])
+        group.allreduce_grads(average=True)
+        opt.step()
+        (gw0, gb0), (gw1, gb1) = _grads(w, b, x0), _grads(w, b, x1)
+        _assert_params(group, w - 0.1 * (gw0 + gw1), b - 0.1 * (gb0 + gb1))
+
 def test_a_failed_step_leaves_a_dropped_gradient_none(devices2):
     """``opt.zero_grad()`` drops the gradients, a step fails, and a ``run`` backwards with
     the bias frozen: the failed step made every gradient a zero tensor, so the bias's was no
