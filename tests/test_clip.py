@@ -191,3 +191,40 @@ def test_the_norm_of_ordinary_gradients_is_the_plain_sum_of_squares_bit_for_bit(
             acc = ew.binary("add", acc, reduction.sum(ew.unary("square", g)), out=acc)
         plain = ew.unary("sqrt", acc).to_host()
         assert get_total_norm(grads).to_host().tobytes() == plain.tobytes()
+
+
+def test_clip_functions_take_pytorchs_foreach_and_error_if_nonfinite_as_pytorch(queue):
+    """PyTorch's clip_grad_norm_(..., foreach=None), get_total_norm(tensors, norm_type,
+    error_if_nonfinite, foreach) and clip_grads_with_norm_(..., foreach) were TypeErrors
+    ('unexpected keyword argument', 'takes from 1 to 2 positional arguments'): now the same
+    calls give PyTorch's results, and get_total_norm's error_if_nonfinite refuses an inf."""
+    import torch
+
+    def both(values):
+        p = pc.nn.Parameter(pc.Tensor.from_host(queue, np.zeros(2, np.float32)))
+        p.grad = pc.Tensor.from_host(queue, np.array(values, np.float32))
+        t = torch.nn.Parameter(torch.zeros(2))
+        t.grad = torch.tensor(values)
+        return p, t
+
+    p, t = both([3.0, 4.0])
+    got = clip_grad_norm_([p], 1.0, 2.0, False, True)
+    want = torch.nn.utils.clip_grad_norm_([t], 1.0, 2.0, False, True)
+    assert got == pytest.approx(float(want)) == 5.0
+    np.testing.assert_allclose(p.grad.to_host(), t.grad.numpy(), rtol=1e-6)    # [0.6, 0.8]
+
+    p, t = both([3.0, 4.0])
+    total = get_total_norm([p.grad], 2.0, True, foreach=False)
+    want = torch.nn.utils.get_total_norm([t.grad], 2.0, True, foreach=False)
+    assert float(total.item()) == pytest.approx(float(want)) == 5.0
+    clip_grads_with_norm_([p], 2.5, total, foreach=True)
+    torch.nn.utils.clip_grads_with_norm_([t], 2.5, want, foreach=True)
+    np.testing.assert_allclose(p.grad.to_host(), t.grad.numpy(), rtol=1e-6)    # [1.5, 2.0]
+
+    p, t = both([1.0, np.inf])
+    with pytest.raises(RuntimeError, match="non-finite"):
+        torch.nn.utils.get_total_norm([t.grad], error_if_nonfinite=True)
+    with pytest.raises(ClipError, match="get_total_norm: .* non-finite"):
+        get_total_norm([p.grad], error_if_nonfinite=True)
+    with pytest.raises(TypeError, match="foreach must be None or a bool"):
+        clip_grad_norm_([p], 1.0, foreach="yes")

@@ -55,13 +55,17 @@ def _norm_type(norm_type) -> float:
     return p
 
 
-def get_total_norm(tensors: Iterable[Tensor], norm_type: float = 2.0) -> Tensor:
+def get_total_norm(tensors: Iterable[Tensor], norm_type: float = 2.0,
+                   error_if_nonfinite: bool = False, foreach: bool | None = None) -> Tensor:
     """The ``norm_type``-norm of all ``tensors`` together (as if concatenated), as a 0-d
-    tensor on their queue; enqueued, nothing is read back. All tensors must share one queue.
+    tensor on their queue; enqueued, nothing is read back, unless ``error_if_nonfinite``:
+    then the norm is read and a NaN or infinite one is a ``ClipError``, as PyTorch's. All
+    tensors must share one queue. ``foreach`` is taken for PyTorch's signature.
 
     >>> total = pc.nn.utils.get_total_norm([p.grad for p in model.parameters()])  # doctest: +SKIP
     >>> float(total.item())                                                        # doctest: +SKIP
     """
+    _foreach("get_total_norm", foreach)
     p = _norm_type(norm_type)
     tensors = list(tensors)
     if not tensors:
@@ -70,7 +74,23 @@ def get_total_norm(tensors: Iterable[Tensor], norm_type: float = 2.0) -> Tensor:
     if bad:
         raise TypeError(f"get_total_norm: expected pc.Tensors, got {bad[0]}")
     check_same_queue("get_total_norm", *tensors)
-    return _norm(tensors, p, scaled=True)
+    total = _norm(tensors, p, scaled=True)
+    if error_if_nonfinite:
+        _check_finite("get_total_norm", float(total.item()), norm_type, len(tensors))
+    return total
+
+
+def _foreach(where: str, foreach) -> None:
+    """PyTorch's ``foreach`` (None or a bool): each tensor is one kernel either way."""
+    if foreach is not None and not isinstance(foreach, bool):
+        raise TypeError(f"{where}: foreach must be None or a bool, got {foreach!r}")
+
+
+def _check_finite(where: str, value: float, norm_type, count: int) -> None:
+    if not math.isfinite(value):
+        raise ClipError(f"{where}: the total norm of order {norm_type} of {count} gradients "
+                        f"is non-finite ({value}); nothing was clipped "
+                        f"(error_if_nonfinite=False scales them anyway)")
 
 
 def _norm(tensors: list[Tensor], p: float, scaled: bool) -> Tensor:
@@ -107,10 +127,12 @@ def _max_norm(where: str, value) -> float:
     return v
 
 
-def clip_grads_with_norm_(parameters, max_norm: float, total_norm: Tensor) -> None:
+def clip_grads_with_norm_(parameters, max_norm: float, total_norm: Tensor,
+                          foreach: bool | None = None) -> None:
     """Scale the gradients of ``parameters`` in place by ``min(max_norm / (total_norm +
     1e-6), 1)``, ``total_norm`` a 0-d device tensor (from ``get_total_norm``): nothing is read
-    back. Parameters without a gradient are skipped."""
+    back. Parameters without a gradient are skipped. ``foreach`` as PyTorch's (no effect)."""
+    _foreach("clip_grads_with_norm_", foreach)
     max_norm = _max_norm("clip_grads_with_norm_", max_norm)
     if not isinstance(total_norm, Tensor):
         raise TypeError(f"clip_grads_with_norm_: total_norm must be a pc.Tensor (from "
@@ -126,19 +148,20 @@ def clip_grads_with_norm_(parameters, max_norm: float, total_norm: Tensor) -> No
 
 
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
-                    error_if_nonfinite: bool = False) -> float:
+                    error_if_nonfinite: bool = False, foreach: bool | None = None) -> float:
     """Clip the global norm of the gradients of ``parameters`` (an iterable of Parameters,
     or one) to ``max_norm``, in place, as ``torch.nn.utils.clip_grad_norm_``; returns the norm
     before clipping, over every gradient together (parameters without one are skipped; with
     none the result is 0.0). ``norm_type`` 2.0, inf, 1.0 or any p > 0. The gradients are
     multiplied by ``min(max_norm / (norm + 1e-6), 1)`` on the device; the one host read is
     the returned norm. ``error_if_nonfinite=True`` raises ``ClipError`` for a NaN or infinite
-    norm, before any gradient is changed.
+    norm, before any gradient is changed. ``foreach`` as PyTorch's (no effect).
 
     >>> opt.zero_grad(); tape.backward(loss)                                  # doctest: +SKIP
     >>> norm = pc.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)  # doctest: +SKIP
     >>> opt.step()                                                            # doctest: +SKIP
     """
+    _foreach("clip_grad_norm_", foreach)
     max_norm = _max_norm("clip_grad_norm_", max_norm)
     grads = _grads(parameters)
     if not grads:
@@ -152,10 +175,8 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
     if value == math.inf and p > 1.0:      # powers too large for float32, or an inf gradient
         total = _norm(grads, p, scaled=True)
         value = float(total.item())
-    if error_if_nonfinite and not math.isfinite(value):
-        raise ClipError(f"clip_grad_norm_: the total norm of order {norm_type} of "
-                        f"{len(grads)} gradients is non-finite ({value}); nothing was "
-                        f"clipped (error_if_nonfinite=False scales them anyway)")
+    if error_if_nonfinite:
+        _check_finite("clip_grad_norm_", value, norm_type, len(grads))
     gradnorm.clip_by_norm_(grads, total, max_norm, EPS)
     return value
 
@@ -171,8 +192,7 @@ def clip_grad_value_(parameters, clip_value: float, foreach: bool | None = None)
 
     >>> pc.nn.utils.clip_grad_value_(model.parameters(), clip_value=0.5)     # doctest: +SKIP
     """
-    if foreach is not None and not isinstance(foreach, bool):
-        raise TypeError(f"clip_grad_value_: foreach must be None or a bool, got {foreach!r}")
+    _foreach("clip_grad_value_", foreach)
     try:
         if isinstance(clip_value, bool):
             raise TypeError
