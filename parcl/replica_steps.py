@@ -427,10 +427,18 @@ def batch_op(loss: Node, rows: int) -> str:
     over the whole batch named "mean of no batch". A constant scaling or shift on top
     (``tp.sum(d * d) / 8``, ``-tp.sum(...)``, ``tp.mean(...) * 8``) leaves what reduced the
     batch as it was: looked through, or a sum divided by a constant was weighed as a mean
-    (half the full-batch gradient on 2 replicas) and a mean times one summed per replica."""
-    top = loss.entry
+    (half the full-batch gradient on 2 replicas) and a mean times one summed per replica.
+    A loss that adds terms (``cross_entropy(...) + 0.01 * tp.sum(out * out)``) is each
+    term's: their ops joined by " + ", so a sum beside a mean is weighed (refused) as the
+    sum it is, not let through as an "add"."""
+    return _batch_op(loss.entry, rows)
+
+
+def _batch_op(top, rows: int, term: bool = False) -> str:
     while type(top.grad_fn) in _CONSTANT_AFFINE and len(top.parents) == 1:
         top = top.parents[0]
+    if top.op_name in ("add", "sub") and len(top.parents) == 2 and np.prod(top.shape) == 1:
+        return " + ".join(sorted({_batch_op(t, rows, term=True) for t in top.parents}))
     chain, entry = [], top
     while entry.op_name in ("sum", "mean") and entry.parents:
         chain.append(entry)                  # outermost first
@@ -444,6 +452,10 @@ def batch_op(loss: Node, rows: int) -> str:
             if len(e.shape) < len(f.shape):  # the reduced axes dropped (no keepdims)
                 axis -= sum(1 for a in f.axes if a < axis)
     last_op = top.op_name
+    if term and last_op == "sum":
+        # an added sum not over the batch's rows (a penalty on a weight) counts once, as the
+        # step's weights add up to 1: not refused as a sum over the batch
+        return "sum of no batch"
     if getattr(top.grad_fn, "reduction", None) == "sum":    # cross_entropy(reduction="sum")
         return "sum"
     mean_of = tuple(getattr(top.grad_fn, "shape", ()))
@@ -523,7 +535,7 @@ def check_reduction(reduction: str, outcomes: list[Outcome]) -> None:
     shard's gradient by its share of the batch, and a summed step whose loss is a mean would
     add the shards' means: wrong updates, different for every replica count. Refused before
     the update."""
-    ops = {o.last_op for o in outcomes}
+    ops = {op for o in outcomes for op in o.last_op.split(" + ")}    # each added term's
     if reduction == "mean" and "sum" in ops:
         raise ParclError("ReplicaGroup.step: loss_fn returned a sum (the op over its batch is "
                          "'sum'), but the step weighs each replica's loss as a mean over its "

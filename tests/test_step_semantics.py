@@ -444,3 +444,40 @@ def test_class_weights_changed_in_place_between_steps_weigh_the_next_step(device
         want = one.step(x, y, pc.nn.CrossEntropyLoss(pc.Tensor.from_host(pc.default_queue(), w2)),
                         pc.optim.SGD(one.parameters(), lr=0.1))
     assert got == pytest.approx(want, rel=1e-5)
+
+
+def _mean_plus_sum(out, target):
+    return tp.cross_entropy(out, target) + 0.01 * tp.sum(out * out)
+
+
+def _sum_plus_sum(out, target):
+    return tp.cross_entropy(out, target, reduction="sum") + 0.01 * tp.sum(out * out)
+
+
+def test_a_sum_added_to_a_mean_loss_is_weighed_as_the_sum_it_is(devices2):
+    """A loss that adds terms is weighed by each term's reduction over the batch: a logit
+    penalty summed over the batch beside the mean cross-entropy (``cross_entropy(out, y) +
+    0.01 * tp.sum(out * out)``) got through as an 'add' and each shard's penalty was weighed
+    as a mean, so 2 replicas trained on 1.313 where one has 1.329 (7 samples), and a sum of
+    two sums on 4.64 for one replica's 9.10, silently, though either sum alone is refused
+    with reduction='mean'. Now the mean plus a sum is refused with either reduction, and the
+    sum of sums takes reduction='sum' and equals one replica."""
+    x, y = batch(7)
+    weighed_as(devices2, x, y, _sum_plus_sum, "sum", "mean", "returned a sum")
+    for reduction, message in (("mean", "returned a sum"), ("sum", "returned a mean")):
+        with pytest.raises(pc.ParclError, match=message):
+            one_step(devices2, x, y, _mean_plus_sum, reduction=reduction)
+    # a sum that is not over the batch (a penalty on each replica's own weight) counts once,
+    # as the step's weights add up to 1: trained as on one replica
+    losses, weights = [], []
+    for devices in (devices2, devices2[:1]):
+        with ReplicaGroup(mlp, devices) as g:
+            own = {r.queue: r.model[0].weight for r in g.replicas}
+
+            def penalized(out, target, own=own):
+                w = own[out.queue]
+                return tp.cross_entropy(out, target) + 0.01 * tp.sum(w * w)
+            losses.append(g.step(x, y, penalized, pc.optim.SGD(g.parameters(), lr=0.1)))
+            weights.append(g.model[0].weight.value.to_host())
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    np.testing.assert_allclose(weights[0], weights[1], rtol=1e-5, atol=1e-6)
