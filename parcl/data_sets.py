@@ -185,7 +185,9 @@ def default_collate(batch: Sequence[Any]) -> Any:
     stays float32), Python ints become int64, floats float64 and bools bool arrays; strings
     stay a sequence of strings; dicts stay dicts and named tuples named tuples, collated key
     by key or field by field. A tuple stays a tuple (PyTorch returns a list) and a list a list.
-    Samples that disagree (other shapes, keys or field counts) are a ``ShapeError``.
+    Samples of several dtypes are promoted as PyTorch promotes them (float32 with int32 or a
+    Python float stays float32, where numpy makes it float64). Samples that disagree (other
+    shapes, keys or field counts) are a ``ShapeError``.
 
     >>> default_collate([{"x": np.ones(2, np.float32), "y": 1}, {"x": np.zeros(2), "y": 2}])
     {'x': array([[1., 1.],
@@ -202,7 +204,8 @@ def default_collate(batch: Sequence[Any]) -> Any:
         if len(shapes) != 1:
             raise ShapeError(f"default_collate: the samples' arrays have different shapes "
                              f"{sorted(shapes)}; every sample needs the same shape to stack")
-        stacked = np.stack(batch)
+        dtypes = {b.dtype if isinstance(b, np.ndarray) else np.asarray(b).dtype for b in batch}
+        stacked = np.stack(batch, dtype=_promoted(dtypes))
         if stacked.dtype.kind in "SUaO":     # a string or object sample among numbers
             raise DTypeError(f"default_collate: the samples' arrays stack to dtype "
                              f"{stacked.dtype} (a string or object among them); every "
@@ -210,11 +213,10 @@ def default_collate(batch: Sequence[Any]) -> Any:
         return stacked
     if isinstance(elem, (np.bool_, np.number, int, float)):
         _check_numbers(batch)
-        if isinstance(elem, (np.bool_, np.number)):
-            return np.array(batch)
-        if isinstance(elem, float):
+        if isinstance(elem, float) and not isinstance(elem, np.floating):
             return np.array(batch, dtype=np.float64)
-        return _collate_ints(batch)
+        # as torch.tensor(batch) (or as_tensor for numpy scalars) infers it
+        return np.array(batch, dtype=_promoted(map(_number_dtype, set(map(type, batch)))))
     if isinstance(elem, (str, bytes)):
         return batch
     if isinstance(elem, Mapping):
@@ -264,11 +266,34 @@ def _check_numbers(batch: Sequence[Any]) -> None:
                              "sample needs a number here")
 
 
-def _collate_ints(batch: Sequence[Any]) -> np.ndarray:
-    # As torch.tensor(batch): ints (and bools among them) are int64, all bools a bool array,
-    # a float among them makes the batch float32 (PyTorch's default dtype), not truncated.
-    if all(isinstance(v, (bool, np.bool_)) for v in batch):
-        return np.array(batch, dtype=np.bool_)
-    if any(isinstance(v, (float, np.floating)) for v in batch):
-        return np.array(batch, dtype=np.float32)
-    return np.array(batch, dtype=np.int64)
+# PyTorch's categories, bool < integer < float < complex: a dtype of a higher one wins whatever
+# its size (int32 with float32 is float32, int64 with float16 float16) where numpy widens to
+# float64; within a category, and float with complex, numpy's promotion is PyTorch's.
+_CATEGORIES = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+
+
+def _promoted(dtypes: Iterable[np.dtype]) -> np.dtype | None:
+    """The dtype PyTorch gives samples of ``dtypes`` together, in any order; None where one
+    is not a number (numpy's then, and the string or object check refuses it)."""
+    result = None
+    for dtype in dtypes:
+        if dtype.kind not in _CATEGORIES:
+            return None
+        if result is None:
+            result = dtype
+        elif _CATEGORIES[dtype.kind] == _CATEGORIES[result.kind] \
+                or {dtype.kind, result.kind} == {"f", "c"}:
+            result = np.promote_types(result, dtype)
+        elif _CATEGORIES[dtype.kind] > _CATEGORIES[result.kind]:
+            result = dtype
+    return result
+
+
+def _number_dtype(kind: type) -> np.dtype:
+    # torch.tensor's reading of a number of this type: a Python float is the default dtype,
+    # float32, a Python int int64
+    if issubclass(kind, (np.bool_, np.number)):
+        return np.dtype(kind)
+    if issubclass(kind, bool):
+        return np.dtype(np.bool_)
+    return np.dtype(np.float32 if issubclass(kind, float) else np.int64)

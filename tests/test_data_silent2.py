@@ -1,0 +1,63 @@
+"""Data-pipeline inputs that gave silently wrong results, checked against torch.utils.data:
+each test its reproducer, with what parcl did before and what PyTorch gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.utils.data as tud
+
+from parcl.data import DataLoader, Dataset, default_collate
+
+MIXED = {
+    # numpy's float64 where PyTorch keeps the float32 sample's dtype (Python floats are
+    # torch's default dtype, float32, in its inference)
+    "a float32 scalar and a Python float": [np.float32(0.5), 0.25],
+    "a float16 scalar and a Python int": [np.float16(1.5), 2],
+    "int32 and float32 scalars": [np.int32(3), np.float32(0.5)],
+    "int32 and float32 arrays": [np.ones(2, np.int32), np.full(2, 0.5, np.float32)],
+    "int64 and float16 arrays": [np.arange(2), np.full(2, 0.5, np.float16)],
+    # float32 where PyTorch keeps float64: 0.1 became 0.10000000149
+    "a Python int and a float64 scalar": [1, np.float64(0.1)],
+    "a Python int and a float16 scalar": [1, np.float16(0.5)],
+    # int64 with the imaginary part dropped where PyTorch gives complex64
+    "a Python int and a complex64 scalar": [1, np.complex64(2j)],
+}
+
+
+@pytest.mark.parametrize("batch", MIXED.values(), ids=MIXED.keys())
+def test_default_collate_promotes_samples_of_mixed_dtypes_as_pytorch(batch):
+    want = tud.default_collate(batch).numpy()
+    got = default_collate(batch)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_loader_batches_float32_targets_with_a_python_float_among_them_as_float32():
+    """A dataset whose targets are float32 but 0.0 where a target is missing: the batch was
+    float64 [0.5, 0.0, 1.5] (every later op on it float64 or refused) where PyTorch's is
+    float32."""
+
+    class Targets(Dataset):
+        y = np.array([0.5, np.nan, 1.5], np.float32)
+
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            return 0.0 if np.isnan(self.y[i]) else self.y[i]
+
+    (batch,) = DataLoader(Targets(), batch_size=3)
+    (want,) = tud.DataLoader(Targets(), batch_size=3)
+    assert want.dtype == torch.float32 and batch.dtype == np.float32
+    assert batch.tolist() == want.tolist() == [0.5, 0.0, 1.5]
+
+
+def test_default_collate_of_one_dtype_is_unchanged():
+    assert default_collate([np.float32(1), np.float32(2)]).dtype == np.float32
+    assert default_collate([1, 2]).dtype == np.int64
+    assert default_collate([1, 2.5]).dtype == np.float32      # torch.tensor([1, 2.5])
+    assert default_collate([2.5, 1]).dtype == np.float64      # a float first: float64
+    assert default_collate([True, False]).dtype == np.bool_
+    assert default_collate([np.ones(2, np.float16)] * 2).dtype == np.float16
