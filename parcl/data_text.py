@@ -147,8 +147,11 @@ def text_corpus(max_chars: int = 4_000_000, val_every: int = 10, root: str | Non
         raise ShapeError(f"text_corpus: val_every={val_every} must be >= 2 (one file in "
                          f"val_every goes to validation)")
     base = Path(root if root is not None else sysconfig.get_paths()["stdlib"])
-    names = sorted((p.relative_to(base).as_posix() for p in base.rglob("*.py")
-                    if "site-packages" not in p.parts and "dist-packages" not in p.parts),
+    # the site-packages below the root are left out (a stdlib's holds third-party code), not
+    # the root's own place: a root inside a virtual environment's would give no file at all
+    relative = (p.relative_to(base) for p in base.rglob("*.py"))
+    names = sorted((r.as_posix() for r in relative
+                    if "site-packages" not in r.parts and "dist-packages" not in r.parts),
                    key=_file_order)
     if not names:
         raise FileNotFoundError(f"text_corpus: no .py files under {base}")

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.utils.data as tud
 
-from parcl.data import DataLoader, Dataset, default_collate
+from parcl.data import DataLoader, Dataset, default_collate, text_corpus
 
 MIXED = {
     # numpy's float64 where PyTorch keeps the float32 sample's dtype (Python floats are
@@ -61,3 +61,18 @@ def test_default_collate_of_one_dtype_is_unchanged():
     assert default_collate([2.5, 1]).dtype == np.float64      # a float first: float64
     assert default_collate([True, False]).dtype == np.bool_
     assert default_collate([np.ones(2, np.float16)] * 2).dtype == np.float16
+
+
+def test_a_corpus_root_inside_a_site_packages_reads_its_files(tmp_path):
+    """The files' absolute paths were checked for a site-packages part, so a root inside a
+    virtual environment's (``text_corpus(root=numpy's directory)``) left out every file and
+    raised 'no .py files under ...' where there were; a site-packages below the root is
+    still left out."""
+    root = tmp_path / "site-packages" / "pkg"
+    (root / "site-packages").mkdir(parents=True)
+    for name, text in (("a.py", "a = 1\n"), ("b.py", "b = 2\n"), ("c.py", "c = 3\n")):
+        (root / name).write_text(text)
+    (root / "site-packages" / "d.py").write_text("d = 4\n")
+    corpus = text_corpus(max_chars=100, val_every=2, root=str(root))
+    assert sorted(corpus.train_files + corpus.val_files) == ["a.py", "b.py", "c.py"]
+    assert len(corpus.train) + len(corpus.val) == 18
