@@ -160,7 +160,9 @@ def text_corpus(max_chars: int = 4_000_000, val_every: int = 10, root: str | Non
     files: dict[bool, list[str]] = {True: [], False: []}
     total = 0
     for i, name in enumerate(names):
-        if total >= max_chars and files[True]:
+        # the cap stops the reading once validation holds text, not just a file: its first
+        # file may be empty (an __init__.py), and an empty validation text has no loss
+        if total >= max_chars and any(len(ids) for ids in parts[True]):
             break
         text = (base / name).read_text(encoding="utf-8", errors="replace")
         is_val = i % val_every == 0

@@ -3,6 +3,8 @@ each test its reproducer, with what parcl did before and what PyTorch gives."""
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 import torch
@@ -76,3 +78,20 @@ def test_a_corpus_root_inside_a_site_packages_reads_its_files(tmp_path):
     corpus = text_corpus(max_chars=100, val_every=2, root=str(root))
     assert sorted(corpus.train_files + corpus.val_files) == ["a.py", "b.py", "c.py"]
     assert len(corpus.train) + len(corpus.val) == 18
+
+
+def test_a_corpus_whose_first_validation_file_is_empty_reads_on_until_validation_has_text(
+        tmp_path):
+    """The cap stopped the reading once validation had a file, so where that file (the first
+    in CRC-32 order) was empty, as an ``__init__.py``, the validation text was empty and
+    ``unigram_baseline()`` NaN; now the reading goes on to the next validation file."""
+    names = sorted((f"m{i}.py" for i in range(5)), key=lambda n: zlib.crc32(n.encode()))
+    (tmp_path / names[0]).write_text("")
+    for name in names[1:]:
+        (tmp_path / name).write_text("x = 1\n" * 20)
+    corpus = text_corpus(max_chars=100, val_every=2, root=str(tmp_path))
+    assert corpus.val_files == (names[0], names[2]) and corpus.train_files == (names[1],)
+    assert len(corpus.val) == 120 and len(corpus.train) == 120
+    counts = np.bincount(corpus.train, minlength=corpus.vocab.size) + 1.0
+    want = -np.log(counts / counts.sum())[corpus.val].mean()
+    assert corpus.unigram_baseline().nats == pytest.approx(want)
