@@ -191,7 +191,10 @@ class DataLoader:
         _check_int("batch_size", batch_size, minimum=1)
         _check_int("seed", seed, minimum=0)
         _check_rank("DataLoader", rank, world_size)
-        self.dataset, self.collate_fn = dataset, collate_fn
+        # default_collate unless given, as PyTorch's loader.collate_fn (where a TensorDataset is
+        # sliced instead, the batch is the one default_collate makes of its rows)
+        self.dataset = dataset
+        self.collate_fn = default_collate if collate_fn is None else collate_fn
         # the strategy is chosen once: slicing arrays, or collating samples
         sliced = _sliceable(dataset) if collate_fn is None else None
         if sliced is not None:
@@ -199,7 +202,7 @@ class DataLoader:
             self._batch = _SlicedBatches(*sliced)
         else:
             self.arrays = None
-            self._batch = _CollatedBatches(dataset, collate_fn or default_collate)
+            self._batch = _CollatedBatches(dataset, self.collate_fn)
         self.num_samples = len(dataset)
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)

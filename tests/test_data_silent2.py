@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.utils.data as tud
 
-from parcl.data import DataLoader, Dataset, default_collate, text_corpus
+from parcl.data import (ConcatDataset, DataLoader, Dataset, TensorDataset, default_collate,
+                        text_corpus)
 
 MIXED = {
     # numpy's float64 where PyTorch keeps the float32 sample's dtype (Python floats are
@@ -95,3 +96,18 @@ def test_a_corpus_whose_first_validation_file_is_empty_reads_on_until_validation
     counts = np.bincount(corpus.train, minlength=corpus.vocab.size) + 1.0
     want = -np.log(counts / counts.sum())[corpus.val].mean()
     assert corpus.unigram_baseline().nats == pytest.approx(want)
+
+
+def test_a_loaders_collate_fn_is_default_collate_unless_given_as_pytorch():
+    """``loader.collate_fn`` was None where none was given, so collating samples the loader's
+    way (``loader.collate_fn([ds[0], ds[1]])``) raised 'NoneType' object is not callable;
+    PyTorch's is default_collate, and over a TensorDataset it gives the sliced batch."""
+    ds = TensorDataset(np.arange(6, dtype=np.float32).reshape(3, 2), np.arange(3))
+    for loader in (DataLoader(ds, batch_size=2), DataLoader(ConcatDataset([ds]), 2)):
+        assert loader.collate_fn is default_collate
+    assert tud.DataLoader(list(range(3))).collate_fn is tud.default_collate
+    x, y = DataLoader(ds, batch_size=2).collate_fn([ds[0], ds[1]])
+    first = next(iter(DataLoader(ds, batch_size=2)))
+    assert x.tolist() == first[0].tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    assert y.dtype == first[1].dtype == np.int64 and y.tolist() == first[1].tolist() == [0, 1]
+    assert DataLoader(ds, 2, collate_fn=len).collate_fn is len
