@@ -59,7 +59,9 @@ class LeafGrad:
 @dataclass(frozen=True)
 class Launch:
     """A kernel launch: the recording's own kernel object, its arguments set once; ``updates``
-    are (argument index, value()) pairs set again before each replay (``replay_arg``)."""
+    are (argument index, value()) pairs set again before each replay (``replay_arg``);
+    ``pieces``, where the device's grid is too small for ``gsize``, the (offset, size)
+    launches it was enqueued as (``kernels._grid``)."""
 
     kernel: cl.Kernel
     queue: cl.CommandQueue
@@ -67,19 +69,23 @@ class Launch:
     lsize: tuple | None
     args: tuple
     updates: tuple = ()
+    pieces: tuple | None = None
 
     def bind(self):
         if not all(self.gsize):     # no work-items: a marker (some devices refuse the launch)
             return partial(cl.enqueue_marker, self.queue)
-        if not self.updates:
+        if not self.updates and self.pieces is None:
             return partial(cl.enqueue_nd_range_kernel, self.queue, self.kernel, self.gsize,
                            self.lsize)
         kernel, updates = self.kernel, self.updates
+        pieces = ((None, self.gsize),) if self.pieces is None else self.pieces
 
         def launch():
             for index, value in updates:
                 kernel.set_arg(index, value())
-            return cl.enqueue_nd_range_kernel(self.queue, kernel, self.gsize, self.lsize)
+            for offset, size in pieces:
+                event = cl.enqueue_nd_range_kernel(self.queue, kernel, size, self.lsize, offset)
+            return event
         return launch
 
 
@@ -271,13 +277,13 @@ def unsafe(reason: str) -> None:
         rec.unsafe = reason
 
 
-def kernel(kernel, queue, gsize, lsize, args: tuple, wait_for) -> None:
+def kernel(kernel, queue, gsize, lsize, args: tuple, wait_for, pieces=None) -> None:
     rec = state.recording
     if rec is None:
         return
     if wait_for:
         unsafe("a kernel waits on events of another queue")
-    rec.ops.append(Launch(kernel, queue, gsize, lsize, args))
+    rec.ops.append(Launch(kernel, queue, gsize, lsize, args, pieces=pieces))
 
 
 def replay_arg(index: int, value) -> None:

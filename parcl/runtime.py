@@ -244,6 +244,18 @@ def is_gpu(device: cl.Device) -> bool:
     return bool(device.type & cl.device_type.GPU)
 
 
+# Work-groups one launch may have along NDRange dimensions 1 and 2 on a GPU: CUDA grids allow
+# 65535 there (2**31 - 1 in dimension 0), and NVIDIA's OpenCL runs on them. OpenCL has no
+# query for it, so every GPU gets it (by type: any GPU may have such a grid); CPUs have none.
+GPU_GROUPS_MAX = 65535
+
+
+def groups_max(device: cl.Device) -> int | None:
+    """The most work-groups a launch on ``device`` may have along dimensions 1 and 2 (None:
+    no limit); a larger launch is split (``kernels._grid``)."""
+    return GPU_GROUPS_MAX if is_gpu(device) else None
+
+
 def on_gpu(queue: cl.CommandQueue) -> bool:
     """Whether ``queue``'s device is a GPU: a parcl ``Queue`` knows it from when it was made
     (asking the device makes a ``Device`` object, at every launch that chooses a variant)."""
@@ -273,6 +285,8 @@ class Queue(cl.CommandQueue):
         super().__init__(context, device, properties=properties)
         self.pool = MemoryPool(context)
         self.gpu = is_gpu(device)          # read by kernels choosing a variant (``on_gpu``)
+        # read when this queue's launchers are made (tests set a small one on a fresh queue)
+        self.groups_max = groups_max(device)
         self.profiling = bool(properties & cl.command_queue_properties.PROFILING_ENABLE)
         if hold_launches is None:        # where it pays: a CPU device (parcl.gate)
             hold_launches = bool(device.type & cl.device_type.CPU)

@@ -26,6 +26,8 @@ from pyopencl import cltypes
 from .. import recorder
 from ..gate import AGE, BIG, LIMIT, _clock
 from ..errors import DeviceError, ParclError
+from ..runtime import groups_max
+from ._grid import enqueue_pieces, grid_pieces
 
 # Work-items of one launch along one dimension, at most: NVIDIA's OpenCL hands out wrong ids
 # past 2**31 (some twice, some never: rows left unwritten, silently), and kernels keep ids in
@@ -173,7 +175,11 @@ def _launcher(queue: cl.CommandQueue, source: str, name: str, options: tuple,
         dtypes = _scalar_dtypes(k)
         k.set_scalar_arg_dtypes(dtypes)     # for a launch with global_offset (pyopencl's own)
         args = _local.kernels[key] = KernelArgs(k, dtypes)
-    return Launcher(args, getattr(queue, "gate", None))   # gate: a parcl Queue on a CPU
+    try:
+        most = queue.groups_max
+    except AttributeError:                  # a plain pyopencl queue
+        most = groups_max(queue.device)
+    return Launcher(args, getattr(queue, "gate", None), most)   # gate: a parcl Queue on a CPU
 
 
 def chosen(queue: cl.CommandQueue, family: str, choose) -> str:
@@ -357,12 +363,18 @@ class Launcher:
     """A thread's kernel on one queue: ``launcher(queue, gsize, lsize, *args, wait_for=None)``
     launches it, setting only the arguments that changed (``KernelArgs``). On a queue with a
     gate (``parcl.gate``) small launches are held behind it unless they are big enough to
-    start the device at once."""
+    start the device at once. ``most`` is the device's limit on work-groups along dimensions
+    1 and 2 (None: none); a launch over it is enqueued in pieces (``_grid``)."""
 
-    __slots__ = ("args", "kernel", "gate")
+    __slots__ = ("args", "kernel", "gate", "most")
 
-    def __init__(self, args: KernelArgs, gate):
-        self.args, self.kernel, self.gate = args, args.kernel, gate
+    def __init__(self, args: KernelArgs, gate, most: int | None = None):
+        self.args, self.kernel, self.gate, self.most = args, args.kernel, gate, most
+
+    def pieces(self, gsize, lsize) -> tuple | None:
+        """The pieces a launch of ``gsize`` is enqueued in (``_grid.grid_pieces``), or None:
+        one launch."""
+        return None if self.most is None else grid_pieces(gsize, lsize, self.most)
 
     def __call__(self, queue, gsize, lsize, *args, wait_for=None, **kwargs):
         gate = self.gate
@@ -396,8 +408,13 @@ class Launcher:
                     else:
                         state.put(i, a)
                 i += 1
+            pieces = None if self.most is None else grid_pieces(gsize, lsize, self.most)
             try:
-                event = _enqueue(queue, self.kernel, gsize, lsize, None, wait_for, False, False)
+                if pieces is None:
+                    event = _enqueue(queue, self.kernel, gsize, lsize, None, wait_for, False,
+                                     False)
+                else:
+                    event = enqueue_pieces(queue, self.kernel, pieces, lsize, wait_for)
             except cl.LogicError as exc:
                 if all(gsize):
                     raise _too_big(exc, self.kernel, queue.device, lsize) from exc
@@ -448,7 +465,8 @@ class _RecordedKernel:
         base = getattr(self.kernel, "kernel", self.kernel)      # under trace_launches too
         # A kernel object of the recording's own with this launch's arguments set once
         own = _own_kernel(base.program, base.function_name, args)
-        recorder.kernel(own, queue, gsize, lsize, args, wait_for)
+        recorder.kernel(own, queue, gsize, lsize, args, wait_for,
+                        self.kernel.pieces(gsize, lsize))
         if kwargs:
             recorder.unsafe(f"a launch with {sorted(kwargs)}, which a replay does not repeat")
         return event

@@ -60,7 +60,8 @@ __kernel void transpose_tiled(__global uint *out, __global const uint *x, const 
     __local uint tile[TILE][TILE + 1];
     int b = get_global_id(2);
     int tx = get_local_id(0), ty = get_local_id(1);
-    int c0 = get_group_id(0) * TILE, r0 = get_group_id(1) * TILE;
+    /* the group's first row from its global id, which counts a split launch's offset */
+    int c0 = get_group_id(0) * TILE, r0 = get_global_id(1) - ty;
     long base = (long)b * rows * cols;
     int r = r0 + ty, c = c0 + tx;
     if (r < rows && c < cols) tile[ty][tx] = x[base + (long)r * cols + c];

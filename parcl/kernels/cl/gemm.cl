@@ -316,7 +316,8 @@ void gemm_tiled(const global float* restrict A, long a_bs, int trans_a,
     local float As[TK][TM];
     local float Bs[TK][TN];
     const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * WG + tx;
-    const int row0 = get_group_id(1) * TM, col0 = get_group_id(0) * TN;
+    // the group's rows from its global id, which counts a split launch's offset (_grid.py)
+    const int row0 = (get_global_id(1) - ty) / WG * TM, col0 = get_group_id(0) * TN;
     const int bt = get_global_id(2);
     A += bt * a_bs;
     B += bt * b_bs;
