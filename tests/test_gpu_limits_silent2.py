@@ -408,3 +408,63 @@ def test_ctc_loss_takes_the_work_group_the_device_allows_its_recursions_as_pytor
     assert groups["ctc_alpha_i64"] == groups["ctc_beta_i64"] == 16
     np.testing.assert_allclose(loss.to_host(), want.item(), rtol=2e-5)
     np.testing.assert_allclose(node.grad.to_host(), tx.grad.numpy(), rtol=2e-4, atol=1e-5)
+
+
+def test_convolutions_and_pools_take_the_work_group_the_device_allows_their_kernels_as_pytorch(
+        fake_gpu, rng, monkeypatch):
+    """Convolutions' and pools' GPU grids asked for groups of 128 (conv2d's im2col, col2im
+    and swap01, the depthwise kernels, conv3d's vol2col and col2vol, the 2-D pools) or 256
+    (max_pool3d's join_positions, global average pooling's backward) whatever the device
+    allows the kernel, which a GPU allowing it fewer refused (INVALID_WORK_GROUP_SIZE) where
+    PyTorch gives a result. Here each kernel allows 32: groups of 32, torch's values and
+    gradients."""
+    from parcl.kernels import _cache
+
+    monkeypatch.setattr(_cache, "kernel_limits", lambda *a: _cache.KernelLimits(32, 0))
+    groups: dict[str, int] = {}
+    enqueue = _cache._enqueue
+
+    def spy(q, kernel, gsize, lsize, *rest):
+        if lsize is not None:
+            name = kernel.function_name
+            groups[name] = max(groups.get(name, 0), int(np.prod(lsize)))
+        return enqueue(q, kernel, gsize, lsize, *rest)
+
+    monkeypatch.setattr(_cache, "_enqueue", spy)
+    F = torch.nn.functional
+    x2, w2, wd = (rng.standard_normal(s).astype(np.float32)
+                  for s in ((2, 3, 9, 10), (4, 3, 3, 3), (3, 1, 3, 3)))
+    x3, w3 = (rng.standard_normal(s).astype(np.float32) for s in ((2, 2, 5, 6, 7),
+                                                                 (3, 2, 3, 3, 3)))
+    ops = [
+        (lambda x, w: tp.conv2d(x, w, padding=1), lambda x, w: F.conv2d(x, w, padding=1),
+         (x2, w2)),
+        (lambda x, w: tp.conv2d(x, w, padding=1, groups=3),
+         lambda x, w: F.conv2d(x, w, padding=1, groups=3), (x2, wd)),
+        (lambda x, w: tp.conv3d(x, w, padding=1), lambda x, w: F.conv3d(x, w, padding=1),
+         (x3, w3)),
+        (lambda x: tp.max_pool2d(x, 3, 2, 1), lambda x: F.max_pool2d(x, 3, 2, 1), (x2,)),
+        (lambda x: tp.adaptive_avg_pool2d(x, (4, 3)), lambda x: F.adaptive_avg_pool2d(x, (4, 3)),
+         (x2,)),
+        (lambda x: tp.adaptive_avg_pool2d(x, 1), lambda x: F.adaptive_avg_pool2d(x, 1), (x2,)),
+    ]
+    for op, torch_op, inputs in ops:
+        leaves = [tp.tensor(pc.Tensor.from_host(fake_gpu, a), True) for a in inputs]
+        y = op(*leaves)
+        tp.sum(y * y).backward()
+        torch_leaves = [torch.tensor(a, requires_grad=True) for a in inputs]
+        yt = torch_op(*torch_leaves)
+        (yt * yt).sum().backward()
+        np.testing.assert_allclose(y.value.to_host(), yt.detach().numpy(), rtol=1e-4, atol=1e-4)
+        for got, want in zip(leaves, torch_leaves):
+            np.testing.assert_allclose(got.grad.to_host(), want.grad.numpy(), rtol=1e-4,
+                                       atol=1e-4)
+    values, indices = tp.max_pool3d(pc.Tensor.from_host(fake_gpu, x3), 2, return_indices=True)
+    want_values, want_indices = F.max_pool3d(torch.tensor(x3), 2, return_indices=True)
+    np.testing.assert_array_equal(values.to_host(), want_values.numpy())
+    np.testing.assert_array_equal(indices.to_host(), want_indices.numpy())
+
+    fixed = {"im2col", "col2im", "swap01", "dw_forward", "dw_grad_input", "vol2col", "col2vol",
+             "max_pool_fwd", "adaptive_avg_fwd", "adaptive_avg_bwd", "global_avg_bwd",
+             "join_positions"}
+    assert {name: groups.get(name) for name in fixed} == dict.fromkeys(fixed, 32)

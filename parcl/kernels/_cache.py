@@ -26,7 +26,7 @@ from pyopencl import cltypes
 from .. import recorder
 from ..gate import AGE, BIG, LIMIT, _clock
 from ..errors import DeviceError, ParclError
-from ..runtime import groups_max
+from ..runtime import groups_max, on_gpu
 from ._grid import enqueue_pieces, grid_pieces
 
 # Work-items of one launch along one dimension, at most: NVIDIA's OpenCL hands out wrong ids
@@ -249,6 +249,13 @@ def group_size(queue: cl.CommandQueue, source: str, name: str, wanted: int,
     of two the device allows the kernel where that is less (the trees halve the group)."""
     limit = kernel_limits(queue, source, name, options).work_group
     return wanted if wanted <= limit else 1 << (limit.bit_length() - 1)
+
+
+def gpu_group(queue: cl.CommandQueue, source: str, name: str, wanted: int,
+              options: tuple[str, ...] = ()) -> int:
+    """``group_size`` on a GPU; elsewhere ``wanted``, unasked (for geometries that give a
+    CPU groups of their own and a GPU groups of ``wanted`` work-items)."""
+    return group_size(queue, source, name, wanted, options) if on_gpu(queue) else wanted
 
 
 def _own_kernel(program: cl.Program, name: str, args: tuple) -> cl.Kernel:

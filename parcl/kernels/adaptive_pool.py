@@ -19,8 +19,8 @@ import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from ..tensor import FLOAT, Tensor
-from ._cache import get_kernel, round_up
-from .conv import _runs, pair
+from ._cache import get_kernel, gpu_group, group_size, round_up
+from .conv import GPU_GROUP, _runs, pair
 
 # Work-item (column block, row): XB consecutive columns of one output (forward) or input
 # (backward) row, row = plane * height + y. XB is the whole row on CPUs, 1 on GPUs.
@@ -101,7 +101,8 @@ def launch_rows(queue, source: str, name: str, run: int, rows: int, *args,
                 options=()) -> None:
     """A pooling kernel of ``source``: one work-item per row of ``run`` outputs (CPU) or per
     output (GPU); ``options`` build the program (``PoolWindow.options`` for window kernels)."""
-    g, loc, xb = _runs(queue, run, rows)
+    g, loc, xb = _runs(queue, run, rows, group=gpu_group(queue, source, name, GPU_GROUP,
+                                                         options))
     get_kernel(queue, source, name, options)(queue, g[:2], loc[:2], *args, np.int32(rows),
                                              np.int32(xb))
 
@@ -148,8 +149,9 @@ def adaptive_avg_pool2d_backward(grad: Tensor, x_shape) -> Tensor:
     gx = Tensor.empty(grad.queue, tuple(x_shape))
     if oh == ow == 1:                     # global average pooling (ResNet, MobileNet)
         hw, n = x_shape[2] * x_shape[3], gx.size
+        group = group_size(grad.queue, SOURCE, "global_avg_bwd", 256)
         get_kernel(grad.queue, SOURCE, "global_avg_bwd")(
-            grad.queue, (-(-n // 256) * 256,), (256,), grad.data, gx.data, np.int32(hw),
+            grad.queue, (-(-n // group) * group,), (group,), grad.data, gx.data, np.int32(hw),
             np.int64(n))
         return gx
     _launch(grad.queue, "adaptive_avg_bwd", x_shape[3], rows_of(x_shape), grad.data, gx.data,

@@ -31,7 +31,7 @@ import numpy as np
 from ..runtime import on_gpu
 from ..tensor import Tensor
 from . import elementwise as ew
-from ._cache import VECTOR_TYPES, get_kernel, round_up
+from ._cache import VECTOR_TYPES, get_kernel, gpu_group, round_up
 from .conv_geometry import (  # noqa: F401  (pair: used from here by pooling)
     ConvGeometry,
     _check_float,
@@ -206,17 +206,19 @@ __kernel void swap01(__global const float* restrict src, const long src_off,
 """
 
 COLS_LIMIT = 1 << 22        # floats in one im2col chunk (16 MiB): bounds a conv's temporaries
+GPU_GROUP = 128             # work-items of a GPU work-group where the device allows the kernel them
 
 
 def _k(queue, name: str):
     return get_kernel(queue, SOURCE, name)
 
 
-def _runs(queue, run: int, rows: int, depth: int = 1):
-    """(global, local, XB) for ``rows`` x ``depth`` contiguous runs of length ``run``."""
+def _runs(queue, run: int, rows: int, depth: int = 1, group: int = GPU_GROUP):
+    """(global, local, XB) for ``rows`` x ``depth`` contiguous runs of length ``run``: on
+    GPUs in groups of ``group`` work-items (what the device allows the kernel: ``gpu_group``)."""
     if on_gpu(queue):
-        lx = min(32, 1 << max(run - 1, 0).bit_length())
-        ly = max(1, 128 // lx)
+        lx = min(32, group, 1 << max(run - 1, 0).bit_length())
+        ly = max(1, group // lx)
         return (round_up(run, lx), round_up(rows, ly), depth), (lx, ly, 1), 1
     return (1, round_up(rows, 16), depth), (1, 16, 1), run
 
@@ -225,18 +227,23 @@ def _runs(queue, run: int, rows: int, depth: int = 1):
 def _window_kernel(queue, name: str, kh: int, kw: int, stride, padding, dilation=(1, 1)):
     """``name`` from the program built for this window (size, stride, padding, dilation as
     -D)."""
+    return get_kernel(queue, SOURCE, name, window_options(kh, kw, stride, padding, dilation))
+
+
+def window_options(kh: int, kw: int, stride, padding, dilation=(1, 1)) -> tuple[str, ...]:
+    """The build options of a window: size, stride, padding and dilation as -D."""
     values = (kh, kw, *stride, *padding, *dilation)
-    options = tuple(f"-D{n}={v}" for n, v in zip(("KH", "KW", "SH", "SW", "PH", "PW", "DH",
-                                                   "DW"), values))
-    return get_kernel(queue, SOURCE, name, options)
+    return tuple(f"-D{n}={v}" for n, v in zip(("KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"),
+                                              values))
 
 
-def _row_blocks(queue, run: int, rows: int, block: int, depth: int = 1):
+def _row_blocks(queue, run: int, rows: int, block: int, depth: int = 1,
+                group: int = GPU_GROUP):
     """(global, local, XB, RB) for ``rows`` x ``depth`` runs of length ``run``: on CPUs one
     work-item per ``block`` whole runs (one image: far fewer, longer work-items than one per
-    row, ~2x faster on PoCL), on GPUs one per element."""
+    row, ~2x faster on PoCL), on GPUs one per element (in groups of ``group``: ``_runs``)."""
     if on_gpu(queue):
-        g, loc, _ = _runs(queue, run, rows, depth)
+        g, loc, _ = _runs(queue, run, rows, depth, group)
         return g, loc, 1, 1
     items = -(-rows // block)
     return (1, round_up(items, 16), depth), (1, 16, 1), run, block
@@ -249,7 +256,9 @@ def im2col(x: Tensor, n0: int, nb: int, kh: int, kw: int, stride, padding,
     oh, ow = out_hw
     k = c * kh * kw
     cols = Tensor.empty(x.queue, (k, nb * oh * ow))
-    g, loc, xb, rb = _row_blocks(x.queue, ow, nb * oh, oh, k)
+    group = gpu_group(x.queue, SOURCE, "im2col", GPU_GROUP,
+                      window_options(kh, kw, stride, padding, dilation))
+    g, loc, xb, rb = _row_blocks(x.queue, ow, nb * oh, oh, k, group)
     _window_kernel(x.queue, "im2col", kh, kw, stride, padding, dilation)(
         x.queue, g, loc, x.data, np.int64(n0 * c * h * w), cols.data,
         *_i32(nb, c, h, w, oh, ow, xb, rb))
@@ -261,7 +270,9 @@ def col2im(dcols: Tensor, gx: Tensor, n0: int, nb: int, kh: int, kw: int, stride
     """Fold ``dcols`` (C*kh*kw, nb*OH*OW) into images n0..n0+nb of ``gx`` (overwrites)."""
     _, c, h, w = gx.shape
     oh, ow = out_hw
-    g, loc, xb, rb = _row_blocks(gx.queue, w, nb * c * h, h)
+    group = gpu_group(gx.queue, SOURCE, "col2im", GPU_GROUP,
+                      window_options(kh, kw, stride, padding, dilation))
+    g, loc, xb, rb = _row_blocks(gx.queue, w, nb * c * h, h, group=group)
     _window_kernel(gx.queue, "col2im", kh, kw, stride, padding, dilation)(
         gx.queue, g, loc, dcols.data, gx.data, np.int64(n0 * c * h * w),
         *_i32(nb, c, h, w, oh, ow, xb, rb))
@@ -272,7 +283,7 @@ def swap01(src: Tensor, src_off: int, dst: Tensor, dst_off: int, a: int, b: int,
     """dst[dst_off:] viewed (b, a, p) = src[src_off:] viewed (a, b, p), + bias[a] if given,
     then max(., 0) when ``relu``."""
     q = src.queue
-    g, loc, xb = _runs(q, p, b, a)
+    g, loc, xb = _runs(q, p, b, a, gpu_group(q, SOURCE, "swap01", GPU_GROUP))
     _k(q, "swap01")(q, g, loc, src.data, np.int64(src_off), dst.data, np.int64(dst_off),
                     bias.data if bias is not None else None, *_i32(a, b, p, xb, relu))
 

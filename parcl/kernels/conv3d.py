@@ -28,8 +28,8 @@ import numpy as np
 from ..runtime import on_gpu
 from ..tensor import Tensor
 from . import elementwise as ew
-from ._cache import get_kernel, round_up
-from .conv import _chunks, _matmul, add_weight_grad, swap01, weight_layout
+from ._cache import get_kernel, gpu_group, round_up
+from .conv import GPU_GROUP, _chunks, _matmul, add_weight_grad, swap01, weight_layout
 
 __all__ = ["col2vol", "conv3d_backward", "conv3d_forward", "conv_transpose3d_backward",
            "conv_transpose3d_forward", "vol2col"]
@@ -121,24 +121,35 @@ __kernel void col2vol(__global const float* restrict dcols, __global float* rest
 """
 
 # GPU grids aim at MAX_ITEMS work-items; rounding to whole work-groups adds at most as many
-# again plus 128 per tap, so a grid stays under 2^31 for up to 8M taps (C*kd*kh*kw)
+# again plus GPU_GROUP per tap, so a grid stays under 2^31 for up to 8M taps (C*kd*kh*kw)
 MAX_ITEMS = 1 << 29
+
+
+def _options(geo: tuple) -> tuple[str, ...]:
+    """The build options of the window ``geo`` = (kernel, stride, padding, dilation)."""
+    names = ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW")
+    values = [v for triple in geo for v in triple]
+    return tuple(f"-D{n}={v}" for n, v in zip(names, values))
 
 
 def _kernel(queue, name: str, geo: tuple):
     """``name`` built for the window ``geo`` = (kernel, stride, padding, dilation) triples."""
-    names = ("KD", "KH", "KW", "SD", "SH", "SW", "PD", "PH", "PW", "DD", "DH", "DW")
-    values = [v for triple in geo for v in triple]
-    return get_kernel(queue, SOURCE, name, tuple(f"-D{n}={v}" for n, v in zip(names, values)))
+    return get_kernel(queue, SOURCE, name, _options(geo))
 
 
-def _grid(queue, run: int, rows: int, block: int, depth: int = 1):
+def _group(queue, name: str, geo: tuple) -> int:
+    """The GPU work-group of ``name`` for ``geo``: ``GPU_GROUP``, or what the device allows."""
+    return gpu_group(queue, SOURCE, name, GPU_GROUP, _options(geo))
+
+
+def _grid(queue, run: int, rows: int, block: int, depth: int = 1, group: int = GPU_GROUP):
     """(global, local, XB, RB) for ``rows`` x ``depth`` rows of ``run`` elements: on CPUs one
     work-item per ``block`` whole rows, on GPUs one per element (``RB`` rows, and for rows of
-    millions ``XB`` elements, each once the grid would pass ``MAX_ITEMS``)."""
+    millions ``XB`` elements, each once the grid would pass ``MAX_ITEMS``) in groups of
+    ``group`` work-items (what the device allows the kernel: ``_group``)."""
     if on_gpu(queue):
-        lx = min(32, 1 << max(run - 1, 0).bit_length())
-        ly = max(1, 128 // lx)
+        lx = min(32, group, 1 << max(run - 1, 0).bit_length())
+        ly = max(1, group // lx)
         # XB > 1 only where one band of ly rows alone would pass MAX_ITEMS (rows of millions)
         xb = max(1, -(-run * ly * depth // MAX_ITEMS))
         gx = round_up(-(-run // xb), lx)
@@ -158,7 +169,8 @@ def vol2col(x: Tensor, n0: int, nb: int, geo: tuple, out: tuple) -> Tensor:
     od, oh, ow = out
     k = c * int(np.prod(geo[0]))
     cols = Tensor.empty(x.queue, (k, nb * od * oh * ow))
-    g, loc, xb, rb = _grid(x.queue, ow, nb * od * oh, oh, k)
+    g, loc, xb, rb = _grid(x.queue, ow, nb * od * oh, oh, k,
+                           group=_group(x.queue, "vol2col", geo))
     _kernel(x.queue, "vol2col", geo)(x.queue, g, loc, x.data, np.int64(n0 * c * d * h * w),
                                      cols.data, *_i32(nb, c, d, h, w, od, oh, ow, xb, rb))
     return cols
@@ -168,7 +180,8 @@ def col2vol(dcols: Tensor, gx: Tensor, n0: int, nb: int, geo: tuple, out: tuple)
     """Fold ``dcols`` into volumes n0..n0+nb of ``gx`` (overwrites them)."""
     _, c, d, h, w = gx.shape
     od, oh, ow = out
-    g, loc, xb, rb = _grid(gx.queue, w, nb * c * d * h, h)
+    g, loc, xb, rb = _grid(gx.queue, w, nb * c * d * h, h,
+                           group=_group(gx.queue, "col2vol", geo))
     _kernel(gx.queue, "col2vol", geo)(gx.queue, g, loc, dcols.data, gx.data,
                                       np.int64(n0 * c * d * h * w),
                                       *_i32(nb, c, d, h, w, od, oh, ow, xb, rb))

@@ -32,8 +32,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..tensor import Tensor
-from ._cache import VECTOR_TYPES, get_kernel
-from .conv import ConvGeometry, _row_blocks
+from ._cache import VECTOR_TYPES, get_kernel, gpu_group
+from .conv import GPU_GROUP, ConvGeometry, _row_blocks
 from .reduction import sum as reduce_sum
 
 SOURCE = "//CL//" + VECTOR_TYPES + r"""
@@ -311,11 +311,14 @@ __kernel void dw_grad_weight(__global const float* restrict x, __global const fl
 """
 
 
-def _kernel(queue, name: str, geo: ConvGeometry):
+def _options(geo: ConvGeometry) -> tuple[str, ...]:
     values = (*geo.kernel, *geo.stride, *geo.padding, *geo.dilation)
-    options = tuple(f"-D{n}={v}" for n, v in zip(("KH", "KW", "SH", "SW", "PH", "PW", "DH",
-                                                   "DW"), values))
-    return get_kernel(queue, SOURCE, name, options)
+    return tuple(f"-D{n}={v}" for n, v in zip(("KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"),
+                                              values))
+
+
+def _kernel(queue, name: str, geo: ConvGeometry):
+    return get_kernel(queue, SOURCE, name, _options(geo))
 
 
 def _i32(*vals) -> list[np.int32]:
@@ -329,7 +332,8 @@ def depthwise_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geo: ConvG
     cout = weight.shape[0]
     oh, ow = geo.out
     y = Tensor.empty(x.queue, (n, cout, oh, ow))
-    g, loc, xb, rb = _row_blocks(x.queue, ow, n * cout * oh, oh)
+    group = gpu_group(x.queue, SOURCE, "dw_forward", GPU_GROUP, _options(geo))
+    g, loc, xb, rb = _row_blocks(x.queue, ow, n * cout * oh, oh, group=group)
     _kernel(x.queue, "dw_forward", geo)(
         x.queue, g[:2], loc[:2], x.data, weight.data, bias.data if bias is not None else None,
         y.data, *_i32(relu, n, c, cout // c, h, w, oh, ow, xb, rb))
@@ -349,7 +353,8 @@ def depthwise_backward(x: Tensor, weight: Tensor, grad: Tensor, geo: ConvGeometr
     gx = gw = gb = None
     if need_input:
         gx = Tensor.empty(q, x.shape)
-        g, loc, xb, rb = _row_blocks(q, w, n * c * h, h)
+        group = gpu_group(q, SOURCE, "dw_grad_input", GPU_GROUP, _options(geo))
+        g, loc, xb, rb = _row_blocks(q, w, n * c * h, h, group=group)
         _kernel(q, "dw_grad_input", geo)(q, g[:2], loc[:2], grad.data, weight.data, gx.data,
                                          *args, *_i32(xb, rb))
     if need_weight:

@@ -5,7 +5,8 @@ W + w``, on the device (int64 in, int64 out).
 
 Work-items step through the outputs by the grid's size, so a grid of at most ``MAX_ITEMS``
 covers any number of outputs (never 2^31 work-items); CPUs run few long work-items (about
-one per ``CPU_RUN`` outputs), GPUs one output per work-item in groups of 256.
+one per ``CPU_RUN`` outputs), GPUs one output per work-item in groups of 256 (or of what the
+device allows the kernel).
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels.pool3d import join_positions
@@ -23,7 +24,7 @@ import numpy as np
 from ..errors import DTypeError
 from ..runtime import on_gpu
 from ..tensor import Tensor
-from ._cache import get_kernel, round_up
+from ._cache import get_kernel, gpu_group, round_up
 
 SOURCE = r"""//CL//
 // out[i], i = (nc * OD + od) * P + p: depth[i] = d * P + p (the depth pool's pick in the
@@ -46,10 +47,11 @@ MAX_ITEMS = 1 << 24          # a grid's work-items at most; each steps on by the
 CPU_RUN = 4096               # outputs per work-item on CPUs (few long items, as pool's rows)
 
 
-def _grid(queue, n: int) -> tuple[int, int]:
-    """(global, local) for ``n`` outputs, chosen by device type."""
+def _grid(queue, n: int, group: int = 256) -> tuple[int, int]:
+    """(global, local) for ``n`` outputs, chosen by device type (on a GPU in groups of
+    ``group``: what the device allows the kernel)."""
     if on_gpu(queue):
-        return min(round_up(max(n, 1), 256), MAX_ITEMS), 256
+        return min(round_up(max(n, 1), group), MAX_ITEMS), group
     return min(round_up(-(-max(n, 1) // CPU_RUN), 16), MAX_ITEMS), 16
 
 
@@ -66,7 +68,7 @@ def join_positions(depth: Tensor, plane: Tensor, *, planes: int, od: int, d: int
     n = planes * od * p
     if n == 0:
         return out
-    g, loc = _grid(depth.queue, n)
+    g, loc = _grid(depth.queue, n, gpu_group(depth.queue, SOURCE, "join_positions", 256))
     get_kernel(depth.queue, SOURCE, "join_positions")(
         depth.queue, (g,), (loc,), depth.data, plane.data, out.data, np.int64(n),
         np.int32(od), np.int32(d), np.int32(p), np.int64(hw))
