@@ -398,6 +398,7 @@ class Launcher:
                 now = gate.decide(items)
         state = self.args
         if kwargs:                     # global_offset and the like: pyopencl's own invoker
+            # (the optimizers' 1-D shards: nothing for a GPU's grid to split)
             state.forget()
             event = self.kernel(queue, gsize, lsize, *args, wait_for=wait_for, **kwargs)
         else:
