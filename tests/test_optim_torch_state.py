@@ -178,3 +178,46 @@ def test_adam_with_decoupled_weight_decay_is_adamw_as_pytorch(queue, rng):
         t.grad = torch.ones(3)
         topt.step()
     np.testing.assert_allclose(runs[0][0], t.detach().numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("rule, options, key, value, torch_weight", [
+    ("SGD", {}, "maximize", True, 1.0),
+    ("SGD", {"momentum": 0.9}, "dampening", 0.5, 0.52),
+    ("Adam", {}, "maximize", True, 0.90526),
+    ("AdamW", {"weight_decay": 0.5}, "decoupled_weight_decay", False, 0.74996),
+    ("RMSprop", {}, "maximize", True, 0.70888),
+    ("Adagrad", {}, "maximize", True, 0.97071)])
+def test_a_pytorch_option_set_on_a_group_by_hand_is_refused_rather_than_ignored(
+        queue, rule, options, key, value, torch_weight):
+    """PyTorch's step reads each group's options anew, so ``group["maximize"] = True`` set by
+    hand after the optimizer was made ascends from that step on. parcl's groups do not hold
+    the options it does not do (a constructor or a loaded state with one is refused), and a
+    step did not look: a weight of 1 with gradient 2, one step, the option set, a second step
+    (lr 0.1) ended at 0.6 under SGD where PyTorch's comes back to 1.0 (maximize), 0.42 where
+    PyTorch's is 0.52 (dampening 0.5 left out of the momentum), 0.8 under Adam where it is
+    0.905, -0.709 under RMSprop where it is 0.709, and AdamW(weight_decay=0.5) switched to
+    L2 decay ended at 0.7075 where PyTorch's is 0.74996. Now the step raises an
+    OptimizerError naming the option, before anything changed."""
+    def second_step(opt, p, grad):
+        p.grad = grad
+        opt.step()
+        opt.param_groups[0][key] = value
+        p.grad = grad
+        opt.step()
+
+    t = torch.nn.Parameter(torch.ones(1))
+    second_step(getattr(torch.optim, rule)([t], lr=0.1, **options), t, torch.full((1,), 2.0))
+    assert t.item() == pytest.approx(torch_weight, abs=1e-5)
+
+    p = pc.nn.Parameter.from_host(queue, np.ones(1, np.float32))
+    opt = getattr(pc.optim, rule)([p], lr=0.1, **options)
+    with pytest.raises(OptimizerError, match=rf"{rule}.step: param_groups\[0\] has PyTorch's "
+                                             rf"{key}={value!r}, which {rule} does not do"):
+        second_step(opt, p, pc.Tensor.full(queue, (1,), 2.0))
+    before = p.value.to_host().copy()
+    with pytest.raises(OptimizerError):
+        opt.step()                                   # the refused step changed nothing
+    np.testing.assert_array_equal(p.value.to_host(), before)
+    opt.param_groups[0][key] = {"maximize": False, "dampening": 0}.get(key, True)
+    opt.step()                                       # set back to what parcl does: steps on
+    assert not np.array_equal(p.value.to_host(), before)

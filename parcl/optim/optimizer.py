@@ -164,7 +164,10 @@ class Optimizer:
         ``.grad`` views, is planned as one update of the whole bucket (``plan.whole``); its
         state is kept flat too, each parameter's state entries viewing it."""
         work = []
-        for group in self.param_groups:
+        for i, group in enumerate(self.param_groups):
+            # PyTorch's options this rule does not keep, set on a group by hand
+            # (group["maximize"] = True): PyTorch's step reads them, this one would not
+            self._without_torch_options(f"{type(self).__name__}.step", i, group)
             opts = self._validate_options(group, made=False)   # set by hand, or a schedule
             for p in group["params"]:
                 if p.grad is None:

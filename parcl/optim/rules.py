@@ -144,6 +144,18 @@ class Adam(Optimizer):
     # with the other weight decay.
     _RULE = "decoupled_weight_decay"
 
+    def _without_torch_options(self, name, i, saved):
+        # PyTorch's Adam reads decoupled_weight_decay from each group at each step: a group
+        # set to the other rule by hand would be trained with this optimizer's weight decay.
+        rule = saved.get(self._RULE, self.decoupled)
+        if bool(rule) != self.decoupled:
+            raise OptimizerError(f"{name}: param_groups[{i}] has PyTorch's {self._RULE}="
+                                 f"{rule!r}, which {type(self).__name__} does not do (it "
+                                 f"takes {self.decoupled!r}); use "
+                                 f"{'AdamW' if rule else 'Adam'} for that weight decay")
+        return super()._without_torch_options(
+            name, i, {k: v for k, v in saved.items() if k != self._RULE})
+
     def state_dict(self):
         sd = super().state_dict()
         for group in sd["param_groups"]:
