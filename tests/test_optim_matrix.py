@@ -317,6 +317,41 @@ def test_lbfgs_refuses_groups_a_missing_closure_and_bad_options(queue):
         LBFGS(ps, max_iter=0)
 
 
+def test_lbfgs_line_search_bisects_past_a_trial_step_whose_gradient_is_nan_as_pytorch(queue):
+    """The naive softplus pair log(1 + e^x) + log(1 + e^-x) (lowest at 0) from [3, -2, 5]
+    with lr=100: the line search's first trial overflows e^-x, its loss is inf and its
+    gradient NaN (inf / inf), so the cubic's discriminant is NaN. PyTorch's ``d2_square >=
+    0`` is False for a NaN and it bisects; parcl's ``disc < 0`` was False too and it took the
+    cubic's NaN step, so the parameters became [nan, nan, nan] (silently, in every later step
+    too) where PyTorch's reach [-2.400, 2.544, -0.886] after 7 evaluations. Now it bisects:
+    PyTorch's iterates and counts."""
+    start = np.array([3.0, -2.0, 5.0], np.float32)
+    x = params_of(queue, [start])[0]
+    tx = torch.nn.Parameter(torch.tensor(start))
+    options = {"lr": 100.0, "line_search_fn": "strong_wolfe", "max_iter": 5}
+    opt, topt = LBFGS([x], **options), torch.optim.LBFGS([tx], **options)
+
+    def closure():
+        opt.zero_grad()
+        with tp.Tape() as tape:
+            loss = tp.sum(tp.log(1 + tp.exp(x)) + tp.log(1 + tp.exp(-x)))
+        tape.backward(loss)
+        return loss
+
+    def torch_closure():
+        topt.zero_grad()
+        loss = (torch.log(1 + torch.exp(tx)) + torch.log(1 + torch.exp(-tx))).sum()
+        loss.backward()
+        return loss
+
+    for want in ([-2.400216, 2.543756, -0.886252], [-0.450975, 0.683514, 0.529056]):
+        opt.step(closure)
+        topt.step(torch_closure)
+        np.testing.assert_allclose(x.value.to_host(), tx.detach().numpy(), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(x.value.to_host(), want, atol=1e-5)
+        assert opt.state[x]["func_evals"] == topt.state[tx]["func_evals"]
+
+
 # -- in a ReplicaGroup ---------------------------------------------------------------------
 def mlp(queue, bias=True):
     return pc.nn.Sequential(pc.nn.Linear(64, 32, bias=bias, queue=queue), pc.nn.ReLU(),

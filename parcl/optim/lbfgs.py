@@ -70,7 +70,9 @@ def _cubic_min(x1, f1, g1, x2, f2, g2, bounds=None):
     lo, hi = bounds if bounds is not None else ((x1, x2) if x1 <= x2 else (x2, x1))
     d1 = g1 + g2 - 3 * (f1 - f2) / (x1 - x2)
     disc = d1 ** 2 - g1 * g2
-    if disc < 0:
+    if not disc >= 0:
+        # no real minimiser, or a NaN (a trial step whose loss overflowed gave a NaN
+        # gradient): bisect, as PyTorch's (its ``d2_square >= 0`` is False for a NaN)
         return (lo + hi) / 2.0
     d2 = np.sqrt(disc)
     if x1 <= x2:
