@@ -41,7 +41,8 @@ from .loss_distance import TripletMarginWithDistanceLoss
 from .loss_more import (CTCLoss, GaussianNLLLoss, HingeEmbeddingLoss, MarginRankingLoss,
                         MultiLabelMarginLoss, MultiLabelSoftMarginLoss, MultiMarginLoss,
                         PoissonNLLLoss, TripletMarginLoss)
-from .module import Module, Parameter, StateDictError, default_generator, manual_seed
+from .module import (Module, NameInUseError, Parameter, StateDictError, default_generator,
+                     manual_seed)
 from .multihead import MultiheadAttention
 from .norm import (BatchNorm1d, GroupNorm, InstanceNorm1d, InstanceNorm2d, LayerNorm,
                    LocalResponseNorm, RMSNorm)
@@ -70,7 +71,7 @@ from . import init, utils  # noqa: E402  (pc.nn.utils.clip_grad_norm_: after the
 __all__ = [
     # containers and the base class
     "Identity", "Module", "ModuleDict", "ModuleList", "Parameter", "ParameterDict",
-    "ParameterList", "Sequential", "StateDictError",
+    "NameInUseError", "ParameterList", "Sequential", "StateDictError",
     # layers
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
     "AvgPool1d", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "ChannelShuffle", "Conv1d", "Conv2d",

@@ -37,12 +37,17 @@ from ..tape.node import Node, host_copy
 from ..tensor import Tensor
 from .module_hooks import ModuleHooks
 
-__all__ = ["IncompatibleKeys", "Module", "Parameter", "StateDictError", "default_generator",
-           "manual_seed"]
+__all__ = ["IncompatibleKeys", "Module", "NameInUseError", "Parameter", "StateDictError",
+           "default_generator", "manual_seed"]
 
 
 class StateDictError(ParclError, ValueError):
     """A state dict with missing or unexpected keys, or values that are not arrays."""
+
+
+class NameInUseError(ParclError, KeyError):
+    """``register_parameter``, ``register_buffer`` or ``add_module`` given a name the module
+    already uses for something of another kind, as PyTorch's ``KeyError``."""
 
 
 class IncompatibleKeys(NamedTuple):
@@ -213,19 +218,39 @@ class Module:
             registry.pop(name, None)
         self._non_persistent_buffers().discard(name)
 
+    def _registrar(self, registry: OrderedDict) -> str:
+        return {id(self._parameters): "register_parameter", id(self._buffers):
+                "register_buffer"}.get(id(registry), "add_module")
+
+    def _check_name(self, registry: OrderedDict, name: str) -> None:
+        if not isinstance(name, str) or not name or "." in name:
+            # PyTorch's KeyError: "a.b" would read as child "a"'s "b" in state-dict keys
+            # (two tensors under one key), "" gives keys ".weight"
+            raise StateDictError(f"{type(self).__name__}.{self._registrar(registry)}"
+                                 f"({name!r}): a name must be a non-empty string without '.' "
+                                 "(state-dict keys join names with '.')")
+
+    def _claim(self, registry: OrderedDict, name: str) -> None:
+        """What ``register_parameter``, ``register_buffer`` and ``add_module`` check before
+        ``_place``: as PyTorch's, they replace only a value of their own kind; a name the
+        module has as anything else is a ``NameInUseError`` (``register_buffer("weight", t)``
+        on a Linear would take its weight out of ``parameters()``, the optimizer and
+        training)."""
+        self._check_name(registry, name)
+        if name not in registry and hasattr(self, name):
+            params, buffers, modules = self._registries()
+            kind = ("a parameter" if name in params else "a buffer" if name in buffers
+                    else "a submodule" if name in modules else "an attribute")
+            raise NameInUseError(f"{type(self).__name__}.{self._registrar(registry)}"
+                                 f"({name!r}): attribute {name!r} already exists ({kind}); "
+                                 f"delattr it first to register something else under it")
+
     def _place(self, registry: OrderedDict, name: str, value) -> None:
         """Register ``value`` as ``name`` in ``registry``. One replacing a value of the same
         kind keeps its place in the order, as PyTorch's: ``seq.add_module("1", Sigmoid())``
         still runs second in a Sequential, and ``state_dict()`` and ``parameters()`` keep
         their order (what an optimizer's state and a checkpoint are matched by)."""
-        if not isinstance(name, str) or not name or "." in name:
-            # PyTorch's KeyError: "a.b" would read as child "a"'s "b" in state-dict keys
-            # (two tensors under one key), "" gives keys ".weight"
-            what = {id(self._parameters): "register_parameter", id(self._buffers):
-                    "register_buffer"}.get(id(registry), "add_module")
-            raise StateDictError(f"{type(self).__name__}.{what}({name!r}): a name must be a "
-                                 "non-empty string without '.' (state-dict keys join names "
-                                 "with '.')")
+        self._check_name(registry, name)
         for other in self._registries():
             if other is not registry:
                 other.pop(name, None)
@@ -238,6 +263,7 @@ class Module:
                             f"{type(param).__name__}")
         # None keeps an empty slot (PyTorch's): a Parameter assigned later takes its place,
         # and anything else assigned there is a TypeError
+        self._claim(self._parameters, name)
         self._place(self._parameters, name, param)
         object.__setattr__(self, name, param)
 
@@ -249,6 +275,7 @@ class Module:
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"register_buffer({name!r}): expected a pc.Tensor, got "
                             f"{type(tensor).__name__}")
+        self._claim(self._buffers, name)
         self._place(self._buffers, name, tensor)
         object.__setattr__(self, name, tensor)
         self._non_persistent_buffers().discard(name)
@@ -267,6 +294,7 @@ class Module:
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"add_module({name!r}): expected an nn.Module, got "
                             f"{type(module).__name__}")
+        self._claim(self._modules, name)
         if module is None:
             self._forget(name)
         else:

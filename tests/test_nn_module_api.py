@@ -1,0 +1,68 @@
+"""The ``pc.nn.Module`` API where it must be PyTorch's: what ``register_buffer``,
+``register_parameter`` and ``add_module`` accept, and the layers' own attributes and
+methods, each checked against ``torch.nn``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import parcl as pc
+
+
+# -- a name in use for something else is refused, as PyTorch's KeyError ---------------------
+def _register(module, how: str, name: str, queue, torch_side: bool = False):
+    if how == "register_buffer":
+        value = torch.zeros(2) if torch_side else pc.Tensor.zeros(queue, (2,))
+        module.register_buffer(name, value)
+    elif how == "register_parameter":
+        value = (torch.nn.Parameter(torch.zeros(2)) if torch_side
+                 else pc.nn.Parameter(pc.Tensor.zeros(queue, (2,))))
+        module.register_parameter(name, value)
+    else:
+        module.add_module(name, torch.nn.ReLU() if torch_side else pc.nn.ReLU())
+
+
+IN_USE = [(how, name) for how in ("register_buffer", "register_parameter", "add_module")
+          for name in ("weight", "in_features", "training", "forward")
+          if (how, name) != ("register_parameter", "weight")]     # that one replaces
+
+
+@pytest.mark.parametrize("how, name", IN_USE)
+def test_registering_a_name_in_use_for_something_else_is_a_key_error_as_pytorch(queue, how,
+                                                                                name):
+    """``register_buffer("weight", t)`` on a Linear took the weight out of ``parameters()``
+    (an optimizer built afterwards no longer trained it) where PyTorch raises ``KeyError:
+    "attribute 'weight' already exists"``; the same for any attribute, method or flag."""
+    with pytest.raises(KeyError, match="already exists"):
+        _register(torch.nn.Linear(3, 2), how, name, queue, torch_side=True)
+    fc = pc.nn.Linear(3, 2, queue=queue)
+    with pytest.raises(pc.nn.NameInUseError, match=rf"Linear.{how}\('{name}'\).*already"):
+        _register(fc, how, name, queue)
+    assert [n for n, _ in fc.named_parameters()] == ["weight", "bias"]
+    assert list(fc.state_dict()) == ["weight", "bias"] and fc.buffers() == []
+    assert isinstance(pc.nn.NameInUseError("x"), pc.ParclError)
+
+
+def test_registering_again_under_a_name_of_the_same_kind_replaces_it_as_pytorch(queue):
+    ours, theirs = pc.nn.BatchNorm1d(3, queue=queue), torch.nn.BatchNorm1d(3)
+    ours.register_buffer("running_mean", pc.Tensor.full(queue, (3,), 2.0))
+    theirs.register_buffer("running_mean", torch.full((3,), 2.0))
+    ours.register_parameter("weight", pc.nn.Parameter(pc.Tensor.full(queue, (3,), 5.0)))
+    theirs.register_parameter("weight", torch.nn.Parameter(torch.full((3,), 5.0)))
+    ours.register_parameter("bias", None)
+    theirs.register_parameter("bias", None)
+    got = ours.state_dict()
+    want = {k: v for k, v in theirs.state_dict().items() if k != "num_batches_tracked"}
+    assert list(got) == list(want)
+    for k in got:
+        np.testing.assert_array_equal(got[k], want[k].numpy(), err_msg=k)
+    seq = pc.nn.Sequential(pc.nn.ReLU())
+    seq.add_module("0", pc.nn.Tanh())
+    assert type(seq[0]).__name__ == "Tanh"
+    m = pc.nn.Module()
+    m.note = 1
+    del m.note                      # a name freed by delattr takes anything
+    m.register_buffer("note", pc.Tensor.zeros(queue, (1,)))
+    assert [n for n, _ in m.named_buffers()] == ["note"]
