@@ -66,3 +66,26 @@ def test_registering_again_under_a_name_of_the_same_kind_replaces_it_as_pytorch(
     del m.note                      # a name freed by delattr takes anything
     m.register_buffer("note", pc.Tensor.zeros(queue, (1,)))
     assert [n for n, _ in m.named_buffers()] == ["note"]
+
+
+# -- batch norm with one running statistic set to None ---------------------------------------
+@pytest.mark.parametrize("cls", ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"])
+@pytest.mark.parametrize("which", ["running_mean", "running_var"])
+def test_batch_norm_with_one_running_statistic_none_raises_in_training_as_pytorch(queue, cls,
+                                                                                  which):
+    """With only ``running_mean`` (or only ``running_var``) set to None a training forward
+    normalised with the batch's statistics, silently (its first row [0.064, -0.074, 1.106]
+    for a (4, 3) input), where PyTorch's ``F.batch_norm`` raises ``ValueError: running_mean
+    and running_var must either both be None or neither be None``; evaluation raised already."""
+    ndim = {"BatchNorm1d": 2, "BatchNorm2d": 4, "BatchNorm3d": 5, "SyncBatchNorm": 4}[cls]
+    x = np.random.default_rng(0).standard_normal((4, 3) + (2,) * (ndim - 2)).astype(np.float32)
+    theirs = getattr(torch.nn, "BatchNorm2d" if cls == "SyncBatchNorm" else cls)(3)
+    setattr(theirs, which, None)
+    with pytest.raises(ValueError, match="both be None"):
+        theirs(torch.from_numpy(x))
+    ours = getattr(pc.nn, cls)(3, queue=queue)
+    setattr(ours, which, None)
+    for training in (True, False):
+        ours.train(training)
+        with pytest.raises(pc.ParclError, match="batch_norm: running_mean and running_var"):
+            ours(pc.Tensor.from_host(queue, x))

@@ -297,8 +297,10 @@ class BatchNorm2d(_NormBase):
             n = int(count.to_host()) + 1
             count.fill_owned(n)
             momentum = 1.0 / n
-        running = (self.running_mean, self.running_var) if update or not self.training \
-            else (None, None)
+        # tracked statistics go to tp.batch_norm in training too, as PyTorch passes them: one
+        # of them set to None must raise there, not quietly normalise with the batch's
+        running = (self.running_mean, self.running_var) \
+            if self.track_running_stats or not self.training else (None, None)
         # evaluation never exchanges statistics (sync_batchnorm=True, SyncBatchNorm), as
         # PyTorch's SyncBatchNorm: without running statistics it normalises with this
         # replica's own batch
