@@ -9,6 +9,11 @@ import pytest
 import torch
 
 import parcl as pc
+import parcl.tape as tp
+
+
+def host(y) -> np.ndarray:
+    return (y.value if isinstance(y, tp.Node) else y).to_host()
 
 
 # -- a name in use for something else is refused, as PyTorch's KeyError ---------------------
@@ -89,3 +94,23 @@ def test_batch_norm_with_one_running_statistic_none_raises_in_training_as_pytorc
         ours.train(training)
         with pytest.raises(pc.ParclError, match="batch_norm: running_mean and running_var"):
             ours(pc.Tensor.from_host(queue, x))
+
+
+# -- pooling layers store stride = kernel_size at construction -------------------------------
+@pytest.mark.parametrize("cls, ndim", [("MaxPool1d", 3), ("MaxPool2d", 4), ("MaxPool3d", 5),
+                                       ("AvgPool1d", 3), ("AvgPool2d", 4), ("AvgPool3d", 5)])
+def test_a_pools_stride_none_is_its_kernel_size_fixed_at_construction_as_pytorch(queue, cls,
+                                                                                 ndim):
+    """PyTorch stores ``stride = kernel_size`` when built with ``stride=None``: ``pool.stride``
+    reads 2, and a ``kernel_size`` changed to 3 afterwards keeps stride 2 (a (1, 1, 8) input
+    pools to length 3). parcl kept None, so ``stride`` read None and the changed pool took
+    stride 3 (length 2), silently."""
+    ours, theirs = getattr(pc.nn, cls)(2), getattr(torch.nn, cls)(2)
+    assert ours.stride == 2 and theirs.stride in (2, (2,))        # AvgPool1d's is (2,)
+    ours.kernel_size, theirs.kernel_size = 3, (3,) if cls == "AvgPool1d" else 3
+    x = np.random.default_rng(0).standard_normal((1, 1) + (8,) * (ndim - 2)).astype(np.float32)
+    want = theirs(torch.from_numpy(x)).numpy()
+    got = host(ours(pc.Tensor.from_host(queue, x)))
+    assert want.shape == (1, 1) + (3,) * (ndim - 2)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert "stride=2," in repr(ours)

@@ -322,6 +322,12 @@ class ReLU(Module):
         return ops.relu(x, inplace=self.inplace)
 
 
+def _stride(kernel_size, stride):
+    """A pooling layer's stride as PyTorch's stores it: None is the kernel size given, fixed
+    at construction (``pool.stride`` reads it, and a ``kernel_size`` changed later keeps it)."""
+    return kernel_size if stride is None else stride
+
+
 class _MaxPool(Module):
     """MaxPool1d's and MaxPool2d's arguments and forward, through the class's ``op``."""
 
@@ -331,7 +337,8 @@ class _MaxPool(Module):
                  return_indices: bool = False, ceil_mode: bool = False):
         super().__init__()
         self.return_indices = bool(return_indices)
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.kernel_size, self.stride, self.padding = kernel_size, _stride(kernel_size, stride), \
+            padding
         self.dilation, self.ceil_mode = dilation, bool(ceil_mode)
 
     def forward(self, x):
@@ -359,7 +366,8 @@ class _AvgPool(Module):
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                  count_include_pad: bool = True):
         super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.kernel_size, self.stride, self.padding = kernel_size, _stride(kernel_size, stride), \
+            padding
         self.ceil_mode, self.count_include_pad = bool(ceil_mode), bool(count_include_pad)
 
     def forward(self, x):
