@@ -114,3 +114,20 @@ def test_a_pools_stride_none_is_its_kernel_size_fixed_at_construction_as_pytorch
     assert want.shape == (1, 1) + (3,) * (ndim - 2)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     assert "stride=2," in repr(ours)
+
+
+# -- ReLU6 is PyTorch's Hardtanh(0, 6) --------------------------------------------------------
+def test_relu6_is_a_hardtanh_whose_limits_are_honoured_as_pytorch(queue):
+    """PyTorch's ReLU6 is a ``Hardtanh(0, 6)``: ``max_val = 3`` set afterwards makes it clip
+    [-1, 2, 4, 7] to [0, 2, 3, 3]. parcl's had no ``min_val``/``max_val``, so the setting was
+    a plain attribute its forward never read ([0, 2, 4, 6]), silently."""
+    ours, theirs = pc.nn.ReLU6(), torch.nn.ReLU6()
+    assert isinstance(ours, pc.nn.Hardtanh) and isinstance(theirs, torch.nn.Hardtanh)
+    assert (ours.min_val, ours.max_val) == (theirs.min_val, theirs.max_val) == (0.0, 6.0)
+    assert repr(ours) == repr(theirs) == "ReLU6()"
+    x = np.array([-1, 2, 4, 7], np.float32)
+    np.testing.assert_array_equal(host(ours(tp.tensor(x))), [0, 2, 4, 6])
+    ours.max_val = theirs.max_val = 3.0
+    want = theirs(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(host(ours(tp.tensor(x))), want)
+    np.testing.assert_array_equal(want, [0, 2, 3, 3])

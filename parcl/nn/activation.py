@@ -134,10 +134,16 @@ class _Plain(Module):
         return getattr(ops, self.op)(x)
 
 
-class ReLU6(_Plain):
-    """``min(max(x, 0), 6)`` (see ``tp.relu6``)."""
+class ReLU6(Hardtanh):
+    """``min(max(x, 0), 6)``: PyTorch's ``Hardtanh(0, 6)``, its ``min_val`` and ``max_val``
+    attributes read by each call (see ``tp.relu6``)."""
 
-    op = "relu6"
+    def __init__(self, inplace: bool = False):
+        _no_inplace("ReLU6", inplace)
+        super().__init__(0.0, 6.0)
+
+    def extra_repr(self) -> str:
+        return ""
 
 
 class Hardsigmoid(_Plain):
