@@ -131,3 +131,81 @@ def test_relu6_is_a_hardtanh_whose_limits_are_honoured_as_pytorch(queue):
     want = theirs(torch.from_numpy(x)).numpy()
     np.testing.assert_array_equal(host(ours(tp.tensor(x))), want)
     np.testing.assert_array_equal(want, [0, 2, 3, 3])
+
+
+# -- Sequential and ModuleList: PyTorch's list operations -------------------------------------
+def _kinds(container) -> list[str]:
+    return [type(m).__name__ for m in container]
+
+
+def _names(container) -> list[str]:
+    return [name for name, _ in container.named_children()]
+
+
+@pytest.mark.parametrize("lib", [pc.nn, torch.nn], ids=["parcl", "torch"])
+def test_sequential_pops_deletes_inserts_adds_and_multiplies_as_pytorch(lib):
+    """Each step is run on parcl's and on PyTorch's Sequential with the same expectations."""
+    from collections import OrderedDict
+    seq = lib.Sequential(lib.Identity(), lib.ReLU(), lib.Tanh(), lib.Sigmoid())
+    assert type(seq.pop(1)).__name__ == "ReLU"
+    assert _names(seq) == ["0", "1", "2"] and _kinds(seq) == ["Identity", "Tanh", "Sigmoid"]
+    del seq[0:2]
+    assert _names(seq) == ["0"] and _kinds(seq) == ["Sigmoid"]
+    assert seq.insert(0, lib.ReLU()) is seq and seq.insert(-1, lib.Tanh()) is seq
+    assert _kinds(seq) == ["ReLU", "Tanh", "Sigmoid"]
+    with pytest.raises(IndexError):
+        seq.insert(4, lib.ReLU())
+    seq[1] = lib.Identity()
+    assert _kinds(seq) == ["ReLU", "Identity", "Sigmoid"]
+    assert _kinds(seq + lib.Sequential(lib.Tanh())) == ["ReLU", "Identity", "Sigmoid", "Tanh"]
+    seq += lib.Sequential(lib.Tanh())
+    assert _names(seq) == ["0", "1", "2", "3"]
+    assert seq.extend([lib.ReLU()]) is seq and len(seq) == 5
+    with pytest.raises(ValueError):
+        seq + [lib.ReLU()]
+    twice = lib.Sequential(lib.ReLU(), lib.Tanh()) * 2
+    assert _kinds(twice) == ["ReLU", "Tanh", "ReLU", "Tanh"] and twice[0] is twice[2]
+    assert _kinds(2 * lib.Sequential(lib.ReLU())) == ["ReLU", "ReLU"]
+    thrice = lib.Sequential(lib.ReLU())
+    thrice *= 3
+    assert len(thrice) == 3
+    with pytest.raises(ValueError):
+        thrice * 0
+    named = lib.Sequential(OrderedDict([("a", lib.ReLU()), ("b", lib.Tanh()), ("c",
+                                                                             lib.Sigmoid())]))
+    del named[1]                                         # renumbered, as PyTorch's
+    assert _names(named) == ["0", "1"] and _kinds(named) == ["ReLU", "Sigmoid"]
+    assert _kinds(named.pop(slice(0, 1))) == ["ReLU"] and _kinds(named) == ["Sigmoid"]
+
+
+@pytest.mark.parametrize("lib", [pc.nn, torch.nn], ids=["parcl", "torch"])
+def test_module_list_pops_deletes_and_adds_as_pytorch(lib):
+    ml = lib.ModuleList([lib.ReLU(), lib.Tanh(), lib.Identity(), lib.Sigmoid()])
+    assert type(ml.pop(1)).__name__ == "Tanh"
+    assert _names(ml) == ["0", "1", "2"] and _kinds(ml) == ["ReLU", "Identity", "Sigmoid"]
+    del ml[::2]
+    assert _names(ml) == ["0"] and _kinds(ml) == ["Identity"]
+    both = ml + [lib.ReLU()]
+    assert type(both) is lib.ModuleList and _kinds(both) == ["Identity", "ReLU"]
+    ml += [lib.Tanh()]
+    ml.insert(1, lib.ReLU())
+    assert _names(ml) == ["0", "1", "2"] and _kinds(ml) == ["Identity", "ReLU", "Tanh"]
+    taken = ml.pop(slice(1, None))
+    assert type(taken) is lib.ModuleList and _kinds(taken) == ["ReLU", "Tanh"]
+    assert _kinds(ml) == ["Identity"]
+    with pytest.raises(IndexError):
+        del ml[3]
+
+
+def test_a_sequential_runs_and_saves_its_layers_renumbered_after_a_pop(queue):
+    pc.nn.manual_seed(0)
+    seq = pc.nn.Sequential(pc.nn.Linear(3, 3, queue=queue), pc.nn.Tanh(),
+                           pc.nn.Linear(3, 2, queue=queue))
+    state = seq.state_dict()
+    seq.pop(1)
+    assert list(seq.state_dict()) == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    assert seq.parameters()[2] is seq[1].weight
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    want = (x @ state["0.weight"].T + state["0.bias"]) @ state["2.weight"].T + state["2.bias"]
+    np.testing.assert_allclose(host(seq(pc.Tensor.from_host(queue, x))), want, rtol=1e-5,
+                               atol=1e-6)

@@ -15,13 +15,14 @@ ModuleList(3)
 
 from __future__ import annotations
 
-import operator
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
+from itertools import chain
 
 from ..errors import ParclError
 from ..tape import ops
 from .activation import legacy_softmax_dim
+from .indexed import IndexedChildren
 from .layers import _dim
 from .module import Module, Parameter
 
@@ -43,10 +44,12 @@ class Identity(Module):
         return x
 
 
-class ModuleList(Module):
+class ModuleList(IndexedChildren):
     """A list of modules, each registered as a child ``0``, ``1``, ...: ``append``,
-    ``extend``, ``insert``, ``len``, iteration, indexing (negative too; a slice gives a new
-    ModuleList) and assignment by index. It has no ``forward``: call its modules in your own.
+    ``extend``, ``insert``, ``pop``, ``del`` (by index or slice; the rest renumbered), ``+``
+    and ``+=``, ``len``, iteration, indexing (negative too; a slice gives a new ModuleList)
+    and assignment by index, as PyTorch's. It has no ``forward``: call its modules in your
+    own.
 
     >>> layers = pc.nn.ModuleList([pc.nn.Linear(3, 3), pc.nn.ReLU()])
     >>> len(layers), type(layers[-1]).__name__
@@ -58,22 +61,6 @@ class ModuleList(Module):
         if modules is not None:
             self.extend(modules)
 
-    def _index(self, index: int) -> int:
-        # operator.index, not int(): ml[1.5] or ml["1"] must not reach module 1 (PyTorch and
-        # Python's list refuse them)
-        try:
-            index = operator.index(index)
-        except TypeError:
-            raise TypeError(f"ModuleList: index must be an int or a slice, got "
-                            f"{index!r}") from None
-        n = len(self)
-        if not -n <= index < n:
-            raise IndexError(f"ModuleList: index {index} is out of range for {n} modules")
-        return index % n
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
     def __iter__(self) -> Iterator[Module]:
         return iter(list(self._modules.values()))
 
@@ -81,12 +68,18 @@ class ModuleList(Module):
         modules = list(self._modules.values())
         if isinstance(index, slice):
             return ModuleList(modules[index])
-        return modules[self._index(index)]
+        return modules[self._position(index)]
 
     def __setitem__(self, index: int, module: Module) -> None:
         if not isinstance(module, Module):
             raise TypeError(f"ModuleList: expected an nn.Module, got {type(module).__name__}")
-        self.add_module(str(self._index(index)), module)     # keeps its place
+        self.add_module(str(self._position(index)), module)     # keeps its place
+
+    def __add__(self, other: Iterable[Module]) -> ModuleList:
+        return ModuleList(chain(self, other))
+
+    def __iadd__(self, modules: Iterable[Module]) -> ModuleList:
+        return self.extend(modules)
 
     def append(self, module: Module) -> ModuleList:
         self.add_module(str(len(self)), module)
@@ -99,14 +92,7 @@ class ModuleList(Module):
 
     def insert(self, index: int, module: Module) -> None:
         """Insert ``module`` before ``index``; later modules are renamed one up, as PyTorch."""
-        if not isinstance(module, Module):       # before any child is taken out
-            raise TypeError(f"ModuleList.insert: expected an nn.Module, got "
-                            f"{type(module).__name__}")
-        modules = list(self._modules.values())
-        modules.insert(index, module)
-        for name in list(self._modules):
-            self.__delattr__(name)
-        self.extend(modules)
+        self._inserted(index, module)
 
     def forward(self, *args, **kwargs):
         raise ParclError("ModuleList has no forward: iterate over it and call its modules")

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 from collections import OrderedDict
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -27,6 +29,7 @@ from ..tape import Node, mode, ops
 from ..tape.ops.checks import read_checks
 from ..tape.ops.nn import check_divisor_override, string_padding
 from ..tensor import Tensor
+from .indexed import ContainerError, IndexedChildren
 from .module import Module, Parameter, uniform_
 from .module_hooks import holds_hooks
 
@@ -461,8 +464,11 @@ class Dropout(Module):
         return f"p={self.p}"
 
 
-class Sequential(Module):
+class Sequential(IndexedChildren):
     """Layers applied in order; children are named ``0``, ``1``, ... (or by an OrderedDict).
+    As PyTorch's: ``append``, ``extend``, ``insert``, ``pop``, ``del`` (by index or slice; the
+    rest renumbered ``0``, ``1``, ...), assignment by index, ``+``/``+=`` with a Sequential,
+    and ``*`` by a positive int (the same layers repeated, shared).
 
     >>> net = pc.nn.Sequential(pc.nn.Linear(8, 4), pc.nn.ReLU())
     >>> len(net), type(net[0]).__name__
@@ -482,8 +488,20 @@ class Sequential(Module):
         self.add_module(str(len(self)), layer)
         return self
 
-    def __len__(self) -> int:
-        return len(self._modules)
+    def extend(self, layers: Iterable[Module]) -> Sequential:
+        for layer in layers:
+            self.append(layer)
+        return self
+
+    def insert(self, index: int, layer: Module) -> Sequential:
+        """Insert ``layer`` before ``index`` (``-len <= index <= len``, else IndexError, as
+        PyTorch's); the layers after it are renamed one up."""
+        n = len(self)
+        if not -n <= operator.index(index) <= n:
+            raise IndexError(f"Sequential.insert: index {index} is out of range for {n} "
+                             "layers")
+        self._inserted(index, layer)
+        return self
 
     def __iter__(self):
         return iter(self._modules.values())
@@ -491,7 +509,37 @@ class Sequential(Module):
     def __getitem__(self, index):
         if isinstance(index, slice):             # keeps the children's names, as PyTorch's
             return Sequential(OrderedDict(list(self._modules.items())[index]))
-        return list(self._modules.values())[index]
+        return list(self._modules.values())[self._position(index)]
+
+    def __setitem__(self, index: int, layer: Module) -> None:
+        setattr(self, list(self._modules)[self._position(index)], layer)
+
+    def _sequential(self, other, op: str) -> Sequential:
+        if not isinstance(other, Sequential):
+            raise ContainerError(f"Sequential {op} takes a Sequential, got "
+                                 f"{type(other).__name__} (as PyTorch's)")
+        return other
+
+    def __add__(self, other: Sequential) -> Sequential:
+        return Sequential(*self, *self._sequential(other, "+"))
+
+    def __iadd__(self, other: Sequential) -> Sequential:
+        return self.extend(list(self._sequential(other, "+=")))
+
+    def _times(self, times: int) -> int:
+        if not isinstance(times, int):
+            raise TypeError(f"Sequential * takes an int, got {type(times).__name__}")
+        if times <= 0:
+            raise ContainerError(f"Sequential * {times}: the factor must be positive")
+        return times
+
+    def __mul__(self, times: int) -> Sequential:
+        return Sequential(*(list(self) * self._times(times)))
+
+    __rmul__ = __mul__
+
+    def __imul__(self, times: int) -> Sequential:
+        return self.extend(list(self) * (self._times(times) - 1))
 
     def forward(self, x):
         layers = list(self._modules.values())
