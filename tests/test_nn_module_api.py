@@ -209,3 +209,50 @@ def test_a_sequential_runs_and_saves_its_layers_renumbered_after_a_pop(queue):
     want = (x @ state["0.weight"].T + state["0.bias"]) @ state["2.weight"].T + state["2.bias"]
     np.testing.assert_allclose(host(seq(pc.Tensor.from_host(queue, x))), want, rtol=1e-5,
                                atol=1e-6)
+
+
+# -- ParameterList and ParameterDict: PyTorch's list and dict methods -------------------------
+def _p(lib, queue, v: float):
+    if lib is torch.nn:
+        return torch.nn.Parameter(torch.tensor([float(v)]))
+    return pc.nn.Parameter.from_host(queue, np.array([v], np.float32))
+
+
+def _v(p) -> float:
+    return float(p.detach()[0]) if isinstance(p, torch.Tensor) else float(p.value.to_host()[0])
+
+
+@pytest.mark.parametrize("lib", [pc.nn, torch.nn], ids=["parcl", "torch"])
+def test_parameter_list_slices_and_adds_as_pytorch(lib, queue):
+    ps = lib.ParameterList([_p(lib, queue, i) for i in range(5)])
+    part = ps[1:4:2]
+    assert type(part) is lib.ParameterList and [_v(p) for p in part] == [1.0, 3.0]
+    assert part[0] is ps[1]                              # the same Parameters
+    ps += [_p(lib, queue, 9)]
+    assert [n for n, _ in ps.named_parameters()] == ["0", "1", "2", "3", "4", "5"]
+
+
+@pytest.mark.parametrize("lib", [pc.nn, torch.nn], ids=["parcl", "torch"])
+def test_parameter_dict_has_the_dict_methods_of_pytorchs(lib, queue):
+    from collections import OrderedDict
+    pd = lib.ParameterDict(OrderedDict([("b", _p(lib, queue, 1)), ("a", _p(lib, queue, 2)),
+                                        ("c", _p(lib, queue, 3))]))
+    assert list(reversed(pd)) == ["c", "a", "b"]
+    assert pd.get("a") is pd["a"] and pd.get("z", 5) == 5
+    assert _v(pd.pop("a")) == 2.0 and list(pd) == ["b", "c"]
+    key, value = pd.popitem()
+    assert (key, _v(value), list(pd)) == ("c", 3.0, ["b"])
+    assert _v(pd.setdefault("b", _p(lib, queue, 7))) == 1.0
+    assert _v(pd.setdefault("d", _p(lib, queue, 8))) == 8.0 and list(pd) == ["b", "d"]
+    copied = pd.copy()
+    assert type(copied) is lib.ParameterDict and copied["b"] is pd["b"]
+    shared = pd.fromkeys(["x", "y"], _p(lib, queue, 4))
+    assert list(shared) == ["x", "y"] and len(list(shared.parameters())) == 1
+    extra = lib.ParameterDict({"z": _p(lib, queue, 5)})
+    assert list(pd | extra) == ["b", "d", "z"] and list(pd) == ["b", "d"]
+    pd |= extra
+    assert list(pd) == ["b", "d", "z"]
+    pd.clear()
+    assert len(pd) == 0 and len(pd.state_dict()) == 0
+    with pytest.raises(KeyError):
+        pd.popitem()

@@ -180,8 +180,9 @@ def _parameter(where: str, value) -> Parameter:
 
 class ParameterList(Module):
     """Parameters in a list, registered as ``0``, ``1``, ... (``state_dict`` keys ``0``,
-    ``1``, ...; ``name.0`` inside a model): ``append``, ``extend``, ``len``, iteration,
-    indexing and assignment by index, as PyTorch's.
+    ``1``, ...; ``name.0`` inside a model): ``append``, ``extend``, ``+=``, ``len``,
+    iteration, indexing (a slice gives a ParameterList of the same Parameters) and assignment
+    by index, as PyTorch's.
 
     >>> ps = pc.nn.ParameterList([pc.nn.Parameter.from_host(None, np.zeros(2, np.float32))])
     >>> [k for k, _ in ps.named_parameters()]
@@ -199,8 +200,10 @@ class ParameterList(Module):
     def __iter__(self) -> Iterator[Parameter]:
         return iter(list(self._parameters.values()))
 
-    def __getitem__(self, index: int) -> Parameter:
+    def __getitem__(self, index):
         values = list(self._parameters.values())
+        if isinstance(index, slice):              # the same Parameters, as PyTorch's
+            return ParameterList(values[index])
         if not -len(values) <= index < len(values):
             raise IndexError(f"ParameterList: index {index} is out of range for "
                              f"{len(values)} parameters")
@@ -219,6 +222,9 @@ class ParameterList(Module):
             self.append(value)
         return self
 
+    def __iadd__(self, values: Iterable[Parameter]) -> ParameterList:
+        return self.extend(values)
+
     def forward(self, *args, **kwargs):
         raise ParclError("ParameterList has no forward: use its parameters in your own")
 
@@ -229,8 +235,9 @@ class ParameterList(Module):
 class ParameterDict(Module):
     """Parameters by name (``state_dict`` keys are the names), in insertion order (a plain
     ``dict`` given to the constructor or ``update`` sorted by key first, as PyTorch does):
-    indexing, assignment, ``del``, ``in``, ``len``, iteration over the names, ``keys``/
-    ``values``/``items``, ``update``, as PyTorch's."""
+    indexing, assignment, ``del``, ``in``, ``len``, iteration over the names (``reversed``
+    too), ``keys``/``values``/``items``, ``get``, ``pop``, ``popitem``, ``setdefault``,
+    ``clear``, ``copy``, ``fromkeys``, ``update`` and ``|``/``|=``, as PyTorch's."""
 
     def __init__(self, parameters: Mapping[str, Parameter] | Iterable | None = None):
         super().__init__()
@@ -265,6 +272,56 @@ class ParameterDict(Module):
 
     def items(self) -> list[tuple[str, Parameter]]:
         return list(self._parameters.items())
+
+    def __reversed__(self) -> Iterator[str]:
+        return reversed(list(self._parameters))
+
+    def get(self, key: str, default=None):
+        return self._parameters[key] if key in self._parameters else default
+
+    def pop(self, key: str) -> Parameter:
+        value = self[key]
+        del self[key]
+        return value
+
+    def popitem(self) -> tuple[str, Parameter]:
+        """Take out and return the last ``(name, parameter)`` pair, as PyTorch's."""
+        if not self._parameters:
+            raise KeyError("popitem(): ParameterDict is empty")
+        key = next(reversed(self._parameters))
+        return key, self.pop(key)
+
+    def setdefault(self, key: str, default: Parameter | None = None) -> Parameter:
+        if key not in self._parameters:
+            self[key] = default
+        return self[key]
+
+    def clear(self) -> None:
+        for key in self.keys():
+            del self[key]
+
+    def copy(self) -> ParameterDict:
+        """A new ParameterDict holding the same Parameters, in this order."""
+        return ParameterDict(OrderedDict(self._parameters))
+
+    def fromkeys(self, keys: Iterable[str], default: Parameter | None = None
+                 ) -> ParameterDict:
+        """A new ParameterDict with ``default`` under every key, as PyTorch's."""
+        return ParameterDict([(key, default) for key in keys])
+
+    def __or__(self, other: ParameterDict) -> ParameterDict:
+        merged = self.copy()
+        merged.update(other)
+        return merged
+
+    def __ror__(self, other: ParameterDict) -> ParameterDict:
+        merged = other.copy()
+        merged.update(self)
+        return merged
+
+    def __ior__(self, other: ParameterDict) -> ParameterDict:
+        self.update(other)
+        return self
 
     def update(self, parameters) -> None:
         """Add or replace from a mapping or an iterable of ``(name, parameter)`` pairs. As
