@@ -256,3 +256,43 @@ def test_parameter_dict_has_the_dict_methods_of_pytorchs(lib, queue):
     assert len(pd) == 0 and len(pd.state_dict()) == 0
     with pytest.raises(KeyError):
         pd.popitem()
+
+
+# -- copy.deepcopy ------------------------------------------------------------------------------
+def test_deepcopy_of_a_module_is_an_independent_copy_on_the_same_queue_as_pytorch(queue):
+    """``copy.deepcopy(model)`` raised ``TypeError: cannot pickle 'Queue' object``; PyTorch's
+    gives a model with its own Parameters and buffers holding the same values, tied weights
+    still tied, ``requires_grad`` kept and no ``.grad``."""
+    import copy
+    pc.nn.manual_seed(0)
+    model = pc.nn.Sequential(pc.nn.Linear(3, 4, queue=queue), pc.nn.BatchNorm1d(4, queue=queue),
+                             pc.nn.Linear(4, 3, queue=queue))
+    model[2].bias.requires_grad = False
+    model[0].weight.grad = pc.Tensor.zeros(queue, (4, 3))
+    twin = copy.deepcopy(model)
+    assert type(twin) is pc.nn.Sequential and twin[0] is not model[0]
+    for (name, a), (_, b) in zip(model.state_dict().items(), twin.state_dict().items()):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert a is not b and a.value.data is not b.value.data and b.value.queue is queue
+        assert a.requires_grad == b.requires_grad and b.grad is None
+    assert twin[1].running_mean is not model[1].running_mean
+    before = model.state_dict()
+    x = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    twin(pc.Tensor.from_host(queue, x))                   # moves the copy's statistics only
+    with tp.no_grad():
+        twin[0].weight.value.fill_(5.0)
+    for name, a in model.state_dict().items():
+        np.testing.assert_array_equal(a, before[name], err_msg=name)
+    assert not np.array_equal(twin[1].running_mean.to_host(), before["1.running_mean"])
+    tied = pc.nn.Sequential(pc.nn.Linear(3, 3, queue=queue), pc.nn.Linear(3, 3, queue=queue))
+    tied[1].weight = tied[0].weight
+    twin = copy.deepcopy(tied)
+    assert twin[1].weight is twin[0].weight and twin[0].weight is not tied[0].weight
+    theirs = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3))
+    theirs[1].weight = theirs[0].weight
+    their_twin = copy.deepcopy(theirs)
+    assert their_twin[1].weight is their_twin[0].weight
+    param = copy.deepcopy(model[0].weight)
+    assert isinstance(param, pc.nn.Parameter) and param is not model[0].weight
+    np.testing.assert_array_equal(param.value.to_host(), before["0.weight"])

@@ -19,6 +19,7 @@ from .adaptive_softmax import AdaptiveLogSoftmaxWithLoss
 from .bags import EmbeddingBag
 from .bilinear import Bilinear
 from .cells import GRUCell, LSTMCell, RNNCell
+from .clone import clone_module
 from .containers import (Identity, ModuleDict, ModuleList, ParameterDict, ParameterList,
                          Softmax)
 from .conv import AvgPool1d, Conv1d, ConvTranspose1d, ConvTranspose2d, MaxPool1d
@@ -64,7 +65,7 @@ from .shape import ChannelShuffle, Unflatten
 from .sparse import Embedding
 from .syncbn import SyncBatchNorm
 from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
-                          TransformerEncoder, TransformerEncoderLayer, clone_module)
+                          TransformerEncoder, TransformerEncoderLayer)
 
 from . import init, utils  # noqa: E402  (pc.nn.utils.clip_grad_norm_: after the layers it uses)
 

@@ -133,6 +133,12 @@ class Parameter(Node):
         return cls(Tensor.from_host(queue if queue is not None else default_queue(),
                                     np.asarray(array, dtype=np.float32)))
 
+    def __deepcopy__(self, memo: dict) -> Parameter:
+        """A new Parameter holding a device copy, on the same queue (``.grad`` not copied),
+        as PyTorch's: a pyopencl queue cannot be copied (``parcl.nn.clone``)."""
+        from .clone import clone_value
+        return clone_value(self, memo)
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop ``.grad`` (``set_to_none``) or fill it with zeros; noted (``zeroed_at``) even
         where there is none: a ReplicaGroup drops the other replicas' then too, where this
@@ -433,6 +439,13 @@ class Module:
     @queue.setter
     def queue(self, queue: cl.CommandQueue | None) -> None:
         object.__setattr__(self, "_queue", queue)
+
+    def __deepcopy__(self, memo: dict) -> Module:
+        """``copy.deepcopy(module)`` as PyTorch's: an independent copy, its Parameters and
+        buffers device copies on the same queues (``clone_module``; a pyopencl queue cannot
+        itself be copied)."""
+        from .clone import clone_module
+        return clone_module(self, memo)
 
     # -- modes ---------------------------------------------------------------------------
     def train(self, mode: bool = True) -> Module:

@@ -4,11 +4,9 @@ sub-module names (``self_attn``, ``linear1``, ``norm1``, ``layers.0``, ...) and 
 signatures, so a torch state dict loads by name.
 
 ``TransformerEncoder(layer, num_layers)`` copies ``layer`` ``num_layers`` times, as PyTorch's
-``copy.deepcopy`` does (every copy starts with the same weights). ``copy.deepcopy`` itself
-does not work on parcl modules (a pyopencl queue cannot be copied), so the copies are built
-by ``clone_module``: new Parameters and buffers holding device copies of the originals, on
-the same queue; functions (an activation) are shared, other attributes copied as
-``copy.deepcopy`` copies them (a numpy array, a config object), a queue shared.
+``copy.deepcopy`` does (every copy starts with the same weights), with ``clone_module``
+(``parcl.nn.clone``): new Parameters and buffers holding device copies of the originals, on
+the same queue.
 
 >>> import numpy as np, parcl as pc, parcl.tape as tp
 >>> layer = pc.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True)
@@ -19,9 +17,6 @@ the same queue; functions (an activation) are shared, other attributes copied as
 
 from __future__ import annotations
 
-import copy
-import types
-from collections import OrderedDict
 
 import numpy as np
 
@@ -29,69 +24,16 @@ from ..errors import ParclError, ShapeError
 from ..runtime import default_queue
 from ..tape import ops
 from ..tensor import Tensor
+from .clone import clone_module
 from .containers import ModuleList
 from .layers import Dropout, Linear, _check_sizes, _size
-from .module import Module, Parameter
+from .module import Module
 from .module_hooks import holds_hooks
 from .multihead import MultiheadAttention, xavier_uniform
 from .norm import LayerNorm
 
 __all__ = ["Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
-           "TransformerEncoderLayer", "clone_module"]
-
-
-# -- copies -----------------------------------------------------------------------------------
-_SHARED = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type,
-           types.ModuleType)
-
-
-def _clone_value(value, memo: dict):
-    if id(value) in memo:
-        return memo[id(value)]
-    if isinstance(value, Module):
-        return clone_module(value, memo)
-    if isinstance(value, Parameter):
-        new = Parameter(value.value.copy(), requires_grad=value.requires_grad)
-    elif isinstance(value, Tensor):
-        new = value.copy()
-    elif isinstance(value, OrderedDict):
-        new = OrderedDict((k, _clone_value(v, memo)) for k, v in value.items())
-    elif isinstance(value, dict):
-        new = {k: _clone_value(v, memo) for k, v in value.items()}
-    elif isinstance(value, list):
-        new = [_clone_value(v, memo) for v in value]
-    elif isinstance(value, _SHARED):
-        return value          # functions, classes, Python modules: shared, as deepcopy does
-    else:
-        # other values as copy.deepcopy copies them (a numpy array, a config object, a set:
-        # shared, a change to one layer's would change every copy's); what cannot be copied
-        # (a queue, a context) is shared
-        try:
-            return copy.deepcopy(value, memo)
-        except Exception:     # any refusal to be copied (a pyopencl object): share it
-            return value
-    memo[id(value)] = new
-    return new
-
-
-def clone_module(module: Module, memo: dict | None = None) -> Module:
-    """A copy of ``module`` with its own Parameters and buffers (device copies of the
-    originals, same queue, same ``requires_grad``), sub-modules copied the same way; a tensor
-    shared by two modules (tied weights) stays shared in the copy. What ``copy.deepcopy`` does
-    for a PyTorch module (parcl modules hold pyopencl queues, which cannot be deep-copied).
-
-    >>> fc = pc.nn.Linear(4, 2)
-    >>> pc.nn.clone_module(fc).weight is fc.weight
-    False
-    """
-    memo = {} if memo is None else memo
-    if id(module) in memo:
-        return memo[id(module)]
-    new = object.__new__(type(module))
-    memo[id(module)] = new
-    for name, value in module.__dict__.items():
-        object.__setattr__(new, name, _clone_value(value, memo))
-    return new
+           "TransformerEncoderLayer"]
 
 
 # -- shared pieces ----------------------------------------------------------------------------

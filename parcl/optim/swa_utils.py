@@ -25,7 +25,7 @@ from ..tensor import FLOAT, Tensor
 from ..nn.layers import _NormBase
 from ..nn.module import Module
 from ..nn.norm import _InstanceNorm
-from ..nn.transformer import clone_module
+from ..nn.clone import clone_module
 from .checks import OptimizerError
 from .lr_base import LRScheduler, SchedulerError, _per_group
 

@@ -17,7 +17,7 @@ from ... import tape as tp
 from ...errors import ParclError, ShapeError
 from ...tensor import Tensor
 from ..module import Module, Parameter
-from ..transformer import clone_module
+from ..clone import clone_module
 
 __all__ = ["FusionError", "fuse_conv_bn_eval", "fuse_conv_bn_weights", "fuse_linear_bn_eval",
            "fuse_linear_bn_weights"]
