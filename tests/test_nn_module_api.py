@@ -296,3 +296,28 @@ def test_deepcopy_of_a_module_is_an_independent_copy_on_the_same_queue_as_pytorc
     param = copy.deepcopy(model[0].weight)
     assert isinstance(param, pc.nn.Parameter) and param is not model[0].weight
     np.testing.assert_array_equal(param.value.to_host(), before["0.weight"])
+
+
+# -- BatchNorm's momentum set to None after construction -------------------------------------
+def test_batch_norm_momentum_none_set_later_is_refused_or_counted_as_pytorch(queue):
+    """PyTorch counts every training batch in ``num_batches_tracked``, so ``momentum = None``
+    set later weighs the next batch by 1/(n + 1). parcl keeps the count only for a layer built
+    with ``momentum=None``: set later, the forward failed with an AttributeError naming no
+    cause; it is now a ParclError saying what to do, and a count registered as it says gives
+    PyTorch's cumulative average."""
+    x = np.random.default_rng(0).standard_normal((2, 4, 3)).astype(np.float32)
+    ours = pc.nn.BatchNorm1d(3, queue=queue)
+    ours.momentum = None
+    with pytest.raises(pc.ParclError, match="momentum=None .* set after construction"):
+        ours(pc.Tensor.from_host(queue, x[0]))
+    theirs = torch.nn.BatchNorm1d(3)
+    theirs.momentum = None
+    ours.register_buffer("num_batches_tracked", pc.Tensor.zeros(queue, (), np.int64))
+    for batch in x:
+        theirs(torch.from_numpy(batch))
+        ours(pc.Tensor.from_host(queue, batch))
+    np.testing.assert_allclose(ours.running_mean.to_host(), theirs.running_mean.numpy(),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours.running_var.to_host(), theirs.running_var.numpy(),
+                               rtol=1e-5, atol=1e-6)
+    assert int(ours.num_batches_tracked.to_host()) == 2

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ParclError, ShapeError
 from ..runtime import default_queue
 from ..tape import Node, mode, ops
 from ..tape.ops.checks import read_checks
@@ -296,7 +296,15 @@ class BatchNorm2d(_NormBase):
             # a batch computed from a bad input raises before it is counted, as PyTorch's
             # error comes before the batch norm: a skipped batch must not weigh the next ones
             read_checks(x.value if isinstance(x, Node) else x)
-            count = self.num_batches_tracked
+            count = self._buffers.get("num_batches_tracked")
+            if count is None:
+                raise ParclError(
+                    f"{type(self).__name__}: momentum=None (the cumulative average) set after "
+                    "construction: PyTorch weighs the n-th training batch by 1/n, n counted "
+                    "since construction in num_batches_tracked, which parcl keeps only for a "
+                    "layer built with momentum=None; build it so, or register_buffer("
+                    "'num_batches_tracked', a 0-d int64 pc.Tensor of the batches it has "
+                    "trained on)")
             n = int(count.to_host()) + 1
             count.fill_owned(n)
             momentum = 1.0 / n
