@@ -321,3 +321,70 @@ def test_batch_norm_momentum_none_set_later_is_refused_or_counted_as_pytorch(que
     np.testing.assert_allclose(ours.running_var.to_host(), theirs.running_var.numpy(),
                                rtol=1e-5, atol=1e-6)
     assert int(ours.num_batches_tracked.to_host()) == 2
+
+
+# -- reset_parameters and reset_running_stats ---------------------------------------------------
+RESETTABLE = {
+    "Linear": lambda q: pc.nn.Linear(5, 3, queue=q),
+    "Conv1d": lambda q: pc.nn.Conv1d(4, 6, 3, groups=2, queue=q),
+    "Conv2d": lambda q: pc.nn.Conv2d(2, 3, (2, 3), bias=False, queue=q),
+    "ConvTranspose2d": lambda q: pc.nn.ConvTranspose2d(2, 3, 3, queue=q),
+    "Conv3d": lambda q: pc.nn.Conv3d(2, 3, 2, queue=q),
+    "Bilinear": lambda q: pc.nn.Bilinear(3, 4, 2, queue=q),
+    "LSTMCell": lambda q: pc.nn.LSTMCell(3, 4, queue=q),
+    "LSTM": lambda q: pc.nn.LSTM(3, 4, num_layers=2, bidirectional=True, queue=q),
+    "Embedding": lambda q: pc.nn.Embedding(6, 3, padding_idx=2, queue=q),
+    "EmbeddingBag": lambda q: pc.nn.EmbeddingBag(6, 3, padding_idx=1, queue=q),
+    "LayerNorm": lambda q: pc.nn.LayerNorm(4, queue=q),
+    "GroupNorm": lambda q: pc.nn.GroupNorm(2, 4, queue=q),
+    "RMSNorm": lambda q: pc.nn.RMSNorm(4, queue=q),
+    "BatchNorm1d": lambda q: pc.nn.BatchNorm1d(3, momentum=None, queue=q),
+    "InstanceNorm2d": lambda q: pc.nn.InstanceNorm2d(3, affine=True, track_running_stats=True,
+                                                     queue=q),
+    "PReLU": lambda q: pc.nn.PReLU(3, 0.1, queue=q),
+}
+
+
+@pytest.mark.parametrize("name", list(RESETTABLE))
+def test_reset_parameters_draws_as_the_constructor_into_the_same_parameters_as_pytorch(
+        queue, name):
+    """PyTorch's layers have ``reset_parameters()``, which initialises the Parameters again in
+    place (``model.apply(...)`` re-initialisation, an optimizer still holding them); parcl's
+    had none (AttributeError). It draws from the seeded generator as the constructor does:
+    after the same ``manual_seed`` the state is a new layer's, the Parameter objects kept."""
+    make = RESETTABLE[name]
+    assert hasattr(getattr(torch.nn, name), "reset_parameters")
+    pc.nn.manual_seed(7)
+    fresh = make(queue).state_dict()
+    pc.nn.manual_seed(1)
+    layer = make(queue)
+    params = layer.parameters()
+    for tensor in [p.value for p in params] + layer.buffers():
+        tensor.fill_(3)
+    pc.nn.manual_seed(7)
+    layer.reset_parameters()
+    assert all(a is b for a, b in zip(params, layer.parameters()))
+    got = layer.state_dict()
+    assert list(got) == list(fresh)
+    for key in got:
+        np.testing.assert_array_equal(got[key], fresh[key], err_msg=key)
+
+
+@pytest.mark.parametrize("cls", ["BatchNorm1d", "InstanceNorm1d"])
+def test_reset_running_stats_restarts_the_statistics_and_count_as_pytorch(queue, cls):
+    x = np.random.default_rng(0).standard_normal((4, 3, 5)).astype(np.float32)
+    ours = getattr(pc.nn, cls)(3, momentum=None, track_running_stats=True, queue=queue)
+    theirs = getattr(torch.nn, cls)(3, momentum=None, track_running_stats=True)
+    for _ in range(2):
+        ours(pc.Tensor.from_host(queue, x))
+        theirs(torch.from_numpy(x))
+    ours.reset_running_stats()
+    theirs.reset_running_stats()
+    np.testing.assert_array_equal(ours.running_mean.to_host(), theirs.running_mean.numpy())
+    np.testing.assert_array_equal(ours.running_var.to_host(), theirs.running_var.numpy())
+    if cls == "BatchNorm1d":                          # parcl counts only for the average
+        assert int(ours.num_batches_tracked.to_host()) == int(theirs.num_batches_tracked) == 0
+        ours(pc.Tensor.from_host(queue, x))
+        theirs(torch.from_numpy(x))
+        np.testing.assert_allclose(ours.running_var.to_host(), theirs.running_var.numpy(),
+                                   rtol=1e-5)

@@ -311,6 +311,10 @@ class PReLU(Module):
         self.num_parameters, self.init = int(num_parameters), float(init)
         self.weight = _param(queue, np.full(self.num_parameters, self.init, np.float32))
 
+    def reset_parameters(self) -> None:
+        """Every slope ``init`` again, in place, as PyTorch's."""
+        self.weight.value.fill_(self.init)
+
     def forward(self, x):
         return ops.prelu(x, self.weight)
 

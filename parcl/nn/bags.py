@@ -17,7 +17,7 @@ from ..runtime import default_queue
 from ..tape import ops
 from ..tape.ops.select import padding_row
 from ..tensor import Tensor
-from .layers import _check_sizes
+from .layers import _check_sizes, overwrite
 from .module import Module, Parameter, normal_
 
 __all__ = ["EmbeddingBag"]
@@ -84,6 +84,14 @@ class EmbeddingBag(Module):
                   include_last_offset, padding_idx, queue=queue)
         bag.weight.requires_grad = not freeze
         return bag
+
+    def reset_parameters(self) -> None:
+        """Draw ``weight`` ~ N(0, 1) again as the constructor did (the ``padding_idx`` row
+        zeros), in place, as PyTorch's."""
+        weight = normal_(self.weight.shape, 1.0)
+        if self.padding_idx is not None:
+            weight[self.padding_idx] = 0.0
+        overwrite(self.weight, weight)
 
     def forward(self, input, offsets=None, per_sample_weights=None):  # noqa: A002
         return ops.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type,

@@ -12,7 +12,7 @@ import math
 
 from ..runtime import default_queue
 from ..tape import ops
-from .layers import _check_sizes, _param
+from .layers import _check_sizes, _param, redraw_uniform
 from .module import Module, uniform_
 
 __all__ = ["Bilinear"]
@@ -38,6 +38,11 @@ class Bilinear(Module):
             self.bias = _param(queue, uniform_((self.out_features,), bound))
         else:
             self.register_parameter("bias", None)
+
+    def reset_parameters(self) -> None:
+        """Draw ``weight`` and ``bias`` again as the constructor did, in place, as PyTorch's
+        (see ``redraw_uniform``)."""
+        redraw_uniform(self, 1.0 / math.sqrt(self.in1_features))
 
     def forward(self, input1, input2):
         return ops.bilinear(input1, input2, self.weight, self.bias)

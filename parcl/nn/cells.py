@@ -18,7 +18,7 @@ from ..errors import ParclError, ShapeError
 from ..runtime import default_queue
 from ..tape import ops
 from ..tensor import Tensor
-from .layers import _check_sizes, _param
+from .layers import _check_sizes, _param, redraw_uniform
 from .module import Module, uniform_
 from .recurrent import RNN_CELLS, _gru_cell, _lstm_cell
 
@@ -47,6 +47,11 @@ class _CellBase(Module):
             self.register_parameter("bias_ih", None)
             self.register_parameter("bias_hh", None)
         self.bias = bool(bias)
+
+    def reset_parameters(self) -> None:
+        """Draw every weight and bias again as the constructor did, in place, as PyTorch's
+        (see ``redraw_uniform``)."""
+        redraw_uniform(self, 1.0 / math.sqrt(self.hidden_size))
 
     def _input(self, x):
         """``x`` as ``(N, input)`` and whether it was batched."""

@@ -18,7 +18,8 @@ from ..runtime import default_queue
 from ..tape import ops
 from ..tape.ops.sequence import single
 from .layers import (_arg, _AvgPool, _check_features, _check_groups, _check_padding_mode,
-                     _check_sizes, _conv_repr, _MaxPool, _pair, _weight_and_bias)
+                     _check_sizes, _conv_repr, _MaxPool, _pair, _weight_and_bias,
+                     FanInUniform)
 from .module import Module
 
 __all__ = ["AvgPool1d", "Conv1d", "ConvTranspose1d", "ConvTranspose2d", "MaxPool1d"]
@@ -47,7 +48,7 @@ def transposed_output_padding(layer: Module, x, output_size, kernel: tuple, stri
     return tuple(int(v) - m for v, m in zip(sizes, smallest))
 
 
-class ConvTranspose2d(Module):
+class ConvTranspose2d(FanInUniform):
     """Transposed 2-d convolution over ``(N, C, H, W)`` or unbatched ``(C, H, W)``
     (``tp.conv_transpose2d``); weight ``(cin, cout/groups, kh, kw)`` as PyTorch.
     Initialisation as PyTorch's ``_ConvNd``: weight and bias ~ U(-1/sqrt(fan_in),
@@ -113,7 +114,7 @@ def _span(layer: Module) -> tuple[int, ...]:
     return tuple(d * (k - 1) + 1 for d, k in zip(layer.dilation, layer.kernel_size))
 
 
-class Conv1d(Module):
+class Conv1d(FanInUniform):
     """1-d convolution over ``(N, C, L)`` or unbatched ``(C, L)`` (``tp.conv1d``); weight
     ``(cout, cin/groups, k)`` and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in =
     cin/groups*k`` (PyTorch's default). ``padding`` an int, ``"valid"`` or ``"same"``;
@@ -162,7 +163,7 @@ class Conv1d(Module):
         return _conv_repr(self)
 
 
-class ConvTranspose1d(Module):
+class ConvTranspose1d(FanInUniform):
     """Transposed 1-d convolution over ``(N, C, L)`` or unbatched ``(C, L)``
     (``tp.conv_transpose1d``); weight ``(cin, cout/groups, k)`` and bias ~ U(-1/sqrt(fan_in),
     1/sqrt(fan_in)) with ``fan_in = cout/groups*k``, as PyTorch's. Output length ``(L -

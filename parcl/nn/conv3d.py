@@ -17,13 +17,12 @@ from ..tape.ops.conv3d import triple
 from ..tape.ops.nn import string_padding
 from .conv import transposed_output_padding
 from .layers import (_check_features, _check_groups, _check_padding_mode, _check_sizes,
-                     _conv_repr, _weight_and_bias)
-from .module import Module
+                     _conv_repr, _weight_and_bias, FanInUniform)
 
 __all__ = ["Conv3d", "ConvTranspose3d"]
 
 
-class Conv3d(Module):
+class Conv3d(FanInUniform):
     """``torch.nn.Conv3d``: weight ``(cout, cin/groups, kd, kh, kw)`` and bias ~
     U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in = cin/groups*kd*kh*kw`` (PyTorch's
     default), drawn from parcl's seeded generator. ``kernel_size``, ``stride``, ``padding``
@@ -72,7 +71,7 @@ class Conv3d(Module):
         return _conv_repr(self)
 
 
-class ConvTranspose3d(Module):
+class ConvTranspose3d(FanInUniform):
     """``torch.nn.ConvTranspose3d``: weight ``(cin, cout/groups, kd, kh, kw)`` and bias ~
     U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in = cout/groups*kd*kh*kw`` (PyTorch reads
     the fan from the weight's dim 1). Each output dim ``(n - 1)*stride - 2*padding +

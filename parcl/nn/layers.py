@@ -102,6 +102,41 @@ def _weight_and_bias(layer: Module, queue, shape: tuple, fan_in: int, bias: bool
         layer.register_parameter("bias", None)
 
 
+def redraw_uniform(layer: Module, bound: float) -> None:
+    """``reset_parameters`` of a layer whose Parameters are all ~ U(-bound, bound): each drawn
+    again from this thread's seeded generator in registration order (the order its
+    constructor drew them, so after the same ``manual_seed`` the values are a new layer's)
+    and written into the same Parameter, as PyTorch's in-place init: an optimizer holding
+    it keeps training it."""
+    for p in layer.parameters(recurse=False):
+        overwrite(p, uniform_(p.shape, bound))
+
+
+def overwrite(param: Parameter, array: np.ndarray) -> None:
+    """``array`` written into ``param``, in place (noted as a change, as ``Tensor.copy_``)."""
+    param.value.copy_(Tensor.from_host(param.value.queue, array))
+
+
+def ones_and_zeros(layer: Module) -> None:
+    """A normalisation layer's ``reset_parameters``: ``weight`` 1 and ``bias`` 0 (those it
+    has), in place, as PyTorch's."""
+    for name, value in (("weight", 1.0), ("bias", 0.0)):
+        p = layer._parameters.get(name)
+        if p is not None:
+            p.value.fill_(value)
+
+
+class FanInUniform(Module):
+    """Layers whose ``weight`` and ``bias`` are ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in
+    the product of the weight's dims after the first (PyTorch's default): Linear and the
+    convolutions."""
+
+    def reset_parameters(self) -> None:
+        """Draw ``weight`` and ``bias`` again as the constructor did, in place (see
+        ``redraw_uniform``), as PyTorch's."""
+        redraw_uniform(self, 1.0 / math.sqrt(math.prod(self.weight.shape[1:])))
+
+
 def _check_groups(layer: str, groups: int, in_channels: int, out_channels: int) -> int:
     if groups < 1 or in_channels % groups or out_channels % groups:
         raise ShapeError(f"{layer}: groups={groups} must be >= 1 and divide in_channels="
@@ -143,7 +178,7 @@ def _check_features(layer: Module, x, dim: int, expected: int, ndims: tuple[int,
                          f"(shape {shape}), expected {expected}")
 
 
-class Linear(Module):
+class Linear(FanInUniform):
     """``y = x @ weight.T + bias``; weight ``(out, in)``, both ~ U(-1/sqrt(in), 1/sqrt(in))
     (PyTorch's default: kaiming_uniform with a=sqrt(5)). Runs as one fused GEMM with the bias
     in its epilogue. Inputs ``(N, in)`` or ``(*, in)``."""
@@ -170,7 +205,7 @@ class Linear(Module):
                 f"bias={self.bias is not None}")
 
 
-class Conv2d(Module):
+class Conv2d(FanInUniform):
     """2-d convolution over ``(N, C, H, W)`` or unbatched ``(C, H, W)``; weight ``(cout, cin/groups,
     kh, kw)``; weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in =
     cin/groups*kh*kw`` (PyTorch's default). ``groups == cin`` is a depthwise convolution (its
@@ -244,6 +279,22 @@ class _NormBase(Module):
         tracked = self.track_running_stats
         self.register_buffer("running_mean", Tensor.zeros(queue, (c,)) if tracked else None)
         self.register_buffer("running_var", Tensor.full(queue, (c,), 1.0) if tracked else None)
+
+    def reset_running_stats(self) -> None:
+        """``running_mean`` 0, ``running_var`` 1 and ``num_batches_tracked`` 0, in place, as
+        PyTorch's (nothing without ``track_running_stats``)."""
+        if not self.track_running_stats:
+            return
+        for name, value in (("running_mean", 0.0), ("running_var", 1.0),
+                            ("num_batches_tracked", 0)):
+            buffer = self._buffers.get(name)
+            if buffer is not None:
+                buffer.fill_(value)
+
+    def reset_parameters(self) -> None:
+        """``reset_running_stats``, then ``weight`` 1 and ``bias`` 0, as PyTorch's."""
+        self.reset_running_stats()
+        ones_and_zeros(self)
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "

@@ -17,7 +17,7 @@ from ..runtime import default_queue
 from ..tape import ops
 from ..tape.ops.instance import normalize_instances
 from ..tensor import Tensor, dims
-from .layers import BatchNorm2d, _check_sizes, _NormBase
+from .layers import BatchNorm2d, _check_sizes, _NormBase, ones_and_zeros
 from .module import Module, Parameter
 
 __all__ = ["BatchNorm1d", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "LayerNorm",
@@ -55,6 +55,10 @@ class LayerNorm(Module):
         self.bias = _filled(queue, self.normalized_shape, 0.0) if elementwise_affine and bias \
             else None
 
+    def reset_parameters(self) -> None:
+        """``weight`` 1 and ``bias`` 0 again, in place, as PyTorch's."""
+        ones_and_zeros(self)
+
     def forward(self, x):
         return ops.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
@@ -81,6 +85,10 @@ class RMSNorm(Module):
         self.elementwise_affine = bool(elementwise_affine)
         self.weight = _filled(queue, self.normalized_shape, 1.0) if elementwise_affine \
             else None
+
+    def reset_parameters(self) -> None:
+        """``weight`` 1 and ``bias`` 0 again, in place, as PyTorch's."""
+        ones_and_zeros(self)
 
     def forward(self, x):
         return ops.rms_norm(x, self.normalized_shape, self.weight, self.eps)
@@ -112,6 +120,10 @@ class GroupNorm(Module):
         c = self.num_channels
         self.weight = _filled(queue, (c,), 1.0) if affine else None
         self.bias = _filled(queue, (c,), 0.0) if affine else None
+
+    def reset_parameters(self) -> None:
+        """``weight`` 1 and ``bias`` 0 again, in place, as PyTorch's."""
+        ones_and_zeros(self)
 
     def forward(self, x):
         if x.ndim < 2 or x.shape[1] != self.num_channels:

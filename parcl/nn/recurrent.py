@@ -27,7 +27,7 @@ from ..tape import ops
 from ..tape.node import Node
 from ..tape.ops.picks import constant
 from ..tensor import Tensor
-from .layers import _check_sizes, _param
+from .layers import _check_sizes, _param, redraw_uniform
 from .module import Module, uniform_
 from .utils.rnn import PackedSequence, packed_rows, pad_packed_sequence
 
@@ -109,6 +109,11 @@ class _RNNBase(Module):
                     setattr(self, key, _param(queue, uniform_(shape, bound)))
                 names.append(tuple(keys))
         self._cells = tuple(names)             # per (layer, direction): its four names
+
+    def reset_parameters(self) -> None:
+        """Draw every weight and bias again as the constructor did, in place, as PyTorch's
+        (see ``redraw_uniform``)."""
+        redraw_uniform(self, 1.0 / math.sqrt(self.hidden_size))
 
     def flatten_parameters(self) -> None:
         """PyTorch's cuDNN packing call: nothing to do here (kept so torch code runs)."""

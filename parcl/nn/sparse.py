@@ -13,7 +13,7 @@ from ..runtime import default_queue
 from ..tape import ops
 from ..tape.ops.select import padding_row
 from ..tensor import Tensor
-from .layers import _check_sizes
+from .layers import _check_sizes, overwrite
 from .module import Module, Parameter, normal_
 
 __all__ = ["Embedding"]
@@ -55,6 +55,14 @@ class Embedding(Module):
         if self.padding_idx is not None:
             weight[self.padding_idx] = 0.0
         self.weight = Parameter(Tensor.from_host(queue, weight))
+
+    def reset_parameters(self) -> None:
+        """Draw ``weight`` ~ N(0, 1) again as the constructor did (the ``padding_idx`` row
+        zeros), in place, as PyTorch's."""
+        weight = normal_(self.weight.shape, 1.0)
+        if self.padding_idx is not None:
+            weight[self.padding_idx] = 0.0
+        overwrite(self.weight, weight)
 
     def forward(self, indices):
         return ops.embedding(indices, self.weight, padding_idx=self.padding_idx,
