@@ -388,3 +388,35 @@ def test_reset_running_stats_restarts_the_statistics_and_count_as_pytorch(queue,
         theirs(torch.from_numpy(x))
         np.testing.assert_allclose(ours.running_var.to_host(), theirs.running_var.numpy(),
                                    rtol=1e-5)
+
+
+# -- Embedding.from_pretrained -------------------------------------------------------------------
+def test_embedding_from_pretrained_looks_up_the_given_table_as_pytorch(queue):
+    """PyTorch's ``Embedding.from_pretrained(table, freeze=True, padding_idx=...,
+    max_norm=...)`` was missing (AttributeError); its weight is the table as given (the
+    padding row not zeroed), frozen unless ``freeze=False``."""
+    table = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    idx = np.array([[0, 1, 4], [1, 1, 2]])
+    theirs = torch.nn.Embedding.from_pretrained(torch.from_numpy(table), padding_idx=1)
+    ours = pc.nn.Embedding.from_pretrained(table, padding_idx=1)
+    assert not ours.weight.requires_grad and not theirs.weight.requires_grad
+    assert ours.padding_idx == theirs.padding_idx == 1
+    got = host(ours(pc.Tensor.from_host(queue, idx)))
+    np.testing.assert_array_equal(got, theirs(torch.from_numpy(idx)).detach().numpy())
+    np.testing.assert_array_equal(got[0, 1], table[1])                 # the row as given
+    shared = pc.Tensor.from_host(queue, table)
+    trained = pc.nn.Embedding.from_pretrained(shared, freeze=False, padding_idx=1)
+    assert trained.weight.value is shared and trained.weight.requires_grad
+    theirs = torch.nn.Embedding.from_pretrained(torch.from_numpy(table.copy()), freeze=False,
+                                                padding_idx=1)
+    out = trained(tp.tensor(idx.astype(np.int64)))
+    tp.backward(tp.sum(out * out))
+    theirs(torch.from_numpy(idx)).pow(2).sum().backward()
+    np.testing.assert_allclose(trained.weight.grad.to_host(), theirs.weight.grad.numpy(),
+                               rtol=1e-6)
+    capped = pc.nn.Embedding.from_pretrained(table.copy(), max_norm=1.0)
+    theirs = torch.nn.Embedding.from_pretrained(torch.from_numpy(table.copy()), max_norm=1.0)
+    np.testing.assert_allclose(host(capped(pc.Tensor.from_host(queue, idx))),
+                               theirs(torch.from_numpy(idx)).detach().numpy(), rtol=1e-5)
+    with pytest.raises(pc.ParclError, match="2-dimensional"):
+        pc.nn.Embedding.from_pretrained(table[0])

@@ -8,9 +8,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import ShapeError
 from ..runtime import default_queue
-from ..tape import ops
+from ..tape import Node, ops
 from ..tape.ops.select import padding_row
 from ..tensor import Tensor
 from .layers import _check_sizes, overwrite
@@ -36,7 +38,7 @@ class Embedding(Module):
     def __init__(self, num_embeddings: int, embedding_dim: int,
                  padding_idx: int | None = None, max_norm: float | None = None,
                  norm_type: float = 2.0, scale_grad_by_freq: bool = False,
-                 sparse: bool = False, *, queue=None):
+                 sparse: bool = False, _weight=None, _freeze: bool = False, *, queue=None):
         super().__init__()
         queue = queue if queue is not None else default_queue()
         _check_sizes("Embedding", {"num_embeddings": num_embeddings,
@@ -51,10 +53,42 @@ class Embedding(Module):
         self.max_norm, self.norm_type = max_norm, norm_type
         self.scale_grad_by_freq, self.sparse = False, False
         shape = (self.num_embeddings, self.embedding_dim)
-        weight = normal_(shape, 1.0)
-        if self.padding_idx is not None:
-            weight[self.padding_idx] = 0.0
-        self.weight = Parameter(Tensor.from_host(queue, weight))
+        if _weight is None:
+            weight = normal_(shape, 1.0)
+            if self.padding_idx is not None:
+                weight[self.padding_idx] = 0.0
+            self.weight = Parameter(Tensor.from_host(queue, weight), requires_grad=not _freeze)
+        else:
+            # PyTorch's Parameter(_weight): the given values as they are (the padding row
+            # too), a pc.Tensor shared, not copied
+            value = _weight.value if isinstance(_weight, Node) else _weight
+            if tuple(value.shape) != shape:
+                raise ShapeError(f"Embedding: _weight has shape {tuple(value.shape)}, expected "
+                                 f"(num_embeddings, embedding_dim) = {shape}")
+            self.weight = Parameter(value if isinstance(value, Tensor) else
+                                    Tensor.from_host(queue, np.asarray(value, np.float32)),
+                                    requires_grad=not _freeze)
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze: bool = True, padding_idx: int | None = None,
+                        max_norm: float | None = None, norm_type: float = 2.0,
+                        scale_grad_by_freq: bool = False, sparse: bool = False) -> Embedding:
+        """An ``Embedding`` whose weight is the 2-D ``embeddings`` (a pc.Tensor or Node is
+        shared, an array uploaded; the ``padding_idx`` row kept as given), frozen unless
+        ``freeze=False``, as PyTorch's.
+
+        >>> table = np.arange(6, dtype=np.float32).reshape(3, 2)
+        >>> pc.nn.Embedding.from_pretrained(table).weight.requires_grad
+        False
+        """
+        value = embeddings.value if isinstance(embeddings, Node) else embeddings
+        shape = tuple(value.shape) if isinstance(value, Tensor) else np.shape(value)
+        if len(shape) != 2:
+            raise ShapeError(f"Embedding.from_pretrained: embeddings parameter is expected to "
+                             f"be 2-dimensional, got shape {shape}")
+        queue = value.queue if isinstance(value, Tensor) else None
+        return cls(*shape, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse,
+                   value, freeze, queue=queue)
 
     def reset_parameters(self) -> None:
         """Draw ``weight`` ~ N(0, 1) again as the constructor did (the ``padding_idx`` row
