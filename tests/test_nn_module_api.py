@@ -420,3 +420,40 @@ def test_embedding_from_pretrained_looks_up_the_given_table_as_pytorch(queue):
                                theirs(torch.from_numpy(idx)).detach().numpy(), rtol=1e-5)
     with pytest.raises(pc.ParclError, match="2-dimensional"):
         pc.nn.Embedding.from_pretrained(table[0])
+
+
+# -- a child set to None keeps its slot ---------------------------------------------------------
+@pytest.mark.parametrize("how", ["setattr", "add_module"])
+def test_a_child_set_to_none_keeps_its_place_for_the_next_one_as_pytorch(queue, how):
+    """PyTorch keeps ``_modules[name] = None`` for ``seq.<name> = None`` (or
+    ``add_module(name, None)``), so a layer assigned there again runs where the old one did.
+    parcl dropped the slot and appended the new layer at the end: Sequential(Linear(2, 3),
+    ReLU(), Linear(3, 2)) with its ReLU set to None and then to a Tanh ran Linear, Linear,
+    Tanh (its first output row [-0.165, 0.328] where PyTorch's is [-0.173, 0.346] here)
+    with no error; with add_module the second call was refused."""
+    pc.nn.manual_seed(0)
+    ours = pc.nn.Sequential(pc.nn.Linear(2, 3, queue=queue), pc.nn.ReLU(),
+                            pc.nn.Linear(3, 2, queue=queue))
+    theirs = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
+    for seq, lib in ((ours, pc.nn), (theirs, torch.nn)):
+        if how == "setattr":
+            setattr(seq, "1", None)
+        else:
+            seq.add_module("1", None)
+        assert len(seq) == 3 and list(seq._modules) == ["0", "1", "2"]
+        assert [n for n, _ in seq.named_children()] == ["0", "2"]
+        if how == "setattr":
+            setattr(seq, "1", lib.Tanh())
+        else:
+            seq.add_module("1", lib.Tanh())
+        assert _kinds(seq) == ["Linear", "Tanh", "Linear"]
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    x = np.random.default_rng(0).standard_normal((4, 2)).astype(np.float32)
+    np.testing.assert_allclose(host(ours(pc.Tensor.from_host(queue, x))),
+                               theirs(torch.from_numpy(x)).detach().numpy(), rtol=1e-5,
+                               atol=1e-6)
+    with pytest.raises(TypeError, match="is a submodule"):
+        ours.a = pc.nn.ReLU()
+        ours.a = None
+        ours.a = 5                                      # PyTorch's TypeError, as for a child

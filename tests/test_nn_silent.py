@@ -407,7 +407,8 @@ def test_assigning_a_non_module_over_a_submodule_is_refused(queue):
     """``model.fc = 5`` (or a Tensor, a function) replaced the submodule ``fc`` and dropped
     it from ``parameters()`` and ``state_dict()`` silently, so an optimizer built afterwards
     never trained it and a checkpoint lost it; PyTorch raises TypeError. ``None`` still
-    empties the slot, and after ``del`` the name is a plain attribute again."""
+    empties the slot (kept in its place), and after ``del`` the name is a plain attribute
+    again."""
     model = pc.nn.Sequential(pc.nn.Linear(2, 2, queue=queue), pc.nn.ReLU())
     for value in (5, pc.Tensor.zeros(queue, (2, 2)), tp.relu):
         with pytest.raises(TypeError, match="Sequential.0 is a submodule: assign a "
@@ -417,8 +418,8 @@ def test_assigning_a_non_module_over_a_submodule_is_refused(queue):
     assert type(model[0]).__name__ == "Linear"
     delattr(model, "1")
     setattr(model, "1", tp.relu)                    # a plain attribute now, as in PyTorch
-    setattr(model, "0", None)
-    assert model.parameters() == [] and len(model) == 0
+    setattr(model, "0", None)                       # an empty slot, as PyTorch's
+    assert model.parameters() == [] and len(model) == 1 and model[0] is None
 
 
 def test_a_layer_registered_twice_is_one_child_and_apply_visits_it_once(queue):

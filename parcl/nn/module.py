@@ -206,6 +206,10 @@ class Module:
             raise TypeError(f"{type(self).__name__}.{name} is a submodule: assign a "
                             f"pc.nn.Module or None, not {type(value).__name__} (delattr it "
                             "first to hold something else under that name)")
+        elif name in modules:
+            # the slot keeps its place, as PyTorch's: a child assigned there again runs
+            # where it was in a Sequential, and state_dict() and parameters() keep their order
+            modules[name] = None
         elif name in buffers:
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(f"{type(self).__name__}.{name} is a buffer: assign a pc.Tensor "
@@ -301,10 +305,7 @@ class Module:
             raise TypeError(f"add_module({name!r}): expected an nn.Module, got "
                             f"{type(module).__name__}")
         self._claim(self._modules, name)
-        if module is None:
-            self._forget(name)
-        else:
-            self._place(self._modules, name, module)
+        self._place(self._modules, name, module)    # None keeps an empty slot, as PyTorch's
         object.__setattr__(self, name, module)
 
     def get_submodule(self, target: str) -> Module:
@@ -366,8 +367,13 @@ class Module:
             return
         memo.add(id(self))
         yield prefix, self
-        for name, child in self._modules.items():
+        for name, child in self._children():
             yield from child.named_modules(f"{prefix}.{name}" if prefix else name, memo)
+
+    def _children(self) -> Iterator[tuple[str, Module]]:
+        """``(name, child)`` of every child slot that holds a module (``add_module(name,
+        None)`` and ``child = None`` keep an empty slot, as PyTorch's)."""
+        return ((name, child) for name, child in self._modules.items() if child is not None)
 
     def modules(self) -> list[Module]:
         return [m for _, m in self.named_modules()]
@@ -377,7 +383,7 @@ class Module:
         under two names (``Sequential(layer, layer)``) comes once, under its first, as in
         PyTorch."""
         seen: set[int] = set()
-        for name, child in self._modules.items():
+        for name, child in self._children():
             if id(child) not in seen:
                 seen.add(id(child))
                 yield name, child
@@ -482,13 +488,13 @@ class Module:
         for name, b in self._buffers.items():
             if b is not None and name not in skipped:
                 yield prefix + name, b
-        for name, child in self._modules.items():
+        for name, child in self._children():
             yield from child._state_tensors(f"{prefix}{name}.")
 
     def _ignored_state_keys(self, prefix: str = "") -> set[str]:
         """Keys ``load_state_dict`` accepts and drops (PyTorch's ``num_batches_tracked``)."""
         keys = {prefix + k for k in getattr(self, "_ignored_keys", ())}
-        for name, child in self._modules.items():
+        for name, child in self._children():
             keys |= child._ignored_state_keys(f"{prefix}{name}.")
         return keys
 
