@@ -210,7 +210,9 @@ class Recording:
             self.leaves.pop(id(e), None)
 
     def note_grads(self) -> None:
-        """After a recorded backward: the ``.grad`` each leaf ended with."""
+        """After a recorded backward, and again when the call returns: the ``.grad`` each
+        leaf ended with (a call may clear one after its backward, ``p.grad = None`` after a
+        manual update, which its replays must leave cleared too)."""
         for leaf in self.leaves.values():
             leaf.after = leaf.entry.grad
             leaf.after_checks = () if leaf.after is None else leaf.after.checks

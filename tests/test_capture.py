@@ -608,3 +608,40 @@ def test_a_backward_through_the_graph_a_replay_returned_uses_the_replays_dropout
     assert replays == 2
     for e, c in zip(eager, captured):
         np.testing.assert_array_equal(c, e)
+
+
+def test_a_step_that_clears_the_gradients_after_its_update_leaves_them_cleared_on_replay(queue):
+    """A step that updates its parameters by hand and sets ``p.grad = None`` after its
+    backward: every replay leaves the gradients None, as the eager call does. A replay gave
+    them the gradient its recorded backward wrote, the next call added into it, and w after
+    three calls was -0.558 where the eager loop's (and numpy's) is -0.131, silently."""
+    def run(captured):
+        w = tp.tensor(pc.Tensor.from_host(queue, np.ones(4, np.float32)), requires_grad=True)
+
+        def train_step(x):
+            with tp.Tape() as tape:
+                loss = tp.sum(tp.mul(x, w) ** 2)
+            tape.backward(loss)
+            with tp.no_grad():
+                for p in [w]:
+                    p -= 0.1 * p.grad
+                    p.grad = None
+            return loss.value
+
+        step = tp.capture(train_step, queue) if captured else (
+            lambda x: train_step(pc.Tensor.from_host(queue, x)))
+        values = []
+        for i in range(4):
+            step(np.full(4, 0.5 + i, np.float32))
+            assert w.grad is None
+            values.append(w.value.to_host()[0])
+        return values, getattr(step, "replays", 3)
+
+    want, v = [], 1.0
+    for i in range(4):
+        v -= 0.1 * 2 * (0.5 + i) ** 2 * v
+        want.append(v)
+    (eager, _), (captured, replays) = run(False), run(True)
+    assert replays == 3
+    np.testing.assert_array_equal(captured, eager)
+    np.testing.assert_allclose(captured, want, rtol=1e-6)        # [0.95, 0.5225, -0.1306, ...]

@@ -193,6 +193,7 @@ class CapturedStep:
             rec = recorder.start(inputs)
             try:
                 outputs = self.fn(*inputs)
+                rec.note_grads()        # as the call left them, not as its last backward did
             finally:
                 recorder.stop()
             entry.recording, entry.outputs, entry.reason = rec, outputs, rec.unsafe
