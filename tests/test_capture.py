@@ -645,3 +645,37 @@ def test_a_step_that_clears_the_gradients_after_its_update_leaves_them_cleared_o
     assert replays == 3
     np.testing.assert_array_equal(captured, eager)
     np.testing.assert_allclose(captured, want, rtol=1e-6)        # [0.95, 0.5225, -0.1306, ...]
+
+
+@pytest.mark.parametrize("write", ["op=", "fill_", "setitem"])
+def test_a_leaf_written_in_place_and_given_a_new_value_records_the_step_anew(queue, write):
+    """A step that only writes a leaf in place under no_grad (an average kept beside the
+    model: ``e *= 0.5; e += x``) sees the leaf given a new ``.value`` between calls, as it
+    sees one an op reads. The in-place write went to the value without noting the leaf, so
+    the replay wrote into the dropped buffer: after ``ema.value = [10, ...]`` ema stayed 10
+    where the eager call gives 6, and a tensor made since, given that buffer, became 5.5
+    instead of its 9, silently."""
+    ema = tp.tensor(pc.Tensor.from_host(queue, np.zeros(4, np.float32)))
+
+    def update(x):
+        with tp.no_grad():
+            e = ema
+            if write == "op=":
+                e *= 0.5
+                e += x
+            elif write == "fill_":
+                e.fill_(6.0)
+            else:
+                e[:] = x * 6.0
+        return x
+
+    step = tp.capture(update, queue)
+    ones = np.ones(4, np.float32)
+    step(ones), step(ones)
+    ema.value = pc.Tensor.from_host(queue, np.full(4, 10.0, np.float32))   # the old one freed
+    others = [pc.Tensor.full(queue, (4,), 9.0) for _ in range(4)]
+    step(ones)
+    np.testing.assert_array_equal(ema.value.to_host(), np.full(4, 6.0))
+    for t in others:
+        np.testing.assert_array_equal(t.to_host(), np.full(4, 9.0))
+    assert step.replays == 1

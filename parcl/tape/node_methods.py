@@ -10,6 +10,7 @@ from functools import cache
 
 import numpy as np
 
+from .. import recorder
 from ..errors import ParclError, ShapeError
 from ..kernels.broadcast import broadcast_shapes
 from ..tensor import identity
@@ -36,6 +37,16 @@ def _torch_names(op: str, dim, keepdim, axis, keepdims) -> tuple:
 
 _OPERATORS = {"__iadd__": "+", "__isub__": "-", "__imul__": "*", "__itruediv__": "/",
               "__ipow__": "**", "__imod__": "%", "__ifloordiv__": "//"}
+
+
+def _note_read(*xs) -> None:
+    """Inside ``tp.capture``: the leaves an in-place write on Nodes writes and reads (which
+    go to their values, not through an op) noted as an op notes its inputs, so a leaf given
+    a new ``.value`` between calls records the call anew instead of a replay writing into
+    the buffer it dropped (another tensor's by then)."""
+    rec = recorder.state.recording
+    if rec is not None:
+        rec.note_inputs([x.entry for x in xs if isinstance(x, NodeMethods)])
 
 
 @cache
@@ -95,6 +106,7 @@ class NodeMethods:
         if mode.state.grad:
             self._keeps_shape(symbol, other)
             return NotImplemented
+        _note_read(self, other)
         res = getattr(self.value, symbol)(other.value if isinstance(other, NodeMethods)
                                           else other)
         if res is NotImplemented:
@@ -221,6 +233,7 @@ class NodeMethods:
         if mode.state.grad:
             self._keeps_shape("__imod__", other)
             return NotImplemented
+        _note_read(self, other)
         other = other.value if isinstance(other, NodeMethods) else other
         self.value.copy_(_ops().remainder(self.value, other))
         return self
@@ -336,6 +349,7 @@ class NodeMethods:
         if mode.state.grad:
             self._keeps_shape("__ifloordiv__", other)
             return NotImplemented
+        _note_read(self, other)
         other = other.value if isinstance(other, NodeMethods) else other
         self.value.copy_(_ops().floor_divide(self.value, other))
         return self
@@ -720,10 +734,12 @@ class NodeMethods:
                              "is written in place while grad mode is on; do it under "
                              "tp.no_grad(), as PyTorch requires for a leaf, or make a new "
                              "tensor (tp.zeros_like, tp.full_like, tp.randn_like)")
+        _note_read(self)
         return self.value
 
     def __setitem__(self, key, value):
         """``x[key] = value`` into the value, in place (``pc.Tensor.__setitem__``)."""
+        _note_read(value)
         self._writable("__setitem__")[key] = value
 
     def check_written_into(self, what: str, shape, key) -> None:
