@@ -161,6 +161,7 @@ class MemoryPool:
             when = stamp()
             self.overwrites[buffer.int_ptr] = Overwrite(when, what, update)
             self.last_overwrite = when
+        recorder.written(buffer)
 
     def note_graph_change(self, owner, entry, what: str) -> None:
         """An in-place op ``what`` changes ``entry``'s value, a view of ``owner``'s buffer."""

@@ -135,6 +135,7 @@ class Recording:
         self.host_hooks: list = []          # callables re-run after every replay
         self.inputs: list = []              # the captured call's input tensors
         self.input_checks: list = []        # (input index, check(host array)) before a replay
+        self.written: set[int] = set()      # buffers the call wrote in place (``written``)
         self.unsafe: str | None = None      # why this call cannot be replayed, if it cannot
         # id(leaf entry) -> every leaf the recorded backward passes met: a replay writes the
         # gradients the recording wrote
@@ -336,9 +337,20 @@ def input_check(tensor, check) -> bool:
         return False
     for index, t in enumerate(rec.inputs):
         if (t.data is tensor.data and t.dtype == tensor.dtype and t.size == tensor.size):
+            if t.data.int_ptr in rec.written:
+                return False        # the call changed it (y[:, :2] = -100): not its array
             rec.input_checks.append((index, check))
             return True
     return False
+
+
+def written(buffer) -> None:
+    """``buffer`` is written in place by the call being recorded (if any): an input so
+    written holds other values than its host array from then on, so ``input_check`` leaves
+    its later checks to the device."""
+    rec = state.recording
+    if rec is not None:
+        rec.written.add(buffer.int_ptr)
 
 
 def host_hook(hook) -> None:

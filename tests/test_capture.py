@@ -679,3 +679,40 @@ def test_a_leaf_written_in_place_and_given_a_new_value_records_the_step_anew(que
     for t in others:
         np.testing.assert_array_equal(t.to_host(), np.full(4, 9.0))
     assert step.replays == 1
+
+
+def test_labels_a_step_writes_into_are_checked_as_written_as_in_the_eager_call(queue):
+    """Labels an input holds are checked on its host array before a replay, but where the
+    step writes into them first (``y[:, :1] = z``, ``y[:, :2] = -100``) the written labels
+    are checked, as the eager call checks them. The host array's were: a replay wrote the
+    out-of-range z = 9 in and gave the loss NaN where the eager call raises LabelError,
+    silently, and refused -1 labels the step overwrote with -100 where the eager call gives
+    its loss."""
+    rng = np.random.default_rng(0)
+    w = tp.tensor(pc.Tensor.from_host(queue, rng.standard_normal((5, 4)).astype(np.float32)),
+                  requires_grad=True)
+
+    def fn(x, y, z):
+        y[:, :1] = z                  # labels from another input
+        y[:, 1:2] = -100              # and a position that counts in no loss
+        with tp.Tape() as tape:
+            loss = tp.cross_entropy(tp.matmul(x, w).reshape(12, 4), y.reshape(12))
+        tape.backward(loss)
+        w.grad = None
+        return loss.value
+
+    def eager(*arrays):
+        return fn(*[pc.Tensor.from_host(queue, a) for a in arrays]).to_host()
+
+    step = tp.capture(fn, queue)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    y = np.array([[0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 1]])
+    padded = np.array([[-1, -1, 2, 3], [-1, -1, 3, 0], [-1, -1, 0, 1]])
+    for labels, z in [(y, [[0], [1], [2]]), (padded, [[3], [3], [0]])]:
+        np.testing.assert_array_equal(step(x, labels, np.array(z)).to_host(),
+                                      eager(x, labels, np.array(z)))
+    with pytest.raises(pc.LabelError, match="label 9 at row 0"):
+        eager(x, y, np.array([[9], [0], [0]]))
+    with pytest.raises(pc.LabelError, match="label 9 at row 0"):
+        step(x, y, np.array([[9], [0], [0]]))
+    assert step.replays >= 1
