@@ -594,6 +594,70 @@ def test_a_captured_group_sees_what_its_forward_reads_through_its_class(devices2
     assert replays == 4                          # steps 1 and 3 on both replicas
 
 
+class StaticHelped(pc.nn.Module):
+    """Reads the global ``SCALE`` through a static method."""
+
+    def __init__(self, queue):
+        super().__init__()
+        self.a = pc.nn.Linear(8, 4, queue=queue)
+
+    def forward(self, x):
+        return self._scaled(self.a(x))
+
+    @staticmethod
+    def _scaled(h):
+        return h * SCALE
+
+
+class ClassHelped(StaticHelped):
+    """... through a class method."""
+
+    def forward(self, x):
+        return self._scaled_too(self.a(x))
+
+    @classmethod
+    def _scaled_too(cls, h):
+        return h * SCALE
+
+
+class PropertyHelped(StaticHelped):
+    """... through a property."""
+
+    def forward(self, x):
+        return self.a(x) * self.factor
+
+    @property
+    def factor(self):
+        return SCALE
+
+
+@pytest.mark.parametrize("build", [StaticHelped, ClassHelped, PropertyHelped],
+                         ids=["staticmethod", "classmethod", "property"])
+def test_a_captured_group_sees_a_global_read_by_a_static_or_class_method_or_property(
+        devices2, build):
+    """``self._scaled(h)``, ``self._scaled_too(h)`` or ``self.factor`` (a staticmethod, a
+    classmethod or a property of the model's class) reading ``SCALE``: only plain methods'
+    reads were keyed, so after ``SCALE = 1.5`` from 0.5 the captured steps replayed scale
+    0.5 (loss 1.830 at step 2 where the eager step gives 3.293), silently."""
+    global SCALE
+
+    def make_change(group):
+        global SCALE
+        SCALE = 1.5
+
+    def losses(capture):
+        global SCALE
+        SCALE = 0.5
+        return changed_at_step_2(devices2, build, tp.cross_entropy, make_change, capture)
+
+    try:
+        (eager, _), (captured, replays) = losses(False), losses(True)
+    finally:
+        SCALE = 0.5
+    np.testing.assert_array_equal(captured, eager)
+    assert replays == 4                          # steps 1 and 3 on both replicas
+
+
 settings = types.ModuleType("settings")      # a config module (``import settings``)
 settings.SCALE = 1.0
 

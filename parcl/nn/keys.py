@@ -262,14 +262,27 @@ def _global_reads(fn, keys: list, called: list | None, classes: list) -> None:
         if name in scope:
             found += _module_settings(scope[name], names)
         for where, value in found:
-            if type(value) is types.FunctionType and called is not None and value is not fn:
-                called.append(value)
+            code = _function_of(value)
+            if code is not None and called is not None and code is not fn:
+                called.append(code)
             try:
                 frozen = _frozen(value)
             except _Unkeyable:
                 continue
             if frozen is not _NOT_PLAIN:
                 keys.append((where, frozen))
+
+
+def _function_of(value):
+    """The Python function a forward runs when it names ``value``: a function itself, a
+    ``staticmethod``'s or ``classmethod``'s, a ``property``'s getter (``self._temper(h)``,
+    ``* self.scale``); their reads were left out, so ``h / SCALE`` in a static helper
+    replayed the recorded scale. None for anything else."""
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    elif isinstance(value, property):
+        value = value.fget
+    return value if type(value) is types.FunctionType else None
 
 
 def _module_settings(value, names) -> list:
