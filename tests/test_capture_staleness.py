@@ -548,6 +548,48 @@ def test_a_captured_group_sees_a_setting_held_by_a_loss_object(devices2, how):
     assert replays == 4                          # steps 1 and 3 on both replicas
 
 
+class HelpedLoss:          # a loss object whose code reads LOSS_SCALE through its class
+    def __call__(self, out, y):
+        return self._scaled(tp.cross_entropy(out, y))
+
+    def _scaled(self, loss):
+        return loss * LOSS_SCALE
+
+    def loss(self, out, y):
+        return tp.cross_entropy(out, y) * self.scale
+
+    @property
+    def scale(self):
+        return LOSS_SCALE
+
+
+@pytest.mark.parametrize("how", ["__call__ calling a method", "bound method reading a property"])
+def test_a_captured_group_sees_a_global_a_loss_objects_methods_read(devices2, how):
+    """A loss object whose ``__call__`` returns ``self._scaled(loss)``, or a bound method
+    multiplying by a property, each reading ``LOSS_SCALE``: ``loss_key`` walked the call's
+    own code only, so after ``LOSS_SCALE = 3.0`` the captured steps replayed scale 1 (loss
+    1.569 at step 2 where the eager step gives 4.707), silently; the methods (and property
+    getters) the call names on its class are walked now, as a module's forward's are."""
+    global LOSS_SCALE
+
+    def make_change(group):
+        global LOSS_SCALE
+        LOSS_SCALE = 3.0
+
+    def losses(capture):
+        global LOSS_SCALE
+        LOSS_SCALE, crit = 1.0, HelpedLoss()
+        return changed_at_step_2(devices2, Net, crit if how.startswith("__call__") else
+                                 crit.loss, make_change, capture)
+
+    try:
+        (eager, _), (captured, replays) = losses(False), losses(True)
+    finally:
+        LOSS_SCALE = 1.0
+    np.testing.assert_array_equal(captured, eager)
+    assert replays == 4                          # steps 1 and 3 on both replicas
+
+
 class Tempered(pc.nn.Module):
     """Reads a class attribute and calls a helper method that reads a global."""
 

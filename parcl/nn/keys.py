@@ -285,6 +285,25 @@ def _function_of(value):
     return value if type(value) is types.FunctionType else None
 
 
+def _methods_named(kind: type, fn) -> list:
+    """``(name, function)`` of the methods (static and class methods and property getters
+    too) of the script's own classes in ``kind`` that ``fn``'s code names: what a loss
+    object's ``__call__`` or a bound method runs besides its own code (``self._ce(o, y)``
+    reading ``* LOSS_SCALE``), one level down, as ``_forward_reads`` walks a forward's."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    classes = [k for k in kind.__mro__ if k is not object and not k.__module__.startswith(
+        _LIBRARY)]
+    found = []
+    for name in _names(code):
+        where = next((k for k in classes if name in vars(k)), None)
+        method = None if where is None else _function_of(vars(where)[name])
+        if method is not None and method is not fn:
+            found.append((f"{where.__qualname__}.{name}", method))
+    return found
+
+
 def _module_settings(value, names) -> list:
     """``(module.name, value)`` of the plain settings that code naming ``names`` may read from
     ``value`` when it is a Python module (``config.SCALE`` after ``import config``): a
@@ -339,7 +358,8 @@ def loss_key(loss_fn) -> tuple | Unkeyed | None:
                 return keys[-1]
             continue
         if hasattr(fn, "__self__") and hasattr(fn, "__func__"):      # a bound method
-            todo += [fn.__self__, fn.__func__]
+            todo += [fn.__self__, fn.__func__,
+                     *(f for _, f in _methods_named(type(fn.__self__), fn.__func__))]
             continue
         for name, value, is_global in _reads(fn):
             if isinstance(value, Module) or (callable(value) and not isinstance(value, type)):
@@ -377,6 +397,7 @@ def _reads(fn):
                     None)                           # a Python function: its reads too
         if type(call) is types.FunctionType:
             yield "__call__", call, False
+            yield from ((name, f, False) for name, f in _methods_named(type(fn), call))
         return
     code = getattr(fn, "__code__", None)
     for name, cell in zip(getattr(code, "co_freevars", ()), getattr(fn, "__closure__", None)
