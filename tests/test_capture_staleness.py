@@ -735,3 +735,40 @@ def test_a_captured_group_sees_a_setting_of_a_config_module(devices2, reader):
         settings.SCALE = 1.0
     np.testing.assert_array_equal(captured, eager)
     assert replays == 4                          # steps 1 and 3 on both replicas
+
+
+class Settings:              # a class used as a namespace of settings (``Settings.scale``)
+    scale = 1.0
+
+
+class ClassScaled(pc.nn.Module):
+    def __init__(self, queue):
+        super().__init__()
+        self.a = pc.nn.Linear(8, 4, queue=queue)
+
+    def forward(self, x):
+        return self.a(x) * Settings.scale
+
+
+@pytest.mark.parametrize("reader", ["forward", "loss_fn"])
+def test_a_captured_group_sees_a_setting_of_a_settings_class(devices2, reader):
+    """``* Settings.scale`` with ``Settings`` a class of the script's holding settings, read
+    in the forward or in the loss function: a class is no plain value and only a Python
+    module's settings were keyed, so after ``Settings.scale = 3.0`` the captured steps
+    replayed scale 1 (loss 2.514 at step 2 where the eager step gives 6.052, 7.543 with
+    the loss scaled), silently."""
+    def losses(capture):
+        Settings.scale = 1.0
+        build = ClassScaled if reader == "forward" else (
+            lambda q: pc.nn.Linear(8, 4, queue=q))
+        loss_fn = tp.cross_entropy if reader == "forward" else (
+            lambda o, y: tp.cross_entropy(o, y) * Settings.scale)
+        return changed_at_step_2(devices2, build, loss_fn,
+                                 lambda g: setattr(Settings, "scale", 3.0), capture)
+
+    try:
+        (eager, _), (captured, replays) = losses(False), losses(True)
+    finally:
+        Settings.scale = 1.0
+    np.testing.assert_array_equal(captured, eager)
+    assert replays == 4                          # steps 1 and 3 on both replicas

@@ -305,14 +305,20 @@ def _methods_named(kind: type, fn) -> list:
 
 
 def _module_settings(value, names) -> list:
-    """``(module.name, value)`` of the plain settings that code naming ``names`` may read from
-    ``value`` when it is a Python module (``config.SCALE`` after ``import config``): a
-    module is no plain value, so ``config.SCALE = 3.0`` replayed the recorded scale.
+    """``(owner.name, value)`` of the plain settings that code naming ``names`` may read from
+    ``value`` when it is a Python module (``config.SCALE`` after ``import config``) or a
+    class of the script's own holding settings (``Config.scale``): neither is a plain value,
+    so ``config.SCALE = 3.0`` (or ``Config.scale = 3.0``) replayed the recorded scale.
     Functions, classes and modules in it are left out (parcl's and numpy's ops)."""
-    if type(value) is not types.ModuleType:
+    if type(value) is types.ModuleType:
+        owner = value.__name__
+    elif isinstance(value, type) and value.__module__ not in ("builtins", "typing") and \
+            not value.__module__.startswith(_LIBRARY):
+        owner = value.__qualname__
+    else:
         return []
     scope = vars(value)
-    return [(f"{value.__name__}.{n}", scope[n]) for n in names if n in scope
+    return [(f"{owner}.{n}", scope[n]) for n in names if n in scope
             and not callable(scope[n]) and type(scope[n]) is not types.ModuleType]
 
 
