@@ -716,3 +716,19 @@ def test_labels_a_step_writes_into_are_checked_as_written_as_in_the_eager_call(q
     with pytest.raises(pc.LabelError, match="label 9 at row 0"):
         step(x, y, np.array([[9], [0], [0]]))
     assert step.replays >= 1
+
+
+def test_reason_takes_the_inputs_as_a_call_does(queue):
+    """``step.reason(x, mask)`` with a bool mask (held as uint8, as the call holds it) and
+    with a list names why the call stays eager: it looked the mask's bool signature up,
+    found nothing, and said None (replayed) for a step that ran eagerly every call."""
+    def fn(x, mask):
+        x.to_host()                                       # a host read: never replayed
+        return tp.where(mask, x, x * 2.0)
+
+    step = tp.capture(fn, queue)
+    x, mask = np.ones(4, np.float32), np.array([True, False, True, False])
+    step(x, mask), step(x, mask)
+    assert step.replays == 0 and step.eager_calls == 1
+    assert "read back to the host" in step.reason(x, mask)
+    assert "read back to the host" in step.reason(x, mask.tolist())

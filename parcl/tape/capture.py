@@ -120,6 +120,7 @@ class CapturedStep:
 
     def reason(self, *arrays, key=()) -> str | None:
         """Why calls with these inputs run eagerly (None when they are replayed)."""
+        arrays = tuple(_as_input(a) for a in arrays)       # as a call takes them: masks uint8
         variants = self._entries.get(self._key(arrays, key))
         return variants[0].reason if variants else None
 
