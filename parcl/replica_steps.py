@@ -393,9 +393,11 @@ class Captured(Eager):
         ``key``); the replica's model state (``capture_key``) is added here."""
         self.prepare(replica)
         step = self.step(replica, loss_fn)
-        key = (capture_key(replica.model), *key)
+        # the model's key before each micro-batch: a forward may change what it reads
+        # itself (a counter annealing a temperature), so the next micro-batch's is another
         return _run_micros(replica, micros,          # borrowed, as in Eager.run
-                           lambda m: step(m.x, m.y, m.weight, key=key, borrow=True))
+                           lambda m: step(m.x, m.y, m.weight, borrow=True,
+                                          key=(capture_key(replica.model), *key)))
 
     def step(self, replica, loss_fn):
         # Recordings per loss function, holding it (an id alone could be reused by a new

@@ -772,3 +772,40 @@ def test_a_captured_group_sees_a_setting_of_a_settings_class(devices2, reader):
         Settings.scale = 1.0
     np.testing.assert_array_equal(captured, eager)
     assert replays == 4                          # steps 1 and 3 on both replicas
+
+
+class Annealed(pc.nn.Module):
+    """Anneals a temperature by the training forwards it has run (Python state it sets)."""
+
+    def __init__(self, queue):
+        super().__init__()
+        self.a = pc.nn.Linear(8, 4, queue=queue)
+        self.calls = 0
+
+    def forward(self, x):
+        tau = max(0.25, 1.0 - 0.25 * self.calls)
+        if self.training:
+            self.calls += 1
+        return self.a(x) / tau
+
+
+def test_a_captured_group_accumulating_sees_what_a_forward_changes_between_micro_batches(
+        devices2):
+    """With ``accumulation_steps=2`` the second micro-batch's forward reads the counter the
+    first one advanced: the model's key was taken once per step, so the second micro-batch
+    replayed the first one's recording (its temperature) and the losses were [1.829, 2.025,
+    4.147] where the eager steps give [1.923, 2.929, 8.615], silently. The key is taken
+    before every micro-batch now."""
+    def run(capture):
+        with ReplicaGroup(lambda q: (pc.manual_seed(0), Annealed(q))[1], devices2,
+                          capture=capture) as g:
+            opt = pc.optim.SGD(g.parameters(), lr=0.1)
+            losses = [g.step(*batch(8, seed=i), tp.cross_entropy, opt, accumulation_steps=2)
+                      for i in range(3)]
+            return losses, [p.value.to_host() for p in g.parameters()]
+
+    (eager, eager_params), (captured, captured_params) = run(False), run(True)
+    assert captured == eager
+    np.testing.assert_allclose(eager, [1.92302, 2.92895, 8.61510], rtol=1e-5)
+    for a, b in zip(eager_params, captured_params):
+        np.testing.assert_array_equal(b, a)
