@@ -809,3 +809,33 @@ def test_a_captured_group_accumulating_sees_what_a_forward_changes_between_micro
     np.testing.assert_allclose(eager, [1.92302, 2.92895, 8.61510], rtol=1e-5)
     for a, b in zip(eager_params, captured_params):
         np.testing.assert_array_equal(b, a)
+
+
+ACT = pc.nn.LeakyReLU(0.5)     # a layer made at module level, which a forward calls
+
+
+class GlobalActivated(pc.nn.Module):
+    def __init__(self, queue):
+        super().__init__()
+        self.a = pc.nn.Linear(8, 4, queue=queue)
+
+    def forward(self, x):
+        return ACT(self.a(x))
+
+
+def test_a_captured_group_sees_a_setting_of_a_module_level_layer_its_forward_calls(devices2):
+    """``ACT(self.a(x))`` with ``ACT`` a LeakyReLU made at module level (no sub-module of
+    the model): a module is no plain value, so ``capture_key`` skipped it, and after
+    ``ACT.negative_slope = 3.0`` the captured steps replayed slope 0.5 (loss 2.264 at step 2
+    where the eager step gives 3.787), silently. Such a layer is keyed as a sub-module is."""
+    def losses(capture):
+        ACT.negative_slope = 0.5
+        return changed_at_step_2(devices2, GlobalActivated, tp.cross_entropy,
+                                 lambda g: setattr(ACT, "negative_slope", 3.0), capture)
+
+    try:
+        (eager, _), (captured, replays) = losses(False), losses(True)
+    finally:
+        ACT.negative_slope = 0.5
+    np.testing.assert_array_equal(captured, eager)
+    assert replays == 4                          # steps 1 and 3 on both replicas

@@ -209,7 +209,7 @@ def capture_key(model) -> tuple | Unkeyed:
     for m in todo:                  # grows: the modules held in lists, dicts, config objects
         found: list[Module] = []
         try:
-            keys.append((m, type(m), _attributes(m, found), _forward_reads(m)))
+            keys.append((m, type(m), _attributes(m, found), _forward_reads(m, found)))
         except _Unkeyable as exc:
             return _unkeyed_attribute(m, exc)
         for held in found:
@@ -220,12 +220,14 @@ def capture_key(model) -> tuple | Unkeyed:
     return tuple(keys)
 
 
-def _forward_reads(module) -> tuple:
+def _forward_reads(module, held: list) -> tuple:
     """``(name, key)`` of the module-level values ``module``'s ``forward`` names, the class
     attributes it reads through ``self`` (``* self.temperature`` held by the class), and
     those of the module-level functions and the methods it calls by name (one level down):
     a replay would run the kernels of the value it was recorded with (``* SCALE``,
-    ``if USE_GELU:``). Plain values by value, functions by identity; other objects are
+    ``if USE_GELU:``). Plain values by value, functions by identity, modules (a layer made
+    at module level, ``ACT = pc.nn.LeakyReLU(0.5)``) by identity and appended to ``held``
+    for ``capture_key`` to key as well; other objects are
     skipped, as ``loss_key`` skips them (the library's own state is among them). parcl's
     own layers are skipped whole: their forwards read only the library's constants and
     functions, which a script does not set, and walking them doubled the guard's cost (MLP
@@ -242,13 +244,13 @@ def _forward_reads(module) -> tuple:
     classes = [k for k in kind.__mro__ if k is not object and not k.__module__.startswith(
         _LIBRARY)]
     keys, called = [], []
-    _global_reads(forward, keys, called, classes)
+    _global_reads(forward, keys, called, classes, held)
     for fn in called:
-        _global_reads(fn, keys, None, classes)
+        _global_reads(fn, keys, None, classes, held)
     return tuple(keys)
 
 
-def _global_reads(fn, keys: list, called: list | None, classes: list) -> None:
+def _global_reads(fn, keys: list, called: list | None, classes: list, held: list) -> None:
     scope = fn.__globals__
     names = _names(fn.__code__)
     for name in names:
@@ -265,6 +267,10 @@ def _global_reads(fn, keys: list, called: list | None, classes: list) -> None:
             code = _function_of(value)
             if code is not None and called is not None and code is not fn:
                 called.append(code)
+            if isinstance(value, Module):       # its settings: ``ACT.negative_slope = 3.0``
+                held.append(value)
+                keys.append((where, ("module", value)))
+                continue
             try:
                 frozen = _frozen(value)
             except _Unkeyable:
