@@ -732,3 +732,47 @@ def test_reason_takes_the_inputs_as_a_call_does(queue):
     assert step.replays == 0 and step.eager_calls == 1
     assert "read back to the host" in step.reason(x, mask)
     assert "read back to the host" in step.reason(x, mask.tolist())
+
+
+def test_a_forward_recorded_on_the_callers_tape_runs_eagerly_and_says_why(queue):
+    """A captured forward called inside the caller's ``with tp.Tape()``, whose backward
+    runs after the call: its graph is on that tape, which the backward releases, so the
+    replays' backward raised 'recorded on a tape that was released since' where the eager
+    loop trains. Such a call now runs eagerly (its gradients the eager loop's, bit for bit)
+    and ``reason`` says why; a step that opens its tape inside is still replayed."""
+    def run(captured):
+        pc.nn.manual_seed(0)
+        tp.manual_seed(0)
+        model = dropout_mlp(queue)
+        step = tp.capture(model, queue) if captured else (
+            lambda x: model(pc.Tensor.from_host(queue, x)))
+        grads = []
+        for s in range(3):
+            x = batch(4, seed=s)[0]
+            with tp.Tape() as tape:
+                loss = tp.sum(step(x) ** 2)
+            tape.backward(loss)
+            grads.append([p.grad.to_host() for p in model.parameters()])
+            model.zero_grad()
+        return grads, step, x
+
+    (eager, _, _), (captured, step, x) = run(False), run(True)
+    for e, c in zip(eager, captured):
+        for a, b in zip(e, c):
+            np.testing.assert_array_equal(b, a)
+    assert step.replays == 0 and "caller's tape" in step.reason(x)
+
+    w = tp.tensor(pc.Tensor.from_host(queue, np.ones(4, np.float32)), requires_grad=True)
+
+    def fwd_bwd(x):
+        with tp.Tape() as inner:
+            loss = tp.sum(tp.mul(x, w))
+        inner.backward(loss)
+        w.grad = None
+        return loss.value
+
+    own_tape = tp.capture(fwd_bwd, queue)
+    for _ in range(3):
+        with tp.Tape():
+            assert own_tape(np.ones(4, np.float32)).item() == 4.0
+    assert own_tape.replays == 2

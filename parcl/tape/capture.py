@@ -191,12 +191,18 @@ class CapturedStep:
             self.eager_calls += 1
             outputs = self.fn(*inputs)
         else:
+            tape = mode.get_current_tape()
+            taped = None if tape is None else len(tape.nodes)
             rec = recorder.start(inputs)
             try:
                 outputs = self.fn(*inputs)
                 rec.note_grads()        # as the call left them, not as its last backward did
             finally:
                 recorder.stop()
+            if taped is not None and len(tape.nodes) > taped and rec.unsafe is None:
+                # a replay would hand back this graph, which the caller's tape releases
+                rec.unsafe = ("its ops are recorded on the caller's tape, whose backward "
+                              "releases them; open the tp.Tape inside the captured function")
             entry.recording, entry.outputs, entry.reason = rec, outputs, rec.unsafe
             if rec.unsafe is not None:
                 entry.recording = entry.outputs = None     # unpin the buffers
