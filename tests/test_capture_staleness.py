@@ -839,3 +839,48 @@ def test_a_captured_group_sees_a_setting_of_a_module_level_layer_its_forward_cal
         ACT.negative_slope = 0.5
     np.testing.assert_array_equal(captured, eager)
     assert replays == 4                          # steps 1 and 3 on both replicas
+
+
+def counted(fn):
+    """A decorator as scripts write them (counting calls, timing), with functools.wraps."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        wrapper.calls += 1
+        return fn(*args, **kwargs)
+    wrapper.calls = 0
+    return wrapper
+
+
+class DecoratedForward(pc.nn.Module):
+    def __init__(self, queue):
+        super().__init__()
+        self.a = pc.nn.Linear(8, 4, queue=queue)
+
+    @counted
+    def forward(self, x):
+        return self.a(x) * SCALE
+
+
+def test_a_captured_group_sees_a_global_a_decorated_forward_reads(devices2):
+    """``forward`` under a decorator (``functools.wraps``) reading ``SCALE``: only the
+    wrapper's code was walked, so after ``SCALE = 1.5`` from 0.5 the captured steps replayed
+    scale 0.5 (loss 1.830 at step 2 where the eager step gives 3.293), silently. The
+    function a decorator wraps is walked now."""
+    global SCALE
+
+    def make_change(group):
+        global SCALE
+        SCALE = 1.5
+
+    def losses(capture):
+        global SCALE
+        SCALE = 0.5
+        return changed_at_step_2(devices2, DecoratedForward, tp.cross_entropy, make_change,
+                                 capture)
+
+    try:
+        (eager, _), (captured, replays) = losses(False), losses(True)
+    finally:
+        SCALE = 0.5
+    np.testing.assert_array_equal(captured, eager)
+    assert replays == 4                          # steps 1 and 3 on both replicas

@@ -235,8 +235,8 @@ def _forward_reads(module, held: list) -> tuple:
     kind = type(module)
     if kind.__module__.startswith(_LIBRARY):
         return ()
-    forward = getattr(kind, "forward", None)
-    if type(forward) is not types.FunctionType:
+    forward = _function_of(getattr(kind, "forward", None))
+    if forward is None:
         return ()
     # the script's own classes of the module: what ``self.name`` finds on the class (a class
     # attribute ``temperature = 1.0``, a helper method ``self._head(h)``) when the instance
@@ -283,12 +283,21 @@ def _function_of(value):
     """The Python function a forward runs when it names ``value``: a function itself, a
     ``staticmethod``'s or ``classmethod``'s, a ``property``'s getter (``self._temper(h)``,
     ``* self.scale``); their reads were left out, so ``h / SCALE`` in a static helper
-    replayed the recorded scale. None for anything else."""
+    replayed the recorded scale. None for anything else. A decorated one
+    (``functools.wraps``: ``@tp.no_grad()``, a timing decorator) is the function it wraps,
+    whose code is what reads the settings: the wrapper's hid them."""
     if isinstance(value, (staticmethod, classmethod)):
         value = value.__func__
     elif isinstance(value, property):
         value = value.fget
-    return value if type(value) is types.FunctionType else None
+    if type(value) is not types.FunctionType:
+        return None
+    for _ in range(_MAX_DEPTH):             # a chain of decorators (bounded: no cycle)
+        inner = getattr(value, "__wrapped__", None)
+        if type(inner) is not types.FunctionType:
+            break
+        value = inner
+    return value
 
 
 def _methods_named(kind: type, fn) -> list:
@@ -296,7 +305,7 @@ def _methods_named(kind: type, fn) -> list:
     too) of the script's own classes in ``kind`` that ``fn``'s code names: what a loss
     object's ``__call__`` or a bound method runs besides its own code (``self._ce(o, y)``
     reading ``* LOSS_SCALE``), one level down, as ``_forward_reads`` walks a forward's."""
-    code = getattr(fn, "__code__", None)
+    code = getattr(_function_of(fn) or fn, "__code__", None)
     if code is None:
         return []
     classes = [k for k in kind.__mro__ if k is not object and not k.__module__.startswith(
