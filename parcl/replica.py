@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import numbers
 import threading
 import time
 import weakref
@@ -82,6 +83,7 @@ class ReplicaGroup:
     def __init__(self, build_model, devices=None, *, allreduce: str = "auto",
                  bucket_mb: float = 25.0, comm=None, timeout: float = DEFAULT_TIMEOUT,
                  capture: bool = False, sync_batchnorm: bool = False):
+        timeout = _seconds(timeout, "ReplicaGroup")
         devs = list(devices) if devices is not None else runtime.devices()
         if not devs:
             raise ParclError("ReplicaGroup: no devices given")
@@ -95,7 +97,7 @@ class ReplicaGroup:
         self._host_cores = any(d.type & cl.device_type.CPU for d in devs)
         self._end = end_of_step(allreduce, self.comm, len(devs), devices=devs)
         self.allreduce_algorithm = allreduce
-        self.timeout = float(timeout)
+        self.timeout = timeout
         self.capture = bool(capture)
         self._closed = False
         self._broken: str | None = None
@@ -206,6 +208,8 @@ class ReplicaGroup:
         With ``sync_batchnorm`` its training-mode batch norms use the global batch's
         statistics too, as a step's (and PyTorch's ``SyncBatchNorm`` in a custom loop)."""
         self._check_open()
+        if timeout is not None:
+            timeout = _seconds(timeout, "ReplicaGroup.run")
         k = len(self.replicas)
         for j, arg in enumerate(per_replica_args):
             if len(arg) != k:
@@ -559,6 +563,20 @@ class ReplicaGroup:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<ReplicaGroup {len(self.replicas)} replicas, {state}>"
+
+
+def _seconds(timeout, where: str) -> float:
+    """``timeout`` as seconds to wait, which must be > 0; ``float("inf")`` waits without
+    limit. Zero, a negative number or NaN would give up on every call at once, blaming
+    replicas that had not even started ("did not finish within 0 s") and leaving the group
+    unusable."""
+    if not isinstance(timeout, numbers.Real):
+        raise ParclError(f"{where}: timeout must be a number of seconds, got {timeout!r}")
+    seconds = float(timeout)
+    if not seconds > 0:
+        raise ParclError(f"{where}: timeout must be > 0 seconds (float('inf') waits without "
+                         f"limit), got {timeout!r}")
+    return seconds
 
 
 def _seeded(build_model, queue, init: np.random.Generator, dropout: tuple[int, int]):

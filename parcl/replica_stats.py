@@ -40,7 +40,8 @@ class StatsExchange:
         self.queues, self.comm = list(queues), comm
         self.every_layer = bool(every_layer)
         k = len(self.queues)
-        self.barrier = threading.Barrier(k, timeout=timeout)
+        # (a lock's wait takes at most TIMEOUT_MAX: a timeout of inf waits that long)
+        self.barrier = threading.Barrier(k, timeout=min(timeout, threading.TIMEOUT_MAX))
         self.slots: list = [None] * k            # (partials, ready event, count) per replica
         self.reads: list[list] = [[] for _ in range(k)]   # (whose, event) copies each made
         self.host: tuple | None = None           # across ranks: (partials, counts) on the host

@@ -108,7 +108,14 @@ class Job:
         """True when every replica finished (or one failed and ``stop_on_error``) before
         ``deadline`` (a ``time.monotonic()`` value)."""
         event = self.done_or_failed if stop_on_error else self.all_done
-        return event.wait(max(0.0, deadline - time.monotonic()))
+        return event.wait(wait_seconds(deadline))
+
+
+def wait_seconds(deadline: float) -> float:
+    """The seconds left until ``deadline`` (a ``time.monotonic()`` value, ``inf`` for none),
+    as a lock's wait takes them: at most ``threading.TIMEOUT_MAX``, beyond which it raises
+    OverflowError."""
+    return min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX)
 
 
 def start(replica: Replica) -> None:

@@ -287,6 +287,28 @@ def test_a_hung_replica_times_out(devices2):
         group.close()
 
 
+def test_a_timeout_of_inf_waits_without_limit_and_one_not_above_0_is_refused(devices2):
+    """timeout=float("inf") (no limit) made the group's first wait raise OverflowError while
+    it was being built; 0, a negative timeout or NaN gave up at once, blaming replicas that
+    had not started ("replicas [0, 1] did not finish within 0 s"), the group unusable."""
+    def build(queue):
+        return pc.nn.Sequential(pc.nn.Linear(64, 8, queue=queue),
+                                pc.nn.BatchNorm1d(8, queue=queue), pc.nn.Linear(8, 10, queue=queue))
+
+    x, y = batch(8)
+    with ReplicaGroup(build, devices2, timeout=float("inf"), sync_batchnorm=True) as group:
+        opt = sgd(group.parameters())
+        assert np.isfinite(group.step(x, y, tp.cross_entropy, opt))   # the exchange's barrier
+        assert group.run(lambda r: r.index, timeout=float("inf")) == [0, 1]
+        for bad in (0, -1.0, float("nan"), "10"):
+            with pytest.raises(pc.ParclError, match="ReplicaGroup.run: timeout must be (>|a)"):
+                group.run(lambda r: r.index, timeout=bad)
+        assert group.run(lambda r: r.index) == [0, 1]         # still usable
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(pc.ParclError, match=r"ReplicaGroup: timeout must be > 0 seconds"):
+            ReplicaGroup(mlp, devices2, timeout=bad)
+
+
 def test_three_replicas_sharing_devices_match(devices2):
     devs = [devices2[0], devices2[1], devices2[0]]
     assert_dp_equivalent(mlp, tp.cross_entropy, batch(9), replicas=3, steps=3,

@@ -86,7 +86,9 @@ class Bounded:
                 deadline, name = min(self._waits.values())
                 left = deadline - time.monotonic()
                 if left > 0:
-                    self._cond.wait(left)      # woken early by a new call or close()
+                    # woken early by a new call or close(); a lock's wait takes at most
+                    # TIMEOUT_MAX (a timeout of inf: no deadline passes)
+                    self._cond.wait(min(left, threading.TIMEOUT_MAX))
                     continue
                 self._abort(name)
                 return
