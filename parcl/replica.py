@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import numbers
 import threading
 import time
@@ -48,6 +49,33 @@ from .tape.ops import nn as nn_ops
 DEFAULT_TIMEOUT = 600.0       # seconds any dispatched call may take before the group gives up
 
 
+def _one_call_at_a_time(method):
+    """``method`` of a ``ReplicaGroup`` holding the group's lock: the calls of several threads
+    run one after another, each as if alone. Interleaved, one thread's ``run`` zeroed the
+    gradients another thread's ``step`` was about to apply, and two steps summed each other's
+    gradients, with no error. Called by a replica thread (inside its own call) it raises at
+    once: it would wait for that replica, which is running it."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        here = threading.current_thread()
+        inside = [r.index for r in self.replicas if r.thread is here]
+        if inside:
+            raise ParclError(f"ReplicaGroup.{name} was called by replica {inside[0]}'s own "
+                             f"thread (in group.run's fn, the model's forward or the loss of "
+                             f"a step): it would wait for that replica, which is running it; "
+                             f"call the group from the thread that called it")
+        if not self._calls.acquire(timeout=min(self.timeout, threading.TIMEOUT_MAX)):
+            raise ReplicaError(f"ReplicaGroup.{name}: another thread's call on this group did "
+                               f"not finish within {self.timeout:.0f} s")
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._calls.release()
+    return call
+
+
 class ReplicaGroup:
     """One replica per device, each a long-lived thread with its own queue, tape and model.
 
@@ -63,7 +91,9 @@ class ReplicaGroup:
     raises ``ReplicaError``; a device that does not finish a step ends the process with a
     message naming the replica (``parcl.runtime.wait_for_events``: a blocked OpenCL wait
     cannot be interrupted), and so does a collective across ranks that waits longer
-    (``allreduce.bounded``: every rank must make the same steps). ``capture=True`` records
+    (``allreduce.bounded``: every rank must make the same steps). Calls from several threads
+    (a step in one, an evaluating ``run`` in another) run one after the other, each as if
+    alone; a replica's own thread may not call its group. ``capture=True`` records
     each replica's forward and backward once and replays the recorded kernels afterwards
     (``parcl.tape.capture``): bit-identical results, far less Python per step; a step is
     recorded again whenever the batch shapes, the grad modes, the model's Python state
@@ -84,6 +114,7 @@ class ReplicaGroup:
                  bucket_mb: float = 25.0, comm=None, timeout: float = DEFAULT_TIMEOUT,
                  capture: bool = False, sync_batchnorm: bool = False):
         timeout = _seconds(timeout, "ReplicaGroup")
+        self._calls = threading.RLock()     # one call at a time (_one_call_at_a_time)
         devs = list(devices) if devices is not None else runtime.devices()
         if not devs:
             raise ParclError("ReplicaGroup: no devices given")
@@ -199,6 +230,7 @@ class ReplicaGroup:
                             f"{self.timeout:.0f} s")
             raise ReplicaError(f"ReplicaGroup: {self._broken}")
 
+    @_one_call_at_a_time
     def run(self, fn, *per_replica_args, timeout: float | None = None) -> list:
         """Call ``fn(replica, a[i], b[i], ...)`` in every replica's thread at once and return
         the results in replica order. A failure in any replica is raised here as
@@ -319,6 +351,7 @@ class ReplicaGroup:
         """``model.eval()`` on every replica's model."""
         return self.train(False)
 
+    @_one_call_at_a_time
     def zero_grad(self) -> None:
         """Zero every replica's gradient buckets (after any straggling replica finished). A
         ``.grad`` that is None stays None, as PyTorch's ``zero_grad`` never makes one: a
@@ -333,6 +366,7 @@ class ReplicaGroup:
                 p.grad = None
         self._reduced, self._seen = SYNCED, None
 
+    @_one_call_at_a_time
     def allreduce_grads(self, average: bool = True) -> None:
         """Sum (``average=True``: average) the replicas' gradients with the OpenCL reduce
         kernel, bucket by bucket in a fixed order (then across processes through ``comm``);
@@ -354,6 +388,7 @@ class ReplicaGroup:
             for j in unused:               # optimizer skips them, as after a step
                 params[j].grad = None
 
+    @_one_call_at_a_time
     def broadcast_parameters(self) -> None:
         """Copy replica 0's parameters (and buffers such as BatchNorm running statistics) to
         every other replica."""
@@ -363,6 +398,7 @@ class ReplicaGroup:
         self._buffers.broadcast()
         self._synced = stamp()
 
+    @_one_call_at_a_time
     def rng_state(self) -> list[list[int]]:
         """Every replica's dropout generator, ``[seed, counter]`` per replica (JSON-able: save
         it in a checkpoint's meta). With ``set_rng_state`` a resumed run draws the dropout
@@ -370,6 +406,7 @@ class ReplicaGroup:
         self._check_open()
         return [list(state) for state in self.run(lambda r: nn_ops.rng_state())]
 
+    @_one_call_at_a_time
     def set_rng_state(self, states) -> None:
         """Put back every replica's dropout generator from ``rng_state()``."""
         self._check_open()
@@ -382,6 +419,7 @@ class ReplicaGroup:
         self.run(lambda r, state: nn_ops.set_rng_state(state), states)
 
     # -- the data-parallel step -----------------------------------------------------------
+    @_one_call_at_a_time
     def step(self, x: np.ndarray, y: np.ndarray, loss_fn, optimizer, *, key=None,
              accumulation_steps: int = 1, max_grad_norm: float | None = None,
              reduction: str = "mean") -> float:
@@ -535,6 +573,7 @@ class ReplicaGroup:
         return None if self._last_norm is None else float(self._last_norm)
 
     # -- lifetime -----------------------------------------------------------------------------
+    @_one_call_at_a_time
     def close(self) -> None:
         """Stop and join every replica thread (bounded wait); the group is unusable after."""
         if self._closed:

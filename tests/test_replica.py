@@ -309,6 +309,68 @@ def test_a_timeout_of_inf_waits_without_limit_and_one_not_above_0_is_refused(dev
             ReplicaGroup(mlp, devices2, timeout=bad)
 
 
+def test_calls_from_two_threads_run_one_after_the_other(devices2):
+    """A thread's group.run (an evaluation) or step while another thread's step was being
+    applied zeroed the gradients under the update (the step moved nothing) or summed the two
+    steps' gradients, with no error: now each call waits for the other's, bounded by the
+    group's timeout, and the result is that of the two calls in turn."""
+    from parcl.kernels import optim as K
+
+    inside = threading.Event()
+
+    class SlowSGD(pc.optim.SGD):                 # the fused end of step has the same window
+        def _update(self, p, grad, state, opts, fresh):
+            K.sgd_(p.value, grad, opts["lr"], opts["weight_decay"])
+
+        def step(self, closure=None):
+            inside.set()
+            time.sleep(0.3)                      # the other thread calls meanwhile
+            return super().step(closure)
+
+    (xa, ya), (xb, yb) = batch(8, seed=1), batch(8, seed=2)
+
+    def train(second=None):
+        inside.clear()
+        pc.manual_seed(0)
+        with ReplicaGroup(mlp, devices2, timeout=60) as group:
+            opt = SlowSGD(group.parameters(), lr=0.5)
+            if second is None:                   # one thread: a, then b
+                group.step(xa, ya, tp.cross_entropy, opt)
+                group.step(xb, yb, tp.cross_entropy, opt)
+            else:
+                other = threading.Thread(target=lambda: (inside.wait(30), second(group, opt)))
+                other.start()
+                group.step(xa, ya, tp.cross_entropy, opt)
+                other.join(60)
+            return [p.value.to_host() for p in group.parameters()]
+
+    in_turn = train()
+    evaluated = train(lambda group, opt: group.run(lambda r: r.model(
+        tp.tensor(pc.Tensor.from_host(r.queue, xa)))))
+    stepped = train(lambda group, opt: group.step(xb, yb, tp.cross_entropy, opt))
+    inside.clear()
+    pc.manual_seed(0)
+    with ReplicaGroup(mlp, devices2) as group:
+        opt = SlowSGD(group.parameters(), lr=0.5)
+        group.step(xa, ya, tp.cross_entropy, opt)
+        alone = [p.value.to_host() for p in group.parameters()]
+    for a, b in zip(alone, evaluated):
+        np.testing.assert_array_equal(b, a)
+    for a, b in zip(in_turn, stepped):
+        np.testing.assert_array_equal(b, a)
+
+
+def test_a_group_called_inside_a_replicas_own_call_raises_at_once(devices2):
+    """group.run called by a replica's fn waited for that replica, which was running it,
+    until the group's timeout, and left the group unusable."""
+    with ReplicaGroup(mlp, devices2, timeout=60) as group:
+        t0 = time.monotonic()
+        with pytest.raises(pc.ReplicaError, match="called by replica 0's own thread"):
+            group.run(lambda r: group.run(lambda s: None) if r.index == 0 else None)
+        assert time.monotonic() - t0 < 10
+        assert group.run(lambda r: r.index) == [0, 1]          # still usable
+
+
 def test_three_replicas_sharing_devices_match(devices2):
     devs = [devices2[0], devices2[1], devices2[0]]
     assert_dp_equivalent(mlp, tp.cross_entropy, batch(9), replicas=3, steps=3,
