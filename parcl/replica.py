@@ -149,7 +149,8 @@ class ReplicaGroup:
             # caller's generator then moves on as the build's did, as after a build in its
             # own thread: a second group (a student beside a teacher) gets other weights.
             init, dropout = default_generator(), nn_ops.rng_state()
-            built = self._call(lambda r: _seeded(build_model, r.queue, init, dropout), ())
+            built = self._call(_replica_0_first(
+                lambda r: _seeded(build_model, r.queue, init, dropout), self.timeout), ())
             for r, (m, _) in zip(self.replicas, built):
                 r.model = m
             _refuse_lazy(built[0][0])
@@ -616,6 +617,25 @@ def _seconds(timeout, where: str) -> float:
         raise ParclError(f"{where}: timeout must be > 0 seconds (float('inf') waits without "
                          f"limit), got {timeout!r}")
     return seconds
+
+
+def _replica_0_first(build, timeout: float):
+    """``build(replica)`` for every replica, replica 0's alone before the others start. The
+    model every replica gets is replica 0's, and a build that draws from a generator the
+    replicas share (numpy's global one, one the caller's ``build_model`` holds) drew in the
+    order the threads happened to run: after ``np.random.seed(0)`` the group's weights
+    changed from run to run and were not those of the same build in one thread."""
+    done = threading.Event()
+
+    def call(replica):
+        if replica.index:
+            done.wait(min(timeout, threading.TIMEOUT_MAX))
+        try:
+            return build(replica)
+        finally:
+            if not replica.index:
+                done.set()        # built or failed: the others go on (a failure is raised)
+    return call
 
 
 def _seeded(build_model, queue, init: np.random.Generator, dropout: tuple[int, int]):

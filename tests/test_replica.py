@@ -676,6 +676,27 @@ def test_a_seed_set_before_the_group_seeds_the_model_it_builds(devices2):
     np.testing.assert_array_equal(pair[1], in_caller[1])
 
 
+def test_the_group_builds_replica_0s_model_alone_first_as_one_thread_would(devices2):
+    """The replicas' builds ran at once, so a build_model drawing from a generator they share
+    (numpy's global one after np.random.seed(0), or one it holds) gave replica 0, and so the
+    group, whichever draw its thread came to first: weights that changed from run to run."""
+    shared = np.random.default_rng(0)
+
+    def build(queue):
+        if queue.device == devices2[0]:
+            time.sleep(0.2)                 # replica 0's thread comes to the draw second
+        m = pc.nn.Linear(64, 10, queue=queue)
+        m.weight.value.copy_(pc.Tensor.from_host(
+            queue, shared.standard_normal((10, 64)).astype(np.float32)))
+        return m
+
+    want = np.random.default_rng(0).standard_normal((10, 64)).astype(np.float32)
+    with ReplicaGroup(build, devices2) as group:
+        got = group.run(lambda r: r.model.weight.value.to_host())
+    for weight in got:
+        np.testing.assert_array_equal(weight, want)
+
+
 def test_a_seed_set_before_the_group_seeds_its_dropout_masks(devices2):
     """``pc.manual_seed(s)`` seeds the caller's dropout generator too; the replica threads'
     own started at seed 0 whatever s was, so a seed sweep drew the same masks for every s and
