@@ -53,20 +53,12 @@ def _one_call_at_a_time(method):
     """``method`` of a ``ReplicaGroup`` holding the group's lock: the calls of several threads
     run one after another, each as if alone. Interleaved, one thread's ``run`` zeroed the
     gradients another thread's ``step`` was about to apply, and two steps summed each other's
-    gradients, with no error. Called by a replica thread (inside its own call) it raises at
-    once: it would wait for that replica, which is running it."""
+    gradients, with no error."""
     name = method.__name__
 
     @functools.wraps(method)
     def call(self, *args, **kwargs):
-        here = threading.current_thread()
-        inside = [r.index for r in self.replicas if r.thread is here]
-        if inside:
-            raise ParclError(f"ReplicaGroup.{name} was called by replica {inside[0]}'s own "
-                             f"thread (in group.run's fn, the model's forward or the loss of "
-                             f"a step): it would wait for that replica, which is running it; "
-                             f"call the group from the thread that called it")
-        if not self._calls.acquire(timeout=min(self.timeout, threading.TIMEOUT_MAX)):
+        if not _take_turn(self, name):
             raise ReplicaError(f"ReplicaGroup.{name}: another thread's call on this group did "
                                f"not finish within {self.timeout:.0f} s")
         try:
@@ -74,6 +66,20 @@ def _one_call_at_a_time(method):
         finally:
             self._calls.release()
     return call
+
+
+def _take_turn(group, name: str) -> bool:
+    """Wait for another thread's call on ``group`` to finish (at most its timeout) and take
+    the group's lock: whether it was taken. Called by a replica thread (inside its own call)
+    it raises at once: it would wait for that replica, which is running it."""
+    here = threading.current_thread()
+    inside = [r.index for r in group.replicas if r.thread is here]
+    if inside:
+        raise ParclError(f"ReplicaGroup.{name} was called by replica {inside[0]}'s own thread "
+                         f"(in group.run's fn, the model's forward or the loss of a step): it "
+                         f"would wait for that replica, which is running it; call the group "
+                         f"from the thread that called it")
+    return group._calls.acquire(timeout=min(group.timeout, threading.TIMEOUT_MAX))
 
 
 class ReplicaGroup:
@@ -574,17 +580,22 @@ class ReplicaGroup:
         return None if self._last_norm is None else float(self._last_norm)
 
     # -- lifetime -----------------------------------------------------------------------------
-    @_one_call_at_a_time
     def close(self) -> None:
-        """Stop and join every replica thread (bounded wait); the group is unusable after."""
+        """Stop and join every replica thread (bounded wait); the group is unusable after.
+        Another thread's call finishes first (closed under it anyway past the timeout)."""
         if self._closed:
             return
-        self._closed = True
-        self._finalizer()                  # join the threads first: none may still write grads
-        if self.comm is not None:
-            self.comm.close()
-        for grads in getattr(getattr(self, "_buffers", None), "grads", []):
-            grads.detach()
+        turn = _take_turn(self, "close")
+        try:
+            self._closed = True
+            self._finalizer()              # join the threads first: none may still write grads
+            if self.comm is not None:
+                self.comm.close()
+            for grads in getattr(getattr(self, "_buffers", None), "grads", []):
+                grads.detach()
+        finally:
+            if turn:
+                self._calls.release()
 
     @property
     def closed(self) -> bool:

@@ -313,7 +313,8 @@ def test_calls_from_two_threads_run_one_after_the_other(devices2):
     """A thread's group.run (an evaluation) or step while another thread's step was being
     applied zeroed the gradients under the update (the step moved nothing) or summed the two
     steps' gradients, with no error: now each call waits for the other's, bounded by the
-    group's timeout, and the result is that of the two calls in turn."""
+    group's timeout, and the result is that of the two calls in turn; a close waits for the
+    step too."""
     from parcl.kernels import optim as K
 
     inside = threading.Event()
@@ -348,14 +349,16 @@ def test_calls_from_two_threads_run_one_after_the_other(devices2):
     evaluated = train(lambda group, opt: group.run(lambda r: r.model(
         tp.tensor(pc.Tensor.from_host(r.queue, xa)))))
     stepped = train(lambda group, opt: group.step(xb, yb, tp.cross_entropy, opt))
+    closed = train(lambda group, opt: group.close())
     inside.clear()
     pc.manual_seed(0)
     with ReplicaGroup(mlp, devices2) as group:
         opt = SlowSGD(group.parameters(), lr=0.5)
         group.step(xa, ya, tp.cross_entropy, opt)
         alone = [p.value.to_host() for p in group.parameters()]
-    for a, b in zip(alone, evaluated):
+    for a, b, c in zip(alone, evaluated, closed):
         np.testing.assert_array_equal(b, a)
+        np.testing.assert_array_equal(c, a)
     for a, b in zip(in_turn, stepped):
         np.testing.assert_array_equal(b, a)
 
