@@ -250,3 +250,51 @@ def test_argmax_and_a_recorded_max_over_an_empty_slice_raise_a_shape_error_as_py
     tape.backward(tp.sum(y))
     assert y.shape == (0,)
     np.testing.assert_array_equal(x.grad.to_host(), np.zeros((3, 4)))
+
+
+def test_reductions_over_dim_0_or_minus_1_of_a_0d_input_are_the_input_as_pytorch(queue):
+    """PyTorch reads a 0-d tensor's dim 0 and -1 as its one element: ``s.max(0)`` of the 0-d
+    ``s = 2.5`` is ``(2.5, 0)``, ``s.sum(-1, True)`` 0-d 2.5, ``s.var(0)`` NaN (one element,
+    correction 1). parcl's sum, mean, max, min, argmax, argmin, var, std, logsumexp (the tp
+    functions and the Node methods) raised 'axis 0 is out of range for a 0-D tensor' where
+    amax, prod and cumsum took it. Values, 0-d shapes and gradients are torch's; dim 1 is
+    still a ShapeError, as PyTorch's IndexError."""
+    import torch
+    calls = {   # name: (tp's function, the Node method, which is torch.Tensor's)
+        "sum": (lambda s, d, k: tp.sum(s, d, k), lambda s, d, k: s.sum(d, k)),
+        "mean": (lambda s, d, k: tp.mean(s, d, k), lambda s, d, k: s.mean(d, k)),
+        "max": (lambda s, d, k: tp.max(s, d, k), lambda s, d, k: s.max(d, k).values),
+        "min": (lambda s, d, k: tp.min(s, d, k), lambda s, d, k: s.min(d, k).values),
+        "var": (lambda s, d, k: tp.var(s, d, keepdims=k, correction=0),
+                lambda s, d, k: s.var(d, keepdim=k, correction=0)),
+        "std": (lambda s, d, k: tp.std(s, d, keepdims=k, correction=0),
+                lambda s, d, k: s.std(d, keepdim=k, correction=0)),
+        "logsumexp": (lambda s, d, k: tp.logsumexp(s, d, k),
+                      lambda s, d, k: s.logsumexp(d, k)),
+    }
+    for name, (function, method) in calls.items():
+        for dim in (0, -1):
+            for keepdim in (False, True):
+                t = torch.tensor(2.5, requires_grad=True)
+                want = method(t, dim, keepdim)
+                (want * 3.0).backward()
+                for call in (function, method):
+                    s = leaf(queue, 2.5)
+                    with tp.Tape() as tape:
+                        got = call(s, dim, keepdim)
+                    tape.backward(got * 3.0)
+                    assert got.shape == (), (name, dim, keepdim)
+                    np.testing.assert_array_equal(got.to_host(), want.detach().numpy())
+                    np.testing.assert_array_equal(s.grad.to_host(), t.grad.numpy())
+    s = leaf(queue, 2.5)
+    assert float(tp.std(s, 0)) != float(tp.std(s, 0))            # NaN, as torch.std
+    for name in ("argmax", "argmin"):
+        for keepdim in (False, True):
+            got = getattr(tp, name)(s, -1, keepdim)
+            assert got.shape == () and int(got.to_host()) == 0
+        assert s.max(0).indices.shape == () and int(s.min(-1, True).indices.to_host()) == 0
+    for call in (lambda: tp.sum(s, 1), lambda: s.max(1), lambda: tp.argmax(s, -2)):
+        with pytest.raises(pc.ShapeError, match="out of range for a 0-D tensor"):
+            call()
+    with pytest.raises(pc.ShapeError, match="repeated axis"):
+        tp.sum(s, (0, -1))                     # torch: 'dim 0 appears multiple times'

@@ -128,20 +128,23 @@ SOURCE = _build_source()
 
 # -- axes ----------------------------------------------------------------------------------
 def normalize_axes(op: str, axis, ndim: int, shape=None) -> tuple[int, ...]:
-    """``axis`` (None, int or tuple) as a sorted tuple of non-negative axes."""
+    """``axis`` (None, int or tuple) as a sorted tuple of non-negative axes. A 0-d tensor
+    takes axis 0 and -1, as PyTorch's dims (as if it had one dimension): that dimension is the
+    tensor itself, so there is nothing to reduce, ``()``."""
     if axis is None:
         return tuple(range(ndim))
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    n = ndim or 1                  # (max is this module's reduction)
     norm = []
     for a in axes:
         a = axis_int(op, a, shape)
-        if not -ndim <= a < ndim:
+        if not -n <= a < n:
             raise ShapeError(f"{op}: axis {a} is out of range for a {ndim}-D tensor "
                              f"(shape {shape})")
-        norm.append(a + ndim if a < 0 else a)
+        norm.append(a % n)
     if len(set(norm)) != len(norm):
         raise ShapeError(f"{op}: repeated axis in {axes} (shape {shape})")
-    return tuple(sorted(norm))
+    return tuple(sorted(norm)) if ndim else ()
 
 
 def reduced_shape(shape, axes, keepdims: bool) -> tuple[int, ...]:

@@ -130,11 +130,13 @@ def _arg(op: str, x, axis, keepdims: bool, negate: bool) -> Tensor:
         x = x.value
     ew.check_float(op, x)
     src = ew.unary("neg", x) if negate else x
-    if axis is None:                       # the index into the flattened tensor
+    axes = () if axis is None else rd.normalize_axes(op, axis_int(op, axis, x.shape), x.ndim,
+                                                     x.shape)
+    if not axes:       # the index into the flattened tensor (a 0-d one's dim 0 or -1: 0)
         idx = rd.argmax(src.reshape((1, x.size)), axis=-1, op=op)
         shape = (1,) * x.ndim if keepdims else ()
     else:
-        (ax,) = rd.normalize_axes(op, axis_int(op, axis, x.shape), x.ndim, x.shape)
+        (ax,) = axes
         idx = rd.argmax(src, axis=ax, op=op)
         shape = rd.reduced_shape(x.shape, (ax,), keepdims) if keepdims else idx.shape
     # the input's pending checks (an embedding's index range): the indices of rows picked by a
