@@ -373,3 +373,31 @@ def test_soft_cross_entropy_of_a_row_far_from_zero(queue):
                                atol=1e-6)
     np.testing.assert_allclose(target.grad.to_host(), np.full((2, 4), np.log(4) / 2),
                                rtol=1e-6)
+
+
+def test_softmax_and_log_softmax_of_a_0d_input_over_dim_0_or_minus_1_as_pytorch(queue):
+    """``torch.softmax(s, 0)`` of a 0-d ``s`` is the 0-d 1.0 (log_softmax 0.0, gradient 0;
+    NaN for an infinite ``s``), dim -1 alike; parcl raised 'softmax: needs at least a 1-D
+    input, got a scalar' (tp.softmax, tp.log_softmax, tp.softmin, the Node methods and
+    nn.Softmax/LogSoftmax/Softmin, whose legacy dim is 0 there). Dim 1 is a ShapeError, as
+    PyTorch's IndexError."""
+    calls = [(tp.softmax, torch.softmax), (tp.log_softmax, torch.log_softmax),
+             (tp.softmin, torch.nn.functional.softmin)]
+    for value in (2.5, float("inf")):
+        for ours, theirs in calls:
+            for dim in (0, -1):
+                t = torch.tensor(value, requires_grad=True)
+                want = theirs(t, dim)
+                (want * 3.0).backward()
+                s = leaf(queue, value)
+                with tp.Tape() as tape:
+                    got = ours(s, dim)
+                tape.backward(got * 3.0)
+                assert got.shape == ()
+                np.testing.assert_array_equal(got.to_host(), want.detach().numpy())
+                np.testing.assert_array_equal(s.grad.to_host(), t.grad.numpy())
+    s = leaf(queue, 2.5)
+    assert float(s.softmax(-1)) == 1.0 and float(s.log_softmax(0)) == 0.0
+    assert float(pc.nn.LogSoftmax(0)(s)) == 0.0 and float(pc.nn.Softmin(-1)(s)) == 1.0
+    with pytest.raises(pc.ShapeError, match=r"softmax: axis 1 is out of range .* shape \(\)"):
+        tp.softmax(s, 1)

@@ -317,12 +317,14 @@ def _float(op: str, **ts) -> None:
 
 
 def _lines(op: str, shape, axis: int) -> tuple[int, int, int, int]:
-    """(axis, outer, C, inner) of ``shape`` split at ``axis`` (negative counts from the end)."""
+    """(axis, outer, C, inner) of ``shape`` split at ``axis`` (negative counts from the end);
+    a 0-d tensor takes axis 0 and -1, as PyTorch's (one line of one element)."""
     nd = len(shape)
-    if nd == 0:
-        raise ShapeError(f"{op}: needs at least a 1-D input, got a scalar")
-    if not -nd <= axis < nd:
+    n = max(nd, 1)
+    if not -n <= axis < n:
         raise ShapeError(f"{op}: axis {axis} is out of range for input of shape {tuple(shape)}")
+    if nd == 0:
+        return 0, 1, 1, 1
     axis %= nd
     return axis, prod(shape[:axis]), shape[axis], prod(shape[axis + 1:])
 
