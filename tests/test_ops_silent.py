@@ -211,8 +211,8 @@ def test_relu_maximum_and_minimum_pass_the_gradient_of_a_nan_on(queue):
     """``tp.relu`` gave a NaN input the gradient 0 (``out > 0`` is false for NaN), and
     ``tp.maximum``/``tp.minimum`` gave 0 to both sides where either was NaN, so a NaN reaching
     the loss through them left the layers below with finite gradients; PyTorch passes the
-    upstream gradient on (``threshold_backward``; both sides of ``maximum``). Ties keep
-    parcl's rule: the whole gradient to the left input."""
+    upstream gradient on (``threshold_backward``; both sides of ``maximum``). A tie splits
+    it half and half, as PyTorch's."""
     import torch
     a = np.array([np.nan, 1.0, np.nan, 2.0, -1.0, 3.0], np.float32)
     b = np.array([0.5, np.nan, np.nan, 2.0, 0.0, -3.0], np.float32)
@@ -227,8 +227,8 @@ def test_relu_maximum_and_minimum_pass_the_gradient_of_a_nan_on(queue):
         nan = np.isnan(a) | np.isnan(b)
         np.testing.assert_array_equal(x.grad.to_host()[nan], tx.grad.numpy()[nan])
         np.testing.assert_array_equal(y.grad.to_host()[nan], ty.grad.numpy()[nan])
-        np.testing.assert_array_equal(x.grad.to_host()[3], 1.0)      # the tie: to the left
-        np.testing.assert_array_equal(y.grad.to_host()[3], 0.0)
+        np.testing.assert_array_equal(x.grad.to_host()[3], 0.5)      # the tie: half each
+        np.testing.assert_array_equal(y.grad.to_host()[3], 0.5)
     x = tp.tensor(a, requires_grad=True)
     with tp.Tape() as tape:
         out = tp.relu(x)

@@ -98,3 +98,31 @@ def test_masked_fill_with_a_0d_node_value_gives_it_its_gradient_as_pytorch(queue
     with pytest.raises(pc.ShapeError, match=r"masked_fill: value must be a number or a 0-d "
                                             r"tensor.*got shape \(1,\) \(input \(2, 3\)\)"):
         tp.masked_fill(nx, mask, tp.tensor(np.array([2.5], np.float32)))
+
+
+def test_maximum_and_minimum_split_a_tie_gradient_half_and_half_as_pytorch(queue):
+    """``torch.maximum(a, b)`` gives each side half the gradient where ``a == b``: a learnt
+    floor ``b = 2`` (0-d) under ``a = [1, 2, 2, 3]`` gets ``1 + 0.5 + 0.5 = 2`` and ``a``
+    ``[0, 0.5, 0.5, 1]``. parcl gave a tie's whole gradient to ``a``: ``b.grad`` was 1 and
+    ``a.grad`` ``[0, 1, 1, 1]``, silently (minimum alike; equal infinities are ties too, NaN
+    still passes to both). A number is a bound, as ``torch.clamp_min``: the whole gradient."""
+    import torch
+    inf, nan = float("inf"), float("nan")
+    cases = [([1.0, 2.0, 2.0, 3.0], 2.0),
+             ([inf, -inf, 0.0, -0.0, nan, 5.0], [inf, -inf, -0.0, 0.0, 1.0, 5.0])]
+    for name in ("maximum", "minimum"):
+        for a, b in cases:
+            x, y = leaf(queue, a), leaf(queue, b)
+            with tp.Tape() as tape:
+                out = getattr(tp, name)(x, y)
+            tape.backward(tp.sum(out * 3.0))
+            tx, ty = (torch.tensor(v, requires_grad=True) for v in (a, b))
+            (getattr(torch, name)(tx, ty) * 3.0).sum().backward()
+            np.testing.assert_array_equal(out.to_host(), getattr(torch, name)(tx, ty).detach())
+            np.testing.assert_array_equal(x.grad.to_host(), tx.grad.numpy())
+            np.testing.assert_array_equal(y.grad.to_host(), ty.grad.numpy())
+    x = leaf(queue, [1.0, 2.0, 2.0, 3.0])
+    with tp.Tape() as tape:
+        out = tp.maximum(x, 2.0) + tp.minimum(2.0, x)
+    tape.backward(tp.sum(out))
+    np.testing.assert_array_equal(x.grad.to_host(), [1.0, 2.0, 2.0, 1.0])   # clamp's

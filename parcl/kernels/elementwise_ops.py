@@ -57,12 +57,12 @@ BINARY_OPS = {
     "gt": "(x > y) ? 1.0f : 0.0f",
     "le": "(x <= y) ? 1.0f : 0.0f",
     "lt": "(x < y) ? 1.0f : 0.0f",
-    # maximum/minimum's partials: the winning side, ties to the left; where either input is
-    # NaN (the output is NaN) both sides pass the gradient, as PyTorch's
-    "maximum_grad_a": "(x < y) ? 0.0f : 1.0f",
-    "maximum_grad_b": "(x >= y) ? 0.0f : 1.0f",
-    "minimum_grad_a": "(x > y) ? 0.0f : 1.0f",
-    "minimum_grad_b": "(x <= y) ? 0.0f : 1.0f",
+    # maximum/minimum's partials, PyTorch's: the winning side, half to each at a tie; where
+    # either input is NaN (the output is NaN) both sides pass the gradient
+    "maximum_grad_a": "(x < y) ? 0.0f : (x == y) ? 0.5f : 1.0f",
+    "maximum_grad_b": "(x > y) ? 0.0f : (x == y) ? 0.5f : 1.0f",
+    "minimum_grad_a": "(x > y) ? 0.0f : (x == y) ? 0.5f : 1.0f",
+    "minimum_grad_b": "(x < y) ? 0.0f : (x == y) ? 0.5f : 1.0f",
     # backward helpers: x is the saved forward input or output, y the upstream gradient
     # x is relu's output: a NaN passes the gradient on, as PyTorch's threshold_backward
     "relu_backward": "(x <= 0.0f) ? 0.0f : y",

@@ -15,8 +15,8 @@ from ...errors import DTypeError, ParclError, ShapeError
 from ...tensor import FLOAT
 from .activation import _number, clamp
 from .composed import linalg_vector_norm
-from .elementwise import add, sub
-from .loss_margin import _smaller, check_triplet, pairwise_distance
+from .elementwise import add, minimum, sub
+from .loss_margin import check_triplet, pairwise_distance
 from .loss_more import _reduce, _tensors
 from .picks import constant, index_select
 
@@ -73,7 +73,7 @@ def triplet_margin_with_distance_loss(anchor, positive, negative, *, distance_fu
     d_pos = distance_function(anchor, positive)
     d_neg = distance_function(anchor, negative)
     if swap:
-        d_neg = _smaller(d_neg, distance_function(positive, negative), tape)
+        d_neg = minimum(d_neg, distance_function(positive, negative), tape=tape)
     if tuple(d_pos.shape) != tuple(d_neg.shape):
         raise ShapeError(f"{op}: distance_function gave d(anchor, positive) of shape "
                          f"{tuple(d_pos.shape)} but d(anchor, negative) of shape "

@@ -146,7 +146,8 @@ class Pow(_Partials):
 
 
 class Maximum(_Partials):
-    """The gradient goes to the winning side (ties: to the left input; a NaN: to both)."""
+    """The gradient goes to the winning side (ties: half to each; a NaN: to both), as
+    PyTorch's."""
 
     name = kernel = "maximum"
     partials = ("maximum_grad_a", "maximum_grad_b")
@@ -311,12 +312,13 @@ def pow(x, p, *, tape=None):  # noqa: A001
 
 
 def maximum(a, b, *, tape=None):
-    """Elementwise maximum with broadcasting (gradient to the larger side; ties to ``a``;
-    where either side is NaN, to both, as PyTorch)."""
+    """Elementwise maximum with broadcasting (gradient to the larger side; at a tie half to
+    each; where either side is NaN, to both, as ``torch.maximum``). A number on either side is
+    a bound, as ``torch.clamp_min``'s: the tensor gets the whole gradient at a tie."""
     return _binary("maximum", a, b, tape)
 
 
 def minimum(a, b, *, tape=None):
-    """Elementwise minimum with broadcasting (gradient to the smaller side; ties to ``a``;
-    where either side is NaN, to both)."""
+    """Elementwise minimum with broadcasting (gradient to the smaller side; at a tie half to
+    each; where either side is NaN, to both); a number is a bound, as ``torch.clamp_max``'s."""
     return _binary("minimum", a, b, tape)

@@ -35,7 +35,7 @@ from .composed import linalg_vector_norm
 from .elementwise import add, div, minimum, mul, sub
 from .loss import class_weight_arg
 from .loss_more import _reduce, _tensors, check_reduction
-from .mathops import eq, gt, ne, square
+from .mathops import gt, ne, square
 from .picks import _RangeCheck
 from .reduce import sum
 from .select import where
@@ -141,19 +141,11 @@ def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: floa
     d_pos = pairwise_distance(anchor, positive, p, eps, tape=tape)
     d_neg = pairwise_distance(anchor, negative, p, eps, tape=tape)
     if swap:
-        d_neg = _smaller(d_neg, pairwise_distance(positive, negative, p, eps, tape=tape), tape)
+        d_neg = minimum(d_neg, pairwise_distance(positive, negative, p, eps, tape=tape),
+                        tape=tape)
     # PyTorch's clamp_min, whose gradient passes at the hinge (relu's would not)
     return _reduce(clamp(add(sub(d_pos, d_neg, tape=tape), m, tape=tape), min=0.0,
                          tape=tape), reduction, tape)
-
-
-def _smaller(a, b, tape):
-    """``torch.minimum(a, b)`` with its gradient: half to each side where they tie (the swap
-    of an anchor and a positive equally far from the negative; tp.minimum sends it to ``a``).
-    """
-    half = add(mul(a, 0.5, tape=tape), mul(b, 0.5, tape=tape), tape=tape)    # a, at a tie
-    tie = eq(*(v.value if isinstance(v, Node) else v for v in (a, b)))
-    return where(tie, half, minimum(a, b, tape=tape), tape=tape)
 
 
 class TargetScore(Function):
