@@ -298,3 +298,26 @@ def test_reductions_over_dim_0_or_minus_1_of_a_0d_input_are_the_input_as_pytorch
             call()
     with pytest.raises(pc.ShapeError, match="repeated axis"):
         tp.sum(s, (0, -1))                     # torch: 'dim 0 appears multiple times'
+
+
+def test_max_and_min_of_a_tensor_other_are_the_elementwise_maximum_as_pytorch(queue):
+    """``torch.max(a, b)`` and ``a.max(b)`` of two tensors are ``torch.maximum(a, b)`` (min:
+    ``minimum``), broadcast, with its gradients (half to each side at a tie); parcl read
+    ``b`` as a dim and raised 'max: axis must be an int'. An int dim is unchanged."""
+    import torch
+    a, b = [1.0, 5.0, 2.0, -1.0], [[3.0, 4.0, 2.0, 0.0], [0.0, 9.0, 2.0, -1.0]]
+    for name in ("max", "min"):
+        for method in (False, True):
+            x, y = leaf(queue, a), leaf(queue, b)
+            with tp.Tape() as tape:
+                out = getattr(x, name)(y) if method else getattr(tp, name)(x, y)
+            tape.backward(tp.sum(out * tp.tensor(np.float32([[1, 2, 3, 4], [5, 6, 7, 8]]))))
+            tx, ty = (torch.tensor(v, requires_grad=True) for v in (a, b))
+            want = getattr(torch, name)(tx, ty)
+            (want * torch.tensor([[1.0, 2, 3, 4], [5, 6, 7, 8]])).sum().backward()
+            np.testing.assert_array_equal(out.to_host(), want.detach().numpy())
+            np.testing.assert_array_equal(x.grad.to_host(), tx.grad.numpy())
+            np.testing.assert_array_equal(y.grad.to_host(), ty.grad.numpy())
+    y = leaf(queue, b)
+    assert y.max(1).indices.to_host().tolist() == [1, 1]
+    np.testing.assert_array_equal(tp.min(y, 0).to_host(), [0.0, 4.0, 2.0, -1.0])

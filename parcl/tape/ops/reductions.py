@@ -30,6 +30,7 @@ from ...kernels import select as sk
 from ...kernels.strided import axis_int
 from ...tensor import Tensor
 from ..node import Function, Node
+from .elementwise import maximum, minimum
 from .reduce_dims import Amax, Amin
 from .shape import wrap_dim
 
@@ -103,11 +104,14 @@ def max(x, axis=None, keepdims: bool = False, *, tape=None):  # noqa: A001
     """Largest element over ``axis`` (numpy's ``amax``; NaN propagates). Over every element
     (``axis=None``) tied maxima share the gradient evenly, as ``torch.max(x)``'s; over given
     axes it goes to the first maximal element of each reduced block (row-major order), as
-    ``torch.max(x, dim)``'s, and the others get 0.
+    ``torch.max(x, dim)``'s, and the others get 0. A tensor in ``axis``'s place is
+    ``torch.max(input, other)``: ``tp.maximum(x, other)``.
 
     >>> tp.max(x, axis=1).shape            # x (2, 3)
     (2,)
     """
+    if isinstance(axis, (Node, Tensor)):
+        return maximum(x, axis, tape=tape)
     if axis is None:
         return MaxAll.apply(x, tape=tape, dim=None, keepdim=bool(keepdims))
     return Max.apply(x, tape=tape, axis=axis, keepdims=bool(keepdims))
@@ -115,11 +119,14 @@ def max(x, axis=None, keepdims: bool = False, *, tape=None):  # noqa: A001
 
 def min(x, axis=None, keepdims: bool = False, *, tape=None):  # noqa: A001
     """Smallest element over ``axis``; the gradient as ``max``'s: shared evenly among tied
-    minima over every element, else to the first.
+    minima over every element, else to the first; a tensor ``other`` in ``axis``'s place is
+    ``tp.minimum(x, other)``, as ``torch.min(input, other)``.
 
     >>> tp.min(x, axis=(0, 1)).shape       # x (2, 3)
     ()
     """
+    if isinstance(axis, (Node, Tensor)):
+        return minimum(x, axis, tape=tape)
     if axis is None:
         return MinAll.apply(x, tape=tape, dim=None, keepdim=bool(keepdims))
     return Min.apply(x, tape=tape, axis=axis, keepdims=bool(keepdims))
