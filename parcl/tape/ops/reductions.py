@@ -11,9 +11,9 @@ elementwise ops, so results are bit-identical run to run.
 >>> with tp.Tape() as tape:
 ...     m = tp.max(x)
 >>> tape.backward(m)
->>> x.grad.to_host()                     # the first maximal element only
-array([[0., 1.],
-       [0., 0.]], dtype=float32)
+>>> x.grad.to_host()                     # two maximal elements: half each, as torch.max(x)
+array([[0. , 0.5],
+       [0.5, 0. ]], dtype=float32)
 """
 
 from __future__ import annotations
