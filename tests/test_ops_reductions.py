@@ -321,3 +321,31 @@ def test_max_and_min_of_a_tensor_other_are_the_elementwise_maximum_as_pytorch(qu
     y = leaf(queue, b)
     assert y.max(1).indices.to_host().tolist() == [1, 1]
     np.testing.assert_array_equal(tp.min(y, 0).to_host(), [0.0, 4.0, 2.0, -1.0])
+
+
+def test_var_and_std_take_pytorchs_unbiased_as_pytorch(queue):
+    """A hand-written layer norm's ``x.var(-1, unbiased=False, keepdim=True)`` (and
+    ``x.var(1, False)``, ``x.std(False)``, ``torch.var(x, 1, unbiased=False)``) is the biased
+    variance in PyTorch; parcl raised TypeError at ``unbiased`` (and read ``x.var(False)``'s
+    bool as a dim). Values and gradients are torch's; ``unbiased`` with ``correction`` is a
+    TypeError, as PyTorch's."""
+    import torch
+    a = np.array([[1.0, 2.0, 4.0, 7.0], [3.0, -1.0, 0.5, 2.0]], np.float32)
+    calls = [lambda v: v.var(-1, unbiased=False, keepdim=True), lambda v: v.var(1, False),
+             lambda v: v.std(0, True, True), lambda v: v.std(False), lambda v: v.var(True),
+             lambda v: v.std(dim=1, unbiased=False), lambda v: v.var(1, correction=0)]
+    for call in calls:
+        x, t = leaf(queue, a), torch.tensor(a, requires_grad=True)
+        with tp.Tape() as tape:
+            got = call(x)
+        tape.backward(tp.sum(got * got))
+        want = call(t)
+        (want * want).sum().backward()
+        np.testing.assert_allclose(got.to_host(), want.detach().numpy(), rtol=1e-6)
+        np.testing.assert_allclose(x.grad.to_host(), t.grad.numpy(), rtol=1e-5)
+    x = leaf(queue, a)
+    np.testing.assert_allclose(tp.var(x, 1, unbiased=False).to_host(), a.var(axis=1))
+    np.testing.assert_allclose(tp.std_mean(x, 0, unbiased=False)[0].to_host(), a.std(axis=0))
+    np.testing.assert_allclose(tp.var_mean(x, unbiased=True)[0].to_host(), a.var(ddof=1))
+    with pytest.raises(TypeError, match="given both"):
+        x.var(1, False, correction=0)

@@ -16,18 +16,22 @@ from .reductions import std, var
 __all__ = ["std_mean", "var_mean"]
 
 
-def var_mean(x, axis=None, *, keepdims: bool = False, correction: float = 1, tape=None):
+def var_mean(x, axis=None, *, keepdims: bool = False, correction: float | None = None,
+             unbiased: bool | None = None, tape=None):
     """``torch.var_mean``: ``(var(x, axis, ...), mean(x, axis, ...))`` as a tuple, with
-    ``tp.var``'s arguments (``keepdims`` and ``correction`` by keyword only).
+    ``tp.var``'s arguments (``keepdims``, ``correction`` and ``unbiased`` by keyword only).
 
     >>> [t.shape for t in tp.var_mean(x, keepdims=True)]        # x (2, 2)
     [(1, 1), (1, 1)]
     """
-    return (var(x, axis, keepdims=keepdims, correction=correction, tape=tape),
+    return (var(x, axis, keepdims=keepdims, correction=correction, unbiased=unbiased,
+                tape=tape),
             mean(x, axis, keepdims, tape=tape))
 
 
-def std_mean(x, axis=None, *, keepdims: bool = False, correction: float = 1, tape=None):
+def std_mean(x, axis=None, *, keepdims: bool = False, correction: float | None = None,
+             unbiased: bool | None = None, tape=None):
     """``torch.std_mean``: ``(std(x, axis, ...), mean(x, axis, ...))`` as a tuple."""
-    return (std(x, axis, keepdims=keepdims, correction=correction, tape=tape),
+    return (std(x, axis, keepdims=keepdims, correction=correction, unbiased=unbiased,
+                tape=tape),
             mean(x, axis, keepdims, tape=tape))

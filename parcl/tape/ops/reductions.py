@@ -219,29 +219,45 @@ class Std(Var):
     root = True
 
 
+def correction_of(op: str, unbiased, correction) -> float:
+    """The divisor's correction from PyTorch's older ``unbiased`` (True: 1, False: 0) or its
+    ``correction`` (None: 1); both given is a TypeError, as PyTorch refuses them."""
+    if unbiased is None:
+        return float(1 if correction is None else correction)
+    if correction is not None:
+        raise TypeError(f"{op}: unbiased={unbiased!r} and correction={correction!r} given "
+                        "both; give one (unbiased=False is correction=0)")
+    if not isinstance(unbiased, (bool, np.bool_)):
+        raise TypeError(f"{op}: unbiased must be a bool, got {type(unbiased).__name__}")
+    return float(unbiased)
+
+
 # var's and std's keepdims and correction are keyword-only: PyTorch's third positional
 # argument is unbiased (torch.var(x, 1, False) is the biased variance), so tp.var(x, 1, False)
 # must not read its False as keepdims and return the unbiased one.
-def var(x, axis=None, *, keepdims: bool = False, correction: float = 1, tape=None):
-    """Variance over ``axis`` with ``correction`` (1: unbiased, PyTorch's default; 0: the
-    population variance). Fewer elements than ``correction`` + 1 give NaN or inf, as PyTorch.
+def var(x, axis=None, *, keepdims: bool = False, correction: float | None = None,
+        unbiased: bool | None = None, tape=None):
+    """Variance over ``axis`` with ``correction`` (1, PyTorch's default: unbiased; 0: the
+    population variance) or PyTorch's ``unbiased`` (True or False). Fewer elements than
+    ``correction`` + 1 give NaN or inf, as PyTorch.
 
     >>> tp.var(x, axis=0, correction=0).shape      # x (2, 3)
     (3,)
     """
     return Var.apply(x, tape=tape, axis=axis, keepdims=bool(keepdims),
-                     correction=float(correction))
+                     correction=correction_of("var", unbiased, correction))
 
 
-def std(x, axis=None, *, keepdims: bool = False, correction: float = 1, tape=None):
-    """``sqrt(var(x, axis, keepdims=..., correction=...))``; its gradient is 0 (not NaN)
-    where the standard deviation is 0, as PyTorch's.
+def std(x, axis=None, *, keepdims: bool = False, correction: float | None = None,
+        unbiased: bool | None = None, tape=None):
+    """``sqrt(var(x, axis, keepdims=..., correction=...))`` (or ``unbiased=``); its gradient
+    is 0 (not NaN) where the standard deviation is 0, as PyTorch's.
 
     >>> tp.std(x).shape
     ()
     """
     return Std.apply(x, tape=tape, axis=axis, keepdims=bool(keepdims),
-                     correction=float(correction))
+                     correction=correction_of("std", unbiased, correction))
 
 
 # -- logsumexp and cumsum -----------------------------------------------------------------------
