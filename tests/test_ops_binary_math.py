@@ -156,3 +156,31 @@ def test_bad_operands_are_named_errors(queue):
         tp.fmax(a, "1")
     with pytest.raises(DTypeError, match=r"copysign: dtype int64 .*\(2,\)"):
         tp.copysign(a, up(queue, [1, 2], np.int64))
+
+
+def test_div_takes_pytorchs_rounding_modes_with_a_zero_gradient_as_pytorch(queue):
+    """``torch.div(a, b, rounding_mode="floor")`` is ``floor_divide`` and ``"trunc"`` the
+    quotient truncated toward 0 (-7 / 2: -4 and -3), each with the gradient 0 for both inputs
+    (no error, where floor_divide's backward raises); parcl refused the argument with
+    TypeError 'div() got an unexpected keyword argument'. Another mode is a ParclError, as
+    PyTorch refuses it."""
+    a = np.array([-7.0, 7.0, 3.5, -0.5, 0.0, 5.0, np.inf, np.nan, -3.0], np.float32)
+    b = np.array([2.0, -2.0, 0.0, 2.0, -3.0, 0.3, 2.0, 1.0, 0.0], np.float32)
+    for mode in ("floor", "trunc"):
+        x, y = leaf(queue, a), leaf(queue, b)
+        with tp.Tape() as tape:
+            out = tp.div(x, y, rounding_mode=mode)
+        tape.backward(tp.sum(out))
+        ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+        want = torch.div(ta, tb, rounding_mode=mode)
+        want.sum().backward()
+        np.testing.assert_array_equal(out.to_host(), want.detach().numpy())
+        np.testing.assert_array_equal(x.grad.to_host(), ta.grad.numpy())
+        np.testing.assert_array_equal(y.grad.to_host(), tb.grad.numpy())
+        np.testing.assert_array_equal(tp.div(x, 2.0, rounding_mode=mode).to_host(),
+                                      torch.div(ta, 2.0, rounding_mode=mode).detach())
+        np.testing.assert_array_equal(tp.div(7.0, y, rounding_mode=mode).to_host(),
+                                      torch.div(7.0, tb, rounding_mode=mode).detach())
+    assert tp.div(leaf(queue, [-7.0]), 2.0, rounding_mode="trunc").to_host().tolist() == [-3]
+    with pytest.raises(ParclError, match="rounding_mode must be None, 'floor' or 'trunc'"):
+        tp.div(leaf(queue, a), 2.0, rounding_mode="round")

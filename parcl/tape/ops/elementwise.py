@@ -18,7 +18,7 @@ from numbers import Real
 
 import numpy as np
 
-from ...errors import ShapeError
+from ...errors import ParclError, ShapeError
 from ...kernels import elementwise as ew
 from ...kernels.broadcast import broadcast_shapes
 from ...kernels.reduction import sum_to_shape
@@ -119,6 +119,25 @@ class Div(_Binary):
             ew.binary("div", t, self.b, out=t)
             gb = ew.scale_(self._reduce(1, t), -1.0)
         return ga, gb
+
+
+class RoundedDiv(Function):
+    """``div`` with a ``rounding_mode``: ``"floor"`` PyTorch's floor division (``div_floor``,
+    through fmod), ``"trunc"`` the quotient truncated toward 0. Both are steps, so both inputs
+    get the gradient 0, as PyTorch's (where ``floor_divide``'s backward raises)."""
+
+    name = "div"
+
+    def forward(self, a, b, rounding_mode: str = "floor"):
+        self.shapes = (a.shape, b.shape)
+        if rounding_mode == "floor":
+            return ew.binary("floor_divide", a, b)
+        out = ew.binary("div", a, b)
+        return ew.unary("trunc", out, out=out)
+
+    def backward(self, g):
+        return tuple(Tensor.zeros(g.queue, shape) if need else None
+                     for shape, need in zip(self.shapes, self.needs_input_grad))
 
 
 class _Partials(_Binary):
@@ -295,9 +314,23 @@ def mul(a, b, *, tape=None):
     return _binary("mul", a, b, tape)
 
 
-def div(a, b, *, tape=None):
-    """``a / b`` with broadcasting; either side may be a Python scalar."""
-    return _binary("div", a, b, tape)
+def div(a, b, *, rounding_mode: str | None = None, tape=None):
+    """``a / b`` with broadcasting; either side may be a Python scalar. ``rounding_mode``
+    ``"floor"`` or ``"trunc"`` rounds the quotient, as ``torch.div``'s (gradient 0).
+
+    >>> tp.div(tp.tensor(np.array([-7.0, 7.0])), 2.0, rounding_mode="trunc").to_host()
+    array([-3.,  3.], dtype=float32)
+    """
+    if rounding_mode is None:
+        return _binary("div", a, b, tape)
+    if rounding_mode not in ("floor", "trunc"):
+        raise ParclError(f"div: rounding_mode must be None, 'floor' or 'trunc', got "
+                         f"{rounding_mode!r}")
+    if _is_scalar(a) and _is_scalar(b):
+        raise TypeError("div: both operands are Python scalars; pass a tp.Node or pc.Tensor")
+    a = Tensor.full(b.queue, (), float(a)) if _is_scalar(a) else a
+    b = Tensor.full(a.queue, (), float(b)) if _is_scalar(b) else b
+    return RoundedDiv.apply(a, b, tape=tape, rounding_mode=rounding_mode)
 
 
 def pow(x, p, *, tape=None):  # noqa: A001
