@@ -383,6 +383,26 @@ METHODS = {
     "flip": lambda v: v.flip(1), "flip dims as arguments": lambda v: v.flip(0, 1),
     "flip dims=": lambda v: v.flip(dims=[-1]), "tril": lambda v: v.tril(),
     "matmul": lambda v: v.matmul(v.T),
+    "add alpha": lambda v: v.add(v[:1] * v[:1], alpha=2),
+    "sub alpha": lambda v: v.sub(1.5, alpha=3),
+    "mul": lambda v: v.mul(v[:, :1]), "div": lambda v: v.div(v.abs() + 1.0),
+    "div floor": lambda v: v.div(0.25, rounding_mode="floor") + v,
+    "subtract multiply divide": lambda v: v.subtract(v.multiply(v)).divide(2.0),
+    "maximum": lambda v: v.maximum(v[:1]), "minimum": lambda v: v.minimum(v[:, 1:2]),
+    "sign floor ceil round trunc fix": lambda v: (v * v.sign() + v.floor() + v.ceil()
+                                                  + v.round() + v.trunc() + v.fix()),
+    "round decimals": lambda v: v.round(decimals=1) + v,
+    "reciprocal log1p expm1": lambda v: v.abs().add(1).reciprocal() + v.abs().log1p() + v.expm1(),
+    "log2 log10 erf": lambda v: v.abs().log2() + v.abs().log10() + v.erf(),
+    "tan sinh cosh": lambda v: v.tan() + v.sinh() + v.cosh(),
+    "asin acos atan": lambda v: (v / 3).asin() + (v / 3).acos() + v.atan(),
+    "atan2 arctan2": lambda v: v.atan2(v[:1]) + v.arctan2(v.abs() + 1),
+    "lerp": lambda v: v.lerp(v[:1], 0.3) + v.lerp(v.flip(0), v.sigmoid()),
+    "nan_to_num": lambda v: v.log().nan_to_num(-1.0) + v,
+    "negative absolute positive clip": lambda v: v.negative() + v.absolute() * v.positive()
+                                                 + v.clip(-0.5, 0.5),
+    "greater less": lambda v: (v * v.greater(0.1) + v * v.less(-0.1) + v * v.greater_equal(0)
+                               + v * v.less_equal(0.0) + v * v.not_equal(0.0)),
 }
 
 

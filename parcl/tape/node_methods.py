@@ -219,6 +219,28 @@ class NodeMethods:
     def pow(self, exponent):
         return _ops().pow(self, exponent)
 
+    def add(self, other, *, alpha=1):
+        """``x + alpha * other``, as torch.Tensor's ``add`` (``sub``: minus)."""
+        return _ops().add(self, other if alpha == 1 else other * alpha)
+
+    def sub(self, other, *, alpha=1):
+        return _ops().sub(self, other if alpha == 1 else other * alpha)
+
+    def mul(self, other):
+        return _ops().mul(self, other)
+
+    def div(self, other, *, rounding_mode=None):
+        return _ops().div(self, other, rounding_mode=rounding_mode)
+
+    # torch.Tensor's numpy-style aliases
+    subtract, multiply, divide = sub, mul, div
+
+    def maximum(self, other):
+        return _ops().maximum(self, other)
+
+    def minimum(self, other):
+        return _ops().minimum(self, other)
+
     def clamp(self, min=None, max=None):  # noqa: A002
         return _ops().clamp(self, min, max)
 
@@ -260,6 +282,72 @@ class NodeMethods:
 
     def frac(self):
         return _ops().frac(self)
+
+    def sign(self):
+        return _ops().sign(self)
+
+    def floor(self):
+        return _ops().floor(self)
+
+    def ceil(self):
+        return _ops().ceil(self)
+
+    def trunc(self):
+        return _ops().trunc(self)
+
+    def reciprocal(self):
+        return _ops().reciprocal(self)
+
+    def log1p(self):
+        return _ops().log1p(self)
+
+    def expm1(self):
+        return _ops().expm1(self)
+
+    def log2(self):
+        return _ops().log2(self)
+
+    def log10(self):
+        return _ops().log10(self)
+
+    def erf(self):
+        return _ops().erf(self)
+
+    def tan(self):
+        return _ops().tan(self)
+
+    def sinh(self):
+        return _ops().sinh(self)
+
+    def cosh(self):
+        return _ops().cosh(self)
+
+    def asin(self):
+        return _ops().asin(self)
+
+    def acos(self):
+        return _ops().acos(self)
+
+    def atan(self):
+        return _ops().atan(self)
+
+    def round(self, decimals=0):
+        return _ops().round(self, decimals)
+
+    def atan2(self, other):
+        return _ops().atan2(self, other)
+
+    def lerp(self, end, weight):
+        return _ops().lerp(self, end, weight)
+
+    def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
+        return _ops().nan_to_num(self, nan, posinf, neginf)
+
+    def positive(self):
+        return self
+
+    # torch.Tensor's other names of these
+    fix, arctan2, negative, absolute, clip = trunc, atan2, neg, abs, clamp
 
     # -- special functions and the rest of the pointwise math (mathops_special, _binary) --
     def acosh(self):
@@ -407,6 +495,8 @@ class NodeMethods:
 
     def ge(self, other):
         return _ops().ge(self, other)
+
+    greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
 
     def equal(self, other):
         return _ops().equal(self, other)
