@@ -1,6 +1,7 @@
 """The integer ops (gcd, lcm, bitwise_and/or/xor/not): values against torch on int32 and
 int64 with negative values, zeros and broadcasting, the bitwise ops on bool masks, ints on
-either side, the method forms, and the errors (float tensors, mixed dtypes)."""
+either side, the method forms, int32 with int64 promoted to int64, and the errors (float
+tensors, a bool mask with an int tensor)."""
 
 from __future__ import annotations
 
@@ -61,14 +62,15 @@ def test_ints_on_either_side_and_nodes_as_operands(queue):
 
 def test_bad_operands_are_named_errors(queue):
     f = up(queue, [1.0, 2.0])
-    i32, i64 = up(queue, [1, 2], np.int32), up(queue, [1, 2], np.int64)
+    i64 = up(queue, [1, 2], np.int64)
     with pytest.raises(DTypeError, match=r"gcd: dtype float32 is not supported \(shape \(2,\)\)"):
         tp.gcd(f, f)
     with pytest.raises(DTypeError, match="bitwise_not: dtype float32"):
         tp.bitwise_not(f)
-    with pytest.raises(DTypeError, match=r"lcm: operands of different dtypes \(int32 \(2,\) and "
-                                          r"int64 \(2,\)\)"):
-        tp.lcm(i32, i64)
+    mask = pc.Tensor.from_host(queue, np.array([True, False]))
+    with pytest.raises(DTypeError, match=r"bitwise_and: operands of different dtypes \(uint8 "
+                                          r"\(2,\) and int64 \(2,\)\)"):
+        tp.bitwise_and(mask, i64)
     with pytest.raises(DTypeError, match="gcd: dtype uint8"):
         tp.gcd(pc.Tensor.from_host(queue, np.array([True])), pc.Tensor.from_host(
             queue, np.array([True])))
@@ -78,3 +80,17 @@ def test_bad_operands_are_named_errors(queue):
         tp.gcd(4, 6)
     with pytest.raises(DTypeError, match="bitwise_and: expected a tp.Node, pc.Tensor or int"):
         tp.bitwise_and(i64, 1.5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_int32_with_int64_operands_give_int64_as_pytorch(queue, name):
+    """PyTorch promotes an int32 operand beside an int64 one to int64 (``torch.gcd`` of the
+    int32 ``[[6], [-12], [2**31 - 1]]`` and the int64 ``[4, 18, -2**40]`` is int64);
+    parcl refused them with 'operands of different dtypes'. Either order, broadcast."""
+    a = np.array([[6], [-12], [2**31 - 1]], np.int32)
+    b = np.array([4, 18, -2**40], np.int64)
+    for x, y in ((a, b), (b, a)):
+        got = getattr(tp, name)(up(queue, x, x.dtype), up(queue, y, y.dtype)).to_host()
+        want = getattr(torch, name)(torch.from_numpy(x), torch.from_numpy(y)).numpy()
+        assert got.dtype == want.dtype == np.int64
+        np.testing.assert_array_equal(got, want)

@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import DTypeError
 from ..tensor import Tensor, check_same_queue
 from ._cache import get_kernel
+from .counting import cast
 from .elementwise import STRIDED_OFFSETS, strided_plan
 
 # element type -> its OpenCL C name
@@ -108,6 +109,9 @@ def binary(op: str, a: Tensor, b: Tensor) -> Tensor:
     """``op(a, b)`` elementwise with numpy broadcasting; ``op`` one of ``BINARY``."""
     if op not in BINARY:
         raise ValueError(f"binary: unknown op {op!r}; expected one of {sorted(BINARY)}")
+    if {a.dtype, b.dtype} == {np.dtype(np.int32), np.dtype(np.int64)}:
+        # PyTorch promotes int32 with int64 to int64 (every int32 value fits)
+        a, b = cast(a, np.int64), cast(b, np.int64)
     dtype = check_integer(op, a, b)
     check_same_queue(op, a, b)
     queue = a.queue
