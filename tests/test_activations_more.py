@@ -205,7 +205,7 @@ def test_normalize_of_a_row_holding_a_nan_is_nan_as_pytorch(queue, p):
 
 
 def test_normalize_refuses_what_pytorch_refuses(queue):
-    with pytest.raises(ShapeError, match=r"normalize: axis 1 is out of range .*\(3,\)"):
+    with pytest.raises(ShapeError, match=r"normalize: dim 1 is out of range .*\(3,\)"):
         tp.normalize(up(queue, [1.0, 2.0, 3.0]))             # torch: IndexError
     with pytest.raises(ParclError, match="normalize: p must be >= 1"):
         tp.normalize(up(queue, np.ones((2, 2))), p=0.5)
@@ -299,3 +299,37 @@ def test_cosine_similarity_layer_and_inplace_refused(queue, rng):
             make()
     with pytest.raises(ParclError, match="Hardtanh: min_val cannot be greater than max_val"):
         pc.nn.Hardtanh(1.0, -1.0)
+
+
+def test_normalize_and_cosine_similarity_of_a_0d_input_over_dim_0_as_pytorch(queue):
+    """``F.normalize(s, dim=0)`` of a 0-d ``s`` is ``s / max(|s|, eps)`` (-3: -1.0; 0: 0.0)
+    and ``F.cosine_similarity(s, t, 0)`` of two 0-d tensors their signs' product, as a 0-d
+    tensor's dim 0 and -1 are its one element in PyTorch; parcl raised 'normalize: axis 0 is
+    out of range for a tensor of shape ()'. Values and gradients are torch's."""
+    calls = [(lambda x, y: tp.normalize(x, dim=0), lambda x, y: F.normalize(x, dim=0)),
+             (lambda x, y: tp.normalize(x, 1.0, -1), lambda x, y: F.normalize(x, 1.0, -1)),
+             (lambda x, y: tp.normalize(x, float("inf"), 0),
+              lambda x, y: F.normalize(x, float("inf"), 0)),
+             (lambda x, y: tp.cosine_similarity(x, y, 0),
+              lambda x, y: F.cosine_similarity(x, y, 0)),
+             (lambda x, y: tp.cosine_similarity(x, y, -1) * y,
+              lambda x, y: F.cosine_similarity(x, y, -1) * y)]
+    for value in (2.5, -3.0, 0.0):
+        for ours, theirs in calls:
+            x, y = leaf(queue, value), leaf(queue, -1.5)
+            with tp.Tape() as tape:
+                got = ours(x, y)
+            tape.backward(got * 3.0)
+            tx = torch.tensor(value, requires_grad=True)
+            ty = torch.tensor(-1.5, requires_grad=True)
+            want = theirs(tx, ty)
+            (want * 3.0).backward()
+            assert got.shape == ()
+            np.testing.assert_allclose(got.to_host(), want.detach().numpy(), rtol=1e-6)
+            # torch's gradient of s / |s| is 0 up to its rounding (1e-7)
+            np.testing.assert_allclose(x.grad.to_host(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+            if ty.grad is not None:
+                np.testing.assert_allclose(y.grad.to_host(), ty.grad.numpy(), rtol=1e-5,
+                                           atol=1e-6)
+    with pytest.raises(ShapeError, match=r"normalize: dim 1 is out of range .*shape \(\)"):
+        tp.normalize(leaf(queue, 2.5), dim=1)

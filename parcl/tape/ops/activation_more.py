@@ -33,7 +33,7 @@ from .mathops import gt, le, ne, square
 from .reduce import sum
 from .reduce_dims import amax
 from .select import where
-from .shape import reshape
+from .shape import reshape, wrap_dim
 from .unary import abs, neg, sigmoid, sqrt
 
 __all__ = ["celu", "cosine_similarity", "glu", "hardshrink", "hardsigmoid", "hardswish",
@@ -243,7 +243,7 @@ def normalize(x, p: float = 2.0, dim: int = 1, eps: float = 1e-12, *, tape=None)
     eps = _number("normalize", "eps", eps)
     if not p >= 1.0:
         raise ParclError(f"normalize: p must be >= 1 (or inf) here, got {p}")
-    dim = normalize_axis("normalize", dim, len(x.shape), x.shape)
+    dim = wrap_dim("normalize", dim, len(x.shape), x.shape)
     return div(x, _norm(x, p, dim, eps, tape), tape=tape)
 
 
@@ -258,7 +258,7 @@ def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8, *, tape=None):
     eps = _number("cosine_similarity", "eps", eps)
     shape1, shape2 = tuple(x1.shape), tuple(x2.shape)
     shape = broadcast_shapes("cosine_similarity", shape1, shape2)
-    dim = normalize_axis("cosine_similarity", dim, len(shape), shape)
+    dim = wrap_dim("cosine_similarity", dim, len(shape), shape)
     # each side is normalised along dim of the broadcast shape (a side broadcast along dim
     # itself is normalised over its repeated values, as PyTorch expands before the norm)
     sides = [div(v, _norm(v, 2.0, dim, eps, tape), tape=tape)
