@@ -670,8 +670,8 @@ class Tensor:
             out = reduction.argmax(self.reshape(-1), 0)
             return out.reshape((1,) * self.ndim) if keepdim else out
         out = reduction.argmax(self, dim)
-        if keepdim:
-            ax = dim % self.ndim if self.ndim else 0
+        if keepdim and self.ndim:          # a 0-d tensor keeps no dim (as PyTorch's)
+            ax = dim % self.ndim
             out = out.reshape(*self.shape[:ax], 1, *self.shape[ax + 1:])
         return out
 

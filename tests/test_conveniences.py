@@ -476,6 +476,27 @@ def test_a_raw_tensors_max_along_a_dim_gives_values_and_indices_as_a_nodes(queue
         logits.sum(0, axis=1)
 
 
+def test_a_raw_0d_tensors_max_and_argmax_over_dim_0_or_minus_1_as_pytorch(queue):
+    """``torch.tensor(2.5).max(0)`` is ``(2.5, 0)`` and ``argmax(-1, keepdim=True)`` the 0-d
+    0, as a 0-d tensor's dim 0 and -1 are its one element; a raw ``pc.Tensor`` (a model's
+    output under ``no_grad``) raised 'argmax: a 0-d tensor has no axis'. Dim 1 is a
+    ShapeError, as PyTorch's IndexError."""
+    import torch
+    with tp.no_grad():
+        s = tp.tensor(np.float32(2.5)) * 1.0
+    assert isinstance(s, pc.Tensor)
+    for dim in (0, -1):
+        for keepdim in (False, True):
+            values, indices = s.max(dim, keepdim)
+            want = torch.tensor(2.5).max(dim, keepdim)
+            assert values.shape == indices.shape == tuple(want.values.shape) == ()
+            assert float(values) == float(want.values) and int(indices) == int(want.indices)
+            got = s.argmax(dim, keepdim=keepdim)
+            assert got.shape == () and got.dtype == np.int64 and int(got) == 0
+    with pytest.raises(ShapeError, match="argmax: axis 1 is out of range for a 0-D tensor"):
+        s.argmax(1)
+
+
 @pytest.mark.parametrize("method", ["sum", "mean", "var", "std"])
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_a_nodes_reductions_over_dim_empty_are_over_every_dim_as_pytorch(queue, method,
