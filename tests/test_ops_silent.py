@@ -264,18 +264,21 @@ def test_a_tensor_of_2_to_the_31_elements_is_refused_before_any_kernel_indexes_i
 
 
 # -- var and std: PyTorch's third positional argument is unbiased ----------------------------
-def test_var_and_std_refuse_pytorchs_positional_unbiased_rather_than_reading_it_as_keepdims(
-        queue):
-    """``torch.var(x, 1, False)`` is the biased variance ([1.556, 2.0] here); parcl read the
-    False as keepdims and gave the unbiased [2.333, 3.0], silently. keepdims and correction
-    are keyword-only now."""
+def test_var_and_std_read_pytorchs_positional_unbiased_and_keepdim_as_pytorch(queue):
+    """``torch.var(x, 1, False)`` is the biased variance ([1.556, 2.0] here); parcl once read
+    the False as keepdims and gave the unbiased [2.333, 3.0], silently, then refused it.
+    The positional arguments are now torch.var's, (input, dim, unbiased, keepdim), for var,
+    std, var_mean and std_mean; correction stays keyword-only."""
     import torch
     a = np.array([[1.0, 2.0, 4.0], [0.0, 3.0, 3.0]], np.float32)
-    x = tp.tensor(a)
-    for op in (tp.var, tp.std):
-        with pytest.raises(TypeError):
-            op(x, 1, False)
-    biased = torch.var(torch.tensor(a), 1, False).numpy()
-    np.testing.assert_allclose(tp.var(x, 1, correction=0).to_host(), biased, rtol=1e-6)
-    np.testing.assert_allclose(tp.std(x, 1, keepdims=True, correction=0).to_host(),
-                               torch.std(torch.tensor(a), 1, False, True).numpy(), rtol=1e-6)
+    x, t = tp.tensor(a), torch.tensor(a)
+    np.testing.assert_allclose(tp.var(x, 1, False).to_host(), [14 / 9, 2.0], rtol=1e-6)
+    for name in ("var", "std", "var_mean", "std_mean"):
+        for args in ((1, False), (1, True), (0, False, True), (None, False, True)):
+            got = getattr(tp, name)(x, *args)
+            want = getattr(torch, name)(t, *args)
+            for g, w in zip(got if isinstance(got, tuple) else (got,),
+                            want if isinstance(want, tuple) else (want,)):
+                assert g.shape == tuple(w.shape), (name, args)
+                np.testing.assert_allclose(g.to_host(), w.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(tp.var(x, 1, correction=0).to_host(), [14 / 9, 2.0], rtol=1e-6)

@@ -16,10 +16,10 @@ from .reductions import std, var
 __all__ = ["std_mean", "var_mean"]
 
 
-def var_mean(x, axis=None, *, keepdims: bool = False, correction: float | None = None,
-             unbiased: bool | None = None, tape=None):
+def var_mean(x, axis=None, unbiased: bool | None = None, keepdims: bool = False, *,
+             correction: float | None = None, tape=None):
     """``torch.var_mean``: ``(var(x, axis, ...), mean(x, axis, ...))`` as a tuple, with
-    ``tp.var``'s arguments (``keepdims``, ``correction`` and ``unbiased`` by keyword only).
+    ``tp.var``'s arguments (torch.var_mean's order: ``unbiased`` third, ``keepdims`` fourth).
 
     >>> [t.shape for t in tp.var_mean(x, keepdims=True)]        # x (2, 2)
     [(1, 1), (1, 1)]
@@ -29,8 +29,8 @@ def var_mean(x, axis=None, *, keepdims: bool = False, correction: float | None =
             mean(x, axis, keepdims, tape=tape))
 
 
-def std_mean(x, axis=None, *, keepdims: bool = False, correction: float | None = None,
-             unbiased: bool | None = None, tape=None):
+def std_mean(x, axis=None, unbiased: bool | None = None, keepdims: bool = False, *,
+             correction: float | None = None, tape=None):
     """``torch.std_mean``: ``(std(x, axis, ...), mean(x, axis, ...))`` as a tuple."""
     return (std(x, axis, keepdims=keepdims, correction=correction, unbiased=unbiased,
                 tape=tape),

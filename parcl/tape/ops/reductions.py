@@ -232,11 +232,11 @@ def correction_of(op: str, unbiased, correction) -> float:
     return float(unbiased)
 
 
-# var's and std's keepdims and correction are keyword-only: PyTorch's third positional
-# argument is unbiased (torch.var(x, 1, False) is the biased variance), so tp.var(x, 1, False)
-# must not read its False as keepdims and return the unbiased one.
-def var(x, axis=None, *, keepdims: bool = False, correction: float | None = None,
-        unbiased: bool | None = None, tape=None):
+# var's and std's positional arguments are torch.var's (input, dim, unbiased, keepdim):
+# torch.var(x, 1, False) is the biased variance, so tp.var(x, 1, False) must not read its
+# False as keepdims and return the unbiased one.
+def var(x, axis=None, unbiased: bool | None = None, keepdims: bool = False, *,
+        correction: float | None = None, tape=None):
     """Variance over ``axis`` with ``correction`` (1, PyTorch's default: unbiased; 0: the
     population variance) or PyTorch's ``unbiased`` (True or False). Fewer elements than
     ``correction`` + 1 give NaN or inf, as PyTorch.
@@ -248,8 +248,8 @@ def var(x, axis=None, *, keepdims: bool = False, correction: float | None = None
                      correction=correction_of("var", unbiased, correction))
 
 
-def std(x, axis=None, *, keepdims: bool = False, correction: float | None = None,
-        unbiased: bool | None = None, tape=None):
+def std(x, axis=None, unbiased: bool | None = None, keepdims: bool = False, *,
+        correction: float | None = None, tape=None):
     """``sqrt(var(x, axis, keepdims=..., correction=...))`` (or ``unbiased=``); its gradient
     is 0 (not NaN) where the standard deviation is 0, as PyTorch's.
 
