@@ -95,6 +95,25 @@ def test_flip(queue, rng, axis):
     assert tp.gradcheck(lambda t: tp.flip(t, axis), [node])
 
 
+
+def test_flip_of_a_0d_input_over_dim_0_or_minus_1_is_the_input_as_pytorch(queue):
+    """``torch.flip(s, (0,))`` of a 0-d ``s`` is ``s`` (dim 0 and -1 are its one element),
+    its gradient passed through; parcl raised 'flip: axis 0 is out of range for a tensor of
+    shape ()'. Dim 1, and a dim named twice, are ShapeErrors, as PyTorch's."""
+    for dims in (0, -1, (0,), [-1]):
+        s = leaf(queue, 2.5)
+        with tp.Tape() as tape:
+            out = tp.flip(s, dims)
+        tape.backward(out * 3.0)
+        want = torch.flip(torch.tensor(2.5), dims if isinstance(dims, (tuple, list)) else (dims,))
+        assert out.shape == tuple(want.shape) == () and float(out) == float(want)
+        assert float(s.grad) == 3.0 and s.flip(dims).shape == ()
+    with pytest.raises(pc.ShapeError, match=r"flip: dim 1 is out of range .*shape \(\)"):
+        tp.flip(leaf(queue, 2.5), 1)
+    with pytest.raises(pc.ShapeError, match=r"flip: dims \(0, -2\) name a dimension twice"):
+        tp.flip(leaf(queue, np.zeros((2, 3))), (0, -2))
+
+
 PADS = [((3, 4), (1, 2)), ((3, 4), (0, 0, 2, 1)), ((2, 3, 4), (-1, 2, 1, -1)),
         ((1, 5), (-2, -2)), ((2, 3), (1, 1, 1, 1, 1, 1)[:4]), ((4,), (3, 0))]
 

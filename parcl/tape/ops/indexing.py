@@ -29,6 +29,7 @@ from ...tensor import Tensor, dims
 from ..node import Function
 from .gather import gather
 from .picks import constant, index_select
+from .shape import wrap_dims
 
 __all__ = ["expand", "flip", "gather", "getitem", "pad"]
 
@@ -58,11 +59,10 @@ def getitem(x, key, *, tape=None):
 
 
 def _axes(op: str, axis, shape) -> tuple[int, ...]:
-    axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
-    norm = tuple(strided.normalize_axis(op, a, len(shape), shape) for a in axes)
-    if len(set(norm)) != len(norm):
-        raise ShapeError(f"{op}: axis {axis} names a dimension twice (shape {tuple(shape)})")
-    return norm
+    """The dims to reverse, by PyTorch's rule (``wrap_dims``): a 0-d tensor's dim 0 or -1 is
+    its one element, so none."""
+    norm = wrap_dims(op, axis, len(shape), shape)
+    return norm if shape else ()
 
 
 class Flip(Function):
