@@ -222,3 +222,29 @@ def test_abs_of_negative_zero_is_positive_zero_as_torch(queue):
     assert not np.signbit(got[:2]).any()
     np.testing.assert_array_equal(got, np.abs(x))
     assert (1.0 / tp.abs(pc.Tensor.from_host(queue, x[:1]))).to_host()[0] == np.inf
+
+
+def test_add_and_sub_take_pytorchs_alpha(queue):
+    """``torch.add(p, g, alpha=-0.1)`` is ``p - 0.1 g`` (``torch.sub``: ``a - alpha b``), the
+    ``b`` side broadcast and its gradient scaled by ``alpha``; ``tp.add`` refused the argument
+    with TypeError 'add() got an unexpected keyword argument'. A non-number alpha is a
+    TypeError, as PyTorch's."""
+    import torch
+    a, b = np.float32([1.0, -2.0, 3.0]), np.float32([[0.5], [2.0]])
+    for name in ("add", "sub"):
+        for alpha in (1, 2, -0.1, 0):
+            x, y = leaf(queue, a), leaf(queue, b)
+            with tp.Tape() as tape:
+                out = getattr(tp, name)(x, y, alpha=alpha)
+            tape.backward(tp.sum(out * out))
+            tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+            want = getattr(torch, name)(tx, ty, alpha=alpha)
+            (want * want).sum().backward()
+            np.testing.assert_allclose(out.to_host(), want.detach().numpy(), rtol=1e-6)
+            np.testing.assert_allclose(x.grad.to_host(), tx.grad.numpy(), rtol=1e-6)
+            np.testing.assert_allclose(y.grad.to_host(), ty.grad.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(getattr(tp, name)(leaf(queue, a), 2.0, alpha=3).to_host(),
+                                   getattr(torch, name)(torch.tensor(a), 2.0, alpha=3))
+    np.testing.assert_allclose(tp.add(leaf(queue, a), 2.0, alpha=-0.5).to_host(), a - 1.0)
+    with pytest.raises(TypeError, match="add: alpha must be a number"):
+        tp.add(leaf(queue, a), leaf(queue, a), alpha=leaf(queue, 2.0))

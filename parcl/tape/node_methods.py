@@ -221,10 +221,10 @@ class NodeMethods:
 
     def add(self, other, *, alpha=1):
         """``x + alpha * other``, as torch.Tensor's ``add`` (``sub``: minus)."""
-        return _ops().add(self, other if alpha == 1 else other * alpha)
+        return _ops().add(self, other, alpha=alpha)
 
     def sub(self, other, *, alpha=1):
-        return _ops().sub(self, other if alpha == 1 else other * alpha)
+        return _ops().sub(self, other, alpha=alpha)
 
     def mul(self, other):
         return _ops().mul(self, other)

@@ -299,14 +299,25 @@ def _binary(op: str, a, b, tape):
     return tensor_fn.apply(a, b, tape=tape)
 
 
-def add(a, b, *, tape=None):
-    """``a + b`` with broadcasting; either side may be a Python scalar."""
-    return _binary("add", a, b, tape)
+def _times_alpha(op: str, b, alpha, tape):
+    """``alpha * b``, torch.add's and torch.sub's ``alpha`` (a number); ``b`` for 1."""
+    if not _is_scalar(alpha):
+        raise TypeError(f"{op}: alpha must be a number, got {type(alpha).__name__}")
+    if alpha == 1:
+        return b
+    return b * alpha if _is_scalar(b) else mul(b, alpha, tape=tape)
 
 
-def sub(a, b, *, tape=None):
-    """``a - b`` with broadcasting; either side may be a Python scalar."""
-    return _binary("sub", a, b, tape)
+def add(a, b, *, alpha=1, tape=None):
+    """``a + alpha * b`` with broadcasting, as ``torch.add``; either side may be a Python
+    scalar."""
+    return _binary("add", a, _times_alpha("add", b, alpha, tape), tape)
+
+
+def sub(a, b, *, alpha=1, tape=None):
+    """``a - alpha * b`` with broadcasting, as ``torch.sub``; either side may be a Python
+    scalar."""
+    return _binary("sub", a, _times_alpha("sub", b, alpha, tape), tape)
 
 
 def mul(a, b, *, tape=None):
