@@ -391,6 +391,8 @@ class ReplicaGroup:
         self._reduced = REDUCED
         scale = 1.0 / self._all_replicas if average else 1.0
         Reduced(self.allreduce_algorithm, self.comm).reduce(self._buffers, scale)
+        if self.comm is not None:          # running statistics: rank 0's, as a step's end
+            self._buffers.buffers_from_rank_0(self.comm)
         for params in self._params:        # no replica's backward reached them: the
             for j in unused:               # optimizer skips them, as after a step
                 params[j].grad = None

@@ -221,6 +221,71 @@ def test_a_bad_batch_on_one_rank_fails_the_step_on_every_rank_and_the_loop_goes_
                                       np.load(tmp_path / f"skip{rank}.npy"))
 
 
+BATCH_NORM_PER_SHARD = """
+import sys, numpy as np, parcl as pc, parcl.tape as tp
+from parcl import distributed as dist
+from parcl.replica import ReplicaGroup
+def build(q):
+    pc.nn.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Linear(4, 3, queue=q),            # and an int64 count:
+                            pc.nn.BatchNorm1d(3, momentum=None, queue=q),
+                            pc.nn.ReLU(), pc.nn.Linear(3, 2, queue=q))
+rng = np.random.default_rng(0)
+x, y = rng.standard_normal((8, 4)).astype(np.float32), rng.integers(0, 2, 8)
+x[4:] += 3                                  # the second half's statistics are other
+rank, world = dist.rank(), dist.world_size()
+rows = slice(rank * 8 // world, (rank + 1) * 8 // world)
+def fwd_bwd(replica, xs, ys):
+    with tp.Tape() as tape:
+        out = replica.model(tp.tensor(pc.Tensor.from_host(replica.queue, xs)))
+        tape.backward(tp.cross_entropy(out, pc.Tensor.from_host(replica.queue, ys)))
+found = {}
+with ReplicaGroup.from_launch(build) as group:
+    opt = pc.optim.SGD(group.parameters(), lr=0.1)
+    for _ in range(3):
+        group.step(x[rows], y[rows], tp.cross_entropy, opt)
+    found["step"] = [r.model[1].running_mean.to_host() for r in group.replicas]
+    found["count"] = [r.model[1].num_batches_tracked.to_host() for r in group.replicas]
+with ReplicaGroup.from_launch(build) as group:          # a custom loop
+    opt = pc.optim.SGD(group.parameters(), lr=0.1)
+    k = len(group)
+    for _ in range(3):
+        opt.zero_grad()
+        group.run(fwd_bwd, np.array_split(x[rows], k), np.array_split(y[rows], k))
+        group.allreduce_grads()
+        opt.step()
+    found["loop"] = [r.model[1].running_mean.to_host() for r in group.replicas]
+everyone = dist.gather(found)
+if dist.is_main():
+    np.savez(sys.argv[1], **{f"{how}{r}_{i}": m for r, f in enumerate(everyone)
+                             for how, ms in f.items() for i, m in enumerate(ms)})
+"""
+
+
+def test_every_rank_ends_a_step_with_rank_0s_running_statistics(tmp_path):
+    """Without sync_batchnorm each replica's training forward updates its batch norm's running
+    statistics from its own shard, and the end of a step gives every replica replica 0's (as
+    DDP's broadcast_buffers gives every rank rank 0's): 2 ranks of one replica each end
+    where one process of two replicas does, every rank alike, and so does every rank's model
+    after a custom loop's allreduce_grads. Rank 1 kept the statistics of its own shard
+    (running mean [-2.635, 2.813, 1.036] where rank 0's and every replica's in one process
+    are [0.259, -0.840, 0.017]), so a rank evaluating its model normalised with others."""
+    script = tmp_path / "batch_norm.py"
+    script.write_text(BATCH_NORM_PER_SHARD)
+    for name, cmd in {"mpi": [MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1],
+                      "single": [*LAUNCH, "--replicas", 2]}.items():
+        r = run([*cmd, script, tmp_path / f"{name}.npz"], timeout=90)
+        assert r.returncode == 0, f"{name}: {r.stderr}"
+    mpi, single = params(tmp_path / "mpi.npz"), params(tmp_path / "single.npz")
+    np.testing.assert_array_equal(single["step0_1"], single["step0_0"])
+    for how in ("step", "loop"):
+        np.testing.assert_array_equal(mpi[f"{how}1_0"], mpi[f"{how}0_0"], err_msg=how)
+        np.testing.assert_allclose(mpi[f"{how}1_0"], single[f"{how}0_0"], rtol=1e-5,
+                                   atol=1e-6, err_msg=how)
+    np.testing.assert_allclose(mpi["step1_0"], [0.2592, -0.8403, 0.0172], atol=1e-4)
+    assert mpi["count1_0"] == mpi["count0_0"] == 3
+
+
 def test_launch_errors_abort_every_rank():
     r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1000, SCRIPT, "x.npz"], timeout=60)
     assert r.returncode != 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyopencl as cl
 
 from ..nn.buffer_slots import ABSENT, ModelSlots
@@ -363,6 +364,28 @@ class StepBuffers:
             comm.Bcast(host, root=0)
             cl.enqueue_copy(t.queue, t.data, host, is_blocking=True)
 
+    def buffers_from_rank_0(self, comm) -> None:
+        """Rank 0's replica 0 buffers onto every replica of every rank. A training forward
+        updates batch norm's running statistics from its own shard, so without this each
+        rank kept its own (replica 0's are every replica's within a process after a step)
+        and a rank evaluating its model normalised with statistics rank 0's never saw; DDP
+        (``broadcast_buffers=True``) likewise gives every rank rank 0's buffers."""
+        buffers = self.buffers[0]
+        if not buffers:
+            return
+        hosts = [b.to_host() for b in buffers]
+        # one Bcast for them all, their bytes end to end (one each would be dozens a step in
+        # a ResNet)
+        packed = np.concatenate([h.reshape(-1).view(np.uint8) for h in hosts])
+        comm.Bcast(packed, root=0)
+        start = 0
+        for b, host in zip(buffers, hosts):
+            host.reshape(-1).view(np.uint8)[:] = packed[start:start + host.nbytes]
+            start += host.nbytes
+            cl.enqueue_copy(b.queue, b.data, host, is_blocking=True)
+        order_after(self.queues[0], self.copy_buffers([pending(self.queues[0])]))
+        release_all()
+
     def copy_buffers(self, wait_for=None) -> list[cl.Event]:
         """Copy replica 0's buffers (batch norm's running statistics) to every other
         replica, each on its own queue after ``wait_for``; the copies' events."""
@@ -428,6 +451,8 @@ class Reduced:
             optimizer.step()
         for grads in buffers.grads:
             grads.zero_()
+        if self.comm is not None:
+            buffers.buffers_from_rank_0(self.comm)
         buffers.broadcast()
         return norm
 
