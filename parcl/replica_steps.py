@@ -10,6 +10,7 @@ replica's thread; ``ReplicaGroup`` picks one of the two when it is built.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -218,28 +219,47 @@ def shard_batch(x, y, replicas: int, comm, ignore: int | None, accumulation_step
                 reduction: str, weights: np.ndarray | None = None
                 ) -> tuple[list[list[Micro]], int | float]:
     """Every replica's micro-batches of this process's batch (``split_batch``), and the
-    samples of the global batch, every rank's (``count_samples``)."""
+    samples of the global batch, every rank's (``count_samples``). A batch one rank cannot
+    split is refused on every rank, before any of them runs its part: raised on that rank
+    alone, it left the step while the others waited for it (in their step's collectives, or
+    their batch norms' exchange) until the watchdog ended the job."""
     if reduction not in ("mean", "sum"):
         raise ParclError(f"ReplicaGroup.step: reduction must be 'mean' or 'sum', got "
                          f"{reduction!r}")
     x, y = np.asarray(x), np.asarray(y)
     count = count_samples(y, ignore, weights) if y.ndim else 0
-    total = count if comm is None else comm.allreduce(count)
+    if comm is None:
+        total = count
+    else:
+        refused = None
+        try:
+            check_split(x, y, replicas, accumulation_steps)
+        except ShapeError as exc:
+            refused = exc
+        # a refusing rank counts NaN, so the sum tells every rank; who refused, and why,
+        # takes a second collective only then
+        total = comm.allreduce(math.nan if refused is not None else count)
+        if total != total:
+            agreed(comm, lambda: None, refused, "batch was refused")
     return split_batch(x, y, replicas, total, accumulation_steps, ignore, reduction,
                        weights), total
 
 
-def agreed(comm, call):
+def agreed(comm, call, refused: Exception | None = None, what: str = "replicas failed"):
     """``call()`` (the replicas' part of a step), its failure known to every rank: a rank
     whose replicas failed (a bad batch of its own) raises its error, and every other rank a
     ``ReplicaError`` naming it, so a loop that catches a failed step on every rank goes on
     with all ranks at the same step. (Alone, the failing rank skipped the step's collectives
-    and the others waited for it in theirs until the watchdog ended the job.) One small
-    ``allgather`` per step."""
+    and the others waited for it in theirs until the watchdog ended the job.) ``refused``:
+    this rank's failure found before (a batch it cannot split), raised instead of calling;
+    ``what`` says in the others' error what happened on that rank. One small ``allgather``
+    per step."""
     if comm is None:
         return call()
     failure = None
     try:
+        if refused is not None:
+            raise refused
         result = call()
     except Exception as exc:     # noqa: BLE001 - told to the other ranks, then raised here
         failure = exc
@@ -248,7 +268,7 @@ def agreed(comm, call):
         raise failure
     for rank, text in enumerate(told):
         if text is not None:
-            raise ReplicaError(f"ReplicaGroup.step: rank {rank}'s replicas failed, so this "
+            raise ReplicaError(f"ReplicaGroup.step: rank {rank}'s {what}, so this "
                                f"rank's step was not applied either (every rank stays at the "
                                f"same step): {text.splitlines()[0]}")
     return result
@@ -272,6 +292,20 @@ def split_batch(x: np.ndarray, y: np.ndarray, replicas: int, total: int | float,
     """Per replica its micro-batches: contiguous rows, the first ``n % replicas`` replicas
     (and micro-batches) one row longer, each weighted by its share of ``total``, the samples
     of the global batch (all ranks; see ``count_samples``), or by 1 for a summed loss."""
+    n = check_split(x, y, replicas, accumulation_steps)
+    x, y = _as_supported(x), _as_supported(y)
+    shards = _bounds(n, replicas)
+    out = []
+    for lo, hi in zip(shards, shards[1:]):
+        micro = [lo + b for b in _bounds(hi - lo, int(accumulation_steps))]
+        out.append([Micro(x[a:b], y[a:b], np.array(
+            1.0 if reduction == "sum" else count_samples(y[a:b], ignore, weights) / (total or 1),
+            np.float32), a) for a, b in zip(micro, micro[1:])])
+    return out
+
+
+def check_split(x: np.ndarray, y: np.ndarray, replicas: int, accumulation_steps) -> int:
+    """The batch's samples, where ``split_batch`` can split it, else a ``ShapeError``."""
     n = int(x.shape[0]) if x.ndim else 0
     if y.ndim == 0 or y.shape[0] != n:
         raise ShapeError(f"ReplicaGroup.step: x has {n} samples but y has shape {y.shape}")
@@ -283,15 +317,7 @@ def split_batch(x: np.ndarray, y: np.ndarray, replicas: int, total: int | float,
         raise ShapeError(f"ReplicaGroup.step: a batch of {n} samples cannot be split over "
                          f"{replicas} replicas x {accumulation_steps} micro-batches; use a "
                          f"batch of at least {k}")
-    x, y = _as_supported(x), _as_supported(y)
-    shards = _bounds(n, replicas)
-    out = []
-    for lo, hi in zip(shards, shards[1:]):
-        micro = [lo + b for b in _bounds(hi - lo, int(accumulation_steps))]
-        out.append([Micro(x[a:b], y[a:b], np.array(
-            1.0 if reduction == "sum" else count_samples(y[a:b], ignore, weights) / (total or 1),
-            np.float32), a) for a, b in zip(micro, micro[1:])])
-    return out
+    return n
 
 
 def _bounds(n: int, k: int) -> list[int]:

@@ -188,10 +188,13 @@ for step in range(4):
     xs, ys = x[rank * 4:rank * 4 + 4], y[rank * 4:rank * 4 + 4].copy()
     if step == 1 and sys.argv[2] == "skip":
         continue                                  # the reference: every rank skips step 1
-    if step == 1 and rank == 1:
+    if step == 1 and rank == 1 and sys.argv[2] == "bad":
         ys[0] = 7                                 # a label out of range on rank 1 only
+    if step == 1 and rank == 1 and sys.argv[2] == "short":
+        xs, ys = xs[:1], ys[:1]                   # a batch rank 1 cannot split in 2
     try:
-        log.append(round(group.step(xs, ys, tp.cross_entropy, opt), 6))
+        log.append(round(group.step(xs, ys, tp.cross_entropy, opt,
+                                    accumulation_steps=int(sys.argv[3])), 6))
     except pc.ParclError as exc:
         log.append(type(exc).__name__ + ": " + str(exc)[:60])
 np.save(sys.argv[1] + str(rank) + ".npy", group.model.weight.value.to_host())
@@ -209,8 +212,8 @@ def test_a_bad_batch_on_one_rank_fails_the_step_on_every_rank_and_the_loop_goes_
     script.write_text(BAD_BATCH_ON_ONE_RANK)
     out = {}
     for mode in ("skip", "bad"):
-        r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, script, tmp_path / mode, mode],
-                timeout=90)
+        r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, script, tmp_path / mode, mode,
+                 1], timeout=90)
         assert r.returncode == 0, r.stderr
         out[mode] = sorted(r.stdout.splitlines())
     rank0, rank1 = out["bad"]
@@ -218,6 +221,29 @@ def test_a_bad_batch_on_one_rank_fails_the_step_on_every_rank_and_the_loop_goes_
     assert "LabelError" in rank1 and "ReplicaError: ReplicaGroup.step: rank 1" not in rank1
     for rank in (0, 1):
         np.testing.assert_array_equal(np.load(tmp_path / f"bad{rank}.npy"),
+                                      np.load(tmp_path / f"skip{rank}.npy"))
+
+
+def test_a_batch_one_rank_cannot_split_fails_the_step_on_every_rank(tmp_path):
+    """Rank 1's batch of 1 sample cannot make 2 micro-batches: its ShapeError was raised
+    before the step's collectives, on rank 1 alone, so a loop catching it went on there
+    while rank 0 waited in the step for rank 1 until the watchdog ended the job (exit 3
+    after the group's timeout, 20 s here, 600 by default). Now every rank refuses the batch
+    before any runs its part (rank 0 with a ReplicaError naming rank 1) and the ranks go on
+    together, ending where a run that skipped that step everywhere ends."""
+    script = tmp_path / "short_batch.py"
+    script.write_text(BAD_BATCH_ON_ONE_RANK)
+    out = {}
+    for mode in ("skip", "short"):
+        r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, script, tmp_path / mode, mode,
+                 2], timeout=90)
+        assert r.returncode == 0, r.stderr
+        out[mode] = sorted(r.stdout.splitlines())
+    rank0, rank1 = out["short"]
+    assert "ReplicaError: ReplicaGroup.step: rank 1's batch was refused" in rank0
+    assert "ShapeError: ReplicaGroup.step: a batch of 1 samples cannot" in rank1
+    for rank in (0, 1):
+        np.testing.assert_array_equal(np.load(tmp_path / f"short{rank}.npy"),
                                       np.load(tmp_path / f"skip{rank}.npy"))
 
 
