@@ -481,13 +481,12 @@ class ReplicaGroup:
             r.rng_at_step = None
         try:
             losses = self._losses.for_replicas(loss_fn)   # a loss module's tensors on each
-            outcomes = agreed(self.comm, lambda: self._call(                         # 2.
-                self._replica_step, (shards, losses, keys)))
+            outcomes = agreed(self.comm, lambda: self._in_step(                      # 2.
+                self._call(self._replica_step, (shards, losses, keys))))
             self._labels.check(loss_fn, y, ignore, outcomes, self.comm)            # 3.
             check_class_weights(weights, outcomes)
             check_reduction(reduction, outcomes)
-            reached = {*check_signatures([o.reached for o in outcomes], self._names,
-                                         self._params[0], self.replicas), *own}
+            reached = {*outcomes[0].reached, *own}
             # a gradient a run left in a bucket this step's backwards did not reach: updated
             reached.update(self._buffers.nonzero([j for j in views if j not in reached]))
             skip_unreached(self._params[0], tuple(reached), self.comm)
@@ -498,6 +497,15 @@ class ReplicaGroup:
             raise
         self._grads_dirty, self._seen = False, None        # the end zeroed every gradient
         return self._finish(outcomes, norm, total)                                 # 5.
+
+    def _in_step(self, outcomes: list) -> list:
+        """The replicas' outcomes, refused where they gave gradients to different parameters
+        (a model that took a data-dependent branch on this rank's batch): inside ``agreed``,
+        so every rank fails the step with this one (alone, this rank left the step while the
+        others waited for it in their next collective until the watchdog ended the job)."""
+        check_signatures([o.reached for o in outcomes], self._names, self._params[0],
+                         self.replicas)
+        return outcomes
 
     def _rewind(self, found) -> None:
         """After a failed step: every replica's dropout generator and buffers as the step

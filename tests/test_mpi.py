@@ -247,6 +247,59 @@ def test_a_batch_one_rank_cannot_split_fails_the_step_on_every_rank(tmp_path):
                                       np.load(tmp_path / f"skip{rank}.npy"))
 
 
+BRANCH_ON_ONE_RANK = """
+import sys, numpy as np, parcl as pc, parcl.tape as tp
+from parcl import distributed as dist
+from parcl.replica import ReplicaGroup
+class TwoHeads(pc.nn.Module):
+    def __init__(self, q):
+        super().__init__()
+        self.a, self.b = pc.nn.Linear(4, 3, queue=q), pc.nn.Linear(4, 3, queue=q)
+    def forward(self, x):                         # a branch on the data: b for large inputs
+        return self.b(x) if float(x.value.to_host().mean()) > 5 else self.a(x)
+pc.nn.manual_seed(0)
+group = ReplicaGroup.from_launch(TwoHeads, timeout=20)
+opt = pc.optim.SGD(group.parameters(), lr=0.1)
+rng, rank, log = np.random.default_rng(0), dist.rank(), []
+for step in range(4):
+    x, y = rng.standard_normal((8, 4)).astype(np.float32), rng.integers(0, 3, 8)
+    if step == 1 and sys.argv[2] == "skip":
+        continue
+    if step == 1 and rank == 1:
+        x[6:] += 100                              # rank 1's replica 1 takes head b
+    try:
+        log.append(round(group.step(x[rank * 4:rank * 4 + 4], y[rank * 4:rank * 4 + 4],
+                                    tp.cross_entropy, opt), 6))
+    except pc.ParclError as exc:
+        log.append(type(exc).__name__ + ": " + str(exc)[:60])
+np.save(sys.argv[1] + str(rank) + ".npy", group.model.a.weight.value.to_host())
+print(rank, log, flush=True)
+"""
+
+
+def test_a_data_dependent_branch_on_one_rank_fails_the_step_on_every_rank(tmp_path):
+    """Rank 1's replicas gave gradients to different heads (its second replica's batch
+    took the model's other branch): the desync ReplicaError was raised on rank 1 alone
+    after the replicas' part, so a loop catching it went on there while rank 0 waited in
+    the step for rank 1 until the watchdog ended the job (exit 3 after 20 s here, 600 by
+    default). Now rank 0 raises a ReplicaError naming rank 1 and the ranks go on together,
+    ending where a run that skipped that step everywhere ends."""
+    script = tmp_path / "branch.py"
+    script.write_text(BRANCH_ON_ONE_RANK)
+    out = {}
+    for mode in ("skip", "branch"):
+        r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 2, "--allow-repeat", script,
+                 tmp_path / mode, mode], timeout=90)
+        assert r.returncode == 0, r.stderr
+        out[mode] = sorted(r.stdout.splitlines())
+    rank0, rank1 = out["branch"]
+    assert "ReplicaError: ReplicaGroup.step: rank 1's replicas failed" in rank0
+    assert "ReplicaError: replica desync before allreduce" in rank1
+    for rank in (0, 1):
+        np.testing.assert_array_equal(np.load(tmp_path / f"branch{rank}.npy"),
+                                      np.load(tmp_path / f"skip{rank}.npy"))
+
+
 BATCH_NORM_PER_SHARD = """
 import sys, numpy as np, parcl as pc, parcl.tape as tp
 from parcl import distributed as dist
