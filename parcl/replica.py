@@ -39,8 +39,8 @@ from .nn.syncbn import SyncBatchNorm
 from .pool import stamp
 from .replica_steps import (Captured, Eager, IgnoredLabels, agreed, check_class_weights,
                             check_optimizer, check_reduction, check_renorms, check_signatures,
-                            class_weights, check_weightless_smoothing, positive, shard_batch,
-                            skip_unreached, weighted_loss)
+                            class_weights, check_weightless_smoothing, positive,
+                            same_model_on_ranks, shard_batch, skip_unreached, weighted_loss)
 from .replica_losses import LossCopies
 from .replica_stats import StatsExchange
 from .replica_threads import Replica
@@ -166,7 +166,8 @@ class ReplicaGroup:
             # ``devices``), and a mean over all replicas must divide by their sum on each
             self._all_replicas = len(self.replicas)
             if self.comm is not None:
-                self._all_replicas = int(self.comm.allreduce(len(self.replicas)))
+                self._all_replicas = same_model_on_ranks(self.comm, len(self.replicas),
+                                                         self._layout())
                 self._buffers.broadcast_ranks(self.comm)
             self._buffers.broadcast()
             for grads in self._buffers.grads:   # no gradient yet, as a new PyTorch model
@@ -220,6 +221,13 @@ class ReplicaGroup:
         self._buffers = StepBuffers.build([r.model for r in self.replicas],
                                           [r.queue for r in self.replicas], self._params,
                                           bucket_mb)
+
+    def _layout(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """Replica 0's parameters and buffers: name, shape and dtype of each, in order."""
+        model = self.replicas[0].model
+        buffers = list(model.named_buffers()) if hasattr(model, "named_buffers") else []
+        return [(name, tuple(t.shape), str(t.dtype))
+                for name, t in [*zip(self._names, self._params[0]), *buffers]]
 
     # -- dispatch -----------------------------------------------------------------------
     def _check_open(self) -> None:

@@ -245,6 +245,36 @@ def shard_batch(x, y, replicas: int, comm, ignore: int | None, accumulation_step
                        weights), total
 
 
+def same_model_on_ranks(comm, replicas: int, layout: list[tuple]) -> int:
+    """The replicas of every rank, summed, once every rank is known to hold rank 0's model:
+    ``layout`` is this rank's parameters and buffers (name, shape, dtype) in order. Where a
+    rank's differs every rank raises, as DDP's constructor does: rank 0's values would be
+    broadcast byte for byte into other shapes and the gradient buckets reduced position by
+    position, so a rank whose layer width (or vocabulary, read from its own data) differed
+    trained on garbage without a word. One ``allgather``, when the group is built."""
+    everyone = comm.allgather((replicas, layout))
+    first = everyone[0][1]
+    for rank, (_, theirs) in enumerate(everyone):
+        if theirs != first:
+            i = next((i for i, (a, b) in enumerate(zip(first, theirs)) if a != b),
+                     min(len(first), len(theirs)))
+            raise ParclError(
+                f"ReplicaGroup: rank {rank} built a model other than rank 0's: its parameter "
+                f"or buffer {i} is {_entry(theirs, i)} where rank 0's is {_entry(first, i)} "
+                f"({len(theirs)} parameters and buffers, rank 0's {len(first)}). Every rank "
+                f"must build the same model (rank 0's values are broadcast to the others and "
+                f"the gradients summed position by position); derive sizes such as a "
+                f"vocabulary from data every rank reads alike")
+    return sum(count for count, _ in everyone)
+
+
+def _entry(layout: list[tuple], i: int) -> str:
+    if i >= len(layout):
+        return "missing"
+    name, shape, dtype = layout[i]
+    return f"{name} {shape} {dtype}"
+
+
 def agreed(comm, call, refused: Exception | None = None, what: str = "replicas failed"):
     """``call()`` (the replicas' part of a step), its failure known to every rank: a rank
     whose replicas failed (a bad batch of its own) raises its error, and every other rank a

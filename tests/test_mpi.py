@@ -365,6 +365,40 @@ def test_every_rank_ends_a_step_with_rank_0s_running_statistics(tmp_path):
     assert mpi["count1_0"] == mpi["count0_0"] == 3
 
 
+OTHER_MODEL_ON_ONE_RANK = """
+import numpy as np, parcl as pc, parcl.tape as tp
+from parcl import distributed as dist
+from parcl.replica import ReplicaGroup
+hidden = 3 + dist.rank()                          # a width each rank derived on its own
+def build(q):
+    pc.nn.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Linear(4, hidden, queue=q), pc.nn.ReLU(),
+                            pc.nn.Linear(hidden, 3, queue=q))
+with ReplicaGroup.from_launch(build, timeout=20) as group:
+    opt = pc.optim.SGD(group.parameters(), lr=0.1)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((4, 4)).astype(np.float32), rng.integers(0, 3, 4)
+    print("trained", group.step(x, y, tp.cross_entropy, opt), flush=True)
+"""
+
+
+def test_ranks_that_built_other_models_are_refused_as_ddp_refuses_them(tmp_path):
+    """Rank 1's hidden layer was 4 wide where rank 0's was 3: the group broadcast rank 0's
+    bytes into rank 1's buckets and summed the gradients position by position, and both
+    ranks trained (the step returned the same loss, 1.1677, on each) on weights that mean
+    nothing, silently. PyTorch's DDP checks the parameters' shapes across the processes when
+    it is built; so does the group now, on every rank, naming the rank and the first
+    parameter that differs."""
+    script = tmp_path / "other_model.py"
+    script.write_text(OTHER_MODEL_ON_ONE_RANK)
+    r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, script], timeout=90)
+    assert r.returncode != 0
+    assert "trained" not in r.stdout
+    assert ("ReplicaGroup: rank 1 built a model other than rank 0's: its parameter or buffer "
+            "0 is 0.weight (4, 4) float32 where rank 0's is 0.weight (3, 4) float32"
+            in r.stderr), r.stderr
+
+
 def test_launch_errors_abort_every_rank():
     r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1000, SCRIPT, "x.npz"], timeout=60)
     assert r.returncode != 0
