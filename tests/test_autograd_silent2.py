@@ -207,3 +207,37 @@ def test_a_parameter_read_by_a_checkpoint_runs_its_hooks_once_as_pytorch(queue):
     assert calls == torch_calls == ["hook", "post"]
     np.testing.assert_allclose(w.grad.to_host(), tw.grad.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(x.grad.to_host(), tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_])
+def test_an_integer_or_bool_upstream_gradient_is_taken_as_float_as_pytorch(queue, dtype):
+    # an add hands the upstream gradient on as it is, so an int32 one became x.grad itself, an
+    # int32 tensor that the next backward's += and every optimizer step refused (and tp.grad
+    # returned one); PyTorch casts it to the output's float32 first
+    g = np.array([3, 0]).astype(dtype)
+    tx = torch.tensor(X, requires_grad=True)
+    (tx + 0.0).backward(torch.tensor(g))
+    (tx * 2.0).sum().backward()
+    tz = torch.tensor(X, requires_grad=True)
+    (tgz,) = torch.autograd.grad(tz * 2.0, tz, torch.tensor(g))
+    x = leaf(queue, X)
+    with tp.Tape() as tape:
+        y = x + 0.0
+    tape.backward(y, pc.Tensor.from_host(queue, g))
+    assert x.grad.dtype == np.float32
+    with tp.Tape() as tape:
+        loss = tp.sum(x * 2.0)
+    tape.backward(loss)
+    np.testing.assert_array_equal(x.grad.to_host(), tx.grad.numpy())     # [5, 2] (bool: [3, 2])
+    for run in ("grad", "backward"):
+        z = leaf(queue, X)
+        with tp.Tape() as _kept:
+            w = z * 2.0
+        up = pc.Tensor.from_host(queue, g)
+        if run == "grad":
+            (got,) = tp.grad(w, z, up)
+        else:
+            tp.backward(w, up)
+            got = z.grad
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got.to_host(), tgz.numpy())          # [6, 0]

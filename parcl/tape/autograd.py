@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from ..errors import ParclError, ShapeError
 from ..tensor import Tensor
 from .node import FREED, Node
-from .tape import run_backward, topological_order
+from .tape import float_upstream, run_backward, topological_order
 
 __all__ = ["backward", "grad"]
 
@@ -191,7 +191,7 @@ def _seed(op: str, i: int, out: Node, g) -> Tensor:
     if tuple(g.shape) != tuple(out.shape):
         raise ShapeError(f"{op}: grad_outputs[{i}] has shape {g.shape}, output {i} has "
                          f"shape {out.shape}")
-    return g
+    return float_upstream(op, g)
 
 
 def _towards(order: Sequence, targets: dict) -> set:

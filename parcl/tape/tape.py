@@ -10,8 +10,11 @@ from __future__ import annotations
 import threading
 import weakref
 
+import numpy as np
+
 from .. import recorder
-from ..errors import ParclError, ShapeError
+from ..errors import DTypeError, ParclError, ShapeError
+from ..kernels import compare, counting
 from ..kernels import elementwise as ew
 from ..pool import pool_of
 from ..runtime import default_queue
@@ -133,6 +136,8 @@ class Tape:
         elif tuple(grad.shape) != tuple(loss.shape):
             raise ShapeError(f"backward: upstream grad of shape {grad.shape} does not match "
                              f"loss shape {loss.shape}")
+        else:
+            grad = float_upstream("backward", grad)
         # The pending checks of what the pass starts from (an embedding's index range):
         # a loss computed from a bad input outside this graph (activations passed on
         # detached, an upstream gradient made from them) has no op here that defers them.
@@ -168,6 +173,23 @@ class Tape:
 
     def __repr__(self) -> str:
         return f"<Tape {len(self.nodes)} nodes>"
+
+
+def float_upstream(op: str, grad: Tensor) -> Tensor:
+    """An upstream gradient as float32, as PyTorch casts one to its output's dtype: an int or
+    bool one was handed on as it was (an add or a reshape passes it through), so a leaf's
+    ``.grad`` became an int32 tensor that every later step and ``+=`` refused."""
+    if grad.dtype == np.float32:
+        return grad
+    if grad.dtype == np.uint8:                    # a bool mask: its 0/1 as floats
+        out = compare.compare("ne", grad, 0)
+    elif grad.dtype in (np.int32, np.int64):
+        out = counting.cast(grad, np.float32)
+    else:
+        raise DTypeError(f"{op}: upstream gradient {grad.shape} has dtype {grad.dtype}; "
+                         "gradients are float32")
+    out.checks = grad.checks
+    return out
 
 
 def run_backward(roots: list[Entry], grads: list[Tensor], pending: tuple, *,
