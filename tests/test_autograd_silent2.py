@@ -241,3 +241,33 @@ def test_an_integer_or_bool_upstream_gradient_is_taken_as_float_as_pytorch(queue
             got = z.grad
         assert got.dtype == np.float32
         np.testing.assert_array_equal(got.to_host(), tgz.numpy())          # [6, 0]
+
+
+def test_tp_grad_through_a_graph_whose_backward_ran_is_refused_as_pytorch(queue):
+    # the tape's backward (or a tp.grad) without retain_graph ends its graph, and a later
+    # tape.backward or tp.backward raised, but tp.grad went through it again without a word
+    tx = torch.tensor(X, requires_grad=True)
+    tl = torch.sum(tx * tx)
+    tl.backward()
+    with pytest.raises(RuntimeError, match="second time"):
+        torch.autograd.grad(tl, tx)
+    tl = torch.sum(tx * tx)
+    torch.autograd.grad(tl, tx)
+    with pytest.raises(RuntimeError, match="second time"):
+        torch.autograd.grad(tl, tx)
+    x = leaf(queue, X)
+    with tp.Tape() as tape:
+        loss = tp.sum(x * x)
+    tape.backward(loss)
+    with pytest.raises(pc.ParclError, match="tp.grad: the tape of output 0 .* already ran"):
+        tp.grad(loss, x)
+    with tp.Tape() as _kept:
+        loss = tp.sum(x * x)
+    tp.grad(loss, x)
+    with pytest.raises(pc.ParclError, match="already ran its backward"):
+        tp.grad(loss, x)
+    with tp.Tape() as _kept_too:
+        loss = tp.sum(x * x)
+    (first,) = tp.grad(loss, x, retain_graph=True)             # kept: both go through
+    (again,) = tp.grad(loss, x)
+    np.testing.assert_array_equal(again.to_host(), first.to_host())     # 2x: [2, 4]

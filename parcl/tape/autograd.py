@@ -53,6 +53,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None,
     outputs = _as_list(outputs, "outputs")
     inputs = _inputs("tp.grad", inputs)
     roots, seeds, pending = _roots("tp.grad", outputs, grad_outputs)
+    _refuse_ended("tp.grad", outputs)
     targets = [x.entry for x in inputs]
     collect = _collected(roots, seeds, pending, targets)
     if not retain_graph:
@@ -110,12 +111,7 @@ def backward(tensors, grad_tensors=None, retain_graph: bool | None = None,
     _no_create_graph("tp.backward", create_graph)
     outputs = _as_list(tensors, "tensors")
     roots, seeds, pending = _roots("tp.backward", outputs, grad_tensors)
-    for i, out in enumerate(outputs):
-        tape = _tape_of(out)
-        if tape is not None and tape._backward_done:
-            raise ParclError(f"tp.backward: the tape of tensors[{i}] ('{out.op_name}') already "
-                             "ran its backward; pass retain_graph=True to the first to run "
-                             "another, or record the forward again")
+    _refuse_ended("tp.backward", outputs)
     wanted = None
     if inputs is not None:
         targets = {id(x.entry): None for x in _inputs("tp.backward", inputs)}
@@ -163,6 +159,17 @@ def _roots(op: str, outputs: list, grad_outputs) -> tuple[list, list, tuple]:
         seeds.append(g)
         pending = pending + out.value.checks + g.checks
     return roots, seeds, pending
+
+
+def _refuse_ended(op: str, outputs: list) -> None:
+    """Refuse outputs whose tape already ran its backward (or a ``tp.grad``) without
+    ``retain_graph``, as PyTorch's 'Trying to backward through the graph a second time'."""
+    for i, out in enumerate(outputs):
+        tape = _tape_of(out)
+        if tape is not None and tape._backward_done:
+            raise ParclError(f"{op}: the tape of output {i} ('{out.op_name}') already ran its "
+                             "backward; pass retain_graph=True to the first to run another, "
+                             "or record the forward again")
 
 
 def _tape_of(out: Node):
