@@ -271,3 +271,36 @@ def test_tp_grad_through_a_graph_whose_backward_ran_is_refused_as_pytorch(queue)
     (first,) = tp.grad(loss, x, retain_graph=True)             # kept: both go through
     (again,) = tp.grad(loss, x)
     np.testing.assert_array_equal(again.to_host(), first.to_host())     # 2x: [2, 4]
+
+
+def test_an_in_place_change_to_a_det_or_svd_output_its_backward_reads_raises_as_pytorch(queue):
+    # det's backward reads the det it returned, kept in its LU factors (svd's the S in its
+    # decomposition): the check looked at tensors an op saves directly only, so d += 1 under
+    # no_grad gave a.grad [[3.55, -0.59], [-1.18, 2.36]] where the gradient is
+    # [[3, -0.5], [-1, 2]] and PyTorch raises
+    a_host = np.array([[2.0, 1.0], [0.5, 3.0]], np.float32)
+    ta = torch.tensor(a_host, requires_grad=True)
+    td = torch.linalg.det(ta)
+    with torch.no_grad():
+        td += 1.0
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        td.backward()
+    a = leaf(queue, a_host)
+    with tp.Tape() as tape:
+        d = tp.det(a)
+    with tp.no_grad():
+        d += 1.0
+    with pytest.raises(pc.ParclError, match="'det' .* updated in place"):
+        tape.backward(d)
+    with tp.Tape() as tape:
+        u, s, _ = tp.linalg.svd(a)
+        loss = tp.sum(u * 1.0)
+    with tp.no_grad():
+        s += 1.0
+    with pytest.raises(pc.ParclError, match="'svd' .* updated in place"):
+        tape.backward(loss)
+    with tp.Tape() as tape:                     # untouched: torch's gradient
+        d = tp.det(a)
+    tape.backward(d)
+    (want,) = torch.autograd.grad(torch.linalg.det(ta), ta)
+    np.testing.assert_allclose(a.grad.to_host(), want.numpy(), rtol=1e-6)   # [[3, -0.5], [-1, 2]]

@@ -100,6 +100,12 @@ def _tensors(value):
     elif isinstance(value, dict):
         for v in value.values():
             yield from _tensors(v)
+    else:
+        # a helper an op keeps whole (linalg's LU factors, an SVD): det's backward reads the
+        # det it returned from its LU, svd's the S it returned; its own tensors, one level
+        for v in getattr(value, "__dict__", {}).values():
+            if isinstance(v, Tensor):
+                yield v
 
 
 def _check_no_stale_reads(order: list, changes: dict[int, list]) -> None:
