@@ -304,3 +304,23 @@ def test_an_in_place_change_to_a_det_or_svd_output_its_backward_reads_raises_as_
     tape.backward(d)
     (want,) = torch.autograd.grad(torch.linalg.det(ta), ta)
     np.testing.assert_allclose(a.grad.to_host(), want.numpy(), rtol=1e-6)   # [[3, -0.5], [-1, 2]]
+
+
+def test_a_gradient_a_hook_kept_stays_as_it_saw_it_with_retain_grads_false_as_pytorch(queue):
+    # retain_grads=False let p adopt xn's gradient buffer, the one xn's hook kept, and p's
+    # second gradient was then added into it: the hook's tensor read [4, 4] where it saw
+    # [1, 1], and PyTorch's stays [1, 1]
+    tx, seen_t = torch.tensor(X, requires_grad=True), []
+    tp_ = tx * 2.0
+    txn = tp_ + 0.0
+    txn.register_hook(seen_t.append)
+    (torch.sum(tp_ * 3.0) + torch.sum(txn * 1.0)).backward()
+    x, seen = leaf(queue, X), []
+    with tp.Tape() as tape:
+        p = x * 2.0
+        xn = p + 0.0
+        xn.register_hook(seen.append)
+        loss = tp.sum(p * 3.0) + tp.sum(xn * 1.0)
+    tape.backward(loss, retain_grads=False)
+    np.testing.assert_array_equal(seen[0].to_host(), seen_t[0].numpy())        # [1, 1]
+    np.testing.assert_array_equal(x.grad.to_host(), tx.grad.numpy())            # [8, 8]

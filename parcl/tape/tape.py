@@ -354,11 +354,14 @@ def _walk(order: list[Entry], loss: Entry, retain_grads: bool, owned: dict[int, 
             handed = (order[pos - 1], leaf)
         if not retain_grads and node is not loss and (node.hooks is None or not node.hooks.retain):
             node.grad = None
-            key = id(upstream.data)            # its buffer may go to a parent uncopied
-            if owned.get(key, 0) > 1:
-                owned[key] -= 1
-            else:
-                owned.pop(key, None)
+            # its buffer may go to a parent uncopied, and be added into there: not one a
+            # hook was given, which the hook may keep (PyTorch's stays as the hook saw it)
+            if node.hooks is None or not node.hooks.fns:
+                key = id(upstream.data)
+                if owned.get(key, 0) > 1:
+                    owned[key] -= 1
+                else:
+                    owned.pop(key, None)
         if wanted is not None:               # tp.grad: no gradient off the paths to its inputs
             parent_grads = [g if id(p) in wanted else None
                             for p, g in zip(node.parents, parent_grads)]
