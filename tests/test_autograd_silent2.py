@@ -324,3 +324,27 @@ def test_a_gradient_a_hook_kept_stays_as_it_saw_it_with_retain_grads_false_as_py
     tape.backward(loss, retain_grads=False)
     np.testing.assert_array_equal(seen[0].to_host(), seen_t[0].numpy())        # [1, 1]
     np.testing.assert_array_equal(x.grad.to_host(), tx.grad.numpy())            # [8, 8]
+
+
+def test_setting_requires_grad_is_refused_where_requires_grad__is_as_pytorch(queue):
+    # y.requires_grad = False on an op's output was taken: the backward then dropped every
+    # gradient through y, so x.grad of sum(y * y) + sum(x), y = 2x, was [1, 1] where the
+    # gradient is [9, 17] and PyTorch refuses the assignment; an int leaf took True
+    ty = torch.tensor(X, requires_grad=True) * 2.0
+    with pytest.raises(RuntimeError, match="only change requires_grad flags of leaf"):
+        ty.requires_grad = False
+    with pytest.raises(RuntimeError, match="floating point"):
+        torch.tensor([1, 2]).requires_grad = True
+    x = leaf(queue, X)
+    with tp.Tape() as tape:
+        y = x * 2.0
+        with pytest.raises(pc.ParclError, match="only a leaf's flag can change"):
+            y.requires_grad = False
+        loss = tp.sum(y * y) + tp.sum(x)
+    tape.backward(loss)
+    np.testing.assert_array_equal(x.grad.to_host(), [9.0, 17.0])
+    with pytest.raises(pc.DTypeError, match="cannot require grad"):
+        tp.tensor(np.array([1, 2])).requires_grad = True
+    w = leaf(queue, X)
+    w.requires_grad = False                     # a leaf's flag: as requires_grad_(False)
+    assert not w.requires_grad and w.is_leaf

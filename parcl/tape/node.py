@@ -101,7 +101,17 @@ class Node(NodeMethods):
         self.entry.node = weakref.ref(self)
 
     grad_fn = _graph_field("grad_fn", "upstream -> [gradient per parent]; None for a leaf")
-    requires_grad = _graph_field("requires_grad", "whether a gradient flows to this Node")
+    @property
+    def requires_grad(self) -> bool:
+        """Whether a gradient flows to this Node."""
+        return self.entry.requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        # PyTorch's checks (``requires_grad_``'s): an op's output that stopped requiring
+        # grad would drop every gradient through it, without a word
+        self.requires_grad_(flag)
+
     grad = _graph_field("grad", "the accumulated gradient (a pc.Tensor), None before backward")
     op_name = _graph_field("op_name", "the op that made it: 'matmul', 'relu', ...; 'leaf'")
     where = _graph_field("where", "where the op was recorded (under detect_anomaly)")
