@@ -268,6 +268,37 @@ def test_set_grad_enabled_decorates_a_function_as_pytorch(queue):
     assert not tp.is_anomaly_enabled() and checked() and not tp.is_anomaly_enabled()
 
 
+def test_no_grad_enable_grad_and_inference_mode_decorate_without_parentheses_as_pytorch(queue):
+    """``@tp.no_grad``, ``@tp.enable_grad`` and ``@tp.inference_mode`` without a call decorate
+    the function, as PyTorch's (2.0 on): they were a TypeError ('no_grad() takes no
+    arguments') and a DTypeError ('the mode must be a bool, got <function ...>')."""
+    torch = pytest.importorskip("torch")
+    tx = torch.tensor([1.0], requires_grad=True)
+    want = (torch.no_grad(lambda: (tx * 2).requires_grad)(),
+            torch.enable_grad(lambda: (tx * 2).requires_grad)(),
+            torch.inference_mode(lambda: (tx * 2).requires_grad)())      # (False, True, False)
+    x = leaf(queue, [1.0])
+
+    def recorded():
+        return isinstance(x * 2.0, tp.Node)
+
+    got = []
+    for switch in (tp.no_grad, tp.enable_grad, tp.inference_mode):
+        with tp.no_grad():             # so that enable_grad has something to turn on
+            got.append(switch(recorded)())
+        assert tp.is_grad_enabled() and not tp.is_inference_mode_enabled()
+    assert tuple(got) == want
+
+    class Model:
+        @tp.no_grad
+        def evaluate(self, v):
+            return tp.exp(v)
+
+    assert not isinstance(Model().evaluate(x), tp.Node)
+    with tp.no_grad():                 # the classes and calls with parentheses as before
+        assert tp.enable_grad()(recorded)()
+
+
 def test_grad_mode_is_thread_local(queues2):
     """One thread's no_grad does not stop the other thread's recording."""
     barrier = threading.Barrier(2, timeout=30)

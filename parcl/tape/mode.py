@@ -103,6 +103,11 @@ class _GradModeContext:
 
     value = False
 
+    def __new__(cls, fn=None):
+        # ``@tp.no_grad`` without parentheses decorates ``fn``, as PyTorch's (2.0 on)
+        self = super().__new__(cls)
+        return self if fn is None else self(fn)
+
     def __enter__(self):
         self.prev = is_grad_enabled()
         state.grad = self.value
@@ -175,6 +180,12 @@ class inference_mode:
     >>> with tp.inference_mode():
     ...     out = model(x)          # a raw Tensor
     """
+
+    def __new__(cls, mode: bool = True):
+        # ``@tp.inference_mode`` without parentheses decorates the function, as PyTorch's
+        if callable(mode):
+            return cls()(mode)
+        return super().__new__(cls)
 
     def __init__(self, mode: bool = True):
         if not isinstance(mode, (bool, np.bool_)):
