@@ -348,3 +348,24 @@ def test_setting_requires_grad_is_refused_where_requires_grad__is_as_pytorch(que
     w = leaf(queue, X)
     w.requires_grad = False                     # a leaf's flag: as requires_grad_(False)
     assert not w.requires_grad and w.is_leaf
+
+
+@pytest.mark.parametrize("act", ["relu", "tanh", "sigmoid"])
+def test_a_hook_on_a_sum_changes_what_a_leaf_with_a_grad_gets_through_it_as_pytorch(queue, act):
+    # act's backward added its input gradient into b.grad itself (add hands it on to b
+    # unchanged), before z's hook doubled it: b.grad [1, 0, 1] after relu where PyTorch's is
+    # [2, 0, 2], h's right; only where b already held a .grad (a second step, accumulation)
+    b_host, h_host = np.array([1.0, -2.0, 3.0], np.float32), np.full(3, 0.5, np.float32)
+    tb, th = torch.tensor(b_host, requires_grad=True), torch.tensor(h_host, requires_grad=True)
+    tz = tb + th
+    tz.register_hook(lambda g: g * 2.0)
+    getattr(torch, act)(tz).sum().backward()
+    b, h = leaf(queue, b_host), leaf(queue, h_host)
+    b.grad = pc.Tensor.zeros(queue, (3,))          # a gradient to accumulate into
+    with tp.Tape() as tape:
+        z = b + h
+        z.register_hook(lambda g: g * 2.0)
+        loss = tp.sum(getattr(tp, act)(z) * 1.0)
+    tape.backward(loss)
+    np.testing.assert_allclose(b.grad.to_host(), tb.grad.numpy(), rtol=1e-6)  # relu: [2, 0, 2]
+    np.testing.assert_allclose(h.grad.to_host(), th.grad.numpy(), rtol=1e-6)

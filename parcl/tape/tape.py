@@ -472,8 +472,8 @@ def _handed_on(node: Entry, after: Entry, owned: dict[int, int]) -> Entry | None
     if len(parents) != 1 or parents[0] is not after or after.grad is not None:
         return None
     fn = after.grad_fn
-    if fn is None:
-        return None
+    if fn is None or (after.hooks is not None and after.hooks.fns):
+        return None           # ``after``'s hooks may change the gradient it hands on
     parents = after.parents
     for slot, p in zip(fn.parent_slots, parents):
         if p.grad is not None and p.grad_fn is None and p.requires_grad and fn.hands_on(
