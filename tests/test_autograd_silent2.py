@@ -369,3 +369,23 @@ def test_a_hook_on_a_sum_changes_what_a_leaf_with_a_grad_gets_through_it_as_pyto
     tape.backward(loss)
     np.testing.assert_allclose(b.grad.to_host(), tb.grad.numpy(), rtol=1e-6)  # relu: [2, 0, 2]
     np.testing.assert_allclose(h.grad.to_host(), th.grad.numpy(), rtol=1e-6)
+
+
+def test_an_upstream_gradient_on_another_queue_is_refused_as_pytorch_refuses_another_device(
+        queues2):
+    # an add hands the gradient on as it is: x.grad became the other queue's tensor, which
+    # x's optimizer step then read without waiting for that queue; PyTorch refuses a gradient
+    # on another device ('invalid gradient at index 0 - expected device')
+    q0, q1 = queues2
+    x = tp.tensor(pc.Tensor.from_host(q0, X), requires_grad=True)
+    with tp.Tape() as _kept:
+        y = x + 0.0
+    g = pc.Tensor.from_host(q1, np.full(2, 2.0, np.float32))
+    for run in (lambda: _kept.backward(y, g), lambda: tp.backward(y, g),
+                lambda: tp.grad(y, x, g, retain_graph=True), lambda: y.backward(g)):
+        with pytest.raises(pc.DeviceError, match="another command queue than its output"):
+            run()
+    assert x.grad is None
+    _kept.backward(y, pc.Tensor.from_host(q0, np.full(2, 2.0, np.float32)))
+    assert x.grad.queue is q0
+    np.testing.assert_array_equal(x.grad.to_host(), [2.0, 2.0])

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from ..errors import ParclError, ShapeError
 from ..tensor import Tensor
 from .node import FREED, Node
-from .tape import float_upstream, run_backward, topological_order
+from .tape import run_backward, topological_order, upstream_for
 
 __all__ = ["backward", "grad"]
 
@@ -198,7 +198,7 @@ def _seed(op: str, i: int, out: Node, g) -> Tensor:
     if tuple(g.shape) != tuple(out.shape):
         raise ShapeError(f"{op}: grad_outputs[{i}] has shape {g.shape}, output {i} has "
                          f"shape {out.shape}")
-    return float_upstream(op, g)
+    return upstream_for(op, g, out.value)
 
 
 def _towards(order: Sequence, targets: dict) -> set:

@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 
 from .. import recorder
-from ..errors import DTypeError, ParclError, ShapeError
+from ..errors import DeviceError, DTypeError, ParclError, ShapeError
 from ..kernels import compare, counting
 from ..kernels import elementwise as ew
 from ..pool import pool_of
@@ -137,7 +137,7 @@ class Tape:
             raise ShapeError(f"backward: upstream grad of shape {grad.shape} does not match "
                              f"loss shape {loss.shape}")
         else:
-            grad = float_upstream("backward", grad)
+            grad = upstream_for("backward", grad, loss.value)
         # The pending checks of what the pass starts from (an embedding's index range):
         # a loss computed from a bad input outside this graph (activations passed on
         # detached, an upstream gradient made from them) has no op here that defers them.
@@ -175,10 +175,16 @@ class Tape:
         return f"<Tape {len(self.nodes)} nodes>"
 
 
-def float_upstream(op: str, grad: Tensor) -> Tensor:
-    """An upstream gradient as float32, as PyTorch casts one to its output's dtype: an int or
-    bool one was handed on as it was (an add or a reshape passes it through), so a leaf's
-    ``.grad`` became an int32 tensor that every later step and ``+=`` refused."""
+def upstream_for(op: str, grad: Tensor, out: Tensor) -> Tensor:
+    """``grad``, the upstream gradient of ``out``, on ``out``'s queue (else a DeviceError,
+    as PyTorch's 'invalid gradient ... expected device') and as float32, as PyTorch casts one
+    to its output's dtype: either was handed on as it was (an add or a reshape passes it
+    through), so a leaf's ``.grad`` became an int32 tensor that every later step and ``+=``
+    refused, or a tensor of another queue that its optimizer step read unsynchronised."""
+    if grad.queue is not out.queue and grad.queue != out.queue:
+        raise DeviceError(f"{op}: the upstream gradient {grad.shape} is on another command "
+                          f"queue than its output {out.shape} (another replica's?); give it "
+                          "on the output's queue")
     if grad.dtype == np.float32:
         return grad
     if grad.dtype == np.uint8:                    # a bool mask: its 0/1 as floats
