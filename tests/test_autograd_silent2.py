@@ -389,3 +389,26 @@ def test_an_upstream_gradient_on_another_queue_is_refused_as_pytorch_refuses_ano
     _kept.backward(y, pc.Tensor.from_host(q0, np.full(2, 2.0, np.float32)))
     assert x.grad.queue is q0
     np.testing.assert_array_equal(x.grad.to_host(), [2.0, 2.0])
+
+
+def test_tp_grad_of_an_inner_input_the_pass_ends_at_is_what_its_hooks_leave_as_pytorch(queue):
+    # PyTorch captures an inner input's gradient after its hooks where the pass ends there
+    # (nothing upstream of it is an input) and before them where it goes on: parcl took it
+    # before them always, so tp.grad(loss, m) with m's hook g * 0.5 gave [8, 16] where
+    # PyTorch gives [4, 8]
+    tx = torch.tensor(X, requires_grad=True)
+    tm = tx * 2.0
+    tm.register_hook(lambda g: g * 0.5)
+    tl = (tm * tm).sum()
+    (want_alone,) = torch.autograd.grad(tl, tm, retain_graph=True)
+    want_m, want_x = torch.autograd.grad(tl, [tm, tx])
+    x = leaf(queue, X)
+    with tp.Tape() as _kept:
+        m = x * 2.0
+        m.register_hook(lambda g: g * 0.5)
+        loss = tp.sum(m * m)
+    (alone,) = tp.grad(loss, m, retain_graph=True)
+    gm, gx = tp.grad(loss, [m, x])
+    np.testing.assert_array_equal(alone.to_host(), want_alone.numpy())     # [4, 8]
+    np.testing.assert_array_equal(gm.to_host(), want_m.numpy())            # [8, 16]
+    np.testing.assert_array_equal(gx.to_host(), want_x.numpy())            # [8, 16]

@@ -326,13 +326,19 @@ def _walk(order: list[Entry], loss: Entry, retain_grads: bool, owned: dict[int, 
         upstream = node.grad
         if upstream is None:
             continue                          # no path from loss carried a gradient
-        if collect is not None and id(node) in collect:
-            collect[id(node)] = upstream        # before its hooks, as PyTorch's
+        # tp.grad's inner input: PyTorch captures its gradient before its hooks where the
+        # pass goes on through it to another input, after them where the pass ends there
+        captured = collect is not None and id(node) in collect
+        goes_on = captured and any(id(p) in wanted for p in node.parents)
+        if goes_on:
+            collect[id(node)] = upstream
         if node.hooks is not None and node.hooks.fns:
             hooked = run_hooks(node, upstream)
             if hooked is not upstream:       # the hook's tensor, in node.grad now too
                 _held_by_caller(hooked, owned, holders=2)
             upstream = node.grad = hooked
+        if captured and not goes_on:
+            collect[id(node)] = upstream
         targets = None                        # anomaly: every gradient is checked
         if fn.takes_targets and fast:
             targets = _grad_targets(node, owned)
