@@ -412,3 +412,35 @@ def test_tp_grad_of_an_inner_input_the_pass_ends_at_is_what_its_hooks_leave_as_p
     np.testing.assert_array_equal(alone.to_host(), want_alone.numpy())     # [4, 8]
     np.testing.assert_array_equal(gm.to_host(), want_m.numpy())            # [8, 16]
     np.testing.assert_array_equal(gx.to_host(), want_x.numpy())            # [8, 16]
+
+
+def test_hooks_run_with_grad_mode_off_as_pytorchs_backward(queue):
+    # PyTorch's engine runs the backward, its hooks included, with grad mode off: a manual
+    # SGD step in a post-accumulate hook (optimizer in backward) stepped [1, 2] to [0.8, 1.6]
+    # there and raised 'a leaf that requires grad is used in an in-place op while grad mode
+    # is on' here, and a hook's g * w recorded a Node on the tape
+    def steps(lib, is_on):
+        x = (torch.tensor(X, requires_grad=True) if lib is torch else leaf(queue, X))
+        modes = []
+        x.register_hook(lambda g: modes.append(is_on()))
+
+        def sgd(p):
+            modes.append(is_on())
+            p -= 0.1 * p.grad
+
+        x.register_post_accumulate_grad_hook(sgd)
+        return x, modes
+
+    tx, t_modes = steps(torch, torch.is_grad_enabled)
+    torch.sum(tx * tx).backward()
+    x, modes = steps(tp, tp.is_grad_enabled)
+    w = leaf(queue, X)
+    with tp.Tape() as tape:
+        y = x * x
+        y.register_hook(lambda g: modes.append(isinstance(g * w, tp.Node)))
+        loss = tp.sum(y)
+    n_recorded = len(tape.nodes)
+    tape.backward(loss)
+    assert modes == [False] + t_modes                     # [False, False, False]
+    np.testing.assert_allclose(x.to_host(), tx.detach().numpy(), rtol=1e-6)   # [0.8, 1.6]
+    assert len(tape.nodes) == n_recorded and tp.is_grad_enabled()

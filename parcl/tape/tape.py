@@ -230,6 +230,10 @@ def run_backward(roots: list[Entry], grads: list[Tensor], pending: tuple, *,
     outer = state.deferred, state.pending, state.partial, state.leaf_hooks
     state.deferred = deferred = []
     state.pending, state.partial, state.leaf_hooks = pending, wanted is not None, leaf_hooks
+    # the walk runs with grad mode off, as PyTorch's engine (create_graph=False): the hooks
+    # it calls record nothing, and may update a parameter in place (an optimizer step in a
+    # post-accumulate hook)
+    grad_mode, mode.state.grad = mode.state.grad, False
     try:
         _reverse(order, roots, grads, retain_grads, wanted, collect, keep)
     except ParclError as exc:
@@ -241,6 +245,7 @@ def run_backward(roots: list[Entry], grads: list[Tensor], pending: tuple, *,
         raise
     finally:
         state.deferred, state.pending, state.partial, state.leaf_hooks = outer
+        mode.state.grad = grad_mode
     if rec is not None:
         rec.note_grads()
     try:
