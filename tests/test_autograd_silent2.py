@@ -444,3 +444,30 @@ def test_hooks_run_with_grad_mode_off_as_pytorchs_backward(queue):
     assert modes == [False] + t_modes                     # [False, False, False]
     np.testing.assert_allclose(x.to_host(), tx.detach().numpy(), rtol=1e-6)   # [0.8, 1.6]
     assert len(tape.nodes) == n_recorded and tp.is_grad_enabled()
+
+
+def test_a_hook_on_a_modules_output_runs_before_its_backward_hooks_as_pytorch(queue):
+    # the module's backward hooks were the first hook of the Node it returned, so a hook the
+    # caller registered on that output ran after them: its pre-hook and full backward hook
+    # saw grad_output [[1, 1]] where PyTorch's see [[2, 2]], what the tensor hook leaves
+    w, x_host = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32), np.array([[1.0, -1.0]], np.float32)
+
+    def run(nn, x, host, backward):
+        m = nn.Linear(2, 2, bias=False)
+        m.load_state_dict({"weight": torch.tensor(w) if nn is torch.nn else w})
+        log = []
+        m.register_full_backward_pre_hook(lambda mod, go: log.append(("pre", host(go[0]))))
+        m.register_full_backward_hook(lambda mod, gi, go: log.append(("full", host(go[0]))))
+        out = m(x)
+        out.register_hook(lambda g: log.append("tensor") or g * 2.0)
+        backward(out)
+        return log
+
+    tx = torch.tensor(x_host, requires_grad=True)
+    want = run(torch.nn, tx, lambda t: t.tolist(), lambda out: out.sum().backward())
+    x = leaf(queue, x_host)
+    with tp.Tape() as tape:
+        got = run(pc.nn, x, lambda t: t.to_host().tolist(),
+                  lambda out: tape.backward(tp.sum(out)))
+    assert got == want == ["tensor", ("pre", [[2.0, 2.0]]), ("full", [[2.0, 2.0]])]
+    np.testing.assert_array_equal(x.grad.to_host(), tx.grad.numpy())       # [[8, 12]]

@@ -155,7 +155,10 @@ class _BackwardCall:
             return output                 # no backward reaches it: no hook called, as PyTorch
         output = reshape(output, output.shape)
         output.register_hook(self.on_output)
-        return output
+        # the caller gets a view of it: hooks registered on what the module returned run
+        # first, and the module's backward hooks see the gradient they leave, as PyTorch
+        # runs a tensor's hooks before its BackwardHook's
+        return reshape(output, output.shape)
 
     def on_output(self, grad):
         grad_output = (grad,)
