@@ -247,6 +247,26 @@ def test_cosine_similarity_of_a_zero_row_is_zero_with_pytorchs_gradient(queue):
         tp.cosine_similarity(up(queue, np.ones((1, 2))), up(queue, np.ones((1, 3))))
 
 
+
+def test_cosine_similarity_passes_the_gradient_of_a_norm_below_eps_as_pytorch(queue):
+    """PyTorch clamps cosine_similarity's norms at eps in place under no_grad, so a norm below
+    eps still carries its gradient; parcl's recorded clamp dropped it: x1 = [0.3, 0.4] (norm
+    0.5) against [1, 0] with eps=1 had the gradient [1, 0] where PyTorch's is [0.82, -0.24]
+    (the value, 0.3, was the same)."""
+    a = np.array([[0.3, 0.4], [0.06, -0.08], [3.0, 4.0]], np.float32)
+    b = np.array([[1.0, 0.0], [0.5, 0.5], [0.2, 0.1]], np.float32)
+    na, nb = leaf(queue, a), leaf(queue, b)
+    with tp.Tape() as tape:
+        y = tp.sum(tp.cosine_similarity(na, nb, dim=1, eps=1.0))
+    tape.backward(y)
+    ta, tb = (torch.tensor(v, requires_grad=True) for v in (a, b))
+    want = F.cosine_similarity(ta, tb, dim=1, eps=1.0).sum()
+    want.backward()
+    np.testing.assert_allclose(y.item(), want.item(), rtol=1e-6)
+    np.testing.assert_allclose(na.grad.to_host()[0], [0.82, -0.24], rtol=1e-5)
+    np.testing.assert_allclose(na.grad.to_host(), ta.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(nb.grad.to_host(), tb.grad.numpy(), rtol=1e-5, atol=1e-6)
+
 def test_argument_errors_are_pytorchs(queue):
     x = up(queue, np.ones(3))
     with pytest.raises(ParclError, match="hardtanh: min_val cannot be greater than max_val"):

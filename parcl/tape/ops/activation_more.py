@@ -23,7 +23,7 @@ from ...errors import ParclError, ShapeError
 from ...kernels import elementwise as ew
 from ...kernels.broadcast import broadcast_shapes
 from ...kernels.strided import normalize_axis
-from ..node import Node
+from ..node import Function, Node
 from .activation import _Activation, _number, clamp
 from .elementwise import div, mul, pow, sub
 from .indexing import expand
@@ -211,8 +211,23 @@ def softmin(x, dim: int | None = None, *, tape=None):
     return softmax(neg(x, tape=tape), dim, tape=tape)
 
 
-def _norm(x, p: float, dim: int, eps: float, tape):
-    """``max(||x||_p, eps)`` along ``dim`` (kept), as PyTorch's ``norm().clamp_min(eps)``.
+class _ClampMinUnrecorded(Function):
+    """``max(n, eps)`` forward, ``n``'s gradient unchanged backward: PyTorch's
+    ``cosine_similarity`` clamps its norms in place under ``no_grad``, so its gradient goes
+    through a norm below ``eps`` as if no clamp were there."""
+
+    name = "clamp"
+
+    def forward(self, n, eps: float):
+        return ew.unary("clamp", n, p=eps, q=math.inf)
+
+    def backward(self, g):
+        return g
+
+
+def _norm(x, p: float, dim: int, eps: float, tape, clamp_recorded: bool = True):
+    """``max(||x||_p, eps)`` along ``dim`` (kept), as PyTorch's ``norm().clamp_min(eps)``
+    (without ``clamp_recorded``, the clamp passes the norm's gradient: ``_ClampMinUnrecorded``).
     The root is taken of the nonzero sums only: ``sqrt`` and ``pow(s, 1/p)`` have infinite
     slope at 0, so a zero row would give 0 * inf = NaN where PyTorch's gradient is 0 (its norm
     backward masks zero norms). Not by clamping the sum at ``eps ** p`` first: that is 0 in
@@ -228,7 +243,10 @@ def _norm(x, p: float, dim: int, eps: float, tape):
     positive = ne(s, 0.0)      # the sums are >= 0: a NaN one keeps its root, NaN, as PyTorch
     s = where(positive, s, 1.0, tape=tape)
     root = sqrt(s, tape=tape) if p == 2.0 else pow(s, 1.0 / p, tape=tape)
-    return clamp(where(positive, root, 0.0, tape=tape), min=eps, tape=tape)
+    norm = where(positive, root, 0.0, tape=tape)
+    if not clamp_recorded:
+        return _ClampMinUnrecorded.apply(norm, tape=tape, eps=eps)
+    return clamp(norm, min=eps, tape=tape)
 
 
 def normalize(x, p: float = 2.0, dim: int = 1, eps: float = 1e-12, *, tape=None):
@@ -260,8 +278,9 @@ def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8, *, tape=None):
     shape = broadcast_shapes("cosine_similarity", shape1, shape2)
     dim = wrap_dim("cosine_similarity", dim, len(shape), shape)
     # each side is normalised along dim of the broadcast shape (a side broadcast along dim
-    # itself is normalised over its repeated values, as PyTorch expands before the norm)
-    sides = [div(v, _norm(v, 2.0, dim, eps, tape), tape=tape)
+    # itself is normalised over its repeated values, as PyTorch expands before the norm);
+    # PyTorch clamps the norms at eps under no_grad, so a norm below eps keeps its gradient
+    sides = [div(v, _norm(v, 2.0, dim, eps, tape, clamp_recorded=False), tape=tape)
              for v in (x1 if shape1 == shape else expand(x1, shape, tape=tape),
                        x2 if shape2 == shape else expand(x2, shape, tape=tape))]
     return sum(mul(sides[0], sides[1], tape=tape), dim, tape=tape)
