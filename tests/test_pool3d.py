@@ -72,6 +72,30 @@ def test_max_pool_indices_are_pytorchs_flat_positions_with_ties_and_nans(queue, 
     np.testing.assert_array_equal(unbatched.to_host(), twhere.numpy()[1])
 
 
+
+def test_max_pool3d_indices_of_a_depth_window_of_padding_only_are_pytorchs(queue, rng):
+    """A depth window whose dilated taps all fall in the padding (depth 1, kernel 2, padding
+    1, dilation 2: taps at -1 and 1) picks a depth past the input; its index was joined with
+    the plane positions of that depth, read past their buffer, so max_pool3d gave indices
+    such as 94685857039281 where PyTorch gives d * H*W plus the plane window's first
+    position (12, 13, 14, ...), both with -inf values. (PyTorch's own backward of these
+    indices writes past its gradient; parcl's gradient there is 0.)"""
+    x = rng.standard_normal((2, 3, 1, 3, 4)).astype(np.float32)
+    kw = dict(kernel_size=(2, 2, 2), stride=(1, 1, 2), padding=(1, 1, 0), dilation=(2, 1, 1))
+    ty, twhere = F.max_pool3d(torch.tensor(x), **kw, return_indices=True)
+    node = leaf(queue, x)
+    with tp.Tape() as tape:
+        y, where = tp.max_pool3d(node, **kw, return_indices=True)
+        loss = tp.sum(y * 1.0)
+    np.testing.assert_array_equal(y.to_host(), ty.numpy())          # all -inf
+    np.testing.assert_array_equal(where.to_host()[0, 0, 0], [[12, 14], [12, 14], [16, 18],
+                                                             [20, 22]])
+    np.testing.assert_array_equal(where.to_host(), twhere.numpy())
+    unbatched = tp.max_pool3d(tp.tensor(x[1]), **kw, return_indices=True)[1]
+    np.testing.assert_array_equal(unbatched.to_host(), twhere.numpy()[1])
+    tape.backward(loss)
+    np.testing.assert_array_equal(node.grad.to_host(), np.zeros_like(x))
+
 def test_max_pool3d_and_avg_pool3d_of_a_counting_volume_as_worked_by_hand(queue):
     x = tp.tensor(np.arange(64, dtype=np.float32).reshape(1, 1, 4, 4, 4))   # 16d + 4h + w
     np.testing.assert_array_equal(tp.max_pool3d(x, 2).to_host().ravel(),

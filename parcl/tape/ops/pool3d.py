@@ -70,11 +70,21 @@ def _depth(y, n: int, c: int, dd: int, tape):
     return reshape(y, (n, c, dd, y.shape[2] * y.shape[3]), tape=tape)
 
 
-def _joined(depth_at: Tensor, plane_at: Tensor, x5, od: int, p: int) -> Tensor:
+def _joined(depth_at: Tensor, plane_at: Tensor, x5, od: int, first_h, first_w) -> Tensor:
     """PyTorch's flat positions from the depth pool's ``(N, C, OD, P)`` and the plane pool's
-    ``(N, C*D, OH, OW)`` positions."""
+    ``(N, C*D, OH, OW)`` positions; ``first_h``, ``first_w``: each plane window's first row
+    and column (the position of a depth window that holds no input depth)."""
     n, c, dd, hh, ww = x5.shape
-    return join_positions(depth_at, plane_at, planes=n * c, od=od, d=dd, p=p, hw=hh * ww)
+    starts = np.add.outer(first_h * ww, first_w).astype(np.int64).ravel()
+    return join_positions(depth_at, plane_at, constant(x5.queue, starts), planes=n * c, od=od,
+                          d=dd, p=starts.size, hw=hh * ww)
+
+
+def _first_in_windows(out: int, stride: int, pad: int, dilation: int) -> np.ndarray:
+    """Each window's first input position: its start, stepped on by the dilation out of the
+    padding (PyTorch's ``while (start < 0) start += dilation``)."""
+    start = np.arange(out) * stride - pad
+    return np.where(start < 0, start + (-start + dilation - 1) // dilation * dilation, start)
 
 
 def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
@@ -103,7 +113,8 @@ def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bo
     y = unbatch(reshape(y, (n, c, od, oh, ow), tape=tape), batched, tape)
     if not return_indices:
         return y
-    where = _joined(depth_at, plane_at, x5, od, oh * ow)
+    where = _joined(depth_at, plane_at, x5, od, _first_in_windows(oh, s[1], p[1], d[1]),
+                    _first_in_windows(ow, s[2], p[2], d[2]))
     return y, where.reshape(tuple(y.shape))
 
 
@@ -179,7 +190,9 @@ def adaptive_max_pool3d(x, output_size, return_indices: bool = False, *, tape=No
     y = unbatch(reshape(y, (n, c, od, oh, ow), tape=tape), batched, tape)
     if not return_indices:
         return y
-    where = _joined(depth_at, plane_at, x5, od, oh * ow)
+    # adaptive windows always hold input, so the first positions are never read
+    where = _joined(depth_at, plane_at, x5, od, np.arange(oh) * hh // oh,
+                    np.arange(ow) * ww // ow)
     return y, where.reshape(tuple(y.shape))
 
 
