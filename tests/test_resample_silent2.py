@@ -281,3 +281,35 @@ def test_interpolate_of_a_spatial_dim_with_no_elements_is_refused_at_the_call_as
             F.interpolate(torch.ones(2, 3, 4, 0), size=(2, 2), mode=mode)
     assert tp.interpolate(x[2:], size=(2, 2)).shape == (0, 3, 2, 2)
     assert tp.interpolate(x[:, 3:], scale_factor=2).shape == (2, 0, 8, 8)
+
+
+@pytest.mark.parametrize("shape,scale", [((1, 2, 5), 2.1), ((2, 1, 5), 1.1),
+                                         ((1, 2, 3, 5, 2), (1.1, 2.1, 1.0))],
+                         ids=["1d-doubled", "1d-kept", "3d"])
+def test_nearest_1d_and_3d_take_floor_of_dst_over_scale_factor_as_pytorch(queue, shape, scale):
+    """PyTorch's 1-D and 3-D nearest kernels pick floor(dst / scale_factor) even where the
+    output keeps or doubles the size; parcl took its 2-D kernel's shortcuts (copy, dst >> 1)
+    there, so 5 positions at scale_factor=2.1 read [0, 0, 1, 1, 2, 2, 3, 3, 4, 4] where
+    PyTorch reads [0, 0, 0, 1, 1, 2, 2, 3, 3, 4], and at 1.1 [0, 1, 2, 3, 4] where PyTorch
+    reads [0, 0, 1, 2, 3]. The gradient is that of those picks (PyTorch's CPU backward
+    keeps the shortcuts, unlike its forward)."""
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    want = F.interpolate(torch.from_numpy(x), scale_factor=scale, mode="nearest").numpy()
+    node = tp.tensor(x, requires_grad=True)
+    with tp.Tape() as tape:
+        y = tp.interpolate(node, scale_factor=scale, mode="nearest")
+        loss = tp.sum(y * 1.0)
+    np.testing.assert_array_equal(y.to_host(), want)
+    if shape == (1, 2, 5) and scale == 2.1:
+        np.testing.assert_array_equal(want[0, 0], [0, 0, 0, 1, 1, 2, 2, 3, 3, 4])
+    tape.backward(loss)
+    picks = np.bincount(want.astype(np.int64).ravel(), minlength=x.size).reshape(shape)
+    np.testing.assert_array_equal(node.grad.to_host(), picks)      # each pick adds 1
+
+
+def test_nearest_2d_keeps_pytorchs_2d_shortcuts(queue):
+    x = np.arange(10, dtype=np.float32).reshape(1, 1, 2, 5)
+    want = F.interpolate(torch.from_numpy(x), scale_factor=(1.1, 2.1), mode="nearest")
+    got = tp.interpolate(tp.tensor(x), scale_factor=(1.1, 2.1), mode="nearest").to_host()
+    np.testing.assert_array_equal(got, want.numpy())
+    np.testing.assert_array_equal(got[0, 0, 0], [0, 0, 1, 1, 2, 2, 3, 3, 4, 4])

@@ -96,7 +96,8 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest",
                           tape=tape), tape=tape)
         else:
             # a dim of unchanged size can still move (nearest-exact at a scale_factor of 1.33)
-            src = _nearest_sources(n, m, scales[k], exact=mode == "nearest-exact")
+            src = _nearest_sources(n, m, scales[k], exact=mode == "nearest-exact",
+                                   shortcut=len(shape) == 4)
             if not np.array_equal(src, np.arange(n)) or k == 0 and out is x:
                 # an op even at scale 1: a new Node, as torch's
                 out = index_select(out, axis, constant(x.queue, src), tape=tape)
@@ -140,12 +141,16 @@ def _scale(n: int, m: int, scale: float | None) -> np.float32:
         else np.float32(n) / np.float32(m)
 
 
-def _nearest_sources(n: int, m: int, scale, exact: bool) -> np.ndarray:
-    """PyTorch's ``nearest_idx`` / ``nearest_neighbor_exact_compute_source_index``."""
+def _nearest_sources(n: int, m: int, scale, exact: bool, shortcut: bool) -> np.ndarray:
+    """PyTorch's ``nearest_idx`` (with ``shortcut``: its 2-D kernel's) /
+    ``nearest_neighbor_exact_compute_source_index``."""
     dst = np.arange(m)
-    if not exact and m == n:
+    # PyTorch's 2-D kernel copies a dim whose size is kept and halves the positions of a
+    # doubled one whatever scale_factor says (2.1 on 5 -> 10); its 1-D and 3-D kernels
+    # take floor(dst / scale_factor) there too. With a size (or a factor of 1 or 2) the same.
+    if shortcut and not exact and m == n:
         return dst.astype(np.int32)
-    if not exact and m == 2 * n:
+    if shortcut and not exact and m == 2 * n:
         return (dst >> 1).astype(np.int32)
     at = dst.astype(np.float32) + (np.float32(0.5) if exact else np.float32(0))
     src = np.floor(at * _scale(n, m, scale)).astype(np.int64)
