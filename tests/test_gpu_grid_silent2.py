@@ -170,7 +170,7 @@ def _torch_embedding():
 
 def _max(q):
     x, = _leaves(q, "rows")
-    return _squared_sum_backward(tp.max(x, 1), [x])
+    return _squared_sum_backward(tp.max(x, 1).values, [x])
 
 
 def _torch_max():

@@ -28,6 +28,14 @@ def ref_lse(x, axis, keepdims):
     return out if keepdims else np.squeeze(out, axis=axis)
 
 
+def values_of(op):
+    """``tp.max``/``tp.min`` as ``np.max``: the values alone, ``.values`` of the
+    ``(values, indices)`` that a dim gives, as ``torch.max``'s."""
+    def values(t, axis, keepdims=False):
+        return op(t, keepdims=keepdims) if axis is None else op(t, axis, keepdims).values
+    return values
+
+
 SHAPES_AXES = [((3, 4, 5), None), ((3, 4, 5), -1), ((3, 4, 5), 0), ((3, 4, 5), (0, 2)),
                ((3, 4, 5), (-1, 1)), ((1, 7), 0), ((7,), 0), ((2, 1, 3), 1)]
 
@@ -39,16 +47,16 @@ def test_reductions_forward_and_gradcheck(queue, rng, shape, axis, keepdims):
     nx = leaf(queue, x)
     x32 = x.astype(np.float32).astype(np.float64)
     cases = {
-        "max": (tp.max, lambda a: np.max(a, axis=axis, keepdims=keepdims)),
-        "min": (tp.min, lambda a: np.min(a, axis=axis, keepdims=keepdims)),
+        "max": (values_of(tp.max), lambda a: np.max(a, axis=axis, keepdims=keepdims)),
+        "min": (values_of(tp.min), lambda a: np.min(a, axis=axis, keepdims=keepdims)),
         "var": (tp.var, lambda a: np.var(a, axis=axis, keepdims=keepdims, ddof=1)),
         "std": (tp.std, lambda a: np.std(a, axis=axis, keepdims=keepdims, ddof=1)),
         "logsumexp": (tp.logsumexp, lambda a: ref_lse(a, axis, keepdims)),
     }
     n = x.size if axis is None else np.prod([shape[a] for a in np.atleast_1d(axis)])
     for name, (op, ref) in cases.items():
-        if name in ("var", "std") and n < 2:
-            continue
+        if name in ("var", "std") and n < 2 or name in ("max", "min") and type(axis) is tuple:
+            continue                   # torch.max takes one dim; tp.amax takes several
         y = op(nx, axis, keepdims=keepdims)
         assert y.op_name == name
         want = ref(x32)
@@ -61,18 +69,14 @@ def test_max_min_ties_send_gradient_to_the_first_over_axes_and_share_it_over_all
     """As torch: ``torch.max(x, dim)`` gives a row's gradient to its first maximum, and
     ``torch.max(x)`` shares it among tied maxima (parcl gave it all to the first)."""
     x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]])
-    _, g = grad_of(queue, lambda t: tp.max(t, axis=1), x)
+    _, g = grad_of(queue, lambda t: tp.max(t, 1).values, x)
     assert g.tolist() == [[0, 1, 0], [1, 0, 0]]
     _, g = grad_of(queue, lambda t: tp.max(t), x)
     assert g.tolist() == [[0, 0.5, 0.5], [0, 0, 0]]
     _, g = grad_of(queue, lambda t: tp.min(t, keepdims=True), np.array([[1.0, 0.0], [0.0, 2.0]]))
     assert g.tolist() == [[0, 0.5], [0.5, 0]]
-    _, g = grad_of(queue, lambda t: tp.min(t, axis=0), np.array([[1.0, 2.0], [1.0, 0.0]]))
+    _, g = grad_of(queue, lambda t: tp.min(t, dim=0).values, np.array([[1.0, 2.0], [1.0, 0.0]]))
     assert g.tolist() == [[1, 0], [0, 1]]
-    # a tuple of axes: "first" in row-major order of the reduced block
-    x3 = np.zeros((2, 2, 2))
-    _, g = grad_of(queue, lambda t: tp.max(t, axis=(0, 2)), x3)
-    assert g[:, 0, :].tolist() == [[1, 0], [0, 0]] and g[:, 1, :].tolist() == [[1, 0], [0, 0]]
 
 
 @pytest.mark.parametrize("op", ["max", "min"])
@@ -246,7 +250,7 @@ def test_argmax_and_a_recorded_max_over_an_empty_slice_raise_a_shape_error_as_py
             call()
     assert tp.argmax(x[2:2], 1).shape == (0,)             # torch: tensor([], dtype=int64)
     with tp.Tape() as tape:
-        y = tp.max(x[2:2], 1)
+        y = tp.max(x[2:2], 1).values
     tape.backward(tp.sum(y))
     assert y.shape == (0,)
     np.testing.assert_array_equal(x.grad.to_host(), np.zeros((3, 4)))
@@ -263,8 +267,8 @@ def test_reductions_over_dim_0_or_minus_1_of_a_0d_input_are_the_input_as_pytorch
     calls = {   # name: (tp's function, the Node method, which is torch.Tensor's)
         "sum": (lambda s, d, k: tp.sum(s, d, k), lambda s, d, k: s.sum(d, k)),
         "mean": (lambda s, d, k: tp.mean(s, d, k), lambda s, d, k: s.mean(d, k)),
-        "max": (lambda s, d, k: tp.max(s, d, k), lambda s, d, k: s.max(d, k).values),
-        "min": (lambda s, d, k: tp.min(s, d, k), lambda s, d, k: s.min(d, k).values),
+        "max": (lambda s, d, k: tp.max(s, d, k).values, lambda s, d, k: s.max(d, k).values),
+        "min": (lambda s, d, k: tp.min(s, d, k).values, lambda s, d, k: s.min(d, k).values),
         "var": (lambda s, d, k: tp.var(s, d, keepdims=k, correction=0),
                 lambda s, d, k: s.var(d, keepdim=k, correction=0)),
         "std": (lambda s, d, k: tp.std(s, d, keepdims=k, correction=0),
@@ -320,7 +324,7 @@ def test_max_and_min_of_a_tensor_other_are_the_elementwise_maximum_as_pytorch(qu
             np.testing.assert_array_equal(y.grad.to_host(), ty.grad.numpy())
     y = leaf(queue, b)
     assert y.max(1).indices.to_host().tolist() == [1, 1]
-    np.testing.assert_array_equal(tp.min(y, 0).to_host(), [0.0, 4.0, 2.0, -1.0])
+    np.testing.assert_array_equal(tp.min(y, 0).values.to_host(), [0.0, 4.0, 2.0, -1.0])
 
 
 def test_var_and_std_take_pytorchs_unbiased_as_pytorch(queue):
@@ -349,3 +353,41 @@ def test_var_and_std_take_pytorchs_unbiased_as_pytorch(queue):
     np.testing.assert_allclose(tp.var_mean(x, unbiased=True)[0].to_host(), a.var(ddof=1))
     with pytest.raises(TypeError, match="given both"):
         x.var(1, False, correction=0)
+
+
+def test_max_and_min_over_a_dim_return_values_and_indices_as_pytorch(queue):
+    """``torch.max(x, dim)`` is the pair ``(values, indices)``; tp.max returned the values
+    alone (numpy's amax), so the classifier idiom ``_, pred = tp.max(logits, 1)`` on a batch
+    of 2 unpacked the two row maxima into ``_`` and ``pred``: pred was 7.0, a value, where
+    torch's is the index 0. Values, indices, keepdim and gradients are torch's (the gradient
+    to the first maximum of a row); ``tp.max(x)`` and ``tp.max(a, b)`` are unchanged, and
+    numpy's ``axis=`` and a tuple of dims are refused (tp.amax takes them)."""
+    import torch
+    a = np.array([[1.0, 5.0, 5.0], [7.0, 0.0, 7.0]], np.float32)
+    _, pred = tp.max(tp.tensor(a), 1)
+    assert pred.to_host().tolist() == [1, 0]
+    for name in ("max", "min"):
+        for dim, keepdim in ((1, False), (0, True), (-1, True)):
+            x, t = leaf(queue, a), torch.tensor(a, requires_grad=True)
+            want = getattr(torch, name)(t, dim=dim, keepdim=keepdim)
+            w = np.arange(1, want.values.numel() + 1, dtype=np.float32).reshape(want.values.shape)
+            (want.values * torch.tensor(w)).sum().backward()
+            with tp.Tape() as tape:
+                got = getattr(tp, name)(x, dim, keepdim)
+                loss = tp.sum(got.values * tp.tensor(w))
+            tape.backward(loss)
+            assert type(got).__name__ == "SortResult" and len(got) == 2
+            np.testing.assert_array_equal(got.values.to_host(), want.values.detach().numpy())
+            np.testing.assert_array_equal(got.indices.to_host(), want.indices.numpy())
+            assert got.indices.to_host().dtype == np.int64
+            np.testing.assert_array_equal(x.grad.to_host(), t.grad.numpy())
+            by_keyword = getattr(tp, name)(leaf(queue, a), dim=dim, keepdim=keepdim)
+            np.testing.assert_array_equal(by_keyword.indices.to_host(), want.indices.numpy())
+    assert float(tp.max(tp.tensor(a))) == 7.0 and float(tp.min(tp.tensor(a))) == 0.0
+    assert tp.max(tp.tensor(a), tp.tensor(a[::-1].copy())).to_host().tolist() == [[7, 5, 7]] * 2
+    x = tp.tensor(a)
+    with pytest.raises(pc.ParclError, match=r"max: axis=1 is not taken: .*\(values, indices\)"
+                                            r".*tp\.amax\(x, dim\)"):
+        tp.max(x, axis=1)
+    with pytest.raises(pc.ShapeError, match=r"min: axis must be an int, got \(0, 1\)"):
+        tp.min(x, (0, 1))                        # torch.min refuses a tuple of dims too

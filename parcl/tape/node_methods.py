@@ -13,7 +13,7 @@ import numpy as np
 from .. import recorder
 from ..errors import ParclError, ShapeError
 from ..kernels.broadcast import broadcast_shapes
-from ..tensor import Tensor, identity
+from ..tensor import identity
 from . import mode
 
 
@@ -559,21 +559,11 @@ class NodeMethods:
     def max(self, dim=None, keepdim=False):  # noqa: A003
         """``x.max()``: the largest element; ``x.max(dim)``: ``(values, indices)`` along
         ``dim``; ``x.max(other)`` of a tensor ``other``: ``tp.maximum``, as
-        ``torch.Tensor.max``."""
-        if dim is None:
-            return _ops().max(self, keepdims=keepdim)
-        if isinstance(dim, (Tensor, NodeMethods)):
-            return _ops().maximum(self, dim)
-        return _ops().sorting.SortResult(_ops().max(self, dim, keepdim),
-                                 _ops().argmax(self, dim, keepdim))
+        ``torch.Tensor.max`` (and ``tp.max``)."""
+        return _ops().max(self, dim, keepdim)
 
     def min(self, dim=None, keepdim=False):  # noqa: A003
-        if dim is None:
-            return _ops().min(self, keepdims=keepdim)
-        if isinstance(dim, (Tensor, NodeMethods)):
-            return _ops().minimum(self, dim)
-        return _ops().sorting.SortResult(_ops().min(self, dim, keepdim),
-                                 _ops().argmin(self, dim, keepdim))
+        return _ops().min(self, dim, keepdim)
 
     def argmax(self, dim=None, keepdim=False):
         return _ops().argmax(self, dim, keepdim)

@@ -1,8 +1,9 @@
-"""More reductions: ``max``, ``min`` (over given axes the gradient to the first extreme
-element, over all shared among ties), ``argmax``, ``argmin`` (int64, no gradient), ``var``,
-``std`` (``correction`` as PyTorch), ``logsumexp`` (max-shifted) and ``cumsum``. ``axis`` is
-None (everything), an int or a tuple of ints, negative counting from the end, as numpy;
-``argmax``/``argmin``/``cumsum`` take one axis.
+"""More reductions: ``max``, ``min`` (torch.max's: ``(values, indices)`` along a dim, the
+gradient to the first extreme element; over all shared among ties), ``argmax``, ``argmin``
+(int64, no gradient), ``var``, ``std`` (``correction`` as PyTorch), ``logsumexp``
+(max-shifted) and ``cumsum``. ``axis`` is None (everything), an int or a tuple of ints,
+negative counting from the end, as numpy; ``max``/``min``/``argmax``/``argmin``/``cumsum``
+take one.
 
 All are built from the fixed-order reduction kernels (``parcl.kernels.reduction``) and
 elementwise ops, so results are bit-identical run to run.
@@ -22,13 +23,14 @@ from math import prod
 
 import numpy as np
 
+from ...errors import ParclError
 from ...kernels import elementwise as ew
 from ...kernels import layout
 from ...kernels import reduction as rd
 from ...kernels import scan
 from ...kernels import select as sk
 from ...kernels.strided import axis_int
-from ...tensor import Tensor
+from ...tensor import SortResult, Tensor
 from ..node import Function, Node
 from .elementwise import maximum, minimum
 from .reduce_dims import Amax, Amin
@@ -100,36 +102,57 @@ class MinAll(Amin):
     nan_ties = True
 
 
-def max(x, axis=None, keepdims: bool = False, *, tape=None):  # noqa: A001
-    """Largest element over ``axis`` (numpy's ``amax``; NaN propagates). Over every element
-    (``axis=None``) tied maxima share the gradient evenly, as ``torch.max(x)``'s; over given
-    axes it goes to the first maximal element of each reduced block (row-major order), as
-    ``torch.max(x, dim)``'s, and the others get 0. A tensor in ``axis``'s place is
-    ``torch.max(input, other)``: ``tp.maximum(x, other)``.
+def _refuse_axis(op: str, axis) -> None:
+    """numpy's ``axis=`` named the values alone here, where PyTorch's ``dim`` (positional or
+    by keyword) returns ``(values, indices)``: code written for either reading would misread
+    the other's result, so the numpy name is refused rather than given a second meaning."""
+    if axis is not None:
+        raise ParclError(f"{op}: axis={axis!r} is not taken: tp.{op}(x, dim) returns "
+                         f"(values, indices) as torch.{op}; use tp.{op}(x, dim).values for the "
+                         f"values (gradient to the first extreme) or tp.a{op}(x, dim) (ties "
+                         "share it)")
 
-    >>> tp.max(x, axis=1).shape            # x (2, 3)
-    (2,)
+
+def _extreme(op: str, per_dim, over_all, pick, x, dim, keepdim, axis, keepdims, tape):
+    """torch.max's / torch.min's overloads: every element (0-d), ``(values, indices)`` along
+    the int ``dim``, or the elementwise extreme of a tensor ``other`` in ``dim``'s place."""
+    _refuse_axis(op, axis)
+    keepdim = bool(keepdim if keepdims is None else keepdims)
+    if isinstance(dim, (Node, Tensor)):
+        return pick(x, dim, tape=tape)
+    if dim is None:
+        return over_all.apply(x, tape=tape, dim=None, keepdim=keepdim)
+    dim = axis_int(op, dim, x.shape)        # one dim, as torch.max's (no tuple)
+    values = per_dim.apply(x, tape=tape, axis=dim, keepdims=keepdim)
+    return SortResult(values, _arg(f"arg{op}", x, dim, keepdim, negate=op == "min"))
+
+
+# torch.max(x, 1) is the pair (values, indices), so `_, pred = tp.max(logits, 1)` must not
+# unpack a batch of 2's two row maxima into `_` and `pred`, as numpy's values-only reading did.
+def max(x, dim=None, keepdim: bool = False, *,  # noqa: A001
+        axis=None, keepdims: bool | None = None, tape=None):
+    """``torch.max``: ``tp.max(x)`` the largest element (NaN propagates; tied maxima share the
+    gradient evenly); ``tp.max(x, dim, keepdim=False)`` the named tuple ``(values, indices)``
+    along ``dim``, the gradient to the first maximal element of each row; a tensor in
+    ``dim``'s place is ``torch.max(input, other)``: ``tp.maximum(x, other)``. numpy's
+    ``axis=`` is refused (``tp.amax`` takes it for the values).
+
+    >>> values, indices = tp.max(x, 1)     # x [[1, 5], [5, 2]]
+    >>> values.to_host(), indices.to_host()
+    (array([5., 5.], dtype=float32), array([1, 0]))
     """
-    if isinstance(axis, (Node, Tensor)):
-        return maximum(x, axis, tape=tape)
-    if axis is None:
-        return MaxAll.apply(x, tape=tape, dim=None, keepdim=bool(keepdims))
-    return Max.apply(x, tape=tape, axis=axis, keepdims=bool(keepdims))
+    return _extreme("max", Max, MaxAll, maximum, x, dim, keepdim, axis, keepdims, tape)
 
 
-def min(x, axis=None, keepdims: bool = False, *, tape=None):  # noqa: A001
-    """Smallest element over ``axis``; the gradient as ``max``'s: shared evenly among tied
-    minima over every element, else to the first; a tensor ``other`` in ``axis``'s place is
-    ``tp.minimum(x, other)``, as ``torch.min(input, other)``.
+def min(x, dim=None, keepdim: bool = False, *,  # noqa: A001
+        axis=None, keepdims: bool | None = None, tape=None):
+    """``torch.min``: the smallest element, ``(values, indices)`` along ``dim``, or
+    ``tp.minimum(x, other)``; the gradients as ``max``'s.
 
-    >>> tp.min(x, axis=(0, 1)).shape       # x (2, 3)
-    ()
+    >>> tp.min(x, 0).indices.to_host()     # x [[1, 5], [5, 2]]
+    array([0, 1])
     """
-    if isinstance(axis, (Node, Tensor)):
-        return minimum(x, axis, tape=tape)
-    if axis is None:
-        return MinAll.apply(x, tape=tape, dim=None, keepdim=bool(keepdims))
-    return Min.apply(x, tape=tape, axis=axis, keepdims=bool(keepdims))
+    return _extreme("min", Min, MinAll, minimum, x, dim, keepdim, axis, keepdims, tape)
 
 
 def _arg(op: str, x, axis, keepdims: bool, negate: bool) -> Tensor:
