@@ -45,6 +45,8 @@ class Allocation:
         if pool is None:
             return
         self.pool = None
+        if pool.watched and pool.hand_to_watchers(self):
+            return                          # a recording replays on it: held there
         if self.recording is not None:
             rec = self.recording()
             if rec is not None:
@@ -97,6 +99,10 @@ class MemoryPool:
         # reach ``x``, so it is refused (``Tensor.not_a_copy``); weak keys, so a note goes with
         # its buffer's loan.
         self.copies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # Buffer int_ptr -> weakrefs to the recordings whose replays use that buffer without
+        # having allocated it (a tensor a captured step read from a global): when its last
+        # tensor goes, the buffer goes to them instead of to new tensors (``watch``).
+        self.watched: dict[int, list] = {}
         # Reentrant: a garbage collection run while the lock is held may free an Allocation
         # (its __del__ gives the buffer back here, on the same thread).
         self._lock = threading.RLock()
@@ -129,6 +135,7 @@ class MemoryPool:
             finally:
                 lock.release()
         if rec is not None:
+            rec.owned.add(buf.int_ptr)
             return Allocation(self, buf, size, rec.ref)
         alloc = _new(Allocation)          # the eager hot path: no __init__ call
         alloc.pool, alloc.buffer, alloc.nbytes, alloc.recording = self, buf, size, None
@@ -154,6 +161,42 @@ class MemoryPool:
             self.allocations -= 1
         finally:
             lock.release()
+
+    def watch(self, recording, buffers) -> None:
+        """``recording`` replays on these buffers (int_ptrs) of this pool that it did not
+        allocate: while it lives, one whose tensors are all dropped is handed to it
+        (``Recording.lose``), never to another tensor, whose data a replay would read or
+        overwrite; the recording, told so, is not replayed again."""
+        ref = recording.ref
+        with self._lock:
+            for ptr in buffers:
+                self.watched.setdefault(ptr, []).append(ref)
+        weakref.finalize(recording, self._unwatch, ref, tuple(buffers))
+
+    def _unwatch(self, ref, buffers) -> None:
+        with self._lock:
+            for ptr in buffers:
+                refs = self.watched.get(ptr)
+                if refs is not None:
+                    refs[:] = [r for r in refs if r is not ref]
+                    if not refs:
+                        del self.watched[ptr]
+
+    def hand_to_watchers(self, alloc: Allocation) -> bool:
+        """Hand the buffer of ``alloc``, dropped now, to the live recordings that watch it
+        (as a new Allocation, released as ``alloc`` would be once they are gone); False
+        where none does."""
+        refs = self.watched.get(alloc.buffer.int_ptr)     # no lock: run for every buffer
+        if refs is None:                                   # dropped while any is watched
+            return False
+        with self._lock:
+            recordings = [rec for rec in (ref() for ref in refs) if rec is not None]
+        if not recordings:
+            return False
+        heir = Allocation(self, alloc.buffer, alloc.nbytes, alloc.recording)
+        for rec in recordings:
+            rec.lose(heir)
+        return True
 
     def note_overwrite(self, buffer: cl.Buffer, what: str, update: bool) -> None:
         """``buffer`` (of this queue) was, or is about to be, changed in place now."""

@@ -3,8 +3,11 @@
 While a thread records, every kernel launch, copy and fill it enqueues is appended to a
 ``Recording`` (and still executed), every buffer it allocates belongs to the recording for as
 long as the recording lives (reused within the step as eagerly, never handed to other work, so
-replays find their buffers untouched), and anything a replay could not reproduce (a host read
-whose value steers Python code, an event wait between queues) marks the recording unusable.
+replays find their buffers untouched), the buffers it uses without allocating them (a tensor
+read from a global) are handed to it when their tensors are dropped (``MemoryPool.watch``: it is
+then not replayed again, and no other tensor gets that memory meanwhile), and anything a replay
+could not reproduce (a host read whose value steers Python code, an event wait between queues)
+marks the recording unusable.
 A launch whose argument must change on every call (dropout's random key) says so with
 ``replay_arg``, and the replay sets it before enqueueing that launch.
 This module only holds that state; it knows nothing of autograd.
@@ -36,8 +39,9 @@ state = _Local()
 class LeafGrad:
     """A leaf a recorded backward met: the ``.grad`` it found (None, or the tensor it
     accumulated into), whether it required grad then, the ``.grad`` it left, its ``.value``
-    (held: its memory, which the replay reads, cannot go to another tensor) and whether a
-    backward's pass reached it (``met``: its ``.grad`` holds that pass's contributions)."""
+    (weakly: dropped with its Node, a global rebound to a new one, its memory goes to the
+    recording, which is then not replayed: ``Recording.lose``) and whether a backward's pass
+    reached it (``met``: its ``.grad`` holds that pass's contributions)."""
 
     entry: object
     before: object
@@ -53,7 +57,7 @@ class LeafGrad:
         says otherwise (``note_grads``): a call that runs none (an evaluation) keeps it."""
         node = entry.node()
         return cls(entry, entry.grad, entry.requires_grad, after=entry.grad,
-                   value=None if node is None else node.value)
+                   value=None if node is None else weakref.ref(node.value))
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,11 @@ class Recording:
         self._calls: list | None = None     # the ops bound for replay (made by the first one)
         self.ref = weakref.ref(self)
         self._kept: dict[tuple, list] = {}  # (pool, size) -> buffers the step freed
+        self.owned: set[int] = set()        # int_ptrs of the buffers the step allocated
+        # Allocations of buffers the step used but did not allocate (a tensor read from a
+        # global) whose tensors were all dropped since: held, so no other tensor gets the
+        # memory the replays would read; a recording that holds any is not replayed again
+        self.lost: list = []
         self._lock = threading.RLock()        # see MemoryPool._lock
 
     # -- buffers: the step's own, reused within it, held for its replays ---------------------
@@ -158,6 +167,34 @@ class Recording:
         with self._lock:
             bucket = self._kept.get((pool, size))
             return bucket.pop() if bucket else None
+
+    def foreign_buffers(self) -> dict:
+        """queue -> the int_ptrs of the buffers the recorded ops use that the step did not
+        allocate (its inputs, parameters, a tensor read from a global or a closure), each
+        sub-buffer as its parent: the buffers a replay relies on others to keep."""
+        used: dict = {}
+        for op in self.ops:
+            if isinstance(op, Launch):
+                buffers = op.args
+            elif isinstance(op, Copy):
+                buffers = (op.dst, op.src)
+            elif isinstance(op, Fill):
+                buffers = (op.buffer,)
+            else:
+                continue
+            for buf in buffers:
+                if isinstance(buf, cl.MemoryObjectHolder):
+                    parent = buf.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
+                    ptr = (buf if parent is None else parent).int_ptr
+                    if ptr not in self.owned:
+                        used.setdefault(op.queue, set()).add(ptr)
+        return used
+
+    def lose(self, alloc) -> None:
+        """The last tensor over a buffer the step used and did not allocate is gone: hold its
+        memory (``alloc``) for as long as this recording lives, and replay it no more."""
+        with self._lock:
+            self.lost.append(alloc)
 
     def __del__(self):
         for (pool, size), buffers in self._kept.items():
@@ -223,13 +260,16 @@ class Recording:
         ``requires_grad`` and the ``.value`` tensor the recording found: only then does a
         replay compute what the eager call would (an accumulation into the same buffer, or a
         gradient assigned anew, at the values the model holds: ``p.value = t`` between calls
-        is another recording)."""
+        is another recording), and no tensor it read without allocating it has been dropped
+        since (``lose``: a global rebound to a new tensor, which the eager call would read)."""
+        if self.lost:
+            return False
         for leaf in self.leaves.values():          # a plain loop: run before every replay
             e = leaf.entry
             if e.grad is not leaf.before or e.requires_grad != leaf.requires_grad:
                 return False
             node = e.node()       # None: nobody holds the Node, nobody gave it a new value
-            if node is not None and node.value is not leaf.value:
+            if node is not None and node.value is not leaf.value():
                 return False
         return True
 

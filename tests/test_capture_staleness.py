@@ -884,3 +884,74 @@ def test_a_captured_group_sees_a_global_a_decorated_forward_reads(devices2):
         SCALE = 0.5
     np.testing.assert_array_equal(captured, eager)
     assert replays == 4                          # steps 1 and 3 on both replicas
+
+
+# -- a tensor read from a global or a closure, rebound between calls ----------------------------
+def host(t):
+    return (t.value if isinstance(t, tp.Node) else t).to_host()
+
+
+@pytest.mark.parametrize("make", [
+    lambda q, v: pc.Tensor.full(q, (4,), v),
+    lambda q, v: tp.tensor(pc.Tensor.full(q, (4,), v)),
+    lambda q, v: pc.nn.Parameter(pc.Tensor.full(q, (4,), v)),
+], ids=["tensor", "node", "parameter"])
+def test_a_captured_step_reading_a_rebound_global_tensor_gives_the_eager_result(queue, make):
+    """``x * held[0]``, a tensor the step is not passed, replayed, then ``held[0]`` rebound
+    to a new tensor (3.0) and a 9.0 tensor made, which the pool gave the old one's memory:
+    the replay read it, [9, 9, 9, 9], another tensor's data (a Node's or a Parameter's old
+    value, which the recording held, gave the stale [2, 2, 2, 2]), where the eager call
+    gives [3, 3, 3, 3]. The recording now keeps the memory of what it reads and did not
+    allocate, sees it dropped and records the call anew; the replays go on after."""
+    held = [make(queue, 2.0)]
+
+    def scaled(x):
+        with tp.no_grad():
+            return x * held[0]
+
+    step = tp.capture(scaled, queue)
+    x = np.ones(4, np.float32)
+    for _ in range(2):
+        step(x)
+    held[0] = make(queue, 3.0)                     # the old tensor is dropped here
+    other = make(queue, 9.0)
+    np.testing.assert_array_equal(host(step(x)), np.full(4, 3.0, np.float32))
+    np.testing.assert_array_equal(host(other), np.full(4, 9.0, np.float32))
+    assert (step.replays, step.reason(x)) == (1, None)
+    np.testing.assert_array_equal(host(step(x)), np.full(4, 3.0, np.float32))
+    assert step.replays == 2
+
+
+def test_a_captured_group_reading_a_rebound_global_tensor_equals_the_eager_one(devices2):
+    """A forward hook adding ``shifts[queue]``, a tensor rebound before steps 1 and 3: the
+    replays read the dropped tensors' memory (losses 1.433 at steps 1 and 2 where the eager
+    steps give 2.053, 4 replays per replica). Each rebinding records the step anew."""
+    shifts = {}
+
+    def build(queue):
+        pc.nn.manual_seed(0)
+        net = pc.nn.Linear(4, 3, queue=queue)
+        net.register_forward_hook(lambda m, i, out: out + shifts[queue.int_ptr])
+        return net
+
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((8, 4)).astype(np.float32), rng.integers(0, 3, 8)
+
+    def losses(capture):
+        out = []
+        with ReplicaGroup(build, devices2, capture=capture) as group:
+            opt = pc.optim.SGD(group.parameters(), lr=0.0)
+            for i in range(5):
+                for r in group.replicas if i in (0, 1, 3) else ():
+                    shift = np.float32(i) * np.array([1, -1, 0], np.float32)
+                    shifts[r.queue.int_ptr] = pc.Tensor.from_host(r.queue, shift)
+                others = [pc.Tensor.full(r.queue, (3,), 100.0) for r in group.replicas]
+                out.append(group.step(x, y, tp.cross_entropy, opt))
+                del others
+            replays = [step.replays for per in group.captured_steps for step in per]
+        return out, replays
+
+    (eager, _), (captured, replays) = losses(False), losses(True)
+    assert captured == eager
+    np.testing.assert_allclose(eager, [1.4333, 2.0528, 2.0528, 4.0000, 4.0000], atol=1e-4)
+    assert replays == [2, 2]                     # steps 2 and 4 on both replicas

@@ -18,7 +18,10 @@ shapes (a step counter choosing a branch) must go into ``key``; ``key=pc.nn.capt
 covers a model's plain attributes, its train/eval modes, which modules (of which types) it is
 made of and which tensors it holds (a parameter or buffer replaced by a new one): the key kept
 with a recording holds those tensors, so the memory its replays use goes to no other tensor.
-A parameter frozen or thawed, or given a new ``.value``, is seen without a key.
+A parameter frozen or thawed, or given a new ``.value``, is seen without a key, and so is a
+tensor ``fn`` reads without being passed it (a global's, a closure's) rebound to a new one: the
+recording keeps the dropped one's memory (no other tensor gets what a replay reads) and the next
+call records anew; a rebound tensor still held elsewhere is replayed as it is (pass ``key=``).
 A hook registered on or removed from a leaf or a module between calls (``register_hook``,
 ``register_forward_hook``) is seen without a key too (``tape.hooks.changes``): the next call
 records anew. A hook's device work is replayed; its Python (a print, a list it appends to)
@@ -47,6 +50,7 @@ import pyopencl as cl
 from .. import recorder
 from ..errors import ParclError
 from ..gate import transfer
+from ..pool import pool_of
 from ..tensor import INTERNAL, Tensor, _check_dtype
 from ..uploads import own
 from . import hooks, mode
@@ -206,7 +210,15 @@ class CapturedStep:
             entry.recording, entry.outputs, entry.reason = rec, outputs, rec.unsafe
             if rec.unsafe is not None:
                 entry.recording = entry.outputs = None     # unpin the buffers
-        variants = self._entries.pop(k, [])
+            else:
+                # a tensor fn read from a global or a closure and the caller then dropped
+                # (rebound the name) keeps its memory for the replays, which see it dropped
+                # and record anew, reading what the eager call would read
+                for queue, buffers in rec.foreign_buffers().items():
+                    pool_of(queue).watch(rec, buffers)
+        # recordings that lost a tensor they read are never replayed again: dropped here
+        variants = [e for e in self._entries.pop(k, [])
+                    if e.recording is not None and not e.recording.lost]
         variants = [entry] if entry.reason is not None else (variants + [entry])[-MAX_VARIANTS:]
         if len(self._entries) >= MAX_SIGNATURES:
             self._entries.pop(next(iter(self._entries)))
