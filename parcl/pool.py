@@ -135,7 +135,7 @@ class MemoryPool:
             finally:
                 lock.release()
         if rec is not None:
-            rec.owned.add(buf.int_ptr)
+            rec.own(buf)
             return Allocation(self, buf, size, rec.ref)
         alloc = _new(Allocation)          # the eager hot path: no __init__ call
         alloc.pool, alloc.buffer, alloc.nbytes, alloc.recording = self, buf, size, None
@@ -181,6 +181,12 @@ class MemoryPool:
                     refs[:] = [r for r in refs if r is not ref]
                     if not refs:
                         del self.watched[ptr]
+
+    def free_among(self, buffers) -> bool:
+        """Whether any of these buffers (int_ptrs) is free in this pool now."""
+        with self._lock:
+            return any(buf.int_ptr in buffers for bucket in self._free.values()
+                       for buf in bucket)
 
     def hand_to_watchers(self, alloc: Allocation) -> bool:
         """Hand the buffer of ``alloc``, dropped now, to the live recordings that watch it

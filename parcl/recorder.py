@@ -147,7 +147,8 @@ class Recording:
         self._calls: list | None = None     # the ops bound for replay (made by the first one)
         self.ref = weakref.ref(self)
         self._kept: dict[tuple, list] = {}  # (pool, size) -> buffers the step freed
-        self.owned: set[int] = set()        # int_ptrs of the buffers the step allocated
+        # int_ptr of each buffer the step allocated -> how many ops were recorded before then
+        self.owned: dict[int, int] = {}
         # Allocations of buffers the step used but did not allocate (a tensor read from a
         # global) whose tensors were all dropped since: held, so no other tensor gets the
         # memory the replays would read; a recording that holds any is not replayed again
@@ -168,12 +169,18 @@ class Recording:
             bucket = self._kept.get((pool, size))
             return bucket.pop() if bucket else None
 
+    def own(self, buffer) -> None:
+        """The step allocated ``buffer`` (from the pool, or again from ``take``)."""
+        self.owned.setdefault(buffer.int_ptr, len(self.ops))
+
     def foreign_buffers(self) -> dict:
         """queue -> the int_ptrs of the buffers the recorded ops use that the step did not
         allocate (its inputs, parameters, a tensor read from a global or a closure), each
-        sub-buffer as its parent: the buffers a replay relies on others to keep."""
+        sub-buffer as its parent: the buffers a replay relies on others to keep. One the ops
+        used before the step allocated it was another tensor's, dropped during the call:
+        the recording is marked unsafe (``DROPPED``)."""
         used: dict = {}
-        for op in self.ops:
+        for i, op in enumerate(self.ops):
             if isinstance(op, Launch):
                 buffers = op.args
             elif isinstance(op, Copy):
@@ -186,8 +193,11 @@ class Recording:
                 if isinstance(buf, cl.MemoryObjectHolder):
                     parent = buf.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
                     ptr = (buf if parent is None else parent).int_ptr
-                    if ptr not in self.owned:
+                    allocated_at = self.owned.get(ptr)
+                    if allocated_at is None:
                         used.setdefault(op.queue, set()).add(ptr)
+                    elif allocated_at > i:
+                        unsafe_recording(self, DROPPED)
         return used
 
     def lose(self, alloc) -> None:
@@ -295,6 +305,19 @@ class Recording:
             check(arrays[index])
 
 
+# Why a call that drops a tensor it read without being passed it stays eager
+DROPPED = ("it drops a tensor it read without being passed it (a global or a closure's "
+           "variable rebound inside it: ema = ema * 0.9 + x), whose memory goes to other "
+           "tensors, which a replay would read; change that tensor in place "
+           "(ema.copy_(ema * 0.9 + x)) or pass it as an input")
+
+
+def unsafe_recording(rec: Recording, reason: str) -> None:
+    """Mark ``rec`` as not replayable, unless it is already, and say why."""
+    if rec.unsafe is None:
+        rec.unsafe = reason
+
+
 def current() -> Recording | None:
     """The recording of this thread, or None."""
     return state.recording
@@ -316,8 +339,8 @@ def stop() -> None:
 def unsafe(reason: str) -> None:
     """Mark the current recording (if any) as not replayable, and say why."""
     rec = state.recording
-    if rec is not None and rec.unsafe is None:
-        rec.unsafe = reason
+    if rec is not None:
+        unsafe_recording(rec, reason)
 
 
 def kernel(kernel, queue, gsize, lsize, args: tuple, wait_for, pieces=None) -> None:

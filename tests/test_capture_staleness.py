@@ -955,3 +955,40 @@ def test_a_captured_group_reading_a_rebound_global_tensor_equals_the_eager_one(d
     assert captured == eager
     np.testing.assert_allclose(eager, [1.4333, 2.0528, 2.0528, 4.0000, 4.0000], atol=1e-4)
     assert replays == [2, 2]                     # steps 2 and 4 on both replicas
+
+
+@pytest.mark.parametrize("scale", [1.0, 2.0], ids=["freed", "taken by the step"])
+def test_a_captured_step_rebinding_a_global_it_reads_runs_eagerly_with_a_reason(queue, scale):
+    """``ema = ema * 0.5 + x`` inside the step, ``ema`` a global: the tensor read was dropped
+    during the call, its memory free in the pool (returning ``ema``) or taken by the step's
+    own ``ema * 2``, and the replays read it after the pool gave it to a 77.0 tensor:
+    1, 39.5, 39.5, 39.5 where the eager calls give 1, 1.5, 1.75, 1.875 (2, 79, 79, 79 for
+    2, 3, 3.5, 3.75). Such a step stays eager and says why; changing the tensor in place
+    (``ema.copy_(...)``) is replayed."""
+    ema = [pc.Tensor.zeros(queue, (4,))]
+
+    def out(e):
+        return e if scale == 1.0 else e * scale
+
+    def smoothed(x):
+        with tp.no_grad():
+            ema[0] = ema[0] * 0.5 + x
+            return out(ema[0])
+
+    def in_place(x):
+        with tp.no_grad():
+            ema[0].copy_(ema[0] * 0.5 + x)
+            return out(ema[0])
+
+    x = np.ones(4, np.float32)
+    for fn, replays in ((smoothed, 0), (in_place, 3)):
+        ema[0] = pc.Tensor.zeros(queue, (4,))
+        step = tp.capture(fn, queue)
+        got = []
+        for _ in range(4):
+            got.append(step(x).to_host()[0])
+            other = pc.Tensor.full(queue, (4,), 77.0)
+        np.testing.assert_array_equal(got, np.array([1, 1.5, 1.75, 1.875], np.float32) * scale)
+        np.testing.assert_array_equal(other.to_host(), np.full(4, 77.0, np.float32))
+        assert step.replays == replays
+        assert (step.reason(x) or "").startswith("it drops a tensor it read") == (replays == 0)

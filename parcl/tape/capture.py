@@ -7,7 +7,8 @@ same kernels on the same buffers in the same order, so the results are bit-ident
 eager step, with a few microseconds of Python per kernel instead of the whole tape machinery.
 
 A call whose recording cannot be replayed (it read a value back to the host, drew values on
-the host (``pc.nn.init``), waited on another queue, or ran under ``detect_anomaly``) says why
+the host (``pc.nn.init``), waited on another queue, dropped a tensor it read without being
+passed it (``ema = ema * 0.9 + x`` of a global ``ema``), or ran under ``detect_anomaly``) says why
 in ``reason`` and stays eager for that signature; so does a call whose ``key`` is (or holds
 as an item) an ``Unkeyed``: state that cannot be compared by value. Dropout is replayed:
 each replay takes the next key of the recording thread's generator, exactly as the eager call
@@ -207,6 +208,9 @@ class CapturedStep:
                 # a replay would hand back this graph, which the caller's tape releases
                 rec.unsafe = ("its ops are recorded on the caller's tape, whose backward "
                               "releases them; open the tp.Tape inside the captured function")
+            foreign = rec.foreign_buffers()
+            if any(pool_of(queue).free_among(buffers) for queue, buffers in foreign.items()):
+                recorder.unsafe_recording(rec, recorder.DROPPED)     # dropped during fn
             entry.recording, entry.outputs, entry.reason = rec, outputs, rec.unsafe
             if rec.unsafe is not None:
                 entry.recording = entry.outputs = None     # unpin the buffers
@@ -214,7 +218,7 @@ class CapturedStep:
                 # a tensor fn read from a global or a closure and the caller then dropped
                 # (rebound the name) keeps its memory for the replays, which see it dropped
                 # and record anew, reading what the eager call would read
-                for queue, buffers in rec.foreign_buffers().items():
+                for queue, buffers in foreign.items():
                     pool_of(queue).watch(rec, buffers)
         # recordings that lost a tensor they read are never replayed again: dropped here
         variants = [e for e in self._entries.pop(k, [])
