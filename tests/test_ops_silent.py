@@ -282,3 +282,22 @@ def test_var_and_std_read_pytorchs_positional_unbiased_and_keepdim_as_pytorch(qu
                 assert g.shape == tuple(w.shape), (name, args)
                 np.testing.assert_allclose(g.to_host(), w.numpy(), rtol=1e-6)
     np.testing.assert_allclose(tp.var(x, 1, correction=0).to_host(), [14 / 9, 2.0], rtol=1e-6)
+
+
+def test_var_std_var_mean_and_std_mean_of_one_bool_take_it_as_unbiased_as_pytorch(queue):
+    """``torch.var(x, False)`` (std, var_mean, std_mean alike) is PyTorch's overload of one
+    bool: the biased variance over every dim, 1.806 of [[1, 2, 4], [0, 3, 3]]; tp.var read
+    the bool as a dim and raised 'var: axis must be an int, got False', where x.var(False)
+    already took it as unbiased."""
+    import torch
+    a = np.array([[1.0, 2.0, 4.0], [0.0, 3.0, 3.0]], np.float32)
+    x, t = tp.tensor(a), torch.tensor(a)
+    np.testing.assert_allclose(tp.var(x, False).to_host(), 65 / 36, rtol=1e-6)
+    for name in ("var", "std", "var_mean", "std_mean"):
+        for unbiased in (False, True):
+            got = getattr(tp, name)(x, unbiased)
+            want = getattr(torch, name)(t, unbiased)
+            for g, w in zip(got if isinstance(got, tuple) else (got,),
+                            want if isinstance(want, tuple) else (want,)):
+                assert g.shape == tuple(w.shape) == (), (name, unbiased)
+                np.testing.assert_allclose(g.to_host(), w.numpy(), rtol=1e-6)

@@ -23,14 +23,6 @@ def _every_dim_if_empty(dim):
     return None if isinstance(dim, (tuple, list)) and not dim else dim
 
 
-def _unbiased_alone(dim, unbiased) -> tuple:
-    """torch.Tensor.var's and std's overload of one bool, ``x.var(False)``: ``unbiased``
-    over every dim, not a dim."""
-    if isinstance(dim, (bool, np.bool_)) and unbiased is None:
-        return None, dim
-    return dim, unbiased
-
-
 def _torch_names(op: str, dim, keepdim, axis, keepdims) -> tuple:
     """PyTorch's ``dim``/``keepdim`` (positional, as torch.Tensor's, with its meaning of
     ``dim=()``) or numpy's ``axis``/``keepdims`` by keyword (parcl's, ``axis=()`` reducing
@@ -583,12 +575,10 @@ class NodeMethods:
     def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
         """``x.var(dim, unbiased, keepdim)`` or ``x.var(dim, keepdim=..., correction=...)``,
         as torch.Tensor's (``x.var(False)`` its ``unbiased`` alone)."""
-        dim, unbiased = _unbiased_alone(dim, unbiased)
         return _ops().var(self, _every_dim_if_empty(dim), keepdims=keepdim,
                           correction=correction, unbiased=unbiased)
 
     def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
-        dim, unbiased = _unbiased_alone(dim, unbiased)
         return _ops().std(self, _every_dim_if_empty(dim), keepdims=keepdim,
                           correction=correction, unbiased=unbiased)
 

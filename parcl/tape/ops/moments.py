@@ -11,7 +11,7 @@ both.
 from __future__ import annotations
 
 from .reduce import mean
-from .reductions import std, var
+from .reductions import std, unbiased_alone, var
 
 __all__ = ["std_mean", "var_mean"]
 
@@ -24,6 +24,7 @@ def var_mean(x, axis=None, unbiased: bool | None = None, keepdims: bool = False,
     >>> [t.shape for t in tp.var_mean(x, keepdims=True)]        # x (2, 2)
     [(1, 1), (1, 1)]
     """
+    axis, unbiased = unbiased_alone(axis, unbiased)     # tp.var_mean(x, False): every dim
     return (var(x, axis, keepdims=keepdims, correction=correction, unbiased=unbiased,
                 tape=tape),
             mean(x, axis, keepdims, tape=tape))
@@ -32,6 +33,7 @@ def var_mean(x, axis=None, unbiased: bool | None = None, keepdims: bool = False,
 def std_mean(x, axis=None, unbiased: bool | None = None, keepdims: bool = False, *,
              correction: float | None = None, tape=None):
     """``torch.std_mean``: ``(std(x, axis, ...), mean(x, axis, ...))`` as a tuple."""
+    axis, unbiased = unbiased_alone(axis, unbiased)
     return (std(x, axis, keepdims=keepdims, correction=correction, unbiased=unbiased,
                 tape=tape),
             mean(x, axis, keepdims, tape=tape))

@@ -255,6 +255,14 @@ def correction_of(op: str, unbiased, correction) -> float:
     return float(unbiased)
 
 
+def unbiased_alone(axis, unbiased) -> tuple:
+    """torch.var's (std's, var_mean's, std_mean's) overload of one bool, ``torch.var(x,
+    False)``: ``unbiased`` over every dim, not a dim."""
+    if isinstance(axis, (bool, np.bool_)) and unbiased is None:
+        return None, axis
+    return axis, unbiased
+
+
 # var's and std's positional arguments are torch.var's (input, dim, unbiased, keepdim):
 # torch.var(x, 1, False) is the biased variance, so tp.var(x, 1, False) must not read its
 # False as keepdims and return the unbiased one.
@@ -267,6 +275,7 @@ def var(x, axis=None, unbiased: bool | None = None, keepdims: bool = False, *,
     >>> tp.var(x, axis=0, correction=0).shape      # x (2, 3)
     (3,)
     """
+    axis, unbiased = unbiased_alone(axis, unbiased)
     return Var.apply(x, tape=tape, axis=axis, keepdims=bool(keepdims),
                      correction=correction_of("var", unbiased, correction))
 
@@ -279,6 +288,7 @@ def std(x, axis=None, unbiased: bool | None = None, keepdims: bool = False, *,
     >>> tp.std(x).shape
     ()
     """
+    axis, unbiased = unbiased_alone(axis, unbiased)
     return Std.apply(x, tape=tape, axis=axis, keepdims=bool(keepdims),
                      correction=correction_of("std", unbiased, correction))
 
