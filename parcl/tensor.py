@@ -292,6 +292,12 @@ class Tensor:
         out.checks = self.checks
         return out
 
+    def __deepcopy__(self, memo: dict) -> Tensor:
+        """``copy.deepcopy``: a device copy on the same queue, as PyTorch's. Without it the
+        queue refused to be copied, and a model's ``copy.deepcopy`` shared a tensor it held
+        in a tuple or a config object (``parcl.nn.clone`` shares what cannot be copied)."""
+        return self.copy()
+
     def copy_(self, src: Tensor) -> Tensor:
         """Copy ``src`` (same shape and dtype, same context) into this tensor, in place."""
         self.not_a_copy("copy_")

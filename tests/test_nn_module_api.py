@@ -298,6 +298,40 @@ def test_deepcopy_of_a_module_is_an_independent_copy_on_the_same_queue_as_pytorc
     np.testing.assert_array_equal(param.value.to_host(), before["0.weight"])
 
 
+def test_deepcopy_copies_the_tensors_a_module_holds_in_a_tuple_or_config_object_as_pytorch(
+        queue):
+    """PyTorch's ``copy.deepcopy(model)`` copies every tensor the model holds, in a tuple
+    (``self.anchors = (lo, hi)``) or a config object too. A pc.Tensor could not be
+    deep-copied (its queue refused), so the model's copy shared such a tuple or object with
+    the original: a fill of the copy's tensor with 5 made the original's [5, 5] where
+    PyTorch's stays [0, 0]. ``copy.deepcopy`` of a pc.Tensor is now a device copy on its
+    queue."""
+    import copy
+    import types
+
+    def held(lib, zeros):
+        model = lib.Linear(2, 2)
+        model.pair = (zeros(), 3)
+        model.config = types.SimpleNamespace(mask=zeros())
+        return model
+
+    ours = held(pc.nn, lambda: pc.Tensor.zeros(queue, (2,)))
+    theirs = held(torch.nn, lambda: torch.zeros(2))
+    for model, fill in ((ours, lambda t: t.fill_(5.0)), (theirs, lambda t: t.fill_(5.0))):
+        twin = copy.deepcopy(model)
+        assert twin.pair[0] is not model.pair[0] and twin.config.mask is not model.config.mask
+        fill(twin.pair[0])
+        fill(twin.config.mask)
+    for t in (ours.pair[0], ours.config.mask):
+        np.testing.assert_array_equal(t.to_host(), [0.0, 0.0])
+    for t in (theirs.pair[0], theirs.config.mask):
+        np.testing.assert_array_equal(t.numpy(), [0.0, 0.0])
+    t = pc.Tensor.from_host(queue, np.array([1.0, 2.0], np.float32))
+    twin = copy.deepcopy(t)
+    assert twin.data is not t.data and twin.queue is queue
+    np.testing.assert_array_equal(twin.to_host(), [1.0, 2.0])
+
+
 # -- BatchNorm's momentum set to None after construction -------------------------------------
 def test_batch_norm_momentum_none_set_later_is_refused_or_counted_as_pytorch(queue):
     """PyTorch counts every training batch in ``num_batches_tracked``, so ``momentum = None``
