@@ -332,6 +332,32 @@ def test_deepcopy_copies_the_tensors_a_module_holds_in_a_tuple_or_config_object_
     np.testing.assert_array_equal(twin.to_host(), [1.0, 2.0])
 
 
+def test_deepcopy_of_a_leaf_node_copies_it_with_its_grad_and_an_ops_output_is_refused_as_pytorch(
+        queue):
+    """PyTorch's ``copy.deepcopy`` of a leaf copies its value and ``.grad`` ([2, 4] of
+    sum(x * x) at [1, 2]; a backward of sum(3 c) then leaves [5, 7] on the copy, the
+    original's [2, 4]) and refuses an op's output. Once a pc.Tensor could be deep-copied, the
+    default protocol copied an output's graph too, so a backward through the copy gave its
+    inputs' gradients to copies of them, silently; it is now refused."""
+    import copy
+    x = tp.tensor(pc.Tensor.from_host(queue, np.array([1.0, 2.0], np.float32)),
+                  requires_grad=True)
+    xt = torch.tensor([1.0, 2.0], requires_grad=True)
+    tp.sum(x * x).backward()
+    (xt * xt).sum().backward()
+    twin, their_twin = copy.deepcopy(x), copy.deepcopy(xt)
+    assert twin.requires_grad and twin.value.data is not x.value.data
+    assert twin.grad is not x.grad
+    tp.sum(twin * 3.0).backward()
+    (their_twin * 3.0).sum().backward()
+    np.testing.assert_array_equal(twin.grad.to_host(), their_twin.grad.numpy())     # [5, 7]
+    np.testing.assert_array_equal(x.grad.to_host(), xt.grad.numpy())                # [2, 4]
+    with pytest.raises(RuntimeError, match="graph leaves"):
+        copy.deepcopy(xt * 2.0)
+    with pytest.raises(pc.ParclError, match="only a leaf can be deep-copied"):
+        copy.deepcopy(x * 2.0)
+
+
 # -- BatchNorm's momentum set to None after construction -------------------------------------
 def test_batch_norm_momentum_none_set_later_is_refused_or_counted_as_pytorch(queue):
     """PyTorch counts every training batch in ``num_batches_tracked``, so ``momentum = None``

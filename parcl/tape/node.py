@@ -203,6 +203,19 @@ class Node(NodeMethods):
         e = self.entry
         return not e.requires_grad or (e.grad_fn is None and e.tape is not FREED)
 
+    def __deepcopy__(self, memo: dict) -> Node:
+        """``copy.deepcopy`` of a leaf, as PyTorch's: its value and ``.grad`` copied on the
+        same queue, ``requires_grad`` kept. An op's output is refused, as PyTorch's: a copy of
+        its graph would take the gradients its inputs never get."""
+        if not self.is_leaf:
+            raise ParclError(f"copy.deepcopy of the output of '{self.entry.op_name}' (shape "
+                             f"{self.shape}): only a leaf can be deep-copied, as in PyTorch; "
+                             "deep-copy its .detach()")
+        new = Node(self.value.copy(), requires_grad=self.requires_grad)
+        if self.grad is not None:
+            new.grad = self.grad.copy()
+        return new
+
     def requires_grad_(self, requires_grad: bool = True) -> Node:
         """Set ``requires_grad`` on a leaf, in place, as PyTorch's; returns the Node. An op's
         output cannot stop requiring grad (``detach()`` it instead)."""
