@@ -482,6 +482,28 @@ def test_embedding_from_pretrained_looks_up_the_given_table_as_pytorch(queue):
         pc.nn.Embedding.from_pretrained(table[0])
 
 
+@pytest.mark.parametrize("setting", ["scale_grad_by_freq", "sparse"])
+def test_embedding_settings_pytorch_reads_at_each_call_are_refused_when_set_later(queue, setting):
+    """PyTorch's Embedding and EmbeddingBag read ``scale_grad_by_freq`` and ``sparse`` at each
+    call; parcl refuses them at construction, but set afterwards they were ignored: with
+    ``scale_grad_by_freq = True`` a row picked 3 times of [1, 1, 1, 2] got the gradient
+    [3, 3] where PyTorch's is [1, 1] (scaled by 1 / 3), with no error. Now the call raises."""
+    pc.nn.manual_seed(0)
+    ours = pc.nn.Embedding(4, 2, queue=queue)
+    theirs = torch.nn.Embedding(4, 2)
+    theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
+    idx = np.array([1, 1, 1, 2])
+    theirs.scale_grad_by_freq = True
+    theirs(torch.from_numpy(idx)).sum().backward()
+    np.testing.assert_array_equal(theirs.weight.grad[1].numpy(), [1.0, 1.0])
+    for layer in (ours, pc.nn.EmbeddingBag(4, 2, queue=queue)):
+        setattr(layer, setting, True)
+        with pytest.raises(pc.ParclError, match=f"{setting}=True.*set after construction"):
+            layer(pc.Tensor.from_host(queue, idx.reshape(1, 4)))
+        setattr(layer, setting, False)
+        layer(pc.Tensor.from_host(queue, idx.reshape(1, 4)))         # as before
+
+
 # -- a child set to None keeps its slot ---------------------------------------------------------
 @pytest.mark.parametrize("how", ["setattr", "add_module"])
 def test_a_child_set_to_none_keeps_its_place_for_the_next_one_as_pytorch(queue, how):

@@ -19,6 +19,7 @@ from ..tape.ops.select import padding_row
 from ..tensor import Tensor
 from .layers import _check_sizes, overwrite
 from .module import Module, Parameter, normal_
+from .sparse import refuse_set_later
 
 __all__ = ["EmbeddingBag"]
 
@@ -94,6 +95,7 @@ class EmbeddingBag(Module):
         overwrite(self.weight, weight)
 
     def forward(self, input, offsets=None, per_sample_weights=None):  # noqa: A002
+        refuse_set_later(self)
         return ops.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type,
                                  mode=self.mode, per_sample_weights=per_sample_weights,
                                  include_last_offset=self.include_last_offset,

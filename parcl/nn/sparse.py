@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ParclError, ShapeError
 from ..runtime import default_queue
 from ..tape import Node, ops
 from ..tape.ops.select import padding_row
@@ -99,6 +99,7 @@ class Embedding(Module):
         overwrite(self.weight, weight)
 
     def forward(self, indices):
+        refuse_set_later(self)
         return ops.embedding(indices, self.weight, padding_idx=self.padding_idx,
                              max_norm=self.max_norm, norm_type=self.norm_type)
 
@@ -111,3 +112,15 @@ class Embedding(Module):
         if self.norm_type != 2:
             s += f", norm_type={self.norm_type}"
         return s
+
+
+def refuse_set_later(layer) -> None:
+    """Refuse ``scale_grad_by_freq`` or ``sparse`` set on an ``Embedding`` or
+    ``EmbeddingBag`` after construction, as the constructor refuses them: PyTorch's forward
+    reads them, so a forward that ignored them gave a row picked 3 times the gradient 3
+    where PyTorch's is 1 (``scale_grad_by_freq``), with no error."""
+    if layer.scale_grad_by_freq or layer.sparse:
+        raise ParclError(f"{type(layer).__name__}: scale_grad_by_freq and sparse are not "
+                         f"supported, got scale_grad_by_freq={layer.scale_grad_by_freq!r}, "
+                         f"sparse={layer.sparse!r} (set after construction); set them back "
+                         "to False")
