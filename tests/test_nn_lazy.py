@@ -125,3 +125,29 @@ def test_hooks_registered_before_the_first_call_keep_running_as_pytorch(queue, n
         for y in outs:
             host = y.to_host() if lib is pc.nn else y.detach().numpy()
             np.testing.assert_array_equal(host, np.zeros_like(host))
+
+
+@pytest.mark.parametrize("name,args,shape", [("Linear", (2,), (3, 4)),
+                                             ("Conv2d", (2, 1), (1, 3, 2, 2)),
+                                             ("BatchNorm1d", (), (3, 4))])
+def test_reset_parameters_before_the_first_call_does_nothing_as_pytorch(queue, name, args,
+                                                                       shape):
+    """PyTorch's lazy layers take ``reset_parameters()`` before their first call and do
+    nothing (there is nothing to draw yet); parcl's raised AttributeError: 'LazyLinear' object
+    has no attribute 'reset_parameters', so an initialisation pass calling it on every layer
+    failed on a model with a lazy one. The first call then builds the layer as without it."""
+    x = np.ones(shape, np.float32)
+    torch_layer = getattr(torch.nn, "Lazy" + name)(*args)
+    torch_layer.reset_parameters()
+    assert torch_layer.has_uninitialized_params()
+    pc.nn.manual_seed(0)
+    untouched = getattr(pc.nn, "Lazy" + name)(*args)
+    untouched(pc.Tensor.from_host(queue, x))
+    pc.nn.manual_seed(0)
+    reset = getattr(pc.nn, "Lazy" + name)(*args)
+    reset.reset_parameters()
+    assert reset.has_uninitialized_params() and not reset.parameters()
+    reset(pc.Tensor.from_host(queue, x))
+    assert type(reset).__name__ == name
+    for (key, a), (_, b) in zip(untouched.state_dict().items(), reset.state_dict().items()):
+        np.testing.assert_array_equal(a, b, err_msg=key)

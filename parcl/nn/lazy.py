@@ -44,6 +44,11 @@ class LazyModuleMixin(Module):
         """True until the first call has built the layer (PyTorch's)."""
         return True
 
+    def reset_parameters(self) -> None:
+        """Nothing before the first call, as PyTorch's lazy layers: there are no parameters
+        yet, and the first call draws them as the constructor of ``cls_to_become`` does
+        (after it the layer is that class, whose ``reset_parameters`` draws them again)."""
+
     def input_size(self, x) -> int:
         """The size the first input gives: its dim ``-(spatial + 1)``."""
         shape = tuple(x.shape)
