@@ -358,6 +358,23 @@ def test_deepcopy_of_a_leaf_node_copies_it_with_its_grad_and_an_ops_output_is_re
         copy.deepcopy(x * 2.0)
 
 
+def test_deepcopy_keeps_the_type_of_a_dict_or_list_subclass_a_module_holds_as_pytorch(queue):
+    """``copy.deepcopy`` keeps a ``defaultdict`` (a ``Counter``, any subclass) a module holds
+    as that type, as PyTorch's; parcl rebuilt it as a plain dict, so the copy's
+    ``counts["b"] += 1`` raised KeyError where PyTorch's counts {'a': 1, 'b': 1}."""
+    import collections
+    import copy
+    for lib in (pc.nn, torch.nn):
+        model = lib.Linear(2, 2)
+        model.counts = collections.defaultdict(int, a=1)
+        model.seen = collections.Counter(["x", "x"])
+        twin = copy.deepcopy(model)
+        assert type(twin.counts) is collections.defaultdict and twin.counts is not model.counts
+        assert type(twin.seen) is collections.Counter, lib
+        twin.counts["b"] += 1
+        assert dict(twin.counts) == {"a": 1, "b": 1} and dict(model.counts) == {"a": 1}
+
+
 # -- BatchNorm's momentum set to None after construction -------------------------------------
 def test_batch_norm_momentum_none_set_later_is_refused_or_counted_as_pytorch(queue):
     """PyTorch counts every training batch in ``num_batches_tracked``, so ``momentum = None``

@@ -40,11 +40,14 @@ def clone_value(value, memo: dict):
         new = Parameter(value.value.copy(), requires_grad=value.requires_grad)
     elif isinstance(value, Tensor):
         new = value.copy()
-    elif isinstance(value, OrderedDict):
+    # these types exactly: a subclass (a defaultdict, a Counter) is copied by copy.deepcopy,
+    # which keeps its type, as PyTorch's (rebuilt here as a dict, a defaultdict lost its
+    # default and raised KeyError in the copy)
+    elif type(value) is OrderedDict:
         new = OrderedDict((k, clone_value(v, memo)) for k, v in value.items())
-    elif isinstance(value, dict):
+    elif type(value) is dict:
         new = {k: clone_value(v, memo) for k, v in value.items()}
-    elif isinstance(value, list):
+    elif type(value) is list:
         new = [clone_value(v, memo) for v in value]
     elif isinstance(value, _SHARED):
         return value          # functions, classes, Python modules: shared, as deepcopy does
