@@ -391,3 +391,38 @@ def test_max_and_min_over_a_dim_return_values_and_indices_as_pytorch(queue):
         tp.max(x, axis=1)
     with pytest.raises(pc.ShapeError, match=r"min: axis must be an int, got \(0, 1\)"):
         tp.min(x, (0, 1))                        # torch.min refuses a tuple of dims too
+
+
+def test_recorded_max_and_min_over_a_dim_launch_one_argmax_as_their_indices(queue):
+    """Recorded, ``tp.max(x, dim)`` and ``tp.min(x, dim)`` return as indices the argmax their
+    forward takes for the backward: they launched a second argmax (and min a second negation)
+    for the same int64 indices. The values, indices and gradients are torch's, the indices
+    the same as unrecorded; a write into them is a write into what the backward reads, which
+    it refuses, as PyTorch's backward refuses indices changed in place."""
+    import torch
+    from parcl.kernels._cache import trace_launches
+    a = np.array([[[1, np.nan, 5], [7, 0, 7]], [[2, 2, -1], [3, 9, 3]]], np.float32)
+    for name in ("max", "min"):
+        for dim, keepdim in ((2, False), (1, True), (0, False), (-1, True)):
+            x, t = leaf(queue, a), torch.tensor(a, requires_grad=True)
+            want = getattr(torch, name)(t, dim, keepdim)
+            want.values.nan_to_num(0.5).sum().backward()
+            with tp.Tape() as tape:
+                with trace_launches() as launches:
+                    got = getattr(tp, name)(x, dim, keepdim)
+                loss = tp.sum(tp.nan_to_num(got.values, 0.5))
+            tape.backward(loss)
+            assert [k[0] for k in launches].count("argmax_long") == 1
+            np.testing.assert_array_equal(got.values.to_host(), want.values.detach().numpy())
+            np.testing.assert_array_equal(got.indices.to_host(), want.indices.numpy())
+            assert got.indices.shape == tuple(want.indices.shape)
+            np.testing.assert_array_equal(x.grad.to_host(), t.grad.numpy())
+            with tp.no_grad():
+                unrecorded = getattr(tp, name)(x, dim, keepdim).indices
+            np.testing.assert_array_equal(unrecorded.to_host(), got.indices.to_host())
+    x = leaf(queue, a)
+    with tp.Tape() as tape:
+        values, indices = tp.max(x, 2)
+    indices.fill_(0)
+    with pytest.raises(pc.ParclError, match="updated in place"):
+        tape.backward(tp.sum(values))

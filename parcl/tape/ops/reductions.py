@@ -124,7 +124,13 @@ def _extreme(op: str, per_dim, over_all, pick, x, dim, keepdim, axis, keepdims, 
         return over_all.apply(x, tape=tape, dim=None, keepdim=keepdim)
     dim = axis_int(op, dim, x.shape)        # one dim, as torch.max's (no tuple)
     values = per_dim.apply(x, tape=tape, axis=dim, keepdims=keepdim)
-    return SortResult(values, _arg(f"arg{op}", x, dim, keepdim, negate=op == "min"))
+    if not isinstance(values, Node):
+        return SortResult(values, _arg(f"arg{op}", x, dim, keepdim, negate=op == "min"))
+    # recorded: the forward took the indices for its backward, so not a second argmax (a
+    # write into them is a write into what the backward reads, which it then refuses)
+    indices = values.grad_fn.saved[0].reshape(values.shape)
+    indices.checks = x.value.checks
+    return SortResult(values, indices)
 
 
 # torch.max(x, 1) is the pair (values, indices), so `_, pred = tp.max(logits, 1)` must not
