@@ -658,24 +658,86 @@ class Tensor:
             keepdims: bool | None = None):
         """``t.max()``: the largest element; ``t.max(dim)``: ``(values, indices)`` along
         ``dim``, as ``torch.Tensor.max`` and a recorded Node's ``max``, so an evaluation
-        loop's ``_, predicted = logits.max(1)`` means the same under ``no_grad``."""
-        from .kernels import reduction
+        loop's ``_, predicted = logits.max(1)`` means the same under ``no_grad``;
+        ``t.max(other)`` of a tensor ``other``: the elementwise maximum."""
         dim, keepdim = _dims("max", dim, keepdim, axis, keepdims)
-        values = reduction.max(self, dim, keepdim)
+        return self._extreme("max", dim, keepdim)
+
+    def min(self, dim=None, keepdim: bool = False, *, axis=None,  # noqa: A003
+            keepdims: bool | None = None):
+        """``t.min()``: the smallest element; ``t.min(dim)``: ``(values, indices)`` along
+        ``dim``; ``t.min(other)``: the elementwise minimum; as ``torch.Tensor.min``."""
+        dim, keepdim = _dims("min", dim, keepdim, axis, keepdims)
+        return self._extreme("min", dim, keepdim)
+
+    def _extreme(self, op: str, dim, keepdim: bool):
+        """torch.Tensor.max's / min's overloads, as a recorded Node's (``tp.max``)."""
+        from .kernels import reduction
+        from .kernels.strided import axis_int
+        if isinstance(dim, Tensor):
+            return self._binary("maximum" if op == "max" else "minimum", self, dim)
+        if dim is not None:
+            dim = axis_int(op, dim, self.shape)         # one dim, as torch's (no tuple)
+        if op == "max":
+            values = reduction.max(self, dim, keepdim)
+        else:
+            values = self._lowest(op, dim, keepdim)
         if self.checks:
             keep_checks(values, self)
-        return values if dim is None else SortResult(values, self.argmax(dim, keepdim))
+        if dim is None:
+            return values
+        arg = self.argmax if op == "max" else self.argmin
+        return SortResult(values, arg(dim, keepdim))
+
+    @_keeps_checks
+    def amax(self, dim=None, keepdim: bool = False, *, axis=None,
+             keepdims: bool | None = None) -> Tensor:
+        """``torch.Tensor.amax``: the largest element over ``dim`` (None or ``()``: every
+        dim; an int or a tuple), the values alone; NaN propagates."""
+        from .kernels import reduction
+        dim, keepdim = _dims("amax", _every_dim_if_empty(dim), keepdim, axis, keepdims)
+        reduction.normalize_axes("amax", dim, self.ndim, self.shape)  # errors naming amax
+        return reduction.max(self, dim, keepdim)
+
+    @_keeps_checks
+    def amin(self, dim=None, keepdim: bool = False, *, axis=None,
+             keepdims: bool | None = None) -> Tensor:
+        """``torch.Tensor.amin``: the smallest element over ``dim``, as ``amax``."""
+        dim, keepdim = _dims("amin", _every_dim_if_empty(dim), keepdim, axis, keepdims)
+        return self._lowest("amin", dim, keepdim)
+
+    def _lowest(self, op: str, dim, keepdim: bool) -> Tensor:
+        # -max(-t): the reduction kernels have no min; the same bits as tp.min's and tp.amin's
+        from .kernels import elementwise as ew
+        from .kernels import reduction
+        ew.check_float(op, self)
+        reduction.normalize_axes(op, dim, self.ndim, self.shape)        # errors naming op
+        return ew.unary("neg", reduction.max(ew.unary("neg", self), dim, keepdim))
 
     @_keeps_checks
     def argmax(self, dim: int | None = None, keepdim: bool = False, *, axis=None,
                keepdims: bool | None = None) -> Tensor:
         """int64 index of the first largest element (``dim=None``: of the flattened tensor)."""
-        from .kernels import reduction
         dim, keepdim = _dims("argmax", dim, keepdim, axis, keepdims)
+        return self._arg("argmax", self, dim, keepdim)
+
+    @_keeps_checks
+    def argmin(self, dim: int | None = None, keepdim: bool = False, *, axis=None,
+               keepdims: bool | None = None) -> Tensor:
+        """int64 index of the first smallest element (``dim=None``: of the flattened tensor);
+        a NaN is the smallest, as PyTorch's."""
+        from .kernels import elementwise as ew
+        dim, keepdim = _dims("argmin", dim, keepdim, axis, keepdims)
+        ew.check_float("argmin", self)
+        return self._arg("argmin", ew.unary("neg", self), dim, keepdim)
+
+    def _arg(self, op: str, src: Tensor, dim, keepdim: bool) -> Tensor:
+        """The argmax of ``src`` (this tensor, or its negation for argmin) in this shape."""
+        from .kernels import reduction
         if dim is None:
-            out = reduction.argmax(self.reshape(-1), 0)
+            out = reduction.argmax(src.reshape(-1), 0, op=op)
             return out.reshape((1,) * self.ndim) if keepdim else out
-        out = reduction.argmax(self, dim)
+        out = reduction.argmax(src, dim, op=op)
         if keepdim and self.ndim:          # a 0-d tensor keeps no dim (as PyTorch's)
             ax = dim % self.ndim
             out = out.reshape(*self.shape[:ax], 1, *self.shape[ax + 1:])

@@ -497,6 +497,57 @@ def test_a_raw_0d_tensors_max_and_argmax_over_dim_0_or_minus_1_as_pytorch(queue)
         s.argmax(1)
 
 
+def test_a_raw_tensors_min_argmin_amax_and_amin_are_pytorchs(queue):
+    """Under ``no_grad`` a model's output is a raw ``pc.Tensor``, which had ``max(dim)`` but no
+    ``min``, ``argmin``, ``amax`` or ``amin``: ``logits.min(1)`` in an evaluation loop was an
+    AttributeError where a recorded Node and PyTorch give ``(values, indices)``. Each is
+    torch.Tensor's, NaN included (the extreme, at its index), and ``min``/``amin`` give
+    tp.min's and tp.amin's bits; ``t.max(other)``/``t.min(other)`` the elementwise extreme."""
+    rng = np.random.default_rng(0)
+    a = rng.integers(-3, 4, (3, 4, 5)).astype(np.float32)
+    a[0, 1, 2] = np.nan
+    with tp.no_grad():
+        x = tp.tensor(a) * 1.0
+    assert isinstance(x, pc.Tensor)
+    t = torch.from_numpy(a)
+
+    def same(got, want):
+        assert np.asarray(got).dtype == want.numpy().dtype
+        np.testing.assert_array_equal(np.asarray(got), want.numpy())   # NaN equals NaN here
+
+    same(x.min(), t.min())
+    same(x.argmin(), t.argmin())
+    same(x.amin(), t.amin())
+    same(x.amax(()), t.amax(()))
+    for dim in (0, 1, 2, -1):
+        for keepdim in (False, True):
+            got, want = x.min(dim, keepdim), t.min(dim, keepdim)
+            same(got.values, want.values)
+            same(got.indices, want.indices)
+            same(x.min(dim=dim, keepdim=keepdim).indices, want.indices)
+            same(x.argmin(dim, keepdim), t.argmin(dim, keepdim))
+    for dim in (1, -1, (0, 2), (2, 0), (0, 1, 2)):
+        for keepdim in (False, True):
+            same(x.amax(dim, keepdim), t.amax(dim, keepdim))
+            same(x.amin(dim, keepdim), t.amin(dim, keepdim))
+    _, predicted = x[2].min(1)
+    assert predicted.to_host().tolist() == t[2].min(1).indices.tolist() == [1, 3, 1, 1]
+    b = rng.standard_normal((4, 6)).astype(np.float32)
+    with tp.no_grad():
+        y = tp.tensor(b) * 1.0
+        assert y.min(1).values.to_host().tobytes() == tp.min(y, 1).values.to_host().tobytes()
+        assert y.amin(0).to_host().tobytes() == tp.amin(y, 0).to_host().tobytes()
+    u = dev(queue, b[::-1].copy())
+    np.testing.assert_array_equal(y.min(u).to_host(), np.minimum(b, b[::-1]))
+    np.testing.assert_array_equal(y.max(u).to_host(), np.maximum(b, b[::-1]))
+    with pytest.raises(ShapeError, match=r"min: axis must be an int, got \(0, 1\)"):
+        x.min((0, 1))                       # torch.Tensor.min refuses a tuple of dims too
+    with pytest.raises(ShapeError, match="amin: axis 5 is out of range"):
+        x.amin(5)
+    with pytest.raises(ShapeError, match="argmin: axis 3 is out of range"):
+        x.argmin(3)
+
+
 @pytest.mark.parametrize("method", ["sum", "mean", "var", "std"])
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_a_nodes_reductions_over_dim_empty_are_over_every_dim_as_pytorch(queue, method,

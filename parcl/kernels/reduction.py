@@ -344,7 +344,7 @@ def argmax(x: Tensor, axis: int = -1, dtype=np.int64, op: str = "argmax") -> Ten
     if x.ndim == 0:        # its axis 0 and -1 (PyTorch's) are its one element: index 0
         normalize_axes(op, axis, 0, x.shape)
         return argmax(x.reshape((1,)), 0, dtype, op)
-    (ax,) = normalize_axes("argmax", axis, x.ndim, x.shape)
+    (ax,) = normalize_axes(op, axis, x.ndim, x.shape)
     if x.shape[ax] == 0:             # rows of nothing (x[:, T:]): no index to give
         raise ShapeError(f"{op}: axis {ax} of shape {x.shape} holds no elements, so it has no "
                          "index to give (as PyTorch's)")
