@@ -743,6 +743,40 @@ class Tensor:
             out = out.reshape(*self.shape[:ax], 1, *self.shape[ax + 1:])
         return out
 
+    @_keeps_checks
+    def softmax(self, dim: int) -> Tensor:
+        """``torch.Tensor.softmax``: along ``dim``, tp.softmax's kernel (the same bits)."""
+        from .kernels.softmax import softmax_forward
+        from .kernels.strided import axis_int
+        return softmax_forward(self, axis_int("softmax", dim, self.shape))
+
+    @_keeps_checks
+    def log_softmax(self, dim: int) -> Tensor:
+        from .kernels.softmax import softmax_forward
+        from .kernels.strided import axis_int
+        return softmax_forward(self, axis_int("log_softmax", dim, self.shape), log=True)
+
+    def all(self, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A003
+        """``torch.Tensor.all``: 1 where every element over ``dim`` (None: all; an int or a
+        tuple; ``()`` none, as PyTorch's) is nonzero (NaN is), else 0: a float32 mask, as
+        tp.all's."""
+        return self._truth("all", dim, keepdim, every=True)
+
+    def any(self, dim=None, keepdim: bool = False) -> Tensor:  # noqa: A003
+        """``torch.Tensor.any``: 1 where some element over ``dim`` is nonzero, as tp.any's."""
+        return self._truth("any", dim, keepdim, every=False)
+
+    @_keeps_checks
+    def _truth(self, op: str, dim, keepdim: bool, every: bool) -> Tensor:
+        from .kernels import elementwise as ew
+        from .kernels import reduction
+        ew.check_float(op, self)
+        # over no elements no hit (a sum of nothing: any 0, all 1, as PyTorch's), where a
+        # max of nothing is an error
+        count = reduction.max if self.size else reduction.sum
+        hit = count(ew.scalar("eq" if every else "ne", self, 0.0), dim, bool(keepdim))
+        return ew.scalar("rsub", hit, 1.0, out=hit) if every else hit
+
     @property
     def T(self) -> Tensor:  # noqa: N802
         """The axes reversed (a new contiguous tensor), as ``ndarray.T``."""

@@ -548,6 +548,39 @@ def test_a_raw_tensors_min_argmin_amax_and_amin_are_pytorchs(queue):
         x.argmin(3)
 
 
+def test_a_raw_tensors_softmax_all_and_any_are_pytorchs(queue):
+    """A raw ``pc.Tensor`` (a model's output under ``no_grad``) had no ``softmax``,
+    ``log_softmax``, ``all`` or ``any``, which a recorded Node and torch.Tensor have: an
+    evaluation loop's ``logits.softmax(1)`` was an AttributeError. softmax gives tp.softmax's
+    bits; all/any torch's truth (as float32 masks, tp.all's) over None, ``()`` (no dim), an
+    int or a tuple, NaN counting as nonzero, over no elements all 1 and any 0."""
+    a = np.array([[[0, 1, np.nan], [2, 3, 4]], [[0, 0, 0], [1, -1, 0]]], np.float32)
+    with tp.no_grad():
+        x = tp.tensor(a) * 1.0
+    assert isinstance(x, pc.Tensor)
+    t = torch.from_numpy(a)
+    for name in ("all", "any"):
+        assert float(getattr(x, name)()) == float(getattr(t, name)())
+        for dim in ((), 0, -1, (0, 2), (2, 0, 1)):
+            for keepdim in (False, True):
+                got = getattr(x, name)(dim, keepdim)
+                assert got.dtype == np.float32
+                np.testing.assert_array_equal(got.to_host(),
+                                              getattr(t, name)(dim, keepdim).float().numpy())
+        np.testing.assert_array_equal(getattr(x[:, :0], name)(1).to_host(),
+                                      getattr(t[:, :0], name)(1).float().numpy())
+    assert x.all(1).to_host().tolist() == [[0, 1, 1], [0, 0, 0]]     # NaN is nonzero
+    b = np.array([[1.0, 2.0, 30.0], [-1.0, 0.0, 1.0]], np.float32)
+    with tp.no_grad():
+        y = tp.tensor(b) * 1.0
+        for name in ("softmax", "log_softmax"):
+            for dim in (0, 1, -1):
+                got = getattr(y, name)(dim).to_host()
+                assert got.tobytes() == getattr(tp, name)(y, dim).to_host().tobytes()
+                np.testing.assert_allclose(got, getattr(torch.from_numpy(b), name)(dim).numpy(),
+                                           rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("method", ["sum", "mean", "var", "std"])
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_a_nodes_reductions_over_dim_empty_are_over_every_dim_as_pytorch(queue, method,
