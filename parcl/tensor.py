@@ -743,6 +743,26 @@ class Tensor:
             out = out.reshape(*self.shape[:ax], 1, *self.shape[ax + 1:])
         return out
 
+    def var(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,
+            correction: float | None = None) -> Tensor:
+        """``torch.Tensor.var``: ``(dim, unbiased, keepdim)`` by position, ``correction`` by
+        keyword (1 by default: unbiased); ``t.var(False)`` is ``unbiased`` alone, and ``()``
+        every dim, as a recorded Node's; tp.var's bits."""
+        return self._variance("var", dim, unbiased, keepdim, correction, root=False)
+
+    def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,
+            correction: float | None = None) -> Tensor:
+        """``torch.Tensor.std``: the square root of ``var``'s."""
+        return self._variance("std", dim, unbiased, keepdim, correction, root=True)
+
+    @_keeps_checks
+    def _variance(self, op: str, dim, unbiased, keepdim, correction, root: bool) -> Tensor:
+        from .kernels.moments import correction_of, variance
+        if isinstance(dim, (bool, np.bool_)) and unbiased is None:
+            dim, unbiased = None, dim          # torch's overload of one bool: unbiased
+        return variance(op, self, _every_dim_if_empty(dim), bool(keepdim),
+                        correction_of(op, unbiased, correction), root)[0]
+
     @_keeps_checks
     def softmax(self, dim: int) -> Tensor:
         """``torch.Tensor.softmax``: along ``dim``, tp.softmax's kernel (the same bits)."""

@@ -581,6 +581,34 @@ def test_a_raw_tensors_softmax_all_and_any_are_pytorchs(queue):
                                            rtol=1e-6, atol=1e-7)
 
 
+def test_a_raw_tensors_var_and_std_are_pytorchs(queue):
+    """A raw ``pc.Tensor`` (a model's output under ``no_grad``) had no ``var`` or ``std``,
+    which a recorded Node and torch.Tensor have: ``feats.std(0)`` in an evaluation loop was
+    an AttributeError. Both take torch.Tensor's ``(dim, unbiased, keepdim)`` by position
+    (``t.var(False)`` the biased variance of everything, ``()`` every dim) and
+    ``correction`` by keyword, match float64 torch and give a Node's bits (tp.var's)."""
+    rng = np.random.default_rng(1)
+    a = (rng.standard_normal((3, 4, 5)) * 3 + 1e3).astype(np.float32)
+    with tp.no_grad():
+        x = tp.tensor(a) * 1.0
+        node = tp.tensor(a)
+    assert isinstance(x, pc.Tensor)
+    t = torch.from_numpy(a).double()
+    for name in ("var", "std"):
+        for args, kwargs in (((), {}), ((False,), {}), ((1, False), {}), ((1, True, True), {}),
+                             (((0, 2),), {"correction": 0}), (((),), {}),
+                             ((-1,), {"keepdim": True, "correction": 2})):
+            got = getattr(x, name)(*args, **kwargs).to_host()
+            want = getattr(t, name)(*args, **kwargs).numpy()
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-4)
+            with tp.no_grad():
+                same = getattr(node, name)(*args, **kwargs).to_host()
+            assert got.tobytes() == same.tobytes()
+    with pytest.raises(TypeError, match="unbiased=False and correction=0 given both"):
+        x.var(1, False, correction=0)
+
+
 @pytest.mark.parametrize("method", ["sum", "mean", "var", "std"])
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_a_nodes_reductions_over_dim_empty_are_over_every_dim_as_pytorch(queue, method,

@@ -29,6 +29,7 @@ from ...kernels import layout
 from ...kernels import reduction as rd
 from ...kernels import scan
 from ...kernels import select as sk
+from ...kernels.moments import correction_of, variance
 from ...kernels.strided import axis_int
 from ...tensor import SortResult, Tensor
 from ..node import Function, Node
@@ -209,23 +210,8 @@ class Var(Function):
     root = False
 
     def forward(self, x: Tensor, axis=None, keepdims: bool = False, correction: float = 1):
-        ew.check_float(self.name, x)
-        axes = rd.normalize_axes(self.name, axis, x.ndim, x.shape)
-        n = prod(x.shape[k] for k in axes)
-        dof = n - correction
-        # N <= correction divides by zero, as PyTorch: 0/0 = NaN, otherwise inf
-        self.scale = 1.0 / dof if dof > 0 else float("inf")
-        # the mean refined by the mean of what is left: a float32 sum of 5000 values near 1e6
-        # is off by about 1 (its rounding), which would add 1 to a variance of 1 (torch sums
-        # in double); after one refinement the residual is what the deviations' sum rounds
-        mean = rd.mean(x, axes, keepdims=True)
-        d = ew.binary("sub", x, mean)
-        ew.binary("add", mean, rd.mean(d, axes, keepdims=True), out=mean)
-        ew.binary("sub", x, mean, out=d)
-        ew.unary("square", d, out=d)
-        out = ew.scale_(rd.sum(d, axes, keepdims), self.scale)
-        if self.root:
-            ew.unary("sqrt", out, out=out)
+        out, mean, axes, self.scale = variance(self.name, x, axis, keepdims, correction,
+                                               self.root)
         if self.recording:
             self.saved = (x, mean, out if self.root else None,    # only std's reads it
                           rd.reduced_shape(x.shape, axes, True))
@@ -246,19 +232,6 @@ class Var(Function):
 class Std(Var):
     name = "std"
     root = True
-
-
-def correction_of(op: str, unbiased, correction) -> float:
-    """The divisor's correction from PyTorch's older ``unbiased`` (True: 1, False: 0) or its
-    ``correction`` (None: 1); both given is a TypeError, as PyTorch refuses them."""
-    if unbiased is None:
-        return float(1 if correction is None else correction)
-    if correction is not None:
-        raise TypeError(f"{op}: unbiased={unbiased!r} and correction={correction!r} given "
-                        "both; give one (unbiased=False is correction=0)")
-    if not isinstance(unbiased, (bool, np.bool_)):
-        raise TypeError(f"{op}: unbiased must be a bool, got {type(unbiased).__name__}")
-    return float(unbiased)
 
 
 def unbiased_alone(axis, unbiased) -> tuple:
