@@ -17,9 +17,9 @@ from ..runtime import default_queue
 from ..tape import ops
 from ..tape.ops.select import padding_row
 from ..tensor import Tensor
-from .layers import _check_sizes, overwrite
+from .layers import _check_sizes
 from .module import Module, Parameter, normal_
-from .sparse import refuse_set_later
+from .sparse import redraw_table, refuse_set_later
 
 __all__ = ["EmbeddingBag"]
 
@@ -89,10 +89,7 @@ class EmbeddingBag(Module):
     def reset_parameters(self) -> None:
         """Draw ``weight`` ~ N(0, 1) again as the constructor did (the ``padding_idx`` row
         zeros), in place, as PyTorch's."""
-        weight = normal_(self.weight.shape, 1.0)
-        if self.padding_idx is not None:
-            weight[self.padding_idx] = 0.0
-        overwrite(self.weight, weight)
+        redraw_table(self)
 
     def forward(self, input, offsets=None, per_sample_weights=None):  # noqa: A002
         refuse_set_later(self)

@@ -93,10 +93,7 @@ class Embedding(Module):
     def reset_parameters(self) -> None:
         """Draw ``weight`` ~ N(0, 1) again as the constructor did (the ``padding_idx`` row
         zeros), in place, as PyTorch's."""
-        weight = normal_(self.weight.shape, 1.0)
-        if self.padding_idx is not None:
-            weight[self.padding_idx] = 0.0
-        overwrite(self.weight, weight)
+        redraw_table(self)
 
     def forward(self, indices):
         refuse_set_later(self)
@@ -124,3 +121,12 @@ def refuse_set_later(layer) -> None:
                          f"supported, got scale_grad_by_freq={layer.scale_grad_by_freq!r}, "
                          f"sparse={layer.sparse!r} (set after construction); set them back "
                          "to False")
+
+
+def redraw_table(layer) -> None:
+    """An embedding table's ``reset_parameters`` (Embedding's and EmbeddingBag's): ``weight``
+    drawn ~ N(0, 1) again, the ``padding_idx`` row zeros, written into the same Parameter."""
+    weight = normal_(layer.weight.shape, 1.0)
+    if layer.padding_idx is not None:
+        weight[layer.padding_idx] = 0.0
+    overwrite(layer.weight, weight)
