@@ -26,6 +26,7 @@ import weakref
 import numpy as np
 import pyopencl as cl
 
+from . import distributed
 from . import replica_threads as threads
 from . import runtime
 from .allreduce.bounded import Bounded
@@ -92,7 +93,9 @@ class ReplicaGroup:
     algorithm (``"auto"``, ``"direct"``, ``"shared"``, ``"scatter"``, ``"ring"``); with
     ``"auto"`` on one process the end of each step is fused (``parcl.allreduce.fused``),
     bit-identical to the named algorithms. Gradients are packed into buckets of ``bucket_mb``;
-    ``comm`` is an mpi4py communicator for multi-process runs.
+    ``comm`` is an mpi4py communicator for multi-process runs; ``None`` takes the run's
+    (``parcl.distributed.comm()``: ``MPI.COMM_WORLD`` under ``mpiexec``, none in one process),
+    as DDP's default process group; ``MPI.COMM_SELF`` keeps the group to this rank.
     Every wait is bounded by ``timeout`` seconds: a replica thread that does not finish
     raises ``ReplicaError``; a device that does not finish a step ends the process with a
     message naming the replica (``parcl.runtime.wait_for_events``: a blocked OpenCL wait
@@ -124,6 +127,10 @@ class ReplicaGroup:
         devs = list(devices) if devices is not None else runtime.devices()
         if not devs:
             raise ParclError("ReplicaGroup: no devices given")
+        # Under mpiexec a group without the run's communicator trained each rank's replicas
+        # apart from the other ranks', silently: every rank ended with its own weights.
+        if comm is None:
+            comm = distributed.comm()
         # across ranks every collective is bounded by ``timeout`` as the threads' waits are: a
         # rank that stopped making steps would otherwise hold the others in MPI for ever
         self.comm = (Bounded(comm, timeout) if comm is not None and comm.Get_size() > 1
@@ -192,7 +199,6 @@ class ReplicaGroup:
         """The group parcl-launch prepared (``runtime.launched()``): its devices and
         allreduce algorithm, and under ``mpiexec`` the job's communicator
         (``parcl.distributed.comm()``). Outside the launcher: ``pc.devices()``, one process."""
-        from . import distributed
         choice = runtime.launched()
         if choice is not None:
             kwargs.setdefault("allreduce", choice.allreduce)
