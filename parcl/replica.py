@@ -90,7 +90,8 @@ class ReplicaGroup:
     replica 0's parameters are then broadcast so every replica starts identical (rank 0's
     replica 0's on every rank, through ``comm``, as DDP does).
     ``devices=None`` takes ``pc.devices()`` (or what parcl-launch set). ``allreduce`` names the
-    algorithm (``"auto"``, ``"direct"``, ``"shared"``, ``"scatter"``, ``"ring"``); with
+    algorithm (``"auto"``, ``"direct"``, ``"shared"``, ``"scatter"``, ``"ring"``; ``None``:
+    parcl-launch's ``--allreduce``, else ``"auto"``); with
     ``"auto"`` on one process the end of each step is fused (``parcl.allreduce.fused``),
     bit-identical to the named algorithms. Gradients are packed into buckets of ``bucket_mb``;
     ``comm`` is an mpi4py communicator for multi-process runs; ``None`` takes the run's
@@ -119,7 +120,7 @@ class ReplicaGroup:
     _buffers: StepBuffers | None = None      # the models' buckets, once built
     _called = 0                              # when the last call's replicas were done (stamp)
 
-    def __init__(self, build_model, devices=None, *, allreduce: str = "auto",
+    def __init__(self, build_model, devices=None, *, allreduce: str | None = None,
                  bucket_mb: float = 25.0, comm=None, timeout: float = DEFAULT_TIMEOUT,
                  capture: bool = False, sync_batchnorm: bool = False):
         timeout = _seconds(timeout, "ReplicaGroup")
@@ -139,6 +140,9 @@ class ReplicaGroup:
         # returns: letting the end of a step run on while the host enqueues the next one only
         # makes the host's threads compete with the device's (measured: 4 % slower steps).
         self._host_cores = any(d.type & cl.device_type.CPU for d in devs)
+        if allreduce is None:    # parcl-launch --allreduce ring ran "auto" here, unsaid
+            choice = runtime.launched()
+            allreduce = choice.allreduce if choice is not None else "auto"
         self._end = end_of_step(allreduce, self.comm, len(devs), devices=devs)
         self.allreduce_algorithm = allreduce
         self.timeout = timeout

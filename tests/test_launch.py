@@ -219,6 +219,25 @@ def test_a_single_device_script_given_two_devices_says_it_used_one(tmp_path):
     assert "devices it was given" not in r.stderr
 
 
+def test_a_replica_group_built_under_the_launcher_takes_its_allreduce_algorithm(tmp_path):
+    """``parcl-launch --allreduce ring`` reaches a ``ReplicaGroup(build)`` as it reaches
+    ``ReplicaGroup.from_launch(build)``: the plain group ran "auto", the flag parsed and
+    ignored; an algorithm the script names is kept, and outside the launcher it is "auto"."""
+    script = tmp_path / "algorithm.py"
+    script.write_text("import parcl as pc\nfrom parcl.replica import ReplicaGroup\n"
+                      "build = lambda q: pc.nn.Linear(2, 2, queue=q)\n"
+                      "for kw in ({}, {'allreduce': 'direct'}):\n"
+                      "    with ReplicaGroup(build, **kw) as group:\n"
+                      "        print(group.allreduce_algorithm)\n")
+    r = launch("--replicas", 2, "--allreduce", "ring", script, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["ring", "direct"]
+    r = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120,
+                       env=ENV)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["auto", "direct"]
+
+
 def test_script_exit_code_is_passed_through(tmp_path):
     script = tmp_path / "exit3.py"
     script.write_text("raise SystemExit(3)\n")
