@@ -146,10 +146,13 @@ def parse_spec(spec: str) -> list[cl.Device]:
             return gpus
         try:
             idx = [int(i) for i in s[4:].split(",")]
-            return [gpus[i] for i in idx]
-        except (ValueError, IndexError):
+        except ValueError:
+            idx = []
+        # gpus[i] alone took gpu:-1 for the last GPU, a device no index names
+        if not idx or not all(0 <= i < len(gpus) for i in idx):
             raise DeviceError(f"device spec {spec!r}: there are {len(gpus)} GPUs "
-                              f"(indices 0..{len(gpus) - 1})") from None
+                              f"(indices 0..{len(gpus) - 1})")
+        return [gpus[i] for i in idx]
     if s == "all":
         gpus = _all_of_type(cl.device_type.GPU)
         return gpus if gpus else [_cpu_device()]

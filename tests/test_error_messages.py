@@ -33,6 +33,22 @@ def test_parcl_devices_with_too_many_gpus_names_the_variable(monkeypatch):
         pc.devices()
 
 
+@pytest.mark.parametrize("spec", ["gpu:-1", "gpu:0,-2", "gpu:2"])
+def test_a_gpu_index_outside_the_gpus_is_refused_as_torch_refuses_cuda_minus_1(monkeypatch,
+                                                                             spec):
+    """``gpu:-1`` took the last GPU (Python's negative index) where no device has index -1,
+    so ``parcl-launch --devices gpu:-1`` ran on GPU 1 of 2, silently; torch refuses
+    ``cuda:-1``. Indices 0..n-1 name their GPUs as before."""
+    fake = runtime.split_device(runtime.parse_spec("cpu")[0], 2)     # two "GPUs"
+    real = runtime._all_of_type
+    monkeypatch.setattr(runtime, "_all_of_type", lambda kind: list(fake) if kind == runtime.cl.
+                        device_type.GPU else real(kind))
+    with pytest.raises(pc.DeviceError, match=r"there are 2 GPUs \(indices 0\.\.1\)"):
+        runtime.parse_spec(spec)
+    assert [d.int_ptr for d in runtime.parse_spec("gpu:1,0")] == [fake[1].int_ptr,
+                                                                  fake[0].int_ptr]
+
+
 def test_an_unknown_spec_in_parcl_devices_names_the_variable(monkeypatch):
     monkeypatch.setenv("PARCL_DEVICES", "tpu")
     with pytest.raises(pc.DeviceError, match=r"PARCL_DEVICES='tpu'.*unknown device spec"):
