@@ -24,10 +24,10 @@ import pyopencl as cl
 from ..errors import ShapeError
 from ..tensor import Tensor, check_same_queue
 from ._cache import GROUP_SUM, get_kernel
-from .softmax import (REDUCTIONS, _float, _grid, _group,  # the same launch geometry and
-                      _rows)                               # checks
+from .softmax import (LINE_SUM, REDUCTIONS, _float, _grid,  # the same launch geometry,
+                      _group, _rows)                         # checks and sums
 
-SOURCE = "//CL//" + GROUP_SUM + r"""
+SOURCE = "//CL//" + GROUP_SUM + LINE_SUM + r"""
 // Rows r = (n, i) of x viewed as (N, C, inner), as the class-index kernels. With the target
 // smoothed, t' = (1-eps) t + eps/C, row loss = sum_c t'[c] (lse - x[c]); the mean is over
 // rows. stats[r] = lse of row r, stats[rows + r] = sum_c t'[c] (for the backward).
@@ -45,21 +45,23 @@ __kernel void soft_ce_fwd(__global const float* restrict x, __global const float
         float m = -INFINITY;
         for (int c = 0; c < C; ++c)
             m = fmax(m, x[base + (long)c * inner]);
-        float s = 0.0f;
+        float2 s = (float2)(0.0f, 0.0f);   // sums along the line compensated (LINE_SUM)
         for (int c = 0; c < C; ++c)
-            s += exp(x[base + (long)c * inner] - m);
-        const float ls = log(s);       // lse = m + ls, kept in two parts: their sum loses
-        float row = 0.0f, mass = 0.0f; // ls where |m| is huge (a row masked with -1e9)
+            s = sum_step(s, exp(x[base + (long)c * inner] - m));
+        // lse = m + ls, kept in two parts: their sum loses ls where |m| is huge (a row
+        // masked with -1e9)
+        const float ls = log(sum_total(s));
+        float2 row = (float2)(0.0f, 0.0f), mass = (float2)(0.0f, 0.0f);
         for (int c = 0; c < C; ++c) {
             const long j = base + (long)c * inner;
             const float tc = (1.0f - eps) * t[j] + u;
-            row += tc * ((m - x[j]) + ls);     // lse - x >= 0: no cancellation
-            mass += tc;
+            row = sum_step(row, tc * ((m - x[j]) + ls));   // lse - x >= 0: no cancellation
+            mass = sum_step(mass, tc);
         }
         stats[r] = m;
-        stats[rows + r] = mass;
+        stats[rows + r] = sum_total(mass);
         stats[2 * rows + r] = ls;
-        acc += row;
+        acc += sum_total(row);
     }
     acc = group_sum(acc, sums);
     if (l == 0)

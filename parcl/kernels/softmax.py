@@ -31,6 +31,23 @@ from ..runtime import on_gpu
 from ..tensor import FLOAT, LABEL_DTYPES, Tensor, check_same_queue
 from ._cache import GROUP_SUM, get_kernel, group_size, round_up
 
+LINE_SUM = r"""
+// Sums along a line of values, compensated (Neumaier): a running float sum of n terms is off by
+// up to ~n/2 ulps. acc.x is the sum, acc.y what its roundings lost; an infinite sum is itself
+// (inf - inf in the compensation would make it NaN).
+inline float2 sum_step(float2 acc, const float v)
+{
+    const float t = acc.x + v;
+    acc.y += (fabs(acc.x) >= fabs(v)) ? (acc.x - t) + v : (v - t) + acc.x;
+    acc.x = t;
+    return acc;
+}
+inline float sum_total(const float2 acc)
+{
+    return isfinite(acc.x) ? acc.x + acc.y : acc.x;
+}
+"""
+
 _CE = r"""
 // Rows r = (n, i) of x viewed as (N, C, inner): row r's class c is x[(n*C + c)*inner + i].
 // Row loss: (1-eps) * (lse - x[t]) + eps/C * sum_c (lse - x[c]); with NLL the input already
@@ -189,7 +206,7 @@ __kernel void ce_bwd_LT(__global const float* restrict x, __global const LT* res
 }
 """
 
-SOURCE = "//CL//" + GROUP_SUM + r"""
+SOURCE = "//CL//" + GROUP_SUM + LINE_SUM + r"""
 // y = softmax (or log-softmax with LOG) of x along C, x viewed as (outer, C, inner).
 __kernel void softmax_fwd(__global const float* restrict x, __global float* restrict y,
                           const long lines, const int C, const int inner, const int log_out)

@@ -1,0 +1,39 @@
+"""Float32 accuracy against a float64 reference (torch in float64): parcl's results are as close
+to it as PyTorch's float32 ones, on the inputs where a careless float32 formula loses digits."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import parcl.tape as tp
+
+GPT2_VOCAB = 50257
+
+
+def _logits(rows: int, classes: int) -> np.ndarray:
+    return (np.random.default_rng(5).standard_normal((rows, classes)) * 3 + 2).astype(np.float32)
+
+
+def _relative(got, want) -> float:
+    return float(np.max(np.abs(got - want) / np.abs(want)))
+
+
+def test_cross_entropy_with_class_probabilities_over_a_gpt2_vocabulary_is_float32_accurate():
+    # the logits' gradient was 5.3e-5 of the largest off (smoothed 5.7e-5), torch's float32
+    # 1.2e-6; the loss 1.6e-6 (torch 7.2e-8)
+    x = _logits(4, GPT2_VOCAB)
+    target = np.random.default_rng(2).uniform(0, 1, x.shape).astype(np.float32)
+    target /= target.sum(1, keepdims=True)
+    for smoothing in (0.0, 0.1):
+        n = tp.tensor(x, requires_grad=True)
+        loss = tp.cross_entropy(n, tp.tensor(target), label_smoothing=smoothing)
+        loss.backward()
+        t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+        want = F.cross_entropy(t, torch.tensor(target, dtype=torch.float64),
+                               label_smoothing=smoothing)
+        want.backward()
+        assert abs(loss.to_host() - want.item()) < 5e-7 * want.item()
+        g = t.grad.numpy()
+        assert np.max(np.abs(n.grad.to_host() - g)) < 1e-6 * np.max(np.abs(g))
