@@ -137,13 +137,34 @@ __kernel void cumextreme(__global float *out, __global long *idx, __global const
     }
 }
 
-/* log(exp(a) + exp(b)) without overflow; -inf and +inf as their limits, NaN propagates. */
-inline float log_add_exp(const float a, const float b)
+/* A running log(sum of exp(v)) kept as m + log s: m the running maximum, s = sum of
+   exp(v - m), compensated (Neumaier: s and what its roundings lost, lost) and rescaled when m
+   grows. A running log(exp(acc) + exp(v)) lost each term's log1p(exp(v - acc)) below half an
+   ulp of acc: logcumsumexp of 1e6 normal draws came out 0.012 high (PyTorch's 5e-7), its
+   gradient 1.1e-4 of the largest off (PyTorch's 5.9e-6). v == m adds 1, not
+   exp(inf - inf): -inf stays -inf, +inf +inf; a NaN (in v or m) makes the rest NaN. */
+typedef struct { float m, s, lost; } LogSum;
+
+inline LogSum log_sum_add(LogSum a, const float v)
 {
-    if (isnan(a) || isnan(b)) return a + b;
-    const float m = fmax(a, b);
-    if (isinf(m)) return m;                       /* both -inf, or one +inf */
-    return m + log1p(exp(-fabs(a - b)));
+    float e = 1.0f;
+    if (v > a.m) {
+        const float k = exp(a.m - v);
+        a.s *= k;
+        a.lost *= k;
+        a.m = v;
+    } else if (v != a.m) {
+        e = exp(v - a.m);
+    }
+    const float t = a.s + e;
+    a.lost += (a.s >= e) ? (a.s - t) + e : (e - t) + a.s;
+    a.s = t;
+    return a;
+}
+
+inline float log_sum_value(const LogSum a)
+{
+    return a.m + log(a.s + a.lost);
 }
 
 __kernel void logcumsumexp(__global float *out, __global const float *x, const int n,
@@ -152,11 +173,11 @@ __kernel void logcumsumexp(__global float *out, __global const float *x, const i
     const int r = get_global_id(0);
     if (r >= rows) return;
     const long base = row_base(r, n, inner);
-    float acc = -INFINITY;
+    LogSum acc = {-INFINITY, 0.0f, 0.0f};
     for (int j = 0; j < n; ++j) {
         const long p = base + (long)j * inner;
-        acc = log_add_exp(acc, x[p]);
-        out[p] = acc;
+        acc = log_sum_add(acc, x[p]);
+        out[p] = log_sum_value(acc);
     }
 }
 
@@ -169,14 +190,14 @@ __kernel void logcumsumexp_backward(__global float *gx, __global const float *x,
     const int r = get_global_id(0);
     if (r >= rows) return;
     const long base = row_base(r, n, inner);
-    float pos = -INFINITY, neg = -INFINITY;
+    LogSum pos = {-INFINITY, 0.0f, 0.0f}, neg = {-INFINITY, 0.0f, 0.0f};
     for (int j = n - 1; j >= 0; --j) {
         const long p = base + (long)j * inner;
         const float gj = g[p];
-        if (gj > 0.0f) pos = log_add_exp(pos, log(gj) - out[p]);
-        else if (gj < 0.0f) neg = log_add_exp(neg, log(-gj) - out[p]);
-        else if (gj != 0.0f) pos = NAN;
-        gx[p] = exp(x[p] + pos) - exp(x[p] + neg);
+        if (gj > 0.0f) pos = log_sum_add(pos, log(gj) - out[p]);
+        else if (gj < 0.0f) neg = log_sum_add(neg, log(-gj) - out[p]);
+        else if (gj != 0.0f) pos.m = NAN;
+        gx[p] = exp(x[p] + log_sum_value(pos)) - exp(x[p] + log_sum_value(neg));
     }
 }
 """
@@ -235,7 +256,8 @@ def cumextreme(x: Tensor, axis: int, largest: bool) -> tuple[Tensor, Tensor]:
 
 
 def logcumsumexp(x: Tensor, axis: int) -> Tensor:
-    """``log(cumsum(exp(x)))`` along ``axis``, accumulated as a running log-add-exp."""
+    """``log(cumsum(exp(x)))`` along ``axis``: a running maximum and a compensated sum of the
+    exps below it."""
     rows, n, inner = rows_of("logcumsumexp", x, axis)
     out = Tensor.empty(x.queue, x.shape)
     if rows:
