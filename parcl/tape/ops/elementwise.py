@@ -311,13 +311,17 @@ def _times_alpha(op: str, b, alpha, tape):
 def add(a, b, *, alpha=1, tape=None):
     """``a + alpha * b`` with broadcasting, as ``torch.add``; either side may be a Python
     scalar."""
-    return _binary("add", a, _times_alpha("add", b, alpha, tape), tape)
+    if type(alpha) is not int or alpha != 1:    # the default: every a + b, no check
+        b = _times_alpha("add", b, alpha, tape)
+    return _binary("add", a, b, tape)
 
 
 def sub(a, b, *, alpha=1, tape=None):
     """``a - alpha * b`` with broadcasting, as ``torch.sub``; either side may be a Python
     scalar."""
-    return _binary("sub", a, _times_alpha("sub", b, alpha, tape), tape)
+    if type(alpha) is not int or alpha != 1:
+        b = _times_alpha("sub", b, alpha, tape)
+    return _binary("sub", a, b, tape)
 
 
 def mul(a, b, *, tape=None):
