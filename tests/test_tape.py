@@ -10,6 +10,7 @@ import weakref
 
 import numpy as np
 import pytest
+import torch
 
 import parcl as pc
 import parcl.tape as tp
@@ -272,7 +273,6 @@ def test_no_grad_enable_grad_and_inference_mode_decorate_without_parentheses_as_
     """``@tp.no_grad``, ``@tp.enable_grad`` and ``@tp.inference_mode`` without a call decorate
     the function, as PyTorch's (2.0 on): they were a TypeError ('no_grad() takes no
     arguments') and a DTypeError ('the mode must be a bool, got <function ...>')."""
-    torch = pytest.importorskip("torch")
     tx = torch.tensor([1.0], requires_grad=True)
     want = (torch.no_grad(lambda: (tx * 2).requires_grad)(),
             torch.enable_grad(lambda: (tx * 2).requires_grad)(),
