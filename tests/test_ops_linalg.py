@@ -11,7 +11,8 @@ import torch
 
 import parcl as pc
 import parcl.tape as tp
-from conftest import leaf, up
+from conftest import leaf
+from torch_reference import check_float64
 from parcl.errors import DTypeError, LinAlgError, ParclError, ShapeError
 from parcl.tape import linalg
 
@@ -31,18 +32,7 @@ def _spd(rng, *shape):
 def _against_torch(queue, rng, fn, tfn, arrays, tol=1e-4):
     """``fn``'s value and gradients at ``arrays`` for a random upstream gradient equal
     torch's in float64."""
-    ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
-    want = tfn(*ts)
-    g = rng.standard_normal(tuple(want.shape)).astype(np.float32)
-    want.backward(torch.tensor(g.astype(np.float64)))
-    nodes = [leaf(queue, a) for a in arrays]
-    with tp.Tape() as tape:
-        out = fn(*nodes)
-    tape.backward(out, grad=up(queue, g))
-    assert out.shape == tuple(want.shape)
-    np.testing.assert_allclose(out.to_host(), want.detach().numpy(), rtol=tol, atol=tol)
-    for node, t in zip(nodes, ts):
-        np.testing.assert_allclose(node.grad.to_host(), t.grad.numpy(), rtol=tol, atol=tol)
+    check_float64(queue, rng, fn, tfn, arrays, tol)
 
 
 def _gradcheck(queue, fn, arrays):

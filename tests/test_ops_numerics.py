@@ -10,24 +10,14 @@ import torch
 
 import parcl.tape as tp
 from conftest import leaf, up
+from torch_reference import check_float64
 from parcl.errors import DTypeError, ParclError, ShapeError
 
 
 def _against_torch(queue, fn, tfn, arrays, rng, tol=1e-5):
     """``fn`` at ``arrays`` against torch's ``tfn`` in float64: value, gradients for a random
     upstream gradient, and finite differences."""
-    ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
-    want = tfn(*ts)
-    g = rng.standard_normal(tuple(want.shape)).astype(np.float32)
-    want.backward(torch.tensor(g.astype(np.float64)))
-    nodes = [leaf(queue, a) for a in arrays]
-    with tp.Tape() as tape:
-        out = fn(*nodes)
-    tape.backward(out, grad=up(queue, g))
-    assert out.shape == tuple(want.shape)
-    np.testing.assert_allclose(out.to_host(), want.detach().numpy(), rtol=tol, atol=tol)
-    for n, t in zip(nodes, ts):
-        np.testing.assert_allclose(n.grad.to_host(), t.grad.numpy(), rtol=tol, atol=tol)
+    check_float64(queue, rng, fn, tfn, arrays, tol)
     assert tp.gradcheck(fn, [leaf(queue, a) for a in arrays])
 
 

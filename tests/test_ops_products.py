@@ -10,22 +10,14 @@ import torch
 
 import parcl.tape as tp
 from conftest import leaf, up
+from torch_reference import float64_reference
 from parcl.errors import ParclError, ShapeError
 
 
 def _against_torch(queue, fn, tfn, arrays, rng):
     """Our value and gradients of ``fn`` at ``arrays`` for a random upstream gradient, and
     torch's in float64."""
-    ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
-    want = tfn(*ts)
-    g = rng.standard_normal(tuple(want.shape)).astype(np.float32)
-    want.backward(torch.tensor(g.astype(np.float64)))
-    nodes = [leaf(queue, a) for a in arrays]
-    with tp.Tape() as tape:
-        out = fn(*nodes)
-    tape.backward(out, grad=up(queue, g))
-    return (out, [n.grad.to_host() for n in nodes], want.detach().numpy(),
-            [t.grad.numpy() for t in ts])
+    return float64_reference(queue, rng, fn, tfn, arrays)
 
 
 def _check(queue, rng, fn, tfn, shapes, tol=1e-5, eps=1e-3):

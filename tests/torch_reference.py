@@ -9,7 +9,7 @@ import torch
 
 import parcl as pc
 import parcl.tape as tp
-from conftest import leaf
+from conftest import leaf, up
 
 
 def _scalar_loss_tp(queue, out, weights):
@@ -78,3 +78,28 @@ def raises_like_torch(tp_call, torch_call, op: str):
         tp_call()
     assert op in str(err.value), str(err.value)
     return str(err.value)
+
+
+def float64_reference(queue, rng, fn, tfn, arrays):
+    """``fn`` at ``arrays`` and torch's ``tfn`` in float64, each backwarded from the same
+    random upstream gradient: (our output Node, our gradients, torch's value, its gradients)."""
+    ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
+    want = tfn(*ts)
+    g = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+    want.backward(torch.tensor(g.astype(np.float64)))
+    nodes = [leaf(queue, a) for a in arrays]
+    with tp.Tape() as tape:
+        out = fn(*nodes)
+    tape.backward(out, grad=up(queue, g))
+    return (out, [n.grad.to_host() for n in nodes], want.detach().numpy(),
+            [t.grad.numpy() for t in ts])
+
+
+def check_float64(queue, rng, fn, tfn, arrays, tol):
+    """``fn``'s value (and shape) and gradients at ``arrays`` equal torch's in float64 within
+    ``tol``, for one random upstream gradient."""
+    out, grads, want, want_grads = float64_reference(queue, rng, fn, tfn, arrays)
+    assert out.shape == want.shape
+    np.testing.assert_allclose(out.to_host(), want, rtol=tol, atol=tol)
+    for got, w in zip(grads, want_grads):
+        np.testing.assert_allclose(got, w, rtol=tol, atol=tol)
