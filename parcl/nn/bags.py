@@ -10,16 +10,12 @@ indices (``tp.embedding_bag``), without the per-index rows in between.
 
 from __future__ import annotations
 
-import numpy as np
 
 from ..errors import ParclError, ShapeError
-from ..runtime import default_queue
 from ..tape import ops
-from ..tape.ops.select import padding_row
 from ..tensor import Tensor
-from .layers import _check_sizes
-from .module import Module, Parameter, normal_
-from .sparse import redraw_table, refuse_set_later
+from .module import Module
+from .sparse import init_table, redraw_table, refuse_set_later
 
 __all__ = ["EmbeddingBag"]
 
@@ -38,35 +34,12 @@ class EmbeddingBag(Module):
                  sparse: bool = False, _weight=None, include_last_offset: bool = False,
                  padding_idx: int | None = None, *, queue=None):
         super().__init__()
-        queue = queue if queue is not None else default_queue()
-        _check_sizes("EmbeddingBag", {"num_embeddings": num_embeddings,
-                                      "embedding_dim": embedding_dim})
-        if scale_grad_by_freq or sparse:
-            raise ShapeError(f"EmbeddingBag: scale_grad_by_freq and sparse are not supported, "
-                             f"got scale_grad_by_freq={scale_grad_by_freq!r}, sparse="
-                             f"{sparse!r}")
         if mode not in ("sum", "mean", "max"):
             raise ParclError(f"EmbeddingBag: mode has to be one of 'sum', 'mean' or 'max', got "
                              f"{mode!r}")
-        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
-        row = padding_row("EmbeddingBag", padding_idx, self.num_embeddings)
-        self.padding_idx = None if row < 0 else row
-        self.max_norm, self.norm_type = max_norm, norm_type
-        self.scale_grad_by_freq, self.sparse = False, False
+        init_table(self, "EmbeddingBag", num_embeddings, embedding_dim, padding_idx, max_norm,
+                   norm_type, scale_grad_by_freq, sparse, _weight, False, queue)
         self.mode, self.include_last_offset = mode, bool(include_last_offset)
-        shape = (self.num_embeddings, self.embedding_dim)
-        if _weight is None:
-            weight = normal_(shape, 1.0)
-            if self.padding_idx is not None:
-                weight[self.padding_idx] = 0.0
-            self.weight = Parameter(Tensor.from_host(queue, weight))
-        else:
-            value = _weight.value if hasattr(_weight, "value") else _weight
-            if tuple(value.shape) != shape:
-                raise ShapeError(f"EmbeddingBag: _weight has shape {tuple(value.shape)}, "
-                                 f"expected (num_embeddings, embedding_dim) = {shape}")
-            self.weight = Parameter(value if isinstance(value, Tensor) else
-                                    Tensor.from_host(queue, np.asarray(value, np.float32)))
 
     @classmethod
     def from_pretrained(cls, embeddings, freeze: bool = True, max_norm: float | None = None,

@@ -40,34 +40,8 @@ class Embedding(Module):
                  norm_type: float = 2.0, scale_grad_by_freq: bool = False,
                  sparse: bool = False, _weight=None, _freeze: bool = False, *, queue=None):
         super().__init__()
-        queue = queue if queue is not None else default_queue()
-        _check_sizes("Embedding", {"num_embeddings": num_embeddings,
-                                   "embedding_dim": embedding_dim})
-        if scale_grad_by_freq or sparse:
-            raise ShapeError(f"Embedding: scale_grad_by_freq and sparse are not supported, "
-                             f"got scale_grad_by_freq={scale_grad_by_freq!r}, sparse="
-                             f"{sparse!r}")
-        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
-        row = padding_row("Embedding", padding_idx, self.num_embeddings)
-        self.padding_idx = None if row < 0 else row
-        self.max_norm, self.norm_type = max_norm, norm_type
-        self.scale_grad_by_freq, self.sparse = False, False
-        shape = (self.num_embeddings, self.embedding_dim)
-        if _weight is None:
-            weight = normal_(shape, 1.0)
-            if self.padding_idx is not None:
-                weight[self.padding_idx] = 0.0
-            self.weight = Parameter(Tensor.from_host(queue, weight), requires_grad=not _freeze)
-        else:
-            # PyTorch's Parameter(_weight): the given values as they are (the padding row
-            # too), a pc.Tensor shared, not copied
-            value = _weight.value if isinstance(_weight, Node) else _weight
-            if tuple(value.shape) != shape:
-                raise ShapeError(f"Embedding: _weight has shape {tuple(value.shape)}, expected "
-                                 f"(num_embeddings, embedding_dim) = {shape}")
-            self.weight = Parameter(value if isinstance(value, Tensor) else
-                                    Tensor.from_host(queue, np.asarray(value, np.float32)),
-                                    requires_grad=not _freeze)
+        init_table(self, "Embedding", num_embeddings, embedding_dim, padding_idx, max_norm,
+                   norm_type, scale_grad_by_freq, sparse, _weight, _freeze, queue)
 
     @classmethod
     def from_pretrained(cls, embeddings, freeze: bool = True, padding_idx: int | None = None,
@@ -130,3 +104,36 @@ def redraw_table(layer) -> None:
     if layer.padding_idx is not None:
         weight[layer.padding_idx] = 0.0
     overwrite(layer.weight, weight)
+
+
+def init_table(layer, op: str, num_embeddings: int, embedding_dim: int, padding_idx,
+               max_norm, norm_type: float, scale_grad_by_freq: bool, sparse: bool, _weight,
+               freeze: bool, queue) -> None:
+    """The table settings and ``weight`` of an Embedding or EmbeddingBag (``op``), as
+    PyTorch's constructors make them: ~ N(0, 1) from the thread's seeded generator with the
+    ``padding_idx`` row zeros, or ``_weight`` as given (its padding row too; a pc.Tensor or
+    Node shared, not copied); ``scale_grad_by_freq`` and ``sparse`` refused."""
+    queue = queue if queue is not None else default_queue()
+    _check_sizes(op, {"num_embeddings": num_embeddings, "embedding_dim": embedding_dim})
+    if scale_grad_by_freq or sparse:
+        raise ShapeError(f"{op}: scale_grad_by_freq and sparse are not supported, got "
+                         f"scale_grad_by_freq={scale_grad_by_freq!r}, sparse={sparse!r}")
+    layer.num_embeddings, layer.embedding_dim = int(num_embeddings), int(embedding_dim)
+    row = padding_row(op, padding_idx, layer.num_embeddings)
+    layer.padding_idx = None if row < 0 else row
+    layer.max_norm, layer.norm_type = max_norm, norm_type
+    layer.scale_grad_by_freq, layer.sparse = False, False
+    shape = (layer.num_embeddings, layer.embedding_dim)
+    if _weight is None:
+        weight = normal_(shape, 1.0)
+        if layer.padding_idx is not None:
+            weight[layer.padding_idx] = 0.0
+        layer.weight = Parameter(Tensor.from_host(queue, weight), requires_grad=not freeze)
+        return
+    value = _weight.value if isinstance(_weight, Node) else _weight
+    if tuple(value.shape) != shape:
+        raise ShapeError(f"{op}: _weight has shape {tuple(value.shape)}, expected "
+                         f"(num_embeddings, embedding_dim) = {shape}")
+    layer.weight = Parameter(value if isinstance(value, Tensor) else
+                             Tensor.from_host(queue, np.asarray(value, np.float32)),
+                             requires_grad=not freeze)
