@@ -734,3 +734,15 @@ def test_vander_and_its_gradient_are_pytorchs(queue, rng):
                    lambda v: torch.linalg.vander(v, N=5), [x])
     with pytest.raises(ShapeError, match="N must be an int greater than 1"):
         linalg.vander(tp.tensor(x), N=1)
+
+
+def test_det_of_a_matrix_with_a_nan_below_a_zero_pivot_is_nan_as_pytorch(queue):
+    """A zero pivot skipped the trailing update that LAPACK's getf2 still makes with the
+    unscaled column, so a NaN below it (never taken as a pivot) was dropped and
+    det([[0, 1], [nan, 1]]) came out a singular 0 where PyTorch's is NaN."""
+    a = np.array([[0.0, 1.0], [np.nan, 1.0]], np.float32)
+    assert np.isnan(linalg.det(tp.tensor(a)).to_host())
+    assert np.isnan(torch.linalg.det(torch.tensor(a)).item())
+    assert np.isnan(linalg.slogdet(tp.tensor(a))[1].to_host())
+    singular = np.array([[0.0, 1.0, 2.0], [0.0, 3.0, 4.0], [0.0, 5.0, 7.0]], np.float32)
+    assert linalg.det(tp.tensor(singular)).to_host() == 0.0

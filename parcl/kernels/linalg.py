@@ -71,6 +71,15 @@ __kernel void lu_factor(__global float *lu, __global int *piv, __global int *inf
         det *= d;
         if (d == 0.0f) {
             if (singular < 0) singular = k;
+            /* getf2's update still runs with the column unscaled: every entry is 0 then,
+               but for a NaN (never taken as a pivot), which spreads as in LAPACK's, so
+               det([[0, 1], [nan, 1]]) is NaN, not a singular 0 */
+            for (int i = k + 1; i < n; ++i) {
+                const float l = a[i * n + k];
+                if (l != 0.0f)
+                    for (int j = k + 1; j < n; ++j)
+                        a[i * n + j] -= l * a[k * n + j];
+            }
             continue;
         }
         logabs += log(fabs(d));
