@@ -757,9 +757,8 @@ class Tensor:
 
     @_keeps_checks
     def _variance(self, op: str, dim, unbiased, keepdim, correction, root: bool) -> Tensor:
-        from .kernels.moments import correction_of, variance
-        if isinstance(dim, (bool, np.bool_)) and unbiased is None:
-            dim, unbiased = None, dim          # torch's overload of one bool: unbiased
+        from .kernels.moments import correction_of, unbiased_alone, variance
+        dim, unbiased = unbiased_alone(dim, unbiased)      # torch's overload of one bool
         return variance(op, self, _every_dim_if_empty(dim), bool(keepdim),
                         correction_of(op, unbiased, correction), root)[0]
 

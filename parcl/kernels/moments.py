@@ -14,6 +14,14 @@ from . import elementwise as ew
 from . import reduction as rd
 
 
+def unbiased_alone(axis, unbiased) -> tuple:
+    """torch.var's (std's, var_mean's, std_mean's) overload of one bool, ``torch.var(x,
+    False)``: ``unbiased`` over every dim, not a dim."""
+    if isinstance(axis, (bool, np.bool_)) and unbiased is None:
+        return None, axis
+    return axis, unbiased
+
+
 def correction_of(op: str, unbiased, correction) -> float:
     """The divisor's correction from PyTorch's older ``unbiased`` (True: 1, False: 0) or its
     ``correction`` (None: 1); both given is a TypeError, as PyTorch refuses them."""

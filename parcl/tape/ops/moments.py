@@ -11,7 +11,8 @@ both.
 from __future__ import annotations
 
 from .reduce import mean
-from .reductions import std, unbiased_alone, var
+from ...kernels.moments import unbiased_alone
+from .reductions import std, var
 
 __all__ = ["std_mean", "var_mean"]
 

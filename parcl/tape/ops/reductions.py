@@ -29,7 +29,7 @@ from ...kernels import layout
 from ...kernels import reduction as rd
 from ...kernels import scan
 from ...kernels import select as sk
-from ...kernels.moments import correction_of, variance
+from ...kernels.moments import correction_of, unbiased_alone, variance
 from ...kernels.strided import axis_int
 from ...tensor import SortResult, Tensor
 from ..node import Function, Node
@@ -232,14 +232,6 @@ class Var(Function):
 class Std(Var):
     name = "std"
     root = True
-
-
-def unbiased_alone(axis, unbiased) -> tuple:
-    """torch.var's (std's, var_mean's, std_mean's) overload of one bool, ``torch.var(x,
-    False)``: ``unbiased`` over every dim, not a dim."""
-    if isinstance(axis, (bool, np.bool_)) and unbiased is None:
-        return None, axis
-    return axis, unbiased
 
 
 # var's and std's positional arguments are torch.var's (input, dim, unbiased, keepdim):
