@@ -261,3 +261,18 @@ def test_conv3d_refusals_name_the_op_and_shapes(queue, rng):
         pc.nn.Conv3d(3, 2, 1)(x)
     with pytest.raises(ShapeError, match="Conv3d: groups=3"):
         pc.nn.Conv3d(4, 6, 1, groups=3)
+
+
+def test_conv_transpose3d_input_gradient_trimmed_for_output_padding_takes_in_place_adds(queue):
+    """An output_padding of a stride or more trims the input gradient to x's size: the trim
+    went through Tensor.__getitem__, which notes a user's indexing copy, so the correct
+    gradient refused x.grad += 1 ('an indexing result ... a copy in parcl')."""
+    rng = np.random.default_rng(0)
+    x = leaf(queue, rng.standard_normal((1, 2, 3, 3, 3)).astype(np.float32))
+    w = leaf(queue, rng.standard_normal((2, 2, 2, 2, 2)).astype(np.float32))
+    with tp.Tape() as tape:
+        loss = tp.sum(tp.conv_transpose3d(x, w, stride=2, output_padding=2, dilation=3))
+    tape.backward(loss)
+    before = x.grad.to_host()
+    x.grad += 1.0
+    np.testing.assert_array_equal(x.grad.to_host(), before + 1.0)

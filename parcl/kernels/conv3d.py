@@ -29,6 +29,7 @@ from ..runtime import on_gpu
 from ..tensor import Tensor
 from . import elementwise as ew
 from ._cache import get_kernel, gpu_group, round_up
+from .strided import parse_key, read_view
 from .conv import GPU_GROUP, _chunks, _matmul, add_weight_grad, swap01, weight_layout
 
 __all__ = ["col2vol", "conv3d_backward", "conv3d_forward", "conv_transpose3d_backward",
@@ -277,7 +278,8 @@ def conv_transpose3d_backward(x: Tensor | None, weight: Tensor, grad: Tensor, st
     if gx is not None and in_size is not None and tuple(gx.shape[2:]) != tuple(in_size):
         # an output_padding of a stride or more (allowed below the dilation) gives conv3d
         # of grad more positions than x has; the first ones are x's
-        gx = gx[(slice(None), slice(None)) + tuple(slice(0, m) for m in in_size)]
+        key = (slice(None), slice(None)) + tuple(slice(0, m) for m in in_size)
+        gx = read_view(gx, parse_key("conv_transpose3d", gx.shape, key))   # not a user's copy
     gw = conv3d_backward(grad, weight, x, *window, need_input=False)[1] if need_weight else None
     n, c = grad.shape[:2]
     gb = channel_sum(grad.reshape(n, c, int(np.prod(grad.shape[2:])))) if need_bias else None

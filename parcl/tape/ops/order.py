@@ -29,6 +29,7 @@ from ...kernels import reduction as rd
 from ...kernels import scatter as sc
 from ...kernels import select as sk
 from ...kernels import sorting
+from ...kernels import strided
 from ...tensor import FLOAT, Tensor
 from ..node import Function, Node
 from .mathops import lerp
@@ -299,7 +300,8 @@ def kthvalue(x, k: int, dim: int = -1, keepdim: bool = False, *, tape=None) -> S
     raw = flat.value if isinstance(flat, Node) else flat
     first = sorting.argsort(raw, axis, False, int(k))
     key = tuple(slice(k - 1, k) if d == axis else slice(None) for d in range(raw.ndim))
-    return _result("kthvalue", x, flat, axis, first[key], keepdim, tape)
+    picked = strided.read_view(first, strided.parse_key("kthvalue", first.shape, key))
+    return _result("kthvalue", x, flat, axis, picked, keepdim, tape)
 
 
 def mode(x, dim: int = -1, keepdim: bool = False, *, tape=None) -> SortResult:
