@@ -75,3 +75,19 @@ def test_adaptive_log_softmax_initialises_in_pytorchs_order_and_refuses_bad_inpu
                                             "div_value \\*\\* 2 = 0 features"):
         pc.nn.AdaptiveLogSoftmaxWithLoss(8, 10, [4, 8])
 
+
+
+def test_adaptive_log_softmax_keeps_no_per_batch_upload_beside_the_launch_plans(queue, rng):
+    """Each forward's row and label picks depend on its batch's targets: kept as shape-derived
+    constants in queue.choices (capped beside every kernel's launch plans), 50 forwards of
+    batch 32 left 250 such uploads there, and after ~800 steps no new plan was cached."""
+    asm = pc.nn.AdaptiveLogSoftmaxWithLoss(16, 60, [10, 50], queue=queue)
+    x = leaf(queue, rng.standard_normal((32, 16)).astype(np.float32))
+    asm(x, pc.Tensor.from_host(queue, rng.integers(0, 60, 32)))       # plans made once
+    def uploads():
+        return sum(1 for k in queue.choices if isinstance(k, tuple) and k[0] == "constant")
+
+    before = uploads()
+    for _ in range(10):
+        asm(x, pc.Tensor.from_host(queue, rng.integers(0, 60, 32)))
+    assert uploads() == before

@@ -21,7 +21,6 @@ import numpy as np
 from ..errors import ParclError, ShapeError
 from ..runtime import default_queue
 from ..tape import Node, ops
-from ..tape.ops.picks import constant
 from ..tensor import Tensor
 from .containers import ModuleList
 from .layers import Linear, Sequential
@@ -116,14 +115,14 @@ class AdaptiveLogSoftmaxWithLoss(Module):
             if rows.size == 0:
                 continue
             head_pick[rows] = self.shortlist_size + i - 1
-            rows_t = constant(q, rows.astype(np.int32))
+            rows_t = Tensor.from_host(q, rows.astype(np.int32))   # this batch's: not a plan
             cluster = ops.log_softmax(self.tail[i - 1](ops.index_select(input, 0, rows_t)), 1)
-            local = ops.gather(cluster, 1, constant(q, (labels[rows] - low)[:, None]))
+            local = ops.gather(cluster, 1, Tensor.from_host(q, (labels[rows] - low)[:, None]))
             part = ops.index_add(Tensor.zeros(q, (shape[0],)), 0, rows_t,
                                  ops.reshape(local, (rows.size,)))
             output = part if output is None else ops.add(output, part)
         head = ops.log_softmax(self.head(input), 1)
-        picked = ops.reshape(ops.gather(head, 1, constant(q, head_pick[:, None])),
+        picked = ops.reshape(ops.gather(head, 1, Tensor.from_host(q, head_pick[:, None])),
                              (shape[0],))
         output = picked if output is None else ops.add(output, picked)
         return _ASMoutput(output, ops.mean(ops.neg(output)))
