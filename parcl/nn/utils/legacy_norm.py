@@ -24,6 +24,7 @@ import warnings
 
 from ... import tape as tp
 from ...errors import ParclError, ShapeError
+from ...tape import mode
 from ...tensor import Tensor
 from ..conv import ConvTranspose1d, ConvTranspose2d
 from ..conv3d import ConvTranspose3d
@@ -86,8 +87,8 @@ def _make_class(base: type, key: tuple) -> type:
         body[n] = property(lambda self, n=n: _spectral_weight(self, n))
     if spectral_norms:
         def __call__(self, *args, **kwargs):        # PyTorch's forward pre-hook
-            if self.training:
-                for n in type(self)._spectral_norm_names:
+            if self.training and not mode.state.recompute:   # tp.checkpoint's second run:
+                for n in type(self)._spectral_norm_names:     # the forward's u and v
                     _power_iteration(self, n)
             return base.__call__(self, *args, **kwargs)
         body["__call__"] = __call__

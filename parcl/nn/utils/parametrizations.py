@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ... import tape as tp
 from ...errors import ParclError, ShapeError
+from ...tape import mode
 from ...tensor import Tensor
 from ..conv import ConvTranspose1d, ConvTranspose2d
 from ..conv3d import ConvTranspose3d
@@ -115,8 +116,8 @@ class _SpectralNorm(Module):
         if len(weight.shape) == 1:
             return tp.normalize(weight, dim=0, eps=self.eps)
         mat = self._matrix(weight)
-        if self.training:
-            self._power_method(mat, self.n_power_iterations)
+        if self.training and not mode.state.recompute:    # tp.checkpoint's second run: the
+            self._power_method(mat, self.n_power_iterations)   # forward's u and v, once
         u, v = self._u.copy(), self._v.copy()
         sigma = tp.sum(u * tp.matmul(mat, v))
         return weight / sigma
