@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from ... import tape as tp
 from ...errors import ParclError
-from ...tape.changes import changed
 from ...tensor import Tensor
 from ..containers import ModuleDict, ModuleList
 from ..module import Module, Parameter
@@ -74,8 +73,7 @@ class ParametrizationList(ModuleList):
             if tuple(t.shape) != tuple(p.shape):
                 raise ParclError(f"assigning a parametrized tensor: right_inverse gave shape "
                                  f"{tuple(t.shape)} for an original of shape {tuple(p.shape)}")
-            p.value.copy_(t)
-        changed(self.originals())
+            p.value.copy_(t)          # copy_ notes the overwrite (a backward then raises)
 
     def forward(self):
         modules = list(self)
