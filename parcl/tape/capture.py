@@ -204,10 +204,11 @@ class CapturedStep:
                 rec.note_grads()        # as the call left them, not as its last backward did
             finally:
                 recorder.stop()
-            if taped is not None and len(tape.nodes) > taped and rec.unsafe is None:
+            if taped is not None and len(tape.nodes) > taped:
                 # a replay would hand back this graph, which the caller's tape releases
-                rec.unsafe = ("its ops are recorded on the caller's tape, whose backward "
-                              "releases them; open the tp.Tape inside the captured function")
+                recorder.unsafe_recording(rec, "its ops are recorded on the caller's tape, "
+                                          "whose backward releases them; open the tp.Tape "
+                                          "inside the captured function")
             foreign = rec.foreign_buffers()
             if any(pool_of(queue).free_among(buffers) for queue, buffers in foreign.items()):
                 recorder.unsafe_recording(rec, recorder.DROPPED)     # dropped during fn
