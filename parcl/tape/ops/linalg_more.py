@@ -126,8 +126,7 @@ def _cutoff(op: str, top: Tensor, atol, rtol, m: int, n: int):
     if rtol is None:
         rtol = EPS * max(m, n) if atol is None or atol == 0 else 0.0
     cut = mul(top, float(rtol))
-    return ew.binary("maximum", cut, ew.scalar("add", ew.scale_(cut.copy(), 0.0),
-                                                float(atol or 0.0)))
+    return ew.scalar("maximum", cut, float(atol or 0.0))
 
 
 def _values(op: str, a: Tensor, hermitian: bool):
