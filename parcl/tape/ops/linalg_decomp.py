@@ -27,27 +27,15 @@ from ...kernels import linalg as lk
 from ...kernels import linalg_jacobi as lj
 from ...kernels.linalg import MAX_N
 from ...tensor import FLOAT, Tensor
-from ..node import Function, Node
+from ..node import Function
 from .elementwise import add, div, mul, sub
 from .linalg import matmul
+from .linalg_solve import _mT, _raw
 from .join import cat
 from .shape import unsqueeze
 from .slices import narrow, tril
-from .shape_more import swapaxes
 
 __all__: list[str] = []
-
-
-def _raw(x, op: str) -> Tensor:
-    if isinstance(x, Node):
-        return x.value
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{op}: expected a tp.Node or pc.Tensor, got {type(x).__name__}")
-    return x
-
-
-def _mT(x, tape=None):
-    return swapaxes(x, -2, -1, tape=tape)
 
 
 def _skew(x: Tensor) -> Tensor:

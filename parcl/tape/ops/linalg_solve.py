@@ -39,6 +39,7 @@ from ...tensor import FLOAT, Tensor
 from ..node import Function, Node
 from ..tape import defer
 from .checks import FlagCheck
+from .creation import value_of
 from .elementwise import mul
 from .indexing import flip
 from .join import cat
@@ -85,11 +86,7 @@ class _SingularGradientCheck(_FactorCheck):
 
 
 def _raw(x, op: str = "linalg") -> Tensor:
-    if isinstance(x, Node):
-        return x.value
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{op}: expected a tp.Node or pc.Tensor, got {type(x).__name__}")
-    return x
+    return value_of(op, x)
 
 
 def _needs_grad(x) -> bool:
