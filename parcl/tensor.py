@@ -349,8 +349,10 @@ class Tensor:
         write would not reach the tensor it came from."""
         copies = pool_of(self.queue).copies
         if copies and self._alloc in copies:
+            made = copies[self._alloc]           # a text, or (a template, its index key)
+            made = made if isinstance(made, str) else made[0].format(made[1])
             raise ParclError(
-                f"{what}: this tensor {self.shape} is {copies[self._alloc]}, a copy in "
+                f"{what}: this tensor {self.shape} is {made}, a copy in "
                 f"parcl where PyTorch's is a view, so "
                 f"writing into it in place would leave the tensor it came from as it was; "
                 f"write into that tensor instead: t[key] = value (t[key] = t[key] + v for "

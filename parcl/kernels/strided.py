@@ -243,7 +243,8 @@ def indexed_copy(out: Tensor, key) -> Tensor:
     """``out``, ``x[key]`` by basic indexing, noted in its pool as a copy where PyTorch's is a
     view: writing into it in place would leave ``x`` as it was (``emb.weight[0].fill_(0)``
     zeroing nothing), so ``Tensor.not_a_copy`` refuses that."""
-    pool_of(out.queue).copies[out._alloc] = f"an indexing result (index {key!r})"
+    # the key, formatted only where a write is refused: x[:, -1] runs in training steps
+    pool_of(out.queue).copies[out._alloc] = ("an indexing result (index {!r})", key)
     return out
 
 
