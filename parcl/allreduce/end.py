@@ -364,8 +364,9 @@ class StepBuffers:
             comm.Bcast(host, root=0)
             cl.enqueue_copy(t.queue, t.data, host, is_blocking=True)
 
-    def buffers_from_rank_0(self, comm) -> None:
-        """Rank 0's replica 0 buffers onto every replica of every rank. A training forward
+    def buffers_from_rank_0(self, comm, spread: bool = True) -> None:
+        """Rank 0's replica 0 buffers onto every rank's replica 0, and with ``spread`` onto
+        every replica (a step's end leaves that to its ``broadcast``). A training forward
         updates batch norm's running statistics from its own shard, so without this each
         rank kept its own (replica 0's are every replica's within a process after a step)
         and a rank evaluating its model normalised with statistics rank 0's never saw; DDP
@@ -373,18 +374,22 @@ class StepBuffers:
         buffers = self.buffers[0]
         if not buffers:
             return
-        hosts = [b.to_host() for b in buffers]
         # one Bcast for them all, their bytes end to end (one each would be dozens a step in
-        # a ResNet)
-        packed = np.concatenate([h.reshape(-1).view(np.uint8) for h in hosts])
+        # a ResNet); only rank 0 reads its buffers, and only the others write theirs
+        if comm.Get_rank() == 0:
+            packed = np.concatenate([b.to_host().reshape(-1).view(np.uint8) for b in buffers])
+        else:
+            packed = np.empty(sum(b.nbytes for b in buffers), np.uint8)
         comm.Bcast(packed, root=0)
-        start = 0
-        for b, host in zip(buffers, hosts):
-            host.reshape(-1).view(np.uint8)[:] = packed[start:start + host.nbytes]
-            start += host.nbytes
-            cl.enqueue_copy(b.queue, b.data, host, is_blocking=True)
-        order_after(self.queues[0], self.copy_buffers([pending(self.queues[0])]))
-        release_all()
+        if comm.Get_rank() != 0:
+            start = 0
+            for b in buffers:
+                cl.enqueue_copy(b.queue, b.data, packed[start:start + b.nbytes],
+                                is_blocking=True)
+                start += b.nbytes
+        if spread:
+            order_after(self.queues[0], self.copy_buffers([pending(self.queues[0])]))
+            release_all()
 
     def copy_buffers(self, wait_for=None) -> list[cl.Event]:
         """Copy replica 0's buffers (batch norm's running statistics) to every other
@@ -452,7 +457,7 @@ class Reduced:
         for grads in buffers.grads:
             grads.zero_()
         if self.comm is not None:
-            buffers.buffers_from_rank_0(self.comm)
+            buffers.buffers_from_rank_0(self.comm, spread=False)   # broadcast spreads
         buffers.broadcast()
         return norm
 
