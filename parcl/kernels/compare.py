@@ -27,14 +27,13 @@ from numbers import Integral, Real
 import numpy as np
 
 from ..errors import DTypeError
-from ..tensor import Tensor, check_same_queue
+from ..tensor import FLOAT, Tensor, check_same_queue
 from . import elementwise as ew
 from ._cache import get_kernel
 from .counting import cast
 from .elementwise import STRIDED_OFFSETS, strided_plan
+from .integer import C_TYPES
 
-FLOAT = np.dtype(np.float32)
-C_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long", np.dtype(np.uint8): "uchar"}
 PAIRS = (("int", "int"), ("long", "long"), ("uchar", "uchar"), ("int", "long"),
          ("long", "int"))
 OPS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
