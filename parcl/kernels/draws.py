@@ -1,6 +1,7 @@
 """Random draws on the device: uniform, normal, integers, Bernoulli trials, permutation and
-multinomial keys (the launchers of ``tp.rand``, ``tp.randn``, ``tp.randint``, ``tp.bernoulli``,
-``tp.randperm``, ``tp.multinomial``).
+multinomial keys, RReLU's slopes and Gumbel noise (the launchers of ``tp.rand``, ``tp.randn``,
+``tp.randint``, ``tp.bernoulli``, ``tp.randperm``, ``tp.multinomial``, ``tp.rrelu``,
+``tp.gumbel_softmax`` and ``tp.fractional_max_pool2d``'s samples).
 
 Element ``i`` of a call is a pure function of the call's 64-bit ``key`` and ``i``: the bits
 ``splitmix64(key + i * golden)`` of dropout's masks (``parcl.kernels.random``), so any device,
@@ -10,7 +11,8 @@ again (``recorder.replay_arg``), so a replay draws fresh values, as the eager ca
 
 A uniform value is the top 24 bits over ``2**24`` (``[0, 1)``, every float32 of that grid); a
 normal one is Box-Muller of two 24-bit uniforms (so ``|z| < 5.9``); an integer in a span of
-``s`` is ``low + mul_hi(bits, s)``.
+``s`` is ``low + mul_hi(bits, s)``. RReLU's slopes, Gumbel noise and ``open_uniform`` take
+element ``i`` from the bits of ``i + 1`` in the open grid ``(0, 1)``.
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import draws
@@ -73,6 +75,35 @@ __kernel void bernoulli(__global float* out, const ulong key, __global const flo
     const int i = get_global_id(0);
     if (i < n)
         out[i] = unit(draw_bits(key, i)) < p[i] ? 1.0f : 0.0f;
+}
+
+/* noise: 1 where x > 0, else a slope uniform in [lower, upper]; y = x * noise (the slopes
+   are the gradient) */
+__kernel void rrelu(__global float* noise, const ulong key, __global const float* x,
+                    __global float* y, const float lower, const float upper, const int n)
+{
+    const int i = get_global_id(0);
+    if (i >= n)
+        return;
+    const float v = x[i];
+    const float r = v > 0.0f ? 1.0f : lower + (upper - lower) * open_unit(draw_bits(key, i + 1));
+    noise[i] = r;
+    y[i] = v * r;
+}
+
+__kernel void open_uniform(__global float* out, const ulong key, const int n)
+{
+    const int i = get_global_id(0);
+    if (i < n)
+        out[i] = open_unit(draw_bits(key, i + 1));
+}
+
+/* standard Gumbel noise -log(-log(u)) */
+__kernel void gumbel(__global float* out, const ulong key, const int n)
+{
+    const int i = get_global_id(0);
+    if (i < n)
+        out[i] = -log(-log(open_unit(draw_bits(key, i + 1))));
 }
 
 /* Keys whose ascending order is a uniform permutation: non-negative finite floats from 31
@@ -218,6 +249,32 @@ def bernoulli(out: Tensor, p: Tensor, next_key) -> Tensor:
     _float_out("bernoulli", out)
     _launch(out.queue, "bernoulli", out.size, out.data, p.data, np.int32(out.size),
             next_key=next_key)
+    return out
+
+
+def rrelu(x: Tensor, lower: float, upper: float, next_key) -> tuple[Tensor, Tensor]:
+    """``(y, noise)``: ``x`` times a slope per element (1 where positive, else uniform in
+    ``[lower, upper]``), and those slopes (the gradient)."""
+    if x.dtype != FLOAT:
+        raise DTypeError(f"rrelu: input has dtype {x.dtype} (shape {x.shape}), expected "
+                         "float32")
+    y, noise = Tensor.empty(x.queue, x.shape), Tensor.empty(x.queue, x.shape)
+    _launch(x.queue, "rrelu", x.size, noise.data, x.data, y.data, np.float32(lower),
+            np.float32(upper), np.int32(x.size), next_key=next_key)
+    return y, noise
+
+
+def open_uniform(q, shape: tuple, next_key) -> Tensor:
+    """Uniform float32 numbers in (0, 1) of ``shape``."""
+    out = Tensor.empty(q, shape)
+    _launch(q, "open_uniform", out.size, out.data, np.int32(out.size), next_key=next_key)
+    return out
+
+
+def gumbel(q, shape: tuple, next_key) -> Tensor:
+    """Standard Gumbel noise of ``shape``."""
+    out = Tensor.empty(q, shape)
+    _launch(q, "gumbel", out.size, out.data, np.int32(out.size), next_key=next_key)
     return out
 
 

@@ -6,7 +6,7 @@ Every draw takes the next call of this thread's dropout generator (``tp.manual_s
 ``tp.rng_state``): the same seed gives the same draws in every run and replica thread,
 ``tp.checkpoint``'s recomputation draws them again where the forward did, and each replay of a
 captured step takes the generator's next call, as the eager call would (never the recording's
-numbers again). The draws are kernels of ``parcl/kernels/random_draws.py``.
+numbers again). The draws are kernels of ``parcl/kernels/draws.py``.
 
 >>> tp.manual_seed(0)
 >>> y = tp.rrelu(tp.tensor(np.array([-1.0, 2.0], np.float32)), 0.1, 0.3, training=True)
@@ -20,47 +20,29 @@ import warnings
 
 import numpy as np
 
-from ... import recorder
 from ...errors import DTypeError, ParclError, ShapeError
+from ...kernels import draws
 from ...kernels import elementwise as ew
 from ...kernels import fractional_pool as fpk
-from ...kernels import random_draws as rd
-from ...kernels.random import mask_key
 from ...tensor import FLOAT, Tensor
 from ..node import Function, Node
 from .activation import _number, leaky_relu
 from .elementwise import add, mul, sub
 from .gather import gather
 from .loss import softmax
-from .nn import dropout_generator
 from .reductions import argmax
+from .sampling import key_source
 from .scatters import scatter
 from .shape import reshape, squeeze, unsqueeze, wrap_dim
 
 __all__ = ["fractional_max_pool2d", "gumbel_softmax", "rrelu"]
 
 
-def draw_key() -> int:
-    """The key of this thread's generator's next call, for the launch about to be enqueued
-    (``redraw`` after the launch: every replay of a captured step takes the next call)."""
-    return mask_key(*dropout_generator().next_call())
-
-
-def redraw(index: int) -> None:
-    """Have every replay set argument ``index`` of the launch just recorded to the key of the
-    recording thread's generator's next call (nothing when not recording)."""
-    if recorder.current() is None:
-        return
-    gen = dropout_generator()
-    recorder.replay_arg(index, lambda: np.uint64(mask_key(*gen.next_call())))
-
-
 class RReLU(Function):
     name = "rrelu"
 
     def forward(self, x: Tensor, lower: float = 0.125, upper: float = 1.0 / 3.0):
-        y, noise = rd.rrelu(x, lower, upper, draw_key())
-        redraw(rd.RRELU_KEY_ARG)
+        y, noise = draws.rrelu(x, lower, upper, key_source())
         # the slopes live in a buffer the replays of a captured step write again, so a
         # recorded backward reads the replay's own slopes
         self.noise = noise if self.recording else None
@@ -114,8 +96,7 @@ def gumbel_softmax(logits, tau: float = 1.0, hard: bool = False, eps: float = 1e
         raise ParclError(f"gumbel_softmax: tau must be positive, got {tau}")
     shape = tuple(logits.shape)
     axis = wrap_dim("gumbel_softmax", dim, len(shape), shape)
-    noise = rd.gumbel(logits.queue, shape, draw_key())
-    redraw(rd.GUMBEL_KEY_ARG)
+    noise = draws.gumbel(logits.queue, shape, key_source())
     y_soft = softmax(mul(add(logits, noise, tape=tape), 1.0 / t, tape=tape), axis, tape=tape)
     if not hard:
         return y_soft
@@ -183,8 +164,7 @@ def fractional_max_pool2d(x, kernel_size, output_size=None, output_ratio=None,
         raise ShapeError(f"{op}: pool {dim} {k} too large relative to input {dim} {size} "
                          f"for an output of {(oh, ow)} (input {shape})")
     if _random_samples is None:
-        samples = rd.uniform(x.queue, (n, c, 2), draw_key())
-        redraw(rd.UNIFORM_KEY_ARG)
+        samples = draws.open_uniform(x.queue, (n, c, 2), key_source())
     else:
         samples = _random_samples.value if isinstance(_random_samples, Node) \
             else _random_samples
