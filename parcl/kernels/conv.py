@@ -37,6 +37,7 @@ from .conv_geometry import (  # noqa: F401  (pair: used from here by pooling)
     _check_float,
     check_conv,
     pair,
+    window_options,
 )
 from .gemm import batched_gemm, gemm
 
@@ -224,19 +225,6 @@ def _runs(queue, run: int, rows: int, depth: int = 1, group: int = GPU_GROUP):
 
 
 # -- building blocks -------------------------------------------------------------------------
-def _window_kernel(queue, name: str, kh: int, kw: int, stride, padding, dilation=(1, 1)):
-    """``name`` from the program built for this window (size, stride, padding, dilation as
-    -D)."""
-    return get_kernel(queue, SOURCE, name, window_options(kh, kw, stride, padding, dilation))
-
-
-def window_options(kh: int, kw: int, stride, padding, dilation=(1, 1)) -> tuple[str, ...]:
-    """The build options of a window: size, stride, padding and dilation as -D."""
-    values = (kh, kw, *stride, *padding, *dilation)
-    return tuple(f"-D{n}={v}" for n, v in zip(("KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"),
-                                              values))
-
-
 def _row_blocks(queue, run: int, rows: int, block: int, depth: int = 1,
                 group: int = GPU_GROUP):
     """(global, local, XB, RB) for ``rows`` x ``depth`` runs of length ``run``: on CPUs one
@@ -256,10 +244,10 @@ def im2col(x: Tensor, n0: int, nb: int, kh: int, kw: int, stride, padding,
     oh, ow = out_hw
     k = c * kh * kw
     cols = Tensor.empty(x.queue, (k, nb * oh * ow))
-    group = gpu_group(x.queue, SOURCE, "im2col", GPU_GROUP,
-                      window_options(kh, kw, stride, padding, dilation))
+    options = window_options(kh, kw, stride, padding, dilation)
+    group = gpu_group(x.queue, SOURCE, "im2col", GPU_GROUP, options)
     g, loc, xb, rb = _row_blocks(x.queue, ow, nb * oh, oh, k, group)
-    _window_kernel(x.queue, "im2col", kh, kw, stride, padding, dilation)(
+    get_kernel(x.queue, SOURCE, "im2col", options)(
         x.queue, g, loc, x.data, np.int64(n0 * c * h * w), cols.data,
         *_i32(nb, c, h, w, oh, ow, xb, rb))
     return cols
@@ -270,10 +258,10 @@ def col2im(dcols: Tensor, gx: Tensor, n0: int, nb: int, kh: int, kw: int, stride
     """Fold ``dcols`` (C*kh*kw, nb*OH*OW) into images n0..n0+nb of ``gx`` (overwrites)."""
     _, c, h, w = gx.shape
     oh, ow = out_hw
-    group = gpu_group(gx.queue, SOURCE, "col2im", GPU_GROUP,
-                      window_options(kh, kw, stride, padding, dilation))
+    options = window_options(kh, kw, stride, padding, dilation)
+    group = gpu_group(gx.queue, SOURCE, "col2im", GPU_GROUP, options)
     g, loc, xb, rb = _row_blocks(gx.queue, w, nb * c * h, h, group=group)
-    _window_kernel(gx.queue, "col2im", kh, kw, stride, padding, dilation)(
+    get_kernel(gx.queue, SOURCE, "col2im", options)(
         gx.queue, g, loc, dcols.data, gx.data, np.int64(n0 * c * h * w),
         *_i32(nb, c, h, w, oh, ow, xb, rb))
 

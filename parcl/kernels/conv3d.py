@@ -133,21 +133,11 @@ def _options(geo: tuple) -> tuple[str, ...]:
     return tuple(f"-D{n}={v}" for n, v in zip(names, values))
 
 
-def _kernel(queue, name: str, geo: tuple):
-    """``name`` built for the window ``geo`` = (kernel, stride, padding, dilation) triples."""
-    return get_kernel(queue, SOURCE, name, _options(geo))
-
-
-def _group(queue, name: str, geo: tuple) -> int:
-    """The GPU work-group of ``name`` for ``geo``: ``GPU_GROUP``, or what the device allows."""
-    return gpu_group(queue, SOURCE, name, GPU_GROUP, _options(geo))
-
-
 def _grid(queue, run: int, rows: int, block: int, depth: int = 1, group: int = GPU_GROUP):
     """(global, local, XB, RB) for ``rows`` x ``depth`` rows of ``run`` elements: on CPUs one
     work-item per ``block`` whole rows, on GPUs one per element (``RB`` rows, and for rows of
     millions ``XB`` elements, each once the grid would pass ``MAX_ITEMS``) in groups of
-    ``group`` work-items (what the device allows the kernel: ``_group``)."""
+    ``group`` work-items (what the device allows the kernel: ``gpu_group``)."""
     if on_gpu(queue):
         lx = min(32, group, 1 << max(run - 1, 0).bit_length())
         ly = max(1, group // lx)
@@ -170,10 +160,12 @@ def vol2col(x: Tensor, n0: int, nb: int, geo: tuple, out: tuple) -> Tensor:
     od, oh, ow = out
     k = c * int(np.prod(geo[0]))
     cols = Tensor.empty(x.queue, (k, nb * od * oh * ow))
+    options = _options(geo)
     g, loc, xb, rb = _grid(x.queue, ow, nb * od * oh, oh, k,
-                           group=_group(x.queue, "vol2col", geo))
-    _kernel(x.queue, "vol2col", geo)(x.queue, g, loc, x.data, np.int64(n0 * c * d * h * w),
-                                     cols.data, *_i32(nb, c, d, h, w, od, oh, ow, xb, rb))
+                           group=gpu_group(x.queue, SOURCE, "vol2col", GPU_GROUP, options))
+    get_kernel(x.queue, SOURCE, "vol2col", options)(
+        x.queue, g, loc, x.data, np.int64(n0 * c * d * h * w), cols.data,
+        *_i32(nb, c, d, h, w, od, oh, ow, xb, rb))
     return cols
 
 
@@ -181,11 +173,12 @@ def col2vol(dcols: Tensor, gx: Tensor, n0: int, nb: int, geo: tuple, out: tuple)
     """Fold ``dcols`` into volumes n0..n0+nb of ``gx`` (overwrites them)."""
     _, c, d, h, w = gx.shape
     od, oh, ow = out
+    options = _options(geo)
     g, loc, xb, rb = _grid(gx.queue, w, nb * c * d * h, h,
-                           group=_group(gx.queue, "col2vol", geo))
-    _kernel(gx.queue, "col2vol", geo)(gx.queue, g, loc, dcols.data, gx.data,
-                                      np.int64(n0 * c * d * h * w),
-                                      *_i32(nb, c, d, h, w, od, oh, ow, xb, rb))
+                           group=gpu_group(gx.queue, SOURCE, "col2vol", GPU_GROUP, options))
+    get_kernel(gx.queue, SOURCE, "col2vol", options)(
+        gx.queue, g, loc, dcols.data, gx.data, np.int64(n0 * c * d * h * w),
+        *_i32(nb, c, d, h, w, od, oh, ow, xb, rb))
 
 
 def _out(x_shape, geo) -> tuple[int, int, int]:

@@ -53,6 +53,14 @@ def out_size(op: str, h: int, w: int, kh: int, kw: int, sh: int, sw: int, ph: in
     return oh, ow
 
 
+def window_options(kh: int, kw: int, stride, padding, dilation=(1, 1)) -> tuple[str, ...]:
+    """The build options of a convolution's window: size, stride, padding and dilation as
+    -D."""
+    values = (kh, kw, *stride, *padding, *dilation)
+    return tuple(f"-D{n}={v}" for n, v in zip(("KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"),
+                                              values))
+
+
 def no_spatial_elements(op: str, hw) -> str:
     """The refusal of an input slice with no elements along a spatial dim (``x[..., W:]``):
     its windows would read padding alone, zeros (or -inf) where PyTorch raises."""
@@ -109,6 +117,10 @@ class ConvGeometry:
         d = pair(op, "dilation", dilation)
         o = out_size(op, x_hw[0], x_hw[1], *k, *s, *p, *d)
         return cls(k, s, p, d, int(groups), o)
+
+    def options(self) -> tuple[str, ...]:
+        """The build options of this window's kernels (``window_options``)."""
+        return window_options(*self.kernel, self.stride, self.padding, self.dilation)
 
 
 # -- pooling windows ---------------------------------------------------------------------

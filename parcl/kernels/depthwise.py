@@ -311,16 +311,6 @@ __kernel void dw_grad_weight(__global const float* restrict x, __global const fl
 """
 
 
-def _options(geo: ConvGeometry) -> tuple[str, ...]:
-    values = (*geo.kernel, *geo.stride, *geo.padding, *geo.dilation)
-    return tuple(f"-D{n}={v}" for n, v in zip(("KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"),
-                                              values))
-
-
-def _kernel(queue, name: str, geo: ConvGeometry):
-    return get_kernel(queue, SOURCE, name, _options(geo))
-
-
 def _i32(*vals) -> list[np.int32]:
     return [np.int32(v) for v in vals]
 
@@ -332,9 +322,10 @@ def depthwise_forward(x: Tensor, weight: Tensor, bias: Tensor | None, geo: ConvG
     cout = weight.shape[0]
     oh, ow = geo.out
     y = Tensor.empty(x.queue, (n, cout, oh, ow))
-    group = gpu_group(x.queue, SOURCE, "dw_forward", GPU_GROUP, _options(geo))
+    options = geo.options()
+    group = gpu_group(x.queue, SOURCE, "dw_forward", GPU_GROUP, options)
     g, loc, xb, rb = _row_blocks(x.queue, ow, n * cout * oh, oh, group=group)
-    _kernel(x.queue, "dw_forward", geo)(
+    get_kernel(x.queue, SOURCE, "dw_forward", options)(
         x.queue, g[:2], loc[:2], x.data, weight.data, bias.data if bias is not None else None,
         y.data, *_i32(relu, n, c, cout // c, h, w, oh, ow, xb, rb))
     return y
@@ -350,17 +341,18 @@ def depthwise_backward(x: Tensor, weight: Tensor, grad: Tensor, geo: ConvGeometr
     oh, ow = geo.out
     q = x.queue
     args = _i32(n, c, cout // c, h, w, oh, ow)
+    options = geo.options()
     gx = gw = gb = None
     if need_input:
         gx = Tensor.empty(q, x.shape)
-        group = gpu_group(q, SOURCE, "dw_grad_input", GPU_GROUP, _options(geo))
+        group = gpu_group(q, SOURCE, "dw_grad_input", GPU_GROUP, options)
         g, loc, xb, rb = _row_blocks(q, w, n * c * h, h, group=group)
-        _kernel(q, "dw_grad_input", geo)(q, g[:2], loc[:2], grad.data, weight.data, gx.data,
-                                         *args, *_i32(xb, rb))
+        get_kernel(q, SOURCE, "dw_grad_input", options)(
+            q, g[:2], loc[:2], grad.data, weight.data, gx.data, *args, *_i32(xb, rb))
     if need_weight:
         part = Tensor.empty(q, (n, cout * kh * kw))
-        _kernel(q, "dw_grad_weight", geo)(q, (cout, n), None, x.data, grad.data, part.data,
-                                          *args)
+        get_kernel(q, SOURCE, "dw_grad_weight", options)(
+            q, (cout, n), None, x.data, grad.data, part.data, *args)
         # summed over the images, also over none (a batch x[n:]: zeros)
         gw = (reduce_sum(part, axis=0) if n != 1 else part).reshape(weight.shape)
     if need_bias:
