@@ -2,12 +2,13 @@
 masks, held as uint8 0/1), giving the float32 0/1 mask a float comparison gives: accuracy's
 ``eq(predicted, labels)`` on int64 labels, as PyTorch's.
 
-One kernel per op and pair of element types; int32 against int64 compares in C's (and
-PyTorch's) promotion to 64 bits. A Python int on one side is compared exactly, as a 0-d
-tensor of the other side's type (int64 where it does not fit int32); a Python float, or a
-float32 tensor, against an integer tensor is compared in float32, PyTorch's promotion (so
-above 2**24 labels round as they do there); against a bool mask through its floor (``m < 0.5``
-is ``m <= 0``), NaN and infinities as PyTorch's (a constant mask).
+One kernel per op and element type; int32 against int64 compares in PyTorch's promotion to
+int64 (``integer.promote``). A Python int on one side is compared exactly, as a 0-d tensor
+of the other side's type (one beyond that type's range lies above or below every element);
+a Python float, or a float32 tensor, against an integer tensor is compared in float32,
+PyTorch's promotion (so above 2**24 labels round as they do there); against a bool mask
+through its floor (``m < 0.5`` is ``m <= 0``), NaN and infinities as PyTorch's (a constant
+mask).
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import compare
@@ -32,10 +33,8 @@ from . import elementwise as ew
 from ._cache import get_kernel
 from .counting import cast
 from .elementwise import STRIDED_OFFSETS, strided_plan
-from .integer import C_TYPES
+from .integer import BOOL, C_TYPES, promote
 
-PAIRS = (("int", "int"), ("long", "long"), ("uchar", "uchar"), ("int", "long"),
-         ("long", "int"))
 OPS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # op with its operands swapped: ``2 < x`` is ``x > 2``
 SWAPPED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
@@ -46,11 +45,10 @@ LIMITS = {np.dtype(np.int32): (-2**31, 2**31 - 1), np.dtype(np.int64): (-2**63, 
 def _build_source() -> str:
     parts = ["//CL//", STRIDED_OFFSETS]
     for op, sign in OPS.items():
-        for ta, tb in PAIRS:
+        for t in C_TYPES.values():
             parts.append(f"""
-__kernel void {op}_{ta}_{tb}(__global float *out, __global const {ta} *a,
-                             __global const {tb} *b, const int n, const int nd, const int8 d,
-                             const int8 sa, const int8 sb)
+__kernel void {op}_{t}(__global float *out, __global const {t} *a, __global const {t} *b,
+                       const int n, const int nd, const int8 d, const int8 sa, const int8 sb)
 {{
     int i = get_global_id(0);
     if (i < n) {{
@@ -86,8 +84,8 @@ def compare(op: str, a, b) -> Tensor:
 
 
 def _tensors(op: str, a: Tensor, b: Tensor) -> Tensor:
-    pair = C_TYPES.get(a.dtype), C_TYPES.get(b.dtype)
-    if pair not in PAIRS:
+    a, b = promote(a, b)
+    if a.dtype not in C_TYPES or a.dtype != b.dtype:
         raise DTypeError(f"{op}: cannot compare {a.dtype} {a.shape} with {b.dtype} {b.shape}; "
                          "it takes int32 and int64 tensors, or two bool masks (convert one "
                          "with np.asarray(t).astype(...) first)")
@@ -97,7 +95,7 @@ def _tensors(op: str, a: Tensor, b: Tensor) -> Tensor:
     out = Tensor.empty(queue, shape, FLOAT)
     if out.size:
         n = out.size
-        get_kernel(queue, SOURCE, f"{op}_{pair[0]}_{pair[1]}")(
+        get_kernel(queue, SOURCE, f"{op}_{C_TYPES[a.dtype]}")(
             queue, ((n + LOCAL - 1) // LOCAL * LOCAL,), (LOCAL,), out.data, a.data, b.data,
             *args)
     return out
@@ -110,7 +108,7 @@ def _with_number(op: str, t: Tensor, v) -> Tensor:
                          f"{type(v).__name__}")
     if isinstance(v, (Integral, np.integer)):
         return _with_integer(op, t, int(v))
-    if t.dtype != np.dtype(np.uint8):
+    if t.dtype != BOOL:
         # PyTorch promotes an integer tensor and a Python float to float32, its default
         # dtype, so it compares label 16777217 == 16777216.0 as 1: compare as it does
         return ew.binary(op, cast(t, FLOAT), float(v))
@@ -136,16 +134,11 @@ def _with_integer(op: str, t: Tensor, v: int) -> Tensor:
         raise DTypeError(f"{op}: dtype {t.dtype} is not supported (shape {t.shape})")
     lo, hi = LIMITS[t.dtype]
     if lo <= v <= hi:
-        dtype = t.dtype
-    elif t.dtype == np.int32 and LIMITS[np.dtype(np.int64)][0] <= v <= \
-            LIMITS[np.dtype(np.int64)][1]:
-        dtype = np.dtype(np.int64)
-    elif t.dtype == np.uint8:
-        # a mask's 0 and 1 against a number outside 0..255 (PyTorch's bool == -1): every
-        # element lies above it (below it, for one past 255)
-        holds = {"eq": False, "ne": True, "lt": v > hi, "le": v > hi, "gt": v < lo,
-                 "ge": v < lo}[op]
-        return Tensor.full(t.queue, t.shape, float(holds))
-    else:
+        return _tensors(op, t, Tensor.full(t.queue, (), v, t.dtype))
+    if t.dtype != BOOL and not -2**63 <= v < 2**63:
         raise DTypeError(f"{op}: {v} is out of the range of a {t.dtype} tensor {t.shape}")
-    return _tensors(op, t, Tensor.full(t.queue, (), v, dtype))
+    # every element lies below v (above it, for v below lo): an int32 against 2**40, a
+    # mask's 0 and 1 against -1 (PyTorch's bool == -1)
+    holds = {"eq": False, "ne": True, "lt": v > hi, "le": v > hi, "gt": v < lo,
+             "ge": v < lo}[op]
+    return Tensor.full(t.queue, t.shape, float(holds))

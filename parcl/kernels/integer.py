@@ -105,13 +105,19 @@ def check_integer(op: str, *ts: Tensor) -> np.dtype:
     return ts[0].dtype
 
 
+def promote(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """``a`` and ``b``, an int32 one beside an int64 one converted to int64 as PyTorch
+    promotes them (every int32 value fits): the kernels take operands of one dtype."""
+    if {a.dtype, b.dtype} == {np.dtype(np.int32), np.dtype(np.int64)}:
+        return cast(a, np.int64), cast(b, np.int64)
+    return a, b
+
+
 def binary(op: str, a: Tensor, b: Tensor) -> Tensor:
     """``op(a, b)`` elementwise with numpy broadcasting; ``op`` one of ``BINARY``."""
     if op not in BINARY:
         raise ValueError(f"binary: unknown op {op!r}; expected one of {sorted(BINARY)}")
-    if {a.dtype, b.dtype} == {np.dtype(np.int32), np.dtype(np.int64)}:
-        # PyTorch promotes int32 with int64 to int64 (every int32 value fits)
-        a, b = cast(a, np.int64), cast(b, np.int64)
+    a, b = promote(a, b)
     dtype = check_integer(op, a, b)
     check_same_queue(op, a, b)
     queue = a.queue
