@@ -66,9 +66,12 @@ def test_fold_and_unfold_refuse_what_does_not_fit(queue):
         nn.Fold((3, 4), 2)(tp.tensor(np.ones((1, 8, 5), np.float32)))
     with pytest.raises(pc.ShapeError, match="divisible by kh\\*kw = 4"):
         tp.fold(tp.tensor(np.ones((1, 7, 6), np.float32)), (3, 4), 2)
-    with pytest.raises(pc.ShapeError, match=r"unfold: expected a 3-d \(unbatched\) or 4-d "
-                                            r"input, got shape \(4, 4\)"):
+    with pytest.raises(pc.ShapeError, match=r"unfold: expected a 3-d \(C, H, W\) or 4-d "
+                                            r"\(N, C, H, W\) input, got shape \(4, 4\)"):
         tp.unfold(tp.tensor(np.ones((4, 4), np.float32)), 2)
+    with pytest.raises(pc.ShapeError, match=r"fold: expected a 2-d \(C\*kh\*kw, L\) or 3-d "
+                                            r"\(N, C\*kh\*kw, L\) input, got shape \(4,\)"):
+        tp.fold(tp.tensor(np.ones(4, np.float32)), (3, 4), 2)
     with pytest.raises(pc.ShapeError, match="unfold: kernel_size must be a positive int"):
         nn.Unfold(0)(tp.tensor(np.ones((1, 1, 4, 4), np.float32)))
     with pytest.raises(pc.ShapeError, match="does not fit"):

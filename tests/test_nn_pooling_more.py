@@ -144,8 +144,8 @@ def test_adaptive_pools_refuse_bad_sizes_and_ranks(queue):
     with pytest.raises(pc.ShapeError, match="adaptive_max_pool1d: output_size must hold "
                                             "positive integers"):
         tp.adaptive_max_pool1d(x, 0)
-    with pytest.raises(pc.ShapeError, match=r"adaptive_max_pool2d: expected a 3-d \(unbatched\) "
-                                            r"or 4-d input, got shape \(4,\)"):
+    with pytest.raises(pc.ShapeError, match=r"adaptive_max_pool2d: expected a 3-d \(C, H, W\) "
+                                            r"or 4-d \(N, C, H, W\) input, got shape \(4,\)"):
         tp.adaptive_max_pool2d(tp.tensor(np.ones(4, np.float32)), 2)
     with pytest.raises(pc.ShapeError, match="output_size must be an int or a tuple of 2"):
         tp.adaptive_max_pool2d(x, (1, 2, 3))
@@ -269,7 +269,7 @@ def test_lp_pools_refuse_a_zero_norm_and_bad_ranks(queue):
     with pytest.raises(pc.ParclError, match="lp_pool1d: norm_type must be a nonzero number"):
         nn.LPPool1d(0, 2)(tp.tensor(np.ones((1, 2, 4), np.float32)))
     with pytest.raises(pc.ShapeError, match=r"lp_pool2d: expected a 3-d \(C, H, W\) or 4-d "
-                                            r"input, got shape \(2, 4\)"):
+                                            r"\(N, C, H, W\) input, got shape \(2, 4\)"):
         nn.LPPool2d(2, 2)(tp.tensor(np.ones((2, 4), np.float32)))
     with pytest.raises(pc.ShapeError, match="lp_pool2d: kernel_size must be"):
         tp.lp_pool2d(tp.tensor(np.ones((1, 2, 4, 4), np.float32)), 2, (2, 2, 2))

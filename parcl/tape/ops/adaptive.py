@@ -30,7 +30,7 @@ from ..node import Function, Node
 from .nn import adaptive_avg_pool2d, refuse_empty_windows
 from .picks import constant, index_select
 from .sequence import _as_2d, _back
-from .shape import permute, reshape, squeeze, unsqueeze
+from .shape import as_batched, permute, reshape, unbatch
 
 __all__ = ["adaptive_avg_pool1d", "adaptive_max_pool1d", "adaptive_max_pool2d"]
 
@@ -99,23 +99,14 @@ def _pick(windows, table: np.ndarray, return_indices: bool, batched: bool, tape)
     ``table``), without the batch dim where the input had none."""
     if not return_indices:               # WindowMax finds the picks only if it records
         y = WindowMax.apply(windows, tape=tape)
-        return y if batched else squeeze(y, 0, tape=tape)
+        return unbatch(y, batched, tape=tape)
     raw = windows.value if isinstance(windows, Node) else windows
     pick = window_argmax(raw)
     pick.checks = raw.checks             # an embedding's pending index check, as argmax's
     y = WindowMax.apply(windows, tape=tape, pick=pick)
-    y = y if batched else squeeze(y, 0, tape=tape)
+    y = unbatch(y, batched, tape=tape)
     where = window_positions(pick, table)
     return y, (where if batched else where.reshape(where.shape[1:]))
-
-
-def _batched(op: str, x, spatial: int, tape):
-    shape = tuple(x.shape)
-    if len(shape) not in (spatial + 1, spatial + 2):
-        raise ShapeError(f"{op}: expected a {spatial + 1}-d (unbatched) or {spatial + 2}-d "
-                         f"input, got shape {shape}")
-    batched = len(shape) == spatial + 2
-    return (x if batched else unsqueeze(x, 0, tape=tape)), batched
 
 
 def adaptive_avg_pool1d(x, output_size, *, tape=None):
@@ -136,7 +127,7 @@ def adaptive_max_pool1d(x, output_size, return_indices: bool = False, *, tape=No
     or ``(C, L)``; with ``return_indices=True`` also its position in ``L`` (int64, not
     recorded)."""
     op = "adaptive_max_pool1d"
-    x3, batched = _batched(op, x, 1, tape)
+    x3, batched = as_batched(op, x, "C, L", tape=tape)
     refuse_empty_windows(op, x3, 1)
     (out,) = _sizes(op, output_size, 1, x3.shape[2:])
     n, c = x3.shape[:2]
@@ -155,7 +146,7 @@ def adaptive_max_pool2d(x, output_size, return_indices: bool = False, *, tape=No
     (2, 3, 2, 5)
     """
     op = "adaptive_max_pool2d"
-    x4, batched = _batched(op, x, 2, tape)
+    x4, batched = as_batched(op, x, "C, H, W", tape=tape)
     refuse_empty_windows(op, x4, 2)
     oh, ow = _sizes(op, output_size, 2, x4.shape[2:])
     n, c = x4.shape[:2]

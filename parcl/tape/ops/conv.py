@@ -19,8 +19,7 @@ from ...kernels import conv_transpose as ctk
 from ...tensor import Tensor
 from ..node import Function
 from .conv3d import conv_transpose3d
-from .nn import batched4, unbatch4
-from .shape import squeeze, unsqueeze
+from .shape import as_batched, squeeze, unbatch, unsqueeze
 
 __all__ = ["conv_transpose2d"]
 
@@ -57,12 +56,12 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     (2, 3, 10, 10)
     """
     op = "conv_transpose2d"
-    x4, batched = batched4(op, x, tape)
+    x4, batched = as_batched(op, x, "C, H, W", tape=tape)
     d = _pair(op, "dilation", dilation)
     if groups == 1 and d == (1, 1):
         y = ConvTranspose2d.apply(x4, weight, bias, tape=tape, stride=stride, padding=padding,
                                   output_padding=output_padding)
-        return unbatch4(y, batched, tape)
+        return unbatch(y, batched, tape=tape)
     wshape = tuple(weight.shape)
     if len(wshape) != 4:
         raise ShapeError(f"{op}: weight must be 4-d (in_channels, out_channels/groups, kh, "
@@ -78,7 +77,7 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
               ("output_padding", output_padding, 0))]
     y = conv_transpose3d(unsqueeze(x4, 2, tape=tape), unsqueeze(weight, 2, tape=tape), bias,
                          *pairs, groups=int(groups), dilation=(1,) + d, tape=tape)
-    return unbatch4(squeeze(y, 2, tape=tape), batched, tape)
+    return unbatch(squeeze(y, 2, tape=tape), batched, tape=tape)
 
 
 def _pair(op: str, name: str, value, least: int = 1) -> tuple[int, int]:

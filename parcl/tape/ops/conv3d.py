@@ -21,7 +21,7 @@ from ...tensor import FLOAT, Tensor, check_same_queue
 from ..node import Function
 from .indexing import pad
 from .nn import string_padding
-from .shape import squeeze, unsqueeze
+from .shape import as_batched, unbatch
 
 __all__ = ["conv3d", "conv_transpose3d"]
 
@@ -55,11 +55,7 @@ def batched5(op: str, x, tape):
     shape = check_volume(op, x)
     if 0 in shape[-3:]:
         raise ShapeError(no_spatial_elements(op, shape[-3:]))
-    return (x, True) if len(shape) == 5 else (unsqueeze(x, 0, tape=tape), False)
-
-
-def unbatch(y, batched: bool, tape):
-    return y if batched else squeeze(y, 0, tape=tape)
+    return as_batched(op, x, "C, D, H, W", tape=tape)
 
 
 def _check(op: str, x, weight, bias, groups, weight_dims: str) -> tuple:
@@ -137,7 +133,7 @@ def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
                          f"not fit the input's spatial size {sizes}")
     y = Conv3d.apply(x5, weight, bias, tape=tape, stride=s, padding=p, dilation=d,
                      groups=int(groups))
-    return unbatch(y, batched, tape)
+    return unbatch(y, batched, tape=tape)
 
 
 class ConvTranspose3d(Function):
@@ -196,4 +192,4 @@ def conv_transpose3d(x, weight, bias=None, stride=1, padding=0, output_padding=0
                          f"output ({out})")
     y = ConvTranspose3d.apply(x5, weight, bias, tape=tape, stride=s, padding=p, dilation=d,
                               groups=int(groups), out_size=out)
-    return unbatch(y, batched, tape)
+    return unbatch(y, batched, tape=tape)

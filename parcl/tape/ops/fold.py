@@ -25,7 +25,7 @@ from ...kernels.conv_geometry import out_size
 from ...kernels.elementwise import check_float
 from ...tensor import Tensor
 from ..node import Function
-from .shape import squeeze, unsqueeze
+from .shape import as_batched, unbatch
 
 __all__ = ["fold", "unfold"]
 
@@ -97,21 +97,13 @@ class Fold(Function):
         return _im2col(g, self.window, self.blocks)
 
 
-def _batched(op: str, x, ndim: int, tape):
-    shape = tuple(x.shape)
-    if len(shape) not in (ndim - 1, ndim):
-        raise ShapeError(f"{op}: expected a {ndim - 1}-d (unbatched) or {ndim}-d input, got "
-                         f"shape {shape}")
-    return (x, True) if len(shape) == ndim else (unsqueeze(x, 0, tape=tape), False)
-
-
 def unfold(x, kernel_size, dilation=1, padding=0, stride=1, *, tape=None):
     """``F.unfold``: the ``kh x kw`` windows of ``(N, C, H, W)`` (or ``(C, H, W)``) as the
     columns of ``(N, C*kh*kw, L)``; its gradient sums each window's gradient back (``fold``)."""
     window = _window("unfold", kernel_size, dilation, padding, stride)
-    x4, batched = _batched("unfold", x, 4, tape)
+    x4, batched = as_batched("unfold", x, "C, H, W", tape=tape)
     y = Unfold.apply(x4, tape=tape, window=window)
-    return y if batched else squeeze(y, 0, tape=tape)
+    return unbatch(y, batched, tape=tape)
 
 
 def fold(x, output_size, kernel_size, dilation=1, padding=0, stride=1, *, tape=None):
@@ -120,7 +112,7 @@ def fold(x, output_size, kernel_size, dilation=1, padding=0, stride=1, *, tape=N
     ``output_size`` holds. Its gradient is ``unfold``."""
     window = _window("fold", kernel_size, dilation, padding, stride)
     size = _pair("fold", "output_size", output_size, 1)
-    x3, batched = _batched("fold", x, 3, tape)
+    x3, batched = as_batched("fold", x, "C*kh*kw, L", tape=tape)
     n, k, L = x3.shape
     kh, kw = window["kernel"]
     blocks = _positions("fold", size, window)
@@ -130,4 +122,4 @@ def fold(x, output_size, kernel_size, dilation=1, padding=0, stride=1, *, tape=N
                          f"{blocks[0]} x {blocks[1]} window positions of output_size {size}")
     y = Fold.apply(x3, tape=tape, image_shape=(n, k // (kh * kw), *size), window=window,
                    blocks=blocks)
-    return y if batched else squeeze(y, 0, tape=tape)
+    return unbatch(y, batched, tape=tape)

@@ -20,7 +20,7 @@ from .elementwise import mul, pow
 from .mathops import sign
 from .nn import avg_pool2d, max_pool2d
 from .sequence import avg_pool1d, max_pool1d, single
-from .shape import squeeze, unsqueeze
+from .shape import as_batched, unbatch
 from .unary import abs, neg, relu
 
 __all__ = ["lp_pool1d", "lp_pool2d"]
@@ -59,15 +59,11 @@ def lp_pool2d(x, norm_type: float, kernel_size, stride=None, ceil_mode: bool = F
     """``F.lp_pool2d`` over ``(N, C, H, W)`` or ``(C, H, W)``; ``kernel_size`` and ``stride``
     ints or pairs (``stride=None`` means ``kernel_size``)."""
     p = _norm_type("lp_pool2d", norm_type)
-    shape = tuple(x.shape)
-    if len(shape) not in (3, 4):
-        raise ShapeError(f"lp_pool2d: expected a 3-d (C, H, W) or 4-d input, got shape {shape}")
     pair = tuple(kernel_size) if isinstance(kernel_size, (tuple, list)) else (kernel_size,) * 2
     kh, kw = (single("lp_pool2d", "kernel_size", k) for k in pair) if len(pair) == 2 else (0, 0)
     if not kh:
         raise ShapeError(f"lp_pool2d: kernel_size must be an int or a pair, got {kernel_size!r}")
-    batched = len(shape) == 4
-    x4 = x if batched else unsqueeze(x, 0, tape=tape)
+    x4, batched = as_batched("lp_pool2d", x, "C, H, W", tape=tape)
     if math.isinf(p):
         y = max_pool2d(abs(x4, tape=tape) if p > 0 else neg(abs(x4, tape=tape), tape=tape),
                        (kh, kw), stride, ceil_mode=ceil_mode, tape=tape)
@@ -76,4 +72,4 @@ def lp_pool2d(x, norm_type: float, kernel_size, stride=None, ceil_mode: bool = F
         mean = avg_pool2d(pow(x4, p, tape=tape), (kh, kw), stride, ceil_mode=ceil_mode,
                           tape=tape)
         y = _root(mean, p, kh * kw, tape)
-    return y if batched else squeeze(y, 0, tape=tape)
+    return unbatch(y, batched, tape=tape)

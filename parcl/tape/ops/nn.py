@@ -33,7 +33,7 @@ from ...tensor import FLOAT, Tensor, check_same_queue
 from .. import mode
 from ..node import ACCUMULATED, Function, Node
 from .checks import read_checks
-from .shape import squeeze, unsqueeze
+from .shape import as_batched, unbatch
 
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "batch_norm", "conv2d", "dropout", "linear",
            "manual_seed", "max_pool2d", "rng_state", "set_rng_state"]
@@ -151,7 +151,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
     >>> tp.conv2d(x, tp.tensor(np.ones((1, 3, 2, 4), np.float32)), padding="same").shape
     (2, 1, 8, 8)
     """
-    x, batched = batched4("conv2d", x, tape)
+    x, batched = as_batched("conv2d", x, "C, H, W", tape=tape)
     if isinstance(padding, str):
         pads = string_padding("conv2d", padding, tuple(weight.shape)[2:], stride, dilation)
         (top, bottom), (left, right) = pads
@@ -162,21 +162,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
             x, padding = pad(x, (left, right, top, bottom), tape=tape), 0
     y = Conv2d.apply(x, weight, bias, tape=tape, stride=stride, padding=padding,
                      relu=bool(relu), dilation=dilation, groups=groups)
-    return unbatch4(y, batched, tape)
-
-
-def batched4(op: str, x, tape):
-    """``x`` as ``(N, C, H, W)`` and whether it was batched: PyTorch's unbatched ``(C, H, W)``
-    gains N=1 (a recorded view, removed again by ``unbatch4``)."""
-    shape = tuple(x.shape)
-    if len(shape) not in (3, 4):
-        raise ShapeError(f"{op}: expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got "
-                         f"shape {shape}")
-    return (x, True) if len(shape) == 4 else (unsqueeze(x, 0, tape=tape), False)
-
-
-def unbatch4(y, batched: bool, tape):
-    return y if batched else squeeze(y, 0, tape=tape)
+    return unbatch(y, batched, tape=tape)
 
 
 def string_padding(op: str, padding: str, kernel: tuple, stride, dilation) -> list:
@@ -232,15 +218,15 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bo
     >>> tp.max_pool2d(x, 3, stride=2, ceil_mode=True).shape
     (2, 3, 4, 4)
     """
-    x, batched = batched4("max_pool2d", x, tape)
+    x, batched = as_batched("max_pool2d", x, "C, H, W", tape=tape)
     y = MaxPool2d.apply(x, tape=tape, kernel_size=kernel_size, stride=stride,
                         padding=padding, dilation=dilation, ceil_mode=bool(ceil_mode))
     if not return_indices:
-        return unbatch4(y, batched, tape)
+        return unbatch(y, batched, tape=tape)
     raw = x.value if isinstance(x, Node) else x
     where = poolk.max_pool2d_positions(raw, kernel_size, stride, padding, dilation=dilation,
                                        ceil_mode=bool(ceil_mode))
-    return unbatch4(y, batched, tape), (where if batched else where.reshape(where.shape[1:]))
+    return unbatch(y, batched, tape=tape), (where if batched else where.reshape(where.shape[1:]))
 
 
 class AvgPool2d(Function):
@@ -287,12 +273,12 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
     (2, 3, 4, 4)
     """
     divisor_override = check_divisor_override("avg_pool2d", divisor_override)
-    x, batched = batched4("avg_pool2d", x, tape)
+    x, batched = as_batched("avg_pool2d", x, "C, H, W", tape=tape)
     y = AvgPool2d.apply(x, tape=tape, kernel_size=kernel_size, stride=stride,
                         padding=padding, ceil_mode=bool(ceil_mode),
                         count_include_pad=bool(count_include_pad),
                         divisor_override=divisor_override)
-    return unbatch4(y, batched, tape)
+    return unbatch(y, batched, tape=tape)
 
 
 class AdaptiveAvgPool2d(Function):
@@ -315,9 +301,9 @@ def adaptive_avg_pool2d(x, output_size, *, tape=None):
     (2, 3, 1, 1)
     """
     refuse_empty_windows("adaptive_avg_pool2d", x, 2)
-    x, batched = batched4("adaptive_avg_pool2d", x, tape)
+    x, batched = as_batched("adaptive_avg_pool2d", x, "C, H, W", tape=tape)
     y = AdaptiveAvgPool2d.apply(x, tape=tape, output_size=output_size)
-    return unbatch4(y, batched, tape)
+    return unbatch(y, batched, tape=tape)
 
 
 def refuse_empty_windows(op: str, x, spatial: int) -> None:

@@ -28,12 +28,12 @@ from ...kernels.conv_geometry import pool_out_len
 from ...kernels.pool3d import join_positions
 from ...tensor import Tensor
 from .adaptive import _sizes, adaptive_max_pool2d
-from .conv3d import batched5, check_volume, triple, unbatch
+from .conv3d import batched5, check_volume, triple
 from .elementwise import mul, pow
 from .lp_pool import _norm_type, _root
 from .nn import adaptive_avg_pool2d, avg_pool2d, max_pool2d, refuse_empty_windows
 from .picks import constant
-from .shape import reshape
+from .shape import reshape, unbatch
 from .unary import abs, neg
 from .unpool import _unpool
 
@@ -110,7 +110,7 @@ def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bo
                         (d[0], 1), ceil_mode=ceil_mode, return_indices=return_indices,
                         tape=tape)
     y, depth_at = second if return_indices else (second, None)
-    y = unbatch(reshape(y, (n, c, od, oh, ow), tape=tape), batched, tape)
+    y = unbatch(reshape(y, (n, c, od, oh, ow), tape=tape), batched, tape=tape)
     if not return_indices:
         return y
     where = _joined(depth_at, plane_at, x5, od, _first_in_windows(oh, s[1], p[1], d[1]),
@@ -152,7 +152,7 @@ def avg_pool3d(x, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
             counts = np.multiply.outer(counts, inside)
         scale = (counts / float(divisor_override)).astype(np.float32)
         y = mul(y, constant(x5.queue, scale), tape=tape)
-    return unbatch(y, batched, tape)
+    return unbatch(y, batched, tape=tape)
 
 
 def adaptive_avg_pool3d(x, output_size, *, tape=None):
@@ -169,7 +169,7 @@ def adaptive_avg_pool3d(x, output_size, *, tape=None):
     od, oh, ow = _sizes(op, output_size, 3, (dd, hh, ww))
     y = adaptive_avg_pool2d(_planes(x5, tape), (oh, ow), tape=tape)
     y = adaptive_avg_pool2d(_depth(y, n, c, dd, tape), (od, oh * ow), tape=tape)
-    return unbatch(reshape(y, (n, c, od, oh, ow), tape=tape), batched, tape)
+    return unbatch(reshape(y, (n, c, od, oh, ow), tape=tape), batched, tape=tape)
 
 
 def adaptive_max_pool3d(x, output_size, return_indices: bool = False, *, tape=None):
@@ -187,7 +187,7 @@ def adaptive_max_pool3d(x, output_size, return_indices: bool = False, *, tape=No
     second = adaptive_max_pool2d(_depth(y1, n, c, dd, tape), (od, None), return_indices,
                                  tape=tape)
     y, depth_at = second if return_indices else (second, None)
-    y = unbatch(reshape(y, (n, c, od, oh, ow), tape=tape), batched, tape)
+    y = unbatch(reshape(y, (n, c, od, oh, ow), tape=tape), batched, tape=tape)
     if not return_indices:
         return y
     # adaptive windows always hold input, so the first positions are never read

@@ -18,7 +18,7 @@ from ...kernels.conv_geometry import no_spatial_elements, pool_out_len
 from .indexing import pad as pad_op
 from .conv import conv_transpose2d
 from .nn import avg_pool2d, conv2d, max_pool2d
-from .shape import squeeze, unsqueeze
+from .shape import as_batched, squeeze, unbatch, unsqueeze
 
 __all__ = ["avg_pool1d", "conv1d", "conv_transpose1d", "max_pool1d"]
 
@@ -34,12 +34,8 @@ def single(op: str, name: str, value, least: int = 1) -> int:
 
 def _as_2d(op: str, x, tape):
     """``x`` as ``(N, C, 1, L)`` and whether it was batched."""
-    shape = tuple(x.shape)
-    if len(shape) not in (2, 3):
-        raise ShapeError(f"{op}: expected a 2-d (C, L) or 3-d (N, C, L) input, got shape "
-                         f"{shape}")
-    batched = len(shape) == 3
-    return unsqueeze(x if batched else unsqueeze(x, 0, tape=tape), 2, tape=tape), batched
+    x3, batched = as_batched(op, x, "C, L", tape=tape)
+    return unsqueeze(x3, 2, tape=tape), batched
 
 
 def _check_window(op: str, length: int, k: int, s: int, p: int, d: int,
@@ -58,8 +54,7 @@ def _check_window(op: str, length: int, k: int, s: int, p: int, d: int,
 
 
 def _back(y, batched: bool, tape):
-    y = squeeze(y, 2, tape=tape)
-    return y if batched else squeeze(y, 0, tape=tape)
+    return unbatch(squeeze(y, 2, tape=tape), batched, tape=tape)
 
 
 def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1, *,

@@ -283,6 +283,21 @@ def unsqueeze(x, dim, *, tape=None):
     return Unsqueeze.apply(x, tape=tape, dim=dim)
 
 
+def as_batched(op: str, x, dims: str, *, tape=None):
+    """``x`` with a batch dim, and whether it had one: PyTorch's unbatched input (its dims
+    named by ``dims``, e.g. ``"C, H, W"``) gains N=1, a recorded view ``unbatch`` removes."""
+    shape, n = tuple(x.shape), dims.count(",") + 1
+    if len(shape) not in (n, n + 1):
+        raise ShapeError(f"{op}: expected a {n}-d ({dims}) or {n + 1}-d (N, {dims}) input, got "
+                         f"shape {shape}")
+    return (x, True) if len(shape) == n + 1 else (unsqueeze(x, 0, tape=tape), False)
+
+
+def unbatch(y, batched: bool, *, tape=None):
+    """``y`` without the batch dim ``as_batched`` gave an unbatched input."""
+    return y if batched else squeeze(y, 0, tape=tape)
+
+
 def flatten(x, start_dim: int = 0, end_dim: int = -1, *, tape=None):
     """``torch.flatten``: dims ``start_dim .. end_dim`` merged into one (a 0-d tensor becomes
     1-D). A view. op_name ``"flatten"``.
