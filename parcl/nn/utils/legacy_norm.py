@@ -25,12 +25,10 @@ import warnings
 from ... import tape as tp
 from ...errors import ParclError, ShapeError
 from ...tape import mode
-from ...tensor import Tensor
-from ..conv import ConvTranspose1d, ConvTranspose2d
-from ..conv3d import ConvTranspose3d
-from ..module import Module, Parameter, normal_
+from ..module import Module, Parameter
 from .class_layers import set_layer
 from .parametrizations import _norm_except
+from .spectral import as_matrix, default_dim, divided_by_sigma, power_iteration, start_vectors
 
 __all__ = ["remove_spectral_norm", "remove_weight_norm", "spectral_norm", "weight_norm"]
 
@@ -41,29 +39,18 @@ def _weight(module: Module, name: str):
 
 
 def _spectral_weight(module: Module, name: str):
-    sn = module._spectral_norm_options[name]
     w = getattr(module, name + "_orig")
-    u, v = getattr(module, name + "_u").copy(), getattr(module, name + "_v").copy()
-    return w / tp.sum(u * tp.matmul(_matrix(w, sn["dim"]), v))
-
-
-def _matrix(weight, dim: int):
-    if dim != 0:
-        weight = tp.permute(weight, (dim,) + tuple(d for d in range(len(weight.shape))
-                                                   if d != dim))
-    return tp.reshape(weight, (weight.shape[0], -1))
+    return divided_by_sigma(w, as_matrix(w, module._spectral_norm_options[name]["dim"]),
+                            getattr(module, name + "_u"), getattr(module, name + "_v"))
 
 
 def _power_iteration(module: Module, name: str) -> None:
-    """``v = normalize(W^T u)``, ``u = normalize(W v)``, ``n_power_iterations`` times, into
-    the buffers (PyTorch's old hook's order)."""
+    """``n_power_iterations`` steps on the buffers, ``v`` before ``u`` (PyTorch's old hook's
+    order)."""
     sn = module._spectral_norm_options[name]
-    u, v = getattr(module, name + "_u"), getattr(module, name + "_v")
-    with tp.no_grad():
-        m = _matrix(getattr(module, name + "_orig").value, sn["dim"])
-        for _ in range(sn["n_power_iterations"]):
-            v.copy_(tp.normalize(tp.matmul(tp.t(m), u), dim=0, eps=sn["eps"]))
-            u.copy_(tp.normalize(tp.matmul(m, v), dim=0, eps=sn["eps"]))
+    power_iteration(as_matrix(getattr(module, name + "_orig").value, sn["dim"]),
+                    getattr(module, name + "_u"), getattr(module, name + "_v"),
+                    sn["n_power_iterations"], sn["eps"], v_first=True)
 
 
 def _names(module: Module, kind: str) -> frozenset:
@@ -181,16 +168,12 @@ def spectral_norm(module: Module, name: str = "weight", n_power_iterations: int 
                          f"{n_power_iterations!r}")
     ndim = len(weight.shape)
     if dim is None:
-        dim = 1 if isinstance(module, (ConvTranspose1d, ConvTranspose2d, ConvTranspose3d)) else 0
+        dim = default_dim(module)
     if not -ndim <= dim < ndim:
         raise ShapeError(f"spectral_norm: dim {dim} is out of range for {name!r} of shape "
                          f"{tuple(weight.shape)}")
     dim %= ndim
-    h, w = _matrix(weight.value, dim).shape
-    queue = weight.value.queue
-    with tp.no_grad():
-        u = tp.normalize(Tensor.from_host(queue, normal_((h,), 1.0)), dim=0, eps=eps)
-        v = tp.normalize(Tensor.from_host(queue, normal_((w,), 1.0)), dim=0, eps=eps)
+    u, v = start_vectors(weight.value.queue, as_matrix(weight.value, dim).shape, eps)
     delattr(module, name)
     module.register_parameter(name + "_orig", weight)
     module.register_buffer(name + "_u", u)

@@ -13,10 +13,9 @@ from ... import tape as tp
 from ...errors import ParclError, ShapeError
 from ...tape import mode
 from ...tensor import Tensor
-from ..conv import ConvTranspose1d, ConvTranspose2d
-from ..conv3d import ConvTranspose3d
-from ..module import Module, normal_
+from ..module import Module
 from .parametrize import is_parametrized, register_parametrization
+from .spectral import as_matrix, default_dim, divided_by_sigma, power_iteration, start_vectors
 
 __all__ = ["spectral_norm", "weight_norm"]
 
@@ -88,39 +87,20 @@ class _SpectralNorm(Module):
         self.eps = float(eps)
         if ndim > 1:
             self.n_power_iterations = n_power_iterations
-            mat = self._matrix(weight)
-            h, w = mat.shape
-            q = weight.queue
-            with tp.no_grad():
-                u = tp.normalize(Tensor.from_host(q, normal_((h,), 1.0)), dim=0, eps=self.eps)
-                v = tp.normalize(Tensor.from_host(q, normal_((w,), 1.0)), dim=0, eps=self.eps)
+            mat = as_matrix(weight, self.dim)
+            u, v = start_vectors(weight.queue, mat.shape, self.eps)
             self.register_buffer("_u", u)
             self.register_buffer("_v", v)
-            self._power_method(mat, 15)
-
-    def _matrix(self, weight):
-        if self.dim != 0:
-            order = (self.dim,) + tuple(d for d in range(len(weight.shape)) if d != self.dim)
-            weight = tp.permute(weight, order)
-        return tp.reshape(weight, (weight.shape[0], -1))
-
-    def _power_method(self, mat, iterations: int) -> None:
-        """``u = normalize(W v)``, ``v = normalize(W^T u)``, ``iterations`` times, in place."""
-        with tp.no_grad():
-            m = mat.value if not isinstance(mat, Tensor) else mat
-            for _ in range(iterations):
-                self._u.copy_(tp.normalize(tp.matmul(m, self._v), dim=0, eps=self.eps))
-                self._v.copy_(tp.normalize(tp.matmul(tp.t(m), self._u), dim=0, eps=self.eps))
+            power_iteration(mat, self._u, self._v, 15, self.eps)
 
     def forward(self, weight):
         if len(weight.shape) == 1:
             return tp.normalize(weight, dim=0, eps=self.eps)
-        mat = self._matrix(weight)
-        if self.training and not mode.state.recompute:    # tp.checkpoint's second run: the
-            self._power_method(mat, self.n_power_iterations)   # forward's u and v, once
-        u, v = self._u.copy(), self._v.copy()
-        sigma = tp.sum(u * tp.matmul(mat, v))
-        return weight / sigma
+        mat = as_matrix(weight, self.dim)
+        # once per forward: tp.checkpoint's second run reads the forward's u and v
+        if self.training and not mode.state.recompute:
+            power_iteration(mat, self._u, self._v, self.n_power_iterations, self.eps)
+        return divided_by_sigma(weight, mat, self._u, self._v)
 
     def right_inverse(self, value):
         return value
@@ -146,7 +126,7 @@ def spectral_norm(module: Module, name: str = "weight", n_power_iterations: int 
     if weight is None:
         raise ParclError(f"spectral_norm: {type(module).__name__} has no parameter {name!r}")
     if dim is None:
-        dim = 1 if isinstance(module, (ConvTranspose1d, ConvTranspose2d, ConvTranspose3d)) else 0
+        dim = default_dim(module)
     value = weight if isinstance(weight, Tensor) else weight.value
     return register_parametrization(
         module, name, _SpectralNorm(value, n_power_iterations, dim, eps))
