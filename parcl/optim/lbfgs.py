@@ -29,7 +29,8 @@ from .. import tape as tp
 from ..kernels import elementwise as ew
 from ..tape.changes import changed
 from ..tensor import Tensor
-from .optimizer import Optimizer, OptimizerError, _nonneg
+from .checks import _nonneg_option
+from .optimizer import Optimizer, OptimizerError
 
 __all__ = ["LBFGS"]
 
@@ -168,10 +169,10 @@ class LBFGS(Optimizer):
     >>> opt = pc.optim.LBFGS(model.parameters(), history_size=10, max_iter=4)
     """
 
-    options = {"lr": lambda v: _nonneg("lr", v), "max_iter": _count("max_iter"),
+    options = {"lr": _nonneg_option("lr"), "max_iter": _count("max_iter"),
                "max_eval": _count("max_eval"),
-               "tolerance_grad": lambda v: _nonneg("tolerance_grad", v),
-               "tolerance_change": lambda v: _nonneg("tolerance_change", v),
+               "tolerance_grad": _nonneg_option("tolerance_grad"),
+               "tolerance_change": _nonneg_option("tolerance_change"),
                "history_size": _count("history_size"), "line_search_fn": _line_search}
     _numbers = ("func_evals", "n_iter", "t", "H_diag", "prev_loss")
     _lists = ("old_dirs", "old_stps", "ro", "al")

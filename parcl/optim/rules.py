@@ -11,7 +11,8 @@ import numpy as np
 
 from ..kernels import optim as K
 from ..tensor import Tensor
-from .optimizer import Optimizer, OptimizerError, _nonneg, _replicable, _target
+from .checks import _nonneg_option
+from .optimizer import Optimizer, OptimizerError, _replicable, _target
 
 __all__ = ["SGD", "Adagrad", "Adam", "AdamW", "RMSprop"]
 
@@ -45,8 +46,8 @@ class SGD(Optimizer):
     >>> opt = pc.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     """
 
-    options = {"lr": lambda v: _nonneg("lr", v), "momentum": lambda v: _nonneg("momentum", v),
-               "weight_decay": lambda v: _nonneg("weight_decay", v), "nesterov": _bool}
+    options = {"lr": _nonneg_option("lr"), "momentum": _nonneg_option("momentum"),
+               "weight_decay": _nonneg_option("weight_decay"), "nesterov": _bool}
 
     # PyTorch's argument order: dampening fourth (only 0 here, so SGD(ps, 0.1, 0.9, 0.5) is
     # refused rather than trained without it), weight_decay fifth, nesterov sixth.
@@ -98,9 +99,8 @@ class Adam(Optimizer):
     >>> opt = pc.optim.Adam(model.parameters(), lr=1e-3)
     """
 
-    options = {"lr": lambda v: _nonneg("lr", v), "betas": _betas,
-               "eps": lambda v: _nonneg("eps", v),
-               "weight_decay": lambda v: _nonneg("weight_decay", v), "amsgrad": _bool}
+    options = {"lr": _nonneg_option("lr"), "betas": _betas, "eps": _nonneg_option("eps"),
+               "weight_decay": _nonneg_option("weight_decay"), "amsgrad": _bool}
     state_tensors = ("exp_avg", "exp_avg_sq")
     # amsgrad's largest exp_avg_sq so far (PyTorch's name; zeros from the first step)
     optional_tensors = ("max_exp_avg_sq",)
@@ -223,10 +223,9 @@ class RMSprop(Optimizer):
     >>> opt = pc.optim.RMSprop(model.parameters(), lr=1e-2, momentum=0.9, centered=True)
     """
 
-    options = {"lr": lambda v: _nonneg("lr", v), "alpha": lambda v: _nonneg("alpha", v),
-               "eps": lambda v: _nonneg("eps", v),
-               "weight_decay": lambda v: _nonneg("weight_decay", v),
-               "momentum": lambda v: _nonneg("momentum", v), "centered": _bool}
+    options = {"lr": _nonneg_option("lr"), "alpha": _nonneg_option("alpha"),
+               "eps": _nonneg_option("eps"), "weight_decay": _nonneg_option("weight_decay"),
+               "momentum": _nonneg_option("momentum"), "centered": _bool}
     state_tensors = ("square_avg",)
     optional_tensors = ("momentum_buffer", "grad_avg")
     has_step = True
@@ -277,11 +276,10 @@ class Adagrad(Optimizer):
     >>> opt = pc.optim.Adagrad(model.parameters(), lr=1e-2)
     """
 
-    options = {"lr": lambda v: _nonneg("lr", v), "lr_decay": lambda v: _nonneg("lr_decay", v),
-               "weight_decay": lambda v: _nonneg("weight_decay", v),
-               "initial_accumulator_value":
-                   lambda v: _nonneg("initial_accumulator_value", v),
-               "eps": lambda v: _nonneg("eps", v)}
+    options = {"lr": _nonneg_option("lr"), "lr_decay": _nonneg_option("lr_decay"),
+               "weight_decay": _nonneg_option("weight_decay"),
+               "initial_accumulator_value": _nonneg_option("initial_accumulator_value"),
+               "eps": _nonneg_option("eps")}
     state_tensors = ("sum",)
     has_step = True
 
