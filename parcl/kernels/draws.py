@@ -264,25 +264,26 @@ def rrelu(x: Tensor, lower: float, upper: float, next_key) -> tuple[Tensor, Tens
     return y, noise
 
 
+def _drawn(q, name: str, shape: tuple, next_key) -> Tensor:
+    """A float32 tensor of ``shape`` that kernel ``name`` fills with draws."""
+    out = Tensor.empty(q, shape)
+    _launch(q, name, out.size, out.data, np.int32(out.size), next_key=next_key)
+    return out
+
+
 def open_uniform(q, shape: tuple, next_key) -> Tensor:
     """Uniform float32 numbers in (0, 1) of ``shape``."""
-    out = Tensor.empty(q, shape)
-    _launch(q, "open_uniform", out.size, out.data, np.int32(out.size), next_key=next_key)
-    return out
+    return _drawn(q, "open_uniform", shape, next_key)
 
 
 def gumbel(q, shape: tuple, next_key) -> Tensor:
     """Standard Gumbel noise of ``shape``."""
-    out = Tensor.empty(q, shape)
-    _launch(q, "gumbel", out.size, out.data, np.int32(out.size), next_key=next_key)
-    return out
+    return _drawn(q, "gumbel", shape, next_key)
 
 
 def permutation_keys(q, n: int, next_key) -> Tensor:
     """``(n,)`` float32 keys that ``argsort`` turns into a uniform random permutation."""
-    keys = Tensor.empty(q, (n,))
-    _launch(q, "permutation_keys", n, keys.data, np.int32(n), next_key=next_key)
-    return keys
+    return _drawn(q, "permutation_keys", (n,), next_key)
 
 
 def gumbel_keys(p: Tensor, next_key) -> Tensor:
