@@ -14,6 +14,7 @@ import parcl.tape as tp
 from conftest import leaf
 from torch_reference import check_float64
 from parcl.errors import DTypeError, LinAlgError, ParclError, ShapeError
+from parcl.kernels._cache import trace_launches
 from parcl.tape import linalg
 
 
@@ -652,6 +653,15 @@ def test_lstsq_gives_pytorchs_solution_residuals_rank_and_gradients(queue, rng, 
     np.testing.assert_allclose(
         linalg.lstsq(tp.tensor(np.float32([[1, 0], [0, 1], [0, 0]])),
                      tp.tensor(np.float32([[1], [2], [3]]))).solution.to_host(), [[1], [2]])
+
+
+@pytest.mark.parametrize("driver", [None, "gelsd", "gels"])
+def test_lstsq_decomposes_a_once_for_its_solution_rank_and_singular_values(queue, rng, driver):
+    a = tp.tensor(rng.standard_normal((2, 5, 3)).astype(np.float32))
+    b = tp.tensor(rng.standard_normal((2, 5, 2)).astype(np.float32))
+    with trace_launches() as launches:
+        linalg.lstsq(a, b, driver=driver)
+    assert [name for name, *_ in launches].count("svd_jacobi") == 1
 
 
 @pytest.mark.parametrize("shapes", [((5, 3), (5,)), ((2, 5, 3), (2, 5))])

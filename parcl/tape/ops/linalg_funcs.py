@@ -22,14 +22,15 @@ from ...errors import ShapeError
 from ...kernels import creation as ck
 from ...kernels import linalg as lk
 from ...tensor import FLOAT, Tensor
-from ..node import Function, Node
+from ..node import Function
 from .elementwise import add, mul, sub
 from .indexing import expand
 from .join import cat
 from .linalg import matmul
-from .linalg_decomp import svdvals
-from .linalg_more import matrix_rank, pinv
-from .linalg_solve import _mT, factor_without_grad, inverse, solve
+from .counting import count_nonzero
+from .linalg_decomp import _SingularValues
+from .linalg_more import KeptSvd, Pinv, pinv
+from .linalg_solve import _mT, _raw, factor_without_grad, inverse, solve
 from .mathops import square
 from .reduce import sum as sum_
 from .reduce_dims import amax
@@ -210,13 +211,16 @@ def lstsq(A, B, rcond: float | None = None, *, driver: str | None = None,
                          f"m, got A {a_shape} and B {tuple(B.shape)}")
     m, n = a_shape[-2:]
     rtol = rcond if rcond is not None and rcond > 0 else None
-    x = matmul(pinv(A, rtol=rtol, tape=tape), B, tape=tape)
-    raw = A.value if isinstance(A, Node) else A
-    rank = None if driver == "gels" else matrix_rank(raw, rtol=rtol)
-    values = svdvals(A, tape=tape) if driver in ("gelsd", "gelss") else None
+    # one SVD gives the pseudo-inverse, the rank and the singular values
+    kept = KeptSvd.of(op, _raw(A, op), None, rtol)
+    x = matmul(Pinv.apply(A, tape=tape, rtol=rtol, kept=kept), B, tape=tape)
+    rank = None if driver == "gels" else count_nonzero(kept.keep, -1)
+    values = None
+    if driver in ("gelsd", "gelss"):
+        values = _SingularValues.apply(A, tape=tape, svd=kept.svd, part="s")
     residuals = None
     if driver in ("gels", "gelsd", "gelss") and m > n:
-        full = rank if rank is not None else matrix_rank(raw, rtol=rtol)
+        full = rank if rank is not None else count_nonzero(kept.keep, -1)
         if (full.to_host() == n).all():
             residuals = sum_(square(sub(matmul(A, x, tape=tape), B, tape=tape), tape=tape), -2,
                              tape=tape)

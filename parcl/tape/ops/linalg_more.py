@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
+from typing import NamedTuple
 
 import numpy as np
 
@@ -129,14 +130,18 @@ def _cutoff(op: str, top: Tensor, atol, rtol, m: int, n: int):
     return ew.scalar("maximum", cut, float(atol or 0.0))
 
 
-def _values(op: str, a: Tensor, hermitian: bool):
-    """The singular values (``|eigenvalues|`` where ``hermitian``) of ``a``: raw, no
-    gradient, and the largest of each matrix."""
-    if hermitian:
-        s = abs_(eigh(a)[0])
-    else:
-        s = _Svd(a, False, op).s
-    return s, amax(s, -1)
+class KeptSvd(NamedTuple):
+    """``a``'s SVD and which of its singular values lie above ``pinv``'s threshold: what
+    ``pinv``, ``matrix_rank`` and ``lstsq`` (all three from one decomposition) read."""
+
+    svd: _Svd
+    keep: Tensor
+
+    @classmethod
+    def of(cls, op: str, a: Tensor, atol, rtol) -> KeptSvd:
+        d = _Svd(a, False, op)
+        cut = _cutoff(op, amax(d.s, -1), atol, rtol, *a.shape[-2:])
+        return cls(d, gt(d.s, unsqueeze(cut, -1)))
 
 
 class Pinv(Function):
@@ -145,7 +150,8 @@ class Pinv(Function):
 
     name = "pinv"
 
-    def forward(self, a: Tensor, atol=None, rtol=None, hermitian: bool = False):
+    def forward(self, a: Tensor, atol=None, rtol=None, hermitian: bool = False,
+                kept: KeptSvd | None = None):
         op = "linalg.pinv"
         m, n = a.shape[-2:] if a.ndim >= 2 else (0, 0)
         if hermitian:
@@ -155,9 +161,7 @@ class Pinv(Function):
             inv = where(keep, div(1.0, where(keep, w, 1.0)), 0.0)
             p = matmul_(mul(v, unsqueeze(inv, -2)), _mT(v))
         else:
-            d = _Svd(a, False, op)
-            cut = _cutoff(op, amax(d.s, -1), atol, rtol, m, n)
-            keep = gt(d.s, unsqueeze(cut, -1))
+            d, keep = kept or KeptSvd.of(op, a, atol, rtol)
             inv = where(keep, div(1.0, where(keep, d.s, 1.0)), 0.0)
             p = matmul_(mul(_mT(d.vh), unsqueeze(inv, -2)), _mT(d.u))
         if self.recording:
@@ -200,10 +204,14 @@ def matrix_rank(A, *, atol=None, rtol=None, hermitian: bool = False):
     >>> int(tp.linalg.matrix_rank(tp.tensor(np.float32([[1, 2], [2, 4]]))))
     1
     """
-    a = _raw(A, "linalg.matrix_rank")
-    s, top = _values("linalg.matrix_rank", a, bool(hermitian))
-    cut = _cutoff("linalg.matrix_rank", top, atol, rtol, *a.shape[-2:])
-    return count_nonzero(gt(s, unsqueeze(cut, -1)), -1)
+    op = "linalg.matrix_rank"
+    a = _raw(A, op)
+    if hermitian:
+        s = abs_(eigh(a)[0])
+        keep = gt(s, unsqueeze(_cutoff(op, amax(s, -1), atol, rtol, *a.shape[-2:]), -1))
+    else:
+        keep = KeptSvd.of(op, a, atol, rtol).keep
+    return count_nonzero(keep, -1)
 
 
 def cond(A, p=None, *, tape=None):
