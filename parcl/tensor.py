@@ -678,18 +678,17 @@ class Tensor:
         from .kernels.strided import axis_int
         if isinstance(dim, Tensor):
             return self._binary("maximum" if op == "max" else "minimum", self, dim)
-        if dim is not None:
-            dim = axis_int(op, dim, self.shape)         # one dim, as torch's (no tuple)
-        if op == "max":
-            values = reduction.max(self, dim, keepdim)
-        else:
-            values = self._lowest(op, dim, keepdim)
-        if self.checks:
-            keep_checks(values, self)
         if dim is None:
-            return values
-        arg = self.argmax if op == "max" else self.argmin
-        return SortResult(values, arg(dim, keepdim))
+            if op == "max":
+                return keep_checks(reduction.max(self, None, keepdim), self)
+            return keep_checks(self._lowest(op, None, keepdim), self)
+        dim = axis_int(op, dim, self.shape)             # one dim, as torch's (no tuple)
+        values, indices = reduction.first_extreme(self, dim, op == "min", op)   # one kernel
+        if keepdim:
+            axes = reduction.normalize_axes(op, dim, self.ndim, self.shape)
+            shape = reduction.reduced_shape(self.shape, axes, True)
+            values, indices = values.reshape(shape), indices.reshape(shape)
+        return SortResult(keep_checks(values, self), keep_checks(indices, self))
 
     @_keeps_checks
     def amax(self, dim=None, keepdim: bool = False, *, axis=None,

@@ -1,5 +1,6 @@
 """Reductions: ``sum``, ``mean``, ``max`` over an axis, a tuple of axes or everything;
-``argmax``; ``sum_to_shape`` (a broadcast gradient summed back to its input's shape).
+``argmax``; ``first_extreme`` (``torch.max(x, dim)``'s values and indices, one kernel);
+``sum_to_shape`` (a broadcast gradient summed back to its input's shape).
 
 Every reduction is one pattern: reduce the middle axis of an ``(outer, R, inner)`` view of a
 contiguous tensor (reduced axes that are not neighbours are permuted together first). The order
@@ -103,11 +104,17 @@ __kernel void {op}_wg(__global float *out, __global const float *x, const int n,
     }}
     if (lid == 0) out[g] = buf[0] * scale;
 }}""")
-    for ctype in ("int", "long"):
+    # argmax_int, argmax_long: the index alone; max_index, min_index: the value with it
+    for name, ctype, better, value in (("argmax_int", "int", ">", False),
+                                       ("argmax_long", "long", ">", False),
+                                       ("max_index", "long", ">", True),
+                                       ("min_index", "long", "<", True)):
+        values_arg = "__global float *values, " if value else ""
+        store_value = "values[row] = best;" if value else ""
         parts.append(f"""
-/* Index of the first largest element of each row of x (rows, R). */
-__kernel void argmax_{ctype}(__global {ctype} *out, __global const float *x, const int rows,
-                           const int R)
+/* Index of the first extreme element of each row of x (rows, R), a NaN the first NaN. */
+__kernel void {name}(__global {ctype} *out, {values_arg}__global const float *x,
+                     const int rows, const int R)
 {{
     int row = get_global_id(0);
     if (row >= rows) return;
@@ -116,9 +123,10 @@ __kernel void argmax_{ctype}(__global {ctype} *out, __global const float *x, con
     int arg = 0;
     for (int r = 1; r < R; ++r) {{
         float v = src[r];
-        if (v > best || (isnan(v) && !isnan(best))) {{ best = v; arg = r; }}
+        if (v {better} best || (isnan(v) && !isnan(best))) {{ best = v; arg = r; }}
     }}
     out[row] = arg;
+    {store_value}
 }}""")
     return "\n".join(parts)
 
@@ -334,6 +342,22 @@ def product(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
     return _reduce("prod", "prod", x, axis, keepdims, mean=False)
 
 
+def _rows_along(op: str, x: Tensor, axis) -> Tensor:
+    """``x`` with ``axis`` moved last (a 0-d ``x``, whose axis 0 and -1 are PyTorch's, as one
+    element), for the kernels that take each row's extreme; an axis of no elements has no
+    index to give."""
+    if x.ndim == 0:
+        normalize_axes(op, axis, 0, x.shape)
+        return x.reshape((1,))
+    (ax,) = normalize_axes(op, axis, x.ndim, x.shape)
+    if x.shape[ax] == 0:             # rows of nothing (x[:, T:]): no index to give
+        raise ShapeError(f"{op}: axis {ax} of shape {x.shape} holds no elements, so it has no "
+                         "index to give (as PyTorch's)")
+    if ax != x.ndim - 1:
+        x = layout.transpose(x, [k for k in range(x.ndim) if k != ax] + [ax])
+    return x
+
+
 def argmax(x: Tensor, axis: int = -1, dtype=np.int64, op: str = "argmax") -> Tensor:
     """Index of the first largest element along ``axis`` (numpy's ``argmax``), as int64 or
     int32 labels; used for accuracy. ``op`` names the caller in errors (argmin)."""
@@ -341,21 +365,30 @@ def argmax(x: Tensor, axis: int = -1, dtype=np.int64, op: str = "argmax") -> Ten
     dt = np.dtype(dtype)
     if dt not in LABEL_DTYPES:
         raise DTypeError(f"argmax: output dtype {dt} is not supported; use int32 or int64")
-    if x.ndim == 0:        # its axis 0 and -1 (PyTorch's) are its one element: index 0
-        normalize_axes(op, axis, 0, x.shape)
-        return argmax(x.reshape((1,)), 0, dtype, op)
-    (ax,) = normalize_axes(op, axis, x.ndim, x.shape)
-    if x.shape[ax] == 0:             # rows of nothing (x[:, T:]): no index to give
-        raise ShapeError(f"{op}: axis {ax} of shape {x.shape} holds no elements, so it has no "
-                         "index to give (as PyTorch's)")
-    if ax != x.ndim - 1:
-        x = layout.transpose(x, [k for k in range(x.ndim) if k != ax] + [ax])
+    x = _rows_along(op, x, axis)
     R = x.shape[-1]
     rows = x.size // R
     out = Tensor.empty(x.queue, x.shape[:-1], dt)
     k = get_kernel(x.queue, SOURCE, "argmax_int" if dt == np.int32 else "argmax_long")
     k(x.queue, ((rows + 63) // 64 * 64,), (64,), out.data, x.data, np.int32(rows), np.int32(R))
     return out
+
+
+def first_extreme(x: Tensor, axis: int, lowest: bool, op: str) -> tuple[Tensor, Tensor]:
+    """``torch.max(x, axis)`` (``torch.min`` where ``lowest``): each row's first largest
+    (smallest) element and its int64 index, a row's first NaN where it has one, both from one
+    kernel (the value is the element at the index, bit for bit); ``op`` names the caller in
+    errors."""
+    check_float(op, x)
+    x = _rows_along(op, x, axis)
+    R = x.shape[-1]
+    rows = x.size // R
+    values = Tensor.empty(x.queue, x.shape[:-1])
+    indices = Tensor.empty(x.queue, x.shape[:-1], np.int64)
+    k = get_kernel(x.queue, SOURCE, "min_index" if lowest else "max_index")
+    k(x.queue, ((rows + 63) // 64 * 64,), (64,), indices.data, values.data, x.data,
+      np.int32(rows), np.int32(R))
+    return values, indices
 
 
 def sum_to_shape(g: Tensor, shape) -> Tensor:

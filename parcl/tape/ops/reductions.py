@@ -19,10 +19,6 @@ array([[0. , 0.5],
 
 from __future__ import annotations
 
-from math import prod
-
-import numpy as np
-
 from ...errors import ParclError
 from ...kernels import elementwise as ew
 from ...kernels import layout
@@ -33,6 +29,7 @@ from ...kernels.moments import correction_of, unbiased_alone, variance
 from ...kernels.strided import axis_int
 from ...tensor import SortResult, Tensor
 from ..node import Function, Node
+from .creation import value_of
 from .elementwise import maximum, minimum
 from .reduce_dims import Amax, Amin
 from .shape import wrap_dim
@@ -40,44 +37,23 @@ from .shape import wrap_dim
 __all__ = ["argmax", "argmin", "cumsum", "logsumexp", "max", "min", "std", "var"]
 
 
-def _rows(x: Tensor, axes: tuple[int, ...]):
-    """``x`` as (outer, R) rows with the reduced axes last (in their order, so a row is the
-    reduced block in row-major order); the permutation used (None: none was needed) and the
-    permuted shape."""
-    perm = [k for k in range(x.ndim) if k not in axes] + list(axes)
-    # each side its own product: reduced axes of size 0 (x[:, T:]) leave no divisor
-    shape = (prod(x.shape[k] for k in perm[:x.ndim - len(axes)]),
-             prod(x.shape[k] for k in axes))
-    if perm == list(range(x.ndim)):
-        return x.reshape(shape), None, x.shape
-    xt = layout.transpose(x, perm)
-    return xt.reshape(shape), perm, xt.shape
-
-
 class _Extreme(Function):
-    """max / min over axes; recorded, it saves each row's argument of the extreme (the first
-    one), which is where the backward puts the gradient."""
+    """max / min along one dim, of values and indices ``first_extreme`` found before (the
+    caller returns the indices); the backward puts the gradient at each row's index."""
 
-    negate = False
-
-    def forward(self, x: Tensor, axis=None, keepdims: bool = False):
-        ew.check_float(self.name, x)
-        axes = rd.normalize_axes(self.name, axis, x.ndim, x.shape)
-        out_shape = rd.reduced_shape(x.shape, axes, keepdims)
-        if not self.recording:
-            if self.negate:
-                return ew.unary("neg", rd.max(ew.unary("neg", x), axes, keepdims))
-            return rd.max(x, axes, keepdims)
-        rows, perm, pshape = _rows(x, axes)
-        idx = rd.argmax(ew.unary("neg", rows) if self.negate else rows, axis=-1, op=self.name)
-        self.saved = (idx, rows.shape[1], perm, pshape)
-        return scan.take_rows(rows, idx).reshape(out_shape)
+    def forward(self, x: Tensor, found: Tensor = None, indices: Tensor = None, axis: int = 0):
+        if self.recording:
+            self.saved = (indices, x.shape, axis)
+        return found
 
     def backward(self, g: Tensor):
-        idx, R, perm, pshape = self.saved
-        t = scan.put_rows(g, idx, R).reshape(pshape)
-        if perm is not None:
-            t = layout.transpose(t, list(np.argsort(perm)))
+        indices, shape, axis = self.saved
+        if not shape:                  # a 0-d input: its one element
+            return scan.put_rows(g, indices, 1).reshape(())
+        R = shape[axis]
+        t = scan.put_rows(g, indices, R).reshape(shape[:axis] + shape[axis + 1:] + (R,))
+        if axis != len(shape) - 1:     # the reduced axis back from last to its place
+            t = layout.transpose(t, [*range(axis), len(shape) - 1, *range(axis, len(shape) - 1)])
         return t
 
 
@@ -87,7 +63,6 @@ class Max(_Extreme):
 
 class Min(_Extreme):
     name = "min"
-    negate = True
 
 
 class MaxAll(Amax):
@@ -124,14 +99,18 @@ def _extreme(op: str, per_dim, over_all, pick, x, dim, keepdim, axis, keepdims, 
     if dim is None:
         return over_all.apply(x, tape=tape, dim=None, keepdim=keepdim)
     dim = axis_int(op, dim, x.shape)        # one dim, as torch.max's (no tuple)
-    values = per_dim.apply(x, tape=tape, axis=dim, keepdims=keepdim)
-    if not isinstance(values, Node):
-        return SortResult(values, _arg(f"arg{op}", x, dim, keepdim, negate=op == "min"))
-    # recorded: the forward took the indices for its backward, so not a second argmax (a
-    # write into them is a write into what the backward reads, which it then refuses)
-    indices = values.grad_fn.saved[0].reshape(values.shape)
-    indices.checks = x.value.checks
-    return SortResult(values, indices)
+    raw = value_of(op, x)
+    # one kernel for both; recorded, the backward reads these indices (a write into them is
+    # a write into what it reads, which it then refuses)
+    values, indices = rd.first_extreme(raw, dim, op == "min", op)
+    axes = rd.normalize_axes(op, dim, raw.ndim, raw.shape)     # () for a 0-d input
+    if keepdim:
+        shape = rd.reduced_shape(raw.shape, axes, True)
+        values, indices = values.reshape(shape), indices.reshape(shape)
+    indices.checks = raw.checks
+    (axis,) = axes or (0,)
+    return SortResult(per_dim.apply(x, tape=tape, found=values, indices=indices, axis=axis),
+                      indices)
 
 
 # torch.max(x, 1) is the pair (values, indices), so `_, pred = tp.max(logits, 1)` must not
