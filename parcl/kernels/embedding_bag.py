@@ -49,8 +49,8 @@ inline long bag_end(__global const OT *offsets, const long b, const long noffset
     return b + 1 < noffsets ? clamp((long)offsets[b + 1], start, n) : n;
 }
 
-/* out (bags, D), pick (bags, D): the position each maximum came from (-1: none),
-   counts (bags): the positions each bag counted. */
+/* out (bags, D); pick (bags, D), the max's: the position each maximum came from (-1: none);
+   counts (bags), the mean's: the positions each bag counted. */
 __kernel void bag_forward(__global const float *rows, __global const IT *indices,
                           __global const OT *offsets, __global float *out,
                           __global int *pick, __global float *counts, __global int *flag,
@@ -85,7 +85,7 @@ __kernel void bag_forward(__global const float *rows, __global const IT *indices
     if (mode == 1 && count > 0) acc /= (float)count;
     out[g] = acc;
     if (mode == 2) pick[g] = (int)at;
-    if (d == 0) counts[b] = (float)count;
+    if (mode == 1 && d == 0) counts[b] = (float)count;
 }
 
 /* grows (n, D): each position's share of its bag's gradient g (bags, D). */
@@ -123,13 +123,19 @@ def _options(indices: Tensor, offsets: Tensor) -> tuple[str, ...]:
                  for name, t in (("IT", indices), ("OT", offsets)))
 
 
+def _or(t: Tensor | None, spare: Tensor):
+    """``t``'s buffer, or, for an output or input the mode has none of, ``spare``'s: a
+    buffer the kernel binds but does not touch in that mode."""
+    return (spare if t is None else t).data
+
+
 def bag_forward(rows: Tensor, indices: Tensor, offsets: Tensor, bags: int, pad: int,
-                mode: str) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+                mode: str) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor]:
     """``(out, pick, counts, flag)`` for ``rows`` (n, D) float32 read at positions grouped by
     the int32/int64 ``offsets`` into ``bags`` bags (``len(offsets) == bags + 1``: the last
     entry ends the last bag; else the input's end does); ``indices`` (n,) skip where equal to
-    ``pad`` (-1: none). ``pick`` only for ``"max"``; ``flag`` holds ``NO_ERROR`` or the first
-    bag whose offset is bad."""
+    ``pad`` (-1: none). ``pick`` only for ``"max"`` and ``counts`` only for ``"mean"`` (their
+    backwards read them); ``flag`` holds ``NO_ERROR`` or the first bag whose offset is bad."""
     for name, t in (("indices", indices), ("offsets", offsets)):
         if t.dtype not in LABEL_DTYPES:
             raise DTypeError(f"embedding_bag: {name} of shape {t.shape} have dtype {t.dtype}, "
@@ -140,19 +146,19 @@ def bag_forward(rows: Tensor, indices: Tensor, offsets: Tensor, bags: int, pad: 
     n, D = rows.shape
     out = Tensor.empty(q, (bags, D))
     pick = Tensor.empty(q, (bags, D), np.int32) if mode == "max" else None
-    counts = Tensor.empty(q, (bags,))
+    counts = Tensor.empty(q, (bags,)) if mode == "mean" else None
     flag = Tensor.full(q, (1,), NO_ERROR, np.int32)
     if bags * D:
         get_kernel(q, SOURCE, "bag_forward", _options(indices, offsets))(
             q, (round_up(bags * D, LOCAL),), (LOCAL,), rows.data, indices.data, offsets.data,
-            out.data, (pick if pick is not None else counts).data, counts.data, flag.data,
+            out.data, _or(pick, out), _or(counts, out), flag.data,
             np.int64(bags), np.int64(offsets.size), np.int64(n), np.int64(D), np.int64(pad),
             np.int32(MODES[mode]))
     return out, pick, counts, flag
 
 
 def bag_backward(g: Tensor, indices: Tensor, offsets: Tensor, pick: Tensor | None,
-                 counts: Tensor, n: int, pad: int, mode: str) -> Tensor:
+                 counts: Tensor | None, n: int, pad: int, mode: str) -> Tensor:
     """The gradient of ``bag_forward``'s ``rows``: ``(n, D)`` from ``g`` ``(bags, D)``."""
     q = g.queue
     bags, D = g.shape
@@ -161,7 +167,7 @@ def bag_backward(g: Tensor, indices: Tensor, offsets: Tensor, pick: Tensor | Non
     grows = Tensor.empty(q, (n, D))
     get_kernel(q, SOURCE, "bag_backward", _options(indices, offsets))(
         q, (round_up(n * D, LOCAL),), (LOCAL,), g.data, indices.data, offsets.data,
-        (pick if pick is not None else counts).data, counts.data, grows.data, np.int64(bags),
+        _or(pick, g), _or(counts, g), grows.data, np.int64(bags),
         np.int64(offsets.size), np.int64(n), np.int64(D), np.int64(pad),
         np.int32(MODES[mode]))
     return grows
