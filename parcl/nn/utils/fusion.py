@@ -36,11 +36,11 @@ def _requires_grad(t) -> bool:
     return bool(getattr(t, "requires_grad", False))
 
 
-def _defaults(op: str, bias, bn_rm, bn_w, bn_b):
-    """PyTorch's stand-ins for absent tensors: a zero bias, a BatchNorm weight of ones and a
-    bias of zeros."""
+def _defaults(op: str, bias, bn_rm, bn_w, bn_b, bias_shape: tuple | None = None):
+    """PyTorch's stand-ins for absent tensors: a zero bias (of ``bias_shape``, by default the
+    BatchNorm's), a BatchNorm weight of ones and a bias of zeros."""
     queue, shape = bn_rm.queue, tuple(bn_rm.shape)
-    bias = Tensor.zeros(queue, shape) if bias is None else bias
+    bias = Tensor.zeros(queue, bias_shape or shape) if bias is None else bias
     bn_w = Tensor.full(queue, shape, 1.0) if bn_w is None else bn_w
     bn_b = Tensor.zeros(queue, shape) if bn_b is None else bn_b
     for name, t in (("bn weight", bn_w), ("bn bias", bn_b)):
@@ -79,9 +79,10 @@ def fuse_linear_bn_weights(linear_w, linear_b, bn_rm, bn_rv, bn_eps: float, bn_w
     weight scaled by its feature's factor (a BatchNorm of one feature scales them all)."""
     op = "fuse_linear_bn_weights"
     w, rm, rv = _value(linear_w), _value(bn_rm), _value(bn_rv)
-    b, bw, bb = _defaults(op, _value(linear_b), rm, _value(bn_w), _value(bn_b))
-    if linear_b is None:     # one per output feature (PyTorch's has the BatchNorm's shape)
-        b = Tensor.zeros(w.queue, (w.shape[0],))
+    # a zero bias of one per output feature (PyTorch's has the BatchNorm's shape, one where
+    # a BatchNorm of one feature scales them all)
+    b, bw, bb = _defaults(op, _value(linear_b), rm, _value(bn_w), _value(bn_b),
+                          bias_shape=(w.shape[0],))
     with tp.no_grad():
         scale = bw * tp.rsqrt(rv + float(bn_eps))
         fused_w = w * tp.unsqueeze(scale, -1)
