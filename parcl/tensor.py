@@ -720,25 +720,23 @@ class Tensor:
                keepdims: bool | None = None) -> Tensor:
         """int64 index of the first largest element (``dim=None``: of the flattened tensor)."""
         dim, keepdim = _dims("argmax", dim, keepdim, axis, keepdims)
-        return self._arg("argmax", self, dim, keepdim)
+        return self._arg("argmax", dim, keepdim, lowest=False)
 
     @_keeps_checks
     def argmin(self, dim: int | None = None, keepdim: bool = False, *, axis=None,
                keepdims: bool | None = None) -> Tensor:
         """int64 index of the first smallest element (``dim=None``: of the flattened tensor);
         a NaN is the smallest, as PyTorch's."""
-        from .kernels import elementwise as ew
         dim, keepdim = _dims("argmin", dim, keepdim, axis, keepdims)
-        ew.check_float("argmin", self)
-        return self._arg("argmin", ew.unary("neg", self), dim, keepdim)
+        return self._arg("argmin", dim, keepdim, lowest=True)
 
-    def _arg(self, op: str, src: Tensor, dim, keepdim: bool) -> Tensor:
-        """The argmax of ``src`` (this tensor, or its negation for argmin) in this shape."""
+    def _arg(self, op: str, dim, keepdim: bool, lowest: bool) -> Tensor:
+        """The argmax (argmin where ``lowest``) of this tensor in this shape."""
         from .kernels import reduction
         if dim is None:
-            out = reduction.argmax(src.reshape(-1), 0, op=op)
+            out = reduction.argmax(self.reshape(-1), 0, op=op, lowest=lowest)
             return out.reshape((1,) * self.ndim) if keepdim else out
-        out = reduction.argmax(src, dim, op=op)
+        out = reduction.argmax(self, dim, op=op, lowest=lowest)
         if keepdim and self.ndim:          # a 0-d tensor keeps no dim (as PyTorch's)
             ax = dim % self.ndim
             out = out.reshape(*self.shape[:ax], 1, *self.shape[ax + 1:])

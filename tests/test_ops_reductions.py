@@ -235,6 +235,22 @@ def test_any_all_and_logsumexp_over_an_empty_slice_give_pytorchs_values(queue):
     assert tp.any(t[2:2], 1).shape == (0,)
 
 
+def test_argmin_launches_one_kernel_for_the_first_smallest_or_nan_as_pytorch(queue):
+    """``tp.argmin`` and ``Tensor.argmin`` take the first smallest element (the first NaN
+    where there is one; -0.0 ties 0.0) in one launch (after a transpose for a dim not last):
+    they negated the input and launched argmax, two. The indices are torch's."""
+    from parcl.kernels._cache import trace_launches
+    a = np.float32([[3, 1, 1, np.nan], [0.0, -0.0, 2, -0.0], [5, 4, 4, 6]])
+    x = tp.tensor(a)
+    for dim, want in ((1, [3, 0, 1]), (0, [1, 1, 0, 0]), (None, 3)):
+        with trace_launches() as launches:
+            got = (tp.argmin(x, dim), x.value.argmin(dim))
+        names = [k[0] for k in launches]       # dim 0: each moves it last (a transpose) first
+        assert names.count("argmin_long") == 2 and len(names) == (4 if dim == 0 else 2)
+        for indices in got:
+            assert indices.to_host().tolist() == want
+
+
 def test_argmax_and_a_recorded_max_over_an_empty_slice_raise_a_shape_error_as_pytorch(queue):
     """The index of the largest of no elements (``x[:, 4:]`` of a (3, 4) ``x``) divided by
     the row length 0 (a ZeroDivisionError from tp.argmax, tp.argmin, Tensor.argmax and a

@@ -104,9 +104,11 @@ __kernel void {op}_wg(__global float *out, __global const float *x, const int n,
     }}
     if (lid == 0) out[g] = buf[0] * scale;
 }}""")
-    # argmax_int, argmax_long: the index alone; max_index, min_index: the value with it
+    # argmax_int, ..., argmin_long: the index alone; max_index, min_index: the value with it
     for name, ctype, better, value in (("argmax_int", "int", ">", False),
                                        ("argmax_long", "long", ">", False),
+                                       ("argmin_int", "int", "<", False),
+                                       ("argmin_long", "long", "<", False),
                                        ("max_index", "long", ">", True),
                                        ("min_index", "long", "<", True)):
         values_arg = "__global float *values, " if value else ""
@@ -358,19 +360,22 @@ def _rows_along(op: str, x: Tensor, axis) -> Tensor:
     return x
 
 
-def argmax(x: Tensor, axis: int = -1, dtype=np.int64, op: str = "argmax") -> Tensor:
-    """Index of the first largest element along ``axis`` (numpy's ``argmax``), as int64 or
-    int32 labels; used for accuracy. ``op`` names the caller in errors (argmin)."""
-    check_float("argmax", x)
+def argmax(x: Tensor, axis: int = -1, dtype=np.int64, op: str = "argmax",
+           lowest: bool = False) -> Tensor:
+    """Index of the first largest (smallest where ``lowest``: argmin) element along ``axis``
+    (numpy's ``argmax``), a NaN the first NaN, as int64 or int32 labels; used for accuracy.
+    ``op`` names the caller in errors."""
+    check_float(op, x)
     dt = np.dtype(dtype)
     if dt not in LABEL_DTYPES:
-        raise DTypeError(f"argmax: output dtype {dt} is not supported; use int32 or int64")
+        raise DTypeError(f"{op}: output dtype {dt} is not supported; use int32 or int64")
     x = _rows_along(op, x, axis)
     R = x.shape[-1]
     rows = x.size // R
     out = Tensor.empty(x.queue, x.shape[:-1], dt)
-    k = get_kernel(x.queue, SOURCE, "argmax_int" if dt == np.int32 else "argmax_long")
-    k(x.queue, ((rows + 63) // 64 * 64,), (64,), out.data, x.data, np.int32(rows), np.int32(R))
+    name = f"{'argmin' if lowest else 'argmax'}_{'int' if dt == np.int32 else 'long'}"
+    get_kernel(x.queue, SOURCE, name)(x.queue, ((rows + 63) // 64 * 64,), (64,), out.data,
+                                      x.data, np.int32(rows), np.int32(R))
     return out
 
 

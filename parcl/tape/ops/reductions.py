@@ -141,19 +141,18 @@ def min(x, dim=None, keepdim: bool = False, *,  # noqa: A001
     return _extreme("min", Min, MinAll, minimum, x, dim, keepdim, axis, keepdims, tape)
 
 
-def _arg(op: str, x, axis, keepdims: bool, negate: bool) -> Tensor:
+def _arg(op: str, x, axis, keepdims: bool, lowest: bool) -> Tensor:
     if isinstance(x, Node):
         x = x.value
     ew.check_float(op, x)
-    src = ew.unary("neg", x) if negate else x
     axes = () if axis is None else rd.normalize_axes(op, axis_int(op, axis, x.shape), x.ndim,
                                                      x.shape)
     if not axes:       # the index into the flattened tensor (a 0-d one's dim 0 or -1: 0)
-        idx = rd.argmax(src.reshape((1, x.size)), axis=-1, op=op)
+        idx = rd.argmax(x.reshape((1, x.size)), axis=-1, op=op, lowest=lowest)
         shape = (1,) * x.ndim if keepdims else ()
     else:
         (ax,) = axes
-        idx = rd.argmax(src, axis=ax, op=op)
+        idx = rd.argmax(x, axis=ax, op=op, lowest=lowest)
         shape = rd.reduced_shape(x.shape, (ax,), keepdims) if keepdims else idx.shape
     # the input's pending checks (an embedding's index range): the indices of rows picked by a
     # bad id raise at their host read, as every value computed through tp ops does
@@ -168,7 +167,7 @@ def argmax(x, axis=None, keepdims: bool = False) -> Tensor:
     >>> tp.argmax(x, axis=1).to_host()      # x [[1, 5], [5, 2]]
     array([1, 0])
     """
-    return _arg("argmax", x, axis, keepdims, negate=False)
+    return _arg("argmax", x, axis, keepdims, lowest=False)
 
 
 def argmin(x, axis=None, keepdims: bool = False) -> Tensor:
@@ -177,7 +176,7 @@ def argmin(x, axis=None, keepdims: bool = False) -> Tensor:
     >>> tp.argmin(x, axis=1).to_host()      # x [[1, 5], [5, 2]]
     array([0, 1])
     """
-    return _arg("argmin", x, axis, keepdims, negate=True)
+    return _arg("argmin", x, axis, keepdims, lowest=True)
 
 
 # -- variance and standard deviation ----------------------------------------------------------
