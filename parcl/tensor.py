@@ -708,12 +708,11 @@ class Tensor:
         return self._lowest("amin", dim, keepdim)
 
     def _lowest(self, op: str, dim, keepdim: bool) -> Tensor:
-        # -max(-t): the reduction kernels have no min; the same bits as tp.min's and tp.amin's
         from .kernels import elementwise as ew
         from .kernels import reduction
         ew.check_float(op, self)
         reduction.normalize_axes(op, dim, self.ndim, self.shape)        # errors naming op
-        return ew.unary("neg", reduction.max(ew.unary("neg", self), dim, keepdim))
+        return reduction.min(self, dim, keepdim, op=op)
 
     @_keeps_checks
     def argmax(self, dim: int | None = None, keepdim: bool = False, *, axis=None,

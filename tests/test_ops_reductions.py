@@ -251,6 +251,22 @@ def test_argmin_launches_one_kernel_for_the_first_smallest_or_nan_as_pytorch(que
             assert indices.to_host().tolist() == want
 
 
+def test_amin_and_min_of_everything_launch_one_reduction_kernel(queue):
+    """``tp.amin``, ``tp.min(x)`` and ``Tensor.amin`` / ``Tensor.min()`` reduce with a min
+    kernel, max's mirror image: they negated the input, took the max and negated it back,
+    three launches and an input-sized temporary. NaN propagates; the values are numpy's."""
+    from parcl.kernels._cache import trace_launches
+    a = np.float32([[3, 1, np.nan], [2, -1, 4]])
+    x = tp.tensor(a)
+    for got, want in (((lambda: tp.amin(x, 1)), [np.nan, -1]), ((lambda: tp.min(x)), np.nan),
+                      ((lambda: x.value.amin(0)), [2, -1, np.nan]),
+                      ((lambda: tp.min(x[:, :2])), -1)):
+        with trace_launches() as launches:
+            values = got()
+        assert [k[0] for k in launches if not k[0].startswith("copy")] == ["min_seq"]
+        np.testing.assert_array_equal(values.to_host(), want)
+
+
 def test_argmax_and_a_recorded_max_over_an_empty_slice_raise_a_shape_error_as_pytorch(queue):
     """The index of the largest of no elements (``x[:, 4:]`` of a (3, 4) ``x``) divided by
     the row length 0 (a ZeroDivisionError from tp.argmax, tp.argmin, Tensor.argmax and a

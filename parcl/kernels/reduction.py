@@ -1,4 +1,4 @@
-"""Reductions: ``sum``, ``mean``, ``max`` over an axis, a tuple of axes or everything;
+"""Reductions: ``sum``, ``mean``, ``max``, ``min`` over an axis, a tuple of axes or everything;
 ``argmax``; ``first_extreme`` (``torch.max(x, dim)``'s values and indices, one kernel);
 ``sum_to_shape`` (a broadcast gradient summed back to its input's shape).
 
@@ -44,6 +44,8 @@ CHUNK_GPU = 16384
 COMBINE = {"sum": ("0.0f", "acc + v"),
             # NaN wins (numpy's max propagates it): keep acc if it is NaN or not smaller
             "max": ("-INFINITY", "(acc >= v || isnan(acc)) ? acc : v"),
+            # max's mirror image: the same element as -max(-x), bit for bit
+            "min": ("INFINITY", "(acc <= v || isnan(acc)) ? acc : v"),
             "prod": ("1.0f", "acc * v")}
 
 
@@ -190,7 +192,7 @@ class Plan:
 
 def reduce_3d(op: str, x: Tensor, outer: int, R: int, inner: int, scale: float = 1.0, *,
               workgroup: bool | None = None) -> Tensor:
-    """``op`` ("sum", "max" or "prod") over the middle axis of ``x`` viewed as (outer, R,
+    """``op`` ("sum", "max", "min" or "prod") over the middle axis of ``x`` viewed as (outer, R,
     inner), times ``scale``; a flat (outer * inner,) tensor. ``workgroup`` forces the kernel
     variant (default: work-group trees on a GPU when ``inner`` is small, sequential loops
     otherwise)."""
@@ -284,9 +286,9 @@ def _of_nothing(op: str, kernel_op: str, x: Tensor, axis, keepdims: bool,
     out = Tensor.empty(x.queue, reduced_shape(x.shape, axes, keepdims))
     if not out.size:
         return out
-    if kernel_op == "max":
+    if kernel_op in ("max", "min"):
         raise ShapeError(f"{op}: axes {axes} of shape {x.shape} hold no elements, and the "
-                         "maximum of none is undefined (as numpy's and PyTorch's)")
+                         f"{kernel_op}imum of none is undefined (as numpy's and PyTorch's)")
     out.fill_owned(np.nan if mean else float(COMBINE[kernel_op][0].rstrip("f")))
     return out
 
@@ -336,6 +338,12 @@ def mean(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
 def max(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """Maximum over ``axis``, numpy semantics (NaN propagates)."""
     return _reduce("max", "max", x, axis, keepdims, mean=False)
+
+
+def min(x: Tensor, axis=None, keepdims: bool = False, op: str = "min") -> Tensor:  # noqa: A001
+    """Minimum over ``axis``, numpy semantics (NaN propagates); ``op`` names the caller in
+    errors."""
+    return _reduce(op, "min", x, axis, keepdims, mean=False)
 
 
 def product(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:

@@ -31,7 +31,6 @@ import numpy as np
 
 from ...errors import DTypeError, ShapeError
 from ...kernels import counting as ck
-from ...kernels import elementwise as ew
 from ...kernels import gather as gk
 from ...kernels import layout
 from ...kernels import reduction as rd
@@ -197,7 +196,7 @@ def histc(input, bins: int = 100, min: float = 0, max: float = 0) -> Tensor:  # 
     lo, hi = float(np.float32(min)), float(np.float32(max))
     if lo == hi and x.size:
         _read(x)
-        lo = float(rd.max(ew.unary("neg", x)).to_host()) * -1.0
+        lo = float(rd.min(x).to_host())
         hi = float(rd.max(x).to_host())
     if not (np.isfinite(lo) and np.isfinite(hi)):
         raise ShapeError(f"histc: range of [{lo}, {hi}] is not finite (input {input.shape})")

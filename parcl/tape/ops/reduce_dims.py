@@ -45,10 +45,7 @@ class _Extreme(Function):
     def forward(self, x: Tensor, dim=None, keepdim: bool = False):
         ew.check_float(self.name, x)
         axes = _axes(self.name, dim, x.shape)
-        if self.lower:
-            kept = ew.unary("neg", rd.max(ew.unary("neg", x), axes, keepdims=True))
-        else:
-            kept = rd.max(x, axes, keepdims=True)
+        kept = (rd.min if self.lower else rd.max)(x, axes, keepdims=True)
         if self.recording:
             self.saved = (x, kept, axes)
         return kept.reshape(rd.reduced_shape(x.shape, axes, keepdim))
