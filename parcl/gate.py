@@ -17,10 +17,11 @@ paying a wake-up at every other launch: ~20 % of its host time.) A gate is relea
 next taken:
 
 * after ``LIMIT`` launches or ``AGE`` seconds, and by the next big launch;
-* before every host wait parcl makes (``release_all``: ``Tensor.to_host``,
-  ``runtime.wait_for_events``, ``Queue.finish``/``flush``); after every non-blocking copy
-  between host and device (``transfer``: pyopencl waits for a dropped copy's event holding the
-  interpreter lock, so the copy must be behind no gate) and before every blocking one;
+* before every host wait parcl makes (``release_all``: ``runtime.watched``, which
+  ``Tensor.to_host`` and ``runtime.wait_for_events`` wait in, ``Queue.finish``/``flush``);
+  after every non-blocking copy between host and device (``transfer``: pyopencl waits for a
+  dropped copy's event holding the interpreter lock, so the copy must be behind no gate) and
+  before every blocking one;
   wherever another queue is made to wait for this one's work (``allreduce``,
   ``foreign_wait``/``foreign_use``, batch-norm statistics, the end of a step); before a
   ``ReplicaGroup`` dispatches a call, and when a replica's call returns;

@@ -8,6 +8,7 @@ life of the process. Everything here is safe to call from several threads.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 import sys
@@ -362,7 +363,7 @@ def reset_peak_memory_stats(queue: cl.CommandQueue | None = None) -> None:
 # does, the process is taken down with a message saying what waited for what, rather than
 # left to hang.
 WAIT_TIMEOUT_EXIT = 70      # the exit status of a process whose device wait timed out
-_waits: dict[int, tuple] = {}     # thread id -> (deadline, timeout, what, events, labels)
+_waits: dict[int, tuple] = {}     # thread id -> (deadline, timeout, what, events, labels, thread)
 _watchdog: threading.Thread | None = None
 
 
@@ -379,18 +380,33 @@ if hasattr(os, "register_at_fork"):
 
 def wait_for_events(events, timeout: float = WAIT_TIMEOUT, what: str = "a device wait",
                     labels=None) -> None:
-    """``cl.wait_for_events(events)``, for at most ``timeout`` seconds: if the events are not
-    complete by then, a watchdog writes ``what`` and the pending events (named by ``labels``,
-    one per event) to stderr and ends the process with status ``WAIT_TIMEOUT_EXIT``."""
+    """``cl.wait_for_events(events)``, for at most ``timeout`` seconds (``watched``), the
+    pending events named by ``labels`` (one per event) if it times out."""
     events = list(events)
     if not events:
         return
+    with watched(timeout, what, events, labels):
+        cl.wait_for_events(events)
+
+
+@contextlib.contextmanager
+def watched(timeout: float = WAIT_TIMEOUT, what: str = "a device wait", events=(),
+            labels=None):
+    """Bound the blocking OpenCL call made inside (a wait, a blocking copy or map) by
+    ``timeout`` seconds: past it a watchdog writes ``what``, the waiting thread (a replica's
+    names it) and which of ``events`` are pending to stderr and ends the process with
+    status ``WAIT_TIMEOUT_EXIT``. Every held launch is released first (``parcl.gate``).
+
+    >>> with watched(60.0, "reading the loss"):
+    ...     cl.enqueue_copy(queue, host, loss.data, is_blocking=True)
+    """
     release_all()
     _start_watchdog()
     key = threading.get_ident()
-    _waits[key] = (time.monotonic() + timeout, timeout, what, events, labels)
+    _waits[key] = (time.monotonic() + timeout, timeout, what, events, labels,
+                   threading.current_thread().name)
     try:
-        cl.wait_for_events(events)
+        yield
     finally:
         del _waits[key]
 
@@ -408,12 +424,12 @@ def _watch() -> None:
     while True:
         time.sleep(1.0)
         now = time.monotonic()
-        for deadline, timeout, what, events, labels in list(_waits.values()):
+        for deadline, *wait in list(_waits.values()):
             if now > deadline:
-                _give_up(timeout, what, events, labels)
+                _give_up(*wait)
 
 
-def _give_up(timeout: float, what: str, events, labels) -> None:
+def _give_up(timeout: float, what: str, events, labels, thread: str) -> None:
     complete = cl.command_execution_status.COMPLETE
     pending = []
     for i, event in enumerate(events):
@@ -424,9 +440,10 @@ def _give_up(timeout: float, what: str, events, labels) -> None:
                     pending.append(name)
         except cl.Error:
             pending.append(f"event {i} (status unreadable)")
-    sys.stderr.write(f"parcl: {what} waited {timeout:g} s for the device and it has not "
-                     f"finished; still pending: {', '.join(pending) or 'none'}. A blocked "
-                     f"OpenCL wait cannot be interrupted, so the process exits (status "
-                     f"{WAIT_TIMEOUT_EXIT}) instead of hanging.\n")
+    pending = f"; still pending: {', '.join(pending) or 'none'}" if events else ""
+    sys.stderr.write(f"parcl: {what} waited {timeout:g} s (in thread {thread}) for the device "
+                     f"and it has not finished{pending}. "
+                     f"A blocked OpenCL wait cannot be interrupted, so the process exits "
+                     f"(status {WAIT_TIMEOUT_EXIT}) instead of hanging.\n")
     sys.stderr.flush()
     os._exit(WAIT_TIMEOUT_EXIT)

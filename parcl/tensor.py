@@ -16,10 +16,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyopencl as cl
 
-from . import recorder
+from . import recorder, runtime
 from .errors import DeviceError, DTypeError, ParclError, ShapeError
 from .crossqueue import foreign_use, foreign_wait
-from .gate import transfer, release_all
+from .gate import transfer
 from .pool import Allocation, pool_of
 from .uploads import own
 
@@ -267,15 +267,18 @@ class Tensor:
         """A tensor over ``buffer`` (e.g. a sub-buffer of this one) that keeps this alive."""
         return Tensor(self.queue, tuple(shape), self.dtype, buffer, self)
 
-    def to_host(self) -> np.ndarray:
-        """A numpy copy; blocks until every enqueued write to this tensor is done. Runs
-        ``checks`` first (they raise the error of an op that found its input bad)."""
+    def to_host(self, timeout: float = runtime.WAIT_TIMEOUT) -> np.ndarray:
+        """A numpy copy; blocks until every enqueued write to this tensor is done, for at most
+        ``timeout`` seconds (past it the process ends, naming the read and its thread:
+        ``runtime.watched``). Runs ``checks`` first (they raise the error of an op
+        that found its input bad)."""
         recorder.unsafe("a value was read back to the host (to_host/item)")
         for check in self.checks:
             check()
         out = np.empty(self.shape, self.dtype)
-        release_all()                  # held launches first: they may write what is read
-        cl.enqueue_copy(self.queue, out, self.data, is_blocking=True)
+        # behind a hung kernel the copy would wait for ever: watched, it ends the process
+        with runtime.watched(timeout, "Tensor.to_host"):
+            cl.enqueue_copy(self.queue, out, self.data, is_blocking=True)
         return out
 
     def item(self) -> float:

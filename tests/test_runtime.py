@@ -158,6 +158,26 @@ def test_a_device_wait_that_never_ends_takes_the_process_down_with_a_message():
     assert "still pending: the gated marker" in proc.stderr
 
 
+def test_a_read_behind_a_kernel_that_never_finishes_ends_the_process_naming_its_thread():
+    """``to_host`` was a blocking copy outside the watchdog: it waited for ever."""
+    proc = _run_script("""
+        import threading
+        import numpy as np, pyopencl as cl, parcl as pc
+        from parcl import runtime
+        q = runtime.new_queue(pc.devices(split=2)[0])
+        t = pc.Tensor.from_host(q, np.arange(4, dtype=np.float32))
+        print(t.to_host(timeout=30).tolist())                  # done: no exit
+        cl.enqueue_barrier(q, wait_for=[cl.UserEvent(q.context)])   # the queue never drains
+        reader = threading.Thread(target=t.to_host, args=(0.5,), name="the reader")
+        reader.start()
+        reader.join()
+        print("not reached")
+    """)
+    assert proc.returncode == pc.runtime.WAIT_TIMEOUT_EXIT, proc.stderr
+    assert proc.stdout == "[0.0, 1.0, 2.0, 3.0]\n"
+    assert "Tensor.to_host waited 0.5 s (in thread the reader)" in proc.stderr
+
+
 def test_a_step_whose_device_never_finishes_ends_the_process_naming_the_replica():
     proc = _run_script("""
         import numpy as np, pyopencl as cl, parcl as pc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyopencl as cl
 
+from .. import runtime
 from ..gate import release
 
 from ..errors import DeviceError, DTypeError, ShapeError
@@ -28,6 +29,12 @@ def check_tensors(op: str, tensors: list[Tensor]) -> None:
     ids = {id(t.data) for t in tensors}
     if len(ids) != len(tensors):
         raise ShapeError(f"{op}: the same buffer appears twice among {len(tensors)} tensors")
+
+
+def wait_limit(comm) -> float:
+    """Seconds a device wait beside ``comm``'s collectives may take: a group's ``Bounded``
+    communicator's timeout (as its collectives'), else ``runtime.WAIT_TIMEOUT``."""
+    return getattr(comm, "timeout", runtime.WAIT_TIMEOUT)
 
 
 def chunk_bounds(n: int, k: int) -> list[tuple[int, int]]:

@@ -31,13 +31,14 @@ from ..nn.follow import ModelFollower
 from ..nn.module import Module
 from ..nn.clip import clip_grads_with_norm_, get_total_norm
 from ..errors import ParclError
+from .. import runtime
 from ..gate import release_all
 from ..kernels.elementwise import scale_
 from ..optim import FlatBucket, Optimizer
 from ..pool import ZEROED, pool_of, stamp
 from ..tensor import Tensor
 from . import ALGORITHMS, allreduce_scaled, check_algorithm, shares_memory
-from ._common import order_after, pending
+from ._common import order_after, pending, wait_limit
 from .buckets import GradBuckets, ParamBuckets, alignment_elems, plan_buckets
 from .mpi import hierarchical
 
@@ -359,10 +360,12 @@ class StepBuffers:
         when it is built: a model initialised per rank (``manual_seed(rank)``, for dropout
         masks of its own) would otherwise start apart, and the same reduced update on every
         rank would keep the ranks' parameters apart for good."""
+        limit = wait_limit(comm)
         for t in [*self.values[0].flats, *self.buffers[0]]:
-            host = t.to_host()
+            host = t.to_host(limit)
             comm.Bcast(host, root=0)
-            cl.enqueue_copy(t.queue, t.data, host, is_blocking=True)
+            with runtime.watched(limit, "rank 0's parameters written to replica 0"):
+                cl.enqueue_copy(t.queue, t.data, host, is_blocking=True)
 
     def buffers_from_rank_0(self, comm, spread: bool = True) -> None:
         """Rank 0's replica 0 buffers onto every rank's replica 0, and with ``spread`` onto
@@ -376,17 +379,20 @@ class StepBuffers:
             return
         # one Bcast for them all, their bytes end to end (one each would be dozens a step in
         # a ResNet); only rank 0 reads its buffers, and only the others write theirs
+        limit = wait_limit(comm)
         if comm.Get_rank() == 0:
-            packed = np.concatenate([b.to_host().reshape(-1).view(np.uint8) for b in buffers])
+            packed = np.concatenate([b.to_host(limit).reshape(-1).view(np.uint8)
+                                     for b in buffers])
         else:
             packed = np.empty(sum(b.nbytes for b in buffers), np.uint8)
         comm.Bcast(packed, root=0)
         if comm.Get_rank() != 0:
             start = 0
-            for b in buffers:
-                cl.enqueue_copy(b.queue, b.data, packed[start:start + b.nbytes],
-                                is_blocking=True)
-                start += b.nbytes
+            with runtime.watched(limit, "rank 0's buffers written to replica 0"):
+                for b in buffers:
+                    cl.enqueue_copy(b.queue, b.data, packed[start:start + b.nbytes],
+                                    is_blocking=True)
+                    start += b.nbytes
         if spread:
             order_after(self.queues[0], self.copy_buffers([pending(self.queues[0])]))
             release_all()

@@ -8,9 +8,9 @@ import numpy as np
 import pyopencl as cl
 
 from ..kernels.reduce import reduce_into
-from ..gate import release_all
+from .. import runtime
 from ..tensor import Tensor
-from ._common import order_after, pending
+from ._common import order_after, pending, wait_limit
 
 
 # Below this a plain read and write beat map/unmap, whose fixed cost is ~0.2 ms here
@@ -39,21 +39,24 @@ def hierarchical(tensors: list[Tensor], comm, scale: float = 1.0) -> None:
         ready = [pending(t.queue) for t in tensors[1:]]
         reduce_into(q0, root.data, [t.data for t in tensors], 0, root.size, 1.0,
                     wait_for=ready)
-    release_all()                     # a blocking map or read next (parcl.gate)
+    limit = wait_limit(comm)
     if root.nbytes >= MAP_BYTES:
         # Map the bucket rather than copy it: on a CPU device the map is the buffer itself
         # (no copy at all); elsewhere the driver moves the bytes, as a read and write would.
-        host, _ = cl.enqueue_map_buffer(q0, root.data, cl.map_flags.READ | cl.map_flags.WRITE,
-                                        0, (root.size,), np.float32, is_blocking=True)
+        with runtime.watched(limit, "mapping replica 0's summed gradients"):
+            host, _ = cl.enqueue_map_buffer(q0, root.data,
+                                            cl.map_flags.READ | cl.map_flags.WRITE, 0,
+                                            (root.size,), np.float32, is_blocking=True)
         try:
             _reduce_host(comm, host, scale)
         finally:
             # unmap: it writes the result back where the device keeps its own copy
             written = [host.base.release(queue=q0)]
     else:
-        host = root.to_host().reshape(-1)
+        host = root.to_host(limit).reshape(-1)
         _reduce_host(comm, host, scale)
-        written = [cl.enqueue_copy(q0, root.data, host, is_blocking=True)]
+        with runtime.watched(limit, "writing the ranks' sum to replica 0"):
+            written = [cl.enqueue_copy(q0, root.data, host, is_blocking=True)]
     copies = [cl.enqueue_copy(t.queue, t.data, root.data, byte_count=root.nbytes,
                               wait_for=written)
               for t in tensors[1:]]
