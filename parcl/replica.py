@@ -366,8 +366,10 @@ class ReplicaGroup:
             return [[] for _ in self.replicas]
         return [[step for _, step in per.values()] for per in steps]
 
+    @_one_call_at_a_time
     def train(self, mode: bool = True) -> ReplicaGroup:
-        """``model.train(mode)`` on every replica's model."""
+        """``model.train(mode)`` on every replica's model, after another thread's call (a
+        step whose forwards would otherwise change mode half-way)."""
         for r in self.replicas:
             r.model.train(mode)
         return self

@@ -363,6 +363,32 @@ def test_calls_from_two_threads_run_one_after_the_other(devices2):
         np.testing.assert_array_equal(b, a)
 
 
+def test_eval_from_another_thread_waits_for_a_step_whose_forward_it_would_change(devices2):
+    """group.train/eval set the replicas' modes outside the group's lock: another thread's
+    eval during a step's forwards switched them to eval mode half-way through."""
+    inside = threading.Event()
+
+    class Probe(pc.nn.Module):                    # the mode before and after a pause
+        def forward(self, x):
+            self.seen = [self.training]
+            inside.set()
+            time.sleep(0.3)                       # the other thread calls eval meanwhile
+            self.seen.append(self.training)
+            return x
+
+    def build(queue):
+        return pc.nn.Sequential(Probe(), pc.nn.Linear(64, 10, queue=queue))
+
+    x, y = batch(8)
+    with ReplicaGroup(build, devices2, timeout=60) as group:
+        other = threading.Thread(target=lambda: (inside.wait(30), group.eval()))
+        other.start()
+        group.step(x, y, tp.cross_entropy, sgd(group.parameters()))
+        other.join(60)
+        assert [r.model[0].seen for r in group.replicas] == [[True, True], [True, True]]
+        assert [r.model.training for r in group.replicas] == [False, False]
+
+
 def test_a_group_called_inside_a_replicas_own_call_raises_at_once(devices2):
     """group.run called by a replica's fn waited for that replica, which was running it,
     until the group's timeout, and left the group unusable."""
