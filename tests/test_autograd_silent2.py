@@ -80,6 +80,32 @@ def test_inference_mode_false_leaves_inference_mode_and_records_as_pytorch(queue
     assert tp.is_grad_enabled() and not tp.is_inference_mode_enabled()
 
 
+def test_enable_grad_inside_inference_mode_turns_grad_mode_on_and_records_nothing_as_pytorch(
+        queue):
+    # enable_grad (or set_grad_enabled(True)) inside inference_mode recorded a graph: x * 2.0
+    # was a Node with a grad_fn, where PyTorch's is an inference tensor that records nothing
+    tx = torch.tensor(X, requires_grad=True)
+    x = leaf(queue, X)
+    for torch_switch, switch in ((torch.enable_grad, tp.enable_grad),
+                                 (lambda: torch.set_grad_enabled(True),
+                                  lambda: tp.set_grad_enabled(True))):
+        with torch.inference_mode(), torch_switch():
+            ty = tx * 2.0
+            want = (torch.is_inference_mode_enabled(), torch.is_grad_enabled(),
+                    ty.requires_grad, ty.grad_fn)
+        assert want == (True, True, False, None)
+        with tp.inference_mode(), switch():
+            y = x * 2.0
+            got = (tp.is_inference_mode_enabled(), tp.is_grad_enabled(),
+                   isinstance(y, tp.Node), y.to_host().tolist())
+            with tp.no_grad():
+                assert not tp.is_grad_enabled()
+            assert tp.is_grad_enabled() and not isinstance(x * 2.0, tp.Node)
+        assert got == (True, True, False, [2.0, 4.0])
+        assert not tp.is_inference_mode_enabled() and tp.is_grad_enabled()
+        assert isinstance(x * 2.0, tp.Node)                   # records again outside
+
+
 def test_retained_and_input_inner_gradients_accumulate_across_backwards_as_pytorch(queue):
     # an inner Node's .grad was each pass's own, so a second backward through the graph left
     # a retain_grad() node's (or an inputs= node's) [3, 3] where PyTorch's adds up to [6, 6]

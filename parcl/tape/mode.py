@@ -21,7 +21,8 @@ class _State(threading.local):
     attribute (``Function.apply`` reads ``state.grad`` once per op) instead of a ``getattr``
     with a default."""
 
-    grad = True
+    grad = True            # ops record: grad mode is on and inference mode off
+    grad_mode = True       # grad mode as set, what is_grad_enabled reports
     anomaly = False
     tape = None
     stats_sync = None
@@ -33,8 +34,19 @@ state = _State()       # thread-local: each thread sees its own attributes
 
 
 def is_grad_enabled() -> bool:
-    """Whether ops record Nodes in this thread (True by default)."""
-    return state.grad
+    """This thread's grad mode (True by default): ops record Nodes where it is on, outside
+    ``inference_mode``."""
+    return state.grad_mode
+
+
+def set_modes(grad: bool, inference: bool) -> tuple[bool, bool]:
+    """Set this thread's grad mode and inference mode; the previous pair. Inside inference
+    mode nothing records whatever grad mode says, as in PyTorch, whose ``enable_grad`` there
+    turns grad mode on and still makes inference tensors."""
+    previous = state.grad_mode, state.inference
+    state.grad_mode, state.inference = grad, inference
+    state.grad = grad and not inference
+    return previous
 
 
 def is_anomaly_enabled() -> bool:
@@ -63,28 +75,38 @@ class _ModeSwitch:
             raise DTypeError(f"{type(self).__name__}: the mode must be a bool, got {value!r} "
                              f"({type(value).__name__})")
         self.value = bool(value)
-        self.prev = getattr(state, self.attr)
-        setattr(state, self.attr, self.value)
+        self.prev = self.get()
+        self.set(self.value)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        setattr(state, self.attr, self.prev)
+        self.set(self.prev)
         return False
 
     def __call__(self, fn):
         # As PyTorch's: used as a decorator the switch made at decoration is undone there
         # (else the decorating thread kept it), and each call gets the mode anew.
-        setattr(state, self.attr, self.prev)
+        self.set(self.prev)
         return _decorated(fn, lambda: type(self)(self.value))
+
+    def get(self) -> bool:
+        return getattr(state, self.attr)
+
+    def set(self, value: bool) -> None:
+        setattr(state, self.attr, value)
 
 
 class set_grad_enabled(_ModeSwitch):
     """Turn recording on or off for this thread: ``tp.set_grad_enabled(False)`` for a whole
     script, or ``with tp.set_grad_enabled(False):`` for a block. Thread-local."""
 
-    attr = "grad"
+    def get(self) -> bool:
+        return state.grad_mode
+
+    def set(self, value: bool) -> None:
+        set_modes(value, state.inference)
 
 
 class detect_anomaly(_ModeSwitch):
@@ -109,12 +131,11 @@ class _GradModeContext:
         return self if fn is None else self(fn)
 
     def __enter__(self):
-        self.prev = is_grad_enabled()
-        state.grad = self.value
+        self.prev = set_modes(self.value, state.inference)[0]
         return self
 
     def __exit__(self, *exc):
-        state.grad = self.prev
+        set_modes(self.prev, state.inference)
         return False
 
     def __call__(self, fn):
@@ -166,7 +187,8 @@ class no_grad(_GradModeContext):
 
 
 class enable_grad(_GradModeContext):
-    """Re-enable recording inside a ``no_grad`` block (context manager or decorator)."""
+    """Re-enable recording inside a ``no_grad`` block (context manager or decorator); inside
+    ``inference_mode`` it turns grad mode on and ops still record nothing, as PyTorch's."""
 
     value = True
 
@@ -194,13 +216,12 @@ class inference_mode:
         self.mode = bool(mode)
 
     def __enter__(self):
-        self.prev = (state.grad, state.inference)
         # PyTorch's InferenceMode(enabled) sets grad mode to ``not enabled`` either way
-        state.grad, state.inference = not self.mode, self.mode
+        self.prev = set_modes(not self.mode, self.mode)
         return self
 
     def __exit__(self, *exc):
-        state.grad, state.inference = self.prev
+        set_modes(*self.prev)
         return False
 
     def __call__(self, fn):
@@ -239,11 +260,13 @@ class own_batch_stats:
         state.stats_sync = self._outer
 
 
-def capture_modes() -> tuple[bool, bool]:
-    """The calling thread's (grad mode, anomaly mode), to hand to a worker thread."""
-    return is_grad_enabled(), is_anomaly_enabled()
+def capture_modes() -> tuple[bool, bool, bool]:
+    """The calling thread's (grad mode, anomaly mode, inference mode), to hand to a worker
+    thread."""
+    return state.grad_mode, state.anomaly, state.inference
 
 
-def apply_modes(modes: tuple[bool, bool]) -> None:
+def apply_modes(modes: tuple[bool, bool, bool]) -> None:
     """Adopt modes captured in another thread (replica threads do this per dispatched call)."""
-    state.grad, state.anomaly = modes
+    grad, state.anomaly, inference = modes
+    set_modes(grad, inference)

@@ -233,7 +233,7 @@ def run_backward(roots: list[Entry], grads: list[Tensor], pending: tuple, *,
     # the walk runs with grad mode off, as PyTorch's engine (create_graph=False): the hooks
     # it calls record nothing, and may update a parameter in place (an optimizer step in a
     # post-accumulate hook)
-    grad_mode, mode.state.grad = mode.state.grad, False
+    outer_modes = mode.set_modes(False, mode.state.inference)
     try:
         _reverse(order, roots, grads, retain_grads, wanted, collect, keep)
     except ParclError as exc:
@@ -245,7 +245,7 @@ def run_backward(roots: list[Entry], grads: list[Tensor], pending: tuple, *,
         raise
     finally:
         state.deferred, state.pending, state.partial, state.leaf_hooks = outer
-        mode.state.grad = grad_mode
+        mode.set_modes(*outer_modes)
     if rec is not None:
         rec.note_grads()
     try:

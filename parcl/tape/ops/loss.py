@@ -227,7 +227,7 @@ def class_weight_arg(op: str, weight, logits, tape=None) -> Tensor | None:
     if weight is None:
         return None
     if isinstance(weight, Node):
-        if weight.requires_grad and (tape is not None or mode.is_grad_enabled()):
+        if weight.requires_grad and (tape is not None or mode.state.grad):
             raise ParclError(f"{op}: weight {weight.shape} requires grad, but the loss is not "
                              f"differentiable with respect to its class weights (as PyTorch's); "
                              f"pass weight.detach() or a pc.Tensor")
