@@ -502,7 +502,8 @@ class ReplicaGroup:
         try:
             losses = self._losses.for_replicas(loss_fn)   # a loss module's tensors on each
             outcomes = agreed(self.comm, lambda: self._in_step(                      # 2.
-                self._call(self._replica_step, (shards, losses, keys))))
+                self._call(self._replica_step, (shards, losses, keys))),
+                settled=self._stats.settled if self._stats is not None else None)
             self._labels.check(loss_fn, y, ignore, outcomes, self.comm)            # 3.
             check_class_weights(weights, outcomes)
             check_reduction(reduction, outcomes)

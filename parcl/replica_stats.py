@@ -45,6 +45,7 @@ class StatsExchange:
         self.slots: list = [None] * k            # (partials, ready event, count) per replica
         self.reads: list[list] = [[] for _ in range(k)]   # (whose, event) copies each made
         self.host: tuple | None = None           # across ranks: (partials, counts) on the host
+        self.told: list | None = None            # what the ranks said where one was not here
 
     def member(self, index: int) -> Member:
         return Member(self, index)
@@ -54,6 +55,15 @@ class StatsExchange:
         if self.barrier.broken:
             self.barrier.reset()
         self.slots = [None] * len(self.queues)
+        self.told = None
+
+    def settled(self) -> list | None:
+        """Where a rank that was not at an exchange (its replicas failed before it, or its
+        step reached no more batch norms) met it with its step's agreement
+        (``replica_steps.agreed``), that collective's answers: it was this step's agreement
+        too, and no rank makes another."""
+        told, self.told = self.told, None
+        return told
 
     def abort(self) -> None:
         """A replica failed: every replica waiting here (or arriving) stops at once."""
@@ -118,7 +128,7 @@ class Member:
         release(q)
         counts = np.array([s[2] for s in slots], np.float32)
         if ex.comm is not None and r == 0:
-            ex.host = _across_ranks(ex.comm, stacked, counts)
+            ex.host = _across_ranks(ex, stacked, counts)
         ex.barrier.wait()                                      # every copy is enqueued
         # This replica's part may go back to its pool only once the others have read it.
         mine = [e for j in range(k) for i, e in ex.reads[j] if i == r]
@@ -140,8 +150,20 @@ class Member:
             pass                     # another replica failed (or got _DONE and raised)
 
 
-def _across_ranks(comm, stacked: Tensor, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every rank's stacked partials and counts, in rank order (the same on every rank)."""
-    parts = comm.allgather(stacked.to_host())
-    all_counts = comm.allgather(counts)
-    return np.concatenate(parts, axis=0), np.concatenate(all_counts)
+def _across_ranks(ex: StatsExchange, stacked: Tensor, counts: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Every rank's stacked partials and counts, in rank order (the same on every rank).
+    A rank not at this exchange answers from its step's agreement instead (its failure, or
+    None where its step ended without this batch norm): then this collective was the step's
+    agreement, and this rank's step fails as every other rank's does."""
+    everyone = ex.comm.allgather((stacked.to_host(), counts))
+    absent = [rank for rank, said in enumerate(everyone) if not isinstance(said, tuple)]
+    if absent:
+        ex.told = everyone
+        said = everyone[absent[0]]
+        raise ReplicaError(f"sync_batchnorm: rank {absent[0]} is not at this batch norm's "
+                           f"exchange: " + (f"its step failed ({said.splitlines()[0]})"
+                                            if said is not None else
+                                            "its step ended without reaching it"), index=0)
+    return (np.concatenate([parts for parts, _ in everyone], axis=0),
+            np.concatenate([c for _, c in everyone]))

@@ -275,7 +275,8 @@ def _entry(layout: list[tuple], i: int) -> str:
     return f"{name} {shape} {dtype}"
 
 
-def agreed(comm, call, refused: Exception | None = None, what: str = "replicas failed"):
+def agreed(comm, call, refused: Exception | None = None, what: str = "replicas failed",
+           settled=None):
     """``call()`` (the replicas' part of a step), its failure known to every rank: a rank
     whose replicas failed (a bad batch of its own) raises its error, and every other rank a
     ``ReplicaError`` naming it, so a loop that catches a failed step on every rank goes on
@@ -283,7 +284,8 @@ def agreed(comm, call, refused: Exception | None = None, what: str = "replicas f
     and the others waited for it in theirs until the watchdog ended the job.) ``refused``:
     this rank's failure found before (a batch it cannot split), raised instead of calling;
     ``what`` says in the others' error what happened on that rank. One small ``allgather``
-    per step."""
+    per step, which ranks still in a batch norm exchange meet there: ``settled()``
+    (``StatsExchange.settled``) gives what that collective told them."""
     if comm is None:
         return call()
     failure = None
@@ -293,14 +295,26 @@ def agreed(comm, call, refused: Exception | None = None, what: str = "replicas f
         result = call()
     except Exception as exc:     # noqa: BLE001 - told to the other ranks, then raised here
         failure = exc
-    told = comm.allgather(None if failure is None else f"{type(failure).__name__}: {failure}")
-    if failure is not None:
-        raise failure
-    for rank, text in enumerate(told):
-        if text is not None:
+    told = settled() if settled is not None else None
+    if told is None:
+        told = comm.allgather(None if failure is None else f"{type(failure).__name__}: {failure}")
+        if failure is not None:
+            raise failure
+    for rank, said in enumerate(told):
+        if isinstance(said, str):
             raise ReplicaError(f"ReplicaGroup.step: rank {rank}'s {what}, so this "
                                f"rank's step was not applied either (every rank stays at the "
-                               f"same step): {text.splitlines()[0]}")
+                               f"same step): {said.splitlines()[0]}")
+    for rank, said in enumerate(told):
+        if (said is None) == (failure is None):
+            continue
+        # batch statistics where this rank agreed (that rank was in a sync_batchnorm
+        # exchange), or an agreement where this rank was in one
+        raise ReplicaError(f"ReplicaGroup.step: rank {rank}'s step "
+                           + ("reached a batch norm" if said is not None else
+                              "ended before a batch norm") +
+                           " (sync_batchnorm) that this rank's did not, so no rank's step was "
+                           "applied: every rank must run the same layers")
     return result
 
 

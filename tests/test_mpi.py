@@ -247,6 +247,57 @@ def test_a_batch_one_rank_cannot_split_fails_the_step_on_every_rank(tmp_path):
                                       np.load(tmp_path / f"skip{rank}.npy"))
 
 
+SYNC_BN_FAILING_ON_ONE_RANK = """
+import sys, numpy as np, parcl as pc, parcl.tape as tp
+from parcl import distributed as dist
+from parcl.replica import ReplicaGroup
+def build(q):
+    pc.nn.manual_seed(0)
+    return pc.nn.Sequential(pc.nn.Linear(8, 6, queue=q), pc.nn.BatchNorm1d(6, queue=q),
+                            pc.nn.ReLU(), pc.nn.Linear(6, 4, queue=q))
+group = ReplicaGroup.from_launch(build, timeout=20, sync_batchnorm=True)
+opt = pc.optim.SGD(group.parameters(), lr=0.1)
+rng, rank, log = np.random.default_rng(0), dist.rank(), []
+for step in range(4):
+    x, y = rng.standard_normal((8, 8)).astype(np.float32), rng.integers(0, 4, 8)
+    xs, ys = x[rank * 4:rank * 4 + 4], y[rank * 4:rank * 4 + 4]
+    if step == 1 and sys.argv[2] == "skip":
+        continue
+    if step == 1 and rank == 1 and sys.argv[2] == "bad":
+        xs = xs[:, :7]                            # rank 1 fails before its batch norm
+    try:
+        log.append(round(group.step(xs, ys, tp.cross_entropy, opt), 6))
+    except pc.ParclError as exc:
+        log.append(type(exc).__name__ + ": " + str(exc)[:60])
+np.save(sys.argv[1] + str(rank) + ".npy", group.model[0].weight.value.to_host())
+print(rank, log, flush=True)
+"""
+
+
+def test_a_rank_failing_before_its_first_batch_norm_exchange_fails_the_step_on_every_rank(
+        tmp_path):
+    """With sync_batchnorm, rank 1's forward failed before its batch norm: its step's
+    agreement met rank 0's batch norm exchange (which took a failure text for statistics)
+    and rank 0 waited for rank 1 in its next collective until the watchdog ended the job
+    after the group's timeout (20 s here). Now the exchange takes that answer as the step's
+    agreement: rank 0 raises a ReplicaError naming rank 1, and the ranks go on together,
+    ending where a run that skipped that step everywhere ends."""
+    script = tmp_path / "sync_bn.py"
+    script.write_text(SYNC_BN_FAILING_ON_ONE_RANK)
+    out = {}
+    for mode in ("skip", "bad"):
+        r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, script, tmp_path / mode, mode],
+                timeout=90)
+        assert r.returncode == 0, r.stderr
+        out[mode] = sorted(r.stdout.splitlines())
+    rank0, rank1 = out["bad"]
+    assert "ReplicaError: ReplicaGroup.step: rank 1's replicas failed" in rank0
+    assert "ReplicaError: replica 0 on" in rank1 and "failed: ShapeError" in rank1
+    for rank in (0, 1):
+        np.testing.assert_array_equal(np.load(tmp_path / f"bad{rank}.npy"),
+                                      np.load(tmp_path / f"skip{rank}.npy"))
+
+
 BRANCH_ON_ONE_RANK = """
 import sys, numpy as np, parcl as pc, parcl.tape as tp
 from parcl import distributed as dist
