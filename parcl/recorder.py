@@ -40,8 +40,9 @@ class LeafGrad:
     """A leaf a recorded backward met: the ``.grad`` it found (None, or the tensor it
     accumulated into), whether it required grad then, the ``.grad`` it left, its ``.value``
     (weakly: dropped with its Node, a global rebound to a new one, its memory goes to the
-    recording, which is then not replayed: ``Recording.lose``) and whether a backward's pass
-    reached it (``met``: its ``.grad`` holds that pass's contributions)."""
+    recording, which is then not replayed: ``Recording.lose``), whether a backward's pass
+    reached it (``met``: its ``.grad`` holds that pass's contributions) and the handle ids of
+    the hooks the call left it with (``hooks``)."""
 
     entry: object
     before: object
@@ -50,6 +51,7 @@ class LeafGrad:
     value: object = None
     met: bool = False
     after_checks: tuple = ()
+    hooks: tuple = ()
 
     @classmethod
     def of(cls, entry) -> LeafGrad:
@@ -57,7 +59,13 @@ class LeafGrad:
         says otherwise (``note_grads``): a call that runs none (an evaluation) keeps it."""
         node = entry.node()
         return cls(entry, entry.grad, entry.requires_grad, after=entry.grad,
-                   value=None if node is None else weakref.ref(node.value))
+                   value=None if node is None else weakref.ref(node.value),
+                   hooks=_hook_ids(entry))
+
+
+def _hook_ids(entry) -> tuple:
+    hooks = entry.hooks
+    return () if hooks is None else hooks.ids
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,9 @@ class Recording:
         # id(leaf entry) -> every leaf the recorded backward passes met: a replay writes the
         # gradients the recording wrote
         self.leaves: dict[int, LeafGrad] = {}
+        # id(module) -> [weakref to it, its ``hook_ids`` as the call left it]: every module
+        # the call ran or looked at the hooks of (``note_hooked``)
+        self.hooked: dict[int, list] = {}
         self._calls: list | None = None     # the ops bound for replay (made by the first one)
         self.ref = weakref.ref(self)
         self._kept: dict[tuple, list] = {}  # (pool, size) -> buffers the step freed
@@ -265,12 +276,31 @@ class Recording:
             leaf.after = leaf.entry.grad
             leaf.after_checks = () if leaf.after is None else leaf.after.checks
 
-    def leaves_unchanged(self) -> bool:
+    def note_hooked(self, module) -> None:
+        """A module the call ran, or whose hooks steered it (a fused path taken where it
+        holds none): a replay needs the hooks the call left it with (``hook_ids``)."""
+        seen = self.hooked.get(id(module))
+        if seen is None or seen[0]() is not module:      # not another one's id, reused
+            self.hooked[id(module)] = [weakref.ref(module), module.hook_ids]
+
+    def note_hooks(self) -> None:
+        """When the call returns: every noted leaf's and module's hooks as the call left
+        them (hooks the step registers and removes itself are its Python)."""
+        for leaf in self.leaves.values():
+            leaf.hooks = _hook_ids(leaf.entry)
+        for seen in self.hooked.values():
+            module = seen[0]()
+            if module is not None:
+                seen[1] = module.hook_ids
+
+    def unchanged(self) -> bool:
         """Whether every leaf has the ``.grad`` (the same tensor, or None), the
-        ``requires_grad`` and the ``.value`` tensor the recording found: only then does a
-        replay compute what the eager call would (an accumulation into the same buffer, or a
-        gradient assigned anew, at the values the model holds: ``p.value = t`` between calls
-        is another recording), and no tensor it read without allocating it has been dropped
+        ``requires_grad``, the ``.value`` tensor and the hooks the recording found: only then
+        does a replay compute what the eager call would (an accumulation into the same
+        buffer, or a gradient assigned anew, at the values the model holds: ``p.value = t``
+        between calls is another recording); every module it used has the hooks it left
+        (a hook registered on or removed from one, and not from another tensor or module,
+        is another recording); and no tensor it read without allocating it has been dropped
         since (``lose``: a global rebound to a new tensor, which the eager call would read)."""
         if self.lost:
             return False
@@ -278,8 +308,15 @@ class Recording:
             e = leaf.entry
             if e.grad is not leaf.before or e.requires_grad != leaf.requires_grad:
                 return False
+            hooks = e.hooks
+            if hooks is not None and hooks.ids != leaf.hooks:
+                return False
             node = e.node()       # None: nobody holds the Node, nobody gave it a new value
             if node is not None and node.value is not leaf.value():
+                return False
+        for ref, ids in self.hooked.values():
+            module = ref()        # None: dropped, nobody calls it again
+            if module is not None and module.hook_ids != ids:
                 return False
         return True
 

@@ -494,6 +494,7 @@ def test_a_hook_registered_or_removed_between_captured_calls_records_the_step_an
     w.grad = None
     captured(x)
     np.testing.assert_array_equal(w.grad.to_host(), X)
+    assert captured.replays == 3
     module_handle = layer.register_forward_hook(lambda m, args, out: out * 3)
     w.grad = None
     assert captured(x).item() == pytest.approx(3 * float(np.sum(W * X)))
@@ -501,7 +502,108 @@ def test_a_hook_registered_or_removed_between_captured_calls_records_the_step_an
     module_handle.remove()
     w.grad = None
     assert captured(x).item() == pytest.approx(float(np.sum(W * X)))
-    assert captured.replays == 2           # each change since was a new recording
+    # each hook was a new recording; each removal found the first one again and replayed it
+    assert captured.replays == 4
+
+
+def _relu_mlp_step(queue):
+    """Linear -> ReLU -> Linear (the ReLU run in the first GEMM while neither holds a hook),
+    its training step captured, and the step: each called with the gradients cleared."""
+    pc.nn.manual_seed(0)
+    model = pc.nn.Sequential(pc.nn.Linear(4, 3, queue=queue), pc.nn.ReLU(),
+                             pc.nn.Linear(3, 2, queue=queue))
+
+    def step(x):
+        with tp.Tape() as tape:
+            y = model(x)
+            loss = tp.sum(y * y)
+        tape.backward(loss)
+        return loss.value
+
+    def cleared(fn):
+        def call(x):
+            model.zero_grad(set_to_none=True)
+            return fn(x)
+        return call
+
+    captured = tp.capture(step, queue)
+    return model, captured, cleared(captured), cleared(step)
+
+
+def test_hooks_registered_and_removed_on_other_tensors_and_modules_leave_a_step_replaying(
+        queue):
+    # a global count of every hook registration in the process was part of each recording's
+    # key: a hook registered and removed on any tensor or module between calls (an eval
+    # loop's, another model's) made every call a new recording: 0 replays of 5, here 4
+    _, captured, call, _ = _relu_mlp_step(queue)
+    other, unrelated = pc.nn.Linear(4, 4, queue=queue), leaf(queue, X)
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    losses = []
+    for _ in range(5):
+        with other.register_forward_hook(lambda m, args, out: out * 2), \
+                unrelated.register_hook(lambda g: g * 2), \
+                unrelated.register_post_accumulate_grad_hook(lambda p: None):
+            pass
+        losses.append(call(x).item())
+    assert captured.replays == 4 and losses == [losses[0]] * 5
+    kept = pc.nn.Linear(3, 3, queue=queue).register_forward_hook(lambda m, args, out: out)
+    call(x)
+    kept.remove()
+    assert call(x).item() == losses[0] and captured.replays == 6
+
+
+def test_a_hook_added_to_a_module_a_step_fused_or_a_parameter_it_used_records_it_anew(queue):
+    # the ReLU is never called where its GEMM runs it: the recording notes it when the
+    # Sequential looks at its hooks, so a hook on it later is another recording, which
+    # calls it, as the eager step does
+    model, captured, call, step = _relu_mlp_step(queue)
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    for _ in range(2):
+        call(x)
+    assert captured.replays == 1
+    plain = call(x).item()
+    seen = []
+
+    def halve(m, args, out):
+        seen.append(type(m).__name__)
+        return out * 0.5
+
+    handles = [model[1].register_forward_hook(halve)]
+    got = [call(x).item() for _ in range(2)]
+    assert captured.replays == 3 and seen == ["ReLU"]     # one new recording, then replayed
+    want = step(pc.Tensor.from_host(queue, x)).item()
+    assert got == [want] * 2 and want != plain and seen == ["ReLU"] * 2
+    handles.append(model[0].weight.register_hook(lambda g: g * 3))
+    grads = [(call(x), model[0].weight.grad.to_host())[1] for _ in range(2)]
+    assert captured.replays == 4 and len(seen) == 3
+    step(pc.Tensor.from_host(queue, x))
+    for got_grad in grads:
+        np.testing.assert_array_equal(got_grad, model[0].weight.grad.to_host())
+    for handle in handles:
+        handle.remove()
+    assert call(x).item() == plain
+    assert captured.replays == 5 and len(seen) == 4        # the first recording again
+    assert [len(v) for v in captured._entries.values()] == [3]
+
+
+def test_a_step_replays_while_another_thread_registers_and_removes_hooks_on_its_model(queue):
+    import threading
+
+    _, captured, call, _ = _relu_mlp_step(queue)
+    theirs = pc.nn.Linear(4, 3, queue=queue)
+    x = np.ones((2, 4), np.float32)
+
+    def hook_theirs():
+        handle = theirs.register_forward_hook(lambda m, args, out: out)
+        theirs.weight.register_hook(lambda g: g).remove()
+        handle.remove()
+
+    for _ in range(4):
+        worker = threading.Thread(target=hook_theirs)
+        worker.start()
+        worker.join()
+        call(x)
+    assert captured.replays == 3
 
 
 # -- replica groups ---------------------------------------------------------------------------

@@ -228,6 +228,37 @@ def test_each_replica_thread_replays_its_own_recording(devices2):
             np.testing.assert_array_equal(a.value.to_host(), b.value.to_host())
 
 
+def test_a_group_replays_while_other_models_get_hooks_and_records_anew_for_its_own(devices2):
+    # every hook registration in the process was part of each replica's recording key: a
+    # hook registered and removed on another model between steps made every step a new
+    # recording, replays [0, 0] where now [4, 4]
+    x, y = batch(8)
+    other = pc.nn.Linear(64, 32)
+    with ReplicaGroup(mlp, devices2, capture=True) as group, \
+            ReplicaGroup(mlp, devices2) as eager:
+        opts = [pc.optim.SGD(g.parameters(), lr=0.1) for g in (group, eager)]
+
+        def both():
+            return [g.step(x, y, tp.cross_entropy, o) for g, o in zip((group, eager), opts)]
+
+        for _ in range(5):
+            other.register_forward_hook(lambda m, args, out: out * 2).remove()
+            other.weight.register_hook(lambda g: g * 2).remove()
+            losses = both()
+            assert losses[0] == losses[1]
+        steps = [step for per in group.captured_steps for step in per]
+        assert [s.replays for s in steps] == [4, 4]
+        for g in (group, eager):                   # on every replica: a new recording each
+            for replica in g.replicas:
+                replica.model[1].register_forward_hook(lambda m, args, out: out * 0.5)
+        for _ in range(2):
+            losses = both()
+            assert losses[0] == losses[1]
+        assert [s.replays for s in steps] == [5, 5]
+        for a, b in zip(group.parameters(), eager.parameters()):      # bit-identical
+            np.testing.assert_array_equal(a.value.to_host(), b.value.to_host())
+
+
 def test_a_launch_failing_in_a_replay_names_its_replica(devices2):
     x, y = batch(8)
     with ReplicaGroup(mlp, devices2, capture=True) as group:

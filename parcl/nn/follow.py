@@ -33,7 +33,6 @@ from __future__ import annotations
 import copy
 
 from ..errors import ParclError
-from ..tape.hooks import changes as hook_changes
 from ..tape.node import Node
 from ..tensor import Tensor
 from .buffer_slots import ModelSlots
@@ -52,7 +51,7 @@ class ModelFollower:
 
     def __init__(self, first: ModelSlots):
         self.first = first
-        self._hooks_seen = None       # ``tape.hooks.changes()`` when the hooks last agreed
+        self._hooks_seen = None       # every replica's ``_hook_ids`` when they last agreed
         self.note()
 
     def note(self) -> None:
@@ -74,10 +73,10 @@ class ModelFollower:
         for r, (_, other) in enumerate(trees[1:], 1):
             if other != layout:
                 raise ParclError(_different_trees(r, layout, other))
-        count = hook_changes()
-        if count != self._hooks_seen:      # one int compared while no hook was (un)registered
+        ids = [_hook_ids(modules, s) for (modules, _), s in zip(trees, slots)]
+        if ids != self._hooks_seen:        # compared, not counted, while none changed
             _check_hooks([m for m, _ in trees], layout, slots)
-            self._hooks_seen = count
+            self._hooks_seen = ids
         changed = self._assigned(first)
         wanted = [p is not None and p.requires_grad for p in slots[0].parameters.values()]
         for (modules, _), other in zip(trees[1:], slots[1:]):
@@ -146,6 +145,14 @@ def _holds_tensors(frozen) -> bool:
 def _tree(model: Module) -> tuple[list[Module], list]:
     named = list(model.named_modules())
     return [m for _, m in named], [(path, type(m)) for path, m in named]
+
+
+def _hook_ids(modules: list[Module], slots: ModelSlots) -> list:
+    """The handle ids of the hooks of every module and parameter (None: none registered):
+    the same list while no hook was registered on or removed from them."""
+    holders = [m._hooks for m in modules]
+    holders += [None if p is None else p.entry.hooks for p in slots.parameters.values()]
+    return [None if h is None else h.ids for h in holders]
 
 
 def _hook_counts(modules: list[Module], slots: ModelSlots) -> list[tuple[str, int]]:

@@ -54,8 +54,8 @@ _FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
               functools.partial)
 # a device resource a module may hold (its queue): which one, by identity, never its insides
 _RESOURCES = (cl.CommandQueue, cl.Context, cl.Device)
-# not plain: skipped at once (hooks: a registration or removal records anew by itself,
-# ``tp.hooks.changes``)
+# not plain: skipped at once (hooks: a registration or removal on a module a step used
+# records anew by itself, ``tape.hooks``)
 _REGISTRIES = frozenset(("_parameters", "_buffers", "_modules", "_hooks"))
 # Bounds on what a config object is keyed through: nesting deeper than this is a cycle or a
 # data structure rather than settings, and so are more values than this in all (a vocabulary,

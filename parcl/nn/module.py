@@ -597,6 +597,9 @@ class Module:
     _hooks: ModuleHooks | None = None        # set on the first hook registered
 
     def __call__(self, *args, **kwargs):
+        rec = recorder.state.recording
+        if rec is not None:     # a captured step's: replayed while this module's hooks stay
+            rec.note_hooked(self)
         hooks = self._hooks
         if hooks is None:
             return self.forward(*args, **kwargs)
@@ -629,6 +632,13 @@ class Module:
         replaces ``grad_input``. As PyTorch's, for a module that returns one Node and takes
         at most one input that requires grad (``parcl.nn.module_hooks``)."""
         return self._module_hooks().add("backward", hook, prepend=prepend)
+
+    @property
+    def hook_ids(self) -> tuple:
+        """The handle ids of the hooks this module holds, in order (``()``: none): a captured
+        step that called it replays only while they are the ones its call left."""
+        hooks = self._hooks
+        return () if hooks is None else hooks.ids
 
     def _module_hooks(self) -> ModuleHooks:
         if self._hooks is None:

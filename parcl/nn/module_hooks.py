@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import warnings
 
+from .. import recorder
 from ..errors import ParclError
 from ..tape import mode
-from ..tape.hooks import RemovableHandle, note_change
+from ..tape.hooks import RemovableHandle
 from ..tape.node import Node
 from ..tape.ops.shape import reshape
 from ..tensor import Tensor
@@ -35,20 +36,26 @@ KINDS = ("forward_pre", "forward", "backward_pre", "backward")
 def holds_hooks(module) -> bool:
     """Whether ``module`` has a hook of any kind registered: PyTorch calls a module's hooks
     around its own output, so a fused path that skips that output (a Linear's ReLU run in
-    its GEMM) must not run for a hooked module."""
+    its GEMM) must not run for a hooked module. A step being captured notes the module: a
+    hook registered on it later makes that path wrong, and the next call a new recording."""
+    rec = recorder.state.recording
+    if rec is not None:
+        rec.note_hooked(module)
     hooks = module._hooks
     return hooks is not None and any(hooks.counts())
 
 
 class ModuleHooks:
     """A module's hooks: per kind (``KINDS``) a dict handle id -> ``(hook, with_kwargs,
-    always_call)``, in calling order."""
+    always_call)``, in calling order; ``ids``: the handle ids of every kind's hooks, in
+    order, renewed by every registration and removal."""
 
-    __slots__ = KINDS
+    __slots__ = (*KINDS, "ids")
 
     def __init__(self):
         for kind in KINDS:
             setattr(self, kind, {})
+        self.ids: tuple = ()
 
     def add(self, kind: str, hook, with_kwargs: bool = False, always_call: bool = False,
             prepend: bool = False) -> RemovableHandle:
@@ -56,14 +63,17 @@ class ModuleHooks:
             raise TypeError(f"register_{kind}_hook: expected a callable, got "
                             f"{type(hook).__name__}")
         registry = getattr(self, kind)
-        handle = RemovableHandle(registry)
+        handle = RemovableHandle(self, registry)
         before = list(registry.items()) if prepend else []
         if prepend:
             registry.clear()
         registry[handle.id] = (hook, bool(with_kwargs), bool(always_call))
         registry.update(before)
-        note_change()
+        self.renew()
         return handle
+
+    def renew(self) -> None:
+        self.ids = tuple(i for kind in KINDS for i in getattr(self, kind))
 
     def counts(self) -> tuple[int, ...]:
         return tuple(len(getattr(self, kind)) for kind in KINDS)

@@ -23,10 +23,12 @@ A parameter frozen or thawed, or given a new ``.value``, is seen without a key, 
 tensor ``fn`` reads without being passed it (a global's, a closure's) rebound to a new one: the
 recording keeps the dropped one's memory (no other tensor gets what a replay reads) and the next
 call records anew; a rebound tensor still held elsewhere is replayed as it is (pass ``key=``).
-A hook registered on or removed from a leaf or a module between calls (``register_hook``,
-``register_forward_hook``) is seen without a key too (``tape.hooks.changes``): the next call
-records anew. A hook's device work is replayed; its Python (a print, a list it appends to)
-runs only in the calls that record.
+A hook registered on or removed from a leaf or a module the step used between calls
+(``register_hook``, ``register_forward_hook``) is seen without a key too (the recording notes
+the hooks they hold, ``tape.hooks``): the next call records anew, unless an earlier recording
+found them with those same hooks; one on another tensor or module changes nothing. A hook's
+device work is replayed; its Python (a print, a list it appends to) runs only in the calls
+that record.
 
 A replay also gives every leaf the ``.grad`` its recording gave it. The recording noted the
 state it found the leaves' gradients in (none, or buffers to accumulate into) and which leaves
@@ -54,7 +56,7 @@ from ..gate import transfer
 from ..pool import pool_of
 from ..tensor import INTERNAL, Tensor, _check_dtype
 from ..uploads import own
-from . import hooks, mode
+from . import mode
 from .tape import hold_back
 
 MAX_SIGNATURES = 8          # input signatures kept per captured function (oldest dropped first)
@@ -130,9 +132,7 @@ class CapturedStep:
         return variants[0].reason if variants else None
 
     def _key(self, arrays, key):
-        # hooks registered or removed on leaves or modules since: another recording
-        return (tuple((a.shape, a.dtype.str) for a in arrays), mode.capture_modes(),
-                hooks.changes(), key)
+        return tuple((a.shape, a.dtype.str) for a in arrays), mode.capture_modes(), key
 
     def __call__(self, *arrays, key=(), borrow: bool = False):
         """Run the step on these numpy inputs (see the module docstring). ``borrow=True``:
@@ -152,10 +152,11 @@ class CapturedStep:
             return self.fn(*self._fresh_inputs(arrays, borrow))
         for entry in variants:
             # The recording whose backward found the leaves' gradients as they are now (none,
-            # or these buffers to accumulate into) and the same parameters frozen; another
-            # state (zero_grad(set_to_none=...), a second accumulation, a frozen layer) is
-            # recorded anew: a replay writes what its recording wrote.
-            if entry.recording.leaves_unchanged():
+            # or these buffers to accumulate into), the same parameters frozen and the same
+            # hooks on them and on its modules; another state (zero_grad(set_to_none=...), a
+            # second accumulation, a frozen layer, a hook added) is recorded anew: a replay
+            # writes what its recording wrote.
+            if entry.recording.unchanged():
                 entry.recording.check_inputs(arrays)     # may raise: nothing is enqueued then
                 self._upload(entry, arrays, borrow)
                 self._replay(entry.recording)
@@ -202,6 +203,7 @@ class CapturedStep:
             try:
                 outputs = self.fn(*inputs)
                 rec.note_grads()        # as the call left them, not as its last backward did
+                rec.note_hooks()
             finally:
                 recorder.stop()
             if taped is not None and len(tape.nodes) > taped:

@@ -7,60 +7,42 @@ in registration order, once the Node's gradient of that pass is complete: an inn
 before its op's backward reads it, a leaf's before it is added into ``.grad``. A hook returning
 a tensor replaces the gradient from there on.
 
-Registering or removing a hook on a leaf or a module between calls of a captured step
-(``tp.capture``) makes its next call a new recording (``changes()`` is part of its key). A
-hook registered by the step itself, while it is being recorded, is part of the step's Python:
-its device work is replayed, its Python (a print, a list it appends to) is not.
+The hooks' holders (a Node's ``GradHooks``, a module's ``ModuleHooks``) keep ``ids``, the
+handle ids of the hooks they hold, in order: a captured step (``tp.capture``) replays a
+recording only while the leaves and modules it used hold the hooks its call left them with,
+so a hook registered on or removed from one of them between calls makes the next call
+another recording, and one on any other tensor or module changes nothing. A hook the step
+itself registers while it is being recorded is part of the step's Python: its device work
+is replayed, its Python (a print, a list it appends to) is not.
 """
 
 from __future__ import annotations
 
 import itertools
-import threading
 
 import numpy as np
 
-from .. import recorder
 from ..errors import DTypeError, ParclError, ShapeError
 from ..tensor import Tensor
 
 _ids = itertools.count()           # next() is atomic in CPython: ids unique across threads
-_lock = threading.Lock()
-_changes = 0
-
-
-def changes() -> int:
-    """How many times a hook was registered on or removed from a leaf or a module (outside
-    a recording): a captured step keys its recordings on it."""
-    return _changes
-
-
-def note_change() -> None:
-    """A hook registered or removed: a captured step records its next call anew (but not for
-    one the step itself registers while it is recorded: that is its own Python)."""
-    global _changes
-    if recorder.current() is None:
-        with _lock:
-            _changes += 1
 
 
 class RemovableHandle:
     """What ``register_*hook`` returns: ``handle.remove()`` takes the hook out (again: no
-    effect); also a context manager that removes it on exit, as PyTorch's."""
+    effect); also a context manager that removes it on exit, as PyTorch's. ``owner``: the
+    ``GradHooks`` or ``ModuleHooks`` whose ``registry`` holds the hook, renewed on removal."""
 
-    __slots__ = ("id", "_registries", "_counted")
+    __slots__ = ("id", "_owner", "_registry")
 
-    def __init__(self, *registries: dict, counted: bool = True):
+    def __init__(self, owner, registry: dict):
         self.id = next(_ids)
-        self._registries = registries
-        self._counted = counted
+        self._owner = owner
+        self._registry = registry
 
     def remove(self) -> None:
-        removed = False
-        for registry in self._registries:
-            removed = registry.pop(self.id, None) is not None or removed
-        if removed and self._counted:
-            note_change()
+        if self._registry.pop(self.id, None) is not None:
+            self._owner.renew()
 
     def __enter__(self) -> RemovableHandle:
         return self
@@ -73,14 +55,19 @@ class RemovableHandle:
 class GradHooks:
     """A Node's hooks (``fns``: handle id -> hook, in registration order), a leaf's
     post-accumulate hooks (``post``), and whether its gradient is kept by a backward with
-    ``retain_grads=False`` (``retain``)."""
+    ``retain_grads=False`` (``retain``); ``ids``: the handle ids of both kinds of hooks, in
+    order, renewed by every registration and removal."""
 
-    __slots__ = ("fns", "post", "retain")
+    __slots__ = ("fns", "post", "retain", "ids")
 
     def __init__(self):
         self.fns: dict = {}
         self.post: dict = {}
         self.retain = False
+        self.ids: tuple = ()
+
+    def renew(self) -> None:
+        self.ids = (*self.fns, *self.post)
 
 
 def run_hooks(entry, grad: Tensor) -> Tensor:

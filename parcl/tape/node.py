@@ -25,7 +25,7 @@ from ..tensor import Tensor, joined_checks
 from . import mode
 from .anomaly import call_site, check_finite
 from .changes import note_change
-from .hooks import GradHooks, RemovableHandle, note_change as note_hooks_change
+from .hooks import GradHooks, RemovableHandle
 from .node_methods import NodeMethods
 
 
@@ -243,10 +243,9 @@ class Node(NodeMethods):
             raise TypeError(f"register_hook: expected a callable, got {type(hook).__name__}")
         if e.hooks is None:
             e.hooks = GradHooks()
-        handle = RemovableHandle(e.hooks.fns, counted=e.grad_fn is None)
+        handle = RemovableHandle(e.hooks, e.hooks.fns)
         e.hooks.fns[handle.id] = hook
-        if e.grad_fn is None:      # a leaf outlives a captured step's calls: record anew
-            note_hooks_change()
+        e.hooks.renew()
         return handle
 
     def register_post_accumulate_grad_hook(self, hook) -> RemovableHandle:
@@ -264,9 +263,9 @@ class Node(NodeMethods):
                             f"{type(hook).__name__}")
         if e.hooks is None:
             e.hooks = GradHooks()
-        handle = RemovableHandle(e.hooks.post)
+        handle = RemovableHandle(e.hooks, e.hooks.post)
         e.hooks.post[handle.id] = hook
-        note_hooks_change()
+        e.hooks.renew()
         return handle
 
     def retain_grad(self) -> None:
