@@ -41,8 +41,10 @@ class LeafGrad:
     accumulated into), whether it required grad then, the ``.grad`` it left, its ``.value``
     (weakly: dropped with its Node, a global rebound to a new one, its memory goes to the
     recording, which is then not replayed: ``Recording.lose``), whether a backward's pass
-    reached it (``met``: its ``.grad`` holds that pass's contributions) and the handle ids of
-    the hooks the call left it with (``hooks``)."""
+    reached it (``met``: its ``.grad`` holds that pass's contributions), whether the call
+    touched its ``.grad`` at all (``touched``: met, or assigned; an evaluation's leaves are
+    not, and keep neither gradient) and the handle ids of the hooks the call left it with
+    (``hooks``)."""
 
     entry: object
     before: object
@@ -51,6 +53,7 @@ class LeafGrad:
     value: object = None
     met: bool = False
     after_checks: tuple = ()
+    touched: bool = True
     hooks: tuple = ()
 
     @classmethod
@@ -283,22 +286,32 @@ class Recording:
         if seen is None or seen[0]() is not module:      # not another one's id, reused
             self.hooked[id(module)] = [weakref.ref(module), module.hook_ids]
 
-    def note_hooks(self) -> None:
-        """When the call returns: every noted leaf's and module's hooks as the call left
-        them (hooks the step registers and removes itself are its Python)."""
+    def note_end(self) -> None:
+        """When the call returns: the ``.grad`` every leaf ended with (``note_grads``), and
+        every noted leaf's and module's hooks as the call left them (hooks the step
+        registers and removes itself are its Python). A leaf whose ``.grad`` the call
+        neither met nor assigned (a parameter an evaluation read) is no condition of a
+        replay, which leaves it as it is: its gradient replaced between calls (an eager
+        training step's) is not a new recording, and the recording keeps no old one."""
+        self.note_grads()
         for leaf in self.leaves.values():
             leaf.hooks = _hook_ids(leaf.entry)
+            leaf.touched = leaf.met or leaf.after is not leaf.before
+            if not leaf.touched:
+                leaf.before = leaf.after = None
+                leaf.after_checks = ()
         for seen in self.hooked.values():
             module = seen[0]()
             if module is not None:
                 seen[1] = module.hook_ids
 
     def unchanged(self) -> bool:
-        """Whether every leaf has the ``.grad`` (the same tensor, or None), the
-        ``requires_grad``, the ``.value`` tensor and the hooks the recording found: only then
-        does a replay compute what the eager call would (an accumulation into the same
-        buffer, or a gradient assigned anew, at the values the model holds: ``p.value = t``
-        between calls is another recording); every module it used has the hooks it left
+        """Whether every leaf has the ``.grad`` (the same tensor, or None: for those the call
+        touched), the ``requires_grad``, the ``.value`` tensor and the hooks the recording
+        found: only then does a replay compute what the eager call would (an accumulation
+        into the same buffer, or a gradient assigned anew, at the values the model holds:
+        ``p.value = t`` between calls is another recording); every module it used has the
+        hooks it left
         (a hook registered on or removed from one, and not from another tensor or module,
         is another recording); and no tensor it read without allocating it has been dropped
         since (``lose``: a global rebound to a new tensor, which the eager call would read)."""
@@ -306,7 +319,8 @@ class Recording:
             return False
         for leaf in self.leaves.values():          # a plain loop: run before every replay
             e = leaf.entry
-            if e.grad is not leaf.before or e.requires_grad != leaf.requires_grad:
+            if (leaf.touched and e.grad is not leaf.before) or (
+                    e.requires_grad != leaf.requires_grad):
                 return False
             hooks = e.hooks
             if hooks is not None and hooks.ids != leaf.hooks:
@@ -322,8 +336,11 @@ class Recording:
 
     def give_grads(self) -> None:
         """After a replay: every leaf's ``.grad`` is the tensor the recorded backward left it
-        (which the replay just wrote), as after the eager call."""
+        (which the replay just wrote), as after the eager call; one it did not touch keeps
+        its own."""
         for leaf in self.leaves.values():
+            if not leaf.touched:
+                continue
             leaf.entry.grad = after = leaf.after
             if after is not leaf.before and after is not None:
                 # written anew by the replay: none of the checks a failed replay left on it

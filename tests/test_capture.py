@@ -615,6 +615,36 @@ def test_a_captured_evaluation_between_accumulating_backwards_keeps_the_gradient
     assert evaluate.replays == 2
 
 
+def test_a_captured_evaluation_replays_between_eager_training_steps_and_keeps_no_gradient(
+        queue):
+    """A replay's leaves had to hold the ``.grad`` tensors the recording found even where it
+    ran no backward: an eager training step gives every parameter a new one, so a captured
+    evaluation after each was a new recording every time (0 replays of 5) and each recording
+    held a whole set of old gradients. It leaves gradients it never touched alone now."""
+    import weakref
+
+    model = mlp(queue)
+    opt = pc.optim.SGD(model.parameters(), lr=0.1)
+    evaluate = tp.capture(lambda x: model(x), queue)
+    x, y = batch(8)
+    first = None
+    labels = pc.Tensor.from_host(queue, y.astype(np.int32))
+    for _ in range(5):
+        opt.zero_grad()
+        with tp.Tape() as tape:
+            loss = tp.cross_entropy(model(pc.Tensor.from_host(queue, x)), labels)
+        tape.backward(loss)
+        opt.step()
+        grads = [p.grad for p in model.parameters()]
+        first = first or weakref.ref(grads[0])
+        with tp.no_grad():
+            got = evaluate(x).to_host()
+            want = model(pc.Tensor.from_host(queue, x)).to_host()
+        np.testing.assert_array_equal(got, want)
+        assert all(p.grad is g for p, g in zip(model.parameters(), grads))
+    assert evaluate.replays == 4 and first() is None
+
+
 def test_a_backward_through_the_graph_a_replay_returned_uses_the_replays_dropout_mask(queue):
     """A captured forward whose loss is formed and backwarded after the call (no tape): the
     dropout backward regenerates the mask the replay drew, as in the eager loop. It took the

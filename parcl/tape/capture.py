@@ -202,8 +202,7 @@ class CapturedStep:
             rec = recorder.start(inputs)
             try:
                 outputs = self.fn(*inputs)
-                rec.note_grads()        # as the call left them, not as its last backward did
-                rec.note_hooks()
+                rec.note_end()          # as the call left them, not as its last backward did
             finally:
                 recorder.stop()
             if taped is not None and len(tape.nodes) > taped:
