@@ -124,11 +124,11 @@ class LRScheduler:
             raise SchedulerError(f"{name}: the state has keys {sorted(state_dict)}, "
                                  f"{type(self).__name__} has {sorted(mine)} (a state of "
                                  f"another scheduler?)")
-        for key in ("base_lrs", "_last_lr"):
-            value = state_dict[key]
-            if not isinstance(value, list) or len(value) != len(mine[key]):
-                raise SchedulerError(f"{name}: {key} {value!r} does not fit the optimizer's "
-                                     f"{len(mine[key])} parameter groups")
+        base = state_dict["base_lrs"]
+        if not isinstance(base, list) or len(base) != len(mine["base_lrs"]):
+            raise SchedulerError(f"{name}: base_lrs {base!r} does not fit the optimizer's "
+                                 f"{len(mine['base_lrs'])} parameter groups")
+        _check_last_lr(name, self, state_dict["_last_lr"])
         if not isinstance(state_dict["last_epoch"], int):
             raise SchedulerError(f"{name}: last_epoch must be an int, got "
                                  f"{state_dict['last_epoch']!r}")
@@ -136,6 +136,16 @@ class LRScheduler:
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={getattr(self, k)!r}" for k in self._fields if k[0] != "_")
         return f"{type(self).__name__}({opts}{', ' if opts else ''}last_epoch={self.last_epoch})"
+
+
+def _check_last_lr(name: str, scheduler: LRScheduler, value) -> None:
+    """A saved ``_last_lr`` has one rate per group the optimizer had at the save: as many as
+    the scheduler's own, or, where a group was added since it was made (add_param_group,
+    which a recursive schedule steps along, as PyTorch's), as many as the optimizer has."""
+    fits = {len(scheduler._last_lr), len(scheduler.optimizer.param_groups)}
+    if not isinstance(value, list) or len(value) not in fits:
+        raise SchedulerError(f"{name}: _last_lr {value!r} does not fit the optimizer's "
+                             f"{len(scheduler.optimizer.param_groups)} parameter groups")
 
 
 def _param_groups(owner: str, optimizer: Any) -> list[dict[str, Any]]:

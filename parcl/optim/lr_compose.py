@@ -8,7 +8,8 @@ import numbers
 from bisect import bisect_right
 from typing import Any
 
-from .lr_base import LRScheduler, SchedulerError, _last_epoch, _param_groups
+from .lr_base import (LRScheduler, SchedulerError, _check_last_lr, _last_epoch,
+                      _param_groups)
 from .lr_plateau import ReduceLROnPlateau
 
 __all__ = ["ChainedScheduler", "SequentialLR"]
@@ -173,10 +174,7 @@ class ChainedScheduler(LRScheduler):
             raise SchedulerError(f"{name}: the state has keys {sorted(state_dict)}, "
                                  f"ChainedScheduler has ['_last_lr', '_schedulers'] (a state "
                                  f"of another scheduler?)")
-        last = state_dict["_last_lr"]
-        if not isinstance(last, list) or len(last) != len(self._last_lr):
-            raise SchedulerError(f"{name}: _last_lr {last!r} does not fit the optimizer's "
-                                 f"{len(self._last_lr)} parameter groups")
+        _check_last_lr(name, self, state_dict["_last_lr"])
         _check_parts(self, state_dict["_schedulers"])
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -10,7 +10,8 @@ import math
 import numbers
 from typing import Any
 
-from .lr_base import LRScheduler, SchedulerError, _last_epoch, _number, _param_groups
+from .lr_base import (LRScheduler, SchedulerError, _check_last_lr, _last_epoch, _number,
+                      _param_groups)
 
 __all__ = ["ReduceLROnPlateau"]
 
@@ -148,10 +149,7 @@ class ReduceLROnPlateau(LRScheduler):
         if set(state_dict) != set(self._STATE):
             raise SchedulerError(f"{name}: the state has keys {sorted(state_dict)}, {_NAME} "
                                  f"has {sorted(self._STATE)} (a state of another scheduler?)")
-        last = state_dict["_last_lr"]
-        if not isinstance(last, list) or len(last) != len(self._last_lr):
-            raise SchedulerError(f"{name}: _last_lr {last!r} does not fit the optimizer's "
-                                 f"{len(self._last_lr)} parameter groups")
+        _check_last_lr(name, self, state_dict["_last_lr"])
         if not isinstance(state_dict["min_lrs"], list):
             raise SchedulerError(f"{name}: min_lrs must be a list, got "
                                  f"{state_dict['min_lrs']!r}")
