@@ -89,3 +89,35 @@ def test_a_schedule_state_of_another_number_of_groups_is_still_refused(queue):
     with pytest.raises(pc.optim.lr_scheduler.SchedulerError, match="_last_lr .* does not fit"):
         sched.load_state_dict({**state, "_last_lr": [0.1, 0.1, 0.1]})
     assert sched.get_last_lr() == [0.1]
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_state_dict_for_a_lazy_layer_before_its_first_call_is_refused_not_dropped(queue, strict):
+    """PyTorch's lazy layer takes its parameters' shapes from a state dict's entries; parcl's
+    has none before its first call (docs/api.md: run a batch first). Under ``strict=False``
+    ``load_state_dict`` dropped the entries as unexpected and the first call then drew the
+    layer at random: a model 'loaded' from a checkpoint gave -0.590 where the saved one (and
+    PyTorch's loaded lazy model) gives 0.237, with no error. The load is refused now, naming
+    the layer, and changes nothing; keys of other layers still load under strict=False."""
+    pc.nn.manual_seed(0)
+    saved = pc.nn.Sequential(pc.nn.Linear(4, 3), pc.nn.Tanh(), pc.nn.Linear(3, 1))
+    state = saved.state_dict()
+    pc.nn.manual_seed(1)
+    model = pc.nn.Sequential(pc.nn.Linear(4, 3), pc.nn.Tanh(), pc.nn.LazyLinear(1))
+    before = model[0].weight.to_host()
+    with pytest.raises(pc.nn.StateDictError, match=r"\['2.weight', '2.bias'\] are entries of "
+                                                   r"its lazy layer '2' \(LazyLinear\)"):
+        model.load_state_dict(state, strict=strict)
+    np.testing.assert_array_equal(model[0].weight.to_host(), before)      # nothing loaded
+
+    tmodel = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.LazyLinear(1))
+    result = tmodel.load_state_dict({k: torch.tensor(v) for k, v in state.items()},
+                                    strict=strict)
+    assert (result.missing_keys, result.unexpected_keys) == ([], [])     # PyTorch took them
+    x = np.ones((1, 4), np.float32)
+    want = saved(tp.tensor(pc.Tensor.from_host(queue, x))).to_host()
+    np.testing.assert_allclose(tmodel(torch.tensor(x)).detach().numpy(), want, rtol=1e-5)
+
+    others = {k: v for k, v in state.items() if k.startswith("0.")}
+    assert model.load_state_dict(others, strict=False).unexpected_keys == []
+    np.testing.assert_array_equal(model[0].weight.to_host(), state["0.weight"])

@@ -512,6 +512,24 @@ class Module:
                     "parcl's state dicts do not hold; keep that state beside them (a "
                     "checkpoint's meta) instead")
 
+    def _refuse_lazy_entries(self, unexpected: list[str]) -> None:
+        """PyTorch's lazy layer takes its parameters' shapes from a state dict's entries for
+        it; parcl's has no parameters before its first call, so those entries would be
+        dropped as unexpected and, under ``strict=False``, the layer later drawn at random
+        instead of holding the saved weights, with no error."""
+        for name, module in self.named_modules():
+            if not getattr(module, "has_uninitialized_params", lambda: False)():
+                continue
+            prefix = f"{name}." if name else ""
+            mine = [k for k in unexpected if k.startswith(prefix) and "." not in k[len(prefix):]]
+            if mine:
+                where = f"its lazy layer {name!r}" if name else "it"
+                raise StateDictError(
+                    f"{type(self).__name__}.load_state_dict: {mine} are entries of {where} "
+                    f"({type(module).__name__}), whose parameters do not exist before its "
+                    "first call (PyTorch's take their shapes from the state dict); run a batch "
+                    "through the model first, then load; nothing was loaded")
+
     def state_dict(self) -> OrderedDict[str, np.ndarray]:
         """Ordered ``name -> numpy array`` (host copies) of every parameter and buffer.
         A module defining PyTorch's ``get_extra_state`` is a ``StateDictError``.
@@ -547,6 +565,7 @@ class Module:
         ignored = self._ignored_state_keys()
         missing = [k for k, _ in targets if k not in state_dict]
         unexpected = [k for k in state_dict if k not in names and k not in ignored]
+        self._refuse_lazy_entries(unexpected)
         key_problems, shape_problems = [], []
         if strict and missing:
             key_problems.append(f"missing keys {missing}")
