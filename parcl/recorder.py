@@ -42,9 +42,9 @@ class LeafGrad:
     (weakly: dropped with its Node, a global rebound to a new one, its memory goes to the
     recording, which is then not replayed: ``Recording.lose``), whether a backward's pass
     reached it (``met``: its ``.grad`` holds that pass's contributions), whether the call
-    touched its ``.grad`` at all (``touched``: met, or assigned; an evaluation's leaves are
-    not, and keep neither gradient) and the handle ids of the hooks the call left it with
-    (``hooks``)."""
+    touched its ``.grad`` at all (``touched``: met, read (``read``) or assigned; an
+    evaluation's leaves are not, and keep neither gradient) and the handle ids of the hooks
+    the call left it with (``hooks``)."""
 
     entry: object
     before: object
@@ -52,6 +52,7 @@ class LeafGrad:
     after: object = None
     value: object = None
     met: bool = False
+    read: bool = False
     after_checks: tuple = ()
     touched: bool = True
     hooks: tuple = ()
@@ -264,6 +265,14 @@ class Recording:
             if p.grad_fn is None and id(p) not in self.leaves:
                 self.leaves[id(p)] = LeafGrad.of(p)
 
+    def note_grad_read(self, entry) -> None:
+        """The call read a leaf's ``.grad`` (``Node.grad``): a condition of its replays, as
+        for a leaf whose gradient a backward met."""
+        leaf = self.leaves.get(id(entry))
+        if leaf is None:
+            leaf = self.leaves[id(entry)] = LeafGrad.of(entry)
+        leaf.read = True
+
     def forget_leaves(self, entries) -> None:
         """Leaves the call made and dropped for itself (``tp.checkpoint``'s stand-ins for
         its inputs): nothing outside holds them, so the gradients they were left with are
@@ -296,7 +305,7 @@ class Recording:
         self.note_grads()
         for leaf in self.leaves.values():
             leaf.hooks = _hook_ids(leaf.entry)
-            leaf.touched = leaf.met or leaf.after is not leaf.before
+            leaf.touched = leaf.met or leaf.read or leaf.after is not leaf.before
             if not leaf.touched:
                 leaf.before = leaf.after = None
                 leaf.after_checks = ()

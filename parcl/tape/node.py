@@ -112,7 +112,22 @@ class Node(NodeMethods):
         # grad would drop every gradient through it, without a word
         self.requires_grad_(flag)
 
-    grad = _graph_field("grad", "the accumulated gradient (a pc.Tensor), None before backward")
+    @property
+    def grad(self):
+        """The accumulated gradient (a pc.Tensor), None before backward."""
+        e = self.entry
+        rec = recorder.state.recording
+        if rec is not None and e.grad_fn is None:
+            # a captured step that reads a leaf's gradient (a norm it logs) replays only
+            # while the leaf holds that same tensor: a new one (an eager backward's, the
+            # old one kept elsewhere) would otherwise be read stale from the old buffer
+            rec.note_grad_read(e)
+        return e.grad
+
+    @grad.setter
+    def grad(self, value) -> None:
+        self.entry.grad = value
+
     op_name = _graph_field("op_name", "the op that made it: 'matmul', 'relu', ...; 'leaf'")
     where = _graph_field("where", "where the op was recorded (under detect_anomaly)")
     index = _graph_field("index", "its position on its tape (None for a leaf)")
