@@ -24,8 +24,8 @@ import pyopencl as cl
 from ..errors import ShapeError
 from ..tensor import Tensor, check_same_queue
 from ._cache import GROUP_SUM, get_kernel
-from .softmax import (LINE_SUM, REDUCTIONS, _float, _grid,  # the same launch geometry,
-                      _group, _rows)                         # checks and sums
+from .line_sums import LINE_SUM
+from .softmax import REDUCTIONS, _float, _grid, _group, _rows   # the same launch geometry
 
 SOURCE = "//CL//" + GROUP_SUM + LINE_SUM + r"""
 // Rows r = (n, i) of x viewed as (N, C, inner), as the class-index kernels. With the target

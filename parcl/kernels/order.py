@@ -26,13 +26,14 @@ from ..errors import ShapeError
 from ..tensor import Tensor
 from ._cache import get_kernel, round_up
 from .elementwise import check_float
+from .line_sums import LINE_SUM
 
 LOCAL = 64
 # what order_pick picks: its kind argument
 KINDS = {"quantile": 0, "nanquantile": 1, "median": 2, "nanmedian": 3}
 INTERPOLATIONS = {"linear": 0, "lower": 1, "higher": 2, "midpoint": 3, "nearest": 4}
 
-SOURCE = r"""//CL//
+SOURCE = "//CL//" + LINE_SUM + r"""
 inline long row_base(const int r, const int n, const int inner)
 {
     return (long)(r / inner) * n * inner + r % inner;
@@ -138,33 +139,29 @@ __kernel void cumextreme(__global float *out, __global long *idx, __global const
 }
 
 /* A running log(sum of exp(v)) kept as m + log s: m the running maximum, s = sum of
-   exp(v - m), compensated (Neumaier: s and what its roundings lost, lost) and rescaled when m
-   grows. A running log(exp(acc) + exp(v)) lost each term's log1p(exp(v - acc)) below half an
-   ulp of acc: logcumsumexp of 1e6 normal draws came out 0.012 high (PyTorch's 5e-7), its
-   gradient 1.1e-4 of the largest off (PyTorch's 5.9e-6). v == m adds 1, not
-   exp(inf - inf): -inf stays -inf, +inf +inf; a NaN (in v or m) makes the rest NaN. */
-typedef struct { float m, s, lost; } LogSum;
+   exp(v - m), compensated (line_sums.LINE_SUM) and rescaled when m grows. A running
+   log(exp(acc) + exp(v)) lost each term's log1p(exp(v - acc)) below half an ulp of acc:
+   logcumsumexp of 1e6 normal draws came out 0.012 high (PyTorch's 5e-7), its gradient 1.1e-4
+   of the largest off (PyTorch's 5.9e-6). v == m adds 1, not exp(inf - inf): -inf stays -inf,
+   +inf +inf; a NaN (in v or m) makes the rest NaN. */
+typedef struct { float m; float2 s; } LogSum;
 
 inline LogSum log_sum_add(LogSum a, const float v)
 {
     float e = 1.0f;
     if (v > a.m) {
-        const float k = exp(a.m - v);
-        a.s *= k;
-        a.lost *= k;
+        a.s *= exp(a.m - v);
         a.m = v;
     } else if (v != a.m) {
         e = exp(v - a.m);
     }
-    const float t = a.s + e;
-    a.lost += (a.s >= e) ? (a.s - t) + e : (e - t) + a.s;
-    a.s = t;
+    a.s = sum_step(a.s, e);
     return a;
 }
 
 inline float log_sum_value(const LogSum a)
 {
-    return a.m + log(a.s + a.lost);
+    return a.m + log(a.s.x + a.s.y);    // sum_total without its test: s holds terms <= 1
 }
 
 __kernel void logcumsumexp(__global float *out, __global const float *x, const int n,
@@ -173,7 +170,7 @@ __kernel void logcumsumexp(__global float *out, __global const float *x, const i
     const int r = get_global_id(0);
     if (r >= rows) return;
     const long base = row_base(r, n, inner);
-    LogSum acc = {-INFINITY, 0.0f, 0.0f};
+    LogSum acc = {-INFINITY, (float2)(0.0f, 0.0f)};
     for (int j = 0; j < n; ++j) {
         const long p = base + (long)j * inner;
         acc = log_sum_add(acc, x[p]);
@@ -190,7 +187,7 @@ __kernel void logcumsumexp_backward(__global float *gx, __global const float *x,
     const int r = get_global_id(0);
     if (r >= rows) return;
     const long base = row_base(r, n, inner);
-    LogSum pos = {-INFINITY, 0.0f, 0.0f}, neg = {-INFINITY, 0.0f, 0.0f};
+    LogSum pos = {-INFINITY, (float2)(0.0f, 0.0f)}, neg = pos;
     for (int j = n - 1; j >= 0; --j) {
         const long p = base + (long)j * inner;
         const float gj = g[p];

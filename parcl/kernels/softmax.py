@@ -1,7 +1,8 @@
 """Softmax, log-softmax, fused cross-entropy and mean-squared-error kernels.
 
 Softmax runs over one axis of a contiguous tensor viewed as (outer, C, inner): one work-item
-per (outer, inner) line, max-subtracted, three passes over the line. The losses reduce to a
+per (outer, inner) line, max-subtracted, three passes over the line, its sums in blocks
+(``line_sums.BLOCK_SUM``: float32 accurate over GPT-2's 50257 classes). The losses reduce to a
 scalar inside one work-group (strided partial sums, then a fixed tree), so the loss value is
 bit-reproducible and needs no second launch or atomics.
 
@@ -30,23 +31,7 @@ from ..errors import DTypeError, ShapeError
 from ..runtime import on_gpu
 from ..tensor import FLOAT, LABEL_DTYPES, Tensor, check_same_queue
 from ._cache import GROUP_SUM, get_kernel, group_size, round_up
-
-LINE_SUM = r"""
-// Sums along a line of values, compensated (Neumaier): a running float sum of n terms is off by
-// up to ~n/2 ulps. acc.x is the sum, acc.y what its roundings lost; an infinite sum is itself
-// (inf - inf in the compensation would make it NaN).
-inline float2 sum_step(float2 acc, const float v)
-{
-    const float t = acc.x + v;
-    acc.y += (fabs(acc.x) >= fabs(v)) ? (acc.x - t) + v : (v - t) + acc.x;
-    acc.x = t;
-    return acc;
-}
-inline float sum_total(const float2 acc)
-{
-    return isfinite(acc.x) ? acc.x + acc.y : acc.x;
-}
-"""
+from .line_sums import BLOCK_SUM
 
 _CE = r"""
 // Rows r = (n, i) of x viewed as (N, C, inner): row r's class c is x[(n*C + c)*inner + i].
@@ -69,9 +54,8 @@ __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* res
     const int l = get_local_id(0), L = get_local_size(0);
     float acc = 0.0f, wsum = 0.0f, wall = 0.0f;
     int first_bad = rows, count = 0;
-    if (w && eps != 0.0f)
-        for (int c = 0; c < C; ++c)
-            wall += w[c];
+    if (w && eps != 0.0f)                      // sums along a row in blocks (BLOCK_SUM)
+        BLOCK_SUM(wall, c, C, w[c]);
     for (int r = l; r < rows; r += L) {
         const int n = r / inner;
         const global float* row = x + (long)n * C * inner + (r - n * inner);
@@ -80,19 +64,16 @@ __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* res
             m = -INFINITY;
             for (int c = 0; c < C; ++c)
                 m = fmax(m, row[(long)c * inner]);
-            float s = 0.0f;
-            for (int c = 0; c < C; ++c)
-                s += exp(row[(long)c * inner] - m);
+            float s;
+            BLOCK_SUM(s, c, C, exp(row[(long)c * inner] - m));
             ls = log(s);
             if (eps != 0.0f) {                     // sum_c (lse - x[c]), each term >= 0
-                float d = 0.0f;
+                float d;
                 if (w) {
-                    for (int c = 0; c < C; ++c)
-                        d += w[c] * (m - row[(long)c * inner]);
+                    BLOCK_SUM(d, c, C, w[c] * (m - row[(long)c * inner]));
                     smooth = wall * ls + d;
                 } else {
-                    for (int c = 0; c < C; ++c)
-                        d += m - row[(long)c * inner];
+                    BLOCK_SUM(d, c, C, m - row[(long)c * inner]);
                     smooth = (float)C * ls + d;
                 }
             }
@@ -206,7 +187,7 @@ __kernel void ce_bwd_LT(__global const float* restrict x, __global const LT* res
 }
 """
 
-SOURCE = "//CL//" + GROUP_SUM + LINE_SUM + r"""
+SOURCE = "//CL//" + GROUP_SUM + BLOCK_SUM + r"""
 // y = softmax (or log-softmax with LOG) of x along C, x viewed as (outer, C, inner).
 __kernel void softmax_fwd(__global const float* restrict x, __global float* restrict y,
                           const long lines, const int C, const int inner, const int log_out)
@@ -221,23 +202,19 @@ __kernel void softmax_fwd(__global const float* restrict x, __global float* rest
     float m = -INFINITY;
     for (int c = 0; c < C; ++c)
         m = fmax(m, xl[(long)c * inner]);
-    float s = 0.0f;
+    float s;                              // sums along the line in blocks (BLOCK_SUM)
     if (log_out) {
-        for (int c = 0; c < C; ++c)
-            s += exp(xl[(long)c * inner] - m);
+        BLOCK_SUM(s, c, C, exp(xl[(long)c * inner] - m));
         // (x - m) - log s, as PyTorch: x - (m + log s) lost log s where |m| is huge (a row
         // masked with -1e9 came out all 0 instead of -log C)
         const float ls = log(s);
         for (int c = 0; c < C; ++c)
             yl[(long)c * inner] = (xl[(long)c * inner] - m) - ls;
     } else {
-        // each exp is kept in y and scaled there: the exp (PoCL's scalar one, ~3 ns) is the
-        // cost here, and computing it again for the output doubled the kernel's time
-        for (int c = 0; c < C; ++c) {
-            const float e = exp(xl[(long)c * inner] - m);
-            yl[(long)c * inner] = e;
-            s += e;
-        }
+        // each exp is kept in y (the term stores it) and scaled there: the exp (PoCL's scalar
+        // one, ~3 ns) is the cost here, and computing it again for the output doubled the
+        // kernel's time
+        BLOCK_SUM(s, c, C, (yl[(long)c * inner] = exp(xl[(long)c * inner] - m)));
         const float inv = 1.0f / s;
         for (int c = 0; c < C; ++c)
             yl[(long)c * inner] *= inv;
@@ -255,19 +232,15 @@ __kernel void softmax_bwd(__global const float* restrict y, __global const float
     const long o = gid / inner;
     const int i = (int)(gid - o * inner);
     const long base = o * C * inner + i;
-    float s = 0.0f;
+    float s;                              // sums along the line in blocks (BLOCK_SUM)
     if (log_out) {
-        for (int c = 0; c < C; ++c)
-            s += g[base + (long)c * inner];
+        BLOCK_SUM(s, c, C, g[base + (long)c * inner]);
         for (int c = 0; c < C; ++c) {
             const long j = base + (long)c * inner;
             gx[j] = g[j] - exp(y[j]) * s;
         }
     } else {
-        for (int c = 0; c < C; ++c) {
-            const long j = base + (long)c * inner;
-            s += g[j] * y[j];
-        }
+        BLOCK_SUM(s, c, C, g[base + (long)c * inner] * y[base + (long)c * inner]);
         for (int c = 0; c < C; ++c) {
             const long j = base + (long)c * inner;
             gx[j] = y[j] * (g[j] - s);
