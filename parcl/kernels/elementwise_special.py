@@ -11,8 +11,10 @@ tests/test_ops_special.py): no fp64, which not every device has.
 
 from __future__ import annotations
 
+from .line_sums import LINE_SUM
+
 # C helpers the expressions below call, appended to the family's HELPERS.
-SPECIAL_HELPERS = r"""
+SPECIAL_HELPERS = LINE_SUM + r"""
 // digamma: PyTorch's values at the poles (copysign(inf, -x) at 0, NaN at the negative
 // integers and -inf); reflection psi(1 - x) - pi / tan(pi x) below 0, the recurrence
 // psi(x) = psi(x + 1) - 1 / x up to 6, then the asymptotic series in 1 / x^2. Within 0.1 of
@@ -48,20 +50,19 @@ inline float zeta_int(const int s, float q)
     if (q <= 0.0f && q == floor(q)) return INFINITY;
     if (isnan(q) || q < -4096.0f) return NAN;
     if (isinf(q)) return 0.0f;
-    // Neumaier's compensated sum: below 0 the terms alternate in sign and cancel (at
+    // summed compensated (LINE_SUM): below 0 the terms alternate in sign and cancel (at
     // q = -2.5 to 1e-3 of the largest), which a plain float sum got only to 3 digits
-    float head = 0.0f, lost = 0.0f;
+    float2 acc = (float2)(0.0f, 0.0f);
     const float shift = 9.0f + (float)s;
     while (q < shift) {
-        const float t = pown(q, -s), sum = head + t;
+        const float t = pown(q, -s);
         // a term past float32's range (q near 0 or a negative integer) is the whole sum:
-        // +-inf as PyTorch's, where the compensation below would make it inf - inf, NaN
+        // +-inf as PyTorch's, where the compensation would make it inf - inf, NaN
         if (isinf(t)) return t;
-        lost += (fabs(head) >= fabs(t)) ? (head - sum) + t : (t - sum) + head;
-        head = sum;
+        acc = sum_step(acc, t);
         q += 1.0f;
     }
-    head += lost;
+    const float head = acc.x + acc.y;
     const float fs = (float)s, inv = 1.0f / q, inv2 = inv * inv;
     float t = fs * pown(q, -s - 1);             // s q^(-s-1) / 12 is the B2 term
     float tail = t / 12.0f;
