@@ -46,6 +46,7 @@ from .replica_losses import LossCopies
 from .replica_stats import StatsExchange
 from .replica_threads import Replica
 from .tape.ops import nn as nn_ops
+from .tape.tape import leaf_passes
 
 DEFAULT_TIMEOUT = 600.0       # seconds any dispatched call may take before the group gives up
 
@@ -81,6 +82,19 @@ def _take_turn(group, name: str) -> bool:
                          f"would wait for that replica, which is running it; call the group "
                          f"from the thread that called it")
     return group._calls.acquire(timeout=min(group.timeout, threading.TIMEOUT_MAX))
+
+
+def _noting_backwards(fn):
+    """``fn`` run in a replica's thread, noting on the replica whether it ran a backward pass
+    into its ``.grad`` (``replica.backward_in_call``)."""
+    @functools.wraps(fn)
+    def call(replica, *args):
+        before = leaf_passes()
+        try:
+            return fn(replica, *args)
+        finally:
+            replica.backward_in_call = leaf_passes() != before
+    return call
 
 
 class ReplicaGroup:
@@ -151,6 +165,7 @@ class ReplicaGroup:
         self._broken: str | None = None
         self._last_job: threads.Job | None = None
         self._grads_dirty, self._reduced = False, SYNCED   # see StepBuffers.follow_first
+        self._unreduced = False  # a run's backward on replica 1.. left what none reduced yet
         self._seen = None        # replica 0's gradients after the last call (None: all zero)
         self._labels = IgnoredLabels()
         self._last_norm: np.ndarray | None = None
@@ -277,6 +292,9 @@ class ReplicaGroup:
         if self._stats is not None:
             self._stats.start()            # a barrier broken by a failed call made whole
             fn = self._stats.synced(fn)
+        fn = _noting_backwards(fn)
+        for r in self.replicas:            # a replica a failed call never reached ran none
+            r.backward_in_call = False
         try:
             return self._call(fn, per_replica_args, timeout)
         except ReplicaError:
@@ -289,6 +307,7 @@ class ReplicaGroup:
             raise
         finally:
             self._seen = self._buffers.seen()
+            self._unreduced |= any(r.backward_in_call for r in self.replicas[1:])
 
     def _call(self, fn, per_replica_args, timeout: float | None = None) -> list:
         """``run`` without the checks and the following of replica 0's gradients: building
@@ -322,12 +341,13 @@ class ReplicaGroup:
             raise failure.error_in(self.replicas[failure.index]) from failure.error
         return list(job.results)
 
-    def _follow(self) -> None:
+    def _follow(self, op: str = "ReplicaGroup.run") -> None:
         """Before a call, what the caller did to replica 0 since the last one, to every replica:
         gradients reduced copied (``follow_first``) or zeroed zeroed (``follow_zeroing``),
         parameters stepped copied (a DDP loop has no broadcast), modes (``nn.follow``); a
         failed step's gradients zeroed."""
         self._buffers.follow_model(fresh=True)
+        self._refuse_a_step_on_replica_0s_share(op)
         if len(self.replicas) > 1 and self._buffers.changed_since(max(self._synced,
                                                                        self._called)):
             self._buffers.broadcast()
@@ -342,6 +362,23 @@ class ReplicaGroup:
             self._buffers.follow_zeroing(self._seen)
         else:                              # every bucket zero: what replica 0 dropped, too
             self._buffers.drop_with_first()
+
+    def _refuse_a_step_on_replica_0s_share(self, op: str) -> None:
+        """Refuse to go on where the caller changed replica 0's parameters (``opt.step()``)
+        after a ``run`` in which another replica's backward left gradients the group never
+        reduced: the step read replica 0's share of the batch alone, and the others' were
+        about to be dropped (``follow_zeroing``), silently (DDP reduces in its backward;
+        here ``allreduce_grads`` does)."""
+        if (not self._unreduced or self._reduced or self._grads_dirty
+                or not self._buffers.changed_since(max(self._synced, self._called))):
+            return
+        raise ParclError(
+            f"{op}: replica 0's parameters changed (opt.step()?) after a run whose backwards "
+            f"left the replicas' gradients unreduced, so a step read replica 0's share of the "
+            f"batch alone and the other {len(self.replicas) - 1} replicas' gradients would "
+            f"be dropped; call group.allreduce_grads() after the backward run and before "
+            f"opt.step(), as DDP reduces in backward (group.zero_grad() discards what the "
+            f"replicas hold; group.broadcast_parameters() keeps replica 0's parameters)")
 
     # -- gradients and parameters -----------------------------------------------------
     def parameters(self) -> list:
@@ -391,7 +428,7 @@ class ReplicaGroup:
             grads.zero_()
             for p in dropped:
                 p.grad = None
-        self._reduced, self._seen = SYNCED, None
+        self._reduced, self._seen, self._unreduced = SYNCED, None, False
 
     @_one_call_at_a_time
     def allreduce_grads(self, average: bool = True) -> None:
@@ -403,12 +440,12 @@ class ReplicaGroup:
         self._wait_idle()
         if self._buffers.refresh():        # raises for a model holding other Parameters
             self._buffers.broadcast()      # replaced buffers: replica 0's, as a step would
-        self._follow()
+        self._follow("ReplicaGroup.allreduce_grads")
         self._buffers.check_left("ReplicaGroup.allreduce_grads")
         unused = self._buffers.unused(self.comm)
         for grads in self._buffers.grads:
             grads.gather()                 # gradients the replicas' own backwards replaced
-        self._reduced = REDUCED
+        self._reduced, self._unreduced = REDUCED, False
         scale = 1.0 / self._all_replicas if average else 1.0
         Reduced(self.allreduce_algorithm, self.comm).reduce(self._buffers, scale)
         if self.comm is not None:          # running statistics: rank 0's, as a step's end
@@ -516,7 +553,8 @@ class ReplicaGroup:
         except BaseException:
             self._rewind(found)                # dropout generators and running statistics too
             raise
-        self._grads_dirty, self._seen = False, None        # the end zeroed every gradient
+        # the end zeroed every gradient, a run's unreduced ones counted in
+        self._grads_dirty, self._seen, self._unreduced = False, None, False
         return self._finish(outcomes, norm, total)                                 # 5.
 
     def _in_step(self, outcomes: list) -> list:
@@ -556,6 +594,7 @@ class ReplicaGroup:
         # first: a model refused here (other Parameters, buffers that no longer line up) is
         # refused before anything changed, the gradients a run left included
         refreshed = self._buffers.refresh()
+        self._refuse_a_step_on_replica_0s_share("ReplicaGroup.step")
         left: tuple[list[int], list[int]] = ([], [])
         if self._grads_dirty:
             self.zero_grad()

@@ -483,6 +483,44 @@ def test_parameters_each_replica_steps_in_a_run_stay_its_own(devices2):
             np.testing.assert_array_equal(r.model.weight.value.to_host(), w)
 
 
+@pytest.mark.parametrize("then", ["run", "allreduce_grads", "step"])
+def test_an_opt_step_on_a_runs_unreduced_gradients_is_refused_not_trained_on_replica_0s_share(
+        devices2, then):
+    """The custom loop of docs/api.md without ``allreduce_grads`` (a DDP loop has none: its
+    backward reduces): ``opt.step()`` stepped replica 0's parameters on replica 0's half of
+    the batch alone, and the next call dropped replica 1's gradient with the zeroing it
+    followed, so three steps ended with weight row 0 at [0.152, -0.171, -0.388, -0.430]
+    where the whole batch's give [0.371, 0.017, -0.211, -0.257], with no error. The next
+    call now refuses, naming allreduce_grads; with it the same loop trains on the whole
+    batch, and group.zero_grad() discards the run's gradients as before."""
+    rng = np.random.default_rng(3)
+    x = rng.random((6, 4), dtype=np.float32) + np.array([0, 0, 0, 2, 2, 2], np.float32)[:, None]
+    with ReplicaGroup(_linear, devices2) as group:
+        w, b, opt = _start(group)
+        group.run(_backward, [x[:3], x[3:]])
+        opt.step()
+        opt.zero_grad()
+        with pytest.raises(pc.ParclError, match="allreduce_grads"):
+            if then == "run":
+                group.run(_backward, [x[:3], x[3:]])
+            elif then == "allreduce_grads":
+                group.allreduce_grads()
+            else:
+                group.step(x, np.zeros((6, 2), np.float32), tp.mse_loss, opt)
+        group.zero_grad()
+        group.broadcast_parameters()
+        w, b = (group.model.weight.value.to_host().astype(np.float64),
+                group.model.bias.value.to_host().astype(np.float64))
+        for _ in range(3):
+            group.run(_backward, [x[:3], x[3:]])
+            group.allreduce_grads(average=True)
+            opt.step()
+            opt.zero_grad()
+            gw, gb = _grads(w, b, x)
+            w, b = w - 0.1 * gw, b - 0.1 * gb
+        _assert_params(group, w, b)
+
+
 class _WithUnusedHead(pc.nn.Module):
     """A linear layer and a head its forward does not use (an auxiliary head, a frozen
     branch switched off)."""

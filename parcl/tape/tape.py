@@ -30,9 +30,16 @@ class _BackwardState(threading.local):
     pending: tuple = ()              # the checks of what that pass starts from
     partial = False                  # that pass gives gradients to chosen inputs only
     leaf_hooks = True                # whether it runs leaves' hooks (not an op's own pass)
+    leaf_passes = 0                  # the passes this thread ran that add into leaves' .grad
 
 
 _backward_state = _BackwardState()
+
+
+def leaf_passes() -> int:
+    """How many backward passes this thread has run that add into leaves' ``.grad`` (not
+    ``tp.grad``'s): a caller tells from it whether a function it called ran one."""
+    return _backward_state.leaf_passes
 
 
 def partial_pass() -> bool:
@@ -227,6 +234,8 @@ def run_backward(roots: list[Entry], grads: list[Tensor], pending: tuple, *,
     if rec is not None:
         rec.note_leaves(order)
     state = _backward_state
+    if collect is None:
+        state.leaf_passes += 1
     outer = state.deferred, state.pending, state.partial, state.leaf_hooks
     state.deferred = deferred = []
     state.pending, state.partial, state.leaf_hooks = pending, wanted is not None, leaf_hooks
