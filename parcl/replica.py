@@ -165,7 +165,7 @@ class ReplicaGroup:
         self._broken: str | None = None
         self._last_job: threads.Job | None = None
         self._grads_dirty, self._reduced = False, SYNCED   # see StepBuffers.follow_first
-        self._unreduced = False  # a run's backward on replica 1.. left what none reduced yet
+        self._unreduced = False  # a run's backwards left what no reduction summed yet
         self._seen = None        # replica 0's gradients after the last call (None: all zero)
         self._labels = IgnoredLabels()
         self._last_norm: np.ndarray | None = None
@@ -307,7 +307,10 @@ class ReplicaGroup:
             raise
         finally:
             self._seen = self._buffers.seen()
-            self._unreduced |= any(r.backward_in_call for r in self.replicas[1:])
+            # another replica's backward, or under MPI any: what no reduction has summed yet
+            others = self.replicas if self.comm is not None else self.replicas[1:]
+            self._unreduced |= self._all_replicas > 1 and any(r.backward_in_call
+                                                              for r in others)
 
     def _call(self, fn, per_replica_args, timeout: float | None = None) -> list:
         """``run`` without the checks and the following of replica 0's gradients: building
@@ -365,17 +368,17 @@ class ReplicaGroup:
 
     def _refuse_a_step_on_replica_0s_share(self, op: str) -> None:
         """Refuse to go on where the caller changed replica 0's parameters (``opt.step()``)
-        after a ``run`` in which another replica's backward left gradients the group never
-        reduced: the step read replica 0's share of the batch alone, and the others' were
-        about to be dropped (``follow_zeroing``), silently (DDP reduces in its backward;
-        here ``allreduce_grads`` does)."""
+        after a ``run`` in which another replica's backward (or any, under MPI) left
+        gradients the group never reduced: the step read replica 0's share of the batch
+        alone (this rank's), and the others' were about to be dropped (``follow_zeroing``),
+        silently (DDP reduces in its backward; here ``allreduce_grads`` does)."""
         if (not self._unreduced or self._reduced or self._grads_dirty
                 or not self._buffers.changed_since(max(self._synced, self._called))):
             return
         raise ParclError(
             f"{op}: replica 0's parameters changed (opt.step()?) after a run whose backwards "
             f"left the replicas' gradients unreduced, so a step read replica 0's share of the "
-            f"batch alone and the other {len(self.replicas) - 1} replicas' gradients would "
+            f"batch alone and the other {self._all_replicas - 1} replicas' gradients would "
             f"be dropped; call group.allreduce_grads() after the backward run and before "
             f"opt.step(), as DDP reduces in backward (group.zero_grad() discards what the "
             f"replicas hold; group.broadcast_parameters() keeps replica 0's parameters)")

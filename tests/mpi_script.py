@@ -59,6 +59,8 @@ def main() -> None:
                    help="rank r runs K_r replicas (on its device, repeated) and trains with "
                         "run + allreduce_grads(average=True) + opt.step, each replica on an "
                         "equal share of the global batch")
+    p.add_argument("--no-allreduce", action="store_true", help="--by-hand without "
+                   "allreduce_grads: opt.step() on each rank's own gradients")
     p.add_argument("--skip-rank", type=int, default=-1, help="this rank's script catches "
                    "step 1's (simulated) failure and goes on to step 2, a step short of the "
                    "others; the group's collectives are bounded by --timeout seconds")
@@ -69,7 +71,8 @@ def main() -> None:
     global SEED_BY_RANK
     SEED_BY_RANK = args.seed_by_rank
     if args.by_hand is not None:
-        return by_hand(args.out, [int(k) for k in args.by_hand.split(",")])
+        return by_hand(args.out, [int(k) for k in args.by_hand.split(",")],
+                       reduce=not args.no_allreduce)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((GLOBAL_BATCH, 16)).astype(np.float32)
     y = rng.integers(0, 4, GLOBAL_BATCH)
@@ -101,7 +104,7 @@ def main() -> None:
             np.savez(args.out, **state)
 
 
-def by_hand(out: str, counts: list[int]) -> None:
+def by_hand(out: str, counts: list[int], reduce: bool = True) -> None:
     """A custom loop over ranks with different replica counts: every replica's mean loss on
     GLOBAL_BATCH / sum(counts) rows, the gradients averaged over every replica of every rank."""
     rng = np.random.default_rng(0)
@@ -123,7 +126,8 @@ def by_hand(out: str, counts: list[int]) -> None:
         for _ in range(3):
             opt.zero_grad()
             group.run(fwd_bwd, [x[s] for s in shards], [y[s] for s in shards])
-            group.allreduce_grads(average=True)
+            if reduce:
+                group.allreduce_grads(average=True)
             opt.step()
         state = {n: p.value.to_host() for n, p in group.named_parameters()}
         everyone = dist.gather(state)

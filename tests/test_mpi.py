@@ -112,6 +112,17 @@ def test_ranks_with_different_replica_counts_average_over_every_replica(tmp_path
         np.testing.assert_allclose(ranks[0][key], ref[key], rtol=1e-4, atol=1e-6, err_msg=key)
 
 
+def test_an_opt_step_on_each_ranks_unreduced_gradients_is_refused_on_every_rank(tmp_path):
+    """The by-hand loop without allreduce_grads under mpiexec -n 2, one replica each: each
+    rank's opt.step() read its own half of the batch and the ranks drifted apart, silently;
+    the second run now raises on every rank, naming allreduce_grads."""
+    r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, SCRIPT, tmp_path / "never.npz",
+             "--by-hand", "1,1", "--no-allreduce"], timeout=60)
+    assert r.returncode != 0
+    assert r.stderr.count("call group.allreduce_grads() after the backward run") >= 1, r.stderr
+    assert not (tmp_path / "never.npz").exists()
+
+
 def test_every_rank_starts_from_rank_0s_parameters_when_seeded_by_rank(tmp_path):
     """A model built with manual_seed(rank) on each rank: the group takes rank 0's initial
     parameters everywhere (as DDP), so the ranks train as one and end where 1 replica does."""
