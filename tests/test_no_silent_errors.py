@@ -209,11 +209,16 @@ def test_a_parameter_value_replaced_after_the_group_was_made_raises(devices2, ca
 
 def test_capture_key_sees_plain_attributes_only(queue):
     """Plain values (numbers, strings, numpy scalars, and tuples, lists and dicts of them)
-    are what a forward branches on; anything else (an object, a list holding one) is not."""
+    are what a forward branches on; anything else (an object) is not, and inside a list it
+    is keyed by identity, so the settings beside it still are."""
     model = Branching(queue)
     key = pc.nn.capture_key(model)
-    model.helper = [object()]
+    model.helper = object()
     assert pc.nn.capture_key(model) == key
+    model.helper = [object(), 1.0]
+    key = pc.nn.capture_key(model)
+    model.helper[1] = 2.0
+    assert pc.nn.capture_key(model) != key
     model.notes = ["a list of plain values is plain"]
     assert pc.nn.capture_key(model) != key
     key = pc.nn.capture_key(model)

@@ -116,7 +116,12 @@ def _frozen(value, depth: int = 0, budget: list | None = None, found: list | Non
         for v in value:
             f = _frozen(v, depth + 1, budget, found)
             if f is _NOT_PLAIN:
-                return _NOT_PLAIN
+                if isinstance(v, Module):
+                    return _NOT_PLAIN
+                # an object with nothing to key by value (a lock beside the settings,
+                # ``{"lock": l, "scale": s}``) by identity, as an attribute of its own is
+                # skipped: dropping the whole container replayed the old scale after it changed
+                f = ("object", type(v), id(v))
             items.append(f)
         return (kind.__name__, tuple(items))
     if isinstance(value, dict):
