@@ -175,7 +175,8 @@ class Tensor:
     def empty(cls, queue: cl.CommandQueue, shape, dtype=np.float32) -> Tensor:
         """Uninitialised tensor from ``queue``'s memory pool."""
         size = prod(shape) if type(shape) is tuple else None
-        if (dtype is np.float32 and type(size) is int and size <= MAX_ELEMENTS
+        # float32 as the type or as a tensor's ``dtype`` (``Tensor.empty(q, s, x.dtype)``)
+        if ((dtype is np.float32 or dtype is FLOAT) and type(size) is int and size <= MAX_ELEMENTS
                 and not (shape and min(shape) < 0)):
             dt = FLOAT                 # the hot path: kernels allocating their float32 outputs
         else:             # another dtype or shape type, numpy or float sizes, a negative size
