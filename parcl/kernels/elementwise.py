@@ -235,16 +235,19 @@ def binary(op: str, a, b, out: Tensor | None = None) -> Tensor:
     """
     if op not in _BINARY:
         raise ValueError(f"binary: unknown op {op!r}; expected one of {sorted(_BINARY)}")
-    if type(a) is not Tensor or type(b) is not Tensor:     # a scalar side, or bad input
+    # the checks' common case (two float32 Tensors on one queue) without a call
+    if (type(a) is not Tensor or type(b) is not Tensor or a.dtype is not FLOAT
+            or b.dtype is not FLOAT):          # a scalar side, another dtype, or bad input
         if _is_scalar(b):
             return scalar(op, a, b, out=out)
         if _is_scalar(a):
             if op not in REVERSED:
                 raise TypeError(f"{op}: the left operand must be a tensor")
             return scalar(REVERSED[op], b, a, out=out)
-    check_float(op, a, b)
-    check_same_queue(op, a, b)
+        check_float(op, a, b)
     queue = a.queue
+    if b.queue is not queue:
+        check_same_queue(op, a, b)
     if a.shape == b.shape:
         return _contig(op, queue, a, b, out)
     key = ("broadcast", a.shape, b.shape)
@@ -347,7 +350,8 @@ def unary(op: str, x: Tensor, out: Tensor | None = None, *, p: float = 0.0,
     """
     if op not in _UNARY:
         raise ValueError(f"unary: unknown op {op!r}; expected one of {sorted(_UNARY)}")
-    check_float(op, x)
+    if type(x) is not Tensor or x.dtype is not FLOAT:      # (the common case without a call)
+        check_float(op, x)
     res = Tensor.empty(x.queue, x.shape) if out is None else _output(op, x.queue, x.shape, out)
     n = res.size
     get_kernel(x.queue, *_NAMES["unary"][op])(x.queue, _global(n), _LOCAL, res.data,
@@ -376,18 +380,24 @@ def _backward(op: str, saved: Tensor, g: Tensor, out: Tensor | None,
               acc: Tensor | None = None) -> Tensor:
     """An activation's backward helper; with ``acc`` (as many elements as ``g``) the same
     launch also adds the result into it (``acc += result``, as ``axpy`` would)."""
-    check_float(op, saved, g)
+    # the checks' common case (float32 Tensors on one queue) without a call
+    if (type(saved) is not Tensor or type(g) is not Tensor or saved.dtype is not FLOAT
+            or g.dtype is not FLOAT):
+        check_float(op, saved, g)
     if saved.shape != g.shape:
         raise ShapeError(f"{op}: saved tensor {saved.shape} and gradient {g.shape} differ")
-    check_same_queue(op, saved, g)
+    if saved.queue is not g.queue:
+        check_same_queue(op, saved, g)
     if acc is None:
         return _contig(op, saved.queue, saved, g, out)  # same shapes: the flat path, one launch
-    check_float(op, acc)
+    if type(acc) is not Tensor or acc.dtype is not FLOAT:
+        check_float(op, acc)
     if acc.size != g.size:
         raise ShapeError(f"{op}: acc has {acc.size} elements, the gradient {g.shape}")
-    check_same_queue(op, g, acc)
     queue = g.queue
-    res = _output(op, queue, g.shape, out)
+    if acc.queue is not queue:
+        check_same_queue(op, g, acc)
+    res = Tensor.empty(queue, g.shape) if out is None else _output(op, queue, g.shape, out)
     n = res.size
     get_kernel(queue, *_NAMES["acc"][op])(queue, _global(n), _LOCAL, res.data,
                                                  saved.data, g.data, acc.data, n)
