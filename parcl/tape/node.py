@@ -415,9 +415,11 @@ class Function:
     # and notes the change (``note_change``): a backward then raises for ops that saved it.
     overwrites: tuple[str, int] | None = None
 
+    # the positions of the Node inputs among all inputs (``apply`` sets it when recording)
+    parent_slots: tuple[int, ...] = ()
+
     def __init__(self, needs_input_grad: tuple[bool, ...] | None):
         self.needs_input_grad = needs_input_grad
-        self.parent_slots: tuple[int, ...] = ()
 
     @property
     def recording(self) -> bool:
@@ -479,33 +481,35 @@ class Function:
             if rec is not None:       # inside tp.capture: the leaves its ops read, recorded
                 rec.note_inputs(parents)     # or not, with a backward or without
         state = mode.state
-        if not (record and (tape is not None or state.grad)):
-            if cls.__init__ is _plain_init:       # not recorded: __init__'s one field set
-                fn = _new(cls)
-                fn.needs_input_grad = None
-            else:
-                fn = cls(None)
-            out = fn.forward(*values, **kwargs)
-            if checks:
-                _inherit(out, checks)
-            return out
-        fn = cls(tuple(needs))
+        recorded = record and (tape is not None or state.grad)
+        needs = tuple(needs) if recorded else None
+        if cls.__init__ is _plain_init:      # __init__'s one field set here, without its call
+            fn = _new(cls)
+            fn.needs_input_grad = needs
+        else:
+            fn = cls(needs)
         out = fn.forward(*values, **kwargs)
         if checks:
             _inherit(out, checks)
+        if not recorded:
+            return out
         fn.parent_slots = tuple(slots)
-        node = _recorded(out, fn, parents, cls.name)
+        # the Node, without the checks of Node.__init__, which were made here
+        node = _new(Node)
+        node.value = out
+        entry = node.entry = _entry(out, fn, parents, True, cls.name)
+        entry.node = weakref.ref(node)
         data = out.data
         for k, i in enumerate(slots):
             if values[i].data is data:        # a view (reshape) or an in-place op's output
-                node.entry.alias = k
+                entry.alias = k
                 break
         if tape is None:
             tape = state.tape
         if tape is not None:
-            tape.record(node.entry)
+            tape.record(entry)
         if state.anomaly:
-            node.entry.where = call_site()
+            entry.where = call_site()
             check_finite(out, "forward", node)
         return node
 
@@ -524,13 +528,3 @@ def _inherit(out, checks: tuple) -> None:
         for t in out:
             if isinstance(t, Tensor):
                 t.checks = joined_checks(t.checks, checks)
-
-
-def _recorded(value: Tensor, fn: Function, parents: list, op_name: str) -> Node:
-    """The Node of a recorded op (its ``parents`` are Entries) without the checks
-    ``Function.apply`` already made."""
-    node = _new(Node)
-    node.value = value
-    e = node.entry = _entry(value, fn, parents, True, op_name)
-    e.node = weakref.ref(node)
-    return node
