@@ -208,7 +208,8 @@ def product2(first: tuple, second: tuple) -> tuple[Tensor, Tensor]:
     out1, beta1 = (Tensor.empty(queue, (m1, n1)), 0.0) if into1 is None else (into1, 1.0)
     g0, g1 = p0.gsize, p1.gsize
     # one kernel object per pair of transposes and betas, whose strides and betas stay set
-    _kernel(queue, "gemm_direct2", p0.variant, (ta0, tb0, beta0, ta1, tb1, beta1))(
+    get_kernel(queue, SOURCE, "gemm_direct2", _OPTIONS_OF[p0.variant],
+               (ta0, tb0, beta0, ta1, tb1, beta1))(
         queue, (max(g0[0], g1[0]), max(g0[1], g1[1]), 2), _DIRECT_LOCAL,
         a0.data, p0.sa[0], p0.sa[1], b0.data, p0.sb[1], p0.sb[0], out0.data, m0, n0, k0, beta0,
         a1.data, p1.sa[0], p1.sa[1], b1.data, p1.sb[1], p1.sb[0], out1.data, m1, n1, k1, beta1)
@@ -314,7 +315,7 @@ def _launch(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, m: int, n: i
         # the small products of an eager step: plain numbers (the kernel's declared argument
         # types pack them to the same bytes as numpy scalars would, for less host time)
         # one kernel object per transpose and beta, whose strides and beta stay set
-        _kernel(queue, "gemm_direct", p.variant, (trans_a, trans_b, beta))(
+        get_kernel(queue, SOURCE, "gemm_direct", _OPTIONS_OF[p.variant], (trans_a, trans_b, beta))(
             queue, p.gsize, _DIRECT_LOCAL, a.data, a_bs, p.sa[0], p.sa[1], b.data, b_bs,
             p.sb[1], p.sb[0], out.data, m * n, bias_buf, m, n, k, beta, flags)
         return

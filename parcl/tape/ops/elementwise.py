@@ -64,7 +64,10 @@ class _Binary(Function):
         return ew.binary(self.kernel, a, b)
 
     def _reduce(self, i, g):
-        return sum_to_shape(g, self.shapes[i]) if self.needs_input_grad[i] else None
+        if not self.needs_input_grad[i]:
+            return None
+        shape = self.shapes[i]
+        return g if g.shape == shape else sum_to_shape(g, shape)   # (equal: the common case)
 
 
 class Add(_Binary):

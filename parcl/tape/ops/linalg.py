@@ -126,7 +126,7 @@ class Matmul(Function):
         if len(a.shape) == 2 and len(b.shape) == 2 and a.shape[1] == b.shape[0]:
             # the common product: one GEMM on the operands as they are, no plan, no views
             self.plan = None
-            if self.recording:
+            if self.needs_input_grad is not None:     # recording (without the property's call)
                 self.a = a if self.needs_input_grad[1] else None
                 self.b = b if self.needs_input_grad[0] else None
             return product(a, b)
