@@ -329,7 +329,8 @@ def _walk(order: list[Entry], loss: Entry, retain_grads: bool, owned: dict[int, 
           collect: dict | None = None) -> None:
     # the in-place fast paths write into leaves' .grad: none where tp.grad leaves them be
     fast = not anomaly and wanted is None
-    handed = None              # (node, leaf): the leaf's gradient from node added already
+    # the node whose gradient to a leaf was added into that leaf's .grad already, and the leaf
+    handed_by = handed_to = None
     for pos in range(len(order) - 1, -1, -1):
         node = order[pos]
         fn = node.grad_fn
@@ -377,7 +378,7 @@ def _walk(order: list[Entry], loss: Entry, retain_grads: bool, owned: dict[int, 
             if leaf is not None:
                 del fn.also_into
         if leaf is not None:
-            handed = (order[pos - 1], leaf)
+            handed_by, handed_to = order[pos - 1], leaf
         if not retain_grads and node is not loss and (node.hooks is None or not node.hooks.retain):
             node.grad = None
             # its buffer may go to a parent uncopied, and be added into there: not one a
@@ -394,7 +395,7 @@ def _walk(order: list[Entry], loss: Entry, retain_grads: bool, owned: dict[int, 
         for parent, g in zip(node.parents, parent_grads):
             if g is None or g is ACCUMULATED or not parent.requires_grad:
                 continue
-            if handed is not None and node is handed[0] and parent is handed[1]:
+            if node is handed_by and parent is handed_to:
                 continue
             if anomaly:
                 check_finite(g, "backward", node)
