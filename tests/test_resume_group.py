@@ -94,3 +94,58 @@ def test_a_resumed_group_run_ends_where_the_uninterrupted_one_does(
     resumed = train(devices2, kind, capture_after, path, resume=True)
     assert_same(resumed, whole)
     assert whole[4] == {**whole[4], "epoch": 1, "batch_index": 4}      # crossed an epoch
+
+
+def launches(monkeypatch):
+    """Counts of the optimizer kernels' launches: the fused end of a step's (one per bucket,
+    over every replica) and the others (one per parameter, or per bucket when clipping)."""
+    import parcl.kernels.optim as optim_kernels
+    counts = {"fused": 0, "plain": 0}
+    launch = optim_kernels._launch
+
+    def counting(name, param, grad, state, scalars, target=None, *rest):
+        counts["fused" if target is not None else "plain"] += 1
+        return launch(name, param, grad, state, scalars, target, *rest)
+    monkeypatch.setattr(optim_kernels, "_launch", counting)
+    return counts
+
+
+def build_plain(queue):
+    pc.nn.manual_seed(2)
+    return pc.nn.Sequential(pc.nn.Linear(6, 8, queue=queue), pc.nn.Tanh(),
+                            pc.nn.Linear(8, 3, queue=queue))
+
+
+OPTIMIZERS = {"sgd momentum": lambda ps: pc.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True),
+              "adam": lambda ps: pc.optim.Adam(ps, lr=0.01),
+              "adamw amsgrad": lambda ps: pc.optim.AdamW(ps, lr=0.01, amsgrad=True)}
+
+
+@pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("capture, max_grad_norm", [(False, None), (True, None), (False, 0.5)])
+def test_a_resumed_group_steps_its_whole_bucket_in_one_kernel_as_the_uninterrupted_one(
+        devices2, tmp_path, monkeypatch, kind, capture, max_grad_norm):
+    counts = launches(monkeypatch)
+    path = str(tmp_path / "ckpt.safetensors")
+
+    def train(steps, start=0, load=False, save=False):
+        with ReplicaGroup(build_plain, devices2, capture=capture) as group:
+            opt = OPTIMIZERS[kind](group.model.parameters())
+            if load:
+                pc.load(path, group.model, opt)
+            for i in range(start, steps):
+                counts.update(fused=0, plain=0)
+                group.step(X[8 * i:8 * i + 8], Y[8 * i:8 * i + 8], tp.cross_entropy, opt,
+                           max_grad_norm=max_grad_norm)
+            if save:
+                pc.save(path, group.model, opt)
+            return group.model.state_dict(), opt.state_dict(), dict(counts)
+
+    train(2, save=True)
+    resumed = train(4, start=2, load=True)
+    whole = train(4)
+    assert_same(resumed[:2], whole[:2])
+    # one bucket: fused over both replicas, or (clipping) one kernel on replica 0's bucket;
+    # the per-parameter steps the resumed run fell back to were 4 launches
+    want = {"fused": 0, "plain": 1} if max_grad_norm else {"fused": 1, "plain": 0}
+    assert resumed[2] == whole[2] == want

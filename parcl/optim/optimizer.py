@@ -223,10 +223,12 @@ class Optimizer:
                     self.state[p].update({k: state[k] for k in scalars})
 
     # -- whole buckets: one kernel per flat parameter bucket -------------------------------
-    # When every parameter of a bucket is stepped with the same options and their state is
-    # the optimizer's own flat state, the whole bucket is updated by one kernel; the
-    # per-parameter state entries are views into that flat state, so state_dict() and the
-    # per-parameter path see the same values.
+    # When every parameter of a bucket is stepped with the same options and their states
+    # agree, the whole bucket is updated by one kernel over the optimizer's own flat state;
+    # the per-parameter state entries are views into it, so state_dict() and the
+    # per-parameter path see the same values. States made elsewhere (a loaded state dict, the
+    # per-parameter path) are copied into a new flat state, so a resumed run steps as fast
+    # as one that never stopped.
     def _fusable(self, work, buckets):
         home = {id(p): b for b in buckets for p in b.params}
         grouped: dict[int, list] = {}
@@ -241,44 +243,72 @@ class Optimizer:
         for b, opts, members in grouped.values():
             if (len(members) == len(b.params) and all(o is opts for _, o in members)
                     and all(p.grad is v for p, v in zip(b.params, b.grad_views))
-                    and self._flat_ready(b)):
+                    and self._states_agree(b)):
                 fused.append((b, opts))
             else:
                 single.extend(members)
         return fused, single
 
-    def _flat_ready(self, b) -> bool:
-        """No parameter of ``b`` has state yet, or all of it is this bucket's flat state."""
-        flat = self._flat.get(id(b))
-        if flat is None:
-            return not any(self.state.get(p) for p in b.params)
-        state, views = flat
-        for p in b.params:
-            mine = self.state.get(p, {})
-            if any(mine.get(name) is not view for name, view in views[p].items()):
-                return False
-            if self.has_step and mine.get("step") != state["step"]:
-                return False
-            if any(mine.get(k) != state.get(k) for k in self.state_scalars):
-                return False
-        return True
+    def _states_agree(self, b) -> bool:
+        """Every parameter of ``b`` has the same state entries and the same numbers (step
+        counts, NAdam's ``mu_product``): one update of the whole bucket is each one's. A
+        parameter stepped fewer times (frozen for a while) keeps ``b`` per parameter."""
+        states = [self.state.get(p, {}) for p in b.params]
+        first = states[0]
+        numbers = {k: v for k, v in first.items() if not isinstance(v, Tensor)}
+        return all(s.keys() == first.keys()
+                   and all(s[k] == v for k, v in numbers.items()) for s in states[1:])
 
     def _flat_state(self, b, opts):
         """(flat state, fresh entries) of bucket ``b``, the fresh ones (first use) allocated but
         not kept yet: ``launch`` keeps them (``_keep_flat``), so a plan prepared and dropped
-        (a failed step, or a step that ends another way) changes no state."""
+        (a failed step, or a step that ends another way) changes no state. Where the
+        parameters' state is not the kept flat state's views, the flat state is a new copy of
+        it (kept by ``launch`` too)."""
         flat = self._flat.get(id(b))
-        state = flat[0] if flat is not None else {}
+        if flat is not None and self._viewing(b, flat):
+            state = flat[0]
+        else:
+            state = self._gathered(b)
         return state, self._allocate(_FlatParam(b.value), state, opts)
 
+    def _viewing(self, b, flat) -> bool:
+        """Whether every parameter's state is ``flat``'s (``b``'s kept flat state): its
+        entries are the flat state's views and numbers, no others."""
+        state, views = flat
+        numbers = {k: v for k, v in state.items() if not isinstance(v, Tensor)}
+        for p in b.params:
+            mine = self.state.get(p, {})
+            if (mine.keys() != views[p].keys() | numbers.keys()
+                    or any(mine[k] is not v for k, v in views[p].items())
+                    or any(mine[k] != v for k, v in numbers.items())):
+                return False
+        return True
+
+    def _gathered(self, b) -> dict[str, Any]:
+        """A new flat state of bucket ``b`` holding its parameters' state (agreeing:
+        ``_states_agree``), each tensor entry copied to the parameter's offset; zeros between
+        parameters, as a flat state kept from the first step holds there."""
+        first = self.state.get(b.params[0], {})
+        state = {k: v for k, v in first.items() if not isinstance(v, Tensor)}
+        for name in (k for k, v in first.items() if isinstance(v, Tensor)):
+            flat = state[name] = Tensor.zeros(b.value.queue, b.value.shape)
+            for p, off in zip(b.params, b.offsets):
+                sub = flat.data.get_sub_region(off * 4, p.value.size * 4)
+                flat.view_of(sub, p.shape).copy_owned(self.state[p][name])
+        return state
+
     def _keep_flat(self, b, state, fresh) -> None:
-        """Keep bucket ``b``'s fresh flat state, each parameter's state entries viewing it."""
-        if not fresh:
-            return
+        """Keep bucket ``b``'s flat state with its fresh entries, each parameter's state
+        entries viewing it."""
         flat = self._flat.get(id(b))
-        views = flat[1] if flat is not None else {p: {} for p in b.params}
+        kept = flat is not None and flat[0] is state
+        if kept and not fresh:
+            return
+        views = flat[1] if kept else {p: {} for p in b.params}
         state.update(fresh)
-        for name, t in fresh.items():
+        new = fresh if kept else state
+        for name, t in new.items():
             if not isinstance(t, Tensor):
                 continue
             for p, off in zip(b.params, b.offsets):
@@ -286,7 +316,7 @@ class Optimizer:
                 views[p][name] = t.view_of(sub, p.shape)
         for p in b.params:
             entry = self.state.setdefault(p, {})
-            entry.update({k: v for k, v in fresh.items() if not isinstance(v, Tensor)})
+            entry.update({k: v for k, v in new.items() if not isinstance(v, Tensor)})
             entry.update(views[p])
         self._flat[id(b)] = (state, views)
         self._buckets[id(b)] = b
