@@ -149,3 +149,31 @@ def test_a_resumed_group_steps_its_whole_bucket_in_one_kernel_as_the_uninterrupt
     # the per-parameter steps the resumed run fell back to were 4 launches
     want = {"fused": 0, "plain": 1} if max_grad_norm else {"fused": 1, "plain": 0}
     assert resumed[2] == whole[2] == want
+
+
+def test_a_group_added_with_the_same_options_joins_its_bucket_s_fused_step(
+        devices2, monkeypatch):
+    counts = launches(monkeypatch)
+
+    def train(fused: bool):
+        if not fused:           # the per-parameter steps, as before: the reference
+            monkeypatch.setattr(pc.optim.Optimizer, "_states_agree", lambda self, b: False,
+                                raising=False)
+        with ReplicaGroup(build_plain, devices2) as group:
+            ps = list(group.model.parameters())
+            opt = pc.optim.SGD(ps[:2], lr=0.05, momentum=0.9)
+            log = []
+            for i in range(5):
+                if i == 2:      # the head unfrozen into the optimizer, with its options
+                    opt.add_param_group({"params": ps[2:]})
+                counts.update(fused=0, plain=0)
+                group.step(X[8 * i:8 * i + 8], Y[8 * i:8 * i + 8], tp.cross_entropy, opt)
+                log.append((counts["fused"], counts["plain"]))
+            return group.model.state_dict(), opt.state_dict(), log
+
+    fused, per_parameter = train(True), train(False)
+    assert_same(fused[:2], per_parameter[:2])
+    # 2 parameters of the bucket's 4 stepped, then all 4 (the new ones' momentum buffers
+    # made), then the whole bucket in one kernel over both replicas
+    assert fused[2] == [(0, 2), (0, 2), (0, 4), (1, 0), (1, 0)]
+    assert per_parameter[2] == [(0, 2), (0, 2), (0, 4), (0, 4), (0, 4)]

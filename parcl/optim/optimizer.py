@@ -104,7 +104,8 @@ class Optimizer:
         before no longer fits (``load_state_dict`` refuses it). A scheduler made before steps
         the new group as PyTorch's does (recursively, or not at all: a ``SchedulerError``);
         make schedulers after adding groups. A bucket of a ``ReplicaGroup`` whose parameters
-        end up in several groups is stepped parameter by parameter.
+        end up in groups with different options, or whose states differ (Adam's step counts:
+        the new group's start later), is stepped parameter by parameter.
 
         >>> opt = pc.optim.SGD(head.parameters(), lr=0.1)       # doctest: +SKIP
         >>> opt.add_param_group({"params": body.parameters(), "lr": 0.01})  # doctest: +SKIP
@@ -223,12 +224,12 @@ class Optimizer:
                     self.state[p].update({k: state[k] for k in scalars})
 
     # -- whole buckets: one kernel per flat parameter bucket -------------------------------
-    # When every parameter of a bucket is stepped with the same options and their states
-    # agree, the whole bucket is updated by one kernel over the optimizer's own flat state;
-    # the per-parameter state entries are views into it, so state_dict() and the
-    # per-parameter path see the same values. States made elsewhere (a loaded state dict, the
-    # per-parameter path) are copied into a new flat state, so a resumed run steps as fast
-    # as one that never stopped.
+    # When every parameter of a bucket is stepped with the same options (one group's, or
+    # several groups' alike) and their states agree, the whole bucket is updated by one
+    # kernel over the optimizer's own flat state; the per-parameter state entries are views
+    # into it, so state_dict() and the per-parameter path see the same values. States made
+    # elsewhere (a loaded state dict, the per-parameter path) are copied into a new flat
+    # state, so a resumed run steps as fast as one that never stopped.
     def _fusable(self, work, buckets):
         home = {id(p): b for b in buckets for p in b.params}
         grouped: dict[int, list] = {}
@@ -241,7 +242,7 @@ class Optimizer:
                 grouped.setdefault(id(b), [b, opts, []])[2].append((p, opts))
         fused = []
         for b, opts, members in grouped.values():
-            if (len(members) == len(b.params) and all(o is opts for _, o in members)
+            if (len(members) == len(b.params) and all(o == opts for _, o in members)
                     and all(p.grad is v for p, v in zip(b.params, b.grad_views))
                     and self._states_agree(b)):
                 fused.append((b, opts))
