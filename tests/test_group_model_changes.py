@@ -227,3 +227,25 @@ def test_a_model_with_an_empty_parameter_slot_steps_and_follows_replica_0(device
         g.model[0].requires_grad_(False)         # followed by replica 1 too
         g.step(x, y, tp.cross_entropy, opt)
         assert [r.model[0].weight.requires_grad for r in g.replicas] == [False, False]
+
+
+def test_a_dict_holding_a_lock_or_a_module_set_on_replica_0_is_not_copied_to_the_others(
+        devices2):
+    """Only plain values set on replica 0's model are copied to the other replicas: a dict
+    holding a lock beside a setting could not be copied (the step raised "cannot pickle
+    '_thread.lock' object"), and one holding a module gave the others replica 0's module."""
+    import threading
+
+    x, y = batch()
+    with ReplicaGroup(build, devices2) as group:
+        opt = pc.optim.SGD(group.parameters(), lr=0.1)
+        group.step(x, y, tp.cross_entropy, opt)
+        group.model.settings = {"lock": threading.Lock(), "scale": 2.0}
+        group.model.extra = {"acts": [pc.nn.ReLU()]}
+        loss = group.step(x, y, tp.cross_entropy, opt)
+        assert np.isfinite(loss)
+        other = group.replicas[1].model
+        assert not hasattr(other, "settings") and not hasattr(other, "extra")
+        group.model.plain = {"scale": 2.0}
+        group.step(x, y, tp.cross_entropy, opt)
+        assert other.plain == {"scale": 2.0}

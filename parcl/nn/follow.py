@@ -36,7 +36,7 @@ from ..errors import ParclError
 from ..tape.node import Node
 from ..tensor import Tensor
 from .buffer_slots import ModelSlots
-from .keys import _NOT_PLAIN, _RESOURCES, _frozen, _Unkeyable
+from .keys import _NOT_PLAIN, _RESOURCES, Opaque, _frozen, _Unkeyable
 from .module import Module
 
 __all__ = ["ModelFollower"]
@@ -137,7 +137,9 @@ def _plain(value) -> bool:
 
 
 def _holds_tensors(frozen) -> bool:
-    if isinstance(frozen, (Tensor, Node, *_RESOURCES)):     # a queue too: each replica's own
+    # a queue too: each replica's own; and an object keyed by identity (a lock in a dict),
+    # which a copy could not reproduce
+    if isinstance(frozen, (Tensor, Node, Opaque, *_RESOURCES)):
         return True
     return isinstance(frozen, tuple) and any(_holds_tensors(v) for v in frozen)
 

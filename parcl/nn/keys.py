@@ -65,6 +65,22 @@ _LIBRARY = __name__.split(".")[0] + "."      # "parcl.": whose layers' forwards 
 _MAX_ITEMS = 1024
 
 
+class Opaque:
+    """An object a container holds with nothing to key by value (a lock): keyed by identity,
+    and held, so no other object takes its id while a key lives."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other) -> bool:
+        return type(other) is Opaque and other.value is self.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+
 class _Unkeyable(Exception):
     """A config object holding what cannot be keyed by value (the message says what)."""
 
@@ -116,12 +132,12 @@ def _frozen(value, depth: int = 0, budget: list | None = None, found: list | Non
         for v in value:
             f = _frozen(v, depth + 1, budget, found)
             if f is _NOT_PLAIN:
-                if isinstance(v, Module):
+                if isinstance(v, (Module, tuple, list, dict, set, frozenset)):
                     return _NOT_PLAIN
                 # an object with nothing to key by value (a lock beside the settings,
                 # ``{"lock": l, "scale": s}``) by identity, as an attribute of its own is
                 # skipped: dropping the whole container replayed the old scale after it changed
-                f = ("object", type(v), id(v))
+                f = Opaque(v)
             items.append(f)
         return (kind.__name__, tuple(items))
     if isinstance(value, dict):
