@@ -23,6 +23,7 @@ from ..node import Function, Node
 from ..tape import defer
 from .picks import _RangeCheck
 from .shape import reshape, wrap_dim
+from .torch_names import torch_names
 
 __all__ = ["gather"]
 
@@ -53,6 +54,7 @@ class Gather(Function):
         return sc.gather_backward(g, x_shape, axis, index), None
 
 
+@torch_names()
 def gather(x, axis: int, index, *, tape=None):
     """``torch.gather``: ``out[i][j][k] = x[index[i][j][k]][j][k]`` for ``axis=0`` (and so on
     for other axes); ``index`` is int32/int64 with ``x``'s number of dimensions and no larger

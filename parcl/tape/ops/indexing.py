@@ -30,6 +30,7 @@ from ..node import Function
 from .gather import gather
 from .picks import constant, index_select
 from .shape import wrap_dims
+from .torch_names import torch_names
 
 __all__ = ["expand", "flip", "gather", "getitem", "pad"]
 
@@ -76,6 +77,7 @@ class Flip(Function):
         return strided.read_view(g, View.contiguous(g.shape).flip(self.axes))
 
 
+@torch_names({"dims": "axis"})
 def flip(x, axis, *, tape=None):
     """``x`` reversed along ``axis`` (an int or a tuple of ints), as ``torch.flip``.
 

@@ -19,6 +19,7 @@ from ...kernels import strided
 from ...kernels.strided import View
 from ...tensor import Tensor, check_same_queue, dims
 from ..node import Function
+from .torch_names import torch_names
 
 __all__ = ["cat", "split", "stack"]
 
@@ -94,6 +95,7 @@ def _sequence(op: str, tensors) -> tuple:
     return tuple(tensors)
 
 
+@torch_names()
 def cat(tensors, axis: int = 0, *, tape=None):
     """The tensors joined along ``axis`` (``torch.cat`` / ``np.concatenate``): same shapes
     except along ``axis``. Gradients reach every input. op_name ``"cat"``.
@@ -104,6 +106,7 @@ def cat(tensors, axis: int = 0, *, tape=None):
     return Cat.apply(*_sequence("cat", tensors), tape=tape, axis=axis)
 
 
+@torch_names()
 def stack(tensors, axis: int = 0, *, tape=None):
     """The tensors (all of one shape) joined along a new axis ``axis`` (``torch.stack``).
     op_name ``"stack"``.
@@ -125,6 +128,7 @@ class Piece(Function):
         return strided.write_view(g, self.in_shape, self.view)
 
 
+@torch_names()
 def split(x, split_size_or_sections, axis: int = 0, *, tape=None) -> tuple:
     """``torch.split``: an int cuts ``x`` along ``axis`` into pieces of that size (the last
     may be smaller); a list gives each piece's size (they must add up to the dimension).

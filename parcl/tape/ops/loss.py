@@ -44,6 +44,7 @@ from ..tape import defer
 from . import elementwise, reduce, soft_loss
 from .checks import FlagCheck
 from .soft_loss import binary_cross_entropy_with_logits
+from .torch_names import torch_names
 
 __all__ = ["binary_cross_entropy_with_logits", "cross_entropy", "log_softmax", "mse_loss",
            "nll_loss", "softmax"]
@@ -69,6 +70,7 @@ class LogSoftmax(Softmax):
     log = True
 
 
+@torch_names()
 def softmax(x, axis: int = -1, *, tape=None):
     """``exp(x) / sum(exp(x))`` along ``axis`` (any axis), computed max-subtracted.
 
@@ -78,6 +80,7 @@ def softmax(x, axis: int = -1, *, tape=None):
     return Softmax.apply(x, tape=tape, axis=axis_int("softmax", axis, x.shape))
 
 
+@torch_names()
 def log_softmax(x, axis: int = -1, *, tape=None):
     """``x - logsumexp(x)`` along ``axis`` (any axis), computed max-subtracted.
 

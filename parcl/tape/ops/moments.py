@@ -13,10 +13,12 @@ from __future__ import annotations
 from .reduce import mean
 from ...kernels.moments import unbiased_alone
 from .reductions import std, var
+from .torch_names import torch_names
 
 __all__ = ["std_mean", "var_mean"]
 
 
+@torch_names(empty_dim_is_all=True)
 def var_mean(x, axis=None, unbiased: bool | None = None, keepdims: bool = False, *,
              correction: float | None = None, tape=None):
     """``torch.var_mean``: ``(var(x, axis, ...), mean(x, axis, ...))`` as a tuple, with
@@ -31,6 +33,7 @@ def var_mean(x, axis=None, unbiased: bool | None = None, keepdims: bool = False,
             mean(x, axis, keepdims, tape=tape))
 
 
+@torch_names(empty_dim_is_all=True)
 def std_mean(x, axis=None, unbiased: bool | None = None, keepdims: bool = False, *,
              correction: float | None = None, tape=None):
     """``torch.std_mean``: ``(std(x, axis, ...), mean(x, axis, ...))`` as a tuple."""

@@ -17,6 +17,7 @@ from math import prod
 from ...kernels import elementwise as ew
 from ...kernels import reduction as rd
 from ..node import Function
+from .torch_names import torch_names
 
 __all__ = ["mean", "sum"]
 
@@ -51,11 +52,13 @@ class Mean(_Reduce):
         return self._expand(g, 1.0 / count if count else 0.0)   # 0: a gradient of nothing
 
 
+@torch_names(empty_dim_is_all=True)
 def sum(x, axis=None, keepdims: bool = False, *, tape=None):  # noqa: A001
     """Sum over ``axis`` (None: everything, an int or a tuple of ints)."""
     return Sum.apply(x, tape=tape, axis=axis, keepdims=keepdims)
 
 
+@torch_names(empty_dim_is_all=True)
 def mean(x, axis=None, keepdims: bool = False, *, tape=None):
     """Mean over ``axis`` (None: everything, an int or a tuple of ints)."""
     return Mean.apply(x, tape=tape, axis=axis, keepdims=keepdims)

@@ -33,6 +33,7 @@ from .creation import value_of
 from .elementwise import maximum, minimum
 from .reduce_dims import Amax, Amin
 from .shape import wrap_dim
+from .torch_names import torch_names
 
 __all__ = ["argmax", "argmin", "cumsum", "logsumexp", "max", "min", "std", "var"]
 
@@ -160,6 +161,7 @@ def _arg(op: str, x, axis, keepdims: bool, lowest: bool) -> Tensor:
     return idx.reshape(shape)
 
 
+@torch_names()
 def argmax(x, axis=None, keepdims: bool = False) -> Tensor:
     """Index of the first largest element along ``axis`` (None: of the flattened tensor), as
     an int64 ``pc.Tensor``: no gradient, never recorded.
@@ -170,6 +172,7 @@ def argmax(x, axis=None, keepdims: bool = False) -> Tensor:
     return _arg("argmax", x, axis, keepdims, lowest=False)
 
 
+@torch_names()
 def argmin(x, axis=None, keepdims: bool = False) -> Tensor:
     """Index of the first smallest element along ``axis`` (None: flattened), int64.
 
@@ -215,6 +218,7 @@ class Std(Var):
 # var's and std's positional arguments are torch.var's (input, dim, unbiased, keepdim):
 # torch.var(x, 1, False) is the biased variance, so tp.var(x, 1, False) must not read its
 # False as keepdims and return the unbiased one.
+@torch_names(empty_dim_is_all=True)
 def var(x, axis=None, unbiased: bool | None = None, keepdims: bool = False, *,
         correction: float | None = None, tape=None):
     """Variance over ``axis`` with ``correction`` (1, PyTorch's default: unbiased; 0: the
@@ -229,6 +233,7 @@ def var(x, axis=None, unbiased: bool | None = None, keepdims: bool = False, *,
                      correction=correction_of("var", unbiased, correction))
 
 
+@torch_names(empty_dim_is_all=True)
 def std(x, axis=None, unbiased: bool | None = None, keepdims: bool = False, *,
         correction: float | None = None, tape=None):
     """``sqrt(var(x, axis, keepdims=..., correction=...))`` (or ``unbiased=``); its gradient
@@ -271,6 +276,7 @@ class LogSumExp(Function):
         return ew.binary("mul", t, g.reshape(out.shape), out=t)
 
 
+@torch_names(empty_dim_is_all=True)
 def logsumexp(x, axis=None, keepdims: bool = False, *, tape=None):
     """``log(sum(exp(x)))`` over ``axis``, computed shifted by the max: no overflow for large
     inputs, ``-inf`` for an all ``-inf`` block. ``torch.logsumexp``.
@@ -296,6 +302,7 @@ class CumSum(Function):
         return scan.cumsum(g, self.axis, reverse=True)
 
 
+@torch_names()
 def cumsum(x, axis: int, *, tape=None):
     """Inclusive cumulative sum along ``axis`` (``torch.cumsum``), summed in order in blocks of
     256 (about 20 ulps over 1e6 terms); a 0-d tensor takes 0 and -1 and is its own sum, as
