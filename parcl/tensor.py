@@ -264,6 +264,11 @@ class Tensor:
         view.checks = self.checks
         return view
 
+    def view(self, *shape) -> Tensor:
+        """PyTorch's ``t.view(*shape)``: ``reshape`` (parcl's tensors are contiguous, so it
+        is always a view)."""
+        return self.reshape(*shape)
+
     def view_of(self, buffer: cl.Buffer, shape) -> Tensor:
         """A tensor over ``buffer`` (e.g. a sub-buffer of this one) that keeps this alive."""
         return Tensor(self.queue, tuple(shape), self.dtype, buffer, self)

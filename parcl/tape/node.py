@@ -26,7 +26,7 @@ from . import mode
 from .anomaly import call_site, check_finite
 from .changes import note_change
 from .hooks import GradHooks, RemovableHandle
-from .node_methods import NodeMethods
+from .node_methods import ElementCount, NodeMethods
 
 
 
@@ -157,8 +157,16 @@ class Node(NodeMethods):
         return self.value.queue
 
     @property
-    def size(self) -> int:
-        return self.value.size
+    def device(self):
+        """The OpenCL device of its queue (``pc.Tensor.device``)."""
+        return self.value.device
+
+    @property
+    def size(self) -> ElementCount:
+        """The element count (an int, as numpy's); called, torch's ``size()``: ``x.size()``
+        the shape, ``x.size(d)`` one dim's size (``ElementCount``)."""
+        v = self.value
+        return ElementCount(v.size, v.shape)
 
     @property
     def ndim(self) -> int:

@@ -64,9 +64,29 @@ def reshape(x, shape, *, tape=None):
     return Reshape.apply(x, tape=tape, shape=tuple(shape))
 
 
-def transpose(x, axes=None, *, tape=None):
-    """``x`` with its axes permuted (``axes=None`` reverses them), as ``np.transpose``."""
-    return Transpose.apply(x, tape=tape, axes=axes)
+def transpose(x, axes=None, dim1=None, *, dim0=None, tape=None):
+    """``x`` with its axes permuted (``axes=None`` reverses them), as ``np.transpose``; two
+    dims, ``transpose(x, dim0, dim1)`` (or by keyword), exchanged, as ``torch.transpose``
+    (a ``permute``: a copy unless only size-1 dims move).
+
+    >>> tp.transpose(x[None], 0, -1).shape
+    (3, 2, 1)
+    """
+    if dim0 is not None:
+        if axes is not None:
+            raise TypeError("transpose: axes and dim0 given both; they are one argument")
+        axes = dim0
+    if dim1 is None:
+        if dim0 is not None:
+            raise TypeError("transpose: dim0 without dim1; torch.transpose exchanges two dims")
+        return Transpose.apply(x, tape=tape, axes=axes)
+    shape = tuple(x.shape)
+    n = len(shape)
+    a, b = wrap_dim("transpose", axes, n, shape), wrap_dim("transpose", dim1, n, shape)
+    order = list(range(n))
+    if n:
+        order[a], order[b] = b, a
+    return permute(x, tuple(order), tape=tape)
 
 
 # -- PyTorch's dimension rules ------------------------------------------------------------------
