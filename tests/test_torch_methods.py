@@ -1,12 +1,14 @@
-"""The tensor API that PyTorch training scripts call, as PyTorch's: ``dim=`` and ``keepdim=``
-on the ops whose own names are numpy's, ``x.size()``, ``x.transpose(d0, d1)``, ``x.split``,
-``x.mT``, ``x.contiguous()``, ``x.to(...)``, ``x.float()``, ``x.dim()``, ``x.tolist()``; last,
-nanoGPT's attention written the way its users write it, against torch with the same
-weights."""
+"""The tensor and module API that PyTorch training scripts call, as PyTorch's: ``dim=`` and
+``keepdim=`` on the ops whose own names are numpy's, ``x.size()``, ``x.transpose(d0, d1)``,
+``x.split``, ``x.mT``, ``x.contiguous()``, ``x.to(...)``, ``x.float()``, ``x.dim()``,
+``x.tolist()``, and ``Module.named_parameters/named_modules/named_buffers/state_dict`` with
+PyTorch's keyword arguments; last, nanoGPT's attention written the way its users write it,
+against torch with the same weights."""
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -151,6 +153,56 @@ def test_to_float_long_and_type_as_convert_dtypes_and_take_devices_as_given(queu
         x.to(object())
     with pytest.raises(DTypeError, match="float32 to float64 is not supported"):
         x.to(np.float64)
+
+
+# -- Module traversal and state dicts -----------------------------------------------------------
+class _Tied:
+    """A model with a tied weight and a child registered twice, in torch and in parcl."""
+
+    @staticmethod
+    def build(nn):
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(5, 3)
+                self.norm = nn.BatchNorm1d(3)
+                self.head = nn.Linear(3, 5, bias=False)
+                self.head.weight = self.emb.weight
+                self.again = self.norm
+        return Model()
+
+
+def test_named_parameters_modules_and_buffers_list_tied_ones_as_pytorch():
+    mine, theirs = _Tied.build(pc.nn), _Tied.build(torch.nn)
+    for method, kwargs in [("named_parameters", {}), ("named_parameters", dict(prefix="m")),
+                           ("named_parameters", dict(remove_duplicate=False)),
+                           ("named_parameters", dict(recurse=False)),
+                           ("named_modules", {}), ("named_modules", dict(prefix="m")),
+                           ("named_modules", dict(remove_duplicate=False)),
+                           ("named_buffers", dict(remove_duplicate=False)),
+                           ("named_buffers", dict(prefix="m"))]:
+        got = [n for n, _ in getattr(mine, method)(**kwargs)]
+        # parcl's BatchNorm keeps no num_batches_tracked buffer (load_state_dict drops it)
+        want = [n for n, _ in getattr(theirs, method)(**kwargs)
+                if not n.endswith("num_batches_tracked")]
+        assert got == want, (method, kwargs)
+    assert [n for n, _ in mine.named_parameters()] == ["emb.weight", "norm.weight", "norm.bias"]
+    memo = {id(mine.norm)}
+    assert [n for n, _ in mine.named_modules(memo)] == ["", "emb", "head"]
+    assert len(mine.parameters(recurse=True)) == 3
+
+
+def test_state_dict_takes_prefix_destination_and_keep_vars_as_pytorch():
+    mine, theirs = _Tied.build(pc.nn), _Tied.build(torch.nn)
+    assert list(mine.state_dict(prefix="model.")) == [
+        k for k in theirs.state_dict(prefix="model.") if not k.endswith("num_batches_tracked")]
+    into = OrderedDict(step=np.int64(3))
+    out = mine.state_dict(destination=into)
+    assert out is into and list(out)[:2] == ["step", "emb.weight"]
+    kept = mine.state_dict(keep_vars=True)
+    assert kept["emb.weight"] is mine.emb.weight is kept["head.weight"]
+    assert kept["norm.running_mean"] is mine.norm.running_mean
+    assert isinstance(mine.state_dict()["emb.weight"], np.ndarray)
 
 
 # -- nanoGPT's attention, as its users write it ------------------------------------------------

@@ -359,16 +359,20 @@ class Module:
         return self
 
     # -- traversal -----------------------------------------------------------------------
-    def named_modules(self, prefix: str = "", memo: set | None = None
-                      ) -> Iterator[tuple[str, Module]]:
-        """``(name, module)`` for this module and every descendant, depth first, each once."""
+    def named_modules(self, memo: set | None = None, prefix: str = "",
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Module]]:
+        """``(name, module)`` for this module and every descendant, depth first, each once
+        (``remove_duplicate=False``: under every name it is reached by), as PyTorch's;
+        ``memo`` holds the ids of modules already given."""
         memo = set() if memo is None else memo
         if id(self) in memo:
             return
-        memo.add(id(self))
+        if remove_duplicate:
+            memo.add(id(self))
         yield prefix, self
         for name, child in self._children():
-            yield from child.named_modules(f"{prefix}.{name}" if prefix else name, memo)
+            yield from child.named_modules(memo, f"{prefix}.{name}" if prefix else name,
+                                           remove_duplicate)
 
     def _children(self) -> Iterator[tuple[str, Module]]:
         """``(name, child)`` of every child slot that holds a module (``add_module(name,
@@ -392,30 +396,36 @@ class Module:
         """The direct sub-modules, each once (see ``named_children``)."""
         return [child for _, child in self.named_children()]
 
-    def _named_members(self, store: str, prefix: str, recurse: bool) -> Iterator[tuple]:
+    def _named_members(self, store: str, prefix: str, recurse: bool,
+                       remove_duplicate: bool = True) -> Iterator[tuple]:
         """``(name, value)`` of every module's ``store`` dict (``_parameters``, ``_buffers``)
-        in registration order, each value once, None skipped."""
+        in registration order, None skipped; each value once (a tied weight under its first
+        name) unless ``remove_duplicate`` is False."""
         seen: set[int] = set()
-        mods = self.named_modules(prefix) if recurse else [(prefix, self)]
+        mods = (self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate)
+                if recurse else [(prefix, self)])
         for mod_name, mod in mods:
             for name, v in getattr(mod, store).items():
-                if v is not None and id(v) not in seen:
-                    seen.add(id(v))
-                    yield (f"{mod_name}.{name}" if mod_name else name), v
+                if v is None or (remove_duplicate and id(v) in seen):
+                    continue
+                seen.add(id(v))
+                yield (f"{mod_name}.{name}" if mod_name else name), v
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True
-                         ) -> Iterator[tuple[str, Parameter]]:
-        """``(name, parameter)`` in registration order, each parameter once."""
-        return self._named_members("_parameters", prefix, recurse)
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, Parameter]]:
+        """``(name, parameter)`` in registration order, each parameter once (a tied weight
+        under its first name; ``remove_duplicate=False``: under every name), as PyTorch's."""
+        return self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse: bool = True) -> list[Parameter]:
         """Every Parameter, in registration order, without duplicates."""
         return [p for _, p in self.named_parameters(recurse=recurse)]
 
-    def named_buffers(self, prefix: str = "", recurse: bool = True
-                      ) -> Iterator[tuple[str, Tensor]]:
-        """``(name, buffer)`` in registration order, each buffer once."""
-        return self._named_members("_buffers", prefix, recurse)
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, Tensor]]:
+        """``(name, buffer)`` in registration order, each buffer once (``remove_duplicate``
+        as ``named_parameters``)."""
+        return self._named_members("_buffers", prefix, recurse, remove_duplicate)
 
     def buffers(self, recurse: bool = True) -> list[Tensor]:
         return [b for _, b in self.named_buffers(recurse=recurse)]
@@ -530,15 +540,22 @@ class Module:
                     "first call (PyTorch's take their shapes from the state dict); run a batch "
                     "through the model first, then load; nothing was loaded")
 
-    def state_dict(self) -> OrderedDict[str, np.ndarray]:
-        """Ordered ``name -> numpy array`` (host copies) of every parameter and buffer.
-        A module defining PyTorch's ``get_extra_state`` is a ``StateDictError``.
+    def state_dict(self, *, destination=None, prefix: str = "", keep_vars: bool = False
+                   ) -> OrderedDict[str, np.ndarray]:
+        """Ordered ``name -> numpy array`` (host copies) of every parameter and buffer, each
+        key after ``prefix``, put into ``destination`` (returned) when given, as PyTorch's;
+        ``keep_vars=True``: the Parameters and buffer tensors themselves, not copies. A
+        module defining PyTorch's ``get_extra_state`` is a ``StateDictError``.
 
         >>> list(pc.nn.BatchNorm2d(3).state_dict())
         ['weight', 'bias', 'running_mean', 'running_var']
         """
         self._refuse_extra_state("state_dict")
-        return OrderedDict((k, t.to_host()) for k, t in self._state_tensors())
+        out = OrderedDict() if destination is None else destination
+        params = {id(p.value): p for p in self.parameters()} if keep_vars else {}
+        for k, t in self._state_tensors(prefix):
+            out[k] = params.get(id(t), t) if keep_vars else t.to_host()
+        return out
 
     def load_state_dict(self, state_dict, strict: bool = True) -> IncompatibleKeys:
         """Copy ``state_dict``'s arrays into the parameters and buffers, in place.
