@@ -741,9 +741,11 @@ class Tensor:
     def _arg(self, op: str, dim, keepdim: bool, lowest: bool) -> Tensor:
         """The argmax (argmin where ``lowest``) of this tensor in this shape."""
         from .kernels import reduction
+        from .kernels.strided import axis_int
         if dim is None:
             out = reduction.argmax(self.reshape(-1), 0, op=op, lowest=lowest)
             return out.reshape((1,) * self.ndim) if keepdim else out
+        dim = axis_int(op, dim, self.shape)             # one dim, as torch's (no tuple)
         out = reduction.argmax(self, dim, op=op, lowest=lowest)
         if keepdim and self.ndim:          # a 0-d tensor keeps no dim (as PyTorch's)
             ax = dim % self.ndim

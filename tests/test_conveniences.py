@@ -548,6 +548,22 @@ def test_a_raw_tensors_min_argmin_amax_and_amin_are_pytorchs(queue):
         x.argmin(3)
 
 
+def test_a_raw_tensors_argmax_refuses_a_tuple_or_a_float_dim_as_tp_argmax_does(queue):
+    """``pc.Tensor.argmax((0, 1))`` was a bare ValueError (``too many values to unpack``) and
+    ``argmax(1.5)`` a TypeError, where ``tp.argmax`` (now the same code) names the op and the
+    shape; a true int dim still gives the first extreme's index."""
+    x = dev(queue, np.array([[1, 5, 5], [7, 2, 7]], np.float32))
+    with pytest.raises(ShapeError, match=r"argmax: axis must be an int, got \(0, 1\) "
+                                         r"\(shape \(2, 3\)\)"):
+        x.argmax((0, 1))
+    with pytest.raises(ShapeError, match="argmin: axis must be an int, got 1.5"):
+        x.argmin(1.5)
+    with pytest.raises(ShapeError, match=r"argmax: axis must be an int, got \(0, 1\)"):
+        tp.argmax(x, (0, 1))
+    np.testing.assert_array_equal(x.argmax(1).to_host(), [1, 0])
+    np.testing.assert_array_equal(tp.argmin(x, 1, keepdims=True).to_host(), [[0], [1]])
+
+
 def test_a_raw_tensors_softmax_all_and_any_are_pytorchs(queue):
     """A raw ``pc.Tensor`` (a model's output under ``no_grad``) had no ``softmax``,
     ``log_softmax``, ``all`` or ``any``, which a recorded Node and torch.Tensor have: an

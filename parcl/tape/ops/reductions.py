@@ -99,17 +99,11 @@ def _extreme(op: str, per_dim, over_all, pick, x, dim, keepdim, axis, keepdims, 
         return pick(x, dim, tape=tape)
     if dim is None:
         return over_all.apply(x, tape=tape, dim=None, keepdim=keepdim)
-    dim = axis_int(op, dim, x.shape)        # one dim, as torch.max's (no tuple)
     raw = value_of(op, x)
-    # one kernel for both; recorded, the backward reads these indices (a write into them is
-    # a write into what it reads, which it then refuses)
-    values, indices = rd.first_extreme(raw, dim, op == "min", op)
-    axes = rd.normalize_axes(op, dim, raw.ndim, raw.shape)     # () for a 0-d input
-    if keepdim:
-        shape = rd.reduced_shape(raw.shape, axes, True)
-        values, indices = values.reshape(shape), indices.reshape(shape)
-    indices.checks = raw.checks
-    (axis,) = axes or (0,)
+    # the Tensor's max(dim) / min(dim): one kernel for both; recorded, the backward reads these
+    # indices (a write into them is a write into what it reads, which it then refuses)
+    values, indices = getattr(raw, op)(dim, keepdim)
+    (axis,) = rd.normalize_axes(op, dim, raw.ndim, raw.shape) or (0,)      # a 0-d x: ()
     return SortResult(per_dim.apply(x, tape=tape, found=values, indices=indices, axis=axis),
                       indices)
 
@@ -142,25 +136,6 @@ def min(x, dim=None, keepdim: bool = False, *,  # noqa: A001
     return _extreme("min", Min, MinAll, minimum, x, dim, keepdim, axis, keepdims, tape)
 
 
-def _arg(op: str, x, axis, keepdims: bool, lowest: bool) -> Tensor:
-    if isinstance(x, Node):
-        x = x.value
-    ew.check_float(op, x)
-    axes = () if axis is None else rd.normalize_axes(op, axis_int(op, axis, x.shape), x.ndim,
-                                                     x.shape)
-    if not axes:       # the index into the flattened tensor (a 0-d one's dim 0 or -1: 0)
-        idx = rd.argmax(x.reshape((1, x.size)), axis=-1, op=op, lowest=lowest)
-        shape = (1,) * x.ndim if keepdims else ()
-    else:
-        (ax,) = axes
-        idx = rd.argmax(x, axis=ax, op=op, lowest=lowest)
-        shape = rd.reduced_shape(x.shape, (ax,), keepdims) if keepdims else idx.shape
-    # the input's pending checks (an embedding's index range): the indices of rows picked by a
-    # bad id raise at their host read, as every value computed through tp ops does
-    idx.checks = x.checks
-    return idx.reshape(shape)
-
-
 @torch_names()
 def argmax(x, axis=None, keepdims: bool = False) -> Tensor:
     """Index of the first largest element along ``axis`` (None: of the flattened tensor), as
@@ -169,7 +144,7 @@ def argmax(x, axis=None, keepdims: bool = False) -> Tensor:
     >>> tp.argmax(x, axis=1).to_host()      # x [[1, 5], [5, 2]]
     array([1, 0])
     """
-    return _arg("argmax", x, axis, keepdims, lowest=False)
+    return value_of("argmax", x).argmax(axis, keepdims)
 
 
 @torch_names()
@@ -179,7 +154,7 @@ def argmin(x, axis=None, keepdims: bool = False) -> Tensor:
     >>> tp.argmin(x, axis=1).to_host()      # x [[1, 5], [5, 2]]
     array([0, 1])
     """
-    return _arg("argmin", x, axis, keepdims, lowest=True)
+    return value_of("argmin", x).argmin(axis, keepdims)
 
 
 # -- variance and standard deviation ----------------------------------------------------------
