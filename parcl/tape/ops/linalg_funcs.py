@@ -213,7 +213,7 @@ def lstsq(A, B, rcond: float | None = None, *, driver: str | None = None,
     rtol = rcond if rcond is not None and rcond > 0 else None
     # one SVD gives the pseudo-inverse, the rank and the singular values
     kept = KeptSvd.of(op, _raw(A, op), None, rtol)
-    x = matmul(Pinv.apply(A, tape=tape, rtol=rtol, kept=kept), B, tape=tape)
+    x = matmul(Pinv.apply(A, tape=tape, kept=kept), B, tape=tape)
     rank = None if driver == "gels" else count_nonzero(kept.keep, -1)
     values = None
     if driver in ("gelsd", "gelss"):

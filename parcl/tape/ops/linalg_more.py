@@ -117,17 +117,19 @@ def multi_dot(tensors, *, tape=None):
     return out
 
 
-def _cutoff(op: str, top: Tensor, atol, rtol, m: int, n: int):
-    """PyTorch's threshold ``max(atol, rtol * top)`` per matrix, ``rtol`` ``eps * max(m,
-    n)`` when neither is given and 0 when only ``atol`` is."""
+def _above(op: str, s: Tensor, atol, rtol, m: int, n: int) -> Tensor:
+    """Which of each matrix's singular values ``s`` (its last dim; ``|eigenvalues|`` of a
+    symmetric one) lie above PyTorch's threshold ``max(atol, rtol * amax(s))``, ``rtol``
+    ``eps * max(m, n)`` when neither is given and 0 when only ``atol`` is."""
+    top = amax(s, -1)
     for name, v in (("atol", atol), ("rtol", rtol)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, Real)):
             raise ParclError(f"{op}: {name} must be a number (tensors are not supported), "
                              f"got {v!r}")
     if rtol is None:
         rtol = EPS * max(m, n) if atol is None or atol == 0 else 0.0
-    cut = mul(top, float(rtol))
-    return ew.scalar("maximum", cut, float(atol or 0.0))
+    cut = ew.scalar("maximum", mul(top, float(rtol)), float(atol or 0.0))
+    return gt(s, unsqueeze(cut, -1))
 
 
 class KeptSvd(NamedTuple):
@@ -140,8 +142,7 @@ class KeptSvd(NamedTuple):
     @classmethod
     def of(cls, op: str, a: Tensor, atol, rtol) -> KeptSvd:
         d = _Svd(a, False, op)
-        cut = _cutoff(op, amax(d.s, -1), atol, rtol, *a.shape[-2:])
-        return cls(d, gt(d.s, unsqueeze(cut, -1)))
+        return cls(d, _above(op, d.s, atol, rtol, *a.shape[-2:]))
 
 
 class Pinv(Function):
@@ -156,8 +157,7 @@ class Pinv(Function):
         m, n = a.shape[-2:] if a.ndim >= 2 else (0, 0)
         if hermitian:
             w, v = eigh(a)
-            cut = _cutoff(op, amax(abs_(w), -1), atol, rtol, m, n)
-            keep = gt(abs_(w), unsqueeze(cut, -1))
+            keep = _above(op, abs_(w), atol, rtol, m, n)
             inv = where(keep, div(1.0, where(keep, w, 1.0)), 0.0)
             p = matmul_(mul(v, unsqueeze(inv, -2)), _mT(v))
         else:
@@ -207,8 +207,7 @@ def matrix_rank(A, *, atol=None, rtol=None, hermitian: bool = False):
     op = "linalg.matrix_rank"
     a = _raw(A, op)
     if hermitian:
-        s = abs_(eigh(a)[0])
-        keep = gt(s, unsqueeze(_cutoff(op, amax(s, -1), atol, rtol, *a.shape[-2:]), -1))
+        keep = _above(op, abs_(eigh(a)[0]), atol, rtol, *a.shape[-2:])
     else:
         keep = KeptSvd.of(op, a, atol, rtol).keep
     return count_nonzero(keep, -1)
