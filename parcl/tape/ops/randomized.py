@@ -33,7 +33,7 @@ from .loss import softmax
 from .reductions import argmax
 from .sampling import key_source
 from .scatters import scatter
-from .shape import reshape, squeeze, unsqueeze, wrap_dim
+from .shape import as_batched, reshape, wrap_dim
 
 __all__ = ["fractional_max_pool2d", "gumbel_softmax", "rrelu"]
 
@@ -133,19 +133,10 @@ def fractional_max_pool2d(x, kernel_size, output_size=None, output_ratio=None,
     (1, 2, 3, 3)
     """
     op = "fractional_max_pool2d"
-    shape = tuple(x.shape)
-    if len(shape) == 3:
-        samples = None if _random_samples is None else _random_samples
-        out = fractional_max_pool2d(unsqueeze(x, 0, tape=tape), kernel_size, output_size,
-                                    output_ratio, return_indices, samples, tape=tape)
-        if return_indices:
-            return squeeze(out[0], 0, tape=tape), out[1].reshape(out[1].shape[1:])
-        return squeeze(out, 0, tape=tape)
-    if len(shape) != 4:
-        raise ShapeError(f"{op}: expected a 3-d (C, H, W) or 4-d (N, C, H, W) input, got shape "
-                         f"{shape}")
-    if x.dtype != FLOAT:
-        raise DTypeError(f"{op}: input of shape {shape} has dtype {x.dtype}, expected float32")
+    x4, batched = as_batched(op, x, "C, H, W", tape=tape)      # (C, H, W): N = 1
+    shape = tuple(x4.shape)
+    if x4.dtype != FLOAT:
+        raise DTypeError(f"{op}: input of shape {shape} has dtype {x4.dtype}, expected float32")
     kh, kw = _pair(op, "kernel_size", kernel_size)
     n, c, h, w = shape
     if output_size is None:
@@ -164,17 +155,17 @@ def fractional_max_pool2d(x, kernel_size, output_size=None, output_ratio=None,
         raise ShapeError(f"{op}: pool {dim} {k} too large relative to input {dim} {size} "
                          f"for an output of {(oh, ow)} (input {shape})")
     if _random_samples is None:
-        samples = draws.open_uniform(x.queue, (n, c, 2), key_source())
+        samples = draws.open_uniform(x4.queue, (n, c, 2), key_source())
     else:
         samples = _random_samples.value if isinstance(_random_samples, Node) \
             else _random_samples
         if not isinstance(samples, Tensor):
-            samples = Tensor.from_host(x.queue, np.asarray(samples, np.float32))
+            samples = Tensor.from_host(x4.queue, np.asarray(samples, np.float32))
         if tuple(samples.shape) != (n, c, 2):
             raise ShapeError(f"{op}: _random_samples must have shape ({n}, {c}, 2) for input "
                              f"{shape}, got {tuple(samples.shape)}")
-    raw = x.value if isinstance(x, Node) else x
+    raw = x4.value if isinstance(x4, Node) else x4
     index = fpk.window_argmax(raw, samples, (kh, kw), (oh, ow))
-    out = reshape(gather(reshape(x, (n, c, h * w), tape=tape), 2, index, tape=tape),
-                  (n, c, oh, ow), tape=tape)
-    return (out, index.reshape((n, c, oh, ow))) if return_indices else out
+    out = reshape(gather(reshape(x4, (n, c, h * w), tape=tape), 2, index, tape=tape),
+                  (n, c, oh, ow) if batched else (c, oh, ow), tape=tape)
+    return (out, index.reshape(out.shape)) if return_indices else out
