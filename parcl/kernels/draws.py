@@ -11,8 +11,9 @@ again (``recorder.replay_arg``), so a replay draws fresh values, as the eager ca
 
 A uniform value is the top 24 bits over ``2**24`` (``[0, 1)``, every float32 of that grid); a
 normal one is Box-Muller of two 24-bit uniforms (so ``|z| < 5.9``); an integer in a span of
-``s`` is ``low + mul_hi(bits, s)``. RReLU's slopes, Gumbel noise and ``open_uniform`` take
-element ``i`` from the bits of ``i + 1`` in the open grid ``(0, 1)``.
+``s`` is ``low + mul_hi(bits, s)``. RReLU's slopes, Gumbel noise and ``open_uniform`` are
+on the open grid ``(0, 1)`` (the 24-bit grid moved by half a step), so their logarithms are
+finite; they read the bits of ``i + 1``, only to keep the values they always drew.
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import draws
@@ -76,6 +77,10 @@ __kernel void bernoulli(__global float* out, const ulong key, __global const flo
     if (i < n)
         out[i] = unit(draw_bits(key, i)) < p[i] ? 1.0f : 0.0f;
 }
+
+/* rrelu, open_uniform and gumbel draw element i from the bits of i + 1, where the others use
+   i: nothing needs it (open_unit maps bits 0, seed 0's first key's element 0, inside (0, 1)),
+   but it keeps the streams these ops always drew, so seeded runs give the same values */
 
 /* noise: 1 where x > 0, else a slope uniform in [lower, upper]; y = x * noise (the slopes
    are the gradient) */
