@@ -41,7 +41,10 @@ __kernel void cumsum(__global float *out, __global const float *x, const int lin
     // In blocks of SUM_BLOCK (line_sums): a block's running sum starts from the sum of the
     // blocks before it, which adds up their own sums (each block's terms summed apart too)
     // compensated, so a running sum drifts over one block, not the line. (Each output as that
-    // sum plus the block's so far, an add more on its way to memory, was 20% slower.)
+    // sum plus the block's so far, an add more on its way to memory, was 20% slower. Unlike
+    // BLOCK_SUM's, a loop that stores every partial sum runs as fast bounded by
+    // min(R, start + SUM_BLOCK) as in full blocks then a tail: CPU time within 2% for 1M and
+    // for (4096, 1024) along either axis, so it stays one loop.)
     float2 before = (float2)(0.0f, 0.0f);
     for (int start = 0; start < R; start += SUM_BLOCK) {
         float acc = sum_total(before), block = 0.0f;
