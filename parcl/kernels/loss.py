@@ -2,8 +2,8 @@
 cross-entropy with logits.
 
 Both reduce to their mean inside one work-group (strided partial sums, then a fixed tree),
-as the class-index losses in ``softmax.py`` do, so the value is bit-reproducible with no second
-launch and no atomics. Their backwards are elementwise, one work-item per element.
+so the value is bit-reproducible with no second launch and no atomics. Their backwards are
+elementwise, one work-item per element.
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import loss as lk

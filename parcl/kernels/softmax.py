@@ -2,9 +2,12 @@
 
 Softmax runs over one axis of a contiguous tensor viewed as (outer, C, inner): one work-item
 per (outer, inner) line, max-subtracted, three passes over the line, its sums in blocks
-(``line_sums.BLOCK_SUM``: float32 accurate over GPT-2's 50257 classes). The losses reduce to a
-scalar inside one work-group (strided partial sums, then a fixed tree), so the loss value is
-bit-reproducible and needs no second launch or atomics.
+(``line_sums.BLOCK_SUM``: float32 accurate over GPT-2's 50257 classes). Cross-entropy takes
+one work-item per row over the grid, then reduces the rows' losses in one work-group (strided
+partial sums, then a fixed tree): the loss value is bit-reproducible with no atomics. On a CPU
+a contiguous row is walked 8 classes at a time (explicit ``float8``: PoCL's vector ``exp``; its
+scalar one is a call), sums in blocks as ``line_sums.BLOCK_SUM8``. MSE reduces in one
+work-group alike.
 
 Cross-entropy (and NLL, the same kernel on log-probabilities) takes ``ignore_index`` and
 ``label_smoothing`` as PyTorch, and checks its labels on the device: a label outside [0, C)
@@ -30,81 +33,117 @@ import pyopencl as cl
 from ..errors import DTypeError, ShapeError
 from ..runtime import on_gpu
 from ..tensor import FLOAT, LABEL_DTYPES, Tensor, check_same_queue
-from ._cache import GROUP_SUM, get_kernel, group_size, round_up
-from .line_sums import BLOCK_SUM
+from ._cache import GROUP_SUM, VECTOR_TYPES, get_kernel, group_size, round_up
+from .line_sums import BLOCK_SUM8
 
 _CE = r"""
 // Rows r = (n, i) of x viewed as (N, C, inner): row r's class c is x[(n*C + c)*inner + i].
 // Row loss: (1-eps) * (lse - x[t]) + eps/C * sum_c (lse - x[c]); with NLL the input already
 // holds log-probabilities (lse = 0, no smoothing). With class weights w (NULL: none), PyTorch's
 // (1-eps) * w[t] * (lse - x[t]) + eps/C * sum_c w[c] (lse - x[c]). Rows labelled `ignore` take
-// no part. reduce: 0 each row's loss into loss[r] (ignored rows 0), 1 the mean over the rows
-// that count (weighted: divided by the sum of their w[t]; 0/0 = NaN when all are ignored, as
-// PyTorch), 2 their sum. Row r's lse is kept in two parts, its max stats[r] and log-sum
-// stats[rows + r]: m + log s loses log s where |m| is huge (a row masked with -1e9);
-// stats[2 * rows] = what the backward divides by, stats[2 * rows + 1] = sum_c w[c].
-__kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* restrict labels,
-                        __global const float* restrict w,
-                        __global float* restrict loss, __global float* restrict stats,
-                        __global long* restrict flag, const int rows, const int C,
-                        const int inner, const long ignore, const float eps, const int nll,
-                        const int reduce, __local float* sums, __local int* bad,
-                        __local int* counts)
+// no part (loss 0). One work-item per row; vec: the row is contiguous (inner 1) and walked 8
+// classes at a time (a CPU: vector exp). Row r's lse is kept in two parts, its max stats[r] and
+// log-sum stats[rows + r]: m + log s loses log s where |m| is huge (a row masked with -1e9);
+// stats[2 * rows + 1] = sum_c w[c].
+#define ROW_SUM(s, c, term8, term)                                                      \
+    do {                                                                                \
+        if (vec)                                                                        \
+            BLOCK_SUM8(s, c, C, term8, term);                                           \
+        else                                                                            \
+            BLOCK_SUM(s, c, C, term);                                                   \
+    } while (0)
+#define X8(c) LOAD8(row + (c))
+#define X1(c) row[(long)(c) * inner]
+__kernel void ce_rows_LT(__global const float* restrict x, __global const LT* restrict labels,
+                         __global const float* restrict w, __global float* restrict row_loss,
+                         __global float* restrict stats, const int rows, const int C,
+                         const int inner, const long ignore, const float eps, const int nll,
+                         const int vec)
 {
-    const int l = get_local_id(0), L = get_local_size(0);
-    float acc = 0.0f, wsum = 0.0f, wall = 0.0f;
-    int first_bad = rows, count = 0;
-    if (w && eps != 0.0f)                      // sums along a row in blocks (BLOCK_SUM)
-        BLOCK_SUM(wall, c, C, w[c]);
-    for (int r = l; r < rows; r += L) {
-        const int n = r / inner;
-        const global float* row = x + (long)n * C * inner + (r - n * inner);
-        float m = 0.0f, ls = 0.0f, smooth = 0.0f;
-        if (!nll) {
-            m = -INFINITY;
-            for (int c = 0; c < C; ++c)
-                m = fmax(m, row[(long)c * inner]);
-            float s;
-            BLOCK_SUM(s, c, C, exp(row[(long)c * inner] - m));
-            ls = log(s);
-            if (eps != 0.0f) {                     // sum_c (lse - x[c]), each term >= 0
-                float d;
-                if (w) {
-                    BLOCK_SUM(d, c, C, w[c] * (m - row[(long)c * inner]));
-                    smooth = wall * ls + d;
-                } else {
-                    BLOCK_SUM(d, c, C, m - row[(long)c * inner]);
-                    smooth = (float)C * ls + d;
-                }
+    const int r = get_global_id(0);
+    if (r >= rows)
+        return;
+    const int n = r / inner;
+    const global float* row = x + (long)n * C * inner + (r - n * inner);
+    float m = 0.0f, ls = 0.0f, smooth = 0.0f, wall = 0.0f;
+    if (w && eps != 0.0f)
+        ROW_SUM(wall, c, LOAD8(w + c), w[c]);
+    if (!nll) {
+        m = -INFINITY;
+        int c = 0;
+        if (vec) {
+            float8 m8 = (float8)(-INFINITY);
+            for (; c < (C & ~7); c += 8)
+                m8 = fmax(m8, X8(c));
+            const float4 a = fmax(m8.lo, m8.hi);
+            const float2 b = fmax(a.lo, a.hi);
+            m = fmax(b.lo, b.hi);
+        }
+        for (; c < C; ++c)
+            m = fmax(m, X1(c));
+        float s;
+        ROW_SUM(s, c, exp(X8(c) - m), exp(X1(c) - m));
+        ls = log(s);
+        if (eps != 0.0f) {                     // sum_c (lse - x[c]), each term >= 0
+            float d;
+            if (w) {
+                ROW_SUM(d, c, LOAD8(w + c) * (m - X8(c)), w[c] * (m - X1(c)));
+                smooth = wall * ls + d;
+            } else {
+                ROW_SUM(d, c, m - X8(c), m - X1(c));
+                smooth = (float)C * ls + d;
             }
         }
-        stats[r] = m;
-        stats[rows + r] = ls;
-        const LT t = labels[r];
-        if (t == ignore) {
-            if (reduce == 0)
-                loss[r] = 0.0f;
-            continue;
-        }
-        float v;
+    }
+    stats[r] = m;
+    stats[rows + r] = ls;
+    if (r == 0)
+        stats[2 * rows + 1] = wall;
+    const LT t = labels[r];
+    float v = 0.0f;
+    if (t != ignore) {
         if (t < 0 || t >= C) {
             v = NAN;
-            first_bad = min(first_bad, r);
         } else {
-            const float nl = (m - row[(long)t * inner]) + ls;
+            const float nl = (m - X1(t)) + ls;
             if (w) {
                 const float wt = w[t];
                 v = eps == 0.0f ? wt * nl : (1.0f - eps) * wt * nl + eps / (float)C * smooth;
-                wsum += wt;
             } else {
                 v = eps == 0.0f ? nl : (1.0f - eps) * nl + eps / (float)C * smooth;
             }
+        }
+    }
+    row_loss[r] = v;
+}
+
+// The rows' losses reduced in one work-group: reduce 1 their mean over the rows that count
+// (weighted: divided by the sum of their w[t]; 0/0 = NaN when all are ignored, as PyTorch),
+// 2 their sum, 0 none (row_loss is the loss). Strided partial sums, then a fixed tree: the same
+// bits on every run, with no atomics. stats[2 * rows] = what the backward divides by; flag =
+// the first row with a label outside [0, C) and its label (-1, 0 when there is none).
+__kernel void ce_sum_LT(__global const LT* restrict labels, __global const float* restrict w,
+                        __global const float* restrict row_loss, __global float* restrict loss,
+                        __global float* restrict stats, __global long* restrict flag,
+                        const int rows, const int C, const long ignore, const int reduce,
+                        __local float* sums, __local int* bad, __local int* counts)
+{
+    const int l = get_local_id(0), L = get_local_size(0);
+    float acc = 0.0f, wsum = 0.0f;
+    int first_bad = rows, count = 0;
+    for (int r = l; r < rows; r += L) {
+        const LT t = labels[r];
+        if (t == ignore)
+            continue;
+        if (t < 0 || t >= C) {
+            first_bad = min(first_bad, r);
+        } else {
+            if (w)
+                wsum += w[t];
             ++count;
         }
-        if (reduce == 0)
-            loss[r] = v;
-        else
-            acc += v;
+        if (reduce != 0)
+            acc += row_loss[r];
     }
     sums[l] = acc;
     bad[l] = first_bad;
@@ -135,7 +174,6 @@ __kernel void ce_fwd_LT(__global const float* restrict x, __global const LT* res
         if (reduce != 1)
             denom = 1.0f;
         stats[2 * rows] = denom;
-        stats[2 * rows + 1] = wall;
         if (reduce != 0)
             // a mean over no weight is PyTorch's 0/0 NaN, also where smoothing adds terms
             loss[0] = reduce == 1 ? (denom == 0.0f ? NAN : total / denom) : total;
@@ -185,9 +223,57 @@ __kernel void ce_bwd_LT(__global const float* restrict x, __global const LT* res
     }
     gx[i] = t == ignore ? 0.0f : v;
 }
+
+// The same, one work-item per contiguous row (inner 1) walked 8 classes at a time (a CPU:
+// vector exp, and no division per element); the label's class is written again afterwards
+// with its one-hot term.
+__kernel void ce_bwd_rows_LT(__global const float* restrict x, __global const LT* restrict labels,
+                             __global const float* restrict w,
+                             __global const float* restrict stats,
+                             __global const float* restrict g, __global float* restrict gx,
+                             const int rows, const int C, const long ignore, const float eps,
+                             const float u, const int nll, const int per_row)
+{
+    const int r = get_global_id(0);
+    if (r >= rows)
+        return;
+    const global float* xr = x + (long)r * C;
+    global float* gr = gx + (long)r * C;
+    const int C8 = C & ~7;
+    const LT t = labels[r];
+    if (t == ignore) {
+        int c = 0;
+        for (; c < C8; c += 8)
+            STORE8(gr + c, (float8)(0.0f));
+        for (; c < C; ++c)
+            gr[c] = 0.0f;
+        return;
+    }
+    const float m = stats[r], ls = stats[rows + r], d = stats[2 * rows];
+    const float scale = per_row ? g[r] : g[0] == 0.0f ? g[0] : d == 0.0f ? NAN : g[0] / d;
+    const bool valid = t >= 0 && t < C;
+    // with weights: p a - u w[c], a = (1-eps) w[t] + u sum_c w[c]; without: p - u
+    const float wt = w && valid ? w[t] : 0.0f;
+    const float a = w ? (1.0f - eps) * wt + u * stats[2 * rows + 1] : 1.0f;
+    int c = 0;
+    for (; c < C8; c += 8) {
+        const float8 p = nll ? (float8)(0.0f) : exp((LOAD8(xr + c) - m) - ls);
+        STORE8(gr + c, (w ? p * a - u * LOAD8(w + c) : p - u) * scale);
+    }
+    for (; c < C; ++c) {
+        const float p = nll ? 0.0f : exp((xr[c] - m) - ls);
+        gr[c] = (w ? p * a - u * w[c] : p - u) * scale;
+    }
+    if (valid) {
+        const float p = nll ? 0.0f : exp((xr[t] - m) - ls);
+        gr[t] = (w ? p * a - (1.0f - eps) * wt - u * w[t] : p - (1.0f - eps) - u) * scale;
+    }
+}
 """
 
-SOURCE = "//CL//" + GROUP_SUM + BLOCK_SUM + r"""
+SOURCE = "//CL//" + VECTOR_TYPES + GROUP_SUM + BLOCK_SUM8 + r"""
+#define LOAD8(p) (*(__global const float8u *)(p))
+#define STORE8(p, v) (*(__global float8u *)(p) = (v))
 // y = softmax (or log-softmax with LOG) of x along C, x viewed as (outer, C, inner).
 __kernel void softmax_fwd(__global const float* restrict x, __global float* restrict y,
                           const long lines, const int C, const int inner, const int log_out)
@@ -279,10 +365,8 @@ __kernel void mse_bwd(__global const float* restrict p, __global const float* re
     if (which & 2)
         gt[i] = -v;
 }
-""" + _CE.replace("LT", "int").replace("ce_fwd_int", "ce_fwd_i32") \
-         .replace("ce_bwd_int", "ce_bwd_i32") \
-    + _CE.replace("LT", "long").replace("ce_fwd_long", "ce_fwd_i64") \
-         .replace("ce_bwd_long", "ce_bwd_i64")
+""" + _CE.replace("_LT(", "_i32(").replace("LT", "int") \
+    + _CE.replace("_LT(", "_i64(").replace("LT", "long")
 
 LOCAL = 64
 
@@ -299,6 +383,19 @@ def _group(queue, source: str, name: str) -> int:
 
 def _grid(n: int):
     return (round_up(max(n, 1), LOCAL),), (LOCAL,)
+
+
+def _row_grid(rows: int):
+    """One work-item per row: groups of up to LOCAL rows, fewer where that leaves under 8
+    groups, so that a few long rows still spread over the cores."""
+    loc = min(LOCAL, 1 << max((rows // 8).bit_length() - 1, 0))
+    return (round_up(max(rows, 1), loc),), (loc,)
+
+
+def _contiguous_rows(queue, inner: int) -> bool:
+    """Whether the class-index kernels walk each row 8 classes at a time: its classes lie
+    side by side (inner 1), on a CPU (PoCL's vector exp; a GPU's work-items are its vectors)."""
+    return inner == 1 and not on_gpu(queue)
 
 
 def _float(op: str, **ts) -> None:
@@ -410,15 +507,20 @@ def cross_entropy_forward(logits: Tensor, labels: Tensor, ignore_index: int = -1
     loss = Tensor.empty(q, labels.shape if reduce == 0 else ())
     stats = Tensor.empty(q, (2 * rows + 2,))
     flag = Tensor.empty(q, (2,), np.int64)
-    name = "ce_fwd_" + _suffix(labels)
+    # each row's loss over the grid (both cores), then their reduction in one work-group
+    row_loss = loss if reduce == 0 else Tensor.empty(q, (rows,))
+    w = None if weight is None else weight.data
+    suffix = _suffix(labels)
+    g, loc = _row_grid(rows)
+    _k(q, "ce_rows_" + suffix)(q, g, loc, logits.data, labels.data, w, row_loss.data,
+                               stats.data, np.int32(rows), np.int32(c), np.int32(inner),
+                               np.int64(ignore_index), np.float32(label_smoothing),
+                               np.int32(nll), np.int32(_contiguous_rows(q, inner)))
+    name = "ce_sum_" + suffix
     L = _group(q, SOURCE, name)
-    _k(q, name)(q, (L,), (L,), logits.data, labels.data,
-                                       None if weight is None else weight.data, loss.data,
-                                       stats.data, flag.data, np.int32(rows), np.int32(c),
-                                       np.int32(inner), np.int64(ignore_index),
-                                       np.float32(label_smoothing), np.int32(nll),
-                                       np.int32(reduce), cl.LocalMemory(4 * L),
-                                       cl.LocalMemory(4 * L), cl.LocalMemory(4 * L))
+    _k(q, name)(q, (L,), (L,), labels.data, w, row_loss.data, loss.data, stats.data, flag.data,
+                np.int32(rows), np.int32(c), np.int64(ignore_index), np.int32(reduce),
+                cl.LocalMemory(4 * L), cl.LocalMemory(4 * L), cl.LocalMemory(4 * L))
     return loss, stats, flag
 
 
@@ -433,14 +535,19 @@ def cross_entropy_backward(logits: Tensor, labels: Tensor, stats: Tensor, grad: 
     q = logits.queue
     rows, c, inner = _rows(logits)
     gx = Tensor.empty(q, logits.shape)
-    g, loc = _grid(rows * c)
-    _k(q, "ce_bwd_" + _suffix(labels))(q, g, loc, logits.data, labels.data,
-                                       None if weight is None else weight.data, stats.data,
-                                       grad.data, gx.data, np.int32(rows), np.int32(c),
-                                       np.int32(inner), np.int64(ignore_index),
-                                       np.float32(label_smoothing),
-                                       np.float32(label_smoothing) / np.float32(c),
-                                       np.int32(nll), np.int32(reduction == "none"))
+    w = None if weight is None else weight.data
+    eps = np.float32(label_smoothing)
+    tail = (np.int64(ignore_index), eps, eps / np.float32(c), np.int32(nll),
+            np.int32(reduction == "none"))
+    suffix = _suffix(labels)
+    if _contiguous_rows(q, inner):
+        g, loc = _row_grid(rows)
+        _k(q, "ce_bwd_rows_" + suffix)(q, g, loc, logits.data, labels.data, w, stats.data,
+                                       grad.data, gx.data, np.int32(rows), np.int32(c), *tail)
+    else:
+        g, loc = _grid(rows * c)
+        _k(q, "ce_bwd_" + suffix)(q, g, loc, logits.data, labels.data, w, stats.data, grad.data,
+                                  gx.data, np.int32(rows), np.int32(c), np.int32(inner), *tail)
     return gx
 
 
