@@ -245,9 +245,11 @@ def test_softmax(queue, rng, shape, axis, log):
 
 # softmax_fwd as it was when it computed each exp twice (once for the sum, once for the output):
 # the kernel that keeps them in y must give its bits
-_TWO_PASS_SOFTMAX = r"""
+# softmax_fwd without keeping its exps: each computed again for the output, by the same
+# helpers (8 at a time along a contiguous line on a CPU)
+_TWO_PASS_SOFTMAX = smk.ROW_HELPERS + r"""
 __kernel void two_pass(__global const float* restrict x, __global float* restrict y,
-                       const long lines, const int C, const int inner)
+                       const long lines, const int C, const int inner, const int vec)
 {
     const long gid = get_global_id(0);
     if (gid >= lines)
@@ -256,15 +258,12 @@ __kernel void two_pass(__global const float* restrict x, __global float* restric
     const int i = (int)(gid - o * inner);
     const global float* xl = x + o * C * inner + i;
     global float* yl = y + o * C * inner + i;
-    float m = -INFINITY;
-    for (int c = 0; c < C; ++c)
-        m = fmax(m, xl[(long)c * inner]);
-    float s = 0.0f;
-    for (int c = 0; c < C; ++c)
-        s += exp(xl[(long)c * inner] - m);
+    float m, s;
+    ROW_MAX(m, c, LOAD8(xl + c), xl[(long)c * inner]);
+    ROW_SUM(s, c, exp(LOAD8(xl + c) - m), exp(xl[(long)c * inner] - m));
     const float inv = 1.0f / s;
-    for (int c = 0; c < C; ++c)
-        yl[(long)c * inner] = exp(xl[(long)c * inner] - m) * inv;
+    ROW_EACH(c, STORE8(yl + c, exp(LOAD8(xl + c) - m) * inv),
+             yl[(long)c * inner] = exp(xl[(long)c * inner] - m) * inv);
 }
 """
 
@@ -272,7 +271,7 @@ __kernel void two_pass(__global const float* restrict x, __global float* restric
 def test_softmax_keeping_its_exps_gives_the_two_pass_kernels_bits(queue, rng):
     kernel = cl.Program(queue.context, _TWO_PASS_SOFTMAX).build().two_pass
     for shape, axis in [((8, 64), -1), ((33, 10), 1), ((4, 5, 3), 1), ((2, 3, 4), 0),
-                        ((257,), 0), ((16, 4, 64), -1)]:
+                        ((257,), 0), ((16, 4, 64), -1), ((3, 50257), 1)]:
         x = (rng.standard_normal(shape) * 8).astype(np.float32)
         x.flat[::7] = -np.inf                               # masked entries
         if x.ndim > 1:
@@ -282,8 +281,10 @@ def test_softmax_keeping_its_exps_gives_the_two_pass_kernels_bits(queue, rng):
         inner = int(np.prod(shape[axis % x.ndim + 1:]))
         want = pc.Tensor.empty(queue, shape)
         kernel(queue, (outer * inner,), None, up(queue, x).data, want.data,
-               np.int64(outer * inner), np.int32(shape[axis]), np.int32(inner))
+               np.int64(outer * inner), np.int32(shape[axis]), np.int32(inner),
+               np.int32(smk._contiguous_rows(queue, inner)))
         assert got.tobytes() == want.to_host().tobytes(), shape
+
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("n, c", [(1, 2), (7, 10), (300, 33)])
