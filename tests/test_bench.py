@@ -90,9 +90,9 @@ def test_allreduce_smoke(tmp_path, capsys):
 def test_kernels_smoke(tmp_path, capsys):
     text, result = _run(tmp_path, capsys, [
         "kernels", "--sizes", "64", "--trans", "NN,TN", "--vector-sizes", "4K",
-        "--conv", "tiny", "--conv-ext", "tiny_dw,tiny_tconv", "--launches", "20", "--repeat",
-        "2", "--chain", "3"])
-    for table in ("gemm", "memory", "conv", "conv_ext", "launch", "overhead"):
+        "--conv", "tiny", "--conv-ext", "tiny_dw,tiny_tconv", "--vocab", "3x1000",
+        "--launches", "20", "--repeat", "2", "--chain", "3"])
+    for table in ("gemm", "memory", "conv", "conv_ext", "vocab", "launch", "overhead"):
         _printed(text, result, table)
     gemm = _rows(result, "gemm")
     assert {r["trans"] for r in gemm} == {"NN", "TN"}
@@ -113,6 +113,14 @@ def test_kernels_smoke(tmp_path, capsys):
         assert r["gflops"] > 0 and r["ref"] in ("pytorch", "numpy", "-")
         if r["ref"] != "-":
             assert r["ref_gflops"] > 0 and r["ratio_min"] <= r["ratio"] <= r["ratio_max"]
+    vocab = _rows(result, "vocab")
+    assert {(r["op"], r["pass"]) for r in vocab} == {
+        (o, p) for o in ("cross_entropy", "softmax", "log_softmax")
+        for p in ("forward", "backward")}
+    for r in vocab:
+        assert r["shape"] == "3x1000" and r["ms_min"] <= r["ms"] <= r["ms_max"]
+        if "ref_ms" in r:
+            assert r["ref_ms"] > 0 and r["ratio_min"] <= r["ratio"] <= r["ratio_max"]
     assert all(r["us"] > 0 for r in _rows(result, "launch"))
     ovh = _rows(result, "overhead")
     assert {r["mode"] for r in ovh} == {"eager", "capture (replay)", "floor: bare enqueues"}

@@ -22,8 +22,8 @@ from .common import BenchError, add_table, new_result
 RUNS = {
     "kernels": (["kernels", "--sizes", "256,1024", "--repeat", "7"],
                 ["kernels", "--sizes", "64", "--vector-sizes", "4K", "--conv", "tiny",
-                 "--conv-ext", "tiny_dw,tiny_tconv", "--launches", "50", "--chain", "5",
-                 "--repeat", "2"], True),
+                 "--conv-ext", "tiny_dw,tiny_tconv", "--vocab", "8x1000", "--launches", "50",
+                 "--chain", "5", "--repeat", "2"], True),
     "allreduce": (["allreduce", "--sizes", "4K,256K,4M,25M", "--repeat", "9"],
                   ["allreduce", "--sizes", "4K", "--repeat", "2"], True),
     "compare": (["compare", "--model", "mlp,cnn,mobilenet", "--devices", "cpu:2", "--repeat", "7"],

@@ -10,6 +10,9 @@
   a numpy im2col + matmul forward.
 * depthwise and transposed convolutions (``--conv-ext``), forward and backward GFLOP/s against
   PyTorch where importable (else a numpy forward): ``parcl.bench.conv_kernels``.
+* softmax, log-softmax and class-index cross-entropy over a large vocabulary (``--vocab``,
+  rows x classes: a GPT-2 head), forward and backward ms against PyTorch on as many threads:
+  ``parcl.bench.vocab_kernels``.
 * parcl and numpy are timed in alternation (run r of each back to back), and ``ratio`` is the
   median of the per-run ratios, so a change in the machine's load affects both sides alike.
 * host cost of a launch: microseconds per enqueue of a one-element kernel (through parcl's
@@ -25,7 +28,8 @@ JSON tables: ``gemm`` (``device``, ``trans``, ``n``, ``variant``, ``gflops`` (+ 
 ``_max``), ``numpy_gflops`` (+ ...), ``numpy_threads``, ``ratio`` (+ ``_min``/``_max``),
 ``cuda_gflops``, ``cuda_ratio`` beside a GPU), ``memory`` (``device``, ``op``, ``elems``,
 ``gbps``, ``numpy_gbps``, ``ratio``), ``conv`` (``device``, ``shape``, ``pass``, ``gflops``,
-``numpy_gflops``, ``ratio``), ``conv_ext`` (``parcl.bench.conv_kernels``), ``launch``
+``numpy_gflops``, ``ratio``), ``conv_ext`` (``parcl.bench.conv_kernels``), ``vocab``
+(``parcl.bench.vocab_kernels``), ``launch``
 (``device``, ``what``, ``us``), ``overhead`` (``device``, ``mode``, ``ops`` (recorded ops per
 step), ``kernels``, ``host_us`` (+ ``_min``/``_max``: enqueue time of one forward + backward),
 ``us_per_op``, ``ops_per_s``, ``us_per_kernel``, ``above_floor_us_per_op`` (host time per
@@ -49,7 +53,7 @@ from parcl.kernels import reduction as red
 from parcl.kernels.gemm import choose_variant, gemm
 from parcl.runtime import is_gpu
 
-from . import conv_kernels, launch_cost, reference
+from . import conv_kernels, launch_cost, reference, vocab_kernels
 from .common import (
     torch_or_none,
     BenchError,
@@ -96,6 +100,9 @@ def add_arguments(p) -> None:
     p.add_argument("--conv-ext", default=conv_kernels.DEFAULT,
                    help="depthwise/transposed conv shapes from "
                         f"{sorted(conv_kernels.CONV_EXT_SHAPES)}")
+    p.add_argument("--vocab", default=vocab_kernels.DEFAULT,
+                   help="rows x classes of the softmax/cross-entropy rows (default "
+                        f"{vocab_kernels.DEFAULT}: a GPT-2 head over 1024 tokens)")
     p.add_argument("--launches", type=int, default=2000, help="launches per overhead run")
     p.add_argument("--devices", default=None, metavar="SPEC",
                    help="device spec for the whole-device rows (default: the CPU device); a "
@@ -103,7 +110,7 @@ def add_arguments(p) -> None:
     p.add_argument("--chain", type=int, default=100,
                    help="ops h = h * w + x in the recorded-op overhead chain (default 100)")
     p.add_argument("--skip", default="",
-                   help="sections to skip: gemm,memory,conv,conv_ext,launch,overhead")
+                   help="sections to skip: gemm,memory,conv,conv_ext,vocab,launch,overhead")
 
 
 def _targets(args) -> list[tuple[str, object, int]]:
@@ -134,9 +141,11 @@ def run(args) -> dict:
         if c not in conv_kernels.CONV_EXT_SHAPES:
             raise BenchError(f"unknown --conv-ext shape {c!r}; choose from "
                              f"{sorted(conv_kernels.CONV_EXT_SHAPES)}")
+    vocab = vocab_kernels.parse_shapes(args.vocab)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     result = new_result("kernels", {"sizes": sizes, "trans": trans, "vector_sizes": vectors,
-                                    "conv": convs, "conv_ext": exts, "repeat": repeat,
+                                    "conv": convs, "conv_ext": exts,
+                                    "vocab": [f"{n}x{v}" for n, v in vocab], "repeat": repeat,
                                     "warmup": warmup})
     targets = _targets(args)
     result["devices"] = [device_info(d, label) for label, d, _ in targets]
@@ -145,7 +154,7 @@ def run(args) -> dict:
         result["notes"].append("threadpoolctl is not installed: numpy ran on its default BLAS "
                                "threads in every row (pip install threadpoolctl)")
     gemm_rows, mem_rows, conv_rows, launch_rows, ovh_rows = [], [], [], [], []
-    ext_rows = []
+    ext_rows, vocab_rows = [], []
     for label, dev, threads in targets:
         q = pc.new_queue(dev)
         limit, applied = numpy_threads(threads)
@@ -160,6 +169,9 @@ def run(args) -> dict:
                 conv_rows += _conv(q, label, convs, repeat, warmup)
             if "conv_ext" not in skip:
                 ext_rows += conv_kernels.run_section(q, label, exts, threads, repeat, warmup)
+            if "vocab" not in skip:
+                vocab_rows += vocab_kernels.run_section(q, label, vocab, threads, repeat,
+                                                        warmup)
         if "launch" not in skip:
             launch_rows += launch_cost.launch_rows(q, label, args.launches, repeat)
         if "overhead" not in skip:
@@ -190,6 +202,7 @@ def run(args) -> dict:
                   ("numpy_gflops", "numpy GFLOP/s", ".1f"), ("ratio", "parcl/numpy", ".2f")],
               conv_rows)
     add_table(result, "conv_ext", conv_kernels.TITLE, conv_kernels.COLUMNS, ext_rows)
+    add_table(result, "vocab", vocab_kernels.TITLE, vocab_kernels.COLUMNS, vocab_rows)
     add_table(result, "launch", "host cost of a launch (one-element kernel)", [
         ("device", "device", ""), ("what", "what", ""), ("us", "us", ".1f"),
         ("us_range", "[min-max]", fmt_range("us", ".1f"))], launch_rows)
