@@ -183,7 +183,7 @@ def test_losses_batch_norm_sort_and_attention_take_the_work_group_the_kernel_all
     np.testing.assert_allclose(out.value.to_host(), ot.detach().numpy(), atol=1e-5)
     np.testing.assert_allclose(pq.grad.to_host(), qt.grad.numpy(), atol=1e-4)
 
-    free = {"ce_sum_i64", "mse_fwd", "soft_ce_fwd", "bce_fwd", "bn_stats", "bn_grad_sums",
+    free = {"ce_sum_i64", "mse_fwd", "soft_ce_mean", "bce_fwd", "bn_stats", "bn_grad_sums",
             "sort_local", "attn_softmax_fwd_wg", "attn_softmax_bwd_wg"}
     assert {name: groups.get(name) for name in free} == dict.fromkeys(free, 32)
 

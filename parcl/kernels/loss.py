@@ -1,9 +1,11 @@
 """Kernels of the losses on float targets: cross-entropy with class probabilities and binary
 cross-entropy with logits.
 
-Both reduce to their mean inside one work-group (strided partial sums, then a fixed tree),
-so the value is bit-reproducible with no second launch and no atomics. Their backwards are
-elementwise, one work-item per element.
+Cross-entropy takes one work-item per row over the grid, then the rows' mean in one work-group;
+binary cross-entropy reduces inside one work-group; each by strided partial sums, then a fixed
+tree, so the value is bit-reproducible with no atomics. Their backwards are elementwise, one
+work-item per element, except cross-entropy's on a CPU over contiguous rows: one work-item per
+row, 8 classes at a time, as its forward (``softmax.ROW_HELPERS``: PoCL's vector ``exp``).
 
 >>> import numpy as np, parcl as pc
 >>> from parcl.kernels import loss as lk
@@ -24,45 +26,69 @@ import pyopencl as cl
 from ..errors import ShapeError
 from ..tensor import Tensor, check_same_queue
 from ._cache import GROUP_SUM, get_kernel
-from .line_sums import LINE_SUM
-from .softmax import REDUCTIONS, _float, _grid, _group, _rows   # the same launch geometry
+# the same launch geometry and line helpers
+from .softmax import (REDUCTIONS, ROW_HELPERS, _contiguous_rows, _float, _grid, _group,
+                      _row_grid, _rows)
 
-SOURCE = "//CL//" + GROUP_SUM + LINE_SUM + r"""
+SOURCE = "//CL//" + GROUP_SUM + ROW_HELPERS + r"""
 // Rows r = (n, i) of x viewed as (N, C, inner), as the class-index kernels. With the target
-// smoothed, t' = (1-eps) t + eps/C, row loss = sum_c t'[c] (lse - x[c]); the mean is over
-// rows. stats[r] = lse of row r, stats[rows + r] = sum_c t'[c] (for the backward).
-__kernel void soft_ce_fwd(__global const float* restrict x, __global const float* restrict t,
-                          __global float* restrict loss, __global float* restrict stats,
-                          const int rows, const int C, const int inner, const float eps,
-                          __local float* sums)
+// smoothed, t' = (1-eps) t + eps/C, row loss = sum_c t'[c] (lse - x[c]), one work-item per row
+// (vec: a contiguous row on a CPU, 8 classes at a time, its sums in blocks; else each sum
+// compensated, LINE_SUM). For the backward: stats[r] = the row's max, stats[rows + r] =
+// sum_c t'[c], stats[2 * rows + r] = the log of its sum of exps below the max.
+__kernel void soft_ce_rows(__global const float* restrict x, __global const float* restrict t,
+                           __global float* restrict row_loss, __global float* restrict stats,
+                           const int rows, const int C, const int inner, const float eps,
+                           const int vec)
+{
+    const int r = get_global_id(0);
+    if (r >= rows)
+        return;
+    const float u = eps / (float)C;
+    const int n = r / inner;
+    const long base = (long)n * C * inner + (r - n * inner);
+    const global float *xr = x + base, *tr = t + base;
+    float m;
+    ROW_MAX(m, c, LOAD8(xr + c), xr[(long)c * inner]);
+    // lse = m + ls, kept in two parts: their sum loses ls where |m| is huge (a row masked
+    // with -1e9); lse - x >= 0: no cancellation
+    float ls, loss, mass;
+    if (vec) {
+        BLOCK_SUM8(ls, c, C, exp(LOAD8(xr + c) - m), exp(xr[c] - m));
+        ls = log(ls);
+        BLOCK_SUM8(loss, c, C, ((1.0f - eps) * LOAD8(tr + c) + u) * ((m - LOAD8(xr + c)) + ls),
+                   ((1.0f - eps) * tr[c] + u) * ((m - xr[c]) + ls));
+        BLOCK_SUM8(mass, c, C, (1.0f - eps) * LOAD8(tr + c) + u, (1.0f - eps) * tr[c] + u);
+    } else {
+        float2 s = (float2)(0.0f, 0.0f);
+        for (int c = 0; c < C; ++c)
+            s = sum_step(s, exp(xr[(long)c * inner] - m));
+        ls = log(sum_total(s));
+        float2 row = (float2)(0.0f, 0.0f), tm = (float2)(0.0f, 0.0f);
+        for (int c = 0; c < C; ++c) {
+            const long j = (long)c * inner;
+            const float tc = (1.0f - eps) * tr[j] + u;
+            row = sum_step(row, tc * ((m - xr[j]) + ls));
+            tm = sum_step(tm, tc);
+        }
+        loss = sum_total(row);
+        mass = sum_total(tm);
+    }
+    stats[r] = m;
+    stats[rows + r] = mass;
+    stats[2 * rows + r] = ls;
+    row_loss[r] = loss;
+}
+
+// The mean of the rows' losses in one work-group: strided partial sums, then a fixed tree
+// (bit-reproducible, no atomics)
+__kernel void soft_ce_mean(__global const float* restrict row_loss, __global float* restrict loss,
+                           const int rows, __local float* sums)
 {
     const int l = get_local_id(0), L = get_local_size(0);
-    const float u = eps / (float)C;
     float acc = 0.0f;
-    for (int r = l; r < rows; r += L) {
-        const int n = r / inner;
-        const long base = (long)n * C * inner + (r - n * inner);
-        float m = -INFINITY;
-        for (int c = 0; c < C; ++c)
-            m = fmax(m, x[base + (long)c * inner]);
-        float2 s = (float2)(0.0f, 0.0f);   // sums along the line compensated (LINE_SUM)
-        for (int c = 0; c < C; ++c)
-            s = sum_step(s, exp(x[base + (long)c * inner] - m));
-        // lse = m + ls, kept in two parts: their sum loses ls where |m| is huge (a row
-        // masked with -1e9)
-        const float ls = log(sum_total(s));
-        float2 row = (float2)(0.0f, 0.0f), mass = (float2)(0.0f, 0.0f);
-        for (int c = 0; c < C; ++c) {
-            const long j = base + (long)c * inner;
-            const float tc = (1.0f - eps) * t[j] + u;
-            row = sum_step(row, tc * ((m - x[j]) + ls));   // lse - x >= 0: no cancellation
-            mass = sum_step(mass, tc);
-        }
-        stats[r] = m;
-        stats[rows + r] = sum_total(mass);
-        stats[2 * rows + r] = ls;
-        acc += sum_total(row);
-    }
+    for (int r = l; r < rows; r += L)
+        acc += row_loss[r];
     acc = group_sum(acc, sums);
     if (l == 0)
         loss[0] = acc / (float)rows;
@@ -88,6 +114,35 @@ __kernel void soft_ce_bwd(__global const float* restrict x, __global const float
     }
     if (which & 2)
         gt[i] = (1.0f - eps) * ((stats[r] - x[i]) + stats[2 * rows + r]) * scale;
+}
+
+// The same, one work-item per contiguous row (inner 1) walked 8 classes at a time (a CPU:
+// vector exp, and no division per element)
+__kernel void soft_ce_bwd_rows(__global const float* restrict x, __global const float* restrict t,
+                               __global const float* restrict stats,
+                               __global const float* restrict g, __global float* restrict gx,
+                               __global float* restrict gt, const int rows, const int C,
+                               const float eps, const int which)
+{
+    const int r = get_global_id(0);
+    if (r >= rows)
+        return;
+    const int vec = 1;                 // for ROW_EACH
+    const long base = (long)r * C;
+    const global float *xr = x + base, *tr = t + base;
+    const float m = stats[r], mass = stats[rows + r], ls = stats[2 * rows + r];
+    const float scale = g[0] / (float)rows, u = eps / (float)C;
+    if (which & 1) {
+        global float* gr = gx + base;
+        ROW_EACH(c, STORE8(gr + c, (exp((LOAD8(xr + c) - m) - ls) * mass
+                                    - ((1.0f - eps) * LOAD8(tr + c) + u)) * scale),
+                 gr[c] = (exp((xr[c] - m) - ls) * mass - ((1.0f - eps) * tr[c] + u)) * scale);
+    }
+    if (which & 2) {
+        global float* gr = gt + base;
+        ROW_EACH(c, STORE8(gr + c, (1.0f - eps) * ((m - LOAD8(xr + c)) + ls) * scale),
+                 gr[c] = (1.0f - eps) * ((m - xr[c]) + ls) * scale);
+    }
 }
 
 // The numerically stable binary cross-entropy of PyTorch: with sp = softplus(-x) =
@@ -176,10 +231,15 @@ def soft_cross_entropy_forward(logits: Tensor, target: Tensor, label_smoothing: 
     q = logits.queue
     rows, c, inner = _rows(logits)
     loss, stats = Tensor.empty(q, ()), Tensor.empty(q, (3 * rows,))
-    L = _group(q, SOURCE, "soft_ce_fwd")
-    _k(q, "soft_ce_fwd")(q, (L,), (L,), logits.data, target.data, loss.data, stats.data,
-                         np.int32(rows), np.int32(c), np.int32(inner),
-                         np.float32(label_smoothing), cl.LocalMemory(4 * L))
+    # each row's loss over the grid (every core), then their mean in one work-group
+    row_loss = Tensor.empty(q, (rows,))
+    g, loc = _row_grid(rows)
+    _k(q, "soft_ce_rows")(q, g, loc, logits.data, target.data, row_loss.data, stats.data,
+                          np.int32(rows), np.int32(c), np.int32(inner),
+                          np.float32(label_smoothing), np.int32(_contiguous_rows(q, inner)))
+    L = _group(q, SOURCE, "soft_ce_mean")
+    _k(q, "soft_ce_mean")(q, (L,), (L,), row_loss.data, loss.data, np.int32(rows),
+                          cl.LocalMemory(4 * L))
     return loss, stats
 
 
@@ -192,12 +252,18 @@ def soft_cross_entropy_backward(logits: Tensor, target: Tensor, stats: Tensor, g
     rows, c, inner = _rows(logits)
     gx = Tensor.empty(q, logits.shape) if need_logits else None
     gt = Tensor.empty(q, logits.shape) if need_target else None
-    g, loc = _grid(rows * c)
-    _k(q, "soft_ce_bwd")(q, g, loc, logits.data, target.data, stats.data, grad.data,
-                         None if gx is None else gx.data, None if gt is None else gt.data,
-                         np.int32(rows), np.int32(c), np.int32(inner),
-                         np.float32(label_smoothing),
-                         np.int32((1 if need_logits else 0) | (2 if need_target else 0)))
+    out = (None if gx is None else gx.data, None if gt is None else gt.data)
+    which = np.int32((1 if need_logits else 0) | (2 if need_target else 0))
+    if _contiguous_rows(q, inner):
+        g, loc = _row_grid(rows)
+        _k(q, "soft_ce_bwd_rows")(q, g, loc, logits.data, target.data, stats.data, grad.data,
+                                  *out, np.int32(rows), np.int32(c),
+                                  np.float32(label_smoothing), which)
+    else:
+        g, loc = _grid(rows * c)
+        _k(q, "soft_ce_bwd")(q, g, loc, logits.data, target.data, stats.data, grad.data, *out,
+                             np.int32(rows), np.int32(c), np.int32(inner),
+                             np.float32(label_smoothing), which)
     return gx, gt
 
 
