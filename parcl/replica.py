@@ -84,16 +84,16 @@ def _take_turn(group, name: str) -> bool:
     return group._calls.acquire(timeout=min(group.timeout, threading.TIMEOUT_MAX))
 
 
-def _noting_backwards(fn):
-    """``fn`` run in a replica's thread, noting on the replica whether it ran a backward pass
-    into its ``.grad`` (``replica.backward_in_call``)."""
+def _noting_backwards(fn, ran: list[bool]):
+    """``fn`` run in a replica's thread, noting in ``ran[replica.index]`` whether it ran a
+    backward pass into its ``.grad``."""
     @functools.wraps(fn)
     def call(replica, *args):
         before = leaf_passes()
         try:
             return fn(replica, *args)
         finally:
-            replica.backward_in_call = leaf_passes() != before
+            ran[replica.index] = leaf_passes() != before
     return call
 
 
@@ -292,9 +292,8 @@ class ReplicaGroup:
         if self._stats is not None:
             self._stats.start()            # a barrier broken by a failed call made whole
             fn = self._stats.synced(fn)
-        fn = _noting_backwards(fn)
-        for r in self.replicas:            # a replica a failed call never reached ran none
-            r.backward_in_call = False
+        ran = [False] * k                  # a replica a failed call never reached ran none
+        fn = _noting_backwards(fn, ran)
         try:
             return self._call(fn, per_replica_args, timeout)
         except ReplicaError:
@@ -307,10 +306,11 @@ class ReplicaGroup:
             raise
         finally:
             self._seen = self._buffers.seen()
-            # another replica's backward, or under MPI any: what no reduction has summed yet
-            others = self.replicas if self.comm is not None else self.replicas[1:]
-            self._unreduced |= self._all_replicas > 1 and any(r.backward_in_call
-                                                              for r in others)
+            # what another replica's backward (under MPI any) left and no reduction summed:
+            # none where the run itself consumed it (each replica stepped and zeroed its own)
+            first = 0 if self.comm is not None else 1
+            self._unreduced = ((self._unreduced or any(ran[first:]))
+                               and self._unreduced_held())
 
     def _call(self, fn, per_replica_args, timeout: float | None = None) -> list:
         """``run`` without the checks and the following of replica 0's gradients: building
@@ -365,6 +365,14 @@ class ReplicaGroup:
             self._buffers.follow_zeroing(self._seen)
         else:                              # every bucket zero: what replica 0 dropped, too
             self._buffers.drop_with_first()
+        # what the caller discarded on replica 0 (a skipped batch) is no longer unreduced
+        self._unreduced = self._unreduced and self._unreduced_held()
+
+    def _unreduced_held(self) -> bool:
+        """Whether another replica (under MPI any, this rank's share) holds a gradient."""
+        first = 0 if self.comm is not None else 1
+        return self._all_replicas > 1 and any(p.grad is not None
+                                              for ps in self._params[first:] for p in ps)
 
     def _refuse_a_step_on_replica_0s_share(self, op: str) -> None:
         """Refuse to go on where the caller changed replica 0's parameters (``opt.step()``)

@@ -25,8 +25,7 @@ from .tape import mode
 class Replica:
     """One replica: ``index``, ``device``, ``queue``, ``model`` (and its thread);
     ``rng_at_step`` is its dropout generator's state when its part of the current step began
-    (put back if the step fails); ``backward_in_call`` whether the function of the group's
-    last ``run`` ran a backward pass into its ``.grad``."""
+    (put back if the step fails)."""
 
     def __init__(self, index: int, device: cl.Device, queue: cl.CommandQueue):
         self.index = index
@@ -34,7 +33,6 @@ class Replica:
         self.queue = queue
         self.model = None
         self.rng_at_step: tuple[int, int] | None = None
-        self.backward_in_call = False
         self.inbox: queue_mod.SimpleQueue = queue_mod.SimpleQueue()
         self.thread: threading.Thread | None = None
 

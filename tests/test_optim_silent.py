@@ -521,6 +521,65 @@ def test_an_opt_step_on_a_runs_unreduced_gradients_is_refused_not_trained_on_rep
         _assert_params(group, w, b)
 
 
+def test_local_sgd_averaging_its_replicas_into_replica_0_between_runs_is_not_refused(devices2):
+    """Local SGD: each replica steps and zeroes its own optimizer inside the run, and the
+    caller writes the replicas' average into replica 0 for the next run to spread. The run
+    left no gradient, yet the next run raised the unreduced-gradients error (it noted that a
+    backward ran, not what the run left): it now goes on, each run starting from the last
+    average."""
+    x = np.random.default_rng(0).random((6, 4), dtype=np.float32)
+    with ReplicaGroup(_linear, devices2) as group:
+        w, b, _ = _start(group)
+        opts = [SGD(r.model.parameters(), lr=0.1) for r in group.replicas]
+
+        def local_step(replica, xs):
+            _backward(replica, xs)
+            opts[replica.index].step()
+            opts[replica.index].zero_grad()
+            return replica.model.weight.value.to_host(), replica.model.bias.value.to_host()
+
+        for _ in range(3):
+            got = group.run(local_step, [x[:3], x[3:]])
+            stepped = [(w - 0.1 * gw, b - 0.1 * gb) for gw, gb in (_grads(w, b, x[:3]),
+                                                                    _grads(w, b, x[3:]))]
+            for (gw, gb), (ew, eb) in zip(got, stepped):
+                np.testing.assert_allclose(gw, ew, rtol=1e-5, atol=1e-6)
+                np.testing.assert_allclose(gb, eb, rtol=1e-5, atol=1e-6)
+            for i, p in enumerate(group.parameters()):     # weight, bias: the average
+                p.value.copy_(pc.Tensor.from_host(p.value.queue, np.mean([g[i] for g in got], 0)))
+            w, b = (np.mean([e[i] for e in stepped], 0) for i in (0, 1))
+        group.run(lambda r: None)
+        for r in group.replicas:
+            np.testing.assert_allclose(r.model.weight.value.to_host(), w, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(r.model.bias.value.to_host(), b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_skipped_batch_then_a_forward_only_run_lets_the_caller_roll_replica_0_back(devices2):
+    """A backward run whose batch the caller skips (``opt.zero_grad()``, PyTorch's way), a
+    forward-only run (its following of the zeroing drops replica 1's gradients), then the
+    weights set back by hand: the next run raised the unreduced-gradients error though no
+    gradient was left to reduce; it now goes on and the loop trains from the weights set."""
+    rng = np.random.default_rng(3)
+    x, x2 = rng.random((6, 4), dtype=np.float32), rng.random((6, 4), dtype=np.float32)
+    with ReplicaGroup(_linear, devices2) as group:
+        w, b, opt = _start(group)
+        group.run(_backward, [x[:3], x[3:]])
+        opt.zero_grad()
+        group.run(lambda r: None)
+        assert [p.grad for r in group.replicas for p in r.model.parameters()] == [None] * 4
+        w = (w * 0.5).astype(np.float32)
+        group.model.weight.value.copy_(pc.Tensor.from_host(group.model.weight.value.queue, w))
+        w = w.astype(np.float64)
+        for _ in range(2):
+            group.run(_backward, [x2[:3], x2[3:]])
+            group.allreduce_grads(average=True)
+            opt.step()
+            opt.zero_grad()
+            gw, gb = _grads(w, b, x2)
+            w, b = w - 0.1 * gw, b - 0.1 * gb
+        _assert_params(group, w, b)
+
+
 class _WithUnusedHead(pc.nn.Module):
     """A linear layer and a head its forward does not use (an auxiliary head, a frozen
     branch switched off)."""
