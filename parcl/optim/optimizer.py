@@ -184,7 +184,8 @@ class Optimizer:
         fused, work = self._fusable(work, buckets)
         # Allocate every missing state tensor before any parameter is touched.
         staged = [(p, opts, self._allocate(p, self.state.get(p, {}), opts)) for p, opts in work]
-        flat_staged = [(b, opts, self._flat_state(b, opts)) for b, opts in fused]
+        flat_staged = [(b, opts, self._flat_state(b, opts, viewing))
+                       for b, opts, viewing in fused]
         return StepPlan(staged, flat_staged)
 
     @property
@@ -243,11 +244,14 @@ class Optimizer:
         fused = []
         for b, opts, members in grouped.values():
             if (len(members) == len(b.params) and all(o == opts for _, o in members)
-                    and all(p.grad is v for p, v in zip(b.params, b.grad_views))
-                    and self._states_agree(b)):
-                fused.append((b, opts))
-            else:
-                single.extend(members)
+                    and all(p.grad is v for p, v in zip(b.params, b.grad_views))):
+                # in the steady state the kept flat state's views: they agree, so tested first
+                flat = self._flat.get(id(b))
+                viewing = flat is not None and self._viewing(b, flat)
+                if viewing or self._states_agree(b):
+                    fused.append((b, opts, viewing))
+                    continue
+            single.extend(members)
         return fused, single
 
     def _states_agree(self, b) -> bool:
@@ -260,30 +264,31 @@ class Optimizer:
         return all(s.keys() == first.keys()
                    and all(s[k] == v for k, v in numbers.items()) for s in states[1:])
 
-    def _flat_state(self, b, opts):
+    def _flat_state(self, b, opts, viewing: bool):
         """(flat state, fresh entries) of bucket ``b``, the fresh ones (first use) allocated but
         not kept yet: ``launch`` keeps them (``_keep_flat``), so a plan prepared and dropped
         (a failed step, or a step that ends another way) changes no state. Where the
-        parameters' state is not the kept flat state's views, the flat state is a new copy of
-        it (kept by ``launch`` too)."""
-        flat = self._flat.get(id(b))
-        if flat is not None and self._viewing(b, flat):
-            state = flat[0]
-        else:
-            state = self._gathered(b)
+        parameters' state is not the kept flat state's views (not ``viewing``), the flat
+        state is a new copy of it (kept by ``launch`` too)."""
+        state = self._flat[id(b)][0] if viewing else self._gathered(b)
         return state, self._allocate(_FlatParam(b.value), state, opts)
 
     def _viewing(self, b, flat) -> bool:
         """Whether every parameter's state is ``flat``'s (``b``'s kept flat state): its
         entries are the flat state's views and numbers, no others."""
         state, views = flat
-        numbers = {k: v for k, v in state.items() if not isinstance(v, Tensor)}
+        numbers = [(k, v) for k, v in state.items() if not isinstance(v, Tensor)]
+        # plain loops, no sets or generators: run at every step for every parameter
         for p in b.params:
             mine = self.state.get(p, {})
-            if (mine.keys() != views[p].keys() | numbers.keys()
-                    or any(mine[k] is not v for k, v in views[p].items())
-                    or any(mine[k] != v for k, v in numbers.items())):
+            if len(mine) != len(views[p]) + len(numbers):   # with each one below: same keys
                 return False
+            for k, v in views[p].items():
+                if mine.get(k) is not v:
+                    return False
+            for k, v in numbers:
+                if k not in mine or mine[k] != v:
+                    return False
         return True
 
     def _gathered(self, b) -> dict[str, Any]:
