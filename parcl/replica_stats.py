@@ -24,6 +24,7 @@ import numpy as np
 import pyopencl as cl
 
 from . import recorder
+from .allreduce._common import wait_limit
 from .errors import ReplicaError
 from .gate import release
 from .tape import mode
@@ -156,7 +157,8 @@ def _across_ranks(ex: StatsExchange, stacked: Tensor, counts: np.ndarray
     A rank not at this exchange answers from its step's agreement instead (its failure, or
     None where its step ended without this batch norm): then this collective was the step's
     agreement, and this rank's step fails as every other rank's does."""
-    everyone = ex.comm.allgather((stacked.to_host(), counts))
+    # the read beside the collective waits as long as the group's collectives may (Bounded)
+    everyone = ex.comm.allgather((stacked.to_host(wait_limit(ex.comm)), counts))
     absent = [rank for rank, said in enumerate(everyone) if not isinstance(said, tuple)]
     if absent:
         ex.told = everyone

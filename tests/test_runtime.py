@@ -202,6 +202,35 @@ def test_a_step_whose_device_never_finishes_ends_the_process_naming_the_replica(
     assert "still pending: replica 1" in proc.stderr       # replica 1 first (0 waits on it)
 
 
+def test_sync_batchnorms_read_across_ranks_waits_the_groups_timeout_not_the_default():
+    """Rank 0's read of its stacked partials, beside the allgather of every rank's, waited
+    ``WAIT_TIMEOUT`` (600 s) behind a stalled device whatever the group's timeout; it now
+    waits the group's (its ``Bounded`` communicator's), as the MPI path's other waits do."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import types
+        import numpy as np, pyopencl as cl, parcl as pc
+        from parcl import runtime
+        from parcl.allreduce.bounded import Bounded
+        from parcl.replica_stats import _across_ranks
+
+        class Solo:
+            def allgather(self, value):
+                return [value]
+
+        q = runtime.new_queue(pc.devices(split=2)[0])
+        stacked = pc.Tensor.from_host(q, np.arange(4, dtype=np.float32).reshape(2, 2))
+        ex = types.SimpleNamespace(comm=Bounded(Solo(), timeout=0.5))
+        parts, counts = _across_ranks(ex, stacked, np.array([3]))
+        print(parts.tolist(), counts.tolist())                  # done: no exit
+        cl.enqueue_barrier(q, wait_for=[cl.UserEvent(q.context)])   # the queue never drains
+        _across_ranks(ex, stacked, np.array([3]))
+        print("not reached")
+    """)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == pc.runtime.WAIT_TIMEOUT_EXIT, proc.stderr
+    assert proc.stdout == "[[0.0, 1.0], [2.0, 3.0]] [3]\n"
+    assert "Tensor.to_host waited 0.5 s" in proc.stderr
+
+
 def test_fill_copy_and_reshape_refuse_what_would_silently_scramble(queue):
     t = pc.Tensor.zeros(queue, (2, 3))
     with pytest.raises(pc.ShapeError, match="fill_: the value must be a scalar"):
