@@ -360,12 +360,8 @@ class StepBuffers:
         when it is built: a model initialised per rank (``manual_seed(rank)``, for dropout
         masks of its own) would otherwise start apart, and the same reduced update on every
         rank would keep the ranks' parameters apart for good."""
-        limit = wait_limit(comm)
-        for t in [*self.values[0].flats, *self.buffers[0]]:
-            host = t.to_host(limit)
-            comm.Bcast(host, root=0)
-            with runtime.watched(limit, "rank 0's parameters written to replica 0"):
-                cl.enqueue_copy(t.queue, t.data, host, is_blocking=True)
+        for t in [*self.values[0].flats, *self.buffers[0]]:      # a Bcast each: a flat
+            _from_rank_0(comm, [t], "replica 0's parameters")   # may be a large bucket
 
     def buffers_from_rank_0(self, comm, spread: bool = True) -> None:
         """Rank 0's replica 0 buffers onto every rank's replica 0, and with ``spread`` onto
@@ -374,25 +370,10 @@ class StepBuffers:
         rank kept its own (replica 0's are every replica's within a process after a step)
         and a rank evaluating its model normalised with statistics rank 0's never saw; DDP
         (``broadcast_buffers=True``) likewise gives every rank rank 0's buffers."""
-        buffers = self.buffers[0]
-        if not buffers:
+        if not self.buffers[0]:
             return
-        # one Bcast for them all, their bytes end to end (one each would be dozens a step in
-        # a ResNet); only rank 0 reads its buffers, and only the others write theirs
-        limit = wait_limit(comm)
-        if comm.Get_rank() == 0:
-            packed = np.concatenate([b.to_host(limit).reshape(-1).view(np.uint8)
-                                     for b in buffers])
-        else:
-            packed = np.empty(sum(b.nbytes for b in buffers), np.uint8)
-        comm.Bcast(packed, root=0)
-        if comm.Get_rank() != 0:
-            start = 0
-            with runtime.watched(limit, "rank 0's buffers written to replica 0"):
-                for b in buffers:
-                    cl.enqueue_copy(b.queue, b.data, packed[start:start + b.nbytes],
-                                    is_blocking=True)
-                    start += b.nbytes
+        # one Bcast for them all (one each would be dozens a step in a ResNet)
+        _from_rank_0(comm, self.buffers[0], "replica 0's buffers")
         if spread:
             order_after(self.queues[0], self.copy_buffers([pending(self.queues[0])]))
             release_all()
@@ -404,6 +385,25 @@ class StepBuffers:
                                 wait_for=wait_for)
                 for r in range(1, len(self.queues))
                 for s, d in zip(self.buffers[0], self.buffers[r])]
+
+
+def _from_rank_0(comm, tensors: list[Tensor], what: str) -> None:
+    """Rank 0's ``tensors`` onto every rank's, their bytes end to end in one Bcast: only rank 0
+    reads them and only the others write theirs, each side's copies enqueued together and
+    waited for once, for as long as ``comm``'s collectives may take."""
+    packed = np.empty(sum(t.nbytes for t in tensors), np.uint8)
+    spans, start = [], 0
+    for t in tensors:
+        spans.append((t, packed[start:start + t.nbytes]))
+        start += t.nbytes
+    rank = comm.Get_rank()
+    if rank == 0:
+        reads = [cl.enqueue_copy(t.queue, host, t.data, is_blocking=False) for t, host in spans]
+        runtime.wait_for_events(reads, wait_limit(comm), f"reading {what}")
+    comm.Bcast(packed, root=0)
+    if rank != 0:
+        writes = [cl.enqueue_copy(t.queue, t.data, host, is_blocking=False) for t, host in spans]
+        runtime.wait_for_events(writes, wait_limit(comm), f"writing rank 0's {what}")
 
 
 def _changed_model(r: int, change) -> str:
