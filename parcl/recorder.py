@@ -41,10 +41,9 @@ class LeafGrad:
     accumulated into), whether it required grad then, the ``.grad`` it left, its ``.value``
     (weakly: dropped with its Node, a global rebound to a new one, its memory goes to the
     recording, which is then not replayed: ``Recording.lose``), whether a backward's pass
-    reached it (``met``: its ``.grad`` holds that pass's contributions), whether the call
+    reached it (``met``: its ``.grad`` holds that pass's contributions) and whether the call
     touched its ``.grad`` at all (``touched``: met, read (``read``) or assigned; an
-    evaluation's leaves are not, and keep neither gradient) and the handle ids of the hooks
-    the call left it with (``hooks``)."""
+    evaluation's leaves are not, and keep neither gradient)."""
 
     entry: object
     before: object
@@ -55,7 +54,6 @@ class LeafGrad:
     read: bool = False
     after_checks: tuple = ()
     touched: bool = True
-    hooks: tuple = ()
 
     @classmethod
     def of(cls, entry) -> LeafGrad:
@@ -63,13 +61,7 @@ class LeafGrad:
         says otherwise (``note_grads``): a call that runs none (an evaluation) keeps it."""
         node = entry.node()
         return cls(entry, entry.grad, entry.requires_grad, after=entry.grad,
-                   value=None if node is None else weakref.ref(node.value),
-                   hooks=_hook_ids(entry))
-
-
-def _hook_ids(entry) -> tuple:
-    hooks = entry.hooks
-    return () if hooks is None else hooks.ids
+                   value=None if node is None else weakref.ref(node.value))
 
 
 @dataclass(frozen=True)
@@ -156,9 +148,9 @@ class Recording:
         # id(leaf entry) -> every leaf the recorded backward passes met: a replay writes the
         # gradients the recording wrote
         self.leaves: dict[int, LeafGrad] = {}
-        # id(module) -> [weakref to it, its ``hook_ids`` as the call left it]: every module
-        # the call ran or looked at the hooks of (``note_hooked``)
-        self.hooked: dict[int, list] = {}
+        # id(module) -> weakref to it: every module the call ran or looked at the hooks of
+        # (``note_hooked``), whose hooks, with the leaves', are a condition of its replays
+        self.hooked: dict[int, weakref.ref] = {}
         self._calls: list | None = None     # the ops bound for replay (made by the first one)
         self.ref = weakref.ref(self)
         self._kept: dict[tuple, list] = {}  # (pool, size) -> buffers the step freed
@@ -290,40 +282,37 @@ class Recording:
 
     def note_hooked(self, module) -> None:
         """A module the call ran, or whose hooks steered it (a fused path taken where it
-        holds none): a replay needs the hooks the call left it with (``hook_ids``)."""
+        holds none): a replay needs the hooks the call left it with (``tape.hooks``)."""
         seen = self.hooked.get(id(module))
-        if seen is None or seen[0]() is not module:      # not another one's id, reused
-            self.hooked[id(module)] = [weakref.ref(module), module.hook_ids]
+        if seen is None or seen() is not module:         # not another one's id, reused
+            self.hooked[id(module)] = weakref.ref(module)
+
+    def hooked_modules(self) -> list:
+        """The modules ``note_hooked`` noted that are still alive."""
+        return [m for m in (ref() for ref in self.hooked.values()) if m is not None]
 
     def note_end(self) -> None:
-        """When the call returns: the ``.grad`` every leaf ended with (``note_grads``), and
-        every noted leaf's and module's hooks as the call left them (hooks the step
-        registers and removes itself are its Python). A leaf whose ``.grad`` the call
+        """When the call returns: the ``.grad`` every leaf ended with (``note_grads``). A
+        leaf whose ``.grad`` the call
         neither met nor assigned (a parameter an evaluation read) is no condition of a
         replay, which leaves it as it is: its gradient replaced between calls (an eager
         training step's) is not a new recording, and the recording keeps no old one."""
         self.note_grads()
         for leaf in self.leaves.values():
-            leaf.hooks = _hook_ids(leaf.entry)
             leaf.touched = leaf.met or leaf.read or leaf.after is not leaf.before
             if not leaf.touched:
                 leaf.before = leaf.after = None
                 leaf.after_checks = ()
-        for seen in self.hooked.values():
-            module = seen[0]()
-            if module is not None:
-                seen[1] = module.hook_ids
 
     def unchanged(self) -> bool:
         """Whether every leaf has the ``.grad`` (the same tensor, or None: for those the call
-        touched), the ``requires_grad``, the ``.value`` tensor and the hooks the recording
-        found: only then does a replay compute what the eager call would (an accumulation
-        into the same buffer, or a gradient assigned anew, at the values the model holds:
-        ``p.value = t`` between calls is another recording); every module it used has the
-        hooks it left
-        (a hook registered on or removed from one, and not from another tensor or module,
-        is another recording); and no tensor it read without allocating it has been dropped
-        since (``lose``: a global rebound to a new tensor, which the eager call would read)."""
+        touched), the ``requires_grad`` and the ``.value`` tensor the recording found: only
+        then does a replay compute what the eager call would (an accumulation into the same
+        buffer, or a gradient assigned anew, at the values the model holds: ``p.value = t``
+        between calls is another recording); and no tensor it read without allocating it
+        has been dropped since (``lose``: a global rebound to a new tensor, which the eager
+        call would read). The hooks on its leaves and modules are its caller's to check
+        (``tape.hooks.HookState``)."""
         if self.lost:
             return False
         for leaf in self.leaves.values():          # a plain loop: run before every replay
@@ -331,15 +320,8 @@ class Recording:
             if (leaf.touched and e.grad is not leaf.before) or (
                     e.requires_grad != leaf.requires_grad):
                 return False
-            hooks = e.hooks
-            if hooks is not None and hooks.ids != leaf.hooks:
-                return False
             node = e.node()       # None: nobody holds the Node, nobody gave it a new value
             if node is not None and node.value is not leaf.value():
-                return False
-        for ref, ids in self.hooked.values():
-            module = ref()        # None: dropped, nobody calls it again
-            if module is not None and module.hook_ids != ids:
                 return False
         return True
 

@@ -259,6 +259,45 @@ def test_a_group_replays_while_other_models_get_hooks_and_records_anew_for_its_o
             np.testing.assert_array_equal(a.value.to_host(), b.value.to_host())
 
 
+def test_a_step_replays_again_once_a_hook_reading_the_host_is_removed(queue):
+    # the verdict "not replayable" found with a logging hook on the weight was kept for the
+    # whole signature and the replayable recording dropped: replays 0 of 3 after the hook's
+    # removal, reason "a value was read back to the host", where now 3 of 3
+    x, y = batch(8)
+    model = mlp(queue)
+    eager = mlp(queue)
+
+    def step(m, xb, yb):
+        loss = tp.cross_entropy(m(xb), yb)
+        loss.backward()
+        return loss
+
+    captured = tp.capture(lambda xb, yb: step(model, xb, yb), queue)
+    norms = []
+
+    def calls(n, hooked=False):
+        replays = captured.replays
+        for _ in range(n):
+            for m in (model, eager):
+                m.zero_grad()
+            loss = captured(x, y).value.to_host()
+            ref = step(eager, pc.Tensor.from_host(queue, x), pc.Tensor.from_host(queue, y))
+            np.testing.assert_array_equal(loss, ref.value.to_host())
+            for a, b in zip(model.parameters(), eager.parameters()):
+                np.testing.assert_array_equal(a.grad.to_host(), b.grad.to_host())
+        return captured.replays - replays
+
+    assert calls(3) == 2
+    handle = model[0].weight.register_hook(lambda g: norms.append(g.to_host().sum()))
+    assert calls(2) == 0 and len(norms) == 2
+    assert captured.reason(x, y).startswith("a value was read back to the host")
+    handle.remove()
+    assert captured.reason(x, y) is None
+    assert calls(3) == 3 and len(norms) == 2
+    model[0].weight.register_hook(lambda g: norms.append(g.to_host().sum()))
+    assert calls(1) == 0 and len(norms) == 3       # another hook: recorded, eager again
+
+
 def test_a_launch_failing_in_a_replay_names_its_replica(devices2):
     x, y = batch(8)
     with ReplicaGroup(mlp, devices2, capture=True) as group:

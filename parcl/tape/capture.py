@@ -26,7 +26,9 @@ call records anew; a rebound tensor still held elsewhere is replayed as it is (p
 A hook registered on or removed from a leaf or a module the step used between calls
 (``register_hook``, ``register_forward_hook``) is seen without a key too (the recording notes
 the hooks they hold, ``tape.hooks``): the next call records anew, unless an earlier recording
-found them with those same hooks; one on another tensor or module changes nothing. A hook's
+found them with those same hooks; one on another tensor or module changes nothing. A call
+found unreplayable with a hook there (one that reads the gradient back to log it) runs eagerly
+while that hook is there, and is replayed again once it is removed. A hook's
 device work is replayed; its Python (a print, a list it appends to) runs only in the calls
 that record.
 
@@ -57,6 +59,7 @@ from ..pool import pool_of
 from ..tensor import INTERNAL, Tensor, _check_dtype
 from ..uploads import own
 from . import mode
+from .hooks import HookState
 from .tape import hold_back
 
 MAX_SIGNATURES = 8          # input signatures kept per captured function (oldest dropped first)
@@ -93,7 +96,10 @@ def _unkeyed(key) -> str | None:
 
 
 class _Entry:
-    __slots__ = ("inputs", "recording", "outputs", "reason", "uploads")
+    """A recording of one signature, or (``reason`` set, no recording) the verdict that its
+    calls run eagerly; either stands while ``hooks`` hold (``HookState``)."""
+
+    __slots__ = ("inputs", "recording", "outputs", "reason", "uploads", "hooks")
 
     def __init__(self, inputs, recording, outputs, reason):
         self.inputs = inputs
@@ -101,6 +107,7 @@ class _Entry:
         self.outputs = outputs
         self.reason = reason
         self.uploads = []
+        self.hooks = HookState()
 
 
 def _as_input(a) -> np.ndarray:
@@ -128,8 +135,9 @@ class CapturedStep:
     def reason(self, *arrays, key=()) -> str | None:
         """Why calls with these inputs run eagerly (None when they are replayed)."""
         arrays = tuple(_as_input(a) for a in arrays)       # as a call takes them: masks uint8
-        variants = self._entries.get(self._key(arrays, key))
-        return variants[0].reason if variants else None
+        variants = self._entries.get(self._key(arrays, key), ())
+        return next((e.reason for e in variants if e.reason is not None and e.hooks.hold()),
+                    None)
 
     def _key(self, arrays, key):
         return tuple((a.shape, a.dtype.str) for a in arrays), mode.capture_modes(), key
@@ -146,16 +154,18 @@ class CapturedStep:
             self.eager_calls += 1
             return self.fn(*self._fresh_inputs(arrays, borrow))
         k = self._key(arrays, key)
-        variants = self._entries.get(k, ())
-        if variants and variants[0].reason is not None:    # not replayable: plain eager
-            self.eager_calls += 1
-            return self.fn(*self._fresh_inputs(arrays, borrow))
-        for entry in variants:
+        for entry in self._entries.get(k, ()):           # the verdicts first
+            # The hooks on the leaves and modules the call used are those it left: a verdict
+            # found with them (a hook that reads a value back) holds, and a recording may.
+            if not entry.hooks.hold():
+                continue
+            if entry.reason is not None:                  # not replayable: plain eager
+                self.eager_calls += 1
+                return self.fn(*self._fresh_inputs(arrays, borrow))
             # The recording whose backward found the leaves' gradients as they are now (none,
-            # or these buffers to accumulate into), the same parameters frozen and the same
-            # hooks on them and on its modules; another state (zero_grad(set_to_none=...), a
-            # second accumulation, a frozen layer, a hook added) is recorded anew: a replay
-            # writes what its recording wrote.
+            # or these buffers to accumulate into) and the same parameters frozen; another
+            # state (zero_grad(set_to_none=...), a second accumulation, a frozen layer, a hook
+            # added) is recorded anew: a replay writes what its recording wrote.
             if entry.recording.unchanged():
                 entry.recording.check_inputs(arrays)     # may raise: nothing is enqueued then
                 self._upload(entry, arrays, borrow)
@@ -214,6 +224,8 @@ class CapturedStep:
             if any(pool_of(queue).free_among(buffers) for queue, buffers in foreign.items()):
                 recorder.unsafe_recording(rec, recorder.DROPPED)     # dropped during fn
             entry.recording, entry.outputs, entry.reason = rec, outputs, rec.unsafe
+            entry.hooks = HookState([leaf.entry for leaf in rec.leaves.values()],
+                                    rec.hooked_modules())
             if rec.unsafe is not None:
                 entry.recording = entry.outputs = None     # unpin the buffers
             else:
@@ -222,13 +234,19 @@ class CapturedStep:
                 # and record anew, reading what the eager call would read
                 for queue, buffers in foreign.items():
                     pool_of(queue).watch(rec, buffers)
-        # recordings that lost a tensor they read are never replayed again: dropped here
-        variants = [e for e in self._entries.pop(k, [])
-                    if e.recording is not None and not e.recording.lost]
-        variants = [entry] if entry.reason is not None else (variants + [entry])[-MAX_VARIANTS:]
+        # Verdicts first, then recordings, each newest last; an unsafe call found with other
+        # hooks than theirs leaves the recordings be (a logging hook removed: replayed
+        # again). Recordings that lost a tensor they read are never replayed again: dropped.
+        old = self._entries.pop(k, [])
+        verdicts = [e for e in old if e.reason is not None]
+        recordings = [e for e in old if e.reason is None and not e.recording.lost]
+        if entry.reason is not None:
+            verdicts = (verdicts + [entry])[-MAX_VARIANTS:]
+        else:
+            recordings = (recordings + [entry])[-MAX_VARIANTS:]
         if len(self._entries) >= MAX_SIGNATURES:
             self._entries.pop(next(iter(self._entries)))
-        self._entries[k] = variants
+        self._entries[k] = verdicts + recordings
         return outputs
 
     def _upload(self, entry: _Entry, arrays, borrow: bool) -> None:

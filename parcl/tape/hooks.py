@@ -19,6 +19,7 @@ is replayed, its Python (a print, a list it appends to) is not.
 from __future__ import annotations
 
 import itertools
+import weakref
 
 import numpy as np
 
@@ -94,3 +95,34 @@ def run_hooks(entry, grad: Tensor) -> Tensor:
 
 def _name(hook) -> str:
     return getattr(hook, "__qualname__", None) or type(hook).__name__
+
+
+class HookState:
+    """The hooks a captured call left on the leaves and modules it used (each holder's
+    ``ids``; hooks the call registers and removes itself are its Python): its recording, or
+    its verdict that it cannot be replayed, stands only while they ``hold``. A hook
+    registered on or removed from one of them makes the next call another recording (or
+    lifts the verdict); one on any other tensor or module changes nothing. ``HookState()``,
+    of no holders, always holds: a verdict that no hook can lift."""
+
+    __slots__ = ("leaves", "modules")
+
+    def __init__(self, leaf_entries=(), modules=()):
+        self.leaves = [(e, _handle_ids(e.hooks)) for e in leaf_entries]
+        self.modules = [(weakref.ref(m), m.hook_ids) for m in modules]
+
+    def hold(self) -> bool:
+        """Whether every leaf and module holds the hooks it was left with (a module dropped
+        since holds: nobody calls it again)."""
+        for e, ids in self.leaves:          # a plain loop: run before every replay
+            if _handle_ids(e.hooks) != ids:
+                return False
+        for ref, ids in self.modules:
+            module = ref()
+            if module is not None and module.hook_ids != ids:
+                return False
+        return True
+
+
+def _handle_ids(hooks) -> tuple:
+    return () if hooks is None else hooks.ids
