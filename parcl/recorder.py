@@ -41,9 +41,12 @@ class LeafGrad:
     accumulated into), whether it required grad then, the ``.grad`` it left, its ``.value``
     (weakly: dropped with its Node, a global rebound to a new one, its memory goes to the
     recording, which is then not replayed: ``Recording.lose``), whether a backward's pass
-    reached it (``met``: its ``.grad`` holds that pass's contributions) and whether the call
-    touched its ``.grad`` at all (``touched``: met, read (``read``) or assigned; an
-    evaluation's leaves are not, and keep neither gradient)."""
+    reached it (``met``: its ``.grad`` holds that pass's contributions), whether the call
+    assigned its ``.grad`` (``assigned``: ``p.grad = None``), whether the recording depends on
+    the ``.grad`` it found (``depends``: met or read before any assignment; compared before a
+    replay) and, once the call returns (``Recording.note_end``), whether it leaves one
+    (``writes``: met, read or assigned; given after a replay). An evaluation's leaves do
+    neither, and the recording keeps no gradient of theirs."""
 
     entry: object
     before: object
@@ -51,9 +54,10 @@ class LeafGrad:
     after: object = None
     value: object = None
     met: bool = False
-    read: bool = False
+    assigned: bool = False
+    depends: bool = False
     after_checks: tuple = ()
-    touched: bool = True
+    writes: bool = True
 
     @classmethod
     def of(cls, entry) -> LeafGrad:
@@ -247,7 +251,10 @@ class Recording:
                 if p.grad_fn is None and id(p) not in self.leaves:
                     self.leaves[id(p)] = LeafGrad.of(p)
             if e.grad_fn is None:
-                self.leaves[id(e)].met = True
+                leaf = self.leaves[id(e)]
+                # accumulating into the .grad it found, unless the call assigned it first
+                # (p.grad = None: a gradient of its own)
+                leaf.met, leaf.depends = True, leaf.depends or not leaf.assigned
 
     def note_inputs(self, entries) -> None:
         """Leaves an op read, noted as the op reads them: a frozen layer's (no backward
@@ -258,12 +265,21 @@ class Recording:
                 self.leaves[id(p)] = LeafGrad.of(p)
 
     def note_grad_read(self, entry) -> None:
-        """The call read a leaf's ``.grad`` (``Node.grad``): a condition of its replays, as
-        for a leaf whose gradient a backward met."""
+        """The call read a leaf's ``.grad`` (``Node.grad``): unless it assigned one first, a
+        condition of its replays, as for a leaf whose gradient a backward met."""
+        leaf = self._leaf(entry)
+        leaf.depends = leaf.depends or not leaf.assigned
+
+    def note_grad_assigned(self, entry) -> None:
+        """The call is about to assign a leaf's ``.grad`` (``Node.grad = g``; noted before,
+        so the leaf is found as it was): its replays assign it too."""
+        self._leaf(entry).assigned = True
+
+    def _leaf(self, entry) -> LeafGrad:
         leaf = self.leaves.get(id(entry))
         if leaf is None:
             leaf = self.leaves[id(entry)] = LeafGrad.of(entry)
-        leaf.read = True
+        return leaf
 
     def forget_leaves(self, entries) -> None:
         """Leaves the call made and dropped for itself (``tp.checkpoint``'s stand-ins for
@@ -292,32 +308,38 @@ class Recording:
         return [m for m in (ref() for ref in self.hooked.values()) if m is not None]
 
     def note_end(self) -> None:
-        """When the call returns: the ``.grad`` every leaf ended with (``note_grads``). A
-        leaf whose ``.grad`` the call
-        neither met nor assigned (a parameter an evaluation read) is no condition of a
-        replay, which leaves it as it is: its gradient replaced between calls (an eager
-        training step's) is not a new recording, and the recording keeps no old one."""
+        """When the call returns: the ``.grad`` every leaf ended with (``note_grads``), and
+        which leaves' gradients the replays write (``LeafGrad``). A leaf whose ``.grad`` the
+        call neither met nor read before assigning it (a parameter an evaluation read, or
+        one whose gradient it cleared first) is no condition of a replay: its gradient
+        replaced between calls (an eager training step's) is not a new recording, and the
+        recording keeps no old one; a replay leaves it as it is, or, where the call assigned
+        it, as the call did."""
         self.note_grads()
         for leaf in self.leaves.values():
-            leaf.touched = leaf.met or leaf.read or leaf.after is not leaf.before
-            if not leaf.touched:
-                leaf.before = leaf.after = None
+            # after is not before: a write the setter did not see
+            leaf.writes = (leaf.met or leaf.depends or leaf.assigned
+                           or leaf.after is not leaf.before)
+            if not leaf.depends:
+                leaf.before = None
+            if not leaf.writes:
+                leaf.after = None
                 leaf.after_checks = ()
 
     def unchanged(self) -> bool:
-        """Whether every leaf has the ``.grad`` (the same tensor, or None: for those the call
-        touched), the ``requires_grad`` and the ``.value`` tensor the recording found: only
-        then does a replay compute what the eager call would (an accumulation into the same
-        buffer, or a gradient assigned anew, at the values the model holds: ``p.value = t``
-        between calls is another recording); and no tensor it read without allocating it
-        has been dropped since (``lose``: a global rebound to a new tensor, which the eager
-        call would read). The hooks on its leaves and modules are its caller's to check
-        (``tape.hooks.HookState``)."""
+        """Whether every leaf has the ``.grad`` (the same tensor, or None: for those whose
+        gradient the recording depends on), the ``requires_grad`` and the ``.value`` tensor
+        the recording found: only then does a replay compute what the eager call would (an
+        accumulation into the same buffer, or a gradient assigned anew, at the values the
+        model holds: ``p.value = t`` between calls is another recording); and no tensor it
+        read without allocating it has been dropped since (``lose``: a global rebound to a
+        new tensor, which the eager call would read). The hooks on its leaves and modules
+        are its caller's to check (``tape.hooks.HookState``)."""
         if self.lost:
             return False
         for leaf in self.leaves.values():          # a plain loop: run before every replay
             e = leaf.entry
-            if (leaf.touched and e.grad is not leaf.before) or (
+            if (leaf.depends and e.grad is not leaf.before) or (
                     e.requires_grad != leaf.requires_grad):
                 return False
             node = e.node()       # None: nobody holds the Node, nobody gave it a new value
@@ -326,11 +348,11 @@ class Recording:
         return True
 
     def give_grads(self) -> None:
-        """After a replay: every leaf's ``.grad`` is the tensor the recorded backward left it
-        (which the replay just wrote), as after the eager call; one it did not touch keeps
-        its own."""
+        """After a replay: every leaf's ``.grad`` is the tensor the recorded call left it
+        (which the replay just wrote, or None where it cleared it), as after the eager call;
+        one whose gradient it did not write keeps its own."""
         for leaf in self.leaves.values():
-            if not leaf.touched:
+            if not leaf.writes:
                 continue
             leaf.entry.grad = after = leaf.after
             if after is not leaf.before and after is not None:

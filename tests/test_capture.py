@@ -684,6 +684,53 @@ def test_a_captured_evaluation_replays_between_eager_training_steps_and_keeps_no
     assert evaluate.replays == 4 and first() is None
 
 
+def test_a_captured_evaluation_clearing_the_gradients_clears_them_in_every_replay(queue):
+    # p.grad = None was not noted (the setter told the recording nothing) and the leaves
+    # counted as untouched: a replay after an eager training step left that step's
+    # gradients in place (replays 2 of 3, each leaving a .grad the eager call clears)
+    model = mlp(queue)
+    x, y = batch(8)
+
+    def evaluate(xb):
+        for p in model.parameters():
+            p.grad = None                      # the call clears the gradients, as eagerly
+        with tp.no_grad():
+            return model(xb)
+
+    captured = tp.capture(evaluate, queue)
+    labels = pc.Tensor.from_host(queue, y.astype(np.int32))
+    for _ in range(3):
+        tp.cross_entropy(model(pc.Tensor.from_host(queue, x)), labels).backward()
+        assert all(p.grad is not None for p in model.parameters())
+        got = captured(x).to_host()
+        assert [p.grad for p in model.parameters()] == [None] * 4
+        np.testing.assert_array_equal(got, evaluate(pc.Tensor.from_host(queue, x)).to_host())
+    assert captured.replays == 2
+
+
+def test_a_captured_training_step_clearing_the_gradients_first_replays_as_eager(queue):
+    # the leaves' gradients as found were a condition of every replay even where the step
+    # cleared them before its backward: each call found the last one's and recorded anew
+    # (0 replays of 5); cleared first, they are no condition now (4 of 5)
+    model, eager = mlp(queue), mlp(queue)
+    x, y = batch(8)
+
+    def step(m, xb, yb):
+        for p in m.parameters():
+            p.grad = None
+        loss = tp.cross_entropy(m(xb), yb)
+        loss.backward()
+        return loss
+
+    captured = tp.capture(lambda xb, yb: step(model, xb, yb), queue)
+    for _ in range(5):
+        got = captured(x, y).value.to_host()
+        want = step(eager, pc.Tensor.from_host(queue, x), pc.Tensor.from_host(queue, y))
+        np.testing.assert_array_equal(got, want.value.to_host())
+        for a, b in zip(model.parameters(), eager.parameters()):
+            np.testing.assert_array_equal(a.grad.to_host(), b.grad.to_host())
+    assert captured.replays == 4
+
 def test_a_backward_through_the_graph_a_replay_returned_uses_the_replays_dropout_mask(queue):
     """A captured forward whose loss is formed and backwarded after the call (no tape): the
     dropout backward regenerates the mask the replay drew, as in the eager loop. It took the

@@ -126,7 +126,13 @@ class Node(NodeMethods):
 
     @grad.setter
     def grad(self, value) -> None:
-        self.entry.grad = value
+        e = self.entry
+        rec = recorder.state.recording
+        if rec is not None and e.grad_fn is None:
+            # a captured step that sets a leaf's gradient (p.grad = None) sets it in every
+            # replay, whatever an eager step between calls left there
+            rec.note_grad_assigned(e)
+        e.grad = value
 
     op_name = _graph_field("op_name", "the op that made it: 'matmul', 'relu', ...; 'leaf'")
     where = _graph_field("where", "where the op was recorded (under detect_anomaly)")
