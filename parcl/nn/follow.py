@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 
 from ..errors import ParclError
+from ..tape import hooks
 from ..tape.node import Node
 from ..tensor import Tensor
 from .buffer_slots import ModelSlots
@@ -52,6 +53,9 @@ class ModelFollower:
     def __init__(self, first: ModelSlots):
         self.first = first
         self._hooks_seen = None       # every replica's ``_hook_ids`` when they last agreed
+        # the hook generation and the module lists they were read at: no hook registered
+        # or removed and no tree walked anew since, they are the same ids (not read again)
+        self._hooks_at = (None, [])
         self.note()
 
     def note(self) -> None:
@@ -73,10 +77,15 @@ class ModelFollower:
         for r, (_, other) in enumerate(trees[1:], 1):
             if other != layout:
                 raise ParclError(_different_trees(r, layout, other))
-        ids = [_hook_ids(modules, s) for (modules, _), s in zip(trees, slots)]
-        if ids != self._hooks_seen:        # compared, not counted, while none changed
-            _check_hooks([m for m, _ in trees], layout, slots)
-            self._hooks_seen = ids
+        now, lists = hooks.generation(), [modules for modules, _ in trees]
+        seen, seen_lists = self._hooks_at
+        if now != seen or len(lists) != len(seen_lists) or any(
+                a is not b for a, b in zip(lists, seen_lists)):
+            ids = [_hook_ids(modules, s) for modules, s in zip(lists, slots)]
+            if ids != self._hooks_seen:        # compared, not counted, while none changed
+                _check_hooks(lists, layout, slots)
+                self._hooks_seen = ids
+            self._hooks_at = (now, lists)
         changed = self._assigned(first)
         wanted = [p is not None and p.requires_grad for p in slots[0].parameters.values()]
         for (modules, _), other in zip(trees[1:], slots[1:]):

@@ -11,7 +11,9 @@ The hooks' holders (a Node's ``GradHooks``, a module's ``ModuleHooks``) keep ``i
 handle ids of the hooks they hold, in order: a captured step (``tp.capture``) replays a
 recording only while the leaves and modules it used hold the hooks its call left them with,
 so a hook registered on or removed from one of them between calls makes the next call
-another recording, and one on any other tensor or module changes nothing. A hook the step
+another recording, and one on any other tensor or module changes nothing (``HookState``;
+a count of every registration and removal, ``generation``, spares it and ``nn.follow`` the
+comparison of every holder's ids while none happened). A hook the step
 itself registers while it is being recorded is part of the step's Python: its device work
 is replayed, its Python (a print, a list it appends to) is not.
 """
@@ -19,6 +21,7 @@ is replayed, its Python (a print, a list it appends to) is not.
 from __future__ import annotations
 
 import itertools
+import threading
 import weakref
 
 import numpy as np
@@ -27,6 +30,36 @@ from ..errors import DTypeError, ParclError, ShapeError
 from ..tensor import Tensor
 
 _ids = itertools.count()           # next() is atomic in CPython: ids unique across threads
+
+
+class _Changes:
+    """How many times any holder's ``ids`` changed in this process: a hint only, that lets
+    a check of many holders' ids (``HookState.hold``, ``nn.follow``) skip its walk while no
+    hook was registered or removed anywhere; the per-holder comparison stays the truth.
+    Locked: a lost increment could bring the count back to one a checker verified."""
+
+    def __init__(self):
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def bump(self) -> None:
+        with self._lock:
+            self.count += 1
+
+
+_changes = _Changes()
+
+
+def generation() -> int:
+    """The count of hook registrations and removals so far (``_Changes``): read it before
+    reading the holders' ids it vouches for."""
+    return _changes.count
+
+
+def note_change() -> None:
+    """A holder's ``ids`` were just renewed (every registration and removal): the
+    generation moves on."""
+    _changes.bump()
 
 
 class RemovableHandle:
@@ -69,6 +102,7 @@ class GradHooks:
 
     def renew(self) -> None:
         self.ids = (*self.fns, *self.post)
+        note_change()
 
 
 def run_hooks(entry, grad: Tensor) -> Tensor:
@@ -105,16 +139,25 @@ class HookState:
     lifts the verdict); one on any other tensor or module changes nothing. ``HookState()``,
     of no holders, always holds: a verdict that no hook can lift."""
 
-    __slots__ = ("leaves", "modules")
+    __slots__ = ("leaves", "modules", "seen", "held")
 
     def __init__(self, leaf_entries=(), modules=()):
+        self.seen, self.held = generation(), True       # read first: a change after is seen
         self.leaves = [(e, _handle_ids(e.hooks)) for e in leaf_entries]
         self.modules = [(weakref.ref(m), m.hook_ids) for m in modules]
 
     def hold(self) -> bool:
         """Whether every leaf and module holds the hooks it was left with (a module dropped
-        since holds: nobody calls it again)."""
-        for e, ids in self.leaves:          # a plain loop: run before every replay
+        since holds: nobody calls it again). Run before every replay: compared holder by
+        holder only when some hook somewhere was registered or removed since the last
+        comparison (``generation``)."""
+        now = generation()
+        if now != self.seen:
+            self.seen, self.held = now, self._compare()
+        return self.held
+
+    def _compare(self) -> bool:
+        for e, ids in self.leaves:
             if _handle_ids(e.hooks) != ids:
                 return False
         for ref, ids in self.modules:
