@@ -690,7 +690,7 @@ class Tensor:
         if dim is None:
             if op == "max":
                 return keep_checks(reduction.max(self, None, keepdim), self)
-            return keep_checks(self._lowest(op, None, keepdim), self)
+            return keep_checks(reduction.min(self, None, keepdim, op=op), self)
         dim = axis_int(op, dim, self.shape)             # one dim, as torch's (no tuple)
         values, indices = reduction.first_extreme(self, dim, op == "min", op)   # one kernel
         if keepdim:
@@ -713,15 +713,9 @@ class Tensor:
     def amin(self, dim=None, keepdim: bool = False, *, axis=None,
              keepdims: bool | None = None) -> Tensor:
         """``torch.Tensor.amin``: the smallest element over ``dim``, as ``amax``."""
-        dim, keepdim = _dims("amin", _every_dim_if_empty(dim), keepdim, axis, keepdims)
-        return self._lowest("amin", dim, keepdim)
-
-    def _lowest(self, op: str, dim, keepdim: bool) -> Tensor:
-        from .kernels import elementwise as ew
         from .kernels import reduction
-        ew.check_float(op, self)
-        reduction.normalize_axes(op, dim, self.ndim, self.shape)        # errors naming op
-        return reduction.min(self, dim, keepdim, op=op)
+        dim, keepdim = _dims("amin", _every_dim_if_empty(dim), keepdim, axis, keepdims)
+        return reduction.min(self, dim, keepdim, op="amin")
 
     @_keeps_checks
     def argmax(self, dim: int | None = None, keepdim: bool = False, *, axis=None,
