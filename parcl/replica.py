@@ -34,8 +34,7 @@ from .allreduce.end import REDUCED, SYNCED, Reduced, StepBuffers, end_of_step
 from .errors import ParclError, ReplicaError, ShapeError
 from .gate import transfer
 from .nn.keys import loss_key
-from .nn.lazy import LazyModuleMixin
-from .nn.module import default_generator, set_default_generator
+from .nn.module import default_generator, lazy_layers, set_default_generator
 from .nn.syncbn import SyncBatchNorm
 from .pool import stamp
 from .replica_steps import (Captured, Eager, IgnoredLabels, agreed, check_class_weights,
@@ -745,10 +744,10 @@ def _seeded(build_model, queue, init: np.random.Generator, dropout: tuple[int, i
 def _refuse_lazy(model) -> None:
     """A lazy layer has no parameters before its first call: the group would broadcast and
     reduce none of its weights (PyTorch's DDP refuses one too)."""
-    for name, m in model.named_modules():
-        if isinstance(m, LazyModuleMixin):
-            where = f"model.{name}" if name else "the model"
-            raise ParclError(f"ReplicaGroup: {where} is a {type(m).__name__}, whose parameters "
-                             "do not exist before its first call; run a batch through the "
-                             "model in build_model (PyTorch's dry run) before the group is "
-                             "built")
+    lazy = lazy_layers(model)
+    if lazy:
+        name, m = lazy[0]
+        where = f"model.{name}" if name else "the model"
+        raise ParclError(f"ReplicaGroup: {where} is a {type(m).__name__}, whose parameters "
+                         "do not exist before its first call; run a batch through the model "
+                         "in build_model (PyTorch's dry run) before the group is built")

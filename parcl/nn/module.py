@@ -112,6 +112,13 @@ def normal_(shape, std: float) -> np.ndarray:
 
 
 # -- Parameter --------------------------------------------------------------------------------
+def lazy_layers(model: Module) -> list[tuple[str, Module]]:
+    """``(path, layer)`` of every lazy layer of ``model`` not yet built (``nn.lazy``: no
+    parameters before its first call), in ``named_modules`` order."""
+    return [(name, m) for name, m in model.named_modules()
+            if getattr(m, "has_uninitialized_params", lambda: False)()]
+
+
 class Parameter(Node):
     """A leaf ``tp.Node`` with ``requires_grad=True``: a weight a Module owns.
 
@@ -346,10 +353,9 @@ class Module:
                              f"{requires_grad!r}")
         # a lazy layer has no parameters until its first call, so the flag would be lost
         # and the layer trained anyway: PyTorch refuses its uninitialized parameters too
-        lazy = next((name for name, m in self.named_modules()
-                     if getattr(m, "has_uninitialized_params", lambda: False)()), None)
-        if lazy is not None:
-            where = f"its layer {lazy!r} is" if lazy else "it is"
+        lazy = lazy_layers(self)
+        if lazy:
+            where = f"its layer {lazy[0][0]!r} is" if lazy[0][0] else "it is"
             raise ParclError(f"{type(self).__name__}.requires_grad_: {where} a lazy layer, "
                              "whose parameters do not exist before its first call (PyTorch "
                              "refuses its uninitialized parameters); run a batch through it "
@@ -527,9 +533,9 @@ class Module:
         it; parcl's has no parameters before its first call, so those entries would be
         dropped as unexpected and, under ``strict=False``, the layer later drawn at random
         instead of holding the saved weights, with no error."""
-        for name, module in self.named_modules():
-            if not getattr(module, "has_uninitialized_params", lambda: False)():
-                continue
+        if not unexpected:
+            return
+        for name, module in lazy_layers(self):
             prefix = f"{name}." if name else ""
             mine = [k for k in unexpected if k.startswith(prefix) and "." not in k[len(prefix):]]
             if mine:
