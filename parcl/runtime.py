@@ -403,12 +403,18 @@ def watched(timeout: float = WAIT_TIMEOUT, what: str = "a device wait", events=(
     release_all()
     _start_watchdog()
     key = threading.get_ident()
+    # one slot per thread: a watched call inside another (a to_host in a watched block)
+    # takes it for its own wait, and gives the outer one's back when done
+    outer = _waits.get(key)
     _waits[key] = (time.monotonic() + timeout, timeout, what, events, labels,
                    threading.current_thread().name)
     try:
         yield
     finally:
-        del _waits[key]
+        if outer is None:
+            del _waits[key]
+        else:
+            _waits[key] = outer
 
 
 def _start_watchdog() -> None:

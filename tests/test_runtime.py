@@ -178,6 +178,30 @@ def test_a_read_behind_a_kernel_that_never_finishes_ends_the_process_naming_its_
     assert "Tensor.to_host waited 0.5 s (in thread the reader)" in proc.stderr
 
 
+def test_a_wait_inside_a_watched_block_leaves_the_block_watched():
+    """A watched call inside another (a ``to_host`` in a ``watched`` block) dropped the
+    outer one's registration: the block's next wait was unbounded, and leaving the block
+    raised KeyError."""
+    proc = _run_script("""
+        import numpy as np, pyopencl as cl, parcl as pc
+        from parcl import runtime
+        q = runtime.new_queue(pc.devices(split=2)[0])
+        t = pc.Tensor.from_host(q, np.arange(4, dtype=np.float32))
+        with runtime.watched(30.0, "the first block"):
+            with runtime.watched(30.0, "a nested one"):
+                pass
+        print("left")                                          # no KeyError
+        with runtime.watched(0.5, "the outer block"):
+            print(t.to_host(timeout=30).tolist())              # nested, done
+            cl.enqueue_barrier(q, wait_for=[cl.UserEvent(q.context)])   # never drains
+            q.finish()
+        print("not reached")
+    """)
+    assert proc.returncode == pc.runtime.WAIT_TIMEOUT_EXIT, proc.stderr
+    assert proc.stdout == "left\n[0.0, 1.0, 2.0, 3.0]\n"
+    assert "the outer block waited 0.5 s" in proc.stderr
+
+
 def test_a_step_whose_device_never_finishes_ends_the_process_naming_the_replica():
     proc = _run_script("""
         import numpy as np, pyopencl as cl, parcl as pc
