@@ -21,6 +21,7 @@ from .errors import DeviceError, DTypeError, ParclError, ShapeError
 from .crossqueue import foreign_use, foreign_wait
 from .gate import transfer
 from .pool import Allocation, pool_of
+from .tensor_methods import COUNTS, TensorMethods, element_count
 from .uploads import own
 
 _new = object.__new__
@@ -142,7 +143,7 @@ def _every_dim_if_empty(dim):
     return None if isinstance(dim, (tuple, list)) and not dim else dim
 
 
-class Tensor:
+class Tensor(TensorMethods):
     """A device array: ``shape``, ``dtype``, ``size``, ``queue``; contiguous, row-major.
 
     >>> import numpy as np, parcl as pc
@@ -160,8 +161,10 @@ class Tensor:
     def __init__(self, queue: cl.CommandQueue, shape, dtype, data: cl.Buffer,
                  alloc: Allocation | None, keep=None):
         self.queue = queue
-        self.shape = shape
-        self.size = prod(shape)   # read by every launch: computed once
+        count = COUNTS.get(shape)          # ``size`` is read by every launch: computed once
+        if count is None:
+            count = element_count(shape)
+        self.shape, self.size = count.shape, count
         self.dtype = dtype
         self.data = data          # the cl.Buffer kernels read and write (offset 0)
         self._alloc = alloc       # keeps the pooled memory on loan while this view lives
@@ -174,16 +177,28 @@ class Tensor:
     @classmethod
     def empty(cls, queue: cl.CommandQueue, shape, dtype=np.float32) -> Tensor:
         """Uninitialised tensor from ``queue``'s memory pool."""
-        size = prod(shape) if type(shape) is tuple else None
-        # float32 as the type or as a tensor's ``dtype`` (``Tensor.empty(q, s, x.dtype)``)
-        if ((dtype is np.float32 or dtype is FLOAT) and type(size) is int and size <= MAX_ELEMENTS
-                and not (shape and min(shape) < 0)):
-            dt = FLOAT                 # the hot path: kernels allocating their float32 outputs
-        else:             # another dtype or shape type, numpy or float sizes, a negative size
-            dt = _check_dtype("Tensor.empty", dtype, INTERNAL)
-            shape = normalize_shape("Tensor.empty", shape)     # refuses negative dimensions
-            size = prod(shape)
-            _check_size("Tensor.empty", shape, size)
+        float32 = dtype is np.float32 or dtype is FLOAT   # or a tensor's (``x.dtype``)
+        try:
+            count = COUNTS.get(shape) if type(shape) is tuple else None
+        except TypeError:              # an unhashable size: refused below
+            count = None
+        if count is not None and (count.shape is shape or type(prod(shape)) is int):
+            # the hot path: a shape met before (checked then), given as that very tuple or an
+            # equal one of ints (2.0 and numpy's 2 are equal to 2 too)
+            dt = FLOAT if float32 else _check_dtype("Tensor.empty", dtype, INTERNAL)
+        else:
+            size = prod(shape) if type(shape) is tuple else None
+            if (float32 and type(size) is int and size <= MAX_ELEMENTS
+                    and not (shape and min(shape) < 0)):
+                dt = FLOAT             # kernels allocating their float32 outputs
+            else:         # another dtype or shape type, numpy or float sizes, a negative size
+                dt = _check_dtype("Tensor.empty", dtype, INTERNAL)
+                shape = normalize_shape("Tensor.empty", shape)     # refuses negative dimensions
+                _check_size("Tensor.empty", shape, prod(shape))
+                count = None
+            if count is None:          # a shape met for the first time (or not as a tuple)
+                count = element_count(shape)
+        shape, size = count.shape, count
         try:
             pool = queue.pool          # a parcl Queue's own
         except AttributeError:
@@ -616,27 +631,14 @@ class Tensor:
         return ew.unary("neg", self)
 
     def __matmul__(self, other):
-        """numpy's matmul for 1-D, 2-D and batched 3-D operands (``tp.matmul`` takes more)."""
+        """numpy's matmul: 1-D, 2-D, and batched over any leading dims with broadcasting
+        (``(B, H, T, D) @ (B, H, D, T)``), tp.matmul's kernels and bits."""
         if isinstance(other, np.ndarray):
             return self._binary("matmul", self, other)          # the clear TypeError
         if not isinstance(other, Tensor):
             return NotImplemented
-        from .kernels.gemm import batched_gemm, gemm
-        a = self.reshape(1, -1) if self.ndim == 1 else self     # 1-D: promoted, then dropped
-        b = other.reshape(-1, 1) if other.ndim == 1 else other
-        if a.ndim == 2 and b.ndim == 2:
-            out = gemm(a, b)
-        elif a.ndim == 3 and b.ndim in (2, 3):
-            out = batched_gemm(a, b)
-        else:
-            raise ShapeError(f"pc.Tensor @: {self.shape} @ {other.shape} is not supported on "
-                             "raw Tensors (1-D, 2-D and 3-D @ 2-D/3-D are); use tp.matmul")
-        shape = list(out.shape)
-        if self.ndim == 1:
-            shape.pop(-2)
-        if other.ndim == 1:
-            shape.pop(-1)
-        out = out.reshape(tuple(shape))
+        from .kernels.matmul import matmul
+        out = matmul(self, other)
         return keep_checks(out, self, other) if self.checks or other.checks else out
 
     @_keeps_checks

@@ -168,3 +168,16 @@ def transpose(x: Tensor, axes=None, *, tiled: bool | None = None) -> Tensor:
 
 def _round(n: int, m: int) -> int:
     return (n + m - 1) // m * m
+
+
+def permuted(x: Tensor, perm: tuple[int, ...]) -> Tensor:
+    """``x`` with its dimensions in the order ``perm``: a view when the dimensions of size > 1
+    keep their order (the memory order is unchanged), else a contiguous copy."""
+    shape = tuple(x.shape[a] for a in perm)
+    moved = [a for a in perm if x.shape[a] != 1]
+    if moved == sorted(moved):
+        return x.reshape(shape)
+    if x.itemsize == 4 and x.ndim <= 6:            # the tiled (batched) 2-D path among others
+        return transpose(x, perm)
+    base = View.contiguous(x.shape)                # int64 and > 6-D: a strided copy
+    return read_view(x, View(shape, tuple(base.strides[a] for a in perm)))

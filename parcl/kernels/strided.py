@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import DTypeError, ShapeError
 from ..pool import pool_of
 from ..runtime import on_gpu
-from ..tensor import INTERNAL, Tensor, check_same_queue
+from ..tensor import INTERNAL, Tensor, check_same_queue, dims
 from ._cache import get_kernel, round_up
 from .broadcast import collapse_dims, int8_vector
 
@@ -301,3 +301,24 @@ def normalize_axis(op: str, axis: int, ndim: int, shape) -> int:
         raise ShapeError(f"{op}: axis {axis} is out of range for a tensor of shape "
                          f"{tuple(shape)} ({ndim} dimensions)")
     return axis % ndim
+
+
+def split_sizes(shape: tuple, split_size_or_sections, axis: int) -> tuple[int, list[int]]:
+    """``torch.split``'s pieces of a tensor of ``shape``: ``axis`` in ``[0, ndim)`` and each
+    piece's size along it (an int: pieces of that size, the last smaller; a list: as given,
+    adding up to the dim)."""
+    if len(shape) == 0:
+        raise ShapeError("split: a zero-dimensional tensor cannot be split")
+    axis = normalize_axis("split", axis, len(shape), shape)
+    n = shape[axis]
+    if isinstance(split_size_or_sections, (list, tuple)):
+        sizes = list(dims("split", split_size_or_sections))
+        if any(s < 0 for s in sizes) or sum(sizes) != n:
+            raise ShapeError(f"split: sections {sizes} must be non-negative and add up to "
+                             f"{n}, the size of axis {axis} (shape {shape})")
+    else:
+        size, = dims("split", (split_size_or_sections,))
+        if size <= 0:
+            raise ShapeError(f"split: split_size must be positive, got {size} (shape {shape})")
+        sizes = [min(size, n - s) for s in range(0, n, size)] or [0]
+    return axis, sizes

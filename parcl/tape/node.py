@@ -22,11 +22,12 @@ from ..errors import DTypeError, ParclError
 from ..pool import ZEROED, pool_of, stamp
 from ..runtime import default_queue
 from ..tensor import Tensor, joined_checks
+from ..tensor_methods import ElementCount
 from . import mode
 from .anomaly import call_site, check_finite
 from .changes import note_change
 from .hooks import GradHooks, RemovableHandle
-from .node_methods import ElementCount, NodeMethods
+from .node_methods import NodeMethods
 
 
 
@@ -171,8 +172,7 @@ class Node(NodeMethods):
     def size(self) -> ElementCount:
         """The element count (an int, as numpy's); called, torch's ``size()``: ``x.size()``
         the shape, ``x.size(d)`` one dim's size (``ElementCount``)."""
-        v = self.value
-        return ElementCount(v.size, v.shape)
+        return self.value.size
 
     @property
     def ndim(self) -> int:

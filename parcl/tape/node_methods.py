@@ -11,9 +11,10 @@ from functools import cache
 import numpy as np
 
 from .. import recorder
-from ..errors import DeviceError, DTypeError, ParclError, ShapeError
+from ..errors import ParclError, ShapeError
 from ..kernels.broadcast import broadcast_shapes
-from ..tensor import Tensor, identity
+from ..tensor import identity
+from ..tensor_methods import cast_dtype, to_arguments
 from . import mode
 
 
@@ -1054,26 +1055,9 @@ class NodeMethods:
         ``torch.device``-like name) changes nothing, as parcl places tensors by queue; this
         Node's own queue is taken, another queue is a DeviceError. ``copy=True`` gives a new
         tensor even when nothing changes."""
-        for a in args:
-            if isinstance(a, bool):      # to(dtype, non_blocking, copy) positionally
-                continue
-            if isinstance(a, (NodeMethods, Tensor)):
-                self._same_queue("to", a.queue)
-                dtype = a.dtype
-            elif _device_name(a) or not _is_dtype(a):
-                device = a
-            else:
-                dtype = a
-        if device is not None and not _device_name(device):
-            self._same_queue("to", device)
+        dtype = to_arguments("Node.to", self, args, dtype, device)
         out = self if dtype is None else self._cast("to", dtype)
         return out.clone() if copy and out is self else out
-
-    def _same_queue(self, op: str, queue) -> None:
-        if queue is not self.queue:
-            raise DeviceError(f"Node.{op}: {queue!r} is not this tensor's queue; parcl does "
-                              "not move a Node between queues (build the tensor on the "
-                              "queue it is used on, e.g. a layer's queue=)")
 
     def type_as(self, other):
         """This tensor in ``other``'s dtype, as torch.Tensor's."""
@@ -1092,61 +1076,11 @@ class NodeMethods:
         return self._cast("int", np.int32)
 
     def _cast(self, op: str, dtype):
-        try:
-            dtype = np.dtype(dtype)
-        except TypeError:
-            raise TypeError(f"Node.{op}: {dtype!r} is neither a dtype nor a device") from None
+        dtype = cast_dtype(f"Node.{op}", self, dtype)
         if dtype == self.dtype:
             return self
-        if dtype not in _CASTS or self.dtype not in _CASTS:
-            raise DTypeError(f"Node.{op}: {self.dtype} to {dtype} is not supported (shape "
-                             f"{tuple(self.shape)}); parcl's dtypes are float32, int32, int64")
         from ..kernels.counting import cast
         from .node import Node           # node.py imports this module
         # an integer result has no gradient, as PyTorch's; a float one from an integer
         # tensor is a new leaf (nothing to differentiate through)
         return Node(cast(self.value, dtype))
-
-
-_CASTS = tuple(np.dtype(d) for d in (np.float32, np.int32, np.int64))
-
-
-def _is_dtype(a) -> bool:
-    try:
-        np.dtype(a)
-    except TypeError:
-        return False
-    return True
-
-
-def _device_name(a) -> bool:
-    """Whether ``a`` names a device the torch way (``"cpu"``, ``"cuda:0"``, an object whose
-    ``type`` is such a name, like ``torch.device``); a dtype name is not one."""
-    name = a if isinstance(a, str) else getattr(a, "type", None)
-    return isinstance(name, str) and name.split(":")[0] in ("cpu", "cuda", "mps", "xpu")
-
-
-class ElementCount(int):
-    """``Node.size``: the element count, an int as numpy's ``size`` (what parcl's code
-    reads), that called is torch.Tensor's ``size()``: ``x.size()`` the shape tuple,
-    ``x.size(d)`` the size of dim ``d`` (negative counting from the end).
-
-    >>> B, T, C = x.size()
-    """
-
-    def __new__(cls, count, shape=()):
-        obj = super().__new__(cls, count)
-        obj.shape = tuple(shape)
-        return obj
-
-    def __call__(self, dim=None):
-        shape = self.shape
-        if dim is None:
-            return shape
-        n = len(shape)
-        if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool):
-            raise TypeError(f"size: dim must be an int, got {type(dim).__name__}")
-        if not -n <= dim < n:
-            raise ShapeError(f"size: dim {dim} is out of range for a tensor of shape {shape} "
-                             f"(expected a dim in [{-n}, {n - 1}])")
-        return shape[dim]

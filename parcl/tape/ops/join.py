@@ -17,7 +17,7 @@ from __future__ import annotations
 from ...errors import DTypeError, ShapeError
 from ...kernels import strided
 from ...kernels.strided import View
-from ...tensor import Tensor, check_same_queue, dims
+from ...tensor import Tensor, check_same_queue
 from ..node import Function
 from .torch_names import torch_names
 
@@ -138,20 +138,7 @@ def split(x, split_size_or_sections, axis: int = 0, *, tape=None) -> tuple:
     [(2, 2), (2, 1)]
     """
     shape = x.shape
-    if len(shape) == 0:
-        raise ShapeError("split: a zero-dimensional tensor cannot be split")
-    axis = strided.normalize_axis("split", axis, len(shape), shape)
-    n = shape[axis]
-    if isinstance(split_size_or_sections, (list, tuple)):
-        sizes = list(dims("split", split_size_or_sections))
-        if any(s < 0 for s in sizes) or sum(sizes) != n:
-            raise ShapeError(f"split: sections {sizes} must be non-negative and add up to "
-                             f"{n}, the size of axis {axis} (shape {shape})")
-    else:
-        size, = dims("split", (split_size_or_sections,))
-        if size <= 0:
-            raise ShapeError(f"split: split_size must be positive, got {size} (shape {shape})")
-        sizes = [min(size, n - s) for s in range(0, n, size)] or [0]
+    axis, sizes = strided.split_sizes(shape, split_size_or_sections, axis)
     whole, pieces, start = View.contiguous(shape), [], 0
     for s in sizes:
         pieces.append(Piece.apply(x, tape=tape, view=whole.narrow(axis, start, s)))

@@ -24,87 +24,16 @@ array([[4., 4., 4.],
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from math import prod
-
 from ...errors import DTypeError, ShapeError
-from ...kernels import elementwise as ew
 from ...kernels.gemm import batched_gemm, gemm, product, product2
+from ...kernels.matmul import full as _full
+from ...kernels.matmul import plan as _plan
+from ...kernels.matmul import planned_product
 from ...kernels.reduction import sum_to_shape
 from ...tensor import FLOAT, Tensor, check_same_queue
 from ..node import ACCUMULATED, Function
 
 __all__ = ["bmm", "matmul", "mm"]
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """The shapes of one product: operands promoted to at least 2-D, their batch shapes, the
-    broadcast batch and the result."""
-
-    a_shape: tuple
-    b_shape: tuple
-    a2: tuple
-    b2: tuple
-    batch: tuple
-    out: tuple
-
-    @property
-    def m(self) -> int:
-        return self.a2[-2]
-
-    @property
-    def k(self) -> int:
-        return self.a2[-1]
-
-    @property
-    def n(self) -> int:
-        return self.b2[-1]
-
-    @property
-    def count(self) -> int:           # matrices in the batch
-        return prod(self.batch)
-
-    @property
-    def a_batch(self) -> int:
-        return prod(self.a2[:-2])
-
-    @property
-    def b_batch(self) -> int:
-        return prod(self.b2[:-2])
-
-
-def _plan(a_shape: tuple, b_shape: tuple) -> _Plan:
-    a_shape, b_shape = tuple(a_shape), tuple(b_shape)
-    if len(a_shape) == 0 or len(b_shape) == 0:
-        raise ShapeError(f"matmul: scalar operand: {a_shape} @ {b_shape}; use mul for "
-                         "scalars")
-    a2 = (1, *a_shape) if len(a_shape) == 1 else a_shape
-    b2 = (*b_shape, 1) if len(b_shape) == 1 else b_shape
-    if a2[-1] != b2[-2]:
-        raise ShapeError(f"matmul: inner dimensions differ: {a_shape} @ {b_shape}")
-    ba, bb = a2[:-2], b2[:-2]
-    nd = max(len(ba), len(bb))
-    pa, pb = (1,) * (nd - len(ba)) + ba, (1,) * (nd - len(bb)) + bb
-    if any(x != y and x != 1 and y != 1 for x, y in zip(pa, pb)):
-        raise ShapeError(f"matmul: batch sizes differ: {a_shape} @ {b_shape}: batch "
-                         f"dimensions {ba} and {bb} do not broadcast (numpy rules)")
-    batch = tuple(max(x, y) for x, y in zip(pa, pb))
-    out = (*batch, a2[-2], b2[-1])
-    if len(a_shape) == 1:
-        out = out[:-2] + out[-1:]
-    if len(b_shape) == 1:
-        out = out[:-1]
-    return _Plan(a_shape, b_shape, a2, b2, batch, out)
-
-
-def _full(t: Tensor, batch: tuple, count: int) -> Tensor:
-    """``t`` (promoted, ``(*its batch, r, c)``) as ``(count, r, c)``: a view when its batch is
-    the whole batch, else expanded (copied) to it."""
-    r, c = t.shape[-2:]
-    if prod(t.shape[:-2]) != count:
-        t = ew.broadcast_to(t, (*batch, r, c))
-    return t.reshape(count, r, c)
 
 
 def _check_float(a: Tensor, b: Tensor) -> None:
@@ -135,13 +64,7 @@ class Matmul(Function):
         if self.recording:
             self.a = a if self.needs_input_grad[1] else None
             self.b = b if self.needs_input_grad[0] else None
-        if p.b_batch == 1:                  # shared b: the batch folds into the rows of a
-            y = gemm(a.reshape(p.a_batch * p.m, p.k), b.reshape(p.k, p.n))
-        elif p.a_batch == 1:                # shared a, read in place by every batch entry
-            y = batched_gemm(a.reshape(p.m, p.k), b.reshape(p.count, p.k, p.n))
-        else:
-            y = batched_gemm(_full(a, p.batch, p.count), _full(b, p.batch, p.count))
-        return y.reshape(p.out)
+        return planned_product(a, b, p)
 
     def backward(self, g: Tensor):
         p = self.plan

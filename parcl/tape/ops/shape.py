@@ -24,7 +24,8 @@ from math import prod
 
 from ...errors import ShapeError
 from ...kernels import layout, strided
-from ...kernels.strided import View, axis_int
+from ...kernels.layout import permuted
+from ...kernels.strided import axis_int
 from ...tensor import Tensor, dims
 from ..node import Function
 
@@ -116,19 +117,6 @@ def _inverse(perm) -> tuple[int, ...]:
     for i, a in enumerate(perm):
         inverse[a] = i
     return tuple(inverse)
-
-
-def permuted(x: Tensor, perm: tuple[int, ...]) -> Tensor:
-    """``x`` with its dimensions in the order ``perm``: a view when the dimensions of size > 1
-    keep their order (the memory order is unchanged), else a contiguous copy."""
-    shape = tuple(x.shape[a] for a in perm)
-    moved = [a for a in perm if x.shape[a] != 1]
-    if moved == sorted(moved):
-        return x.reshape(shape)
-    if x.itemsize == 4 and x.ndim <= 6:            # the tiled (batched) 2-D path among others
-        return layout.transpose(x, perm)
-    base = View.contiguous(x.shape)                # int64 and > 6-D: a strided copy
-    return strided.read_view(x, View(shape, tuple(base.strides[a] for a in perm)))
 
 
 class Permute(Function):
