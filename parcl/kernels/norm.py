@@ -311,35 +311,48 @@ _SUMS = r"""
     rs_out = rsqrt(fmax((v) / (float)D - ds2, 0.0f) + eps);                                \
 }
 
-/* Column j's sums over the rows, sw of g * h and sb of g, in blocks of COLUMN_BLOCK rows:
-   each block's running sum on its own, then the block sums in order (a running sum of
-   COLUMN_BLOCK + rows / COLUMN_BLOCK terms at most). A tree over 8 rows, as along a row,
-   measured 8% slower here; this costs nothing. G(o) reads g at o, H(o, r) the normalised
-   input at o in row r (scalars, or 8 columns as a vector). */
+/* Column j's sums over the rows, sw of g * h and sb of g, in blocks of COLUMN_BLOCK rows,
+   each block's running sum on its own, and those in groups of COLUMN_BLOCKS blocks: the
+   block sums' running sum of a group, then the groups' sums in order. No running sum is
+   longer than 64 terms up to 2^20 rows: with the block sums in one running sum (rows / 16
+   terms) RMS norm's weight gradient over 2^18 rows was 5.6e-6 of its largest element off, now
+   6.6e-7 (torch: 3.4e-7). Up to 1023 rows (one group) the bits of that one running sum. A
+   tree over 8 rows, as along a row, measured 8% slower here; this costs nothing. G(o) reads
+   g at o, H(o, r) the normalised input at o in row r (scalars, or 8 columns as a vector). */
 #define G1(o) g[o]
 #define H1(o, r) ((x[o] - mean[r]) * rstd[r])
 #define G8(o) LOAD(g + (o))
 #define H8(o, r) ((LOAD(x + (o)) - mean[r]) * rstd[r])
+#define COLUMN_BLOCKS 64
 #define COLUMN_TERM(T, r, bw, bb, G, H) {                                                 \
     const long o = (long)(r) * D + j;                                                     \
     const T gr = G(o);                                                                    \
     bw += gr * H(o, r);                                                                   \
     bb += gr;                                                                             \
 }
+/* rows r0 .. END - 1 (END - r0 <= COLUMN_BLOCK) summed on their own, then added to uw, ub */
+#define COLUMN_BLOCK_SUM(T, r0, END, uw, ub, G, H) {                                      \
+    T bw = (T)(0.0f), bb = (T)(0.0f);                                                     \
+    for (int r = (r0); r < (END); ++r)                                                    \
+        COLUMN_TERM(T, r, bw, bb, G, H)                                                   \
+    uw += bw;                                                                             \
+    ub += bb;                                                                             \
+}
 #define COLUMN_SUMS(T, sw, sb, G, H) {                                                    \
     int r0 = 0;                                                                           \
-    for (; r0 + COLUMN_BLOCK <= rows; r0 += COLUMN_BLOCK) {                               \
-        T bw = (T)(0.0f), bb = (T)(0.0f);                                                 \
-        for (int k = 0; k < COLUMN_BLOCK; ++k)                                            \
-            COLUMN_TERM(T, r0 + k, bw, bb, G, H)                                          \
-        sw += bw;                                                                         \
-        sb += bb;                                                                         \
+    for (; r0 + COLUMN_BLOCKS * COLUMN_BLOCK <= rows;) {                                  \
+        T uw = (T)(0.0f), ub = (T)(0.0f);                                                 \
+        for (int k = 0; k < COLUMN_BLOCKS; ++k, r0 += COLUMN_BLOCK)                       \
+            COLUMN_BLOCK_SUM(T, r0, r0 + COLUMN_BLOCK, uw, ub, G, H)                      \
+        sw += uw;                                                                         \
+        sb += ub;                                                                         \
     }                                                                                     \
-    T bw = (T)(0.0f), bb = (T)(0.0f);                                                     \
-    for (int r = r0; r < rows; ++r)                                                       \
-        COLUMN_TERM(T, r, bw, bb, G, H)                                                   \
-    sw += bw;                                                                             \
-    sb += bb;                                                                             \
+    T uw = (T)(0.0f), ub = (T)(0.0f);                                                     \
+    for (; r0 + COLUMN_BLOCK <= rows; r0 += COLUMN_BLOCK)                                 \
+        COLUMN_BLOCK_SUM(T, r0, r0 + COLUMN_BLOCK, uw, ub, G, H)                          \
+    COLUMN_BLOCK_SUM(T, r0, rows, uw, ub, G, H)                                           \
+    sw += uw;                                                                             \
+    sb += ub;                                                                             \
 }
 """
 
