@@ -61,7 +61,8 @@ from ..tensor import Tensor, check_same_queue
 from ._cache import get_kernel, keep, kernel_limits
 from .elementwise import LOCAL, check_float
 from .elementwise_ops import BINARY_OPS, UNARY_OPS
-from .reduction import CHUNK_CPU, CHUNK_GPU, COMBINE, WG, trees_fit, use_workgroups
+from .reduction import (CHUNK_CPU, CHUNK_GPU, COMBINE, SUM_BLOCK, WG, sum_loop, trees_fit,
+                        use_workgroups)
 
 SAFE_MAX = 2.0 ** 40   # the largest |g| whose powers are summed unscaled
 SAFE_MIN = 2.0 ** -88  # the smallest scale: 2**40 / FLT_MAX, what an infinite |g| would give
@@ -142,6 +143,10 @@ def _stage_kernels(name: str, ps: Pass) -> str:
             + (f" big = {_step('max', 'big', 'a')};" if ps.max else ""))
     store = ((" part[at + c] = sum;" if ps.sum else "")
              + (" part[total + at + c] = big;" if ps.max else ""))
+    body = f"const float x = g[r]; {term} {step}"
+    # reduction's sum_seq sums in blocks: so does the chunk's sum here (max as one running)
+    loop = (sum_loop("sum", "start", "end", body) if ps.sum
+            else f"for (int r = start; r < end; ++r) {{ {body} }}")
     head = ("const float s = scale[0];\n    if (s == 1.0f) return;   /* the sums are g's */"
             if ps.scaled else "")
     tree = ((f" sbuf[lid] = {_step('sum', 'sbuf[lid]', 'sbuf[lid + k]')};" if ps.sum else "")
@@ -163,7 +168,7 @@ __kernel void {name}_seq({args})
         sum = v; big = a;
     }} else {{
         const int start = c * chunk, end = min(start + chunk, R);
-        for (int r = start; r < end; ++r) {{ const float x = g[r]; {term} {step} }}
+        {loop}
     }}
     {store}
 }}
@@ -194,14 +199,16 @@ def _rest(op: str) -> str:
     stage is a tree where ``trees`` says reduction would use one: 1, a GPU's choice (rows of
     WG or more); 2, forced (``workgroup=True``); 0, never."""
     init, combine = COMBINE[op]
+    body = f"v = x[r]; acc = {combine};"
+    loop = (sum_loop("acc", "start", "end", body) if op == "sum"
+            else f"acc = {init};\n    for (int r = start; r < end; ++r) {{ {body} }}")
     return f"""
 inline float chunk_{op}(__global const float *x, const int start, const int end, const int tree)
 {{
     #pragma OPENCL FP_CONTRACT OFF
     float acc, v;
     if (!tree) {{
-        acc = {init};
-        for (int r = start; r < end; ++r) {{ v = x[r]; acc = {combine}; }}
+        {loop}
         return acc;
     }}
     float buf[WG];                        /* {op}_wg's work-items, one after another */
@@ -276,7 +283,8 @@ __kernel void clip_by_norm_run(__global float *restrict x, __global const float 
 
 
 def _build_source() -> str:
-    parts = ["//CL//", f"#define WG {WG}", _rest("sum"), _rest("max")]
+    parts = ["//CL//", f"#define WG {WG}", f"#define SUM_BLOCK {SUM_BLOCK}", _rest("sum"),
+             _rest("max")]
     parts += [_stage_kernels(name, ps) for name, ps in PASSES.items()]
     parts += [_finish_kernel(name, *f) for name, f in FINISHES.items()]
     parts.append(_CLIP)
