@@ -135,6 +135,19 @@ def _reduced_once(group, x0):
     return w, b, opt
 
 
+def _train_by_hand(group, opt, w, b, batches):
+    """A custom loop's steps (run, allreduce_grads, opt.step(), opt.zero_grad()) on each
+    batch, and the weights SGD(lr=0.1) should reach from ``w``, ``b`` (float64)."""
+    for x in batches:
+        group.run(_backward, [x[:3], x[3:]])
+        group.allreduce_grads(average=True)
+        opt.step()
+        opt.zero_grad()
+        gw, gb = _grads(w, b, x)
+        w, b = w - 0.1 * gw, b - 0.1 * gb
+    return w, b
+
+
 def _assert_params(group, w, b):
     np.testing.assert_allclose(group.model.weight.value.to_host(), w, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(group.model.bias.value.to_host(), b, rtol=1e-5, atol=1e-6)
@@ -511,14 +524,7 @@ def test_an_opt_step_on_a_runs_unreduced_gradients_is_refused_not_trained_on_rep
         group.broadcast_parameters()
         w, b = (group.model.weight.value.to_host().astype(np.float64),
                 group.model.bias.value.to_host().astype(np.float64))
-        for _ in range(3):
-            group.run(_backward, [x[:3], x[3:]])
-            group.allreduce_grads(average=True)
-            opt.step()
-            opt.zero_grad()
-            gw, gb = _grads(w, b, x)
-            w, b = w - 0.1 * gw, b - 0.1 * gb
-        _assert_params(group, w, b)
+        _assert_params(group, *_train_by_hand(group, opt, w, b, [x] * 3))
 
 
 def test_local_sgd_averaging_its_replicas_into_replica_0_between_runs_is_not_refused(devices2):
@@ -570,14 +576,7 @@ def test_a_skipped_batch_then_a_forward_only_run_lets_the_caller_roll_replica_0_
         w = (w * 0.5).astype(np.float32)
         group.model.weight.value.copy_(pc.Tensor.from_host(group.model.weight.value.queue, w))
         w = w.astype(np.float64)
-        for _ in range(2):
-            group.run(_backward, [x2[:3], x2[3:]])
-            group.allreduce_grads(average=True)
-            opt.step()
-            opt.zero_grad()
-            gw, gb = _grads(w, b, x2)
-            w, b = w - 0.1 * gw, b - 0.1 * gb
-        _assert_params(group, w, b)
+        _assert_params(group, *_train_by_hand(group, opt, w, b, [x2] * 2))
 
 
 class _WithUnusedHead(pc.nn.Module):
