@@ -32,6 +32,12 @@ def test_mpiexec_is_installed():
     assert MPIEXEC is not None, "mpiexec not found: pip install -e '.[test]' installs mpich"
 
 
+def _rank_logs(prefix) -> list[str]:
+    """What each rank of a two-rank script logged, in rank order: read from the file each
+    wrote (``<prefix><rank>.log``), since mpiexec may interleave the ranks' stdout lines."""
+    return [Path(f"{prefix}{rank}.log").read_text() for rank in (0, 1)]
+
+
 def run(cmd, timeout=120) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, env=ENV)
@@ -209,7 +215,7 @@ for step in range(4):
     except pc.ParclError as exc:
         log.append(type(exc).__name__ + ": " + str(exc)[:60])
 np.save(sys.argv[1] + str(rank) + ".npy", group.model.weight.value.to_host())
-print(rank, log, flush=True)
+open(sys.argv[1] + str(rank) + ".log", "w").write(repr(log))
 """
 
 
@@ -226,7 +232,7 @@ def test_a_bad_batch_on_one_rank_fails_the_step_on_every_rank_and_the_loop_goes_
         r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, script, tmp_path / mode, mode,
                  1], timeout=90)
         assert r.returncode == 0, r.stderr
-        out[mode] = sorted(r.stdout.splitlines())
+        out[mode] = _rank_logs(tmp_path / mode)
     rank0, rank1 = out["bad"]
     assert "ReplicaError: ReplicaGroup.step: rank 1's replicas failed" in rank0
     assert "LabelError" in rank1 and "ReplicaError: ReplicaGroup.step: rank 1" not in rank1
@@ -249,7 +255,7 @@ def test_a_batch_one_rank_cannot_split_fails_the_step_on_every_rank(tmp_path):
         r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, script, tmp_path / mode, mode,
                  2], timeout=90)
         assert r.returncode == 0, r.stderr
-        out[mode] = sorted(r.stdout.splitlines())
+        out[mode] = _rank_logs(tmp_path / mode)
     rank0, rank1 = out["short"]
     assert "ReplicaError: ReplicaGroup.step: rank 1's batch was refused" in rank0
     assert "ShapeError: ReplicaGroup.step: a batch of 1 samples cannot" in rank1
@@ -281,7 +287,7 @@ for step in range(4):
     except pc.ParclError as exc:
         log.append(type(exc).__name__ + ": " + str(exc)[:60])
 np.save(sys.argv[1] + str(rank) + ".npy", group.model[0].weight.value.to_host())
-print(rank, log, flush=True)
+open(sys.argv[1] + str(rank) + ".log", "w").write(repr(log))
 """
 
 
@@ -300,7 +306,7 @@ def test_a_rank_failing_before_its_first_batch_norm_exchange_fails_the_step_on_e
         r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, script, tmp_path / mode, mode],
                 timeout=90)
         assert r.returncode == 0, r.stderr
-        out[mode] = sorted(r.stdout.splitlines())
+        out[mode] = _rank_logs(tmp_path / mode)
     rank0, rank1 = out["bad"]
     assert "ReplicaError: ReplicaGroup.step: rank 1's replicas failed" in rank0
     assert "ReplicaError: replica 0 on" in rank1 and "failed: ShapeError" in rank1
@@ -335,7 +341,7 @@ for step in range(4):
     except pc.ParclError as exc:
         log.append(type(exc).__name__ + ": " + str(exc)[:60])
 np.save(sys.argv[1] + str(rank) + ".npy", group.model.a.weight.value.to_host())
-print(rank, log, flush=True)
+open(sys.argv[1] + str(rank) + ".log", "w").write(repr(log))
 """
 
 
@@ -353,7 +359,7 @@ def test_a_data_dependent_branch_on_one_rank_fails_the_step_on_every_rank(tmp_pa
         r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 2, "--allow-repeat", script,
                  tmp_path / mode, mode], timeout=90)
         assert r.returncode == 0, r.stderr
-        out[mode] = sorted(r.stdout.splitlines())
+        out[mode] = _rank_logs(tmp_path / mode)
     rank0, rank1 = out["branch"]
     assert "ReplicaError: ReplicaGroup.step: rank 1's replicas failed" in rank0
     assert "ReplicaError: replica desync before allreduce" in rank1
