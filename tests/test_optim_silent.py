@@ -459,13 +459,7 @@ def test_a_run_after_opt_step_reads_the_stepped_parameters_on_every_replica(devi
     xs = [rng.random((6, 4), dtype=np.float32) for _ in range(4)]
     with ReplicaGroup(_linear, devices2) as group:
         w, b, opt = _start(group)
-        for x in xs:
-            group.run(_backward, [x[:3], x[3:]])
-            group.allreduce_grads(average=True)
-            opt.step()
-            opt.zero_grad()
-            gw, gb = _grads(w, b, x)
-            w, b = w - 0.1 * gw, b - 0.1 * gb
+        w, b = _train_by_hand(group, opt, w, b, xs)
         _assert_params(group, w, b)
         group.run(lambda r: None)
         for r in group.replicas:
