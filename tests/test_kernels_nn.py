@@ -11,6 +11,7 @@ import pytest
 import parcl as pc
 from parcl.kernels import batchnorm as bnk
 from parcl.kernels import conv as convk
+from parcl.kernels import cross_entropy as cek
 from parcl.kernels import pool as poolk
 from parcl.kernels import random as rndk
 from parcl.kernels import softmax as smk
@@ -291,17 +292,17 @@ def test_softmax_keeping_its_exps_gives_the_two_pass_kernels_bits(queue, rng):
 def test_cross_entropy(queue, rng, dtype, n, c):
     x = (rng.standard_normal((n, c)) * 3).astype(np.float32)
     labels = rng.integers(0, c, n)
-    loss, lse, flag = smk.cross_entropy_forward(up(queue, x), up(queue, labels, dtype))
+    loss, lse, flag = cek.cross_entropy_forward(up(queue, x), up(queue, labels, dtype))
     close(loss.to_host(), ref.cross_entropy(x, labels))
     assert loss.shape == () and flag.to_host()[0] == -1
-    gx = smk.cross_entropy_backward(up(queue, x), up(queue, labels, dtype), lse,
+    gx = cek.cross_entropy_backward(up(queue, x), up(queue, labels, dtype), lse,
                                     up(queue, np.float32(2.0)))
     close(gx.to_host(), 2 * ref.cross_entropy_grad(x, labels))
 
 
 def test_cross_entropy_flags_first_bad_label(queue):
     x = up(queue, np.zeros((5, 3)))
-    loss, _, flag = smk.cross_entropy_forward(x, up(queue, [0, 1, 7, -1, 2], np.int64))
+    loss, _, flag = cek.cross_entropy_forward(x, up(queue, [0, 1, 7, -1, 2], np.int64))
     assert np.isnan(loss.item())
     assert flag.to_host().tolist() == [2, 7]
 
@@ -430,7 +431,7 @@ def test_gpu_grids_give_the_same_results(queue, rng, monkeypatch):
         bn, mean, invstd = bnk.batch_norm_forward(up(queue, x), None, None, None, None, True)
         bn_grads = bnk.batch_norm_backward(up(queue, x), up(queue, x[::-1].copy()),
                                            up(queue, b[:3]), mean, invstd, True)
-        ce = smk.cross_entropy_forward(up(queue, logits), up(queue, labels, np.int64))[0]
+        ce = cek.cross_entropy_forward(up(queue, logits), up(queue, labels, np.int64))[0]
         return [t.to_host() for t in (y, *grads, mp, mpg, tiled, tiled_g, ap, bn, *bn_grads,
                                       ce)]
 

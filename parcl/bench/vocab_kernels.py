@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 import parcl as pc
+from parcl.kernels import cross_entropy as K_ce
 from parcl.kernels import softmax as K_softmax
 
 from .common import BenchError, fmt_range, put_ratio, time_interleaved, torch_or_none
@@ -50,9 +51,9 @@ def _parcl_passes(q, op: str, hx, hlabels, hg):
     if op == "cross_entropy":
         labels = pc.Tensor.from_host(q, hlabels)
         one = pc.Tensor.from_host(q, np.array(1.0, np.float32))
-        stats = K_softmax.cross_entropy_forward(x, labels)[1]
-        return (lambda: K_softmax.cross_entropy_forward(x, labels),
-                lambda: K_softmax.cross_entropy_backward(x, labels, stats, one))
+        stats = K_ce.cross_entropy_forward(x, labels)[1]
+        return (lambda: K_ce.cross_entropy_forward(x, labels),
+                lambda: K_ce.cross_entropy_backward(x, labels, stats, one))
     log, g = op == "log_softmax", pc.Tensor.from_host(q, hg)
     y = K_softmax.softmax_forward(x, -1, log)
     return (lambda: K_softmax.softmax_forward(x, -1, log),

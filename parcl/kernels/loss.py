@@ -27,8 +27,8 @@ from ..errors import ShapeError
 from ..tensor import Tensor, check_same_queue
 from ._cache import GROUP_SUM, get_kernel
 # the same launch geometry and line helpers
-from .softmax import (REDUCTIONS, ROW_HELPERS, _contiguous_rows, _float, _grid, _group,
-                      _row_grid, _rows)
+from .cross_entropy import REDUCTIONS, _rows
+from .softmax import ROW_HELPERS, _contiguous_rows, _float, _grid, _group, _row_grid
 
 SOURCE = "//CL//" + GROUP_SUM + ROW_HELPERS + r"""
 // Rows r = (n, i) of x viewed as (N, C, inner), as the class-index kernels. With the target

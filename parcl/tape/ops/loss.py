@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import DeviceError, LabelError, ParclError
+from ...kernels import cross_entropy as cek
 from ...kernels import softmax as smk
 from ...kernels.strided import axis_int
 from ...tensor import Tensor, keep_checks
@@ -181,7 +182,7 @@ class CrossEntropy(Function):
         self.class_weight = weight if mean else None
         opts = dict(ignore_index=ignore_index, label_smoothing=label_smoothing, nll=self.nll,
                     weight=weight, reduction=reduction)
-        loss, stats, flag = smk.cross_entropy_forward(logits, labels, **opts)
+        loss, stats, flag = cek.cross_entropy_forward(logits, labels, **opts)
         check = _LabelCheck(self.name, flag, logits.shape, self.what, labels, ignore_index)
         check.guard(loss, not self.recording or check_labels)
         if weight is not None:    # a keyword input: Function.apply passes on only positional
@@ -195,7 +196,7 @@ class CrossEntropy(Function):
         defer(check.check)            # after the whole backward is enqueued: no stall
         if not self.needs_input_grad[0]:
             return None, None
-        return smk.cross_entropy_backward(logits, labels, stats, g, **opts), None
+        return cek.cross_entropy_backward(logits, labels, stats, g, **opts), None
 
 
 class NllLoss(CrossEntropy):
@@ -217,7 +218,7 @@ def ignore_index_arg(op: str, ignore_index) -> int:
 def reduction_arg(op: str, reduction) -> str:
     """PyTorch's ``reduction``: ``"mean"``, ``"sum"`` or ``"none"``; anything else a
     ParclError."""
-    if reduction not in smk.REDUCTIONS:
+    if reduction not in cek.REDUCTIONS:
         raise ParclError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     return reduction
 
