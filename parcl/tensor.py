@@ -384,7 +384,8 @@ class Tensor(TensorMethods):
 
     def __setitem__(self, key, value) -> None:
         """``t[key] = value``: the elements basic indexing selects (ints, slices, None,
-        ...) get ``value``, a number or a tensor broadcast to them, in place (noted, as
+        ...) get ``value``, a number or a tensor broadcast to them (``t[mask] = number``:
+        ``masked_fill``, see ``_mask_fill``), in place (noted, as
         ``copy_``: a backward through an op that saved ``t`` raises)."""
         from .kernels.strided import setitem     # kernels import this module: import late
         self.not_a_copy("setitem")
@@ -392,12 +393,37 @@ class Tensor(TensorMethods):
         if written_into is not None:
             written_into("setitem", self.shape, key)
         value = getattr(value, "value", value)           # a tp.Node's
+        if self._mask_fill(key, value):
+            return
         if isinstance(value, np.ndarray):
             value = Tensor.from_host(self.queue, value.astype(self.dtype, copy=False))
         setitem(self, key, value)
         self._overwritten("Tensor.__setitem__")
         if isinstance(value, Tensor) and value.checks:
             keep_checks(self, value)
+
+    def _mask_fill(self, key, value) -> bool:
+        """``t[mask] = number`` (nanoGPT's ``logits[logits < v[:, [-1]]] = -float('Inf')``):
+        a mask (a float32 0/1 tensor, parcl's comparison result, or a bool array or tensor)
+        of ``t``'s shape is ``masked_fill`` in place; False where ``key`` is no mask."""
+        mask = getattr(key, "value", key)                # a tp.Node's
+        if isinstance(mask, np.ndarray) and mask.dtype == np.bool_:
+            mask = Tensor.from_host(self.queue, mask.astype(np.float32))
+        if not isinstance(mask, Tensor) or mask.dtype not in (np.float32, np.uint8):
+            return False                                 # an int index: refused by setitem
+        if mask.shape != self.shape:
+            raise ShapeError(f"setitem: a mask of shape {mask.shape} into a tensor of shape "
+                             f"{self.shape}; t[mask] = number takes a mask of t's shape "
+                             "(use t.masked_fill(mask, value) to broadcast one)")
+        shape = value.shape if isinstance(value, Tensor) else np.shape(value)
+        if shape != ():
+            raise ShapeError(f"setitem: t[mask] = value takes a number or a 0-d tensor, got "
+                             f"shape {shape} (t and mask of shape {self.shape})")
+        from .kernels.strided import View, copy_view
+        whole = View.contiguous(self.shape)
+        copy_view(self, whole, self.masked_fill(mask, value), whole)
+        self._overwritten("Tensor.__setitem__")
+        return True
 
     def _overwritten(self, what: str) -> None:
         # a backward through an op recorded before now that saved this buffer raises
@@ -446,8 +472,9 @@ class Tensor(TensorMethods):
 
     @_keeps_checks
     def __getitem__(self, key) -> Tensor:
-        """``t[key]``: basic indexing (ints, slices with steps, None, ...) into a new contiguous
-        tensor, computed on this tensor's queue and never recorded (``tp.getitem`` records)."""
+        """``t[key]``: basic indexing (ints, slices with steps, None, ...; and one 1-D int
+        list/array/tensor in one position, ``t[:, [-1]]``) into a new contiguous tensor,
+        computed on this tensor's queue and never recorded (``tp.getitem`` records)."""
         from .kernels.strided import getitem     # kernels import this module: import late
         return getitem(self, key)
 

@@ -78,7 +78,9 @@ def test_getitem_errors_and_iteration(queue):
     with pytest.raises(pc.ShapeError, match="too many indices"):
         t[0, 0, 0]
     with pytest.raises(pc.DTypeError, match="basic indexing only"):
-        t[[0, 1]]
+        t[0.5]
+    with pytest.raises(pc.DTypeError, match="index arrays"):     # one list is taken, not two
+        t[[0, 1], [0, 1]]
     with pytest.raises(pc.ShapeError, match="slice step cannot be zero"):
         t[::0]
     assert [r.shape for r in leaf(queue, np.zeros((3, 2)))] == [(2,)] * 3   # stops at IndexError

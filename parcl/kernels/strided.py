@@ -189,9 +189,11 @@ def parse_key(op: str, shape: tuple[int, ...], key) -> View:
     key = key if isinstance(key, tuple) else (key,)
     for k in key:
         if not (_is_int(k) or k is None or k is Ellipsis or isinstance(k, slice)):
+            more = (", or one 1-D int list/array in one position" if op == "getitem" else
+                    " (and t[mask] = number for a mask of t's shape)" if op == "setitem" else "")
             raise DTypeError(f"{op}: index {k!r} of type {type(k).__name__} is not supported "
                              f"(shape {shape}); parcl does basic indexing only: ints, slices, "
-                             "None and ... (use tp.gather for index tensors)")
+                             f"None and ...{more} (use tp.gather for index tensors)")
     if sum(k is Ellipsis for k in key) > 1:
         raise ShapeError(f"{op}: an index can only have a single ellipsis (...), got {key!r}")
     used = sum(1 for k in key if k is not None and k is not Ellipsis)
@@ -230,12 +232,86 @@ def parse_key(op: str, shape: tuple[int, ...], key) -> View:
     return View(tuple(out_shape), tuple(out_strides), offset)
 
 
+def _is_index_array(k) -> bool:
+    # a list, a numpy array, a pc.Tensor or a tp.Node (not a numpy int, which has a dtype too)
+    return isinstance(k, (list, np.ndarray)) or (not _is_int(k) and hasattr(k, "dtype")
+                                                 and hasattr(k, "shape"))
+
+
+def split_array_key(op: str, shape: tuple[int, ...], key):
+    """``None`` where ``key`` is basic; else ``(basic, dim, index)`` for a key with one 1-D int
+    list, numpy array or int tensor in one position (PyTorch's advanced indexing with one index
+    array): ``x[key]`` is ``x[basic]`` (a full slice in that position) with the entries
+    ``index`` (int64 on the host, negatives wrapped, range checked) picked along its ``dim``.
+    A tensor index is read to the host (a wait). A bool or float mask, two index arrays or an
+    index of more dims is a DTypeError."""
+    key = key if isinstance(key, tuple) else (key,)
+    at = [p for p, k in enumerate(key) if _is_index_array(k)]
+    if not at:
+        return None
+    index = [i.to_host() if hasattr(i, "to_host") else i for i in
+             [getattr(key[p], "value", key[p]) for p in at]]
+    index = [np.asarray(i) for i in index]
+    if len(at) > 1 or index[0].ndim != 1 or index[0].dtype.kind not in "iu" and index[0].size:
+        got = ", ".join(f"{i.dtype} {i.shape}" for i in index)
+        raise DTypeError(f"{op}: index arrays ({got}) in key of shape {shape} are not "
+                         "supported; parcl takes ints, slices, None, ... and one 1-D int "
+                         "list/array/tensor in one position (a bool or 0/1 mask only as "
+                         "t[mask] = number; use tp.gather, tp.where or tp.masked_fill for "
+                         "more)")
+    p, index = at[0], index[0].astype(np.int64)
+    basic = key[:p] + (slice(None),) + key[p + 1:]
+    parse_key(op, shape, basic)                  # the basic part's errors first
+    used = sum(1 for k in basic if k is not None and k is not Ellipsis)
+    fill = len(shape) - used                     # dims an ellipsis stands for
+    before = basic[:p]
+    dim = sum(fill if k is Ellipsis else 1 for k in before if not _is_int(k))
+    axis = sum(fill if k is Ellipsis else 1 for k in before if k is not None)
+    n = shape[axis]
+    bad = (index < -n) | (index >= n)
+    if bad.any():
+        raise IndexOutOfRangeError(f"{op}: index {int(index[bad][0])} is out of range for "
+                                   f"dimension {axis} of size {n} (shape {shape})")
+    return basic, dim, index % n if n else index
+
+
+def index_runs(index: np.ndarray):
+    """``(at, start, step, length)``: ``index`` cut greedily into arithmetic runs, each one
+    strided copy (``[-1]``, ``[0, 1, 2]`` and ``[3, 1]`` are one run)."""
+    at = 0
+    while at < len(index):
+        step = int(index[at + 1] - index[at]) if at + 1 < len(index) else 1
+        end = at + 1
+        while end < len(index) and index[end] - index[end - 1] == step:
+            end += 1
+        yield at, int(index[at]), step, end - at
+        at = end
+
+
+def select_view(x: Tensor, view: View, dim: int, index: np.ndarray) -> Tensor:
+    """A new contiguous tensor: ``view`` of ``x`` with the entries ``index`` (non-negative)
+    picked along ``dim``, one strided copy per arithmetic run of ``index``."""
+    shape = view.shape[:dim] + (len(index),) + view.shape[dim + 1:]
+    out, whole = Tensor.empty(x.queue, shape, x.dtype), View.contiguous(shape)
+    stride = view.strides[dim]
+    for at, start, step, length in index_runs(index):
+        strides = view.strides[:dim] + (step * stride,) + view.strides[dim + 1:]
+        src = View(whole.narrow(dim, at, length).shape, strides, view.offset + start * stride)
+        copy_view(out, whole.narrow(dim, at, length), x, src)
+    return out
+
+
 def getitem(x: Tensor, key) -> Tensor:
-    """``x[key]`` (basic indexing) as a new contiguous tensor on ``x``'s queue."""
+    """``x[key]`` (basic indexing, or one 1-D int index array: ``split_array_key``) as a new
+    contiguous tensor on ``x``'s queue."""
     if not isinstance(x, Tensor):
         raise TypeError(f"getitem: expected a pc.Tensor, got {type(x).__name__}")
     if x.dtype not in INTERNAL:
         raise DTypeError(f"getitem: dtype {x.dtype} is not supported")
+    picked = split_array_key("getitem", x.shape, key)
+    if picked is not None:       # a copy in PyTorch too: not noted as one
+        basic, dim, index = picked
+        return select_view(x, parse_key("getitem", x.shape, basic), dim, index)
     return indexed_copy(read_view(x, parse_key("getitem", x.shape, key)), key)
 
 

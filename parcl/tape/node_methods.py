@@ -732,7 +732,8 @@ class NodeMethods:
         return self.value.__array__(dtype, copy)
 
     def __getitem__(self, key):
-        """``x[key]``: basic indexing (ints, slices with steps, None, ...), ``tp.getitem``."""
+        """``x[key]``: basic indexing (ints, slices with steps, None, ...) and one 1-D int
+        list/array/tensor in one position, ``tp.getitem``."""
         return _ops().getitem(self, key)
 
     def __contains__(self, item) -> bool:

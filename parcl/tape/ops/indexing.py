@@ -52,11 +52,22 @@ def getitem(x, key, *, tape=None):
     step (negative too), ``None`` (a new size-1 axis) and one ``...``. The result is a new
     contiguous tensor; the backward writes the gradient into the selected positions of a zero
     tensor. ``x[key]`` on a Node or a ``pc.Tensor`` calls this. op_name ``"getitem"``.
+    One 1-D int list, numpy array or int tensor in one position (``x[:, [-1], :]``) picks
+    those entries along that dim, as PyTorch's advanced indexing: ``tp.index_select`` after
+    the basic part (op_name ``"index_select"``; repeated entries add their gradients).
 
     >>> x[0, ::-1].shape, x[None, ..., 1].shape
     ((3,), (1, 2))
     """
-    return GetItem.apply(x, tape=tape, key=key)
+    picked = strided.split_array_key("getitem", tuple(x.shape), key)
+    if picked is None:
+        return GetItem.apply(x, tape=tape, key=key)
+    # one index array: x[basic] then index_select along its dim (PyTorch's advanced indexing
+    # with one index array), both recorded with their backward
+    basic, dim, index = picked
+    if any(k is not Ellipsis and k != slice(None) for k in basic):    # not all of x
+        x = GetItem.apply(x, tape=tape, key=basic)
+    return index_select(x, dim, constant(x.queue, index), tape=tape)
 
 
 def _axes(op: str, axis, shape) -> tuple[int, ...]:
