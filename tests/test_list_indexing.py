@@ -106,3 +106,23 @@ def test_mask_setitem_refuses_another_shape_or_a_tensor_value(queue):
         x[x > 0] = x[0]
     with pytest.raises(pc.DTypeError, match="setitem"):
         x[:, [0]] = 1.0
+
+
+def test_a_shuffled_batch_of_rows_is_one_gather_not_a_copy_per_row(queue, rng, monkeypatch):
+    """``x[perm[:64]]`` on a raw tensor (a shuffled batch picked from a dataset) took one
+    strided copy per arithmetic run of the index: 64 launches for 64 random rows. An index of
+    many runs is one gather kernel, with the same values as PyTorch; a short or evenly spaced
+    index stays strided copies."""
+    from parcl.kernels import gather
+
+    calls = []
+    real = gather.gather_forward
+    monkeypatch.setattr(gather, "gather_forward", lambda *a: calls.append(1) or real(*a))
+    a = rng.standard_normal((200, 3, 5)).astype(np.float32)
+    x = pc.Tensor.from_host(queue, a)
+    perm = rng.permutation(200)[:64]
+    for key in ((perm,), (slice(None), 1, list(perm % 5)), ([3, 1], slice(None))):
+        want = torch.from_numpy(a)[tuple(torch.as_tensor(k) if isinstance(k, (list, np.ndarray))
+                                         else k for k in key)].numpy()
+        np.testing.assert_array_equal(x[key].to_host(), want)
+    assert len(calls) == 2

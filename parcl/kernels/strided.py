@@ -288,10 +288,22 @@ def index_runs(index: np.ndarray):
         at = end
 
 
+# More arithmetic runs than this in an index (a shuffled batch's rows) take one gather launch
+# instead of a strided copy per run.
+MAX_RUNS = 8
+
+
 def select_view(x: Tensor, view: View, dim: int, index: np.ndarray) -> Tensor:
     """A new contiguous tensor: ``view`` of ``x`` with the entries ``index`` (non-negative)
-    picked along ``dim``, one strided copy per arithmetic run of ``index``."""
+    picked along ``dim``: one strided copy per arithmetic run of ``index`` (``[-1]``,
+    ``[0, 1, 2]``), or for a float32 ``x`` and an index of many runs one gather kernel."""
     shape = view.shape[:dim] + (len(index),) + view.shape[dim + 1:]
+    steps = np.diff(index)
+    if x.dtype == np.float32 and np.count_nonzero(np.diff(steps)) >= MAX_RUNS:
+        from .gather import gather_forward      # gather imports nothing of this module
+        picks = Tensor.from_host(x.queue, np.ascontiguousarray(index, np.int64))
+        full = read_view(picks, View(shape, tuple(int(k == dim) for k in range(len(shape)))))
+        return gather_forward(read_view(x, view), dim, full)[0]    # in range: checked above
     out, whole = Tensor.empty(x.queue, shape, x.dtype), View.contiguous(shape)
     stride = view.strides[dim]
     for at, start, step, length in index_runs(index):
