@@ -720,21 +720,32 @@ def test_a_captured_group_sees_a_setting_of_a_config_module(devices2, reader):
     ``loss_key`` keyed it, and after ``settings.SCALE = 3.0`` the captured steps replayed
     scale 1 (loss 2.514 where the eager step gives 6.052), silently. The plain settings
     such code names in a module are keyed now."""
+    if reader == "forward":
+        build, loss_fn = ModuleScaled, tp.cross_entropy
+    else:
+        build = _plain_linear
+        loss_fn = lambda o, y: tp.cross_entropy(o, y) * settings.SCALE      # noqa: E731
+    _assert_setting_seen(devices2, settings, "SCALE", build, loss_fn)
+
+
+def _plain_linear(queue):
+    return pc.nn.Linear(8, 4, queue=queue)
+
+
+def _assert_setting_seen(devices2, holder, name, build, loss_fn):
+    """``holder.name`` set from 1 to 3 at step 2 of a group's loop: the captured steps give
+    the eager losses, replaying steps 1 and 3 on both replicas."""
     def losses(capture):
-        settings.SCALE = 1.0
-        build = ModuleScaled if reader == "forward" else (
-            lambda q: pc.nn.Linear(8, 4, queue=q))
-        loss_fn = tp.cross_entropy if reader == "forward" else (
-            lambda o, y: tp.cross_entropy(o, y) * settings.SCALE)
+        setattr(holder, name, 1.0)
         return changed_at_step_2(devices2, build, loss_fn,
-                                 lambda g: setattr(settings, "SCALE", 3.0), capture)
+                                 lambda g: setattr(holder, name, 3.0), capture)
 
     try:
         (eager, _), (captured, replays) = losses(False), losses(True)
     finally:
-        settings.SCALE = 1.0
+        setattr(holder, name, 1.0)
     np.testing.assert_array_equal(captured, eager)
-    assert replays == 4                          # steps 1 and 3 on both replicas
+    assert replays == 4
 
 
 class Settings:              # a class used as a namespace of settings (``Settings.scale``)
@@ -757,21 +768,12 @@ def test_a_captured_group_sees_a_setting_of_a_settings_class(devices2, reader):
     module's settings were keyed, so after ``Settings.scale = 3.0`` the captured steps
     replayed scale 1 (loss 2.514 at step 2 where the eager step gives 6.052, 7.543 with
     the loss scaled), silently."""
-    def losses(capture):
-        Settings.scale = 1.0
-        build = ClassScaled if reader == "forward" else (
-            lambda q: pc.nn.Linear(8, 4, queue=q))
-        loss_fn = tp.cross_entropy if reader == "forward" else (
-            lambda o, y: tp.cross_entropy(o, y) * Settings.scale)
-        return changed_at_step_2(devices2, build, loss_fn,
-                                 lambda g: setattr(Settings, "scale", 3.0), capture)
-
-    try:
-        (eager, _), (captured, replays) = losses(False), losses(True)
-    finally:
-        Settings.scale = 1.0
-    np.testing.assert_array_equal(captured, eager)
-    assert replays == 4                          # steps 1 and 3 on both replicas
+    if reader == "forward":
+        build, loss_fn = ClassScaled, tp.cross_entropy
+    else:
+        build = _plain_linear
+        loss_fn = lambda o, y: tp.cross_entropy(o, y) * Settings.scale      # noqa: E731
+    _assert_setting_seen(devices2, Settings, "scale", build, loss_fn)
 
 
 class Annealed(pc.nn.Module):
