@@ -12,22 +12,16 @@ import torch
 import parcl.tape as tp
 from conftest import leaf, up
 from parcl.errors import DTypeError, ShapeError
+from torch_reference import float64_reference
 
 
 def _against_torch(queue, rng, fn, tfn, shapes):
     arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    ts = [torch.tensor(a.astype(np.float64), requires_grad=True) for a in arrays]
-    want = tfn(*ts)
-    g = rng.standard_normal(tuple(want.shape)).astype(np.float32)
-    want.backward(torch.tensor(g.astype(np.float64)))
-    nodes = [leaf(queue, a) for a in arrays]
-    with tp.Tape() as tape:
-        out = fn(*nodes)
-    tape.backward(out, grad=up(queue, g))
-    assert out.shape == tuple(want.shape)
-    np.testing.assert_allclose(out.to_host(), want.detach().numpy(), rtol=1e-6, atol=1e-6)
-    for n, t in zip(nodes, ts):
-        np.testing.assert_allclose(n.grad.to_host(), t.grad.numpy(), rtol=1e-6, atol=1e-6)
+    out, grads, want, want_grads = float64_reference(queue, rng, fn, tfn, arrays)
+    assert out.shape == want.shape
+    np.testing.assert_allclose(out.to_host(), want, rtol=1e-6, atol=1e-6)
+    for got, expected in zip(grads, want_grads):
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
     assert tp.gradcheck(fn, [leaf(queue, a) for a in arrays])
 
 
