@@ -38,6 +38,22 @@ def _rank_logs(prefix) -> list[str]:
     return [Path(f"{prefix}{rank}.log").read_text() for rank in (0, 1)]
 
 
+def _fails_like_a_skip(tmp_path, text, mode, launch, extra=()) -> list[str]:
+    """The two-rank script ``text`` run in ``mode`` (its step 1 fails on rank 1) and in
+    ``"skip"`` (every rank skips step 1), with ``parcl-launch`` options ``launch``: both ranks
+    end where the skipping run ends; returns each rank's log of the ``mode`` run."""
+    script = tmp_path / f"{mode}.py"
+    script.write_text(text)
+    for how in ("skip", mode):
+        r = run([MPIEXEC, "-n", 2, *LAUNCH, *launch, script, tmp_path / how, how, *extra],
+                timeout=90)
+        assert r.returncode == 0, r.stderr
+    for rank in (0, 1):
+        np.testing.assert_array_equal(np.load(tmp_path / f"{mode}{rank}.npy"),
+                                      np.load(tmp_path / f"skip{rank}.npy"))
+    return _rank_logs(tmp_path / mode)
+
+
 def run(cmd, timeout=120) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, env=ENV)
@@ -225,20 +241,10 @@ def test_a_bad_batch_on_one_rank_fails_the_step_on_every_rank_and_the_loop_goes_
     theirs, and the watchdog ended the job. Now the step fails on every rank (the bad one
     with its error, the others with a ``ReplicaError`` naming it) and the ranks go on
     together, ending where a run that skipped that step everywhere ends."""
-    script = tmp_path / "bad_batch.py"
-    script.write_text(BAD_BATCH_ON_ONE_RANK)
-    out = {}
-    for mode in ("skip", "bad"):
-        r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, script, tmp_path / mode, mode,
-                 1], timeout=90)
-        assert r.returncode == 0, r.stderr
-        out[mode] = _rank_logs(tmp_path / mode)
-    rank0, rank1 = out["bad"]
+    rank0, rank1 = _fails_like_a_skip(tmp_path, BAD_BATCH_ON_ONE_RANK, "bad",
+                                      ["--replicas", 1], [1])
     assert "ReplicaError: ReplicaGroup.step: rank 1's replicas failed" in rank0
     assert "LabelError" in rank1 and "ReplicaError: ReplicaGroup.step: rank 1" not in rank1
-    for rank in (0, 1):
-        np.testing.assert_array_equal(np.load(tmp_path / f"bad{rank}.npy"),
-                                      np.load(tmp_path / f"skip{rank}.npy"))
 
 
 def test_a_batch_one_rank_cannot_split_fails_the_step_on_every_rank(tmp_path):
@@ -248,20 +254,10 @@ def test_a_batch_one_rank_cannot_split_fails_the_step_on_every_rank(tmp_path):
     after the group's timeout, 20 s here, 600 by default). Now every rank refuses the batch
     before any runs its part (rank 0 with a ReplicaError naming rank 1) and the ranks go on
     together, ending where a run that skipped that step everywhere ends."""
-    script = tmp_path / "short_batch.py"
-    script.write_text(BAD_BATCH_ON_ONE_RANK)
-    out = {}
-    for mode in ("skip", "short"):
-        r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, script, tmp_path / mode, mode,
-                 2], timeout=90)
-        assert r.returncode == 0, r.stderr
-        out[mode] = _rank_logs(tmp_path / mode)
-    rank0, rank1 = out["short"]
+    rank0, rank1 = _fails_like_a_skip(tmp_path, BAD_BATCH_ON_ONE_RANK, "short",
+                                      ["--replicas", 1], [2])
     assert "ReplicaError: ReplicaGroup.step: rank 1's batch was refused" in rank0
     assert "ShapeError: ReplicaGroup.step: a batch of 1 samples cannot" in rank1
-    for rank in (0, 1):
-        np.testing.assert_array_equal(np.load(tmp_path / f"short{rank}.npy"),
-                                      np.load(tmp_path / f"skip{rank}.npy"))
 
 
 SYNC_BN_FAILING_ON_ONE_RANK = """
@@ -299,20 +295,10 @@ def test_a_rank_failing_before_its_first_batch_norm_exchange_fails_the_step_on_e
     after the group's timeout (20 s here). Now the exchange takes that answer as the step's
     agreement: rank 0 raises a ReplicaError naming rank 1, and the ranks go on together,
     ending where a run that skipped that step everywhere ends."""
-    script = tmp_path / "sync_bn.py"
-    script.write_text(SYNC_BN_FAILING_ON_ONE_RANK)
-    out = {}
-    for mode in ("skip", "bad"):
-        r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 1, script, tmp_path / mode, mode],
-                timeout=90)
-        assert r.returncode == 0, r.stderr
-        out[mode] = _rank_logs(tmp_path / mode)
-    rank0, rank1 = out["bad"]
+    rank0, rank1 = _fails_like_a_skip(tmp_path, SYNC_BN_FAILING_ON_ONE_RANK, "bad",
+                                      ["--replicas", 1])
     assert "ReplicaError: ReplicaGroup.step: rank 1's replicas failed" in rank0
     assert "ReplicaError: replica 0 on" in rank1 and "failed: ShapeError" in rank1
-    for rank in (0, 1):
-        np.testing.assert_array_equal(np.load(tmp_path / f"bad{rank}.npy"),
-                                      np.load(tmp_path / f"skip{rank}.npy"))
 
 
 BRANCH_ON_ONE_RANK = """
@@ -352,20 +338,10 @@ def test_a_data_dependent_branch_on_one_rank_fails_the_step_on_every_rank(tmp_pa
     the step for rank 1 until the watchdog ended the job (exit 3 after 20 s here, 600 by
     default). Now rank 0 raises a ReplicaError naming rank 1 and the ranks go on together,
     ending where a run that skipped that step everywhere ends."""
-    script = tmp_path / "branch.py"
-    script.write_text(BRANCH_ON_ONE_RANK)
-    out = {}
-    for mode in ("skip", "branch"):
-        r = run([MPIEXEC, "-n", 2, *LAUNCH, "--replicas", 2, "--allow-repeat", script,
-                 tmp_path / mode, mode], timeout=90)
-        assert r.returncode == 0, r.stderr
-        out[mode] = _rank_logs(tmp_path / mode)
-    rank0, rank1 = out["branch"]
+    rank0, rank1 = _fails_like_a_skip(tmp_path, BRANCH_ON_ONE_RANK, "branch",
+                                      ["--replicas", 2, "--allow-repeat"])
     assert "ReplicaError: ReplicaGroup.step: rank 1's replicas failed" in rank0
     assert "ReplicaError: replica desync before allreduce" in rank1
-    for rank in (0, 1):
-        np.testing.assert_array_equal(np.load(tmp_path / f"branch{rank}.npy"),
-                                      np.load(tmp_path / f"skip{rank}.npy"))
 
 
 BATCH_NORM_PER_SHARD = """
