@@ -30,6 +30,25 @@ def _launched(traced) -> set[str]:
     return {name for name, _, _ in traced}
 
 
+def _group_sizes(monkeypatch, limit: int) -> dict[str, int]:
+    """Every kernel allows work-groups of ``limit`` (as a GPU's CL_KERNEL_WORK_GROUP_SIZE may):
+    the dict filled, as launches go, with each kernel's largest work-group."""
+    from parcl.kernels import _cache
+
+    monkeypatch.setattr(_cache, "kernel_limits", lambda *a: _cache.KernelLimits(limit, 0))
+    groups: dict[str, int] = {}
+    enqueue = _cache._enqueue
+
+    def spy(queue, kernel, gsize, lsize, *rest):
+        if lsize is not None:
+            name = kernel.function_name
+            groups[name] = max(groups.get(name, 0), int(np.prod(lsize)))
+        return enqueue(queue, kernel, gsize, lsize, *rest)
+
+    monkeypatch.setattr(_cache, "_enqueue", spy)
+    return groups
+
+
 def test_a_gpu_normalises_rows_with_work_groups_only_while_the_launch_stays_under_2_31():
     """A work-group of WG per row: rows * WG work-items, past 2**31 at 2**24 rows (a
     (2**24, 64) float32 input is 4 GiB), where NVIDIA's OpenCL hands out wrong ids."""
@@ -121,19 +140,7 @@ def test_losses_batch_norm_sort_and_attention_take_the_work_group_the_kernel_all
     256 these kernels asked for refused every launch (INVALID_WORK_GROUP_SIZE); kernels whose
     group size is free take the largest power of two the device allows. Here each allows 32,
     and every result is torch's."""
-    from parcl.kernels import _cache
-
-    monkeypatch.setattr(_cache, "kernel_limits", lambda *a: _cache.KernelLimits(32, 0))
-    groups: dict[str, int] = {}
-    enqueue = _cache._enqueue
-
-    def spy(queue, kernel, gsize, lsize, *rest):
-        if lsize is not None:
-            name = kernel.function_name
-            groups[name] = max(groups.get(name, 0), int(np.prod(lsize)))
-        return enqueue(queue, kernel, gsize, lsize, *rest)
-
-    monkeypatch.setattr(_cache, "_enqueue", spy)
+    groups = _group_sizes(monkeypatch, 32)
     def up(a):
         return tp.tensor(pc.Tensor.from_host(fake_gpu, np.asarray(a, np.float32)), True)
 
@@ -380,18 +387,7 @@ def test_ctc_loss_takes_the_work_group_the_device_allows_its_recursions_as_pytor
     gradient."""
     import torch.nn.functional as F
 
-    from parcl.kernels import _cache
-
-    monkeypatch.setattr(_cache, "kernel_limits", lambda *a: _cache.KernelLimits(16, 0))
-    groups: dict[str, int] = {}
-    enqueue = _cache._enqueue
-
-    def spy(q, kernel, gsize, lsize, *rest):
-        if lsize is not None:
-            groups[kernel.function_name] = int(np.prod(lsize))
-        return enqueue(q, kernel, gsize, lsize, *rest)
-
-    monkeypatch.setattr(_cache, "_enqueue", spy)
+    groups = _group_sizes(monkeypatch, 16)
     t, n, c, s = 30, 3, 6, 12
     logits = rng.standard_normal((t, n, c)).astype(np.float32)
     targets = rng.integers(1, c, (n, s))
@@ -418,19 +414,7 @@ def test_convolutions_and_pools_take_the_work_group_the_device_allows_their_kern
     allows the kernel, which a GPU allowing it fewer refused (INVALID_WORK_GROUP_SIZE) where
     PyTorch gives a result. Here each kernel allows 32: groups of 32, torch's values and
     gradients."""
-    from parcl.kernels import _cache
-
-    monkeypatch.setattr(_cache, "kernel_limits", lambda *a: _cache.KernelLimits(32, 0))
-    groups: dict[str, int] = {}
-    enqueue = _cache._enqueue
-
-    def spy(q, kernel, gsize, lsize, *rest):
-        if lsize is not None:
-            name = kernel.function_name
-            groups[name] = max(groups.get(name, 0), int(np.prod(lsize)))
-        return enqueue(q, kernel, gsize, lsize, *rest)
-
-    monkeypatch.setattr(_cache, "_enqueue", spy)
+    groups = _group_sizes(monkeypatch, 32)
     F = torch.nn.functional
     x2, w2, wd = (rng.standard_normal(s).astype(np.float32)
                   for s in ((2, 3, 9, 10), (4, 3, 3, 3), (3, 1, 3, 3)))
