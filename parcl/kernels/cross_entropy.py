@@ -324,7 +324,7 @@ def cross_entropy_forward(logits: Tensor, labels: Tensor, ignore_index: int = -1
     loss = Tensor.empty(q, labels.shape if reduce == 0 else ())
     stats = Tensor.empty(q, (2 * rows + 2,))
     flag = Tensor.empty(q, (2,), np.int64)
-    # each row's loss over the grid (both cores), then their reduction in one work-group
+    # each row's loss over the grid (every core), then their reduction in one work-group
     row_loss = loss if reduce == 0 else Tensor.empty(q, (rows,))
     w = None if weight is None else weight.data
     suffix = _suffix(labels)

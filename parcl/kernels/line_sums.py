@@ -36,8 +36,11 @@ inline float sum_total(const float2 acc)
 }
 """
 
-BLOCK_SUM = LINE_SUM + r"""
-#define SUM_BLOCK 256
+# terms of a blocked sum added on their own before joining its total (line_sums' macros,
+# reduction's sequential sums)
+SUM_BLOCK = 256
+
+BLOCK_SUM = LINE_SUM + f"\n#define SUM_BLOCK {SUM_BLOCK}\n" + r"""
 
 // s = the sum of term over k = 0 .. n-1, term an expression of the int k. A macro, as the term
 // is an expression: `block_ += (a * b)` stays one expression the compiler may fuse (an FMA), as

@@ -34,6 +34,7 @@ from . import layout
 from ._cache import LAUNCH_MAX, VECTOR_TYPES, get_kernel, keep, kernel_limits
 from .strided import axis_int
 from .elementwise import check_float
+from .line_sums import SUM_BLOCK
 
 WG = 256            # work-group size of the GPU tree kernels (a power of two)
 CHUNK_CPU = 2048    # rows of R one work-item sums before partials are reduced again
@@ -47,7 +48,6 @@ COMBINE = {"sum": ("0.0f", "acc + v"),
             # max's mirror image: the same element as -max(-x), bit for bit
             "min": ("INFINITY", "(acc <= v || isnan(acc)) ? acc : v"),
             "prod": ("1.0f", "acc * v")}
-SUM_BLOCK = 256     # terms of a sequential sum added on their own before joining its total
 
 
 def sum_loop(acc: str, start: str, end: str, body: str, ctype: str = "float") -> str:
