@@ -137,7 +137,7 @@ def _dims(op: str, dim, keepdim, axis, keepdims) -> tuple:
     return dim, keepdim if keepdims is None else keepdims
 
 
-def _every_dim_if_empty(dim):
+def every_dim_if_empty(dim):
     """PyTorch's ``sum``/``mean`` read ``dim=()`` as every dim (numpy's ``axis=()`` is none),
     as a recorded Node's methods do: the same model code reduces alike under ``no_grad``."""
     return None if isinstance(dim, (tuple, list)) and not dim else dim
@@ -684,14 +684,14 @@ class Tensor(TensorMethods):
     def sum(self, dim=None, keepdim: bool = False, *, axis=None,  # noqa: A003
             keepdims: bool | None = None) -> Tensor:
         from .kernels import reduction
-        dim, keepdim = _dims("sum", _every_dim_if_empty(dim), keepdim, axis, keepdims)
+        dim, keepdim = _dims("sum", every_dim_if_empty(dim), keepdim, axis, keepdims)
         return reduction.sum(self, dim, keepdim)
 
     @_keeps_checks
     def mean(self, dim=None, keepdim: bool = False, *, axis=None,
              keepdims: bool | None = None) -> Tensor:
         from .kernels import reduction
-        dim, keepdim = _dims("mean", _every_dim_if_empty(dim), keepdim, axis, keepdims)
+        dim, keepdim = _dims("mean", every_dim_if_empty(dim), keepdim, axis, keepdims)
         return reduction.mean(self, dim, keepdim)
 
     def max(self, dim=None, keepdim: bool = False, *, axis=None,  # noqa: A003
@@ -734,7 +734,7 @@ class Tensor(TensorMethods):
         """``torch.Tensor.amax``: the largest element over ``dim`` (None or ``()``: every
         dim; an int or a tuple), the values alone; NaN propagates."""
         from .kernels import reduction
-        dim, keepdim = _dims("amax", _every_dim_if_empty(dim), keepdim, axis, keepdims)
+        dim, keepdim = _dims("amax", every_dim_if_empty(dim), keepdim, axis, keepdims)
         reduction.normalize_axes("amax", dim, self.ndim, self.shape)  # errors naming amax
         return reduction.max(self, dim, keepdim)
 
@@ -743,7 +743,7 @@ class Tensor(TensorMethods):
              keepdims: bool | None = None) -> Tensor:
         """``torch.Tensor.amin``: the smallest element over ``dim``, as ``amax``."""
         from .kernels import reduction
-        dim, keepdim = _dims("amin", _every_dim_if_empty(dim), keepdim, axis, keepdims)
+        dim, keepdim = _dims("amin", every_dim_if_empty(dim), keepdim, axis, keepdims)
         return reduction.min(self, dim, keepdim, op="amin")
 
     @_keeps_checks
@@ -791,7 +791,7 @@ class Tensor(TensorMethods):
     def _variance(self, op: str, dim, unbiased, keepdim, correction, root: bool) -> Tensor:
         from .kernels.moments import correction_of, unbiased_alone, variance
         dim, unbiased = unbiased_alone(dim, unbiased)      # torch's overload of one bool
-        return variance(op, self, _every_dim_if_empty(dim), bool(keepdim),
+        return variance(op, self, every_dim_if_empty(dim), bool(keepdim),
                         correction_of(op, unbiased, correction), root)[0]
 
     @_keeps_checks

@@ -13,15 +13,10 @@ import numpy as np
 from .. import recorder
 from ..errors import ParclError, ShapeError
 from ..kernels.broadcast import broadcast_shapes
-from ..tensor import identity
+from ..tensor import every_dim_if_empty, identity
 from ..tensor_methods import cast_dtype, to_arguments
 from . import mode
 
-
-def _every_dim_if_empty(dim):
-    """PyTorch's ``dim=()`` (or ``[]``) reduces every dim, as ``dim=None``; numpy's
-    ``axis=()`` reduces none, so a torch name passes it on as None."""
-    return None if isinstance(dim, (tuple, list)) and not dim else dim
 
 
 def _torch_names(op: str, dim, keepdim, axis, keepdims) -> tuple:
@@ -32,7 +27,7 @@ def _torch_names(op: str, dim, keepdim, axis, keepdims) -> tuple:
         if dim is not None:
             raise TypeError(f"{op}: axis and dim given both; they are one argument")
     else:
-        axis = _every_dim_if_empty(dim)
+        axis = every_dim_if_empty(dim)
     return axis, keepdim if keepdims is None else keepdims
 
 
@@ -576,15 +571,15 @@ class NodeMethods:
     def var(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
         """``x.var(dim, unbiased, keepdim)`` or ``x.var(dim, keepdim=..., correction=...)``,
         as torch.Tensor's (``x.var(False)`` its ``unbiased`` alone)."""
-        return _ops().var(self, _every_dim_if_empty(dim), keepdims=keepdim,
+        return _ops().var(self, every_dim_if_empty(dim), keepdims=keepdim,
                           correction=correction, unbiased=unbiased)
 
     def std(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
-        return _ops().std(self, _every_dim_if_empty(dim), keepdims=keepdim,
+        return _ops().std(self, every_dim_if_empty(dim), keepdims=keepdim,
                           correction=correction, unbiased=unbiased)
 
     def logsumexp(self, dim, keepdim=False):
-        return _ops().logsumexp(self, _every_dim_if_empty(dim), keepdim)
+        return _ops().logsumexp(self, every_dim_if_empty(dim), keepdim)
 
     def cumsum(self, dim):
         return _ops().cumsum(self, dim)

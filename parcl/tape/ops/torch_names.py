@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import functools
 
+from ...tensor import every_dim_if_empty
+
 #: PyTorch's name -> numpy's, for ops whose reduced or joined dimension is ``axis``
 DIM = {"dim": "axis", "keepdim": "keepdims"}
 
-
-def _every_dim_if_empty(dim):
-    """PyTorch's ``dim=()`` reduces every dim (numpy's ``axis=()`` none): None."""
-    return None if isinstance(dim, (tuple, list)) and not dim else dim
 
 
 def torch_names(renames: dict = DIM, *, empty_dim_is_all: bool = False):
@@ -39,7 +37,7 @@ def torch_names(renames: dict = DIM, *, empty_dim_is_all: bool = False):
                                             "they are one argument")
                         value = kwargs.pop(torch_name)
                         if empty_dim_is_all and torch_name == "dim":
-                            value = _every_dim_if_empty(value)
+                            value = every_dim_if_empty(value)
                         kwargs[own] = value
             return fn(*args, **kwargs)
 
