@@ -243,3 +243,16 @@ def test_nanogpt_attention_written_with_torch_idioms_matches_torch(queue, rng):
     close(x.grad.to_host(), tx.grad.numpy())
     close(attn.weight.grad.to_host(), t_attn.weight.grad.numpy())
     close(proj.bias.grad.to_host(), t_proj.bias.grad.numpy())
+
+
+def test_a_nodes_cast_keeps_the_pending_check_of_a_bad_embedding_index(queue):
+    """``node.long()`` (``.to``, ``.type_as``) made a Node of the cast value without the
+    value's pending checks: an embedding row picked by an out-of-range id read back as a
+    number through ``.long()`` with no error, where the raw Tensor's cast (and every op)
+    raises at the host read."""
+    w = tp.tensor(np.ones((3, 2), np.float32), requires_grad=True)
+    with tp.Tape():
+        out = tp.embedding(pc.Tensor.from_host(queue, np.array([0, 5])), w)
+    for cast in (out.long(), out.to(np.int64), out.int()):
+        with pytest.raises(ShapeError, match="index 5 .* out of range"):
+            cast.to_host()

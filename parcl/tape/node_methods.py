@@ -1075,8 +1075,8 @@ class NodeMethods:
         dtype = cast_dtype(f"Node.{op}", self, dtype)
         if dtype == self.dtype:
             return self
-        from ..kernels.counting import cast
         from .node import Node           # node.py imports this module
         # an integer result has no gradient, as PyTorch's; a float one from an integer
-        # tensor is a new leaf (nothing to differentiate through)
-        return Node(cast(self.value, dtype))
+        # tensor is a new leaf (nothing to differentiate through); the value's pending checks
+        # (an embedding's index range) go with it, as the raw Tensor's cast keeps them
+        return Node(self.value._cast(op, dtype))
