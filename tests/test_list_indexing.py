@@ -126,3 +126,29 @@ def test_a_shuffled_batch_of_rows_is_one_gather_not_a_copy_per_row(queue, rng, m
                                          else k for k in key)].numpy()
         np.testing.assert_array_equal(x[key].to_host(), want)
     assert len(calls) == 2
+
+
+def test_a_shuffled_batch_gathers_from_the_tensor_itself_and_keeps_no_index(queue, rng,
+                                                                           monkeypatch):
+    """The gather read a contiguous copy of the whole tensor first (a (200000, 64) dataset
+    copied for every batch of 64 rows), and a Node's index went into the queue's table of
+    launch plans as a constant, one entry per shuffled batch, which fills it (no plan is kept
+    after 4096). Neither now: the rows come straight from the tensor, the index is uploaded
+    per call."""
+    from parcl.kernels import strided
+
+    shapes = []
+    real = strided.read_view
+    monkeypatch.setattr(strided, "read_view", lambda x, v: shapes.append(x.shape) or real(x, v))
+    a = rng.standard_normal((500, 4)).astype(np.float32)
+    x = pc.Tensor.from_host(queue, a)
+    perm = rng.permutation(500)[:64]
+    np.testing.assert_array_equal(x[perm].to_host(), a[perm])
+    assert (500, 4) not in shapes
+    node = tp.tensor(x, requires_grad=True)
+    before = len(queue.choices)
+    for _ in range(20):
+        perm = rng.permutation(500)[:32]
+        with tp.Tape():
+            np.testing.assert_array_equal(node[perm].to_host(), a[perm])
+    assert len(queue.choices) - before <= 2        # launch plans, not one index per call

@@ -303,7 +303,9 @@ def select_view(x: Tensor, view: View, dim: int, index: np.ndarray) -> Tensor:
         from .gather import gather_forward      # gather imports nothing of this module
         picks = Tensor.from_host(x.queue, np.ascontiguousarray(index, np.int64))
         full = read_view(picks, View(shape, tuple(int(k == dim) for k in range(len(shape)))))
-        return gather_forward(read_view(x, view), dim, full)[0]    # in range: checked above
+        # x itself where the basic part is all of it (x[perm]): a copy of the view otherwise
+        src = x if view == View.contiguous(x.shape) else read_view(x, view)
+        return gather_forward(src, dim, full)[0]            # in range: checked above
     out, whole = Tensor.empty(x.queue, shape, x.dtype), View.contiguous(shape)
     stride = view.strides[dim]
     for at, start, step, length in index_runs(index):

@@ -67,7 +67,9 @@ def getitem(x, key, *, tape=None):
     basic, dim, index = picked
     if any(k is not Ellipsis and k != slice(None) for k in basic):    # not all of x
         x = GetItem.apply(x, tape=tape, key=basic)
-    return index_select(x, dim, constant(x.queue, index), tape=tape)
+    # uploaded per call, not kept as a constant: a shuffled index each step would fill the
+    # queue's table of launch plans, and no plan would be kept after it
+    return index_select(x, dim, Tensor.from_host(x.queue, index), tape=tape)
 
 
 def _axes(op: str, axis, shape) -> tuple[int, ...]:
