@@ -238,6 +238,9 @@ def _is_index_array(k) -> bool:
                                                  and hasattr(k, "shape"))
 
 
+_BASIC = frozenset((int, slice, type(None), type(Ellipsis)))
+
+
 def split_array_key(op: str, shape: tuple[int, ...], key):
     """``None`` where ``key`` is basic; else ``(basic, dim, index)`` for a key with one 1-D int
     list, numpy array or int tensor in one position (PyTorch's advanced indexing with one index
@@ -246,6 +249,8 @@ def split_array_key(op: str, shape: tuple[int, ...], key):
     A tensor index is read to the host (a wait). A bool or float mask, two index arrays or an
     index of more dims is a DTypeError."""
     key = key if isinstance(key, tuple) else (key,)
+    if all(type(k) in _BASIC for k in key):          # the usual key: nothing more to look at
+        return None
     at = [p for p, k in enumerate(key) if _is_index_array(k)]
     if not at:
         return None
