@@ -708,16 +708,21 @@ def test_a_captured_evaluation_clearing_the_gradients_clears_them_in_every_repla
     assert captured.replays == 2
 
 
-def test_a_captured_training_step_clearing_the_gradients_first_replays_as_eager(queue):
+@pytest.mark.parametrize("clear", ["assign", "zero_grad"])
+def test_a_captured_training_step_clearing_the_gradients_first_replays_as_eager(queue, clear):
     # the leaves' gradients as found were a condition of every replay even where the step
     # cleared them before its backward: each call found the last one's and recorded anew
-    # (0 replays of 5); cleared first, they are no condition now (4 of 5)
+    # (0 replays of 5); cleared first, they are no condition now (4 of 5). p.zero_grad()
+    # read .grad before dropping it, which made the replays depend on it again.
     model, eager = mlp(queue), mlp(queue)
     x, y = batch(8)
 
     def step(m, xb, yb):
         for p in m.parameters():
-            p.grad = None
+            if clear == "assign":
+                p.grad = None
+            else:
+                p.zero_grad()
         loss = tp.cross_entropy(m(xb), yb)
         loss.backward()
         return loss
@@ -730,6 +735,7 @@ def test_a_captured_training_step_clearing_the_gradients_first_replays_as_eager(
         for a, b in zip(model.parameters(), eager.parameters()):
             np.testing.assert_array_equal(a.grad.to_host(), b.grad.to_host())
     assert captured.replays == 4
+
 
 def test_a_backward_through_the_graph_a_replay_returned_uses_the_replays_dropout_mask(queue):
     """A captured forward whose loss is formed and backwarded after the call (no tape): the

@@ -186,12 +186,13 @@ class Node(NodeMethods):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop ``.grad`` (``set_to_none``) or fill it with zeros."""
-        if self.grad is None:
-            return
         if set_to_none:
+            # assigned without reading it first: a captured step that starts by clearing its
+            # gradients then replays whatever they held (a read made it depend on them)
             self.grad = None
-        else:                          # noted: a ReplicaGroup zeroes the other replicas' too
-            g = self.grad
+            return
+        g = self.grad
+        if g is not None:              # noted: a ReplicaGroup zeroes the other replicas' too
             g.fill_owned(0)
             pool_of(g.queue).note_overwrite(g.data, ZEROED, update=True)
 
