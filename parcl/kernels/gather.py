@@ -24,6 +24,7 @@ from ..errors import DTypeError, ShapeError
 from ..tensor import FLOAT, LABEL_DTYPES, Tensor, check_same_queue
 from ._cache import get_kernel, round_up
 from .broadcast import int8_vector
+from .strided import View, read_view
 
 NO_ERROR = np.iinfo(np.int32).max
 LOCAL = 64
@@ -78,6 +79,17 @@ def _strides(shape) -> list[int]:
         step *= shape[k]
     return out
 
+
+
+def broadcast_index(index: Tensor, shape: tuple, axis: int):
+    """``(full, where)``: the 0-d or 1-D ``index`` (``n`` entries) as an index of ``shape``
+    (``n`` at ``axis``) repeating it along the other dims (a stride-0 strided copy), and the
+    function from a flat position of ``full`` to its entry of ``index``."""
+    n = index.size
+    stride = tuple(1 if k == axis else 0 for k in range(len(shape)))
+    full = read_view(index.reshape((n,)), View(shape, stride))
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    return full, lambda at: (at // inner) % n
 
 
 def check_gather(x: Tensor, axis: int, index: Tensor) -> int:

@@ -305,9 +305,9 @@ def select_view(x: Tensor, view: View, dim: int, index: np.ndarray) -> Tensor:
     shape = view.shape[:dim] + (len(index),) + view.shape[dim + 1:]
     steps = np.diff(index)
     if x.dtype == np.float32 and np.count_nonzero(np.diff(steps)) >= MAX_RUNS:
-        from .gather import gather_forward      # gather imports nothing of this module
+        from .gather import broadcast_index, gather_forward    # gather imports this module
         picks = Tensor.from_host(x.queue, np.ascontiguousarray(index, np.int64))
-        full = read_view(picks, View(shape, tuple(int(k == dim) for k in range(len(shape)))))
+        full, _ = broadcast_index(picks, shape, dim)
         # x itself where the basic part is all of it (x[perm]): a copy of the view otherwise
         src = x if view == View.contiguous(x.shape) else read_view(x, view)
         return gather_forward(src, dim, full)[0]            # in range: checked above

@@ -24,11 +24,11 @@ import numpy as np
 
 from ...errors import DTypeError, ShapeError
 from ...kernels import gather as gk
+from ...kernels.gather import broadcast_index
 from ...kernels import onehot as ok
 from ...kernels import scatter as sc
-from ...kernels import strided
 from ...kernels._cache import keep
-from ...kernels.strided import View, axis_int
+from ...kernels.strided import axis_int
 from ...tensor import FLOAT, LABEL_DTYPES, Tensor
 from .. import mode
 from ..node import Function, Node
@@ -62,17 +62,6 @@ class _RangeCheck(FlagCheck):
         return ShapeError(f"{self.op}: {self.noun} {value} at position {coords} of "
                           f"{plural} {self.index.shape} is out of range for {self.what}; "
                           f"{plural} must be in [0, {self.bound})")
-
-
-def broadcast_index(index: Tensor, shape: tuple, axis: int):
-    """``(full, where)``: the 0-d or 1-D ``index`` (``n`` entries) as an index of ``shape``
-    (``n`` at ``axis``) repeating it along the other dims (a stride-0 strided copy), and the
-    function from a flat position of ``full`` to its entry of ``index``."""
-    n = index.size
-    stride = tuple(1 if k == axis else 0 for k in range(len(shape)))
-    full = strided.read_view(index.reshape((n,)), View(shape, stride))
-    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
-    return full, lambda at: (at // inner) % n
 
 
 def constant(queue, array: np.ndarray) -> Tensor:

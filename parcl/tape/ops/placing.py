@@ -33,13 +33,13 @@ import numpy as np
 from ...errors import DTypeError, ShapeError
 from ...kernels import strided
 from ...kernels.strided import IndexOutOfRangeError, View, axis_int
+from ...kernels.gather import broadcast_index
 from ...tensor import LABEL_DTYPES, Tensor
 from ..node import Function, Node
 from .composed import _tensor
 from .diagonals import DiagEmbed, _offset, diag
 from .gather import Gather
 from .indexing import expand
-from .picks import broadcast_index
 from .scatters import Scatter
 from .select import where
 from .shape import reshape, wrap_dim

@@ -28,12 +28,13 @@ from ...errors import DTypeError, ShapeError
 from ...kernels import scatter as sc
 from ...kernels import strided
 from ...kernels.strided import View
+from ...kernels.gather import broadcast_index
 from ...tensor import LABEL_DTYPES, Tensor
 from ..node import Function, Node
 from ..tape import defer
 from .gather import Gather
 from .indexing import expand
-from .picks import _RangeCheck, broadcast_index
+from .picks import _RangeCheck
 from .shape import reshape, wrap_dim
 
 __all__ = ["index_add", "scatter", "scatter_add", "take_along_dim"]
