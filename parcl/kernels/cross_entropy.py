@@ -218,14 +218,10 @@ __kernel void ce_bwd_rows_LT(__global const float* restrict x, __global const LT
         return;
     const global float* xr = x + (long)r * C;
     global float* gr = gx + (long)r * C;
-    const int C8 = C & ~7;
+    const int vec = 1;                 // ROW_EACH: 8 at a time, then the tail
     const LT t = labels[r];
     if (t == ignore) {
-        int c = 0;
-        for (; c < C8; c += 8)
-            STORE8(gr + c, (float8)(0.0f));
-        for (; c < C; ++c)
-            gr[c] = 0.0f;
+        ROW_EACH(c, STORE8(gr + c, (float8)(0.0f)), gr[c] = 0.0f);
         return;
     }
     const float m = stats[r], ls = stats[rows + r], d = stats[2 * rows];
@@ -234,15 +230,11 @@ __kernel void ce_bwd_rows_LT(__global const float* restrict x, __global const LT
     // with weights: p a - u w[c], a = (1-eps) w[t] + u sum_c w[c]; without: p - u
     const float wt = w && valid ? w[t] : 0.0f;
     const float a = w ? (1.0f - eps) * wt + u * stats[2 * rows + 1] : 1.0f;
-    int c = 0;
-    for (; c < C8; c += 8) {
-        const float8 p = nll ? (float8)(0.0f) : exp((LOAD8(xr + c) - m) - ls);
-        STORE8(gr + c, (w ? p * a - u * LOAD8(w + c) : p - u) * scale);
-    }
-    for (; c < C; ++c) {
-        const float p = nll ? 0.0f : exp((xr[c] - m) - ls);
-        gr[c] = (w ? p * a - u * w[c] : p - u) * scale;
-    }
+    ROW_EACH(c,
+             const float8 p = nll ? (float8)(0.0f) : exp((LOAD8(xr + c) - m) - ls);
+             STORE8(gr + c, (w ? p * a - u * LOAD8(w + c) : p - u) * scale),
+             const float p = nll ? 0.0f : exp((xr[c] - m) - ls);
+             gr[c] = (w ? p * a - u * w[c] : p - u) * scale);
     if (valid) {
         const float p = nll ? 0.0f : exp((xr[t] - m) - ls);
         gr[t] = (w ? p * a - (1.0f - eps) * wt - u * w[t] : p - (1.0f - eps) - u) * scale;
