@@ -259,6 +259,34 @@ def test_a_group_replays_while_other_models_get_hooks_and_records_anew_for_its_o
             np.testing.assert_array_equal(a.value.to_host(), b.value.to_host())
 
 
+def test_a_recording_made_with_no_gradients_replays_beside_a_verdict_made_with_them(queue):
+    # the verdicts were tried first: one found while the weight had a gradient (which the
+    # step reads back) ran the call eagerly once the gradients were None again, as the
+    # recording made then expects: replays 1, eager 1 of 4 calls, where now replays 2
+    x, y = batch(8)
+    model, eager = mlp(queue), mlp(queue)
+
+    def step(m, xb, yb):
+        if m[0].weight.grad is not None:
+            m[0].weight.grad.to_host()                # logs a norm once there is a gradient
+        loss = tp.cross_entropy(m(xb), yb)
+        loss.backward()
+        return loss.value
+
+    captured = tp.capture(lambda xb, yb: step(model, xb, yb), queue)
+    for i in range(4):
+        loss = captured(x, y).to_host()
+        ref = step(eager, pc.Tensor.from_host(queue, x), pc.Tensor.from_host(queue, y))
+        np.testing.assert_array_equal(loss, ref.to_host())
+        for a, b in zip(model.parameters(), eager.parameters()):
+            np.testing.assert_array_equal(a.grad.to_host(), b.grad.to_host())
+        if i != 1:                                    # call 2 finds the gradients of call 1
+            for m in (model, eager):
+                m.zero_grad()
+    assert (captured.replays, captured.eager_calls) == (2, 0)
+    assert captured.reason(x, y) is None
+
+
 def test_a_step_replays_again_once_a_hook_reading_the_host_is_removed(queue):
     # the verdict "not replayable" found with a logging hook on the weight was kept for the
     # whole signature and the replayable recording dropped: replays 0 of 3 after the hook's

@@ -135,9 +135,18 @@ class CapturedStep:
     def reason(self, *arrays, key=()) -> str | None:
         """Why calls with these inputs run eagerly (None when they are replayed)."""
         arrays = tuple(_as_input(a) for a in arrays)       # as a call takes them: masks uint8
-        variants = self._entries.get(self._key(arrays, key), ())
-        return next((e.reason for e in variants if e.reason is not None and e.hooks.hold()),
-                    None)
+        entry = self._standing(self._key(arrays, key))
+        return None if entry is None else entry.reason
+
+    def _standing(self, k) -> _Entry | None:
+        """What decides a call of signature ``k``: a recording made in the state the call
+        finds (the hooks on its leaves and modules, and its leaves' gradients: ``unchanged``)
+        first, so a verdict found in another state (a gradient that was None then) hides no
+        recording of this one; else a verdict found with the hooks there are now; else None
+        (record)."""
+        held = [e for e in self._entries.get(k, ()) if e.hooks.hold()]
+        return next((e for e in held if e.reason is None and e.recording.unchanged()),
+                    next((e for e in held if e.reason is not None), None))
 
     def _key(self, arrays, key):
         return tuple((a.shape, a.dtype.str) for a in arrays), mode.capture_modes(), key
@@ -154,25 +163,19 @@ class CapturedStep:
             self.eager_calls += 1
             return self.fn(*self._fresh_inputs(arrays, borrow))
         k = self._key(arrays, key)
-        for entry in self._entries.get(k, ()):           # the verdicts first
-            # The hooks on the leaves and modules the call used are those it left: a verdict
-            # found with them (a hook that reads a value back) holds, and a recording may.
-            if not entry.hooks.hold():
-                continue
-            if entry.reason is not None:                  # not replayable: plain eager
-                self.eager_calls += 1
-                return self.fn(*self._fresh_inputs(arrays, borrow))
-            # The recording whose backward found the leaves' gradients as they are now (none,
-            # or these buffers to accumulate into) and the same parameters frozen; another
-            # state (zero_grad(set_to_none=...), a second accumulation, a frozen layer, a hook
-            # added) is recorded anew: a replay writes what its recording wrote.
-            if entry.recording.unchanged():
-                entry.recording.check_inputs(arrays)     # may raise: nothing is enqueued then
-                self._upload(entry, arrays, borrow)
-                self._replay(entry.recording)
-                self.replays += 1
-                return entry.outputs
-        return self._record(k, arrays, borrow)
+        entry = self._standing(k)
+        if entry is None:
+            return self._record(k, arrays, borrow)
+        if entry.reason is not None:                      # not replayable: plain eager
+            self.eager_calls += 1
+            return self.fn(*self._fresh_inputs(arrays, borrow))
+        # a replay writes what its recording wrote: the leaves' gradients as they are now
+        # (none, or these buffers to accumulate into), the same parameters frozen, the hooks
+        entry.recording.check_inputs(arrays)             # may raise: nothing is enqueued then
+        self._upload(entry, arrays, borrow)
+        self._replay(entry.recording)
+        self.replays += 1
+        return entry.outputs
 
     @staticmethod
     def _replay(rec: recorder.Recording) -> None:
@@ -234,9 +237,10 @@ class CapturedStep:
                 # and record anew, reading what the eager call would read
                 for queue, buffers in foreign.items():
                     pool_of(queue).watch(rec, buffers)
-        # Verdicts first, then recordings, each newest last; an unsafe call found with other
-        # hooks than theirs leaves the recordings be (a logging hook removed: replayed
-        # again). Recordings that lost a tensor they read are never replayed again: dropped.
+        # Verdicts and recordings, each newest last; a verdict leaves the recordings be (they
+        # are tried first: one made in another state of the gradients or hooks is replayed
+        # again when it comes back). Recordings that lost a tensor they read are never
+        # replayed again: dropped.
         old = self._entries.pop(k, [])
         verdicts = [e for e in old if e.reason is not None]
         recordings = [e for e in old if e.reason is None and not e.recording.lost]
