@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import parcl as pc
+
 import mpi4py  # noqa: F401  (the test extra installs it with the mpich wheel: never skipped)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -521,3 +523,46 @@ def test_a_replica_group_built_without_comm_under_mpiexec_reduces_over_every_ran
     np.testing.assert_allclose(weights["launch"][0], [[0.45438036, -0.06488348]], rtol=1e-6)
     for rank in (0, 1):
         np.testing.assert_array_equal(weights["plain"][rank], weights["launch"][0])
+
+
+class _OneRank:
+    """A communicator of ``rank`` whose Bcast sends into ``wire`` from rank 0 and receives
+    from it on the others."""
+
+    def __init__(self, rank, wire):
+        self.rank, self.wire, self.bcasts = rank, wire, 0
+
+    def Get_rank(self):
+        return self.rank
+
+    def Bcast(self, packed, root):
+        self.bcasts += 1
+        if self.rank == root:
+            self.wire[:] = packed
+        else:
+            packed[:] = self.wire
+
+
+def test_rank_0_raises_a_buffers_pending_check_before_broadcasting_it(queue):
+    # rank 0 read its buffers and sent them with no check (to_host, used before, ran them):
+    # a value an op had found bad reached every rank; now its error is raised on rank 0
+    from parcl.allreduce.end import _from_rank_0
+    from parcl.errors import ParclError
+
+    t = pc.Tensor.from_host(queue, np.arange(4, dtype=np.float32))
+
+    def bad():
+        raise ParclError("index 7 out of range")
+
+    t.checks = (bad,)
+    wire = np.zeros(16, np.uint8)
+    rank_0 = _OneRank(0, wire)
+    with pytest.raises(ParclError, match="index 7"):
+        _from_rank_0(rank_0, [t], "replica 0's buffers")
+    assert rank_0.bcasts == 0
+    t.checks = ()
+    _from_rank_0(rank_0, [t], "replica 0's buffers")
+    np.testing.assert_array_equal(wire.view(np.float32), np.arange(4, dtype=np.float32))
+    u = pc.Tensor.from_host(queue, np.zeros(4, np.float32))
+    _from_rank_0(_OneRank(1, wire), [u], "replica 0's buffers")
+    np.testing.assert_array_equal(u.to_host(), np.arange(4, dtype=np.float32))

@@ -32,7 +32,7 @@ from ..nn.module import Module
 from ..nn.clip import clip_grads_with_norm_, get_total_norm
 from ..errors import ParclError
 from .. import runtime
-from ..gate import release_all
+from ..gate import release_all, transfer
 from ..kernels.elementwise import scale_
 from ..optim import FlatBucket, Optimizer
 from ..pool import ZEROED, pool_of, stamp
@@ -389,8 +389,9 @@ class StepBuffers:
 
 def _from_rank_0(comm, tensors: list[Tensor], what: str) -> None:
     """Rank 0's ``tensors`` onto every rank's, their bytes end to end in one Bcast: only rank 0
-    reads them and only the others write theirs, each side's copies enqueued together and
-    waited for once, for as long as ``comm``'s collectives may take."""
+    reads them and only the others write theirs, each side's copies enqueued together
+    (``gate.transfer``: no gate left in front of a copy whose dropped event would wait for it)
+    and waited for once, for as long as ``comm``'s collectives may take."""
     packed = np.empty(sum(t.nbytes for t in tensors), np.uint8)
     spans, start = [], 0
     for t in tensors:
@@ -398,11 +399,14 @@ def _from_rank_0(comm, tensors: list[Tensor], what: str) -> None:
         start += t.nbytes
     rank = comm.Get_rank()
     if rank == 0:
-        reads = [cl.enqueue_copy(t.queue, host, t.data, is_blocking=False) for t, host in spans]
+        for t in tensors:           # as to_host: an op that found its input bad raises first
+            for check in t.checks:
+                check()
+        reads = [transfer(t.queue, host, t.data) for t, host in spans]
         runtime.wait_for_events(reads, wait_limit(comm), f"reading {what}")
     comm.Bcast(packed, root=0)
     if rank != 0:
-        writes = [cl.enqueue_copy(t.queue, t.data, host, is_blocking=False) for t, host in spans]
+        writes = [transfer(t.queue, t.data, host) for t, host in spans]
         runtime.wait_for_events(writes, wait_limit(comm), f"writing rank 0's {what}")
 
 
