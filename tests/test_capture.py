@@ -287,6 +287,25 @@ def test_a_recording_made_with_no_gradients_replays_beside_a_verdict_made_with_t
     assert captured.reason(x, y) is None
 
 
+def test_hooks_on_inner_nodes_leave_the_hook_generation_as_it_was(queue):
+    # every hook moved it: a full backward hook (one on an inner node each forward) made
+    # each eager forward 1 more, and each captured call after it compare every leaf's and
+    # module's hooks (+3 us a call, 4 Linear layers); only leaves' and modules' move it now
+    from parcl.tape import hooks
+    model = mlp(queue)
+    model[0].register_full_backward_hook(lambda m, gi, go: None)
+    x, _ = batch(8)
+    before = hooks.generation()
+    for _ in range(3):
+        with tp.Tape():
+            h = model(tp.tensor(x))
+            h.register_hook(lambda g: None).remove()
+    assert hooks.generation() == before
+    model[2].weight.register_hook(lambda g: None).remove()
+    model[2].register_forward_hook(lambda m, args, out: None)
+    assert hooks.generation() == before + 3
+
+
 def test_a_step_replays_again_once_a_hook_reading_the_host_is_removed(queue):
     # the verdict "not replayable" found with a logging hook on the weight was kept for the
     # whole signature and the replayable recording dropped: replays 0 of 3 after the hook's

@@ -12,8 +12,8 @@ handle ids of the hooks they hold, in order: a captured step (``tp.capture``) re
 recording only while the leaves and modules it used hold the hooks its call left them with,
 so a hook registered on or removed from one of them between calls makes the next call
 another recording, and one on any other tensor or module changes nothing (``HookState``;
-a count of every registration and removal, ``generation``, spares it and ``nn.follow`` the
-comparison of every holder's ids while none happened). A hook the step
+a count of every registration and removal on a leaf or a module, ``generation``, spares it
+and ``nn.follow`` the comparison of every holder's ids while none happened). A hook the step
 itself registers while it is being recorded is part of the step's Python: its device work
 is replayed, its Python (a print, a list it appends to) is not.
 """
@@ -33,9 +33,9 @@ _ids = itertools.count()           # next() is atomic in CPython: ids unique acr
 
 
 class _Changes:
-    """How many times any holder's ``ids`` changed in this process: a hint only, that lets
-    a check of many holders' ids (``HookState.hold``, ``nn.follow``) skip its walk while no
-    hook was registered or removed anywhere; the per-holder comparison stays the truth.
+    """How many times a leaf's or a module's ``ids`` changed in this process: a hint only,
+    that lets a check of many holders' ids (``HookState.hold``, ``nn.follow``) skip its walk
+    while no such hook was registered or removed; the per-holder comparison stays the truth.
     Locked: a lost increment could bring the count back to one a checker verified."""
 
     def __init__(self):
@@ -90,19 +90,26 @@ class GradHooks:
     """A Node's hooks (``fns``: handle id -> hook, in registration order), a leaf's
     post-accumulate hooks (``post``), and whether its gradient is kept by a backward with
     ``retain_grads=False`` (``retain``); ``ids``: the handle ids of both kinds of hooks, in
-    order, renewed by every registration and removal."""
+    order, renewed by every registration and removal. ``entry``: the graph entry holding them
+    (weakly)."""
 
-    __slots__ = ("fns", "post", "retain", "ids")
+    __slots__ = ("fns", "post", "retain", "ids", "entry")
 
-    def __init__(self):
+    def __init__(self, entry):
         self.fns: dict = {}
         self.post: dict = {}
         self.retain = False
         self.ids: tuple = ()
+        self.entry = weakref.ref(entry)
 
     def renew(self) -> None:
         self.ids = (*self.fns, *self.post)
-        note_change()
+        # Only a leaf's hooks are compared (``HookState``): those on an inner node (a full
+        # backward hook registers one every forward) leave the generation, and the walks it
+        # spares, be. Asked now, not when built: a released graph's nodes are leaves.
+        entry = self.entry()
+        if entry is not None and entry.grad_fn is None:
+            note_change()
 
 
 def run_hooks(entry, grad: Tensor) -> Tensor:

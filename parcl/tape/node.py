@@ -272,7 +272,7 @@ class Node(NodeMethods):
         if not callable(hook):
             raise TypeError(f"register_hook: expected a callable, got {type(hook).__name__}")
         if e.hooks is None:
-            e.hooks = GradHooks()
+            e.hooks = GradHooks(e)
         handle = RemovableHandle(e.hooks, e.hooks.fns)
         e.hooks.fns[handle.id] = hook
         e.hooks.renew()
@@ -292,7 +292,7 @@ class Node(NodeMethods):
             raise TypeError(f"register_post_accumulate_grad_hook: expected a callable, got "
                             f"{type(hook).__name__}")
         if e.hooks is None:
-            e.hooks = GradHooks()
+            e.hooks = GradHooks(e)
         handle = RemovableHandle(e.hooks, e.hooks.post)
         e.hooks.post[handle.id] = hook
         e.hooks.renew()
@@ -308,7 +308,7 @@ class Node(NodeMethods):
         if e.grad_fn is None:
             return
         if e.hooks is None:
-            e.hooks = GradHooks()
+            e.hooks = GradHooks(e)
         e.hooks.retain = True
 
     @property
