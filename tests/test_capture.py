@@ -306,6 +306,32 @@ def test_hooks_on_inner_nodes_leave_the_hook_generation_as_it_was(queue):
     assert hooks.generation() == before + 3
 
 
+def test_a_verdict_keeps_no_leaf_or_gradient_of_a_dropped_model_alive(queue):
+    # the verdict's hook state held its leaves' entries, and with them their .grad buffers,
+    # for as long as the captured step lived: both alive after the model was dropped
+    import gc
+    import weakref
+    models = {"m": mlp(queue)}
+
+    def step(xb, yb):
+        loss = tp.cross_entropy(models["m"](xb), yb)
+        loss.backward()
+        float(loss.value.to_host())                   # read back: a verdict, no recording
+        return loss.value
+
+    captured = tp.capture(step, queue)
+    x, y = batch(8)
+    captured(x, y)
+    assert captured.reason(x, y).startswith("a value was read back to the host")
+    weight = models["m"][0].weight
+    entry, grad = weakref.ref(weight.entry), weakref.ref(weight.grad)
+    del weight
+    models["m"] = mlp(queue)
+    gc.collect()
+    assert (entry(), grad()) == (None, None)
+    assert captured.reason(x, y).startswith("a value was read back to the host")
+
+
 def test_a_step_replays_again_once_a_hook_reading_the_host_is_removed(queue):
     # the verdict "not replayable" found with a logging hook on the weight was kept for the
     # whole signature and the replayable recording dropped: replays 0 of 3 after the hook's

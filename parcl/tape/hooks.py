@@ -150,13 +150,15 @@ class HookState:
 
     def __init__(self, leaf_entries=(), modules=()):
         self.seen, self.held = generation(), True       # read first: a change after is seen
-        self.leaves = [(e, _handle_ids(e.hooks)) for e in leaf_entries]
+        # weakly, both: a verdict (no recording) outlives the model, and would pin a leaf's
+        # .grad with its entry
+        self.leaves = [(weakref.ref(e), _handle_ids(e.hooks)) for e in leaf_entries]
         self.modules = [(weakref.ref(m), m.hook_ids) for m in modules]
 
     def hold(self) -> bool:
-        """Whether every leaf and module holds the hooks it was left with (a module dropped
-        since holds: nobody calls it again). Run before every replay: compared holder by
-        holder only when some hook somewhere was registered or removed since the last
+        """Whether every leaf and module holds the hooks it was left with (one dropped since
+        holds: nobody uses it again). Run before every replay: compared holder by holder
+        only when a hook on some leaf or module was registered or removed since the last
         comparison (``generation``)."""
         now = generation()
         if now != self.seen:
@@ -164,8 +166,9 @@ class HookState:
         return self.held
 
     def _compare(self) -> bool:
-        for e, ids in self.leaves:
-            if _handle_ids(e.hooks) != ids:
+        for ref, ids in self.leaves:
+            e = ref()
+            if e is not None and _handle_ids(e.hooks) != ids:
                 return False
         for ref, ids in self.modules:
             module = ref()
