@@ -25,7 +25,7 @@ import warnings
 from .. import recorder
 from ..errors import ParclError
 from ..tape import mode
-from ..tape.hooks import RemovableHandle, note_change
+from ..tape.hooks import RemovableHandle, hooks_changed
 from ..tape.node import Node
 from ..tape.ops.shape import reshape
 from ..tensor import Tensor
@@ -74,7 +74,7 @@ class ModuleHooks:
 
     def renew(self) -> None:
         self.ids = tuple(i for kind in KINDS for i in getattr(self, kind))
-        note_change()
+        hooks_changed()
 
     def counts(self) -> tuple[int, ...]:
         return tuple(len(getattr(self, kind)) for kind in KINDS)

@@ -56,9 +56,10 @@ def generation() -> int:
     return _changes.count
 
 
-def note_change() -> None:
-    """A holder's ``ids`` were just renewed (every registration and removal): the
-    generation moves on."""
+def hooks_changed() -> None:
+    """A leaf's or a module's hook ``ids`` were just renewed (a registration or removal):
+    the generation moves on. Not ``tape.changes.note_change``, which notes a value changed
+    in place."""
     _changes.bump()
 
 
@@ -109,7 +110,7 @@ class GradHooks:
         # spares, be. Asked now, not when built: a released graph's nodes are leaves.
         entry = self.entry()
         if entry is not None and entry.grad_fn is None:
-            note_change()
+            hooks_changed()
 
 
 def run_hooks(entry, grad: Tensor) -> Tensor:
